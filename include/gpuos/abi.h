@@ -1,0 +1,220 @@
+/* gpuos ABI v1: the shared-memory control block and the control-socket messages exchanged by
+ * libgpuos.so (inside tenant processes), gpuosd and the gpuos CLI.
+ *
+ * Contract:
+ *  - Plain C structs with fixed sizes; every message and the control block start with magic,
+ *    ABI version and size. A peer that sees another version or a wrong size refuses the message
+ *    with GPUOS_ERR_VERSION / GPUOS_ERR_BAD_MESSAGE; it never "logs and carries on".
+ *  - Once released, v1 is frozen: fields are only ever added in a new version, and gpuosd adapts
+ *    older versions in a thin shim.
+ *  - Strings are NUL-terminated within their arrays; a receiver treats an array with no NUL as
+ *    malformed.
+ *  - Control-block counters are accessed only through atomics (std::atomic_ref in C++).
+ */
+#ifndef GPUOS_ABI_H_
+#define GPUOS_ABI_H_
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define GPUOS_ABI_MAGIC 0x534f5047u /* "GPOS" little-endian */
+#define GPUOS_ABI_VERSION 1u
+#define GPUOS_MAX_DEVICES 16
+#define GPUOS_NAME_MAX 64
+#define GPUOS_TEXT_MAX 160
+
+/* Scheduling class of a tenant. */
+typedef enum gpuos_class {
+  GPUOS_CLASS_GUARANTEED = 1,  /* latency-critical: runs as if alone */
+  GPUOS_CLASS_BEST_EFFORT = 2, /* fills idle time, yields within a bounded delay */
+} gpuos_class;
+
+/* Result codes carried in replies (never CUDA codes). */
+typedef enum gpuos_status {
+  GPUOS_OK = 0,
+  GPUOS_ERR_BAD_MESSAGE = 1, /* malformed, truncated or oversized */
+  GPUOS_ERR_VERSION = 2,     /* magic or ABI version mismatch */
+  GPUOS_ERR_PERMISSION = 3,  /* peer credentials do not allow this */
+  GPUOS_ERR_NOT_FOUND = 4,   /* no such tenant */
+  GPUOS_ERR_LIMIT = 5,       /* tenant table full or quota refused */
+  GPUOS_ERR_INTERNAL = 6,
+  GPUOS_ERR_REFUSED = 7,     /* policy/config refuses the request */
+} gpuos_status;
+
+/* Gate word values (daemon writes, tenant waits on it with a shared futex). */
+#define GPUOS_GATE_OPEN 0u
+#define GPUOS_GATE_CLOSED 1u
+
+/* ---------------------------------------------------------------------------------------------
+ * Control block: one per tenant, in a memfd created by gpuosd and passed to the tenant with
+ * SCM_RIGHTS in the REGISTER reply. Both map it MAP_SHARED. The first cache line is constant after
+ * creation; the daemon-written and tenant-written parts live on separate cache lines.
+ * ------------------------------------------------------------------------------------------- */
+typedef struct gpuos_control_block {
+  /* constant after creation (written by gpuosd before the fd is sent) */
+  uint32_t magic;
+  uint32_t abi_version;
+  uint32_t size; /* sizeof(gpuos_control_block) */
+  uint32_t tenant_id;
+  uint32_t tenant_class; /* gpuos_class */
+  uint32_t reserved0;
+  uint8_t pad0[40];
+
+  /* written by gpuosd, read by the tenant (atomics) */
+  uint32_t gate;        /* GPUOS_GATE_OPEN / GPUOS_GATE_CLOSED; futex word */
+  uint32_t grant_epoch; /* bumped by the daemon on every grant change */
+  uint32_t daemon_alive;/* 1 while gpuosd holds this tenant; 0 after an orderly daemon exit */
+  uint32_t reserved1;
+  uint64_t mem_quota_bytes; /* 0 = unlimited (enforced from ABI v1 by the memory feature) */
+  uint8_t pad1[40];
+
+  /* written by the tenant, read by gpuosd (atomics, monotonic unless stated) */
+  uint64_t launches;          /* kernel launches submitted to the GPU (not captured ones) */
+  uint64_t graph_launches;    /* CUDA graph launches (one each, whatever the graph holds) */
+  uint64_t captured_launches; /* kernel launches recorded into a graph under stream capture */
+  uint64_t gate_waits;        /* launches that found the gate closed */
+  uint64_t gate_wait_ns;      /* total time spent waiting at the gate */
+  uint64_t alloc_calls;
+  uint64_t free_calls;
+  uint64_t alloc_failures;    /* allocation calls that returned an error */
+  uint64_t mem_used_bytes;    /* current device bytes held (all devices); goes up and down */
+  uint64_t mem_peak_bytes;
+  uint64_t mem_used_per_device[GPUOS_MAX_DEVICES];
+  uint64_t untracked_frees;   /* frees of pointers gpuos never saw allocated */
+  uint64_t contexts_created;
+  uint64_t streams_created;
+  uint64_t last_launch_ns;    /* CLOCK_MONOTONIC of the latest launch */
+  uint8_t pad2[16];
+} gpuos_control_block;
+
+/* ---------------------------------------------------------------------------------------------
+ * Socket messages (AF_UNIX, SOCK_SEQPACKET: one message per datagram). Every message starts with
+ * gpuos_msg_header; size is the whole message including the header and must equal the size of the
+ * struct its type names.
+ * ------------------------------------------------------------------------------------------- */
+typedef enum gpuos_msg_type {
+  GPUOS_MSG_REGISTER = 1,       /* tenant -> daemon: gpuos_msg_register */
+  GPUOS_MSG_REGISTER_REPLY = 2, /* daemon -> tenant: gpuos_msg_register_reply (+ control-block fd) */
+  GPUOS_MSG_LIST = 3,           /* client -> daemon: gpuos_msg_list */
+  GPUOS_MSG_GPU_INFO = 4,       /* daemon -> client: one per GPU, before the tenants */
+  GPUOS_MSG_TENANT_INFO = 5,    /* daemon -> client: one per tenant */
+  GPUOS_MSG_LIST_END = 6,       /* daemon -> client: gpuos_msg_reply, ends a listing */
+  GPUOS_MSG_SET_GATE = 7,       /* admin -> daemon: gpuos_msg_set_gate */
+  GPUOS_MSG_REPLY = 8,          /* daemon -> client: gpuos_msg_reply */
+  GPUOS_MSG_SHUTDOWN = 9,       /* admin -> daemon: gpuos_msg_header only */
+  GPUOS_MSG_TYPE_MAX = 9,
+} gpuos_msg_type;
+
+typedef struct gpuos_msg_header {
+  uint32_t magic;
+  uint16_t abi_version;
+  uint16_t type; /* gpuos_msg_type */
+  uint32_t size; /* whole message in bytes */
+  uint32_t seq;  /* request sequence number, echoed in replies */
+} gpuos_msg_header;
+
+typedef struct gpuos_msg_register {
+  gpuos_msg_header hdr;
+  int32_t pid;           /* must equal the SO_PEERCRED pid of the socket, else refused */
+  uint32_t tenant_class; /* gpuos_class; may be lowered by the daemon, never raised beyond config */
+  int32_t priority;      /* guaranteed tenants: larger = more important */
+  uint32_t weight;       /* best-effort tenants: fair-share weight, 1..10000 */
+  uint64_t requested_mem_bytes; /* 0 = default from config */
+  char name[GPUOS_NAME_MAX];
+} gpuos_msg_register;
+
+typedef struct gpuos_msg_register_reply {
+  gpuos_msg_header hdr;
+  int32_t status; /* gpuos_status */
+  uint32_t tenant_id;
+  uint32_t control_block_size;
+  uint32_t tenant_class; /* class granted */
+  char text[GPUOS_TEXT_MAX];
+} gpuos_msg_register_reply;
+
+typedef struct gpuos_msg_list {
+  gpuos_msg_header hdr;
+  uint32_t flags; /* GPUOS_LIST_INCLUDE_EXITED */
+  uint32_t reserved;
+} gpuos_msg_list;
+#define GPUOS_LIST_INCLUDE_EXITED 1u
+
+typedef struct gpuos_msg_gpu_info {
+  gpuos_msg_header hdr;
+  uint32_t index;
+  uint32_t sm_count;
+  uint64_t total_mem_bytes;
+  uint64_t used_mem_bytes; /* by gpuos tenants */
+  char name[96];
+  char uuid[40];
+} gpuos_msg_gpu_info;
+
+typedef enum gpuos_tenant_state {
+  GPUOS_TENANT_RUNNING = 1,
+  GPUOS_TENANT_GATED = 2, /* gate closed */
+  GPUOS_TENANT_EXITED = 3,
+} gpuos_tenant_state;
+
+typedef struct gpuos_msg_tenant_info {
+  gpuos_msg_header hdr;
+  uint32_t tenant_id;
+  int32_t pid;
+  uint32_t uid;
+  uint32_t tenant_class;
+  uint32_t state; /* gpuos_tenant_state */
+  int32_t priority;
+  uint32_t weight;
+  uint32_t reserved;
+  char name[GPUOS_NAME_MAX];
+  uint64_t launches;
+  uint64_t graph_launches;
+  uint64_t captured_launches;
+  uint64_t gate_waits;
+  uint64_t gate_wait_ns;
+  uint64_t mem_used_bytes;
+  uint64_t mem_peak_bytes;
+  uint64_t mem_quota_bytes;
+  uint64_t alloc_calls;
+  uint64_t alloc_failures;
+  uint64_t registered_unix_ms;
+  uint64_t exited_unix_ms; /* 0 while running */
+} gpuos_msg_tenant_info;
+
+typedef struct gpuos_msg_set_gate {
+  gpuos_msg_header hdr;
+  uint32_t tenant_id;
+  uint32_t gate; /* GPUOS_GATE_OPEN / GPUOS_GATE_CLOSED */
+} gpuos_msg_set_gate;
+
+typedef struct gpuos_msg_reply {
+  gpuos_msg_header hdr;
+  int32_t status; /* gpuos_status */
+  uint32_t count; /* LIST_END: number of tenant records sent */
+  char text[GPUOS_TEXT_MAX];
+} gpuos_msg_reply;
+
+/* Largest message any peer may send; receivers read into a buffer of this size plus one byte so
+ * that an oversized datagram is detected (MSG_TRUNC) and refused. */
+#define GPUOS_MSG_MAX_SIZE 512u
+
+#ifdef __cplusplus
+} /* extern "C" */
+
+#include <cstddef>
+static_assert(sizeof(gpuos_msg_header) == 16, "ABI v1 frozen");
+static_assert(sizeof(gpuos_control_block) % 64 == 0, "control block is whole cache lines");
+static_assert(offsetof(gpuos_control_block, gate) == 64, "daemon-written line");
+static_assert(offsetof(gpuos_control_block, launches) == 128, "tenant-written lines");
+static_assert(sizeof(gpuos_control_block) <= 4096, "control block fits one page");
+static_assert(sizeof(gpuos_msg_register) == 104, "ABI v1 frozen");
+static_assert(sizeof(gpuos_msg_register_reply) == 192, "ABI v1 frozen");
+static_assert(sizeof(gpuos_msg_tenant_info) == 208, "ABI v1 frozen");
+static_assert(sizeof(gpuos_msg_gpu_info) == 176, "ABI v1 frozen");
+static_assert(sizeof(gpuos_msg_reply) == 184, "ABI v1 frozen");
+static_assert(sizeof(gpuos_msg_tenant_info) <= GPUOS_MSG_MAX_SIZE, "fits the receive buffer");
+#endif
+
+#endif /* GPUOS_ABI_H_ */

@@ -1,0 +1,176 @@
+#include "common/ipc.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+namespace gpuos {
+
+bool socket_path(char* buf, std::size_t len) {
+  const char* env = std::getenv("GPUOS_SOCKET");
+  int n;
+  if (env != nullptr && env[0] != '\0') {
+    n = std::snprintf(buf, len, "%s", env);
+  } else if (geteuid() == 0) {
+    n = std::snprintf(buf, len, "/run/gpuos/gpuosd.sock");
+  } else if (const char* xdg = std::getenv("XDG_RUNTIME_DIR"); xdg != nullptr && xdg[0] == '/') {
+    n = std::snprintf(buf, len, "%s/gpuos/gpuosd.sock", xdg);
+  } else {
+    n = std::snprintf(buf, len, "/tmp/gpuos-%u/gpuosd.sock", static_cast<unsigned>(geteuid()));
+  }
+  return n > 0 && static_cast<std::size_t>(n) < len && static_cast<std::size_t>(n) < sizeof(sockaddr_un::sun_path);
+}
+
+void init_header(gpuos_msg_header* hdr, gpuos_msg_type type, uint32_t size, uint32_t seq) {
+  hdr->magic = GPUOS_ABI_MAGIC;
+  hdr->abi_version = GPUOS_ABI_VERSION;
+  hdr->type = static_cast<uint16_t>(type);
+  hdr->size = size;
+  hdr->seq = seq;
+}
+
+std::size_t message_size(uint32_t type) {
+  switch (type) {
+    case GPUOS_MSG_REGISTER: return sizeof(gpuos_msg_register);
+    case GPUOS_MSG_REGISTER_REPLY: return sizeof(gpuos_msg_register_reply);
+    case GPUOS_MSG_LIST: return sizeof(gpuos_msg_list);
+    case GPUOS_MSG_GPU_INFO: return sizeof(gpuos_msg_gpu_info);
+    case GPUOS_MSG_TENANT_INFO: return sizeof(gpuos_msg_tenant_info);
+    case GPUOS_MSG_LIST_END: return sizeof(gpuos_msg_reply);
+    case GPUOS_MSG_SET_GATE: return sizeof(gpuos_msg_set_gate);
+    case GPUOS_MSG_REPLY: return sizeof(gpuos_msg_reply);
+    case GPUOS_MSG_SHUTDOWN: return sizeof(gpuos_msg_header);
+    default: return 0;
+  }
+}
+
+gpuos_status validate_message(const void* buf, std::size_t len, char* why, std::size_t why_len) {
+  if (len < sizeof(gpuos_msg_header)) {
+    std::snprintf(why, why_len, "message of %zu bytes is shorter than a header", len);
+    return GPUOS_ERR_BAD_MESSAGE;
+  }
+  gpuos_msg_header hdr;
+  std::memcpy(&hdr, buf, sizeof(hdr));
+  if (hdr.magic != GPUOS_ABI_MAGIC) {
+    std::snprintf(why, why_len, "bad magic 0x%08x", hdr.magic);
+    return GPUOS_ERR_VERSION;
+  }
+  if (hdr.abi_version != GPUOS_ABI_VERSION) {
+    std::snprintf(why, why_len, "ABI version %u not supported (this side speaks %u)",
+                  static_cast<unsigned>(hdr.abi_version), GPUOS_ABI_VERSION);
+    return GPUOS_ERR_VERSION;
+  }
+  std::size_t want = message_size(hdr.type);
+  if (want == 0) {
+    std::snprintf(why, why_len, "unknown message type %u", static_cast<unsigned>(hdr.type));
+    return GPUOS_ERR_BAD_MESSAGE;
+  }
+  if (hdr.size != len || len != want) {
+    std::snprintf(why, why_len, "message type %u: header says %u bytes, got %zu, expected %zu",
+                  static_cast<unsigned>(hdr.type), hdr.size, len, want);
+    return GPUOS_ERR_BAD_MESSAGE;
+  }
+  return GPUOS_OK;
+}
+
+void copy_name(char* dst, std::size_t dst_len, const char* src) {
+  if (dst_len == 0) return;
+  std::size_t n = src ? strnlen(src, dst_len - 1) : 0;
+  if (n) std::memcpy(dst, src, n);
+  std::memset(dst + n, 0, dst_len - n);
+}
+
+bool has_nul(const char* s, std::size_t len) { return std::memchr(s, '\0', len) != nullptr; }
+
+int connect_control_socket(const char* path) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (std::strlen(path) >= sizeof(addr.sun_path)) return -ENAMETOOLONG;
+  std::strcpy(addr.sun_path, path);
+  int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -errno;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    int e = errno;
+    close(fd);
+    return -e;
+  }
+  return fd;
+}
+
+int send_message(int sock, const void* msg, std::size_t len, int fd_to_send) {
+  iovec iov{const_cast<void*>(msg), len};
+  msghdr mh{};
+  mh.msg_iov = &iov;
+  mh.msg_iovlen = 1;
+  alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(int))];
+  if (fd_to_send >= 0) {
+    std::memset(ctrl, 0, sizeof(ctrl));
+    mh.msg_control = ctrl;
+    mh.msg_controllen = sizeof(ctrl);
+    cmsghdr* c = CMSG_FIRSTHDR(&mh);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(c), &fd_to_send, sizeof(int));
+  }
+  for (;;) {
+    ssize_t n = sendmsg(sock, &mh, MSG_NOSIGNAL);
+    if (n >= 0) return static_cast<std::size_t>(n) == len ? 0 : -EIO;
+    if (errno != EINTR) return -errno;
+  }
+}
+
+long receive_message(int sock, void* buf, std::size_t cap, int* received_fd, int timeout_ms) {
+  if (received_fd) *received_fd = -1;
+  if (timeout_ms >= 0) {
+    pollfd p{sock, POLLIN, 0};
+    for (;;) {
+      int r = poll(&p, 1, timeout_ms);
+      if (r > 0) break;
+      if (r == 0) return -ETIMEDOUT;
+      if (errno != EINTR) return -errno;
+    }
+  }
+  iovec iov{buf, cap};
+  msghdr mh{};
+  mh.msg_iov = &iov;
+  mh.msg_iovlen = 1;
+  alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(int) * 4)];
+  mh.msg_control = ctrl;
+  mh.msg_controllen = sizeof(ctrl);
+  ssize_t n;
+  do {
+    n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
+  } while (n < 0 && errno == EINTR);
+  if (n < 0) return -errno;
+  // Take every passed fd so none leaks; keep the first if the caller wants one.
+  for (cmsghdr* c = CMSG_FIRSTHDR(&mh); c != nullptr; c = CMSG_NXTHDR(&mh, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    std::size_t nfds = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (std::size_t i = 0; i < nfds; ++i) {
+      int fd;
+      std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+      if (received_fd != nullptr && *received_fd < 0) {
+        *received_fd = fd;
+      } else {
+        close(fd);
+      }
+    }
+  }
+  if (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) {
+    if (received_fd != nullptr && *received_fd >= 0) {
+      close(*received_fd);
+      *received_fd = -1;
+    }
+    return -EMSGSIZE;
+  }
+  return n;
+}
+
+}  // namespace gpuos

@@ -1,0 +1,46 @@
+// Control-socket plumbing shared by libgpuos.so, gpuosd and the CLI: where the socket lives, how a
+// message is framed and validated, and sending/receiving one datagram with an optional fd.
+// No exceptions, no allocation: the interposer calls these from inside tenant processes.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "gpuos/abi.h"
+
+namespace gpuos {
+
+// Resolves the control-socket path into buf: $GPUOS_SOCKET if set; else /run/gpuos/gpuosd.sock
+// for root; else $XDG_RUNTIME_DIR/gpuos/gpuosd.sock; else /tmp/gpuos-<uid>/gpuosd.sock.
+// Returns false if the path does not fit (sun_path is 108 bytes).
+bool socket_path(char* buf, std::size_t len);
+
+// Fills a header for a message of `type` whose whole size is `size`.
+void init_header(gpuos_msg_header* hdr, gpuos_msg_type type, uint32_t size, uint32_t seq);
+
+// The exact size a message of `type` must have; 0 for unknown types.
+std::size_t message_size(uint32_t type);
+
+// Checks magic, ABI version, known type and exact size of a received datagram of `len` bytes.
+// On failure returns the status to reply with and writes a human-readable reason into why.
+gpuos_status validate_message(const void* buf, std::size_t len, char* why, std::size_t why_len);
+
+// Copies src into a fixed char array, truncating, always NUL-terminating.
+void copy_name(char* dst, std::size_t dst_len, const char* src);
+// True if the array holds a NUL within its bounds.
+bool has_nul(const char* s, std::size_t len);
+
+// Connects a SOCK_SEQPACKET|SOCK_CLOEXEC socket to path. Returns the fd or -errno.
+int connect_control_socket(const char* path);
+
+// Sends one message; passes fd_to_send with SCM_RIGHTS when >= 0. Returns 0 or -errno.
+int send_message(int sock, const void* msg, std::size_t len, int fd_to_send = -1);
+
+// Receives one datagram into buf (cap bytes). Waits up to timeout_ms (-1: forever).
+// Returns its length; 0 on orderly close; -ETIMEDOUT; -EMSGSIZE if it did not fit; other -errno.
+// A passed fd, if any, is stored in *received_fd (else -1); it is closed if received_fd is null.
+long receive_message(int sock, void* buf, std::size_t cap, int* received_fd, int timeout_ms);
+
+}  // namespace gpuos
