@@ -1,0 +1,192 @@
+"""Shared helpers for the co-location suite: percentiles, JSON I/O, timing, rate windows.
+
+Importable without torch or a GPU (the runner and the report use it on any machine).
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import tempfile
+import time
+from typing import Iterable, Optional, Sequence
+
+
+# ---------------------------------------------------------------------------------------------
+# Percentiles
+
+def percentile(sorted_vals: Sequence[float], q: float) -> Optional[float]:
+    """Linear-interpolated percentile (q in [0, 100]) of an already sorted sequence; None if empty."""
+    n = len(sorted_vals)
+    if n == 0:
+        return None
+    if n == 1:
+        return float(sorted_vals[0])
+    pos = (q / 100.0) * (n - 1)
+    lo = int(math.floor(pos))
+    hi = min(lo + 1, n - 1)
+    frac = pos - lo
+    return float(sorted_vals[lo]) * (1.0 - frac) + float(sorted_vals[hi]) * frac
+
+
+def stats(vals: Iterable[float]) -> dict:
+    """{n, p50, p90, p99, max, mean} of the values (None fields when empty)."""
+    s = sorted(vals)
+    if not s:
+        return {"n": 0, "p50": None, "p90": None, "p99": None, "max": None, "mean": None}
+    return {
+        "n": len(s),
+        "p50": percentile(s, 50),
+        "p90": percentile(s, 90),
+        "p99": percentile(s, 99),
+        "max": float(s[-1]),
+        "mean": float(sum(s) / len(s)),
+    }
+
+
+def cdf_points(vals: Iterable[float], max_points: int = 2000) -> list:
+    """Sorted values downsampled to at most max_points quantiles (keeps min and max): enough for a CDF plot."""
+    s = sorted(vals)
+    n = len(s)
+    if n <= max_points:
+        return [round(float(v), 4) for v in s]
+    out = []
+    for i in range(max_points):
+        idx = round(i * (n - 1) / (max_points - 1))
+        out.append(round(float(s[idx]), 4))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# JSON
+
+def write_json_atomic(path: str, obj) -> None:
+    """Write JSON to path via a temp file + rename, so a reader never sees a half-written file."""
+    d = os.path.dirname(os.path.abspath(path)) or "."
+    os.makedirs(d, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=d)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(obj, f, indent=1, sort_keys=False)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def read_json(path: str):
+    """Parsed JSON at path, or None if missing / unreadable / malformed."""
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def touch(path: str) -> None:
+    with open(path, "a"):
+        pass
+
+
+# ---------------------------------------------------------------------------------------------
+# Time
+
+class WallClock:
+    """Maps a monotonic perf_counter timeline onto wall-clock (time.time) seconds.
+
+    Latencies are measured with perf_counter; windows are exchanged between processes as wall
+    times (all processes run on one host, so time.time() is a shared clock)."""
+
+    def __init__(self) -> None:
+        self.perf0 = time.perf_counter()
+        self.wall0 = time.time()
+
+    def wall(self, perf_t: float) -> float:
+        return self.wall0 + (perf_t - self.perf0)
+
+
+def sleep_until(perf_deadline: float, spin_s: float = 0.0005) -> None:
+    """Sleep until perf_counter() >= perf_deadline; the last spin_s are busy-waited for precision."""
+    while True:
+        rem = perf_deadline - time.perf_counter()
+        if rem <= 0:
+            return
+        if rem > spin_s:
+            time.sleep(rem - spin_s)
+
+
+def wait_for_file(path: str, timeout_s: float, poll_s: float = 0.02) -> bool:
+    """True once path exists; False after timeout_s."""
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        if os.path.exists(path):
+            return True
+        time.sleep(poll_s)
+    return os.path.exists(path)
+
+
+class StopFlag:
+    """Set by SIGTERM/SIGINT; long-running loops poll it and then write their final result."""
+
+    def __init__(self) -> None:
+        self.stop = False
+        signal.signal(signal.SIGTERM, self._handler)
+        signal.signal(signal.SIGINT, self._handler)
+
+    def _handler(self, signum, frame) -> None:  # noqa: ARG002
+        self.stop = True
+
+
+# ---------------------------------------------------------------------------------------------
+# Progress samples (best-effort tenants) and the rate over a window
+
+def count_at(samples: Sequence[Sequence[float]], t: float) -> Optional[float]:
+    """Cumulative count at wall time t, linearly interpolated between (wall_t, count) samples.
+
+    None if t lies outside the sampled span (the tenant was not measured there)."""
+    if not samples or t < samples[0][0] or t > samples[-1][0]:
+        return None
+    lo, hi = 0, len(samples) - 1
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if samples[mid][0] <= t:
+            lo = mid
+        else:
+            hi = mid
+    t0, c0 = samples[lo]
+    t1, c1 = samples[hi]
+    if t1 <= t0:
+        return float(c1)
+    return c0 + (c1 - c0) * (t - t0) / (t1 - t0)
+
+
+def rate_over(samples: Sequence[Sequence[float]], t0: float, t1: float) -> Optional[float]:
+    """Average rate (count per second) over wall window [t0, t1]; None if not fully covered."""
+    if t1 <= t0:
+        return None
+    a = count_at(samples, t0)
+    b = count_at(samples, t1)
+    if a is None or b is None:
+        return None
+    return (b - a) / (t1 - t0)
+
+
+def fmt(v) -> str:
+    """Number for a table cell: '-' for None, about three significant digits."""
+    if v is None:
+        return "-"
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return str(v)
+    a = abs(v)
+    if isinstance(v, int) or a >= 100:
+        return f"{v:.0f}"
+    if a >= 10:
+        return f"{v:.1f}"
+    if a >= 1:
+        return f"{v:.2f}"
+    return f"{v:.3f}"

@@ -1,0 +1,224 @@
+#include "daemon/config.h"
+
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include <toml++/toml.h>
+
+namespace gpuos {
+namespace {
+
+std::string where(std::string_view source, const toml::source_region& r) {
+  std::string s(source.empty() ? "<config>" : source);
+  if (r.begin.line > 0) s += ":" + std::to_string(r.begin.line);
+  return s;
+}
+
+const char* type_name(const toml::node& n) {
+  switch (n.type()) {
+    case toml::node_type::table: return "table";
+    case toml::node_type::array: return "array";
+    case toml::node_type::string: return "string";
+    case toml::node_type::integer: return "integer";
+    case toml::node_type::floating_point: return "float";
+    case toml::node_type::boolean: return "boolean";
+    case toml::node_type::date: return "date";
+    case toml::node_type::time: return "time";
+    case toml::node_type::date_time: return "date-time";
+    default: return "nothing";
+  }
+}
+
+struct Ctx {
+  std::string_view source;
+  std::string error;
+  bool fail(const toml::node& n, std::string_view table, std::string_view key, const std::string& what) {
+    error = where(source, n.source()) + ": [" + std::string(table) + "] " + std::string(key) + ": " + what;
+    return false;
+  }
+  bool get_string(const toml::node& n, std::string_view table, std::string_view key, std::string* out) {
+    if (!n.is_string()) return fail(n, table, key, std::string("expected a string, got ") + type_name(n));
+    *out = n.as_string()->get();
+    return true;
+  }
+  bool get_uint(const toml::node& n, std::string_view table, std::string_view key, int64_t lo, int64_t hi,
+                uint32_t* out) {
+    if (!n.is_integer()) return fail(n, table, key, std::string("expected an integer, got ") + type_name(n));
+    int64_t v = n.as_integer()->get();
+    if (v < lo || v > hi) {
+      return fail(n, table, key,
+                  "value " + std::to_string(v) + " out of range " + std::to_string(lo) + ".." + std::to_string(hi));
+    }
+    *out = static_cast<uint32_t>(v);
+    return true;
+  }
+};
+
+bool parse_daemon(Ctx& cx, const toml::table& t, Config* c) {
+  for (auto&& [k, v] : t) {
+    std::string_view key = k.str();
+    if (key == "socket") {
+      if (!cx.get_string(v, "daemon", key, &c->socket)) return false;
+      if (!c->socket.empty() && c->socket[0] != '/') return cx.fail(v, "daemon", key, "must be an absolute path");
+      if (c->socket.size() >= 108) return cx.fail(v, "daemon", key, "path longer than 107 bytes");
+    } else if (key == "admin_group") {
+      if (!cx.get_string(v, "daemon", key, &c->admin_group)) return false;
+    } else if (key == "log_level") {
+      std::string s;
+      if (!cx.get_string(v, "daemon", key, &s)) return false;
+      if (!log::parse_level(s, &c->log_level)) {
+        return cx.fail(v, "daemon", key, "\"" + s + "\" is not one of error, warn, info, debug");
+      }
+    } else if (key == "history") {
+      if (!cx.get_uint(v, "daemon", key, 0, 65536, &c->history)) return false;
+    } else if (key == "max_tenants") {
+      if (!cx.get_uint(v, "daemon", key, 1, 4096, &c->max_tenants)) return false;
+    } else {
+      return cx.fail(v, "daemon", key, "unknown key");
+    }
+  }
+  return true;
+}
+
+bool parse_tenants(Ctx& cx, const toml::table& t, Config* c) {
+  for (auto&& [k, v] : t) {
+    std::string_view key = k.str();
+    if (key == "on_no_daemon") {
+      std::string s;
+      if (!cx.get_string(v, "tenants", key, &s)) return false;
+      if (s != "passthrough" && s != "refuse") {
+        return cx.fail(v, "tenants", key, "\"" + s + "\" is not one of passthrough, refuse");
+      }
+      c->on_no_daemon = s;
+    } else if (key == "default_class") {
+      std::string s;
+      if (!cx.get_string(v, "tenants", key, &s)) return false;
+      if (!parse_class(s, &c->default_class)) {
+        return cx.fail(v, "tenants", key, "\"" + s + "\" is not one of guaranteed, best-effort");
+      }
+    } else {
+      return cx.fail(v, "tenants", key, "unknown key");
+    }
+  }
+  return true;
+}
+
+std::string quote(const std::string& s) {
+  std::string out = "\"";
+  for (char ch : s) {
+    if (ch == '"' || ch == '\\') {
+      out += '\\';
+      out += ch;
+    } else if (static_cast<unsigned char>(ch) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\u%04x", static_cast<unsigned>(ch));
+      out += buf;
+    } else {
+      out += ch;
+    }
+  }
+  return out + "\"";
+}
+
+}  // namespace
+
+bool parse_class(std::string_view text, gpuos_class* out) {
+  if (text == "guaranteed") *out = GPUOS_CLASS_GUARANTEED;
+  else if (text == "best-effort") *out = GPUOS_CLASS_BEST_EFFORT;
+  else return false;
+  return true;
+}
+
+const char* class_name(uint32_t c) {
+  switch (c) {
+    case GPUOS_CLASS_GUARANTEED: return "guaranteed";
+    case GPUOS_CLASS_BEST_EFFORT: return "best-effort";
+    default: return "unknown";
+  }
+}
+
+ConfigResult parse_config(std::string_view text, std::string_view source_name) {
+  ConfigResult res;
+  Config c;
+  c.source = std::string(source_name);
+  Ctx cx{source_name, {}};
+  try {
+    toml::table root = toml::parse(text, source_name);
+    for (auto&& [k, v] : root) {
+      std::string_view key = k.str();
+      if (key != "daemon" && key != "tenants") {
+        res.error = where(source_name, v.source()) + ": unknown " + (v.is_table() ? "table [" : "key \"") +
+                    std::string(key) + (v.is_table() ? "]" : "\"") + " (expected [daemon] or [tenants])";
+        return res;
+      }
+      if (!v.is_table()) {
+        res.error = where(source_name, v.source()) + ": " + std::string(key) + ": expected a table, got " +
+                    type_name(v);
+        return res;
+      }
+      bool ok = key == "daemon" ? parse_daemon(cx, *v.as_table(), &c) : parse_tenants(cx, *v.as_table(), &c);
+      if (!ok) {
+        res.error = cx.error;
+        return res;
+      }
+    }
+  } catch (const toml::parse_error& e) {
+    res.error = where(source_name, e.source()) + ": TOML syntax error: " + std::string(e.description());
+    return res;
+  } catch (const std::exception& e) {
+    res.error = std::string(source_name) + ": " + e.what();
+    return res;
+  }
+  res.config = std::move(c);
+  return res;
+}
+
+ConfigResult load_config_file(const std::string& path) {
+  ConfigResult res;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    res.error = path + ": cannot open config file: " + std::strerror(errno);
+    return res;
+  }
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) {
+    res.error = path + ": read error";
+    return res;
+  }
+  return parse_config(ss.str(), path);
+}
+
+ConfigResult load_config(const std::string& cli_path) {
+  if (!cli_path.empty()) return load_config_file(cli_path);
+  if (const char* env = std::getenv("GPUOS_CONFIG"); env != nullptr && env[0] != '\0') {
+    return load_config_file(env);
+  }
+  struct stat st;
+  if (::stat(kSystemConfigPath, &st) == 0) return load_config_file(kSystemConfigPath);
+  ConfigResult res;
+  res.config = Config{};
+  return res;
+}
+
+std::string format_config(const Config& c) {
+  std::string s;
+  s += "# source: " + (c.source.empty() ? std::string("built-in defaults") : c.source) + "\n";
+  s += "[daemon]\n";
+  s += "socket = " + quote(c.socket) + "\n";
+  s += "admin_group = " + quote(c.admin_group) + "\n";
+  s += "log_level = " + quote(log::level_name(c.log_level)) + "\n";
+  s += "history = " + std::to_string(c.history) + "\n";
+  s += "max_tenants = " + std::to_string(c.max_tenants) + "\n";
+  s += "[tenants]\n";
+  s += "on_no_daemon = " + quote(c.on_no_daemon) + "\n";
+  s += "default_class = " + quote(class_name(c.default_class)) + "\n";
+  return s;
+}
+
+}  // namespace gpuos

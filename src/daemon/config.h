@@ -1,0 +1,65 @@
+// gpuos configuration (TOML), shared by gpuosd and the gpuos CLI.
+//
+//   [daemon]
+//   socket = ""            # empty: default path (gpuos::socket_path)
+//   admin_group = ""       # optional group whose members may use admin commands
+//   log_level = "info"     # error | warn | info | debug
+//   history = 256          # exited tenants kept for `ps --all` (0..65536)
+//   max_tenants = 256      # live tenants at once (1..4096)
+//   [tenants]
+//   on_no_daemon = "passthrough"  # or "refuse"
+//   default_class = "best-effort" # or "guaranteed"
+//
+// Every key is optional. Unknown tables or keys, wrong types and out-of-range values are errors
+// that name the key and the line ("FILE:LINE: [daemon] history: ..."). The parse functions never
+// throw: they return a Config or an error string.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "daemon/log.h"
+#include "gpuos/abi.h"
+
+namespace gpuos {
+
+struct Config {
+  // [daemon]
+  std::string socket;       // "" = default path
+  std::string admin_group;  // "" = none
+  log::Level log_level = log::Level::kInfo;
+  uint32_t history = 256;
+  uint32_t max_tenants = 256;
+  // [tenants]
+  std::string on_no_daemon = "passthrough";  // "passthrough" | "refuse"
+  gpuos_class default_class = GPUOS_CLASS_BEST_EFFORT;
+
+  std::string source;  // file the values came from; "" = built-in defaults
+};
+
+struct ConfigResult {
+  std::optional<Config> config;  // set on success
+  std::string error;             // set on failure
+  explicit operator bool() const { return config.has_value(); }
+};
+
+// Parses TOML text; source_name is used in error messages and stored in Config::source.
+ConfigResult parse_config(std::string_view text, std::string_view source_name);
+// Reads and parses a file; a missing or unreadable file is an error.
+ConfigResult load_config_file(const std::string& path);
+// The config location rule: cli_path if non-empty, else $GPUOS_CONFIG if set and non-empty, else
+// /etc/gpuos/gpuos.toml if it exists, else the built-in defaults (an explicitly named file that
+// does not exist is an error).
+ConfigResult load_config(const std::string& cli_path);
+inline constexpr const char* kSystemConfigPath = "/etc/gpuos/gpuos.toml";
+
+// The effective configuration as TOML text (every key, with its value).
+std::string format_config(const Config& c);
+
+// "guaranteed" / "best-effort" <-> gpuos_class. class_name returns "unknown" for other values.
+bool parse_class(std::string_view text, gpuos_class* out);
+const char* class_name(uint32_t tenant_class);
+
+}  // namespace gpuos

@@ -1,0 +1,489 @@
+#include "daemon/core.h"
+
+#include <fcntl.h>
+#include <grp.h>
+#include <linux/futex.h>
+#include <pwd.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <climits>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <sstream>
+
+#include "common/ipc.h"
+#include "daemon/config.h"
+#include "daemon/log.h"
+
+namespace gpuos::daemon {
+namespace {
+
+template <typename T>
+T load(const T& field) {
+  return std::atomic_ref<T>(const_cast<T&>(field)).load(std::memory_order_relaxed);
+}
+
+template <typename Msg>
+Outgoing encode(const Msg& m) {
+  Outgoing o;
+  o.bytes.resize(sizeof(Msg));
+  std::memcpy(o.bytes.data(), &m, sizeof(Msg));
+  return o;
+}
+
+void futex_wake_all(uint32_t* word) {
+  // Shared (not FUTEX_PRIVATE_FLAG): tenants wait on the same page through their own mapping.
+  syscall(SYS_futex, word, FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+}
+
+}  // namespace
+
+int create_control_block(uint32_t tenant_id, uint32_t tenant_class, uint64_t mem_quota_bytes,
+                         uint32_t initial_gate, gpuos_control_block** out) {
+  int fd = memfd_create("gpuos-tenant", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0) return -errno;
+  if (ftruncate(fd, sizeof(gpuos_control_block)) != 0) {
+    int e = errno;
+    close(fd);
+    return -e;
+  }
+  void* p = mmap(nullptr, sizeof(gpuos_control_block), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) {
+    int e = errno;
+    close(fd);
+    return -e;
+  }
+  // A tenant must not be able to shrink the file under the daemon's mapping (SIGBUS) or grow it.
+  if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+    int e = errno;
+    munmap(p, sizeof(gpuos_control_block));
+    close(fd);
+    return -e;
+  }
+  auto* cb = static_cast<gpuos_control_block*>(p);  // zero-filled by ftruncate
+  cb->magic = GPUOS_ABI_MAGIC;
+  cb->abi_version = GPUOS_ABI_VERSION;
+  cb->size = sizeof(gpuos_control_block);
+  cb->tenant_id = tenant_id;
+  cb->tenant_class = tenant_class;
+  cb->mem_quota_bytes = mem_quota_bytes;
+  std::atomic_ref<uint32_t>(cb->daemon_alive).store(1, std::memory_order_relaxed);
+  std::atomic_ref<uint32_t>(cb->gate).store(initial_gate, std::memory_order_release);
+  *out = cb;
+  return fd;
+}
+
+bool is_admin(uid_t peer_uid, uid_t daemon_uid, const std::vector<gid_t>& peer_groups,
+              std::optional<gid_t> admin_gid) {
+  if (peer_uid == 0 || peer_uid == daemon_uid) return true;
+  if (admin_gid && std::find(peer_groups.begin(), peer_groups.end(), *admin_gid) != peer_groups.end()) {
+    return true;
+  }
+  return false;
+}
+
+std::vector<gid_t> peer_groups(pid_t pid, uid_t uid, gid_t gid) {
+  std::vector<gid_t> out;
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  bool found = false;
+  while (in && std::getline(in, line)) {
+    bool is_gid = line.rfind("Gid:", 0) == 0;
+    bool is_groups = line.rfind("Groups:", 0) == 0;
+    if (!is_gid && !is_groups) continue;
+    std::istringstream ss(line.substr(line.find(':') + 1));
+    long long g;
+    while (ss >> g) {
+      if (g >= 0) out.push_back(static_cast<gid_t>(g));
+    }
+    if (is_groups) found = true;
+  }
+  if (found) return out;
+  out.clear();
+  out.push_back(gid);
+  struct passwd pw;
+  struct passwd* res = nullptr;
+  char buf[4096];
+  if (getpwuid_r(uid, &pw, buf, sizeof(buf), &res) == 0 && res != nullptr) {
+    int n = 64;
+    std::vector<gid_t> groups(static_cast<std::size_t>(n));
+    if (getgrouplist(pw.pw_name, gid, groups.data(), &n) < 0 && n > 64) {
+      groups.resize(static_cast<std::size_t>(n));
+      getgrouplist(pw.pw_name, gid, groups.data(), &n);
+    }
+    groups.resize(static_cast<std::size_t>(std::max(n, 0)));
+    out.insert(out.end(), groups.begin(), groups.end());
+  }
+  return out;
+}
+
+Core::Core(CoreOptions opts) : opts_(std::move(opts)) {
+  if (!opts_.policy) opts_.policy = make_open_policy();
+  if (opts_.gpus.size() > GPUOS_MAX_DEVICES) opts_.gpus.resize(GPUOS_MAX_DEVICES);
+}
+
+Core::~Core() {
+  for (auto& [id, t] : tenants_) {
+    munmap(t.cb, sizeof(gpuos_control_block));
+    close(t.memfd);
+  }
+}
+
+uint64_t Core::now_ms() const {
+  if (opts_.unix_ms) return opts_.unix_ms();
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000u + static_cast<uint64_t>(ts.tv_nsec) / 1000000u;
+}
+
+Outgoing Core::make_reply(uint32_t type, uint32_t seq, gpuos_status status, uint32_t count, const char* text) {
+  gpuos_msg_reply r{};
+  init_header(&r.hdr, static_cast<gpuos_msg_type>(type), sizeof(r), seq);
+  r.status = status;
+  r.count = count;
+  copy_name(r.text, sizeof(r.text), text);
+  return encode(r);
+}
+
+Outcome Core::refuse(uint32_t seq, gpuos_status st, const char* why) {
+  Outcome o;
+  o.replies.push_back(make_reply(GPUOS_MSG_REPLY, seq, st, 0, why));
+  o.close = true;
+  return o;
+}
+
+Outcome Core::refuse_register(uint32_t seq, gpuos_status st, const char* why) {
+  gpuos_msg_register_reply r{};
+  init_header(&r.hdr, GPUOS_MSG_REGISTER_REPLY, sizeof(r), seq);
+  r.status = st;
+  r.control_block_size = sizeof(gpuos_control_block);
+  copy_name(r.text, sizeof(r.text), why);
+  Outcome o;
+  o.replies.push_back(encode(r));
+  o.close = true;
+  return o;
+}
+
+Outcome Core::handle_receive_error(Connection& conn, long neg_errno) {
+  char why[GPUOS_TEXT_MAX];
+  if (neg_errno == -EMSGSIZE) {
+    std::snprintf(why, sizeof(why), "datagram larger than %u bytes", GPUOS_MSG_MAX_SIZE);
+  } else {
+    std::snprintf(why, sizeof(why), "receive failed: %s", std::strerror(static_cast<int>(-neg_errno)));
+  }
+  log::debug("connection %llu (pid %d): %s", static_cast<unsigned long long>(conn.id),
+             static_cast<int>(conn.peer.pid), why);
+  return refuse(0, GPUOS_ERR_BAD_MESSAGE, why);
+}
+
+Outcome Core::handle_message(Connection& conn, const void* data, std::size_t len) {
+  char why[GPUOS_TEXT_MAX];
+  uint32_t seq = 0;
+  if (len >= sizeof(gpuos_msg_header)) {
+    gpuos_msg_header h;
+    std::memcpy(&h, data, sizeof(h));
+    seq = h.seq;
+  }
+  gpuos_status st = validate_message(data, len, why, sizeof(why));
+  if (st != GPUOS_OK) {
+    log::debug("connection %llu (pid %d): invalid message: %s", static_cast<unsigned long long>(conn.id),
+               static_cast<int>(conn.peer.pid), why);
+    return refuse(seq, st, why);
+  }
+  gpuos_msg_header h;
+  std::memcpy(&h, data, sizeof(h));
+  // Copy into properly aligned structs (the buffer may be anything).
+  switch (h.type) {
+    case GPUOS_MSG_REGISTER: {
+      gpuos_msg_register m;
+      std::memcpy(&m, data, sizeof(m));
+      return on_register(conn, m);
+    }
+    case GPUOS_MSG_LIST: {
+      gpuos_msg_list m;
+      std::memcpy(&m, data, sizeof(m));
+      return on_list(conn, m);
+    }
+    case GPUOS_MSG_SET_GATE: {
+      gpuos_msg_set_gate m;
+      std::memcpy(&m, data, sizeof(m));
+      return on_set_gate(conn, m);
+    }
+    case GPUOS_MSG_SHUTDOWN:
+      return on_shutdown(conn, h);
+    default:
+      std::snprintf(why, sizeof(why), "message type %u is sent by the daemon, not to it",
+                    static_cast<unsigned>(h.type));
+      return refuse(seq, GPUOS_ERR_BAD_MESSAGE, why);
+  }
+}
+
+Outcome Core::on_register(Connection& conn, const gpuos_msg_register& m) {
+  char why[GPUOS_TEXT_MAX];
+  const uint32_t seq = m.hdr.seq;
+  if (conn.tenant_id != 0) {
+    return refuse_register(seq, GPUOS_ERR_BAD_MESSAGE, "this connection already registered a tenant");
+  }
+  if (!has_nul(m.name, sizeof(m.name))) return refuse_register(seq, GPUOS_ERR_BAD_MESSAGE, "name is not NUL-terminated");
+  if (m.tenant_class != GPUOS_CLASS_GUARANTEED && m.tenant_class != GPUOS_CLASS_BEST_EFFORT) {
+    std::snprintf(why, sizeof(why), "unknown tenant class %u", m.tenant_class);
+    return refuse_register(seq, GPUOS_ERR_BAD_MESSAGE, why);
+  }
+  if (m.weight < 1 || m.weight > 10000) {
+    std::snprintf(why, sizeof(why), "weight %u out of range 1..10000", m.weight);
+    return refuse_register(seq, GPUOS_ERR_BAD_MESSAGE, why);
+  }
+  if (m.pid != conn.peer.pid) {
+    std::snprintf(why, sizeof(why), "pid %d does not match the socket peer (pid %d)", m.pid,
+                  static_cast<int>(conn.peer.pid));
+    log::warn("refused registration: %s", why);
+    return refuse_register(seq, GPUOS_ERR_PERMISSION, why);
+  }
+  if (tenants_.size() >= opts_.max_tenants) {
+    std::snprintf(why, sizeof(why), "tenant table full (max_tenants = %u)", opts_.max_tenants);
+    log::warn("refused registration of pid %d: %s", m.pid, why);
+    return refuse_register(seq, GPUOS_ERR_LIMIT, why);
+  }
+
+  Tenant t;
+  t.id = next_id_;
+  t.pid = m.pid;
+  t.uid = conn.peer.uid;
+  t.tenant_class = m.tenant_class;
+  t.priority = m.priority;
+  t.weight = m.weight;
+  t.requested_mem_bytes = m.requested_mem_bytes;
+  copy_name(t.name, sizeof(t.name), m.name);
+
+  Admission adm;
+  adm.granted_class = m.tenant_class;
+  adm.mem_quota_bytes = m.requested_mem_bytes;
+  opts_.policy->on_register(view(t), &adm);
+  if (adm.status != GPUOS_OK) {
+    std::snprintf(why, sizeof(why), "refused by policy %s: %s", opts_.policy->name(), adm.reason.c_str());
+    log::info("registration of pid %d (%s): %s", m.pid, t.name, why);
+    return refuse_register(seq, adm.status, why);
+  }
+  // Lower only: GUARANTEED(1) is above BEST_EFFORT(2).
+  if (adm.granted_class == GPUOS_CLASS_GUARANTEED || adm.granted_class == GPUOS_CLASS_BEST_EFFORT) {
+    if (!(m.tenant_class == GPUOS_CLASS_BEST_EFFORT && adm.granted_class == GPUOS_CLASS_GUARANTEED)) {
+      t.tenant_class = adm.granted_class;
+    }
+  }
+  uint32_t gate = adm.initial_gate == GPUOS_GATE_CLOSED ? GPUOS_GATE_CLOSED : GPUOS_GATE_OPEN;
+
+  int fd = create_control_block(t.id, t.tenant_class, adm.mem_quota_bytes, gate, &t.cb);
+  if (fd < 0) {
+    std::snprintf(why, sizeof(why), "cannot create control block: %s", std::strerror(-fd));
+    log::error("registration of pid %d: %s", m.pid, why);
+    return refuse_register(seq, GPUOS_ERR_INTERNAL, why);
+  }
+  t.memfd = fd;
+  t.registered_unix_ms = now_ms();
+  ++next_id_;
+  if (next_id_ == 0) next_id_ = 1;
+  conn.tenant_id = t.id;
+
+  gpuos_msg_register_reply r{};
+  init_header(&r.hdr, GPUOS_MSG_REGISTER_REPLY, sizeof(r), seq);
+  r.status = GPUOS_OK;
+  r.tenant_id = t.id;
+  r.control_block_size = sizeof(gpuos_control_block);
+  r.tenant_class = t.tenant_class;
+  copy_name(r.text, sizeof(r.text), "registered");
+  Outcome o;
+  o.replies.push_back(encode(r));
+  o.replies.back().fd = fd;
+  o.registered = t.id;
+
+  log::info("tenant %u registered: pid %d uid %u name \"%s\" class %s priority %d weight %u", t.id, t.pid,
+            static_cast<unsigned>(t.uid), t.name, class_name(t.tenant_class), t.priority, t.weight);
+  auto [it, inserted] = tenants_.emplace(t.id, t);
+  opts_.policy->on_admitted(view(it->second), *this);
+  return o;
+}
+
+gpuos_msg_tenant_info Core::snapshot(const Tenant& t, uint32_t state, uint64_t exited_ms) const {
+  gpuos_msg_tenant_info i{};
+  init_header(&i.hdr, GPUOS_MSG_TENANT_INFO, sizeof(i), 0);
+  const gpuos_control_block& cb = *t.cb;
+  i.tenant_id = t.id;
+  i.pid = t.pid;
+  i.uid = t.uid;
+  i.tenant_class = t.tenant_class;
+  i.state = state;
+  i.priority = t.priority;
+  i.weight = t.weight;
+  copy_name(i.name, sizeof(i.name), t.name);
+  i.launches = load(cb.launches);
+  i.graph_launches = load(cb.graph_launches);
+  i.captured_launches = load(cb.captured_launches);
+  i.gate_waits = load(cb.gate_waits);
+  i.gate_wait_ns = load(cb.gate_wait_ns);
+  i.mem_used_bytes = load(cb.mem_used_bytes);
+  i.mem_peak_bytes = load(cb.mem_peak_bytes);
+  i.mem_quota_bytes = load(cb.mem_quota_bytes);
+  i.alloc_calls = load(cb.alloc_calls);
+  i.alloc_failures = load(cb.alloc_failures);
+  i.registered_unix_ms = t.registered_unix_ms;
+  i.exited_unix_ms = exited_ms;
+  return i;
+}
+
+Outcome Core::on_list(Connection& conn, const gpuos_msg_list& m) {
+  if ((m.flags & ~GPUOS_LIST_INCLUDE_EXITED) != 0) {
+    char why[GPUOS_TEXT_MAX];
+    std::snprintf(why, sizeof(why), "unknown LIST flags 0x%x", m.flags);
+    return refuse(m.hdr.seq, GPUOS_ERR_BAD_MESSAGE, why);
+  }
+  Outcome o;
+  const uint32_t seq = m.hdr.seq;
+  for (const GpuInfo& g : opts_.gpus) {
+    gpuos_msg_gpu_info gi{};
+    init_header(&gi.hdr, GPUOS_MSG_GPU_INFO, sizeof(gi), seq);
+    gi.index = g.index;
+    gi.sm_count = g.sm_count;
+    gi.total_mem_bytes = g.total_mem_bytes;
+    uint64_t used = 0;
+    if (g.index < GPUOS_MAX_DEVICES) {
+      for (const auto& [id, t] : tenants_) used += load(t.cb->mem_used_per_device[g.index]);
+    }
+    gi.used_mem_bytes = used;
+    copy_name(gi.name, sizeof(gi.name), g.name.c_str());
+    copy_name(gi.uuid, sizeof(gi.uuid), g.uuid.c_str());
+    o.replies.push_back(encode(gi));
+  }
+  uint32_t count = 0;
+  if (m.flags & GPUOS_LIST_INCLUDE_EXITED) {
+    for (gpuos_msg_tenant_info i : history_) {
+      i.hdr.seq = seq;
+      o.replies.push_back(encode(i));
+      ++count;
+    }
+  }
+  for (const auto& [id, t] : tenants_) {
+    uint32_t gate = std::atomic_ref<uint32_t>(t.cb->gate).load(std::memory_order_acquire);
+    gpuos_msg_tenant_info i =
+        snapshot(t, gate == GPUOS_GATE_OPEN ? GPUOS_TENANT_RUNNING : GPUOS_TENANT_GATED, 0);
+    i.hdr.seq = seq;
+    o.replies.push_back(encode(i));
+    ++count;
+  }
+  o.replies.push_back(make_reply(GPUOS_MSG_LIST_END, seq, GPUOS_OK, count, "end"));
+  return o;
+}
+
+gpuos_status Core::set_gate(uint32_t tenant_id, uint32_t gate) {
+  if (gate != GPUOS_GATE_OPEN && gate != GPUOS_GATE_CLOSED) return GPUOS_ERR_BAD_MESSAGE;
+  auto it = tenants_.find(tenant_id);
+  if (it == tenants_.end()) return GPUOS_ERR_NOT_FOUND;
+  gpuos_control_block* cb = it->second.cb;
+  std::atomic_ref<uint32_t>(cb->grant_epoch).fetch_add(1, std::memory_order_relaxed);
+  std::atomic_ref<uint32_t>(cb->gate).store(gate, std::memory_order_release);
+  futex_wake_all(&cb->gate);
+  return GPUOS_OK;
+}
+
+Outcome Core::on_set_gate(Connection& conn, const gpuos_msg_set_gate& m) {
+  char why[GPUOS_TEXT_MAX];
+  if (!conn.peer.admin) {
+    std::snprintf(why, sizeof(why), "SET_GATE needs an admin (uid %u is not)", static_cast<unsigned>(conn.peer.uid));
+    log::warn("refused: %s", why);
+    return refuse(m.hdr.seq, GPUOS_ERR_PERMISSION, why);
+  }
+  gpuos_status st = set_gate(m.tenant_id, m.gate);
+  if (st == GPUOS_ERR_BAD_MESSAGE) {
+    std::snprintf(why, sizeof(why), "gate value %u is neither open (0) nor closed (1)", m.gate);
+    return refuse(m.hdr.seq, st, why);
+  }
+  if (st == GPUOS_ERR_NOT_FOUND) {
+    std::snprintf(why, sizeof(why), "no live tenant %u", m.tenant_id);
+    return refuse(m.hdr.seq, st, why);
+  }
+  log::info("tenant %u gate %s by uid %u", m.tenant_id, m.gate == GPUOS_GATE_OPEN ? "opened" : "closed",
+            static_cast<unsigned>(conn.peer.uid));
+  Outcome o;
+  o.replies.push_back(make_reply(GPUOS_MSG_REPLY, m.hdr.seq, GPUOS_OK, 0,
+                                 m.gate == GPUOS_GATE_OPEN ? "gate open" : "gate closed"));
+  return o;
+}
+
+Outcome Core::on_shutdown(Connection& conn, const gpuos_msg_header& h) {
+  if (!conn.peer.admin) {
+    char why[GPUOS_TEXT_MAX];
+    std::snprintf(why, sizeof(why), "SHUTDOWN needs an admin (uid %u is not)", static_cast<unsigned>(conn.peer.uid));
+    log::warn("refused: %s", why);
+    return refuse(h.seq, GPUOS_ERR_PERMISSION, why);
+  }
+  log::info("shutdown requested by pid %d uid %u", static_cast<int>(conn.peer.pid),
+            static_cast<unsigned>(conn.peer.uid));
+  Outcome o;
+  o.replies.push_back(make_reply(GPUOS_MSG_REPLY, h.seq, GPUOS_OK, 0, "shutting down"));
+  o.close = true;
+  o.shutdown = true;
+  return o;
+}
+
+TenantView Core::view(const Tenant& t) const {
+  TenantView v;
+  v.id = t.id;
+  v.pid = t.pid;
+  v.uid = t.uid;
+  v.name = t.name;
+  v.tenant_class = t.tenant_class;
+  v.priority = t.priority;
+  v.weight = t.weight;
+  v.requested_mem_bytes = t.requested_mem_bytes;
+  return v;
+}
+
+void Core::connection_closed(Connection& conn) {
+  if (conn.tenant_id == 0) return;
+  auto it = tenants_.find(conn.tenant_id);
+  conn.tenant_id = 0;
+  if (it == tenants_.end()) return;
+  Tenant t = it->second;
+  tenants_.erase(it);
+  gpuos_msg_tenant_info fin = snapshot(t, GPUOS_TENANT_EXITED, now_ms());
+  if (opts_.history > 0) {
+    history_.push_back(fin);
+    while (history_.size() > opts_.history) history_.pop_front();
+  }
+  munmap(t.cb, sizeof(gpuos_control_block));
+  close(t.memfd);
+  t.cb = nullptr;
+  log::info(
+      "tenant %u exited: pid %d name \"%s\" launches %llu graph_launches %llu captured %llu gate_waits %llu "
+      "gate_wait_ms %.3f mem_peak_bytes %llu alloc_calls %llu alloc_failures %llu",
+      fin.tenant_id, fin.pid, fin.name, static_cast<unsigned long long>(fin.launches),
+      static_cast<unsigned long long>(fin.graph_launches), static_cast<unsigned long long>(fin.captured_launches),
+      static_cast<unsigned long long>(fin.gate_waits), static_cast<double>(fin.gate_wait_ns) / 1e6,
+      static_cast<unsigned long long>(fin.mem_peak_bytes), static_cast<unsigned long long>(fin.alloc_calls),
+      static_cast<unsigned long long>(fin.alloc_failures));
+  opts_.policy->on_exit(view(t), *this);
+}
+
+void Core::shutdown() {
+  for (auto& [id, t] : tenants_) {
+    std::atomic_ref<uint32_t>(t.cb->daemon_alive).store(0, std::memory_order_release);
+    std::atomic_ref<uint32_t>(t.cb->grant_epoch).fetch_add(1, std::memory_order_relaxed);
+    std::atomic_ref<uint32_t>(t.cb->gate).store(GPUOS_GATE_OPEN, std::memory_order_release);
+    futex_wake_all(&t.cb->gate);
+  }
+}
+
+void Core::tick(uint64_t now_mono_ns) { opts_.policy->tick(now_mono_ns, *this); }
+
+const gpuos_control_block* Core::control_block(uint32_t tenant_id) const {
+  auto it = tenants_.find(tenant_id);
+  return it == tenants_.end() ? nullptr : it->second.cb;
+}
+
+}  // namespace gpuos::daemon

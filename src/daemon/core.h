@@ -1,0 +1,149 @@
+// gpuosd core: the tenant table, the control blocks and the message handling, without sockets.
+//
+// Core::handle_message is the pure message-handling function: bytes of one received datagram in,
+// replies (and an optional fd to pass) plus an action out. The server (server.h) does the I/O; a
+// fuzz harness can call handle_message directly with arbitrary bytes and a made-up Connection.
+//
+// Thread-safety: none. One thread (the event loop) owns a Core and calls everything on it.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "daemon/policy.h"
+#include "gpuos/abi.h"
+
+namespace gpuos::daemon {
+
+struct GpuInfo {
+  uint32_t index = 0;
+  std::string name;
+  std::string uuid;  // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", "" if unknown
+  uint32_t sm_count = 0;
+  uint64_t total_mem_bytes = 0;
+};
+
+// Credentials of the peer of a connection (SO_PEERCRED at accept time) and whether it is an admin.
+struct Peer {
+  pid_t pid = 0;
+  uid_t uid = 0;
+  gid_t gid = 0;
+  bool admin = false;
+};
+
+// Per-connection state the core keeps in the server's connection record.
+struct Connection {
+  uint64_t id = 0;
+  Peer peer;
+  uint32_t tenant_id = 0;  // non-zero once this connection registered a tenant
+};
+
+// One datagram to send. fd (borrowed from the core; valid while the tenant lives) is passed with
+// SCM_RIGHTS when >= 0.
+struct Outgoing {
+  std::vector<uint8_t> bytes;
+  int fd = -1;
+};
+
+struct Outcome {
+  std::vector<Outgoing> replies;
+  bool close = false;            // close the connection after sending the replies
+  bool shutdown = false;         // orderly daemon shutdown requested (SHUTDOWN by an admin)
+  uint32_t registered = 0;       // tenant id registered by this message (server opens a pidfd)
+};
+
+struct CoreOptions {
+  uint32_t max_tenants = 256;
+  uint32_t history = 256;
+  std::vector<GpuInfo> gpus;
+  std::unique_ptr<Policy> policy;               // null: the open policy
+  std::function<uint64_t()> unix_ms;            // null: CLOCK_REALTIME in ms (injectable for tests)
+};
+
+class Core final : private GateControl {
+ public:
+  explicit Core(CoreOptions opts);
+  ~Core() override;  // unmaps and closes every live control block (daemon_alive left as is)
+  Core(const Core&) = delete;
+  Core& operator=(const Core&) = delete;
+
+  // Handles one received datagram of len bytes from conn. Never throws on any input.
+  Outcome handle_message(Connection& conn, const void* data, std::size_t len);
+  // A receive failed with -err (e.g. -EMSGSIZE for an oversized datagram): REPLY + close.
+  Outcome handle_receive_error(Connection& conn, long neg_errno);
+  // The connection is gone or its tenant's process exited: the tenant (if any) becomes EXITED, its
+  // final counters go to the history, its control block is unmapped and closed. Idempotent.
+  void connection_closed(Connection& conn);
+  // Orderly daemon exit: daemon_alive = 0 and gate open in every live control block, waiters woken.
+  void shutdown();
+  void tick(uint64_t now_mono_ns);
+
+  gpuos_status set_gate(uint32_t tenant_id, uint32_t gate) override;
+
+  // Introspection (tests, logging).
+  std::size_t live_tenants() const { return tenants_.size(); }
+  const std::deque<gpuos_msg_tenant_info>& history() const { return history_; }
+  const gpuos_control_block* control_block(uint32_t tenant_id) const;
+  const std::vector<GpuInfo>& gpus() const { return opts_.gpus; }
+  const Policy& policy() const { return *opts_.policy; }
+
+  // Builds a REPLY (or LIST_END) message.
+  static Outgoing make_reply(uint32_t type, uint32_t seq, gpuos_status status, uint32_t count,
+                             const char* text);
+
+ private:
+  struct Tenant {
+    uint32_t id = 0;
+    pid_t pid = 0;
+    uid_t uid = 0;
+    uint32_t tenant_class = 0;
+    int32_t priority = 0;
+    uint32_t weight = 0;
+    uint64_t requested_mem_bytes = 0;
+    char name[GPUOS_NAME_MAX] = {};
+    uint64_t registered_unix_ms = 0;
+    int memfd = -1;
+    gpuos_control_block* cb = nullptr;
+  };
+
+  Outcome on_register(Connection& conn, const gpuos_msg_register& m);
+  Outcome on_list(Connection& conn, const gpuos_msg_list& m);
+  Outcome on_set_gate(Connection& conn, const gpuos_msg_set_gate& m);
+  Outcome on_shutdown(Connection& conn, const gpuos_msg_header& h);
+  Outcome refuse(uint32_t seq, gpuos_status st, const char* why);
+  Outcome refuse_register(uint32_t seq, gpuos_status st, const char* why);
+  gpuos_msg_tenant_info snapshot(const Tenant& t, uint32_t state, uint64_t exited_ms) const;
+  TenantView view(const Tenant& t) const;
+  uint64_t now_ms() const;
+
+  CoreOptions opts_;
+  uint32_t next_id_ = 1;
+  std::map<uint32_t, Tenant> tenants_;  // live tenants by id
+  std::deque<gpuos_msg_tenant_info> history_;
+};
+
+// Creates a sealed memfd holding an initialised control block (gate OPEN, daemon_alive 1) and maps
+// it. Returns the fd, or -errno with *cb untouched.
+int create_control_block(uint32_t tenant_id, uint32_t tenant_class, uint64_t mem_quota_bytes,
+                         uint32_t initial_gate, gpuos_control_block** cb);
+
+// Authorisation: uid 0, the daemon's own uid, or a member of admin_gid (if set).
+bool is_admin(uid_t peer_uid, uid_t daemon_uid, const std::vector<gid_t>& peer_groups,
+              std::optional<gid_t> admin_gid);
+// The peer's gids: the Gid: and Groups: lines of /proc/<pid>/status; falls back to getgrouplist on
+// the uid's passwd entry. Empty if neither works.
+std::vector<gid_t> peer_groups(pid_t pid, uid_t uid, gid_t gid);
+
+// Finds the GPUs through the driver table (library: null = $GPUOS_DRIVER_LIBRARY or libcuda.so.1).
+// On any failure returns what it found so far (often nothing) and writes a reason into *warning.
+std::vector<GpuInfo> discover_gpus(const char* library, std::string* warning);
+
+}  // namespace gpuos::daemon

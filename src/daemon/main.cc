@@ -1,0 +1,94 @@
+// gpuosd: the gpuos node daemon. Never daemonizes itself (run it under systemd or `gpuos daemon`);
+// --foreground is accepted for symmetry with `gpuos daemon`.
+#include <grp.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <string>
+
+#include "common/ipc.h"
+#include "daemon/config.h"
+#include "daemon/core.h"
+#include "daemon/log.h"
+#include "daemon/server.h"
+
+int main(int argc, char** argv) {
+  using namespace gpuos;
+  gpuos::daemon::block_shutdown_signals();  // before any thread exists
+  CLI::App app{"gpuosd: the gpuos node daemon"};
+  std::string config_path, socket_opt, log_level_opt;
+  bool foreground = false;
+  app.add_option("--config", config_path, "config file (default: $GPUOS_CONFIG, /etc/gpuos/gpuos.toml)");
+  app.add_option("--socket", socket_opt, "control socket path (overrides the config)");
+  app.add_option("--log-level", log_level_opt, "error|warn|info|debug (overrides the config)");
+  app.add_flag("--foreground", foreground, "stay in the foreground (always the case)");
+  CLI11_PARSE(app, argc, argv);
+
+  log::init("gpuosd", log::Level::kInfo);
+  ConfigResult cr = load_config(config_path);
+  if (!cr) {
+    log::error("%s", cr.error.c_str());
+    return 1;
+  }
+  Config cfg = *cr.config;
+  log::set_level(cfg.log_level);
+  if (!log_level_opt.empty()) {
+    log::Level l;
+    if (!log::parse_level(log_level_opt, &l)) {
+      log::error("--log-level %s: not one of error, warn, info, debug", log_level_opt.c_str());
+      return 1;
+    }
+    log::set_level(l);
+  }
+  if (!cfg.source.empty()) log::info("config from %s", cfg.source.c_str());
+
+  daemon::ServerOptions so;
+  if (!socket_opt.empty()) {
+    so.socket_path = socket_opt;
+  } else if (!cfg.socket.empty()) {
+    so.socket_path = cfg.socket;
+  } else {
+    char buf[128];
+    if (!socket_path(buf, sizeof(buf))) {
+      log::error("cannot determine the control socket path (too long?)");
+      return 1;
+    }
+    so.socket_path = buf;
+  }
+  so.daemon_uid = geteuid();
+  so.handle_signals = true;
+  so.max_connections = cfg.max_tenants + 64;
+  if (!cfg.admin_group.empty()) {
+    group gr;
+    group* res = nullptr;
+    char buf[16384];
+    if (getgrnam_r(cfg.admin_group.c_str(), &gr, buf, sizeof(buf), &res) != 0 || res == nullptr) {
+      log::error("admin_group \"%s\" (%s): no such group", cfg.admin_group.c_str(),
+                 cfg.source.empty() ? "config" : cfg.source.c_str());
+      return 1;
+    }
+    so.admin_gid = gr.gr_gid;
+  }
+
+  daemon::CoreOptions co;
+  co.max_tenants = cfg.max_tenants;
+  co.history = cfg.history;
+  std::string warning;
+  co.gpus = daemon::discover_gpus(nullptr, &warning);
+  if (!warning.empty()) log::warn("%s", warning.c_str());
+  if (co.gpus.empty()) log::warn("running with zero GPUs (tenants still register)");
+  for (const auto& g : co.gpus) {
+    log::info("GPU %u: %s %s, %u SMs, %llu MiB", g.index, g.name.c_str(), g.uuid.c_str(), g.sm_count,
+              static_cast<unsigned long long>(g.total_mem_bytes >> 20));
+  }
+
+  daemon::Core core(std::move(co));
+  daemon::Server server(core, so);
+  std::string err;
+  if (!server.start(&err)) {
+    log::error("%s", err.c_str());
+    return 1;
+  }
+  return server.run();
+}

@@ -1,0 +1,421 @@
+#include "daemon/server.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+
+#include "common/ipc.h"
+#include "daemon/log.h"
+
+namespace gpuos::daemon {
+namespace {
+
+uint64_t mono_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+std::string errstr(int e) { return std::strerror(e); }
+
+// mkdir -p; the last component gets `mode`, missing intermediate ones 0755.
+bool make_dirs(const std::string& dir, mode_t mode, std::string* err) {
+  if (dir.empty() || dir == "/") return true;
+  struct stat st;
+  if (::stat(dir.c_str(), &st) == 0) {
+    if (!S_ISDIR(st.st_mode)) {
+      *err = dir + " exists and is not a directory";
+      return false;
+    }
+    return true;
+  }
+  std::size_t slash = dir.find_last_of('/');
+  if (slash != std::string::npos && slash > 0 && !make_dirs(dir.substr(0, slash), 0755, err)) return false;
+  if (::mkdir(dir.c_str(), mode) != 0 && errno != EEXIST) {
+    *err = "cannot create " + dir + ": " + errstr(errno);
+    return false;
+  }
+  ::chmod(dir.c_str(), mode);  // not subject to the umask
+  return true;
+}
+
+int pidfd_open(pid_t pid) {
+#ifdef SYS_pidfd_open
+  return static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+#else
+  errno = ENOSYS;
+  return -1;
+#endif
+}
+
+}  // namespace
+
+void block_shutdown_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+}
+
+Server::Server(Core& core, ServerOptions opts) : core_(core), opts_(std::move(opts)) {}
+
+Server::~Server() {
+  for (auto& [fd, c] : conns_) {
+    if (c.pidfd >= 0) close(c.pidfd);
+    close(fd);
+  }
+  if (listen_fd_ >= 0) close(listen_fd_);
+  if (epoll_fd_ >= 0) close(epoll_fd_);
+  if (stop_fd_ >= 0) close(stop_fd_);
+  if (signal_fd_ >= 0) close(signal_fd_);
+}
+
+bool Server::start(std::string* err) {
+  const std::string& path = opts_.socket_path;
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.empty() || path.size() >= sizeof(addr.sun_path)) {
+    *err = "socket path \"" + path + "\" is empty or longer than 107 bytes";
+    return false;
+  }
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+
+  std::size_t slash = path.find_last_of('/');
+  if (slash != std::string::npos && slash > 0) {
+    std::string dir = path.substr(0, slash);
+    if (!make_dirs(dir, dir == "/run/gpuos" ? 0755 : 0700, err)) return false;
+  }
+
+  struct stat st;
+  if (::lstat(path.c_str(), &st) == 0) {
+    if (!S_ISSOCK(st.st_mode)) {
+      *err = path + " exists and is not a socket; not touching it";
+      return false;
+    }
+    int probe = connect_control_socket(path.c_str());
+    if (probe >= 0) {
+      close(probe);
+      *err = "another gpuosd is already serving " + path;
+      return false;
+    }
+    if (probe != -ECONNREFUSED) {
+      *err = "cannot probe existing socket " + path + ": " + errstr(-probe);
+      return false;
+    }
+    if (::unlink(path.c_str()) != 0) {
+      *err = "cannot remove stale socket " + path + ": " + errstr(errno);
+      return false;
+    }
+    log::info("removed stale socket %s", path.c_str());
+  }
+
+  listen_fd_ = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (listen_fd_ < 0) {
+    *err = "socket: " + errstr(errno);
+    return false;
+  }
+  const bool root = geteuid() == 0;
+  mode_t old = umask(0177);  // never a moment with a wider mode than intended
+  int rc = bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  int bind_errno = errno;
+  umask(old);
+  if (rc != 0) {
+    *err = "bind " + path + ": " + errstr(bind_errno);
+    return false;
+  }
+  // Root: any user's tenants may connect (authorisation is per message, by SO_PEERCRED).
+  if (::chmod(path.c_str(), root ? 0666 : 0600) != 0) {
+    *err = "chmod " + path + ": " + errstr(errno);
+    ::unlink(path.c_str());
+    return false;
+  }
+  if (::stat(path.c_str(), &st) == 0) {
+    socket_ino_ = st.st_ino;
+    socket_dev_ = st.st_dev;
+  }
+  if (listen(listen_fd_, 128) != 0) {
+    *err = "listen: " + errstr(errno);
+    ::unlink(path.c_str());
+    return false;
+  }
+
+  epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
+  stop_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (epoll_fd_ < 0 || stop_fd_ < 0) {
+    *err = "epoll/eventfd: " + errstr(errno);
+    ::unlink(path.c_str());
+    return false;
+  }
+  auto add = [&](int fd) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.fd = fd;
+    return epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) == 0;
+  };
+  bool ok = add(listen_fd_) && add(stop_fd_);
+  if (ok && opts_.handle_signals) {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &set, nullptr);
+    signal_fd_ = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+    ok = signal_fd_ >= 0 && add(signal_fd_);
+  }
+  if (!ok) {
+    *err = "epoll setup: " + errstr(errno);
+    ::unlink(path.c_str());
+    return false;
+  }
+  log::info("listening on %s (mode %o), %zu GPU(s), policy \"%s\"", path.c_str(), root ? 0666u : 0600u,
+            core_.gpus().size(), core_.policy().name());
+  return true;
+}
+
+void Server::request_stop() {
+  uint64_t one = 1;
+  if (stop_fd_ >= 0) {
+    ssize_t r = ::write(stop_fd_, &one, sizeof(one));
+    (void)r;
+  }
+}
+
+int Server::run() {
+  epoll_event evs[64];
+  uint64_t next_tick = mono_ns() + static_cast<uint64_t>(opts_.tick_ms) * 1000000ull;
+  while (!stopping_) {
+    int n = epoll_wait(epoll_fd_, evs, 64, opts_.tick_ms > 0 ? opts_.tick_ms : -1);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      log::error("epoll_wait: %s", std::strerror(errno));
+      break;
+    }
+    for (int i = 0; i < n && !stopping_; ++i) {
+      int fd = evs[i].data.fd;
+      uint32_t e = evs[i].events;
+      if (fd == listen_fd_) {
+        on_accept();
+      } else if (fd == stop_fd_) {
+        log::info("stop requested");
+        stopping_ = true;
+      } else if (fd == signal_fd_) {
+        signalfd_siginfo si;
+        if (::read(signal_fd_, &si, sizeof(si)) == sizeof(si)) {
+          log::info("received %s, shutting down", strsignal(static_cast<int>(si.ssi_signo)));
+          stopping_ = true;
+        }
+      } else if (auto p = pidfd_to_conn_.find(fd); p != pidfd_to_conn_.end()) {
+        auto c = conns_.find(p->second);
+        if (c != conns_.end()) {
+          log::debug("pid %d exited (pidfd)", static_cast<int>(c->second.c.peer.pid));
+          close_conn(p->second);
+        }
+      } else if (conns_.count(fd) != 0) {
+        if (e & EPOLLOUT) on_writable(fd);
+        if (conns_.count(fd) != 0 && (e & (EPOLLIN | EPOLLHUP | EPOLLERR))) on_readable(fd);
+      }
+    }
+    uint64_t now = mono_ns();
+    if (opts_.tick_ms > 0 && now >= next_tick) {
+      core_.tick(now);
+      next_tick = now + static_cast<uint64_t>(opts_.tick_ms) * 1000000ull;
+    }
+  }
+  shutdown_all();
+  return 0;
+}
+
+void Server::on_accept() {
+  for (;;) {
+    int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) log::warn("accept: %s", std::strerror(errno));
+      return;
+    }
+    ucred cred{};
+    socklen_t len = sizeof(cred);
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+      log::warn("SO_PEERCRED: %s", std::strerror(errno));
+      close(fd);
+      continue;
+    }
+    if (conns_.size() >= opts_.max_connections) {
+      Outgoing o = Core::make_reply(GPUOS_MSG_REPLY, 0, GPUOS_ERR_LIMIT, 0, "too many connections");
+      send_message(fd, o.bytes.data(), o.bytes.size());
+      close(fd);
+      log::warn("refused a connection from pid %d: %zu connections open", static_cast<int>(cred.pid),
+                conns_.size());
+      continue;
+    }
+    Conn c;
+    c.fd = fd;
+    c.c.id = next_conn_id_++;
+    c.c.peer.pid = cred.pid;
+    c.c.peer.uid = cred.uid;
+    c.c.peer.gid = cred.gid;
+    std::vector<gid_t> groups;
+    if (opts_.admin_gid && cred.uid != 0 && cred.uid != opts_.daemon_uid) {
+      groups = peer_groups(cred.pid, cred.uid, cred.gid);
+    }
+    c.c.peer.admin = is_admin(cred.uid, opts_.daemon_uid, groups, opts_.admin_gid);
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.fd = fd;
+    if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
+      log::warn("epoll_ctl: %s", std::strerror(errno));
+      close(fd);
+      continue;
+    }
+    log::debug("connection %llu from pid %d uid %u%s", static_cast<unsigned long long>(c.c.id),
+               static_cast<int>(cred.pid), static_cast<unsigned>(cred.uid), c.c.peer.admin ? " (admin)" : "");
+    conns_.emplace(fd, std::move(c));
+  }
+}
+
+void Server::on_readable(int fd) {
+  alignas(8) unsigned char buf[GPUOS_MSG_MAX_SIZE + 1];
+  for (int budget = 64; budget > 0; --budget) {
+    auto it = conns_.find(fd);
+    if (it == conns_.end()) return;
+    Conn& conn = it->second;
+    if (conn.closing) return;
+    long n = receive_message(fd, buf, sizeof(buf), nullptr, -1);
+    if (n == -EAGAIN || n == -EWOULDBLOCK) return;
+    if (n == 0) {
+      close_conn(fd);
+      return;
+    }
+    if (n == -EMSGSIZE) {
+      apply(conn, core_.handle_receive_error(conn.c, n));
+      continue;
+    }
+    if (n < 0) {
+      log::debug("connection %llu: receive: %s", static_cast<unsigned long long>(conn.c.id),
+                 std::strerror(static_cast<int>(-n)));
+      close_conn(fd);
+      return;
+    }
+    apply(conn, core_.handle_message(conn.c, buf, static_cast<std::size_t>(n)));
+    if (stopping_) return;
+  }
+}
+
+void Server::apply(Conn& conn, Outcome&& o) {
+  int fd = conn.fd;
+  for (Outgoing& out : o.replies) conn.out.push_back(std::move(out));
+  if (o.close) conn.closing = true;
+  if (o.registered != 0 && pidfd_supported_) {
+    int pfd = pidfd_open(conn.c.peer.pid);
+    if (pfd >= 0) {
+      epoll_event ev{};
+      ev.events = EPOLLIN;
+      ev.data.fd = pfd;
+      if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, pfd, &ev) == 0) {
+        conn.pidfd = pfd;
+        pidfd_to_conn_[pfd] = fd;
+      } else {
+        close(pfd);
+      }
+    } else if (errno == ENOSYS) {
+      pidfd_supported_ = false;
+      log::info("pidfd_open unsupported: noticing tenant exits by socket close only");
+    } else if (errno == ESRCH) {
+      conn.closing = true;  // already gone
+    }
+  }
+  if (o.shutdown) stopping_ = true;
+  if (conn.out.size() > opts_.max_queued_replies) {
+    log::warn("connection %llu: peer does not read its replies; dropping it",
+              static_cast<unsigned long long>(conn.c.id));
+    close_conn(fd);
+    return;
+  }
+  flush(conn);
+}
+
+void Server::flush(Conn& conn) {
+  int fd = conn.fd;
+  while (!conn.out.empty()) {
+    const Outgoing& m = conn.out.front();
+    int r = send_message(fd, m.bytes.data(), m.bytes.size(), m.fd);
+    if (r == -EAGAIN || r == -EWOULDBLOCK) {
+      if (!conn.want_out) {
+        conn.want_out = true;
+        update_events(conn);
+      }
+      return;
+    }
+    if (r != 0) {
+      log::debug("connection %llu: send: %s", static_cast<unsigned long long>(conn.c.id), std::strerror(-r));
+      close_conn(fd);
+      return;
+    }
+    conn.out.pop_front();
+  }
+  if (conn.closing) {
+    close_conn(fd);
+    return;
+  }
+  if (conn.want_out) {
+    conn.want_out = false;
+    update_events(conn);
+  }
+}
+
+void Server::on_writable(int fd) {
+  auto it = conns_.find(fd);
+  if (it != conns_.end()) flush(it->second);
+}
+
+void Server::update_events(Conn& conn) {
+  epoll_event ev{};
+  ev.events = EPOLLIN | (conn.want_out ? EPOLLOUT : 0u);
+  ev.data.fd = conn.fd;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, conn.fd, &ev);
+}
+
+void Server::close_conn(int fd) {
+  auto it = conns_.find(fd);
+  if (it == conns_.end()) return;
+  Connection c = it->second.c;
+  int pfd = it->second.pidfd;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
+  if (pfd >= 0) {
+    epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, pfd, nullptr);
+    pidfd_to_conn_.erase(pfd);
+    close(pfd);
+  }
+  conns_.erase(it);  // drops queued replies (they may borrow the tenant's memfd) before it closes
+  close(fd);
+  core_.connection_closed(c);
+}
+
+void Server::shutdown_all() {
+  core_.shutdown();
+  while (!conns_.empty()) close_conn(conns_.begin()->first);
+  struct stat st;
+  if (::lstat(opts_.socket_path.c_str(), &st) == 0 && st.st_ino == socket_ino_ && st.st_dev == socket_dev_) {
+    ::unlink(opts_.socket_path.c_str());
+  }
+  if (listen_fd_ >= 0) {
+    epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, listen_fd_, nullptr);
+    close(listen_fd_);
+    listen_fd_ = -1;
+  }
+  log::info("stopped");
+}
+
+}  // namespace gpuos::daemon

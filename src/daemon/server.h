@@ -1,0 +1,82 @@
+// gpuosd server: the control socket and the single-threaded epoll loop around a Core.
+//
+// One thread calls start() then run(); request_stop() may be called from any thread (eventfd).
+// With handle_signals, SIGTERM/SIGINT (which the caller must have blocked in every thread, see
+// block_shutdown_signals) arrive through a signalfd and end run() in an orderly way: daemon_alive = 0
+// and gates open in every control block, connections closed, socket removed.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "daemon/core.h"
+
+namespace gpuos::daemon {
+
+struct ServerOptions {
+  std::string socket_path;             // required
+  uid_t daemon_uid = 0;                // peers with this uid are admins
+  std::optional<gid_t> admin_gid;      // members are admins
+  bool handle_signals = false;         // SIGTERM/SIGINT via signalfd
+  uint32_t max_connections = 320;      // tenants + clients at once; more are refused (ERR_LIMIT)
+  int tick_ms = 100;                   // Policy::tick period
+  std::size_t max_queued_replies = 4096;  // per connection; a peer that never reads is dropped
+};
+
+// Blocks SIGTERM and SIGINT in the calling thread (call in main before starting any thread).
+void block_shutdown_signals();
+
+class Server {
+ public:
+  Server(Core& core, ServerOptions opts);
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Creates the socket directory, refuses if another daemon answers on the path, removes a stale
+  // socket, binds, listens. False with a reason in *err on failure.
+  bool start(std::string* err);
+  // Serves until SHUTDOWN, a signal, or request_stop(); then shuts down in order. Returns 0.
+  int run();
+  void request_stop();
+
+ private:
+  struct Conn {
+    Connection c;
+    int fd = -1;
+    int pidfd = -1;
+    std::deque<Outgoing> out;
+    bool closing = false;
+    bool want_out = false;
+  };
+
+  void on_accept();
+  void on_readable(int fd);
+  void on_writable(int fd);
+  void apply(Conn& conn, Outcome&& o);
+  void flush(Conn& conn);
+  void close_conn(int fd);
+  void update_events(Conn& conn);
+  void shutdown_all();
+
+  Core& core_;
+  ServerOptions opts_;
+  int listen_fd_ = -1;
+  int epoll_fd_ = -1;
+  int stop_fd_ = -1;
+  int signal_fd_ = -1;
+  ino_t socket_ino_ = 0;
+  dev_t socket_dev_ = 0;
+  bool stopping_ = false;
+  bool pidfd_supported_ = true;
+  uint64_t next_conn_id_ = 1;
+  std::map<int, Conn> conns_;         // by socket fd
+  std::map<int, int> pidfd_to_conn_;  // pidfd -> socket fd
+};
+
+}  // namespace gpuos::daemon

@@ -1,0 +1,282 @@
+// Process-wide setup and the segment shared by every process using the double.
+//
+// The segment makes separate processes see one simulated GPU: memory usage is accounted there
+// (with per-pid slots, so a crashed process's memory is reclaimed) and each device's execution
+// engine is a robust process-shared mutex that kernels hold in time slices.
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "driver_double/internal.h"
+
+namespace dd {
+namespace {
+
+constexpr uint64_t kMagic = 0x6770756f7353494dull;  // "gpuosSIM"
+constexpr uint32_t kLayoutVersion = 1;
+constexpr int kSlots = 256;
+
+struct PidSlot {
+  std::atomic<int32_t> pid;  // 0 = free
+  std::atomic<uint64_t> used[kMaxDevices];
+};
+
+struct Engine {
+  pthread_mutex_t mu;               // robust, process-shared: held while a kernel slice runs
+  std::atomic<uint32_t> waiters;    // slices waiting for mu (a hint for fair hand-over)
+  std::atomic<uint64_t> handovers;  // bumped by every acquisition
+};
+
+struct Segment {
+  std::atomic<uint64_t> magic;  // set last by the creator: the segment is initialised
+  uint32_t layout_version;
+  uint32_t size;
+  pthread_mutex_t mu;  // robust, process-shared: guards accounting below
+  int32_t devices;
+  uint64_t total[kMaxDevices];
+  uint64_t used[kMaxDevices];
+  PidSlot slots[kSlots];
+  Engine engine[kMaxDevices];
+};
+
+// Leaked on purpose (see internal.h).
+Config* g_config = nullptr;
+Segment* g_seg = nullptr;
+int g_slot = -1;
+std::atomic<bool> g_initialized{false};
+std::once_flag g_init_once;
+CUresult g_init_result = CUDA_ERROR_NOT_INITIALIZED;
+
+void lock_robust(pthread_mutex_t* m) {
+  int r = pthread_mutex_lock(m);
+  if (r == EOWNERDEAD) pthread_mutex_consistent(m);  // previous owner died; state is counters only
+}
+
+void init_robust_mutex(pthread_mutex_t* m) {
+  pthread_mutexattr_t a;
+  pthread_mutexattr_init(&a);
+  pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
+  pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
+  pthread_mutex_init(m, &a);
+  pthread_mutexattr_destroy(&a);
+}
+
+long env_long(const char* name, long def, long lo, long hi) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return def;
+  char* end = nullptr;
+  long x = std::strtol(v, &end, 10);
+  if (end == v) return def;
+  return x < lo ? lo : (x > hi ? hi : x);
+}
+
+Config* read_config() {
+  auto* c = new Config();
+  c->devices = static_cast<int>(env_long("GPUOS_SIM_DEVICES", 1, 0, kMaxDevices));
+  c->sms = static_cast<int>(env_long("GPUOS_SIM_SMS", 132, 1, 100000));
+  c->mem_bytes = static_cast<uint64_t>(env_long("GPUOS_SIM_MEM_MIB", 16384, 1, 1L << 30)) << 20;
+  if (const char* v = std::getenv("GPUOS_SIM_NS_PER_ITER"); v != nullptr && *v != '\0') {
+    double d = std::strtod(v, nullptr);
+    if (d >= 0) c->ns_per_iter = d;
+  }
+  c->timeslice_ns =
+      static_cast<uint64_t>(env_long("GPUOS_SIM_TIMESLICE_US", 2000, 10, 10'000'000)) * 1000;
+  c->fault_after = env_long("GPUOS_SIM_FAULT_AFTER_LAUNCHES", 0, 0, 1L << 40);
+  const char* shm = std::getenv("GPUOS_SIM_SHM");
+  if (shm != nullptr && *shm != '\0') {
+    c->shm_name = shm[0] == '/' ? shm : std::string("/") + shm;
+  } else {
+    c->shm_name = "/gpuos-sim-" + std::to_string(getuid());
+  }
+  return c;
+}
+
+bool pid_dead(int32_t pid) { return kill(pid, 0) != 0 && errno == ESRCH; }
+
+// Under g_seg->mu: returns the memory of processes that no longer exist.
+void reclaim_dead_locked() {
+  for (auto& s : g_seg->slots) {
+    int32_t pid = s.pid.load();
+    if (pid == 0 || !pid_dead(pid)) continue;
+    for (int d = 0; d < kMaxDevices; ++d) {
+      uint64_t u = s.used[d].exchange(0);
+      g_seg->used[d] -= u < g_seg->used[d] ? u : g_seg->used[d];
+    }
+    s.pid.store(0);
+  }
+}
+
+Segment* map_fd(int fd) {
+  void* p = mmap(nullptr, sizeof(Segment), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  return p == MAP_FAILED ? nullptr : static_cast<Segment*>(p);
+}
+
+// Opens or creates the segment. A segment left half-initialised by a creator that crashed, or
+// one of an older layout, is unlinked and recreated.
+Segment* open_segment(const std::string& name) {
+  for (int attempt = 0; attempt < 200; ++attempt) {
+    int fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd >= 0) {
+      Segment* s = nullptr;
+      if (ftruncate(fd, sizeof(Segment)) == 0) s = map_fd(fd);
+      close(fd);
+      if (s == nullptr) {
+        shm_unlink(name.c_str());
+        return nullptr;
+      }
+      s->layout_version = kLayoutVersion;
+      s->size = sizeof(Segment);
+      init_robust_mutex(&s->mu);
+      for (auto& e : s->engine) init_robust_mutex(&e.mu);
+      s->devices = 0;  // totals are set by the first registering process (see init_once)
+      s->magic.store(kMagic, std::memory_order_release);
+      return s;
+    }
+    if (errno != EEXIST) return nullptr;
+    fd = shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
+    if (fd < 0) continue;  // unlinked meanwhile: retry creating
+    struct stat st {};
+    Segment* s = nullptr;
+    if (fstat(fd, &st) == 0 && st.st_size == static_cast<off_t>(sizeof(Segment))) s = map_fd(fd);
+    close(fd);
+    if (s != nullptr) {
+      for (int i = 0; i < 100 && s->magic.load(std::memory_order_acquire) != kMagic; ++i)
+        sleep_ns(1'000'000);
+      if (s->magic.load(std::memory_order_acquire) == kMagic &&
+          s->layout_version == kLayoutVersion && s->size == sizeof(Segment))
+        return s;
+      munmap(s, sizeof(Segment));
+    } else if (attempt < 20) {
+      sleep_ns(1'000'000);  // the creator may still be sizing it
+      continue;
+    }
+    shm_unlink(name.c_str());  // stale or foreign layout
+  }
+  return nullptr;
+}
+
+CUresult do_init() {
+  g_config = read_config();
+  g_seg = open_segment(g_config->shm_name);
+  if (g_seg == nullptr) return CUDA_ERROR_OPERATING_SYSTEM;
+  lock_robust(&g_seg->mu);
+  reclaim_dead_locked();
+  bool any_alive = false;
+  for (auto& s : g_seg->slots) any_alive |= s.pid.load() != 0;
+  if (!any_alive) {
+    // Nobody else uses the simulated GPU: (re)apply this process's settings and clear any drift.
+    g_seg->devices = g_config->devices;
+    for (int d = 0; d < kMaxDevices; ++d) {
+      g_seg->total[d] = d < g_config->devices ? g_config->mem_bytes : 0;
+      g_seg->used[d] = 0;
+    }
+  }
+  const int32_t me = getpid();
+  for (int i = 0; i < kSlots; ++i) {
+    if (g_seg->slots[i].pid.load() == 0) {
+      g_seg->slots[i].pid.store(me);
+      for (auto& u : g_seg->slots[i].used) u.store(0);
+      g_slot = i;
+      break;
+    }
+  }
+  // Devices and memory size are those of the segment, so all processes agree.
+  g_config->devices = g_seg->devices;
+  pthread_mutex_unlock(&g_seg->mu);
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+bool initialized() { return g_initialized.load(std::memory_order_acquire); }
+
+CUresult init_once() {
+  std::call_once(g_init_once, [] {
+    g_init_result = do_init();
+    if (g_init_result == CUDA_SUCCESS) g_initialized.store(true, std::memory_order_release);
+  });
+  return g_init_result;
+}
+
+const Config& config() { return *g_config; }
+
+CUresult mem_reserve(int dev, uint64_t bytes) {
+  lock_robust(&g_seg->mu);
+  if (g_seg->used[dev] + bytes > g_seg->total[dev]) reclaim_dead_locked();
+  if (g_seg->used[dev] + bytes > g_seg->total[dev]) {
+    pthread_mutex_unlock(&g_seg->mu);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  g_seg->used[dev] += bytes;
+  if (g_slot >= 0) g_seg->slots[g_slot].used[dev] += bytes;
+  pthread_mutex_unlock(&g_seg->mu);
+  return CUDA_SUCCESS;
+}
+
+void mem_release(int dev, uint64_t bytes) {
+  lock_robust(&g_seg->mu);
+  g_seg->used[dev] -= bytes < g_seg->used[dev] ? bytes : g_seg->used[dev];
+  if (g_slot >= 0) {
+    uint64_t mine = g_seg->slots[g_slot].used[dev].load();
+    g_seg->slots[g_slot].used[dev].store(bytes < mine ? mine - bytes : 0);
+  }
+  pthread_mutex_unlock(&g_seg->mu);
+}
+
+void mem_info(int dev, uint64_t* used, uint64_t* total) {
+  lock_robust(&g_seg->mu);
+  reclaim_dead_locked();
+  *used = g_seg->used[dev];
+  *total = g_seg->total[dev];
+  pthread_mutex_unlock(&g_seg->mu);
+}
+
+int64_t now_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+void sleep_ns(uint64_t ns) {
+  int64_t deadline = now_ns() + static_cast<int64_t>(ns);
+  timespec ts{static_cast<time_t>(deadline / 1'000'000'000),
+              static_cast<long>(deadline % 1'000'000'000)};
+  while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nullptr) == EINTR) {
+  }
+}
+
+void engine_run(int dev, uint64_t ns, const std::function<void()>& body) {
+  Engine& e = g_seg->engine[dev];
+  uint64_t remaining = ns;
+  bool body_done = false;
+  do {
+    e.waiters.fetch_add(1);
+    lock_robust(&e.mu);
+    e.waiters.fetch_sub(1);
+    e.handovers.fetch_add(1);
+    uint64_t slice = remaining < g_config->timeslice_ns ? remaining : g_config->timeslice_ns;
+    if (slice > 0) sleep_ns(slice);
+    remaining -= slice;
+    if (remaining == 0 && !body_done) {
+      body();  // the kernel's effect happens at its end, while it still owns the engine
+      body_done = true;
+    }
+    pthread_mutex_unlock(&e.mu);
+    if (remaining > 0 && e.waiters.load() > 0) {
+      // Mutexes are not fair: give a waiter (another process or stream) the next slice, as the
+      // GPU's time-slice scheduler would, but never wait long for one that may have died.
+      uint64_t seen = e.handovers.load();
+      for (int i = 0; i < 40 && e.handovers.load() == seen; ++i) sleep_ns(50'000);
+    }
+  } while (remaining > 0);
+}
+
+}  // namespace dd

@@ -1,0 +1,196 @@
+// Internal model of the driver test double (a stand-in libcuda.so.1 for CI without a GPU).
+//
+// Everything here lives in namespace dd and is hidden (only cu* names are exported, see
+// exports.map). Global state is heap-allocated on first use and never freed: worker threads may
+// still be running while the process exits, so no global may have a destructor.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "gpuos/cuda_internal.h"
+
+#define DD_API extern "C" CUresult CUDAAPI
+
+namespace dd {
+
+constexpr int kMaxDevices = 16;
+constexpr uint64_t kVmmGranularity = 2ull << 20;
+
+// Settings read once at cuInit from GPUOS_SIM_* (see docs/CONTRACTS.md).
+struct Config {
+  int devices = 1;
+  int sms = 132;
+  uint64_t mem_bytes = 16384ull << 20;
+  double ns_per_iter = 1.0;
+  uint64_t timeslice_ns = 2'000'000;
+  long fault_after = 0;  // 0 = no fault injection
+  std::string shm_name;
+};
+
+// Runs f, turning any exception into CUDA_ERROR_UNKNOWN: nothing may unwind through extern "C".
+template <class F>
+CUresult guard(F&& f) noexcept {
+  try {
+    return f();
+  } catch (...) {
+    return CUDA_ERROR_UNKNOWN;
+  }
+}
+
+// ---- device.cc: process-wide init, shared segment (memory accounting, execution engine) ----
+bool initialized();
+CUresult init_once();  // idempotent; CUDA_SUCCESS or the first failure
+const Config& config();
+CUresult mem_reserve(int dev, uint64_t bytes);  // CUDA_ERROR_OUT_OF_MEMORY when full
+void mem_release(int dev, uint64_t bytes);
+void mem_info(int dev, uint64_t* used, uint64_t* total);  // reclaims dead processes first
+// Occupies device dev's execution engine for ns of simulated work, in time slices shared with
+// every other process and stream using the same segment.
+void engine_run(int dev, uint64_t ns, const std::function<void()>& body);
+void sleep_ns(uint64_t ns);
+int64_t now_ns();
+
+// ---- modules and kernels ----
+enum class KernelKind { kFixedWork, kFillU32 };
+struct Module;
+struct Function {
+  KernelKind kind;
+  const char* name;
+  Module* module;
+};
+struct Module {
+  std::vector<std::unique_ptr<Function>> functions;
+};
+Function* lookup_function(CUfunction f);  // nullptr if not a live function handle
+
+// One decoded kernel launch; the arguments are copied at launch time, as the real driver does.
+struct KernelLaunch {
+  Function* fn = nullptr;
+  unsigned grid[3] = {1, 1, 1};
+  unsigned block[3] = {1, 1, 1};
+  uint64_t args[3] = {0, 0, 0};
+  bool fault = false;  // fault injection: this launch "faults" with CUDA_ERROR_ILLEGAL_ADDRESS
+};
+CUresult decode_launch(Function* fn, void** params, void** extra, KernelLaunch* out);
+
+// ---- contexts and streams ----
+struct Context;
+struct Graph;
+
+// A unit of queued work. device_work is skipped (but still completed) once the context has a
+// sticky error, as work on a faulted real context never runs.
+struct Op {
+  std::function<void()> run;
+  bool device_work = true;
+};
+
+struct Stream : std::enable_shared_from_this<Stream> {
+  enum class Kind { kUser, kLegacy, kPerThread };
+  Context* ctx = nullptr;
+  Kind kind = Kind::kUser;
+  unsigned flags = 0;
+  int priority = 0;
+
+  std::mutex mu;
+  std::condition_variable cv;  // signalled when work is queued or completed
+  std::deque<Op> queue;
+  uint64_t submitted = 0;  // ops ever queued
+  uint64_t completed = 0;  // ops finished, in order
+  bool stopping = false;
+
+  // Stream capture: while capturing, work is appended to capture_graph instead of queued.
+  bool capturing = false;
+  bool capture_invalidated = false;
+  CUstreamCaptureMode capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+  Graph* capture_graph = nullptr;
+
+  bool blocking() const { return kind != Kind::kUser || (flags & CU_STREAM_NON_BLOCKING) == 0; }
+};
+using StreamPtr = std::shared_ptr<Stream>;
+
+struct Context {
+  int dev = 0;
+  unsigned flags = 0;
+  bool primary = false;
+  int primary_refs = 0;  // primary contexts only
+  std::atomic<int> sticky{CUDA_SUCCESS};
+
+  std::mutex mu;  // guards the members below
+  StreamPtr legacy;
+  std::vector<StreamPtr> streams;  // user streams
+  std::unordered_map<std::thread::id, StreamPtr> per_thread;
+};
+
+// Current-context checks shared by entry points: NOT_INITIALIZED, INVALID_CONTEXT, and (when
+// check_sticky) the context's sticky error.
+CUresult current_context(Context** out, bool check_sticky = true);
+bool context_alive(Context* ctx);
+CUresult context_sticky(Context* ctx);
+
+StreamPtr new_stream(Context* ctx, Stream::Kind kind, unsigned flags, int priority);
+void stop_stream(const StreamPtr& s);  // worker drains the queue, then exits
+// Resolves a stream handle: 0 / CU_STREAM_LEGACY / CU_STREAM_PER_THREAD (0 means per-thread
+// when ptsz) or a live user stream. Fails with NOT_INITIALIZED/INVALID_CONTEXT/INVALID_HANDLE.
+CUresult resolve_stream(CUstream h, bool ptsz, StreamPtr* out);
+// Queues op on s after the implicit legacy-stream dependencies. Returns the op's sequence number.
+uint64_t enqueue(const StreamPtr& s, Op op);
+void wait_stream(const StreamPtr& s, uint64_t seq);  // until s->completed >= seq
+void sync_context(Context* ctx);                        // all streams of ctx idle
+// Runs a kernel (on a worker thread): engine time, then the kernel's effect.
+void run_kernel(Context* ctx, const KernelLaunch& k);
+// Kernel launch after validation of everything but the stream.
+CUresult submit_kernel(const StreamPtr& s, KernelLaunch k);
+bool next_launch_faults();  // fault-injection counter, one tick per kernel run submitted
+// Queues a host-side operation (copy, memset) honoring capture. sync: wait for it to finish.
+CUresult submit_host_op(const StreamPtr& s, std::function<void()> fn, bool sync);
+
+// ---- graphs ----
+struct GraphNode {
+  enum class Type { kKernel, kHost, kEmpty } type = Type::kEmpty;
+  KernelLaunch kernel;
+  std::function<void()> host;
+};
+struct Graph {
+  std::mutex mu;
+  std::vector<std::unique_ptr<GraphNode>> nodes;
+};
+Graph* new_graph();
+
+// ---- memory ----
+// Range check used before touching device memory on the caller's behalf: is [p, p+n) inside one
+// live allocation (device, managed, pinned host or mapped VMM range)?
+bool valid_range(uint64_t p, uint64_t n);
+void free_context_allocations(Context* ctx);
+
+// ---- misc ----
+template <class T>
+struct Registry {  // set of live handles, so stale/bogus handles are rejected without a deref
+  std::mutex mu;
+  std::unordered_set<T*> live;
+  void add(T* p) {
+    std::lock_guard<std::mutex> l(mu);
+    live.insert(p);
+  }
+  bool remove(T* p) {
+    std::lock_guard<std::mutex> l(mu);
+    return live.erase(p) != 0;
+  }
+  bool has(T* p) {
+    std::lock_guard<std::mutex> l(mu);
+    return live.count(p) != 0;
+  }
+};
+
+}  // namespace dd

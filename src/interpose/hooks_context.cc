@@ -1,0 +1,113 @@
+// Exported entry points for initialisation, context and stream creation, and stream capture.
+// cuInit is where a tenant normally registers with gpuosd. Capture begin/end keep the hint that
+// lets the launch path tell recorded launches from submitted ones.
+#include "interpose/fast_path.h"
+
+namespace gi = gpuos::interpose;
+
+namespace {
+
+// Forwards a call that needs the tenant registered, counting successes in `counter` if given.
+template <typename Call>
+CUresult governed(uint64_t gpuos_control_block::*counter, Call&& call) {
+  const GpuosDriverTable* d = gi::real_driver();
+  if (d == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+  gpuos_control_block* cb = gi::control_block();
+  if (cb == nullptr) return CUDA_ERROR_NOT_PERMITTED;
+  CUresult r = call(*d);
+  if (r == CUDA_SUCCESS && counter != nullptr) gi::count(cb->*counter);
+  return r;
+}
+
+template <typename Call>
+CUresult begin_capture(Call&& call) {
+  const GpuosDriverTable* d = gi::real_driver();
+  if (d == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+  // Raise the hint before the capture exists so no launch into it is ever taken as a submission.
+  gi::g_active_captures.fetch_add(1, std::memory_order_relaxed);
+  CUresult r = call(*d);
+  if (r != CUDA_SUCCESS) gi::g_active_captures.fetch_sub(1, std::memory_order_relaxed);
+  return r;
+}
+
+template <typename Call>
+CUresult end_capture(Call&& call) {
+  const GpuosDriverTable* d = gi::real_driver();
+  if (d == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+  CUresult r = call(*d);
+  // The capture is over whether it produced a graph or was invalidated; only a call that never
+  // matched a capture (not capturing, wrong thread) leaves the count alone.
+  if (r != CUDA_ERROR_ILLEGAL_STATE && r != CUDA_ERROR_INVALID_VALUE &&
+      r != CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD) {
+    int n = gi::g_active_captures.load(std::memory_order_relaxed);
+    while (n > 0 && !gi::g_active_captures.compare_exchange_weak(n, n - 1, std::memory_order_relaxed)) {
+    }
+  }
+  return r;
+}
+
+}  // namespace
+
+extern "C" {
+
+CUresult cuInit(unsigned int flags) {
+  const GpuosDriverTable* d = gi::real_driver();
+  if (d == nullptr) return CUDA_ERROR_NO_DEVICE;
+  if (gi::ensure_registered() == nullptr) return CUDA_ERROR_NOT_PERMITTED;
+  return d->cuInit(flags);
+}
+
+CUresult cuCtxCreate_v2(CUcontext* ctx, unsigned int flags, CUdevice dev) {
+  return governed(&gpuos_control_block::contexts_created, GPUOS_FORWARD(cuCtxCreate_v2, ctx, flags, dev));
+}
+
+CUresult cuCtxCreate_v3(CUcontext* ctx, CUexecAffinityParam* params, int numParams,
+                        unsigned int flags, CUdevice dev) {
+  return governed(&gpuos_control_block::contexts_created,
+                  GPUOS_FORWARD(cuCtxCreate_v3, ctx, params, numParams, flags, dev));
+}
+
+CUresult cuCtxCreate_v4(CUcontext* ctx, CUctxCreateParams* params, unsigned int flags, CUdevice dev) {
+  return governed(&gpuos_control_block::contexts_created,
+                  GPUOS_FORWARD(cuCtxCreate_v4, ctx, params, flags, dev));
+}
+
+CUresult cuDevicePrimaryCtxRetain(CUcontext* ctx, CUdevice dev) {
+  return governed(&gpuos_control_block::contexts_created,
+                  GPUOS_FORWARD(cuDevicePrimaryCtxRetain, ctx, dev));
+}
+
+CUresult cuStreamCreate(CUstream* stream, unsigned int flags) {
+  return governed(&gpuos_control_block::streams_created, GPUOS_FORWARD(cuStreamCreate, stream, flags));
+}
+
+CUresult cuStreamCreateWithPriority(CUstream* stream, unsigned int flags, int priority) {
+  return governed(&gpuos_control_block::streams_created,
+                  GPUOS_FORWARD(cuStreamCreateWithPriority, stream, flags, priority));
+}
+
+CUresult cuStreamBeginCapture(CUstream stream) {
+  return begin_capture(GPUOS_FORWARD(cuStreamBeginCapture, stream));
+}
+
+CUresult cuStreamBeginCapture_ptsz(CUstream stream) {
+  return begin_capture(GPUOS_FORWARD(cuStreamBeginCapture_ptsz, stream));
+}
+
+CUresult cuStreamBeginCapture_v2(CUstream stream, CUstreamCaptureMode mode) {
+  return begin_capture(GPUOS_FORWARD(cuStreamBeginCapture_v2, stream, mode));
+}
+
+CUresult cuStreamBeginCapture_v2_ptsz(CUstream stream, CUstreamCaptureMode mode) {
+  return begin_capture(GPUOS_FORWARD(cuStreamBeginCapture_v2_ptsz, stream, mode));
+}
+
+CUresult cuStreamEndCapture(CUstream stream, CUgraph* graph) {
+  return end_capture(GPUOS_FORWARD(cuStreamEndCapture, stream, graph));
+}
+
+CUresult cuStreamEndCapture_ptsz(CUstream stream, CUgraph* graph) {
+  return end_capture(GPUOS_FORWARD(cuStreamEndCapture_ptsz, stream, graph));
+}
+
+}  // extern "C"

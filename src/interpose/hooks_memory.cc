@@ -1,0 +1,131 @@
+// Exported allocation entry points. Today they account every device allocation path (plain,
+// pitched, managed, async/pool, VMM physical handles) into the control block; quotas and the
+// VMM-backed address space build on exactly these hooks.
+#include "interpose/fast_path.h"
+#include "interpose/memory_accounting.h"
+
+namespace gi = gpuos::interpose;
+using gi::AllocKind;
+
+namespace {
+
+int current_device(const GpuosDriverTable& d) {
+  CUdevice dev = 0;
+  if (d.cuCtxGetDevice == nullptr || d.cuCtxGetDevice(&dev) != CUDA_SUCCESS) return 0;
+  return static_cast<int>(dev);
+}
+
+// Runs an allocation call and, if it succeeded, accounts what `made` reports about it:
+// {key, bytes, device or -1 for the current context's device}.
+struct Made {
+  uint64_t key;
+  std::size_t bytes;
+  int device;
+};
+
+template <typename Call, typename What>
+CUresult governed_alloc(AllocKind kind, Call&& call, What&& made) {
+  const GpuosDriverTable* d = gi::real_driver();
+  if (d == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+  gpuos_control_block* cb = gi::control_block();
+  if (cb == nullptr) return CUDA_ERROR_NOT_PERMITTED;
+  CUresult r = call(*d);
+  if (r == CUDA_SUCCESS) {
+    Made m = made();
+    gi::account_alloc(cb, kind, m.key, m.bytes, m.device >= 0 ? m.device : current_device(*d));
+  } else {
+    gi::account_alloc_failure(cb);
+  }
+  return r;
+}
+
+template <typename Call>
+CUresult governed_free(AllocKind kind, uint64_t key, Call&& call) {
+  const GpuosDriverTable* d = gi::real_driver();
+  if (d == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+  gpuos_control_block* cb = gi::control_block();
+  if (cb == nullptr) return CUDA_ERROR_NOT_PERMITTED;
+  CUresult r = call(*d);
+  if (r == CUDA_SUCCESS && key != 0) gi::account_free(cb, kind, key);
+  return r;
+}
+
+}  // namespace
+
+#define GPUOS_MADE(ptr, bytes, device) [&] { return Made{static_cast<uint64_t>(*(ptr)), (bytes), (device)}; }
+
+extern "C" {
+
+CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytes) {
+  return governed_alloc(AllocKind::kPointer, GPUOS_FORWARD(cuMemAlloc_v2, dptr, bytes),
+                        GPUOS_MADE(dptr, bytes, -1));
+}
+
+CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t width, size_t height,
+                            unsigned int elemSize) {
+  return governed_alloc(AllocKind::kPointer,
+                        GPUOS_FORWARD(cuMemAllocPitch_v2, dptr, pitch, width, height, elemSize),
+                        GPUOS_MADE(dptr, *pitch * height, -1));
+}
+
+CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t bytes, unsigned int flags) {
+  return governed_alloc(AllocKind::kPointer, GPUOS_FORWARD(cuMemAllocManaged, dptr, bytes, flags),
+                        GPUOS_MADE(dptr, bytes, -1));
+}
+
+CUresult cuMemFree_v2(CUdeviceptr dptr) {
+  return governed_free(AllocKind::kPointer, dptr, GPUOS_FORWARD(cuMemFree_v2, dptr));
+}
+
+CUresult cuMemAllocAsync(CUdeviceptr* dptr, size_t bytes, CUstream stream) {
+  return governed_alloc(AllocKind::kPointer, GPUOS_FORWARD(cuMemAllocAsync, dptr, bytes, stream),
+                        GPUOS_MADE(dptr, bytes, -1));
+}
+
+CUresult cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t bytes, CUstream stream) {
+  return governed_alloc(AllocKind::kPointer, GPUOS_FORWARD(cuMemAllocAsync_ptsz, dptr, bytes, stream),
+                        GPUOS_MADE(dptr, bytes, -1));
+}
+
+CUresult cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytes, CUmemoryPool pool,
+                                 CUstream stream) {
+  return governed_alloc(AllocKind::kPointer, GPUOS_FORWARD(cuMemAllocFromPoolAsync, dptr, bytes, pool, stream),
+                        GPUOS_MADE(dptr, bytes, -1));
+}
+
+CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t bytes, CUmemoryPool pool,
+                                      CUstream stream) {
+  return governed_alloc(AllocKind::kPointer, GPUOS_FORWARD(cuMemAllocFromPoolAsync_ptsz, dptr, bytes, pool, stream),
+                        GPUOS_MADE(dptr, bytes, -1));
+}
+
+CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream stream) {
+  return governed_free(AllocKind::kPointer, dptr, GPUOS_FORWARD(cuMemFreeAsync, dptr, stream));
+}
+
+CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream stream) {
+  return governed_free(AllocKind::kPointer, dptr, GPUOS_FORWARD(cuMemFreeAsync_ptsz, dptr, stream));
+}
+
+CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t bytes,
+                     const CUmemAllocationProp* prop, unsigned long long flags) {
+  int device = prop != nullptr && prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE
+                   ? prop->location.id
+                   : -1;
+  return governed_alloc(AllocKind::kVmmHandle, GPUOS_FORWARD(cuMemCreate, handle, bytes, prop, flags),
+                        GPUOS_MADE(handle, bytes, device));
+}
+
+CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
+  return governed_free(AllocKind::kVmmHandle, handle, GPUOS_FORWARD(cuMemRelease, handle));
+}
+
+// The tenant's own view of memory comes with quotas; until then the driver's answer stands.
+CUresult cuMemGetInfo_v2(size_t* free_bytes, size_t* total_bytes) {
+  const GpuosDriverTable* d = gi::real_driver();
+  if (d == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+  if (gi::control_block() == nullptr) return CUDA_ERROR_NOT_PERMITTED;
+  return d->cuMemGetInfo_v2 ? d->cuMemGetInfo_v2(free_bytes, total_bytes) : CUDA_ERROR_NOT_FOUND;
+}
+
+}  // extern "C"

@@ -1,0 +1,101 @@
+// The two indirect ways into the driver: cuGetProcAddress (v1 and v2; the CUDA runtime, PyTorch
+// and cuBLAS reach every driver function this way) and dlsym on a dlopen'd libcuda (Triton's
+// launcher). Both resolve through the real driver first, so its own rules for the caller's
+// cudaVersion and flags (_v2/_v3, _ptsz) stay in force; then a real entry point that gpuos governs
+// is swapped for gpuos's wrapper of exactly that variant, matched by address. Everything else is
+// handed back untouched.
+#include <dlfcn.h>
+
+#include <cstring>
+#include <type_traits>
+
+#include "interpose/fast_path.h"
+
+namespace gi = gpuos::interpose;
+
+// Every exported wrapper, once. Each must have the exact type of the real entry point it stands
+// for; the static_assert below makes the compiler check that against the driver table.
+#define GPUOS_GOVERNED(X)                                                                       \
+  X(cuInit) X(cuGetProcAddress) X(cuGetProcAddress_v2)                                          \
+  X(cuCtxCreate_v2) X(cuCtxCreate_v3) X(cuCtxCreate_v4) X(cuDevicePrimaryCtxRetain)             \
+  X(cuStreamCreate) X(cuStreamCreateWithPriority)                                               \
+  X(cuStreamBeginCapture) X(cuStreamBeginCapture_ptsz) X(cuStreamBeginCapture_v2)               \
+  X(cuStreamBeginCapture_v2_ptsz) X(cuStreamEndCapture) X(cuStreamEndCapture_ptsz)              \
+  X(cuLaunchKernel) X(cuLaunchKernel_ptsz) X(cuLaunchKernelEx) X(cuLaunchKernelEx_ptsz)         \
+  X(cuLaunchCooperativeKernel) X(cuLaunchCooperativeKernel_ptsz)                                \
+  X(cuGraphLaunch) X(cuGraphLaunch_ptsz)                                                        \
+  X(cuMemGetInfo_v2) X(cuMemAlloc_v2) X(cuMemAllocPitch_v2) X(cuMemAllocManaged) X(cuMemFree_v2) \
+  X(cuMemAllocAsync) X(cuMemAllocAsync_ptsz) X(cuMemAllocFromPoolAsync)                         \
+  X(cuMemAllocFromPoolAsync_ptsz) X(cuMemFreeAsync) X(cuMemFreeAsync_ptsz)                      \
+  X(cuMemCreate) X(cuMemRelease)
+
+#define GPUOS_CHECK_TYPE(name)                                                        \
+  static_assert(std::is_same_v<decltype(&::name), decltype(GpuosDriverTable::name)>, \
+                #name ": wrapper and real entry point differ in type");
+GPUOS_GOVERNED(GPUOS_CHECK_TYPE)
+#undef GPUOS_CHECK_TYPE
+
+namespace {
+
+struct Governed {
+  const char* name;
+  void* wrapper;
+  void* GpuosDriverTable::*real;  // where the real entry point sits in the table
+};
+
+// Constant-initialised: no global constructor.
+#define GPUOS_ENTRY(name) \
+  Governed{#name, reinterpret_cast<void*>(&::name), reinterpret_cast<void* GpuosDriverTable::*>(&GpuosDriverTable::name)},
+const Governed kGoverned[] = {GPUOS_GOVERNED(GPUOS_ENTRY)};
+#undef GPUOS_ENTRY
+
+void* real_of(const GpuosDriverTable& d, const Governed& g) { return d.*(g.real); }
+
+// The wrapper standing for real entry point `p`, or `p` itself if gpuos does not govern it.
+void* wrapper_for_real(const GpuosDriverTable& d, void* p) {
+  if (p == nullptr) return p;
+  for (const Governed& g : kGoverned) {
+    if (real_of(d, g) == p) return g.wrapper;
+  }
+  return p;
+}
+
+}  // namespace
+
+extern "C" {
+
+CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags,
+                             CUdriverProcAddressQueryResult* status) {
+  const GpuosDriverTable* d = gi::real_driver();
+  if (d == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+  CUresult r = d->cuGetProcAddress_v2(symbol, pfn, cudaVersion, flags, status);
+  if (r == CUDA_SUCCESS && pfn != nullptr) *pfn = wrapper_for_real(*d, *pfn);
+  return r;
+}
+
+CUresult cuGetProcAddress(const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags) {
+  const GpuosDriverTable* d = gi::real_driver();
+  if (d == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+  CUresult r = d->cuGetProcAddress
+                   ? d->cuGetProcAddress(symbol, pfn, cudaVersion, flags)
+                   : d->cuGetProcAddress_v2(symbol, pfn, cudaVersion, flags, nullptr);
+  if (r == CUDA_SUCCESS && pfn != nullptr) *pfn = wrapper_for_real(*d, *pfn);
+  return r;
+}
+
+// Interposes dlsym itself: a program that dlopen's libcuda and looks up a governed entry point
+// gets the wrapper. Only symbols that resolve to the very entry point the driver table holds are
+// swapped, so a same-named symbol of another library is left alone.
+void* dlsym(void* handle, const char* name) {
+  void* p = gi::real_dlsym()(handle, name);
+  if (p == nullptr || name[0] != 'c' || name[1] != 'u') return p;
+  for (const Governed& g : kGoverned) {
+    if (std::strcmp(g.name, name) != 0) continue;
+    if (p == g.wrapper) return p;  // already ours (lookup through the global scope)
+    const GpuosDriverTable* d = gi::real_driver();
+    return d != nullptr && real_of(*d, g) == p ? g.wrapper : p;
+  }
+  return p;
+}
+
+}  // extern "C"

@@ -1,0 +1,297 @@
+#include "interpose/runtime.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <linux/futex.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <mutex>
+#include <new>
+
+#include "common/ipc.h"
+
+namespace gpuos::interpose {
+
+std::atomic<gpuos_control_block*> g_control{nullptr};
+std::atomic<int> g_active_captures{0};
+
+namespace {
+
+// All of these are constant-initialised: no global constructor runs at load time.
+std::atomic<int> g_log_level{-1};
+std::mutex g_init_mu;  // guards driver loading and registration (slow paths only)
+GpuosDriverTable g_driver;
+std::atomic<bool> g_driver_loaded{false};
+bool g_driver_failed = false;
+std::atomic<DlsymFn> g_real_dlsym{nullptr};
+std::atomic<bool> g_refused{false};
+int g_socket = -1;                   // connection to gpuosd; kept open for the tenant's life
+gpuos_control_block g_local_block;   // used when running without a daemon (gate always open)
+bool g_atfork_installed = false;
+
+int log_level() {
+  int lvl = g_log_level.load(std::memory_order_relaxed);
+  if (lvl >= 0) return lvl;
+  lvl = static_cast<int>(LogLevel::kWarn);
+  if (const char* s = std::getenv("GPUOS_LOG_LEVEL")) {
+    if (!std::strcmp(s, "error")) lvl = 0;
+    else if (!std::strcmp(s, "warn")) lvl = 1;
+    else if (!std::strcmp(s, "info")) lvl = 2;
+    else if (!std::strcmp(s, "debug")) lvl = 3;
+  }
+  g_log_level.store(lvl, std::memory_order_relaxed);
+  return lvl;
+}
+
+// Parses a decimal integer in [lo, hi]; returns fallback (and warns) on anything else.
+long env_long(const char* name, long fallback, long lo, long hi) {
+  const char* s = std::getenv(name);
+  if (s == nullptr || *s == '\0') return fallback;
+  char* end = nullptr;
+  errno = 0;
+  long v = std::strtol(s, &end, 10);
+  if (errno != 0 || end == s || *end != '\0' || v < lo || v > hi) {
+    log(LogLevel::kWarn, "ignoring %s=%s (want an integer in %ld..%ld)", name, s, lo, hi);
+    return fallback;
+  }
+  return v;
+}
+
+void init_local_block() {
+  std::memset(&g_local_block, 0, sizeof(g_local_block));
+  g_local_block.magic = GPUOS_ABI_MAGIC;
+  g_local_block.abi_version = GPUOS_ABI_VERSION;
+  g_local_block.size = sizeof(g_local_block);
+  g_local_block.gate = GPUOS_GATE_OPEN;
+}
+
+// After fork() the child shares the parent's mapping and socket: it must not report into the
+// parent's block. It starts unregistered and registers on its own first governed call.
+void after_fork_in_child() {
+  gpuos_control_block* cb = g_control.load(std::memory_order_relaxed);
+  if (cb != nullptr && cb != &g_local_block) munmap(cb, sizeof(*cb));
+  if (g_socket >= 0) close(g_socket);
+  g_socket = -1;
+  g_control.store(nullptr, std::memory_order_relaxed);
+  g_active_captures.store(0, std::memory_order_relaxed);
+  new (&g_init_mu) std::mutex();  // the parent may have held it at fork time
+}
+
+uint32_t tenant_class_from_env() {
+  const char* s = std::getenv("GPUOS_TENANT_CLASS");
+  if (s == nullptr || *s == '\0' || !std::strcmp(s, "best-effort")) return GPUOS_CLASS_BEST_EFFORT;
+  if (!std::strcmp(s, "guaranteed")) return GPUOS_CLASS_GUARANTEED;
+  log(LogLevel::kWarn, "unknown GPUOS_TENANT_CLASS=%s; using best-effort", s);
+  return GPUOS_CLASS_BEST_EFFORT;
+}
+
+void default_name(char* buf, std::size_t len) {
+  if (const char* n = std::getenv("GPUOS_TENANT_NAME"); n != nullptr && *n != '\0') {
+    copy_name(buf, len, n);
+    return;
+  }
+  char exe[256] = {};
+  ssize_t k = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  const char* base = "tenant";
+  if (k > 0) {
+    exe[k] = '\0';
+    const char* slash = std::strrchr(exe, '/');
+    base = slash ? slash + 1 : exe;
+  }
+  copy_name(buf, len, base);
+}
+
+// Talks to gpuosd. Returns the mapped control block, or null with a reason in why.
+gpuos_control_block* register_with_daemon(char* why, std::size_t why_len) {
+  char path[108];
+  if (!socket_path(path, sizeof(path))) {
+    std::snprintf(why, why_len, "control socket path too long");
+    return nullptr;
+  }
+  int sock = connect_control_socket(path);
+  if (sock < 0) {
+    std::snprintf(why, why_len, "no gpuosd at %s (%s)", path, std::strerror(-sock));
+    return nullptr;
+  }
+  gpuos_msg_register req{};
+  init_header(&req.hdr, GPUOS_MSG_REGISTER, sizeof(req), 1);
+  req.pid = getpid();
+  req.tenant_class = tenant_class_from_env();
+  req.priority = static_cast<int32_t>(env_long("GPUOS_TENANT_PRIORITY", 0, -1000, 1000));
+  req.weight = static_cast<uint32_t>(env_long("GPUOS_TENANT_WEIGHT", 100, 1, 10000));
+  default_name(req.name, sizeof(req.name));
+  int rc = send_message(sock, &req, sizeof(req));
+  if (rc != 0) {
+    std::snprintf(why, why_len, "sending REGISTER to %s: %s", path, std::strerror(-rc));
+    close(sock);
+    return nullptr;
+  }
+  alignas(8) char buf[GPUOS_MSG_MAX_SIZE + 1];
+  int fd = -1;
+  long n = receive_message(sock, buf, sizeof(buf), &fd, 5000);
+  if (n <= 0) {
+    std::snprintf(why, why_len, "no REGISTER reply from %s: %s", path,
+                  n == 0 ? "connection closed" : std::strerror(static_cast<int>(-n)));
+    close(sock);
+    return nullptr;
+  }
+  char reason[GPUOS_TEXT_MAX];
+  gpuos_msg_register_reply rep{};
+  if (validate_message(buf, static_cast<std::size_t>(n), reason, sizeof(reason)) != GPUOS_OK ||
+      reinterpret_cast<gpuos_msg_header*>(buf)->type != GPUOS_MSG_REGISTER_REPLY) {
+    // The daemon may have answered with a generic REPLY carrying its reason.
+    if (validate_message(buf, static_cast<std::size_t>(n), reason, sizeof(reason)) == GPUOS_OK &&
+        reinterpret_cast<gpuos_msg_header*>(buf)->type == GPUOS_MSG_REPLY) {
+      gpuos_msg_reply r;
+      std::memcpy(&r, buf, sizeof(r));
+      r.text[sizeof(r.text) - 1] = '\0';
+      std::snprintf(why, why_len, "gpuosd refused registration: %s", r.text);
+    } else {
+      std::snprintf(why, why_len, "bad REGISTER reply: %s", reason);
+    }
+    if (fd >= 0) close(fd);
+    close(sock);
+    return nullptr;
+  }
+  std::memcpy(&rep, buf, sizeof(rep));
+  rep.text[sizeof(rep.text) - 1] = '\0';
+  if (rep.status != GPUOS_OK || fd < 0 || rep.control_block_size != sizeof(gpuos_control_block)) {
+    std::snprintf(why, why_len, "gpuosd refused registration (status %d): %s", rep.status,
+                  rep.status != GPUOS_OK ? rep.text : "no control block passed");
+    if (fd >= 0) close(fd);
+    close(sock);
+    return nullptr;
+  }
+  void* p = mmap(nullptr, sizeof(gpuos_control_block), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (p == MAP_FAILED) {
+    std::snprintf(why, why_len, "mapping control block: %s", std::strerror(errno));
+    close(sock);
+    return nullptr;
+  }
+  auto* cb = static_cast<gpuos_control_block*>(p);
+  if (cb->magic != GPUOS_ABI_MAGIC || cb->abi_version != GPUOS_ABI_VERSION ||
+      cb->size != sizeof(gpuos_control_block)) {
+    std::snprintf(why, why_len, "control block has ABI %u/size %u, this library speaks %u/%zu",
+                  cb->abi_version, cb->size, GPUOS_ABI_VERSION, sizeof(gpuos_control_block));
+    munmap(p, sizeof(gpuos_control_block));
+    close(sock);
+    return nullptr;
+  }
+  g_socket = sock;
+  log(LogLevel::kInfo, "registered with gpuosd as tenant %u (%s)", rep.tenant_id, req.name);
+  return cb;
+}
+
+bool daemon_connection_lost() {
+  if (g_socket < 0) return true;
+  pollfd p{g_socket, POLLIN, 0};
+  if (poll(&p, 1, 0) <= 0) return false;
+  return (p.revents & (POLLHUP | POLLERR)) != 0;
+}
+
+}  // namespace
+
+void log(LogLevel level, const char* fmt, ...) {
+  if (static_cast<int>(level) > log_level()) return;
+  char line[512];
+  int n = std::snprintf(line, sizeof(line), "gpuos[%d]: ", static_cast<int>(getpid()));
+  va_list ap;
+  va_start(ap, fmt);
+  std::vsnprintf(line + n, sizeof(line) - n - 1, fmt, ap);
+  va_end(ap);
+  std::size_t len = std::strlen(line);
+  line[len++] = '\n';
+  ssize_t ignored = write(STDERR_FILENO, line, len);
+  (void)ignored;
+}
+
+DlsymFn real_dlsym() {
+  DlsymFn fn = g_real_dlsym.load(std::memory_order_acquire);
+  if (fn != nullptr) return fn;
+  // dlsym moved into libc proper in glibc 2.34; older ones only have the 2.2.5 version.
+  void* p = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
+  if (p == nullptr) p = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
+  fn = p != nullptr ? reinterpret_cast<DlsymFn>(p) : &::dlsym;
+  g_real_dlsym.store(fn, std::memory_order_release);
+  return fn;
+}
+
+const GpuosDriverTable* real_driver() {
+  if (g_driver_loaded.load(std::memory_order_acquire)) return &g_driver;
+  std::lock_guard<std::mutex> lock(g_init_mu);
+  if (g_driver_loaded.load(std::memory_order_relaxed)) return &g_driver;
+  if (g_driver_failed) return nullptr;
+  char err[256];
+  if (!load_driver(&g_driver, nullptr, real_dlsym(), err, sizeof(err))) {
+    g_driver_failed = true;
+    log(LogLevel::kError, "%s", err);
+    return nullptr;
+  }
+  g_driver_loaded.store(true, std::memory_order_release);
+  return &g_driver;
+}
+
+gpuos_control_block* ensure_registered() {
+  gpuos_control_block* cb = g_control.load(std::memory_order_acquire);
+  if (cb != nullptr) return cb;
+  if (g_refused.load(std::memory_order_relaxed)) return nullptr;
+  std::lock_guard<std::mutex> lock(g_init_mu);
+  cb = g_control.load(std::memory_order_relaxed);
+  if (cb != nullptr) return cb;
+  if (!g_atfork_installed) {
+    pthread_atfork(nullptr, nullptr, &after_fork_in_child);
+    g_atfork_installed = true;
+  }
+  char why[256];
+  cb = register_with_daemon(why, sizeof(why));
+  if (cb == nullptr) {
+    const char* mode = std::getenv("GPUOS_ON_NO_DAEMON");
+    if (mode != nullptr && !std::strcmp(mode, "refuse")) {
+      log(LogLevel::kError, "%s; refusing CUDA (GPUOS_ON_NO_DAEMON=refuse)", why);
+      g_refused.store(true, std::memory_order_relaxed);
+      return nullptr;
+    }
+    log(LogLevel::kWarn, "%s; running ungoverned (pass-through)", why);
+    init_local_block();
+    cb = &g_local_block;
+  }
+  g_control.store(cb, std::memory_order_release);
+  return cb;
+}
+
+bool refused() { return g_refused.load(std::memory_order_relaxed); }
+
+void wait_at_gate(gpuos_control_block* cb) {
+  std::atomic_ref<uint32_t> gate(cb->gate);
+  std::atomic_ref<uint32_t> alive(cb->daemon_alive);
+  timespec t0;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  std::atomic_ref<uint64_t>(cb->gate_waits).fetch_add(1, std::memory_order_relaxed);
+  while (gate.load(std::memory_order_acquire) != GPUOS_GATE_OPEN) {
+    if (alive.load(std::memory_order_relaxed) == 0 || daemon_connection_lost()) {
+      log(LogLevel::kWarn, "gpuosd is gone while this tenant's gate is closed; continuing");
+      gate.store(GPUOS_GATE_OPEN, std::memory_order_release);
+      break;
+    }
+    // Shared (not private) futex: the daemon wakes it from its own mapping of the same memfd.
+    timespec timeout{0, 50 * 1000 * 1000};
+    syscall(SYS_futex, &cb->gate, FUTEX_WAIT, GPUOS_GATE_CLOSED, &timeout, nullptr, 0);
+  }
+  timespec t1;
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  uint64_t ns = static_cast<uint64_t>(t1.tv_sec - t0.tv_sec) * 1000000000ull +
+                static_cast<uint64_t>(t1.tv_nsec - t0.tv_nsec);
+  std::atomic_ref<uint64_t>(cb->gate_wait_ns).fetch_add(ns, std::memory_order_relaxed);
+}
+
+}  // namespace gpuos::interpose

@@ -1,0 +1,47 @@
+// Process-wide state of libgpuos.so inside a tenant: the real driver table, the tenant's
+// registration with gpuosd and its control block. Everything here is set up lazily on the first
+// governed driver call; nothing runs in a global constructor.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+#include "gpuos/abi.h"
+#include "gpuos/driver_api.h"
+
+namespace gpuos::interpose {
+
+enum class LogLevel : int { kError = 0, kWarn = 1, kInfo = 2, kDebug = 3 };
+
+// printf-style line to stderr prefixed "gpuos[pid]: ", if `level` is enabled by GPUOS_LOG_LEVEL.
+void log(LogLevel level, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+
+// The real driver, resolved once (thread-safe). Returns nullptr if no libcuda could be loaded;
+// the reason has then been logged once.
+const GpuosDriverTable* real_driver();
+
+// The dlsym of the C library (not ours). Never null after the first call.
+DlsymFn real_dlsym();
+
+// The control block this process reports into and obeys. Before registration it is null; after
+// registration (or a decision to pass through) it is never null: when gpuosd is absent it points
+// to a process-local block whose gate is always open.
+extern std::atomic<gpuos_control_block*> g_control;
+
+// Registers with gpuosd if not done yet (thread-safe, idempotent) and returns the control block.
+// Returns null only when the tenant must be refused (GPUOS_ON_NO_DAEMON=refuse and no daemon).
+gpuos_control_block* ensure_registered();
+
+// True when this process was refused by configuration; governed calls then fail with
+// CUDA_ERROR_NOT_PERMITTED.
+bool refused();
+
+// Blocks while the gate is closed (slow path of the launch gate). Gives up waiting, and says so,
+// when the daemon disappears: a tenant keeps running on its last grant rather than hang.
+void wait_at_gate(gpuos_control_block* cb);
+
+// Count of stream captures begun and not yet ended in this process: a cheap hint that lets the
+// launch path skip cuStreamIsCapturing when nothing is being captured.
+extern std::atomic<int> g_active_captures;
+
+}  // namespace gpuos::interpose

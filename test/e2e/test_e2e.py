@@ -1,0 +1,207 @@
+#!/usr/bin/env python3
+"""End-to-end tests: the real gpuosd, gpuos CLI and libgpuos.so on the driver test double.
+
+Each test starts its own daemon on a private socket and a private simulated GPU, runs tenant
+processes under `gpuos run`, and checks what the daemon counted against what the tenants issued.
+Usage: test_e2e.py BUILD_DIR [test-name ...]
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+BUILD = None
+
+
+def bin_path(name):
+    return os.path.join(BUILD, "bin", name)
+
+
+class Daemon:
+    """A gpuosd on a private socket and simulated GPU; stopped on exit."""
+
+    def __init__(self):
+        self.dir = tempfile.mkdtemp(prefix="gpuos-e2e-")
+        self.socket = os.path.join(self.dir, "gpuosd.sock")
+        self.env = dict(os.environ)
+        double_dir = os.path.join(BUILD, "lib", "driver_double")
+        self.env.update({
+            "GPUOS_SOCKET": self.socket,
+            "GPUOS_DRIVER_LIBRARY": os.path.join(double_dir, "libcuda.so.1"),
+            "LD_LIBRARY_PATH": double_dir,
+            "GPUOS_SIM_SHM": "/gpuos-e2e-%d-%d" % (os.getpid(), id(self) % 100000),
+            "GPUOS_LOG_LEVEL": "info",
+        })
+        self.log = open(os.path.join(self.dir, "gpuosd.log"), "w+")
+        self.proc = subprocess.Popen([bin_path("gpuosd"), "--socket", self.socket],
+                                     env=self.env, stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            if self.ps(check=False) is not None:
+                return
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        self.stop()
+        raise RuntimeError("gpuosd did not come up:\n" + self.log_text())
+
+    def log_text(self):
+        self.log.flush()
+        self.log.seek(0)
+        return self.log.read()
+
+    def ps(self, all_tenants=True, check=True):
+        cmd = [bin_path("gpuos"), "ps", "--json", "--socket", self.socket]
+        if all_tenants:
+            cmd.append("--all")
+        r = subprocess.run(cmd, env=self.env, capture_output=True, text=True, timeout=10)
+        if r.returncode != 0:
+            if check:
+                raise AssertionError("gpuos ps failed: " + r.stderr)
+            return None
+        return json.loads(r.stdout)
+
+    def tenant(self, pid):
+        for t in self.ps()["tenants"]:
+            if t["pid"] == pid:
+                return t
+        return None
+
+    def run_cmd(self, args, **kw):
+        return [bin_path("gpuos"), "run", "--socket", self.socket] + args
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def wait_for(pred, timeout=10.0, what="condition"):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.05)
+    raise AssertionError("timed out waiting for " + what)
+
+
+class E2E(unittest.TestCase):
+    def setUp(self):
+        self.d = Daemon()
+
+    def tearDown(self):
+        log = self.d.log_text() if not self.d.log.closed else ""
+        self.d.stop()
+        if hasattr(self, "_outcome") and log and os.environ.get("GPUOS_E2E_VERBOSE"):
+            print(log)
+
+    def run_probe(self, name, klass, *extra, env_extra=None):
+        env = dict(self.d.env)
+        env.update(env_extra or {})
+        r = subprocess.run(self.d.run_cmd(["--name", name, "--class", klass, "--",
+                                           bin_path("gpuos-interpose-probe")] + list(extra)),
+                           env=env, capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, "probe failed: " + r.stderr)
+        return json.loads(r.stdout.strip().splitlines()[-1]), r
+
+    def assert_counted(self, issued, name, klass):
+        t = wait_for(lambda: (lambda x: x if x and x["state"] == "exited" else None)(self.d.tenant(issued["pid"])),
+                     what="tenant %d to be seen exited" % issued["pid"])
+        self.assertEqual(t["name"], name)
+        self.assertEqual(t["class"], klass)
+        for key in ("launches", "graph_launches", "captured_launches", "alloc_calls", "alloc_failures"):
+            self.assertEqual(t[key], issued[key], key)
+        self.assertEqual(t["mem_used_bytes"], issued["mem_held_bytes"])
+        self.assertGreaterEqual(t["mem_peak_bytes"], issued["mem_held_bytes"])
+        return t
+
+    def test_every_entry_path_is_counted(self):
+        issued, _ = self.run_probe("probe", "guaranteed", "--launches", "7", "--graph-replays", "4")
+        self.assertEqual(issued["failures"], 0)
+        self.assertEqual(issued["launches"], 28)  # 7 each through 4 paths
+        self.assert_counted(issued, "probe", "guaranteed")
+
+    def test_concurrent_tenants_are_counted_apart(self):
+        procs = []
+        for i in range(4):
+            procs.append(subprocess.Popen(
+                self.d.run_cmd(["--name", "t%d" % i, "--class", "best-effort", "--",
+                                bin_path("gpuos-interpose-probe"), "--launches", str(5 + i),
+                                "--hold-ms", "700"]),
+                env=self.d.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        wait_for(lambda: len([t for t in self.d.ps(all_tenants=False)["tenants"]
+                              if t["state"] != "exited"]) == 4, what="4 live tenants")
+        for i, p in enumerate(procs):
+            out, err = p.communicate(timeout=60)
+            self.assertEqual(p.returncode, 0, err)
+            issued = json.loads(out.strip().splitlines()[-1])
+            self.assert_counted(issued, "t%d" % i, "best-effort")
+
+    def test_closed_gate_holds_launches_until_opened(self):
+        flag = os.path.join(self.d.dir, "go")
+        p = subprocess.Popen(self.d.run_cmd(["--name", "gated", "--", bin_path("gpuos-interpose-probe"),
+                                             "--launches", "3", "--wait-file", flag]),
+                             env=self.d.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        t = wait_for(lambda: self.d.tenant(p.pid), what="registration")
+        gate = [bin_path("gpuos"), "gate", str(t["id"]), "close", "--socket", self.d.socket]
+        subprocess.run(gate, env=self.d.env, check=True, capture_output=True)
+        open(flag, "w").close()
+        time.sleep(0.5)
+        t = self.d.tenant(p.pid)
+        self.assertIsNone(p.poll(), "tenant finished although its gate was closed")
+        self.assertEqual(t["state"], "gated")
+        self.assertEqual(t["launches"], 0)
+        gate[-3] = "open"
+        subprocess.run(gate, env=self.d.env, check=True, capture_output=True)
+        out, err = p.communicate(timeout=30)
+        self.assertEqual(p.returncode, 0, err)
+        t = self.assert_counted(json.loads(out.strip().splitlines()[-1]), "gated", "best-effort")
+        self.assertGreaterEqual(t["gate_waits"], 1)
+        self.assertGreaterEqual(t["gate_wait_ns"], 400_000_000)
+
+    def test_without_daemon_passthrough_warns_once_and_refuse_refuses(self):
+        env = dict(self.d.env)
+        env["GPUOS_SOCKET"] = os.path.join(self.d.dir, "nobody-here.sock")
+        env["LD_PRELOAD"] = os.path.join(BUILD, "lib", "libgpuos.so")
+        r = subprocess.run([bin_path("gpuos-interpose-probe")], env=env, capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stderr.count("pass-through"), 1, r.stderr)
+        env["GPUOS_ON_NO_DAEMON"] = "refuse"
+        r = subprocess.run([bin_path("gpuos-interpose-probe")], env=env, capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("CUDA_ERROR_NOT_PERMITTED", r.stderr)
+        self.assertIn("refusing", r.stderr)
+
+    def test_killed_tenant_is_reclaimed(self):
+        flag = os.path.join(self.d.dir, "never")
+        p = subprocess.Popen(self.d.run_cmd(["--name", "victim", "--", bin_path("gpuos-interpose-probe"),
+                                             "--wait-file", flag]),
+                             env=self.d.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        wait_for(lambda: self.d.tenant(p.pid), what="registration")
+        t0 = time.time()
+        p.kill()
+        p.wait()
+        wait_for(lambda: (self.d.tenant(p.pid) or {}).get("state") == "exited", timeout=1.0,
+                 what="the daemon to notice the kill within 1 s")
+        self.assertLess(time.time() - t0, 1.0)
+
+
+def main():
+    global BUILD
+    BUILD = os.path.abspath(sys.argv[1])
+    unittest.main(argv=[sys.argv[0]] + sys.argv[2:], verbosity=2)
+
+
+if __name__ == "__main__":
+    main()
