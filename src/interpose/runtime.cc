@@ -192,6 +192,22 @@ gpuos_control_block* register_with_daemon(char* why, std::size_t why_len) {
   return cb;
 }
 
+// GPUOS_REPORT_AT_EXIT=1: one line of this process's counters on stderr when it exits, handy
+// when running without a daemon.
+void report_at_exit() {
+  gpuos_control_block* cb = g_control.load(std::memory_order_acquire);
+  if (cb == nullptr) return;
+  auto get = [](uint64_t& v) { return static_cast<unsigned long long>(std::atomic_ref<uint64_t>(v).load()); };
+  log(LogLevel::kError,
+      "exit report: launches=%llu graph_launches=%llu captured_launches=%llu gate_waits=%llu "
+      "alloc_calls=%llu alloc_failures=%llu mem_used_bytes=%llu mem_peak_bytes=%llu "
+      "untracked_frees=%llu contexts=%llu streams=%llu",
+      get(cb->launches), get(cb->graph_launches), get(cb->captured_launches), get(cb->gate_waits),
+      get(cb->alloc_calls), get(cb->alloc_failures), get(cb->mem_used_bytes),
+      get(cb->mem_peak_bytes), get(cb->untracked_frees), get(cb->contexts_created),
+      get(cb->streams_created));
+}
+
 bool daemon_connection_lost() {
   if (g_socket < 0) return true;
   pollfd p{g_socket, POLLIN, 0};
@@ -266,6 +282,9 @@ gpuos_control_block* ensure_registered() {
     cb = &g_local_block;
   }
   g_control.store(cb, std::memory_order_release);
+  if (const char* r = std::getenv("GPUOS_REPORT_AT_EXIT"); r != nullptr && !std::strcmp(r, "1")) {
+    std::atexit(&report_at_exit);
+  }
   return cb;
 }
 
