@@ -70,6 +70,7 @@ def write_json_atomic(path: str, obj) -> None:
         with os.fdopen(fd, "w") as f:
             json.dump(obj, f, indent=1, sort_keys=False)
             f.write("\n")
+        os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -190,3 +191,52 @@ def fmt(v) -> str:
     if a >= 1:
         return f"{v:.2f}"
     return f"{v:.3f}"
+
+
+class Progress:
+    """Progress log of a best-effort tenant: (wall time, cumulative count) after every step.
+
+    Written atomically to json_path every `every_s` seconds and on finish(), so the runner can
+    compute the rate over any window (rate_over) even if the tenant is killed. ready_file is
+    created once `warm_steps` steps are done (the co-runner's measured window may start then)."""
+
+    def __init__(self, json_path: str, unit: str, per_step: float, ready_file: str = "",
+                 warm_steps: int = 3, every_s: float = 1.0, meta: Optional[dict] = None) -> None:
+        self.json_path = json_path
+        self.ready_file = ready_file
+        self.warm_steps = warm_steps
+        self.every_s = every_s
+        self.steps = 0
+        self.count = 0.0
+        self.per_step = per_step
+        self.ready_t = None
+        self.samples = []
+        self.doc = {"role": "be", "ok": True, "unit": unit, "pid": os.getpid()}
+        self.doc.update(meta or {})
+        self._last_write = 0.0
+        self.samples.append([time.time(), 0.0])
+
+    def tick(self, n: int = 1) -> None:
+        """Record n completed steps (call after the GPU work is known to be finished)."""
+        now = time.time()
+        self.steps += n
+        self.count += n * self.per_step
+        self.samples.append([now, self.count])
+        if self.ready_t is None and self.steps >= self.warm_steps:
+            self.ready_t = now
+            if self.ready_file:
+                touch(self.ready_file)
+        if now - self._last_write >= self.every_s:
+            self.write()
+
+    def rate_since_ready(self) -> Optional[float]:
+        if self.ready_t is None or len(self.samples) < 2:
+            return None
+        return rate_over(self.samples, self.ready_t, self.samples[-1][0])
+
+    def write(self, **extra) -> None:
+        self._last_write = time.time()
+        self.doc.update(extra)
+        self.doc.update({"steps": self.steps, "count": self.count, "ready_t": self.ready_t,
+                         "rate_since_ready": self.rate_since_ready(), "samples": self.samples})
+        write_json_atomic(self.json_path, self.doc)

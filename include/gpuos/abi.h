@@ -149,7 +149,7 @@ typedef struct gpuos_msg_gpu_info {
   uint64_t total_mem_bytes;
   uint64_t used_mem_bytes; /* by gpuos tenants */
   char name[96];
-  char uuid[40];
+  char uuid[40]; /* bare 36-character form; "GPU-" is added for display */
 } gpuos_msg_gpu_info;
 
 typedef enum gpuos_tenant_state {

@@ -357,7 +357,11 @@ Outcome Core::on_list(Connection& conn, const gpuos_msg_list& m) {
     }
     gi.used_mem_bytes = used;
     copy_name(gi.name, sizeof(gi.name), g.name.c_str());
-    copy_name(gi.uuid, sizeof(gi.uuid), g.uuid.c_str());
+    // gpuos_msg_gpu_info::uuid (40 bytes) cannot hold "GPU-" + 36 + NUL: it carries the bare 36-char
+    // UUID and clients print the "GPU-" prefix.
+    const char* uuid = g.uuid.c_str();
+    if (g.uuid.rfind("GPU-", 0) == 0) uuid += 4;
+    copy_name(gi.uuid, sizeof(gi.uuid), uuid);
     o.replies.push_back(encode(gi));
   }
   uint32_t count = 0;

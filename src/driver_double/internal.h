@@ -23,6 +23,14 @@
 
 #define DD_API extern "C" CUresult CUDAAPI
 
+// Defines NAME and NAME##SFX (_ptsz / _ptds) over one implementation, impl_NAME, that takes the
+// same arguments plus a trailing `bool per_thread` (stream 0 means the per-thread stream).
+#define DD_VARIANT_PAIR(NAME, SFX, PARAMS, ...)                                              \
+  DD_API NAME PARAMS { return dd::guard([&] { return impl_##NAME(__VA_ARGS__, false); }); } \
+  DD_API NAME##SFX PARAMS { return dd::guard([&] { return impl_##NAME(__VA_ARGS__, true); }); }
+#define DD_PTSZ_PAIR(NAME, PARAMS, ...) DD_VARIANT_PAIR(NAME, _ptsz, PARAMS, __VA_ARGS__)
+#define DD_PTDS_PAIR(NAME, PARAMS, ...) DD_VARIANT_PAIR(NAME, _ptds, PARAMS, __VA_ARGS__)
+
 namespace dd {
 
 constexpr int kMaxDevices = 16;

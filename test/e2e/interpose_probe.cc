@@ -115,7 +115,7 @@ int main(int argc, char** argv) {
   EXPECT(gpa == dlsym(RTLD_DEFAULT, "cuGetProcAddress_v2"), "cuGetProcAddress(\"cuGetProcAddress\") is governed");
   // v1 entry point with an old cudaVersion gets v1 of itself.
   void* gpa1 = nullptr;
-  CHECK_CU(cuGetProcAddress("cuGetProcAddress", &gpa1, 11000, 0));
+  CHECK_CU(cuGetProcAddress("cuGetProcAddress", &gpa1, 11080, 0));
   EXPECT(gpa1 == dlsym(RTLD_DEFAULT, "cuGetProcAddress"), "v1 lookup of itself gives governed v1");
   // A function gpuos does not govern passes through untouched.
   void* sync_fn = nullptr;

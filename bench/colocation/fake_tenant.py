@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""Stand-in for hp_server.py / be_train.py / be_infer.py with the same flags and JSON, no torch, no GPU.
+
+  run_matrix.py --fake ...   runs the whole matrix with these, to test the orchestration (process
+  groups, ready/start files, windows, SIGTERM handling, the report) on a machine without a GPU.
+Latencies are made up (a lognormal); a co-runner (any other fake tenant alive) inflates them.
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import random
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+
+
+def hp(argv) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rate", type=float, default=0.0)
+    ap.add_argument("--calibrate-load", type=float, default=0.0)
+    ap.add_argument("--calibrate-s", type=float, default=1.0)
+    ap.add_argument("--duration", type=float, default=2.0)
+    ap.add_argument("--start-file", default="")
+    ap.add_argument("--json", required=True)
+    a, _ = ap.parse_known_args(argv)
+    stop = common.StopFlag()
+    clock = common.WallClock()
+    out = {"role": "hp", "ok": False, "torch": "fake", "fake": True,
+           "config": {"model": {"params": 1e9, "layers": 19, "hidden": 2048}, "prompt": 128,
+                      "out_tokens": 32, "max_batch": 32, "cuda_graphs": True}}
+    time.sleep(0.3)   # "load + capture"
+    rate = a.rate
+    if a.calibrate_load:
+        time.sleep(min(a.calibrate_s, 1.0))
+        out["capacity_rps"] = 800.0
+        out["calibration"] = {"capacity_rps": 800.0, "busy_fraction_at_saturation": 0.9}
+        rate = a.calibrate_load * 800.0
+    out["rate_rps"] = rate
+    if a.start_file and not common.wait_for_file(a.start_file, 60):
+        out["error"] = "start file never appeared"
+        common.write_json_atomic(a.json, out)
+        return 1
+    co = "MPS" in os.environ.get("CUDA_MPS_PIPE_DIRECTORY", "") or bool(a.start_file)
+    t0 = time.perf_counter()
+    end = t0 + a.duration
+    while time.perf_counter() < end and not stop.stop:
+        time.sleep(0.05)
+    t1 = time.perf_counter()
+    rng = random.Random(1)
+    n = int(rate * (t1 - t0))
+    scale = 3.0 if co else 1.0
+    e2e = [rng.lognormvariate(3.3, 0.25 * scale) * (1.5 if co else 1.0) for _ in range(n)]
+    out.update({"window": {"t0": clock.wall(t0), "t1": clock.wall(t1), "seconds": t1 - t0},
+                "requests": n, "unfinished": 0, "aborted": stop.stop, "achieved_rps": n / (t1 - t0),
+                "offered": n, "offered_rps": rate,
+                "e2e_ms": common.stats(e2e), "ttft_ms": common.stats([x * 0.05 for x in e2e]),
+                "tpot_ms": common.stats([x / 33 for x in e2e]), "e2e_cdf_ms": common.cdf_points(e2e),
+                "busy_fraction": 0.62, "ok": True})
+    common.write_json_atomic(a.json, out)
+    return 0
+
+
+def be(argv) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--json", required=True)
+    ap.add_argument("--ready-file", default="")
+    ap.add_argument("--warmup-steps", type=int, default=3)
+    a, _ = ap.parse_known_args(argv)
+    stop = common.StopFlag()
+    slow = 2.0 if os.environ.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE") == "50" else 1.0
+    prog = common.Progress(a.json, unit="steps/s", per_step=1.0, ready_file=a.ready_file,
+                           warm_steps=a.warmup_steps, meta={"kind": "train", "torch": "fake",
+                                                            "config": {"params_m": 350, "fake": True}})
+    time.sleep(0.3)
+    while not stop.stop:
+        time.sleep(0.1 * slow)
+        prog.tick()
+    prog.write()
+    return 0
+
+
+if __name__ == "__main__":
+    role = sys.argv[1] if len(sys.argv) > 1 else ""
+    if role == "hp":
+        sys.exit(hp(sys.argv[2:]))
+    if role == "be":
+        sys.exit(be(sys.argv[2:]))
+    print("usage: fake_tenant.py hp|be [hp_server/be_train flags]", file=sys.stderr)
+    sys.exit(2)

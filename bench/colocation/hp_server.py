@@ -1,0 +1,338 @@
+#!/usr/bin/env python3
+"""Latency-critical (HP) inference server for the co-location suite.
+
+A Llama-shaped decoder with random bf16 weights (llama.py) serving open-loop Poisson arrivals with
+continuous batching: every scheduler iteration first prefills newly arrived requests (batched, up
+to --max-prefill at once) and then runs one decode step for all active requests. Prefill and decode
+steps are CUDA graphs captured per batch-size bucket over static buffers and a preallocated KV
+cache, so the host only replays graphs and the GPU does the work (GPU-bound, like production
+servers, not host-bound like eager batch-1 generation).
+
+Latency is measured from each request's *scheduled* arrival time, so queueing counts:
+  TTFT  = first token (end of its prefill step) - arrival
+  TPOT  = (last token - first token) / (T - 1)
+  e2e   = last token - arrival
+GPU busy time = sum over steps of the CUDA-event time of each graph replay; busy_fraction =
+busy / window wall time (meaningful when the server is alone on the GPU).
+
+Modes:
+  --calibrate-load L : first a closed-loop run at saturation (max-batch requests always in flight)
+                       gives the capacity (req/s); then the open-loop run uses rate = L * capacity.
+  --rate R           : open-loop run at R req/s.
+--start-file F makes the server wait (after loading, capture and warm-up) until F exists, so the
+measured window starts only once a co-runner is warm.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import gc
+import os
+import random
+import sys
+import time
+import traceback
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+
+
+class Req:
+    __slots__ = ("arr", "first", "done", "ntok")
+
+    def __init__(self, arr: float) -> None:
+        self.arr = arr
+        self.first = None
+        self.done = None
+        self.ntok = 0
+
+
+def poisson_arrivals(rate: float, t0: float, duration: float, n_max: int, seed: int) -> list:
+    """Arrival times (perf_counter seconds) of a Poisson process starting at t0.
+
+    Stops at n_max arrivals if n_max > 0, else at t0 + duration."""
+    rng = random.Random(seed)
+    out = []
+    t = t0
+    while True:
+        t += rng.expovariate(rate)
+        if n_max > 0:
+            if len(out) >= n_max:
+                break
+        elif t > t0 + duration:
+            break
+        out.append(t)
+    return out
+
+
+class Scheduler:
+    """Continuous-batching scheduler over an Engine (one thread, one stream)."""
+
+    def __init__(self, eng, torch, max_batch: int, out_tokens: int, stop: common.StopFlag) -> None:
+        self.eng = eng
+        self.torch = torch
+        self.max_batch = max_batch
+        self.T = out_tokens
+        self.stop = stop
+        self.cuda = eng.device.type == "cuda"
+        if self.cuda:
+            self.ev0 = torch.cuda.Event(enable_timing=True)
+            self.ev1 = torch.cuda.Event(enable_timing=True)
+
+    def _timed(self, fn, *a):
+        """Run one step, wait for it; returns (bucket, gpu_ms, host time after completion)."""
+        if self.cuda:
+            self.ev0.record()
+            b = fn(*a)
+            self.ev1.record()
+            self.ev1.synchronize()
+            t = time.perf_counter()
+            return b, self.ev0.elapsed_time(self.ev1), t
+        t0 = time.perf_counter()
+        b = fn(*a)
+        t = time.perf_counter()
+        return b, (t - t0) * 1e3, t
+
+    def run(self, arrivals=None, closed_conc: int = 0, closed_until: float = 0.0,
+            hard_deadline: float = float("inf")) -> dict:
+        """Serve until every request is done (or hard_deadline / SIGTERM).
+
+        Open loop: `arrivals` (sorted perf times). Closed loop: closed_conc requests in flight,
+        each completion before closed_until spawns a new one at once."""
+        eng, T = self.eng, self.T
+        arrivals = arrivals or []
+        slots = [None] * eng.slots          # slot -> Req, compacted in 0..n_active-1
+        n_active = 0
+        waiting = collections.deque()
+        done = []
+        nxt = 0
+        busy_ms = 0.0
+        n_dec = n_pre = dec_rows = 0
+        dec_ms = pre_ms = 0.0
+        if closed_conc:
+            now = time.perf_counter()
+            for _ in range(closed_conc):
+                waiting.append(Req(now))
+        aborted = False
+
+        def retire(t: float) -> None:
+            nonlocal n_active
+            for s in range(n_active - 1, -1, -1):
+                r = slots[s]
+                if r.ntok >= T:
+                    r.done = t
+                    done.append(r)
+                    last = n_active - 1
+                    if s != last:
+                        eng.move_slot(last, s)
+                        slots[s] = slots[last]
+                    slots[last] = None
+                    n_active -= 1
+                    if closed_conc and t < closed_until:
+                        waiting.append(Req(t))
+
+        while True:
+            now = time.perf_counter()
+            while nxt < len(arrivals) and arrivals[nxt] <= now:
+                waiting.append(Req(arrivals[nxt]))
+                nxt += 1
+            if not waiting and n_active == 0:
+                if nxt >= len(arrivals):
+                    break
+                common.sleep_until(arrivals[nxt])
+                continue
+            if now > hard_deadline or self.stop.stop:
+                aborted = True
+                break
+            if waiting and n_active < self.max_batch:
+                m = min(len(waiting), self.max_batch - n_active, eng.max_prefill)
+                _, ms, t = self._timed(eng.prefill, n_active, m)
+                busy_ms += ms
+                pre_ms += ms
+                n_pre += 1
+                for _ in range(m):
+                    r = waiting.popleft()
+                    r.first = t
+                    r.ntok = 1
+                    slots[n_active] = r
+                    n_active += 1
+                retire(t)
+            if n_active:
+                _, ms, t = self._timed(eng.decode, n_active)
+                busy_ms += ms
+                dec_ms += ms
+                n_dec += 1
+                dec_rows += n_active
+                for s in range(n_active):
+                    slots[s].ntok += 1
+                retire(t)
+        unfinished = [r for r in slots[:n_active]] + list(waiting)
+        unfinished += [Req(a) for a in arrivals[nxt:]]
+        return {
+            "done": done,
+            "unfinished": unfinished,
+            "aborted": aborted,
+            "busy_ms": busy_ms,
+            "decode_steps": n_dec,
+            "prefill_steps": n_pre,
+            "mean_decode_batch": dec_rows / n_dec if n_dec else None,
+            "mean_decode_step_ms": dec_ms / n_dec if n_dec else None,
+            "mean_prefill_step_ms": pre_ms / n_pre if n_pre else None,
+        }
+
+
+def summarize(res: dict, t_start: float, t_end: float, clock: common.WallClock, T: int) -> dict:
+    done = res["done"]
+    e2e = [(r.done - r.arr) * 1e3 for r in done]
+    ttft = [(r.first - r.arr) * 1e3 for r in done]
+    tpot = [(r.done - r.first) * 1e3 / (T - 1) for r in done] if T > 1 else []
+    # Unfinished requests count in the e2e tail with their latency so far (a lower bound).
+    censored = [(t_end - r.arr) * 1e3 for r in res["unfinished"] if r.arr <= t_end]
+    wall = max(t_end - t_start, 1e-9)
+    return {
+        "window": {"t0": clock.wall(t_start), "t1": clock.wall(t_end), "seconds": wall},
+        "requests": len(done),
+        "unfinished": len(res["unfinished"]),
+        "aborted": res["aborted"],
+        "achieved_rps": len(done) / wall,
+        "e2e_ms": common.stats(e2e + censored),
+        "ttft_ms": common.stats(ttft),
+        "tpot_ms": common.stats(tpot),
+        "e2e_cdf_ms": common.cdf_points(e2e + censored),
+        "gpu_busy_s": res["busy_ms"] / 1e3,
+        "busy_fraction": min(1.0, res["busy_ms"] / 1e3 / wall),
+        "steps": {k: res[k] for k in ("decode_steps", "prefill_steps", "mean_decode_batch",
+                                      "mean_decode_step_ms", "mean_prefill_step_ms")},
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--params-b", type=float, default=1.0, help="model size in billions (1-8; 0 = tiny CPU self-test model)")
+    ap.add_argument("--layers", type=int, default=None, help="override the layer count")
+    ap.add_argument("--prompt", type=int, default=128, help="prompt length P")
+    ap.add_argument("--out-tokens", type=int, default=32, help="output tokens per request T")
+    ap.add_argument("--max-batch", type=int, default=32, help="max concurrent requests (decode batch)")
+    ap.add_argument("--decode-buckets", default="1,2,4,8,16,32")
+    ap.add_argument("--prefill-buckets", default="1,2,4,8")
+    ap.add_argument("--rate", type=float, default=0.0, help="open-loop arrival rate, req/s")
+    ap.add_argument("--calibrate-load", type=float, default=0.0,
+                    help="measure capacity first (closed loop), then serve at this fraction of it")
+    ap.add_argument("--calibrate-s", type=float, default=8.0, help="closed-loop calibration seconds")
+    ap.add_argument("--duration", type=float, default=45.0, help="arrival window, seconds")
+    ap.add_argument("--requests", type=int, default=0, help="number of requests (overrides --duration)")
+    ap.add_argument("--drain-s", type=float, default=10.0, help="max seconds to finish after the last arrival")
+    ap.add_argument("--warmup", type=float, default=2.0, help="seconds of unmeasured traffic first")
+    ap.add_argument("--start-file", default="", help="wait for this file before the measured window")
+    ap.add_argument("--start-timeout", type=float, default=240.0)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--no-graphs", action="store_true", help="eager steps (debugging only)")
+    ap.add_argument("--json", required=True, help="result file")
+    args = ap.parse_args()
+
+    stop = common.StopFlag()
+    clock = common.WallClock()
+    out = {"role": "hp", "ok": False, "argv": sys.argv[1:], "pid": os.getpid()}
+    t_proc = time.perf_counter()
+    try:
+        import torch
+        import llama
+        out["torch"] = torch.__version__
+        dev = torch.device(args.device)
+        if dev.type == "cuda":
+            torch.cuda.init()
+            out["device"] = torch.cuda.get_device_name(0)
+        t_import = time.perf_counter()
+        cfg = llama.config_for_params(args.params_b, args.layers)
+        decode_b = [int(x) for x in args.decode_buckets.split(",") if x]
+        decode_b = sorted(set([b for b in decode_b if b < args.max_batch] + [args.max_batch]))
+        prefill_b = sorted(set(int(x) for x in args.prefill_buckets.split(",") if x))
+        max_pre = prefill_b[-1]
+        eng = llama.Engine(cfg, max_slots=args.max_batch + max_pre, prompt_len=args.prompt,
+                           max_new=args.out_tokens, device=args.device, seed=args.seed,
+                           max_prefill=max_pre,
+                           dtype=torch.bfloat16 if dev.type == "cuda" else torch.float32)
+        t_build = time.perf_counter()
+        eng.prepare(decode_b, prefill_b, use_graphs=not args.no_graphs)
+        t_cap = time.perf_counter()
+        out["config"] = {
+            "model": cfg, "prompt": args.prompt, "out_tokens": args.out_tokens,
+            "max_batch": args.max_batch, "decode_buckets": decode_b, "prefill_buckets": prefill_b,
+            "cuda_graphs": eng.use_graphs, "dtype": str(eng.dtype).replace("torch.", ""), "seed": args.seed,
+        }
+        out["startup_s"] = {"import": t_import - t_proc, "build": t_build - t_import,
+                            "capture": t_cap - t_build}
+        print(f"[hp] model {cfg['params'] / 1e9:.2f}B layers={cfg['layers']} hidden={cfg['hidden']} "
+              f"graphs={eng.use_graphs} ready in {t_cap - t_proc:.1f}s", flush=True)
+        sched = Scheduler(eng, torch, args.max_batch, args.out_tokens, stop)
+
+        rate = args.rate
+        if args.calibrate_load > 0:
+            t0 = time.perf_counter()
+            res = sched.run(closed_conc=args.max_batch, closed_until=t0 + args.calibrate_s,
+                            hard_deadline=t0 + args.calibrate_s + 30)
+            # Count completions in [t0 + skip, t0 + calibrate_s]: steady state, before the drain.
+            skip = min(2.0, args.calibrate_s / 4)
+            a, b = t0 + skip, t0 + args.calibrate_s
+            n_ok = sum(1 for r in res["done"] if a <= r.done <= b)
+            cap = n_ok / (b - a)
+            if cap <= 0:
+                raise RuntimeError("calibration completed no requests")
+            rate = args.calibrate_load * cap
+            out["calibration"] = {
+                "capacity_rps": cap, "seconds": args.calibrate_s, "completed": len(res["done"]),
+                "busy_fraction_at_saturation": res["busy_ms"] / 1e3 / max(1e-9, time.perf_counter() - t0),
+                "mean_decode_step_ms": res["mean_decode_step_ms"],
+                "mean_prefill_step_ms": res["mean_prefill_step_ms"],
+                "mean_decode_batch": res["mean_decode_batch"],
+            }
+            out["capacity_rps"] = cap
+            out["load"] = args.calibrate_load
+            print(f"[hp] capacity {cap:.1f} req/s (busy {out['calibration']['busy_fraction_at_saturation']:.2f}"
+                  f" at saturation) -> rate {rate:.1f} req/s", flush=True)
+        if rate <= 0:
+            raise ValueError("need --rate > 0 or --calibrate-load > 0")
+        out["rate_rps"] = rate
+
+        if args.warmup > 0:
+            t0 = time.perf_counter()
+            arr = poisson_arrivals(rate, t0, args.warmup, 0, args.seed + 1000)
+            sched.run(arrivals=arr, hard_deadline=t0 + args.warmup + 10)
+        if args.start_file:
+            print(f"[hp] waiting for {args.start_file}", flush=True)
+            if not common.wait_for_file(args.start_file, args.start_timeout):
+                raise RuntimeError(f"start file {args.start_file} did not appear in {args.start_timeout}s")
+        if stop.stop:
+            raise RuntimeError("stopped before the measured window")
+
+        # No GC pauses inside the measured window (servers do the same): collect, freeze, disable.
+        gc.collect()
+        gc.freeze()
+        gc.disable()
+        t_start = time.perf_counter()
+        arr = poisson_arrivals(rate, t_start, args.duration, args.requests, args.seed)
+        last_arr = arr[-1] if arr else t_start
+        res = sched.run(arrivals=arr, hard_deadline=last_arr + args.drain_s)
+        t_end = time.perf_counter()
+        gc.enable()
+        out.update(summarize(res, t_start, t_end, clock, args.out_tokens))
+        out["offered"] = len(arr)
+        out["offered_rps"] = len(arr) / max(1e-9, last_arr - t_start)
+        out["ok"] = not res["aborted"] or out["requests"] > 0
+        if res["aborted"]:
+            out["note"] = "window cut short (drain deadline or SIGTERM); unfinished requests counted as censored"
+        e, f = out["e2e_ms"], common.fmt
+        print(f"[hp] {out['requests']} requests ({out['unfinished']} unfinished) "
+              f"e2e p50 {f(e['p50'])} ms p99 {f(e['p99'])} ms; ttft p99 {f(out['ttft_ms']['p99'])} ms; "
+              f"busy {f(out['busy_fraction'])}", flush=True)
+    except BaseException as exc:  # noqa: BLE001 - always write a result the runner can read
+        out["error"] = f"{type(exc).__name__}: {exc}"
+        out["traceback"] = traceback.format_exc()[-4000:]
+        print(out["traceback"], file=sys.stderr, flush=True)
+    common.write_json_atomic(args.json, out)
+    return 0 if out.get("ok") else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,314 @@
+"""A Llama-shaped decoder with random bf16 weights and a static-shape serving engine.
+
+Used by hp_server.py (latency-critical serving) and be_infer.py (offline batch inference).
+
+Model: RMSNorm, rotary embeddings, grouped-query attention over a preallocated KV cache, SwiGLU
+MLP. Weights are random (the numbers it produces mean nothing; the work it does is real).
+
+Engine: all state is static so each step can be captured once as a CUDA graph and replayed:
+  kcache/vcache [layers, slots, kv_heads, max_seq, head_dim]   the KV cache, one row per slot
+  tok [slots], pos [slots]                                     next input token / write position
+Active requests always occupy slots 0..n_active-1 (the host compacts on exit with move_slot), so
+a decode step for bucket B simply runs rows 0..B-1; rows >= n_active are padding and only touch
+their own (free) slots. A prefill of k prompts writes slots base..base+k-1 (base = n_active) and
+seeds tok/pos for them, so requests join the next decode step without host round trips.
+"""
+from __future__ import annotations
+
+import math
+from typing import Dict, List, Optional, Sequence
+
+import torch
+import torch.nn.functional as F
+
+# Shapes per size class (Llama / TinyLlama / Llama-3 style). The layer count is then scaled to hit
+# the requested parameter count.
+_PRESETS = [
+    # (max params in B for this class, shape)
+    (2.0, dict(hidden=2048, heads=32, kv_heads=8, ffn=5632, vocab=32000)),
+    (5.5, dict(hidden=3072, heads=24, kv_heads=8, ffn=8192, vocab=32000)),
+    (1e9, dict(hidden=4096, heads=32, kv_heads=8, ffn=14336, vocab=32000)),
+]
+
+
+def _per_layer_params(c: dict) -> int:
+    hd = c["hidden"] // c["heads"]
+    attn = c["hidden"] * (c["heads"] + 2 * c["kv_heads"]) * hd + c["heads"] * hd * c["hidden"]
+    mlp = 3 * c["hidden"] * c["ffn"]
+    return attn + mlp + 2 * c["hidden"]
+
+
+def param_count(c: dict) -> int:
+    return c["layers"] * _per_layer_params(c) + 2 * c["vocab"] * c["hidden"] + c["hidden"]
+
+
+TINY = dict(hidden=64, heads=8, kv_heads=2, ffn=128, vocab=512, layers=2)
+
+
+def config_for_params(params_b: float, layers: Optional[int] = None) -> dict:
+    """Llama-shaped config with about params_b billion parameters (or an explicit layer count).
+
+    params_b == 0 gives a tiny model for CPU self-tests."""
+    if params_b == 0:
+        c = dict(TINY)
+        if layers:
+            c["layers"] = int(layers)
+        c["head_dim"] = c["hidden"] // c["heads"]
+        c["params"] = param_count(c)
+        return c
+    if params_b < 0:
+        raise ValueError("params_b must be >= 0")
+    shape = next(s for limit, s in _PRESETS if params_b <= limit)
+    c = dict(shape)
+    if layers is None:
+        emb = 2 * c["vocab"] * c["hidden"]
+        layers = max(1, round((params_b * 1e9 - emb) / _per_layer_params(c)))
+    c["layers"] = int(layers)
+    c["head_dim"] = c["hidden"] // c["heads"]
+    c["params"] = param_count(c)
+    return c
+
+
+def _rms(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype) * w
+
+
+def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate-half rotary embedding; cos/sin broadcast against x[..., :head_dim/2]."""
+    h = x.shape[-1] // 2
+    x1, x2 = x[..., :h], x[..., h:]
+    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+
+
+def _causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """q, k, v: [batch, heads, seq, head_dim]; causal self-attention (flash kernel on the GPU)."""
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+class Engine:
+    """Static-shape Llama decoder engine (see module docstring)."""
+
+    def __init__(self, cfg: dict, max_slots: int, prompt_len: int, max_new: int,
+                 device: str = "cuda", dtype=torch.bfloat16, seed: int = 0,
+                 max_prefill: int = 8) -> None:
+        self.cfg = cfg
+        self.device = torch.device(device)
+        self.dtype = dtype
+        self.L = cfg["layers"]
+        self.D = cfg["hidden"]
+        self.H = cfg["heads"]
+        self.K = cfg["kv_heads"]
+        self.hd = cfg["head_dim"]
+        self.G = self.H // self.K
+        self.F = cfg["ffn"]
+        self.V = cfg["vocab"]
+        self.P = int(prompt_len)
+        self.T = int(max_new)
+        self.S = self.P + self.T          # max sequence per slot
+        self.slots = int(max_slots)
+        self.max_prefill = int(max_prefill)
+        if self.H % self.K:
+            raise ValueError("heads must be a multiple of kv_heads")
+        if self.max_prefill > self.slots:
+            raise ValueError("max_prefill > slots")
+
+        g = torch.Generator(device="cpu")
+        g.manual_seed(seed)
+        dev, dt = self.device, dtype
+
+        def rnd(*shape, scale=0.02):
+            # Generate on the device (fast for billions of parameters); seeded for repeatability.
+            t = torch.empty(*shape, device=dev, dtype=dt)
+            t.normal_(0.0, scale)
+            return t
+
+        torch.manual_seed(seed)
+        D, H, K, hd, Fd, V, L = self.D, self.H, self.K, self.hd, self.F, self.V, self.L
+        self.embed = rnd(V, D)
+        self.wqkv = [rnd(D, (H + 2 * K) * hd) for _ in range(L)]
+        self.wo = [rnd(H * hd, D) for _ in range(L)]
+        self.wgu = [rnd(D, 2 * Fd) for _ in range(L)]
+        self.wdown = [rnd(Fd, D) for _ in range(L)]
+        self.ln1 = [torch.ones(D, device=dev, dtype=dt) for _ in range(L)]
+        self.ln2 = [torch.ones(D, device=dev, dtype=dt) for _ in range(L)]
+        self.lnf = torch.ones(D, device=dev, dtype=dt)
+        self.lm = rnd(D, V)
+
+        self.kcache = torch.zeros(L, self.slots, K, self.S, hd, device=dev, dtype=dt)
+        self.vcache = torch.zeros(L, self.slots, K, self.S, hd, device=dev, dtype=dt)
+        self.tok = torch.zeros(self.slots, device=dev, dtype=torch.long)
+        self.pos = torch.zeros(self.slots, device=dev, dtype=torch.long)
+        self.p_tok = torch.randint(0, V, (self.max_prefill, self.P), generator=g).to(dev)
+        self.p_base = torch.zeros(1, device=dev, dtype=torch.long)
+        self.ar_slots = torch.arange(self.slots, device=dev)
+        self.ar_S = torch.arange(self.S, device=dev)
+        self.ar_P = torch.arange(self.P, device=dev)
+
+        inv = 1.0 / (10000.0 ** (torch.arange(0, hd, 2, dtype=torch.float32) / hd))
+        ang = torch.outer(torch.arange(self.S, dtype=torch.float32), inv)   # [S, hd/2]
+        self.cos = ang.cos().to(dev, dt)
+        self.sin = ang.sin().to(dev, dt)
+        self.scale = 1.0 / math.sqrt(hd)
+
+        self.decode_graphs: Dict[int, "torch.cuda.CUDAGraph"] = {}
+        self.prefill_graphs: Dict[int, "torch.cuda.CUDAGraph"] = {}
+        self.decode_buckets: List[int] = []
+        self.prefill_buckets: List[int] = []
+        self.use_graphs = False
+
+    # ---------------------------------------------------------------------------------------
+    # The two steps (pure tensor work on static state; captured as graphs)
+
+    def _decode(self, B: int) -> None:
+        """One decode step for rows 0..B-1: write K/V at pos, attend, emit the next token."""
+        H, K, G, hd = self.H, self.K, self.G, self.hd
+        pos = self.pos[:B].clamp(max=self.S - 1)                      # padding rows stay in range
+        x = F.embedding(self.tok[:B], self.embed)                       # [B, D]
+        cos = self.cos[pos][:, None, :]                                 # [B, 1, hd/2]
+        sin = self.sin[pos][:, None, :]
+        valid = self.ar_S[None, :] <= pos[:, None]                      # [B, S]
+        bias = torch.zeros(B, self.S, device=self.device, dtype=torch.float32)
+        bias = bias.masked_fill(~valid, float("-inf"))[:, None, None, :]  # [B, 1, 1, S]
+        rows = self.ar_slots[:B]
+        for l in range(self.L):
+            h = _rms(x, self.ln1[l])
+            qkv = h @ self.wqkv[l]
+            q = qkv[:, : H * hd].view(B, H, hd)
+            k = qkv[:, H * hd:(H + K) * hd].view(B, K, hd)
+            v = qkv[:, (H + K) * hd:].view(B, K, hd)
+            q = _rope(q, cos, sin)
+            k = _rope(k, cos, sin)
+            kc, vc = self.kcache[l], self.vcache[l]                     # [slots, K, S, hd]
+            kc[rows, :, pos] = k                                        # -> [B, K, hd]
+            vc[rows, :, pos] = v
+            qg = q.view(B, K, G, hd)
+            sc = torch.matmul(qg, kc[:B].transpose(-1, -2)).float() * self.scale + bias
+            p = torch.softmax(sc, dim=-1).to(self.dtype)                # [B, K, G, S]
+            o = torch.matmul(p, vc[:B]).reshape(B, H * hd)
+            x = x + o @ self.wo[l]
+            h = _rms(x, self.ln2[l])
+            gu = h @ self.wgu[l]
+            x = x + (F.silu(gu[:, : self.F]) * gu[:, self.F:]) @ self.wdown[l]
+        logits = _rms(x, self.lnf) @ self.lm                            # [B, V]
+        self.tok[:B].copy_(logits.argmax(dim=-1))
+        self.pos[:B].add_(1)
+
+    def _prefill(self, k: int) -> None:
+        """Prefill k prompts of length P into slots p_base..p_base+k-1; seed their tok/pos."""
+        H, K, G, hd, P = self.H, self.K, self.G, self.hd, self.P
+        idx = self.p_base + self.ar_slots[:k]                           # [k]
+        x = F.embedding(self.p_tok[:k], self.embed)                     # [k, P, D]
+        cos = self.cos[:P][None, :, None, :]
+        sin = self.sin[:P][None, :, None, :]
+        for l in range(self.L):
+            h = _rms(x, self.ln1[l])
+            qkv = h @ self.wqkv[l]                                      # [k, P, (H+2K)hd]
+            q = qkv[..., : H * hd].view(k, P, H, hd)
+            kk = qkv[..., H * hd:(H + K) * hd].view(k, P, K, hd)
+            vv = qkv[..., (H + K) * hd:].view(k, P, K, hd)
+            q = _rope(q, cos, sin)
+            kk = _rope(kk, cos, sin)
+            self.kcache[l][idx[:, None], :, self.ar_P[None, :]] = kk    # -> [k, P, K, hd]
+            self.vcache[l][idx[:, None], :, self.ar_P[None, :]] = vv
+            kt = kk.transpose(1, 2)[:, :, None].expand(k, K, G, P, hd).reshape(k, H, P, hd)
+            vt = vv.transpose(1, 2)[:, :, None].expand(k, K, G, P, hd).reshape(k, H, P, hd)
+            o = _causal_attention(q.transpose(1, 2), kt, vt)           # [k, H, P, hd]
+            o = o.transpose(1, 2).reshape(k, P, H * hd)
+            x = x + o @ self.wo[l]
+            h = _rms(x, self.ln2[l])
+            gu = h @ self.wgu[l]
+            x = x + (F.silu(gu[..., : self.F]) * gu[..., self.F:]) @ self.wdown[l]
+        logits = _rms(x[:, -1], self.lnf) @ self.lm                    # [k, V]
+        self.tok.index_copy_(0, idx, logits.argmax(dim=-1))
+        self.pos.index_fill_(0, idx, P)
+
+    # ---------------------------------------------------------------------------------------
+    # Capture and replay
+
+    def prepare(self, decode_buckets: Sequence[int], prefill_buckets: Sequence[int],
+                use_graphs: bool = True) -> None:
+        """Warm up every bucket and (use_graphs) capture one CUDA graph per bucket."""
+        self.decode_buckets = sorted(set(int(b) for b in decode_buckets))
+        self.prefill_buckets = sorted(set(int(b) for b in prefill_buckets))
+        if not self.decode_buckets or not self.prefill_buckets:
+            raise ValueError("need at least one decode and one prefill bucket")
+        if self.decode_buckets[-1] > self.slots:
+            raise ValueError("decode bucket larger than slots")
+        if self.prefill_buckets[-1] > self.max_prefill:
+            raise ValueError("prefill bucket larger than max_prefill")
+        self.use_graphs = use_graphs and self.device.type == "cuda"
+        self.p_base.zero_()
+        if not self.use_graphs:
+            for b in self.decode_buckets:
+                self._decode(b)
+            for k in self.prefill_buckets:
+                self._prefill(k)
+            self.reset()
+            return
+        # Warm-up on a side stream (cuBLAS handles/workspaces, attention kernels), then capture.
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            for _ in range(2):
+                for b in self.decode_buckets:
+                    self._decode(b)
+                for k in self.prefill_buckets:
+                    self._prefill(k)
+        torch.cuda.current_stream().wait_stream(s)
+        torch.cuda.synchronize()
+        pool = torch.cuda.graph_pool_handle()
+        for b in sorted(self.decode_buckets, reverse=True):
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g, pool=pool):
+                self._decode(b)
+            self.decode_graphs[b] = g
+        for k in sorted(self.prefill_buckets, reverse=True):
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g, pool=pool):
+                self._prefill(k)
+            self.prefill_graphs[k] = g
+        torch.cuda.synchronize()
+        self.reset()
+
+    def reset(self) -> None:
+        self.tok.zero_()
+        self.pos.zero_()
+        self.p_base.zero_()
+
+    @staticmethod
+    def _bucket(buckets: Sequence[int], n: int) -> int:
+        for b in buckets:
+            if b >= n:
+                return b
+        raise ValueError(f"{n} exceeds the largest bucket {buckets[-1]}")
+
+    def decode(self, n_active: int) -> int:
+        """Enqueue one decode step for slots 0..n_active-1. Returns the bucket used."""
+        b = self._bucket(self.decode_buckets, n_active)
+        if self.use_graphs:
+            self.decode_graphs[b].replay()
+        else:
+            self._decode(b)
+        return b
+
+    def prefill(self, base: int, m: int) -> int:
+        """Enqueue a prefill of m prompts into slots base..base+m-1. Returns the bucket used.
+
+        REQUIRES: base + bucket <= slots (padding rows write the slots just above)."""
+        k = self._bucket(self.prefill_buckets, m)
+        if base + k > self.slots:
+            raise ValueError(f"prefill base {base} + bucket {k} > slots {self.slots}")
+        self.p_base.fill_(base)
+        if self.use_graphs:
+            self.prefill_graphs[k].replay()
+        else:
+            self._prefill(k)
+        return k
+
+    def move_slot(self, src: int, dst: int) -> None:
+        """Copy slot src's KV rows and tok/pos into slot dst (compaction when a request leaves)."""
+        self.kcache[:, dst].copy_(self.kcache[:, src])
+        self.vcache[:, dst].copy_(self.vcache[:, src])
+        self.tok[dst:dst + 1].copy_(self.tok[src:src + 1])
+        self.pos[dst:dst + 1].copy_(self.pos[src:src + 1])

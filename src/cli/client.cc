@@ -1,0 +1,271 @@
+#include "cli/client.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstdio>
+#include <cstring>
+
+#include "common/ipc.h"
+
+namespace gpuos::cli {
+namespace {
+
+constexpr int kReplyTimeoutMs = 5000;
+
+int connect_or_explain(const std::string& socket, std::string* err) {
+  int fd = connect_control_socket(socket.c_str());
+  if (fd < 0) {
+    *err = "no gpuosd answering on " + socket + " (" + std::strerror(-fd) +
+           "); start one with `gpuos daemon`, or pass --socket";
+  }
+  return fd;
+}
+
+// Receives one reply and validates it. Returns its type or 0 with *err set.
+uint32_t receive_valid(int fd, unsigned char* buf, std::size_t cap, long* len, std::string* err) {
+  long n = receive_message(fd, buf, cap, nullptr, kReplyTimeoutMs);
+  if (n == 0) {
+    *err = "gpuosd closed the connection";
+    return 0;
+  }
+  if (n < 0) {
+    *err = std::string("no reply from gpuosd: ") + std::strerror(static_cast<int>(-n));
+    return 0;
+  }
+  char why[GPUOS_TEXT_MAX];
+  if (validate_message(buf, static_cast<std::size_t>(n), why, sizeof(why)) != GPUOS_OK) {
+    *err = std::string("malformed reply from gpuosd: ") + why;
+    return 0;
+  }
+  gpuos_msg_header h;
+  std::memcpy(&h, buf, sizeof(h));
+  *len = n;
+  return h.type;
+}
+
+std::string reply_error(const gpuos_msg_reply& r) {
+  static constexpr const char* kNames[] = {"ok", "bad message", "version mismatch", "permission denied",
+                                           "not found", "limit reached", "internal error", "refused"};
+  std::string s = (r.status >= 0 && r.status <= 7) ? kNames[r.status] : "error " + std::to_string(r.status);
+  char text[GPUOS_TEXT_MAX + 1] = {};
+  std::memcpy(text, r.text, GPUOS_TEXT_MAX);
+  if (text[0] != '\0') s += std::string(": ") + text;
+  return s;
+}
+
+bool simple_request(const std::string& socket, const void* msg, std::size_t len, std::string* err) {
+  int fd = connect_or_explain(socket, err);
+  if (fd < 0) return false;
+  bool ok = false;
+  if (int r = send_message(fd, msg, len); r != 0) {
+    *err = std::string("send: ") + std::strerror(-r);
+  } else {
+    alignas(8) unsigned char buf[GPUOS_MSG_MAX_SIZE + 1];
+    long n = 0;
+    uint32_t type = receive_valid(fd, buf, sizeof(buf), &n, err);
+    if (type == GPUOS_MSG_REPLY) {
+      gpuos_msg_reply r;
+      std::memcpy(&r, buf, sizeof(r));
+      if (r.status == GPUOS_OK) ok = true;
+      else *err = "gpuosd: " + reply_error(r);
+    } else if (type != 0) {
+      *err = "unexpected reply type " + std::to_string(type);
+    }
+  }
+  close(fd);
+  return ok;
+}
+
+std::string cstr(const char* a, std::size_t n) { return std::string(a, strnlen(a, n)); }
+
+// The daemon sends the bare 36-char UUID (the ABI field has no room for the prefix).
+std::string gpu_uuid(const gpuos_msg_gpu_info& g) {
+  std::string u = cstr(g.uuid, sizeof(g.uuid));
+  if (!u.empty() && u.rfind("GPU-", 0) != 0) u = "GPU-" + u;
+  return u;
+}
+
+std::string duration(uint64_t ns) {
+  char b[32];
+  if (ns == 0) return "0";
+  if (ns < 1000000ull) std::snprintf(b, sizeof(b), "%.0fus", static_cast<double>(ns) / 1e3);
+  else if (ns < 10000000000ull) std::snprintf(b, sizeof(b), "%.1fms", static_cast<double>(ns) / 1e6);
+  else std::snprintf(b, sizeof(b), "%.1fs", static_cast<double>(ns) / 1e9);
+  return b;
+}
+
+}  // namespace
+
+std::string resolve_socket(const std::string& socket_opt, const Config& cfg) {
+  if (!socket_opt.empty()) return socket_opt;
+  if (!cfg.socket.empty()) return cfg.socket;
+  char buf[128];
+  if (!socket_path(buf, sizeof(buf))) return "";
+  return buf;
+}
+
+bool list_tenants(const std::string& socket, bool include_exited, Listing* out, std::string* err) {
+  int fd = connect_or_explain(socket, err);
+  if (fd < 0) return false;
+  gpuos_msg_list m{};
+  init_header(&m.hdr, GPUOS_MSG_LIST, sizeof(m), 1);
+  m.flags = include_exited ? GPUOS_LIST_INCLUDE_EXITED : 0;
+  bool ok = false;
+  if (int r = send_message(fd, &m, sizeof(m)); r != 0) {
+    *err = std::string("send: ") + std::strerror(-r);
+    close(fd);
+    return false;
+  }
+  alignas(8) unsigned char buf[GPUOS_MSG_MAX_SIZE + 1];
+  for (;;) {
+    long n = 0;
+    uint32_t type = receive_valid(fd, buf, sizeof(buf), &n, err);
+    if (type == 0) break;
+    if (type == GPUOS_MSG_GPU_INFO) {
+      gpuos_msg_gpu_info g;
+      std::memcpy(&g, buf, sizeof(g));
+      out->gpus.push_back(g);
+    } else if (type == GPUOS_MSG_TENANT_INFO) {
+      gpuos_msg_tenant_info t;
+      std::memcpy(&t, buf, sizeof(t));
+      out->tenants.push_back(t);
+    } else if (type == GPUOS_MSG_LIST_END || type == GPUOS_MSG_REPLY) {
+      gpuos_msg_reply r;
+      std::memcpy(&r, buf, sizeof(r));
+      if (r.status != GPUOS_OK) {
+        *err = "gpuosd: " + reply_error(r);
+      } else if (type == GPUOS_MSG_REPLY) {
+        *err = "unexpected REPLY to LIST";
+      } else if (r.count != out->tenants.size()) {
+        *err = "gpuosd announced " + std::to_string(r.count) + " tenants but sent " +
+               std::to_string(out->tenants.size());
+      } else {
+        ok = true;
+      }
+      break;
+    } else {
+      *err = "unexpected reply type " + std::to_string(type);
+      break;
+    }
+  }
+  close(fd);
+  return ok;
+}
+
+bool set_gate(const std::string& socket, uint32_t tenant_id, uint32_t gate, std::string* err) {
+  gpuos_msg_set_gate m{};
+  init_header(&m.hdr, GPUOS_MSG_SET_GATE, sizeof(m), 1);
+  m.tenant_id = tenant_id;
+  m.gate = gate;
+  return simple_request(socket, &m, sizeof(m), err);
+}
+
+bool shutdown_daemon(const std::string& socket, std::string* err) {
+  gpuos_msg_header h{};
+  init_header(&h, GPUOS_MSG_SHUTDOWN, sizeof(h), 1);
+  return simple_request(socket, &h, sizeof(h), err);
+}
+
+const char* state_name(uint32_t state) {
+  switch (state) {
+    case GPUOS_TENANT_RUNNING: return "running";
+    case GPUOS_TENANT_GATED: return "gated";
+    case GPUOS_TENANT_EXITED: return "exited";
+    default: return "unknown";
+  }
+}
+
+nlohmann::json listing_json(const Listing& l) {
+  nlohmann::json j;
+  j["gpus"] = nlohmann::json::array();
+  for (const auto& g : l.gpus) {
+    j["gpus"].push_back({{"index", g.index},
+                         {"name", cstr(g.name, sizeof(g.name))},
+                         {"uuid", gpu_uuid(g)},
+                         {"sm_count", g.sm_count},
+                         {"total_mem_bytes", g.total_mem_bytes},
+                         {"used_mem_bytes", g.used_mem_bytes}});
+  }
+  j["tenants"] = nlohmann::json::array();
+  for (const auto& t : l.tenants) {
+    nlohmann::json o;
+    o["id"] = t.tenant_id;
+    o["pid"] = t.pid;
+    o["uid"] = t.uid;
+    o["name"] = cstr(t.name, sizeof(t.name));
+    o["class"] = class_name(t.tenant_class);
+    o["state"] = state_name(t.state);
+    o["priority"] = t.priority;
+    o["weight"] = t.weight;
+    o["launches"] = t.launches;
+    o["graph_launches"] = t.graph_launches;
+    o["captured_launches"] = t.captured_launches;
+    o["gate_waits"] = t.gate_waits;
+    o["gate_wait_ns"] = t.gate_wait_ns;
+    o["mem_used_bytes"] = t.mem_used_bytes;
+    o["mem_peak_bytes"] = t.mem_peak_bytes;
+    o["mem_quota_bytes"] = t.mem_quota_bytes;
+    o["alloc_calls"] = t.alloc_calls;
+    o["alloc_failures"] = t.alloc_failures;
+    o["registered_unix_ms"] = t.registered_unix_ms;
+    o["exited_unix_ms"] = t.exited_unix_ms;
+    j["tenants"].push_back(std::move(o));
+  }
+  return j;
+}
+
+std::string human_bytes(uint64_t b) {
+  static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  if (b < 1024) return std::to_string(b) + " B";
+  double v = static_cast<double>(b);
+  int u = 0;
+  while (v >= 1024.0 && u < 5) {
+    v /= 1024.0;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), v < 10 ? "%.2f %s" : (v < 100 ? "%.1f %s" : "%.0f %s"), v, kUnits[u]);
+  return buf;
+}
+
+std::string listing_table(const Listing& l) {
+  std::string s;
+  char line[512];
+  for (const auto& g : l.gpus) {
+    std::snprintf(line, sizeof(line), "GPU %u: %s  %s  %u SMs  %s / %s used by gpuos tenants\n", g.index,
+                  cstr(g.name, sizeof(g.name)).c_str(), gpu_uuid(g).c_str(), g.sm_count,
+                  human_bytes(g.used_mem_bytes).c_str(), human_bytes(g.total_mem_bytes).c_str());
+    s += line;
+  }
+  if (l.gpus.empty()) s += "no GPUs known to gpuosd\n";
+  std::snprintf(line, sizeof(line), "%-5s %-8s %-20s %-12s %-8s %10s %8s %10s %10s %10s\n", "ID", "PID", "NAME",
+                "CLASS", "STATE", "LAUNCHES", "GRAPHS", "MEM", "PEAK", "GATE-WAIT");
+  s += line;
+  for (const auto& t : l.tenants) {
+    std::snprintf(line, sizeof(line), "%-5u %-8d %-20s %-12s %-8s %10llu %8llu %10s %10s %10s\n", t.tenant_id,
+                  t.pid, cstr(t.name, sizeof(t.name)).c_str(), class_name(t.tenant_class), state_name(t.state),
+                  static_cast<unsigned long long>(t.launches), static_cast<unsigned long long>(t.graph_launches),
+                  human_bytes(t.mem_used_bytes).c_str(), human_bytes(t.mem_peak_bytes).c_str(),
+                  duration(t.gate_wait_ns).c_str());
+    s += line;
+  }
+  return s;
+}
+
+std::string self_exe() {
+  char buf[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) return "";
+  buf[n] = '\0';
+  return buf;
+}
+
+std::string exe_dir() {
+  std::string e = self_exe();
+  std::size_t slash = e.find_last_of('/');
+  return slash == std::string::npos ? "" : e.substr(0, slash);
+}
+
+}  // namespace gpuos::cli

@@ -1,0 +1,40 @@
+// gpuos CLI: talking to gpuosd over the control socket, and formatting what it says.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "daemon/config.h"
+#include "gpuos/abi.h"
+
+namespace gpuos::cli {
+
+struct Listing {
+  std::vector<gpuos_msg_gpu_info> gpus;
+  std::vector<gpuos_msg_tenant_info> tenants;
+};
+
+// --socket if given, else the config's [daemon] socket, else gpuos::socket_path().
+std::string resolve_socket(const std::string& socket_opt, const Config& cfg);
+
+// Each returns false with a one-line reason in *err (no daemon, refused, malformed reply...).
+bool list_tenants(const std::string& socket, bool include_exited, Listing* out, std::string* err);
+bool set_gate(const std::string& socket, uint32_t tenant_id, uint32_t gate, std::string* err);
+bool shutdown_daemon(const std::string& socket, std::string* err);
+
+// The `gpuos ps --json` schema of docs/CONTRACTS.md.
+nlohmann::json listing_json(const Listing& l);
+// The `gpuos ps` table (GPU lines, then one row per tenant).
+std::string listing_table(const Listing& l);
+// "0 B", "512 B", "1.5 KiB", "12.0 MiB", "3.25 GiB".
+std::string human_bytes(uint64_t bytes);
+const char* state_name(uint32_t state);
+
+// Directory holding the running executable (from /proc/self/exe); "" if unknown.
+std::string exe_dir();
+std::string self_exe();
+
+}  // namespace gpuos::cli

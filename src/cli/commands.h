@@ -1,0 +1,27 @@
+// gpuos CLI subcommands. Each returns the process exit code (run_command only on failure: on
+// success it does not return).
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace gpuos::cli {
+
+struct RunOptions {
+  std::string name;       // "" = basename of the command
+  std::string tenant_class;  // "" = config default_class
+  std::string priority;   // "" = inherited $GPUOS_TENANT_PRIORITY or 0
+  std::string weight;     // "" = inherited $GPUOS_TENANT_WEIGHT or 100
+  std::string socket;
+  std::string config;
+};
+int run_command(const RunOptions& o, const std::vector<std::string>& cmd);
+
+struct DemoOptions {
+  double seconds = 2.0;
+  bool json = false;
+  bool keep = false;  // keep the temporary directory (logs) for inspection
+};
+int demo_command(const DemoOptions& o);
+
+}  // namespace gpuos::cli

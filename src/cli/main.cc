@@ -1,0 +1,162 @@
+// gpuos: the command-line interface (daemon, run, ps, gate, config check, demo).
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "cli/client.h"
+#include "cli/commands.h"
+#include "daemon/config.h"
+
+using namespace gpuos;
+using namespace gpuos::cli;
+
+namespace {
+
+int cmd_daemon(const std::string& config, const std::string& socket, bool foreground) {
+  std::string gpuosd = exe_dir() + "/gpuosd";
+  std::vector<std::string> args = {gpuosd};
+  if (!config.empty()) args.insert(args.end(), {"--config", config});
+  if (!socket.empty()) args.insert(args.end(), {"--socket", socket});
+  if (foreground) args.push_back("--foreground");
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  execv(gpuosd.c_str(), argv.data());
+  std::fprintf(stderr, "gpuos daemon: cannot run %s: %s\n", gpuosd.c_str(), std::strerror(errno));
+  return errno == ENOENT ? 127 : 126;
+}
+
+bool load_cfg(const std::string& path, const char* cmd, Config* out) {
+  ConfigResult r = load_config(path);
+  if (!r) {
+    std::fprintf(stderr, "gpuos %s: %s\n", cmd, r.error.c_str());
+    return false;
+  }
+  *out = *r.config;
+  return true;
+}
+
+int cmd_ps(bool all, bool json, const std::string& socket_opt, const std::string& config) {
+  Config cfg;
+  if (!load_cfg(config, "ps", &cfg)) return 1;
+  Listing l;
+  std::string err;
+  if (!list_tenants(resolve_socket(socket_opt, cfg), all, &l, &err)) {
+    std::fprintf(stderr, "gpuos ps: %s\n", err.c_str());
+    return 1;
+  }
+  if (json) std::printf("%s\n", listing_json(l).dump(2).c_str());
+  else std::fputs(listing_table(l).c_str(), stdout);
+  return 0;
+}
+
+int cmd_gate(uint32_t id, const std::string& state, const std::string& socket_opt, const std::string& config) {
+  Config cfg;
+  if (!load_cfg(config, "gate", &cfg)) return 1;
+  std::string err;
+  if (!set_gate(resolve_socket(socket_opt, cfg), id, state == "open" ? GPUOS_GATE_OPEN : GPUOS_GATE_CLOSED,
+                &err)) {
+    std::fprintf(stderr, "gpuos gate: %s\n", err.c_str());
+    return 1;
+  }
+  std::printf("tenant %u: gate %s\n", id, state.c_str());
+  return 0;
+}
+
+int cmd_config_check(const std::string& file) {
+  ConfigResult r = load_config_file(file);
+  if (!r) {
+    std::fprintf(stderr, "%s\n", r.error.c_str());
+    return 1;
+  }
+  std::printf("ok\n%s", format_config(*r.config).c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // `gpuos run [options] -- CMD ARGS...`: everything after the first "--" is the command, untouched.
+  std::vector<std::string> command;
+  int parse_argc = argc;
+  if (argc > 1 && std::strcmp(argv[1], "run") == 0) {
+    for (int i = 2; i < argc; ++i) {
+      if (std::strcmp(argv[i], "--") == 0) {
+        for (int j = i + 1; j < argc; ++j) command.emplace_back(argv[j]);
+        parse_argc = i;
+        break;
+      }
+    }
+  }
+
+  CLI::App app{"gpuos: GPU multitasking for unchanged programs"};
+  app.require_subcommand(1);
+
+  std::string config, socket;
+  bool foreground = false;
+  auto* daemon = app.add_subcommand("daemon", "run the gpuos node daemon (gpuosd)");
+  daemon->add_option("--config", config, "config file");
+  daemon->add_option("--socket", socket, "control socket path");
+  daemon->add_flag("--foreground", foreground, "stay in the foreground (always)");
+
+  RunOptions ro;
+  auto* run = app.add_subcommand("run", "run a command as a gpuos tenant: gpuos run [options] -- CMD [ARGS...]");
+  run->add_option("--name", ro.name, "tenant name (default: the command's basename)");
+  run->add_option("--class", ro.tenant_class, "guaranteed | best-effort (default: config default_class)")
+      ->check(CLI::IsMember({"guaranteed", "best-effort"}));
+  run->add_option("--priority", ro.priority, "priority (guaranteed tenants; larger = more important)")
+      ->check(CLI::Number);
+  run->add_option("--weight", ro.weight, "fair-share weight 1..10000 (best-effort tenants)")
+      ->check(CLI::Range(1, 10000));
+  run->add_option("--socket", ro.socket, "control socket path");
+  run->add_option("--config", ro.config, "config file");
+  run->prefix_command();  // without "--": the first positional starts the command
+
+  bool all = false, json = false;
+  auto* ps = app.add_subcommand("ps", "list GPUs and tenants");
+  ps->add_flag("--all,-a", all, "include exited tenants");
+  ps->add_flag("--json", json, "machine-readable output");
+  ps->add_option("--socket", socket, "control socket path");
+  ps->add_option("--config", config, "config file");
+
+  uint32_t tenant_id = 0;
+  std::string gate_state;
+  auto* gate = app.add_subcommand("gate", "open or close a tenant's gate (admin)");
+  gate->add_option("TENANT_ID", tenant_id, "tenant id")->required();
+  gate->add_option("STATE", gate_state, "open | close")->required()->check(CLI::IsMember({"open", "close"}));
+  gate->add_option("--socket", socket, "control socket path");
+  gate->add_option("--config", config, "config file");
+
+  std::string check_file;
+  auto* cfgcmd = app.add_subcommand("config", "configuration tools");
+  cfgcmd->require_subcommand(1);
+  auto* check = cfgcmd->add_subcommand("check", "validate a config file and print the effective config");
+  check->add_option("FILE", check_file, "config file")->required();
+
+  DemoOptions dopt;
+  auto* demo = app.add_subcommand("demo", "run a latency-critical and a best-effort tenant under a private gpuosd");
+  demo->add_option("--seconds", dopt.seconds, "approximate duration")->check(CLI::Range(0.1, 3600.0));
+  demo->add_flag("--json", dopt.json, "machine-readable output");
+  demo->add_flag("--keep", dopt.keep, "keep the temporary directory with the logs");
+
+  try {
+    app.parse(parse_argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+
+  if (*daemon) return cmd_daemon(config, socket, foreground);
+  if (*run) {
+    if (command.empty()) command = run->remaining();
+    return run_command(ro, command);
+  }
+  if (*ps) return cmd_ps(all, json, socket, config);
+  if (*gate) return cmd_gate(tenant_id, gate_state, socket, config);
+  if (*check) return cmd_config_check(check_file);
+  if (*demo) return demo_command(dopt);
+  return 2;
+}

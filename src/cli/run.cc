@@ -1,0 +1,92 @@
+// `gpuos run`: sets the tenant environment (docs/CONTRACTS.md) and execs the command.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "cli/client.h"
+#include "cli/commands.h"
+#include "daemon/config.h"
+
+namespace gpuos::cli {
+
+int run_command(const RunOptions& o, const std::vector<std::string>& cmd) {
+  if (cmd.empty()) {
+    std::fprintf(stderr, "gpuos run: no command given (usage: gpuos run [options] -- CMD [ARGS...])\n");
+    return 2;
+  }
+  ConfigResult cr = load_config(o.config);
+  if (!cr) {
+    std::fprintf(stderr, "gpuos run: %s\n", cr.error.c_str());
+    return 2;
+  }
+  const Config& cfg = *cr.config;
+
+  // The interposer: $GPUOS_PRELOAD, else <exe dir>/../lib/libgpuos.so.
+  std::string preload;
+  if (const char* p = std::getenv("GPUOS_PRELOAD"); p != nullptr && p[0] != '\0') {
+    preload = p;
+  } else {
+    preload = exe_dir() + "/../lib/libgpuos.so";
+  }
+  char abs[PATH_MAX];
+  struct stat st;
+  if (realpath(preload.c_str(), abs) == nullptr || ::stat(abs, &st) != 0 || !S_ISREG(st.st_mode)) {
+    std::fprintf(stderr,
+                 "gpuos run: the interposer library %s is missing (%s); build it, or point $GPUOS_PRELOAD "
+                 "at libgpuos.so\n",
+                 preload.c_str(), std::strerror(errno));
+    return 2;
+  }
+  std::string ld = abs;
+  if (const char* old = std::getenv("LD_PRELOAD"); old != nullptr && old[0] != '\0') ld += std::string(":") + old;
+
+  std::string socket = resolve_socket(o.socket, cfg);
+  if (socket.empty()) {
+    std::fprintf(stderr, "gpuos run: cannot determine the control socket path\n");
+    return 2;
+  }
+
+  std::string name = o.name;
+  if (name.empty()) {
+    std::size_t slash = cmd[0].find_last_of('/');
+    name = slash == std::string::npos ? cmd[0] : cmd[0].substr(slash + 1);
+  }
+  if (name.size() >= GPUOS_NAME_MAX) name.resize(GPUOS_NAME_MAX - 1);
+
+  std::string klass = o.tenant_class.empty() ? class_name(cfg.default_class) : o.tenant_class;
+  auto inherited = [](const char* var, const std::string& opt, const char* dflt) {
+    if (!opt.empty()) return opt;
+    const char* v = std::getenv(var);
+    return std::string(v != nullptr && v[0] != '\0' ? v : dflt);
+  };
+  std::string priority = inherited("GPUOS_TENANT_PRIORITY", o.priority, "0");
+  std::string weight = inherited("GPUOS_TENANT_WEIGHT", o.weight, "100");
+
+  setenv("LD_PRELOAD", ld.c_str(), 1);
+  setenv("GPUOS_SOCKET", socket.c_str(), 1);
+  setenv("GPUOS_TENANT_NAME", name.c_str(), 1);
+  setenv("GPUOS_TENANT_CLASS", klass.c_str(), 1);
+  setenv("GPUOS_TENANT_PRIORITY", priority.c_str(), 1);
+  setenv("GPUOS_TENANT_WEIGHT", weight.c_str(), 1);
+  setenv("GPUOS_ON_NO_DAEMON", cfg.on_no_daemon.c_str(), 1);
+
+  std::vector<char*> argv;
+  for (const auto& a : cmd) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  execvp(argv[0], argv.data());
+  int e = errno;
+  // Like a shell: 127 for not found, 126 for found but not executable.
+  if (e == ENOENT) {
+    std::fprintf(stderr, "gpuos run: %s: command not found\n", cmd[0].c_str());
+    return 127;
+  }
+  std::fprintf(stderr, "gpuos run: %s: %s\n", cmd[0].c_str(), std::strerror(e));
+  return 126;
+}
+
+}  // namespace gpuos::cli

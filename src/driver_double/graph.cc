@@ -1,0 +1,177 @@
+// Graphs: built by stream capture or cuGraphAddKernelNode, replayed by cuGraphLaunch as one unit
+// of stream work. Nodes run in insertion order (a valid topological order, since a node's
+// dependencies must exist before it is added); independent branches are not run concurrently.
+#include "driver_double/internal.h"
+
+namespace dd {
+namespace {
+
+Registry<Graph>& graphs() {
+  static auto* r = new Registry<Graph>();
+  return *r;
+}
+
+struct GraphExec {
+  Context* ctx = nullptr;
+  std::vector<GraphNode> nodes;  // a snapshot: later edits of the graph do not affect it
+};
+Registry<GraphExec>& execs() {
+  static auto* r = new Registry<GraphExec>();
+  return *r;
+}
+
+CUresult instantiate(CUgraphExec* out, CUgraph hgraph) {
+  Context* c = nullptr;
+  if (CUresult r = current_context(&c); r != CUDA_SUCCESS) return r;
+  if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  auto* g = reinterpret_cast<Graph*>(hgraph);
+  if (!graphs().has(g)) return CUDA_ERROR_INVALID_HANDLE;
+  auto* x = new GraphExec();
+  x->ctx = c;
+  {
+    std::lock_guard<std::mutex> l(g->mu);
+    for (auto& n : g->nodes) x->nodes.push_back(*n);
+  }
+  execs().add(x);
+  *out = reinterpret_cast<CUgraphExec>(x);
+  return CUDA_SUCCESS;
+}
+
+CUresult add_kernel_node(CUgraphNode* out, CUgraph hgraph, const CUgraphNode* deps, size_t ndeps,
+                         CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                         unsigned by, unsigned bz, void** params, void** extra) {
+  Context* c = nullptr;
+  if (CUresult r = current_context(&c); r != CUDA_SUCCESS) return r;
+  if (out == nullptr || (ndeps > 0 && deps == nullptr)) return CUDA_ERROR_INVALID_VALUE;
+  auto* g = reinterpret_cast<Graph*>(hgraph);
+  if (!graphs().has(g)) return CUDA_ERROR_INVALID_HANDLE;
+  Function* fn = lookup_function(f);
+  if (fn == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  if (gx == 0 || gy == 0 || gz == 0 || bx == 0 || by == 0 || bz == 0 ||
+      uint64_t{bx} * by * bz > 1024)
+    return CUDA_ERROR_INVALID_VALUE;
+  auto node = std::make_unique<GraphNode>();
+  node->type = GraphNode::Type::kKernel;
+  if (CUresult r = decode_launch(fn, params, extra, &node->kernel); r != CUDA_SUCCESS) return r;
+  unsigned dims[6] = {gx, gy, gz, bx, by, bz};
+  for (int i = 0; i < 3; ++i) node->kernel.grid[i] = dims[i], node->kernel.block[i] = dims[3 + i];
+  std::lock_guard<std::mutex> l(g->mu);
+  *out = reinterpret_cast<CUgraphNode>(node.get());
+  g->nodes.push_back(std::move(node));
+  return CUDA_SUCCESS;
+}
+
+CUresult impl_cuGraphLaunch(CUgraphExec hexec, CUstream h, bool ptsz) {
+  Context* c = nullptr;
+  if (CUresult r = current_context(&c); r != CUDA_SUCCESS) return r;
+  auto* x = reinterpret_cast<GraphExec*>(hexec);
+  if (!execs().has(x)) return CUDA_ERROR_INVALID_HANDLE;
+  StreamPtr s;
+  if (CUresult r = resolve_stream(h, ptsz, &s); r != CUDA_SUCCESS) return r;
+  if (CUresult r = context_sticky(s->ctx); r != CUDA_SUCCESS) return r;
+  {
+    std::lock_guard<std::mutex> l(s->mu);
+    if (s->capturing) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;  // child graphs: not modelled
+  }
+  std::vector<GraphNode> nodes = x->nodes;
+  for (auto& n : nodes)
+    if (n.type == GraphNode::Type::kKernel) n.kernel.fault = next_launch_faults();
+  Context* ctx = s->ctx;
+  enqueue(s, Op{[ctx, nodes = std::move(nodes)] {
+                  for (const auto& n : nodes) {
+                    if (ctx->sticky.load() != CUDA_SUCCESS) return;
+                    if (n.type == GraphNode::Type::kKernel) run_kernel(ctx, n.kernel);
+                    else if (n.type == GraphNode::Type::kHost) n.host();
+                  }
+                },
+                true});
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+Graph* new_graph() {
+  auto* g = new Graph();
+  graphs().add(g);
+  return g;
+}
+
+}  // namespace dd
+
+using namespace dd;
+
+DD_API cuGraphCreate(CUgraph* graph, unsigned int flags) {
+  return guard([&] {
+    Context* c = nullptr;
+    if (CUresult r = current_context(&c); r != CUDA_SUCCESS) return r;
+    if (graph == nullptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+    *graph = reinterpret_cast<CUgraph>(new_graph());
+    return CUDA_SUCCESS;
+  });
+}
+
+DD_API cuGraphDestroy(CUgraph graph) {
+  return guard([&] {
+    if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+    auto* g = reinterpret_cast<Graph*>(graph);
+    if (!graphs().remove(g)) return CUDA_ERROR_INVALID_VALUE;
+    delete g;
+    return CUDA_SUCCESS;
+  });
+}
+
+DD_API cuGraphAddKernelNode_v2(CUgraphNode* node, CUgraph graph, const CUgraphNode* deps,
+                               size_t ndeps, const CUDA_KERNEL_NODE_PARAMS* p) {
+  return guard([&] {
+    if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    CUfunction f = p->func != nullptr ? p->func : reinterpret_cast<CUfunction>(p->kern);
+    return add_kernel_node(node, graph, deps, ndeps, f, p->gridDimX, p->gridDimY, p->gridDimZ,
+                           p->blockDimX, p->blockDimY, p->blockDimZ, p->kernelParams, p->extra);
+  });
+}
+
+DD_API cuGraphAddKernelNode(CUgraphNode* node, CUgraph graph, const CUgraphNode* deps,
+                            size_t ndeps, const CUDA_KERNEL_NODE_PARAMS_v1* p) {
+  return guard([&] {
+    if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    return add_kernel_node(node, graph, deps, ndeps, p->func, p->gridDimX, p->gridDimY,
+                           p->gridDimZ, p->blockDimX, p->blockDimY, p->blockDimZ,
+                           p->kernelParams, p->extra);
+  });
+}
+
+DD_API cuGraphInstantiateWithFlags(CUgraphExec* exec, CUgraph graph, unsigned long long flags) {
+  return guard([&] { return instantiate(exec, graph); });
+}
+
+// The pre-12.0 signature (error node and log buffer); "cuGraphInstantiate" resolves to
+// cuGraphInstantiateWithFlags from CUDA 12.0 on, as in the real driver.
+DD_API cuGraphInstantiate(CUgraphExec* exec, CUgraph graph, CUgraphNode* errNode, char* log,
+                          size_t logSize) {
+  return guard([&] {
+    if (errNode != nullptr) *errNode = nullptr;
+    if (log != nullptr && logSize > 0) log[0] = '\0';
+    return instantiate(exec, graph);
+  });
+}
+DD_API cuGraphInstantiate_v2(CUgraphExec* exec, CUgraph graph, CUgraphNode* errNode, char* log,
+                             size_t logSize) {
+  return cuGraphInstantiate(exec, graph, errNode, log, logSize);
+}
+
+DD_API cuGraphExecDestroy(CUgraphExec exec) {
+  return guard([&] {
+    if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+    auto* x = reinterpret_cast<GraphExec*>(exec);
+    if (!execs().remove(x)) return CUDA_ERROR_INVALID_VALUE;
+    delete x;  // queued launches hold their own copy of the nodes
+    return CUDA_SUCCESS;
+  });
+}
+
+DD_API cuGraphLaunch(CUgraphExec exec, CUstream h) {
+  return guard([&] { return impl_cuGraphLaunch(exec, h, false); });
+}
+DD_API cuGraphLaunch_ptsz(CUgraphExec exec, CUstream h) {
+  return guard([&] { return impl_cuGraphLaunch(exec, h, true); });
+}

@@ -1,0 +1,543 @@
+// Device memory: host memory in this process (a device pointer is a plain host address), with
+// its size accounted in the shared segment so all processes see one device's capacity.
+// VMM physical allocations are memfds mapped with MAP_FIXED into reserved ranges, so their data
+// stays put across unmap/remap, as on the real device.
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "driver_double/internal.h"
+
+namespace dd {
+namespace {
+
+struct Phys {  // one cuMemCreate allocation
+  int fd = -1;
+  uint64_t size = 0;
+  int dev = 0;
+  int maps = 0;
+  bool released = false;
+};
+
+struct Alloc {
+  enum class Kind { kDevice, kManaged, kHost, kVmmMap } kind = Kind::kDevice;
+  uint64_t size = 0;      // as requested
+  uint64_t map_size = 0;  // as mapped and accounted
+  int dev = 0;
+  Context* ctx = nullptr;
+  Phys* phys = nullptr;  // kVmmMap
+};
+
+struct Memory {
+  std::mutex mu;
+  std::map<uint64_t, Alloc> allocs;           // by base address
+  std::map<uint64_t, uint64_t> reservations;  // base -> size (cuMemAddressReserve)
+  std::unordered_set<Phys*> phys;
+};
+Memory& mem() {
+  static auto* m = new Memory();
+  return *m;
+}
+
+uint64_t round_up(uint64_t x, uint64_t to) { return (x + to - 1) / to * to; }
+uint64_t page() {
+  static const uint64_t p = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  return p;
+}
+
+// Under mem().mu: the allocation containing [p, p+n), or allocs.end().
+std::map<uint64_t, Alloc>::iterator find_locked(uint64_t p, uint64_t n) {
+  auto& a = mem().allocs;
+  auto it = a.upper_bound(p);
+  if (it == a.begin()) return a.end();
+  --it;
+  if (p >= it->first && p + n <= it->first + it->second.size && p + n >= p) return it;
+  return a.end();
+}
+
+void destroy_phys_locked(Phys* ph) {
+  mem().phys.erase(ph);
+  close(ph->fd);
+  mem_release(ph->dev, ph->size);
+  delete ph;
+}
+
+CUresult alloc_memory(uint64_t* out, size_t bytes, Alloc::Kind kind) {
+  Context* c = nullptr;
+  if (CUresult r = current_context(&c); r != CUDA_SUCCESS) return r;
+  if (out == nullptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+  const uint64_t map_size = round_up(bytes, page());
+  const bool device = kind != Alloc::Kind::kHost;
+  if (device) {
+    if (CUresult r = mem_reserve(c->dev, map_size); r != CUDA_SUCCESS) return r;
+  }
+  void* p = mmap(nullptr, map_size, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) {
+    if (device) mem_release(c->dev, map_size);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  Alloc a;
+  a.kind = kind;
+  a.size = bytes;
+  a.map_size = map_size;
+  a.dev = c->dev;
+  a.ctx = c;
+  std::lock_guard<std::mutex> l(mem().mu);
+  mem().allocs[reinterpret_cast<uint64_t>(p)] = a;
+  *out = reinterpret_cast<uint64_t>(p);
+  return CUDA_SUCCESS;
+}
+
+// Unmaps and un-accounts an allocation that is already out of the table.
+void release_alloc(uint64_t base, const Alloc& a) {
+  munmap(reinterpret_cast<void*>(base), a.map_size);
+  if (a.kind != Alloc::Kind::kHost) mem_release(a.dev, a.map_size);
+}
+
+CUresult free_memory(uint64_t p, bool host) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (p == 0) return CUDA_SUCCESS;
+  Alloc a;
+  {
+    std::lock_guard<std::mutex> l(mem().mu);
+    auto it = mem().allocs.find(p);
+    if (it == mem().allocs.end() || it->second.kind == Alloc::Kind::kVmmMap ||
+        (it->second.kind == Alloc::Kind::kHost) != host)
+      return CUDA_ERROR_INVALID_VALUE;
+    a = it->second;
+  }
+  // cuMemFree synchronises with the device: work still using the memory finishes first.
+  if (context_alive(a.ctx)) sync_context(a.ctx);
+  {
+    std::lock_guard<std::mutex> l(mem().mu);
+    if (mem().allocs.erase(p) == 0) return CUDA_ERROR_INVALID_VALUE;  // freed concurrently
+  }
+  release_alloc(p, a);
+  return CUDA_SUCCESS;
+}
+
+// ---- copies and memsets ----
+enum Check : unsigned { kNone = 0, kDst = 1, kSrc = 2 };
+
+CUresult copy(uint64_t dst, uint64_t src, size_t n, unsigned check, CUstream h, bool async,
+              bool per_thread) {
+  Context* c = nullptr;
+  if (CUresult r = current_context(&c); r != CUDA_SUCCESS) return r;
+  if (n == 0) return CUDA_SUCCESS;
+  if (dst == 0 || src == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (((check & kDst) && !valid_range(dst, n)) || ((check & kSrc) && !valid_range(src, n)))
+    return CUDA_ERROR_INVALID_VALUE;
+  StreamPtr s;
+  if (CUresult r = resolve_stream(async ? h : nullptr, per_thread, &s); r != CUDA_SUCCESS) return r;
+  if (CUresult r = context_sticky(s->ctx); r != CUDA_SUCCESS) return r;
+  return submit_host_op(
+      s, [dst, src, n] { std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<void*>(src), n); },
+      !async);
+}
+
+template <class T>
+CUresult memset_n(uint64_t dst, T value, size_t n, CUstream h, bool async, bool per_thread) {
+  Context* c = nullptr;
+  if (CUresult r = current_context(&c); r != CUDA_SUCCESS) return r;
+  if (n == 0) return CUDA_SUCCESS;
+  if (dst % sizeof(T) != 0 || !valid_range(dst, n * sizeof(T))) return CUDA_ERROR_INVALID_VALUE;
+  StreamPtr s;
+  if (CUresult r = resolve_stream(async ? h : nullptr, per_thread, &s); r != CUDA_SUCCESS) return r;
+  if (CUresult r = context_sticky(s->ctx); r != CUDA_SUCCESS) return r;
+  return submit_host_op(
+      s,
+      [dst, value, n] {
+        T* p = reinterpret_cast<T*>(dst);
+        for (size_t i = 0; i < n; ++i) p[i] = value;
+      },
+      !async);
+}
+
+CUresult impl_cuMemcpyHtoD_v2(CUdeviceptr d, const void* h, size_t n, bool pt) {
+  return copy(d, reinterpret_cast<uint64_t>(h), n, kDst, nullptr, false, pt);
+}
+CUresult impl_cuMemcpyDtoH_v2(void* h, CUdeviceptr d, size_t n, bool pt) {
+  return copy(reinterpret_cast<uint64_t>(h), d, n, kSrc, nullptr, false, pt);
+}
+CUresult impl_cuMemcpyDtoD_v2(CUdeviceptr d, CUdeviceptr s, size_t n, bool pt) {
+  return copy(d, s, n, kDst | kSrc, nullptr, false, pt);
+}
+CUresult impl_cuMemcpy(CUdeviceptr d, CUdeviceptr s, size_t n, bool pt) {
+  return copy(d, s, n, kNone, nullptr, false, pt);
+}
+CUresult impl_cuMemcpyHtoDAsync_v2(CUdeviceptr d, const void* h, size_t n, CUstream st, bool pt) {
+  return copy(d, reinterpret_cast<uint64_t>(h), n, kDst, st, true, pt);
+}
+CUresult impl_cuMemcpyDtoHAsync_v2(void* h, CUdeviceptr d, size_t n, CUstream st, bool pt) {
+  return copy(reinterpret_cast<uint64_t>(h), d, n, kSrc, st, true, pt);
+}
+CUresult impl_cuMemcpyDtoDAsync_v2(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st, bool pt) {
+  return copy(d, s, n, kDst | kSrc, st, true, pt);
+}
+CUresult impl_cuMemcpyAsync(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st, bool pt) {
+  return copy(d, s, n, kNone, st, true, pt);
+}
+CUresult impl_cuMemsetD8_v2(CUdeviceptr d, unsigned char v, size_t n, bool pt) {
+  return memset_n<unsigned char>(d, v, n, nullptr, false, pt);
+}
+CUresult impl_cuMemsetD32_v2(CUdeviceptr d, unsigned int v, size_t n, bool pt) {
+  return memset_n<unsigned int>(d, v, n, nullptr, false, pt);
+}
+CUresult impl_cuMemsetD8Async(CUdeviceptr d, unsigned char v, size_t n, CUstream st, bool pt) {
+  return memset_n<unsigned char>(d, v, n, st, true, pt);
+}
+CUresult impl_cuMemsetD32Async(CUdeviceptr d, unsigned int v, size_t n, CUstream st, bool pt) {
+  return memset_n<unsigned int>(d, v, n, st, true, pt);
+}
+
+// ---- stream-ordered allocation (allocates at once; frees in stream order) ----
+CUresult impl_cuMemAllocAsync(CUdeviceptr* dptr, size_t bytes, CUstream h, bool pt) {
+  Context* c = nullptr;
+  if (CUresult r = current_context(&c); r != CUDA_SUCCESS) return r;
+  StreamPtr s;
+  if (CUresult r = resolve_stream(h, pt, &s); r != CUDA_SUCCESS) return r;
+  {
+    std::lock_guard<std::mutex> l(s->mu);
+    if (s->capturing) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;  // alloc nodes: not modelled
+  }
+  uint64_t p = 0;
+  CUresult r = alloc_memory(dptr ? &p : nullptr, bytes, Alloc::Kind::kDevice);
+  if (r == CUDA_SUCCESS) *dptr = p;
+  return r;
+}
+CUresult impl_cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytes, CUmemoryPool pool,
+                                      CUstream h, bool pt) {
+  if (pool == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return impl_cuMemAllocAsync(dptr, bytes, h, pt);
+}
+CUresult impl_cuMemFreeAsync(CUdeviceptr p, CUstream h, bool pt) {
+  Context* c = nullptr;
+  if (CUresult r = current_context(&c); r != CUDA_SUCCESS) return r;
+  StreamPtr s;
+  if (CUresult r = resolve_stream(h, pt, &s); r != CUDA_SUCCESS) return r;
+  {
+    std::lock_guard<std::mutex> l(s->mu);
+    if (s->capturing) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  }
+  {
+    std::lock_guard<std::mutex> l(mem().mu);
+    auto it = mem().allocs.find(p);
+    if (it == mem().allocs.end() || it->second.kind != Alloc::Kind::kDevice)
+      return CUDA_ERROR_INVALID_VALUE;
+  }
+  enqueue(s, Op{[p] {
+                  Alloc a;
+                  {
+                    std::lock_guard<std::mutex> l(mem().mu);
+                    auto it = mem().allocs.find(p);
+                    if (it == mem().allocs.end()) return;
+                    a = it->second;
+                    mem().allocs.erase(it);
+                  }
+                  release_alloc(p, a);
+                },
+                false});
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+bool valid_range(uint64_t p, uint64_t n) {
+  // Inside one allocation, or across back-to-back ones (e.g. VMM chunks mapped side by side).
+  const uint64_t end = p + n;
+  if (end < p) return false;
+  std::lock_guard<std::mutex> l(mem().mu);
+  auto& a = mem().allocs;
+  auto it = a.upper_bound(p);
+  if (it == a.begin()) return false;
+  --it;
+  if (p > it->first + it->second.size) return false;
+  for (;;) {
+    const uint64_t e = it->first + it->second.size;
+    if (end <= e) return true;
+    ++it;
+    if (it == a.end() || it->first != e) return false;
+  }
+}
+
+void free_context_allocations(Context* ctx) {
+  std::vector<std::pair<uint64_t, Alloc>> gone;
+  {
+    std::lock_guard<std::mutex> l(mem().mu);
+    auto& a = mem().allocs;
+    for (auto it = a.begin(); it != a.end();) {
+      if (it->second.ctx == ctx && it->second.kind != Alloc::Kind::kVmmMap) {
+        gone.emplace_back(*it);
+        it = a.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (auto& [base, al] : gone) release_alloc(base, al);
+}
+
+}  // namespace dd
+
+using namespace dd;
+
+DD_API cuMemGetInfo_v2(size_t* free_bytes, size_t* total_bytes) {
+  return guard([&] {
+    Context* c = nullptr;
+    if (CUresult r = current_context(&c); r != CUDA_SUCCESS) return r;
+    if (free_bytes == nullptr || total_bytes == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    uint64_t used = 0, total = 0;
+    mem_info(c->dev, &used, &total);
+    *free_bytes = used < total ? total - used : 0;
+    *total_bytes = total;
+    return CUDA_SUCCESS;
+  });
+}
+
+DD_API cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytes) {
+  return guard([&] {
+    uint64_t p = 0;
+    CUresult r = alloc_memory(dptr ? &p : nullptr, bytes, Alloc::Kind::kDevice);
+    if (r == CUDA_SUCCESS) *dptr = p;
+    return r;
+  });
+}
+
+DD_API cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t width, size_t height,
+                          unsigned int elemSize) {
+  return guard([&] {
+    if (dptr == nullptr || pitch == nullptr || width == 0 || height == 0) {
+      return initialized() ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_NOT_INITIALIZED;
+    }
+    if (elemSize != 4 && elemSize != 8 && elemSize != 16) return CUDA_ERROR_INVALID_VALUE;
+    const size_t p = round_up(width, 512);
+    uint64_t out = 0;
+    CUresult r = alloc_memory(&out, p * height, Alloc::Kind::kDevice);
+    if (r == CUDA_SUCCESS) *dptr = out, *pitch = p;
+    return r;
+  });
+}
+
+DD_API cuMemAllocManaged(CUdeviceptr* dptr, size_t bytes, unsigned int flags) {
+  return guard([&] {
+    if (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST) {
+      return initialized() ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_NOT_INITIALIZED;
+    }
+    uint64_t p = 0;
+    CUresult r = alloc_memory(dptr ? &p : nullptr, bytes, Alloc::Kind::kManaged);
+    if (r == CUDA_SUCCESS) *dptr = p;
+    return r;
+  });
+}
+
+DD_API cuMemFree_v2(CUdeviceptr dptr) { return guard([&] { return free_memory(dptr, false); }); }
+
+DD_API cuMemAllocHost_v2(void** pp, size_t bytes) {
+  return guard([&] {
+    uint64_t p = 0;
+    CUresult r = alloc_memory(pp == nullptr ? nullptr : &p, bytes, Alloc::Kind::kHost);
+    if (r == CUDA_SUCCESS) *pp = reinterpret_cast<void*>(p);
+    return r;
+  });
+}
+
+DD_API cuMemHostAlloc(void** pp, size_t bytes, unsigned int flags) {
+  return cuMemAllocHost_v2(pp, bytes);  // portable/mapped/write-combined: all the same here
+}
+
+DD_API cuMemFreeHost(void* p) {
+  return guard([&] { return free_memory(reinterpret_cast<uint64_t>(p), true); });
+}
+
+DD_API cuMemGetAddressRange_v2(CUdeviceptr* pbase, size_t* psize, CUdeviceptr dptr) {
+  return guard([&] {
+    Context* c = nullptr;
+    if (CUresult r = current_context(&c); r != CUDA_SUCCESS) return r;
+    std::lock_guard<std::mutex> l(mem().mu);
+    auto it = find_locked(dptr, 0);
+    if (it == mem().allocs.end()) return CUDA_ERROR_NOT_FOUND;
+    if (pbase) *pbase = it->first;
+    if (psize) *psize = it->second.size;
+    return CUDA_SUCCESS;
+  });
+}
+
+DD_PTDS_PAIR(cuMemcpyHtoD_v2, (CUdeviceptr d, const void* h, size_t n), d, h, n)
+DD_PTDS_PAIR(cuMemcpyDtoH_v2, (void* h, CUdeviceptr d, size_t n), h, d, n)
+DD_PTDS_PAIR(cuMemcpyDtoD_v2, (CUdeviceptr d, CUdeviceptr s, size_t n), d, s, n)
+DD_PTDS_PAIR(cuMemcpy, (CUdeviceptr d, CUdeviceptr s, size_t n), d, s, n)
+DD_PTSZ_PAIR(cuMemcpyHtoDAsync_v2, (CUdeviceptr d, const void* h, size_t n, CUstream st), d, h, n,
+             st)
+DD_PTSZ_PAIR(cuMemcpyDtoHAsync_v2, (void* h, CUdeviceptr d, size_t n, CUstream st), h, d, n, st)
+DD_PTSZ_PAIR(cuMemcpyDtoDAsync_v2, (CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st), d, s,
+             n, st)
+DD_PTSZ_PAIR(cuMemcpyAsync, (CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st), d, s, n, st)
+DD_PTDS_PAIR(cuMemsetD8_v2, (CUdeviceptr d, unsigned char v, size_t n), d, v, n)
+DD_PTDS_PAIR(cuMemsetD32_v2, (CUdeviceptr d, unsigned int v, size_t n), d, v, n)
+DD_PTSZ_PAIR(cuMemsetD8Async, (CUdeviceptr d, unsigned char v, size_t n, CUstream st), d, v, n, st)
+DD_PTSZ_PAIR(cuMemsetD32Async, (CUdeviceptr d, unsigned int v, size_t n, CUstream st), d, v, n,
+             st)
+DD_PTSZ_PAIR(cuMemAllocAsync, (CUdeviceptr * dptr, size_t bytes, CUstream h), dptr, bytes, h)
+DD_PTSZ_PAIR(cuMemAllocFromPoolAsync,
+             (CUdeviceptr * dptr, size_t bytes, CUmemoryPool pool, CUstream h), dptr, bytes, pool,
+             h)
+DD_PTSZ_PAIR(cuMemFreeAsync, (CUdeviceptr p, CUstream h), p, h)
+
+// ---- virtual memory management ----
+DD_API cuMemGetAllocationGranularity(size_t* granularity, const CUmemAllocationProp* prop,
+                                     CUmemAllocationGranularity_flags option) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (granularity == nullptr || prop == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *granularity = kVmmGranularity;
+  return CUDA_SUCCESS;
+}
+
+DD_API cuMemCreate(CUmemGenericAllocationHandle* handle, size_t bytes,
+                   const CUmemAllocationProp* prop, unsigned long long flags) {
+  return guard([&] {
+    if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+    if (handle == nullptr || prop == nullptr || bytes == 0 || bytes % kVmmGranularity != 0)
+      return CUDA_ERROR_INVALID_VALUE;
+    if (prop->type != CU_MEM_ALLOCATION_TYPE_PINNED ||
+        prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+      return CUDA_ERROR_INVALID_VALUE;
+    const int dev = prop->location.id;
+    if (dev < 0 || dev >= config().devices) return CUDA_ERROR_INVALID_DEVICE;
+    if (CUresult r = mem_reserve(dev, bytes); r != CUDA_SUCCESS) return r;
+    int fd = memfd_create("gpuos-sim-vmm", MFD_CLOEXEC);
+    if (fd < 0 || ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+      if (fd >= 0) close(fd);
+      mem_release(dev, bytes);
+      return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    auto* ph = new Phys{fd, bytes, dev, 0, false};
+    std::lock_guard<std::mutex> l(mem().mu);
+    mem().phys.insert(ph);
+    *handle = reinterpret_cast<CUmemGenericAllocationHandle>(ph);
+    return CUDA_SUCCESS;
+  });
+}
+
+DD_API cuMemRelease(CUmemGenericAllocationHandle handle) {
+  return guard([&] {
+    if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+    auto* ph = reinterpret_cast<Phys*>(handle);
+    std::lock_guard<std::mutex> l(mem().mu);
+    if (mem().phys.count(ph) == 0 || ph->released) return CUDA_ERROR_INVALID_VALUE;
+    ph->released = true;
+    if (ph->maps == 0) destroy_phys_locked(ph);  // else freed at its last unmap, as documented
+    return CUDA_SUCCESS;
+  });
+}
+
+DD_API cuMemAddressReserve(CUdeviceptr* ptr, size_t size, size_t alignment, CUdeviceptr addr,
+                           unsigned long long flags) {
+  return guard([&] {
+    if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+    if (ptr == nullptr || size == 0 || size % kVmmGranularity != 0)
+      return CUDA_ERROR_INVALID_VALUE;
+    if (alignment == 0) alignment = kVmmGranularity;
+    if ((alignment & (alignment - 1)) != 0) return CUDA_ERROR_INVALID_VALUE;
+    // Over-reserve, then trim to the requested alignment. The address hint is ignored.
+    const size_t raw_size = size + alignment;
+    void* raw = mmap(nullptr, raw_size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1,
+                     0);
+    if (raw == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+    const uint64_t r = reinterpret_cast<uint64_t>(raw);
+    const uint64_t base = round_up(r, alignment);
+    if (base > r) munmap(raw, base - r);
+    if (r + raw_size > base + size) munmap(reinterpret_cast<void*>(base + size), r + raw_size - base - size);
+    std::lock_guard<std::mutex> l(mem().mu);
+    mem().reservations[base] = size;
+    *ptr = base;
+    return CUDA_SUCCESS;
+  });
+}
+
+DD_API cuMemAddressFree(CUdeviceptr ptr, size_t size) {
+  return guard([&] {
+    if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+    std::lock_guard<std::mutex> l(mem().mu);
+    auto it = mem().reservations.find(ptr);
+    if (it == mem().reservations.end() || it->second != size) return CUDA_ERROR_INVALID_VALUE;
+    auto m = mem().allocs.lower_bound(ptr);
+    if (m != mem().allocs.end() && m->first < ptr + size) return CUDA_ERROR_INVALID_VALUE;  // mapped
+    munmap(reinterpret_cast<void*>(ptr), size);
+    mem().reservations.erase(it);
+    return CUDA_SUCCESS;
+  });
+}
+
+DD_API cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
+                unsigned long long flags) {
+  return guard([&] {
+    if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+    if (flags != 0 || size == 0 || ptr % kVmmGranularity || size % kVmmGranularity ||
+        offset % kVmmGranularity)
+      return CUDA_ERROR_INVALID_VALUE;
+    auto* ph = reinterpret_cast<Phys*>(handle);
+    std::lock_guard<std::mutex> l(mem().mu);
+    if (mem().phys.count(ph) == 0 || ph->released) return CUDA_ERROR_INVALID_HANDLE;
+    if (offset + size > ph->size) return CUDA_ERROR_INVALID_VALUE;
+    auto& res = mem().reservations;
+    auto r = res.upper_bound(ptr);
+    if (r == res.begin()) return CUDA_ERROR_INVALID_VALUE;
+    --r;
+    if (ptr + size > r->first + r->second) return CUDA_ERROR_INVALID_VALUE;  // not reserved
+    auto& a = mem().allocs;
+    auto next = a.lower_bound(ptr);
+    if (next != a.end() && next->first < ptr + size) return CUDA_ERROR_INVALID_VALUE;
+    if (next != a.begin() && std::prev(next)->first + std::prev(next)->second.map_size > ptr)
+      return CUDA_ERROR_INVALID_VALUE;  // overlaps an existing mapping
+    void* p = mmap(reinterpret_cast<void*>(ptr), size, PROT_READ | PROT_WRITE,
+                   MAP_SHARED | MAP_FIXED, ph->fd, static_cast<off_t>(offset));
+    if (p == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+    Alloc m;
+    m.kind = Alloc::Kind::kVmmMap;
+    m.size = m.map_size = size;
+    m.dev = ph->dev;
+    m.phys = ph;
+    a[ptr] = m;
+    ++ph->maps;
+    return CUDA_SUCCESS;
+  });
+}
+
+DD_API cuMemUnmap(CUdeviceptr ptr, size_t size) {
+  return guard([&] {
+    if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+    std::lock_guard<std::mutex> l(mem().mu);
+    auto& a = mem().allocs;
+    auto it = a.find(ptr);
+    if (it == a.end() || it->second.kind != Alloc::Kind::kVmmMap) return CUDA_ERROR_INVALID_VALUE;
+    // Unmap every whole mapping in [ptr, ptr+size); the range goes back to reserved-only.
+    while (it != a.end() && it->first < ptr + size) {
+      if (it->second.kind != Alloc::Kind::kVmmMap ||
+          it->first + it->second.map_size > ptr + size)
+        return CUDA_ERROR_INVALID_VALUE;
+      mmap(reinterpret_cast<void*>(it->first), it->second.map_size, PROT_NONE,
+           MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+      Phys* ph = it->second.phys;
+      it = a.erase(it);
+      if (--ph->maps == 0 && ph->released) destroy_phys_locked(ph);
+    }
+    return CUDA_SUCCESS;
+  });
+}
+
+DD_API cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* desc, size_t count) {
+  return guard([&] {
+    if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+    if (desc == nullptr || count == 0) return CUDA_ERROR_INVALID_VALUE;
+    if (!valid_range(ptr, size)) return CUDA_ERROR_INVALID_VALUE;
+    // Mappings are readable and writable from cuMemMap on (device and host share the address
+    // space here); only an explicit PROT_NONE/READ revokes access.
+    int prot = PROT_READ | PROT_WRITE;
+    if (desc[0].flags == CU_MEM_ACCESS_FLAGS_PROT_NONE) prot = PROT_NONE;
+    if (desc[0].flags == CU_MEM_ACCESS_FLAGS_PROT_READ) prot = PROT_READ;
+    mprotect(reinterpret_cast<void*>(ptr), size, prot);
+    return CUDA_SUCCESS;
+  });
+}

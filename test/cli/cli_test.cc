@@ -1,0 +1,221 @@
+// The gpuos CLI as a user runs it: real processes, exit codes and output.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <climits>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/ipc.h"
+
+namespace {
+
+struct Result {
+  int code = -1;
+  std::string out, err;
+};
+
+// Runs argv with extra environment (value nullptr = unset), capturing stdout and stderr.
+Result run(const std::vector<std::string>& args, const std::vector<std::pair<std::string, const char*>>& env = {}) {
+  char out_tmpl[] = "/tmp/gpuos-cli-out-XXXXXX";
+  char err_tmpl[] = "/tmp/gpuos-cli-err-XXXXXX";
+  int out_fd = mkstemp(out_tmpl);
+  int err_fd = mkstemp(err_tmpl);
+  pid_t pid = fork();
+  if (pid == 0) {
+    for (const auto& [k, v] : env) {
+      if (v) setenv(k.c_str(), v, 1);
+      else unsetenv(k.c_str());
+    }
+    dup2(out_fd, 1);
+    dup2(err_fd, 2);
+    std::vector<char*> argv;
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(99);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  Result r;
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  auto slurp = [](const char* p) {
+    std::ifstream in(p);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  r.out = slurp(out_tmpl);
+  r.err = slurp(err_tmpl);
+  close(out_fd);
+  close(err_fd);
+  unlink(out_tmpl);
+  unlink(err_tmpl);
+  return r;
+}
+
+class Cli : public ::testing::Test {
+ protected:
+  std::string dir;
+  void SetUp() override {
+    char tmpl[] = "/tmp/gpuos-cli-test-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir = tmpl;
+  }
+  void TearDown() override { std::filesystem::remove_all(dir); }
+  std::string write(const std::string& name, const std::string& text) {
+    std::string p = dir + "/" + name;
+    std::ofstream(p) << text;
+    return p;
+  }
+  // Environment that makes the tests independent of the caller's.
+  std::vector<std::pair<std::string, const char*>> base_env() {
+    return {{"GPUOS_PRELOAD", TEST_PRELOAD_LIB}, {"GPUOS_CONFIG", nullptr}, {"GPUOS_SOCKET", nullptr},
+            {"LD_PRELOAD", nullptr},           {"GPUOS_TENANT_PRIORITY", nullptr},
+            {"GPUOS_TENANT_WEIGHT", nullptr}};
+  }
+};
+
+bool has_line(const std::string& text, const std::string& line) {
+  return ("\n" + text).find("\n" + line + "\n") != std::string::npos;
+}
+
+TEST_F(Cli, RunSetsTheTenantEnvironmentAndPassesTheExitCode) {
+  std::string cfg = write("c.toml", "[tenants]\non_no_daemon = \"refuse\"\ndefault_class = \"guaranteed\"\n");
+  Result r = run({GPUOS_CLI_BIN, "run", "--config", cfg, "--socket", "/tmp/x/gpuosd.sock", "--priority", "3",
+                  "--weight", "7", "--", "sh", "-c", "env; exit 7"},
+                 base_env());
+  EXPECT_EQ(r.code, 7) << r.err;
+  char abs[PATH_MAX];
+  ASSERT_NE(realpath(TEST_PRELOAD_LIB, abs), nullptr);
+  EXPECT_TRUE(has_line(r.out, std::string("LD_PRELOAD=") + abs)) << r.out;
+  EXPECT_TRUE(has_line(r.out, "GPUOS_SOCKET=/tmp/x/gpuosd.sock")) << r.out;
+  EXPECT_TRUE(has_line(r.out, "GPUOS_TENANT_NAME=sh")) << r.out;
+  EXPECT_TRUE(has_line(r.out, "GPUOS_TENANT_CLASS=guaranteed")) << r.out;  // config default_class
+  EXPECT_TRUE(has_line(r.out, "GPUOS_TENANT_PRIORITY=3")) << r.out;
+  EXPECT_TRUE(has_line(r.out, "GPUOS_TENANT_WEIGHT=7")) << r.out;
+  EXPECT_TRUE(has_line(r.out, "GPUOS_ON_NO_DAEMON=refuse")) << r.out;
+}
+
+TEST_F(Cli, RunPrependsToAnExistingPreloadAndTakesOptions) {
+  auto env = base_env();
+  env.push_back({"LD_PRELOAD", TEST_PRELOAD_LIB});
+  std::string cfg = write("c.toml", "");
+  Result r = run({GPUOS_CLI_BIN, "run", "--config", cfg, "--name", "hp", "--class", "best-effort", "--", "env"}, env);
+  ASSERT_EQ(r.code, 0) << r.err;
+  char abs[PATH_MAX];
+  ASSERT_NE(realpath(TEST_PRELOAD_LIB, abs), nullptr);
+  EXPECT_TRUE(has_line(r.out, std::string("LD_PRELOAD=") + abs + ":" + TEST_PRELOAD_LIB)) << r.out;
+  EXPECT_TRUE(has_line(r.out, "GPUOS_TENANT_NAME=hp")) << r.out;
+  EXPECT_TRUE(has_line(r.out, "GPUOS_TENANT_CLASS=best-effort")) << r.out;
+  EXPECT_TRUE(has_line(r.out, "GPUOS_TENANT_PRIORITY=0")) << r.out;
+  EXPECT_TRUE(has_line(r.out, "GPUOS_TENANT_WEIGHT=100")) << r.out;
+  EXPECT_TRUE(has_line(r.out, "GPUOS_ON_NO_DAEMON=passthrough")) << r.out;
+
+  Result bad = run({GPUOS_CLI_BIN, "run", "--weight", "0", "--", "true"}, base_env());
+  EXPECT_NE(bad.code, 0);
+  Result badclass = run({GPUOS_CLI_BIN, "run", "--class", "vip", "--", "true"}, base_env());
+  EXPECT_NE(badclass.code, 0);
+}
+
+TEST_F(Cli, RunMissingCommandIs127) {
+  std::string cfg = write("c.toml", "");
+  Result r = run({GPUOS_CLI_BIN, "run", "--config", cfg, "--", "/nonexistent"}, base_env());
+  EXPECT_EQ(r.code, 127);
+  EXPECT_NE(r.err.find("/nonexistent: command not found"), std::string::npos) << r.err;
+}
+
+TEST_F(Cli, RunRefusesAMissingInterposer) {
+  auto env = base_env();
+  std::string missing = dir + "/libgpuos.so";
+  env[0].second = missing.c_str();
+  std::string cfg = write("c.toml", "");
+  Result r = run({GPUOS_CLI_BIN, "run", "--config", cfg, "--", "true"}, env);
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("libgpuos.so is missing"), std::string::npos) << r.err;
+}
+
+TEST_F(Cli, ConfigCheck) {
+  Result good = run({GPUOS_CLI_BIN, "config", "check", write("g.toml", "[daemon]\nhistory = 9\n")});
+  EXPECT_EQ(good.code, 0) << good.err;
+  EXPECT_EQ(good.out.rfind("ok\n", 0), 0u) << good.out;
+  EXPECT_NE(good.out.find("history = 9"), std::string::npos) << good.out;
+  EXPECT_NE(good.out.find("max_tenants = 256"), std::string::npos) << good.out;
+
+  Result bad = run({GPUOS_CLI_BIN, "config", "check", write("b.toml", "[daemon]\n\nmax_tenants = \"x\"\n")});
+  EXPECT_EQ(bad.code, 1);
+  EXPECT_NE(bad.err.find("b.toml:3: [daemon] max_tenants: expected an integer"), std::string::npos) << bad.err;
+  EXPECT_EQ(bad.out.find("ok"), std::string::npos);
+
+  Result missing = run({GPUOS_CLI_BIN, "config", "check", dir + "/none.toml"});
+  EXPECT_EQ(missing.code, 1);
+}
+
+TEST_F(Cli, PsWithoutDaemonFailsClearly) {
+  Result r = run({GPUOS_CLI_BIN, "ps", "--socket", dir + "/nobody.sock"}, base_env());
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("no gpuosd answering on " + dir + "/nobody.sock"), std::string::npos) << r.err;
+}
+
+TEST_F(Cli, PsJsonGateAndSigtermAgainstALiveDaemon) {
+  std::string sock = dir + "/gpuosd.sock";
+  std::string cfg = write("d.toml", "[daemon]\nlog_level = \"warn\"\n");
+  pid_t d = fork();
+  if (d == 0) {
+    setenv("GPUOS_DRIVER_LIBRARY", "/nonexistent/libcuda.so.1", 1);  // zero GPUs, deterministic
+    int null = open("/dev/null", O_WRONLY);
+    dup2(null, 2);
+    execl(GPUOSD_BIN, GPUOSD_BIN, "--socket", sock.c_str(), "--config", cfg.c_str(), nullptr);
+    _exit(99);
+  }
+  bool up = false;
+  for (int i = 0; i < 200 && !up; ++i) {
+    int fd = gpuos::connect_control_socket(sock.c_str());
+    if (fd >= 0) {
+      close(fd);
+      up = true;
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+  ASSERT_TRUE(up);
+
+  // A second daemon on the same socket refuses to start.
+  Result second = run({GPUOSD_BIN, "--socket", sock, "--config", cfg}, {{"GPUOS_DRIVER_LIBRARY", "/nonexistent"}});
+  EXPECT_EQ(second.code, 1);
+  EXPECT_NE(second.err.find("already serving"), std::string::npos) << second.err;
+
+  Result ps = run({GPUOS_CLI_BIN, "ps", "--all", "--json", "--socket", sock}, base_env());
+  ASSERT_EQ(ps.code, 0) << ps.err;
+  nlohmann::json j;
+  ASSERT_NO_THROW(j = nlohmann::json::parse(ps.out)) << ps.out;
+  ASSERT_TRUE(j.contains("gpus") && j["gpus"].is_array());
+  ASSERT_TRUE(j.contains("tenants") && j["tenants"].is_array());
+  EXPECT_EQ(j["gpus"].size(), 0u);
+  EXPECT_EQ(j["tenants"].size(), 0u);
+
+  Result table = run({GPUOS_CLI_BIN, "ps", "--socket", sock}, base_env());
+  EXPECT_EQ(table.code, 0) << table.err;
+  EXPECT_NE(table.out.find("ID    PID      NAME"), std::string::npos) << table.out;
+
+  Result gate = run({GPUOS_CLI_BIN, "gate", "99", "close", "--socket", sock}, base_env());
+  EXPECT_EQ(gate.code, 1);
+  EXPECT_NE(gate.err.find("not found"), std::string::npos) << gate.err;
+
+  kill(d, SIGTERM);
+  int status = 0;
+  ASSERT_EQ(waitpid(d, &status, 0), d);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  struct stat st;
+  EXPECT_NE(::stat(sock.c_str(), &st), 0) << "socket not removed";
+}
+
+}  // namespace

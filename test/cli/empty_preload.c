@@ -1,0 +1,2 @@
+/* Stands in for libgpuos.so in the CLI tests: loads, does nothing. */
+int gpuos_cli_test_preload_marker;

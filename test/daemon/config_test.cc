@@ -1,0 +1,119 @@
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <fstream>
+
+#include "daemon/config.h"
+
+namespace gpuos {
+namespace {
+
+ConfigResult parse(const std::string& s) { return parse_config(s, "test.toml"); }
+
+TEST(Config, EmptyGivesDefaults) {
+  ConfigResult r = parse("");
+  ASSERT_TRUE(r) << r.error;
+  EXPECT_EQ(r.config->socket, "");
+  EXPECT_EQ(r.config->admin_group, "");
+  EXPECT_EQ(r.config->log_level, log::Level::kInfo);
+  EXPECT_EQ(r.config->history, 256u);
+  EXPECT_EQ(r.config->max_tenants, 256u);
+  EXPECT_EQ(r.config->on_no_daemon, "passthrough");
+  EXPECT_EQ(r.config->default_class, GPUOS_CLASS_BEST_EFFORT);
+  EXPECT_EQ(r.config->source, "test.toml");
+}
+
+TEST(Config, FullGoodFile) {
+  ConfigResult r = parse(R"(# comment
+[daemon]
+socket = "/tmp/x/gpuosd.sock"
+admin_group = "gpuadmin"
+log_level = "debug"
+history = 0
+max_tenants = 4096
+[tenants]
+on_no_daemon = "refuse"
+default_class = "guaranteed"
+)");
+  ASSERT_TRUE(r) << r.error;
+  EXPECT_EQ(r.config->socket, "/tmp/x/gpuosd.sock");
+  EXPECT_EQ(r.config->admin_group, "gpuadmin");
+  EXPECT_EQ(r.config->log_level, log::Level::kDebug);
+  EXPECT_EQ(r.config->history, 0u);
+  EXPECT_EQ(r.config->max_tenants, 4096u);
+  EXPECT_EQ(r.config->on_no_daemon, "refuse");
+  EXPECT_EQ(r.config->default_class, GPUOS_CLASS_GUARANTEED);
+  // The effective config round-trips.
+  ConfigResult again = parse(format_config(*r.config));
+  ASSERT_TRUE(again) << again.error;
+  EXPECT_EQ(again.config->socket, r.config->socket);
+  EXPECT_EQ(again.config->max_tenants, 4096u);
+  EXPECT_EQ(again.config->default_class, GPUOS_CLASS_GUARANTEED);
+}
+
+struct Bad {
+  const char* text;
+  const char* must_contain;
+  friend std::ostream& operator<<(std::ostream& os, const Bad& b) { return os << b.must_contain; }
+};
+
+class ConfigBad : public ::testing::TestWithParam<Bad> {};
+
+TEST_P(ConfigBad, NamesKeyAndLine) {
+  ConfigResult r = parse(GetParam().text);
+  EXPECT_FALSE(r);
+  EXPECT_NE(r.error.find(GetParam().must_contain), std::string::npos) << r.error;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    All, ConfigBad,
+    ::testing::Values(Bad{"[daemon]\nfoo = 1\n", "test.toml:2: [daemon] foo: unknown key"},
+                      Bad{"[tenants]\n\nbar = \"x\"\n", "test.toml:3: [tenants] bar: unknown key"},
+                      Bad{"[deamon]\nhistory = 1\n", "unknown table [deamon]"},
+                      Bad{"top = 1\n", "test.toml:1: unknown key \"top\""},
+                      Bad{"daemon = 1\n", "test.toml:1: daemon: expected a table, got integer"},
+                      Bad{"[daemon]\nhistory = \"many\"\n", "test.toml:2: [daemon] history: expected an integer, got string"},
+                      Bad{"[daemon]\nhistory = 1.5\n", "history: expected an integer, got float"},
+                      Bad{"[daemon]\nhistory = -1\n", "history: value -1 out of range 0..65536"},
+                      Bad{"[daemon]\nhistory = 70000\n", "history: value 70000 out of range"},
+                      Bad{"[daemon]\nmax_tenants = 0\n", "max_tenants: value 0 out of range 1..4096"},
+                      Bad{"[daemon]\nmax_tenants = 99999999999999\n", "max_tenants: value"},
+                      Bad{"[daemon]\nlog_level = \"loud\"\n", "log_level: \"loud\" is not one of"},
+                      Bad{"[daemon]\nlog_level = 3\n", "log_level: expected a string, got integer"},
+                      Bad{"[daemon]\nsocket = \"relative.sock\"\n", "socket: must be an absolute path"},
+                      Bad{"[daemon]\nadmin_group = true\n", "admin_group: expected a string, got boolean"},
+                      Bad{"[tenants]\non_no_daemon = \"maybe\"\n", "on_no_daemon: \"maybe\" is not one of"},
+                      Bad{"[tenants]\ndefault_class = \"vip\"\n", "default_class: \"vip\" is not one of"},
+                      Bad{"[daemon\n", "test.toml:1: TOML syntax error"},
+                      Bad{"[daemon]\nhistory = 1\nhistory = 2\n", "test.toml:3: TOML syntax error"},
+                      Bad{"\xff\xfe garbage", "TOML syntax error"}));
+
+TEST(Config, FileAndLocationRules) {
+  char dir[] = "/tmp/gpuos-cfg-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  std::string good = std::string(dir) + "/good.toml";
+  std::ofstream(good) << "[daemon]\nhistory = 7\n";
+  ConfigResult r = load_config_file(good);
+  ASSERT_TRUE(r) << r.error;
+  EXPECT_EQ(r.config->history, 7u);
+  EXPECT_EQ(r.config->source, good);
+
+  ConfigResult missing = load_config_file(std::string(dir) + "/nope.toml");
+  EXPECT_FALSE(missing);
+  EXPECT_NE(missing.error.find("nope.toml: cannot open"), std::string::npos) << missing.error;
+
+  // $GPUOS_CONFIG is used when no explicit path is given; an explicit path wins.
+  setenv("GPUOS_CONFIG", good.c_str(), 1);
+  ConfigResult env = load_config("");
+  ASSERT_TRUE(env) << env.error;
+  EXPECT_EQ(env.config->history, 7u);
+  ConfigResult explicit_missing = load_config(std::string(dir) + "/nope.toml");
+  EXPECT_FALSE(explicit_missing);
+  unsetenv("GPUOS_CONFIG");
+  unlink(good.c_str());
+  rmdir(dir);
+}
+
+}  // namespace
+}  // namespace gpuos

@@ -1,0 +1,364 @@
+// The daemon core and server in a thread, over a real socket.
+#include <gtest/gtest.h>
+#include <linux/futex.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <climits>
+#include <cstring>
+#include <filesystem>
+#include <thread>
+
+#include "common/ipc.h"
+#include "daemon/core.h"
+#include "daemon/server.h"
+
+namespace gpuos::daemon {
+namespace {
+
+struct Reply {
+  long len = 0;
+  int fd = -1;
+  unsigned char buf[GPUOS_MSG_MAX_SIZE + 1] = {};
+  uint32_t type() const {
+    gpuos_msg_header h;
+    std::memcpy(&h, buf, sizeof(h));
+    return h.type;
+  }
+  template <typename M>
+  M as() const {
+    M m{};
+    std::memcpy(&m, buf, sizeof(M));
+    return m;
+  }
+};
+
+Reply recv_reply(int sock, int timeout_ms = 2000) {
+  Reply r;
+  r.len = receive_message(sock, r.buf, sizeof(r.buf), &r.fd, timeout_ms);
+  return r;
+}
+
+struct Listed {
+  std::vector<gpuos_msg_gpu_info> gpus;
+  std::vector<gpuos_msg_tenant_info> tenants;
+  uint32_t end_count = UINT32_MAX;
+};
+
+class LiveDaemon : public ::testing::Test {
+ protected:
+  std::string dir, path;
+  std::unique_ptr<Core> core;
+  std::unique_ptr<Server> server;
+  std::thread loop;
+  bool stopped = false;
+
+  void SetUp() override {
+    char tmpl[] = "/tmp/gpuosd-test-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir = tmpl;
+    path = dir + "/run/gpuosd.sock";  // the server creates run/
+    CoreOptions co;
+    co.max_tenants = 8;
+    co.history = 4;
+    co.gpus.push_back(GpuInfo{0, "Sim GPU", "GPU-00000000-0000-0000-0000-000000000000", 132, 16ull << 30});
+    core = std::make_unique<Core>(std::move(co));
+    ServerOptions so;
+    so.socket_path = path;
+    so.daemon_uid = geteuid();
+    so.max_connections = 16;
+    so.tick_ms = 20;
+    server = std::make_unique<Server>(*core, so);
+    std::string err;
+    ASSERT_TRUE(server->start(&err)) << err;
+    loop = std::thread([this] { server->run(); });
+  }
+  void TearDown() override {
+    if (loop.joinable()) {
+      server->request_stop();
+      loop.join();
+    }
+    server.reset();
+    core.reset();
+    std::filesystem::remove_all(dir);
+  }
+
+  int connect() {
+    int fd = connect_control_socket(path.c_str());
+    EXPECT_GE(fd, 0) << std::strerror(-fd);
+    return fd;
+  }
+
+  // Registers over a fresh connection; returns the socket, fills tenant id and mapped block.
+  int register_tenant(const char* name, uint32_t* id, gpuos_control_block** cb) {
+    int s = connect();
+    gpuos_msg_register m{};
+    init_header(&m.hdr, GPUOS_MSG_REGISTER, sizeof(m), 7);
+    m.pid = getpid();
+    m.tenant_class = GPUOS_CLASS_GUARANTEED;
+    m.weight = 100;
+    copy_name(m.name, sizeof(m.name), name);
+    EXPECT_EQ(send_message(s, &m, sizeof(m)), 0);
+    Reply r = recv_reply(s);
+    EXPECT_EQ(r.len, static_cast<long>(sizeof(gpuos_msg_register_reply)));
+    EXPECT_EQ(r.type(), static_cast<uint32_t>(GPUOS_MSG_REGISTER_REPLY));
+    auto rr = r.as<gpuos_msg_register_reply>();
+    EXPECT_EQ(rr.status, GPUOS_OK) << rr.text;
+    EXPECT_GE(r.fd, 0);
+    *id = rr.tenant_id;
+    void* p = mmap(nullptr, sizeof(gpuos_control_block), PROT_READ | PROT_WRITE, MAP_SHARED, r.fd, 0);
+    EXPECT_NE(p, MAP_FAILED);
+    close(r.fd);
+    *cb = static_cast<gpuos_control_block*>(p);
+    return s;
+  }
+
+  Listed list(bool include_exited) {
+    Listed out;
+    int s = connect();
+    gpuos_msg_list m{};
+    init_header(&m.hdr, GPUOS_MSG_LIST, sizeof(m), 11);
+    m.flags = include_exited ? GPUOS_LIST_INCLUDE_EXITED : 0;
+    EXPECT_EQ(send_message(s, &m, sizeof(m)), 0);
+    for (;;) {
+      Reply r = recv_reply(s);
+      if (r.len <= 0) {
+        ADD_FAILURE() << "listing ended early: " << r.len;
+        break;
+      }
+      char why[GPUOS_TEXT_MAX];
+      EXPECT_EQ(validate_message(r.buf, static_cast<std::size_t>(r.len), why, sizeof(why)), GPUOS_OK) << why;
+      if (r.type() == GPUOS_MSG_GPU_INFO) out.gpus.push_back(r.as<gpuos_msg_gpu_info>());
+      else if (r.type() == GPUOS_MSG_TENANT_INFO) out.tenants.push_back(r.as<gpuos_msg_tenant_info>());
+      else {
+        EXPECT_EQ(r.type(), static_cast<uint32_t>(GPUOS_MSG_LIST_END));
+        out.end_count = r.as<gpuos_msg_reply>().count;
+        break;
+      }
+    }
+    close(s);
+    return out;
+  }
+
+  gpuos_msg_reply request(const void* msg, std::size_t len, bool expect_close) {
+    int s = connect();
+    EXPECT_EQ(send_message(s, msg, len), 0);
+    Reply r = recv_reply(s);
+    EXPECT_EQ(r.type(), static_cast<uint32_t>(GPUOS_MSG_REPLY));
+    if (expect_close) {
+      EXPECT_EQ(recv_reply(s).len, 0) << "connection should be closed";
+    }
+    close(s);
+    return r.as<gpuos_msg_reply>();
+  }
+};
+
+TEST_F(LiveDaemon, SocketModeAndDirectory) {
+  struct stat st;
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISSOCK(st.st_mode));
+  EXPECT_EQ(st.st_mode & 0777, geteuid() == 0 ? 0666u : 0600u);
+  ASSERT_EQ(::stat((dir + "/run").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+}
+
+TEST_F(LiveDaemon, RegisterCountListExit) {
+  uint32_t id = 0;
+  gpuos_control_block* cb = nullptr;
+  int s = register_tenant("hp", &id, &cb);
+  ASSERT_NE(cb, nullptr);
+  EXPECT_EQ(cb->magic, GPUOS_ABI_MAGIC);
+  EXPECT_EQ(cb->tenant_id, id);
+  EXPECT_EQ(cb->daemon_alive, 1u);
+  EXPECT_EQ(cb->gate, GPUOS_GATE_OPEN);
+  std::atomic_ref<uint64_t>(cb->launches).fetch_add(41, std::memory_order_relaxed);
+  std::atomic_ref<uint64_t>(cb->graph_launches).fetch_add(2, std::memory_order_relaxed);
+  std::atomic_ref<uint64_t>(cb->mem_used_per_device[0]).store(64 << 20, std::memory_order_relaxed);
+  std::atomic_ref<uint64_t>(cb->mem_used_bytes).store(64 << 20, std::memory_order_relaxed);
+  std::atomic_ref<uint64_t>(cb->mem_peak_bytes).store(96 << 20, std::memory_order_relaxed);
+
+  Listed l = list(false);
+  ASSERT_EQ(l.gpus.size(), 1u);
+  EXPECT_STREQ(l.gpus[0].name, "Sim GPU");
+  EXPECT_STREQ(l.gpus[0].uuid, "00000000-0000-0000-0000-000000000000");  // bare: no room for "GPU-"
+  EXPECT_EQ(l.gpus[0].used_mem_bytes, 64u << 20);
+  ASSERT_EQ(l.tenants.size(), 1u);
+  EXPECT_EQ(l.end_count, 1u);
+  EXPECT_EQ(l.tenants[0].tenant_id, id);
+  EXPECT_EQ(l.tenants[0].pid, getpid());
+  EXPECT_EQ(l.tenants[0].uid, geteuid());
+  EXPECT_EQ(l.tenants[0].state, static_cast<uint32_t>(GPUOS_TENANT_RUNNING));
+  EXPECT_EQ(l.tenants[0].launches, 41u);
+  EXPECT_EQ(l.tenants[0].graph_launches, 2u);
+  EXPECT_STREQ(l.tenants[0].name, "hp");
+  EXPECT_NE(l.tenants[0].registered_unix_ms, 0u);
+
+  // More counting after the listing, then the tenant goes away.
+  std::atomic_ref<uint64_t>(cb->launches).fetch_add(1, std::memory_order_relaxed);
+  close(s);
+  Listed h;
+  for (int i = 0; i < 100; ++i) {
+    h = list(true);
+    if (!h.tenants.empty() && h.tenants[0].state == GPUOS_TENANT_EXITED) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(h.tenants.size(), 1u);
+  EXPECT_EQ(h.tenants[0].state, static_cast<uint32_t>(GPUOS_TENANT_EXITED));
+  EXPECT_EQ(h.tenants[0].launches, 42u);
+  EXPECT_EQ(h.tenants[0].mem_peak_bytes, 96u << 20);
+  EXPECT_NE(h.tenants[0].exited_unix_ms, 0u);
+  EXPECT_EQ(list(false).tenants.size(), 0u);
+  EXPECT_EQ(list(false).gpus[0].used_mem_bytes, 0u);
+  munmap(cb, sizeof(*cb));
+}
+
+TEST_F(LiveDaemon, SetGateWakesAFutexWaiter) {
+  uint32_t id = 0;
+  gpuos_control_block* cb = nullptr;
+  int s = register_tenant("be", &id, &cb);
+  gpuos_msg_set_gate g{};
+  init_header(&g.hdr, GPUOS_MSG_SET_GATE, sizeof(g), 3);
+  g.tenant_id = id;
+  g.gate = GPUOS_GATE_CLOSED;
+  EXPECT_EQ(request(&g, sizeof(g), false).status, GPUOS_OK);
+  EXPECT_EQ(std::atomic_ref<uint32_t>(cb->gate).load(), GPUOS_GATE_CLOSED);
+  EXPECT_EQ(std::atomic_ref<uint32_t>(cb->grant_epoch).load(), 1u);
+  EXPECT_EQ(list(false).tenants.at(0).state, static_cast<uint32_t>(GPUOS_TENANT_GATED));
+
+  // A tenant thread waits at the closed gate (shared futex, its own mapping); opening wakes it.
+  std::atomic<bool> woke{false};
+  std::thread waiter([&] {
+    while (std::atomic_ref<uint32_t>(cb->gate).load(std::memory_order_acquire) == GPUOS_GATE_CLOSED) {
+      timespec ts{5, 0};
+      syscall(SYS_futex, &cb->gate, FUTEX_WAIT, GPUOS_GATE_CLOSED, &ts, nullptr, 0);
+    }
+    woke = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(woke.load());
+  auto t0 = std::chrono::steady_clock::now();
+  g.gate = GPUOS_GATE_OPEN;
+  EXPECT_EQ(request(&g, sizeof(g), false).status, GPUOS_OK);
+  waiter.join();
+  EXPECT_TRUE(woke.load());
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));  // woken, not timed out
+
+  g.tenant_id = id + 100;
+  EXPECT_EQ(request(&g, sizeof(g), true).status, GPUOS_ERR_NOT_FOUND);
+  close(s);
+  munmap(cb, sizeof(*cb));
+}
+
+TEST_F(LiveDaemon, GarbageIsRefusedAndOthersAreStillServed) {
+  int s = connect();
+  const char junk[] = "hello";
+  ASSERT_EQ(send_message(s, junk, sizeof(junk)), 0);
+  Reply r = recv_reply(s);
+  ASSERT_EQ(r.type(), static_cast<uint32_t>(GPUOS_MSG_REPLY));
+  EXPECT_EQ(r.as<gpuos_msg_reply>().status, GPUOS_ERR_BAD_MESSAGE);
+  EXPECT_EQ(recv_reply(s).len, 0);  // closed
+  close(s);
+
+  std::vector<unsigned char> big(4096, 0xab);
+  init_header(reinterpret_cast<gpuos_msg_header*>(big.data()), GPUOS_MSG_LIST, 4096, 1);
+  EXPECT_EQ(request(big.data(), big.size(), true).status, GPUOS_ERR_BAD_MESSAGE);
+
+  // A lying pid over a real socket.
+  s = connect();
+  gpuos_msg_register m{};
+  init_header(&m.hdr, GPUOS_MSG_REGISTER, sizeof(m), 1);
+  m.pid = getpid() + 1;
+  m.tenant_class = GPUOS_CLASS_BEST_EFFORT;
+  m.weight = 1;
+  ASSERT_EQ(send_message(s, &m, sizeof(m)), 0);
+  r = recv_reply(s);
+  ASSERT_EQ(r.type(), static_cast<uint32_t>(GPUOS_MSG_REGISTER_REPLY));
+  EXPECT_EQ(r.as<gpuos_msg_register_reply>().status, GPUOS_ERR_PERMISSION);
+  EXPECT_EQ(r.fd, -1);
+  close(s);
+
+  // A client that disconnects mid-listing does not hurt either.
+  s = connect();
+  gpuos_msg_list l{};
+  init_header(&l.hdr, GPUOS_MSG_LIST, sizeof(l), 1);
+  send_message(s, &l, sizeof(l));
+  close(s);
+
+  Listed ok = list(false);
+  EXPECT_EQ(ok.gpus.size(), 1u);
+  EXPECT_EQ(ok.end_count, 0u);
+}
+
+TEST_F(LiveDaemon, RefusesToStartOverALiveDaemon) {
+  CoreOptions co;
+  Core other(std::move(co));
+  ServerOptions so;
+  so.socket_path = path;
+  Server second(other, so);
+  std::string err;
+  EXPECT_FALSE(second.start(&err));
+  EXPECT_NE(err.find("already serving"), std::string::npos) << err;
+  EXPECT_EQ(list(false).gpus.size(), 1u);  // the first one is untouched
+}
+
+TEST(Server, RemovesAStaleSocketButNotOtherFiles) {
+  char tmpl[] = "/tmp/gpuosd-stale-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  std::string path = std::string(tmpl) + "/s.sock";
+  {  // a socket file nobody listens on
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::strcpy(a.sun_path, path.c_str());
+    ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+    close(fd);
+  }
+  CoreOptions co;
+  Core core(std::move(co));
+  ServerOptions so;
+  so.socket_path = path;
+  {
+    Server s(core, so);
+    std::string err;
+    EXPECT_TRUE(s.start(&err)) << err;
+  }
+  unlink(path.c_str());
+  FILE* f = std::fopen(path.c_str(), "w");
+  std::fclose(f);
+  Server s2(core, so);
+  std::string err;
+  EXPECT_FALSE(s2.start(&err));
+  EXPECT_NE(err.find("not a socket"), std::string::npos) << err;
+  std::filesystem::remove_all(tmpl);
+}
+
+TEST_F(LiveDaemon, ShutdownReleasesTenantsAndRemovesTheSocket) {
+  uint32_t id = 0;
+  gpuos_control_block* cb = nullptr;
+  int s = register_tenant("x", &id, &cb);
+  gpuos_msg_set_gate g{};
+  init_header(&g.hdr, GPUOS_MSG_SET_GATE, sizeof(g), 3);
+  g.tenant_id = id;
+  g.gate = GPUOS_GATE_CLOSED;
+  EXPECT_EQ(request(&g, sizeof(g), false).status, GPUOS_OK);
+  gpuos_msg_header h{};
+  init_header(&h, GPUOS_MSG_SHUTDOWN, sizeof(h), 5);
+  EXPECT_EQ(request(&h, sizeof(h), false).status, GPUOS_OK);
+  loop.join();
+  EXPECT_EQ(std::atomic_ref<uint32_t>(cb->daemon_alive).load(), 0u);
+  EXPECT_EQ(std::atomic_ref<uint32_t>(cb->gate).load(), GPUOS_GATE_OPEN);
+  struct stat st;
+  EXPECT_NE(::stat(path.c_str(), &st), 0);
+  EXPECT_EQ(recv_reply(s).len, 0);  // the tenant's connection was closed
+  close(s);
+  munmap(cb, sizeof(*cb));
+}
+
+}  // namespace
+}  // namespace gpuos::daemon

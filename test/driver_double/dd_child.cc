@@ -1,0 +1,111 @@
+// Child process for the driver-double tests: things that need a fresh process (calls before
+// cuInit, fault injection read at cuInit) or a second process sharing the simulated GPU.
+// Prints key=value lines; exits 0 unless setup failed.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "dd_test_util.h"
+
+using namespace ddtest;
+
+namespace {
+
+CUfunction g_fixed = nullptr;
+CUdeviceptr g_done = 0;
+
+#define SETUP_OK(call)                                               \
+  do {                                                               \
+    CUresult r_ = (call);                                            \
+    if (r_ != CUDA_SUCCESS) {                                        \
+      std::printf("setup_failed=%s rc=%d\n", #call, static_cast<int>(r_)); \
+      return 2;                                                      \
+    }                                                                \
+  } while (0)
+
+int setup() {
+  CUdevice dev = 0;
+  CUcontext ctx = nullptr;
+  CUmodule mod = nullptr;
+  SETUP_OK(drv().cuInit(0));
+  SETUP_OK(drv().cuDeviceGet(&dev, 0));
+  SETUP_OK(drv().cuDevicePrimaryCtxRetain(&ctx, dev));
+  SETUP_OK(CU(cuCtxSetCurrent)(ctx));
+  static const char kImage[] = "any image";
+  SETUP_OK(CU(cuModuleLoadData)(&mod, kImage));
+  SETUP_OK(CU(cuModuleGetFunction)(&g_fixed, mod, "gpuos_fixed_work"));
+  SETUP_OK(drv().cuMemAlloc_v2(&g_done, sizeof(unsigned long long)));
+  SETUP_OK(CU(cuMemsetD8_v2)(g_done, 0, sizeof(unsigned long long)));
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  char err[512];
+  if (argc < 2 || !load(err, sizeof err)) {
+    std::printf("usage_or_load_failed=%s\n", argc < 2 ? "usage" : err);
+    return 2;
+  }
+  const std::string mode = argv[1];
+  if (mode == "preinit") {  // everything before cuInit is CUDA_ERROR_NOT_INITIALIZED
+    int n = 0;
+    CUdeviceptr p = 0;
+    CUcontext c = nullptr;
+    CUstream s = nullptr;
+    int version = 0;
+    void* pfn = nullptr;
+    std::printf("count=%d\n", drv().cuDeviceGetCount(&n));
+    std::printf("alloc=%d\n", drv().cuMemAlloc_v2(&p, 16));
+    std::printf("getcurrent=%d\n", drv().cuCtxGetCurrent(&c));
+    std::printf("streamcreate=%d\n", drv().cuStreamCreate(&s, 0));
+    // (each call before the printf that shows its output: argument order is unspecified)
+    CUresult r = drv().cuDriverGetVersion(&version);
+    std::printf("version=%d,%d\n", r, version);
+    r = drv().cuGetProcAddress_v2("cuInit", &pfn, 13000, 0, nullptr);
+    std::printf("procaddr=%d,%d\n", r, pfn == dlsym(drv().handle, "cuInit") ? 1 : 0);
+    std::printf("init=%d\n", drv().cuInit(0));
+    r = drv().cuDeviceGetCount(&n);
+    std::printf("count_after=%d,%d\n", r, n);
+    return 0;
+  }
+  if (int r = setup(); r != 0) return r;
+  if (mode == "hold" && argc == 3) {  // hold N MiB until stdin closes, then die without freeing
+    CUdeviceptr p = 0;
+    std::printf("alloc=%d\n", drv().cuMemAlloc_v2(&p, std::stoull(argv[2]) << 20));
+    std::printf("ready\n");
+    std::fflush(stdout);
+    char c;
+    while (read(0, &c, 1) > 0) {
+    }
+    _exit(0);
+  }
+  if (mode == "kernel" && argc == 3) {  // one fixed-work kernel: wall time from launch to sync
+    auto t0 = std::chrono::steady_clock::now();
+    CUresult l = launch_fixed(g_fixed, nullptr, std::stoull(argv[2]) * kItersPerMs, g_done);
+    CUresult s = CU(cuStreamSynchronize)(nullptr);
+    auto ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0);
+    std::printf("launch=%d sync=%d elapsed_ms=%.1f\n", l, s, ms.count());
+    return 0;
+  }
+  if (mode == "fault") {  // run with GPUOS_SIM_FAULT_AFTER_LAUNCHES=2
+    CUresult l1 = launch_fixed(g_fixed, nullptr, 1000, g_done);
+    CUresult s1 = CU(cuStreamSynchronize)(nullptr);
+    CUresult l2 = launch_fixed(g_fixed, nullptr, 1000, g_done);
+    CUresult s2 = CU(cuStreamSynchronize)(nullptr);
+    CUresult l3 = launch_fixed(g_fixed, nullptr, 1000, g_done);
+    CUdeviceptr p = 0;
+    CUresult a = drv().cuMemAlloc_v2(&p, 16);
+    CUresult cs = CU(cuCtxSynchronize)();
+    unsigned long long done = 0;
+    std::memcpy(&done, reinterpret_cast<void*>(g_done), sizeof done);  // host-visible here
+    std::printf("launch1=%d sync1=%d launch2=%d sync2=%d launch3=%d alloc=%d ctxsync=%d done=%llu\n",
+                l1, s1, l2, s2, l3, a, cs, done);
+    return 0;
+  }
+  std::printf("unknown_mode=%s\n", mode.c_str());
+  return 2;
+}

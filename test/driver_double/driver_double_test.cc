@@ -1,0 +1,654 @@
+// Tests of the driver test double through its exported C API, loaded with dlopen exactly as
+// gpuos loads a driver. Child-process cases run dd_child (a fresh process with the same
+// GPUOS_SIM_SHM, i.e. the same simulated GPU).
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "dd_test_util.h"
+
+extern char** environ;
+
+using namespace ddtest;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr size_t kMiB = 1 << 20;
+constexpr size_t kSimMemMiB = 2048;
+
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+std::string shm_name() { return "/gpuos-dd-test-" + std::to_string(getpid()); }
+
+// Each test process gets its own simulated GPU (segment), small enough to run out of.
+class Env : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    setenv("GPUOS_SIM_SHM", shm_name().c_str(), 1);
+    setenv("GPUOS_SIM_MEM_MIB", std::to_string(kSimMemMiB).c_str(), 1);
+    setenv("GPUOS_SIM_NS_PER_ITER", "1.0", 1);
+    unsetenv("GPUOS_SIM_FAULT_AFTER_LAUNCHES");
+    char err[512];
+    ASSERT_TRUE(load(err, sizeof err)) << err;
+  }
+  void TearDown() override { shm_unlink(shm_name().c_str()); }
+};
+const auto* const kEnv = ::testing::AddGlobalTestEnvironment(new Env);
+
+// A running dd_child with pipes to its stdin and stdout.
+struct Child {
+  pid_t pid = -1;
+  int in = -1;   // write end of the child's stdin
+  int out = -1;  // read end of the child's stdout
+
+  Child(std::vector<std::string> args, std::vector<std::string> env_extra = {}) {
+    int pin[2], pout[2];
+    if (pipe2(pin, O_CLOEXEC) != 0 || pipe2(pout, O_CLOEXEC) != 0) return;
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, pin[0], 0);
+    posix_spawn_file_actions_adddup2(&fa, pout[1], 1);
+    args.insert(args.begin(), GPUOS_DD_CHILD_PATH);
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    std::vector<std::string> env_strings;
+    for (char** e = environ; *e != nullptr; ++e) env_strings.emplace_back(*e);
+    for (auto& e : env_extra) env_strings.push_back(e);
+    std::vector<char*> envp;
+    for (auto& e : env_strings) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    if (posix_spawn(&pid, GPUOS_DD_CHILD_PATH, &fa, nullptr, argv.data(), envp.data()) != 0)
+      pid = -1;
+    posix_spawn_file_actions_destroy(&fa);
+    close(pin[0]);
+    close(pout[1]);
+    in = pin[1];
+    out = pout[0];
+  }
+  // Reads one line of the child's output ("" at EOF).
+  std::string line() {
+    std::string s;
+    char c;
+    while (read(out, &c, 1) == 1 && c != '\n') s += c;
+    return s;
+  }
+  std::string rest() {
+    std::string s;
+    char buf[256];
+    ssize_t n;
+    while ((n = read(out, buf, sizeof buf)) > 0) s.append(buf, static_cast<size_t>(n));
+    return s;
+  }
+  int wait() {
+    if (in >= 0) close(in), in = -1;
+    int status = 0;
+    if (pid > 0) waitpid(pid, &status, 0);
+    pid = -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+  ~Child() {
+    if (pid > 0) kill(pid, SIGKILL), wait();
+    if (out >= 0) close(out);
+  }
+};
+
+// Runs dd_child to completion; returns its output.
+std::string run_child(std::vector<std::string> args, std::vector<std::string> env = {},
+                      int* rc = nullptr) {
+  Child c(std::move(args), std::move(env));
+  std::string out = c.rest();
+  int status = c.wait();
+  if (rc) *rc = status;
+  return out;
+}
+
+double field(const std::string& out, const std::string& key) {
+  auto p = out.find(key + "=");
+  if (p == std::string::npos) return -1e9;
+  return std::stod(out.substr(p + key.size() + 1));
+}
+
+class DriverDouble : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_EQ(drv().cuInit(0), CUDA_SUCCESS);
+    CUdevice dev = 0;
+    ASSERT_EQ(drv().cuDeviceGet(&dev, 0), CUDA_SUCCESS);
+    ASSERT_EQ(drv().cuDevicePrimaryCtxRetain(&ctx_, dev), CUDA_SUCCESS);
+    ASSERT_EQ(CU(cuCtxSetCurrent)(ctx_), CUDA_SUCCESS);
+    static const char kImage[] = "fatbin";
+    ASSERT_EQ(CU(cuModuleLoadData)(&mod_, kImage), CUDA_SUCCESS);
+    ASSERT_EQ(CU(cuModuleGetFunction)(&fixed_, mod_, "gpuos_fixed_work"), CUDA_SUCCESS);
+    ASSERT_EQ(CU(cuModuleGetFunction)(&fill_, mod_, "gpuos_fill_u32"), CUDA_SUCCESS);
+    ASSERT_EQ(drv().cuMemAlloc_v2(&done_, 8), CUDA_SUCCESS);
+    ASSERT_EQ(CU(cuMemsetD8_v2)(done_, 0, 8), CUDA_SUCCESS);
+  }
+  void TearDown() override {
+    EXPECT_EQ(CU(cuCtxSynchronize)(), CUDA_SUCCESS);
+    EXPECT_EQ(drv().cuMemFree_v2(done_), CUDA_SUCCESS);
+    EXPECT_EQ(CU(cuModuleUnload)(mod_), CUDA_SUCCESS);
+  }
+  unsigned long long done() {
+    unsigned long long v = ~0ull;
+    EXPECT_EQ(CU(cuMemcpyDtoH_v2)(&v, done_, sizeof v), CUDA_SUCCESS);
+    return v;
+  }
+  CUcontext ctx_ = nullptr;
+  CUmodule mod_ = nullptr;
+  CUfunction fixed_ = nullptr, fill_ = nullptr;
+  CUdeviceptr done_ = 0;
+};
+
+TEST_F(DriverDouble, LaunchIsAsynchronous) {
+  CUstream s = nullptr;
+  ASSERT_EQ(drv().cuStreamCreate(&s, 0), CUDA_SUCCESS);
+  auto t0 = Clock::now();
+  ASSERT_EQ(launch_fixed(fixed_, s, 300 * kItersPerMs, done_, 4), CUDA_SUCCESS);
+  EXPECT_LT(ms_since(t0), 50.0) << "cuLaunchKernel must not wait for the kernel";
+  EXPECT_EQ(CU(cuStreamQuery)(s), CUDA_ERROR_NOT_READY);
+  ASSERT_EQ(CU(cuStreamSynchronize)(s), CUDA_SUCCESS);
+  EXPECT_GE(ms_since(t0), 290.0);
+  EXPECT_EQ(CU(cuStreamQuery)(s), CUDA_SUCCESS);
+  EXPECT_EQ(done(), 4u);
+  EXPECT_EQ(CU(cuStreamDestroy_v2)(s), CUDA_SUCCESS);
+}
+
+TEST_F(DriverDouble, WavesScaleDuration) {
+  // 132 SMs * (2048/1024) blocks per SM = 264 blocks per wave: 265 blocks take two waves.
+  auto t0 = Clock::now();
+  ASSERT_EQ(launch_fixed(fixed_, nullptr, 60 * kItersPerMs, done_, 265, 1024), CUDA_SUCCESS);
+  ASSERT_EQ(CU(cuStreamSynchronize)(nullptr), CUDA_SUCCESS);
+  EXPECT_GE(ms_since(t0), 115.0);
+  EXPECT_EQ(done(), 265u);
+}
+
+TEST_F(DriverDouble, StreamOrderAndDefaultStreams) {
+  constexpr unsigned long long n = 1 << 16;
+  CUdeviceptr buf = 0;
+  ASSERT_EQ(drv().cuMemAlloc_v2(&buf, n * 4), CUDA_SUCCESS);
+  CUstream s = nullptr;
+  ASSERT_EQ(drv().cuStreamCreate(&s, 0), CUDA_SUCCESS);
+  // fill(1); fixed_work; copy of done; fill(2) via the packed `extra` form; copy of buf.
+  unsigned int v1 = 1;
+  auto* dst = reinterpret_cast<unsigned int*>(buf);
+  unsigned long long nn = n;
+  void* fill_params[] = {&dst, &v1, &nn};
+  ASSERT_EQ(drv().cuLaunchKernel(fill_, 64, 1, 1, 256, 1, 1, 0, s, fill_params, nullptr),
+            CUDA_SUCCESS);
+  ASSERT_EQ(launch_fixed(fixed_, s, 100 * kItersPerMs, done_, 3), CUDA_SUCCESS);
+  unsigned long long done_seen = 0;
+  ASSERT_EQ(CU(cuMemcpyDtoHAsync_v2)(&done_seen, done_, 8, s), CUDA_SUCCESS);
+  alignas(8) unsigned char packed[24] = {};
+  unsigned int v2 = 0xabcd0000;
+  std::memcpy(packed, &dst, 8);
+  std::memcpy(packed + 8, &v2, 4);
+  std::memcpy(packed + 16, &nn, 8);
+  size_t packed_size = sizeof packed;
+  void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, packed, CU_LAUNCH_PARAM_BUFFER_SIZE,
+                   &packed_size, CU_LAUNCH_PARAM_END};
+  ASSERT_EQ(drv().cuLaunchKernel(fill_, 64, 1, 1, 256, 1, 1, 0, s, nullptr, extra), CUDA_SUCCESS);
+  std::vector<unsigned int> host(n);
+  ASSERT_EQ(CU(cuMemcpyDtoHAsync_v2)(host.data(), buf, n * 4, s), CUDA_SUCCESS);
+  ASSERT_EQ(CU(cuStreamSynchronize)(s), CUDA_SUCCESS);
+  EXPECT_EQ(done_seen, 3u) << "the copy ran before the kernel finished";
+  for (unsigned long long i = 0; i < n; i += 997) ASSERT_EQ(host[i], v2 ^ i) << i;
+
+  // A synchronous copy (legacy stream) waits for a blocking stream's kernel ...
+  ASSERT_EQ(launch_fixed(fixed_, s, 100 * kItersPerMs, done_, 2), CUDA_SUCCESS);
+  EXPECT_EQ(done(), 5u);
+  // ... but not for a non-blocking stream's.
+  CUstream nb = nullptr;
+  ASSERT_EQ(drv().cuStreamCreate(&nb, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  ASSERT_EQ(launch_fixed(fixed_, nb, 200 * kItersPerMs, done_, 1), CUDA_SUCCESS);
+  EXPECT_EQ(done(), 5u);
+  ASSERT_EQ(CU(cuStreamSynchronize)(nb), CUDA_SUCCESS);
+  EXPECT_EQ(done(), 6u);
+
+  // The per-thread default stream is its own stream: stream 0 in _ptsz calls.
+  void* params_args[2];
+  unsigned long long iters = 150 * kItersPerMs;
+  auto* d = reinterpret_cast<unsigned long long*>(done_);
+  params_args[0] = &iters;
+  params_args[1] = &d;
+  ASSERT_EQ(drv().cuLaunchKernel_ptsz(fixed_, 1, 1, 1, 32, 1, 1, 0, nullptr, params_args, nullptr),
+            CUDA_SUCCESS);
+  EXPECT_EQ(CU(cuStreamQuery_ptsz)(nullptr), CUDA_ERROR_NOT_READY);
+  EXPECT_EQ(CU(cuStreamQuery)(CU_STREAM_PER_THREAD), CUDA_ERROR_NOT_READY);
+  ASSERT_EQ(CU(cuStreamSynchronize_ptsz)(nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(done(), 7u);
+
+  // Cross-stream order through an event.
+  CUevent ev = nullptr;
+  ASSERT_EQ(CU(cuEventCreate)(&ev, CU_EVENT_DISABLE_TIMING), CUDA_SUCCESS);
+  ASSERT_EQ(launch_fixed(fixed_, nb, 100 * kItersPerMs, done_, 1), CUDA_SUCCESS);
+  ASSERT_EQ(CU(cuEventRecord)(ev, nb), CUDA_SUCCESS);
+  CUstream nb2 = nullptr;
+  ASSERT_EQ(drv().cuStreamCreate(&nb2, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  ASSERT_EQ(CU(cuStreamWaitEvent)(nb2, ev, 0), CUDA_SUCCESS);
+  unsigned long long after_wait = 0;
+  ASSERT_EQ(CU(cuMemcpyDtoHAsync_v2)(&after_wait, done_, 8, nb2), CUDA_SUCCESS);
+  ASSERT_EQ(CU(cuStreamSynchronize)(nb2), CUDA_SUCCESS);
+  EXPECT_EQ(after_wait, 8u);
+
+  EXPECT_EQ(CU(cuEventDestroy_v2)(ev), CUDA_SUCCESS);
+  for (CUstream x : {s, nb, nb2}) EXPECT_EQ(CU(cuStreamDestroy_v2)(x), CUDA_SUCCESS);
+  EXPECT_EQ(drv().cuMemFree_v2(buf), CUDA_SUCCESS);
+}
+
+TEST_F(DriverDouble, EventsMeasureSimulatedWork) {
+  CUevent a = nullptr, b = nullptr, untimed = nullptr;
+  ASSERT_EQ(CU(cuEventCreate)(&a, 0), CUDA_SUCCESS);
+  ASSERT_EQ(CU(cuEventCreate)(&b, 0), CUDA_SUCCESS);
+  ASSERT_EQ(CU(cuEventCreate)(&untimed, CU_EVENT_DISABLE_TIMING), CUDA_SUCCESS);
+  float ms = -1;
+  EXPECT_EQ(CU(cuEventQuery)(a), CUDA_SUCCESS);  // never recorded
+  EXPECT_EQ(CU(cuEventElapsedTime_v2)(&ms, a, b), CUDA_ERROR_INVALID_HANDLE);
+  ASSERT_EQ(CU(cuEventRecord)(a, nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(launch_fixed(fixed_, nullptr, 200 * kItersPerMs, done_), CUDA_SUCCESS);
+  ASSERT_EQ(CU(cuEventRecord)(b, nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(CU(cuEventRecord)(untimed, nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(CU(cuEventQuery)(b), CUDA_ERROR_NOT_READY);
+  EXPECT_EQ(CU(cuEventElapsedTime_v2)(&ms, a, b), CUDA_ERROR_NOT_READY);
+  ASSERT_EQ(CU(cuEventSynchronize)(b), CUDA_SUCCESS);
+  EXPECT_EQ(CU(cuEventQuery)(b), CUDA_SUCCESS);
+  ASSERT_EQ(CU(cuEventElapsedTime_v2)(&ms, a, b), CUDA_SUCCESS);
+  EXPECT_GE(ms, 195.0f);
+  EXPECT_LE(ms, 400.0f);
+  ASSERT_EQ(CU(cuEventElapsedTime)(&ms, a, b), CUDA_SUCCESS);  // v1: same answer
+  EXPECT_GE(ms, 195.0f);
+  ASSERT_EQ(CU(cuEventSynchronize)(untimed), CUDA_SUCCESS);
+  EXPECT_EQ(CU(cuEventElapsedTime_v2)(&ms, a, untimed), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(CU(cuEventElapsedTime_v2)(nullptr, a, b), CUDA_ERROR_INVALID_VALUE);
+  for (CUevent e : {a, b, untimed}) EXPECT_EQ(CU(cuEventDestroy_v2)(e), CUDA_SUCCESS);
+  EXPECT_EQ(CU(cuEventQuery)(a), CUDA_ERROR_INVALID_HANDLE);  // destroyed
+}
+
+TEST_F(DriverDouble, ErrorCodes) {
+  CUdeviceptr p = 0;
+  CUstream s = nullptr;
+  CUevent e = nullptr;
+  int i = 0;
+  // Null out-pointers.
+  EXPECT_EQ(drv().cuMemAlloc_v2(nullptr, 16), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(drv().cuStreamCreate(nullptr, 0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(CU(cuEventCreate)(nullptr, 0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(drv().cuDeviceGetCount(nullptr), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(drv().cuMemGetInfo_v2(nullptr, nullptr), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(drv().cuDeviceGetAttribute(nullptr, CU_DEVICE_ATTRIBUTE_WARP_SIZE, 0),
+            CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(drv().cuMemAlloc_v2(&p, 0), CUDA_ERROR_INVALID_VALUE);
+  // Bad handles.
+  int not_a_handle = 0;
+  auto bogus_stream = reinterpret_cast<CUstream>(&not_a_handle);
+  auto bogus_event = reinterpret_cast<CUevent>(&not_a_handle);
+  EXPECT_EQ(CU(cuStreamSynchronize)(bogus_stream), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(CU(cuStreamQuery)(bogus_stream), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(launch_fixed(fixed_, bogus_stream, 1, done_), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(CU(cuEventRecord)(bogus_event, nullptr), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(CU(cuEventQuery)(bogus_event), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(CU(cuStreamWaitEvent)(nullptr, bogus_event, 0), CUDA_ERROR_INVALID_HANDLE);
+  ASSERT_EQ(drv().cuStreamCreate(&s, 0), CUDA_SUCCESS);
+  ASSERT_EQ(CU(cuStreamDestroy_v2)(s), CUDA_SUCCESS);
+  EXPECT_EQ(CU(cuStreamSynchronize)(s), CUDA_ERROR_INVALID_HANDLE);  // destroyed
+  EXPECT_EQ(drv().cuMemFree_v2(0x1234), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(drv().cuDeviceGet(&i, 99), CUDA_ERROR_INVALID_DEVICE);
+  // Launch validation.
+  EXPECT_EQ(launch_fixed(nullptr, nullptr, 1, done_), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(launch_fixed(fixed_, nullptr, 1, done_, 0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(launch_fixed(fixed_, nullptr, 1, done_, 1, 0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(launch_fixed(fixed_, nullptr, 1, done_, 1, 1025), CUDA_ERROR_INVALID_VALUE);
+  unsigned long long it = 1;
+  void* params[] = {&it, &done_};
+  EXPECT_EQ(drv().cuLaunchKernel(fixed_, 1, 1, 1, 32, 32, 2, 0, nullptr, params, nullptr),
+            CUDA_ERROR_INVALID_VALUE);
+  CUfunction f = nullptr;
+  EXPECT_EQ(CU(cuModuleGetFunction)(&f, mod_, "no_such_kernel"), CUDA_ERROR_NOT_FOUND);
+  // No current context (a fresh thread has none).
+  CUresult no_ctx[4];
+  std::thread([&] {
+    CUdeviceptr q = 0;
+    CUcontext c = reinterpret_cast<CUcontext>(&not_a_handle);
+    no_ctx[0] = drv().cuMemAlloc_v2(&q, 16);
+    no_ctx[1] = launch_fixed(fixed_, nullptr, 1, done_);
+    no_ctx[2] = CU(cuStreamSynchronize)(nullptr);
+    no_ctx[3] = drv().cuCtxGetCurrent(&c) == CUDA_SUCCESS && c == nullptr ? CUDA_SUCCESS
+                                                                         : CUDA_ERROR_UNKNOWN;
+  }).join();
+  EXPECT_EQ(no_ctx[0], CUDA_ERROR_INVALID_CONTEXT);
+  EXPECT_EQ(no_ctx[1], CUDA_ERROR_INVALID_CONTEXT);
+  EXPECT_EQ(no_ctx[2], CUDA_ERROR_INVALID_CONTEXT);
+  EXPECT_EQ(no_ctx[3], CUDA_SUCCESS);
+  // Device attributes and error strings.
+  EXPECT_EQ(drv().cuDeviceGetAttribute(&i, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, 0),
+            CUDA_SUCCESS);
+  EXPECT_EQ(i, 132);
+  EXPECT_EQ(drv().cuDeviceGetAttribute(&i, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, 0),
+            CUDA_SUCCESS);
+  EXPECT_EQ(i, 9);
+  const char* str = nullptr;
+  ASSERT_EQ(drv().cuGetErrorName(CUDA_ERROR_OUT_OF_MEMORY, &str), CUDA_SUCCESS);
+  EXPECT_STREQ(str, "CUDA_ERROR_OUT_OF_MEMORY");
+  ASSERT_EQ(drv().cuGetErrorString(CUDA_ERROR_NOT_READY, &str), CUDA_SUCCESS);
+  EXPECT_STREQ(str, "device not ready");
+  EXPECT_EQ(drv().cuGetErrorName(static_cast<CUresult>(123456), &str), CUDA_ERROR_INVALID_VALUE);
+  (void)e;
+}
+
+TEST(DriverDoubleChild, CallsBeforeInitAreNotInitialized) {
+  int rc = -1;
+  std::string out = run_child({"preinit"}, {}, &rc);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("count=3\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("alloc=3\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("getcurrent=3\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("streamcreate=3\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("version=0,13000\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("procaddr=0,1\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("init=0\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("count_after=0,1\n"), std::string::npos) << out;
+}
+
+TEST_F(DriverDouble, OutOfMemoryAndMemGetInfo) {
+  size_t free0 = 0, total = 0, free1 = 0;
+  ASSERT_EQ(drv().cuMemGetInfo_v2(&free0, &total), CUDA_SUCCESS);
+  EXPECT_EQ(total, kSimMemMiB * kMiB);
+  size_t tm = 0;
+  ASSERT_EQ(drv().cuDeviceTotalMem_v2(&tm, 0), CUDA_SUCCESS);
+  EXPECT_EQ(tm, total);
+  std::vector<CUdeviceptr> blocks;
+  CUdeviceptr p = 0;
+  ASSERT_EQ(drv().cuMemAlloc_v2(&p, 256 * kMiB), CUDA_SUCCESS);
+  blocks.push_back(p);
+  ASSERT_EQ(drv().cuMemGetInfo_v2(&free1, &total), CUDA_SUCCESS);
+  EXPECT_EQ(free0 - free1, 256 * kMiB);
+  EXPECT_EQ(drv().cuMemAlloc_v2(&p, free1 + 4096), CUDA_ERROR_OUT_OF_MEMORY);
+  CUresult r;
+  while ((r = drv().cuMemAlloc_v2(&p, 256 * kMiB)) == CUDA_SUCCESS) blocks.push_back(p);
+  EXPECT_EQ(r, CUDA_ERROR_OUT_OF_MEMORY);
+  EXPECT_EQ(blocks.size(), free0 / (256 * kMiB));
+  // Host allocations are not device memory.
+  void* host = nullptr;
+  ASSERT_EQ(CU(cuMemAllocHost_v2)(&host, 64 * kMiB), CUDA_SUCCESS);
+  EXPECT_EQ(CU(cuMemFreeHost)(host), CUDA_SUCCESS);
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  ASSERT_EQ(CU(cuMemGetAddressRange_v2)(&base, &size, blocks[0] + 1000), CUDA_SUCCESS);
+  EXPECT_EQ(base, blocks[0]);
+  EXPECT_EQ(size, 256 * kMiB);
+  for (CUdeviceptr b : blocks) EXPECT_EQ(drv().cuMemFree_v2(b), CUDA_SUCCESS);
+  ASSERT_EQ(drv().cuMemGetInfo_v2(&free1, &total), CUDA_SUCCESS);
+  EXPECT_EQ(free1, free0);
+}
+
+TEST_F(DriverDouble, ProcessesShareMemoryAndDeadOnesAreReclaimed) {
+  size_t free0 = 0, total = 0, free1 = 0;
+  ASSERT_EQ(drv().cuMemGetInfo_v2(&free0, &total), CUDA_SUCCESS);
+  Child c({"hold", "300"});
+  ASSERT_GT(c.pid, 0);
+  ASSERT_EQ(c.line(), "alloc=0");
+  ASSERT_EQ(c.line(), "ready");
+  ASSERT_EQ(drv().cuMemGetInfo_v2(&free1, &total), CUDA_SUCCESS);
+  // 300 MiB plus the child's own small `done` counter (one page).
+  EXPECT_GE(free0 - free1, 300 * kMiB) << "the other process's allocation is not visible";
+  EXPECT_LE(free0 - free1, 300 * kMiB + 64 * 1024);
+  CUdeviceptr p = 0;
+  EXPECT_EQ(drv().cuMemAlloc_v2(&p, free0 - 100 * kMiB), CUDA_ERROR_OUT_OF_MEMORY);
+  EXPECT_EQ(c.wait(), 0);  // exits without freeing
+  ASSERT_EQ(drv().cuMemGetInfo_v2(&free1, &total), CUDA_SUCCESS);
+  EXPECT_EQ(free1, free0) << "a dead process's memory was not reclaimed";
+  ASSERT_EQ(drv().cuMemAlloc_v2(&p, free0 - 100 * kMiB), CUDA_SUCCESS);
+  EXPECT_EQ(drv().cuMemFree_v2(p), CUDA_SUCCESS);
+}
+
+TEST_F(DriverDouble, ProcessesContendForTheEngine) {
+  std::string alone = run_child({"kernel", "250"});
+  ASSERT_NE(alone.find("launch=0 sync=0"), std::string::npos) << alone;
+  const double alone_ms = field(alone, "elapsed_ms");
+  EXPECT_GE(alone_ms, 245.0) << alone;
+  EXPECT_LT(alone_ms, 500.0) << alone;
+  // While this process runs a long kernel, the child's kernel gets about half the engine.
+  auto t0 = Clock::now();
+  ASSERT_EQ(launch_fixed(fixed_, nullptr, 1000 * kItersPerMs, done_), CUDA_SUCCESS);
+  std::string shared = run_child({"kernel", "250"});
+  ASSERT_NE(shared.find("launch=0 sync=0"), std::string::npos) << shared;
+  const double shared_ms = field(shared, "elapsed_ms");
+  ASSERT_EQ(CU(cuStreamSynchronize)(nullptr), CUDA_SUCCESS);
+  const double mine_ms = ms_since(t0);
+  EXPECT_GE(shared_ms, 1.5 * alone_ms) << alone << " / " << shared;
+  EXPECT_GE(mine_ms, 1150.0) << "the other process's kernel did not delay this one";
+}
+
+TEST_F(DriverDouble, ManyThreadsAndHostFunctions) {
+  constexpr int kThreads = 4, kLaunches = 25;
+  std::vector<std::thread> threads;
+  std::vector<CUresult> results(kThreads, CUDA_ERROR_UNKNOWN);
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      CUstream s = nullptr;
+      CUresult r = CU(cuCtxSetCurrent)(ctx_);
+      if (r == CUDA_SUCCESS) r = drv().cuStreamCreate(&s, CU_STREAM_NON_BLOCKING);
+      for (int i = 0; i < kLaunches && r == CUDA_SUCCESS; ++i)
+        r = launch_fixed(fixed_, s, 100'000, done_, 2);
+      if (r == CUDA_SUCCESS) r = CU(cuStreamSynchronize)(s);
+      if (r == CUDA_SUCCESS) r = CU(cuStreamDestroy_v2)(s);
+      results[t] = r;
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (CUresult r : results) EXPECT_EQ(r, CUDA_SUCCESS);
+  EXPECT_EQ(done(), 2u * kThreads * kLaunches);
+  // A host function runs after the stream's earlier kernel, before its later work.
+  struct Seen {
+    CUdeviceptr done;
+    unsigned long long value = 0;
+  } seen{done_};
+  CUstream s = nullptr;
+  ASSERT_EQ(drv().cuStreamCreate(&s, 0), CUDA_SUCCESS);
+  ASSERT_EQ(launch_fixed(fixed_, s, 50 * kItersPerMs, done_, 1), CUDA_SUCCESS);
+  ASSERT_EQ(CU(cuLaunchHostFunc)(
+                s, [](void* p) {
+                  auto* sn = static_cast<Seen*>(p);
+                  sn->value = __atomic_load_n(reinterpret_cast<unsigned long long*>(sn->done),
+                                              __ATOMIC_SEQ_CST);
+                },
+                &seen),
+            CUDA_SUCCESS);
+  ASSERT_EQ(launch_fixed(fixed_, s, 1000, done_, 1), CUDA_SUCCESS);
+  ASSERT_EQ(CU(cuStreamSynchronize)(s), CUDA_SUCCESS);
+  EXPECT_EQ(seen.value, 2u * kThreads * kLaunches + 1);
+  EXPECT_EQ(CU(cuStreamDestroy_v2)(s), CUDA_SUCCESS);
+}
+
+TEST_F(DriverDouble, ProcAddressVariants) {
+  auto get = [](const char* name, int version, cuuint64_t flags,
+                CUdriverProcAddressQueryResult* st = nullptr) -> void* {
+    void* p = reinterpret_cast<void*>(0x1);
+    CUdriverProcAddressQueryResult s{};
+    CUresult r = drv().cuGetProcAddress_v2(name, &p, version, flags, st ? st : &s);
+    return r == CUDA_SUCCESS ? p : (p == nullptr ? nullptr : reinterpret_cast<void*>(0x2));
+  };
+  auto dl = [](const char* name) { return dlsym(drv().handle, name); };
+  const cuuint64_t pt = CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
+  const cuuint64_t legacy = CU_GET_PROC_ADDRESS_LEGACY_STREAM;
+  CUdriverProcAddressQueryResult st{};
+  EXPECT_EQ(get("cuMemAlloc", 12000, 0, &st), dl("cuMemAlloc_v2"));
+  EXPECT_EQ(st, CU_GET_PROC_ADDRESS_SUCCESS);
+  EXPECT_EQ(get("cuMemAlloc", 3020, pt), dl("cuMemAlloc_v2"));  // no per-thread variant
+  EXPECT_EQ(get("cuMemAlloc", 3010, 0, &st), nullptr);
+  EXPECT_EQ(st, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
+  EXPECT_EQ(get("cuGetProcAddress", 11030, 0), dl("cuGetProcAddress"));
+  EXPECT_EQ(get("cuGetProcAddress", 12000, 0), dl("cuGetProcAddress_v2"));
+  EXPECT_EQ(get("cuStreamBeginCapture", 10000, 0), dl("cuStreamBeginCapture"));
+  EXPECT_EQ(get("cuStreamBeginCapture", 10010, 0), dl("cuStreamBeginCapture_v2"));
+  EXPECT_EQ(get("cuStreamBeginCapture", 12000, pt), dl("cuStreamBeginCapture_v2_ptsz"));
+  EXPECT_EQ(get("cuStreamBeginCapture", 10000, pt), dl("cuStreamBeginCapture_ptsz"));
+  EXPECT_EQ(get("cuCtxCreate", 3020, 0), dl("cuCtxCreate_v2"));
+  EXPECT_EQ(get("cuCtxCreate", 11040, 0), dl("cuCtxCreate_v3"));
+  EXPECT_EQ(get("cuCtxCreate", 12050, 0), dl("cuCtxCreate_v4"));
+  EXPECT_EQ(get("cuCtxCreate", 13000, 0), dl("cuCtxCreate_v4"));
+  EXPECT_EQ(get("cuLaunchKernel", 12000, 0), dl("cuLaunchKernel"));
+  EXPECT_EQ(get("cuLaunchKernel", 12000, legacy), dl("cuLaunchKernel"));
+  EXPECT_EQ(get("cuLaunchKernel", 12000, pt), dl("cuLaunchKernel_ptsz"));
+  EXPECT_EQ(get("cuMemcpyHtoD", 12000, pt), dl("cuMemcpyHtoD_v2_ptds"));
+  EXPECT_EQ(get("cuMemcpyHtoDAsync", 12000, pt), dl("cuMemcpyHtoDAsync_v2_ptsz"));
+  EXPECT_EQ(get("cuStreamDestroy", 4000, 0), dl("cuStreamDestroy_v2"));
+  EXPECT_EQ(get("cuEventElapsedTime", 12000, 0), dl("cuEventElapsedTime"));
+  EXPECT_EQ(get("cuEventElapsedTime", 12080, 0), dl("cuEventElapsedTime_v2"));
+  EXPECT_EQ(get("cuGraphInstantiate", 11000, 0), dl("cuGraphInstantiate_v2"));
+  EXPECT_EQ(get("cuGraphInstantiate", 12000, 0), dl("cuGraphInstantiateWithFlags"));
+  EXPECT_EQ(get("cuGraphAddKernelNode", 12030, 0), dl("cuGraphAddKernelNode_v2"));
+  EXPECT_EQ(get("cuGraphLaunch", 12000, pt), dl("cuGraphLaunch_ptsz"));
+  EXPECT_EQ(get("cuMemAlloc_v2", 13000, 0), nullptr);  // versioned names are not base names
+  EXPECT_EQ(get("cuNoSuchFunction", 13000, 0, &st), nullptr);
+  EXPECT_EQ(st, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
+  void* p = reinterpret_cast<void*>(0x1);
+  EXPECT_EQ(drv().cuGetProcAddress_v2("cuNoSuchFunction", &p, 13000, 0, nullptr),
+            CUDA_ERROR_NOT_FOUND);
+  EXPECT_EQ(p, nullptr);
+  EXPECT_EQ(drv().cuGetProcAddress_v2(nullptr, &p, 13000, 0, nullptr), CUDA_ERROR_INVALID_VALUE);
+  // v1 entry point: same selection, no status.
+  ASSERT_EQ(drv().cuGetProcAddress("cuMemFree", &p, 12000, 0), CUDA_SUCCESS);
+  EXPECT_EQ(p, dl("cuMemFree_v2"));
+  // Every call gpuos makes is exported (the loader resolved each member).
+#define DD_CHECK_MEMBER(name, params, args) EXPECT_NE(reinterpret_cast<void*>(drv().name), nullptr) << #name;
+  GPUOS_DRIVER_FUNCS(DD_CHECK_MEMBER)
+#undef DD_CHECK_MEMBER
+}
+
+TEST_F(DriverDouble, GraphCaptureAndReplay) {
+  CUstream s = nullptr;
+  ASSERT_EQ(drv().cuStreamCreate(&s, 0), CUDA_SUCCESS);
+  EXPECT_EQ(drv().cuStreamBeginCapture_v2(nullptr, CU_STREAM_CAPTURE_MODE_GLOBAL),
+            CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);  // the legacy stream cannot capture
+  ASSERT_EQ(drv().cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+  CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_NONE;
+  ASSERT_EQ(drv().cuStreamIsCapturing(s, &cs), CUDA_SUCCESS);
+  EXPECT_EQ(cs, CU_STREAM_CAPTURE_STATUS_ACTIVE);
+  for (int i = 0; i < 3; ++i)
+    ASSERT_EQ(launch_fixed(fixed_, s, 20 * kItersPerMs, done_, 2), CUDA_SUCCESS);
+  std::this_thread::sleep_for(std::chrono::milliseconds(80));
+  EXPECT_EQ(done(), 0u) << "captured launches must not run";
+  CUgraph g = nullptr;
+  ASSERT_EQ(drv().cuStreamEndCapture(s, &g), CUDA_SUCCESS);
+  ASSERT_NE(g, nullptr);
+  ASSERT_EQ(drv().cuStreamIsCapturing(s, &cs), CUDA_SUCCESS);
+  EXPECT_EQ(cs, CU_STREAM_CAPTURE_STATUS_NONE);
+  CUgraphExec x = nullptr;
+  ASSERT_EQ(CU(cuGraphInstantiateWithFlags)(&x, g, 0), CUDA_SUCCESS);
+  auto t0 = Clock::now();
+  ASSERT_EQ(drv().cuGraphLaunch(x, s), CUDA_SUCCESS);
+  ASSERT_EQ(drv().cuGraphLaunch(x, s), CUDA_SUCCESS);
+  EXPECT_LT(ms_since(t0), 30.0);
+  ASSERT_EQ(CU(cuStreamSynchronize)(s), CUDA_SUCCESS);
+  EXPECT_GE(ms_since(t0), 115.0);  // 2 replays x 3 kernels x 20 ms
+  EXPECT_EQ(done(), 12u);
+
+  // A graph built by hand.
+  CUgraph g2 = nullptr;
+  ASSERT_EQ(CU(cuGraphCreate)(&g2, 0), CUDA_SUCCESS);
+  unsigned long long iters = 1000;
+  auto* d = reinterpret_cast<unsigned long long*>(done_);
+  void* params[] = {&iters, &d};
+  CUDA_KERNEL_NODE_PARAMS np{};
+  np.func = fixed_;
+  np.gridDimX = 5, np.gridDimY = 1, np.gridDimZ = 1;
+  np.blockDimX = 64, np.blockDimY = 1, np.blockDimZ = 1;
+  np.kernelParams = params;
+  CUgraphNode node = nullptr;
+  ASSERT_EQ(CU(cuGraphAddKernelNode_v2)(&node, g2, nullptr, 0, &np), CUDA_SUCCESS);
+  CUgraphExec x2 = nullptr;
+  ASSERT_EQ(CU(cuGraphInstantiate)(&x2, g2, nullptr, nullptr, 0), CUDA_SUCCESS);
+  ASSERT_EQ(drv().cuGraphLaunch_ptsz(x2, s), CUDA_SUCCESS);
+  ASSERT_EQ(CU(cuStreamSynchronize)(s), CUDA_SUCCESS);
+  EXPECT_EQ(done(), 17u);
+
+  // Synchronising a capturing stream is illegal and invalidates the capture.
+  ASSERT_EQ(drv().cuStreamBeginCapture(s), CUDA_SUCCESS);
+  EXPECT_EQ(CU(cuStreamSynchronize)(s), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  CUgraph g3 = reinterpret_cast<CUgraph>(0x1);
+  EXPECT_EQ(drv().cuStreamEndCapture(s, &g3), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+  EXPECT_EQ(g3, nullptr);
+  EXPECT_EQ(drv().cuStreamEndCapture(s, &g3), CUDA_ERROR_ILLEGAL_STATE);
+
+  EXPECT_EQ(CU(cuGraphExecDestroy)(x), CUDA_SUCCESS);
+  EXPECT_EQ(CU(cuGraphExecDestroy)(x2), CUDA_SUCCESS);
+  EXPECT_EQ(CU(cuGraphDestroy)(g), CUDA_SUCCESS);
+  EXPECT_EQ(CU(cuGraphDestroy)(g2), CUDA_SUCCESS);
+  EXPECT_EQ(CU(cuStreamDestroy_v2)(s), CUDA_SUCCESS);
+}
+
+TEST_F(DriverDouble, VmmRemapKeepsData) {
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = 0;
+  size_t gran = 0;
+  ASSERT_EQ(CU(cuMemGetAllocationGranularity)(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM),
+            CUDA_SUCCESS);
+  ASSERT_EQ(gran, 2 * kMiB);
+  size_t free0 = 0, free1 = 0, total = 0;
+  ASSERT_EQ(drv().cuMemGetInfo_v2(&free0, &total), CUDA_SUCCESS);
+  CUmemGenericAllocationHandle h = 0;
+  EXPECT_EQ(drv().cuMemCreate(&h, gran + 1, &prop, 0), CUDA_ERROR_INVALID_VALUE);
+  ASSERT_EQ(drv().cuMemCreate(&h, gran, &prop, 0), CUDA_SUCCESS);
+  ASSERT_EQ(drv().cuMemGetInfo_v2(&free1, &total), CUDA_SUCCESS);
+  EXPECT_EQ(free0 - free1, gran);
+  CUdeviceptr va = 0;
+  ASSERT_EQ(CU(cuMemAddressReserve)(&va, 2 * gran, 0, 0, 0), CUDA_SUCCESS);
+  EXPECT_EQ(va % gran, 0u);
+  ASSERT_EQ(CU(cuMemMap)(va, gran, 0, h, 0), CUDA_SUCCESS);
+  CUmemAccessDesc acc{};
+  acc.location = prop.location;
+  acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  ASSERT_EQ(CU(cuMemSetAccess)(va, gran, &acc, 1), CUDA_SUCCESS);
+  std::vector<unsigned int> pattern(gran / 4), back(gran / 4, 0);
+  for (size_t i = 0; i < pattern.size(); ++i) pattern[i] = static_cast<unsigned>(i * 2654435761u);
+  ASSERT_EQ(CU(cuMemcpyHtoD_v2)(va, pattern.data(), gran), CUDA_SUCCESS);
+  // Move the physical chunk to the second half of the reservation.
+  ASSERT_EQ(CU(cuMemUnmap)(va, gran), CUDA_SUCCESS);
+  EXPECT_EQ(CU(cuMemcpyDtoH_v2)(back.data(), va, 64), CUDA_ERROR_INVALID_VALUE);  // unmapped
+  ASSERT_EQ(CU(cuMemMap)(va + gran, gran, 0, h, 0), CUDA_SUCCESS);
+  ASSERT_EQ(CU(cuMemSetAccess)(va + gran, gran, &acc, 1), CUDA_SUCCESS);
+  ASSERT_EQ(CU(cuMemcpyDtoH_v2)(back.data(), va + gran, gran), CUDA_SUCCESS);
+  EXPECT_EQ(back, pattern);
+  // Release while mapped: the memory lives until its last unmap.
+  ASSERT_EQ(drv().cuMemRelease(h), CUDA_SUCCESS);
+  ASSERT_EQ(drv().cuMemGetInfo_v2(&free1, &total), CUDA_SUCCESS);
+  EXPECT_EQ(free0 - free1, gran);
+  ASSERT_EQ(CU(cuMemUnmap)(va + gran, gran), CUDA_SUCCESS);
+  ASSERT_EQ(CU(cuMemAddressFree)(va, 2 * gran), CUDA_SUCCESS);
+  ASSERT_EQ(drv().cuMemGetInfo_v2(&free1, &total), CUDA_SUCCESS);
+  EXPECT_EQ(free1, free0);
+}
+
+TEST(DriverDoubleChild, FaultInjectionIsSticky) {
+  int rc = -1;
+  std::string out = run_child({"fault"}, {"GPUOS_SIM_FAULT_AFTER_LAUNCHES=2"}, &rc);
+  ASSERT_EQ(rc, 0) << out;
+  // The 2nd launch itself succeeds (the fault is asynchronous); then everything reports it.
+  EXPECT_EQ(field(out, "launch1"), 0) << out;
+  EXPECT_EQ(field(out, "sync1"), 0) << out;
+  EXPECT_EQ(field(out, "launch2"), 0) << out;
+  EXPECT_EQ(field(out, "sync2"), CUDA_ERROR_ILLEGAL_ADDRESS) << out;
+  EXPECT_EQ(field(out, "launch3"), CUDA_ERROR_ILLEGAL_ADDRESS) << out;
+  EXPECT_EQ(field(out, "alloc"), CUDA_ERROR_ILLEGAL_ADDRESS) << out;
+  EXPECT_EQ(field(out, "ctxsync"), CUDA_ERROR_ILLEGAL_ADDRESS) << out;
+  EXPECT_EQ(field(out, "done"), 1) << out;  // only the first kernel ran
+}
+
+}  // namespace
