@@ -407,6 +407,7 @@ int main(int argc, char** argv) {
     void* params[] = {&v, &c, &nn};
     DRV(cuLaunchKernel(ptx_add, blocks, 1, 1, threads, 1, 1, 0, cs, params, nullptr));  // +1
     ++issued.driver_launches;
+    DRV(cuStreamSynchronize(cs));  // cs is non-blocking: it does not order with the default stream
     DRV(cuLaunchKernel(ptx_add, blocks, 1, 1, threads, 1, 1, 0, nullptr, params, nullptr));  // +1, default stream
     ++issued.driver_launches;
     DRV(cuCtxSynchronize());
@@ -486,6 +487,7 @@ int main(int argc, char** argv) {
     float* g = nullptr;
     RT(cudaMalloc(&g, n * sizeof(float)));
     RT(cudaMemset(g, 0, n * sizeof(float)));
+    RT(cudaDeviceSynchronize());  // the graph runs on a non-blocking stream
     RT(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
     for (int k = 0; k < 3; ++k) {
       add_f32<<<blocks, threads, 0, stream>>>(g, 1.0f, n);  // captured, not launched

@@ -69,7 +69,10 @@ typedef struct gpuos_control_block {
   uint32_t daemon_alive;/* 1 while gpuosd holds this tenant; 0 after an orderly daemon exit */
   uint32_t reserved1;
   uint64_t mem_quota_bytes; /* 0 = unlimited (enforced from ABI v1 by the memory feature) */
-  uint8_t pad1[40];
+  uint32_t max_inflight;    /* >0: at most this many submitted launches may be unfinished (so a
+                               closed gate drains fast); 0 = unbounded */
+  uint32_t reserved2;
+  uint8_t pad1[32];
 
   /* written by the tenant, read by gpuosd (atomics, monotonic unless stated) */
   uint64_t launches;          /* kernel launches submitted to the GPU (not captured ones) */
@@ -86,8 +89,11 @@ typedef struct gpuos_control_block {
   uint64_t untracked_frees;   /* frees of pointers gpuos never saw allocated */
   uint64_t contexts_created;
   uint64_t streams_created;
-  uint64_t last_launch_ns;    /* CLOCK_MONOTONIC of the latest launch */
-  uint8_t pad2[16];
+  uint32_t busy;              /* 1 while the tenant has submitted GPU work not yet finished */
+  uint32_t untracked_work;    /* 1 once work went where completion cannot be observed from another
+                                 thread (per-thread default stream): idle is then inferred */
+  uint64_t busy_transitions;  /* idle->busy transitions */
+  uint64_t inflight_waits;    /* launches that waited for max_inflight */
 } gpuos_control_block;
 
 /* ---------------------------------------------------------------------------------------------
@@ -105,7 +111,8 @@ typedef enum gpuos_msg_type {
   GPUOS_MSG_SET_GATE = 7,       /* admin -> daemon: gpuos_msg_set_gate */
   GPUOS_MSG_REPLY = 8,          /* daemon -> client: gpuos_msg_reply */
   GPUOS_MSG_SHUTDOWN = 9,       /* admin -> daemon: gpuos_msg_header only */
-  GPUOS_MSG_TYPE_MAX = 9,
+  GPUOS_MSG_ACTIVITY = 10,      /* tenant -> daemon: gpuos_msg_activity; no reply */
+  GPUOS_MSG_TYPE_MAX = 10,
 } gpuos_msg_type;
 
 typedef struct gpuos_msg_header {
@@ -189,6 +196,14 @@ typedef struct gpuos_msg_set_gate {
   uint32_t gate; /* GPUOS_GATE_OPEN / GPUOS_GATE_CLOSED */
 } gpuos_msg_set_gate;
 
+/* Sent by a registered tenant when its busy flag changes, so the daemon's policy reacts at once
+ * instead of polling. The control block's busy word is authoritative; this is only a wake-up. */
+typedef struct gpuos_msg_activity {
+  gpuos_msg_header hdr;
+  uint32_t busy;
+  uint32_t reserved;
+} gpuos_msg_activity;
+
 typedef struct gpuos_msg_reply {
   gpuos_msg_header hdr;
   int32_t status; /* gpuos_status */
@@ -214,6 +229,7 @@ static_assert(sizeof(gpuos_msg_register_reply) == 192, "ABI v1 frozen");
 static_assert(sizeof(gpuos_msg_tenant_info) == 208, "ABI v1 frozen");
 static_assert(sizeof(gpuos_msg_gpu_info) == 176, "ABI v1 frozen");
 static_assert(sizeof(gpuos_msg_reply) == 184, "ABI v1 frozen");
+static_assert(sizeof(gpuos_msg_activity) == 24, "ABI v1 frozen");
 static_assert(sizeof(gpuos_msg_tenant_info) <= GPUOS_MSG_MAX_SIZE, "fits the receive buffer");
 #endif
 

@@ -31,6 +31,7 @@
     (symbol, pfn, cudaVersion, flags, status))                                                     \
   /* contexts and streams */                                                                      \
   X(cuCtxGetCurrent, (CUcontext * ctx), (ctx))                                                     \
+  X(cuCtxSetCurrent, (CUcontext ctx), (ctx))                                                       \
   X(cuCtxGetDevice, (CUdevice * dev), (dev))                                                       \
   X(cuCtxCreate_v2, (CUcontext * ctx, unsigned int flags, CUdevice dev), (ctx, flags, dev))        \
   X(cuCtxCreate_v3,                                                                                \
@@ -45,6 +46,13 @@
     (stream, flags, priority))                                                                     \
   X(cuStreamIsCapturing, (CUstream stream, CUstreamCaptureStatus * status), (stream, status))      \
   X(cuStreamIsCapturing_ptsz, (CUstream stream, CUstreamCaptureStatus * status), (stream, status)) \
+  /* events: completion tracking of submitted work */                                              \
+  X(cuEventCreate, (CUevent * event, unsigned int flags), (event, flags))                          \
+  X(cuEventDestroy_v2, (CUevent event), (event))                                                   \
+  X(cuEventRecord, (CUevent event, CUstream stream), (event, stream))                              \
+  X(cuEventRecord_ptsz, (CUevent event, CUstream stream), (event, stream))                         \
+  X(cuEventSynchronize, (CUevent event), (event))                                                  \
+  X(cuEventQuery, (CUevent event), (event))                                                        \
   /* stream capture (tracked so captured launches are counted apart and never gated) */           \
   X(cuStreamBeginCapture, (CUstream stream), (stream))                                             \
   X(cuStreamBeginCapture_ptsz, (CUstream stream), (stream))                                        \

@@ -46,6 +46,7 @@ std::size_t message_size(uint32_t type) {
     case GPUOS_MSG_SET_GATE: return sizeof(gpuos_msg_set_gate);
     case GPUOS_MSG_REPLY: return sizeof(gpuos_msg_reply);
     case GPUOS_MSG_SHUTDOWN: return sizeof(gpuos_msg_header);
+    case GPUOS_MSG_ACTIVITY: return sizeof(gpuos_msg_activity);
     default: return 0;
   }
 }

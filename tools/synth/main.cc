@@ -346,6 +346,9 @@ class Synth {
     CU_CHECK(cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING));
     CU_CHECK(cuMemAlloc_v2(&done_blocks_, sizeof(unsigned long long)));
     CU_CHECK(cuMemsetD32_v2(done_blocks_, 0, sizeof(unsigned long long) / sizeof(unsigned)));
+    // cuMemsetD32 runs on the legacy NULL stream, which a CU_STREAM_NON_BLOCKING stream does not wait
+    // for: finish it before the first kernel on stream_ can touch the counter.
+    CU_CHECK(cuCtxSynchronize());
   }
 
   void teardown() {
