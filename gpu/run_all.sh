@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Everything gpuos runs on a GPU machine in one go (one device call):
+#   1. the GPU suite (gpu/run_suite.sh): CUDA C++, PyTorch eager, CUDA graphs, Triton under gpuos;
+#   2. the launch-overhead benchmark, registered with a live gpuosd;
+#   3. `gpuos demo` on the GPU.
+# Usage (repo root, build tree at ./build or GPUOS_BUILD_DIR): OUT=/results bash gpu/run_all.sh
+# Writes to $OUT: gpu_suite.json, gpu_suite.md, launch_overhead.json, demo.txt, logs.tar.gz.
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
+: "${OUT:?set OUT}"
+BUILD=${GPUOS_BUILD_DIR:-build}
+export LD_LIBRARY_PATH="$PWD/$BUILD/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"  # libbenchmark if carried
+rc=0
+
+OUT="$OUT" bash gpu/run_suite.sh || rc=1
+
+echo "== launch overhead (registered with gpuosd)"
+sock=/tmp/gpuos-bench/gpuosd.sock
+mkdir -p /tmp/gpuos-bench
+setsid "$BUILD/bin/gpuosd" --socket "$sock" >"$OUT/logs/bench-gpuosd.log" 2>&1 &
+dpid=$!
+for _ in $(seq 50); do "$BUILD/bin/gpuos" ps --socket "$sock" >/dev/null 2>&1 && break; sleep 0.1; done
+GPUOS_SOCKET=$sock "$BUILD/bin/gpuos-bench-launch" --benchmark_enable_random_interleaving=true \
+  --benchmark_out="$OUT/launch_overhead.json" --benchmark_out_format=json 2>&1 | tail -14 || rc=1
+kill "$dpid" 2>/dev/null; wait "$dpid" 2>/dev/null
+
+echo "== gpuos demo"
+timeout 240 "$BUILD/bin/gpuos" demo --seconds 3 2>&1 | tee "$OUT/demo.txt" || rc=1
+
+tar -C "$OUT" -czf "$OUT/logs.tar.gz" logs && rm -rf "$OUT/logs"
+cat "$OUT/gpu_suite.md" 2>/dev/null
+exit $rc
