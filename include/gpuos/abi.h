@@ -71,7 +71,8 @@ typedef struct gpuos_control_block {
   uint64_t mem_quota_bytes; /* 0 = unlimited (enforced from ABI v1 by the memory feature) */
   uint32_t max_inflight;    /* >0: at most this many submitted launches may be unfinished (so a
                                closed gate drains fast); 0 = unbounded */
-  uint32_t reserved2;
+  uint32_t idle_grace_us;   /* the tenant reports idle only after its work has finished and no new
+                               work came for this long (bridges host gaps between steps) */
   uint8_t pad1[32];
 
   /* written by the tenant, read by gpuosd (atomics, monotonic unless stated) */
@@ -90,10 +91,12 @@ typedef struct gpuos_control_block {
   uint64_t contexts_created;
   uint64_t streams_created;
   uint32_t busy;              /* 1 while the tenant has submitted GPU work not yet finished */
+  uint32_t waiting;           /* 1 while a thread of the tenant is blocked at the closed gate */
   uint32_t untracked_work;    /* 1 once work went where completion cannot be observed from another
                                  thread (per-thread default stream): idle is then inferred */
   uint64_t busy_transitions;  /* idle->busy transitions */
   uint64_t inflight_waits;    /* launches that waited for max_inflight */
+  uint8_t pad2[56];
 } gpuos_control_block;
 
 /* ---------------------------------------------------------------------------------------------
@@ -196,12 +199,13 @@ typedef struct gpuos_msg_set_gate {
   uint32_t gate; /* GPUOS_GATE_OPEN / GPUOS_GATE_CLOSED */
 } gpuos_msg_set_gate;
 
-/* Sent by a registered tenant when its busy flag changes, so the daemon's policy reacts at once
- * instead of polling. The control block's busy word is authoritative; this is only a wake-up. */
+/* Sent by a registered tenant when its busy or waiting flag changes, so the daemon's policy
+ * reacts at once instead of polling. The control block's words are authoritative; this message is
+ * only a wake-up (busy/waiting echo the values at sending time). */
 typedef struct gpuos_msg_activity {
   gpuos_msg_header hdr;
   uint32_t busy;
-  uint32_t reserved;
+  uint32_t waiting;
 } gpuos_msg_activity;
 
 typedef struct gpuos_msg_reply {

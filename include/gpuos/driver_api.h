@@ -53,6 +53,7 @@
   X(cuEventRecord_ptsz, (CUevent event, CUstream stream), (event, stream))                         \
   X(cuEventSynchronize, (CUevent event), (event))                                                  \
   X(cuEventQuery, (CUevent event), (event))                                                        \
+  X(cuThreadExchangeStreamCaptureMode, (CUstreamCaptureMode * mode), (mode))                       \
   /* stream capture (tracked so captured launches are counted apart and never gated) */           \
   X(cuStreamBeginCapture, (CUstream stream), (stream))                                             \
   X(cuStreamBeginCapture_ptsz, (CUstream stream), (stream))                                        \

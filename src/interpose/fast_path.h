@@ -5,6 +5,7 @@
 
 #include <atomic>
 
+#include "interpose/activity.h"
 #include "interpose/runtime.h"
 
 namespace gpuos::interpose {
@@ -55,8 +56,17 @@ inline CUresult governed_launch(LaunchKind kind, CUstream stream, bool ptsz, Cal
                      GPUOS_GATE_OPEN)) {
     wait_at_gate(cb);
   }
+  // Best-effort tenants get a bound on unfinished launches so that a closed gate drains fast.
+  const uint32_t max_inflight = std::atomic_ref<uint32_t>(cb->max_inflight).load(std::memory_order_relaxed);
+  if (GPUOS_UNLIKELY(max_inflight != 0)) inflight_before_submit(*d, cb, max_inflight);
   CUresult r = call(*d);
-  if (GPUOS_LIKELY(r == CUDA_SUCCESS)) count(kind == LaunchKind::kKernel ? cb->launches : cb->graph_launches);
+  if (GPUOS_LIKELY(r == CUDA_SUCCESS)) {
+    // seq_cst: pairs with the activity monitor (see note_submission).
+    std::atomic_ref<uint64_t>(kind == LaunchKind::kKernel ? cb->launches : cb->graph_launches)
+        .fetch_add(1, std::memory_order_seq_cst);
+    note_submission(*d, cb, stream, ptsz);
+  }
+  if (GPUOS_UNLIKELY(max_inflight != 0)) inflight_after_submit(*d, stream, ptsz, r == CUDA_SUCCESS);
   return r;
 }
 

@@ -18,6 +18,7 @@
 #include <new>
 
 #include "common/ipc.h"
+#include "interpose/activity.h"
 
 namespace gpuos::interpose {
 
@@ -83,6 +84,7 @@ void after_fork_in_child() {
   g_socket = -1;
   g_control.store(nullptr, std::memory_order_relaxed);
   g_active_captures.store(0, std::memory_order_relaxed);
+  g_monitor_running.store(false, std::memory_order_relaxed);  // threads do not survive fork
   new (&g_init_mu) std::mutex();  // the parent may have held it at fork time
 }
 
@@ -280,6 +282,8 @@ gpuos_control_block* ensure_registered() {
     log(LogLevel::kWarn, "%s; running ungoverned (pass-through)", why);
     init_local_block();
     cb = &g_local_block;
+  } else {
+    start_activity_monitor(cb);
   }
   g_control.store(cb, std::memory_order_release);
   if (const char* r = std::getenv("GPUOS_REPORT_AT_EXIT"); r != nullptr && !std::strcmp(r, "1")) {
@@ -290,12 +294,17 @@ gpuos_control_block* ensure_registered() {
 
 bool refused() { return g_refused.load(std::memory_order_relaxed); }
 
+int daemon_socket() { return g_socket; }
+
 void wait_at_gate(gpuos_control_block* cb) {
   std::atomic_ref<uint32_t> gate(cb->gate);
   std::atomic_ref<uint32_t> alive(cb->daemon_alive);
   timespec t0;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   std::atomic_ref<uint64_t>(cb->gate_waits).fetch_add(1, std::memory_order_relaxed);
+  std::atomic_ref<uint32_t> waiting(cb->waiting);
+  waiting.store(1, std::memory_order_relaxed);
+  notify_activity(cb);  // a waiting tenant is runnable: the policy may grant it time
   while (gate.load(std::memory_order_acquire) != GPUOS_GATE_OPEN) {
     if (alive.load(std::memory_order_relaxed) == 0 || daemon_connection_lost()) {
       log(LogLevel::kWarn, "gpuosd is gone while this tenant's gate is closed; continuing");
@@ -306,6 +315,8 @@ void wait_at_gate(gpuos_control_block* cb) {
     timespec timeout{0, 50 * 1000 * 1000};
     syscall(SYS_futex, &cb->gate, FUTEX_WAIT, GPUOS_GATE_CLOSED, &timeout, nullptr, 0);
   }
+  waiting.store(0, std::memory_order_relaxed);
+  notify_activity(cb);
   timespec t1;
   clock_gettime(CLOCK_MONOTONIC, &t1);
   uint64_t ns = static_cast<uint64_t>(t1.tv_sec - t0.tv_sec) * 1000000000ull +

@@ -40,6 +40,9 @@ bool refused();
 // when the daemon disappears: a tenant keeps running on its last grant rather than hang.
 void wait_at_gate(gpuos_control_block* cb);
 
+// The connected control socket, or -1 when not registered with a daemon.
+int daemon_socket();
+
 // Count of stream captures begun and not yet ended in this process: a cheap hint that lets the
 // launch path skip cuStreamIsCapturing when nothing is being captured.
 extern std::atomic<int> g_active_captures;

@@ -24,7 +24,7 @@ def bin_path(name):
 class Daemon:
     """A gpuosd on a private socket and simulated GPU; stopped on exit."""
 
-    def __init__(self):
+    def __init__(self, extra_args=()):
         self.dir = tempfile.mkdtemp(prefix="gpuos-e2e-")
         self.socket = os.path.join(self.dir, "gpuosd.sock")
         self.env = dict(os.environ)
@@ -37,7 +37,7 @@ class Daemon:
             "GPUOS_LOG_LEVEL": "info",
         })
         self.log = open(os.path.join(self.dir, "gpuosd.log"), "w+")
-        self.proc = subprocess.Popen([bin_path("gpuosd"), "--socket", self.socket],
+        self.proc = subprocess.Popen([bin_path("gpuosd"), "--socket", self.socket] + list(extra_args),
                                      env=self.env, stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.time() + 10
         while time.time() < deadline:
@@ -195,6 +195,49 @@ class E2E(unittest.TestCase):
         wait_for(lambda: (self.d.tenant(p.pid) or {}).get("state") == "exited", timeout=1.0,
                  what="the daemon to notice the kill within 1 s")
         self.assertLess(time.time() - t0, 1.0)
+
+
+class PriorityPolicy(unittest.TestCase):
+    """gpuosd --policy priority: a busy guaranteed tenant holds best-effort tenants at the gate."""
+
+    def setUp(self):
+        self.d = Daemon(["--policy", "priority"])
+
+    def tearDown(self):
+        self.d.stop()
+
+    def synth(self, name, klass, iters, count):
+        return subprocess.Popen(
+            self.d.run_cmd(["--name", name, "--class", klass, "--", bin_path("gpuos-synth"),
+                            "--name", name, "--iters", str(iters), "--count", str(count),
+                            "--warmup", "0", "--json", "-"]),
+            env=self.d.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def launches(self, pid):
+        t = self.d.tenant(pid)
+        return t["launches"] if t else 0
+
+    def test_best_effort_is_gated_while_guaranteed_is_busy(self):
+        be = self.synth("be", "best-effort", 2_000_000, 100000)  # 2 ms kernels, back to back
+        try:
+            wait_for(lambda: self.launches(be.pid) > 20, what="BE to run")
+            hp = self.synth("hp", "guaranteed", 400_000_000, 3)  # three 0.4 s kernels
+            wait_for(lambda: self.launches(hp.pid) >= 2, what="HP to start its kernels")
+            time.sleep(0.1)  # the gate is closed within ms of HP's first launch
+            before = self.launches(be.pid)
+            time.sleep(0.5)
+            during = self.launches(be.pid) - before
+            out, err = hp.communicate(timeout=60)
+            self.assertEqual(hp.returncode, 0, err)
+            self.assertLessEqual(during, 1, "BE kept launching while HP was busy")
+            after0 = self.launches(be.pid)
+            wait_for(lambda: self.launches(be.pid) > after0 + 10, timeout=5,
+                     what="BE to resume once HP is idle")
+            t = self.d.tenant(be.pid)
+            self.assertGreaterEqual(t["gate_waits"], 1)
+        finally:
+            be.kill()
+            be.wait()
 
 
 def main():
