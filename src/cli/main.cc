@@ -16,11 +16,12 @@ using namespace gpuos::cli;
 
 namespace {
 
-int cmd_daemon(const std::string& config, const std::string& socket, bool foreground) {
+int cmd_daemon(const std::string& config, const std::string& socket, const std::string& policy, bool foreground) {
   std::string gpuosd = exe_dir() + "/gpuosd";
   std::vector<std::string> args = {gpuosd};
   if (!config.empty()) args.insert(args.end(), {"--config", config});
   if (!socket.empty()) args.insert(args.end(), {"--socket", socket});
+  if (!policy.empty()) args.insert(args.end(), {"--policy", policy});
   if (foreground) args.push_back("--foreground");
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
@@ -101,6 +102,8 @@ int main(int argc, char** argv) {
   auto* daemon = app.add_subcommand("daemon", "run the gpuos node daemon (gpuosd)");
   daemon->add_option("--config", config, "config file");
   daemon->add_option("--socket", socket, "control socket path");
+  std::string policy;
+  daemon->add_option("--policy", policy, "scheduling policy: open | priority (overrides the config)");
   daemon->add_flag("--foreground", foreground, "stay in the foreground (always)");
 
   RunOptions ro;
@@ -149,7 +152,7 @@ int main(int argc, char** argv) {
     return app.exit(e);
   }
 
-  if (*daemon) return cmd_daemon(config, socket, foreground);
+  if (*daemon) return cmd_daemon(config, socket, policy, foreground);
   if (*run) {
     if (command.empty()) command = run->remaining();
     return run_command(ro, command);

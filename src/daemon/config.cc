@@ -108,6 +108,36 @@ bool parse_tenants(Ctx& cx, const toml::table& t, Config* c) {
   return true;
 }
 
+std::string policy_list() {
+  std::string out;
+  for (const char* n : kSchedulerPolicies) out += (out.empty() ? "" : ", ") + std::string(n);
+  return out;
+}
+
+bool parse_scheduler(Ctx& cx, const toml::table& t, Config* c) {
+  SchedulerConfig& s = c->scheduler;
+  for (auto&& [k, v] : t) {
+    std::string_view key = k.str();
+    if (key == "policy") {
+      std::string p;
+      if (!cx.get_string(v, "scheduler", key, &p)) return false;
+      if (!is_scheduler_policy(p)) {
+        return cx.fail(v, "scheduler", key, "\"" + p + "\" is not one of " + policy_list());
+      }
+      s.policy = p;
+    } else if (key == "be_max_inflight") {
+      if (!cx.get_uint(v, "scheduler", key, 0, 1024, &s.be_max_inflight)) return false;
+    } else if (key == "idle_grace_us") {
+      if (!cx.get_uint(v, "scheduler", key, 0, 1000000, &s.idle_grace_us)) return false;
+    } else if (key == "be_slice_ms") {
+      if (!cx.get_uint(v, "scheduler", key, 1, 10000, &s.be_slice_ms)) return false;
+    } else {
+      return cx.fail(v, "scheduler", key, "unknown key");
+    }
+  }
+  return true;
+}
+
 std::string quote(const std::string& s) {
   std::string out = "\"";
   for (char ch : s) {
@@ -126,6 +156,13 @@ std::string quote(const std::string& s) {
 }
 
 }  // namespace
+
+bool is_scheduler_policy(std::string_view name) {
+  for (const char* n : kSchedulerPolicies) {
+    if (name == n) return true;
+  }
+  return false;
+}
 
 bool parse_class(std::string_view text, gpuos_class* out) {
   if (text == "guaranteed") *out = GPUOS_CLASS_GUARANTEED;
@@ -151,9 +188,10 @@ ConfigResult parse_config(std::string_view text, std::string_view source_name) {
     toml::table root = toml::parse(text, source_name);
     for (auto&& [k, v] : root) {
       std::string_view key = k.str();
-      if (key != "daemon" && key != "tenants") {
+      if (key != "daemon" && key != "tenants" && key != "scheduler") {
         res.error = where(source_name, v.source()) + ": unknown " + (v.is_table() ? "table [" : "key \"") +
-                    std::string(key) + (v.is_table() ? "]" : "\"") + " (expected [daemon] or [tenants])";
+                    std::string(key) + (v.is_table() ? "]" : "\"") +
+                    " (expected [daemon], [tenants] or [scheduler])";
         return res;
       }
       if (!v.is_table()) {
@@ -161,7 +199,9 @@ ConfigResult parse_config(std::string_view text, std::string_view source_name) {
                     type_name(v);
         return res;
       }
-      bool ok = key == "daemon" ? parse_daemon(cx, *v.as_table(), &c) : parse_tenants(cx, *v.as_table(), &c);
+      bool ok = key == "daemon"    ? parse_daemon(cx, *v.as_table(), &c)
+                : key == "tenants" ? parse_tenants(cx, *v.as_table(), &c)
+                                   : parse_scheduler(cx, *v.as_table(), &c);
       if (!ok) {
         res.error = cx.error;
         return res;
@@ -218,6 +258,11 @@ std::string format_config(const Config& c) {
   s += "[tenants]\n";
   s += "on_no_daemon = " + quote(c.on_no_daemon) + "\n";
   s += "default_class = " + quote(class_name(c.default_class)) + "\n";
+  s += "[scheduler]\n";
+  s += "policy = " + quote(c.scheduler.policy) + "\n";
+  s += "be_max_inflight = " + std::to_string(c.scheduler.be_max_inflight) + "\n";
+  s += "idle_grace_us = " + std::to_string(c.scheduler.idle_grace_us) + "\n";
+  s += "be_slice_ms = " + std::to_string(c.scheduler.be_slice_ms) + "\n";
   return s;
 }
 

@@ -9,6 +9,11 @@
 //   [tenants]
 //   on_no_daemon = "passthrough"  # or "refuse"
 //   default_class = "best-effort" # or "guaranteed"
+//   [scheduler]
+//   policy = "open"        # one of kSchedulerPolicies: "open" (no gating) or "priority"
+//   be_max_inflight = 2    # priority: unfinished launches a best-effort tenant may have (0..1024)
+//   idle_grace_us = 200    # priority: idle this long after the last work before "not busy" (0..1000000)
+//   be_slice_ms = 50       # priority: best-effort time slice at weight 100 (1..10000)
 //
 // Every key is optional. Unknown tables or keys, wrong types and out-of-range values are errors
 // that name the key and the line ("FILE:LINE: [daemon] history: ..."). The parse functions never
@@ -25,6 +30,18 @@
 
 namespace gpuos {
 
+// Names accepted for [scheduler] policy / gpuosd --policy. gpuos::policies::make_policy builds each
+// of them (a test checks the two agree).
+inline constexpr const char* kSchedulerPolicies[] = {"open", "priority"};
+bool is_scheduler_policy(std::string_view name);
+
+struct SchedulerConfig {
+  std::string policy = "open";
+  uint32_t be_max_inflight = 2;
+  uint32_t idle_grace_us = 200;
+  uint32_t be_slice_ms = 50;
+};
+
 struct Config {
   // [daemon]
   std::string socket;       // "" = default path
@@ -35,6 +52,8 @@ struct Config {
   // [tenants]
   std::string on_no_daemon = "passthrough";  // "passthrough" | "refuse"
   gpuos_class default_class = GPUOS_CLASS_BEST_EFFORT;
+  // [scheduler]
+  SchedulerConfig scheduler;
 
   std::string source;  // file the values came from; "" = built-in defaults
 };

@@ -136,6 +136,19 @@ Core::~Core() {
   }
 }
 
+template <typename F>
+bool Core::guarded(const char* hook, F&& f) {
+  try {
+    f();
+    return true;
+  } catch (const std::exception& e) {
+    policy_failed(hook, e.what());
+  } catch (...) {
+    policy_failed(hook, "unknown exception");
+  }
+  return false;
+}
+
 uint64_t Core::now_ms() const {
   if (opts_.unix_ms) return opts_.unix_ms();
   timespec ts;
@@ -218,6 +231,11 @@ Outcome Core::handle_message(Connection& conn, const void* data, std::size_t len
     }
     case GPUOS_MSG_SHUTDOWN:
       return on_shutdown(conn, h);
+    case GPUOS_MSG_ACTIVITY: {
+      gpuos_msg_activity m;
+      std::memcpy(&m, data, sizeof(m));
+      return on_activity(conn, m);
+    }
     default:
       std::snprintf(why, sizeof(why), "message type %u is sent by the daemon, not to it",
                     static_cast<unsigned>(h.type));
@@ -262,10 +280,11 @@ Outcome Core::on_register(Connection& conn, const gpuos_msg_register& m) {
   t.requested_mem_bytes = m.requested_mem_bytes;
   copy_name(t.name, sizeof(t.name), m.name);
 
-  Admission adm;
-  adm.granted_class = m.tenant_class;
-  adm.mem_quota_bytes = m.requested_mem_bytes;
-  opts_.policy->on_register(view(t), &adm);
+  Admission prefilled;
+  prefilled.granted_class = m.tenant_class;
+  prefilled.mem_quota_bytes = m.requested_mem_bytes;
+  Admission adm = prefilled;
+  if (!guarded("on_register", [&] { opts_.policy->on_register(view(t), &adm); })) adm = prefilled;
   if (adm.status != GPUOS_OK) {
     std::snprintf(why, sizeof(why), "refused by policy %s: %s", opts_.policy->name(), adm.reason.c_str());
     log::info("registration of pid %d (%s): %s", m.pid, t.name, why);
@@ -285,6 +304,8 @@ Outcome Core::on_register(Connection& conn, const gpuos_msg_register& m) {
     log::error("registration of pid %d: %s", m.pid, why);
     return refuse_register(seq, GPUOS_ERR_INTERNAL, why);
   }
+  std::atomic_ref<uint32_t>(t.cb->max_inflight).store(adm.max_inflight, std::memory_order_relaxed);
+  std::atomic_ref<uint32_t>(t.cb->idle_grace_us).store(adm.idle_grace_us, std::memory_order_relaxed);
   t.memfd = fd;
   t.registered_unix_ms = now_ms();
   ++next_id_;
@@ -303,10 +324,12 @@ Outcome Core::on_register(Connection& conn, const gpuos_msg_register& m) {
   o.replies.back().fd = fd;
   o.registered = t.id;
 
-  log::info("tenant %u registered: pid %d uid %u name \"%s\" class %s priority %d weight %u", t.id, t.pid,
-            static_cast<unsigned>(t.uid), t.name, class_name(t.tenant_class), t.priority, t.weight);
+  log::info("tenant %u registered: pid %d uid %u name \"%s\" class %s priority %d weight %u gate %s "
+            "max_inflight %u idle_grace_us %u",
+            t.id, t.pid, static_cast<unsigned>(t.uid), t.name, class_name(t.tenant_class), t.priority, t.weight,
+            gate == GPUOS_GATE_OPEN ? "open" : "closed", adm.max_inflight, adm.idle_grace_us);
   auto [it, inserted] = tenants_.emplace(t.id, t);
-  opts_.policy->on_admitted(view(it->second), *this);
+  guarded("on_admitted", [&] { opts_.policy->on_admitted(view(it->second), *this); });
   return o;
 }
 
@@ -384,15 +407,61 @@ Outcome Core::on_list(Connection& conn, const gpuos_msg_list& m) {
   return o;
 }
 
+void Core::write_gate(gpuos_control_block* cb, uint32_t gate) {
+  if (std::atomic_ref<uint32_t>(cb->gate).load(std::memory_order_relaxed) == gate) return;
+  std::atomic_ref<uint32_t>(cb->grant_epoch).fetch_add(1, std::memory_order_relaxed);
+  std::atomic_ref<uint32_t>(cb->gate).store(gate, std::memory_order_release);
+  futex_wake_all(&cb->gate);
+}
+
 gpuos_status Core::set_gate(uint32_t tenant_id, uint32_t gate) {
   if (gate != GPUOS_GATE_OPEN && gate != GPUOS_GATE_CLOSED) return GPUOS_ERR_BAD_MESSAGE;
   auto it = tenants_.find(tenant_id);
   if (it == tenants_.end()) return GPUOS_ERR_NOT_FOUND;
-  gpuos_control_block* cb = it->second.cb;
-  std::atomic_ref<uint32_t>(cb->grant_epoch).fetch_add(1, std::memory_order_relaxed);
-  std::atomic_ref<uint32_t>(cb->gate).store(gate, std::memory_order_release);
-  futex_wake_all(&cb->gate);
+  if (it->second.pinned) return GPUOS_ERR_REFUSED;
+  write_gate(it->second.cb, gate);
   return GPUOS_OK;
+}
+
+gpuos_status Core::admin_set_gate(uint32_t tenant_id, uint32_t gate) {
+  if (gate != GPUOS_GATE_OPEN && gate != GPUOS_GATE_CLOSED) return GPUOS_ERR_BAD_MESSAGE;
+  auto it = tenants_.find(tenant_id);
+  if (it == tenants_.end()) return GPUOS_ERR_NOT_FOUND;
+  Tenant& t = it->second;
+  t.pinned = gate == GPUOS_GATE_CLOSED;
+  write_gate(t.cb, gate);
+  if (!t.pinned) {
+    // The pin is gone: the policy decides about this tenant again now, not at its next event.
+    guarded("on_activity", [&] { opts_.policy->on_activity(view(t), *this, now_mono_ns()); });
+  }
+  return GPUOS_OK;
+}
+
+bool Core::pinned(uint32_t tenant_id) const {
+  auto it = tenants_.find(tenant_id);
+  return it != tenants_.end() && it->second.pinned;
+}
+
+void Core::for_each_tenant(const std::function<void(const TenantView&)>& fn) {
+  for (const auto& [id, t] : tenants_) fn(view(t));
+}
+
+uint64_t Core::now_mono_ns() {
+  if (opts_.mono_ns) return opts_.mono_ns();
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+void Core::policy_failed(const char* hook, const char* what) {
+  ++policy_failures_;
+  log::error("policy \"%s\" threw in %s: %s; switching to the built-in open policy (failure %llu)",
+             opts_.policy->name(), hook, what, static_cast<unsigned long long>(policy_failures_));
+  opts_.policy = make_open_policy();
+  for (auto& [id, t] : tenants_) {
+    std::atomic_ref<uint32_t>(t.cb->max_inflight).store(0, std::memory_order_relaxed);
+    if (!t.pinned) write_gate(t.cb, GPUOS_GATE_OPEN);
+  }
 }
 
 Outcome Core::on_set_gate(Connection& conn, const gpuos_msg_set_gate& m) {
@@ -402,7 +471,7 @@ Outcome Core::on_set_gate(Connection& conn, const gpuos_msg_set_gate& m) {
     log::warn("refused: %s", why);
     return refuse(m.hdr.seq, GPUOS_ERR_PERMISSION, why);
   }
-  gpuos_status st = set_gate(m.tenant_id, m.gate);
+  gpuos_status st = admin_set_gate(m.tenant_id, m.gate);
   if (st == GPUOS_ERR_BAD_MESSAGE) {
     std::snprintf(why, sizeof(why), "gate value %u is neither open (0) nor closed (1)", m.gate);
     return refuse(m.hdr.seq, st, why);
@@ -411,7 +480,9 @@ Outcome Core::on_set_gate(Connection& conn, const gpuos_msg_set_gate& m) {
     std::snprintf(why, sizeof(why), "no live tenant %u", m.tenant_id);
     return refuse(m.hdr.seq, st, why);
   }
-  log::info("tenant %u gate %s by uid %u", m.tenant_id, m.gate == GPUOS_GATE_OPEN ? "opened" : "closed",
+  log::info("tenant %u gate %s by uid %u", m.tenant_id,
+            m.gate == GPUOS_GATE_OPEN ? "opened (admin pin released; the policy decides again)"
+                                      : "closed and pinned (policies leave it closed until an admin opens it)",
             static_cast<unsigned>(conn.peer.uid));
   Outcome o;
   o.replies.push_back(make_reply(GPUOS_MSG_REPLY, m.hdr.seq, GPUOS_OK, 0,
@@ -435,6 +506,28 @@ Outcome Core::on_shutdown(Connection& conn, const gpuos_msg_header& h) {
   return o;
 }
 
+Outcome Core::on_activity(Connection& conn, const gpuos_msg_activity& m) {
+  char why[GPUOS_TEXT_MAX];
+  if (conn.tenant_id == 0) {
+    std::snprintf(why, sizeof(why), "ACTIVITY is accepted only on the connection that registered a tenant");
+    log::warn("refused from pid %d: %s", static_cast<int>(conn.peer.pid), why);
+    return refuse(m.hdr.seq, GPUOS_ERR_PERMISSION, why);
+  }
+  if (m.busy > 1 || m.waiting > 1) {
+    std::snprintf(why, sizeof(why), "ACTIVITY busy %u / waiting %u: each must be 0 or 1", m.busy, m.waiting);
+    log::warn("tenant %u: %s", conn.tenant_id, why);
+    return refuse(m.hdr.seq, GPUOS_ERR_BAD_MESSAGE, why);
+  }
+  auto it = tenants_.find(conn.tenant_id);
+  if (it == tenants_.end()) return Outcome{};  // cannot happen: connection_closed clears tenant_id
+  const Tenant& t = it->second;
+  TenantView v = view(t);
+  log::debug("tenant %u activity: busy %u waiting %u (block: busy %d waiting %d)", t.id, m.busy, m.waiting,
+             v.busy ? 1 : 0, v.waiting ? 1 : 0);
+  guarded("on_activity", [&] { opts_.policy->on_activity(v, *this, now_mono_ns()); });
+  return Outcome{};  // no reply: the tenant never reads one
+}
+
 TenantView Core::view(const Tenant& t) const {
   TenantView v;
   v.id = t.id;
@@ -445,6 +538,12 @@ TenantView Core::view(const Tenant& t) const {
   v.priority = t.priority;
   v.weight = t.weight;
   v.requested_mem_bytes = t.requested_mem_bytes;
+  if (t.cb != nullptr) {
+    v.busy = load(t.cb->busy) != 0;
+    v.waiting = load(t.cb->waiting) != 0;
+    v.gate = std::atomic_ref<uint32_t>(t.cb->gate).load(std::memory_order_acquire);
+  }
+  v.pinned = t.pinned;
   return v;
 }
 
@@ -460,6 +559,7 @@ void Core::connection_closed(Connection& conn) {
     history_.push_back(fin);
     while (history_.size() > opts_.history) history_.pop_front();
   }
+  TenantView gone = view(t);  // the last busy/waiting words, before the block goes away
   munmap(t.cb, sizeof(gpuos_control_block));
   close(t.memfd);
   t.cb = nullptr;
@@ -471,7 +571,7 @@ void Core::connection_closed(Connection& conn) {
       static_cast<unsigned long long>(fin.gate_waits), static_cast<double>(fin.gate_wait_ns) / 1e6,
       static_cast<unsigned long long>(fin.mem_peak_bytes), static_cast<unsigned long long>(fin.alloc_calls),
       static_cast<unsigned long long>(fin.alloc_failures));
-  opts_.policy->on_exit(view(t), *this);
+  guarded("on_exit", [&] { opts_.policy->on_exit(gone, *this); });
 }
 
 void Core::shutdown() {
@@ -483,7 +583,15 @@ void Core::shutdown() {
   }
 }
 
-void Core::tick(uint64_t now_mono_ns) { opts_.policy->tick(now_mono_ns, *this); }
+void Core::tick(uint64_t now_mono_ns) {
+  guarded("tick", [&] { opts_.policy->tick(now_mono_ns, *this); });
+}
+
+uint64_t Core::next_tick_ns(uint64_t now_mono_ns) {
+  uint64_t next = 0;
+  guarded("next_tick_ns", [&] { next = opts_.policy->next_tick_ns(now_mono_ns); });
+  return next;
+}
 
 const gpuos_control_block* Core::control_block(uint32_t tenant_id) const {
   auto it = tenants_.find(tenant_id);

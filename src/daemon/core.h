@@ -1,7 +1,9 @@
 // gpuosd core: the tenant table, the control blocks and the message handling, without sockets.
 //
 // Core::handle_message is the pure message-handling function: bytes of one received datagram in,
-// replies (and an optional fd to pass) plus an action out. The server (server.h) does the I/O; a
+// replies (and an optional fd to pass) plus an action out. Every message gets at least one reply
+// except a valid ACTIVITY from the connection that registered the tenant (a tenant never reads a
+// reply to it). The server (server.h) does the I/O; a
 // fuzz harness can call handle_message directly with arbitrary bytes and a made-up Connection.
 //
 // Thread-safety: none. One thread (the event loop) owns a Core and calls everything on it.
@@ -66,6 +68,7 @@ struct CoreOptions {
   std::vector<GpuInfo> gpus;
   std::unique_ptr<Policy> policy;               // null: the open policy
   std::function<uint64_t()> unix_ms;            // null: CLOCK_REALTIME in ms (injectable for tests)
+  std::function<uint64_t()> mono_ns;            // null: CLOCK_MONOTONIC in ns (injectable for tests)
 };
 
 class Core final : private GateControl {
@@ -84,9 +87,16 @@ class Core final : private GateControl {
   void connection_closed(Connection& conn);
   // Orderly daemon exit: daemon_alive = 0 and gate open in every live control block, waiters woken.
   void shutdown();
+  // Runs the policy's tick hook.
   void tick(uint64_t now_mono_ns);
+  // When the policy wants its next tick (absolute CLOCK_MONOTONIC ns); 0 = no particular time.
+  uint64_t next_tick_ns(uint64_t now_mono_ns);
 
+  // The policy's way to set a gate (GateControl): skips tenants an admin pinned.
   gpuos_status set_gate(uint32_t tenant_id, uint32_t gate) override;
+  // The admin's way (SET_GATE): CLOSED pins the gate against the policy; OPEN releases the pin,
+  // opens it and lets the policy decide again at once.
+  gpuos_status admin_set_gate(uint32_t tenant_id, uint32_t gate);
 
   // Introspection (tests, logging).
   std::size_t live_tenants() const { return tenants_.size(); }
@@ -94,6 +104,9 @@ class Core final : private GateControl {
   const gpuos_control_block* control_block(uint32_t tenant_id) const;
   const std::vector<GpuInfo>& gpus() const { return opts_.gpus; }
   const Policy& policy() const { return *opts_.policy; }
+  // Times a policy hook threw; after the first the core runs the built-in open policy.
+  uint64_t policy_failures() const { return policy_failures_; }
+  bool pinned(uint32_t tenant_id) const;
 
   // Builds a REPLY (or LIST_END) message.
   static Outgoing make_reply(uint32_t type, uint32_t seq, gpuos_status status, uint32_t count,
@@ -112,12 +125,22 @@ class Core final : private GateControl {
     uint64_t registered_unix_ms = 0;
     int memfd = -1;
     gpuos_control_block* cb = nullptr;
+    bool pinned = false;  // an admin closed the gate: policies leave it alone
   };
 
   Outcome on_register(Connection& conn, const gpuos_msg_register& m);
   Outcome on_list(Connection& conn, const gpuos_msg_list& m);
   Outcome on_set_gate(Connection& conn, const gpuos_msg_set_gate& m);
   Outcome on_shutdown(Connection& conn, const gpuos_msg_header& h);
+  Outcome on_activity(Connection& conn, const gpuos_msg_activity& m);
+  // GateControl
+  void for_each_tenant(const std::function<void(const TenantView&)>& fn) override;
+  uint64_t now_mono_ns() override;
+  // Runs a policy hook; if it throws: count, log, switch to the open policy. False if it threw.
+  template <typename F>
+  bool guarded(const char* hook, F&& f);
+  void policy_failed(const char* hook, const char* what);
+  void write_gate(gpuos_control_block* cb, uint32_t gate);
   Outcome refuse(uint32_t seq, gpuos_status st, const char* why);
   Outcome refuse_register(uint32_t seq, gpuos_status st, const char* why);
   gpuos_msg_tenant_info snapshot(const Tenant& t, uint32_t state, uint64_t exited_ms) const;
@@ -128,6 +151,7 @@ class Core final : private GateControl {
   uint32_t next_id_ = 1;
   std::map<uint32_t, Tenant> tenants_;  // live tenants by id
   std::deque<gpuos_msg_tenant_info> history_;
+  uint64_t policy_failures_ = 0;
 };
 
 // Creates a sealed memfd holding an initialised control block (gate OPEN, daemon_alive 1) and maps

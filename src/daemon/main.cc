@@ -12,16 +12,18 @@
 #include "daemon/core.h"
 #include "daemon/log.h"
 #include "daemon/server.h"
+#include "policies/registry.h"
 
 int main(int argc, char** argv) {
   using namespace gpuos;
   gpuos::daemon::block_shutdown_signals();  // before any thread exists
   CLI::App app{"gpuosd: the gpuos node daemon"};
-  std::string config_path, socket_opt, log_level_opt;
+  std::string config_path, socket_opt, log_level_opt, policy_opt;
   bool foreground = false;
   app.add_option("--config", config_path, "config file (default: $GPUOS_CONFIG, /etc/gpuos/gpuos.toml)");
   app.add_option("--socket", socket_opt, "control socket path (overrides the config)");
   app.add_option("--log-level", log_level_opt, "error|warn|info|debug (overrides the config)");
+  app.add_option("--policy", policy_opt, "scheduling policy: open | priority (overrides the config)");
   app.add_flag("--foreground", foreground, "stay in the foreground (always the case)");
   CLI11_PARSE(app, argc, argv);
 
@@ -71,7 +73,21 @@ int main(int argc, char** argv) {
     so.admin_gid = gr.gr_gid;
   }
 
+  if (!policy_opt.empty()) cfg.scheduler.policy = policy_opt;
   daemon::CoreOptions co;
+  co.policy = policies::make_policy(cfg.scheduler.policy, cfg.scheduler);
+  if (!co.policy) {
+    std::string known;
+    for (const char* n : kSchedulerPolicies) known += (known.empty() ? "" : ", ") + std::string(n);
+    log::error("unknown scheduling policy \"%s\" (known: %s)", cfg.scheduler.policy.c_str(), known.c_str());
+    return 1;
+  }
+  if (cfg.scheduler.policy == "priority") {
+    log::info("scheduling policy priority: be_max_inflight %u, idle_grace_us %u, be_slice_ms %u",
+              cfg.scheduler.be_max_inflight, cfg.scheduler.idle_grace_us, cfg.scheduler.be_slice_ms);
+  } else {
+    log::info("scheduling policy %s", cfg.scheduler.policy.c_str());
+  }
   co.max_tenants = cfg.max_tenants;
   co.history = cfg.history;
   std::string warning;

@@ -11,6 +11,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <ctime>
@@ -194,9 +195,21 @@ void Server::request_stop() {
 
 int Server::run() {
   epoll_event evs[64];
-  uint64_t next_tick = mono_ns() + static_cast<uint64_t>(opts_.tick_ms) * 1000000ull;
+  const uint64_t period_ns = opts_.tick_ms > 0 ? static_cast<uint64_t>(opts_.tick_ms) * 1000000ull : 0;
+  uint64_t next_periodic = mono_ns() + period_ns;
   while (!stopping_) {
-    int n = epoll_wait(epoll_fd_, evs, 64, opts_.tick_ms > 0 ? opts_.tick_ms : -1);
+    // The next tick: the regular period while a tenant is live (nothing to do without tenants: the
+    // loop then sleeps until an event), or earlier if the policy asks (e.g. a time slice ends).
+    uint64_t now = mono_ns();
+    uint64_t deadline = UINT64_MAX;
+    if (period_ns != 0 && core_.live_tenants() > 0) deadline = next_periodic;
+    if (uint64_t want = core_.next_tick_ns(now); want != 0) deadline = std::min(deadline, want);
+    int timeout_ms = -1;
+    if (deadline != UINT64_MAX) {
+      uint64_t left = deadline > now ? deadline - now : 0;
+      timeout_ms = static_cast<int>(std::min<uint64_t>((left + 999999) / 1000000, 60000));  // round up
+    }
+    int n = epoll_wait(epoll_fd_, evs, 64, timeout_ms);
     if (n < 0) {
       if (errno == EINTR) continue;
       log::error("epoll_wait: %s", std::strerror(errno));
@@ -227,10 +240,10 @@ int Server::run() {
         if (conns_.count(fd) != 0 && (e & (EPOLLIN | EPOLLHUP | EPOLLERR))) on_readable(fd);
       }
     }
-    uint64_t now = mono_ns();
-    if (opts_.tick_ms > 0 && now >= next_tick) {
+    now = mono_ns();
+    if (!stopping_ && deadline != UINT64_MAX && now >= deadline) {
       core_.tick(now);
-      next_tick = now + static_cast<uint64_t>(opts_.tick_ms) * 1000000ull;
+      next_periodic = now + period_ns;
     }
   }
   shutdown_all();

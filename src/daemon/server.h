@@ -24,7 +24,8 @@ struct ServerOptions {
   std::optional<gid_t> admin_gid;      // members are admins
   bool handle_signals = false;         // SIGTERM/SIGINT via signalfd
   uint32_t max_connections = 320;      // tenants + clients at once; more are refused (ERR_LIMIT)
-  int tick_ms = 100;                   // Policy::tick period
+  int tick_ms = 100;                   // Policy::tick period while a tenant is live (0 = none); the
+                                       // policy may ask for earlier ticks (Policy::next_tick_ns)
   std::size_t max_queued_replies = 4096;  // per connection; a peer that never reads is dropped
 };
 

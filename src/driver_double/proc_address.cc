@@ -76,6 +76,7 @@
   X(cuStreamGetFlags, cuStreamGetFlags, 5050, 0)                                  \
   X(cuStreamGetFlags, cuStreamGetFlags_ptsz, 7000, 1)                             \
   X(cuStreamIsCapturing, cuStreamIsCapturing, 10000, 0)                           \
+  X(cuThreadExchangeStreamCaptureMode, cuThreadExchangeStreamCaptureMode, 10010, 0) \
   X(cuStreamIsCapturing, cuStreamIsCapturing_ptsz, 10000, 1)                      \
   X(cuStreamBeginCapture, cuStreamBeginCapture, 10000, 0)                         \
   X(cuStreamBeginCapture, cuStreamBeginCapture_ptsz, 10000, 1)                    \

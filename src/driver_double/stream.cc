@@ -585,3 +585,17 @@ DD_API cuEventElapsedTime_v2(float* ms, CUevent start, CUevent end) {
 DD_API cuEventElapsedTime(float* ms, CUevent start, CUevent end) {
   return cuEventElapsedTime_v2(ms, start, end);
 }
+
+// Capture interaction mode is per thread. The double does not enforce capture modes (see README),
+// but keeps and exchanges the value faithfully.
+namespace {
+thread_local CUstreamCaptureMode t_capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+}  // namespace
+
+DD_API cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode* mode) {
+  if (mode == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  CUstreamCaptureMode previous = t_capture_mode;
+  t_capture_mode = *mode;
+  *mode = previous;
+  return CUDA_SUCCESS;
+}

@@ -21,6 +21,10 @@ TEST(Config, EmptyGivesDefaults) {
   EXPECT_EQ(r.config->max_tenants, 256u);
   EXPECT_EQ(r.config->on_no_daemon, "passthrough");
   EXPECT_EQ(r.config->default_class, GPUOS_CLASS_BEST_EFFORT);
+  EXPECT_EQ(r.config->scheduler.policy, "open");
+  EXPECT_EQ(r.config->scheduler.be_max_inflight, 2u);
+  EXPECT_EQ(r.config->scheduler.idle_grace_us, 200u);
+  EXPECT_EQ(r.config->scheduler.be_slice_ms, 50u);
   EXPECT_EQ(r.config->source, "test.toml");
 }
 
@@ -35,8 +39,17 @@ max_tenants = 4096
 [tenants]
 on_no_daemon = "refuse"
 default_class = "guaranteed"
+[scheduler]
+policy = "priority"
+be_max_inflight = 0
+idle_grace_us = 1000000
+be_slice_ms = 10000
 )");
   ASSERT_TRUE(r) << r.error;
+  EXPECT_EQ(r.config->scheduler.policy, "priority");
+  EXPECT_EQ(r.config->scheduler.be_max_inflight, 0u);
+  EXPECT_EQ(r.config->scheduler.idle_grace_us, 1000000u);
+  EXPECT_EQ(r.config->scheduler.be_slice_ms, 10000u);
   EXPECT_EQ(r.config->socket, "/tmp/x/gpuosd.sock");
   EXPECT_EQ(r.config->admin_group, "gpuadmin");
   EXPECT_EQ(r.config->log_level, log::Level::kDebug);
@@ -50,6 +63,22 @@ default_class = "guaranteed"
   EXPECT_EQ(again.config->socket, r.config->socket);
   EXPECT_EQ(again.config->max_tenants, 4096u);
   EXPECT_EQ(again.config->default_class, GPUOS_CLASS_GUARANTEED);
+  EXPECT_EQ(again.config->scheduler.policy, "priority");
+  EXPECT_EQ(again.config->scheduler.be_max_inflight, 0u);
+  EXPECT_EQ(again.config->scheduler.idle_grace_us, 1000000u);
+  EXPECT_EQ(again.config->scheduler.be_slice_ms, 10000u);
+}
+
+TEST(Config, SchedulerUpperBoundsAndPartialTable) {
+  ConfigResult r = parse("[scheduler]\nbe_max_inflight = 1024\nbe_slice_ms = 1\n");
+  ASSERT_TRUE(r) << r.error;
+  EXPECT_EQ(r.config->scheduler.policy, "open");  // untouched keys keep their defaults
+  EXPECT_EQ(r.config->scheduler.be_max_inflight, 1024u);
+  EXPECT_EQ(r.config->scheduler.idle_grace_us, 200u);
+  EXPECT_EQ(r.config->scheduler.be_slice_ms, 1u);
+  EXPECT_TRUE(is_scheduler_policy("open"));
+  EXPECT_TRUE(is_scheduler_policy("priority"));
+  EXPECT_FALSE(is_scheduler_policy("Priority"));
 }
 
 struct Bad {
@@ -85,6 +114,17 @@ INSTANTIATE_TEST_SUITE_P(
                       Bad{"[daemon]\nadmin_group = true\n", "admin_group: expected a string, got boolean"},
                       Bad{"[tenants]\non_no_daemon = \"maybe\"\n", "on_no_daemon: \"maybe\" is not one of"},
                       Bad{"[tenants]\ndefault_class = \"vip\"\n", "default_class: \"vip\" is not one of"},
+                      Bad{"[scheduler]\npolicy = \"fifo\"\n",
+                          "test.toml:2: [scheduler] policy: \"fifo\" is not one of open, priority"},
+                      Bad{"[scheduler]\npolicy = 1\n", "[scheduler] policy: expected a string, got integer"},
+                      Bad{"[scheduler]\nbe_max_inflight = 1025\n", "be_max_inflight: value 1025 out of range 0..1024"},
+                      Bad{"[scheduler]\nbe_max_inflight = -1\n", "be_max_inflight: value -1 out of range"},
+                      Bad{"[scheduler]\nidle_grace_us = 1000001\n", "idle_grace_us: value 1000001 out of range 0..1000000"},
+                      Bad{"[scheduler]\nbe_slice_ms = 0\n", "be_slice_ms: value 0 out of range 1..10000"},
+                      Bad{"[scheduler]\nbe_slice_ms = 10001\n", "be_slice_ms: value 10001 out of range"},
+                      Bad{"[scheduler]\nbe_slice_ms = 2.5\n", "be_slice_ms: expected an integer, got float"},
+                      Bad{"[scheduler]\nslice = 5\n", "test.toml:2: [scheduler] slice: unknown key"},
+                      Bad{"scheduler = \"priority\"\n", "scheduler: expected a table, got string"},
                       Bad{"[daemon\n", "test.toml:1: TOML syntax error"},
                       Bad{"[daemon]\nhistory = 1\nhistory = 2\n", "test.toml:3: TOML syntax error"},
                       Bad{"\xff\xfe garbage", "TOML syntax error"}));

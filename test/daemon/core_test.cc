@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 #include <random>
+#include <stdexcept>
 
 #include "common/ipc.h"
 #include "daemon/core.h"
@@ -349,10 +350,235 @@ TEST_F(Fixture, RandomInputNeverCrashes) {
                   static_cast<uint32_t>(len), i);
     }
     conn.peer.admin = (i % 3) == 0;
+    const bool registered = conn.tenant_id != 0;
+    gpuos_msg_header h{};
+    if (len >= sizeof(h)) std::memcpy(&h, buf, sizeof(h));
     Outcome o = core->handle_message(conn, buf, len);
-    ASSERT_FALSE(o.replies.empty());
+    if (o.replies.empty()) {
+      // Only a valid ACTIVITY from the tenant's own connection goes unanswered.
+      ASSERT_TRUE(registered);
+      ASSERT_EQ(h.type, static_cast<uint32_t>(GPUOS_MSG_ACTIVITY));
+      ASSERT_FALSE(o.close);
+    }
     if (o.close) core->connection_closed(conn);
+    // Register now and then so that ACTIVITY from a tenant's connection is exercised too.
+    if (i % 50 == 0 && conn.tenant_id == 0) {
+      auto m = make_register(conn.peer.pid);
+      ASSERT_NE(send(m).registered, 0u);
+    }
   }
+}
+
+gpuos_msg_activity make_activity(uint32_t busy, uint32_t waiting) {
+  gpuos_msg_activity m{};
+  init_header(&m.hdr, GPUOS_MSG_ACTIVITY, sizeof(m), 77);
+  m.busy = busy;
+  m.waiting = waiting;
+  return m;
+}
+
+// Records what the core hands to the hooks.
+class RecordingPolicy final : public Policy {
+ public:
+  const char* name() const override { return "recording"; }
+  void on_register(const TenantView& v, Admission* a) override {
+    a->max_inflight = 5;
+    a->idle_grace_us = 300;
+    if (throw_in == "on_register") throw std::runtime_error("boom");
+  }
+  void on_admitted(const TenantView& v, GateControl& g) override {
+    if (throw_in == "on_admitted") throw std::runtime_error("boom");
+  }
+  void on_activity(const TenantView& v, GateControl& g, uint64_t now) override {
+    ++activities;
+    last = v;
+    last_now = now;
+    std::vector<uint32_t> ids;
+    g.for_each_tenant([&](const TenantView& t) { ids.push_back(t.id); });
+    seen_ids = ids;
+    if (close_others) {
+      for (uint32_t id : ids) {
+        if (id != v.id) last_set = g.set_gate(id, GPUOS_GATE_CLOSED);
+      }
+    }
+    if (throw_in == "on_activity") throw 42;  // not even a std::exception
+  }
+  void tick(uint64_t now, GateControl& g) override {
+    if (throw_in == "tick") throw std::runtime_error("boom");
+  }
+  uint64_t next_tick_ns(uint64_t now) override { return now + 7; }
+  int activities = 0;
+  TenantView last;
+  uint64_t last_now = 0;
+  std::vector<uint32_t> seen_ids;
+  bool close_others = false;
+  gpuos_status last_set = GPUOS_OK;
+  std::string throw_in;
+};
+
+struct ActivityFixture : Fixture {
+  RecordingPolicy* pol = nullptr;
+  uint64_t mono = 5000;
+  void SetUp() override {
+    auto p = std::make_unique<RecordingPolicy>();
+    pol = p.get();
+    CoreOptions o;
+    o.max_tenants = 8;
+    o.policy = std::move(p);
+    o.mono_ns = [this] { return mono; };
+    core = std::make_unique<Core>(std::move(o));
+    conn = Connection{};
+    conn.id = 1;
+    conn.peer.pid = 1234;
+    conn.peer.uid = 1000;
+  }
+  gpuos_control_block* map_block(const Outcome& reg) {
+    void* p = mmap(nullptr, sizeof(gpuos_control_block), PROT_READ | PROT_WRITE, MAP_SHARED, reg.replies[0].fd, 0);
+    EXPECT_NE(p, MAP_FAILED);
+    return static_cast<gpuos_control_block*>(p);
+  }
+};
+
+TEST_F(ActivityFixture, RefusedFromAConnectionWithoutATenant) {
+  expect_refused(send(make_activity(1, 0)), GPUOS_ERR_PERMISSION, "registered");
+  EXPECT_EQ(pol->activities, 0);
+  // An admin's connection is no better.
+  conn.peer.admin = true;
+  expect_refused(send(make_activity(0, 0)), GPUOS_ERR_PERMISSION);
+  EXPECT_EQ(pol->activities, 0);
+}
+
+TEST_F(ActivityFixture, AcceptedFromTheTenantsOwnConnectionWithoutAReply) {
+  Outcome reg = send(make_register(conn.peer.pid, "be"));
+  ASSERT_EQ(reg.registered, 1u);
+  gpuos_control_block* cb = map_block(reg);
+  // The admission's daemon-written fields are in the block before the fd goes out.
+  EXPECT_EQ(cb->max_inflight, 5u);
+  EXPECT_EQ(cb->idle_grace_us, 300u);
+
+  std::atomic_ref<uint32_t>(cb->busy).store(1);
+  Outcome o = send(make_activity(1, 0));
+  EXPECT_TRUE(o.replies.empty());
+  EXPECT_FALSE(o.close);
+  EXPECT_FALSE(o.shutdown);
+  ASSERT_EQ(pol->activities, 1);
+  EXPECT_EQ(pol->last.id, 1u);
+  EXPECT_TRUE(pol->last.busy);
+  EXPECT_FALSE(pol->last.waiting);
+  EXPECT_EQ(pol->last_now, 5000u);
+
+  // The block's words are authoritative, not the message's echo.
+  std::atomic_ref<uint32_t>(cb->busy).store(0);
+  std::atomic_ref<uint32_t>(cb->waiting).store(1);
+  o = send(make_activity(1, 0));
+  EXPECT_TRUE(o.replies.empty());
+  EXPECT_FALSE(pol->last.busy);
+  EXPECT_TRUE(pol->last.waiting);
+  EXPECT_EQ(core->live_tenants(), 1u);
+
+  // Values other than 0/1 are malformed (REPLY + close, like other misuse).
+  expect_refused(send(make_activity(2, 0)), GPUOS_ERR_BAD_MESSAGE, "0 or 1");
+  expect_refused(send(make_activity(0, 7)), GPUOS_ERR_BAD_MESSAGE, "0 or 1");
+  // A truncated ACTIVITY fails validation before anything else.
+  auto m = make_activity(1, 0);
+  expect_refused(core->handle_message(conn, &m, sizeof(m) - 4), GPUOS_ERR_BAD_MESSAGE);
+  EXPECT_EQ(pol->activities, 2);
+  munmap(cb, sizeof(*cb));
+}
+
+TEST_F(ActivityFixture, AdminPinBeatsThePolicy) {
+  std::vector<Connection> conns(2);
+  for (int i = 0; i < 2; ++i) {
+    conns[i].id = 10 + i;
+    conns[i].peer.pid = 100 + i;
+    auto m = make_register(100 + i);
+    ASSERT_EQ(core->handle_message(conns[i], &m, sizeof(m)).registered, static_cast<uint32_t>(i + 1));
+  }
+  // Admin closes tenant 2: pinned.
+  Connection admin;
+  admin.id = 99;
+  admin.peer.admin = true;
+  gpuos_msg_set_gate sg{};
+  init_header(&sg.hdr, GPUOS_MSG_SET_GATE, sizeof(sg), 3);
+  sg.tenant_id = 2;
+  sg.gate = GPUOS_GATE_CLOSED;
+  ASSERT_EQ(decode<gpuos_msg_reply>(core->handle_message(admin, &sg, sizeof(sg)).replies[0]).status, GPUOS_OK);
+  EXPECT_TRUE(core->pinned(2));
+  EXPECT_EQ(core->control_block(2)->gate, GPUOS_GATE_CLOSED);
+  // The policy cannot open a pinned gate.
+  EXPECT_EQ(core->set_gate(2, GPUOS_GATE_OPEN), GPUOS_ERR_REFUSED);
+  EXPECT_EQ(core->control_block(2)->gate, GPUOS_GATE_CLOSED);
+  // ...but may close the other one; for_each_tenant shows live tenants in id order.
+  pol->close_others = true;
+  auto a = make_activity(0, 0);
+  EXPECT_TRUE(core->handle_message(conns[1], &a, sizeof(a)).replies.empty());
+  EXPECT_EQ(pol->seen_ids, (std::vector<uint32_t>{1, 2}));
+  EXPECT_EQ(core->control_block(1)->gate, GPUOS_GATE_CLOSED);
+  // A store of the same value is not a grant change.
+  uint32_t epoch = core->control_block(1)->grant_epoch;
+  EXPECT_EQ(core->set_gate(1, GPUOS_GATE_CLOSED), GPUOS_OK);
+  EXPECT_EQ(core->control_block(1)->grant_epoch, epoch);
+  // The admin opens it: pin released and the policy is asked again at once.
+  pol->close_others = false;
+  int before = pol->activities;
+  sg.gate = GPUOS_GATE_OPEN;
+  ASSERT_EQ(decode<gpuos_msg_reply>(core->handle_message(admin, &sg, sizeof(sg)).replies[0]).status, GPUOS_OK);
+  EXPECT_FALSE(core->pinned(2));
+  EXPECT_EQ(core->control_block(2)->gate, GPUOS_GATE_OPEN);
+  EXPECT_EQ(pol->activities, before + 1);
+  EXPECT_EQ(pol->last.id, 2u);
+  EXPECT_EQ(core->set_gate(2, GPUOS_GATE_CLOSED), GPUOS_OK);
+  for (auto& c : conns) core->connection_closed(c);
+}
+
+TEST_F(ActivityFixture, AThrowingPolicyFallsBackToOpen) {
+  EXPECT_EQ(core->next_tick_ns(100), 107u);
+  Outcome reg = send(make_register(conn.peer.pid));
+  ASSERT_EQ(reg.registered, 1u);
+  Connection c2;
+  c2.id = 2;
+  c2.peer.pid = 77;
+  auto m2 = make_register(77);
+  ASSERT_EQ(core->handle_message(c2, &m2, sizeof(m2)).registered, 2u);
+  ASSERT_EQ(core->set_gate(1, GPUOS_GATE_CLOSED), GPUOS_OK);
+  ASSERT_EQ(core->admin_set_gate(2, GPUOS_GATE_CLOSED), GPUOS_OK);  // pinned by an admin
+  EXPECT_EQ(core->policy_failures(), 0u);
+  EXPECT_STREQ(core->policy().name(), "recording");
+
+  pol->throw_in = "on_activity";
+  Outcome o = send(make_activity(1, 0));
+  EXPECT_TRUE(o.replies.empty());  // the tenant is not punished for the policy's bug
+  EXPECT_FALSE(o.close);
+  EXPECT_EQ(core->policy_failures(), 1u);
+  EXPECT_STREQ(core->policy().name(), "open");
+  EXPECT_EQ(core->control_block(1)->gate, GPUOS_GATE_OPEN);    // opened
+  EXPECT_EQ(core->control_block(1)->max_inflight, 0u);         // unbounded again
+  EXPECT_EQ(core->control_block(2)->gate, GPUOS_GATE_CLOSED);  // the admin's pin stays
+  EXPECT_EQ(core->next_tick_ns(100), 0u);
+  // Everything goes on under the open policy.
+  send(make_activity(0, 0));
+  core->tick(1);
+  EXPECT_EQ(core->policy_failures(), 1u);
+  core->connection_closed(conn);
+  core->connection_closed(c2);
+}
+
+TEST_F(ActivityFixture, AThrowingOnRegisterStillAdmitsAsRequested) {
+  pol->throw_in = "on_register";
+  Outcome reg = send(make_register(conn.peer.pid));
+  ASSERT_EQ(reg.registered, 1u);
+  EXPECT_EQ(decode<gpuos_msg_register_reply>(reg.replies[0]).status, GPUOS_OK);
+  EXPECT_EQ(core->policy_failures(), 1u);
+  EXPECT_EQ(core->control_block(1)->max_inflight, 0u);  // the pre-filled admission, not the half-made one
+  EXPECT_EQ(core->control_block(1)->gate, GPUOS_GATE_OPEN);
+  core->connection_closed(conn);
+}
+
+TEST_F(ActivityFixture, AThrowingTickFallsBackToo) {
+  pol->throw_in = "tick";
+  core->tick(1);
+  EXPECT_EQ(core->policy_failures(), 1u);
+  EXPECT_STREQ(core->policy().name(), "open");
 }
 
 }  // namespace

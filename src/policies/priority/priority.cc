@@ -1,0 +1,175 @@
+#include "policies/priority/priority.h"
+
+#include <algorithm>
+#include <climits>
+
+#include "daemon/log.h"
+
+namespace gpuos::policies {
+namespace {
+
+bool is_guaranteed(const PriorityTenant& t) { return t.tenant_class == GPUOS_CLASS_GUARANTEED; }
+
+// Wants the GPU: submitted work not finished, or a thread waiting at the gate (unless an admin pinned
+// the gate closed: then only its draining work counts).
+bool active(const PriorityTenant& t) { return t.busy || (t.waiting && !t.pinned); }
+
+}  // namespace
+
+uint64_t be_slice_ns(const PriorityParams& p, uint32_t weight) {
+  uint64_t ns = static_cast<uint64_t>(p.be_slice_ms) * 1000000ull * weight / 100u;
+  return std::max<uint64_t>(ns, 1000000ull);
+}
+
+PriorityDecision decide_priority(const std::vector<PriorityTenant>& tenants, const PriorityParams& params,
+                                 PriorityState* st, uint64_t now) {
+  // Guaranteed tenants: the highest active priority.
+  bool g_active = false;
+  int32_t top = INT32_MIN;
+  for (const PriorityTenant& t : tenants) {
+    if (is_guaranteed(t) && active(t)) {
+      g_active = true;
+      top = std::max(top, t.priority);
+    }
+  }
+  // Runnable best-effort tenants, in id order (the round-robin order).
+  std::vector<const PriorityTenant*> runnable;
+  for (const PriorityTenant& t : tenants) {
+    if (!is_guaranteed(t) && !t.pinned && (t.busy || t.waiting)) runnable.push_back(&t);
+  }
+  std::sort(runnable.begin(), runnable.end(), [](auto* a, auto* b) { return a->id < b->id; });
+  auto is_runnable = [&](uint32_t id) {
+    return std::any_of(runnable.begin(), runnable.end(), [id](auto* t) { return t->id == id; });
+  };
+  auto end_slice = [&] {
+    if (st->owner == 0) return;
+    if (!st->paused && now > st->slice_start_ns) st->granted_ns[st->owner] += now - st->slice_start_ns;
+    st->last_owner = st->owner;
+    st->owner = 0;
+    st->paused = false;
+  };
+
+  PriorityDecision d;
+  const bool was_rotating = st->owner != 0;
+  if (g_active) {
+    // Every BE yields; a running slice is paused with what is left of it.
+    if (st->owner != 0 && !st->paused) {
+      if (now > st->slice_start_ns) st->granted_ns[st->owner] += now - st->slice_start_ns;
+      st->paused_remaining_ns = st->slice_end_ns > now ? st->slice_end_ns - now : 0;
+      st->paused = true;
+    }
+  } else {
+    if (st->paused) {  // the guaranteed tenants went idle: resume the interrupted slice if it still matters
+      st->paused = false;
+      if (runnable.size() >= 2 && is_runnable(st->owner) && st->paused_remaining_ns > 0) {
+        st->slice_start_ns = now;
+        st->slice_end_ns = now + st->paused_remaining_ns;
+      } else {
+        st->last_owner = st->owner;  // its time was counted when it was paused
+        st->owner = 0;
+      }
+    }
+    if (runnable.size() <= 1) {
+      end_slice();
+    } else {
+      if (st->owner != 0 && (!is_runnable(st->owner) || now >= st->slice_end_ns)) end_slice();
+      if (st->owner == 0) {
+        // Round-robin order: the first runnable id after the previous owner, wrapping.
+        std::vector<const PriorityTenant*> order;
+        for (auto* t : runnable) {
+          if (t->id > st->last_owner) order.push_back(t);
+        }
+        for (auto* t : runnable) {
+          if (t->id <= st->last_owner) order.push_back(t);
+        }
+        const PriorityTenant* pick = order.front();
+        if (!was_rotating) {  // starting: keep a BE that is on the GPU right now, if any
+          for (auto* t : order) {
+            if (t->busy && !t->waiting) {
+              pick = t;
+              break;
+            }
+          }
+        }
+        st->owner = pick->id;
+        st->slice_start_ns = now;
+        st->slice_end_ns = now + be_slice_ns(params, pick->weight);
+      }
+      d.next_tick_ns = st->slice_end_ns;
+    }
+  }
+  st->guaranteed_active = g_active;
+
+  d.gates.reserve(tenants.size());
+  for (const PriorityTenant& t : tenants) {
+    uint32_t gate = GPUOS_GATE_OPEN;
+    if (is_guaranteed(t)) {
+      if (g_active && t.priority < top) gate = GPUOS_GATE_CLOSED;
+    } else if (g_active || (st->owner != 0 && t.id != st->owner)) {
+      gate = GPUOS_GATE_CLOSED;
+    }
+    d.gates.push_back(GateDecision{t.id, gate});
+  }
+  // Forget the granted time of tenants that are gone.
+  for (auto it = st->granted_ns.begin(); it != st->granted_ns.end();) {
+    bool live = std::any_of(tenants.begin(), tenants.end(), [&](const PriorityTenant& t) { return t.id == it->first; });
+    it = live ? std::next(it) : st->granted_ns.erase(it);
+  }
+  return d;
+}
+
+void PriorityPolicy::on_register(const daemon::TenantView& view, daemon::Admission* a) {
+  a->idle_grace_us = params_.idle_grace_us;
+  if (view.tenant_class == GPUOS_CLASS_BEST_EFFORT) {
+    a->max_inflight = params_.be_max_inflight;
+    // Closed from the start while a guaranteed tenant is active or the BE slices rotate (on_admitted
+    // decides again with fresh words before the tenant gets its control block).
+    if (state_.guaranteed_active || state_.owner != 0) a->initial_gate = GPUOS_GATE_CLOSED;
+  } else {
+    a->max_inflight = 0;
+  }
+}
+
+void PriorityPolicy::on_admitted(const daemon::TenantView& view, daemon::GateControl& gates) {
+  apply(gates, gates.now_mono_ns(), "admitted");
+}
+
+void PriorityPolicy::on_exit(const daemon::TenantView& view, daemon::GateControl& gates) {
+  apply(gates, gates.now_mono_ns(), "exit");
+}
+
+void PriorityPolicy::on_activity(const daemon::TenantView& view, daemon::GateControl& gates, uint64_t now) {
+  apply(gates, now, "activity");
+}
+
+void PriorityPolicy::tick(uint64_t now, daemon::GateControl& gates) { apply(gates, now, "tick"); }
+
+void PriorityPolicy::apply(daemon::GateControl& gates, uint64_t now, const char* why) {
+  std::vector<PriorityTenant> in;
+  std::vector<uint32_t> current;
+  gates.for_each_tenant([&](const daemon::TenantView& v) {
+    in.push_back(PriorityTenant{v.id, v.tenant_class, v.priority, v.weight, v.busy, v.waiting, v.pinned});
+    current.push_back(v.gate);
+  });
+  const uint32_t old_owner = state_.owner;
+  PriorityDecision d = decide_priority(in, params_, &state_, now);
+  next_tick_ns_ = d.next_tick_ns;
+  if (state_.owner != old_owner && state_.owner != 0) {
+    log::debug("priority (%s): best-effort slice to tenant %u until +%.1f ms", why, state_.owner,
+               static_cast<double>(state_.slice_end_ns - now) / 1e6);
+  }
+  for (std::size_t i = 0; i < d.gates.size(); ++i) {
+    if (d.gates[i].gate == current[i] || in[i].pinned) continue;
+    gates.set_gate(d.gates[i].id, d.gates[i].gate);
+    const char* reason = "";
+    if (d.gates[i].gate == GPUOS_GATE_CLOSED) {
+      reason = is_guaranteed(in[i]) ? "a higher-priority guaranteed tenant is busy"
+               : state_.guaranteed_active ? "a guaranteed tenant is busy"
+                                          : "another best-effort tenant holds the slice";
+    }
+    log::debug("priority (%s): tenant %u gate %s%s%s", why, d.gates[i].id,
+               d.gates[i].gate == GPUOS_GATE_OPEN ? "open" : "closed", *reason ? ": " : "", reason);
+  }
+}
+
+}  // namespace gpuos::policies

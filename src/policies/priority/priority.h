@@ -1,0 +1,109 @@
+// The `priority` scheduling policy: compute multiplexing in time. Guaranteed tenants run as if
+// alone; best-effort (BE) tenants fill the time no guaranteed tenant uses, sharing it by weight.
+//
+// Rules (decided by decide_priority, a pure function of the tenants' words and the policy state):
+//  - A tenant "wants the GPU" (is active) when its control block says busy or waiting. A waiting
+//    word of a tenant an admin pinned closed does not count (it cannot run anyway); its busy word
+//    does (its submitted work is still on the GPU).
+//  - Guaranteed tenants: a guaranteed tenant's gate is closed only while an active guaranteed tenant
+//    of strictly higher priority exists; equal priorities share, ungated. BE tenants never gate
+//    a guaranteed one.
+//  - BE tenants: every BE gate is closed while any guaranteed tenant is active. The BE yields
+//    within the drain time of its bounded in-flight work (max_inflight = be_max_inflight).
+//  - No guaranteed tenant active, 0 or 1 runnable BE (busy or waiting, not pinned): every BE gate
+//    is open (work conserving: nobody who waits is held while the GPU is idle).
+//  - 2+ runnable BE: weighted round robin. One slice owner at a time has its gate open, all other
+//    BE gates are closed. A slice lasts be_slice_ms * weight / 100 (at least 1 ms); at its end, or
+//    as soon as the owner stops being runnable, the gate passes to the next runnable BE in id order
+//    (wrapping). Slice lengths proportional to weight make each runnable BE's share of the BE time
+//    follow its weight over one round; an owner that goes idle early forfeits the rest of its slice
+//    (it did not need it). A slice interrupted by a guaranteed tenant is resumed with its remaining
+//    length when the guaranteed tenants are idle again. The time each BE held a slice is kept in
+//    PriorityState::granted_ns (for logs and tests).
+//  - When rotation starts (a second BE becomes runnable), the first owner is a BE already running
+//    (busy and not waiting: its work is on the GPU) if there is one, so the GPU is not drained
+//    needlessly; otherwise the next in round-robin order.
+//
+// Known limit: gating acts at launch time. A BE kernel already running on the GPU when a guaranteed
+// tenant becomes busy keeps the GPU until the hardware time-slices or the kernel ends; max_inflight
+// bounds how much BE work can be queued behind it.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "daemon/config.h"
+#include "daemon/policy.h"
+
+namespace gpuos::policies {
+
+struct PriorityParams {
+  uint32_t be_max_inflight = 2;
+  uint32_t idle_grace_us = 200;
+  uint32_t be_slice_ms = 50;
+};
+
+// The inputs of one decision for one tenant (from a daemon::TenantView).
+struct PriorityTenant {
+  uint32_t id = 0;
+  uint32_t tenant_class = GPUOS_CLASS_BEST_EFFORT;
+  int32_t priority = 0;
+  uint32_t weight = 100;
+  bool busy = false;
+  bool waiting = false;
+  bool pinned = false;
+};
+
+// What the policy remembers between decisions.
+struct PriorityState {
+  uint32_t owner = 0;               // BE slice owner while 2+ BE are runnable; 0 = no rotation
+  uint32_t last_owner = 0;          // round-robin position (the previous owner)
+  uint64_t slice_start_ns = 0;
+  uint64_t slice_end_ns = 0;
+  bool paused = false;              // owner's slice interrupted by a guaranteed tenant
+  uint64_t paused_remaining_ns = 0;
+  bool guaranteed_active = false;   // as of the last decision
+  std::map<uint32_t, uint64_t> granted_ns;  // BE id -> total time it held a slice
+};
+
+struct GateDecision {
+  uint32_t id = 0;
+  uint32_t gate = GPUOS_GATE_OPEN;
+};
+
+struct PriorityDecision {
+  std::vector<GateDecision> gates;  // one per input tenant, same order
+  uint64_t next_tick_ns = 0;        // end of the current slice; 0 = no timer needed
+};
+
+// Slice length of a BE of this weight.
+uint64_t be_slice_ns(const PriorityParams& p, uint32_t weight);
+
+// The decision for all live tenants (any order; ids unique) at time now. Updates *state.
+PriorityDecision decide_priority(const std::vector<PriorityTenant>& tenants, const PriorityParams& params,
+                                 PriorityState* state, uint64_t now_ns);
+
+class PriorityPolicy final : public daemon::Policy {
+ public:
+  explicit PriorityPolicy(PriorityParams params) : params_(params) {}
+  const char* name() const override { return "priority"; }
+  void on_register(const daemon::TenantView& view, daemon::Admission* admission) override;
+  void on_admitted(const daemon::TenantView& view, daemon::GateControl& gates) override;
+  void on_exit(const daemon::TenantView& view, daemon::GateControl& gates) override;
+  void on_activity(const daemon::TenantView& view, daemon::GateControl& gates, uint64_t now_mono_ns) override;
+  void tick(uint64_t now_mono_ns, daemon::GateControl& gates) override;
+  uint64_t next_tick_ns(uint64_t now_mono_ns) override { return next_tick_ns_; }
+
+  const PriorityState& state() const { return state_; }
+
+ private:
+  void apply(daemon::GateControl& gates, uint64_t now_ns, const char* why);
+
+  PriorityParams params_;
+  PriorityState state_;
+  uint64_t next_tick_ns_ = 0;
+};
+
+}  // namespace gpuos::policies

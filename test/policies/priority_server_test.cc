@@ -1,0 +1,198 @@
+// The priority policy in a real gpuosd core + server over real sockets, with fake tenants that
+// write their control blocks and send ACTIVITY the way libgpuos.so does.
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <thread>
+
+#include "common/ipc.h"
+#include "daemon/core.h"
+#include "daemon/server.h"
+#include "policies/priority/priority.h"
+
+namespace gpuos::policies {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+struct FakeTenant {
+  int sock = -1;
+  uint32_t id = 0;
+  gpuos_control_block* cb = nullptr;
+  uint32_t gate() const { return std::atomic_ref<uint32_t>(cb->gate).load(std::memory_order_acquire); }
+  void set_words(bool busy, bool waiting) {
+    std::atomic_ref<uint32_t>(cb->busy).store(busy ? 1 : 0, std::memory_order_release);
+    std::atomic_ref<uint32_t>(cb->waiting).store(waiting ? 1 : 0, std::memory_order_release);
+  }
+  void activity(bool busy, bool waiting) {
+    set_words(busy, waiting);
+    gpuos_msg_activity m{};
+    init_header(&m.hdr, GPUOS_MSG_ACTIVITY, sizeof(m), 0);
+    m.busy = busy;
+    m.waiting = waiting;
+    ASSERT_EQ(send_message(sock, &m, sizeof(m)), 0);
+  }
+};
+
+class PriorityDaemon : public ::testing::Test {
+ protected:
+  std::string dir, path;
+  std::unique_ptr<daemon::Core> core;
+  std::unique_ptr<daemon::Server> server;
+  std::thread loop;
+  std::vector<FakeTenant> tenants;
+
+  void start(int tick_ms, uint32_t be_slice_ms = 50) {
+    char tmpl[] = "/tmp/gpuosd-prio-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir = tmpl;
+    path = dir + "/gpuosd.sock";
+    daemon::CoreOptions co;
+    co.policy = std::make_unique<PriorityPolicy>(PriorityParams{2, 200, be_slice_ms});
+    core = std::make_unique<daemon::Core>(std::move(co));
+    daemon::ServerOptions so;
+    so.socket_path = path;
+    so.daemon_uid = geteuid();
+    so.tick_ms = tick_ms;
+    server = std::make_unique<daemon::Server>(*core, so);
+    std::string err;
+    ASSERT_TRUE(server->start(&err)) << err;
+    loop = std::thread([this] { server->run(); });
+  }
+  void TearDown() override {
+    if (loop.joinable()) {
+      server->request_stop();
+      loop.join();
+    }
+    for (FakeTenant& t : tenants) {
+      if (t.cb) munmap(t.cb, sizeof(gpuos_control_block));
+      if (t.sock >= 0) close(t.sock);
+    }
+    server.reset();
+    core.reset();
+    if (!dir.empty()) std::filesystem::remove_all(dir);
+  }
+
+  FakeTenant reg(const char* name, uint32_t cls, int32_t prio, uint32_t weight = 100) {
+    FakeTenant t;
+    t.sock = connect_control_socket(path.c_str());
+    EXPECT_GE(t.sock, 0);
+    gpuos_msg_register m{};
+    init_header(&m.hdr, GPUOS_MSG_REGISTER, sizeof(m), 1);
+    m.pid = getpid();
+    m.tenant_class = cls;
+    m.priority = prio;
+    m.weight = weight;
+    copy_name(m.name, sizeof(m.name), name);
+    EXPECT_EQ(send_message(t.sock, &m, sizeof(m)), 0);
+    unsigned char buf[GPUOS_MSG_MAX_SIZE + 1];
+    int fd = -1;
+    long n = receive_message(t.sock, buf, sizeof(buf), &fd, 2000);
+    EXPECT_EQ(n, static_cast<long>(sizeof(gpuos_msg_register_reply)));
+    gpuos_msg_register_reply r{};
+    std::memcpy(&r, buf, sizeof(r));
+    EXPECT_EQ(r.status, GPUOS_OK) << r.text;
+    EXPECT_GE(fd, 0);
+    t.id = r.tenant_id;
+    void* p = mmap(nullptr, sizeof(gpuos_control_block), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    EXPECT_NE(p, MAP_FAILED);
+    close(fd);
+    t.cb = static_cast<gpuos_control_block*>(p);
+    tenants.push_back(t);
+    return t;
+  }
+
+  // Waits until pred() holds; returns how long it took (or the timeout).
+  template <typename P>
+  std::chrono::microseconds wait_until(P pred, std::chrono::milliseconds timeout = 2000ms) {
+    auto t0 = Clock::now();
+    while (!pred() && Clock::now() - t0 < timeout) std::this_thread::sleep_for(100us);
+    return std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0);
+  }
+};
+
+TEST_F(PriorityDaemon, GuaranteedActivityGatesTheBestEffortAtOnce) {
+  start(/*tick_ms=*/10000);  // no periodic tick within the test: only ACTIVITY can move the gates
+  FakeTenant hp = reg("hp", GPUOS_CLASS_GUARANTEED, 10);
+  FakeTenant be = reg("be", GPUOS_CLASS_BEST_EFFORT, 0);
+  EXPECT_EQ(be.gate(), GPUOS_GATE_OPEN);
+  EXPECT_EQ(be.cb->max_inflight, 2u);
+  EXPECT_EQ(be.cb->idle_grace_us, 200u);
+  EXPECT_EQ(hp.cb->max_inflight, 0u);
+  EXPECT_EQ(hp.cb->idle_grace_us, 200u);
+
+  hp.activity(true, false);
+  auto took = wait_until([&] { return be.gate() == GPUOS_GATE_CLOSED; });
+  EXPECT_EQ(be.gate(), GPUOS_GATE_CLOSED);
+  EXPECT_LT(took, 50ms);
+  EXPECT_EQ(hp.gate(), GPUOS_GATE_OPEN);
+
+  // No reply ever comes for ACTIVITY.
+  unsigned char buf[GPUOS_MSG_MAX_SIZE + 1];
+  EXPECT_EQ(receive_message(hp.sock, buf, sizeof(buf), nullptr, 50), -ETIMEDOUT);
+
+  // A BE registering now gets a block whose gate is already closed.
+  FakeTenant late = reg("late", GPUOS_CLASS_BEST_EFFORT, 0);
+  EXPECT_EQ(late.gate(), GPUOS_GATE_CLOSED);
+
+  hp.activity(false, false);
+  took = wait_until([&] { return be.gate() == GPUOS_GATE_OPEN && late.gate() == GPUOS_GATE_OPEN; });
+  EXPECT_EQ(be.gate(), GPUOS_GATE_OPEN);
+  EXPECT_EQ(late.gate(), GPUOS_GATE_OPEN);
+  EXPECT_LT(took, 50ms);
+
+  // A busy HP that exits releases the BEs at once.
+  hp.activity(true, false);
+  wait_until([&] { return be.gate() == GPUOS_GATE_CLOSED; });
+  ASSERT_EQ(be.gate(), GPUOS_GATE_CLOSED);
+  close(hp.sock);
+  tenants[0].sock = -1;
+  took = wait_until([&] { return be.gate() == GPUOS_GATE_OPEN; });
+  EXPECT_EQ(be.gate(), GPUOS_GATE_OPEN);
+  EXPECT_LT(took, 50ms);
+  EXPECT_EQ(core->policy_failures(), 0u);
+}
+
+TEST_F(PriorityDaemon, TheControlBlockWordsAreAuthoritativeAtTheTick) {
+  start(/*tick_ms=*/20);
+  FakeTenant hp = reg("hp", GPUOS_CLASS_GUARANTEED, 0);
+  FakeTenant be = reg("be", GPUOS_CLASS_BEST_EFFORT, 0);
+  hp.set_words(true, false);  // the ACTIVITY message was lost
+  wait_until([&] { return be.gate() == GPUOS_GATE_CLOSED; });
+  EXPECT_EQ(be.gate(), GPUOS_GATE_CLOSED);
+  hp.set_words(false, false);
+  wait_until([&] { return be.gate() == GPUOS_GATE_OPEN; });
+  EXPECT_EQ(be.gate(), GPUOS_GATE_OPEN);
+}
+
+TEST_F(PriorityDaemon, BestEffortSlicesRotateOnThePolicyTimer) {
+  start(/*tick_ms=*/10000, /*be_slice_ms=*/20);  // only the policy's own timer can rotate
+  FakeTenant a = reg("a", GPUOS_CLASS_BEST_EFFORT, 0, 100);
+  FakeTenant b = reg("b", GPUOS_CLASS_BEST_EFFORT, 0, 100);
+  a.activity(false, true);
+  b.activity(false, true);
+  wait_until([&] { return a.gate() != b.gate(); });
+  ASSERT_NE(a.gate(), b.gate()) << "exactly one slice owner";
+  const bool a_first = a.gate() == GPUOS_GATE_OPEN;
+  FakeTenant& second = a_first ? b : a;
+  auto took = wait_until([&] { return second.gate() == GPUOS_GATE_OPEN; });
+  EXPECT_EQ(second.gate(), GPUOS_GATE_OPEN);
+  EXPECT_NE(a.gate(), b.gate());
+  EXPECT_LT(took, 200ms);  // a 20 ms slice, not the 10 s tick
+  // The owner stops needing the GPU: the other gets it at once.
+  second.activity(false, false);
+  FakeTenant& first = a_first ? a : b;
+  wait_until([&] { return first.gate() == GPUOS_GATE_OPEN && second.gate() == GPUOS_GATE_OPEN; });
+  EXPECT_EQ(first.gate(), GPUOS_GATE_OPEN);   // one runnable: every BE gate open
+  EXPECT_EQ(second.gate(), GPUOS_GATE_OPEN);
+}
+
+}  // namespace
+}  // namespace gpuos::policies
