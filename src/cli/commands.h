@@ -18,6 +18,7 @@ struct RunOptions {
 int run_command(const RunOptions& o, const std::vector<std::string>& cmd);
 
 struct DemoOptions {
+  std::string policy = "priority";  // gpuosd scheduling policy for the demo
   double seconds = 2.0;
   bool json = false;
   bool keep = false;  // keep the temporary directory (logs) for inspection

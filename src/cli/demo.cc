@@ -148,7 +148,8 @@ int demo_command(const DemoOptions& o) {
   const std::string cfg_path = tmp + "/gpuos.toml";
   {
     std::ofstream cfg(cfg_path);
-    cfg << "[daemon]\nlog_level = \"info\"\nhistory = 16\n[tenants]\non_no_daemon = \"refuse\"\n";
+    cfg << "[daemon]\nlog_level = \"info\"\nhistory = 16\n[tenants]\non_no_daemon = \"refuse\"\n"
+        << "[scheduler]\npolicy = \"" << o.policy << "\"\n";
   }
 
   Env env = {{"GPUOS_CONFIG", cfg_path}, {"GPUOS_SOCKET", sock}};
@@ -265,6 +266,7 @@ int demo_command(const DemoOptions& o) {
     out["simulated"] = simulated;
     out["device"] = device;
     out["ok"] = ok;
+    out["policy"] = o.policy;
     out["tenants"] = nlohmann::json::array();
     for (const Tenant& t : tenants) {
       out["tenants"].push_back({{"name", t.name},
@@ -273,19 +275,24 @@ int demo_command(const DemoOptions& o) {
                                 {"result", t.result},
                                 {"daemon_launches", t.daemon_view ? t.daemon_view->launches : 0},
                                 {"daemon_mem_peak_bytes", t.daemon_view ? t.daemon_view->mem_peak_bytes : 0},
+                                {"daemon_gate_wait_ns", t.daemon_view ? t.daemon_view->gate_wait_ns : 0},
                                 {"problem", t.problem}});
     }
     std::printf("%s\n", out.dump(2).c_str());
   } else {
-    std::printf("device: %s%s\n", device.empty() ? "?" : device.c_str(), simulated ? " (simulated)" : "");
-    std::printf("%-6s %-12s %8s %10s %10s %12s %10s %10s %9s\n", "TENANT", "CLASS", "KERNELS", "P50(us)",
-                "P99(us)", "KERNELS/S", "LAUNCHES", "PEAK-MEM", "VERIFIED");
+    std::printf("device: %s%s, policy: %s\n", device.empty() ? "?" : device.c_str(),
+                simulated ? " (simulated)" : "", o.policy.c_str());
+    std::printf("%-6s %-12s %8s %10s %10s %12s %10s %10s %12s %9s\n", "TENANT", "CLASS", "KERNELS", "P50(us)",
+                "P99(us)", "KERNELS/S", "LAUNCHES", "PEAK-MEM", "GATE-WAIT", "VERIFIED");
     for (const Tenant& t : tenants) {
-      std::printf("%-6s %-12s %8.0f %10.1f %10.1f %12.1f %10llu %10s %9s\n", t.name.c_str(), t.klass.c_str(),
+      char gate_wait[32];
+      std::snprintf(gate_wait, sizeof gate_wait, "%.1f ms",
+                    t.daemon_view ? static_cast<double>(t.daemon_view->gate_wait_ns) / 1e6 : 0.0);
+      std::printf("%-6s %-12s %8.0f %10.1f %10.1f %12.1f %10llu %10s %12s %9s\n", t.name.c_str(), t.klass.c_str(),
                   num(t.result, "kernels"), num(t.result, "p50_us"), num(t.result, "p99_us"),
                   num(t.result, "throughput_per_s"),
                   static_cast<unsigned long long>(t.daemon_view ? t.daemon_view->launches : 0),
-                  human_bytes(t.daemon_view ? t.daemon_view->mem_peak_bytes : 0).c_str(),
+                  human_bytes(t.daemon_view ? t.daemon_view->mem_peak_bytes : 0).c_str(), gate_wait,
                   t.result.is_object() && t.result.value("verified", false) ? "yes" : "NO");
     }
   }

@@ -144,6 +144,8 @@ int main(int argc, char** argv) {
   auto* demo = app.add_subcommand("demo", "run a latency-critical and a best-effort tenant under a private gpuosd");
   demo->add_option("--seconds", dopt.seconds, "approximate duration")->check(CLI::Range(0.1, 3600.0));
   demo->add_flag("--json", dopt.json, "machine-readable output");
+  demo->add_option("--policy", dopt.policy, "gpuosd scheduling policy (default: priority)")
+      ->check(CLI::IsMember({"open", "priority"}));
   demo->add_flag("--keep", dopt.keep, "keep the temporary directory with the logs");
 
   try {
