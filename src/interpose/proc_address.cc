@@ -43,18 +43,31 @@ struct Governed {
   void* GpuosDriverTable::*real;  // where the real entry point sits in the table
 };
 
-// Constant-initialised: no global constructor.
+// Built on first use rather than at load time: the member-pointer casts are not constant
+// expressions, and the interposer runs no global constructors.
 #define GPUOS_ENTRY(name) \
   Governed{#name, reinterpret_cast<void*>(&::name), reinterpret_cast<void* GpuosDriverTable::*>(&GpuosDriverTable::name)},
-const Governed kGoverned[] = {GPUOS_GOVERNED(GPUOS_ENTRY)};
+#define GPUOS_COUNT(name) +1
+constexpr int kGovernedCount = 0 GPUOS_GOVERNED(GPUOS_COUNT);
+#undef GPUOS_COUNT
+struct GovernedTable {
+  Governed entries[kGovernedCount] = {GPUOS_GOVERNED(GPUOS_ENTRY)};
+  const Governed* begin() const { return entries; }
+  const Governed* end() const { return entries + kGovernedCount; }
+};
 #undef GPUOS_ENTRY
+
+const GovernedTable& governed() {
+  static const GovernedTable table;
+  return table;
+}
 
 void* real_of(const GpuosDriverTable& d, const Governed& g) { return d.*(g.real); }
 
 // The wrapper standing for real entry point `p`, or `p` itself if gpuos does not govern it.
 void* wrapper_for_real(const GpuosDriverTable& d, void* p) {
   if (p == nullptr) return p;
-  for (const Governed& g : kGoverned) {
+  for (const Governed& g : governed()) {
     if (real_of(d, g) == p) return g.wrapper;
   }
   return p;
@@ -89,7 +102,7 @@ CUresult cuGetProcAddress(const char* symbol, void** pfn, int cudaVersion, cuuin
 void* dlsym(void* handle, const char* name) {
   void* p = gi::real_dlsym()(handle, name);
   if (p == nullptr || name[0] != 'c' || name[1] != 'u') return p;
-  for (const Governed& g : kGoverned) {
+  for (const Governed& g : governed()) {
     if (std::strcmp(g.name, name) != 0) continue;
     if (p == g.wrapper) return p;  // already ours (lookup through the global scope)
     const GpuosDriverTable* d = gi::real_driver();
