@@ -12,10 +12,15 @@ struct RunOptions {
   std::string tenant_class;  // "" = config default_class
   std::string priority;   // "" = inherited $GPUOS_TENANT_PRIORITY or 0
   std::string weight;     // "" = inherited $GPUOS_TENANT_WEIGHT or 100
+  std::string mem;        // "" = inherited $GPUOS_TENANT_MEM or unlimited; e.g. "8GiB", "512MiB"
   std::string socket;
   std::string config;
 };
 int run_command(const RunOptions& o, const std::vector<std::string>& cmd);
+
+// Parses a size: a decimal number with an optional binary unit (B, KiB/K, MiB/M, GiB/G, TiB/T;
+// case-insensitive). Returns false for anything else, zero, or an overflow.
+bool parse_size(const std::string& text, uint64_t* bytes);
 
 struct DemoOptions {
   std::string policy = "priority";  // gpuosd scheduling policy for the demo

@@ -4,6 +4,8 @@
 
 #include <cerrno>
 #include <climits>
+#include <cctype>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -66,6 +68,17 @@ int run_command(const RunOptions& o, const std::vector<std::string>& cmd) {
   };
   std::string priority = inherited("GPUOS_TENANT_PRIORITY", o.priority, "0");
   std::string weight = inherited("GPUOS_TENANT_WEIGHT", o.weight, "100");
+  std::string mem;
+  if (!o.mem.empty()) {
+    uint64_t bytes = 0;
+    if (!parse_size(o.mem, &bytes)) {
+      std::fprintf(stderr, "gpuos run: --mem %s: want a size such as 512MiB or 8GiB\n", o.mem.c_str());
+      return 2;
+    }
+    mem = std::to_string(bytes);
+  } else if (const char* v = std::getenv("GPUOS_TENANT_MEM"); v != nullptr) {
+    mem = v;
+  }
 
   setenv("LD_PRELOAD", ld.c_str(), 1);
   setenv("GPUOS_SOCKET", socket.c_str(), 1);
@@ -73,6 +86,7 @@ int run_command(const RunOptions& o, const std::vector<std::string>& cmd) {
   setenv("GPUOS_TENANT_CLASS", klass.c_str(), 1);
   setenv("GPUOS_TENANT_PRIORITY", priority.c_str(), 1);
   setenv("GPUOS_TENANT_WEIGHT", weight.c_str(), 1);
+  if (!mem.empty()) setenv("GPUOS_TENANT_MEM", mem.c_str(), 1);
   setenv("GPUOS_ON_NO_DAEMON", cfg.on_no_daemon.c_str(), 1);
 
   std::vector<char*> argv;
@@ -87,6 +101,30 @@ int run_command(const RunOptions& o, const std::vector<std::string>& cmd) {
   }
   std::fprintf(stderr, "gpuos run: %s: %s\n", cmd[0].c_str(), std::strerror(e));
   return 126;
+}
+
+bool parse_size(const std::string& text, uint64_t* bytes) {
+  std::size_t i = 0;
+  uint64_t n = 0;
+  while (i < text.size() && text[i] >= '0' && text[i] <= '9') {
+    uint64_t d = static_cast<uint64_t>(text[i] - '0');
+    if (n > (UINT64_MAX - d) / 10) return false;
+    n = n * 10 + d;
+    ++i;
+  }
+  if (i == 0) return false;
+  std::string unit;
+  for (; i < text.size(); ++i) unit += static_cast<char>(std::tolower(static_cast<unsigned char>(text[i])));
+  int shift;
+  if (unit.empty() || unit == "b") shift = 0;
+  else if (unit == "k" || unit == "kib") shift = 10;
+  else if (unit == "m" || unit == "mib") shift = 20;
+  else if (unit == "g" || unit == "gib") shift = 30;
+  else if (unit == "t" || unit == "tib") shift = 40;
+  else return false;
+  if (n == 0 || n > (UINT64_MAX >> shift)) return false;
+  *bytes = n << shift;
+  return true;
 }
 
 }  // namespace gpuos::cli

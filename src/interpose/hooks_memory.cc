@@ -15,8 +15,10 @@ int current_device(const GpuosDriverTable& d) {
   return static_cast<int>(dev);
 }
 
-// Runs an allocation call and, if it succeeded, accounts what `made` reports about it:
-// {key, bytes, device or -1 for the current context's device}.
+// Runs an allocation call of `bytes` within the tenant's quota: the bytes are reserved first (over
+// quota: CUDA_ERROR_OUT_OF_MEMORY without calling the driver), then committed under the key that
+// `made` reports once the call succeeded: {key, actual bytes, device or -1 for the current
+// context's device}. An actual size above the estimate (pitch padding) is added on top.
 struct Made {
   uint64_t key;
   std::size_t bytes;
@@ -24,18 +26,28 @@ struct Made {
 };
 
 template <typename Call, typename What>
-CUresult governed_alloc(AllocKind kind, Call&& call, What&& made) {
+CUresult governed_alloc(AllocKind kind, std::size_t bytes, Call&& call, What&& made) {
   const GpuosDriverTable* d = gi::real_driver();
   if (d == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
   gpuos_control_block* cb = gi::control_block();
   if (cb == nullptr) return CUDA_ERROR_NOT_PERMITTED;
-  CUresult r = call(*d);
-  if (r == CUDA_SUCCESS) {
-    Made m = made();
-    gi::account_alloc(cb, kind, m.key, m.bytes, m.device >= 0 ? m.device : current_device(*d));
-  } else {
+  if (!gi::reserve_bytes(cb, bytes)) {
     gi::account_alloc_failure(cb);
+    return CUDA_ERROR_OUT_OF_MEMORY;
   }
+  CUresult r = call(*d);
+  if (r != CUDA_SUCCESS) {
+    gi::cancel_bytes(cb, bytes);
+    gi::account_alloc_failure(cb);
+    return r;
+  }
+  Made m = made();
+  if (m.bytes > bytes) {
+    gi::reserve_bytes(cb, m.bytes - bytes, /*enforce_quota=*/false);  // padding the driver chose
+  } else if (m.bytes < bytes) {
+    gi::cancel_bytes(cb, bytes - m.bytes);
+  }
+  gi::commit_alloc(cb, kind, m.key, m.bytes, m.device >= 0 ? m.device : current_device(*d));
   return r;
 }
 
@@ -57,19 +69,19 @@ CUresult governed_free(AllocKind kind, uint64_t key, Call&& call) {
 extern "C" {
 
 CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytes) {
-  return governed_alloc(AllocKind::kPointer, GPUOS_FORWARD(cuMemAlloc_v2, dptr, bytes),
+  return governed_alloc(AllocKind::kPointer, bytes, GPUOS_FORWARD(cuMemAlloc_v2, dptr, bytes),
                         GPUOS_MADE(dptr, bytes, -1));
 }
 
 CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t width, size_t height,
                             unsigned int elemSize) {
-  return governed_alloc(AllocKind::kPointer,
+  return governed_alloc(AllocKind::kPointer, width * height,
                         GPUOS_FORWARD(cuMemAllocPitch_v2, dptr, pitch, width, height, elemSize),
                         GPUOS_MADE(dptr, *pitch * height, -1));
 }
 
 CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t bytes, unsigned int flags) {
-  return governed_alloc(AllocKind::kPointer, GPUOS_FORWARD(cuMemAllocManaged, dptr, bytes, flags),
+  return governed_alloc(AllocKind::kPointer, bytes, GPUOS_FORWARD(cuMemAllocManaged, dptr, bytes, flags),
                         GPUOS_MADE(dptr, bytes, -1));
 }
 
@@ -78,24 +90,24 @@ CUresult cuMemFree_v2(CUdeviceptr dptr) {
 }
 
 CUresult cuMemAllocAsync(CUdeviceptr* dptr, size_t bytes, CUstream stream) {
-  return governed_alloc(AllocKind::kPointer, GPUOS_FORWARD(cuMemAllocAsync, dptr, bytes, stream),
+  return governed_alloc(AllocKind::kPointer, bytes, GPUOS_FORWARD(cuMemAllocAsync, dptr, bytes, stream),
                         GPUOS_MADE(dptr, bytes, -1));
 }
 
 CUresult cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t bytes, CUstream stream) {
-  return governed_alloc(AllocKind::kPointer, GPUOS_FORWARD(cuMemAllocAsync_ptsz, dptr, bytes, stream),
+  return governed_alloc(AllocKind::kPointer, bytes, GPUOS_FORWARD(cuMemAllocAsync_ptsz, dptr, bytes, stream),
                         GPUOS_MADE(dptr, bytes, -1));
 }
 
 CUresult cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytes, CUmemoryPool pool,
                                  CUstream stream) {
-  return governed_alloc(AllocKind::kPointer, GPUOS_FORWARD(cuMemAllocFromPoolAsync, dptr, bytes, pool, stream),
+  return governed_alloc(AllocKind::kPointer, bytes, GPUOS_FORWARD(cuMemAllocFromPoolAsync, dptr, bytes, pool, stream),
                         GPUOS_MADE(dptr, bytes, -1));
 }
 
 CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t bytes, CUmemoryPool pool,
                                       CUstream stream) {
-  return governed_alloc(AllocKind::kPointer, GPUOS_FORWARD(cuMemAllocFromPoolAsync_ptsz, dptr, bytes, pool, stream),
+  return governed_alloc(AllocKind::kPointer, bytes, GPUOS_FORWARD(cuMemAllocFromPoolAsync_ptsz, dptr, bytes, pool, stream),
                         GPUOS_MADE(dptr, bytes, -1));
 }
 
@@ -112,7 +124,7 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t bytes,
   int device = prop != nullptr && prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE
                    ? prop->location.id
                    : -1;
-  return governed_alloc(AllocKind::kVmmHandle, GPUOS_FORWARD(cuMemCreate, handle, bytes, prop, flags),
+  return governed_alloc(AllocKind::kVmmHandle, bytes, GPUOS_FORWARD(cuMemCreate, handle, bytes, prop, flags),
                         GPUOS_MADE(handle, bytes, device));
 }
 
@@ -120,12 +132,23 @@ CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
   return governed_free(AllocKind::kVmmHandle, handle, GPUOS_FORWARD(cuMemRelease, handle));
 }
 
-// The tenant's own view of memory comes with quotas; until then the driver's answer stands.
+// A tenant with a quota sees its own device: total = its quota, free = what it may still allocate
+// (never more than the device really has free), so frameworks that size themselves from
+// cuMemGetInfo (caching allocators, KV-cache sizing) stay inside it.
 CUresult cuMemGetInfo_v2(size_t* free_bytes, size_t* total_bytes) {
   const GpuosDriverTable* d = gi::real_driver();
   if (d == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
-  if (gi::control_block() == nullptr) return CUDA_ERROR_NOT_PERMITTED;
-  return d->cuMemGetInfo_v2 ? d->cuMemGetInfo_v2(free_bytes, total_bytes) : CUDA_ERROR_NOT_FOUND;
+  gpuos_control_block* cb = gi::control_block();
+  if (cb == nullptr) return CUDA_ERROR_NOT_PERMITTED;
+  if (d->cuMemGetInfo_v2 == nullptr) return CUDA_ERROR_NOT_FOUND;
+  CUresult r = d->cuMemGetInfo_v2(free_bytes, total_bytes);
+  const uint64_t quota = std::atomic_ref<uint64_t>(cb->mem_quota_bytes).load(std::memory_order_relaxed);
+  if (r != CUDA_SUCCESS || quota == 0 || free_bytes == nullptr || total_bytes == nullptr) return r;
+  const uint64_t used = std::atomic_ref<uint64_t>(cb->mem_used_bytes).load(std::memory_order_relaxed);
+  const uint64_t left = used >= quota ? 0 : quota - used;
+  *total_bytes = quota < *total_bytes ? quota : *total_bytes;
+  *free_bytes = left < *free_bytes ? left : *free_bytes;
+  return r;
 }
 
 }  // extern "C"

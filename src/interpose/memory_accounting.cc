@@ -1,6 +1,7 @@
 #include "interpose/memory_accounting.h"
 
 #include <atomic>
+#include <cstdint>
 #include <mutex>
 #include <unordered_map>
 
@@ -31,8 +32,30 @@ int clamp_device(int device) { return device >= 0 && device < GPUOS_MAX_DEVICES 
 
 }  // namespace
 
-void account_alloc(gpuos_control_block* cb, AllocKind kind, uint64_t key, std::size_t bytes,
-                   int device) {
+bool reserve_bytes(gpuos_control_block* cb, std::size_t bytes, bool enforce_quota) {
+  const uint64_t quota =
+      enforce_quota ? std::atomic_ref<uint64_t>(cb->mem_quota_bytes).load(std::memory_order_relaxed) : 0;
+  std::atomic_ref<uint64_t> used(cb->mem_used_bytes);
+  uint64_t now = used.load(std::memory_order_relaxed);
+  uint64_t next;
+  do {
+    if (bytes > UINT64_MAX - now) return false;
+    next = now + bytes;
+    if (quota != 0 && next > quota) return false;
+  } while (!used.compare_exchange_weak(now, next, std::memory_order_relaxed));
+  std::atomic_ref<uint64_t> peak(cb->mem_peak_bytes);
+  uint64_t old = peak.load(std::memory_order_relaxed);
+  while (next > old && !peak.compare_exchange_weak(old, next, std::memory_order_relaxed)) {
+  }
+  return true;
+}
+
+void cancel_bytes(gpuos_control_block* cb, std::size_t bytes) {
+  std::atomic_ref<uint64_t>(cb->mem_used_bytes).fetch_sub(bytes, std::memory_order_relaxed);
+}
+
+void commit_alloc(gpuos_control_block* cb, AllocKind kind, uint64_t key, std::size_t bytes,
+                  int device) {
   device = clamp_device(device);
   Tables& t = tables();
   {
@@ -41,11 +64,6 @@ void account_alloc(gpuos_control_block* cb, AllocKind kind, uint64_t key, std::s
   }
   std::atomic_ref<uint64_t>(cb->alloc_calls).fetch_add(1, std::memory_order_relaxed);
   std::atomic_ref<uint64_t>(cb->mem_used_per_device[device]).fetch_add(bytes, std::memory_order_relaxed);
-  uint64_t used = std::atomic_ref<uint64_t>(cb->mem_used_bytes).fetch_add(bytes, std::memory_order_relaxed) + bytes;
-  std::atomic_ref<uint64_t> peak(cb->mem_peak_bytes);
-  uint64_t old = peak.load(std::memory_order_relaxed);
-  while (used > old && !peak.compare_exchange_weak(old, used, std::memory_order_relaxed)) {
-  }
 }
 
 void account_alloc_failure(gpuos_control_block* cb) {

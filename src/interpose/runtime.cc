@@ -131,6 +131,16 @@ gpuos_control_block* register_with_daemon(char* why, std::size_t why_len) {
   req.priority = static_cast<int32_t>(env_long("GPUOS_TENANT_PRIORITY", 0, -1000, 1000));
   req.weight = static_cast<uint32_t>(env_long("GPUOS_TENANT_WEIGHT", 100, 1, 10000));
   default_name(req.name, sizeof(req.name));
+  if (const char* mem = std::getenv("GPUOS_TENANT_MEM"); mem != nullptr && *mem != '\0') {
+    char* end = nullptr;
+    errno = 0;
+    unsigned long long v = std::strtoull(mem, &end, 10);
+    if (errno != 0 || end == mem || *end != '\0' || mem[0] == '-') {
+      log(LogLevel::kWarn, "ignoring GPUOS_TENANT_MEM=%s (want a byte count)", mem);
+    } else {
+      req.requested_mem_bytes = v;
+    }
+  }
   int rc = send_message(sock, &req, sizeof(req));
   if (rc != 0) {
     std::snprintf(why, why_len, "sending REGISTER to %s: %s", path, std::strerror(-rc));
@@ -322,6 +332,7 @@ void wait_at_gate(gpuos_control_block* cb) {
   uint64_t ns = static_cast<uint64_t>(t1.tv_sec - t0.tv_sec) * 1000000000ull +
                 static_cast<uint64_t>(t1.tv_nsec - t0.tv_nsec);
   std::atomic_ref<uint64_t>(cb->gate_wait_ns).fetch_add(ns, std::memory_order_relaxed);
+  std::atomic_ref<uint64_t>(cb->gate_wait_hist[gpuos_gate_wait_bucket(ns)]).fetch_add(1, std::memory_order_relaxed);
 }
 
 }  // namespace gpuos::interpose

@@ -183,6 +183,20 @@ class E2E(unittest.TestCase):
         self.assertIn("CUDA_ERROR_NOT_PERMITTED", r.stderr)
         self.assertIn("refusing", r.stderr)
 
+    def test_memory_quota_holds_on_every_allocation_path(self):
+        r = subprocess.run(self.d.run_cmd(["--name", "quota", "--mem", "64MiB", "--",
+                                           bin_path("gpuos-quota-probe")]),
+                           env=self.d.env, capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        out = json.loads(r.stdout.strip().splitlines()[-1])
+        self.assertEqual(out["quota"], 64 << 20)
+        t = wait_for(lambda: (lambda x: x if x and x["state"] == "exited" else None)(self.d.tenant(out["pid"])),
+                     what="quota tenant to exit")
+        self.assertEqual(t["mem_quota_bytes"], 64 << 20)
+        self.assertLessEqual(t["mem_peak_bytes"], 64 << 20)
+        self.assertGreaterEqual(t["alloc_failures"], 8)  # one per refused attempt
+        self.assertEqual(t["mem_used_bytes"], 0)
+
     def test_killed_tenant_is_reclaimed(self):
         flag = os.path.join(self.d.dir, "never")
         p = subprocess.Popen(self.d.run_cmd(["--name", "victim", "--", bin_path("gpuos-interpose-probe"),

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <cstdint>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -71,6 +73,53 @@ TEST_F(MemoryAccountingTest, ConcurrentThreadsBalance) {
   EXPECT_EQ(cb_.alloc_calls, 8000u);
   EXPECT_EQ(cb_.untracked_frees, 0u);
   EXPECT_GE(cb_.mem_peak_bytes, 64u);
+}
+
+}  // namespace
+}  // namespace gpuos::interpose
+
+namespace gpuos::interpose {
+namespace {
+
+TEST(MemoryQuotaTest, ReservationsNeverExceedTheQuota) {
+  gpuos_control_block cb;
+  std::memset(&cb, 0, sizeof(cb));
+  cb.mem_quota_bytes = 1000;
+  EXPECT_TRUE(reserve_bytes(&cb, 600));
+  EXPECT_FALSE(reserve_bytes(&cb, 401));
+  EXPECT_EQ(cb.mem_used_bytes, 600u);
+  EXPECT_TRUE(reserve_bytes(&cb, 400));
+  cancel_bytes(&cb, 1000);
+  EXPECT_EQ(cb.mem_used_bytes, 0u);
+  EXPECT_EQ(cb.mem_peak_bytes, 1000u);
+  EXPECT_TRUE(reserve_bytes(&cb, 5000, /*enforce_quota=*/false));  // driver-chosen padding
+  cancel_bytes(&cb, 5000);
+}
+
+TEST(MemoryQuotaTest, ConcurrentReservationsStayWithinQuota) {
+  gpuos_control_block cb;
+  std::memset(&cb, 0, sizeof(cb));
+  cb.mem_quota_bytes = 64 * 100;
+  std::atomic<int> granted{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 100; ++i) {
+        if (reserve_bytes(&cb, 64)) granted.fetch_add(1);
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(granted.load(), 100);
+  EXPECT_EQ(cb.mem_used_bytes, 64u * 100);
+  EXPECT_EQ(cb.mem_peak_bytes, 64u * 100);
+}
+
+TEST(MemoryQuotaTest, ZeroQuotaMeansUnlimitedButNoOverflow) {
+  gpuos_control_block cb;
+  std::memset(&cb, 0, sizeof(cb));
+  EXPECT_TRUE(reserve_bytes(&cb, UINT64_MAX - 1));
+  EXPECT_FALSE(reserve_bytes(&cb, 2));
 }
 
 }  // namespace
