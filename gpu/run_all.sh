@@ -2,9 +2,11 @@
 # Everything gpuos runs on a GPU machine in one go (one device call):
 #   1. the GPU suite (gpu/run_suite.sh): CUDA C++, PyTorch eager, CUDA graphs, Triton under gpuos;
 #   2. the launch-overhead benchmark, registered with a live gpuosd;
-#   3. `gpuos demo` on the GPU.
+#   3. memory quotas with PyTorch (default allocator and expandable segments);
+#   4. `gpuos demo` on the GPU.
 # Usage (repo root, build tree at ./build or GPUOS_BUILD_DIR): OUT=/results bash gpu/run_all.sh
-# Writes to $OUT: gpu_suite.json, gpu_suite.md, launch_overhead.json, demo.txt, logs.tar.gz.
+# Writes to $OUT: gpu_suite.json, gpu_suite.md, launch_overhead.json, quota.jsonl, demo.txt,
+# logs.tar.gz.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
 : "${OUT:?set OUT}"
@@ -22,6 +24,13 @@ dpid=$!
 for _ in $(seq 50); do "$BUILD/bin/gpuos" ps --socket "$sock" >/dev/null 2>&1 && break; sleep 0.1; done
 GPUOS_SOCKET=$sock "$BUILD/bin/gpuos-bench-launch" --benchmark_enable_random_interleaving=true \
   --benchmark_out="$OUT/launch_overhead.json" --benchmark_out_format=json 2>&1 | tail -14 || rc=1
+echo "== memory quota (PyTorch, 4 GiB)"
+: >"$OUT/quota.jsonl"
+for conf in "" "expandable_segments:True"; do
+  PYTORCH_CUDA_ALLOC_CONF=$conf "$BUILD/bin/gpuos" run --socket "$sock" --name quota --mem 4GiB -- \
+    python3 gpu/tests/torch_quota.py >>"$OUT/quota.jsonl" 2>>"$OUT/logs/quota.log" || rc=1
+done
+cat "$OUT/quota.jsonl"
 kill "$dpid" 2>/dev/null; wait "$dpid" 2>/dev/null
 
 echo "== gpuos demo"
