@@ -16,30 +16,9 @@
 #include <string>
 #include <thread>
 
-#include "gpuos/cuda_internal.h"
+#include "probe_util.h"
 
 namespace {
-
-int g_failures = 0;
-
-#define CHECK_CU(call)                                                                \
-  do {                                                                                \
-    CUresult r_ = (call);                                                             \
-    if (r_ != CUDA_SUCCESS) {                                                         \
-      const char* n_ = nullptr;                                                       \
-      cuGetErrorName(r_, &n_);                                                        \
-      std::fprintf(stderr, "probe: %s failed: %s (%d)\n", #call, n_ ? n_ : "?", r_); \
-      std::exit(2);                                                                   \
-    }                                                                                 \
-  } while (0)
-
-#define EXPECT(cond, what)                                      \
-  do {                                                          \
-    if (!(cond)) {                                              \
-      std::fprintf(stderr, "probe: expectation failed: %s\n", what); \
-      ++g_failures;                                             \
-    }                                                           \
-  } while (0)
 
 using LaunchFn = CUresult (*)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
                               unsigned, unsigned, CUstream, void**, void**);
@@ -102,8 +81,8 @@ int main(int argc, char** argv) {
   CHECK_CU(cuGetProcAddress_v2("cuLaunchKernel", &p_legacy, 12000, CU_GET_PROC_ADDRESS_LEGACY_STREAM, &q));
   CHECK_CU(cuGetProcAddress_v2("cuLaunchKernel", &p_ptsz, 12000,
                                CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &q));
-  EXPECT(p_legacy == dlsym(RTLD_DEFAULT, "cuLaunchKernel"), "v2 legacy lookup gives the governed cuLaunchKernel");
-  EXPECT(p_ptsz == dlsym(RTLD_DEFAULT, "cuLaunchKernel_ptsz"), "v2 ptsz lookup gives the governed cuLaunchKernel_ptsz");
+  probe::expect(p_legacy == dlsym(RTLD_DEFAULT, "cuLaunchKernel"), "v2 legacy lookup gives the governed cuLaunchKernel");
+  probe::expect(p_ptsz == dlsym(RTLD_DEFAULT, "cuLaunchKernel_ptsz"), "v2 ptsz lookup gives the governed cuLaunchKernel_ptsz");
   for (long i = 0; i < n; ++i, ++issued)
     CHECK_CU(reinterpret_cast<LaunchFn>(p_legacy)(work, blocks, 1, 1, 128, 1, 1, 0, stream, params, nullptr));
   for (long i = 0; i < n; ++i, ++issued)
@@ -112,27 +91,27 @@ int main(int argc, char** argv) {
   // cuGetProcAddress asked for itself (the CUDA runtime does this) must stay governed.
   void* gpa = nullptr;
   CHECK_CU(cuGetProcAddress_v2("cuGetProcAddress", &gpa, 12000, 0, &q));
-  EXPECT(gpa == dlsym(RTLD_DEFAULT, "cuGetProcAddress_v2"), "cuGetProcAddress(\"cuGetProcAddress\") is governed");
+  probe::expect(gpa == dlsym(RTLD_DEFAULT, "cuGetProcAddress_v2"), "cuGetProcAddress(\"cuGetProcAddress\") is governed");
   // v1 entry point with an old cudaVersion gets v1 of itself.
   void* gpa1 = nullptr;
   CHECK_CU(cuGetProcAddress("cuGetProcAddress", &gpa1, 11080, 0));
-  EXPECT(gpa1 == dlsym(RTLD_DEFAULT, "cuGetProcAddress"), "v1 lookup of itself gives governed v1");
+  probe::expect(gpa1 == dlsym(RTLD_DEFAULT, "cuGetProcAddress"), "v1 lookup of itself gives governed v1");
   // A function gpuos does not govern passes through untouched.
   void* sync_fn = nullptr;
   CHECK_CU(cuGetProcAddress_v2("cuStreamSynchronize", &sync_fn, 12000, 0, &q));
   void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-  EXPECT(lib != nullptr, "libcuda.so.1 is loaded");
-  EXPECT(sync_fn == dlsym(lib, "cuStreamSynchronize"), "ungoverned symbols pass through");
+  probe::expect(lib != nullptr, "libcuda.so.1 is loaded");
+  probe::expect(sync_fn == dlsym(lib, "cuStreamSynchronize"), "ungoverned symbols pass through");
 
   // Path 3: dlsym on a dlopen'd libcuda (Triton's launcher does this).
   auto dl_launch = reinterpret_cast<LaunchFn>(dlsym(lib, "cuLaunchKernel"));
-  EXPECT(reinterpret_cast<void*>(dl_launch) == dlsym(RTLD_DEFAULT, "cuLaunchKernel"), "dlsym(libcuda) gives the governed launch");
+  probe::expect(reinterpret_cast<void*>(dl_launch) == dlsym(RTLD_DEFAULT, "cuLaunchKernel"), "dlsym(libcuda) gives the governed launch");
   for (long i = 0; i < n; ++i, ++issued)
     CHECK_CU(dl_launch(work, blocks, 1, 1, 128, 1, 1, 0, stream, params, nullptr));
   auto dl_gpa = reinterpret_cast<GetProcV2Fn>(dlsym(lib, "cuGetProcAddress_v2"));
   void* graph_launch = nullptr;
   CHECK_CU(dl_gpa("cuGraphLaunch", &graph_launch, 12000, 0, &q));
-  EXPECT(graph_launch == dlsym(RTLD_DEFAULT, "cuGraphLaunch"), "graph launch through dlsym'd cuGetProcAddress is governed");
+  probe::expect(graph_launch == dlsym(RTLD_DEFAULT, "cuGraphLaunch"), "graph launch through dlsym'd cuGetProcAddress is governed");
 
   // Stream capture: recorded launches are not submissions; each replay is one graph launch.
   CHECK_CU(cuStreamSynchronize(stream));
@@ -150,7 +129,7 @@ int main(int argc, char** argv) {
   unsigned long long done_blocks = 0;
   CHECK_CU(cuMemcpyDtoH_v2(&done_blocks, done, sizeof(done_blocks)));
   unsigned long long want_blocks = (issued + 3 * graph_issued) * blocks;
-  EXPECT(done_blocks == want_blocks, "every issued kernel ran exactly once");
+  probe::expect(done_blocks == want_blocks, "every issued kernel ran exactly once");
 
   // Allocation paths; what stays allocated at exit is reported as mem_held.
   const size_t mib = 1 << 20;
@@ -164,12 +143,8 @@ int main(int argc, char** argv) {
   CHECK_CU(cuMemAllocAsync(&async_p, 2 * mib, stream));
   CHECK_CU(cuMemFreeAsync(async_p, stream));
   CHECK_CU(cuMemFree_v2(a));
-  CUmemAllocationProp prop{};
-  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  prop.location.id = dev;
   size_t gran = 0;
-  CHECK_CU(cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+  CUmemAllocationProp prop = probe::device_prop(dev, &gran);
   CUmemGenericAllocationHandle h;
   CHECK_CU(cuMemCreate(&h, 2 * gran, &prop, 0));
   CHECK_CU(cuMemRelease(h));
@@ -181,12 +156,12 @@ int main(int argc, char** argv) {
   // An allocation the driver refuses is counted as a failure, not as memory.
   CUdeviceptr huge;
   CUresult r = cuMemAlloc_v2(&huge, static_cast<size_t>(1) << 50);
-  EXPECT(r == CUDA_ERROR_OUT_OF_MEMORY, "an impossible allocation fails with OUT_OF_MEMORY");
+  probe::expect(r == CUDA_ERROR_OUT_OF_MEMORY, "an impossible allocation fails with OUT_OF_MEMORY");
 
   if (hold_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(hold_ms));
   std::printf("{\"pid\": %d, \"launches\": %ld, \"graph_launches\": %ld, \"captured_launches\": %ld, "
               "\"alloc_calls\": %ld, \"alloc_failures\": 1, \"mem_held_bytes\": %llu, \"failures\": %d}\n",
-              static_cast<int>(getpid()), issued, graph_issued, captured, successful_allocs + 1, held, g_failures);
+              static_cast<int>(getpid()), issued, graph_issued, captured, successful_allocs + 1, held, probe::g_failures);
   std::fflush(stdout);
-  return g_failures == 0 ? 0 : 1;
+  return probe::g_failures == 0 ? 0 : 1;
 }

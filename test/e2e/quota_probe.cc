@@ -9,34 +9,16 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "gpuos/cuda_internal.h"
+#include "probe_util.h"
 
 namespace {
-
-int g_failures = 0;
-
-void expect(bool ok, const char* what) {
-  if (!ok) {
-    std::fprintf(stderr, "quota_probe: expectation failed: %s\n", what);
-    ++g_failures;
-  }
-}
 
 void expect_oom(CUresult r, const char* path) {
   if (r != CUDA_ERROR_OUT_OF_MEMORY) {
     std::fprintf(stderr, "quota_probe: %s over quota returned %d, want CUDA_ERROR_OUT_OF_MEMORY\n", path, r);
-    ++g_failures;
+    ++probe::g_failures;
   }
 }
-
-#define CHECK_CU(call)                                                              \
-  do {                                                                              \
-    CUresult r_ = (call);                                                           \
-    if (r_ != CUDA_SUCCESS) {                                                       \
-      std::fprintf(stderr, "quota_probe: %s failed: %d\n", #call, static_cast<int>(r_)); \
-      std::exit(2);                                                                 \
-    }                                                                               \
-  } while (0)
 
 }  // namespace
 
@@ -71,24 +53,20 @@ int main() {
   if (get_pool != nullptr && get_pool(&pool, dev) == CUDA_SUCCESS) {
     expect_oom(cuMemAllocFromPoolAsync(&p, quota + 1, pool, stream), "cuMemAllocFromPoolAsync");
   }
-  CUmemAllocationProp prop{};
-  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  prop.location.id = dev;
   size_t gran = 0;
-  CHECK_CU(cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+  CUmemAllocationProp prop = probe::device_prop(dev, &gran);
   CUmemGenericAllocationHandle h;
   expect_oom(cuMemCreate(&h, (quota / gran + 1) * gran, &prop, 0), "cuMemCreate");
 
   // The tenant's view, then the quota as a running total across paths.
   size_t free_b = 0, total_b = 0;
   CHECK_CU(cuMemGetInfo_v2(&free_b, &total_b));
-  expect(total_b == quota, "cuMemGetInfo total is the quota");
-  expect(free_b == quota, "cuMemGetInfo free is the whole quota before any allocation");
+  probe::expect(total_b == quota, "cuMemGetInfo total is the quota");
+  probe::expect(free_b == quota, "cuMemGetInfo free is the whole quota before any allocation");
   CUdeviceptr half;
   CHECK_CU(cuMemAlloc_v2(&half, quota / 2));
   CHECK_CU(cuMemGetInfo_v2(&free_b, &total_b));
-  expect(free_b == quota - quota / 2, "cuMemGetInfo free drops by what was allocated");
+  probe::expect(free_b == quota - quota / 2, "cuMemGetInfo free drops by what was allocated");
   expect_oom(cuMemAllocManaged(&p, quota / 2 + quota / 10, CU_MEM_ATTACH_GLOBAL), "managed after half");
   expect_oom(cuMemCreate(&h, ((quota / 2) / gran + 1) * gran, &prop, 0), "cuMemCreate after half");
   CHECK_CU(cuMemFree_v2(half));
@@ -97,8 +75,8 @@ int main() {
   CHECK_CU(cuMemFreeAsync(big, stream));
   CHECK_CU(cuStreamSynchronize(stream));
   CHECK_CU(cuMemGetInfo_v2(&free_b, &total_b));
-  expect(free_b == quota, "everything freed: the whole quota is free again");
+  probe::expect(free_b == quota, "everything freed: the whole quota is free again");
 
-  std::printf("{\"pid\": %d, \"quota\": %zu, \"failures\": %d}\n", static_cast<int>(getpid()), quota, g_failures);
-  return g_failures == 0 ? 0 : 1;
+  std::printf("{\"pid\": %d, \"quota\": %zu, \"failures\": %d}\n", static_cast<int>(getpid()), quota, probe::g_failures);
+  return probe::g_failures == 0 ? 0 : 1;
 }
