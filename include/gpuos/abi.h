@@ -96,8 +96,26 @@ typedef struct gpuos_control_block {
                                  thread (per-thread default stream): idle is then inferred */
   uint64_t busy_transitions;  /* idle->busy transitions */
   uint64_t inflight_waits;    /* launches that waited for max_inflight */
-  uint8_t pad2[56];
+  /* Gate waits by duration, counted when a wait ends (with gate_wait_ns): [i] counts waits of at
+   * most gpuos_gate_wait_bound_ns(i) for i < 5, [5] the longer ones. Added in v1's tail padding: a
+   * tenant built before it leaves them 0 (the daemon then sees waits without a distribution). */
+  uint64_t gate_wait_hist[6];
+  uint8_t pad2[8];
 } gpuos_control_block;
+
+#define GPUOS_GATE_WAIT_BUCKETS 6
+/* Upper bound of gate_wait_hist[i] for i < 5: 100 us, 1 ms, 10 ms, 100 ms, 1 s ([5]: the rest). */
+static inline uint64_t gpuos_gate_wait_bound_ns(unsigned i) {
+  uint64_t b = 100000u;
+  while (i-- > 0) b *= 10u;
+  return b;
+}
+/* The gate_wait_hist index of a wait of ns nanoseconds. */
+static inline unsigned gpuos_gate_wait_bucket(uint64_t ns) {
+  unsigned i = 0;
+  while (i < GPUOS_GATE_WAIT_BUCKETS - 1 && ns > gpuos_gate_wait_bound_ns(i)) ++i;
+  return i;
+}
 
 /* ---------------------------------------------------------------------------------------------
  * Socket messages (AF_UNIX, SOCK_SEQPACKET: one message per datagram). Every message starts with
@@ -228,6 +246,8 @@ static_assert(sizeof(gpuos_control_block) % 64 == 0, "control block is whole cac
 static_assert(offsetof(gpuos_control_block, gate) == 64, "daemon-written line");
 static_assert(offsetof(gpuos_control_block, launches) == 128, "tenant-written lines");
 static_assert(sizeof(gpuos_control_block) <= 4096, "control block fits one page");
+static_assert(sizeof(gpuos_control_block) == 448, "ABI v1 frozen (fields only ever replace padding)");
+static_assert(offsetof(gpuos_control_block, gate_wait_hist) == 392, "ABI v1 frozen");
 static_assert(sizeof(gpuos_msg_register) == 104, "ABI v1 frozen");
 static_assert(sizeof(gpuos_msg_register_reply) == 192, "ABI v1 frozen");
 static_assert(sizeof(gpuos_msg_tenant_info) == 208, "ABI v1 frozen");

@@ -149,7 +149,8 @@ int demo_command(const DemoOptions& o) {
   {
     std::ofstream cfg(cfg_path);
     cfg << "[daemon]\nlog_level = \"info\"\nhistory = 16\n[tenants]\non_no_daemon = \"refuse\"\n"
-        << "[scheduler]\npolicy = \"" << o.policy << "\"\n";
+        << "[scheduler]\npolicy = \"" << o.policy << "\"\n"
+        << "[metrics]\nlisten = \"\"\n";  // a private daemon: leave the metrics port to the real one
   }
 
   Env env = {{"GPUOS_CONFIG", cfg_path}, {"GPUOS_SOCKET", sock}};

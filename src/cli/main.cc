@@ -1,14 +1,16 @@
-// gpuos: the command-line interface (daemon, run, ps, gate, config check, demo).
+// gpuos: the command-line interface (daemon, run, ps, top, gate, config check, demo).
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "cli/client.h"
 #include "cli/commands.h"
+#include "cli/top.h"
 #include "daemon/config.h"
 
 using namespace gpuos;
@@ -16,12 +18,14 @@ using namespace gpuos::cli;
 
 namespace {
 
-int cmd_daemon(const std::string& config, const std::string& socket, const std::string& policy, bool foreground) {
+int cmd_daemon(const std::string& config, const std::string& socket, const std::string& policy,
+               const std::optional<std::string>& metrics_listen, bool foreground) {
   std::string gpuosd = exe_dir() + "/gpuosd";
   std::vector<std::string> args = {gpuosd};
   if (!config.empty()) args.insert(args.end(), {"--config", config});
   if (!socket.empty()) args.insert(args.end(), {"--socket", socket});
   if (!policy.empty()) args.insert(args.end(), {"--policy", policy});
+  if (metrics_listen) args.insert(args.end(), {"--metrics-listen", *metrics_listen});
   if (foreground) args.push_back("--foreground");
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
@@ -53,6 +57,13 @@ int cmd_ps(bool all, bool json, const std::string& socket_opt, const std::string
   if (json) std::printf("%s\n", listing_json(l).dump(2).c_str());
   else std::fputs(listing_table(l).c_str(), stdout);
   return 0;
+}
+
+int cmd_top(TopOptions o, const std::string& socket_opt, const std::string& config) {
+  Config cfg;
+  if (!load_cfg(config, "top", &cfg)) return 1;
+  o.socket = resolve_socket(socket_opt, cfg);
+  return top_command(o);
 }
 
 int cmd_gate(uint32_t id, const std::string& state, const std::string& socket_opt, const std::string& config) {
@@ -104,6 +115,9 @@ int main(int argc, char** argv) {
   daemon->add_option("--socket", socket, "control socket path");
   std::string policy;
   daemon->add_option("--policy", policy, "scheduling policy: open | priority (overrides the config)");
+  std::optional<std::string> metrics_listen;
+  daemon->add_option("--metrics-listen", metrics_listen,
+                     "Prometheus endpoint HOST:PORT, \"\" to disable (overrides [metrics] listen)");
   daemon->add_flag("--foreground", foreground, "stay in the foreground (always)");
 
   RunOptions ro;
@@ -126,6 +140,14 @@ int main(int argc, char** argv) {
   ps->add_flag("--json", json, "machine-readable output");
   ps->add_option("--socket", socket, "control socket path");
   ps->add_option("--config", config, "config file");
+
+  TopOptions topt;
+  auto* top = app.add_subcommand("top", "live view of GPUs and tenants (q or Ctrl-C quits)");
+  top->add_option("--interval,-n", topt.interval, "seconds between refreshes (default 1)")
+      ->check(CLI::Range(0.1, 3600.0));
+  top->add_flag("--once", topt.once, "print one frame (rates over one interval) and exit");
+  top->add_option("--socket", socket, "control socket path");
+  top->add_option("--config", config, "config file");
 
   uint32_t tenant_id = 0;
   std::string gate_state;
@@ -155,12 +177,13 @@ int main(int argc, char** argv) {
     return app.exit(e);
   }
 
-  if (*daemon) return cmd_daemon(config, socket, policy, foreground);
+  if (*daemon) return cmd_daemon(config, socket, policy, metrics_listen, foreground);
   if (*run) {
     if (command.empty()) command = run->remaining();
     return run_command(ro, command);
   }
   if (*ps) return cmd_ps(all, json, socket, config);
+  if (*top) return cmd_top(topt, socket, config);
   if (*gate) return cmd_gate(tenant_id, gate_state, socket, config);
   if (*check) return cmd_config_check(check_file);
   if (*demo) return demo_command(dopt);

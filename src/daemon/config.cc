@@ -1,5 +1,8 @@
 #include "daemon/config.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 
 #include <cerrno>
@@ -138,6 +141,23 @@ bool parse_scheduler(Ctx& cx, const toml::table& t, Config* c) {
   return true;
 }
 
+bool parse_metrics(Ctx& cx, const toml::table& t, Config* c) {
+  for (auto&& [k, v] : t) {
+    std::string_view key = k.str();
+    if (key == "listen") {
+      std::string s;
+      if (!cx.get_string(v, "metrics", key, &s)) return false;
+      ListenAddress a;
+      std::string why;
+      if (!s.empty() && !parse_listen_address(s, &a, &why)) return cx.fail(v, "metrics", key, why);
+      c->metrics_listen = s;
+    } else {
+      return cx.fail(v, "metrics", key, "unknown key");
+    }
+  }
+  return true;
+}
+
 std::string quote(const std::string& s) {
   std::string out = "\"";
   for (char ch : s) {
@@ -156,6 +176,40 @@ std::string quote(const std::string& s) {
 }
 
 }  // namespace
+
+bool parse_listen_address(std::string_view text, ListenAddress* out, std::string* why) {
+  std::string t(text);
+  std::size_t colon = t.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == t.size()) {
+    *why = "\"" + t + "\" is not HOST:PORT (e.g. \"127.0.0.1:9464\", \"[::1]:9464\")";
+    return false;
+  }
+  std::string host = t.substr(0, colon), port = t.substr(colon + 1);
+  if (port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos || std::stoul(port) > 65535) {
+    *why = "port \"" + port + "\" is not a number 0..65535";
+    return false;
+  }
+  ListenAddress a;
+  a.port = static_cast<uint16_t>(std::stoul(port));
+  unsigned char buf[sizeof(in6_addr)];
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    a.host = host.substr(1, host.size() - 2);
+    a.family = AF_INET6;
+    if (inet_pton(AF_INET6, a.host.c_str(), buf) != 1) {
+      *why = "\"" + a.host + "\" is not a numeric IPv6 address";
+      return false;
+    }
+  } else {
+    a.host = host == "localhost" ? "127.0.0.1" : host;
+    a.family = AF_INET;
+    if (inet_pton(AF_INET, a.host.c_str(), buf) != 1) {
+      *why = "\"" + host + "\" is not a numeric IPv4 address, [IPv6] or localhost (no name lookups)";
+      return false;
+    }
+  }
+  *out = a;
+  return true;
+}
 
 bool is_scheduler_policy(std::string_view name) {
   for (const char* n : kSchedulerPolicies) {
@@ -188,10 +242,10 @@ ConfigResult parse_config(std::string_view text, std::string_view source_name) {
     toml::table root = toml::parse(text, source_name);
     for (auto&& [k, v] : root) {
       std::string_view key = k.str();
-      if (key != "daemon" && key != "tenants" && key != "scheduler") {
+      if (key != "daemon" && key != "tenants" && key != "scheduler" && key != "metrics") {
         res.error = where(source_name, v.source()) + ": unknown " + (v.is_table() ? "table [" : "key \"") +
                     std::string(key) + (v.is_table() ? "]" : "\"") +
-                    " (expected [daemon], [tenants] or [scheduler])";
+                    " (expected [daemon], [tenants], [scheduler] or [metrics])";
         return res;
       }
       if (!v.is_table()) {
@@ -201,6 +255,7 @@ ConfigResult parse_config(std::string_view text, std::string_view source_name) {
       }
       bool ok = key == "daemon"    ? parse_daemon(cx, *v.as_table(), &c)
                 : key == "tenants" ? parse_tenants(cx, *v.as_table(), &c)
+                : key == "metrics" ? parse_metrics(cx, *v.as_table(), &c)
                                    : parse_scheduler(cx, *v.as_table(), &c);
       if (!ok) {
         res.error = cx.error;
@@ -263,6 +318,8 @@ std::string format_config(const Config& c) {
   s += "be_max_inflight = " + std::to_string(c.scheduler.be_max_inflight) + "\n";
   s += "idle_grace_us = " + std::to_string(c.scheduler.idle_grace_us) + "\n";
   s += "be_slice_ms = " + std::to_string(c.scheduler.be_slice_ms) + "\n";
+  s += "[metrics]\n";
+  s += "listen = " + quote(c.metrics_listen) + "\n";
   return s;
 }
 

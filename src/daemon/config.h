@@ -14,6 +14,9 @@
 //   be_max_inflight = 2    # priority: unfinished launches a best-effort tenant may have (0..1024)
 //   idle_grace_us = 200    # priority: idle this long after the last work before "not busy" (0..1000000)
 //   be_slice_ms = 50       # priority: best-effort time slice at weight 100 (1..10000)
+//   [metrics]
+//   listen = "127.0.0.1:9464"  # Prometheus /metrics over HTTP: "IPV4:PORT", "[IPV6]:PORT" or
+//                              # "localhost:PORT"; "" disables
 //
 // Every key is optional. Unknown tables or keys, wrong types and out-of-range values are errors
 // that name the key and the line ("FILE:LINE: [daemon] history: ..."). The parse functions never
@@ -42,6 +45,16 @@ struct SchedulerConfig {
   uint32_t be_slice_ms = 50;
 };
 
+// A TCP listen address of [metrics] listen: numeric IPv4 "A.B.C.D:PORT", IPv6 "[ADDR]:PORT", or
+// "localhost:PORT" (= 127.0.0.1). PORT 0..65535 (0: the kernel picks one). No name resolution.
+struct ListenAddress {
+  int family = 0;       // AF_INET or AF_INET6
+  std::string host;     // numeric, without brackets
+  uint16_t port = 0;
+};
+bool parse_listen_address(std::string_view text, ListenAddress* out, std::string* why);
+inline constexpr const char* kDefaultMetricsListen = "127.0.0.1:9464";
+
 struct Config {
   // [daemon]
   std::string socket;       // "" = default path
@@ -54,6 +67,8 @@ struct Config {
   gpuos_class default_class = GPUOS_CLASS_BEST_EFFORT;
   // [scheduler]
   SchedulerConfig scheduler;
+  // [metrics]
+  std::string metrics_listen = kDefaultMetricsListen;  // "" = no metrics endpoint
 
   std::string source;  // file the values came from; "" = built-in defaults
 };

@@ -193,6 +193,7 @@ Outcome Core::handle_receive_error(Connection& conn, long neg_errno) {
   }
   log::debug("connection %llu (pid %d): %s", static_cast<unsigned long long>(conn.id),
              static_cast<int>(conn.peer.pid), why);
+  ++stats_.bad_messages;
   return refuse(0, GPUOS_ERR_BAD_MESSAGE, why);
 }
 
@@ -208,10 +209,12 @@ Outcome Core::handle_message(Connection& conn, const void* data, std::size_t len
   if (st != GPUOS_OK) {
     log::debug("connection %llu (pid %d): invalid message: %s", static_cast<unsigned long long>(conn.id),
                static_cast<int>(conn.peer.pid), why);
+    ++stats_.bad_messages;
     return refuse(seq, st, why);
   }
   gpuos_msg_header h;
   std::memcpy(&h, data, sizeof(h));
+  if (h.type <= GPUOS_MSG_TYPE_MAX) ++stats_.messages[h.type];
   // Copy into properly aligned structs (the buffer may be anything).
   switch (h.type) {
     case GPUOS_MSG_REGISTER: {
@@ -239,6 +242,7 @@ Outcome Core::handle_message(Connection& conn, const void* data, std::size_t len
     default:
       std::snprintf(why, sizeof(why), "message type %u is sent by the daemon, not to it",
                     static_cast<unsigned>(h.type));
+      ++stats_.bad_messages;
       return refuse(seq, GPUOS_ERR_BAD_MESSAGE, why);
   }
 }
@@ -308,6 +312,8 @@ Outcome Core::on_register(Connection& conn, const gpuos_msg_register& m) {
   std::atomic_ref<uint32_t>(t.cb->idle_grace_us).store(adm.idle_grace_us, std::memory_order_relaxed);
   t.memfd = fd;
   t.registered_unix_ms = now_ms();
+  t.obs_ns = now_mono_ns();
+  ++stats_.tenants_registered;
   ++next_id_;
   if (next_id_ == 0) next_id_ = 1;
   conn.tenant_id = t.id;
@@ -328,7 +334,7 @@ Outcome Core::on_register(Connection& conn, const gpuos_msg_register& m) {
             "max_inflight %u idle_grace_us %u",
             t.id, t.pid, static_cast<unsigned>(t.uid), t.name, class_name(t.tenant_class), t.priority, t.weight,
             gate == GPUOS_GATE_OPEN ? "open" : "closed", adm.max_inflight, adm.idle_grace_us);
-  auto [it, inserted] = tenants_.emplace(t.id, t);
+  auto it = tenants_.emplace(t.id, t).first;  // (no structured binding: clang 14 cannot capture one)
   guarded("on_admitted", [&] { opts_.policy->on_admitted(view(it->second), *this); });
   return o;
 }
@@ -520,6 +526,7 @@ Outcome Core::on_activity(Connection& conn, const gpuos_msg_activity& m) {
   }
   auto it = tenants_.find(conn.tenant_id);
   if (it == tenants_.end()) return Outcome{};  // cannot happen: connection_closed clears tenant_id
+  observe_busy(it->second, now_mono_ns());
   const Tenant& t = it->second;
   TenantView v = view(t);
   log::debug("tenant %u activity: busy %u waiting %u (block: busy %d waiting %d)", t.id, m.busy, m.waiting,
@@ -552,8 +559,10 @@ void Core::connection_closed(Connection& conn) {
   auto it = tenants_.find(conn.tenant_id);
   conn.tenant_id = 0;
   if (it == tenants_.end()) return;
+  observe_busy(it->second, now_mono_ns());
   Tenant t = it->second;
   tenants_.erase(it);
+  ++stats_.tenants_exited;
   gpuos_msg_tenant_info fin = snapshot(t, GPUOS_TENANT_EXITED, now_ms());
   if (opts_.history > 0) {
     history_.push_back(fin);
@@ -584,6 +593,7 @@ void Core::shutdown() {
 }
 
 void Core::tick(uint64_t now_mono_ns) {
+  for (auto& [id, t] : tenants_) observe_busy(t, now_mono_ns);
   guarded("tick", [&] { opts_.policy->tick(now_mono_ns, *this); });
 }
 
@@ -596,6 +606,38 @@ uint64_t Core::next_tick_ns(uint64_t now_mono_ns) {
 const gpuos_control_block* Core::control_block(uint32_t tenant_id) const {
   auto it = tenants_.find(tenant_id);
   return it == tenants_.end() ? nullptr : it->second.cb;
+}
+
+void Core::observe_busy(Tenant& t, uint64_t now) {
+  if (t.cb == nullptr) return;
+  if (now > t.obs_ns && t.obs_busy) t.busy_ns += now - t.obs_ns;
+  if (now >= t.obs_ns) t.obs_ns = now;
+  t.obs_busy = load(t.cb->busy) != 0;
+}
+
+std::vector<TenantStat> Core::tenant_stats(uint64_t now_mono_ns) {
+  std::vector<TenantStat> out;
+  out.reserve(tenants_.size());
+  for (auto& [id, t] : tenants_) {
+    observe_busy(t, now_mono_ns);
+    uint32_t gate = std::atomic_ref<uint32_t>(t.cb->gate).load(std::memory_order_acquire);
+    TenantStat st;
+    st.info = snapshot(t, gate == GPUOS_GATE_OPEN ? GPUOS_TENANT_RUNNING : GPUOS_TENANT_GATED, 0);
+    st.busy = t.obs_busy;
+    st.waiting = load(t.cb->waiting) != 0;
+    st.busy_ns = t.busy_ns;
+    for (int i = 0; i < GPUOS_GATE_WAIT_BUCKETS; ++i) st.gate_wait_hist[i] = load(t.cb->gate_wait_hist[i]);
+    for (int i = 0; i < GPUOS_MAX_DEVICES; ++i) st.mem_used_per_device[i] = load(t.cb->mem_used_per_device[i]);
+    out.push_back(st);
+  }
+  return out;
+}
+
+uint64_t Core::gpu_used_bytes(uint32_t index) const {
+  uint64_t used = 0;
+  if (index >= GPUOS_MAX_DEVICES) return 0;
+  for (const auto& [id, t] : tenants_) used += load(t.cb->mem_used_per_device[index]);
+  return used;
 }
 
 }  // namespace gpuos::daemon

@@ -62,6 +62,24 @@ struct Outcome {
   uint32_t registered = 0;       // tenant id registered by this message (server opens a pidfd)
 };
 
+// Counters of the core's life, for the metrics endpoint (gpuos_daemon_*).
+struct CoreStats {
+  uint64_t messages[GPUOS_MSG_TYPE_MAX + 1] = {};  // valid messages received, by type
+  uint64_t bad_messages = 0;        // malformed (failed validation, unreadable, wrong direction)
+  uint64_t tenants_registered = 0;
+  uint64_t tenants_exited = 0;
+};
+
+// A live tenant as the metrics endpoint sees it (Core::tenant_stats).
+struct TenantStat {
+  gpuos_msg_tenant_info info;  // what LIST reports (state RUNNING or GATED)
+  bool busy = false;           // the busy / waiting words now
+  bool waiting = false;
+  uint64_t busy_ns = 0;        // time the busy word was seen 1 (see Core::tenant_stats)
+  uint64_t gate_wait_hist[GPUOS_GATE_WAIT_BUCKETS] = {};
+  uint64_t mem_used_per_device[GPUOS_MAX_DEVICES] = {};
+};
+
 struct CoreOptions {
   uint32_t max_tenants = 256;
   uint32_t history = 256;
@@ -107,6 +125,14 @@ class Core final : private GateControl {
   // Times a policy hook threw; after the first the core runs the built-in open policy.
   uint64_t policy_failures() const { return policy_failures_; }
   bool pinned(uint32_t tenant_id) const;
+  const CoreStats& stats() const { return stats_; }
+  // Every live tenant's counters, after integrating its busy word up to now_mono_ns. Busy time is
+  // integrated piecewise-constant between observations of the word: every ACTIVITY message (sent on
+  // each busy change), every tick (100 ms while a tenant lives), every call of this function and the
+  // tenant's exit; an interval counts as busy when the word was 1 at its start.
+  std::vector<TenantStat> tenant_stats(uint64_t now_mono_ns);
+  // Bytes held on GPU `index` by live tenants (sum of their per-device counters).
+  uint64_t gpu_used_bytes(uint32_t index) const;
 
   // Builds a REPLY (or LIST_END) message.
   static Outgoing make_reply(uint32_t type, uint32_t seq, gpuos_status status, uint32_t count,
@@ -126,7 +152,12 @@ class Core final : private GateControl {
     int memfd = -1;
     gpuos_control_block* cb = nullptr;
     bool pinned = false;  // an admin closed the gate: policies leave it alone
+    // busy-time integration (observe_busy)
+    bool obs_busy = false;
+    uint64_t obs_ns = 0;
+    uint64_t busy_ns = 0;
   };
+  void observe_busy(Tenant& t, uint64_t now_mono_ns);
 
   Outcome on_register(Connection& conn, const gpuos_msg_register& m);
   Outcome on_list(Connection& conn, const gpuos_msg_list& m);
@@ -152,6 +183,7 @@ class Core final : private GateControl {
   std::map<uint32_t, Tenant> tenants_;  // live tenants by id
   std::deque<gpuos_msg_tenant_info> history_;
   uint64_t policy_failures_ = 0;
+  CoreStats stats_;
 };
 
 // Creates a sealed memfd holding an initialised control block (gate OPEN, daemon_alive 1) and maps

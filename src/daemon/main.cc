@@ -5,6 +5,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <optional>
 #include <string>
 
 #include "common/ipc.h"
@@ -19,11 +20,14 @@ int main(int argc, char** argv) {
   gpuos::daemon::block_shutdown_signals();  // before any thread exists
   CLI::App app{"gpuosd: the gpuos node daemon"};
   std::string config_path, socket_opt, log_level_opt, policy_opt;
+  std::optional<std::string> metrics_opt;
   bool foreground = false;
   app.add_option("--config", config_path, "config file (default: $GPUOS_CONFIG, /etc/gpuos/gpuos.toml)");
   app.add_option("--socket", socket_opt, "control socket path (overrides the config)");
   app.add_option("--log-level", log_level_opt, "error|warn|info|debug (overrides the config)");
   app.add_option("--policy", policy_opt, "scheduling policy: open | priority (overrides the config)");
+  app.add_option("--metrics-listen", metrics_opt,
+                 "Prometheus endpoint HOST:PORT, \"\" to disable (overrides [metrics] listen)");
   app.add_flag("--foreground", foreground, "stay in the foreground (always the case)");
   CLI11_PARSE(app, argc, argv);
 
@@ -60,6 +64,15 @@ int main(int argc, char** argv) {
   }
   so.daemon_uid = geteuid();
   so.handle_signals = true;
+  so.metrics_listen = metrics_opt ? *metrics_opt : cfg.metrics_listen;
+  if (!so.metrics_listen.empty()) {
+    ListenAddress la;
+    std::string why;
+    if (!parse_listen_address(so.metrics_listen, &la, &why)) {
+      log::error("--metrics-listen %s: %s", so.metrics_listen.c_str(), why.c_str());
+      return 1;
+    }
+  }
   so.max_connections = cfg.max_tenants + 64;
   if (!cfg.admin_group.empty()) {
     group gr;

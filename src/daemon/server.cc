@@ -18,6 +18,7 @@
 
 #include "common/ipc.h"
 #include "daemon/log.h"
+#include "daemon/metrics.h"
 
 namespace gpuos::daemon {
 namespace {
@@ -73,6 +74,7 @@ void block_shutdown_signals() {
 Server::Server(Core& core, ServerOptions opts) : core_(core), opts_(std::move(opts)) {}
 
 Server::~Server() {
+  metrics_.reset();
   for (auto& [fd, c] : conns_) {
     if (c.pidfd >= 0) close(c.pidfd);
     close(fd);
@@ -182,8 +184,28 @@ bool Server::start(std::string* err) {
   }
   log::info("listening on %s (mode %o), %zu GPU(s), policy \"%s\"", path.c_str(), root ? 0666u : 0600u,
             core_.gpus().size(), core_.policy().name());
+  if (!opts_.metrics_listen.empty()) {
+    MetricsContext mc;
+    timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    mc.start_time_seconds = static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
+#ifdef GPUOS_VERSION
+    mc.version = GPUOS_VERSION;
+#endif
+    metrics_ = std::make_unique<MetricsHttp>(core_, mc);
+    std::string merr;
+    if (metrics_->start(opts_.metrics_listen, epoll_fd_, &merr)) {
+      log::info("metrics on http://%s/metrics (port %u)", opts_.metrics_listen.c_str(),
+                static_cast<unsigned>(metrics_->port()));
+    } else {
+      log::error("%s; running without a metrics endpoint", merr.c_str());
+      metrics_.reset();
+    }
+  }
   return true;
 }
+
+uint16_t Server::metrics_port() const { return metrics_ ? metrics_->port() : 0; }
 
 void Server::request_stop() {
   uint64_t one = 1;
@@ -205,8 +227,10 @@ int Server::run() {
     if (period_ns != 0 && core_.live_tenants() > 0) deadline = next_periodic;
     if (uint64_t want = core_.next_tick_ns(now); want != 0) deadline = std::min(deadline, want);
     int timeout_ms = -1;
-    if (deadline != UINT64_MAX) {
-      uint64_t left = deadline > now ? deadline - now : 0;
+    uint64_t wake = deadline;
+    if (metrics_) wake = std::min(wake, metrics_->next_deadline_ns());
+    if (wake != UINT64_MAX) {
+      uint64_t left = wake > now ? wake - now : 0;
       timeout_ms = static_cast<int>(std::min<uint64_t>((left + 999999) / 1000000, 60000));  // round up
     }
     int n = epoll_wait(epoll_fd_, evs, 64, timeout_ms);
@@ -229,6 +253,8 @@ int Server::run() {
           log::info("received %s, shutting down", strsignal(static_cast<int>(si.ssi_signo)));
           stopping_ = true;
         }
+      } else if (metrics_ && metrics_->owns(fd)) {
+        metrics_->on_event(fd, e, mono_ns());
       } else if (auto p = pidfd_to_conn_.find(fd); p != pidfd_to_conn_.end()) {
         auto c = conns_.find(p->second);
         if (c != conns_.end()) {
@@ -241,6 +267,7 @@ int Server::run() {
       }
     }
     now = mono_ns();
+    if (metrics_) metrics_->expire(now);
     if (!stopping_ && deadline != UINT64_MAX && now >= deadline) {
       core_.tick(now);
       next_periodic = now + period_ns;
@@ -417,6 +444,7 @@ void Server::close_conn(int fd) {
 }
 
 void Server::shutdown_all() {
+  if (metrics_) metrics_->close_all();
   core_.shutdown();
   while (!conns_.empty()) close_conn(conns_.begin()->first);
   struct stat st;

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -27,7 +28,11 @@ struct ServerOptions {
   int tick_ms = 100;                   // Policy::tick period while a tenant is live (0 = none); the
                                        // policy may ask for earlier ticks (Policy::next_tick_ns)
   std::size_t max_queued_replies = 4096;  // per connection; a peer that never reads is dropped
+  std::string metrics_listen;          // "" = no metrics endpoint; else "HOST:PORT" (see MetricsHttp).
+                                       // A failure to listen there is logged; the daemon runs on.
 };
+
+class MetricsHttp;
 
 // Blocks SIGTERM and SIGINT in the calling thread (call in main before starting any thread).
 void block_shutdown_signals();
@@ -45,6 +50,8 @@ class Server {
   // Serves until SHUTDOWN, a signal, or request_stop(); then shuts down in order. Returns 0.
   int run();
   void request_stop();
+  // The metrics endpoint's TCP port once start() returned, 0 if there is none.
+  uint16_t metrics_port() const;
 
  private:
   struct Conn {
@@ -78,6 +85,7 @@ class Server {
   uint64_t next_conn_id_ = 1;
   std::map<int, Conn> conns_;         // by socket fd
   std::map<int, int> pidfd_to_conn_;  // pidfd -> socket fd
+  std::unique_ptr<MetricsHttp> metrics_;
 };
 
 }  // namespace gpuos::daemon

@@ -155,5 +155,31 @@ TEST(Config, FileAndLocationRules) {
   rmdir(dir);
 }
 
+
+// Regression (found by fuzz/fuzz_config.cc): toml++ 3.3.0 reached __builtin_unreachable when it
+// asked whether some non-ASCII code points are whitespace. gpuos builds against its headers with the
+// upstream fix (src/daemon/CMakeLists.txt): such text is an ordinary syntax error, or ordinary
+// string content. (The sanitized fuzz build replays the crashing inputs: fuzz/corpus/config/regress_*.)
+TEST(Config, NonAsciiWhereTomlPlusPlusAsksForWhitespace) {
+  const char* bad[] = {
+      "[_mon]\nadmin_ggro\xef\xb4\xbf]\nhistory = 0.5\n",  // U+FD3F after a key
+      "[daemon]\nadmin_group = \"x\"\n \xc3\xa9\n",        // U+00E9 where a key starts
+      "[daemon]\nadmin_group = \"x\"\xc3\xa9\n",            // U+00E9 after a value
+  };
+  for (const char* text : bad) {
+    ConfigResult r = parse_config(text, "t.toml");
+    EXPECT_FALSE(r) << text;
+    EXPECT_NE(r.error.find("t.toml:"), std::string::npos) << r.error;
+  }
+  // U+00A7 after a line-ending backslash in a multi-line string is plain content.
+  ConfigResult ok = parse_config(
+      "# caf\xc3\xa9 \xef\xb4\xbf\n[daemon]\nadmin_group = \"\"\"a\\\n\xc2\xa7\"\"\"\n"
+      "socket = '/tmp/\xc3\xa9.sock' # \xc3\xa9\n",
+      "t.toml");
+  ASSERT_TRUE(ok) << ok.error;
+  EXPECT_EQ(ok.config->admin_group, "a\xc2\xa7");
+  EXPECT_EQ(ok.config->socket, "/tmp/\xc3\xa9.sock");
+}
+
 }  // namespace
 }  // namespace gpuos

@@ -7,6 +7,7 @@ Usage: test_e2e.py BUILD_DIR [test-name ...]
 """
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -37,7 +38,10 @@ class Daemon:
             "GPUOS_LOG_LEVEL": "info",
         })
         self.log = open(os.path.join(self.dir, "gpuosd.log"), "w+")
-        self.proc = subprocess.Popen([bin_path("gpuosd"), "--socket", self.socket] + list(extra_args),
+        extra_args = list(extra_args)
+        if not any(a.startswith("--metrics-listen") for a in extra_args):
+            extra_args += ["--metrics-listen", "127.0.0.1:0"]  # never the shared default port
+        self.proc = subprocess.Popen([bin_path("gpuosd"), "--socket", self.socket] + extra_args,
                                      env=self.env, stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.time() + 10
         while time.time() < deadline:
@@ -46,13 +50,19 @@ class Daemon:
             if self.proc.poll() is not None:
                 break
             time.sleep(0.05)
+        text = self.log_text()
         self.stop()
-        raise RuntimeError("gpuosd did not come up:\n" + self.log_text())
+        raise RuntimeError("gpuosd did not come up:\n" + text)
 
     def log_text(self):
         self.log.flush()
         self.log.seek(0)
         return self.log.read()
+
+    def metrics_port(self):
+        """The metrics endpoint's port, from the daemon's "metrics on ... (port N)" log line."""
+        m = re.search(r"metrics on http://\S+ \(port (\d+)\)", self.log_text())
+        return int(m.group(1)) if m else None
 
     def ps(self, all_tenants=True, check=True):
         cmd = [bin_path("gpuos"), "ps", "--json", "--socket", self.socket]

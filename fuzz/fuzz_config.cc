@@ -1,0 +1,51 @@
+// libFuzzer harness: the TOML config parser (gpuos::parse_config) fed arbitrary text.
+//
+// Beyond "no crash, no leak, no UB": a parse either yields a Config or a non-empty error (never an
+// exception); an accepted config lies within the documented ranges; and the effective config that
+// `gpuos config check` prints (format_config) parses back to the very same config.
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <string_view>
+
+#include "daemon/config.h"
+
+using namespace gpuos;
+
+#define FUZZ_CHECK(cond)                                                                   \
+  do {                                                                                     \
+    if (!(cond)) {                                                                         \
+      std::fprintf(stderr, "fuzz_config: invariant failed at %s:%d: %s\n", __FILE__, __LINE__, #cond); \
+      std::abort();                                                                        \
+    }                                                                                      \
+  } while (0)
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
+  std::string_view text(reinterpret_cast<const char*>(data), size);
+  ConfigResult r = parse_config(text, "fuzz.toml");
+  if (!r) {
+    FUZZ_CHECK(!r.error.empty());
+    return 0;
+  }
+  const Config& c = *r.config;
+  FUZZ_CHECK(c.history <= 65536);
+  FUZZ_CHECK(c.max_tenants >= 1 && c.max_tenants <= 4096);
+  FUZZ_CHECK(c.scheduler.be_max_inflight <= 1024);
+  FUZZ_CHECK(c.scheduler.idle_grace_us <= 1000000);
+  FUZZ_CHECK(c.scheduler.be_slice_ms >= 1 && c.scheduler.be_slice_ms <= 10000);
+  FUZZ_CHECK(is_scheduler_policy(c.scheduler.policy));
+  FUZZ_CHECK(c.on_no_daemon == "passthrough" || c.on_no_daemon == "refuse");
+  FUZZ_CHECK(c.socket.empty() || (c.socket[0] == '/' && c.socket.size() < 108));
+
+  // Round trip: the printed effective config is valid TOML with the same values.
+  const std::string printed = format_config(c);
+  ConfigResult again = parse_config(printed, "fuzz.toml");
+  if (!again) {
+    std::fprintf(stderr, "fuzz_config: format_config output does not parse: %s\n%s\n", again.error.c_str(),
+                 printed.c_str());
+    std::abort();
+  }
+  FUZZ_CHECK(format_config(*again.config) == printed);
+  return 0;
+}

@@ -1,0 +1,224 @@
+// libFuzzer harness: gpuosd's pure message handler (Core::handle_message) fed arbitrary bytes.
+//
+// Input format (so that REGISTER-then-ACTIVITY/LIST/SET_GATE sequences are reachable):
+//   byte 0      setup: bits 0-1 max_tenants-1, bits 2-3 history, bit 4 priority policy (else open),
+//               bit 5 the pre-registered tenant is guaranteed (else best-effort)
+//   then events, each starting with an op byte: bits 0-1 = connection, bits 2-4 = kind
+//     kind 0-3  a datagram: 2 bytes little-endian length (clamped to what is left, at most 600),
+//               then that many bytes, handed to handle_message as one received datagram
+//     kind 4    the connection closes (connection_closed; the next event on it is a new connection)
+//     kind 5    a policy tick (the fake clock advances by the next byte * 1 ms)
+//     kind 6    a receive error (-EMSGSIZE or -ECONNRESET, by bit 7 of the op)
+//     kind 7    the connection's tenant writes its busy/waiting words (next byte, bits 0 and 1)
+// Connections: 0 an ordinary local user (pid 100, uid 1000), 1 a tenant registered before the
+// input starts (pid 200), 2 an unregistered process that may register (pid 300, uid 1001), 3 an
+// admin (pid 1, uid 0). The outcome is applied as the server would: close -> connection_closed,
+// shutdown -> Core::shutdown and stop.
+//
+// Checked on every input beyond "no crash, no leak, no UB" (ASan/UBSan/LSan): every reply is a
+// message that validate_message accepts, of a type the daemon may send; a passed fd is open; the
+// tenant table respects max_tenants and the history its size; a connection's tenant is live; every
+// message except an accepted ACTIVITY gets a reply; and no file descriptor outlives the Core.
+#include <errno.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "common/ipc.h"
+#include "daemon/config.h"
+#include "daemon/core.h"
+#include "daemon/log.h"
+#include "policies/registry.h"
+
+using namespace gpuos;
+using namespace gpuos::daemon;
+
+namespace {
+
+#define FUZZ_CHECK(cond)                                                                 \
+  do {                                                                                   \
+    if (!(cond)) {                                                                       \
+      std::fprintf(stderr, "fuzz_core: invariant failed at %s:%d: %s\n", __FILE__, __LINE__, #cond); \
+      std::abort();                                                                      \
+    }                                                                                    \
+  } while (0)
+
+int lowest_free_fd() {
+  int fd = dup(2);
+  if (fd >= 0) close(fd);
+  return fd;
+}
+
+bool valid_reply_type(uint32_t t) {
+  return t == GPUOS_MSG_REGISTER_REPLY || t == GPUOS_MSG_GPU_INFO || t == GPUOS_MSG_TENANT_INFO ||
+         t == GPUOS_MSG_LIST_END || t == GPUOS_MSG_REPLY;
+}
+
+struct Harness {
+  Core& core;
+  Connection conns[4];
+  uint64_t next_conn_id = 10;
+  uint32_t max_tenants;
+  uint32_t history;
+  bool stopped = false;
+
+  void fresh(int i) {
+    static const Peer peers[4] = {{100, 1000, 1000, false}, {200, 1000, 1000, false},
+                                  {300, 1001, 1001, false}, {1, 0, 0, true}};
+    conns[i] = Connection{};
+    conns[i].id = next_conn_id++;
+    conns[i].peer = peers[i];
+  }
+
+  void check_state() {
+    FUZZ_CHECK(core.live_tenants() <= max_tenants);
+    FUZZ_CHECK(core.history().size() <= history);
+    for (const Connection& c : conns) {
+      if (c.tenant_id != 0) FUZZ_CHECK(core.control_block(c.tenant_id) != nullptr);
+    }
+  }
+
+  void apply(int i, Outcome&& o, bool may_be_silent) {
+    if (!may_be_silent) FUZZ_CHECK(!o.replies.empty());
+    for (const Outgoing& out : o.replies) {
+      char why[GPUOS_TEXT_MAX];
+      FUZZ_CHECK(validate_message(out.bytes.data(), out.bytes.size(), why, sizeof(why)) == GPUOS_OK);
+      gpuos_msg_header h;
+      std::memcpy(&h, out.bytes.data(), sizeof(h));
+      FUZZ_CHECK(valid_reply_type(h.type));
+      if (out.fd >= 0) FUZZ_CHECK(fcntl(out.fd, F_GETFD) != -1);
+    }
+    if (o.registered != 0) FUZZ_CHECK(conns[i].tenant_id == o.registered);
+    if (o.shutdown) {
+      core.shutdown();
+      stopped = true;
+      return;
+    }
+    if (o.close) {
+      core.connection_closed(conns[i]);
+      fresh(i);
+    }
+  }
+
+  void datagram(int i, const uint8_t* p, std::size_t n) {
+    // Silence is allowed only for a well-formed ACTIVITY from a connection with a tenant.
+    bool may_be_silent = false;
+    if (n == sizeof(gpuos_msg_activity) && conns[i].tenant_id != 0) {
+      gpuos_msg_header h;
+      std::memcpy(&h, p, sizeof(h));
+      may_be_silent = h.type == GPUOS_MSG_ACTIVITY;
+    }
+    // The server reads into an aligned stack buffer; copy so ASan sees the exact extent.
+    uint8_t* buf = static_cast<uint8_t*>(std::malloc(n ? n : 1));
+    if (n) std::memcpy(buf, p, n);
+    Outcome o = core.handle_message(conns[i], buf, n);
+    std::free(buf);
+    apply(i, std::move(o), may_be_silent);
+  }
+};
+
+}  // namespace
+
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  log::init("fuzz_core", log::Level::kError, 0);
+  return 0;
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
+  if (size < 1) return 0;
+  const int fd_baseline = lowest_free_fd();
+  const uint8_t setup = data[0];
+  const uint8_t* p = data + 1;
+  std::size_t left = size - 1;
+
+  uint64_t mono = 1'000'000'000;
+  CoreOptions o;
+  o.max_tenants = 1 + (setup & 3u);
+  o.history = (setup >> 2) & 3u;
+  o.gpus.push_back(GpuInfo{0, "Sim", "GPU-00000000-0000-0000-0000-000000000000", 132, 1ull << 34});
+  o.gpus.push_back(GpuInfo{1, "Sim1", "", 8, 1ull << 30});
+  o.unix_ms = [] { return uint64_t{1700000000000}; };
+  o.mono_ns = [&mono] { return mono; };
+  if (setup & 0x10) {
+    SchedulerConfig sc;
+    sc.policy = "priority";
+    sc.be_slice_ms = 5;
+    o.policy = policies::make_policy("priority", sc);
+  }
+  {
+    const uint32_t max_tenants = o.max_tenants, history = o.history;
+    Core core(std::move(o));
+    Harness h{core, {}, 10, max_tenants, history};
+    for (int i = 0; i < 4; ++i) h.fresh(i);
+
+    // Connection 1 registers before the input starts.
+    gpuos_msg_register reg{};
+    init_header(&reg.hdr, GPUOS_MSG_REGISTER, sizeof(reg), 1);
+    reg.pid = h.conns[1].peer.pid;
+    reg.tenant_class = (setup & 0x20) ? GPUOS_CLASS_GUARANTEED : GPUOS_CLASS_BEST_EFFORT;
+    reg.weight = 100;
+    copy_name(reg.name, sizeof(reg.name), "fuzz-tenant");
+    h.apply(1, core.handle_message(h.conns[1], &reg, sizeof(reg)), false);
+    FUZZ_CHECK(h.conns[1].tenant_id != 0);
+
+    while (left > 0 && !h.stopped) {
+      const uint8_t op = *p++;
+      --left;
+      const int ci = op & 3;
+      const unsigned kind = (op >> 2) & 7u;
+      mono += 10'000;  // 10 us between events
+      if (kind <= 3) {
+        std::size_t n = 0;
+        if (left >= 2) {
+          n = static_cast<std::size_t>(p[0]) | (static_cast<std::size_t>(p[1]) << 8);
+          p += 2;
+          left -= 2;
+        } else {
+          p += left;
+          left = 0;
+        }
+        if (n > 600) n = 600;
+        if (n > left) n = left;
+        h.datagram(ci, p, n);
+        p += n;
+        left -= n;
+      } else if (kind == 4) {
+        core.connection_closed(h.conns[ci]);
+        h.fresh(ci);
+      } else if (kind == 5) {
+        if (left > 0) {
+          mono += static_cast<uint64_t>(*p++) * 1'000'000;
+          --left;
+        }
+        core.tick(mono);
+      } else if (kind == 6) {
+        h.apply(ci, core.handle_receive_error(h.conns[ci], (op & 0x80) ? -ECONNRESET : -EMSGSIZE), false);
+      } else {  // kind 7: the tenant side writes its activity words, then says so
+        uint8_t v = 0;
+        if (left > 0) {
+          v = *p++;
+          --left;
+        }
+        if (h.conns[ci].tenant_id != 0) {
+          auto* cb = const_cast<gpuos_control_block*>(core.control_block(h.conns[ci].tenant_id));
+          std::atomic_ref<uint32_t>(cb->busy).store(v & 1u, std::memory_order_relaxed);
+          std::atomic_ref<uint32_t>(cb->waiting).store((v >> 1) & 1u, std::memory_order_relaxed);
+        }
+      }
+      if (!h.stopped) {
+        uint64_t next = core.next_tick_ns(mono);
+        if (next != 0 && next <= mono) core.tick(mono);
+      }
+      h.check_state();
+    }
+    for (Connection& c : h.conns) core.connection_closed(c);
+    FUZZ_CHECK(core.live_tenants() == 0);
+  }
+  FUZZ_CHECK(lowest_free_fd() == fd_baseline);
+  return 0;
+}

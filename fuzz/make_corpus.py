@@ -1,0 +1,158 @@
+#!/usr/bin/env python3
+"""Writes the seed corpora of the fuzz harnesses into fuzz/corpus/<target>/ (checked in).
+
+Re-run after an ABI change: python3 fuzz/make_corpus.py
+Formats: see the comments at the top of fuzz/fuzz_core.cc and fuzz/fuzz_validate.cc.
+"""
+import os
+import shutil
+import struct
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MAGIC, VERSION = 0x534F5047, 1
+REGISTER, REGISTER_REPLY, LIST, GPU_INFO, TENANT_INFO, LIST_END, SET_GATE, REPLY, SHUTDOWN, ACTIVITY = range(1, 11)
+GUARANTEED, BEST_EFFORT = 1, 2
+
+
+def hdr(typ, size, seq=7, magic=MAGIC, version=VERSION):
+    return struct.pack("<IHHII", magic, version, typ, size, seq)
+
+
+def register(pid, klass=BEST_EFFORT, prio=0, weight=100, name=b"t", mem=0):
+    return hdr(REGISTER, 104) + struct.pack("<iIiIQ", pid, klass, prio, weight, mem) + name.ljust(64, b"\0")[:64]
+
+
+def lst(flags=0):
+    return hdr(LIST, 24) + struct.pack("<II", flags, 0)
+
+
+def set_gate(tid, gate):
+    return hdr(SET_GATE, 24) + struct.pack("<II", tid, gate)
+
+
+def activity(busy, waiting):
+    return hdr(ACTIVITY, 24) + struct.pack("<II", busy, waiting)
+
+
+def shutdown():
+    return hdr(SHUTDOWN, 16)
+
+
+def reply(typ=REPLY):
+    return hdr(typ, 184) + struct.pack("<iI", 0, 0) + b"ok".ljust(160, b"\0")
+
+
+# fuzz_core events. Connections: 0 user (pid 100), 1 pre-registered tenant (pid 200),
+# 2 unregistered (pid 300), 3 admin (pid 1).
+def msg(conn, payload):
+    return bytes([conn & 3]) + struct.pack("<H", len(payload)) + payload
+
+
+def close(conn):
+    return bytes([(4 << 2) | conn])
+
+
+def tick(ms):
+    return bytes([5 << 2, ms])
+
+
+def recv_error(conn, reset=False):
+    return bytes([(6 << 2) | conn | (0x80 if reset else 0)])
+
+
+def words(conn, busy, waiting):
+    return bytes([(7 << 2) | conn, busy | (waiting << 1)])
+
+
+PRIO, GUAR_T1 = 0x10, 0x20
+core = {
+    "list_user": bytes([0x0f]) + msg(0, lst()) + msg(0, lst(1)),
+    "register_then_list": bytes([0x0f]) + msg(2, register(300, name=b"b")) + msg(0, lst(1)),
+    "register_activity": bytes([0x1f]) + msg(2, register(300)) + words(2, 1, 0) + msg(2, activity(1, 0)) + msg(0, lst()),
+    "priority_guaranteed_busy": bytes([0x3f]) + msg(2, register(300)) + words(1, 1, 0) + msg(1, activity(1, 0))
+    + words(2, 1, 1) + msg(2, activity(1, 1)) + tick(10) + msg(3, lst()) + words(1, 0, 0) + msg(1, activity(0, 0)) + tick(60),
+    "priority_be_slices": bytes([0x1f]) + msg(2, register(300, weight=50)) + words(1, 1, 0) + msg(1, activity(1, 0))
+    + words(2, 1, 0) + msg(2, activity(1, 0)) + tick(6) + tick(6) + close(2) + tick(1),
+    "admin_gate_close_open": bytes([0x1f]) + msg(3, set_gate(1, 1)) + words(1, 1, 1) + msg(1, activity(1, 1))
+    + msg(0, lst()) + msg(3, set_gate(1, 0)) + msg(3, set_gate(9, 1)),
+    "gate_not_admin": bytes([0x03]) + msg(0, set_gate(1, 1)) + msg(0, shutdown()),
+    "admin_shutdown": bytes([0x03]) + msg(2, register(300)) + msg(3, shutdown()) + msg(0, lst()),
+    "register_twice_and_full": bytes([0x00]) + msg(1, register(200)) + msg(2, register(300)),
+    "register_wrong_pid": bytes([0x03]) + msg(2, register(12345)),
+    "register_guaranteed_prio": bytes([0x13]) + msg(2, register(300, GUARANTEED, prio=5, name=b"hp")) + words(2, 1, 0)
+    + msg(2, activity(1, 0)) + tick(1),
+    "activity_unregistered": bytes([0x03]) + msg(0, activity(1, 0)),
+    "activity_bad_values": bytes([0x13]) + msg(1, activity(2, 7)),
+    "close_and_reregister": bytes([0x1f]) + close(1) + msg(1, register(200, name=b"again")) + msg(0, lst(1)),
+    "receive_errors": bytes([0x0f]) + recv_error(0) + recv_error(1, True) + msg(0, lst()),
+    "reply_to_daemon": bytes([0x0f]) + msg(0, reply()) + msg(3, reply(LIST_END)),
+    "garbage": bytes([0x0f]) + msg(0, b"\x00" * 24) + msg(1, b"GPOS" + b"\xff" * 40) + msg(2, b"x"),
+    "truncated_header": bytes([0x0f]) + msg(0, lst()[:10]),
+    "bad_version": bytes([0x0f]) + msg(0, hdr(LIST, 24, version=2) + b"\0" * 8),
+    "bad_flags": bytes([0x0f]) + msg(0, lst(0xfe)),
+    "oversized": bytes([0x0f]) + msg(0, lst() + b"\0" * 500),
+    "name_no_nul": bytes([0x0f]) + msg(2, register(300, name=b"n" * 64)),
+}
+
+validate = {
+    "register": b"\xa0" + register(1),
+    "list": b"\xa0" + lst(),
+    "set_gate": b"\x10" + set_gate(1, 1),
+    "activity": b"\x05" + activity(1, 0),
+    "shutdown": b"\x00" + shutdown(),
+    "reply": b"\xff" + reply(),
+    "list_end": b"\x20" + reply(LIST_END),
+    "register_reply": b"\x20" + hdr(REGISTER_REPLY, 192) + b"\0" * 176,
+    "tenant_info": b"\x20" + hdr(TENANT_INFO, 208) + b"\0" * 192,
+    "gpu_info": b"\x20" + hdr(GPU_INFO, 176) + b"\0" * 160,
+    "bad_type": b"\x40" + hdr(0, 16),
+    "bad_size": b"\x40" + hdr(LIST, 25) + b"\0" * 9,
+    "short": b"\x40" + hdr(LIST, 24)[:8],
+}
+
+config = {
+    "empty": b"",
+    "full": b"""[daemon]
+socket = "/run/gpuos/gpuosd.sock"
+admin_group = "gpuos"
+log_level = "debug"
+history = 16
+max_tenants = 8
+[tenants]
+on_no_daemon = "refuse"
+default_class = "guaranteed"
+[scheduler]
+policy = "priority"
+be_max_inflight = 4
+idle_grace_us = 500
+be_slice_ms = 20
+""",
+    "scheduler_only": b"[scheduler]\npolicy = \"open\"\n",
+    "inline_tables": b"daemon = { history = 1, max_tenants = 2 }\ntenants.default_class = \"best-effort\"\n",
+    "escapes": b"[daemon]\nadmin_group = \"a\\tb\\u00e9\\\"q\"\nsocket = '/tmp/x y.sock'\n",
+    "comments": b"# c\n[daemon] # c\nlog_level = 'warn' # c\n\n[tenants]\n",
+    "bad_key": b"[daemon]\nfoo = 1\n",
+    "bad_range": b"[scheduler]\nbe_slice_ms = 0\n",
+    "bad_type": b"[daemon]\nhistory = 1.5\n",
+    "bad_syntax": b"[daemon\nhistory = \n",
+    "unknown_table": b"[deamon]\n",
+    "array": b"[[daemon]]\nhistory = 1\n",
+    "dates": b"[daemon]\nsocket = 1979-05-27T07:32:00Z\n",
+    "multiline": b"[daemon]\nadmin_group = \"\"\"\nx\"\"\"\n",
+}
+
+
+def write(name, files):
+    d = os.path.join(HERE, "corpus", name)
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    for k, v in files.items():
+        with open(os.path.join(d, k), "wb") as f:
+            f.write(v)
+
+
+if __name__ == "__main__":
+    write("core", core)
+    write("validate", validate)
+    write("config", config)
+    print("wrote %d + %d + %d seeds" % (len(core), len(validate), len(config)))

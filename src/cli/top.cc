@@ -1,0 +1,260 @@
+#include "cli/top.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/ioctl.h>
+#include <termios.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <map>
+
+#include "daemon/config.h"
+
+namespace gpuos::cli {
+namespace {
+
+volatile sig_atomic_t g_quit = 0;
+volatile sig_atomic_t g_resized = 0;
+
+void on_quit_signal(int) { g_quit = 1; }
+void on_winch(int) { g_resized = 1; }
+
+double mono_s() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
+}
+
+std::string cstr(const char* a, std::size_t n) { return std::string(a, strnlen(a, n)); }
+
+void write_all(int fd, const std::string& s) {
+  std::size_t off = 0;
+  while (off < s.size()) {
+    ssize_t n = ::write(fd, s.data() + off, s.size() - off);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return;
+    }
+    off += static_cast<std::size_t>(n);
+  }
+}
+
+// Puts the terminal in the state top needs and restores it on destruction (also on early returns).
+class Terminal {
+ public:
+  explicit Terminal(bool interactive) : interactive_(interactive) {
+    if (!interactive_) return;
+    if (isatty(STDIN_FILENO) && tcgetattr(STDIN_FILENO, &saved_) == 0) {
+      termios raw = saved_;
+      raw.c_lflag &= ~static_cast<tcflag_t>(ICANON | ECHO);  // keys without Enter, no echo; ISIG kept
+      raw.c_cc[VMIN] = 0;
+      raw.c_cc[VTIME] = 0;
+      if (tcsetattr(STDIN_FILENO, TCSANOW, &raw) == 0) have_saved_ = true;
+    }
+    write_all(STDOUT_FILENO, "\x1b[?1049h\x1b[?25l\x1b[H\x1b[2J");  // alternate screen, hide cursor
+  }
+  ~Terminal() {
+    if (!interactive_) return;
+    write_all(STDOUT_FILENO, "\x1b[?25h\x1b[?1049l");  // show cursor, back to the main screen
+    if (have_saved_) tcsetattr(STDIN_FILENO, TCSANOW, &saved_);
+  }
+  Terminal(const Terminal&) = delete;
+  Terminal& operator=(const Terminal&) = delete;
+
+ private:
+  bool interactive_;
+  bool have_saved_ = false;
+  termios saved_{};
+};
+
+void terminal_size(std::size_t* w, std::size_t* h) {
+  winsize ws{};
+  if (ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0 && ws.ws_row > 0) {
+    *w = ws.ws_col;
+    *h = ws.ws_row;
+  } else {
+    *w = 0;
+    *h = 0;
+  }
+}
+
+std::string rate(uint64_t now, uint64_t before, double dt) {
+  if (dt <= 0 || now < before) return "-";
+  char b[32];
+  double r = static_cast<double>(now - before) / dt;
+  std::snprintf(b, sizeof(b), r < 10 ? "%.1f" : "%.0f", r);
+  return b;
+}
+
+}  // namespace
+
+std::vector<std::string> render_top(const Listing* prev, const Listing& cur, double dt_s, const std::string& socket,
+                                    double interval, std::size_t width, std::size_t height) {
+  std::vector<std::string> lines;
+  char buf[512];
+  time_t now = time(nullptr);
+  tm lt{};
+  localtime_r(&now, &lt);
+  char clock[16];
+  std::strftime(clock, sizeof(clock), "%H:%M:%S", &lt);
+  std::size_t live = 0;
+  for (const auto& t : cur.tenants) live += t.state != GPUOS_TENANT_EXITED;
+  std::snprintf(buf, sizeof(buf), "gpuos top - %s  socket %s  every %.1fs  %zu tenant%s  (q: quit)", clock,
+                socket.c_str(), interval, live, live == 1 ? "" : "s");
+  lines.emplace_back(buf);
+  for (const auto& g : cur.gpus) {
+    double pct = g.total_mem_bytes ? 100.0 * static_cast<double>(g.used_mem_bytes) / static_cast<double>(g.total_mem_bytes) : 0;
+    std::snprintf(buf, sizeof(buf), "GPU %u  %-36s %4u SMs  mem %s / %s (%.0f%%) by gpuos tenants", g.index,
+                  cstr(g.name, sizeof(g.name)).c_str(), g.sm_count, human_bytes(g.used_mem_bytes).c_str(),
+                  human_bytes(g.total_mem_bytes).c_str(), pct);
+    lines.emplace_back(buf);
+  }
+  if (cur.gpus.empty()) lines.emplace_back("no GPUs known to gpuosd");
+  lines.emplace_back("");
+  std::snprintf(buf, sizeof(buf), "%5s %8s %-20s %-12s %-8s %9s %8s %10s %10s %10s", "ID", "PID", "NAME", "CLASS",
+                "STATE", "LAUNCH/s", "GRAPH/s", "MEM", "PEAK", "GATE-WAIT%");
+  lines.emplace_back(buf);
+
+  std::map<uint32_t, const gpuos_msg_tenant_info*> before;
+  if (prev != nullptr) {
+    for (const auto& t : prev->tenants) before[t.tenant_id] = &t;
+  }
+  std::size_t rows = 0, hidden = 0;
+  for (const auto& t : cur.tenants) {
+    if (t.state == GPUOS_TENANT_EXITED) continue;
+    if (height != 0 && lines.size() + 1 >= height) {  // keep a line for the "more" note
+      ++hidden;
+      continue;
+    }
+    auto it = before.find(t.tenant_id);
+    const gpuos_msg_tenant_info* p = it == before.end() ? nullptr : it->second;
+    std::string lps = p ? rate(t.launches, p->launches, dt_s) : "-";
+    std::string gps = p ? rate(t.graph_launches, p->graph_launches, dt_s) : "-";
+    std::string gw = "-";
+    if (p && dt_s > 0 && t.gate_wait_ns >= p->gate_wait_ns) {
+      char b[32];
+      std::snprintf(b, sizeof(b), "%.1f", 100.0 * static_cast<double>(t.gate_wait_ns - p->gate_wait_ns) / (dt_s * 1e9));
+      gw = b;
+    }
+    std::string name = cstr(t.name, sizeof(t.name));
+    if (name.size() > 20) name = name.substr(0, 19) + "~";
+    std::snprintf(buf, sizeof(buf), "%5u %8d %-20s %-12s %-8s %9s %8s %10s %10s %10s", t.tenant_id, t.pid, name.c_str(),
+                  class_name(t.tenant_class), state_name(t.state), lps.c_str(), gps.c_str(),
+                  human_bytes(t.mem_used_bytes).c_str(), human_bytes(t.mem_peak_bytes).c_str(), gw.c_str());
+    lines.emplace_back(buf);
+    ++rows;
+  }
+  if (hidden) lines.push_back("... " + std::to_string(hidden) + " more tenant(s) (enlarge the terminal)");
+  else if (rows == 0) lines.emplace_back("(no live tenants)");
+  if (width != 0) {
+    for (auto& l : lines) {
+      if (l.size() > width) l.resize(width);
+    }
+  }
+  return lines;
+}
+
+int top_command(const TopOptions& o) {
+  const bool tty_out = isatty(STDOUT_FILENO) != 0;
+  const bool interactive = !o.once && tty_out;
+  const bool keys = !o.once && isatty(STDIN_FILENO) != 0;
+
+  struct sigaction sa{};
+  sa.sa_handler = on_quit_signal;  // no SA_RESTART: a signal ends the wait at once
+  sigemptyset(&sa.sa_mask);
+  struct sigaction old_int{}, old_term{}, old_hup{}, old_winch{};
+  sigaction(SIGINT, &sa, &old_int);
+  sigaction(SIGTERM, &sa, &old_term);
+  sigaction(SIGHUP, &sa, &old_hup);
+  sa.sa_handler = on_winch;
+  sigaction(SIGWINCH, &sa, &old_winch);
+
+  int rc = 0;
+  {
+    Terminal term(interactive);
+    Listing prev;
+    bool have_prev = false;
+    double t_prev = 0;
+    std::string last_error;
+    for (int frame = 0; !g_quit; ++frame) {
+      Listing cur;
+      std::string err;
+      bool ok = list_tenants(o.socket, false, &cur, &err);
+      double t_now = mono_s();
+      if (!ok && o.once) {
+        std::fprintf(stderr, "gpuos top: %s\n", err.c_str());
+        rc = 1;
+        break;
+      }
+      // --once: the first snapshot only primes the rates; the frame comes one interval later.
+      if (!(o.once && frame == 0)) {
+        std::size_t w = 0, h = 0;
+        if (interactive) terminal_size(&w, &h);
+        std::vector<std::string> lines;
+        if (ok) {
+          lines = render_top(have_prev ? &prev : nullptr, cur, have_prev ? t_now - t_prev : 0, o.socket, o.interval, w, h);
+        } else {
+          lines = {"gpuos top - " + err, "retrying every " + std::to_string(o.interval).substr(0, 4) + "s (q: quit)"};
+        }
+        std::string out;
+        if (interactive) {
+          out = "\x1b[H";
+          for (const auto& l : lines) out += l + "\x1b[K\r\n";
+          out += "\x1b[J";
+        } else {
+          for (const auto& l : lines) out += l + "\n";
+          if (!o.once) out += "\n";
+        }
+        write_all(STDOUT_FILENO, out);
+        if (o.once) break;
+      }
+      if (ok) {
+        prev = std::move(cur);
+        have_prev = true;
+        t_prev = t_now;
+      } else {
+        have_prev = false;
+      }
+      // Wait for the next frame, reading keys meanwhile.
+      double until = t_now + o.interval;
+      bool redraw = false;
+      while (!g_quit && !redraw) {
+        double left = until - mono_s();
+        if (left <= 0) break;
+        pollfd pfd{STDIN_FILENO, POLLIN, 0};
+        int n = poll(keys ? &pfd : nullptr, keys ? 1 : 0, static_cast<int>(std::ceil(left * 1000)));
+        if (n < 0 && errno != EINTR) break;
+        if (g_resized) {
+          g_resized = 0;
+          redraw = true;  // redraw now at the new size (rates over the shorter interval)
+        }
+        if (n > 0 && (pfd.revents & POLLIN)) {
+          char c[64];
+          ssize_t r = ::read(STDIN_FILENO, c, sizeof(c));
+          if (r == 0) {  // readable but nothing to read: the terminal is gone
+            g_quit = 1;
+            break;
+          }
+          for (ssize_t i = 0; i < r; ++i) {
+            if (c[i] == 'q' || c[i] == 'Q' || c[i] == 3 /* ^C without ISIG */) g_quit = 1;
+            if (c[i] == ' ') redraw = true;
+          }
+        } else if (n > 0 && (pfd.revents & (POLLHUP | POLLERR))) {
+          g_quit = 1;
+        }
+      }
+    }
+  }
+  sigaction(SIGINT, &old_int, nullptr);
+  sigaction(SIGTERM, &old_term, nullptr);
+  sigaction(SIGHUP, &old_hup, nullptr);
+  sigaction(SIGWINCH, &old_winch, nullptr);
+  return rc;
+}
+
+}  // namespace gpuos::cli

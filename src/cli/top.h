@@ -1,0 +1,33 @@
+// `gpuos top`: a live terminal view of GPUs and tenants, refreshed in place.
+//
+// Every --interval seconds it takes a LIST snapshot from gpuosd and draws one frame: a header, a
+// line per GPU, and a row per live tenant with rates computed from the previous snapshot (launches/s,
+// graph launches/s, and GATE-WAIT% = gate wait time / wall time between the snapshots, summed over
+// the tenant's threads, so it can exceed 100 with several waiting threads).
+//
+// On a terminal it uses the alternate screen, hides the cursor and reads keys without echo; `q` (or
+// Ctrl-C, SIGTERM, SIGHUP) quits and restores the terminal. --once draws a single frame (rates over
+// one interval) as plain text and exits.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "cli/client.h"
+
+namespace gpuos::cli {
+
+struct TopOptions {
+  double interval = 1.0;  // seconds between frames (0.1..3600)
+  bool once = false;
+  std::string socket;     // resolved control socket
+};
+int top_command(const TopOptions& o);
+
+// One frame as lines (no escape sequences), for tests and --once. prev may be null (no rates yet);
+// dt_s is the time between the snapshots. width/height clip the frame (0 = unlimited).
+std::vector<std::string> render_top(const Listing* prev, const Listing& cur, double dt_s,
+                                    const std::string& socket, double interval, std::size_t width,
+                                    std::size_t height);
+
+}  // namespace gpuos::cli
