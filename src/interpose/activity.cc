@@ -87,23 +87,26 @@ bool wait_tracked_streams(const GpuosDriverTable& d, CUevent* events, CUcontext*
   return true;
 }
 
-// Follows one busy period to its end.
+// Follows one busy period to its end. While submissions keep coming the monitor only watches the
+// counters (no driver calls: an event record on a stream the app is launching into contends with
+// its launches inside the driver). Once they have been quiet for a short while it fences every
+// tracked stream with an event and waits; if nothing new came meanwhile, the tenant is idle.
 void follow_until_idle(const GpuosDriverTable& d, gpuos_control_block* cb, CUevent* events,
                        CUcontext* event_ctx) {
   std::atomic_ref<uint32_t> busy(cb->busy);
   for (;;) {
-    uint64_t before = submissions(cb);
     const uint32_t grace = std::atomic_ref<uint32_t>(cb->idle_grace_us).load(std::memory_order_relaxed);
+    // Work we cannot fence (per-thread default streams): idle is inferred from a quiet period long
+    // enough to cover a typical kernel.
+    const bool untracked = std::atomic_ref<uint32_t>(cb->untracked_work).load(std::memory_order_relaxed) != 0;
+    const long quiet_us = untracked ? (grace > 2000 ? grace : 2000) : (grace > 50 ? grace : 50);
+    uint64_t before = submissions(cb);
+    sleep_us(quiet_us);
+    if (submissions(cb) != before) continue;  // still launching
     if (g_active_captures.load(std::memory_order_relaxed) > 0 ||
         !wait_tracked_streams(d, events, event_ctx)) {
-      sleep_us(200);
-      continue;
+      continue;  // a capture is in progress: its streams cannot be fenced now
     }
-    // Work we cannot watch (per-thread default streams): infer idle from a quiet period long
-    // enough to cover a typical kernel.
-    bool untracked = std::atomic_ref<uint32_t>(cb->untracked_work).load(std::memory_order_relaxed) != 0;
-    long quiet_us = untracked ? (grace > 2000 ? grace : 2000) : grace;
-    if (quiet_us > 0) sleep_us(quiet_us);
     if (submissions(cb) != before) continue;
     busy.store(0, std::memory_order_seq_cst);
     if (submissions(cb) != before) {  // a launch slipped in between: stay busy
