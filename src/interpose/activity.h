@@ -4,8 +4,9 @@
 //
 // busy: the launch path raises the control block's `busy` word on the first submission after an
 // idle period (one seq_cst load per launch otherwise). A monitor thread, started at registration,
-// then records an event on every stream the tenant submitted to and waits for them; once they have
-// all completed and no submission came for idle_grace_us, it clears `busy`. Both transitions send
+// watches the submission counters; once they have been quiet for idle_grace_us it records an event
+// on every stream the tenant submitted to and waits for them; if they completed and nothing new
+// came meanwhile, it clears `busy`. Both transitions send
 // an ACTIVITY message so gpuosd's policy reacts at once. Work on a per-thread default stream cannot
 // be observed from the monitor thread; for it, idle is inferred from the absence of submissions
 // (untracked_work = 1).
