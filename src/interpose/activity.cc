@@ -36,6 +36,12 @@ uint64_t submissions(gpuos_control_block* cb) {
          std::atomic_ref<uint64_t>(cb->graph_launches).load(std::memory_order_seq_cst);
 }
 
+uint64_t now_ns() {
+  timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return static_cast<uint64_t>(t.tv_sec) * 1000000000ull + static_cast<uint64_t>(t.tv_nsec);
+}
+
 void sleep_us(long us) {
   timespec t{us / 1000000, (us % 1000000) * 1000};
   while (nanosleep(&t, &t) != 0) {
@@ -94,7 +100,13 @@ bool wait_tracked_streams(const GpuosDriverTable& d, CUevent* events, CUcontext*
 void follow_until_idle(const GpuosDriverTable& d, gpuos_control_block* cb, CUevent* events,
                        CUcontext* event_ctx) {
   std::atomic_ref<uint32_t> busy(cb->busy);
+  uint64_t next_check = now_ns() + 1000000000ull;
   for (;;) {
+    if (now_ns() >= next_check) {
+      maintain_daemon_connection();
+      if (g_control.load(std::memory_order_acquire) != cb) return;  // moved to a new daemon's block
+      next_check = now_ns() + 1000000000ull;
+    }
     const uint32_t grace = std::atomic_ref<uint32_t>(cb->idle_grace_us).load(std::memory_order_relaxed);
     // Work we cannot fence (per-thread default streams): idle is inferred from a quiet period long
     // enough to cover a typical kernel.
@@ -119,8 +131,7 @@ void follow_until_idle(const GpuosDriverTable& d, gpuos_control_block* cb, CUeve
   }
 }
 
-void* monitor_main(void* arg) {
-  auto* cb = static_cast<gpuos_control_block*>(arg);
+void* monitor_main(void*) {
   sigset_t all;
   sigfillset(&all);
   pthread_sigmask(SIG_BLOCK, &all, nullptr);
@@ -134,9 +145,14 @@ void* monitor_main(void* arg) {
   }
   CUevent events[kMaxStreams] = {};
   CUcontext event_ctx[kMaxStreams] = {};
-  std::atomic_ref<uint32_t> busy(cb->busy);
   for (;;) {
-    while (busy.load(std::memory_order_seq_cst) == 0) futex_wait(&cb->busy, 0, 1000);
+    // The block changes when the tenant re-registers with a restarted daemon.
+    gpuos_control_block* cb = g_control.load(std::memory_order_acquire);
+    if (std::atomic_ref<uint32_t>(cb->busy).load(std::memory_order_seq_cst) == 0) {
+      futex_wait(&cb->busy, 0, 1000);
+      maintain_daemon_connection();
+      continue;
+    }
     follow_until_idle(*d, cb, events, event_ctx);
   }
   return nullptr;
@@ -218,7 +234,8 @@ void start_activity_monitor(gpuos_control_block* cb) {
   pthread_attr_t attr;
   pthread_attr_init(&attr);
   pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  if (pthread_create(&t, &attr, &monitor_main, cb) == 0) {
+  (void)cb;  // the monitor follows g_control, which may change on re-registration
+  if (pthread_create(&t, &attr, &monitor_main, nullptr) == 0) {
     g_monitor_running.store(true, std::memory_order_release);
     pthread_setname_np(t, "gpuos-monitor");
   } else {

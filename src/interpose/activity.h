@@ -28,7 +28,8 @@ extern std::atomic<CUstream> g_last_stream;
 // True once the monitor thread runs (registered with a daemon).
 extern std::atomic<bool> g_monitor_running;
 
-// Starts the monitor thread for a registered tenant. Called once, under the init lock.
+// Starts the monitor thread for a registered tenant. Called once, under the init lock, after
+// g_control points at the tenant's block.
 void start_activity_monitor(gpuos_control_block* cb);
 
 // Slow paths of note_submission.

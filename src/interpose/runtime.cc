@@ -9,6 +9,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <climits>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
@@ -35,7 +37,7 @@ std::atomic<bool> g_driver_loaded{false};
 bool g_driver_failed = false;
 std::atomic<DlsymFn> g_real_dlsym{nullptr};
 std::atomic<bool> g_refused{false};
-int g_socket = -1;                   // connection to gpuosd; kept open for the tenant's life
+std::atomic<int> g_socket{-1};       // connection to gpuosd; kept open for the tenant's life
 gpuos_control_block g_local_block;   // used when running without a daemon (gate always open)
 bool g_atfork_installed = false;
 
@@ -80,8 +82,7 @@ void init_local_block() {
 void after_fork_in_child() {
   gpuos_control_block* cb = g_control.load(std::memory_order_relaxed);
   if (cb != nullptr && cb != &g_local_block) munmap(cb, sizeof(*cb));
-  if (g_socket >= 0) close(g_socket);
-  g_socket = -1;
+  if (int fd = g_socket.exchange(-1); fd >= 0) close(fd);
   g_control.store(nullptr, std::memory_order_relaxed);
   g_active_captures.store(0, std::memory_order_relaxed);
   g_monitor_running.store(false, std::memory_order_relaxed);  // threads do not survive fork
@@ -112,8 +113,9 @@ void default_name(char* buf, std::size_t len) {
   copy_name(buf, len, base);
 }
 
-// Talks to gpuosd. Returns the mapped control block, or null with a reason in why.
-gpuos_control_block* register_with_daemon(char* why, std::size_t why_len) {
+// Talks to gpuosd. Returns the mapped control block and the connected socket (*sock_out), or null
+// with a reason in why.
+gpuos_control_block* register_with_daemon(char* why, std::size_t why_len, int* sock_out) {
   char path[108];
   if (!socket_path(path, sizeof(path))) {
     std::snprintf(why, why_len, "control socket path too long");
@@ -199,7 +201,7 @@ gpuos_control_block* register_with_daemon(char* why, std::size_t why_len) {
     close(sock);
     return nullptr;
   }
-  g_socket = sock;
+  *sock_out = sock;
   log(LogLevel::kInfo, "registered with gpuosd as tenant %u (%s)", rep.tenant_id, req.name);
   return cb;
 }
@@ -221,8 +223,9 @@ void report_at_exit() {
 }
 
 bool daemon_connection_lost() {
-  if (g_socket < 0) return true;
-  pollfd p{g_socket, POLLIN, 0};
+  int fd = g_socket.load(std::memory_order_relaxed);
+  if (fd < 0) return true;
+  pollfd p{fd, POLLIN, 0};
   if (poll(&p, 1, 0) <= 0) return false;
   return (p.revents & (POLLHUP | POLLERR)) != 0;
 }
@@ -281,7 +284,8 @@ gpuos_control_block* ensure_registered() {
     g_atfork_installed = true;
   }
   char why[256];
-  cb = register_with_daemon(why, sizeof(why));
+  int sock = -1;
+  cb = register_with_daemon(why, sizeof(why), &sock);
   if (cb == nullptr) {
     const char* mode = std::getenv("GPUOS_ON_NO_DAEMON");
     if (mode != nullptr && !std::strcmp(mode, "refuse")) {
@@ -292,10 +296,12 @@ gpuos_control_block* ensure_registered() {
     log(LogLevel::kWarn, "%s; running ungoverned (pass-through)", why);
     init_local_block();
     cb = &g_local_block;
+    g_control.store(cb, std::memory_order_release);
   } else {
-    start_activity_monitor(cb);
+    g_socket.store(sock, std::memory_order_relaxed);
+    g_control.store(cb, std::memory_order_release);
+    start_activity_monitor(cb);  // after publishing: the monitor follows g_control
   }
-  g_control.store(cb, std::memory_order_release);
   if (const char* r = std::getenv("GPUOS_REPORT_AT_EXIT"); r != nullptr && !std::strcmp(r, "1")) {
     std::atexit(&report_at_exit);
   }
@@ -304,7 +310,72 @@ gpuos_control_block* ensure_registered() {
 
 bool refused() { return g_refused.load(std::memory_order_relaxed); }
 
-int daemon_socket() { return g_socket; }
+int daemon_socket() { return g_socket.load(std::memory_order_relaxed); }
+
+namespace {
+
+// Moves this tenant's counters from the block of a daemon that is gone to the block of the one it
+// re-registered with. Counters are added (not copied), after launches already go to the new block,
+// so increments that raced with the switch on either block are kept.
+void carry_counters(gpuos_control_block* from, gpuos_control_block* to) {
+  auto add = [](uint64_t& src, uint64_t& dst) {
+    std::atomic_ref<uint64_t>(dst).fetch_add(std::atomic_ref<uint64_t>(src).load(), std::memory_order_relaxed);
+  };
+  add(from->launches, to->launches);
+  add(from->graph_launches, to->graph_launches);
+  add(from->captured_launches, to->captured_launches);
+  add(from->gate_waits, to->gate_waits);
+  add(from->gate_wait_ns, to->gate_wait_ns);
+  add(from->alloc_calls, to->alloc_calls);
+  add(from->free_calls, to->free_calls);
+  add(from->alloc_failures, to->alloc_failures);
+  add(from->mem_used_bytes, to->mem_used_bytes);
+  for (int i = 0; i < GPUOS_MAX_DEVICES; ++i) add(from->mem_used_per_device[i], to->mem_used_per_device[i]);
+  add(from->untracked_frees, to->untracked_frees);
+  add(from->contexts_created, to->contexts_created);
+  add(from->streams_created, to->streams_created);
+  add(from->busy_transitions, to->busy_transitions);
+  add(from->inflight_waits, to->inflight_waits);
+  for (int i = 0; i < 6; ++i) add(from->gate_wait_hist[i], to->gate_wait_hist[i]);
+  std::atomic_ref<uint64_t> peak(to->mem_peak_bytes);
+  uint64_t want = std::max(std::atomic_ref<uint64_t>(from->mem_peak_bytes).load(),
+                           std::atomic_ref<uint64_t>(to->mem_used_bytes).load());
+  uint64_t old = peak.load();
+  while (want > old && !peak.compare_exchange_weak(old, want)) {
+  }
+  std::atomic_ref<uint32_t>(to->untracked_work).store(std::atomic_ref<uint32_t>(from->untracked_work).load());
+}
+
+bool g_lost_reported = false;  // monitor thread only
+
+}  // namespace
+
+void maintain_daemon_connection() {
+  gpuos_control_block* old = g_control.load(std::memory_order_acquire);
+  if (old == nullptr || old == &g_local_block || !daemon_connection_lost()) return;
+  if (!g_lost_reported) {
+    // Keep running on the last grant, never hang: a closed gate is opened locally.
+    log(LogLevel::kWarn, "lost gpuosd; running on the last grant and re-registering every second");
+    std::atomic_ref<uint32_t>(old->gate).store(GPUOS_GATE_OPEN, std::memory_order_release);
+    syscall(SYS_futex, &old->gate, FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
+    g_lost_reported = true;
+  }
+  char why[256];
+  int sock = -1;
+  gpuos_control_block* cb = register_with_daemon(why, sizeof(why), &sock);
+  if (cb == nullptr) return;  // still no daemon: try again later
+  std::atomic_ref<uint32_t>(cb->busy).store(std::atomic_ref<uint32_t>(old->busy).load());
+  g_control.store(cb, std::memory_order_release);
+  if (int stale = g_socket.exchange(sock); stale >= 0) close(stale);
+  // Let launches that loaded the old block just before the switch finish their increments, then
+  // carry everything over. The old mapping stays: a thread may still hold a pointer into it.
+  timespec settle{0, 20 * 1000 * 1000};
+  nanosleep(&settle, nullptr);
+  carry_counters(old, cb);
+  g_lost_reported = false;
+  log(LogLevel::kWarn, "re-registered with gpuosd; counters carried over");
+  notify_activity(cb);
+}
 
 void wait_at_gate(gpuos_control_block* cb) {
   std::atomic_ref<uint32_t> gate(cb->gate);

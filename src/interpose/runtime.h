@@ -43,6 +43,11 @@ void wait_at_gate(gpuos_control_block* cb);
 // The connected control socket, or -1 when not registered with a daemon.
 int daemon_socket();
 
+// Called by the activity monitor thread about once a second. If gpuosd went away, the tenant keeps
+// running on its last grant (a closed gate is opened locally) and tries to register again; once a
+// daemon answers, the tenant moves to the new control block with its counters carried over.
+void maintain_daemon_connection();
+
 // Count of stream captures begun and not yet ended in this process: a cheap hint that lets the
 // launch path skip cuStreamIsCapturing when nothing is being captured.
 extern std::atomic<int> g_active_captures;

@@ -41,8 +41,11 @@ class Daemon:
         extra_args = list(extra_args)
         if not any(a.startswith("--metrics-listen") for a in extra_args):
             extra_args += ["--metrics-listen", "127.0.0.1:0"]  # never the shared default port
-        self.proc = subprocess.Popen([bin_path("gpuosd"), "--socket", self.socket] + extra_args,
-                                     env=self.env, stdout=self.log, stderr=subprocess.STDOUT)
+        self.args = [bin_path("gpuosd"), "--socket", self.socket] + extra_args
+        self.start()
+
+    def start(self):
+        self.proc = subprocess.Popen(self.args, env=self.env, stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.time() + 10
         while time.time() < deadline:
             if self.ps(check=False) is not None:
@@ -206,6 +209,31 @@ class E2E(unittest.TestCase):
         self.assertLessEqual(t["mem_peak_bytes"], 64 << 20)
         self.assertGreaterEqual(t["alloc_failures"], 8)  # one per refused attempt
         self.assertEqual(t["mem_used_bytes"], 0)
+
+    def test_tenant_survives_daemon_restart_and_is_adopted(self):
+        tenant = subprocess.Popen(
+            self.d.run_cmd(["--name", "survivor", "--class", "guaranteed", "--", bin_path("gpuos-synth"),
+                            "--name", "survivor", "--iters", "100000", "--count", "2500", "--gap-us", "1000",
+                            "--warmup", "0", "--json", "-"]),
+            env=self.d.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        wait_for(lambda: (self.d.tenant(tenant.pid) or {}).get("launches", 0) > 50, what="tenant to run")
+        seen = self.d.tenant(tenant.pid)["launches"]
+        self.d.proc.kill()  # the daemon dies without any cleanup
+        self.d.proc.wait()
+        time.sleep(0.5)
+        self.assertIsNone(tenant.poll(), "the tenant must keep running without its daemon")
+        self.d.start()  # a new daemon on the same socket
+        # Counters are carried over just after re-registration (a 20 ms settle).
+        wait_for(lambda: (self.d.tenant(tenant.pid) or {}).get("launches", 0) >= seen, timeout=10,
+                 what="the tenant to re-register with its counters carried over")
+        out, err = tenant.communicate(timeout=60)
+        self.assertEqual(tenant.returncode, 0, err)
+        issued = json.loads(out)
+        self.assertTrue(issued["verified"])
+        t = wait_for(lambda: (lambda x: x if x and x["state"] == "exited" else None)(self.d.tenant(tenant.pid)),
+                     what="the adopted tenant to exit")
+        self.assertEqual(t["launches"], issued["launches_issued"], "no launch lost across the restart")
+        self.assertIn("re-registered with gpuosd", err)
 
     def test_killed_tenant_is_reclaimed(self):
         flag = os.path.join(self.d.dir, "never")
