@@ -12,7 +12,6 @@ import argparse
 import os
 import sys
 import time
-import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
@@ -67,12 +66,7 @@ def main() -> int:
         print(f"[be-infer] {prog.steps} batches; {common.fmt(r)} tokens/s after warm-up", flush=True)
         return 0
     except BaseException as exc:  # noqa: BLE001
-        prog.doc["ok"] = False
-        prog.doc["error"] = f"{type(exc).__name__}: {exc}"
-        prog.doc["traceback"] = traceback.format_exc()[-4000:]
-        print(prog.doc["traceback"], file=sys.stderr, flush=True)
-        prog.write()
-        return 1
+        return prog.fail(exc)
 
 
 if __name__ == "__main__":

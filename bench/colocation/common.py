@@ -240,3 +240,15 @@ class Progress:
         self.doc.update({"steps": self.steps, "count": self.count, "ready_t": self.ready_t,
                          "rate_since_ready": self.rate_since_ready(), "samples": self.samples})
         write_json_atomic(self.json_path, self.doc)
+
+    def fail(self, exc: BaseException) -> int:
+        """Record a crash of the workload (error and traceback in the JSON, traceback on stderr);
+        returns the exit status to use."""
+        import sys
+        import traceback
+        self.doc["ok"] = False
+        self.doc["error"] = f"{type(exc).__name__}: {exc}"
+        self.doc["traceback"] = traceback.format_exc()[-4000:]
+        print(self.doc["traceback"], file=sys.stderr, flush=True)
+        self.write()
+        return 1
