@@ -527,6 +527,7 @@ Outcome Core::on_activity(Connection& conn, const gpuos_msg_activity& m) {
   auto it = tenants_.find(conn.tenant_id);
   if (it == tenants_.end()) return Outcome{};  // cannot happen: connection_closed clears tenant_id
   observe_busy(it->second, now_mono_ns());
+  observe_gpus(now_mono_ns());
   const Tenant& t = it->second;
   TenantView v = view(t);
   log::debug("tenant %u activity: busy %u waiting %u (block: busy %d waiting %d)", t.id, m.busy, m.waiting,
@@ -562,6 +563,7 @@ void Core::connection_closed(Connection& conn) {
   observe_busy(it->second, now_mono_ns());
   Tenant t = it->second;
   tenants_.erase(it);
+  observe_gpus(now_mono_ns());
   ++stats_.tenants_exited;
   gpuos_msg_tenant_info fin = snapshot(t, GPUOS_TENANT_EXITED, now_ms());
   if (opts_.history > 0) {
@@ -594,6 +596,7 @@ void Core::shutdown() {
 
 void Core::tick(uint64_t now_mono_ns) {
   for (auto& [id, t] : tenants_) observe_busy(t, now_mono_ns);
+  observe_gpus(now_mono_ns);
   guarded("tick", [&] { opts_.policy->tick(now_mono_ns, *this); });
 }
 
@@ -630,7 +633,31 @@ std::vector<TenantStat> Core::tenant_stats(uint64_t now_mono_ns) {
     for (int i = 0; i < GPUOS_MAX_DEVICES; ++i) st.mem_used_per_device[i] = load(t.cb->mem_used_per_device[i]);
     out.push_back(st);
   }
+  observe_gpus(now_mono_ns);
   return out;
+}
+
+void Core::observe_gpus(uint64_t now) {
+  if (gpu_busy_.empty()) gpu_busy_.resize(std::max<std::size_t>(1, std::min<std::size_t>(opts_.gpus.size(), GPUOS_MAX_DEVICES)));
+  for (std::size_t g = 0; g < gpu_busy_.size(); ++g) {
+    GpuBusy& b = gpu_busy_[g];
+    if (now > b.obs_ns && b.busy) b.busy_ns += now - b.obs_ns;
+    if (now >= b.obs_ns) b.obs_ns = now;
+    b.busy = false;
+    for (const auto& [id, t] : tenants_) {
+      if (!t.obs_busy) continue;
+      bool holds_any = false;
+      for (int d = 0; d < GPUOS_MAX_DEVICES && !holds_any; ++d) holds_any = load(t.cb->mem_used_per_device[d]) != 0;
+      if (holds_any ? load(t.cb->mem_used_per_device[g]) != 0 : g == 0) {
+        b.busy = true;
+        break;
+      }
+    }
+  }
+}
+
+uint64_t Core::gpu_busy_ns(uint32_t index) const {
+  return index < gpu_busy_.size() ? gpu_busy_[index].busy_ns : 0;
 }
 
 uint64_t Core::gpu_used_bytes(uint32_t index) const {

@@ -133,6 +133,10 @@ class Core final : private GateControl {
   std::vector<TenantStat> tenant_stats(uint64_t now_mono_ns);
   // Bytes held on GPU `index` by live tenants (sum of their per-device counters).
   uint64_t gpu_used_bytes(uint32_t index) const;
+  // Time GPU `index` had work of at least one live tenant in flight, integrated like busy_ns from
+  // the tenants' busy words (a tenant belongs to the GPUs it holds memory on; one that holds none
+  // counts for GPU 0). Up to the latest observation; tenant_stats() observes up to its argument.
+  uint64_t gpu_busy_ns(uint32_t index) const;
 
   // Builds a REPLY (or LIST_END) message.
   static Outgoing make_reply(uint32_t type, uint32_t seq, gpuos_status status, uint32_t count,
@@ -158,6 +162,15 @@ class Core final : private GateControl {
     uint64_t busy_ns = 0;
   };
   void observe_busy(Tenant& t, uint64_t now_mono_ns);
+  // Integrates per-GPU busy time up to now and takes the new state from the live tenants' last
+  // observed busy words. Call after observe_busy at every observation point.
+  void observe_gpus(uint64_t now_mono_ns);
+  struct GpuBusy {
+    bool busy = false;
+    uint64_t obs_ns = 0;
+    uint64_t busy_ns = 0;
+  };
+  std::vector<GpuBusy> gpu_busy_;  // one per GPU (at least one)
 
   Outcome on_register(Connection& conn, const gpuos_msg_register& m);
   Outcome on_list(Connection& conn, const gpuos_msg_list& m);

@@ -150,6 +150,11 @@ std::string render_metrics(Core& core, const MetricsContext& ctx, uint64_t now_m
   for (const GpuInfo& g : gpus) w.sample("gpuos_gpu_memory_total_bytes", gl(g), u64(g.total_mem_bytes));
   w.family("gpuos_gpu_memory_used_bytes", "gauge", "Device memory held on the GPU by live gpuos tenants.");
   for (const GpuInfo& g : gpus) w.sample("gpuos_gpu_memory_used_bytes", gl(g), u64(core.gpu_used_bytes(g.index)));
+  w.family("gpuos_gpu_busy_seconds_total", "counter",
+           "Time the GPU had work of at least one gpuos tenant in flight (its utilization is the rate).");
+  for (const GpuInfo& g : gpus) {
+    w.sample("gpuos_gpu_busy_seconds_total", gl(g), seconds(core.gpu_busy_ns(g.index)));
+  }
 
   // Tenants
   w.family("gpuos_tenant_info", "gauge", "A live tenant (value 1), with its uid, priority and weight.");

@@ -70,14 +70,15 @@ struct MetricsFixture : ::testing::Test {
     conn.peer.pid = 1234;
     conn.peer.uid = 1000;
   }
-  gpuos_control_block* register_tenant(const char* name) {
+  gpuos_control_block* register_tenant(const char* name) { return register_tenant_on(conn, name); }
+  gpuos_control_block* register_tenant_on(Connection& c, const char* name) {
     gpuos_msg_register m{};
     init_header(&m.hdr, GPUOS_MSG_REGISTER, sizeof(m), 1);
-    m.pid = conn.peer.pid;
+    m.pid = c.peer.pid;
     m.tenant_class = GPUOS_CLASS_GUARANTEED;
     m.weight = 100;
     copy_name(m.name, sizeof(m.name), name);
-    Outcome o = core->handle_message(conn, &m, sizeof(m));
+    Outcome o = core->handle_message(c, &m, sizeof(m));
     EXPECT_NE(o.registered, 0u);
     return const_cast<gpuos_control_block*>(core->control_block(o.registered));
   }
@@ -220,6 +221,35 @@ TEST_F(MetricsFixture, BusyTimeIsIntegratedBetweenObservations) {
   clock.ns += 500'000'000;
   EXPECT_EQ(busy_ns(), 310'000'000u);
   EXPECT_FALSE(core->tenant_stats(clock.ns).at(0).busy);
+}
+
+TEST_F(MetricsFixture, GpuBusyTimeIsTheUnionOfItsTenantsBusyTime) {
+  gpuos_control_block* a = register_tenant("a");
+  Connection second = conn;
+  second.id = 2;
+  second.peer.pid = 1235;
+  second.tenant_id = 0;
+  gpuos_control_block* b = register_tenant_on(second, "b");
+  auto gpu_busy = [&] {
+    core->tenant_stats(clock.ns);  // observe up to now
+    return core->gpu_busy_ns(0);
+  };
+  clock.ns += 10'000'000;
+  EXPECT_EQ(gpu_busy(), 0u);
+  std::atomic_ref<uint32_t>(a->busy).store(1);  // a busy from t=10 ms
+  core->tick(clock.ns);
+  clock.ns += 100'000'000;
+  std::atomic_ref<uint32_t>(b->busy).store(1);  // both busy from t=110 ms: counted once
+  core->tick(clock.ns);
+  clock.ns += 100'000'000;
+  std::atomic_ref<uint32_t>(a->busy).store(0);
+  std::atomic_ref<uint32_t>(b->busy).store(0);  // idle from t=210 ms
+  core->tick(clock.ns);
+  clock.ns += 300'000'000;
+  EXPECT_EQ(gpu_busy(), 200'000'000u);
+  MetricsContext ctx;
+  auto m = parse_exposition(render_metrics(*core, ctx, clock.ns));
+  EXPECT_EQ(m["gpuos_gpu_busy_seconds_total{gpu=\"0\"}"], "0.2");
 }
 
 }  // namespace
