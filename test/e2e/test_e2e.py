@@ -235,6 +235,30 @@ class E2E(unittest.TestCase):
         self.assertEqual(t["launches"], issued["launches_issued"], "no launch lost across the restart")
         self.assertIn("re-registered with gpuosd", err)
 
+    @unittest.skipUnless(os.geteuid() == 0 and shutil.which("setpriv"), "needs root and setpriv")
+    def test_ordinary_user_may_list_but_not_administer(self):
+        os.chmod(self.d.dir, 0o755)  # let another uid reach the socket (gpuosd as root makes it 0666)
+        flag = os.path.join(self.d.dir, "never")
+        p = subprocess.Popen(self.d.run_cmd(["--name", "victim", "--", bin_path("gpuos-interpose-probe"),
+                                             "--wait-file", flag]),
+                             env=self.d.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            t = wait_for(lambda: self.d.tenant(p.pid), what="registration")
+            as_nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--"]
+            ps = subprocess.run(as_nobody + [bin_path("gpuos"), "ps", "--json", "--socket", self.d.socket],
+                                env=self.d.env, capture_output=True, text=True, timeout=10)
+            self.assertEqual(ps.returncode, 0, ps.stderr)
+            self.assertIn(p.pid, [x["pid"] for x in json.loads(ps.stdout)["tenants"]])
+            gate = subprocess.run(as_nobody + [bin_path("gpuos"), "gate", str(t["id"]), "close",
+                                               "--socket", self.d.socket],
+                                  env=self.d.env, capture_output=True, text=True, timeout=10)
+            self.assertNotEqual(gate.returncode, 0)
+            self.assertIn("needs an admin", gate.stderr + gate.stdout)  # refused by gpuosd itself
+            self.assertEqual(self.d.tenant(p.pid)["state"], "running", "a non-admin closed a gate")
+        finally:
+            p.kill()
+            p.wait()
+
     def test_killed_tenant_is_reclaimed(self):
         flag = os.path.join(self.d.dir, "never")
         p = subprocess.Popen(self.d.run_cmd(["--name", "victim", "--", bin_path("gpuos-interpose-probe"),
