@@ -238,6 +238,10 @@ class E2E(unittest.TestCase):
     @unittest.skipUnless(os.geteuid() == 0 and shutil.which("setpriv"), "needs root and setpriv")
     def test_ordinary_user_may_list_but_not_administer(self):
         os.chmod(self.d.dir, 0o755)  # let another uid reach the socket (gpuosd as root makes it 0666)
+        # The build tree may sit where another uid cannot enter (/root): run a copy of the CLI.
+        cli = os.path.join(self.d.dir, "gpuos")
+        shutil.copy(bin_path("gpuos"), cli)
+        os.chmod(cli, 0o755)
         flag = os.path.join(self.d.dir, "never")
         p = subprocess.Popen(self.d.run_cmd(["--name", "victim", "--", bin_path("gpuos-interpose-probe"),
                                              "--wait-file", flag]),
@@ -245,11 +249,11 @@ class E2E(unittest.TestCase):
         try:
             t = wait_for(lambda: self.d.tenant(p.pid), what="registration")
             as_nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--"]
-            ps = subprocess.run(as_nobody + [bin_path("gpuos"), "ps", "--json", "--socket", self.d.socket],
+            ps = subprocess.run(as_nobody + [cli, "ps", "--json", "--socket", self.d.socket],
                                 env=self.d.env, capture_output=True, text=True, timeout=10)
             self.assertEqual(ps.returncode, 0, ps.stderr)
             self.assertIn(p.pid, [x["pid"] for x in json.loads(ps.stdout)["tenants"]])
-            gate = subprocess.run(as_nobody + [bin_path("gpuos"), "gate", str(t["id"]), "close",
+            gate = subprocess.run(as_nobody + [cli, "gate", str(t["id"]), "close",
                                                "--socket", self.d.socket],
                                   env=self.d.env, capture_output=True, text=True, timeout=10)
             self.assertNotEqual(gate.returncode, 0)
