@@ -104,6 +104,13 @@ bool parse_tenants(Ctx& cx, const toml::table& t, Config* c) {
       if (!parse_class(s, &c->default_class)) {
         return cx.fail(v, "tenants", key, "\"" + s + "\" is not one of guaranteed, best-effort");
       }
+    } else if (key == "guaranteed") {
+      std::string s;
+      if (!cx.get_string(v, "tenants", key, &s)) return false;
+      if (s != "admins" && s != "anyone") {
+        return cx.fail(v, "tenants", key, "\"" + s + "\" is not one of admins, anyone");
+      }
+      c->guaranteed_for_anyone = s == "anyone";
     } else {
       return cx.fail(v, "tenants", key, "unknown key");
     }
@@ -313,6 +320,7 @@ std::string format_config(const Config& c) {
   s += "[tenants]\n";
   s += "on_no_daemon = " + quote(c.on_no_daemon) + "\n";
   s += "default_class = " + quote(class_name(c.default_class)) + "\n";
+  s += "guaranteed = " + quote(c.guaranteed_for_anyone ? "anyone" : "admins") + "\n";
   s += "[scheduler]\n";
   s += "policy = " + quote(c.scheduler.policy) + "\n";
   s += "be_max_inflight = " + std::to_string(c.scheduler.be_max_inflight) + "\n";

@@ -9,6 +9,7 @@
 //   [tenants]
 //   on_no_daemon = "passthrough"  # or "refuse"
 //   default_class = "best-effort" # or "guaranteed"
+//   guaranteed = "admins"         # who may register as guaranteed: "admins" or "anyone"
 //   [scheduler]
 //   policy = "open"        # one of kSchedulerPolicies: "open" (no gating) or "priority"
 //   be_max_inflight = 2    # priority: unfinished launches a best-effort tenant may have (0..1024)
@@ -65,6 +66,9 @@ struct Config {
   // [tenants]
   std::string on_no_daemon = "passthrough";  // "passthrough" | "refuse"
   gpuos_class default_class = GPUOS_CLASS_BEST_EFFORT;
+  // Only admins (uid 0, the daemon's uid, admin_group) may register as guaranteed; others asking
+  // for it are admitted as best-effort. "anyone" lifts that.
+  bool guaranteed_for_anyone = false;
   // [scheduler]
   SchedulerConfig scheduler;
   // [metrics]

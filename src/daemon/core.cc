@@ -284,8 +284,14 @@ Outcome Core::on_register(Connection& conn, const gpuos_msg_register& m) {
   t.requested_mem_bytes = m.requested_mem_bytes;
   copy_name(t.name, sizeof(t.name), m.name);
 
+  if (m.tenant_class == GPUOS_CLASS_GUARANTEED && opts_.guaranteed_needs_admin && !conn.peer.admin) {
+    // A tenant never raises its own class: guaranteed is granted to admins only.
+    log::warn("pid %d (%s, uid %u) asked for guaranteed; admitted as best-effort (not an admin)", m.pid,
+              t.name, static_cast<unsigned>(conn.peer.uid));
+    t.tenant_class = GPUOS_CLASS_BEST_EFFORT;
+  }
   Admission prefilled;
-  prefilled.granted_class = m.tenant_class;
+  prefilled.granted_class = t.tenant_class;
   prefilled.mem_quota_bytes = m.requested_mem_bytes;
   Admission adm = prefilled;
   if (!guarded("on_register", [&] { opts_.policy->on_register(view(t), &adm); })) adm = prefilled;
@@ -296,7 +302,7 @@ Outcome Core::on_register(Connection& conn, const gpuos_msg_register& m) {
   }
   // Lower only: GUARANTEED(1) is above BEST_EFFORT(2).
   if (adm.granted_class == GPUOS_CLASS_GUARANTEED || adm.granted_class == GPUOS_CLASS_BEST_EFFORT) {
-    if (!(m.tenant_class == GPUOS_CLASS_BEST_EFFORT && adm.granted_class == GPUOS_CLASS_GUARANTEED)) {
+    if (!(t.tenant_class == GPUOS_CLASS_BEST_EFFORT && adm.granted_class == GPUOS_CLASS_GUARANTEED)) {
       t.tenant_class = adm.granted_class;
     }
   }

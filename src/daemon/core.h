@@ -85,6 +85,9 @@ struct CoreOptions {
   uint32_t history = 256;
   std::vector<GpuInfo> gpus;
   std::unique_ptr<Policy> policy;               // null: the open policy
+  // True: a non-admin peer asking for GUARANTEED is admitted as BEST_EFFORT (config
+  // `[tenants] guaranteed = "admins"`, gpuosd's default). False here so tests opt in.
+  bool guaranteed_needs_admin = false;
   std::function<uint64_t()> unix_ms;            // null: CLOCK_REALTIME in ms (injectable for tests)
   std::function<uint64_t()> mono_ns;            // null: CLOCK_MONOTONIC in ns (injectable for tests)
 };

@@ -103,6 +103,7 @@ int main(int argc, char** argv) {
   }
   co.max_tenants = cfg.max_tenants;
   co.history = cfg.history;
+  co.guaranteed_needs_admin = !cfg.guaranteed_for_anyone;
   std::string warning;
   co.gpus = daemon::discover_gpus(nullptr, &warning);
   if (!warning.empty()) log::warn("%s", warning.c_str());

@@ -583,3 +583,34 @@ TEST_F(ActivityFixture, AThrowingTickFallsBackToo) {
 
 }  // namespace
 }  // namespace gpuos::daemon
+
+namespace gpuos::daemon {
+namespace {
+
+// A tenant never raises its own class: with guaranteed_needs_admin (gpuosd's default config), a
+// non-admin asking for GUARANTEED is admitted as BEST_EFFORT; an admin gets what it asked for.
+TEST(GuaranteedClass, OnlyAdminsMayRegisterAsGuaranteed) {
+  CoreOptions o;
+  o.guaranteed_needs_admin = true;
+  o.unix_ms = [] { return uint64_t{1700000000000}; };
+  Core core(std::move(o));
+  for (bool admin : {false, true}) {
+    Connection c;
+    c.id = admin ? 2 : 1;
+    c.peer.pid = admin ? 2000 : 1000;
+    c.peer.uid = admin ? 0 : 1000;
+    c.peer.admin = admin;
+    auto m = make_register(c.peer.pid);
+    m.tenant_class = GPUOS_CLASS_GUARANTEED;
+    Outcome out = core.handle_message(c, &m, sizeof(m));
+    ASSERT_NE(out.registered, 0u);
+    auto r = decode<gpuos_msg_register_reply>(out.replies.at(0));
+    EXPECT_EQ(r.status, GPUOS_OK);
+    const uint32_t want = admin ? GPUOS_CLASS_GUARANTEED : GPUOS_CLASS_BEST_EFFORT;
+    EXPECT_EQ(r.tenant_class, want) << (admin ? "admin" : "non-admin");
+    EXPECT_EQ(core.control_block(out.registered)->tenant_class, want);
+  }
+}
+
+}  // namespace
+}  // namespace gpuos::daemon
