@@ -18,9 +18,6 @@ struct RunOptions {
 };
 int run_command(const RunOptions& o, const std::vector<std::string>& cmd);
 
-// Parses a size: a decimal number with an optional binary unit (B, KiB/K, MiB/M, GiB/G, TiB/T;
-// case-insensitive). Returns false for anything else, zero, or an overflow.
-bool parse_size(const std::string& text, uint64_t* bytes);
 
 struct DemoOptions {
   std::string policy = "priority";  // gpuosd scheduling policy for the demo

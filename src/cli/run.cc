@@ -71,7 +71,7 @@ int run_command(const RunOptions& o, const std::vector<std::string>& cmd) {
   std::string mem;
   if (!o.mem.empty()) {
     uint64_t bytes = 0;
-    if (!parse_size(o.mem, &bytes)) {
+    if (!gpuos::parse_size(o.mem, &bytes)) {
       std::fprintf(stderr, "gpuos run: --mem %s: want a size such as 512MiB or 8GiB\n", o.mem.c_str());
       return 2;
     }
@@ -101,30 +101,6 @@ int run_command(const RunOptions& o, const std::vector<std::string>& cmd) {
   }
   std::fprintf(stderr, "gpuos run: %s: %s\n", cmd[0].c_str(), std::strerror(e));
   return 126;
-}
-
-bool parse_size(const std::string& text, uint64_t* bytes) {
-  std::size_t i = 0;
-  uint64_t n = 0;
-  while (i < text.size() && text[i] >= '0' && text[i] <= '9') {
-    uint64_t d = static_cast<uint64_t>(text[i] - '0');
-    if (n > (UINT64_MAX - d) / 10) return false;
-    n = n * 10 + d;
-    ++i;
-  }
-  if (i == 0) return false;
-  std::string unit;
-  for (; i < text.size(); ++i) unit += static_cast<char>(std::tolower(static_cast<unsigned char>(text[i])));
-  int shift;
-  if (unit.empty() || unit == "b") shift = 0;
-  else if (unit == "k" || unit == "kib") shift = 10;
-  else if (unit == "m" || unit == "mib") shift = 20;
-  else if (unit == "g" || unit == "gib") shift = 30;
-  else if (unit == "t" || unit == "tib") shift = 40;
-  else return false;
-  if (n == 0 || n > (UINT64_MAX >> shift)) return false;
-  *bytes = n << shift;
-  return true;
 }
 
 }  // namespace gpuos::cli

@@ -1,3 +1,4 @@
+#include <cctype>
 #include "daemon/config.h"
 
 #include <arpa/inet.h>
@@ -111,6 +112,13 @@ bool parse_tenants(Ctx& cx, const toml::table& t, Config* c) {
         return cx.fail(v, "tenants", key, "\"" + s + "\" is not one of admins, anyone");
       }
       c->guaranteed_for_anyone = s == "anyone";
+    } else if (key == "mem_quota_cap") {
+      std::string s;
+      if (!cx.get_string(v, "tenants", key, &s)) return false;
+      if (!s.empty() && !parse_size(s, &c->mem_quota_cap_bytes)) {
+        return cx.fail(v, "tenants", key, "\"" + s + "\" is not a size such as 512MiB or 40GiB");
+      }
+      if (s.empty()) c->mem_quota_cap_bytes = 0;
     } else {
       return cx.fail(v, "tenants", key, "unknown key");
     }
@@ -321,6 +329,7 @@ std::string format_config(const Config& c) {
   s += "on_no_daemon = " + quote(c.on_no_daemon) + "\n";
   s += "default_class = " + quote(class_name(c.default_class)) + "\n";
   s += "guaranteed = " + quote(c.guaranteed_for_anyone ? "anyone" : "admins") + "\n";
+  s += "mem_quota_cap = " + quote(c.mem_quota_cap_bytes ? std::to_string(c.mem_quota_cap_bytes) : "") + "\n";
   s += "[scheduler]\n";
   s += "policy = " + quote(c.scheduler.policy) + "\n";
   s += "be_max_inflight = " + std::to_string(c.scheduler.be_max_inflight) + "\n";
@@ -329,6 +338,30 @@ std::string format_config(const Config& c) {
   s += "[metrics]\n";
   s += "listen = " + quote(c.metrics_listen) + "\n";
   return s;
+}
+
+bool parse_size(const std::string& text, uint64_t* bytes) {
+  std::size_t i = 0;
+  uint64_t n = 0;
+  while (i < text.size() && text[i] >= '0' && text[i] <= '9') {
+    uint64_t d = static_cast<uint64_t>(text[i] - '0');
+    if (n > (UINT64_MAX - d) / 10) return false;
+    n = n * 10 + d;
+    ++i;
+  }
+  if (i == 0) return false;
+  std::string unit;
+  for (; i < text.size(); ++i) unit += static_cast<char>(std::tolower(static_cast<unsigned char>(text[i])));
+  int shift;
+  if (unit.empty() || unit == "b") shift = 0;
+  else if (unit == "k" || unit == "kib") shift = 10;
+  else if (unit == "m" || unit == "mib") shift = 20;
+  else if (unit == "g" || unit == "gib") shift = 30;
+  else if (unit == "t" || unit == "tib") shift = 40;
+  else return false;
+  if (n == 0 || n > (UINT64_MAX >> shift)) return false;
+  *bytes = n << shift;
+  return true;
 }
 
 }  // namespace gpuos

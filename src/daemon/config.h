@@ -10,6 +10,7 @@
 //   on_no_daemon = "passthrough"  # or "refuse"
 //   default_class = "best-effort" # or "guaranteed"
 //   guaranteed = "admins"         # who may register as guaranteed: "admins" or "anyone"
+//   mem_quota_cap = ""            # largest memory quota a non-admin tenant gets, e.g. "40GiB"; "" = none
 //   [scheduler]
 //   policy = "open"        # one of kSchedulerPolicies: "open" (no gating) or "priority"
 //   be_max_inflight = 2    # priority: unfinished launches a best-effort tenant may have (0..1024)
@@ -69,6 +70,8 @@ struct Config {
   // Only admins (uid 0, the daemon's uid, admin_group) may register as guaranteed; others asking
   // for it are admitted as best-effort. "anyone" lifts that.
   bool guaranteed_for_anyone = false;
+  // Non-admin tenants get at most this memory quota (also when they ask for none); 0 = no cap.
+  uint64_t mem_quota_cap_bytes = 0;
   // [scheduler]
   SchedulerConfig scheduler;
   // [metrics]
@@ -99,5 +102,9 @@ std::string format_config(const Config& c);
 // "guaranteed" / "best-effort" <-> gpuos_class. class_name returns "unknown" for other values.
 bool parse_class(std::string_view text, gpuos_class* out);
 const char* class_name(uint32_t tenant_class);
+
+// Parses a size: a decimal number with an optional binary unit (B, KiB/K, MiB/M, GiB/G, TiB/T;
+// case-insensitive). Returns false for anything else, zero, or an overflow.
+bool parse_size(const std::string& text, uint64_t* bytes);
 
 }  // namespace gpuos

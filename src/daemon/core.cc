@@ -293,6 +293,10 @@ Outcome Core::on_register(Connection& conn, const gpuos_msg_register& m) {
   Admission prefilled;
   prefilled.granted_class = t.tenant_class;
   prefilled.mem_quota_bytes = m.requested_mem_bytes;
+  const uint64_t cap = opts_.mem_quota_cap_bytes;
+  if (cap != 0 && !conn.peer.admin && (prefilled.mem_quota_bytes == 0 || prefilled.mem_quota_bytes > cap)) {
+    prefilled.mem_quota_bytes = cap;  // a tenant never grants itself more memory than the config allows
+  }
   Admission adm = prefilled;
   if (!guarded("on_register", [&] { opts_.policy->on_register(view(t), &adm); })) adm = prefilled;
   if (adm.status != GPUOS_OK) {
@@ -305,6 +309,9 @@ Outcome Core::on_register(Connection& conn, const gpuos_msg_register& m) {
     if (!(t.tenant_class == GPUOS_CLASS_BEST_EFFORT && adm.granted_class == GPUOS_CLASS_GUARANTEED)) {
       t.tenant_class = adm.granted_class;
     }
+  }
+  if (cap != 0 && !conn.peer.admin && (adm.mem_quota_bytes == 0 || adm.mem_quota_bytes > cap)) {
+    adm.mem_quota_bytes = cap;
   }
   uint32_t gate = adm.initial_gate == GPUOS_GATE_CLOSED ? GPUOS_GATE_CLOSED : GPUOS_GATE_OPEN;
 

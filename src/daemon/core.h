@@ -88,6 +88,8 @@ struct CoreOptions {
   // True: a non-admin peer asking for GUARANTEED is admitted as BEST_EFFORT (config
   // `[tenants] guaranteed = "admins"`, gpuosd's default). False here so tests opt in.
   bool guaranteed_needs_admin = false;
+  // Non-zero: a non-admin tenant's memory quota is at most this (also when it asked for none).
+  uint64_t mem_quota_cap_bytes = 0;
   std::function<uint64_t()> unix_ms;            // null: CLOCK_REALTIME in ms (injectable for tests)
   std::function<uint64_t()> mono_ns;            // null: CLOCK_MONOTONIC in ns (injectable for tests)
 };

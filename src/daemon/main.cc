@@ -104,6 +104,7 @@ int main(int argc, char** argv) {
   co.max_tenants = cfg.max_tenants;
   co.history = cfg.history;
   co.guaranteed_needs_admin = !cfg.guaranteed_for_anyone;
+  co.mem_quota_cap_bytes = cfg.mem_quota_cap_bytes;
   std::string warning;
   co.gpus = daemon::discover_gpus(nullptr, &warning);
   if (!warning.empty()) log::warn("%s", warning.c_str());

@@ -22,6 +22,7 @@ TEST(Config, EmptyGivesDefaults) {
   EXPECT_EQ(r.config->on_no_daemon, "passthrough");
   EXPECT_EQ(r.config->default_class, GPUOS_CLASS_BEST_EFFORT);
   EXPECT_FALSE(r.config->guaranteed_for_anyone);  // secure default: admins only
+  EXPECT_EQ(r.config->mem_quota_cap_bytes, 0u);
   EXPECT_EQ(r.config->scheduler.policy, "open");
   EXPECT_EQ(r.config->scheduler.be_max_inflight, 2u);
   EXPECT_EQ(r.config->scheduler.idle_grace_us, 200u);
@@ -41,6 +42,7 @@ max_tenants = 4096
 on_no_daemon = "refuse"
 default_class = "guaranteed"
 guaranteed = "anyone"
+mem_quota_cap = "40GiB"
 [scheduler]
 policy = "priority"
 be_max_inflight = 0
@@ -60,6 +62,7 @@ be_slice_ms = 10000
   EXPECT_EQ(r.config->on_no_daemon, "refuse");
   EXPECT_EQ(r.config->default_class, GPUOS_CLASS_GUARANTEED);
   EXPECT_TRUE(r.config->guaranteed_for_anyone);
+  EXPECT_EQ(r.config->mem_quota_cap_bytes, 40ull << 30);
   // The effective config round-trips.
   ConfigResult again = parse(format_config(*r.config));
   ASSERT_TRUE(again) << again.error;
@@ -67,6 +70,7 @@ be_slice_ms = 10000
   EXPECT_EQ(again.config->max_tenants, 4096u);
   EXPECT_EQ(again.config->default_class, GPUOS_CLASS_GUARANTEED);
   EXPECT_TRUE(again.config->guaranteed_for_anyone);
+  EXPECT_EQ(again.config->mem_quota_cap_bytes, 40ull << 30);
   EXPECT_EQ(again.config->scheduler.policy, "priority");
   EXPECT_EQ(again.config->scheduler.be_max_inflight, 0u);
   EXPECT_EQ(again.config->scheduler.idle_grace_us, 1000000u);
@@ -119,6 +123,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Bad{"[tenants]\non_no_daemon = \"maybe\"\n", "on_no_daemon: \"maybe\" is not one of"},
                       Bad{"[tenants]\ndefault_class = \"vip\"\n", "default_class: \"vip\" is not one of"},
                       Bad{"[tenants]\nguaranteed = \"everyone\"\n", "guaranteed: \"everyone\" is not one of"},
+                      Bad{"[tenants]\nmem_quota_cap = \"lots\"\n", "mem_quota_cap: \"lots\" is not a size"},
+                      Bad{"[tenants]\nmem_quota_cap = 40\n", "mem_quota_cap"},
                       Bad{"[scheduler]\npolicy = \"fifo\"\n",
                           "test.toml:2: [scheduler] policy: \"fifo\" is not one of open, priority"},
                       Bad{"[scheduler]\npolicy = 1\n", "[scheduler] policy: expected a string, got integer"},

@@ -614,3 +614,40 @@ TEST(GuaranteedClass, OnlyAdminsMayRegisterAsGuaranteed) {
 
 }  // namespace
 }  // namespace gpuos::daemon
+
+namespace gpuos::daemon {
+namespace {
+
+// A tenant never grants itself more memory than the config allows: with a cap, a non-admin's quota
+// is min(asked, cap) and "no quota" means the cap; admins are not capped.
+TEST(MemoryQuotaCap, NonAdminQuotaIsCapped) {
+  CoreOptions o;
+  o.mem_quota_cap_bytes = 1 << 30;
+  o.unix_ms = [] { return uint64_t{1700000000000}; };
+  Core core(std::move(o));
+  struct Case {
+    bool admin;
+    uint64_t asked;
+    uint64_t want;
+  };
+  const Case cases[] = {{false, 0, 1 << 30}, {false, 4ull << 30, 1 << 30}, {false, 1 << 20, 1 << 20},
+                        {true, 0, 0}, {true, 4ull << 30, 4ull << 30}};
+  int i = 0;
+  for (const Case& c : cases) {
+    Connection conn;
+    conn.id = 10 + i;
+    conn.peer.pid = 3000 + i;
+    conn.peer.uid = c.admin ? 0 : 1000;
+    conn.peer.admin = c.admin;
+    ++i;
+    auto m = make_register(conn.peer.pid);
+    m.requested_mem_bytes = c.asked;
+    Outcome out = core.handle_message(conn, &m, sizeof(m));
+    ASSERT_NE(out.registered, 0u);
+    EXPECT_EQ(core.control_block(out.registered)->mem_quota_bytes, c.want)
+        << "admin " << c.admin << " asked " << c.asked;
+  }
+}
+
+}  // namespace
+}  // namespace gpuos::daemon
