@@ -101,7 +101,58 @@ typedef struct gpuos_control_block {
    * tenant built before it leaves them 0 (the daemon then sees waits without a distribution). */
   uint64_t gate_wait_hist[6];
   uint8_t pad2[8];
+
+  /* ---- memory oversubscription (swap), written by gpuosd, read by the tenant ---- */
+  uint32_t swap_command;      /* gpuos_swap_command: what the daemon asks for */
+  uint32_t swap_command_seq;  /* bumped with every command; futex word the tenant's swapper waits on */
+  uint32_t mem_answer_seq;    /* bumped when the daemon answered a memory request (mem_request_seq) */
+  uint32_t mem_answer;        /* gpuos_mem_answer of that answer */
+  uint64_t swap_slice_offset; /* SWAP_OUT: where in the swap pool the tenant puts its memory */
+  uint64_t swap_slice_bytes;  /* SWAP_OUT: size of that slice */
+  uint64_t swap_want_bytes;   /* SWAP_OUT: move at least this much (as far as the slice allows) */
+  uint8_t pad3[24];
+
+  /* ---- memory oversubscription (swap), written by the tenant, read by gpuosd ---- */
+  uint32_t swappable;         /* 1: the tenant's device memory can be swapped (gpuos run --swap) */
+  uint32_t swap_state;        /* gpuos_swap_state */
+  uint32_t swap_done_seq;     /* swap_command_seq of the last command carried out (or given up) */
+  uint32_t mem_request_seq;   /* bumped when an allocation needs the daemon to make room */
+  uint64_t mem_wanted_bytes;  /* size of that allocation */
+  uint64_t swappable_bytes;   /* bytes of the tenant's allocations that can move (resident or not) */
+  uint64_t swapped_bytes;     /* bytes now held in host memory instead of on the GPU */
+  uint64_t swap_outs;         /* completed swap-outs */
+  uint64_t swap_ins;          /* completed swap-ins */
+  uint64_t swap_out_bytes;    /* total bytes copied out */
+  uint64_t swap_in_bytes;     /* total bytes copied back */
+  uint64_t swap_out_ns;       /* total time of swap-outs (drain excluded: copy and release) */
+  uint64_t swap_in_ns;        /* total time of swap-ins (map and copy) */
+  uint64_t max_swap_in_ns;    /* longest swap-in */
+  uint64_t mem_waits;         /* allocations that waited for the daemon to make room */
+  uint64_t mem_wait_ns;       /* total time of those waits */
+  uint8_t pad4[16];
 } gpuos_control_block;
+
+/* swap_command values */
+typedef enum gpuos_swap_command {
+  GPUOS_SWAP_NONE = 0,
+  GPUOS_SWAP_OUT = 1, /* gate is closed: drain, move swap_want_bytes (whole allocations, largest
+                         first) into the pool slice and release their GPU memory; repeatable */
+  GPUOS_SWAP_IN = 2,  /* map memory again at the same addresses and copy it back */
+} gpuos_swap_command;
+
+/* swap_state values */
+typedef enum gpuos_swap_state {
+  GPUOS_SWAP_RESIDENT = 0,
+  GPUOS_SWAP_SWAPPING_OUT = 1,
+  GPUOS_SWAP_SWAPPED_OUT = 2, /* some or all of its movable memory is in host memory */
+  GPUOS_SWAP_SWAPPING_IN = 3,
+} gpuos_swap_state;
+
+/* mem_answer values */
+typedef enum gpuos_mem_answer {
+  GPUOS_MEM_RETRY = 1,   /* room was made (or may have been): try the allocation again */
+  GPUOS_MEM_REFUSED = 2, /* no room can be made: the allocation fails with out-of-memory */
+} gpuos_mem_answer;
 
 #define GPUOS_GATE_WAIT_BUCKETS 6
 /* Upper bound of gate_wait_hist[i] for i < 5: 100 us, 1 ms, 10 ms, 100 ms, 1 s ([5]: the rest). */
@@ -133,7 +184,9 @@ typedef enum gpuos_msg_type {
   GPUOS_MSG_REPLY = 8,          /* daemon -> client: gpuos_msg_reply */
   GPUOS_MSG_SHUTDOWN = 9,       /* admin -> daemon: gpuos_msg_header only */
   GPUOS_MSG_ACTIVITY = 10,      /* tenant -> daemon: gpuos_msg_activity; no reply */
-  GPUOS_MSG_TYPE_MAX = 10,
+  GPUOS_MSG_SWAP_POOL = 11,     /* tenant -> daemon: gpuos_msg_header only; asks for the swap pool */
+  GPUOS_MSG_SWAP_POOL_REPLY = 12, /* daemon -> tenant: gpuos_msg_swap_pool_reply (+ pool memfd) */
+  GPUOS_MSG_TYPE_MAX = 12,
 } gpuos_msg_type;
 
 typedef struct gpuos_msg_header {
@@ -209,6 +262,19 @@ typedef struct gpuos_msg_tenant_info {
   uint64_t alloc_failures;
   uint64_t registered_unix_ms;
   uint64_t exited_unix_ms; /* 0 while running */
+  /* memory oversubscription: the control block's swap words (see there) */
+  uint32_t swappable;
+  uint32_t swap_state;
+  uint64_t swapped_bytes;
+  uint64_t swap_outs;
+  uint64_t swap_ins;
+  uint64_t swap_out_bytes;
+  uint64_t swap_in_bytes;
+  uint64_t swap_out_ns;
+  uint64_t swap_in_ns;
+  uint64_t max_swap_in_ns;
+  uint64_t mem_waits;
+  uint64_t mem_wait_ns;
 } gpuos_msg_tenant_info;
 
 typedef struct gpuos_msg_set_gate {
@@ -225,6 +291,16 @@ typedef struct gpuos_msg_activity {
   uint32_t busy;
   uint32_t waiting;
 } gpuos_msg_activity;
+
+/* The swap pool: host memory (a memfd) gpuosd sets aside for swapped-out tenants. Every swappable
+ * tenant maps and pins all of it once; the daemon hands out slices of it with each SWAP_OUT. With
+ * status != GPUOS_OK there is no pool (swapping is off) and no fd. */
+typedef struct gpuos_msg_swap_pool_reply {
+  gpuos_msg_header hdr;
+  int32_t status; /* gpuos_status */
+  uint32_t reserved;
+  uint64_t pool_bytes;
+} gpuos_msg_swap_pool_reply;
 
 typedef struct gpuos_msg_reply {
   gpuos_msg_header hdr;
@@ -246,14 +322,17 @@ static_assert(sizeof(gpuos_control_block) % 64 == 0, "control block is whole cac
 static_assert(offsetof(gpuos_control_block, gate) == 64, "daemon-written line");
 static_assert(offsetof(gpuos_control_block, launches) == 128, "tenant-written lines");
 static_assert(sizeof(gpuos_control_block) <= 4096, "control block fits one page");
-static_assert(sizeof(gpuos_control_block) == 448, "ABI v1 frozen (fields only ever replace padding)");
+static_assert(sizeof(gpuos_control_block) == 640, "ABI v1 frozen at release (fields only ever replace padding)");
+static_assert(offsetof(gpuos_control_block, swap_command) == 448, "daemon-written memory line");
+static_assert(offsetof(gpuos_control_block, swappable) == 512, "tenant-written memory lines");
 static_assert(offsetof(gpuos_control_block, gate_wait_hist) == 392, "ABI v1 frozen");
 static_assert(sizeof(gpuos_msg_register) == 104, "ABI v1 frozen");
 static_assert(sizeof(gpuos_msg_register_reply) == 192, "ABI v1 frozen");
-static_assert(sizeof(gpuos_msg_tenant_info) == 208, "ABI v1 frozen");
+static_assert(sizeof(gpuos_msg_tenant_info) == 296, "ABI v1 frozen");
 static_assert(sizeof(gpuos_msg_gpu_info) == 176, "ABI v1 frozen");
 static_assert(sizeof(gpuos_msg_reply) == 184, "ABI v1 frozen");
 static_assert(sizeof(gpuos_msg_activity) == 24, "ABI v1 frozen");
+static_assert(sizeof(gpuos_msg_swap_pool_reply) == 32, "ABI v1 frozen");
 static_assert(sizeof(gpuos_msg_tenant_info) <= GPUOS_MSG_MAX_SIZE, "fits the receive buffer");
 #endif
 

@@ -87,6 +87,26 @@
     (f, gx, gy, gz, bx, by, bz, shmem, stream, params))                                            \
   X(cuGraphLaunch, (CUgraphExec exec, CUstream stream), (exec, stream))                            \
   X(cuGraphLaunch_ptsz, (CUgraphExec exec, CUstream stream), (exec, stream))                       \
+  /* used by the swapper (not governed): contexts, its own stream, virtual memory */              \
+  X(cuCtxPushCurrent_v2, (CUcontext ctx), (ctx))                                                   \
+  X(cuCtxPopCurrent_v2, (CUcontext * pctx), (pctx))                                                \
+  X(cuCtxSynchronize, (), ())                                                                      \
+  X(cuStreamSynchronize, (CUstream stream), (stream))                                              \
+  X(cuStreamDestroy_v2, (CUstream stream), (stream))                                               \
+  X(cuMemGetAllocationGranularity,                                                                 \
+    (size_t * granularity, const CUmemAllocationProp* prop, CUmemAllocationGranularity_flags option),\
+    (granularity, prop, option))                                                                   \
+  X(cuMemAddressReserve,                                                                           \
+    (CUdeviceptr * ptr, size_t size, size_t alignment, CUdeviceptr addr, unsigned long long flags),\
+    (ptr, size, alignment, addr, flags))                                                           \
+  X(cuMemAddressFree, (CUdeviceptr ptr, size_t size), (ptr, size))                                 \
+  X(cuMemMap,                                                                                      \
+    (CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,             \
+     unsigned long long flags),                                                                    \
+    (ptr, size, offset, handle, flags))                                                            \
+  X(cuMemUnmap, (CUdeviceptr ptr, size_t size), (ptr, size))                                       \
+  X(cuMemSetAccess, (CUdeviceptr ptr, size_t size, const CUmemAccessDesc* desc, size_t count),     \
+    (ptr, size, desc, count))                                                                      \
   /* memory */                                                                                    \
   X(cuMemGetInfo_v2, (size_t * free_bytes, size_t * total_bytes), (free_bytes, total_bytes))     \
   X(cuMemAlloc_v2, (CUdeviceptr * dptr, size_t bytes), (dptr, bytes))                              \
@@ -110,7 +130,175 @@
     (CUmemGenericAllocationHandle * handle, size_t bytes, const CUmemAllocationProp* prop,         \
      unsigned long long flags),                                                                    \
     (handle, bytes, prop, flags))                                                                  \
-  X(cuMemRelease, (CUmemGenericAllocationHandle handle), (handle))
+  X(cuMemRelease, (CUmemGenericAllocationHandle handle), (handle))                                 \
+  /* copies that touch device memory (governed: a swappable tenant waits while swapped out) */     \
+  X(cuMemcpy, (CUdeviceptr dst, CUdeviceptr src, size_t bytes), (dst, src, bytes))                 \
+  X(cuMemcpy_ptds, (CUdeviceptr dst, CUdeviceptr src, size_t bytes), (dst, src, bytes))            \
+  X(cuMemcpyPeer,                                                                                  \
+    (CUdeviceptr dst, CUcontext dstCtx, CUdeviceptr src, CUcontext srcCtx, size_t bytes),          \
+    (dst, dstCtx, src, srcCtx, bytes))                                                             \
+  X(cuMemcpyPeer_ptds,                                                                             \
+    (CUdeviceptr dst, CUcontext dstCtx, CUdeviceptr src, CUcontext srcCtx, size_t bytes),          \
+    (dst, dstCtx, src, srcCtx, bytes))                                                             \
+  X(cuMemcpyHtoD_v2, (CUdeviceptr dst, const void* src, size_t bytes), (dst, src, bytes))          \
+  X(cuMemcpyHtoD_v2_ptds, (CUdeviceptr dst, const void* src, size_t bytes), (dst, src, bytes))     \
+  X(cuMemcpyDtoH_v2, (void* dst, CUdeviceptr src, size_t bytes), (dst, src, bytes))                \
+  X(cuMemcpyDtoH_v2_ptds, (void* dst, CUdeviceptr src, size_t bytes), (dst, src, bytes))           \
+  X(cuMemcpyDtoD_v2, (CUdeviceptr dst, CUdeviceptr src, size_t bytes), (dst, src, bytes))          \
+  X(cuMemcpyDtoD_v2_ptds, (CUdeviceptr dst, CUdeviceptr src, size_t bytes), (dst, src, bytes))     \
+  X(cuMemcpy2D_v2, (const CUDA_MEMCPY2D* copy), (copy))                                            \
+  X(cuMemcpy2D_v2_ptds, (const CUDA_MEMCPY2D* copy), (copy))                                       \
+  X(cuMemcpy2DUnaligned_v2, (const CUDA_MEMCPY2D* copy), (copy))                                   \
+  X(cuMemcpy2DUnaligned_v2_ptds, (const CUDA_MEMCPY2D* copy), (copy))                              \
+  X(cuMemcpy3D_v2, (const CUDA_MEMCPY3D* copy), (copy))                                            \
+  X(cuMemcpy3D_v2_ptds, (const CUDA_MEMCPY3D* copy), (copy))                                       \
+  X(cuMemcpy3DPeer, (const CUDA_MEMCPY3D_PEER* copy), (copy))                                      \
+  X(cuMemcpy3DPeer_ptds, (const CUDA_MEMCPY3D_PEER* copy), (copy))                                 \
+  X(cuMemcpyAsync, (CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream),              \
+    (dst, src, bytes, stream))                                                                     \
+  X(cuMemcpyAsync_ptsz, (CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream),         \
+    (dst, src, bytes, stream))                                                                     \
+  X(cuMemcpyPeerAsync,                                                                             \
+    (CUdeviceptr dst, CUcontext dstCtx, CUdeviceptr src, CUcontext srcCtx, size_t bytes,           \
+     CUstream stream),                                                                             \
+    (dst, dstCtx, src, srcCtx, bytes, stream))                                                     \
+  X(cuMemcpyPeerAsync_ptsz,                                                                        \
+    (CUdeviceptr dst, CUcontext dstCtx, CUdeviceptr src, CUcontext srcCtx, size_t bytes,           \
+     CUstream stream),                                                                             \
+    (dst, dstCtx, src, srcCtx, bytes, stream))                                                     \
+  X(cuMemcpyHtoDAsync_v2, (CUdeviceptr dst, const void* src, size_t bytes, CUstream stream),       \
+    (dst, src, bytes, stream))                                                                     \
+  X(cuMemcpyHtoDAsync_v2_ptsz, (CUdeviceptr dst, const void* src, size_t bytes, CUstream stream),  \
+    (dst, src, bytes, stream))                                                                     \
+  X(cuMemcpyDtoHAsync_v2, (void* dst, CUdeviceptr src, size_t bytes, CUstream stream),             \
+    (dst, src, bytes, stream))                                                                     \
+  X(cuMemcpyDtoHAsync_v2_ptsz, (void* dst, CUdeviceptr src, size_t bytes, CUstream stream),        \
+    (dst, src, bytes, stream))                                                                     \
+  X(cuMemcpyDtoDAsync_v2, (CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream),       \
+    (dst, src, bytes, stream))                                                                     \
+  X(cuMemcpyDtoDAsync_v2_ptsz, (CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream),  \
+    (dst, src, bytes, stream))                                                                     \
+  X(cuMemcpy2DAsync_v2, (const CUDA_MEMCPY2D* copy, CUstream stream), (copy, stream))              \
+  X(cuMemcpy2DAsync_v2_ptsz, (const CUDA_MEMCPY2D* copy, CUstream stream), (copy, stream))         \
+  X(cuMemcpy3DAsync_v2, (const CUDA_MEMCPY3D* copy, CUstream stream), (copy, stream))              \
+  X(cuMemcpy3DAsync_v2_ptsz, (const CUDA_MEMCPY3D* copy, CUstream stream), (copy, stream))         \
+  X(cuMemcpy3DPeerAsync, (const CUDA_MEMCPY3D_PEER* copy, CUstream stream), (copy, stream))        \
+  X(cuMemcpy3DPeerAsync_ptsz, (const CUDA_MEMCPY3D_PEER* copy, CUstream stream), (copy, stream))   \
+  X(cuMemcpyBatchAsync,                                                                            \
+    (CUdeviceptr * dsts, CUdeviceptr * srcs, size_t * sizes, size_t count,                         \
+     CUmemcpyAttributes * attrs, size_t * attrsIdxs, size_t numAttrs, size_t * failIdx,            \
+     CUstream stream),                                                                             \
+    (dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, failIdx, stream))                       \
+  X(cuMemcpyBatchAsync_ptsz,                                                                       \
+    (CUdeviceptr * dsts, CUdeviceptr * srcs, size_t * sizes, size_t count,                         \
+     CUmemcpyAttributes * attrs, size_t * attrsIdxs, size_t numAttrs, size_t * failIdx,            \
+     CUstream stream),                                                                             \
+    (dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, failIdx, stream))                       \
+  X(cuMemcpyBatchAsync_v2,                                                                         \
+    (CUdeviceptr * dsts, CUdeviceptr * srcs, size_t * sizes, size_t count,                         \
+     CUmemcpyAttributes * attrs, size_t * attrsIdxs, size_t numAttrs, CUstream stream),            \
+    (dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, stream))                                \
+  X(cuMemcpyBatchAsync_v2_ptsz,                                                                    \
+    (CUdeviceptr * dsts, CUdeviceptr * srcs, size_t * sizes, size_t count,                         \
+     CUmemcpyAttributes * attrs, size_t * attrsIdxs, size_t numAttrs, CUstream stream),            \
+    (dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, stream))                                \
+  X(cuMemcpy3DBatchAsync,                                                                          \
+    (size_t numOps, CUDA_MEMCPY3D_BATCH_OP * ops, size_t * failIdx, unsigned long long flags,      \
+     CUstream stream),                                                                             \
+    (numOps, ops, failIdx, flags, stream))                                                         \
+  X(cuMemcpy3DBatchAsync_ptsz,                                                                     \
+    (size_t numOps, CUDA_MEMCPY3D_BATCH_OP * ops, size_t * failIdx, unsigned long long flags,      \
+     CUstream stream),                                                                             \
+    (numOps, ops, failIdx, flags, stream))                                                         \
+  X(cuMemcpy3DBatchAsync_v2,                                                                       \
+    (size_t numOps, CUDA_MEMCPY3D_BATCH_OP * ops, unsigned long long flags, CUstream stream),      \
+    (numOps, ops, flags, stream))                                                                  \
+  X(cuMemcpy3DBatchAsync_v2_ptsz,                                                                  \
+    (size_t numOps, CUDA_MEMCPY3D_BATCH_OP * ops, unsigned long long flags, CUstream stream),      \
+    (numOps, ops, flags, stream))                                                                  \
+  /* memsets (governed) */                                                                         \
+  X(cuMemsetD8_v2, (CUdeviceptr dst, unsigned char value, size_t n), (dst, value, n))              \
+  X(cuMemsetD8_v2_ptds, (CUdeviceptr dst, unsigned char value, size_t n), (dst, value, n))         \
+  X(cuMemsetD16_v2, (CUdeviceptr dst, unsigned short value, size_t n), (dst, value, n))            \
+  X(cuMemsetD16_v2_ptds, (CUdeviceptr dst, unsigned short value, size_t n), (dst, value, n))       \
+  X(cuMemsetD32_v2, (CUdeviceptr dst, unsigned int value, size_t n), (dst, value, n))              \
+  X(cuMemsetD32_v2_ptds, (CUdeviceptr dst, unsigned int value, size_t n), (dst, value, n))         \
+  X(cuMemsetD2D8_v2,                                                                               \
+    (CUdeviceptr dst, size_t pitch, unsigned char value, size_t width, size_t height),             \
+    (dst, pitch, value, width, height))                                                            \
+  X(cuMemsetD2D8_v2_ptds,                                                                          \
+    (CUdeviceptr dst, size_t pitch, unsigned char value, size_t width, size_t height),             \
+    (dst, pitch, value, width, height))                                                            \
+  X(cuMemsetD2D16_v2,                                                                              \
+    (CUdeviceptr dst, size_t pitch, unsigned short value, size_t width, size_t height),            \
+    (dst, pitch, value, width, height))                                                            \
+  X(cuMemsetD2D16_v2_ptds,                                                                         \
+    (CUdeviceptr dst, size_t pitch, unsigned short value, size_t width, size_t height),            \
+    (dst, pitch, value, width, height))                                                            \
+  X(cuMemsetD2D32_v2,                                                                              \
+    (CUdeviceptr dst, size_t pitch, unsigned int value, size_t width, size_t height),              \
+    (dst, pitch, value, width, height))                                                            \
+  X(cuMemsetD2D32_v2_ptds,                                                                         \
+    (CUdeviceptr dst, size_t pitch, unsigned int value, size_t width, size_t height),              \
+    (dst, pitch, value, width, height))                                                            \
+  X(cuMemsetD8Async, (CUdeviceptr dst, unsigned char value, size_t n, CUstream stream),            \
+    (dst, value, n, stream))                                                                       \
+  X(cuMemsetD8Async_ptsz, (CUdeviceptr dst, unsigned char value, size_t n, CUstream stream),       \
+    (dst, value, n, stream))                                                                       \
+  X(cuMemsetD16Async, (CUdeviceptr dst, unsigned short value, size_t n, CUstream stream),          \
+    (dst, value, n, stream))                                                                       \
+  X(cuMemsetD16Async_ptsz, (CUdeviceptr dst, unsigned short value, size_t n, CUstream stream),     \
+    (dst, value, n, stream))                                                                       \
+  X(cuMemsetD32Async, (CUdeviceptr dst, unsigned int value, size_t n, CUstream stream),            \
+    (dst, value, n, stream))                                                                       \
+  X(cuMemsetD32Async_ptsz, (CUdeviceptr dst, unsigned int value, size_t n, CUstream stream),       \
+    (dst, value, n, stream))                                                                       \
+  X(cuMemsetD2D8Async,                                                                             \
+    (CUdeviceptr dst, size_t pitch, unsigned char value, size_t width, size_t height,              \
+     CUstream stream),                                                                             \
+    (dst, pitch, value, width, height, stream))                                                    \
+  X(cuMemsetD2D8Async_ptsz,                                                                        \
+    (CUdeviceptr dst, size_t pitch, unsigned char value, size_t width, size_t height,              \
+     CUstream stream),                                                                             \
+    (dst, pitch, value, width, height, stream))                                                    \
+  X(cuMemsetD2D16Async,                                                                            \
+    (CUdeviceptr dst, size_t pitch, unsigned short value, size_t width, size_t height,             \
+     CUstream stream),                                                                             \
+    (dst, pitch, value, width, height, stream))                                                    \
+  X(cuMemsetD2D16Async_ptsz,                                                                       \
+    (CUdeviceptr dst, size_t pitch, unsigned short value, size_t width, size_t height,             \
+     CUstream stream),                                                                             \
+    (dst, pitch, value, width, height, stream))                                                    \
+  X(cuMemsetD2D32Async,                                                                            \
+    (CUdeviceptr dst, size_t pitch, unsigned int value, size_t width, size_t height,               \
+     CUstream stream),                                                                             \
+    (dst, pitch, value, width, height, stream))                                                    \
+  X(cuMemsetD2D32Async_ptsz,                                                                       \
+    (CUdeviceptr dst, size_t pitch, unsigned int value, size_t width, size_t height,               \
+     CUstream stream),                                                                             \
+    (dst, pitch, value, width, height, stream))                                                    \
+  /* prefetches of managed memory (governed) */                                                    \
+  X(cuMemPrefetchAsync, (CUdeviceptr ptr, size_t bytes, CUdevice dstDevice, CUstream stream),      \
+    (ptr, bytes, dstDevice, stream))                                                               \
+  X(cuMemPrefetchAsync_ptsz, (CUdeviceptr ptr, size_t bytes, CUdevice dstDevice, CUstream stream), \
+    (ptr, bytes, dstDevice, stream))                                                               \
+  X(cuMemPrefetchAsync_v2,                                                                         \
+    (CUdeviceptr ptr, size_t bytes, CUmemLocation location, unsigned int flags, CUstream stream),  \
+    (ptr, bytes, location, flags, stream))                                                         \
+  X(cuMemPrefetchAsync_v2_ptsz,                                                                    \
+    (CUdeviceptr ptr, size_t bytes, CUmemLocation location, unsigned int flags, CUstream stream),  \
+    (ptr, bytes, location, flags, stream))                                                         \
+  X(cuMemPrefetchBatchAsync,                                                                       \
+    (CUdeviceptr * ptrs, size_t * sizes, size_t count, CUmemLocation * locs, size_t * locIdxs,     \
+     size_t numLocs, unsigned long long flags, CUstream stream),                                   \
+    (ptrs, sizes, count, locs, locIdxs, numLocs, flags, stream))                                   \
+  X(cuMemPrefetchBatchAsync_ptsz,                                                                  \
+    (CUdeviceptr * ptrs, size_t * sizes, size_t count, CUmemLocation * locs, size_t * locIdxs,     \
+     size_t numLocs, unsigned long long flags, CUstream stream),                                   \
+    (ptrs, sizes, count, locs, locIdxs, numLocs, flags, stream))                                   \
+  /* host memory registration (not governed; the swapper pins its buffers) */                      \
+  X(cuMemHostRegister_v2, (void* p, size_t bytes, unsigned int flags), (p, bytes, flags))          \
+  X(cuMemHostUnregister, (void* p), (p))
 
 // Typed function-pointer table over one loaded libcuda. A member is null when the loaded driver
 // does not export that name (older drivers); callers must check before calling.

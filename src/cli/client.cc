@@ -177,6 +177,22 @@ const char* state_name(uint32_t state) {
   }
 }
 
+const char* swap_state_name(uint32_t state) {
+  switch (state) {
+    case GPUOS_SWAP_RESIDENT: return "resident";
+    case GPUOS_SWAP_SWAPPING_OUT: return "swapping-out";
+    case GPUOS_SWAP_SWAPPED_OUT: return "swapped-out";
+    case GPUOS_SWAP_SWAPPING_IN: return "swapping-in";
+    default: return "unknown";
+  }
+}
+
+// The STATE column: a live tenant whose memory is not on the GPU shows that instead of "gated".
+const char* display_state(const gpuos_msg_tenant_info& t) {
+  if (t.state != GPUOS_TENANT_EXITED && t.swap_state != GPUOS_SWAP_RESIDENT) return swap_state_name(t.swap_state);
+  return state_name(t.state);
+}
+
 nlohmann::json listing_json(const Listing& l) {
   nlohmann::json j;
   j["gpus"] = nlohmann::json::array();
@@ -211,6 +227,18 @@ nlohmann::json listing_json(const Listing& l) {
     o["alloc_failures"] = t.alloc_failures;
     o["registered_unix_ms"] = t.registered_unix_ms;
     o["exited_unix_ms"] = t.exited_unix_ms;
+    o["swappable"] = t.swappable != 0;
+    o["swap_state"] = swap_state_name(t.swap_state);
+    o["swapped_bytes"] = t.swapped_bytes;
+    o["swap_outs"] = t.swap_outs;
+    o["swap_ins"] = t.swap_ins;
+    o["swap_out_bytes"] = t.swap_out_bytes;
+    o["swap_in_bytes"] = t.swap_in_bytes;
+    o["swap_out_ns"] = t.swap_out_ns;
+    o["swap_in_ns"] = t.swap_in_ns;
+    o["max_swap_in_ns"] = t.max_swap_in_ns;
+    o["mem_waits"] = t.mem_waits;
+    o["mem_wait_ns"] = t.mem_wait_ns;
     j["tenants"].push_back(std::move(o));
   }
   return j;
@@ -240,12 +268,12 @@ std::string listing_table(const Listing& l) {
     s += line;
   }
   if (l.gpus.empty()) s += "no GPUs known to gpuosd\n";
-  std::snprintf(line, sizeof(line), "%-5s %-8s %-20s %-12s %-8s %10s %8s %10s %10s %10s\n", "ID", "PID", "NAME",
+  std::snprintf(line, sizeof(line), "%-5s %-8s %-20s %-12s %-12s %10s %8s %10s %10s %10s\n", "ID", "PID", "NAME",
                 "CLASS", "STATE", "LAUNCHES", "GRAPHS", "MEM", "PEAK", "GATE-WAIT");
   s += line;
   for (const auto& t : l.tenants) {
-    std::snprintf(line, sizeof(line), "%-5u %-8d %-20s %-12s %-8s %10llu %8llu %10s %10s %10s\n", t.tenant_id,
-                  t.pid, cstr(t.name, sizeof(t.name)).c_str(), class_name(t.tenant_class), state_name(t.state),
+    std::snprintf(line, sizeof(line), "%-5u %-8d %-20s %-12s %-12s %10llu %8llu %10s %10s %10s\n", t.tenant_id,
+                  t.pid, cstr(t.name, sizeof(t.name)).c_str(), class_name(t.tenant_class), display_state(t),
                   static_cast<unsigned long long>(t.launches), static_cast<unsigned long long>(t.graph_launches),
                   human_bytes(t.mem_used_bytes).c_str(), human_bytes(t.mem_peak_bytes).c_str(),
                   duration(t.gate_wait_ns).c_str());

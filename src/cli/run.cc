@@ -88,6 +88,7 @@ int run_command(const RunOptions& o, const std::vector<std::string>& cmd) {
   setenv("GPUOS_TENANT_WEIGHT", weight.c_str(), 1);
   if (!mem.empty()) setenv("GPUOS_TENANT_MEM", mem.c_str(), 1);
   setenv("GPUOS_ON_NO_DAEMON", cfg.on_no_daemon.c_str(), 1);
+  if (o.swap) setenv("GPUOS_SWAP", "1", 1);
 
   std::vector<char*> argv;
   for (const auto& a : cmd) argv.push_back(const_cast<char*>(a.c_str()));

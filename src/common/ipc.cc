@@ -47,6 +47,8 @@ std::size_t message_size(uint32_t type) {
     case GPUOS_MSG_REPLY: return sizeof(gpuos_msg_reply);
     case GPUOS_MSG_SHUTDOWN: return sizeof(gpuos_msg_header);
     case GPUOS_MSG_ACTIVITY: return sizeof(gpuos_msg_activity);
+    case GPUOS_MSG_SWAP_POOL: return sizeof(gpuos_msg_header);
+    case GPUOS_MSG_SWAP_POOL_REPLY: return sizeof(gpuos_msg_swap_pool_reply);
     default: return 0;
   }
 }

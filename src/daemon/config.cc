@@ -156,6 +156,28 @@ bool parse_scheduler(Ctx& cx, const toml::table& t, Config* c) {
   return true;
 }
 
+bool parse_memory(Ctx& cx, const toml::table& t, Config* c) {
+  MemoryConfig& m = c->memory;
+  for (auto&& [k, v] : t) {
+    std::string_view key = k.str();
+    if (key == "swap_pool" || key == "swap_headroom") {
+      std::string s;
+      if (!cx.get_string(v, "memory", key, &s)) return false;
+      uint64_t* dst = key == "swap_pool" ? &m.swap_pool_bytes : &m.swap_headroom_bytes;
+      if (s.empty() && key == "swap_pool") {
+        *dst = 0;
+      } else if (!parse_size(s, dst)) {
+        return cx.fail(v, "memory", key, "\"" + s + "\" is not a size such as 512MiB or 84GiB");
+      }
+    } else if (key == "swap_quantum_ms") {
+      if (!cx.get_uint(v, "memory", key, 0, 3600000, &m.swap_quantum_ms)) return false;
+    } else {
+      return cx.fail(v, "memory", key, "unknown key");
+    }
+  }
+  return true;
+}
+
 bool parse_metrics(Ctx& cx, const toml::table& t, Config* c) {
   for (auto&& [k, v] : t) {
     std::string_view key = k.str();
@@ -257,10 +279,10 @@ ConfigResult parse_config(std::string_view text, std::string_view source_name) {
     toml::table root = toml::parse(text, source_name);
     for (auto&& [k, v] : root) {
       std::string_view key = k.str();
-      if (key != "daemon" && key != "tenants" && key != "scheduler" && key != "metrics") {
+      if (key != "daemon" && key != "tenants" && key != "scheduler" && key != "metrics" && key != "memory") {
         res.error = where(source_name, v.source()) + ": unknown " + (v.is_table() ? "table [" : "key \"") +
                     std::string(key) + (v.is_table() ? "]" : "\"") +
-                    " (expected [daemon], [tenants], [scheduler] or [metrics])";
+                    " (expected [daemon], [tenants], [scheduler], [memory] or [metrics])";
         return res;
       }
       if (!v.is_table()) {
@@ -271,6 +293,7 @@ ConfigResult parse_config(std::string_view text, std::string_view source_name) {
       bool ok = key == "daemon"    ? parse_daemon(cx, *v.as_table(), &c)
                 : key == "tenants" ? parse_tenants(cx, *v.as_table(), &c)
                 : key == "metrics" ? parse_metrics(cx, *v.as_table(), &c)
+                : key == "memory"  ? parse_memory(cx, *v.as_table(), &c)
                                    : parse_scheduler(cx, *v.as_table(), &c);
       if (!ok) {
         res.error = cx.error;
@@ -335,6 +358,10 @@ std::string format_config(const Config& c) {
   s += "be_max_inflight = " + std::to_string(c.scheduler.be_max_inflight) + "\n";
   s += "idle_grace_us = " + std::to_string(c.scheduler.idle_grace_us) + "\n";
   s += "be_slice_ms = " + std::to_string(c.scheduler.be_slice_ms) + "\n";
+  s += "[memory]\n";
+  s += "swap_pool = " + quote(c.memory.swap_pool_bytes ? std::to_string(c.memory.swap_pool_bytes) : "") + "\n";
+  s += "swap_quantum_ms = " + std::to_string(c.memory.swap_quantum_ms) + "\n";
+  s += "swap_headroom = " + quote(std::to_string(c.memory.swap_headroom_bytes)) + "\n";
   s += "[metrics]\n";
   s += "listen = " + quote(c.metrics_listen) + "\n";
   return s;

@@ -16,6 +16,11 @@
 //   be_max_inflight = 2    # priority: unfinished launches a best-effort tenant may have (0..1024)
 //   idle_grace_us = 200    # priority: idle this long after the last work before "not busy" (0..1000000)
 //   be_slice_ms = 50       # priority: best-effort time slice at weight 100 (1..10000)
+//   [memory]
+//   swap_pool = ""         # host memory set aside for swapped-out tenants, e.g. "84GiB"; "" = no
+//                          # oversubscription (tenants of `gpuos run --swap` then stay resident)
+//   swap_quantum_ms = 5000 # a tenant keeps its memory at least this long against its peers (0..3600000)
+//   swap_headroom = "2GiB" # GPU memory kept free of tenants' allocations (contexts, libraries)
 //   [metrics]
 //   listen = "127.0.0.1:9464"  # Prometheus /metrics over HTTP: "IPV4:PORT", "[IPV6]:PORT" or
 //                              # "localhost:PORT"; "" disables
@@ -49,6 +54,12 @@ struct SchedulerConfig {
 
 // A TCP listen address of [metrics] listen: numeric IPv4 "A.B.C.D:PORT", IPv6 "[ADDR]:PORT", or
 // "localhost:PORT" (= 127.0.0.1). PORT 0..65535 (0: the kernel picks one). No name resolution.
+struct MemoryConfig {
+  uint64_t swap_pool_bytes = 0;
+  uint32_t swap_quantum_ms = 5000;
+  uint64_t swap_headroom_bytes = 2ull << 30;
+};
+
 struct ListenAddress {
   int family = 0;       // AF_INET or AF_INET6
   std::string host;     // numeric, without brackets
@@ -74,6 +85,8 @@ struct Config {
   uint64_t mem_quota_cap_bytes = 0;
   // [scheduler]
   SchedulerConfig scheduler;
+  // [memory]
+  MemoryConfig memory;
   // [metrics]
   std::string metrics_listen = kDefaultMetricsListen;  // "" = no metrics endpoint
 

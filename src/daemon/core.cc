@@ -134,6 +134,7 @@ Core::~Core() {
     munmap(t.cb, sizeof(gpuos_control_block));
     close(t.memfd);
   }
+  for (auto& [uid, pool] : pools_) close(pool.fd);
 }
 
 template <typename F>
@@ -239,6 +240,8 @@ Outcome Core::handle_message(Connection& conn, const void* data, std::size_t len
       std::memcpy(&m, data, sizeof(m));
       return on_activity(conn, m);
     }
+    case GPUOS_MSG_SWAP_POOL:
+      return on_swap_pool(conn, h);
     default:
       std::snprintf(why, sizeof(why), "message type %u is sent by the daemon, not to it",
                     static_cast<unsigned>(h.type));
@@ -324,8 +327,10 @@ Outcome Core::on_register(Connection& conn, const gpuos_msg_register& m) {
   std::atomic_ref<uint32_t>(t.cb->max_inflight).store(adm.max_inflight, std::memory_order_relaxed);
   std::atomic_ref<uint32_t>(t.cb->idle_grace_us).store(adm.idle_grace_us, std::memory_order_relaxed);
   t.memfd = fd;
+  t.policy_gate = gate;
   t.registered_unix_ms = now_ms();
   t.obs_ns = now_mono_ns();
+  t.resident_since_ns = t.obs_ns;
   ++stats_.tenants_registered;
   ++next_id_;
   if (next_id_ == 0) next_id_ = 1;
@@ -376,6 +381,18 @@ gpuos_msg_tenant_info Core::snapshot(const Tenant& t, uint32_t state, uint64_t e
   i.alloc_failures = load(cb.alloc_failures);
   i.registered_unix_ms = t.registered_unix_ms;
   i.exited_unix_ms = exited_ms;
+  i.swappable = load(cb.swappable);
+  i.swap_state = load(cb.swap_state);
+  i.swapped_bytes = load(cb.swapped_bytes);
+  i.swap_outs = load(cb.swap_outs);
+  i.swap_ins = load(cb.swap_ins);
+  i.swap_out_bytes = load(cb.swap_out_bytes);
+  i.swap_in_bytes = load(cb.swap_in_bytes);
+  i.swap_out_ns = load(cb.swap_out_ns);
+  i.swap_in_ns = load(cb.swap_in_ns);
+  i.max_swap_in_ns = load(cb.max_swap_in_ns);
+  i.mem_waits = load(cb.mem_waits);
+  i.mem_wait_ns = load(cb.mem_wait_ns);
   return i;
 }
 
@@ -437,8 +454,10 @@ gpuos_status Core::set_gate(uint32_t tenant_id, uint32_t gate) {
   if (gate != GPUOS_GATE_OPEN && gate != GPUOS_GATE_CLOSED) return GPUOS_ERR_BAD_MESSAGE;
   auto it = tenants_.find(tenant_id);
   if (it == tenants_.end()) return GPUOS_ERR_NOT_FOUND;
-  if (it->second.pinned) return GPUOS_ERR_REFUSED;
-  write_gate(it->second.cb, gate);
+  Tenant& t = it->second;
+  if (t.pinned) return GPUOS_ERR_REFUSED;
+  t.policy_gate = gate;
+  if (!t.held) write_gate(t.cb, gate);  // a held gate opens when the memory is back
   return GPUOS_OK;
 }
 
@@ -448,7 +467,8 @@ gpuos_status Core::admin_set_gate(uint32_t tenant_id, uint32_t gate) {
   if (it == tenants_.end()) return GPUOS_ERR_NOT_FOUND;
   Tenant& t = it->second;
   t.pinned = gate == GPUOS_GATE_CLOSED;
-  write_gate(t.cb, gate);
+  if (!t.pinned) t.policy_gate = GPUOS_GATE_OPEN;
+  write_gate(t.cb, t.held ? GPUOS_GATE_CLOSED : gate);
   if (!t.pinned) {
     // The pin is gone: the policy decides about this tenant again now, not at its next event.
     guarded("on_activity", [&] { opts_.policy->on_activity(view(t), *this, now_mono_ns()); });
@@ -479,7 +499,8 @@ void Core::policy_failed(const char* hook, const char* what) {
   opts_.policy = make_open_policy();
   for (auto& [id, t] : tenants_) {
     std::atomic_ref<uint32_t>(t.cb->max_inflight).store(0, std::memory_order_relaxed);
-    if (!t.pinned) write_gate(t.cb, GPUOS_GATE_OPEN);
+    t.policy_gate = GPUOS_GATE_OPEN;
+    if (!t.pinned && !t.held) write_gate(t.cb, GPUOS_GATE_OPEN);
   }
 }
 
@@ -546,6 +567,7 @@ Outcome Core::on_activity(Connection& conn, const gpuos_msg_activity& m) {
   log::debug("tenant %u activity: busy %u waiting %u (block: busy %d waiting %d)", t.id, m.busy, m.waiting,
              v.busy ? 1 : 0, v.waiting ? 1 : 0);
   guarded("on_activity", [&] { opts_.policy->on_activity(v, *this, now_mono_ns()); });
+  run_swaps(now_mono_ns());
   return Outcome{};  // no reply: the tenant never reads one
 }
 
@@ -584,6 +606,10 @@ void Core::connection_closed(Connection& conn) {
     while (history_.size() > opts_.history) history_.pop_front();
   }
   TenantView gone = view(t);  // the last busy/waiting words, before the block goes away
+  free_slices(t);
+  for (auto& [oid, o] : tenants_) {
+    if (load(o.cb->mem_request_seq) != o.room_answered_seq) o.room_made = true;  // its memory is free now
+  }
   munmap(t.cb, sizeof(gpuos_control_block));
   close(t.memfd);
   t.cb = nullptr;
@@ -596,13 +622,15 @@ void Core::connection_closed(Connection& conn) {
       static_cast<unsigned long long>(fin.mem_peak_bytes), static_cast<unsigned long long>(fin.alloc_calls),
       static_cast<unsigned long long>(fin.alloc_failures));
   guarded("on_exit", [&] { opts_.policy->on_exit(gone, *this); });
+  run_swaps(now_mono_ns());
 }
 
 void Core::shutdown() {
   for (auto& [id, t] : tenants_) {
     std::atomic_ref<uint32_t>(t.cb->daemon_alive).store(0, std::memory_order_release);
     std::atomic_ref<uint32_t>(t.cb->grant_epoch).fetch_add(1, std::memory_order_relaxed);
-    std::atomic_ref<uint32_t>(t.cb->gate).store(GPUOS_GATE_OPEN, std::memory_order_release);
+    // A held tenant's memory is out or moving: it opens its gate itself once the memory is back.
+    if (!t.held) std::atomic_ref<uint32_t>(t.cb->gate).store(GPUOS_GATE_OPEN, std::memory_order_release);
     futex_wake_all(&t.cb->gate);
   }
 }
@@ -611,6 +639,7 @@ void Core::tick(uint64_t now_mono_ns) {
   for (auto& [id, t] : tenants_) observe_busy(t, now_mono_ns);
   observe_gpus(now_mono_ns);
   guarded("tick", [&] { opts_.policy->tick(now_mono_ns, *this); });
+  run_swaps(now_mono_ns);
 }
 
 uint64_t Core::next_tick_ns(uint64_t now_mono_ns) {
@@ -678,6 +707,204 @@ uint64_t Core::gpu_used_bytes(uint32_t index) const {
   if (index >= GPUOS_MAX_DEVICES) return 0;
   for (const auto& [id, t] : tenants_) used += load(t.cb->mem_used_per_device[index]);
   return used;
+}
+
+Outcome Core::on_swap_pool(Connection& conn, const gpuos_msg_header& h) {
+  if (conn.tenant_id == 0) {
+    return refuse(h.seq, GPUOS_ERR_PERMISSION, "SWAP_POOL is accepted only on the connection that registered a tenant");
+  }
+  gpuos_msg_swap_pool_reply r{};
+  init_header(&r.hdr, GPUOS_MSG_SWAP_POOL_REPLY, sizeof(r), h.seq);
+  Outcome o;
+  auto it = tenants_.find(conn.tenant_id);
+  if (opts_.swap_pool_bytes == 0 || it == tenants_.end()) {
+    r.status = GPUOS_ERR_REFUSED;  // swapping is off: the tenant's memory stays resident
+    o.replies.push_back(encode(r));
+    return o;
+  }
+  SwapPool& pool = pools_[it->second.uid];
+  if (pool.fd < 0) {
+    int fd = memfd_create("gpuos-swap-pool", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    // Sparse until used; sealed so that no tenant can shrink it under the others (SIGBUS).
+    if (fd < 0 || ftruncate(fd, static_cast<off_t>(opts_.swap_pool_bytes)) != 0 ||
+        fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+      log::error("cannot create a %llu-byte swap pool: %s", static_cast<unsigned long long>(opts_.swap_pool_bytes),
+                 std::strerror(errno));
+      if (fd >= 0) close(fd);
+      pools_.erase(it->second.uid);
+      r.status = GPUOS_ERR_INTERNAL;
+      o.replies.push_back(encode(r));
+      return o;
+    }
+    pool.fd = fd;
+    pool.space = std::make_unique<SwapSpace>(opts_.swap_pool_bytes);
+    log::info("swap pool of %llu MiB created for uid %u", static_cast<unsigned long long>(opts_.swap_pool_bytes >> 20),
+              static_cast<unsigned>(it->second.uid));
+  }
+  r.status = GPUOS_OK;
+  r.pool_bytes = pool.space->size();
+  o.replies.push_back(encode(r));
+  o.replies.back().fd = pool.fd;
+  return o;
+}
+
+void Core::hold_gate(Tenant& t) {
+  t.held = true;
+  write_gate(t.cb, GPUOS_GATE_CLOSED);
+}
+
+void Core::release_gate(Tenant& t) {
+  t.held = false;
+  write_gate(t.cb, t.pinned ? GPUOS_GATE_CLOSED : t.policy_gate);
+}
+
+void Core::send_swap_command(Tenant& t, uint32_t cmd) {
+  std::atomic_ref<uint32_t>(t.cb->swap_command).store(cmd, std::memory_order_relaxed);
+  std::atomic_ref<uint32_t>(t.cb->swap_command_seq).fetch_add(1, std::memory_order_release);
+  futex_wake_all(&t.cb->swap_command_seq);
+  t.swap_cmd = cmd;
+  t.swap_pending = true;
+}
+
+void Core::answer_room(Tenant& t, uint32_t answer) {
+  const uint32_t seq = load(t.cb->mem_request_seq);
+  std::atomic_ref<uint32_t>(t.cb->mem_answer).store(answer, std::memory_order_relaxed);
+  std::atomic_ref<uint32_t>(t.cb->mem_answer_seq).store(seq, std::memory_order_release);
+  futex_wake_all(&t.cb->mem_answer_seq);
+  t.room_answered_seq = seq;
+  t.room_made = false;
+}
+
+void Core::free_slices(Tenant& t) {
+  auto p = pools_.find(t.uid);
+  for (uint64_t off : t.slices) {
+    if (p != pools_.end() && p->second.space) p->second.space->free(off);
+  }
+  t.slices.clear();
+}
+
+void Core::run_swaps(uint64_t now) {
+  if (opts_.swap_pool_bytes == 0) {
+    for (auto& [id, t] : tenants_) {
+      if (load(t.cb->mem_request_seq) != t.room_answered_seq) answer_room(t, GPUOS_MEM_REFUSED);
+    }
+    return;
+  }
+  // 1. Commands carried out since the last look.
+  for (auto& [id, t] : tenants_) {
+    if (!t.swap_pending || load(t.cb->swap_done_seq) != load(t.cb->swap_command_seq)) continue;
+    t.swap_pending = false;
+    const uint32_t state = load(t.cb->swap_state);
+    if (t.swap_cmd == GPUOS_SWAP_OUT) {
+      const uint64_t swapped = load(t.cb->swapped_bytes);
+      const uint64_t moved = swapped > t.swapped_before_cmd ? swapped - t.swapped_before_cmd : 0;
+      auto p = pools_.find(t.uid);
+      if (!t.slices.empty() && p != pools_.end() && p->second.space) p->second.space->shrink(t.slices.back(), moved);
+      if (moved == 0 && !t.slices.empty()) t.slices.pop_back();
+      if (state == GPUOS_SWAP_SWAPPED_OUT && moved > 0) {
+        if (t.swapped_before_cmd == 0) t.out_since_ns = now;
+        log::info("tenant %u swapped out %llu MiB (%llu MiB out in all)", t.id,
+                  static_cast<unsigned long long>(moved >> 20), static_cast<unsigned long long>(swapped >> 20));
+        for (auto& [oid, o] : tenants_) {
+          o.swap_in_failed = false;
+          if (load(o.cb->mem_request_seq) != o.room_answered_seq) o.room_made = true;
+        }
+      } else {
+        log::warn("tenant %u did not swap out (state %u); leaving it alone for 10 s", t.id, state);
+        t.no_victim_until_ns = now + 10'000'000'000ull;
+        if (state == GPUOS_SWAP_RESIDENT) release_gate(t);
+      }
+    } else if (t.swap_cmd == GPUOS_SWAP_IN) {
+      if (state == GPUOS_SWAP_RESIDENT) {
+        log::info("tenant %u swapped in (longest swap-in %.1f ms)", t.id,
+                  static_cast<double>(load(t.cb->max_swap_in_ns)) / 1e6);
+        free_slices(t);
+        t.resident_since_ns = now;
+        release_gate(t);
+      } else {
+        t.swap_in_failed = true;  // no room after all: a victim goes first
+      }
+    }
+    t.swap_cmd = GPUOS_SWAP_NONE;
+  }
+  // 2. What next.
+  SwapParams params;
+  uint64_t total = 0;
+  for (const GpuInfo& g : opts_.gpus) total += g.total_mem_bytes;
+  const uint64_t headroom = opts_.swap_headroom_bytes * std::max<std::size_t>(1, opts_.gpus.size());
+  params.capacity_bytes = total > headroom ? total - headroom : 0;
+  params.quantum_ns = opts_.swap_quantum_ns;
+  params.margin_bytes = opts_.swap_headroom_bytes;
+  std::vector<SwapTenant> view;
+  for (auto& [id, t] : tenants_) {
+    const gpuos_control_block& cb = *t.cb;
+    SwapTenant s;
+    s.id = t.id;
+    s.guaranteed = t.tenant_class == GPUOS_CLASS_GUARANTEED;
+    s.swappable = load(cb.swappable) != 0;
+    const uint32_t state = load(cb.swap_state);
+    s.resident = state == GPUOS_SWAP_RESIDENT && !t.swap_pending;
+    s.swapped_out = state == GPUOS_SWAP_SWAPPED_OUT && !t.swap_pending;
+    s.command_pending = t.swap_pending;
+    s.waiting = load(cb.waiting) != 0;
+    s.busy = load(cb.busy) != 0;
+    s.wants_room = load(cb.mem_request_seq) != t.room_answered_seq;
+    s.wanted_bytes = load(cb.mem_wanted_bytes);
+    const uint64_t quota = load(cb.mem_quota_bytes);
+    s.room_made = t.room_made;
+    s.swap_in_failed = t.swap_in_failed;
+    const uint64_t swapped = load(cb.swapped_bytes);
+    const uint64_t movable = load(cb.swappable_bytes);
+    const uint64_t used = load(cb.mem_used_bytes);
+    s.movable_bytes = movable > swapped ? movable - swapped : 0;
+    s.swapped_bytes = swapped;
+    s.resident_bytes = used > swapped ? used - swapped : 0;
+    s.quota_left_bytes = quota > used ? quota - used : 0;
+    s.resident_since_ns = t.resident_since_ns;
+    s.out_since_ns = t.out_since_ns;
+    s.no_victim_until_ns = t.no_victim_until_ns;
+    auto p = pools_.find(t.uid);
+    s.pool_largest_free = p != pools_.end() && p->second.space ? p->second.space->largest_free() : 0;
+    view.push_back(s);
+  }
+  for (const SwapAction& a : plan_swaps(view, params, now)) {
+    auto it = tenants_.find(a.tenant_id);
+    if (it == tenants_.end()) continue;
+    Tenant& t = it->second;
+    switch (a.kind) {
+      case SwapAction::Kind::kAnswerRetry:
+        answer_room(t, GPUOS_MEM_RETRY);
+        break;
+      case SwapAction::Kind::kAnswerRefused:
+        log::info("tenant %u: no tenant can make room for its allocation; it gets out-of-memory", t.id);
+        answer_room(t, GPUOS_MEM_REFUSED);
+        break;
+      case SwapAction::Kind::kSwapOut: {
+        // The slice can take all its movable memory (as far as the pool allows); it is cut to
+        // what actually moved when the command is done.
+        SwapPool& pool = pools_[t.uid];
+        const uint64_t swapped = load(t.cb->swapped_bytes);
+        const uint64_t movable = load(t.cb->swappable_bytes) - swapped;
+        const uint64_t slice = pool.space ? std::min(movable, pool.space->largest_free()) : 0;
+        std::optional<uint64_t> off = slice ? pool.space->allocate(slice) : std::nullopt;
+        if (!off) break;  // (the planner checked; a pool is made on the tenant's first SWAP_POOL)
+        t.slices.push_back(*off);
+        t.swapped_before_cmd = swapped;
+        std::atomic_ref<uint64_t>(t.cb->swap_slice_offset).store(*off, std::memory_order_relaxed);
+        std::atomic_ref<uint64_t>(t.cb->swap_slice_bytes).store(slice, std::memory_order_relaxed);
+        std::atomic_ref<uint64_t>(t.cb->swap_want_bytes).store(a.bytes, std::memory_order_relaxed);
+        log::info("tenant %u: swapping out at least %llu MiB", t.id, static_cast<unsigned long long>(a.bytes >> 20));
+        hold_gate(t);
+        send_swap_command(t, GPUOS_SWAP_OUT);
+        break;
+      }
+      case SwapAction::Kind::kSwapIn:
+        log::info("tenant %u: swapping in %llu MiB", t.id,
+                  static_cast<unsigned long long>(load(t.cb->swapped_bytes) >> 20));
+        send_swap_command(t, GPUOS_SWAP_IN);
+        break;
+    }
+  }
 }
 
 }  // namespace gpuos::daemon

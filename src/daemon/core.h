@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "daemon/policy.h"
+#include "daemon/swap_planner.h"
 #include "gpuos/abi.h"
 
 namespace gpuos::daemon {
@@ -90,6 +91,12 @@ struct CoreOptions {
   bool guaranteed_needs_admin = false;
   // Non-zero: a non-admin tenant's memory quota is at most this (also when it asked for none).
   uint64_t mem_quota_cap_bytes = 0;
+  // Memory oversubscription ([memory]): 0 = off (requests for room are refused at once). Each uid
+  // gets its own pool of this size (a trust domain: tenants of one uid may see each other's
+  // swapped memory, as they may see each other's processes).
+  uint64_t swap_pool_bytes = 0;
+  uint64_t swap_quantum_ns = 5'000'000'000ull;
+  uint64_t swap_headroom_bytes = 2ull << 30;
   std::function<uint64_t()> unix_ms;            // null: CLOCK_REALTIME in ms (injectable for tests)
   std::function<uint64_t()> mono_ns;            // null: CLOCK_MONOTONIC in ns (injectable for tests)
 };
@@ -161,6 +168,19 @@ class Core final : private GateControl {
     int memfd = -1;
     gpuos_control_block* cb = nullptr;
     bool pinned = false;  // an admin closed the gate: policies leave it alone
+    uint32_t policy_gate = GPUOS_GATE_OPEN;  // what the policy (or an admin's open) asked for
+    // memory oversubscription (run_swaps)
+    bool held = false;        // gate held closed: the tenant's memory is out or moving
+    uint32_t swap_cmd = GPUOS_SWAP_NONE;  // command being carried out (swap_pending)
+    bool swap_pending = false;
+    std::vector<uint64_t> slices;   // its slices of pools_[uid] (offsets) while memory is out
+    uint64_t swapped_before_cmd = 0;  // swapped_bytes when the pending SWAP_OUT was sent
+    uint64_t resident_since_ns = 0;
+    uint64_t out_since_ns = 0;
+    uint64_t no_victim_until_ns = 0;
+    bool swap_in_failed = false;
+    uint32_t room_answered_seq = 0;  // last mem_request_seq answered
+    bool room_made = false;          // memory was freed since its pending request
     // busy-time integration (observe_busy)
     bool obs_busy = false;
     uint64_t obs_ns = 0;
@@ -182,6 +202,15 @@ class Core final : private GateControl {
   Outcome on_set_gate(Connection& conn, const gpuos_msg_set_gate& m);
   Outcome on_shutdown(Connection& conn, const gpuos_msg_header& h);
   Outcome on_activity(Connection& conn, const gpuos_msg_activity& m);
+  Outcome on_swap_pool(Connection& conn, const gpuos_msg_header& h);
+  // Memory oversubscription: notes finished swap commands, asks the swap policy (plan_swaps) what
+  // to do next and does it. Called after every tenant event and on every tick.
+  void run_swaps(uint64_t now_ns);
+  void hold_gate(Tenant& t);
+  void release_gate(Tenant& t);
+  void send_swap_command(Tenant& t, uint32_t cmd);
+  void answer_room(Tenant& t, uint32_t answer);
+  void free_slices(Tenant& t);
   // GateControl
   void for_each_tenant(const std::function<void(const TenantView&)>& fn) override;
   uint64_t now_mono_ns() override;
@@ -202,6 +231,11 @@ class Core final : private GateControl {
   std::deque<gpuos_msg_tenant_info> history_;
   uint64_t policy_failures_ = 0;
   CoreStats stats_;
+  struct SwapPool {
+    int fd = -1;
+    std::unique_ptr<SwapSpace> space;
+  };
+  std::map<uid_t, SwapPool> pools_;  // created on a tenant's first SWAP_POOL
 };
 
 // Creates a sealed memfd holding an initialised control block (gate OPEN, daemon_alive 1) and maps

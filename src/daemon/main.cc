@@ -105,6 +105,14 @@ int main(int argc, char** argv) {
   co.history = cfg.history;
   co.guaranteed_needs_admin = !cfg.guaranteed_for_anyone;
   co.mem_quota_cap_bytes = cfg.mem_quota_cap_bytes;
+  co.swap_pool_bytes = cfg.memory.swap_pool_bytes;
+  co.swap_quantum_ns = static_cast<uint64_t>(cfg.memory.swap_quantum_ms) * 1000000ull;
+  co.swap_headroom_bytes = cfg.memory.swap_headroom_bytes;
+  if (co.swap_pool_bytes != 0) {
+    log::info("memory oversubscription: swap pool %llu MiB per uid, quantum %u ms, headroom %llu MiB",
+              static_cast<unsigned long long>(co.swap_pool_bytes >> 20), cfg.memory.swap_quantum_ms,
+              static_cast<unsigned long long>(co.swap_headroom_bytes >> 20));
+  }
   std::string warning;
   co.gpus = daemon::discover_gpus(nullptr, &warning);
   if (!warning.empty()) log::warn("%s", warning.c_str());

@@ -21,7 +21,9 @@ struct Phys {  // one cuMemCreate allocation
 };
 
 struct Alloc {
-  enum class Kind { kDevice, kManaged, kHost, kVmmMap } kind = Kind::kDevice;
+  // kRegistered: the caller's own host memory, registered with cuMemHostRegister (never unmapped
+  // or accounted by the double).
+  enum class Kind { kDevice, kManaged, kHost, kVmmMap, kRegistered } kind = Kind::kDevice;
   uint64_t size = 0;      // as requested
   uint64_t map_size = 0;  // as mapped and accounted
   int dev = 0;
@@ -92,6 +94,7 @@ CUresult alloc_memory(uint64_t* out, size_t bytes, Alloc::Kind kind) {
 
 // Unmaps and un-accounts an allocation that is already out of the table.
 void release_alloc(uint64_t base, const Alloc& a) {
+  if (a.kind == Alloc::Kind::kRegistered) return;  // the caller's memory: only forgotten
   munmap(reinterpret_cast<void*>(base), a.map_size);
   if (a.kind != Alloc::Kind::kHost) mem_release(a.dev, a.map_size);
 }
@@ -104,6 +107,7 @@ CUresult free_memory(uint64_t p, bool host) {
     std::lock_guard<std::mutex> l(mem().mu);
     auto it = mem().allocs.find(p);
     if (it == mem().allocs.end() || it->second.kind == Alloc::Kind::kVmmMap ||
+        it->second.kind == Alloc::Kind::kRegistered ||
         (it->second.kind == Alloc::Kind::kHost) != host)
       return CUDA_ERROR_INVALID_VALUE;
     a = it->second;
@@ -182,14 +186,98 @@ CUresult impl_cuMemcpyAsync(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st,
 CUresult impl_cuMemsetD8_v2(CUdeviceptr d, unsigned char v, size_t n, bool pt) {
   return memset_n<unsigned char>(d, v, n, nullptr, false, pt);
 }
+CUresult impl_cuMemsetD16_v2(CUdeviceptr d, unsigned short v, size_t n, bool pt) {
+  return memset_n<unsigned short>(d, v, n, nullptr, false, pt);
+}
 CUresult impl_cuMemsetD32_v2(CUdeviceptr d, unsigned int v, size_t n, bool pt) {
   return memset_n<unsigned int>(d, v, n, nullptr, false, pt);
 }
 CUresult impl_cuMemsetD8Async(CUdeviceptr d, unsigned char v, size_t n, CUstream st, bool pt) {
   return memset_n<unsigned char>(d, v, n, st, true, pt);
 }
+CUresult impl_cuMemsetD16Async(CUdeviceptr d, unsigned short v, size_t n, CUstream st, bool pt) {
+  return memset_n<unsigned short>(d, v, n, st, true, pt);
+}
 CUresult impl_cuMemsetD32Async(CUdeviceptr d, unsigned int v, size_t n, CUstream st, bool pt) {
   return memset_n<unsigned int>(d, v, n, st, true, pt);
+}
+
+// Peer copies: one address space for all devices here, so only the contexts' validity matters.
+CUresult peer_copy(CUdeviceptr d, CUcontext dc, CUdeviceptr s, CUcontext sc, size_t n, CUstream st,
+                   bool async, bool pt) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!context_alive(reinterpret_cast<Context*>(dc)) ||
+      !context_alive(reinterpret_cast<Context*>(sc)))
+    return CUDA_ERROR_INVALID_CONTEXT;
+  return copy(d, s, n, kDst | kSrc, st, async, pt);
+}
+CUresult impl_cuMemcpyPeer(CUdeviceptr d, CUcontext dc, CUdeviceptr s, CUcontext sc, size_t n,
+                           bool pt) {
+  return peer_copy(d, dc, s, sc, n, nullptr, false, pt);
+}
+CUresult impl_cuMemcpyPeerAsync(CUdeviceptr d, CUcontext dc, CUdeviceptr s, CUcontext sc, size_t n,
+                                CUstream st, bool pt) {
+  return peer_copy(d, dc, s, sc, n, st, true, pt);
+}
+
+// One side of a 2D copy: the address of its first byte, and whether it must lie in a live
+// allocation (device memory; host and unified pointers may be any host memory). Arrays are not
+// modelled.
+CUresult copy2d_side(CUmemorytype type, const void* host, CUdeviceptr dev, size_t x, size_t y,
+                     size_t pitch, size_t width, size_t height, uint64_t* addr, bool* check) {
+  uint64_t base = 0;
+  switch (type) {
+    case CU_MEMORYTYPE_HOST: base = reinterpret_cast<uint64_t>(host), *check = false; break;
+    case CU_MEMORYTYPE_DEVICE: base = dev, *check = true; break;
+    case CU_MEMORYTYPE_UNIFIED: base = dev, *check = false; break;
+    default: return CUDA_ERROR_INVALID_VALUE;  // CU_MEMORYTYPE_ARRAY and garbage
+  }
+  if (base == 0 || x + width < x || x + width > pitch) return CUDA_ERROR_INVALID_VALUE;
+  uint64_t off = 0, extent = 0;
+  if (__builtin_mul_overflow(static_cast<uint64_t>(y), pitch, &off) ||
+      __builtin_add_overflow(off, x, &off) || __builtin_add_overflow(base, off, addr) ||
+      __builtin_mul_overflow(static_cast<uint64_t>(height - 1), pitch, &extent) ||
+      __builtin_add_overflow(extent, width, &extent) || *addr + extent < *addr)
+    return CUDA_ERROR_INVALID_VALUE;
+  if (*check && !valid_range(*addr, extent)) return CUDA_ERROR_INVALID_VALUE;
+  return CUDA_SUCCESS;
+}
+
+CUresult copy2d(const CUDA_MEMCPY2D* pc, CUstream h, bool async, bool per_thread) {
+  Context* c = nullptr;
+  if (CUresult r = current_context(&c); r != CUDA_SUCCESS) return r;
+  if (pc == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  const size_t width = pc->WidthInBytes, height = pc->Height;
+  const size_t spitch = pc->srcPitch, dpitch = pc->dstPitch;
+  if (width == 0 || height == 0) return CUDA_SUCCESS;
+  uint64_t src = 0, dst = 0;
+  bool check = false;
+  if (CUresult r = copy2d_side(pc->srcMemoryType, pc->srcHost, pc->srcDevice, pc->srcXInBytes,
+                               pc->srcY, spitch, width, height, &src, &check);
+      r != CUDA_SUCCESS)
+    return r;
+  if (CUresult r = copy2d_side(pc->dstMemoryType, pc->dstHost, pc->dstDevice, pc->dstXInBytes,
+                               pc->dstY, dpitch, width, height, &dst, &check);
+      r != CUDA_SUCCESS)
+    return r;
+  StreamPtr s;
+  if (CUresult r = resolve_stream(async ? h : nullptr, per_thread, &s); r != CUDA_SUCCESS) return r;
+  if (CUresult r = context_sticky(s->ctx); r != CUDA_SUCCESS) return r;
+  return submit_host_op(
+      s,
+      [dst, src, width, height, spitch, dpitch] {
+        for (size_t row = 0; row < height; ++row) {
+          std::memmove(reinterpret_cast<void*>(dst + row * dpitch),
+                       reinterpret_cast<const void*>(src + row * spitch), width);
+        }
+      },
+      !async);
+}
+CUresult impl_cuMemcpy2D_v2(const CUDA_MEMCPY2D* pc, bool pt) {
+  return copy2d(pc, nullptr, false, pt);
+}
+CUresult impl_cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D* pc, CUstream st, bool pt) {
+  return copy2d(pc, st, true, pt);
 }
 
 // ---- stream-ordered allocation (allocates at once; frees in stream order) ----
@@ -364,6 +452,54 @@ DD_API cuMemGetAddressRange_v2(CUdeviceptr* pbase, size_t* psize, CUdeviceptr dp
   });
 }
 
+// Registered host memory counts as pinned host memory: a live range for copies and kernels (one
+// address space here, so the device pointer is the host pointer). Nothing is page-locked.
+DD_API cuMemHostRegister_v2(void* p, size_t bytesize, unsigned int flags) {
+  return guard([&] {
+    Context* c = nullptr;
+    if (CUresult r = current_context(&c); r != CUDA_SUCCESS) return r;
+    const unsigned known = CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP |
+                           CU_MEMHOSTREGISTER_IOMEMORY | CU_MEMHOSTREGISTER_READ_ONLY;
+    const uint64_t base = reinterpret_cast<uint64_t>(p);
+    if (p == nullptr || bytesize == 0 || (flags & ~known) != 0 || base + bytesize < base)
+      return CUDA_ERROR_INVALID_VALUE;
+    // No I/O memory here, and CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED is 0.
+    if (flags & (CU_MEMHOSTREGISTER_IOMEMORY | CU_MEMHOSTREGISTER_READ_ONLY))
+      return CUDA_ERROR_NOT_SUPPORTED;
+    std::lock_guard<std::mutex> l(mem().mu);
+    auto& a = mem().allocs;
+    auto it = a.upper_bound(base);
+    if (it != a.begin()) --it;
+    for (; it != a.end() && it->first < base + bytesize; ++it) {
+      if (it->first + it->second.size <= base) continue;
+      const bool host = it->second.kind == Alloc::Kind::kHost ||
+                        it->second.kind == Alloc::Kind::kRegistered;
+      return host ? CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED : CUDA_ERROR_INVALID_VALUE;
+    }
+    Alloc r;
+    r.kind = Alloc::Kind::kRegistered;
+    r.size = r.map_size = bytesize;
+    r.dev = c->dev;
+    r.ctx = c;
+    a[base] = r;
+    return CUDA_SUCCESS;
+  });
+}
+
+DD_API cuMemHostUnregister(void* p) {
+  return guard([&] {
+    Context* c = nullptr;
+    if (CUresult r = current_context(&c); r != CUDA_SUCCESS) return r;
+    if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    std::lock_guard<std::mutex> l(mem().mu);
+    auto it = mem().allocs.find(reinterpret_cast<uint64_t>(p));
+    if (it == mem().allocs.end() || it->second.kind != Alloc::Kind::kRegistered)
+      return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;  // the base must be the one registered
+    mem().allocs.erase(it);
+    return CUDA_SUCCESS;
+  });
+}
+
 DD_PTDS_PAIR(cuMemcpyHtoD_v2, (CUdeviceptr d, const void* h, size_t n), d, h, n)
 DD_PTDS_PAIR(cuMemcpyDtoH_v2, (void* h, CUdeviceptr d, size_t n), h, d, n)
 DD_PTDS_PAIR(cuMemcpyDtoD_v2, (CUdeviceptr d, CUdeviceptr s, size_t n), d, s, n)
@@ -375,10 +511,20 @@ DD_PTSZ_PAIR(cuMemcpyDtoDAsync_v2, (CUdeviceptr d, CUdeviceptr s, size_t n, CUst
              n, st)
 DD_PTSZ_PAIR(cuMemcpyAsync, (CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st), d, s, n, st)
 DD_PTDS_PAIR(cuMemsetD8_v2, (CUdeviceptr d, unsigned char v, size_t n), d, v, n)
+DD_PTDS_PAIR(cuMemsetD16_v2, (CUdeviceptr d, unsigned short v, size_t n), d, v, n)
 DD_PTDS_PAIR(cuMemsetD32_v2, (CUdeviceptr d, unsigned int v, size_t n), d, v, n)
 DD_PTSZ_PAIR(cuMemsetD8Async, (CUdeviceptr d, unsigned char v, size_t n, CUstream st), d, v, n, st)
+DD_PTSZ_PAIR(cuMemsetD16Async, (CUdeviceptr d, unsigned short v, size_t n, CUstream st), d, v,
+             n, st)
 DD_PTSZ_PAIR(cuMemsetD32Async, (CUdeviceptr d, unsigned int v, size_t n, CUstream st), d, v, n,
              st)
+DD_PTDS_PAIR(cuMemcpyPeer,
+             (CUdeviceptr d, CUcontext dc, CUdeviceptr s, CUcontext sc, size_t n), d, dc, s, sc, n)
+DD_PTSZ_PAIR(cuMemcpyPeerAsync,
+             (CUdeviceptr d, CUcontext dc, CUdeviceptr s, CUcontext sc, size_t n, CUstream st), d,
+             dc, s, sc, n, st)
+DD_PTDS_PAIR(cuMemcpy2D_v2, (const CUDA_MEMCPY2D* pc), pc)
+DD_PTSZ_PAIR(cuMemcpy2DAsync_v2, (const CUDA_MEMCPY2D* pc, CUstream st), pc, st)
 DD_PTSZ_PAIR(cuMemAllocAsync, (CUdeviceptr * dptr, size_t bytes, CUstream h), dptr, bytes, h)
 DD_PTSZ_PAIR(cuMemAllocFromPoolAsync,
              (CUdeviceptr * dptr, size_t bytes, CUmemoryPool pool, CUstream h), dptr, bytes, pool,

@@ -112,6 +112,8 @@
   X(cuMemHostAlloc, cuMemHostAlloc, 2020, 0)                                      \
   X(cuMemFreeHost, cuMemFreeHost, 2000, 0)                                        \
   X(cuMemGetAddressRange, cuMemGetAddressRange_v2, 3020, 0)                       \
+  X(cuMemHostRegister, cuMemHostRegister_v2, 6050, 0)                             \
+  X(cuMemHostUnregister, cuMemHostUnregister, 4000, 0)                            \
   X(cuMemAllocAsync, cuMemAllocAsync, 11020, 0)                                   \
   X(cuMemAllocAsync, cuMemAllocAsync_ptsz, 11020, 1)                              \
   X(cuMemAllocFromPoolAsync, cuMemAllocFromPoolAsync, 11020, 0)                   \
@@ -122,6 +124,10 @@
   X(cuMemcpy, cuMemcpy_ptds, 7000, 1)                                             \
   X(cuMemcpyAsync, cuMemcpyAsync, 4000, 0)                                        \
   X(cuMemcpyAsync, cuMemcpyAsync_ptsz, 7000, 1)                                   \
+  X(cuMemcpyPeer, cuMemcpyPeer, 4000, 0)                                          \
+  X(cuMemcpyPeer, cuMemcpyPeer_ptds, 7000, 1)                                     \
+  X(cuMemcpyPeerAsync, cuMemcpyPeerAsync, 4000, 0)                                \
+  X(cuMemcpyPeerAsync, cuMemcpyPeerAsync_ptsz, 7000, 1)                           \
   X(cuMemcpyHtoD, cuMemcpyHtoD_v2, 3020, 0)                                       \
   X(cuMemcpyHtoD, cuMemcpyHtoD_v2_ptds, 7000, 1)                                  \
   X(cuMemcpyDtoH, cuMemcpyDtoH_v2, 3020, 0)                                       \
@@ -134,12 +140,20 @@
   X(cuMemcpyDtoHAsync, cuMemcpyDtoHAsync_v2_ptsz, 7000, 1)                        \
   X(cuMemcpyDtoDAsync, cuMemcpyDtoDAsync_v2, 3020, 0)                             \
   X(cuMemcpyDtoDAsync, cuMemcpyDtoDAsync_v2_ptsz, 7000, 1)                        \
+  X(cuMemcpy2D, cuMemcpy2D_v2, 3020, 0)                                           \
+  X(cuMemcpy2D, cuMemcpy2D_v2_ptds, 7000, 1)                                      \
+  X(cuMemcpy2DAsync, cuMemcpy2DAsync_v2, 3020, 0)                                 \
+  X(cuMemcpy2DAsync, cuMemcpy2DAsync_v2_ptsz, 7000, 1)                            \
   X(cuMemsetD8, cuMemsetD8_v2, 3020, 0)                                           \
   X(cuMemsetD8, cuMemsetD8_v2_ptds, 7000, 1)                                      \
+  X(cuMemsetD16, cuMemsetD16_v2, 3020, 0)                                         \
+  X(cuMemsetD16, cuMemsetD16_v2_ptds, 7000, 1)                                    \
   X(cuMemsetD32, cuMemsetD32_v2, 3020, 0)                                         \
   X(cuMemsetD32, cuMemsetD32_v2_ptds, 7000, 1)                                    \
   X(cuMemsetD8Async, cuMemsetD8Async, 3020, 0)                                    \
   X(cuMemsetD8Async, cuMemsetD8Async_ptsz, 7000, 1)                               \
+  X(cuMemsetD16Async, cuMemsetD16Async, 3020, 0)                                  \
+  X(cuMemsetD16Async, cuMemsetD16Async_ptsz, 7000, 1)                             \
   X(cuMemsetD32Async, cuMemsetD32Async, 3020, 0)                                  \
   X(cuMemsetD32Async, cuMemsetD32Async_ptsz, 7000, 1)                             \
   X(cuMemGetAllocationGranularity, cuMemGetAllocationGranularity, 10020, 0)       \

@@ -38,6 +38,52 @@ inline bool launch_is_captured(const GpuosDriverTable& d, CUstream stream, bool 
 #define GPUOS_FORWARD(name, ...) \
   [&](const GpuosDriverTable& d) { return d.name ? d.name(__VA_ARGS__) : CUDA_ERROR_NOT_FOUND; }
 
+// Calls that touch a swappable tenant's device memory (launches, copies, memsets) are bracketed:
+// they pass the gate and count themselves in g_device_access until the real call returned, so the
+// swapper (swap.cc), once the daemon closed the gate, knows when no such call is still on its way
+// into the driver and can drain and move the memory. Dekker-style: the caller increments, then
+// reads the gate; the daemon closes the gate before commanding a swap, then the swapper reads the
+// counter; both seq_cst. Tenants that are not swappable skip all of it (one relaxed load).
+extern std::atomic<bool> g_swappable;
+extern std::atomic<int64_t> g_device_access;
+
+class DeviceAccess {
+ public:
+  explicit DeviceAccess(gpuos_control_block* cb)
+      : tracked_(g_swappable.load(std::memory_order_relaxed)) {
+    if (GPUOS_UNLIKELY(tracked_)) enter(cb);
+  }
+  ~DeviceAccess() {
+    if (GPUOS_UNLIKELY(tracked_)) g_device_access.fetch_sub(1, std::memory_order_seq_cst);
+  }
+  DeviceAccess(const DeviceAccess&) = delete;
+  DeviceAccess& operator=(const DeviceAccess&) = delete;
+
+ private:
+  static void enter(gpuos_control_block* cb) {
+    for (;;) {
+      g_device_access.fetch_add(1, std::memory_order_seq_cst);
+      if (std::atomic_ref<uint32_t>(cb->gate).load(std::memory_order_seq_cst) == GPUOS_GATE_OPEN) return;
+      g_device_access.fetch_sub(1, std::memory_order_seq_cst);
+      wait_at_gate(cb);
+    }
+  }
+  bool tracked_;
+};
+
+// Forwards a call that reads or writes device memory but is not a launch (copies, memsets): for a
+// swappable tenant it waits while the gate is closed (its memory may be in host memory then).
+template <typename Call>
+inline CUresult governed_copy(Call&& call) {
+  const GpuosDriverTable* d = real_driver();
+  if (GPUOS_UNLIKELY(d == nullptr)) return CUDA_ERROR_NOT_INITIALIZED;
+  if (GPUOS_LIKELY(!g_swappable.load(std::memory_order_relaxed))) return call(*d);
+  gpuos_control_block* cb = control_block();
+  if (GPUOS_UNLIKELY(cb == nullptr)) return CUDA_ERROR_NOT_PERMITTED;
+  DeviceAccess access(cb);
+  return call(*d);
+}
+
 enum class LaunchKind { kKernel, kGraph };
 
 // Gates, forwards and counts one launch. `call` performs the real driver call.
@@ -52,6 +98,7 @@ inline CUresult governed_launch(LaunchKind kind, CUstream stream, bool ptsz, Cal
     if (r == CUDA_SUCCESS) count(cb->captured_launches);
     return r;
   }
+  DeviceAccess access(cb);  // swappable tenants only: waits at the gate itself
   if (GPUOS_UNLIKELY(std::atomic_ref<uint32_t>(cb->gate).load(std::memory_order_acquire) !=
                      GPUOS_GATE_OPEN)) {
     wait_at_gate(cb);

@@ -3,6 +3,7 @@
 // VMM-backed address space build on exactly these hooks.
 #include "interpose/fast_path.h"
 #include "interpose/memory_accounting.h"
+#include "interpose/swap.h"
 
 namespace gi = gpuos::interpose;
 using gi::AllocKind;
@@ -36,6 +37,11 @@ CUresult governed_alloc(AllocKind kind, std::size_t bytes, Call&& call, What&& m
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   CUresult r = call(*d);
+  // The GPU is full: gpuosd may make room by swapping another tenant out (it answers at once when
+  // it cannot). Bounded, so an allocation never spins against a daemon that keeps saying "retry".
+  for (int tries = 0; r == CUDA_ERROR_OUT_OF_MEMORY && tries < 16 && gi::wait_for_room(cb, bytes); ++tries) {
+    r = call(*d);
+  }
   if (r != CUDA_SUCCESS) {
     gi::cancel_bytes(cb, bytes);
     gi::account_alloc_failure(cb);
@@ -68,9 +74,16 @@ CUresult governed_free(AllocKind kind, uint64_t key, Call&& call) {
 
 extern "C" {
 
+// A swappable tenant's allocations (but small ones) come from the arena (swap.h): the same API,
+// backed by virtual memory that can move to host and back at the same address.
 CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytes) {
-  return governed_alloc(AllocKind::kPointer, bytes, GPUOS_FORWARD(cuMemAlloc_v2, dptr, bytes),
-                        GPUOS_MADE(dptr, bytes, -1));
+  std::size_t granted = bytes;
+  auto call = [&](const GpuosDriverTable& d) {
+    gpuos_control_block* cb = gi::control_block();
+    if (bytes >= gi::kArenaMinBytes && gi::swap_requested(cb)) return gi::arena_alloc(d, cb, dptr, bytes, &granted);
+    return d.cuMemAlloc_v2 ? d.cuMemAlloc_v2(dptr, bytes) : CUDA_ERROR_NOT_FOUND;
+  };
+  return governed_alloc(AllocKind::kPointer, bytes, call, [&] { return Made{*dptr, granted, -1}; });
 }
 
 CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t width, size_t height,
@@ -86,7 +99,11 @@ CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t bytes, unsigned int flags) 
 }
 
 CUresult cuMemFree_v2(CUdeviceptr dptr) {
-  return governed_free(AllocKind::kPointer, dptr, GPUOS_FORWARD(cuMemFree_v2, dptr));
+  return governed_free(AllocKind::kPointer, dptr, [&](const GpuosDriverTable& d) {
+    CUresult r = CUDA_SUCCESS;
+    if (gi::arena_free(d, dptr, &r)) return r;
+    return d.cuMemFree_v2 ? d.cuMemFree_v2(dptr) : CUDA_ERROR_NOT_FOUND;
+  });
 }
 
 CUresult cuMemAllocAsync(CUdeviceptr* dptr, size_t bytes, CUstream stream) {

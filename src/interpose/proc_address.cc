@@ -27,7 +27,29 @@ namespace gi = gpuos::interpose;
   X(cuMemGetInfo_v2) X(cuMemAlloc_v2) X(cuMemAllocPitch_v2) X(cuMemAllocManaged) X(cuMemFree_v2) \
   X(cuMemAllocAsync) X(cuMemAllocAsync_ptsz) X(cuMemAllocFromPoolAsync)                         \
   X(cuMemAllocFromPoolAsync_ptsz) X(cuMemFreeAsync) X(cuMemFreeAsync_ptsz)                      \
-  X(cuMemCreate) X(cuMemRelease)
+  X(cuMemCreate) X(cuMemRelease)                                                                \
+  /* copies, memsets, prefetches (hooks_copy.cc) */                                             \
+  X(cuMemcpy) X(cuMemcpy_ptds) X(cuMemcpyPeer) X(cuMemcpyPeer_ptds) X(cuMemcpyHtoD_v2)          \
+  X(cuMemcpyHtoD_v2_ptds) X(cuMemcpyDtoH_v2) X(cuMemcpyDtoH_v2_ptds) X(cuMemcpyDtoD_v2)         \
+  X(cuMemcpyDtoD_v2_ptds) X(cuMemcpy2D_v2) X(cuMemcpy2D_v2_ptds) X(cuMemcpy2DUnaligned_v2)      \
+  X(cuMemcpy2DUnaligned_v2_ptds) X(cuMemcpy3D_v2) X(cuMemcpy3D_v2_ptds) X(cuMemcpy3DPeer)       \
+  X(cuMemcpy3DPeer_ptds) X(cuMemcpyAsync) X(cuMemcpyAsync_ptsz) X(cuMemcpyPeerAsync)            \
+  X(cuMemcpyPeerAsync_ptsz) X(cuMemcpyHtoDAsync_v2) X(cuMemcpyHtoDAsync_v2_ptsz)                \
+  X(cuMemcpyDtoHAsync_v2) X(cuMemcpyDtoHAsync_v2_ptsz) X(cuMemcpyDtoDAsync_v2)                  \
+  X(cuMemcpyDtoDAsync_v2_ptsz) X(cuMemcpy2DAsync_v2) X(cuMemcpy2DAsync_v2_ptsz)                 \
+  X(cuMemcpy3DAsync_v2) X(cuMemcpy3DAsync_v2_ptsz) X(cuMemcpy3DPeerAsync)                       \
+  X(cuMemcpy3DPeerAsync_ptsz) X(cuMemcpyBatchAsync) X(cuMemcpyBatchAsync_ptsz)                  \
+  X(cuMemcpyBatchAsync_v2) X(cuMemcpyBatchAsync_v2_ptsz) X(cuMemcpy3DBatchAsync)                \
+  X(cuMemcpy3DBatchAsync_ptsz) X(cuMemcpy3DBatchAsync_v2) X(cuMemcpy3DBatchAsync_v2_ptsz)       \
+  X(cuMemsetD8_v2) X(cuMemsetD8_v2_ptds) X(cuMemsetD16_v2) X(cuMemsetD16_v2_ptds)               \
+  X(cuMemsetD32_v2) X(cuMemsetD32_v2_ptds) X(cuMemsetD2D8_v2) X(cuMemsetD2D8_v2_ptds)           \
+  X(cuMemsetD2D16_v2) X(cuMemsetD2D16_v2_ptds) X(cuMemsetD2D32_v2) X(cuMemsetD2D32_v2_ptds)     \
+  X(cuMemsetD8Async) X(cuMemsetD8Async_ptsz) X(cuMemsetD16Async) X(cuMemsetD16Async_ptsz)       \
+  X(cuMemsetD32Async) X(cuMemsetD32Async_ptsz) X(cuMemsetD2D8Async) X(cuMemsetD2D8Async_ptsz)   \
+  X(cuMemsetD2D16Async) X(cuMemsetD2D16Async_ptsz) X(cuMemsetD2D32Async)                        \
+  X(cuMemsetD2D32Async_ptsz) X(cuMemPrefetchAsync) X(cuMemPrefetchAsync_ptsz)                   \
+  X(cuMemPrefetchAsync_v2) X(cuMemPrefetchAsync_v2_ptsz) X(cuMemPrefetchBatchAsync)             \
+  X(cuMemPrefetchBatchAsync_ptsz)
 
 #define GPUOS_CHECK_TYPE(name)                                                        \
   static_assert(std::is_same_v<decltype(&::name), decltype(GpuosDriverTable::name)>, \

@@ -21,11 +21,14 @@
 
 #include "common/ipc.h"
 #include "interpose/activity.h"
+#include "interpose/swap.h"
 
 namespace gpuos::interpose {
 
 std::atomic<gpuos_control_block*> g_control{nullptr};
 std::atomic<int> g_active_captures{0};
+std::atomic<bool> g_swappable{false};
+std::atomic<int64_t> g_device_access{0};
 
 namespace {
 
@@ -222,6 +225,8 @@ void report_at_exit() {
       get(cb->streams_created));
 }
 
+}  // namespace
+
 bool daemon_connection_lost() {
   int fd = g_socket.load(std::memory_order_relaxed);
   if (fd < 0) return true;
@@ -229,8 +234,6 @@ bool daemon_connection_lost() {
   if (poll(&p, 1, 0) <= 0) return false;
   return (p.revents & (POLLHUP | POLLERR)) != 0;
 }
-
-}  // namespace
 
 void log(LogLevel level, const char* fmt, ...) {
   if (static_cast<int>(level) > log_level()) return;
@@ -354,11 +357,15 @@ void maintain_daemon_connection() {
   gpuos_control_block* old = g_control.load(std::memory_order_acquire);
   if (old == nullptr || old == &g_local_block || !daemon_connection_lost()) return;
   if (!g_lost_reported) {
-    // Keep running on the last grant, never hang: a closed gate is opened locally.
     log(LogLevel::kWarn, "lost gpuosd; running on the last grant and re-registering every second");
+    g_lost_reported = true;
+  }
+  // Keep running on the last grant, never hang: a closed gate is opened locally, once swapped-out
+  // memory is back on the GPU (until then the tenant waits: its data is in the pool it mapped).
+  if (!swap_in_locally(old)) return;
+  if (std::atomic_ref<uint32_t>(old->gate).load() != GPUOS_GATE_OPEN) {
     std::atomic_ref<uint32_t>(old->gate).store(GPUOS_GATE_OPEN, std::memory_order_release);
     syscall(SYS_futex, &old->gate, FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
-    g_lost_reported = true;
   }
   char why[256];
   int sock = -1;
@@ -372,6 +379,7 @@ void maintain_daemon_connection() {
   timespec settle{0, 20 * 1000 * 1000};
   nanosleep(&settle, nullptr);
   carry_counters(old, cb);
+  carry_swap_state(old, cb);
   g_lost_reported = false;
   log(LogLevel::kWarn, "re-registered with gpuosd; counters carried over");
   notify_activity(cb);
@@ -388,9 +396,12 @@ void wait_at_gate(gpuos_control_block* cb) {
   notify_activity(cb);  // a waiting tenant is runnable: the policy may grant it time
   while (gate.load(std::memory_order_acquire) != GPUOS_GATE_OPEN) {
     if (alive.load(std::memory_order_relaxed) == 0 || daemon_connection_lost()) {
-      log(LogLevel::kWarn, "gpuosd is gone while this tenant's gate is closed; continuing");
-      gate.store(GPUOS_GATE_OPEN, std::memory_order_release);
-      break;
+      // Swapped-out memory comes back first; if there is no room for it yet, keep waiting.
+      if (swap_in_locally(cb)) {
+        log(LogLevel::kWarn, "gpuosd is gone while this tenant's gate is closed; continuing");
+        gate.store(GPUOS_GATE_OPEN, std::memory_order_release);
+        break;
+      }
     }
     // Shared (not private) futex: the daemon wakes it from its own mapping of the same memfd.
     timespec timeout{0, 50 * 1000 * 1000};

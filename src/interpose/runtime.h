@@ -42,6 +42,8 @@ void wait_at_gate(gpuos_control_block* cb);
 
 // The connected control socket, or -1 when not registered with a daemon.
 int daemon_socket();
+// True when the control socket is gone (gpuosd exited or crashed) or was never there.
+bool daemon_connection_lost();
 
 // Called by the activity monitor thread about once a second. If gpuosd went away, the tenant keeps
 // running on its last grant (a closed gate is opened locally) and tries to register again; once a

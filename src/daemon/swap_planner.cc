@@ -1,0 +1,160 @@
+#include "daemon/swap_planner.h"
+
+#include <algorithm>
+#include <iterator>
+
+namespace gpuos::daemon {
+
+namespace {
+constexpr uint64_t kAlign = 2ull << 20;
+}
+
+SwapSpace::SwapSpace(uint64_t bytes) : size_(bytes / kAlign * kAlign) {
+  if (size_ > 0) free_.emplace(0, size_);
+}
+
+uint64_t SwapSpace::align(uint64_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
+
+std::optional<uint64_t> SwapSpace::allocate(uint64_t bytes) {
+  const uint64_t want = std::max(align(bytes), kAlign);
+  for (auto it = free_.begin(); it != free_.end(); ++it) {
+    if (it->second < want) continue;
+    const uint64_t off = it->first;
+    const uint64_t rest = it->second - want;
+    free_.erase(it);
+    if (rest > 0) free_.emplace(off + want, rest);
+    used_.emplace(off, want);
+    return off;
+  }
+  return std::nullopt;
+}
+
+void SwapSpace::free(uint64_t offset) {
+  auto u = used_.find(offset);
+  if (u == used_.end()) return;
+  auto it = free_.emplace(u->first, u->second).first;
+  used_.erase(u);
+  auto next = std::next(it);
+  if (next != free_.end() && it->first + it->second == next->first) {
+    it->second += next->second;
+    free_.erase(next);
+  }
+  if (it != free_.begin()) {
+    auto prev = std::prev(it);
+    if (prev->first + prev->second == it->first) {
+      prev->second += it->second;
+      free_.erase(it);
+    }
+  }
+}
+
+void SwapSpace::shrink(uint64_t offset, uint64_t bytes) {
+  auto u = used_.find(offset);
+  if (u == used_.end()) return;
+  const uint64_t keep = align(bytes);
+  if (keep == 0) return free(offset);
+  if (keep >= u->second) return;
+  const uint64_t tail = u->second - keep;
+  u->second = keep;
+  used_.emplace(offset + keep, tail);
+  free(offset + keep);
+}
+
+uint64_t SwapSpace::largest_free() const {
+  uint64_t best = 0;
+  for (const auto& [off, size] : free_) best = std::max(best, size);
+  return best;
+}
+
+uint64_t SwapSpace::free_bytes() const {
+  uint64_t sum = 0;
+  for (const auto& [off, size] : free_) sum += size;
+  return sum;
+}
+
+namespace {
+
+// Could `v` ever make room for `for_whom` (ignoring the quantum and the pool)?
+bool could_displace(const SwapTenant& v, const SwapTenant& for_whom) {
+  if (v.id == for_whom.id || !v.swappable || v.command_pending || v.movable_bytes == 0) return false;
+  if (!v.resident && !v.swapped_out) return false;
+  return !(v.guaranteed && !for_whom.guaranteed);
+}
+
+const SwapTenant* pick_victim(const std::vector<SwapTenant>& tenants, const SwapTenant& for_whom,
+                              const SwapParams& p, uint64_t now) {
+  const SwapTenant* best = nullptr;
+  auto rank = [](const SwapTenant& t) {
+    return std::make_tuple(t.busy || t.waiting, t.guaranteed, t.resident_since_ns, t.id);
+  };
+  for (const SwapTenant& v : tenants) {
+    if (!could_displace(v, for_whom)) continue;
+    if (now < v.no_victim_until_ns) continue;
+    const bool peer = v.guaranteed == for_whom.guaranteed;
+    if (peer && now < v.resident_since_ns + p.quantum_ns) continue;
+    if (v.pool_largest_free == 0) continue;
+    if (best == nullptr || rank(v) < rank(*best)) best = &v;
+  }
+  return best;
+}
+
+uint64_t amount(const SwapTenant& v, uint64_t want) {
+  return std::min({want, v.movable_bytes, v.pool_largest_free});
+}
+
+}  // namespace
+
+std::vector<SwapAction> plan_swaps(const std::vector<SwapTenant>& tenants, const SwapParams& p, uint64_t now) {
+  std::vector<SwapAction> out;
+  for (const SwapTenant& t : tenants) {
+    if (t.command_pending) return out;
+  }
+  // Guaranteed tenants are served first, then by id (registration order).
+  std::vector<const SwapTenant*> order;
+  for (const SwapTenant& t : tenants) order.push_back(&t);
+  std::stable_sort(order.begin(), order.end(),
+                   [](const SwapTenant* a, const SwapTenant* b) { return a->guaranteed && !b->guaranteed; });
+
+  uint64_t resident = 0;
+  for (const SwapTenant& t : tenants) resident += t.resident_bytes;
+  const uint64_t free_now = p.capacity_bytes > resident ? p.capacity_bytes - resident : 0;
+
+  // 1. Allocations waiting for room.
+  for (const SwapTenant* r : order) {
+    if (!r->wants_room) continue;
+    if (r->room_made) {
+      out.push_back({SwapAction::Kind::kAnswerRetry, r->id});
+      continue;
+    }
+    if (const SwapTenant* v = pick_victim(tenants, *r, p, now)) {
+      // The driver said "full", whatever the estimate says: free what it still wants on top of
+      // what the estimate shows (all of it when the estimate is wrong).
+      const uint64_t target = std::max(r->wanted_bytes, r->quota_left_bytes);
+      const uint64_t have = free_now < target ? free_now : 0;
+      out.push_back({SwapAction::Kind::kSwapOut, v->id, amount(*v, target - have + p.margin_bytes)});
+      return out;
+    }
+    bool possible = std::any_of(tenants.begin(), tenants.end(), [&](const SwapTenant& v) { return could_displace(v, *r); });
+    if (!possible) out.push_back({SwapAction::Kind::kAnswerRefused, r->id});
+  }
+
+  // 2. Swapped-out tenants that want to run: guaranteed first, then the one out longest.
+  std::stable_sort(order.begin(), order.end(), [](const SwapTenant* a, const SwapTenant* b) {
+    return std::make_pair(!a->guaranteed, a->out_since_ns) < std::make_pair(!b->guaranteed, b->out_since_ns);
+  });
+  for (const SwapTenant* w : order) {
+    if (!w->swapped_out || !w->waiting) continue;
+    if (!w->swap_in_failed && w->swapped_bytes <= free_now) {
+      out.push_back({SwapAction::Kind::kSwapIn, w->id});
+      return out;
+    }
+    if (const SwapTenant* v = pick_victim(tenants, *w, p, now)) {
+      const uint64_t short_by = w->swapped_bytes > free_now ? w->swapped_bytes - free_now : 0;
+      out.push_back({SwapAction::Kind::kSwapOut, v->id, amount(*v, short_by + p.margin_bytes)});
+      return out;
+    }
+  }
+  return out;
+}
+
+}  // namespace gpuos::daemon

@@ -1,0 +1,591 @@
+#include "interpose/swap.h"
+
+#include <linux/futex.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <iterator>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "common/ipc.h"
+#include "interpose/activity.h"
+#include "interpose/fast_path.h"
+#include "interpose/runtime.h"
+
+namespace gpuos::interpose {
+namespace {
+
+template <typename T>
+std::atomic_ref<T> ref(T& x) {
+  return std::atomic_ref<T>(x);
+}
+
+uint64_t now_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+void futex_wait(uint32_t* word, uint32_t expected, long timeout_ms) {
+  timespec t{timeout_ms / 1000, (timeout_ms % 1000) * 1000000};
+  // Shared (not private): gpuosd wakes it through its own mapping of the control block.
+  syscall(SYS_futex, word, FUTEX_WAIT, expected, &t, nullptr, 0);
+}
+
+// A reservation of virtual addresses is cheap; one holds every allocation up to its size.
+constexpr std::size_t kReserveBytes = std::size_t{1} << 40;
+
+struct Allocation {
+  std::size_t bytes = 0;  // a multiple of the device's granularity
+  int device = 0;
+  CUcontext ctx = nullptr;
+  CUmemGenericAllocationHandle handle = 0;  // 0 while swapped out
+  uint64_t pool_offset = 0;                 // while swapped out: where its bytes are in the pool
+};
+
+struct Reservation {
+  CUdeviceptr base;
+  std::size_t size;
+};
+
+struct Arena {
+  std::mutex mu;  // guards everything below but the pool
+  std::map<CUdeviceptr, Allocation> allocs;
+  std::vector<Reservation> reservations;
+  std::map<CUdeviceptr, std::size_t> free_va;  // unused address ranges: base -> size
+  std::size_t granularity[GPUOS_MAX_DEVICES] = {};
+  std::map<CUcontext, CUstream> streams;  // the swapper's own stream in each context
+  bool enabled = false;
+
+  std::mutex pool_mu;  // the swap pool of the daemon we are registered with
+  int pool_socket = -1;
+  char* pool = nullptr;
+  uint64_t pool_bytes = 0;
+  bool pool_refused = false;
+};
+
+// Never destroyed: the swapper thread may still run while the process exits.
+Arena& arena() {
+  static Arena* a = new Arena;
+  return *a;
+}
+
+// Runs f with ctx current on this thread.
+template <typename F>
+CUresult in_context(const GpuosDriverTable& d, CUcontext ctx, F&& f) {
+  if (d.cuCtxPushCurrent_v2 == nullptr || d.cuCtxPopCurrent_v2 == nullptr) return CUDA_ERROR_NOT_FOUND;
+  CUresult r = d.cuCtxPushCurrent_v2(ctx);
+  if (r != CUDA_SUCCESS) return r;
+  r = f();
+  CUcontext popped = nullptr;
+  d.cuCtxPopCurrent_v2(&popped);
+  return r;
+}
+
+bool same_reservation(const Arena& a, CUdeviceptr x, CUdeviceptr y) {
+  for (const Reservation& r : a.reservations) {
+    bool in_x = x >= r.base && x < r.base + r.size;
+    bool in_y = y >= r.base && y < r.base + r.size;
+    if (in_x || in_y) return in_x && in_y;
+  }
+  return false;
+}
+
+void give_va(Arena& a, CUdeviceptr base, std::size_t bytes) {
+  auto it = a.free_va.emplace(base, bytes).first;
+  auto next = std::next(it);
+  if (next != a.free_va.end() && it->first + it->second == next->first && same_reservation(a, it->first, next->first)) {
+    it->second += next->second;
+    a.free_va.erase(next);
+  }
+  if (it != a.free_va.begin()) {
+    auto prev = std::prev(it);
+    if (prev->first + prev->second == it->first && same_reservation(a, prev->first, it->first)) {
+      prev->second += it->second;
+      a.free_va.erase(it);
+    }
+  }
+}
+
+CUresult take_va(const GpuosDriverTable& d, Arena& a, std::size_t bytes, CUdeviceptr* out) {
+  for (auto it = a.free_va.begin(); it != a.free_va.end(); ++it) {
+    if (it->second < bytes) continue;
+    CUdeviceptr base = it->first;
+    std::size_t size = it->second;
+    a.free_va.erase(it);
+    if (size > bytes) a.free_va.emplace(base + bytes, size - bytes);
+    *out = base;
+    return CUDA_SUCCESS;
+  }
+  std::size_t size = std::max(kReserveBytes, bytes);
+  CUdeviceptr base = 0;
+  CUresult r = d.cuMemAddressReserve(&base, size, 0, 0, 0);
+  if (r != CUDA_SUCCESS) return r;
+  a.reservations.push_back({base, size});
+  a.free_va.emplace(base, size);
+  return take_va(d, a, bytes, out);
+}
+
+CUmemAllocationProp device_prop(int device) {
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = device;
+  return prop;
+}
+
+// Backs [va, va+bytes) with new physical memory on `device`, read-write for that device.
+CUresult map_physical(const GpuosDriverTable& d, CUdeviceptr va, std::size_t bytes, int device,
+                      CUmemGenericAllocationHandle* out) {
+  CUmemAllocationProp prop = device_prop(device);
+  CUmemGenericAllocationHandle h = 0;
+  CUresult r = d.cuMemCreate(&h, bytes, &prop, 0);
+  if (r != CUDA_SUCCESS) return r;
+  r = d.cuMemMap(va, bytes, 0, h, 0);
+  if (r != CUDA_SUCCESS) {
+    d.cuMemRelease(h);
+    return r;
+  }
+  CUmemAccessDesc access{};
+  access.location = prop.location;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  r = d.cuMemSetAccess(va, bytes, &access, 1);
+  if (r != CUDA_SUCCESS) {
+    d.cuMemUnmap(va, bytes);
+    d.cuMemRelease(h);
+    return r;
+  }
+  *out = h;
+  return CUDA_SUCCESS;
+}
+
+void unmap_physical(const GpuosDriverTable& d, CUdeviceptr va, const Allocation& al) {
+  d.cuMemUnmap(va, al.bytes);
+  d.cuMemRelease(al.handle);
+}
+
+bool vmm_available(const GpuosDriverTable& d) {
+  return d.cuMemCreate && d.cuMemRelease && d.cuMemMap && d.cuMemUnmap && d.cuMemSetAccess &&
+         d.cuMemAddressReserve && d.cuMemGetAllocationGranularity && d.cuCtxGetCurrent && d.cuCtxGetDevice &&
+         d.cuCtxPushCurrent_v2 && d.cuCtxPopCurrent_v2 && d.cuCtxSynchronize && d.cuStreamCreate &&
+         d.cuStreamSynchronize && d.cuMemcpyDtoHAsync_v2 && d.cuMemcpyHtoDAsync_v2 && d.cuMemHostRegister_v2;
+}
+
+// ---- the swap pool ---------------------------------------------------------------------------
+
+// Maps and pins the daemon's swap pool (once per daemon connection). Runs on the swapper thread,
+// without the arena lock: pinning tens of GiB takes seconds.
+bool ensure_pool(const GpuosDriverTable& d, CUcontext ctx) {
+  Arena& a = arena();
+  std::lock_guard<std::mutex> lock(a.pool_mu);
+  const int sock = daemon_socket();
+  if (sock < 0) return a.pool != nullptr;
+  if (a.pool_socket == sock) return a.pool != nullptr;
+  // A new daemon connection. A pool that may still hold swapped memory stays (swap_in_locally
+  // brought it back before we re-registered, so the old pool is free to go).
+  gpuos_msg_header req{};
+  init_header(&req, GPUOS_MSG_SWAP_POOL, sizeof(req), 1);
+  if (send_message(sock, &req, sizeof(req)) != 0) return a.pool != nullptr;
+  alignas(8) unsigned char buf[GPUOS_MSG_MAX_SIZE + 1];
+  int fd = -1;
+  long n = receive_message(sock, buf, sizeof(buf), &fd, 10000);
+  char why[GPUOS_TEXT_MAX];
+  gpuos_msg_swap_pool_reply rep{};
+  if (n <= 0 || validate_message(buf, static_cast<std::size_t>(n), why, sizeof(why)) != GPUOS_OK ||
+      reinterpret_cast<gpuos_msg_header*>(buf)->type != GPUOS_MSG_SWAP_POOL_REPLY) {
+    if (fd >= 0) close(fd);
+    log(LogLevel::kWarn, "swap: no usable answer to SWAP_POOL (%ld)", n);
+    a.pool_socket = sock;
+    return false;
+  }
+  std::memcpy(&rep, buf, sizeof(rep));
+  a.pool_socket = sock;
+  if (rep.status != GPUOS_OK || fd < 0 || rep.pool_bytes == 0) {
+    if (fd >= 0) close(fd);
+    if (!a.pool_refused) log(LogLevel::kInfo, "swap: gpuosd has no swap pool; this tenant's memory stays resident");
+    a.pool_refused = true;
+    return false;
+  }
+  void* p = mmap(nullptr, rep.pool_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (p == MAP_FAILED) {
+    log(LogLevel::kError, "swap: cannot map the %llu-byte swap pool: %s",
+        static_cast<unsigned long long>(rep.pool_bytes), std::strerror(errno));
+    return false;
+  }
+  const uint64_t t0 = now_ns();
+  CUresult r = in_context(d, ctx, [&] {
+    return d.cuMemHostRegister_v2(p, rep.pool_bytes, CU_MEMHOSTREGISTER_PORTABLE);
+  });
+  if (r != CUDA_SUCCESS) {
+    log(LogLevel::kError, "swap: cannot pin the swap pool (%s)", cu_result_name(r));
+    munmap(p, rep.pool_bytes);
+    return false;
+  }
+  log(LogLevel::kInfo, "swap: pool of %llu MiB mapped and pinned in %.1f ms",
+      static_cast<unsigned long long>(rep.pool_bytes >> 20), static_cast<double>(now_ns() - t0) / 1e6);
+  // The previous pool (an earlier daemon's) holds nothing now; it stays mapped (cheap, and safe
+  // against a racing reader) but is no longer used.
+  a.pool = static_cast<char*>(p);
+  a.pool_bytes = rep.pool_bytes;
+  return true;
+}
+
+CUresult swapper_stream(const GpuosDriverTable& d, Arena& a, CUcontext ctx, CUstream* out) {
+  auto it = a.streams.find(ctx);
+  if (it != a.streams.end()) {
+    *out = it->second;
+    return CUDA_SUCCESS;
+  }
+  CUstream s = nullptr;
+  CUresult r = in_context(d, ctx, [&] { return d.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING); });
+  if (r == CUDA_SUCCESS) a.streams.emplace(ctx, s), *out = s;
+  return r;
+}
+
+CUresult sync_streams(const GpuosDriverTable& d, Arena& a) {
+  CUresult first = CUDA_SUCCESS;
+  for (auto& [ctx, s] : a.streams) {
+    CUresult r = in_context(d, ctx, [&] { return d.cuStreamSynchronize(s); });
+    if (r != CUDA_SUCCESS && first == CUDA_SUCCESS) first = r;
+  }
+  return first;
+}
+
+// ---- swapping (arena lock held) ---------------------------------------------------------------
+
+// Moves whole allocations, largest first, until at least swap_want_bytes are out (as far as the
+// slice allows). Repeatable: a tenant already partly out can be asked for more.
+void swap_out_locked(const GpuosDriverTable& d, gpuos_control_block* cb, Arena& a) {
+  auto state = ref(cb->swap_state);
+  const uint32_t before = state.load();
+  if (before != GPUOS_SWAP_RESIDENT && before != GPUOS_SWAP_SWAPPED_OUT) return;
+  if (ref(cb->gate).load(std::memory_order_seq_cst) == GPUOS_GATE_OPEN) {
+    log(LogLevel::kWarn, "swap: SWAP_OUT with the gate open; ignored");
+    return;
+  }
+  if (a.pool == nullptr) {
+    log(LogLevel::kWarn, "swap: SWAP_OUT without a swap pool; ignored");
+    return;
+  }
+  state.store(GPUOS_SWAP_SWAPPING_OUT);
+  auto abort = [&](const char* why, CUresult r) {
+    log(LogLevel::kError, "swap: swap-out abandoned, memory stays where it was: %s (%s)", why, cu_result_name(r));
+    state.store(before);
+  };
+  // 1. No governed call is still on its way into the driver (they wait at the closed gate now).
+  while (g_device_access.load(std::memory_order_seq_cst) != 0) {
+    if (ref(cb->gate).load(std::memory_order_seq_cst) == GPUOS_GATE_OPEN) return abort("gate reopened", CUDA_SUCCESS);
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  // 2. Everything submitted has finished.
+  std::vector<CUcontext> ctxs;
+  for (auto& [va, al] : a.allocs) {
+    if (std::find(ctxs.begin(), ctxs.end(), al.ctx) == ctxs.end()) ctxs.push_back(al.ctx);
+  }
+  for (CUcontext c : ctxs) {
+    CUresult r = in_context(d, c, [&] { return d.cuCtxSynchronize(); });
+    if (r != CUDA_SUCCESS) return abort("cannot drain the tenant's context", r);
+  }
+  // 3. Choose, copy into our slice of the pool, then release the physical memory.
+  const uint64_t slice_off = ref(cb->swap_slice_offset).load();
+  const uint64_t slice_bytes = ref(cb->swap_slice_bytes).load();
+  const uint64_t want = ref(cb->swap_want_bytes).load();
+  if (slice_off > a.pool_bytes || slice_bytes > a.pool_bytes - slice_off) {
+    return abort("the pool slice lies outside the pool", CUDA_ERROR_INVALID_VALUE);
+  }
+  std::vector<std::pair<CUdeviceptr, Allocation*>> chosen;
+  {
+    std::vector<std::pair<CUdeviceptr, Allocation*>> resident;
+    for (auto& [va, al] : a.allocs) {
+      if (al.handle != 0) resident.emplace_back(va, &al);
+    }
+    std::stable_sort(resident.begin(), resident.end(),
+                     [](const auto& x, const auto& y) { return x.second->bytes > y.second->bytes; });
+    uint64_t room = slice_bytes, moved = 0;
+    for (auto& c : resident) {
+      if (moved >= want) break;
+      if (c.second->bytes > room) continue;
+      chosen.push_back(c);
+      room -= c.second->bytes;
+      moved += c.second->bytes;
+    }
+  }
+  if (chosen.empty()) return abort("no allocation fits the pool slice", CUDA_ERROR_OUT_OF_MEMORY);
+  const uint64_t t0 = now_ns();
+  uint64_t pos = slice_off;
+  for (auto& [va, al] : chosen) {
+    CUstream s = nullptr;
+    CUresult r = swapper_stream(d, a, al->ctx, &s);
+    if (r == CUDA_SUCCESS) {
+      r = in_context(d, al->ctx, [&] { return d.cuMemcpyDtoHAsync_v2(a.pool + pos, va, al->bytes, s); });
+    }
+    if (r != CUDA_SUCCESS) return abort("copy to host failed", r);
+    al->pool_offset = pos;
+    pos += al->bytes;
+  }
+  if (CUresult r = sync_streams(d, a); r != CUDA_SUCCESS) return abort("copy to host failed", r);
+  for (auto& [va, al] : chosen) {
+    unmap_physical(d, va, *al);
+    al->handle = 0;
+  }
+  const uint64_t total = pos - slice_off;
+  const uint64_t ns = now_ns() - t0;
+  ref(cb->swapped_bytes).fetch_add(total);
+  ref(cb->swap_out_bytes).fetch_add(total);
+  ref(cb->swap_out_ns).fetch_add(ns);
+  ref(cb->swap_outs).fetch_add(1);
+  state.store(GPUOS_SWAP_SWAPPED_OUT);
+  log(LogLevel::kInfo, "swap: out %llu MiB (%zu allocations) in %.1f ms (%.1f GB/s)",
+      static_cast<unsigned long long>(total >> 20), chosen.size(), static_cast<double>(ns) / 1e6,
+      ns ? static_cast<double>(total) / static_cast<double>(ns) : 0.0);
+}
+
+bool swap_in_locked(const GpuosDriverTable& d, gpuos_control_block* cb, Arena& a) {
+  auto state = ref(cb->swap_state);
+  if (state.load() == GPUOS_SWAP_RESIDENT) return true;
+  if (state.load() != GPUOS_SWAP_SWAPPED_OUT) return false;
+  state.store(GPUOS_SWAP_SWAPPING_IN);
+  const uint64_t t0 = now_ns();
+  std::vector<CUdeviceptr> mapped;
+  CUresult r = CUDA_SUCCESS;
+  for (auto& [va, al] : a.allocs) {
+    if (al.handle != 0) continue;
+    r = in_context(d, al.ctx, [&] { return map_physical(d, va, al.bytes, al.device, &al.handle); });
+    if (r != CUDA_SUCCESS) break;
+    mapped.push_back(va);
+  }
+  if (r == CUDA_SUCCESS) {
+    for (auto& [va, al] : a.allocs) {
+      if (std::find(mapped.begin(), mapped.end(), va) == mapped.end()) continue;
+      CUstream s = nullptr;
+      r = swapper_stream(d, a, al.ctx, &s);
+      if (r == CUDA_SUCCESS) {
+        r = in_context(d, al.ctx, [&] { return d.cuMemcpyHtoDAsync_v2(va, a.pool + al.pool_offset, al.bytes, s); });
+      }
+      if (r != CUDA_SUCCESS) break;
+    }
+    if (r == CUDA_SUCCESS) r = sync_streams(d, a);
+  }
+  if (r != CUDA_SUCCESS) {
+    // Give the memory back and stay out: the data is still in the pool, nothing is lost.
+    for (CUdeviceptr va : mapped) {
+      Allocation& al = a.allocs[va];
+      unmap_physical(d, va, al);
+      al.handle = 0;
+    }
+    state.store(GPUOS_SWAP_SWAPPED_OUT);
+    log(LogLevel::kWarn, "swap: swap-in failed (%s); staying out until there is room", cu_result_name(r));
+    return false;
+  }
+  uint64_t total = 0;
+  for (CUdeviceptr va : mapped) total += a.allocs[va].bytes;
+  const uint64_t ns = now_ns() - t0;
+  ref(cb->swapped_bytes).store(0);
+  ref(cb->swap_in_bytes).fetch_add(total);
+  ref(cb->swap_in_ns).fetch_add(ns);
+  ref(cb->swap_ins).fetch_add(1);
+  uint64_t old = ref(cb->max_swap_in_ns).load();
+  while (ns > old && !ref(cb->max_swap_in_ns).compare_exchange_weak(old, ns)) {
+  }
+  state.store(GPUOS_SWAP_RESIDENT);
+  log(LogLevel::kInfo, "swap: in %llu MiB in %.1f ms (%.1f GB/s)", static_cast<unsigned long long>(total >> 20),
+      static_cast<double>(ns) / 1e6, ns ? static_cast<double>(total) / static_cast<double>(ns) : 0.0);
+  return true;
+}
+
+// ---- the swapper thread -------------------------------------------------------------------------
+
+void* swapper_main(void*) {
+  sigset_t all;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, nullptr);
+  const GpuosDriverTable* d = real_driver();
+  Arena& a = arena();
+  for (;;) {
+    gpuos_control_block* cb = g_control.load(std::memory_order_acquire);
+    const uint32_t seq = ref(cb->swap_command_seq).load(std::memory_order_acquire);
+    CUcontext ctx = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(a.mu);
+      if (!a.allocs.empty()) ctx = a.allocs.begin()->second.ctx;
+    }
+    if (ctx != nullptr) ensure_pool(*d, ctx);
+    if (seq != ref(cb->swap_done_seq).load()) {
+      const uint32_t cmd = ref(cb->swap_command).load(std::memory_order_acquire);
+      {
+        std::lock_guard<std::mutex> lock(a.mu);
+        if (cmd == GPUOS_SWAP_OUT) swap_out_locked(*d, cb, a);
+        if (cmd == GPUOS_SWAP_IN) swap_in_locked(*d, cb, a);
+      }
+      ref(cb->swap_done_seq).store(seq, std::memory_order_release);
+      notify_activity(cb);
+      continue;
+    }
+    futex_wait(&cb->swap_command_seq, seq, 200);
+  }
+}
+
+// Waits (arena lock released meanwhile) until the tenant's memory is on the GPU.
+void wait_resident(gpuos_control_block* cb, std::unique_lock<std::mutex>& lock) {
+  while (ref(cb->swap_state).load() != GPUOS_SWAP_RESIDENT) {
+    lock.unlock();
+    if (ref(cb->gate).load(std::memory_order_acquire) != GPUOS_GATE_OPEN) {
+      wait_at_gate(cb);  // says "waiting": the daemon brings the memory back before it opens the gate
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    lock.lock();
+  }
+}
+
+std::size_t round_up(std::size_t x, std::size_t to) { return (x + to - 1) / to * to; }
+
+}  // namespace
+
+bool swap_requested(const gpuos_control_block* cb) {
+  static const bool wanted = [] {
+    const char* v = std::getenv("GPUOS_SWAP");
+    return v != nullptr && std::strcmp(v, "1") == 0;
+  }();
+  return wanted && cb != nullptr && daemon_socket() >= 0;
+}
+
+CUresult arena_alloc(const GpuosDriverTable& d, gpuos_control_block* cb, CUdeviceptr* dptr,
+                     std::size_t bytes, std::size_t* granted) {
+  if (dptr == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (!vmm_available(d)) return CUDA_ERROR_NOT_SUPPORTED;
+  CUcontext ctx = nullptr;
+  if (CUresult r = d.cuCtxGetCurrent(&ctx); r != CUDA_SUCCESS) return r;
+  if (ctx == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  CUdevice dev = 0;
+  if (CUresult r = d.cuCtxGetDevice(&dev); r != CUDA_SUCCESS) return r;
+  if (dev < 0 || dev >= GPUOS_MAX_DEVICES) return CUDA_ERROR_INVALID_DEVICE;
+  Arena& a = arena();
+  std::unique_lock<std::mutex> lock(a.mu);
+  wait_resident(cb, lock);
+  std::size_t& gran = a.granularity[dev];
+  if (gran == 0) {
+    CUmemAllocationProp prop = device_prop(dev);
+    if (CUresult r = d.cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+        r != CUDA_SUCCESS || gran == 0) {
+      gran = 0;
+      return r != CUDA_SUCCESS ? r : CUDA_ERROR_NOT_SUPPORTED;
+    }
+  }
+  const std::size_t size = round_up(bytes, gran);
+  CUdeviceptr va = 0;
+  if (CUresult r = take_va(d, a, size, &va); r != CUDA_SUCCESS) return r;
+  Allocation al;
+  al.bytes = size;
+  al.device = dev;
+  al.ctx = ctx;
+  if (CUresult r = map_physical(d, va, size, dev, &al.handle); r != CUDA_SUCCESS) {
+    give_va(a, va, size);
+    return r;
+  }
+  a.allocs.emplace(va, al);
+  ref(cb->swappable_bytes).fetch_add(size);
+  if (!a.enabled) {
+    // From now on every call that touches device memory is bracketed (fast_path.h), and the
+    // daemon may command swaps.
+    a.enabled = true;
+    g_swappable.store(true, std::memory_order_seq_cst);
+    ref(cb->swappable).store(1);
+    pthread_t thread;
+    if (pthread_create(&thread, nullptr, &swapper_main, nullptr) == 0) {
+      pthread_detach(thread);
+    } else {
+      log(LogLevel::kError, "swap: cannot start the swapper thread; this tenant's memory stays resident");
+    }
+    notify_activity(cb);
+  }
+  *dptr = va;
+  *granted = size;
+  return CUDA_SUCCESS;
+}
+
+bool arena_free(const GpuosDriverTable& d, CUdeviceptr ptr, CUresult* result) {
+  Arena& a = arena();
+  std::unique_lock<std::mutex> lock(a.mu);
+  auto it = a.allocs.find(ptr);
+  if (it == a.allocs.end()) return false;
+  Allocation al = it->second;
+  gpuos_control_block* cb = g_control.load(std::memory_order_acquire);
+  if (al.handle != 0) {
+    // Like cuMemFree: work still queued may use the memory; wait for it before unmapping.
+    CUresult r = in_context(d, al.ctx, [&] { return d.cuCtxSynchronize(); });
+    if (r != CUDA_SUCCESS) {
+      *result = r;
+      return true;
+    }
+    unmap_physical(d, ptr, al);
+  } else if (cb != nullptr) {
+    ref(cb->swapped_bytes).fetch_sub(al.bytes);
+  }
+  if (cb != nullptr) ref(cb->swappable_bytes).fetch_sub(al.bytes);
+  a.allocs.erase(it);
+  give_va(a, ptr, al.bytes);
+  *result = CUDA_SUCCESS;
+  return true;
+}
+
+bool wait_for_room(gpuos_control_block* cb, uint64_t bytes) {
+  if (cb == nullptr || daemon_socket() < 0 || ref(cb->daemon_alive).load() == 0) return false;
+  const uint64_t t0 = now_ns();
+  ref(cb->mem_wanted_bytes).store(bytes);
+  const uint32_t seq = ref(cb->mem_request_seq).fetch_add(1, std::memory_order_seq_cst) + 1;
+  notify_activity(cb);
+  bool answered = false;
+  for (;;) {
+    const uint32_t ans = ref(cb->mem_answer_seq).load(std::memory_order_acquire);
+    if (static_cast<int32_t>(ans - seq) >= 0) {
+      answered = true;
+      break;
+    }
+    if (ref(cb->daemon_alive).load() == 0 || daemon_connection_lost()) break;
+    futex_wait(&cb->mem_answer_seq, ans, 100);
+  }
+  ref(cb->mem_waits).fetch_add(1);
+  ref(cb->mem_wait_ns).fetch_add(now_ns() - t0);
+  return answered && ref(cb->mem_answer).load(std::memory_order_acquire) == GPUOS_MEM_RETRY;
+}
+
+bool swap_in_locally(gpuos_control_block* cb) {
+  if (cb == nullptr || ref(cb->swap_state).load() == GPUOS_SWAP_RESIDENT) return true;
+  const GpuosDriverTable* d = real_driver();
+  if (d == nullptr) return false;
+  Arena& a = arena();
+  std::lock_guard<std::mutex> lock(a.mu);
+  if (ref(cb->swap_state).load() == GPUOS_SWAP_RESIDENT) return true;
+  return swap_in_locked(*d, cb, a);
+}
+
+void carry_swap_state(gpuos_control_block* from, gpuos_control_block* to) {
+  ref(to->swappable_bytes).store(ref(from->swappable_bytes).load());
+  auto add = [](uint64_t& src, uint64_t& dst) { ref(dst).fetch_add(ref(src).load()); };
+  add(from->swap_outs, to->swap_outs);
+  add(from->swap_ins, to->swap_ins);
+  add(from->swap_out_bytes, to->swap_out_bytes);
+  add(from->swap_in_bytes, to->swap_in_bytes);
+  add(from->swap_out_ns, to->swap_out_ns);
+  add(from->swap_in_ns, to->swap_in_ns);
+  add(from->mem_waits, to->mem_waits);
+  add(from->mem_wait_ns, to->mem_wait_ns);
+  ref(to->max_swap_in_ns).store(ref(from->max_swap_in_ns).load());
+  ref(to->swappable).store(ref(from->swappable).load());
+}
+
+}  // namespace gpuos::interpose
