@@ -183,6 +183,10 @@ int main() {
             cuMemcpyHtoDAsync_v2},
            "symbols", 1, stream);
 
+  // An entry point the driver lacks (the double has no 2D memsets) fails cleanly, no crash.
+  expect(cuMemsetD2D8_v2(0, 64, 0, 16, 2) == CUDA_ERROR_NOT_FOUND, "symbols",
+         "a wrapper whose driver entry point is missing returns CUDA_ERROR_NOT_FOUND");
+
   // Path 2: cuGetProcAddress_v2, legacy and per-thread default stream.
   exercise(by_proc_address(CU_GET_PROC_ADDRESS_LEGACY_STREAM, false, "procaddr"), "procaddr", 10,
            stream);
