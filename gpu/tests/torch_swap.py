@@ -203,7 +203,9 @@ def main(argv=None):
         w = (torch.arange(max_rows, dtype=torch.int64, device=dev) * 40503 + 17) % W_MOD + 1
 
         def checksums(x):
-            r = x.view(-1, ROW).sum(dim=1, dtype=torch.int64)  # per 4 KiB row
+            # Per 4 KiB row, in 64 MiB pieces: a sum with dtype=int64 may widen its whole input
+            # first, and a 2 GiB temporary per 1 GiB chunk would blow the tenant's quota.
+            r = torch.cat([p.view(-1, ROW).sum(dim=1, dtype=torch.int64) for p in x.split(1 << 24)])
             s1 = r.sum()
             s2 = ((r.remainder(P) * w[: r.numel()]).remainder(P)).sum()
             return torch.stack([s1, s2])

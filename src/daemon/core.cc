@@ -17,6 +17,7 @@
 #include <ctime>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "common/ipc.h"
 #include "daemon/config.h"
@@ -738,6 +739,15 @@ Outcome Core::on_swap_pool(Connection& conn, const gpuos_msg_header& h) {
     }
     pool.fd = fd;
     pool.space = std::make_unique<SwapSpace>(opts_.swap_pool_bytes);
+    // Allocate the pool's pages now, off the event loop: the tenant that pins the pool would
+    // otherwise fault them in (zero-filled) one by one, several times slower.
+    if (int fd2 = dup(fd); fd2 >= 0) {
+      const off_t len = static_cast<off_t>(opts_.swap_pool_bytes);
+      std::thread([fd2, len] {
+        if (fallocate(fd2, 0, 0, len) != 0) log::warn("swap pool: fallocate: %s", std::strerror(errno));
+        close(fd2);
+      }).detach();
+    }
     log::info("swap pool of %llu MiB created for uid %u", static_cast<unsigned long long>(opts_.swap_pool_bytes >> 20),
               static_cast<unsigned>(it->second.uid));
   }
@@ -822,7 +832,10 @@ void Core::run_swaps(uint64_t now) {
         t.resident_since_ns = now;
         release_gate(t);
       } else {
-        t.swap_in_failed = true;  // no room after all: a victim goes first
+        // No room after all (an estimate was off, or an exited tenant's memory is still being
+        // torn down): a victim goes first, or, with none, the same swap-in again a little later.
+        t.swap_in_failed = true;
+        t.swap_in_retry_ns = now + 500'000'000ull;
       }
     }
     t.swap_cmd = GPUOS_SWAP_NONE;
@@ -852,7 +865,7 @@ void Core::run_swaps(uint64_t now) {
     s.wanted_bytes = load(cb.mem_wanted_bytes);
     const uint64_t quota = load(cb.mem_quota_bytes);
     s.room_made = t.room_made;
-    s.swap_in_failed = t.swap_in_failed;
+    s.swap_in_failed = t.swap_in_failed && now < t.swap_in_retry_ns;
     const uint64_t swapped = load(cb.swapped_bytes);
     const uint64_t movable = load(cb.swappable_bytes);
     const uint64_t used = load(cb.mem_used_bytes);

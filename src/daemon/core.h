@@ -179,6 +179,7 @@ class Core final : private GateControl {
     uint64_t out_since_ns = 0;
     uint64_t no_victim_until_ns = 0;
     bool swap_in_failed = false;
+    uint64_t swap_in_retry_ns = 0;   // after a failed swap-in: try again then, victim or not
     uint32_t room_answered_seq = 0;  // last mem_request_seq answered
     bool room_made = false;          // memory was freed since its pending request
     // busy-time integration (observe_busy)

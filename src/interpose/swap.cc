@@ -46,6 +46,9 @@ void futex_wait(uint32_t* word, uint32_t expected, long timeout_ms) {
 
 // A reservation of virtual addresses is cheap; one holds every allocation up to its size.
 constexpr std::size_t kReserveBytes = std::size_t{1} << 40;
+// The pool is pinned piece by piece: pinning tens of GiB in one call holds the driver for tens of
+// seconds, and the tenant's own CUDA calls would wait that long. Copies never cross a piece.
+constexpr uint64_t kPoolPiece = uint64_t{1} << 30;
 
 struct Allocation {
   std::size_t bytes = 0;  // a multiple of the device's granularity
@@ -180,7 +183,8 @@ bool vmm_available(const GpuosDriverTable& d) {
   return d.cuMemCreate && d.cuMemRelease && d.cuMemMap && d.cuMemUnmap && d.cuMemSetAccess &&
          d.cuMemAddressReserve && d.cuMemGetAllocationGranularity && d.cuCtxGetCurrent && d.cuCtxGetDevice &&
          d.cuCtxPushCurrent_v2 && d.cuCtxPopCurrent_v2 && d.cuCtxSynchronize && d.cuStreamCreate &&
-         d.cuStreamSynchronize && d.cuMemcpyDtoHAsync_v2 && d.cuMemcpyHtoDAsync_v2 && d.cuMemHostRegister_v2;
+         d.cuStreamSynchronize && d.cuMemcpyDtoHAsync_v2 && d.cuMemcpyHtoDAsync_v2 && d.cuMemHostRegister_v2 &&
+         d.cuMemHostUnregister;
 }
 
 // ---- the swap pool ---------------------------------------------------------------------------
@@ -226,13 +230,19 @@ bool ensure_pool(const GpuosDriverTable& d, CUcontext ctx) {
     return false;
   }
   const uint64_t t0 = now_ns();
-  CUresult r = in_context(d, ctx, [&] {
-    return d.cuMemHostRegister_v2(p, rep.pool_bytes, CU_MEMHOSTREGISTER_PORTABLE);
-  });
-  if (r != CUDA_SUCCESS) {
-    log(LogLevel::kError, "swap: cannot pin the swap pool (%s)", cu_result_name(r));
-    munmap(p, rep.pool_bytes);
-    return false;
+  for (uint64_t off = 0; off < rep.pool_bytes; off += kPoolPiece) {
+    const uint64_t n = std::min(kPoolPiece, rep.pool_bytes - off);
+    CUresult r = in_context(d, ctx, [&] {
+      return d.cuMemHostRegister_v2(static_cast<char*>(p) + off, n, CU_MEMHOSTREGISTER_PORTABLE);
+    });
+    if (r != CUDA_SUCCESS) {
+      log(LogLevel::kError, "swap: cannot pin the swap pool (%s)", cu_result_name(r));
+      for (uint64_t u = 0; u < off; u += kPoolPiece) {
+        in_context(d, ctx, [&] { return d.cuMemHostUnregister(static_cast<char*>(p) + u); });
+      }
+      munmap(p, rep.pool_bytes);
+      return false;
+    }
   }
   log(LogLevel::kInfo, "swap: pool of %llu MiB mapped and pinned in %.1f ms",
       static_cast<unsigned long long>(rep.pool_bytes >> 20), static_cast<double>(now_ns() - t0) / 1e6);
@@ -253,6 +263,23 @@ CUresult swapper_stream(const GpuosDriverTable& d, Arena& a, CUcontext ctx, CUst
   CUresult r = in_context(d, ctx, [&] { return d.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING); });
   if (r == CUDA_SUCCESS) a.streams.emplace(ctx, s), *out = s;
   return r;
+}
+
+// Queues a copy between device memory and the pool on s, split where the pool's pinned pieces end.
+CUresult pool_copy(const GpuosDriverTable& d, Arena& a, CUcontext ctx, CUstream s, CUdeviceptr va,
+                   uint64_t pool_off, uint64_t bytes, bool to_host) {
+  return in_context(d, ctx, [&] {
+    uint64_t done = 0;
+    while (done < bytes) {
+      const uint64_t at = pool_off + done;
+      const uint64_t n = std::min(bytes - done, kPoolPiece - at % kPoolPiece);
+      CUresult r = to_host ? d.cuMemcpyDtoHAsync_v2(a.pool + at, va + done, n, s)
+                           : d.cuMemcpyHtoDAsync_v2(va + done, a.pool + at, n, s);
+      if (r != CUDA_SUCCESS) return r;
+      done += n;
+    }
+    return CUDA_SUCCESS;
+  });
 }
 
 CUresult sync_streams(const GpuosDriverTable& d, Arena& a) {
@@ -329,9 +356,7 @@ void swap_out_locked(const GpuosDriverTable& d, gpuos_control_block* cb, Arena& 
   for (auto& [va, al] : chosen) {
     CUstream s = nullptr;
     CUresult r = swapper_stream(d, a, al->ctx, &s);
-    if (r == CUDA_SUCCESS) {
-      r = in_context(d, al->ctx, [&] { return d.cuMemcpyDtoHAsync_v2(a.pool + pos, va, al->bytes, s); });
-    }
+    if (r == CUDA_SUCCESS) r = pool_copy(d, a, al->ctx, s, va, pos, al->bytes, /*to_host=*/true);
     if (r != CUDA_SUCCESS) return abort("copy to host failed", r);
     al->pool_offset = pos;
     pos += al->bytes;
@@ -372,9 +397,7 @@ bool swap_in_locked(const GpuosDriverTable& d, gpuos_control_block* cb, Arena& a
       if (std::find(mapped.begin(), mapped.end(), va) == mapped.end()) continue;
       CUstream s = nullptr;
       r = swapper_stream(d, a, al.ctx, &s);
-      if (r == CUDA_SUCCESS) {
-        r = in_context(d, al.ctx, [&] { return d.cuMemcpyHtoDAsync_v2(va, a.pool + al.pool_offset, al.bytes, s); });
-      }
+      if (r == CUDA_SUCCESS) r = pool_copy(d, a, al.ctx, s, va, al.pool_offset, al.bytes, /*to_host=*/false);
       if (r != CUDA_SUCCESS) break;
     }
     if (r == CUDA_SUCCESS) r = sync_streams(d, a);

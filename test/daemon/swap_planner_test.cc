@@ -1,0 +1,156 @@
+// The swap policy (plan_swaps) and the pool's slice allocator, decision by decision.
+#include "daemon/swap_planner.h"
+
+#include <gtest/gtest.h>
+
+namespace gpuos::daemon {
+namespace {
+
+constexpr uint64_t GiB = 1ull << 30;
+constexpr uint64_t kSec = 1'000'000'000ull;
+using K = SwapAction::Kind;
+
+SwapTenant resident(uint32_t id, uint64_t bytes, bool guaranteed = false) {
+  SwapTenant t;
+  t.id = id;
+  t.guaranteed = guaranteed;
+  t.swappable = true;
+  t.movable_bytes = bytes;
+  t.resident_bytes = bytes;
+  t.pool_largest_free = 100 * GiB;
+  return t;
+}
+
+SwapTenant out(uint32_t id, uint64_t bytes, uint64_t out_since, bool waiting = true) {
+  SwapTenant t = resident(id, 0);
+  t.resident = false;
+  t.swapped_out = true;
+  t.swapped_bytes = bytes;
+  t.out_since_ns = out_since;
+  t.waiting = waiting;
+  return t;
+}
+
+SwapParams params() {
+  SwapParams p;
+  p.capacity_bytes = 138 * GiB;
+  p.quantum_ns = 4 * kSec;
+  p.margin_bytes = 2 * GiB;
+  return p;
+}
+
+TEST(SwapSpace, FirstFitAlignedCoalescedAndShrunk) {
+  SwapSpace s(10 * GiB);
+  auto a = s.allocate(3 * GiB + 1);  // rounded up to 2 MiB
+  auto b = s.allocate(4 * GiB);
+  ASSERT_TRUE(a && b);
+  EXPECT_EQ(*a, 0u);
+  EXPECT_EQ(*b, 3 * GiB + (2u << 20));
+  EXPECT_FALSE(s.allocate(4 * GiB));
+  s.shrink(*b, 1 * GiB);  // keeps the first GiB, frees the rest
+  EXPECT_EQ(s.free_bytes(), 10 * GiB - (3 * GiB + (2u << 20)) - 1 * GiB);
+  s.free(*a);
+  s.free(*b);
+  EXPECT_EQ(s.largest_free(), 10 * GiB);  // everything coalesced again
+  s.free(12345);  // unknown offsets change nothing
+  EXPECT_EQ(s.free_bytes(), 10 * GiB);
+}
+
+TEST(SwapPlanner, RequestForRoomEvictsWhatTheRequesterStillMayAllocate) {
+  SwapTenant a = resident(1, 80 * GiB);
+  SwapTenant b = resident(2, 56 * GiB);
+  b.wants_room = true;
+  b.wanted_bytes = 1 * GiB;
+  b.quota_left_bytes = 28 * GiB;
+  auto acts = plan_swaps({a, b}, params(), 10 * kSec);
+  ASSERT_EQ(acts.size(), 1u);
+  EXPECT_EQ(acts[0].kind, K::kSwapOut);
+  EXPECT_EQ(acts[0].tenant_id, 1u);
+  // 138 - 136 = 2 GiB look free: the rest of what b may allocate, less those, plus the margin.
+  EXPECT_EQ(acts[0].bytes, 28 * GiB - 2 * GiB + 2 * GiB);
+  // When the estimate claims room the driver just denied, it is wrong: all of it plus the margin.
+  b.resident_bytes = b.movable_bytes = 10 * GiB;
+  acts = plan_swaps({a, b}, params(), 10 * kSec);
+  ASSERT_EQ(acts.size(), 1u);
+  EXPECT_EQ(acts[0].bytes, 28 * GiB + 2 * GiB);
+}
+
+TEST(SwapPlanner, RoomMadeIsAnsweredRetryAndNoVictimIsRefused) {
+  SwapTenant b = resident(2, 56 * GiB);
+  b.wants_room = true;
+  b.wanted_bytes = GiB;
+  b.room_made = true;
+  EXPECT_EQ(plan_swaps({b}, params(), 0), (std::vector<SwapAction>{{K::kAnswerRetry, 2}}));
+  b.room_made = false;
+  SwapTenant fixed = resident(1, 80 * GiB);
+  fixed.swappable = false;  // cannot move: nobody can make room
+  EXPECT_EQ(plan_swaps({fixed, b}, params(), 0), (std::vector<SwapAction>{{K::kAnswerRefused, 2}}));
+}
+
+TEST(SwapPlanner, BestEffortNeverDisplacesGuaranteedButGuaranteedDisplacesAtOnce) {
+  SwapTenant hp = resident(1, 80 * GiB, /*guaranteed=*/true);
+  hp.resident_since_ns = 9 * kSec;  // within its quantum: irrelevant, a BE may never displace it
+  SwapTenant be = resident(2, 56 * GiB);
+  be.wants_room = true;
+  be.wanted_bytes = GiB;
+  EXPECT_EQ(plan_swaps({hp, be}, params(), 10 * kSec), (std::vector<SwapAction>{{K::kAnswerRefused, 2}}));
+  // The other way round: the BE goes out even though it just came in.
+  hp.wants_room = true;
+  hp.wanted_bytes = 8 * GiB;
+  be.wants_room = false;
+  be.resident_since_ns = 9 * kSec;
+  auto acts = plan_swaps({hp, be}, params(), 10 * kSec);
+  ASSERT_EQ(acts.size(), 1u);
+  EXPECT_EQ(acts[0].kind, K::kSwapOut);
+  EXPECT_EQ(acts[0].tenant_id, 2u);
+}
+
+TEST(SwapPlanner, PeersKeepTheirMemoryForAQuantumAndOnlyTheDifferenceMoves) {
+  SwapTenant a = resident(1, 130 * GiB);
+  a.resident_since_ns = 8 * kSec;
+  SwapTenant b = out(2, 26 * GiB, 5 * kSec);
+  EXPECT_TRUE(plan_swaps({a, b}, params(), 10 * kSec).empty());  // a's quantum ends at 12 s
+  auto acts = plan_swaps({a, b}, params(), 12 * kSec);
+  ASSERT_EQ(acts.size(), 1u);
+  EXPECT_EQ(acts[0].kind, K::kSwapOut);
+  EXPECT_EQ(acts[0].tenant_id, 1u);
+  EXPECT_EQ(acts[0].bytes, 26 * GiB - 8 * GiB + 2 * GiB);  // b's 26 GiB less the 8 free, + margin
+  a.resident_bytes = a.movable_bytes = 80 * GiB;  // 58 GiB free: b simply comes back
+  EXPECT_EQ(plan_swaps({a, b}, params(), 10 * kSec), (std::vector<SwapAction>{{K::kSwapIn, 2}}));
+}
+
+TEST(SwapPlanner, SwapsInWhenItFitsTheOneOutLongestFirst) {
+  SwapTenant a = out(1, 20 * GiB, 7 * kSec);
+  SwapTenant b = out(2, 20 * GiB, 3 * kSec);  // out longer: it goes first
+  EXPECT_EQ(plan_swaps({a, b}, params(), 10 * kSec), (std::vector<SwapAction>{{K::kSwapIn, 2}}));
+  b.waiting = false;  // idle tenants stay out
+  EXPECT_EQ(plan_swaps({a, b}, params(), 10 * kSec), (std::vector<SwapAction>{{K::kSwapIn, 1}}));
+  a.swap_in_failed = true;  // no room after all and no victim: wait (the core retries later)
+  EXPECT_TRUE(plan_swaps({a, b}, params(), 10 * kSec).empty());
+}
+
+TEST(SwapPlanner, OneSwapAtATime) {
+  SwapTenant a = resident(1, 80 * GiB);
+  a.command_pending = true;
+  SwapTenant b = out(2, 20 * GiB, 0);
+  EXPECT_TRUE(plan_swaps({a, b}, params(), 100 * kSec).empty());
+}
+
+TEST(SwapPlanner, VictimsAreIdleFirstAndLimitedByTheirPool) {
+  SwapTenant busy = resident(1, 60 * GiB);
+  busy.busy = true;
+  SwapTenant idle = resident(2, 60 * GiB);
+  idle.pool_largest_free = 4 * GiB;
+  SwapTenant w = out(3, 30 * GiB, 0);
+  auto acts = plan_swaps({busy, idle, w}, params(), 100 * kSec);
+  ASSERT_EQ(acts.size(), 1u);
+  EXPECT_EQ(acts[0].tenant_id, 2u);
+  EXPECT_EQ(acts[0].bytes, 4 * GiB);  // what its pool can take; the next round finds more
+  idle.pool_largest_free = 0;
+  acts = plan_swaps({busy, idle, w}, params(), 100 * kSec);
+  ASSERT_EQ(acts.size(), 1u);
+  EXPECT_EQ(acts[0].tenant_id, 1u);
+}
+
+}  // namespace
+}  // namespace gpuos::daemon
