@@ -27,6 +27,9 @@ TEST(Config, EmptyGivesDefaults) {
   EXPECT_EQ(r.config->scheduler.be_max_inflight, 2u);
   EXPECT_EQ(r.config->scheduler.idle_grace_us, 200u);
   EXPECT_EQ(r.config->scheduler.be_slice_ms, 50u);
+  EXPECT_EQ(r.config->memory.swap_pool_bytes, 0u);  // no oversubscription unless asked for
+  EXPECT_EQ(r.config->memory.swap_quantum_ms, 5000u);
+  EXPECT_EQ(r.config->memory.swap_headroom_bytes, 2ull << 30);
   EXPECT_EQ(r.config->source, "test.toml");
 }
 
@@ -48,8 +51,15 @@ policy = "priority"
 be_max_inflight = 0
 idle_grace_us = 1000000
 be_slice_ms = 10000
+[memory]
+swap_pool = "84GiB"
+swap_quantum_ms = 0
+swap_headroom = "512MiB"
 )");
   ASSERT_TRUE(r) << r.error;
+  EXPECT_EQ(r.config->memory.swap_pool_bytes, 84ull << 30);
+  EXPECT_EQ(r.config->memory.swap_quantum_ms, 0u);
+  EXPECT_EQ(r.config->memory.swap_headroom_bytes, 512ull << 20);
   EXPECT_EQ(r.config->scheduler.policy, "priority");
   EXPECT_EQ(r.config->scheduler.be_max_inflight, 0u);
   EXPECT_EQ(r.config->scheduler.idle_grace_us, 1000000u);
@@ -75,6 +85,9 @@ be_slice_ms = 10000
   EXPECT_EQ(again.config->scheduler.be_max_inflight, 0u);
   EXPECT_EQ(again.config->scheduler.idle_grace_us, 1000000u);
   EXPECT_EQ(again.config->scheduler.be_slice_ms, 10000u);
+  EXPECT_EQ(again.config->memory.swap_pool_bytes, 84ull << 30);
+  EXPECT_EQ(again.config->memory.swap_quantum_ms, 0u);
+  EXPECT_EQ(again.config->memory.swap_headroom_bytes, 512ull << 20);
 }
 
 TEST(Config, SchedulerUpperBoundsAndPartialTable) {
@@ -136,6 +149,11 @@ INSTANTIATE_TEST_SUITE_P(
                       Bad{"[scheduler]\nbe_slice_ms = 2.5\n", "be_slice_ms: expected an integer, got float"},
                       Bad{"[scheduler]\nslice = 5\n", "test.toml:2: [scheduler] slice: unknown key"},
                       Bad{"scheduler = \"priority\"\n", "scheduler: expected a table, got string"},
+                      Bad{"[memory]\nswap_pool = \"huge\"\n", "test.toml:2: [memory] swap_pool: \"huge\" is not a size"},
+                      Bad{"[memory]\nswap_pool = 84\n", "[memory] swap_pool: expected a string, got integer"},
+                      Bad{"[memory]\nswap_headroom = \"\"\n", "[memory] swap_headroom: \"\" is not a size"},
+                      Bad{"[memory]\nswap_quantum_ms = 3600001\n", "swap_quantum_ms: value 3600001 out of range 0..3600000"},
+                      Bad{"[memory]\nswap = 1\n", "test.toml:2: [memory] swap: unknown key"},
                       Bad{"[daemon\n", "test.toml:1: TOML syntax error"},
                       Bad{"[daemon]\nhistory = 1\nhistory = 2\n", "test.toml:3: TOML syntax error"},
                       Bad{"\xff\xfe garbage", "TOML syntax error"}));

@@ -383,6 +383,28 @@ class Swap(unittest.TestCase):
         self.assertEqual(ta["alloc_failures"] + tb["alloc_failures"], 0)
         self.assertGreaterEqual(tb["mem_waits"], 1, "b's allocation should have waited for room")
 
+    def test_daemon_death_while_swapped_out_loses_nothing(self):
+        # a is swapped out for b when gpuosd is killed: a brings its memory back itself once b is
+        # done with the GPU, and both finish with every word verified.
+        a = self.synth("swap-a", "--swap", count=1500)
+        b = None
+        try:
+            wait_for(lambda: (self.d.tenant(a.pid) or {}).get("launches", 0) > 5, what="tenant a to run")
+            b = self.synth("swap-b", "--swap", count=1500)
+            wait_for(lambda: (self.d.tenant(a.pid) or {}).get("swap_state") == "swapped-out", timeout=30,
+                     what="a to be swapped out")
+            self.d.proc.kill()
+            self.d.proc.wait()
+            for name, p in (("a", a), ("b", b)):
+                out, err = p.communicate(timeout=120)
+                self.assertEqual(p.returncode, 0, "tenant %s: %s" % (name, err))
+                self.assertTrue(json.loads(out.strip().splitlines()[-1])["verified"], name)
+        finally:
+            for p in (a, b):
+                if p is not None and p.poll() is None:
+                    p.kill()
+                    p.wait()
+
     def test_without_a_victim_the_allocation_fails_cleanly(self):
         # A non-swappable tenant holds 600 MiB; a second one cannot get room: out of memory, at once.
         a = self.synth("fixed-a", count=2000)
