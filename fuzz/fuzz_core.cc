@@ -2,14 +2,17 @@
 //
 // Input format (so that REGISTER-then-ACTIVITY/LIST/SET_GATE sequences are reachable):
 //   byte 0      setup: bits 0-1 max_tenants-1, bits 2-3 history, bit 4 priority policy (else open),
-//               bit 5 the pre-registered tenant is guaranteed (else best-effort)
+//               bit 5 the pre-registered tenant is guaranteed (else best-effort), bit 6 a 64 MiB
+//               swap pool (memory oversubscription on)
 //   then events, each starting with an op byte: bits 0-1 = connection, bits 2-4 = kind
 //     kind 0-3  a datagram: 2 bytes little-endian length (clamped to what is left, at most 600),
 //               then that many bytes, handed to handle_message as one received datagram
 //     kind 4    the connection closes (connection_closed; the next event on it is a new connection)
 //     kind 5    a policy tick (the fake clock advances by the next byte * 1 ms)
 //     kind 6    a receive error (-EMSGSIZE or -ECONNRESET, by bit 7 of the op)
-//     kind 7    the connection's tenant writes its busy/waiting words (next byte, bits 0 and 1)
+//     kind 7    the connection's tenant writes its words (next byte): bit 0 busy, bit 1 waiting;
+//               bit 2 it is swappable with (next byte) MiB of movable memory; bit 3 it asks for
+//               room; bit 4 it carries out the pending swap command (bit 5: and fails it)
 // Connections: 0 an ordinary local user (pid 100, uid 1000), 1 a tenant registered before the
 // input starts (pid 200), 2 an unregistered process that may register (pid 300, uid 1001), 3 an
 // admin (pid 1, uid 0). The outcome is applied as the server would: close -> connection_closed,
@@ -23,6 +26,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
@@ -56,7 +60,7 @@ int lowest_free_fd() {
 
 bool valid_reply_type(uint32_t t) {
   return t == GPUOS_MSG_REGISTER_REPLY || t == GPUOS_MSG_GPU_INFO || t == GPUOS_MSG_TENANT_INFO ||
-         t == GPUOS_MSG_LIST_END || t == GPUOS_MSG_REPLY;
+         t == GPUOS_MSG_LIST_END || t == GPUOS_MSG_REPLY || t == GPUOS_MSG_SWAP_POOL_REPLY;
 }
 
 struct Harness {
@@ -150,6 +154,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
     sc.be_slice_ms = 5;
     o.policy = policies::make_policy("priority", sc);
   }
+  if (setup & 0x40) {
+    o.swap_pool_bytes = 64ull << 20;
+    o.swap_quantum_ns = 2'000'000;
+    o.swap_headroom_bytes = 1ull << 20;
+    o.swap_prefault = false;  // no helper thread: its dup'd fd would race the fd-leak check
+  }
   {
     const uint32_t max_tenants = o.max_tenants, history = o.history;
     Core core(std::move(o));
@@ -204,10 +214,46 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
           v = *p++;
           --left;
         }
+        uint8_t mib = 0;
+        if ((v & 4u) && left > 0) {
+          mib = *p++;
+          --left;
+        }
         if (h.conns[ci].tenant_id != 0) {
           auto* cb = const_cast<gpuos_control_block*>(core.control_block(h.conns[ci].tenant_id));
-          std::atomic_ref<uint32_t>(cb->busy).store(v & 1u, std::memory_order_relaxed);
-          std::atomic_ref<uint32_t>(cb->waiting).store((v >> 1) & 1u, std::memory_order_relaxed);
+          auto u32 = [](uint32_t& w) { return std::atomic_ref<uint32_t>(w); };
+          auto u64 = [](uint64_t& w) { return std::atomic_ref<uint64_t>(w); };
+          u32(cb->busy).store(v & 1u);
+          u32(cb->waiting).store((v >> 1) & 1u);
+          if (v & 4u) {  // as the arena would: swappable, that much allocated
+            u32(cb->swappable).store(1);
+            u64(cb->swappable_bytes).store(uint64_t{mib} << 20);
+            u64(cb->mem_used_bytes).store((uint64_t{mib} << 20) + (1u << 20));
+          }
+          if (v & 8u) {
+            u64(cb->mem_wanted_bytes).store(uint64_t{mib + 1u} << 20);
+            u32(cb->mem_request_seq).fetch_add(1);
+          }
+          if ((v & 16u) && u32(cb->swap_done_seq).load() != u32(cb->swap_command_seq).load()) {
+            const bool fail = (v & 32u) != 0;
+            const uint32_t cmd = u32(cb->swap_command).load();
+            uint64_t swapped = u64(cb->swapped_bytes).load();
+            const uint64_t movable = u64(cb->swappable_bytes).load();
+            if (cmd == GPUOS_SWAP_OUT && !fail) {
+              swapped = std::min(movable, swapped + std::min(u64(cb->swap_slice_bytes).load(),
+                                                             u64(cb->swap_want_bytes).load()));
+              u32(cb->swap_state).store(GPUOS_SWAP_SWAPPED_OUT);
+            } else if (cmd == GPUOS_SWAP_IN && !fail) {
+              swapped = 0;
+              u32(cb->swap_state).store(GPUOS_SWAP_RESIDENT);
+            }
+            u64(cb->swapped_bytes).store(swapped);
+            u32(cb->swap_done_seq).store(u32(cb->swap_command_seq).load());
+          }
+          // The daemon never opens a held gate: a tenant whose memory is not all back is gated.
+          if (u32(cb->swap_state).load() != GPUOS_SWAP_RESIDENT) {
+            FUZZ_CHECK(u32(cb->gate).load() == GPUOS_GATE_CLOSED);
+          }
         }
       }
       if (!h.stopped) {

@@ -10,7 +10,7 @@ import struct
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MAGIC, VERSION = 0x534F5047, 1
-REGISTER, REGISTER_REPLY, LIST, GPU_INFO, TENANT_INFO, LIST_END, SET_GATE, REPLY, SHUTDOWN, ACTIVITY = range(1, 11)
+REGISTER, REGISTER_REPLY, LIST, GPU_INFO, TENANT_INFO, LIST_END, SET_GATE, REPLY, SHUTDOWN, ACTIVITY, SWAP_POOL, SWAP_POOL_REPLY = range(1, 13)
 GUARANTEED, BEST_EFFORT = 1, 2
 
 
@@ -60,6 +60,15 @@ def recv_error(conn, reset=False):
     return bytes([(6 << 2) | conn | (0x80 if reset else 0)])
 
 
+def swap_words(conn, flags, mib=0):
+    """kind 7 with the swap bits: 4 swappable (+mib), 8 asks for room, 16 completes the command (32 fails it)."""
+    return bytes([(7 << 2) | conn, flags]) + (bytes([mib]) if flags & 4 else b"")
+
+
+def swap_pool():
+    return hdr(SWAP_POOL, 16)
+
+
 def words(conn, busy, waiting):
     return bytes([(7 << 2) | conn, busy | (waiting << 1)])
 
@@ -92,6 +101,15 @@ core = {
     "bad_flags": bytes([0x0f]) + msg(0, lst(0xfe)),
     "oversized": bytes([0x0f]) + msg(0, lst() + b"\0" * 500),
     "name_no_nul": bytes([0x0f]) + msg(2, register(300, name=b"n" * 64)),
+    # Memory oversubscription (setup bit 6): tenant 1 holds 40 MiB, tenant 2 asks for room; 1 is
+    # swapped out, 2 gets "retry"; 1 waits, comes back after 2's quantum.
+    "swap_turns": bytes([0x5f]) + msg(1, swap_pool()) + msg(2, register(300)) + msg(2, swap_pool())
+    + swap_words(1, 1 | 4, 40) + msg(1, activity(1, 0)) + swap_words(2, 1 | 4 | 8, 30) + msg(2, activity(1, 0))
+    + swap_words(1, 2 | 16) + msg(1, activity(0, 1)) + tick(3) + swap_words(2, 1 | 16) + tick(3)
+    + swap_words(1, 2 | 16) + tick(1) + msg(0, lst(1)),
+    "swap_failures": bytes([0x5f]) + msg(1, swap_pool()) + msg(2, register(300)) + swap_words(1, 4, 60)
+    + swap_words(2, 4 | 8, 20) + tick(1) + swap_words(1, 16 | 32) + tick(1) + swap_words(2, 8) + close(1) + tick(1),
+    "swap_pool_off_and_stranger": bytes([0x1f]) + msg(1, swap_pool()) + msg(0, swap_pool()) + swap_words(1, 4 | 8, 10) + tick(1),
 }
 
 validate = {
@@ -100,10 +118,12 @@ validate = {
     "set_gate": b"\x10" + set_gate(1, 1),
     "activity": b"\x05" + activity(1, 0),
     "shutdown": b"\x00" + shutdown(),
+    "swap_pool": b"\x00" + swap_pool(),
+    "swap_pool_reply": b"\x20" + hdr(SWAP_POOL_REPLY, 32) + b"\0" * 16,
     "reply": b"\xff" + reply(),
     "list_end": b"\x20" + reply(LIST_END),
     "register_reply": b"\x20" + hdr(REGISTER_REPLY, 192) + b"\0" * 176,
-    "tenant_info": b"\x20" + hdr(TENANT_INFO, 208) + b"\0" * 192,
+    "tenant_info": b"\x20" + hdr(TENANT_INFO, 296) + b"\0" * 280,
     "gpu_info": b"\x20" + hdr(GPU_INFO, 176) + b"\0" * 160,
     "bad_type": b"\x40" + hdr(0, 16),
     "bad_size": b"\x40" + hdr(LIST, 25) + b"\0" * 9,

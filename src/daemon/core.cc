@@ -741,7 +741,7 @@ Outcome Core::on_swap_pool(Connection& conn, const gpuos_msg_header& h) {
     pool.space = std::make_unique<SwapSpace>(opts_.swap_pool_bytes);
     // Allocate the pool's pages now, off the event loop: the tenant that pins the pool would
     // otherwise fault them in (zero-filled) one by one, several times slower.
-    if (int fd2 = dup(fd); fd2 >= 0) {
+    if (int fd2 = opts_.swap_prefault ? dup(fd) : -1; fd2 >= 0) {
       const off_t len = static_cast<off_t>(opts_.swap_pool_bytes);
       std::thread([fd2, len] {
         if (fallocate(fd2, 0, 0, len) != 0) log::warn("swap pool: fallocate: %s", std::strerror(errno));

@@ -97,6 +97,7 @@ struct CoreOptions {
   uint64_t swap_pool_bytes = 0;
   uint64_t swap_quantum_ns = 5'000'000'000ull;
   uint64_t swap_headroom_bytes = 2ull << 30;
+  bool swap_prefault = true;  // allocate a new pool's pages in a helper thread
   std::function<uint64_t()> unix_ms;            // null: CLOCK_REALTIME in ms (injectable for tests)
   std::function<uint64_t()> mono_ns;            // null: CLOCK_MONOTONIC in ns (injectable for tests)
 };

@@ -206,6 +206,20 @@ std::string render_metrics(Core& core, const MetricsContext& ctx, uint64_t now_m
         [](const TenantStat& t) { return u64(t.info.alloc_calls); });
   per_tenant("gpuos_tenant_alloc_failures_total", "counter", "Device memory allocation calls that failed.",
         [](const TenantStat& t) { return u64(t.info.alloc_failures); });
+  per_tenant("gpuos_tenant_memory_swapped_bytes", "gauge",
+        "Device memory of the tenant now held in host memory (swapped out).",
+        [](const TenantStat& t) { return u64(t.info.swapped_bytes); });
+  per_tenant("gpuos_tenant_swap_out_bytes_total", "counter", "Bytes copied from the GPU to the swap pool.",
+        [](const TenantStat& t) { return u64(t.info.swap_out_bytes); });
+  per_tenant("gpuos_tenant_swap_in_bytes_total", "counter", "Bytes copied from the swap pool back to the GPU.",
+        [](const TenantStat& t) { return u64(t.info.swap_in_bytes); });
+  per_tenant("gpuos_tenant_swap_out_seconds_total", "counter", "Time spent copying out and releasing memory.",
+        [](const TenantStat& t) { return seconds(t.info.swap_out_ns); });
+  per_tenant("gpuos_tenant_swap_in_seconds_total", "counter", "Time spent mapping memory and copying it back.",
+        [](const TenantStat& t) { return seconds(t.info.swap_in_ns); });
+  per_tenant("gpuos_tenant_memory_waits_total", "counter",
+        "Allocations that waited for gpuosd to make room (by swapping another tenant out).",
+        [](const TenantStat& t) { return u64(t.info.mem_waits); });
   return w.take();
 }
 

@@ -284,8 +284,9 @@ CUresult pool_copy(const GpuosDriverTable& d, Arena& a, CUcontext ctx, CUstream 
 
 CUresult sync_streams(const GpuosDriverTable& d, Arena& a) {
   CUresult first = CUDA_SUCCESS;
-  for (auto& [ctx, s] : a.streams) {
-    CUresult r = in_context(d, ctx, [&] { return d.cuStreamSynchronize(s); });
+  for (auto& kv : a.streams) {
+    CUstream s = kv.second;  // (no structured binding: clang 14 cannot capture one)
+    CUresult r = in_context(d, kv.first, [&] { return d.cuStreamSynchronize(s); });
     if (r != CUDA_SUCCESS && first == CUDA_SUCCESS) first = r;
   }
   return first;
@@ -386,7 +387,9 @@ bool swap_in_locked(const GpuosDriverTable& d, gpuos_control_block* cb, Arena& a
   const uint64_t t0 = now_ns();
   std::vector<CUdeviceptr> mapped;
   CUresult r = CUDA_SUCCESS;
-  for (auto& [va, al] : a.allocs) {
+  for (auto& kv : a.allocs) {
+    const CUdeviceptr va = kv.first;  // (no structured binding: clang 14 cannot capture one)
+    Allocation& al = kv.second;
     if (al.handle != 0) continue;
     r = in_context(d, al.ctx, [&] { return map_physical(d, va, al.bytes, al.device, &al.handle); });
     if (r != CUDA_SUCCESS) break;
