@@ -71,6 +71,8 @@ def main() -> int:
     ap.add_argument("--ready-file", default="")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--json", required=True)
+    ap.add_argument("--hold-gib", type=float, default=0.0,
+                    help="extra GiB held in device memory for the process's life (oversubscription runs)")
     args = ap.parse_args()
 
     stop = common.StopFlag()
@@ -88,6 +90,7 @@ def main() -> int:
         prog.doc["torch"] = torch.__version__
         dev = torch.device(args.device)
         torch.manual_seed(0)
+        ballast = common.hold_memory(torch, args.hold_gib, dev)  # noqa: F841 (kept alive)
         model = build_model(torch, d, layers, heads, args.vocab, args.seq).to(dev)
         n_params = sum(p.numel() for p in model.parameters())
         prog.doc["config"]["params"] = n_params

@@ -89,6 +89,18 @@ def read_json(path: str):
         return None
 
 
+def hold_memory(torch, gib: float, device) -> list:
+    """Ballast for memory-oversubscription runs: gib GiB in 1 GiB tensors, written once and kept
+    (the footprint of a KV cache or a dataset cache that is rarely touched)."""
+    chunks = []
+    left = int(gib * 2**30)
+    while left > 0:
+        n = min(left, 2**30)
+        chunks.append(torch.ones(n // 4, dtype=torch.int32, device=device))
+        left -= n
+    return chunks
+
+
 def touch(path: str) -> None:
     with open(path, "a"):
         pass

@@ -229,6 +229,8 @@ def main() -> int:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--no-graphs", action="store_true", help="eager steps (debugging only)")
     ap.add_argument("--json", required=True, help="result file")
+    ap.add_argument("--hold-gib", type=float, default=0.0,
+                    help="extra GiB held in device memory for the process's life (oversubscription runs)")
     args = ap.parse_args()
 
     stop = common.StopFlag()
@@ -244,6 +246,7 @@ def main() -> int:
             torch.cuda.init()
             out["device"] = torch.cuda.get_device_name(0)
         t_import = time.perf_counter()
+        ballast = common.hold_memory(torch, args.hold_gib, dev)  # noqa: F841 (kept alive)
         cfg = llama.config_for_params(args.params_b, args.layers)
         decode_b = [int(x) for x in args.decode_buckets.split(",") if x]
         decode_b = sorted(set([b for b in decode_b if b < args.max_batch] + [args.max_batch]))
