@@ -134,8 +134,16 @@ std::vector<SwapAction> plan_swaps(const std::vector<SwapTenant>& tenants, const
       out.push_back({SwapAction::Kind::kSwapOut, v->id, amount(*v, target - have + p.margin_bytes)});
       return out;
     }
-    bool possible = std::any_of(tenants.begin(), tenants.end(), [&](const SwapTenant& v) { return could_displace(v, *r); });
-    if (!possible) out.push_back({SwapAction::Kind::kAnswerRefused, r->id});
+    // No victim now. Refused only if it could never fit: memory that cannot move (other tenants'
+    // unswappable bytes) leaves too little. Otherwise it waits: a guaranteed tenant may exit or
+    // free, a peer's quantum ends.
+    uint64_t fixed = 0;
+    for (const SwapTenant& t : tenants) {
+      if (t.id != r->id) fixed += t.resident_bytes - std::min(t.resident_bytes, t.movable_bytes);
+    }
+    if (r->resident_bytes + r->wanted_bytes + fixed > p.capacity_bytes) {
+      out.push_back({SwapAction::Kind::kAnswerRefused, r->id});
+    }
   }
 
   // 2. Swapped-out tenants that want to run: guaranteed first, then the one out longest.

@@ -73,7 +73,8 @@ struct SwapAction {
 // whole footprint. Rules:
 //  - A request for room is answered "retry" once memory was freed since it was made; otherwise a
 //    victim moves out what the request needs (with a quota: what the requester may still
-//    allocate); if no tenant could ever be a victim, "refused" (the allocation fails).
+//    allocate). Without a victim it waits, unless it could never fit beside the memory that
+//    cannot move (other tenants' unswappable bytes): then "refused" (the allocation fails).
 //  - A swapped-out tenant that wants to run is swapped in when it fits, else a victim moves out
 //    the difference first; the one out longest goes first (guaranteed tenants before the rest), so
 //    a victim's memory does not come back before the tenant it made room for.
