@@ -141,7 +141,8 @@ std::vector<SwapAction> plan_swaps(const std::vector<SwapTenant>& tenants, const
     for (const SwapTenant& t : tenants) {
       if (t.id != r->id) fixed += t.resident_bytes - std::min(t.resident_bytes, t.movable_bytes);
     }
-    if (r->resident_bytes + r->wanted_bytes + fixed > p.capacity_bytes) {
+    if (r->resident_bytes + fixed > p.capacity_bytes) {  // (its resident bytes include the
+                                                          // allocation waiting: reserved first)
       out.push_back({SwapAction::Kind::kAnswerRefused, r->id});
     }
   }

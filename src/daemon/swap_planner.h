@@ -45,7 +45,8 @@ struct SwapTenant {
   bool swap_in_failed = false;   // its last swap-in found no room; needs a victim first
   uint64_t movable_bytes = 0;    // resident bytes a swap-out would move
   uint64_t swapped_bytes = 0;    // bytes a swap-in would bring back
-  uint64_t resident_bytes = 0;   // bytes it holds on the GPU now (movable or not)
+  uint64_t resident_bytes = 0;   // bytes it holds on the GPU now (movable or not), including an
+                                 // allocation waiting for room (its bytes are reserved first)
   uint64_t quota_left_bytes = 0; // its memory quota minus what it holds (0: no quota)
   uint64_t resident_since_ns = 0;
   uint64_t out_since_ns = 0;        // when its memory started to be out (swapped_out)

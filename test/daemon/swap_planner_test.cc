@@ -85,9 +85,10 @@ TEST(SwapPlanner, RoomMadeIsAnsweredRetryAndNoVictimIsRefused) {
   SwapTenant fixed = resident(1, 80 * GiB);
   fixed.swappable = false;  // cannot move: nobody can make room
   fixed.movable_bytes = 0;
-  b.wanted_bytes = 4 * GiB;  // 80 + 56 + 4 > 138: it can never fit
+  b.wanted_bytes = 4 * GiB;
+  b.resident_bytes = 60 * GiB;  // 56 held + the 4 reserved for the waiting allocation; 80 + 60 > 138
   EXPECT_EQ(plan_swaps({fixed, b}, params(), 0), (std::vector<SwapAction>{{K::kAnswerRefused, 2}}));
-  b.wanted_bytes = 1 * GiB;  // it would fit if ... nothing can move, but the memory may be freed: wait
+  b.resident_bytes = 57 * GiB;  // it fits beside the 80 that cannot move once they are freed: wait
   EXPECT_TRUE(plan_swaps({fixed, b}, params(), 0).empty());
 }
 
