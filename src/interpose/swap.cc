@@ -235,6 +235,8 @@ bool ensure_pool(const GpuosDriverTable& d, CUcontext ctx) {
     CUresult r = in_context(d, ctx, [&] {
       return d.cuMemHostRegister_v2(static_cast<char*>(p) + off, n, CU_MEMHOSTREGISTER_PORTABLE);
     });
+    // Let the app's own driver calls in between pieces (the driver's lock is not fair).
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
     if (r != CUDA_SUCCESS) {
       log(LogLevel::kError, "swap: cannot pin the swap pool (%s)", cu_result_name(r));
       for (uint64_t u = 0; u < off; u += kPoolPiece) {
