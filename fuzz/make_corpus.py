@@ -18,8 +18,9 @@ def hdr(typ, size, seq=7, magic=MAGIC, version=VERSION):
     return struct.pack("<IHHII", magic, version, typ, size, seq)
 
 
-def register(pid, klass=BEST_EFFORT, prio=0, weight=100, name=b"t", mem=0):
-    return hdr(REGISTER, 104) + struct.pack("<iIiIQ", pid, klass, prio, weight, mem) + name.ljust(64, b"\0")[:64]
+def register(pid, klass=BEST_EFFORT, prio=0, weight=100, name=b"t", mem=0, borrow=0):
+    return (hdr(REGISTER, 112) + struct.pack("<iIiIQ", pid, klass, prio, weight, mem) + name.ljust(64, b"\0")[:64]
+            + struct.pack("<Q", borrow))
 
 
 def lst(flags=0):
@@ -123,7 +124,7 @@ validate = {
     "reply": b"\xff" + reply(),
     "list_end": b"\x20" + reply(LIST_END),
     "register_reply": b"\x20" + hdr(REGISTER_REPLY, 192) + b"\0" * 176,
-    "tenant_info": b"\x20" + hdr(TENANT_INFO, 296) + b"\0" * 280,
+    "tenant_info": b"\x20" + hdr(TENANT_INFO, 304) + b"\0" * 288,
     "gpu_info": b"\x20" + hdr(GPU_INFO, 176) + b"\0" * 160,
     "bad_type": b"\x40" + hdr(0, 16),
     "bad_size": b"\x40" + hdr(LIST, 25) + b"\0" * 9,

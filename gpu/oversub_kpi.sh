@@ -17,7 +17,7 @@ printf '[memory]\nswap_pool = "%s"\nswap_quantum_ms = 5000\n' "${SWAP_POOL:-80Gi
 export GPUOS_CONFIG=$cfg GPUOS_LOG_LEVEL=${GPUOS_LOG_LEVEL:-info}
 python3 bench/colocation/run_matrix.py --workload torch --load "${LOAD:-0.5}" --window "${WINDOW:-20}" \
   --modes exclusive-hp,exclusive-be --gpuos gpuos-time-priority --cold-start-s 90 \
-  --hp-args "--hold-gib ${HP_HOLD_GIB:-60} --start-timeout ${HP_START_TIMEOUT:-40}" --be-args "--hold-gib ${BE_HOLD_GIB:-105}" \
+  --hp-args "--hold-gib ${HP_HOLD_GIB:-60} --start-timeout ${HP_START_TIMEOUT:-40} --start-anyway" --be-args "--hold-gib ${BE_HOLD_GIB:-105}" \
   --gpuos-run-args "run --swap --class {cls} --name {name} --socket {socket} --" \
   --workdir "$OUT/work" --out "$OUT/matrix" --budget-s "${BUDGET_S:-420}"
 rc=$?

@@ -110,7 +110,9 @@ typedef struct gpuos_control_block {
   uint64_t swap_slice_offset; /* SWAP_OUT: where in the swap pool the tenant puts its memory */
   uint64_t swap_slice_bytes;  /* SWAP_OUT: size of that slice */
   uint64_t swap_want_bytes;   /* SWAP_OUT: move at least this much (as far as the slice allows) */
-  uint8_t pad3[24];
+  uint64_t mem_borrow_bytes;  /* with a quota: it may hold this much more while the GPU has room;
+                                 borrowers are the first to be swapped out when room is needed */
+  uint8_t pad3[16];
 
   /* ---- memory oversubscription (swap), written by the tenant, read by gpuosd ---- */
   uint32_t swappable;         /* 1: the tenant's device memory can be swapped (gpuos run --swap) */
@@ -129,7 +131,9 @@ typedef struct gpuos_control_block {
   uint64_t max_swap_in_ns;    /* longest swap-in */
   uint64_t mem_waits;         /* allocations that waited for the daemon to make room */
   uint64_t mem_wait_ns;       /* total time of those waits */
-  uint8_t pad4[16];
+  uint64_t mem_imported_bytes;/* device memory of other processes mapped in (cuIpcOpenMemHandle):
+                                 accounted to its owner, so not part of mem_used_bytes or the quota */
+  uint8_t pad4[8];
 } gpuos_control_block;
 
 /* swap_command values */
@@ -205,6 +209,7 @@ typedef struct gpuos_msg_register {
   uint32_t weight;       /* best-effort tenants: fair-share weight, 1..10000 */
   uint64_t requested_mem_bytes; /* 0 = default from config */
   char name[GPUOS_NAME_MAX];
+  uint64_t requested_borrow_bytes; /* more it may hold while the GPU has room (needs a quota) */
 } gpuos_msg_register;
 
 typedef struct gpuos_msg_register_reply {
@@ -275,6 +280,7 @@ typedef struct gpuos_msg_tenant_info {
   uint64_t max_swap_in_ns;
   uint64_t mem_waits;
   uint64_t mem_wait_ns;
+  uint64_t mem_borrow_bytes;
 } gpuos_msg_tenant_info;
 
 typedef struct gpuos_msg_set_gate {
@@ -326,9 +332,9 @@ static_assert(sizeof(gpuos_control_block) == 640, "ABI v1 frozen at release (fie
 static_assert(offsetof(gpuos_control_block, swap_command) == 448, "daemon-written memory line");
 static_assert(offsetof(gpuos_control_block, swappable) == 512, "tenant-written memory lines");
 static_assert(offsetof(gpuos_control_block, gate_wait_hist) == 392, "ABI v1 frozen");
-static_assert(sizeof(gpuos_msg_register) == 104, "ABI v1 frozen");
+static_assert(sizeof(gpuos_msg_register) == 112, "ABI v1 frozen");
 static_assert(sizeof(gpuos_msg_register_reply) == 192, "ABI v1 frozen");
-static_assert(sizeof(gpuos_msg_tenant_info) == 296, "ABI v1 frozen");
+static_assert(sizeof(gpuos_msg_tenant_info) == 304, "ABI v1 frozen");
 static_assert(sizeof(gpuos_msg_gpu_info) == 176, "ABI v1 frozen");
 static_assert(sizeof(gpuos_msg_reply) == 184, "ABI v1 frozen");
 static_assert(sizeof(gpuos_msg_activity) == 24, "ABI v1 frozen");

@@ -13,6 +13,7 @@ struct RunOptions {
   std::string priority;   // "" = inherited $GPUOS_TENANT_PRIORITY or 0
   std::string weight;     // "" = inherited $GPUOS_TENANT_WEIGHT or 100
   std::string mem;        // "" = inherited $GPUOS_TENANT_MEM or unlimited; e.g. "8GiB", "512MiB"
+  std::string borrow;     // "" = inherited $GPUOS_TENANT_MEM_BORROW or none; needs mem
   bool swap = false;      // GPUOS_SWAP=1: swappable memory (gpuos run --swap)
   std::string socket;
   std::string config;

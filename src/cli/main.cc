@@ -130,6 +130,9 @@ int main(int argc, char** argv) {
   run->add_option("--weight", ro.weight, "fair-share weight 1..10000 (best-effort tenants)")
       ->check(CLI::Range(1, 10000));
   run->add_option("--mem", ro.mem, "device-memory quota, e.g. 512MiB or 8GiB (default: unlimited)");
+  run->add_option("--borrow", ro.borrow,
+                  "device memory it may hold beyond --mem while the GPU has room, e.g. 8GiB; "
+                  "borrowers are swapped out first when others need room");
   run->add_flag("--swap", ro.swap,
                 "swappable memory: gpuosd may move this tenant's memory to host while others need the GPU "
                 "(needs [memory] swap_pool in gpuosd's config)");

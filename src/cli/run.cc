@@ -68,16 +68,26 @@ int run_command(const RunOptions& o, const std::vector<std::string>& cmd) {
   };
   std::string priority = inherited("GPUOS_TENANT_PRIORITY", o.priority, "0");
   std::string weight = inherited("GPUOS_TENANT_WEIGHT", o.weight, "100");
-  std::string mem;
-  if (!o.mem.empty()) {
-    uint64_t bytes = 0;
-    if (!gpuos::parse_size(o.mem, &bytes)) {
-      std::fprintf(stderr, "gpuos run: --mem %s: want a size such as 512MiB or 8GiB\n", o.mem.c_str());
-      return 2;
+  // --mem / --borrow as byte counts; unset: inherited from the environment.
+  auto size_option = [](const std::string& text, const char* flag, const char* var, std::string* out) {
+    if (!text.empty()) {
+      uint64_t bytes = 0;
+      if (!gpuos::parse_size(text, &bytes)) {
+        std::fprintf(stderr, "gpuos run: %s %s: want a size such as 512MiB or 8GiB\n", flag, text.c_str());
+        return false;
+      }
+      *out = std::to_string(bytes);
+    } else if (const char* v = std::getenv(var); v != nullptr) {
+      *out = v;
     }
-    mem = std::to_string(bytes);
-  } else if (const char* v = std::getenv("GPUOS_TENANT_MEM"); v != nullptr) {
-    mem = v;
+    return true;
+  };
+  std::string mem, borrow;
+  if (!size_option(o.mem, "--mem", "GPUOS_TENANT_MEM", &mem)) return 2;
+  if (!size_option(o.borrow, "--borrow", "GPUOS_TENANT_MEM_BORROW", &borrow)) return 2;
+  if (!o.borrow.empty() && mem.empty()) {
+    std::fprintf(stderr, "gpuos run: --borrow needs --mem (borrowed memory is on top of a quota)\n");
+    return 2;
   }
 
   setenv("LD_PRELOAD", ld.c_str(), 1);
@@ -87,6 +97,7 @@ int run_command(const RunOptions& o, const std::vector<std::string>& cmd) {
   setenv("GPUOS_TENANT_PRIORITY", priority.c_str(), 1);
   setenv("GPUOS_TENANT_WEIGHT", weight.c_str(), 1);
   if (!mem.empty()) setenv("GPUOS_TENANT_MEM", mem.c_str(), 1);
+  if (!borrow.empty()) setenv("GPUOS_TENANT_MEM_BORROW", borrow.c_str(), 1);
   setenv("GPUOS_ON_NO_DAEMON", cfg.on_no_daemon.c_str(), 1);
   if (o.swap) setenv("GPUOS_SWAP", "1", 1);
 

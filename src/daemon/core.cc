@@ -297,10 +297,16 @@ Outcome Core::on_register(Connection& conn, const gpuos_msg_register& m) {
   Admission prefilled;
   prefilled.granted_class = t.tenant_class;
   prefilled.mem_quota_bytes = m.requested_mem_bytes;
+  prefilled.mem_borrow_bytes = m.requested_borrow_bytes;
   const uint64_t cap = opts_.mem_quota_cap_bytes;
-  if (cap != 0 && !conn.peer.admin && (prefilled.mem_quota_bytes == 0 || prefilled.mem_quota_bytes > cap)) {
-    prefilled.mem_quota_bytes = cap;  // a tenant never grants itself more memory than the config allows
-  }
+  // A tenant never grants itself more memory than the config allows: for a non-admin, quota and
+  // borrowable bytes together stay within the cap.
+  auto apply_cap = [&](Admission& a) {
+    if (cap == 0 || conn.peer.admin) return;
+    if (a.mem_quota_bytes == 0 || a.mem_quota_bytes > cap) a.mem_quota_bytes = cap;
+    a.mem_borrow_bytes = std::min(a.mem_borrow_bytes, cap - a.mem_quota_bytes);
+  };
+  apply_cap(prefilled);
   Admission adm = prefilled;
   if (!guarded("on_register", [&] { opts_.policy->on_register(view(t), &adm); })) adm = prefilled;
   if (adm.status != GPUOS_OK) {
@@ -314,9 +320,9 @@ Outcome Core::on_register(Connection& conn, const gpuos_msg_register& m) {
       t.tenant_class = adm.granted_class;
     }
   }
-  if (cap != 0 && !conn.peer.admin && (adm.mem_quota_bytes == 0 || adm.mem_quota_bytes > cap)) {
-    adm.mem_quota_bytes = cap;
-  }
+  apply_cap(adm);
+  if (adm.mem_quota_bytes == 0) adm.mem_borrow_bytes = 0;  // borrowing is on top of a quota
+  if (adm.mem_borrow_bytes > UINT64_MAX - adm.mem_quota_bytes) adm.mem_borrow_bytes = UINT64_MAX - adm.mem_quota_bytes;
   uint32_t gate = adm.initial_gate == GPUOS_GATE_CLOSED ? GPUOS_GATE_CLOSED : GPUOS_GATE_OPEN;
 
   int fd = create_control_block(t.id, t.tenant_class, adm.mem_quota_bytes, gate, &t.cb);
@@ -327,6 +333,7 @@ Outcome Core::on_register(Connection& conn, const gpuos_msg_register& m) {
   }
   std::atomic_ref<uint32_t>(t.cb->max_inflight).store(adm.max_inflight, std::memory_order_relaxed);
   std::atomic_ref<uint32_t>(t.cb->idle_grace_us).store(adm.idle_grace_us, std::memory_order_relaxed);
+  std::atomic_ref<uint64_t>(t.cb->mem_borrow_bytes).store(adm.mem_borrow_bytes, std::memory_order_relaxed);
   t.memfd = fd;
   t.policy_gate = gate;
   t.registered_unix_ms = now_ms();
@@ -394,6 +401,7 @@ gpuos_msg_tenant_info Core::snapshot(const Tenant& t, uint32_t state, uint64_t e
   i.max_swap_in_ns = load(cb.max_swap_in_ns);
   i.mem_waits = load(cb.mem_waits);
   i.mem_wait_ns = load(cb.mem_wait_ns);
+  i.mem_borrow_bytes = load(cb.mem_borrow_bytes);
   return i;
 }
 
@@ -872,7 +880,9 @@ void Core::run_swaps(uint64_t now) {
     s.movable_bytes = movable > swapped ? movable - swapped : 0;
     s.swapped_bytes = swapped;
     s.resident_bytes = used > swapped ? used - swapped : 0;
+    const uint64_t borrow = load(cb.mem_borrow_bytes);
     s.quota_left_bytes = quota > used ? quota - used : 0;
+    s.borrowed_bytes = quota != 0 && borrow != 0 && used > quota ? used - quota : 0;
     s.resident_since_ns = t.resident_since_ns;
     s.out_since_ns = t.out_since_ns;
     s.no_victim_until_ns = t.no_victim_until_ns;

@@ -46,7 +46,8 @@ struct TenantView {
 };
 
 // The decision of on_register. The core pre-fills it with "admit as requested, gate open, quota =
-// requested_mem_bytes, max_inflight 0, idle_grace_us 0"; the policy edits it. A policy may lower
+// requested_mem_bytes, borrow = requested_borrow_bytes, max_inflight 0, idle_grace_us 0"; the
+// policy edits it. A policy may lower
 // the class, never raise it (the core clamps: a policy answering GUARANTEED for a BEST_EFFORT
 // request is ignored). The core writes gate, quota, max_inflight and idle_grace_us into the control
 // block before the tenant gets its fd.
@@ -54,6 +55,7 @@ struct Admission {
   gpuos_status status = GPUOS_OK;  // anything else refuses the registration with `reason`
   uint32_t granted_class = 0;
   uint64_t mem_quota_bytes = 0;    // 0 = unlimited
+  uint64_t mem_borrow_bytes = 0;   // with a quota: more it may hold while the GPU has room
   uint32_t initial_gate = GPUOS_GATE_OPEN;
   uint32_t max_inflight = 0;       // >0: the tenant keeps at most this many launches unfinished
   uint32_t idle_grace_us = 0;      // the tenant reports idle only after this long without work

@@ -85,13 +85,13 @@ const SwapTenant* pick_victim(const std::vector<SwapTenant>& tenants, const Swap
                               const SwapParams& p, uint64_t now) {
   const SwapTenant* best = nullptr;
   auto rank = [](const SwapTenant& t) {
-    return std::make_tuple(t.busy || t.waiting, t.guaranteed, t.resident_since_ns, t.id);
+    return std::make_tuple(t.borrowed_bytes == 0, t.busy || t.waiting, t.guaranteed, t.resident_since_ns, t.id);
   };
   for (const SwapTenant& v : tenants) {
     if (!could_displace(v, for_whom)) continue;
     if (now < v.no_victim_until_ns) continue;
     const bool peer = v.guaranteed == for_whom.guaranteed;
-    if (peer && now < v.resident_since_ns + p.quantum_ns) continue;
+    if (peer && v.borrowed_bytes == 0 && now < v.resident_since_ns + p.quantum_ns) continue;
     if (v.pool_largest_free == 0) continue;
     if (best == nullptr || rank(v) < rank(*best)) best = &v;
   }

@@ -48,6 +48,7 @@ struct SwapTenant {
   uint64_t resident_bytes = 0;   // bytes it holds on the GPU now (movable or not), including an
                                  // allocation waiting for room (its bytes are reserved first)
   uint64_t quota_left_bytes = 0; // its memory quota minus what it holds (0: no quota)
+  uint64_t borrowed_bytes = 0;   // what it holds beyond its quota (borrowed while there was room)
   uint64_t resident_since_ns = 0;
   uint64_t out_since_ns = 0;        // when its memory started to be out (swapped_out)
   uint64_t no_victim_until_ns = 0;  // a swap-out of it failed: leave it alone until then
@@ -81,7 +82,8 @@ struct SwapAction {
 //    a victim's memory does not come back before the tenant it made room for.
 //  - Victims: swappable, with movable memory on the GPU, not the beneficiary; a best-effort tenant
 //    never displaces a guaranteed one; peers (same class) only after the victim held its memory
-//    for a quantum. Idle victims first, then best-effort, then the one resident longest.
+//    for a quantum, unless it holds borrowed memory (beyond its quota): borrowers give it back
+//    first, quantum or not. Then idle victims, then best-effort, then the one resident longest.
 std::vector<SwapAction> plan_swaps(const std::vector<SwapTenant>& tenants, const SwapParams& params,
                                    uint64_t now_ns);
 

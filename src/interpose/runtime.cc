@@ -100,6 +100,20 @@ uint32_t tenant_class_from_env() {
   return GPUOS_CLASS_BEST_EFFORT;
 }
 
+// A byte count from the environment (set by `gpuos run`); 0 when unset or malformed (said once).
+uint64_t env_bytes(const char* name) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return 0;
+  char* end = nullptr;
+  errno = 0;
+  unsigned long long n = std::strtoull(v, &end, 10);
+  if (errno != 0 || end == v || *end != '\0' || v[0] == '-') {
+    log(LogLevel::kWarn, "ignoring %s=%s (want a byte count)", name, v);
+    return 0;
+  }
+  return n;
+}
+
 void default_name(char* buf, std::size_t len) {
   if (const char* n = std::getenv("GPUOS_TENANT_NAME"); n != nullptr && *n != '\0') {
     copy_name(buf, len, n);
@@ -136,16 +150,8 @@ gpuos_control_block* register_with_daemon(char* why, std::size_t why_len, int* s
   req.priority = static_cast<int32_t>(env_long("GPUOS_TENANT_PRIORITY", 0, -1000, 1000));
   req.weight = static_cast<uint32_t>(env_long("GPUOS_TENANT_WEIGHT", 100, 1, 10000));
   default_name(req.name, sizeof(req.name));
-  if (const char* mem = std::getenv("GPUOS_TENANT_MEM"); mem != nullptr && *mem != '\0') {
-    char* end = nullptr;
-    errno = 0;
-    unsigned long long v = std::strtoull(mem, &end, 10);
-    if (errno != 0 || end == mem || *end != '\0' || mem[0] == '-') {
-      log(LogLevel::kWarn, "ignoring GPUOS_TENANT_MEM=%s (want a byte count)", mem);
-    } else {
-      req.requested_mem_bytes = v;
-    }
-  }
+  req.requested_mem_bytes = env_bytes("GPUOS_TENANT_MEM");
+  req.requested_borrow_bytes = env_bytes("GPUOS_TENANT_MEM_BORROW");
   int rc = send_message(sock, &req, sizeof(req));
   if (rc != 0) {
     std::snprintf(why, why_len, "sending REGISTER to %s: %s", path, std::strerror(-rc));

@@ -450,9 +450,14 @@ void* swapper_main(void*) {
       std::lock_guard<std::mutex> lock(a.mu);
       if (!a.allocs.empty()) ctx = a.allocs.begin()->second.ctx;
     }
-    if (ctx != nullptr) ensure_pool(*d, ctx);
+    // Best-effort tenants are the likely victims: pin the pool in the background right away, so
+    // their first swap-out is fast. A guaranteed tenant is swapped out only for another guaranteed
+    // one; it pins the pool when first asked (pinning tens of GiB slows its own start-up).
+    const bool eager = ref(cb->tenant_class).load() != GPUOS_CLASS_GUARANTEED;
+    if (ctx != nullptr && eager) ensure_pool(*d, ctx);
     if (seq != ref(cb->swap_done_seq).load()) {
       const uint32_t cmd = ref(cb->swap_command).load(std::memory_order_acquire);
+      if (ctx != nullptr && cmd == GPUOS_SWAP_OUT) ensure_pool(*d, ctx);
       {
         std::lock_guard<std::mutex> lock(a.mu);
         if (cmd == GPUOS_SWAP_OUT) swap_out_locked(*d, cb, a);
