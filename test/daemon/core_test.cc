@@ -649,5 +649,41 @@ TEST(MemoryQuotaCap, NonAdminQuotaIsCapped) {
   }
 }
 
+// Borrowed memory comes on top of a quota and, for a non-admin, within the cap with it.
+TEST(MemoryQuotaCap, BorrowIsOnTopOfTheQuotaAndWithinTheCap) {
+  CoreOptions o;
+  o.mem_quota_cap_bytes = 8ull << 30;
+  o.unix_ms = [] { return uint64_t{1700000000000}; };
+  Core core(std::move(o));
+  struct Case {
+    bool admin;
+    uint64_t quota, borrow;
+    uint64_t want_quota, want_borrow;
+  };
+  const Case cases[] = {
+      {false, 2ull << 30, 4ull << 30, 2ull << 30, 4ull << 30},   // fits the cap: as asked
+      {false, 6ull << 30, 4ull << 30, 6ull << 30, 2ull << 30},   // quota + borrow cut to the cap
+      {false, 0, 4ull << 30, 8ull << 30, 0},                     // "no quota" is the cap; nothing left
+      {true, 0, 4ull << 30, 0, 0},                               // no quota: nothing to borrow on top of
+      {true, 16ull << 30, 16ull << 30, 16ull << 30, 16ull << 30}};  // admins are not capped
+  int i = 0;
+  for (const Case& c : cases) {
+    Connection conn;
+    conn.id = 20 + i;
+    conn.peer.pid = 4000 + i;
+    conn.peer.uid = c.admin ? 0 : 1000;
+    conn.peer.admin = c.admin;
+    ++i;
+    auto m = make_register(conn.peer.pid);
+    m.requested_mem_bytes = c.quota;
+    m.requested_borrow_bytes = c.borrow;
+    Outcome out = core.handle_message(conn, &m, sizeof(m));
+    ASSERT_NE(out.registered, 0u);
+    const gpuos_control_block* cb = core.control_block(out.registered);
+    EXPECT_EQ(cb->mem_quota_bytes, c.want_quota) << "case " << i;
+    EXPECT_EQ(cb->mem_borrow_bytes, c.want_borrow) << "case " << i;
+  }
+}
+
 }  // namespace
 }  // namespace gpuos::daemon

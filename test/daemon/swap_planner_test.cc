@@ -158,5 +158,18 @@ TEST(SwapPlanner, VictimsAreIdleFirstAndLimitedByTheirPool) {
   EXPECT_EQ(acts[0].tenant_id, 1u);
 }
 
+TEST(SwapPlanner, BorrowersGiveBackFirstEvenWithinTheirQuantum) {
+  SwapTenant lender = resident(1, 60 * GiB);
+  lender.resident_since_ns = 9 * kSec;
+  SwapTenant borrower = resident(2, 70 * GiB);
+  borrower.resident_since_ns = 9 * kSec;  // just came in: a plain peer would keep its memory
+  borrower.borrowed_bytes = 10 * GiB;
+  SwapTenant w = out(3, 20 * GiB, 0);
+  auto acts = plan_swaps({lender, borrower, w}, params(), 10 * kSec);
+  ASSERT_EQ(acts.size(), 1u);
+  EXPECT_EQ(acts[0].kind, K::kSwapOut);
+  EXPECT_EQ(acts[0].tenant_id, 2u);
+}
+
 }  // namespace
 }  // namespace gpuos::daemon
