@@ -18,9 +18,9 @@ def hdr(typ, size, seq=7, magic=MAGIC, version=VERSION):
     return struct.pack("<IHHII", magic, version, typ, size, seq)
 
 
-def register(pid, klass=BEST_EFFORT, prio=0, weight=100, name=b"t", mem=0, borrow=0):
-    return (hdr(REGISTER, 112) + struct.pack("<iIiIQ", pid, klass, prio, weight, mem) + name.ljust(64, b"\0")[:64]
-            + struct.pack("<Q", borrow))
+def register(pid, klass=BEST_EFFORT, prio=0, weight=100, name=b"t", mem=0, borrow=0, prev=0):
+    return (hdr(REGISTER, 120) + struct.pack("<iIiIQ", pid, klass, prio, weight, mem) + name.ljust(64, b"\0")[:64]
+            + struct.pack("<QII", borrow, prev, 0))
 
 
 def lst(flags=0):
@@ -94,6 +94,8 @@ core = {
     "activity_unregistered": bytes([0x03]) + msg(0, activity(1, 0)),
     "activity_bad_values": bytes([0x13]) + msg(1, activity(2, 7)),
     "close_and_reregister": bytes([0x1f]) + close(1) + msg(1, register(200, name=b"again")) + msg(0, lst(1)),
+    "reregister_previous_id": bytes([0x1f]) + msg(2, register(300, prev=7)) + close(1)
+    + msg(1, register(200, prev=7)) + msg(0, lst(1)),
     "receive_errors": bytes([0x0f]) + recv_error(0) + recv_error(1, True) + msg(0, lst()),
     "reply_to_daemon": bytes([0x0f]) + msg(0, reply()) + msg(3, reply(LIST_END)),
     "garbage": bytes([0x0f]) + msg(0, b"\x00" * 24) + msg(1, b"GPOS" + b"\xff" * 40) + msg(2, b"x"),

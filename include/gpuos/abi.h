@@ -210,6 +210,9 @@ typedef struct gpuos_msg_register {
   uint64_t requested_mem_bytes; /* 0 = default from config */
   char name[GPUOS_NAME_MAX];
   uint64_t requested_borrow_bytes; /* more it may hold while the GPU has room (needs a quota) */
+  uint32_t previous_tenant_id; /* re-registration after a daemon restart: the id it had (kept when
+                                  the new daemon has not used it), else 0 */
+  uint32_t reserved;
 } gpuos_msg_register;
 
 typedef struct gpuos_msg_register_reply {
@@ -332,7 +335,7 @@ static_assert(sizeof(gpuos_control_block) == 640, "ABI v1 frozen at release (fie
 static_assert(offsetof(gpuos_control_block, swap_command) == 448, "daemon-written memory line");
 static_assert(offsetof(gpuos_control_block, swappable) == 512, "tenant-written memory lines");
 static_assert(offsetof(gpuos_control_block, gate_wait_hist) == 392, "ABI v1 frozen");
-static_assert(sizeof(gpuos_msg_register) == 112, "ABI v1 frozen");
+static_assert(sizeof(gpuos_msg_register) == 120, "ABI v1 frozen");
 static_assert(sizeof(gpuos_msg_register_reply) == 192, "ABI v1 frozen");
 static_assert(sizeof(gpuos_msg_tenant_info) == 304, "ABI v1 frozen");
 static_assert(sizeof(gpuos_msg_gpu_info) == 176, "ABI v1 frozen");

@@ -280,6 +280,14 @@ Outcome Core::on_register(Connection& conn, const gpuos_msg_register& m) {
 
   Tenant t;
   t.id = next_id_;
+  // Re-registration after a daemon restart: keep the id the tenant had if this daemon never used
+  // it (not live, not in the history), so ps, metrics and admins keep seeing the same tenant.
+  if (const uint32_t prev = m.previous_tenant_id; prev != 0 && tenants_.count(prev) == 0 &&
+      std::none_of(history_.begin(), history_.end(), [&](const gpuos_msg_tenant_info& h) { return h.tenant_id == prev; }) &&
+      prev >= next_id_ && prev < 0x80000000u) {  // (bounded: a lying tenant cannot wrap the ids)
+    t.id = prev;
+  }
+  while (tenants_.count(t.id) != 0 || t.id == 0) ++t.id;  // never two live tenants with one id
   t.pid = m.pid;
   t.uid = conn.peer.uid;
   t.tenant_class = m.tenant_class;
@@ -340,7 +348,7 @@ Outcome Core::on_register(Connection& conn, const gpuos_msg_register& m) {
   t.obs_ns = now_mono_ns();
   t.resident_since_ns = t.obs_ns;
   ++stats_.tenants_registered;
-  ++next_id_;
+  if (t.id >= next_id_) next_id_ = t.id + 1;
   if (next_id_ == 0) next_id_ = 1;
   conn.tenant_id = t.id;
 

@@ -132,7 +132,8 @@ void default_name(char* buf, std::size_t len) {
 
 // Talks to gpuosd. Returns the mapped control block and the connected socket (*sock_out), or null
 // with a reason in why.
-gpuos_control_block* register_with_daemon(char* why, std::size_t why_len, int* sock_out) {
+gpuos_control_block* register_with_daemon(char* why, std::size_t why_len, int* sock_out,
+                                          uint32_t previous_id = 0) {
   char path[108];
   if (!socket_path(path, sizeof(path))) {
     std::snprintf(why, why_len, "control socket path too long");
@@ -152,6 +153,7 @@ gpuos_control_block* register_with_daemon(char* why, std::size_t why_len, int* s
   default_name(req.name, sizeof(req.name));
   req.requested_mem_bytes = env_bytes("GPUOS_TENANT_MEM");
   req.requested_borrow_bytes = env_bytes("GPUOS_TENANT_MEM_BORROW");
+  req.previous_tenant_id = previous_id;
   int rc = send_message(sock, &req, sizeof(req));
   if (rc != 0) {
     std::snprintf(why, why_len, "sending REGISTER to %s: %s", path, std::strerror(-rc));
@@ -375,7 +377,8 @@ void maintain_daemon_connection() {
   }
   char why[256];
   int sock = -1;
-  gpuos_control_block* cb = register_with_daemon(why, sizeof(why), &sock);
+  // Ask for the id it had, so that `gpuos ps`, metrics and admins see the same tenant.
+  gpuos_control_block* cb = register_with_daemon(why, sizeof(why), &sock, old->tenant_id);
   if (cb == nullptr) return;  // still no daemon: try again later
   std::atomic_ref<uint32_t>(cb->busy).store(std::atomic_ref<uint32_t>(old->busy).load());
   g_control.store(cb, std::memory_order_release);

@@ -685,5 +685,25 @@ TEST(MemoryQuotaCap, BorrowIsOnTopOfTheQuotaAndWithinTheCap) {
   }
 }
 
+// After a daemon restart a tenant asks for the id it had; it gets it unless that would reuse an id.
+TEST(Adoption, ReRegistrationKeepsItsIdWhenUnused) {
+  CoreOptions o;
+  o.unix_ms = [] { return uint64_t{1700000000000}; };
+  Core core(std::move(o));
+  auto reg = [&](pid_t pid, uint32_t prev) {
+    Connection conn;
+    conn.id = 100 + pid;
+    conn.peer.pid = pid;
+    auto m = make_register(pid);
+    m.previous_tenant_id = prev;
+    return core.handle_message(conn, &m, sizeof(m)).registered;
+  };
+  EXPECT_EQ(reg(501, 5), 5u);            // fresh daemon: the old id is free
+  EXPECT_EQ(reg(502, 0), 6u);            // new tenants continue after it
+  EXPECT_EQ(reg(503, 5), 7u);            // taken (live): a new id
+  EXPECT_EQ(reg(504, 2), 8u);            // below the ids handed out: never reused
+  EXPECT_EQ(reg(505, 0xfffffff0u), 9u);  // absurd ids are not honoured (no wrap-around)
+}
+
 }  // namespace
 }  // namespace gpuos::daemon

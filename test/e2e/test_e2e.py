@@ -211,6 +211,8 @@ class E2E(unittest.TestCase):
         self.assertEqual(t["mem_used_bytes"], 0)
 
     def test_tenant_survives_daemon_restart_and_is_adopted(self):
+        # A first tenant takes id 1, so the survivor has id 2 and a new daemon would start at 1.
+        first, _ = self.run_probe("first", "best-effort")
         tenant = subprocess.Popen(
             self.d.run_cmd(["--name", "survivor", "--class", "guaranteed", "--", bin_path("gpuos-synth"),
                             "--name", "survivor", "--iters", "100000", "--count", "2500", "--gap-us", "1000",
@@ -218,6 +220,8 @@ class E2E(unittest.TestCase):
             env=self.d.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         wait_for(lambda: (self.d.tenant(tenant.pid) or {}).get("launches", 0) > 50, what="tenant to run")
         seen = self.d.tenant(tenant.pid)["launches"]
+        old_id = self.d.tenant(tenant.pid)["id"]
+        self.assertEqual(old_id, 2)
         self.d.proc.kill()  # the daemon dies without any cleanup
         self.d.proc.wait()
         time.sleep(0.5)
@@ -233,6 +237,7 @@ class E2E(unittest.TestCase):
         t = wait_for(lambda: (lambda x: x if x and x["state"] == "exited" else None)(self.d.tenant(tenant.pid)),
                      what="the adopted tenant to exit")
         self.assertEqual(t["launches"], issued["launches_issued"], "no launch lost across the restart")
+        self.assertEqual(t["id"], old_id, "the adopted tenant keeps its id")
         self.assertIn("re-registered with gpuosd", err)
 
     @unittest.skipUnless(os.geteuid() == 0 and shutil.which("setpriv"), "needs root and setpriv")
