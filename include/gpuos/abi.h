@@ -284,6 +284,7 @@ typedef struct gpuos_msg_tenant_info {
   uint64_t mem_waits;
   uint64_t mem_wait_ns;
   uint64_t mem_borrow_bytes;
+  uint64_t mem_imported_bytes;
 } gpuos_msg_tenant_info;
 
 typedef struct gpuos_msg_set_gate {
@@ -337,7 +338,7 @@ static_assert(offsetof(gpuos_control_block, swappable) == 512, "tenant-written m
 static_assert(offsetof(gpuos_control_block, gate_wait_hist) == 392, "ABI v1 frozen");
 static_assert(sizeof(gpuos_msg_register) == 120, "ABI v1 frozen");
 static_assert(sizeof(gpuos_msg_register_reply) == 192, "ABI v1 frozen");
-static_assert(sizeof(gpuos_msg_tenant_info) == 304, "ABI v1 frozen");
+static_assert(sizeof(gpuos_msg_tenant_info) == 312, "ABI v1 frozen");
 static_assert(sizeof(gpuos_msg_gpu_info) == 176, "ABI v1 frozen");
 static_assert(sizeof(gpuos_msg_reply) == 184, "ABI v1 frozen");
 static_assert(sizeof(gpuos_msg_activity) == 24, "ABI v1 frozen");

@@ -131,6 +131,44 @@
      unsigned long long flags),                                                                    \
     (handle, bytes, prop, flags))                                                                  \
   X(cuMemRelease, (CUmemGenericAllocationHandle handle), (handle))                                 \
+  /* CUDA arrays: accounted from the descriptor (the driver's size where it can tell) */           \
+  X(cuArrayCreate_v2, (CUarray * handle, const CUDA_ARRAY_DESCRIPTOR* desc), (handle, desc))       \
+  X(cuArray3DCreate_v2, (CUarray * handle, const CUDA_ARRAY3D_DESCRIPTOR* desc), (handle, desc))   \
+  X(cuArrayDestroy, (CUarray array), (array))                                                      \
+  X(cuArrayGetMemoryRequirements,                                                                  \
+    (CUDA_ARRAY_MEMORY_REQUIREMENTS * req, CUarray array, CUdevice dev), (req, array, dev))        \
+  X(cuMipmappedArrayCreate,                                                                        \
+    (CUmipmappedArray * handle, const CUDA_ARRAY3D_DESCRIPTOR* desc, unsigned int numMipmapLevels),\
+    (handle, desc, numMipmapLevels))                                                               \
+  X(cuMipmappedArrayDestroy, (CUmipmappedArray mipmap), (mipmap))                                  \
+  X(cuMipmappedArrayGetMemoryRequirements,                                                         \
+    (CUDA_ARRAY_MEMORY_REQUIREMENTS * req, CUmipmappedArray mipmap, CUdevice dev),                 \
+    (req, mipmap, dev))                                                                            \
+  /* graph memory nodes (the generic cuGraphAddNode can add them too) */                          \
+  X(cuGraphAddMemAllocNode,                                                                        \
+    (CUgraphNode * node, CUgraph graph, const CUgraphNode* deps, size_t numDeps,                   \
+     CUDA_MEM_ALLOC_NODE_PARAMS* params),                                                          \
+    (node, graph, deps, numDeps, params))                                                          \
+  X(cuGraphAddMemFreeNode,                                                                         \
+    (CUgraphNode * node, CUgraph graph, const CUgraphNode* deps, size_t numDeps, CUdeviceptr dptr),\
+    (node, graph, deps, numDeps, dptr))                                                            \
+  X(cuGraphAddNode,                                                                                \
+    (CUgraphNode * node, CUgraph graph, const CUgraphNode* deps, size_t numDeps,                   \
+     CUgraphNodeParams* params),                                                                   \
+    (node, graph, deps, numDeps, params))                                                          \
+  X(cuGraphAddNode_v2,                                                                             \
+    (CUgraphNode * node, CUgraph graph, const CUgraphNode* deps, const CUgraphEdgeData* edges,     \
+     size_t numDeps, CUgraphNodeParams* params),                                                   \
+    (node, graph, deps, edges, numDeps, params))                                                   \
+  /* CUDA IPC: imported memory is the exporter's (counted apart, never charged here) */           \
+  X(cuIpcGetMemHandle, (CUipcMemHandle * handle, CUdeviceptr dptr), (handle, dptr))               \
+  X(cuIpcOpenMemHandle, (CUdeviceptr * dptr, CUipcMemHandle handle, unsigned int flags),          \
+    (dptr, handle, flags))                                                                         \
+  X(cuIpcOpenMemHandle_v2, (CUdeviceptr * dptr, CUipcMemHandle handle, unsigned int flags),       \
+    (dptr, handle, flags))                                                                         \
+  X(cuIpcCloseMemHandle, (CUdeviceptr dptr), (dptr))                                               \
+  X(cuMemGetAddressRange_v2, (CUdeviceptr * base, size_t * size, CUdeviceptr dptr),               \
+    (base, size, dptr))                                                                            \
   /* copies that touch device memory (governed: a swappable tenant waits while swapped out) */     \
   X(cuMemcpy, (CUdeviceptr dst, CUdeviceptr src, size_t bytes), (dst, src, bytes))                 \
   X(cuMemcpy_ptds, (CUdeviceptr dst, CUdeviceptr src, size_t bytes), (dst, src, bytes))            \

@@ -224,6 +224,7 @@ nlohmann::json listing_json(const Listing& l) {
     o["mem_peak_bytes"] = t.mem_peak_bytes;
     o["mem_quota_bytes"] = t.mem_quota_bytes;
     o["mem_borrow_bytes"] = t.mem_borrow_bytes;
+    o["mem_imported_bytes"] = t.mem_imported_bytes;
     o["alloc_calls"] = t.alloc_calls;
     o["alloc_failures"] = t.alloc_failures;
     o["registered_unix_ms"] = t.registered_unix_ms;

@@ -410,6 +410,7 @@ gpuos_msg_tenant_info Core::snapshot(const Tenant& t, uint32_t state, uint64_t e
   i.mem_waits = load(cb.mem_waits);
   i.mem_wait_ns = load(cb.mem_wait_ns);
   i.mem_borrow_bytes = load(cb.mem_borrow_bytes);
+  i.mem_imported_bytes = load(cb.mem_imported_bytes);
   return i;
 }
 

@@ -61,6 +61,73 @@ CUresult add_kernel_node(CUgraphNode* out, CUgraph hgraph, const CUgraphNode* de
   return CUDA_SUCCESS;
 }
 
+// Graph memory nodes: the allocation is made (or, for a free node, marked freed) when the node is
+// added; see graph_mem_alloc in internal.h.
+CUresult check_add(CUgraphNode* out, CUgraph hgraph, const CUgraphNode* deps, size_t ndeps,
+                   Graph** g) {
+  Context* c = nullptr;
+  if (CUresult r = current_context(&c); r != CUDA_SUCCESS) return r;
+  if (out == nullptr || (ndeps > 0 && deps == nullptr)) return CUDA_ERROR_INVALID_VALUE;
+  *g = reinterpret_cast<Graph*>(hgraph);
+  return graphs().has(*g) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+// P: CUDA_MEM_ALLOC_NODE_PARAMS (v1) or, from cuGraphAddNode, its twin CUDA_MEM_ALLOC_NODE_PARAMS_v2.
+template <class P>
+CUresult add_mem_alloc_node(CUgraphNode* out, CUgraph hgraph, const CUgraphNode* deps,
+                            size_t ndeps, P* p) {
+  Graph* g = nullptr;
+  if (CUresult r = check_add(out, hgraph, deps, ndeps, &g); r != CUDA_SUCCESS) return r;
+  if (p == nullptr || p->bytesize == 0 || p->poolProps.allocType != CU_MEM_ALLOCATION_TYPE_PINNED ||
+      p->poolProps.handleTypes != CU_MEM_HANDLE_TYPE_NONE ||  // IPC is not supported
+      p->poolProps.location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
+      p->poolProps.location.id < 0 || p->poolProps.location.id >= config().devices ||
+      (p->accessDescCount > 0 && p->accessDescs == nullptr) ||
+      p->accessDescCount > static_cast<size_t>(config().devices))
+    return CUDA_ERROR_INVALID_VALUE;
+  uint64_t dptr = 0;
+  if (CUresult r = graph_mem_alloc(p->poolProps.location.id, p->bytesize, &dptr); r != CUDA_SUCCESS)
+    return r;
+  p->dptr = dptr;
+  *out = add_mem_node(g, GraphNode::Type::kMemAlloc, dptr);
+  return CUDA_SUCCESS;
+}
+
+CUresult add_mem_free_node(CUgraphNode* out, CUgraph hgraph, const CUgraphNode* deps,
+                           size_t ndeps, CUdeviceptr dptr) {
+  Graph* g = nullptr;
+  if (CUresult r = check_add(out, hgraph, deps, ndeps, &g); r != CUDA_SUCCESS) return r;
+  if (CUresult r = graph_mem_free(g, dptr); r != CUDA_SUCCESS) return r;
+  *out = add_mem_node(g, GraphNode::Type::kMemFree, dptr);
+  return CUDA_SUCCESS;
+}
+
+// cuGraphAddNode: kernel, empty and memory nodes; other kinds are not modelled.
+CUresult add_node(CUgraphNode* out, CUgraph hgraph, const CUgraphNode* deps, size_t ndeps,
+                  CUgraphNodeParams* p) {
+  if (p == nullptr) return initialized() ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_NOT_INITIALIZED;
+  switch (p->type) {
+    case CU_GRAPH_NODE_TYPE_KERNEL: {
+      const CUDA_KERNEL_NODE_PARAMS_v3& k = p->kernel;
+      CUfunction f = k.func != nullptr ? k.func : reinterpret_cast<CUfunction>(k.kern);
+      return add_kernel_node(out, hgraph, deps, ndeps, f, k.gridDimX, k.gridDimY, k.gridDimZ,
+                             k.blockDimX, k.blockDimY, k.blockDimZ, k.kernelParams, k.extra);
+    }
+    case CU_GRAPH_NODE_TYPE_EMPTY: {
+      Graph* g = nullptr;
+      if (CUresult r = check_add(out, hgraph, deps, ndeps, &g); r != CUDA_SUCCESS) return r;
+      *out = add_mem_node(g, GraphNode::Type::kEmpty, 0);
+      return CUDA_SUCCESS;
+    }
+    case CU_GRAPH_NODE_TYPE_MEM_ALLOC:
+      return add_mem_alloc_node(out, hgraph, deps, ndeps, &p->alloc);
+    case CU_GRAPH_NODE_TYPE_MEM_FREE:
+      return add_mem_free_node(out, hgraph, deps, ndeps, p->free.dptr);
+    default:
+      return initialized() ? CUDA_ERROR_NOT_SUPPORTED : CUDA_ERROR_NOT_INITIALIZED;
+  }
+}
+
 CUresult impl_cuGraphLaunch(CUgraphExec hexec, CUstream h, bool ptsz) {
   Context* c = nullptr;
   if (CUresult r = current_context(&c); r != CUDA_SUCCESS) return r;
@@ -96,6 +163,15 @@ Graph* new_graph() {
   return g;
 }
 
+CUgraphNode add_mem_node(Graph* g, GraphNode::Type type, uint64_t dptr) {
+  auto node = std::make_unique<GraphNode>();
+  node->type = type;
+  node->dptr = dptr;
+  std::lock_guard<std::mutex> l(g->mu);
+  g->nodes.push_back(std::move(node));
+  return reinterpret_cast<CUgraphNode>(g->nodes.back().get());
+}
+
 }  // namespace dd
 
 using namespace dd;
@@ -115,6 +191,7 @@ DD_API cuGraphDestroy(CUgraph graph) {
     if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
     auto* g = reinterpret_cast<Graph*>(graph);
     if (!graphs().remove(g)) return CUDA_ERROR_INVALID_VALUE;
+    graph_mem_release(g);  // its pool: the allocations its free nodes freed
     delete g;
     return CUDA_SUCCESS;
   });
@@ -174,4 +251,25 @@ DD_API cuGraphLaunch(CUgraphExec exec, CUstream h) {
 }
 DD_API cuGraphLaunch_ptsz(CUgraphExec exec, CUstream h) {
   return guard([&] { return impl_cuGraphLaunch(exec, h, true); });
+}
+
+DD_API cuGraphAddMemAllocNode(CUgraphNode* node, CUgraph graph, const CUgraphNode* deps,
+                              size_t ndeps, CUDA_MEM_ALLOC_NODE_PARAMS* params) {
+  return guard([&] { return add_mem_alloc_node(node, graph, deps, ndeps, params); });
+}
+
+DD_API cuGraphAddMemFreeNode(CUgraphNode* node, CUgraph graph, const CUgraphNode* deps,
+                             size_t ndeps, CUdeviceptr dptr) {
+  return guard([&] { return add_mem_free_node(node, graph, deps, ndeps, dptr); });
+}
+
+DD_API cuGraphAddNode(CUgraphNode* node, CUgraph graph, const CUgraphNode* deps, size_t ndeps,
+                      CUgraphNodeParams* params) {
+  return guard([&] { return add_node(node, graph, deps, ndeps, params); });
+}
+
+// Edge data (ports, edge types) is not modelled: every edge is a plain full dependency.
+DD_API cuGraphAddNode_v2(CUgraphNode* node, CUgraph graph, const CUgraphNode* deps,
+                         const CUgraphEdgeData* edges, size_t ndeps, CUgraphNodeParams* params) {
+  return guard([&] { return add_node(node, graph, deps, ndeps, params); });
 }

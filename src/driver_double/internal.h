@@ -166,21 +166,34 @@ CUresult submit_host_op(const StreamPtr& s, std::function<void()> fn, bool sync)
 
 // ---- graphs ----
 struct GraphNode {
-  enum class Type { kKernel, kHost, kEmpty } type = Type::kEmpty;
+  // Memory alloc and free nodes do nothing at replay: their memory is allocated when the alloc node
+  // is added and released as graph_mem_free/graph_mem_release (memory.cc) say.
+  enum class Type { kKernel, kHost, kEmpty, kMemAlloc, kMemFree } type = Type::kEmpty;
   KernelLaunch kernel;
   std::function<void()> host;
+  uint64_t dptr = 0;  // kMemAlloc, kMemFree
 };
 struct Graph {
   std::mutex mu;
   std::vector<std::unique_ptr<GraphNode>> nodes;
 };
 Graph* new_graph();
+// Appends a memory alloc or free node of dptr to g; returns the node's handle.
+CUgraphNode add_mem_node(Graph* g, GraphNode::Type type, uint64_t dptr);
 
 // ---- memory ----
 // Range check used before touching device memory on the caller's behalf: is [p, p+n) inside one
 // live allocation (device, managed, pinned host or mapped VMM range)?
 bool valid_range(uint64_t p, uint64_t n);
 void free_context_allocations(Context* ctx);
+// Graph memory (alloc nodes, and cuMemAllocAsync under capture): the allocation is made on device
+// dev when its node is added, so its address is fixed from then on, and it lives until it is freed:
+// by cuMemFree/cuMemFreeAsync, or by a free node, after which the pool of the free node's graph
+// keeps the memory until that graph is destroyed (graph_mem_release).
+CUresult graph_mem_alloc(int dev, size_t bytes, uint64_t* out);
+// A free node of dptr added to g: INVALID_VALUE unless dptr is a graph allocation not yet freed.
+CUresult graph_mem_free(Graph* g, uint64_t dptr);
+void graph_mem_release(Graph* g);  // g is being destroyed
 
 // ---- misc ----
 template <class T>

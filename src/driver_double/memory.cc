@@ -1,10 +1,15 @@
 // Device memory: host memory in this process (a device pointer is a plain host address), with
 // its size accounted in the shared segment so all processes see one device's capacity.
 // VMM physical allocations are memfds mapped with MAP_FIXED into reserved ranges, so their data
-// stays put across unmap/remap, as on the real device.
+// stays put across unmap/remap, as on the real device. An allocation exported with
+// cuIpcGetMemHandle moves onto a memfd the same way (same address, same data), which another
+// process maps through /proc/<pid>/fd. CUDA arrays take device memory but have no address.
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
 
 #include "driver_double/internal.h"
@@ -22,13 +27,30 @@ struct Phys {  // one cuMemCreate allocation
 
 struct Alloc {
   // kRegistered: the caller's own host memory, registered with cuMemHostRegister (never unmapped
-  // or accounted by the double).
-  enum class Kind { kDevice, kManaged, kHost, kVmmMap, kRegistered } kind = Kind::kDevice;
+  // or accounted by the double). kGraph: a graph allocation (graph_mem_alloc). kIpcImport:
+  // another process's allocation mapped in (accounted to that process).
+  enum class Kind { kDevice, kManaged, kHost, kVmmMap, kRegistered, kGraph, kIpcImport } kind = Kind::kDevice;
   uint64_t size = 0;      // as requested
   uint64_t map_size = 0;  // as mapped and accounted
   int dev = 0;
   Context* ctx = nullptr;
-  Phys* phys = nullptr;  // kVmmMap
+  Phys* phys = nullptr;       // kVmmMap
+  Graph* freed_by = nullptr;  // kGraph: the graph with its free node (its pool keeps the memory)
+  int ipc_fd = -1;            // kDevice after cuIpcGetMemHandle: the memfd backing it
+  int32_t ipc_pid = 0;        // kIpcImport: the exporter; with ipc_serial, which export
+  uint64_t ipc_serial = 0;    // kDevice exported, kIpcImport
+  int ipc_opens = 0;          // kIpcImport: opens not yet closed (the driver counts references)
+};
+
+// A CUDA array or mipmapped array: device memory without an address (copies to and from arrays
+// are not modelled). The handle is the object's address.
+struct Array {
+  CUDA_ARRAY3D_DESCRIPTOR desc{};
+  unsigned levels = 0;   // 0: an array; else a mipmapped array of that many levels
+  uint64_t size = 0;     // its memory requirement
+  uint64_t charged = 0;  // device memory it holds (0 with CUDA_ARRAY3D_DEFERRED_MAPPING)
+  int dev = 0;
+  Context* ctx = nullptr;
 };
 
 struct Memory {
@@ -36,6 +58,8 @@ struct Memory {
   std::map<uint64_t, Alloc> allocs;           // by base address
   std::map<uint64_t, uint64_t> reservations;  // base -> size (cuMemAddressReserve)
   std::unordered_set<Phys*> phys;
+  std::unordered_set<Array*> arrays;
+  uint64_t ipc_exports = 0;  // serial numbers of exports
 };
 Memory& mem() {
   static auto* m = new Memory();
@@ -65,26 +89,29 @@ void destroy_phys_locked(Phys* ph) {
   delete ph;
 }
 
-CUresult alloc_memory(uint64_t* out, size_t bytes, Alloc::Kind kind) {
+// dev < 0: the current context's device.
+CUresult alloc_memory(uint64_t* out, size_t bytes, Alloc::Kind kind, int dev = -1) {
   Context* c = nullptr;
   if (CUresult r = current_context(&c); r != CUDA_SUCCESS) return r;
   if (out == nullptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (bytes > (1ull << 62)) return CUDA_ERROR_OUT_OF_MEMORY;  // no device has that much
+  if (dev < 0) dev = c->dev;
   const uint64_t map_size = round_up(bytes, page());
   const bool device = kind != Alloc::Kind::kHost;
   if (device) {
-    if (CUresult r = mem_reserve(c->dev, map_size); r != CUDA_SUCCESS) return r;
+    if (CUresult r = mem_reserve(dev, map_size); r != CUDA_SUCCESS) return r;
   }
   void* p = mmap(nullptr, map_size, PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED) {
-    if (device) mem_release(c->dev, map_size);
+    if (device) mem_release(dev, map_size);
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   Alloc a;
   a.kind = kind;
   a.size = bytes;
   a.map_size = map_size;
-  a.dev = c->dev;
+  a.dev = dev;
   a.ctx = c;
   std::lock_guard<std::mutex> l(mem().mu);
   mem().allocs[reinterpret_cast<uint64_t>(p)] = a;
@@ -96,7 +123,15 @@ CUresult alloc_memory(uint64_t* out, size_t bytes, Alloc::Kind kind) {
 void release_alloc(uint64_t base, const Alloc& a) {
   if (a.kind == Alloc::Kind::kRegistered) return;  // the caller's memory: only forgotten
   munmap(reinterpret_cast<void*>(base), a.map_size);
-  if (a.kind != Alloc::Kind::kHost) mem_release(a.dev, a.map_size);
+  if (a.ipc_fd >= 0) close(a.ipc_fd);  // importers keep their own mappings of it
+  if (a.kind != Alloc::Kind::kHost && a.kind != Alloc::Kind::kIpcImport) mem_release(a.dev, a.map_size);
+}
+
+// Freeable with cuMemFree/cuMemFreeAsync: device memory, and graph allocations not freed by a
+// graph (those belong to that graph now).
+bool device_freeable(const Alloc& a) {
+  return a.kind == Alloc::Kind::kDevice || a.kind == Alloc::Kind::kManaged ||
+         (a.kind == Alloc::Kind::kGraph && a.freed_by == nullptr);
 }
 
 CUresult free_memory(uint64_t p, bool host) {
@@ -106,9 +141,8 @@ CUresult free_memory(uint64_t p, bool host) {
   {
     std::lock_guard<std::mutex> l(mem().mu);
     auto it = mem().allocs.find(p);
-    if (it == mem().allocs.end() || it->second.kind == Alloc::Kind::kVmmMap ||
-        it->second.kind == Alloc::Kind::kRegistered ||
-        (it->second.kind == Alloc::Kind::kHost) != host)
+    if (it == mem().allocs.end() ||
+        (host ? it->second.kind != Alloc::Kind::kHost : !device_freeable(it->second)))
       return CUDA_ERROR_INVALID_VALUE;
     a = it->second;
   }
@@ -288,7 +322,15 @@ CUresult impl_cuMemAllocAsync(CUdeviceptr* dptr, size_t bytes, CUstream h, bool 
   if (CUresult r = resolve_stream(h, pt, &s); r != CUDA_SUCCESS) return r;
   {
     std::lock_guard<std::mutex> l(s->mu);
-    if (s->capturing) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;  // alloc nodes: not modelled
+    if (s->capturing) {  // becomes a memory alloc node of the graph being captured
+      if (s->capture_invalidated) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+      if (dptr == nullptr) return CUDA_ERROR_INVALID_VALUE;
+      uint64_t p = 0;
+      if (CUresult r = graph_mem_alloc(s->ctx->dev, bytes, &p); r != CUDA_SUCCESS) return r;
+      add_mem_node(s->capture_graph, GraphNode::Type::kMemAlloc, p);
+      *dptr = p;
+      return CUDA_SUCCESS;
+    }
   }
   uint64_t p = 0;
   CUresult r = alloc_memory(dptr ? &p : nullptr, bytes, Alloc::Kind::kDevice);
@@ -307,12 +349,18 @@ CUresult impl_cuMemFreeAsync(CUdeviceptr p, CUstream h, bool pt) {
   if (CUresult r = resolve_stream(h, pt, &s); r != CUDA_SUCCESS) return r;
   {
     std::lock_guard<std::mutex> l(s->mu);
-    if (s->capturing) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    if (s->capturing) {  // becomes a memory free node of the graph being captured
+      if (s->capture_invalidated) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+      if (CUresult r = graph_mem_free(s->capture_graph, p); r != CUDA_SUCCESS) return r;
+      add_mem_node(s->capture_graph, GraphNode::Type::kMemFree, p);
+      return CUDA_SUCCESS;
+    }
   }
   {
     std::lock_guard<std::mutex> l(mem().mu);
     auto it = mem().allocs.find(p);
-    if (it == mem().allocs.end() || it->second.kind != Alloc::Kind::kDevice)
+    if (it == mem().allocs.end() || (it->second.kind != Alloc::Kind::kDevice &&
+                                     (it->second.kind != Alloc::Kind::kGraph || it->second.freed_by)))
       return CUDA_ERROR_INVALID_VALUE;
   }
   enqueue(s, Op{[p] {
@@ -330,6 +378,227 @@ CUresult impl_cuMemFreeAsync(CUdeviceptr p, CUstream h, bool pt) {
   return CUDA_SUCCESS;
 }
 
+
+// ---- CUDA arrays ----
+constexpr uint64_t kArrayAlignment = 64 * 1024;  // sizes are whole 64 KiB units
+constexpr unsigned kArrayFlags = CUDA_ARRAY3D_LAYERED | CUDA_ARRAY3D_SURFACE_LDST |
+                                 CUDA_ARRAY3D_CUBEMAP | CUDA_ARRAY3D_TEXTURE_GATHER |
+                                 CUDA_ARRAY3D_DEPTH_TEXTURE | CUDA_ARRAY3D_COLOR_ATTACHMENT |
+                                 CUDA_ARRAY3D_SPARSE | CUDA_ARRAY3D_DEFERRED_MAPPING;
+
+// Bytes per channel of the formats the double models; 0 for the rest (video and block-compressed
+// formats, garbage).
+uint64_t channel_bytes(CUarray_format f, unsigned channels) {
+  switch (f) {
+    case CU_AD_FORMAT_UNSIGNED_INT8: case CU_AD_FORMAT_SIGNED_INT8: return 1;
+    case CU_AD_FORMAT_UNSIGNED_INT16: case CU_AD_FORMAT_SIGNED_INT16: case CU_AD_FORMAT_HALF:
+      return 2;
+    case CU_AD_FORMAT_UNSIGNED_INT32: case CU_AD_FORMAT_SIGNED_INT32: case CU_AD_FORMAT_FLOAT:
+      return 4;
+    // The normalized formats name their channel count: NumChannels must match it.
+    case CU_AD_FORMAT_UNORM_INT8X1: case CU_AD_FORMAT_SNORM_INT8X1: return channels == 1 ? 1 : 0;
+    case CU_AD_FORMAT_UNORM_INT8X2: case CU_AD_FORMAT_SNORM_INT8X2: return channels == 2 ? 1 : 0;
+    case CU_AD_FORMAT_UNORM_INT8X4: case CU_AD_FORMAT_SNORM_INT8X4: return channels == 4 ? 1 : 0;
+    case CU_AD_FORMAT_UNORM_INT16X1: case CU_AD_FORMAT_SNORM_INT16X1: return channels == 1 ? 2 : 0;
+    case CU_AD_FORMAT_UNORM_INT16X2: case CU_AD_FORMAT_SNORM_INT16X2: return channels == 2 ? 2 : 0;
+    case CU_AD_FORMAT_UNORM_INT16X4: case CU_AD_FORMAT_SNORM_INT16X4: return channels == 4 ? 2 : 0;
+    default: return 0;
+  }
+}
+
+// Device bytes of an array (levels == 0) or mipmapped array: each level's rows padded to 512
+// bytes, the total to 64 KiB; false if it cannot be represented.
+bool array_size(const CUDA_ARRAY3D_DESCRIPTOR& d, unsigned levels, uint64_t* out) {
+  const uint64_t elem = channel_bytes(d.Format, d.NumChannels) * d.NumChannels;
+  const bool layers = (d.Flags & (CUDA_ARRAY3D_LAYERED | CUDA_ARRAY3D_CUBEMAP)) != 0;
+  uint64_t total = 0;
+  for (unsigned i = 0; i < (levels == 0 ? 1 : levels); ++i) {
+    auto half = [i](uint64_t x) -> uint64_t { return x == 0 ? 1 : (x >> i) == 0 ? 1 : x >> i; };
+    uint64_t row = 0, bytes = 0;
+    if (__builtin_mul_overflow(half(d.Width), elem, &row) || row > (1ull << 40) ||
+        __builtin_mul_overflow(round_up(row, 512), half(d.Height), &bytes) ||
+        __builtin_mul_overflow(bytes, layers ? (d.Depth == 0 ? 1 : d.Depth) : half(d.Depth), &bytes) ||
+        __builtin_add_overflow(total, bytes, &total) || total > (1ull << 62))
+      return false;
+  }
+  *out = round_up(total, kArrayAlignment);
+  return true;
+}
+
+// The driver's checks of an array descriptor (levels: 0 for a plain array).
+CUresult check_array(const CUDA_ARRAY3D_DESCRIPTOR& d, unsigned levels, bool mipmapped) {
+  if (d.Width == 0 || (d.NumChannels != 1 && d.NumChannels != 2 && d.NumChannels != 4) ||
+      (d.Flags & ~kArrayFlags) != 0)
+    return CUDA_ERROR_INVALID_VALUE;
+  const bool layered = (d.Flags & CUDA_ARRAY3D_LAYERED) != 0;
+  if (d.Height == 0 && d.Depth != 0 && !layered) return CUDA_ERROR_INVALID_VALUE;
+  if ((d.Flags & CUDA_ARRAY3D_CUBEMAP) &&
+      (d.Width != d.Height || d.Depth == 0 || d.Depth % 6 != 0 || (!layered && d.Depth != 6)))
+    return CUDA_ERROR_INVALID_VALUE;
+  if (mipmapped) {
+    uint64_t largest = d.Width > d.Height ? d.Width : d.Height;
+    if (!layered && !(d.Flags & CUDA_ARRAY3D_CUBEMAP) && d.Depth > largest) largest = d.Depth;
+    unsigned max_levels = 1;
+    while ((largest >>= 1) != 0) ++max_levels;
+    if (levels == 0 || levels > max_levels) return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (d.Flags & CUDA_ARRAY3D_SPARSE) return CUDA_ERROR_NOT_SUPPORTED;  // tile mapping: not modelled
+  if (channel_bytes(d.Format, d.NumChannels) == 0) {
+    return CUDA_ERROR_NOT_SUPPORTED;  // video and block-compressed formats: not modelled
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult create_array(void** out, const CUDA_ARRAY3D_DESCRIPTOR* desc, unsigned levels,
+                      bool mipmapped) {
+  Context* c = nullptr;
+  if (CUresult r = current_context(&c); r != CUDA_SUCCESS) return r;
+  if (out == nullptr || desc == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = check_array(*desc, levels, mipmapped); r != CUDA_SUCCESS) return r;
+  auto a = std::make_unique<Array>();
+  a->desc = *desc;
+  a->levels = mipmapped ? levels : 0;
+  a->dev = c->dev;
+  a->ctx = c;
+  if (!array_size(*desc, a->levels, &a->size)) return CUDA_ERROR_OUT_OF_MEMORY;
+  a->charged = (desc->Flags & CUDA_ARRAY3D_DEFERRED_MAPPING) ? 0 : a->size;
+  if (a->charged != 0) {
+    if (CUresult r = mem_reserve(a->dev, a->charged); r != CUDA_SUCCESS) return r;
+  }
+  std::lock_guard<std::mutex> l(mem().mu);
+  mem().arrays.insert(a.get());
+  *out = a.release();
+  return CUDA_SUCCESS;
+}
+
+CUresult destroy_array(void* h, bool mipmapped) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  auto* a = static_cast<Array*>(h);
+  {
+    std::lock_guard<std::mutex> l(mem().mu);
+    auto it = mem().arrays.find(a);
+    if (it == mem().arrays.end() || (a->levels != 0) != mipmapped) return CUDA_ERROR_INVALID_HANDLE;
+    mem().arrays.erase(it);
+  }
+  if (a->charged != 0) mem_release(a->dev, a->charged);
+  delete a;
+  return CUDA_SUCCESS;
+}
+
+// The memory requirements of a deferred-mapping array (the only kind the driver answers for).
+CUresult array_requirements(CUDA_ARRAY_MEMORY_REQUIREMENTS* req, void* h, CUdevice dev,
+                            bool mipmapped) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (req == nullptr || dev < 0 || dev >= config().devices) return CUDA_ERROR_INVALID_VALUE;
+  auto* a = static_cast<Array*>(h);
+  std::lock_guard<std::mutex> l(mem().mu);
+  if (mem().arrays.count(a) == 0 || (a->levels != 0) != mipmapped ||
+      (a->desc.Flags & CUDA_ARRAY3D_DEFERRED_MAPPING) == 0)
+    return CUDA_ERROR_INVALID_VALUE;
+  std::memset(req, 0, sizeof(*req));
+  req->size = a->size;
+  req->alignment = kArrayAlignment;
+  return CUDA_SUCCESS;
+}
+
+// ---- CUDA IPC ----
+// A handle names the exporter's memfd by pid and descriptor number, and the export by a serial
+// number that is also in the memfd's name, so a stale handle (freed memory, a reused descriptor, a
+// dead exporter) is refused instead of mapping something else.
+constexpr uint64_t kIpcMagic = 0x6770756f73495043ull;  // "gpuosIPC"
+struct IpcBlob {
+  uint64_t magic;
+  int32_t pid;
+  int32_t fd;
+  uint64_t size;      // as allocated
+  uint64_t map_size;  // as mapped
+  uint64_t serial;
+  int32_t dev;
+};
+static_assert(sizeof(IpcBlob) <= sizeof(CUipcMemHandle), "an IPC handle holds the blob");
+
+void ipc_name(char* buf, size_t len, int32_t pid, uint64_t serial) {
+  std::snprintf(buf, len, "gpuos-sim-ipc-%d-%llu", static_cast<int>(pid),
+                static_cast<unsigned long long>(serial));
+}
+
+// Under mem().mu: moves allocation a (at base) onto a memfd, keeping its address and data.
+CUresult export_locked(uint64_t base, Alloc& a) {
+  if (a.ipc_fd >= 0) return CUDA_SUCCESS;
+  const uint64_t serial = ++mem().ipc_exports;
+  char name[64];
+  ipc_name(name, sizeof name, getpid(), serial);
+  int fd = memfd_create(name, MFD_CLOEXEC);
+  if (fd < 0) return CUDA_ERROR_OUT_OF_MEMORY;
+  bool ok = ftruncate(fd, static_cast<off_t>(a.map_size)) == 0;
+  for (uint64_t off = 0; ok && off < a.map_size;) {
+    ssize_t n = pwrite(fd, reinterpret_cast<const char*>(base) + off, a.map_size - off,
+                       static_cast<off_t>(off));
+    ok = n > 0;
+    off += ok ? static_cast<uint64_t>(n) : 0;
+  }
+  if (!ok || mmap(reinterpret_cast<void*>(base), a.map_size, PROT_READ | PROT_WRITE,
+                  MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED) {
+    close(fd);
+    return CUDA_ERROR_MAP_FAILED;
+  }
+  a.ipc_fd = fd;
+  a.ipc_serial = serial;
+  return CUDA_SUCCESS;
+}
+
+CUresult ipc_open(CUdeviceptr* pdptr, const CUipcMemHandle& handle, unsigned flags) {
+  Context* c = nullptr;
+  if (CUresult r = current_context(&c); r != CUDA_SUCCESS) return r;
+  if (pdptr == nullptr || (flags & ~CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS) != 0)
+    return CUDA_ERROR_INVALID_VALUE;
+  IpcBlob b;
+  std::memcpy(&b, handle.reserved, sizeof b);
+  if (b.magic != kIpcMagic || b.pid <= 0 || b.fd < 0 || b.map_size == 0)
+    return CUDA_ERROR_INVALID_VALUE;
+  if (b.pid == getpid()) return CUDA_ERROR_INVALID_CONTEXT;  // only another process may open it
+  std::lock_guard<std::mutex> l(mem().mu);
+  for (auto& [base, a] : mem().allocs) {  // opened before: the same pointer, one more reference
+    if (a.kind == Alloc::Kind::kIpcImport && a.ipc_pid == b.pid && a.ipc_serial == b.serial) {
+      ++a.ipc_opens;
+      *pdptr = base;
+      return CUDA_SUCCESS;
+    }
+  }
+  char path[64], want[80], got[128];
+  std::snprintf(path, sizeof path, "/proc/%d/fd/%d", static_cast<int>(b.pid), static_cast<int>(b.fd));
+  int fd = open(path, O_RDWR | O_CLOEXEC);
+  if (fd < 0) return CUDA_ERROR_INVALID_HANDLE;  // the exporter or its memory is gone
+  // What was opened must be that export's memfd (checked on our own descriptor: no race).
+  char self[64];
+  std::snprintf(self, sizeof self, "/proc/self/fd/%d", fd);
+  ssize_t n = readlink(self, got, sizeof got - 1);
+  got[n > 0 ? n : 0] = '\0';
+  char name[64];
+  ipc_name(name, sizeof name, b.pid, b.serial);
+  std::snprintf(want, sizeof want, "/memfd:%s ", name);
+  struct stat st{};
+  if (std::strncmp(got, want, std::strlen(want)) != 0 || fstat(fd, &st) != 0 ||
+      static_cast<uint64_t>(st.st_size) < b.map_size) {
+    close(fd);
+    return CUDA_ERROR_INVALID_HANDLE;
+  }
+  void* p = mmap(nullptr, b.map_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (p == MAP_FAILED) return CUDA_ERROR_MAP_FAILED;
+  Alloc a;
+  a.kind = Alloc::Kind::kIpcImport;
+  a.size = b.size;
+  a.map_size = b.map_size;
+  a.dev = c->dev;
+  a.ctx = c;
+  a.ipc_pid = b.pid;
+  a.ipc_serial = b.serial;
+  a.ipc_opens = 1;
+  mem().allocs[reinterpret_cast<uint64_t>(p)] = a;
+  *pdptr = reinterpret_cast<uint64_t>(p);
+  return CUDA_SUCCESS;
+}
 }  // namespace
 
 bool valid_range(uint64_t p, uint64_t n) {
@@ -357,6 +626,52 @@ void free_context_allocations(Context* ctx) {
     auto& a = mem().allocs;
     for (auto it = a.begin(); it != a.end();) {
       if (it->second.ctx == ctx && it->second.kind != Alloc::Kind::kVmmMap) {
+        gone.emplace_back(*it);
+        it = a.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (auto& [base, al] : gone) release_alloc(base, al);
+  std::vector<Array*> arrays;
+  {
+    std::lock_guard<std::mutex> l(mem().mu);
+    for (auto it = mem().arrays.begin(); it != mem().arrays.end();) {
+      if ((*it)->ctx == ctx) {
+        arrays.push_back(*it);
+        it = mem().arrays.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (Array* a : arrays) {
+    if (a->charged != 0) mem_release(a->dev, a->charged);
+    delete a;
+  }
+}
+
+CUresult graph_mem_alloc(int dev, size_t bytes, uint64_t* out) {
+  return alloc_memory(out, bytes, Alloc::Kind::kGraph, dev);
+}
+
+CUresult graph_mem_free(Graph* g, uint64_t dptr) {
+  std::lock_guard<std::mutex> l(mem().mu);
+  auto it = mem().allocs.find(dptr);
+  if (it == mem().allocs.end() || it->second.kind != Alloc::Kind::kGraph || it->second.freed_by)
+    return CUDA_ERROR_INVALID_VALUE;  // not a graph allocation, or freed twice
+  it->second.freed_by = g;
+  return CUDA_SUCCESS;
+}
+
+void graph_mem_release(Graph* g) {
+  std::vector<std::pair<uint64_t, Alloc>> gone;
+  {
+    std::lock_guard<std::mutex> l(mem().mu);
+    auto& a = mem().allocs;
+    for (auto it = a.begin(); it != a.end();) {
+      if (it->second.kind == Alloc::Kind::kGraph && it->second.freed_by == g) {
         gone.emplace_back(*it);
         it = a.erase(it);
       } else {
@@ -684,6 +999,106 @@ DD_API cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* desc,
     if (desc[0].flags == CU_MEM_ACCESS_FLAGS_PROT_NONE) prot = PROT_NONE;
     if (desc[0].flags == CU_MEM_ACCESS_FLAGS_PROT_READ) prot = PROT_READ;
     mprotect(reinterpret_cast<void*>(ptr), size, prot);
+    return CUDA_SUCCESS;
+  });
+}
+
+// ---- CUDA arrays ----
+DD_API cuArray3DCreate_v2(CUarray* handle, const CUDA_ARRAY3D_DESCRIPTOR* desc) {
+  return guard([&] { return create_array(reinterpret_cast<void**>(handle), desc, 0, false); });
+}
+
+DD_API cuArrayCreate_v2(CUarray* handle, const CUDA_ARRAY_DESCRIPTOR* desc) {
+  return guard([&] {
+    if (desc == nullptr) return initialized() ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_NOT_INITIALIZED;
+    CUDA_ARRAY3D_DESCRIPTOR d3{};
+    d3.Width = desc->Width;
+    d3.Height = desc->Height;
+    d3.Format = desc->Format;
+    d3.NumChannels = desc->NumChannels;
+    return create_array(reinterpret_cast<void**>(handle), &d3, 0, false);
+  });
+}
+
+DD_API cuArrayDestroy(CUarray array) { return guard([&] { return destroy_array(array, false); }); }
+
+DD_API cuArrayGetMemoryRequirements(CUDA_ARRAY_MEMORY_REQUIREMENTS* req, CUarray array,
+                                    CUdevice device) {
+  return guard([&] { return array_requirements(req, array, device, false); });
+}
+
+DD_API cuMipmappedArrayCreate(CUmipmappedArray* handle, const CUDA_ARRAY3D_DESCRIPTOR* desc,
+                              unsigned int numMipmapLevels) {
+  return guard(
+      [&] { return create_array(reinterpret_cast<void**>(handle), desc, numMipmapLevels, true); });
+}
+
+DD_API cuMipmappedArrayDestroy(CUmipmappedArray mipmap) {
+  return guard([&] { return destroy_array(mipmap, true); });
+}
+
+DD_API cuMipmappedArrayGetMemoryRequirements(CUDA_ARRAY_MEMORY_REQUIREMENTS* req,
+                                             CUmipmappedArray mipmap, CUdevice device) {
+  return guard([&] { return array_requirements(req, mipmap, device, true); });
+}
+
+// ---- CUDA IPC (between processes; see export_locked) ----
+DD_API cuIpcGetMemHandle(CUipcMemHandle* handle, CUdeviceptr dptr) {
+  return guard([&] {
+    Context* c = nullptr;
+    if (CUresult r = current_context(&c); r != CUDA_SUCCESS) return r;
+    if (handle == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    Context* owner = nullptr;
+    {
+      std::lock_guard<std::mutex> l(mem().mu);
+      auto it = mem().allocs.find(dptr);
+      if (it == mem().allocs.end() || it->second.kind != Alloc::Kind::kDevice)
+        return CUDA_ERROR_INVALID_VALUE;  // only the base of a cuMemAlloc allocation
+      owner = it->second.ctx;
+    }
+    if (context_alive(owner)) sync_context(owner);  // no kernel writes it while it moves
+    std::lock_guard<std::mutex> l(mem().mu);
+    auto it = mem().allocs.find(dptr);
+    if (it == mem().allocs.end() || it->second.kind != Alloc::Kind::kDevice)
+      return CUDA_ERROR_INVALID_VALUE;  // freed meanwhile
+    if (CUresult r = export_locked(dptr, it->second); r != CUDA_SUCCESS) return r;
+    IpcBlob b{};
+    b.magic = kIpcMagic;
+    b.pid = getpid();
+    b.fd = it->second.ipc_fd;
+    b.size = it->second.size;
+    b.map_size = it->second.map_size;
+    b.serial = it->second.ipc_serial;
+    b.dev = it->second.dev;
+    std::memset(handle, 0, sizeof(*handle));
+    std::memcpy(handle->reserved, &b, sizeof b);
+    return CUDA_SUCCESS;
+  });
+}
+
+DD_API cuIpcOpenMemHandle_v2(CUdeviceptr* pdptr, CUipcMemHandle handle, unsigned int flags) {
+  return guard([&] { return ipc_open(pdptr, handle, flags); });
+}
+
+DD_API cuIpcOpenMemHandle(CUdeviceptr* pdptr, CUipcMemHandle handle, unsigned int flags) {
+  return guard([&] { return ipc_open(pdptr, handle, flags); });
+}
+
+DD_API cuIpcCloseMemHandle(CUdeviceptr dptr) {
+  return guard([&] {
+    Context* c = nullptr;
+    if (CUresult r = current_context(&c); r != CUDA_SUCCESS) return r;
+    Alloc a;
+    {
+      std::lock_guard<std::mutex> l(mem().mu);
+      auto it = mem().allocs.find(dptr);
+      if (it == mem().allocs.end() || it->second.kind != Alloc::Kind::kIpcImport)
+        return CUDA_ERROR_INVALID_VALUE;
+      if (--it->second.ipc_opens > 0) return CUDA_SUCCESS;
+      a = it->second;
+      mem().allocs.erase(it);
+    }
+    release_alloc(dptr, a);  // unmaps; the exporter's allocation is untouched
     return CUDA_SUCCESS;
   });
 }

@@ -103,6 +103,10 @@
   X(cuGraphExecDestroy, cuGraphExecDestroy, 10000, 0)                             \
   X(cuGraphLaunch, cuGraphLaunch, 10000, 0)                                       \
   X(cuGraphLaunch, cuGraphLaunch_ptsz, 10000, 1)                                  \
+  X(cuGraphAddMemAllocNode, cuGraphAddMemAllocNode, 11040, 0)                   \
+  X(cuGraphAddMemFreeNode, cuGraphAddMemFreeNode, 11040, 0)                     \
+  X(cuGraphAddNode, cuGraphAddNode, 12020, 0)                                     \
+  X(cuGraphAddNode, cuGraphAddNode_v2, 12030, 0)                                  \
   X(cuMemGetInfo, cuMemGetInfo_v2, 3020, 0)                                       \
   X(cuMemAlloc, cuMemAlloc_v2, 3020, 0)                                           \
   X(cuMemAllocPitch, cuMemAllocPitch_v2, 3020, 0)                                 \
@@ -163,7 +167,18 @@
   X(cuMemRelease, cuMemRelease, 10020, 0)                                         \
   X(cuMemMap, cuMemMap, 10020, 0)                                                 \
   X(cuMemUnmap, cuMemUnmap, 10020, 0)                                             \
-  X(cuMemSetAccess, cuMemSetAccess, 10020, 0)
+  X(cuMemSetAccess, cuMemSetAccess, 10020, 0)                                   \
+  X(cuArrayCreate, cuArrayCreate_v2, 3020, 0)                                     \
+  X(cuArray3DCreate, cuArray3DCreate_v2, 3020, 0)                                 \
+  X(cuArrayDestroy, cuArrayDestroy, 2000, 0)                                      \
+  X(cuArrayGetMemoryRequirements, cuArrayGetMemoryRequirements, 11060, 0)         \
+  X(cuMipmappedArrayCreate, cuMipmappedArrayCreate, 5000, 0)                      \
+  X(cuMipmappedArrayDestroy, cuMipmappedArrayDestroy, 5000, 0)                    \
+  X(cuMipmappedArrayGetMemoryRequirements, cuMipmappedArrayGetMemoryRequirements, 11060, 0) \
+  X(cuIpcGetMemHandle, cuIpcGetMemHandle, 4010, 0)                                \
+  X(cuIpcOpenMemHandle, cuIpcOpenMemHandle, 4010, 0)                              \
+  X(cuIpcOpenMemHandle, cuIpcOpenMemHandle_v2, 11000, 0)                          \
+  X(cuIpcCloseMemHandle, cuIpcCloseMemHandle, 4010, 0)
 
 namespace dd {
 namespace {

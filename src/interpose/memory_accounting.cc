@@ -13,10 +13,15 @@ struct Allocation {
   int device;
 };
 
+struct Import {
+  std::size_t bytes;
+  uint64_t opens;  // cuIpcOpenMemHandle calls not yet closed
+};
+
 struct Tables {
   std::mutex mu;
-  std::unordered_map<uint64_t, Allocation> pointers;
-  std::unordered_map<uint64_t, Allocation> handles;
+  std::unordered_map<uint64_t, Allocation> by_kind[kAllocKindCount];
+  std::unordered_map<uint64_t, Import> imports;
 };
 
 Tables& tables() {
@@ -25,16 +30,32 @@ Tables& tables() {
 }
 
 std::unordered_map<uint64_t, Allocation>& table(Tables& t, AllocKind kind) {
-  return kind == AllocKind::kPointer ? t.pointers : t.handles;
+  return t.by_kind[static_cast<int>(kind)];
 }
 
 int clamp_device(int device) { return device >= 0 && device < GPUOS_MAX_DEVICES ? device : 0; }
 
+uint64_t sat_mul(uint64_t a, uint64_t b) {
+  uint64_t r;
+  return __builtin_mul_overflow(a, b, &r) ? UINT64_MAX : r;
+}
+
+uint64_t sat_add(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
+
 }  // namespace
 
+uint64_t memory_limit(const gpuos_control_block* cb) {
+  auto load = [](const uint64_t& w) {
+    return std::atomic_ref<uint64_t>(const_cast<uint64_t&>(w)).load(std::memory_order_relaxed);
+  };
+  const uint64_t quota = load(cb->mem_quota_bytes);
+  if (quota == 0) return 0;
+  const uint64_t borrow = load(cb->mem_borrow_bytes);
+  return borrow > UINT64_MAX - quota ? UINT64_MAX : quota + borrow;
+}
+
 bool reserve_bytes(gpuos_control_block* cb, std::size_t bytes, bool enforce_quota) {
-  const uint64_t quota =
-      enforce_quota ? std::atomic_ref<uint64_t>(cb->mem_quota_bytes).load(std::memory_order_relaxed) : 0;
+  const uint64_t quota = enforce_quota ? memory_limit(cb) : 0;
   std::atomic_ref<uint64_t> used(cb->mem_used_bytes);
   uint64_t now = used.load(std::memory_order_relaxed);
   uint64_t next;
@@ -57,13 +78,25 @@ void cancel_bytes(gpuos_control_block* cb, std::size_t bytes) {
 void commit_alloc(gpuos_control_block* cb, AllocKind kind, uint64_t key, std::size_t bytes,
                   int device) {
   device = clamp_device(device);
+  Allocation stale{0, 0};
+  bool replaced = false;
   Tables& t = tables();
   {
     std::lock_guard<std::mutex> lock(t.mu);
-    table(t, kind)[key] = Allocation{bytes, device};
+    auto [it, inserted] = table(t, kind).try_emplace(key, Allocation{bytes, device});
+    if (!inserted) {
+      stale = it->second;
+      it->second = Allocation{bytes, device};
+      replaced = true;
+    }
   }
   std::atomic_ref<uint64_t>(cb->alloc_calls).fetch_add(1, std::memory_order_relaxed);
   std::atomic_ref<uint64_t>(cb->mem_used_per_device[device]).fetch_add(bytes, std::memory_order_relaxed);
+  if (replaced) {
+    std::atomic_ref<uint64_t>(cb->mem_used_per_device[stale.device])
+        .fetch_sub(stale.bytes, std::memory_order_relaxed);
+    std::atomic_ref<uint64_t>(cb->mem_used_bytes).fetch_sub(stale.bytes, std::memory_order_relaxed);
+  }
 }
 
 void account_alloc_failure(gpuos_control_block* cb) {
@@ -92,6 +125,112 @@ void account_free(gpuos_control_block* cb, AllocKind kind, uint64_t key) {
   }
   std::atomic_ref<uint64_t>(cb->mem_used_per_device[a.device]).fetch_sub(a.bytes, std::memory_order_relaxed);
   std::atomic_ref<uint64_t>(cb->mem_used_bytes).fetch_sub(a.bytes, std::memory_order_relaxed);
+}
+
+// ---- CUDA arrays ----
+
+uint64_t array_level_bytes(uint64_t w, uint64_t h, uint64_t depth, CUarray_format format,
+                           unsigned channels) {
+  h = h == 0 ? 1 : h;
+  depth = depth == 0 ? 1 : depth;
+  uint64_t per_channel = 0, half_bytes_per_pixel = 0, per_block = 0;
+  switch (format) {
+    case CU_AD_FORMAT_UNSIGNED_INT8: case CU_AD_FORMAT_SIGNED_INT8:
+    case CU_AD_FORMAT_UNORM_INT8X1: case CU_AD_FORMAT_UNORM_INT8X2: case CU_AD_FORMAT_UNORM_INT8X4:
+    case CU_AD_FORMAT_SNORM_INT8X1: case CU_AD_FORMAT_SNORM_INT8X2: case CU_AD_FORMAT_SNORM_INT8X4:
+      per_channel = 1;
+      break;
+    case CU_AD_FORMAT_UNSIGNED_INT16: case CU_AD_FORMAT_SIGNED_INT16: case CU_AD_FORMAT_HALF:
+    case CU_AD_FORMAT_UNORM_INT16X1: case CU_AD_FORMAT_UNORM_INT16X2:
+    case CU_AD_FORMAT_UNORM_INT16X4: case CU_AD_FORMAT_SNORM_INT16X1:
+    case CU_AD_FORMAT_SNORM_INT16X2: case CU_AD_FORMAT_SNORM_INT16X4:
+      per_channel = 2;
+      break;
+    case CU_AD_FORMAT_NV12: half_bytes_per_pixel = 3; break;
+    case CU_AD_FORMAT_NV16: case CU_AD_FORMAT_YUY2: half_bytes_per_pixel = 4; break;
+    case CU_AD_FORMAT_P010: case CU_AD_FORMAT_P016: case CU_AD_FORMAT_Y444_PLANAR8:
+    case CU_AD_FORMAT_YUV444_8bit_SemiPlanar:
+      half_bytes_per_pixel = 6;
+      break;
+    case CU_AD_FORMAT_P210: case CU_AD_FORMAT_P216: case CU_AD_FORMAT_Y210: case CU_AD_FORMAT_Y216:
+    case CU_AD_FORMAT_AYUV: case CU_AD_FORMAT_Y410: case CU_AD_FORMAT_UNORM_INT_101010_2:
+      half_bytes_per_pixel = 8;
+      break;
+    case CU_AD_FORMAT_Y444_PLANAR10: case CU_AD_FORMAT_YUV444_16bit_SemiPlanar:
+      half_bytes_per_pixel = 12;
+      break;
+    case CU_AD_FORMAT_Y416: half_bytes_per_pixel = 16; break;
+    case CU_AD_FORMAT_BC1_UNORM: case CU_AD_FORMAT_BC1_UNORM_SRGB: case CU_AD_FORMAT_BC4_UNORM:
+    case CU_AD_FORMAT_BC4_SNORM:
+      per_block = 8;
+      break;
+    case CU_AD_FORMAT_BC2_UNORM: case CU_AD_FORMAT_BC2_UNORM_SRGB: case CU_AD_FORMAT_BC3_UNORM:
+    case CU_AD_FORMAT_BC3_UNORM_SRGB: case CU_AD_FORMAT_BC5_UNORM: case CU_AD_FORMAT_BC5_SNORM:
+    case CU_AD_FORMAT_BC6H_UF16: case CU_AD_FORMAT_BC6H_SF16: case CU_AD_FORMAT_BC7_UNORM:
+    case CU_AD_FORMAT_BC7_UNORM_SRGB:
+      per_block = 16;
+      break;
+    default: per_channel = 4; break;  // UNSIGNED_INT32, SIGNED_INT32, FLOAT and anything newer
+  }
+  if (per_block != 0) {
+    return sat_mul(sat_mul(sat_mul(w / 4 + (w % 4 != 0), h / 4 + (h % 4 != 0)), depth), per_block);
+  }
+  const uint64_t pixels = sat_mul(sat_mul(w, h), depth);
+  if (half_bytes_per_pixel != 0) {
+    const uint64_t halves = sat_mul(pixels, half_bytes_per_pixel);
+    return halves == UINT64_MAX ? halves : halves / 2 + (halves % 2);
+  }
+  return sat_mul(pixels, sat_mul(channels, per_channel));
+}
+
+bool array_owns_memory(unsigned flags) {
+  return (flags & (CUDA_ARRAY3D_SPARSE | CUDA_ARRAY3D_DEFERRED_MAPPING)) == 0;
+}
+
+uint64_t array_bytes(const CUDA_ARRAY3D_DESCRIPTOR* desc) {
+  if (desc == nullptr || !array_owns_memory(desc->Flags)) return 0;
+  return array_level_bytes(desc->Width, desc->Height, desc->Depth, desc->Format, desc->NumChannels);
+}
+
+uint64_t mipmapped_array_bytes(const CUDA_ARRAY3D_DESCRIPTOR* desc, unsigned levels) {
+  if (desc == nullptr || !array_owns_memory(desc->Flags)) return 0;
+  const bool layers = (desc->Flags & (CUDA_ARRAY3D_LAYERED | CUDA_ARRAY3D_CUBEMAP)) != 0;
+  auto half = [](uint64_t x, unsigned i) -> uint64_t {
+    return x == 0 ? 0 : (x >> i) == 0 ? 1 : x >> i;
+  };
+  uint64_t total = 0;
+  for (unsigned i = 0; i < levels && i < 64; ++i) {
+    total = sat_add(total, array_level_bytes(half(desc->Width, i), half(desc->Height, i),
+                                             layers ? desc->Depth : half(desc->Depth, i),
+                                             desc->Format, desc->NumChannels));
+  }
+  return total;
+}
+
+void account_import(gpuos_control_block* cb, uint64_t key, std::size_t bytes) {
+  Tables& t = tables();
+  {
+    std::lock_guard<std::mutex> lock(t.mu);
+    auto [it, inserted] = t.imports.try_emplace(key, Import{bytes, 1});
+    if (!inserted) {
+      ++it->second.opens;  // the same mapping again: the driver counts references
+      return;
+    }
+  }
+  std::atomic_ref<uint64_t>(cb->mem_imported_bytes).fetch_add(bytes, std::memory_order_relaxed);
+}
+
+void account_unimport(gpuos_control_block* cb, uint64_t key) {
+  std::size_t bytes = 0;
+  Tables& t = tables();
+  {
+    std::lock_guard<std::mutex> lock(t.mu);
+    auto it = t.imports.find(key);
+    if (it == t.imports.end() || --it->second.opens > 0) return;
+    bytes = it->second.bytes;
+    t.imports.erase(it);
+  }
+  std::atomic_ref<uint64_t>(cb->mem_imported_bytes).fetch_sub(bytes, std::memory_order_relaxed);
 }
 
 }  // namespace gpuos::interpose

@@ -1,27 +1,43 @@
-// Per-process accounting of device memory: which allocation (device pointer or VMM handle) holds
-// how many bytes on which device, mirrored into the control block for gpuosd, and the tenant's
-// memory quota. Allocation calls are not on the launch fast path; a mutex is fine here.
+// Per-process accounting of device memory: which allocation (device pointer, VMM handle, CUDA
+// array) holds how many bytes on which device, mirrored into the control block for gpuosd, and the
+// tenant's memory quota. Allocation calls are not on the launch fast path; a mutex is fine here.
 //
 // An allocation is accounted in two steps so that concurrent allocations can never overshoot the
 // quota together: reserve the bytes first (refused when they would exceed mem_quota_bytes), then
 // either commit them under the allocation's key once the driver call succeeded, or cancel them.
+//
+// Device memory of other processes mapped in through CUDA IPC is no allocation of this tenant (its
+// owner is charged): it is only counted in mem_imported_bytes (account_import / account_unimport).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
 #include "gpuos/abi.h"
+#include "gpuos/cuda_internal.h"
 
 namespace gpuos::interpose {
 
-enum class AllocKind { kPointer, kVmmHandle };
+// Each kind is its own key space: a key is only ever looked up under the kind it was committed as.
+enum class AllocKind : uint8_t {
+  kPointer,         // device pointers: cuMemAlloc*, pitched, managed, stream-ordered and pool
+                    // allocations (captured ones too) and graph memory nodes
+  kVmmHandle,       // cuMemCreate handles
+  kArray,           // CUarray handles (cuArrayCreate_v2, cuArray3DCreate_v2)
+  kMipmappedArray,  // CUmipmappedArray handles
+};
+inline constexpr int kAllocKindCount = 4;
+
+// The most the tenant may hold: its quota plus what it may borrow; 0 = unlimited.
+uint64_t memory_limit(const gpuos_control_block* cb);
 
 // Adds `bytes` to mem_used_bytes unless `enforce_quota` and that would exceed a non-zero
 // mem_quota_bytes. Returns false (and changes nothing) when refused. Updates mem_peak_bytes.
 bool reserve_bytes(gpuos_control_block* cb, std::size_t bytes, bool enforce_quota = true);
 // Takes back a reservation whose allocation failed or was refused.
 void cancel_bytes(gpuos_control_block* cb, std::size_t bytes);
-// Records a successful allocation of `bytes` (already reserved) on `device` under `key`.
+// Records a successful allocation of `bytes` (already reserved) on `device` under `key`. A key that
+// is still recorded (its free went by a path gpuos does not see) is replaced, its bytes dropped.
 void commit_alloc(gpuos_control_block* cb, AllocKind kind, uint64_t key, std::size_t bytes,
                   int device);
 // Records a failed (or refused) allocation call.
@@ -35,5 +51,29 @@ inline void account_alloc(gpuos_control_block* cb, AllocKind kind, uint64_t key,
                           int device) {
   if (reserve_bytes(cb, bytes)) commit_alloc(cb, kind, key, bytes, device);
 }
+
+// Another process's memory mapped in at `key` (cuIpcOpenMemHandle): `bytes` are added to
+// mem_imported_bytes only, never to mem_used_bytes or the quota. The driver reference-counts a
+// handle opened again in the same context (same pointer back): only the first open adds bytes.
+void account_import(gpuos_control_block* cb, uint64_t key, std::size_t bytes);
+// One cuIpcCloseMemHandle of `key`; the last one takes its bytes off. Unknown keys change nothing.
+void account_unimport(gpuos_control_block* cb, uint64_t key);
+
+// ---- what a CUDA array holds, estimated from its descriptor ----
+// Bytes of a width x height x depth array level (height and depth 0 mean 1) of `channels` channels
+// of `format`. Most formats are a size per channel; packed and planar video formats a size per
+// pixel (NV12: 1.5 bytes), block-compressed ones per 4x4 block; a format not known here counts 4
+// bytes per channel, the most any channel takes. Saturates at UINT64_MAX instead of overflowing
+// (the driver refuses such an array anyway, and the quota check refuses it first).
+uint64_t array_level_bytes(uint64_t width, uint64_t height, uint64_t depth, CUarray_format format,
+                           unsigned channels);
+// Sparse and deferred-mapping arrays own no memory: it is mapped into them later from cuMemCreate
+// handles (cuMemMapArrayAsync), which are accounted themselves.
+bool array_owns_memory(unsigned flags);
+// An array (cuArrayCreate_v2 descriptors as depth 0, flags 0): 0 for null or one owning no memory.
+uint64_t array_bytes(const CUDA_ARRAY3D_DESCRIPTOR* desc);
+// The sum over the levels, each half the previous one in every dimension but never below 1; the
+// depth of a layered or cubemap array counts layers (faces), which do not shrink.
+uint64_t mipmapped_array_bytes(const CUDA_ARRAY3D_DESCRIPTOR* desc, unsigned levels);
 
 }  // namespace gpuos::interpose

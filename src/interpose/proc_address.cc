@@ -28,6 +28,10 @@ namespace gi = gpuos::interpose;
   X(cuMemAllocAsync) X(cuMemAllocAsync_ptsz) X(cuMemAllocFromPoolAsync)                         \
   X(cuMemAllocFromPoolAsync_ptsz) X(cuMemFreeAsync) X(cuMemFreeAsync_ptsz)                      \
   X(cuMemCreate) X(cuMemRelease)                                                                \
+  X(cuArrayCreate_v2) X(cuArray3DCreate_v2) X(cuArrayDestroy) X(cuMipmappedArrayCreate)         \
+  X(cuMipmappedArrayDestroy) X(cuGraphAddMemAllocNode) X(cuGraphAddMemFreeNode)                 \
+  X(cuGraphAddNode) X(cuGraphAddNode_v2)                                                        \
+  X(cuIpcOpenMemHandle) X(cuIpcOpenMemHandle_v2) X(cuIpcCloseMemHandle)                         \
   /* copies, memsets, prefetches (hooks_copy.cc) */                                             \
   X(cuMemcpy) X(cuMemcpy_ptds) X(cuMemcpyPeer) X(cuMemcpyPeer_ptds) X(cuMemcpyHtoD_v2)          \
   X(cuMemcpyHtoD_v2_ptds) X(cuMemcpyDtoH_v2) X(cuMemcpyDtoH_v2_ptds) X(cuMemcpyDtoD_v2)         \

@@ -343,6 +343,7 @@ void carry_counters(gpuos_control_block* from, gpuos_control_block* to) {
   add(from->mem_used_bytes, to->mem_used_bytes);
   for (int i = 0; i < GPUOS_MAX_DEVICES; ++i) add(from->mem_used_per_device[i], to->mem_used_per_device[i]);
   add(from->untracked_frees, to->untracked_frees);
+  add(from->mem_imported_bytes, to->mem_imported_bytes);
   add(from->contexts_created, to->contexts_created);
   add(from->streams_created, to->streams_created);
   add(from->busy_transitions, to->busy_transitions);

@@ -106,6 +106,34 @@ int main(int argc, char** argv) {
                 l1, s1, l2, s2, l3, a, cs, done);
     return 0;
   }
+  if (mode == "ipc" && argc == 3) {  // open another process's IPC handle (hex), read, write, close
+    CUipcMemHandle h{};
+    const std::string hex = argv[2];
+    for (size_t i = 0; i < sizeof h.reserved && 2 * i + 1 < hex.size(); ++i)
+      h.reserved[i] = static_cast<char>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
+    size_t free0 = 0, free1 = 0, total = 0;
+    drv().cuMemGetInfo_v2(&free0, &total);
+    CUdeviceptr p = 0, again = 0;
+    CUresult open = drv().cuIpcOpenMemHandle_v2(&p, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+    drv().cuMemGetInfo_v2(&free1, &total);
+    CUresult open2 = drv().cuIpcOpenMemHandle(&again, h, 0);  // the v1 entry point, same handle
+    CUdeviceptr base = 0;
+    size_t size = 0;
+    CUresult range = drv().cuMemGetAddressRange_v2(&base, &size, p + 1);
+    unsigned int word = 0;
+    CUresult get = CU(cuMemcpyDtoH_v2)(&word, p, sizeof word);
+    const unsigned int reply = word ^ 0xffffffffu;
+    CUresult put = CU(cuMemcpyHtoD_v2)(p + 4, &reply, sizeof reply);
+    CUresult freed = drv().cuMemFree_v2(p);  // imported memory is not this process's to free
+    CUresult close1 = drv().cuIpcCloseMemHandle(p);
+    CUresult close2 = drv().cuIpcCloseMemHandle(p);
+    CUresult close3 = drv().cuIpcCloseMemHandle(p);
+    std::printf("open=%d open2=%d same=%d range=%d size=%zu get=%d word=%08x put=%d free=%d "
+                "close1=%d close2=%d close3=%d charged=%lld\n",
+                open, open2, again == p ? 1 : 0, range, size, get, word, put, freed, close1, close2,
+                close3, static_cast<long long>(free0) - static_cast<long long>(free1));
+    return 0;
+  }
   std::printf("unknown_mode=%s\n", mode.c_str());
   return 2;
 }

@@ -536,6 +536,13 @@ TEST_F(DriverDouble, ProcAddressVariants) {
   EXPECT_EQ(get("cuMemcpy2DAsync", 12000, pt), dl("cuMemcpy2DAsync_v2_ptsz"));
   EXPECT_EQ(get("cuMemHostRegister", 12000, 0), dl("cuMemHostRegister_v2"));
   EXPECT_EQ(get("cuMemHostUnregister", 12000, pt), dl("cuMemHostUnregister"));
+  EXPECT_EQ(get("cuArrayCreate", 12000, 0), dl("cuArrayCreate_v2"));
+  EXPECT_EQ(get("cuArray3DCreate", 12000, 0), dl("cuArray3DCreate_v2"));
+  EXPECT_EQ(get("cuIpcOpenMemHandle", 10020, 0), dl("cuIpcOpenMemHandle"));
+  EXPECT_EQ(get("cuIpcOpenMemHandle", 12000, 0), dl("cuIpcOpenMemHandle_v2"));
+  EXPECT_EQ(get("cuGraphAddNode", 12020, 0), dl("cuGraphAddNode"));
+  EXPECT_EQ(get("cuGraphAddNode", 13000, 0), dl("cuGraphAddNode_v2"));
+  EXPECT_EQ(get("cuGraphAddMemAllocNode", 12000, pt), dl("cuGraphAddMemAllocNode"));
   // Every call gpuos makes is exported (the loader resolved each member), except the copies that
   // the interposer only forwards for a tenant and that the double does not model.
   const std::set<std::string> not_modelled = {
@@ -891,6 +898,252 @@ TEST_F(DriverDouble, Copy2D) {
   EXPECT_EQ(CU(cuStreamDestroy_v2)(s), CUDA_SUCCESS);
   EXPECT_EQ(drv().cuMemFree_v2(img), CUDA_SUCCESS);
   EXPECT_EQ(drv().cuMemFree_v2(other), CUDA_SUCCESS);
+}
+
+size_t free_now() {
+  size_t f = 0, t = 0;
+  EXPECT_EQ(drv().cuMemGetInfo_v2(&f, &t), CUDA_SUCCESS);
+  return f;
+}
+
+TEST_F(DriverDouble, ArraysTakeDeviceMemory) {
+  const size_t free0 = free_now();
+  // 2D: rows padded to 512 bytes, the whole to 64 KiB: 1000 floats -> 4096 bytes x 100 rows.
+  CUDA_ARRAY_DESCRIPTOR d2{};
+  d2.Width = 1000, d2.Height = 100, d2.Format = CU_AD_FORMAT_FLOAT, d2.NumChannels = 1;
+  CUarray a2 = nullptr;
+  ASSERT_EQ(drv().cuArrayCreate_v2(&a2, &d2), CUDA_SUCCESS);
+  EXPECT_EQ(free0 - free_now(), 7 * 64 * 1024u);  // 409600 rounded up
+  CUDA_ARRAY_MEMORY_REQUIREMENTS req{};
+  EXPECT_EQ(drv().cuArrayGetMemoryRequirements(&req, a2, 0), CUDA_ERROR_INVALID_VALUE)
+      << "the driver only tells for deferred-mapping arrays";
+  // 3D, 4 channels of 8 bits: 64 x 64 x 16 x 4 bytes (rows of 256 -> 512 bytes).
+  CUDA_ARRAY3D_DESCRIPTOR d3{};
+  d3.Width = 64, d3.Height = 64, d3.Depth = 16, d3.Format = CU_AD_FORMAT_UNSIGNED_INT8,
+  d3.NumChannels = 4;
+  CUarray a3 = nullptr;
+  ASSERT_EQ(drv().cuArray3DCreate_v2(&a3, &d3), CUDA_SUCCESS);
+  EXPECT_EQ(free0 - free_now(), 7 * 64 * 1024u + 512u * 64 * 16);
+  // Deferred mapping: no memory now; the requirement says what mapping it would take.
+  CUDA_ARRAY3D_DESCRIPTOR dd = d3;
+  dd.Flags = CUDA_ARRAY3D_DEFERRED_MAPPING;
+  CUarray deferred = nullptr;
+  ASSERT_EQ(drv().cuArray3DCreate_v2(&deferred, &dd), CUDA_SUCCESS);
+  EXPECT_EQ(free0 - free_now(), 7 * 64 * 1024u + 512u * 64 * 16);
+  ASSERT_EQ(drv().cuArrayGetMemoryRequirements(&req, deferred, 0), CUDA_SUCCESS);
+  EXPECT_EQ(req.size, 512u * 64 * 16);
+  EXPECT_EQ(req.alignment, 64 * 1024u);
+  EXPECT_EQ(drv().cuArrayGetMemoryRequirements(&req, deferred, 7), CUDA_ERROR_INVALID_VALUE);
+  // Mipmapped: 3 levels of a 1024 x 1024 half-float 2D image: (2048 + 1024 + 512) x rows.
+  CUDA_ARRAY3D_DESCRIPTOR dm{};
+  dm.Width = 1024, dm.Height = 1024, dm.Format = CU_AD_FORMAT_HALF, dm.NumChannels = 1;
+  CUmipmappedArray mm = nullptr;
+  const size_t before_mm = free_now();
+  ASSERT_EQ(drv().cuMipmappedArrayCreate(&mm, &dm, 3), CUDA_SUCCESS);
+  EXPECT_EQ(before_mm - free_now(), 2048u * 1024 + 1024u * 512 + 512u * 256);
+  EXPECT_EQ(drv().cuMipmappedArrayGetMemoryRequirements(&req, mm, 0), CUDA_ERROR_INVALID_VALUE);
+  CUmipmappedArray bad_mm = nullptr;
+  EXPECT_EQ(drv().cuMipmappedArrayCreate(&bad_mm, &dm, 12), CUDA_ERROR_INVALID_VALUE);  // > 11
+  EXPECT_EQ(drv().cuMipmappedArrayCreate(&bad_mm, &dm, 0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(drv().cuArrayDestroy(reinterpret_cast<CUarray>(mm)), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(drv().cuMipmappedArrayDestroy(mm), CUDA_SUCCESS);
+  EXPECT_EQ(drv().cuMipmappedArrayDestroy(mm), CUDA_ERROR_INVALID_HANDLE);
+
+  // Misuse.
+  CUarray bad = nullptr;
+  CUDA_ARRAY3D_DESCRIPTOR e = d3;
+  e.Width = 0;
+  EXPECT_EQ(drv().cuArray3DCreate_v2(&bad, &e), CUDA_ERROR_INVALID_VALUE);
+  e = d3, e.NumChannels = 3;
+  EXPECT_EQ(drv().cuArray3DCreate_v2(&bad, &e), CUDA_ERROR_INVALID_VALUE);
+  e = d3, e.Height = 0;  // a depth without a height: only for layered 1D arrays
+  EXPECT_EQ(drv().cuArray3DCreate_v2(&bad, &e), CUDA_ERROR_INVALID_VALUE);
+  e = d3, e.Flags = CUDA_ARRAY3D_CUBEMAP;  // 64 x 64 x 16: a cubemap needs 6 faces
+  EXPECT_EQ(drv().cuArray3DCreate_v2(&bad, &e), CUDA_ERROR_INVALID_VALUE);
+  e = d3, e.Flags = 0x8000;
+  EXPECT_EQ(drv().cuArray3DCreate_v2(&bad, &e), CUDA_ERROR_INVALID_VALUE);
+  e = d3, e.Flags = CUDA_ARRAY3D_SPARSE;
+  EXPECT_EQ(drv().cuArray3DCreate_v2(&bad, &e), CUDA_ERROR_NOT_SUPPORTED);
+  e = d3, e.Format = CU_AD_FORMAT_BC1_UNORM;
+  EXPECT_EQ(drv().cuArray3DCreate_v2(&bad, &e), CUDA_ERROR_NOT_SUPPORTED);
+  EXPECT_EQ(drv().cuArray3DCreate_v2(&bad, nullptr), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(drv().cuArrayCreate_v2(nullptr, &d2), CUDA_ERROR_INVALID_VALUE);
+  // Out of memory, like any allocation: a 2D array bigger than what is free.
+  CUDA_ARRAY_DESCRIPTOR huge = d2;
+  huge.Width = 65536, huge.Height = free_now() / (65536 * 4) + 1;
+  EXPECT_EQ(drv().cuArrayCreate_v2(&bad, &huge), CUDA_ERROR_OUT_OF_MEMORY);
+
+  EXPECT_EQ(drv().cuArrayDestroy(a2), CUDA_SUCCESS);
+  EXPECT_EQ(drv().cuArrayDestroy(a2), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(drv().cuArrayDestroy(a3), CUDA_SUCCESS);
+  EXPECT_EQ(drv().cuArrayDestroy(deferred), CUDA_SUCCESS);
+  EXPECT_EQ(free_now(), free0);
+}
+
+CUDA_MEM_ALLOC_NODE_PARAMS alloc_params(size_t bytes) {
+  CUDA_MEM_ALLOC_NODE_PARAMS p{};
+  p.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+  p.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  p.poolProps.location.id = 0;
+  p.bytesize = bytes;
+  return p;
+}
+
+TEST_F(DriverDouble, GraphMemoryNodes) {
+  const size_t free0 = free_now();
+  CUgraph g = nullptr;
+  ASSERT_EQ(CU(cuGraphCreate)(&g, 0), CUDA_SUCCESS);
+  // The allocation is made (and its address fixed) when the node is added.
+  CUDA_MEM_ALLOC_NODE_PARAMS ap = alloc_params(64 * kMiB);
+  CUgraphNode an = nullptr, kn = nullptr, fn = nullptr, extra = nullptr;
+  ASSERT_EQ(drv().cuGraphAddMemAllocNode(&an, g, nullptr, 0, &ap), CUDA_SUCCESS);
+  ASSERT_NE(ap.dptr, 0u);
+  EXPECT_EQ(free0 - free_now(), 64 * kMiB);
+  // A kernel node between the alloc and the free node writes it at replay.
+  auto* dst = reinterpret_cast<unsigned int*>(ap.dptr);
+  unsigned int v = 0x5a00;
+  unsigned long long n = 1024;
+  void* params[] = {&dst, &v, &n};
+  CUDA_KERNEL_NODE_PARAMS kp{};
+  kp.func = fill_;
+  kp.gridDimX = kp.gridDimY = kp.gridDimZ = 1;
+  kp.blockDimX = 256, kp.blockDimY = kp.blockDimZ = 1;
+  kp.kernelParams = params;
+  ASSERT_EQ(CU(cuGraphAddKernelNode_v2)(&kn, g, &an, 1, &kp), CUDA_SUCCESS);
+  ASSERT_EQ(drv().cuGraphAddMemFreeNode(&fn, g, &kn, 1, ap.dptr), CUDA_SUCCESS);
+  EXPECT_EQ(drv().cuGraphAddMemFreeNode(&extra, g, &fn, 1, ap.dptr), CUDA_ERROR_INVALID_VALUE)
+      << "freed twice";
+  EXPECT_EQ(drv().cuMemFree_v2(ap.dptr), CUDA_ERROR_INVALID_VALUE) << "its graph frees it";
+  CUgraphExec x = nullptr;
+  ASSERT_EQ(CU(cuGraphInstantiateWithFlags)(&x, g, 0), CUDA_SUCCESS);
+  ASSERT_EQ(drv().cuGraphLaunch(x, nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(CU(cuStreamSynchronize)(nullptr), CUDA_SUCCESS);
+  unsigned int got[2] = {};
+  ASSERT_EQ(CU(cuMemcpyDtoH_v2)(got, ap.dptr + 4 * 1000, sizeof got), CUDA_SUCCESS);
+  EXPECT_EQ(got[0], 0x5a00u ^ 1000u);
+  EXPECT_EQ(got[1], 0x5a00u ^ 1001u);
+  // The graph's pool keeps the memory until the graph is destroyed.
+  EXPECT_EQ(free0 - free_now(), 64 * kMiB);
+  EXPECT_EQ(CU(cuGraphExecDestroy)(x), CUDA_SUCCESS);
+  EXPECT_EQ(CU(cuGraphDestroy)(g), CUDA_SUCCESS);
+  EXPECT_EQ(free_now(), free0);
+
+  // Not freed in its graph: the application frees it (cuMemFree or cuMemFreeAsync).
+  CUgraph g2 = nullptr;
+  ASSERT_EQ(CU(cuGraphCreate)(&g2, 0), CUDA_SUCCESS);
+  CUDA_MEM_ALLOC_NODE_PARAMS ap2 = alloc_params(3 * kMiB);
+  ASSERT_EQ(drv().cuGraphAddMemAllocNode(&an, g2, nullptr, 0, &ap2), CUDA_SUCCESS);
+  // The generic entry point adds the same nodes.
+  CUgraphNodeParams gp{};
+  gp.type = CU_GRAPH_NODE_TYPE_MEM_ALLOC;
+  gp.alloc.poolProps = ap2.poolProps;
+  gp.alloc.bytesize = 5 * kMiB;
+  ASSERT_EQ(drv().cuGraphAddNode_v2(&extra, g2, &an, nullptr, 1, &gp), CUDA_SUCCESS);
+  ASSERT_NE(gp.alloc.dptr, 0u);
+  EXPECT_EQ(free0 - free_now(), 8 * kMiB);
+  CUgraphNodeParams gf{};
+  gf.type = CU_GRAPH_NODE_TYPE_MEM_FREE;
+  gf.free.dptr = gp.alloc.dptr;
+  ASSERT_EQ(drv().cuGraphAddNode(&extra, g2, nullptr, 0, &gf), CUDA_SUCCESS);
+  CUgraphNodeParams other{};
+  other.type = CU_GRAPH_NODE_TYPE_WAIT_EVENT;
+  EXPECT_EQ(drv().cuGraphAddNode(&extra, g2, nullptr, 0, &other), CUDA_ERROR_NOT_SUPPORTED);
+  EXPECT_EQ(CU(cuGraphDestroy)(g2), CUDA_SUCCESS);
+  EXPECT_EQ(free0 - free_now(), 3 * kMiB) << "ap2 outlives its graph";
+  EXPECT_EQ(drv().cuMemFree_v2(ap2.dptr), CUDA_SUCCESS);
+  EXPECT_EQ(free_now(), free0);
+
+  // Misuse and out of memory.
+  CUgraph g3 = nullptr;
+  ASSERT_EQ(CU(cuGraphCreate)(&g3, 0), CUDA_SUCCESS);
+  CUDA_MEM_ALLOC_NODE_PARAMS bad = alloc_params(0);
+  EXPECT_EQ(drv().cuGraphAddMemAllocNode(&an, g3, nullptr, 0, &bad), CUDA_ERROR_INVALID_VALUE);
+  bad = alloc_params(kMiB), bad.poolProps.location.type = CU_MEM_LOCATION_TYPE_HOST;
+  EXPECT_EQ(drv().cuGraphAddMemAllocNode(&an, g3, nullptr, 0, &bad), CUDA_ERROR_INVALID_VALUE);
+  bad = alloc_params(kMiB), bad.poolProps.handleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  EXPECT_EQ(drv().cuGraphAddMemAllocNode(&an, g3, nullptr, 0, &bad), CUDA_ERROR_INVALID_VALUE);
+  bad = alloc_params(kMiB);
+  EXPECT_EQ(drv().cuGraphAddMemAllocNode(nullptr, g3, nullptr, 0, &bad), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(drv().cuGraphAddMemAllocNode(&an, g3, nullptr, 0, nullptr), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(drv().cuGraphAddMemAllocNode(&an, reinterpret_cast<CUgraph>(&bad), nullptr, 0, &bad),
+            CUDA_ERROR_INVALID_HANDLE);
+  bad = alloc_params(free_now() + kMiB);
+  EXPECT_EQ(drv().cuGraphAddMemAllocNode(&an, g3, nullptr, 0, &bad), CUDA_ERROR_OUT_OF_MEMORY);
+  EXPECT_EQ(drv().cuGraphAddMemFreeNode(&fn, g3, nullptr, 0, done_), CUDA_ERROR_INVALID_VALUE)
+      << "not a graph allocation";
+  EXPECT_EQ(drv().cuGraphAddMemFreeNode(&fn, g3, nullptr, 0, 0x1234), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(CU(cuGraphDestroy)(g3), CUDA_SUCCESS);
+
+  // Stream capture of cuMemAllocAsync / cuMemFreeAsync makes the same nodes.
+  CUstream s = nullptr;
+  ASSERT_EQ(drv().cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  ASSERT_EQ(drv().cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+  CUdeviceptr c1 = 0, c2 = 0;
+  ASSERT_EQ(drv().cuMemAllocAsync(&c1, 2 * kMiB, s), CUDA_SUCCESS);
+  ASSERT_EQ(drv().cuMemAllocAsync(&c2, 4 * kMiB, s), CUDA_SUCCESS);
+  EXPECT_EQ(free0 - free_now(), 6 * kMiB);
+  ASSERT_EQ(drv().cuMemFreeAsync(c1, s), CUDA_SUCCESS);
+  EXPECT_EQ(drv().cuMemFreeAsync(c1, s), CUDA_ERROR_INVALID_VALUE);
+  CUgraph cg = nullptr;
+  ASSERT_EQ(drv().cuStreamEndCapture(s, &cg), CUDA_SUCCESS);
+  EXPECT_EQ(CU(cuGraphDestroy)(cg), CUDA_SUCCESS);
+  EXPECT_EQ(free0 - free_now(), 4 * kMiB) << "c2 outlives the captured graph";
+  ASSERT_EQ(drv().cuMemFreeAsync(c2, s), CUDA_SUCCESS);
+  ASSERT_EQ(CU(cuStreamSynchronize)(s), CUDA_SUCCESS);
+  EXPECT_EQ(free_now(), free0);
+  EXPECT_EQ(CU(cuStreamDestroy_v2)(s), CUDA_SUCCESS);
+}
+
+TEST_F(DriverDouble, IpcMemoryBetweenProcesses) {
+  CUdeviceptr p = 0;
+  ASSERT_EQ(drv().cuMemAlloc_v2(&p, 3 * kMiB + 100), CUDA_SUCCESS);
+  const unsigned int word = 0x12345678;
+  ASSERT_EQ(CU(cuMemcpyHtoD_v2)(p, &word, sizeof word), CUDA_SUCCESS);
+  CUipcMemHandle h{};
+  ASSERT_EQ(drv().cuIpcGetMemHandle(&h, p), CUDA_SUCCESS);
+  unsigned int back = 0;  // exporting keeps the address and the data
+  ASSERT_EQ(CU(cuMemcpyDtoH_v2)(&back, p, sizeof back), CUDA_SUCCESS);
+  EXPECT_EQ(back, word);
+  CUipcMemHandle h2{};
+  ASSERT_EQ(drv().cuIpcGetMemHandle(&h2, p), CUDA_SUCCESS);  // again: the same export
+  EXPECT_EQ(std::memcmp(&h, &h2, sizeof h), 0);
+  EXPECT_EQ(drv().cuIpcGetMemHandle(&h2, p + 4096), CUDA_ERROR_INVALID_VALUE);  // not a base
+  CUdeviceptr mine = 0;
+  EXPECT_EQ(drv().cuIpcOpenMemHandle_v2(&mine, h, 0), CUDA_ERROR_INVALID_CONTEXT)
+      << "a process cannot open its own handle";
+  CUipcMemHandle junk{};
+  EXPECT_EQ(drv().cuIpcOpenMemHandle_v2(&mine, junk, 0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(drv().cuIpcOpenMemHandle_v2(&mine, h, 0x10), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(drv().cuIpcCloseMemHandle(p), CUDA_ERROR_INVALID_VALUE);
+
+  std::string hex;
+  for (unsigned char c : h.reserved) {
+    char b[3];
+    std::snprintf(b, sizeof b, "%02x", c);
+    hex += b;
+  }
+  const size_t free0 = free_now();
+  std::string out = run_child({"ipc", hex});
+  EXPECT_EQ(field(out, "open"), 0) << out;
+  EXPECT_EQ(field(out, "open2"), 0) << out;
+  EXPECT_EQ(field(out, "same"), 1) << out;
+  EXPECT_EQ(field(out, "range"), 0) << out;
+  EXPECT_EQ(field(out, "size"), 3 * kMiB + 100) << out;
+  EXPECT_NE(out.find("word=12345678"), std::string::npos) << out;
+  EXPECT_EQ(field(out, "put"), 0) << out;
+  EXPECT_EQ(field(out, "free"), CUDA_ERROR_INVALID_VALUE) << out;
+  EXPECT_EQ(field(out, "close1"), 0) << out;
+  EXPECT_EQ(field(out, "close2"), 0) << out;
+  EXPECT_EQ(field(out, "close3"), CUDA_ERROR_INVALID_VALUE) << out;
+  EXPECT_EQ(field(out, "charged"), 0) << out << "the importer is not charged";
+  unsigned int reply = 0;
+  ASSERT_EQ(CU(cuMemcpyDtoH_v2)(&reply, p + 4, sizeof reply), CUDA_SUCCESS);
+  EXPECT_EQ(reply, ~word) << "the importer's write is visible to the exporter";
+  EXPECT_EQ(free_now(), free0);
+  ASSERT_EQ(drv().cuMemFree_v2(p), CUDA_SUCCESS);
+  // A freed allocation's handle is stale.
+  out = run_child({"ipc", hex});
+  EXPECT_EQ(field(out, "open"), CUDA_ERROR_INVALID_HANDLE) << out;
 }
 
 TEST(DriverDoubleChild, FaultInjectionIsSticky) {

@@ -197,17 +197,35 @@ class E2E(unittest.TestCase):
         self.assertIn("refusing", r.stderr)
 
     def test_memory_quota_holds_on_every_allocation_path(self):
-        r = subprocess.run(self.d.run_cmd(["--name", "quota", "--mem", "64MiB", "--",
-                                           bin_path("gpuos-quota-probe")]),
-                           env=self.d.env, capture_output=True, text=True, timeout=60)
-        self.assertEqual(r.returncode, 0, r.stderr)
-        out = json.loads(r.stdout.strip().splitlines()[-1])
+        hold = os.path.join(self.d.dir, "quota-release")
+        p = subprocess.Popen(self.d.run_cmd(["--name", "quota", "--mem", "64MiB", "--",
+                                             bin_path("gpuos-quota-probe"), "--hold-file", hold]),
+                             env=self.d.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            # While it holds arrays and graph allocations, gpuosd counts exactly what it accounted.
+            line = p.stdout.readline()
+            if "held" not in line:
+                p.kill()
+                self.fail("the probe did not reach its hold point: " + line + p.communicate()[1])
+            held = json.loads(line)["held"]
+            t = self.d.tenant(p.pid)
+            self.assertIsNotNone(t)
+            self.assertEqual(t["mem_used_bytes"], held)
+            self.assertLessEqual(t["mem_peak_bytes"], 64 << 20)
+        finally:
+            open(hold, "w").close()
+        stdout, stderr = p.communicate(timeout=60)
+        self.assertEqual(p.returncode, 0, stderr)
+        lines = stdout.strip().splitlines()
+        out = json.loads(lines[-1])
         self.assertEqual(out["quota"], 64 << 20)
+        self.assertTrue(any(json.loads(x).get("imported") for x in lines[:-1]), stdout)  # the IPC child
         t = wait_for(lambda: (lambda x: x if x and x["state"] == "exited" else None)(self.d.tenant(out["pid"])),
                      what="quota tenant to exit")
         self.assertEqual(t["mem_quota_bytes"], 64 << 20)
-        self.assertLessEqual(t["mem_peak_bytes"], 64 << 20)
-        self.assertGreaterEqual(t["alloc_failures"], 8)  # one per refused attempt
+        self.assertEqual(t["mem_peak_bytes"], 64 << 20)  # exactly the quota, never more
+        self.assertGreaterEqual(out["refused"], 20)
+        self.assertEqual(t["alloc_failures"], out["refused"])  # one per refused attempt, nothing else
         self.assertEqual(t["mem_used_bytes"], 0)
 
     def test_tenant_survives_daemon_restart_and_is_adopted(self):
@@ -387,6 +405,29 @@ class Swap(unittest.TestCase):
         self.assertGreaterEqual(ta["swap_out_bytes"] + tb["swap_out_bytes"], 600 << 20)
         self.assertEqual(ta["alloc_failures"] + tb["alloc_failures"], 0)
         self.assertGreaterEqual(tb["mem_waits"], 1, "b's allocation should have waited for room")
+
+    def test_borrowed_memory_is_on_top_of_the_quota(self):
+        # 400 MiB: over a 256 MiB quota, within 256 MiB quota + 256 MiB borrowable.
+        def run(*flags):
+            return subprocess.run(
+                self.d.run_cmd(["--name", "borrow"] + list(flags) + ["--", bin_path("gpuos-synth"),
+                                "--name", "borrow", "--iters", "1000", "--count", "3", "--warmup", "0",
+                                "--mem-mib", "400", "--json", "-"]),
+                env=self.d.env, capture_output=True, text=True, timeout=60)
+        r = run("--mem", "256MiB")
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("OUT_OF_MEMORY", r.stderr)
+        r = run("--mem", "256MiB", "--borrow", "256MiB")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertTrue(json.loads(r.stdout.strip().splitlines()[-1])["verified"])
+        t = [x for x in self.d.ps()["tenants"] if x["name"] == "borrow"][-1]
+        self.assertEqual(t["mem_quota_bytes"], 256 << 20)
+        self.assertEqual(t["mem_borrow_bytes"], 256 << 20)
+        self.assertGreaterEqual(t["mem_peak_bytes"], 400 << 20)
+        bad = subprocess.run(self.d.run_cmd(["--borrow", "1GiB", "--", "true"]), env=self.d.env,
+                             capture_output=True, text=True, timeout=30)
+        self.assertEqual(bad.returncode, 2)
+        self.assertIn("--borrow needs --mem", bad.stderr)
 
     def test_daemon_death_while_swapped_out_loses_nothing(self):
         # a is swapped out for b when gpuosd is killed: a brings its memory back itself once b is

@@ -50,6 +50,67 @@ TEST_F(MemoryAccountingTest, PointersAndHandlesAreSeparateKeySpaces) {
   EXPECT_EQ(cb_.mem_used_bytes, 0u);
 }
 
+TEST_F(MemoryAccountingTest, EveryKindIsItsOwnKeySpace) {
+  const AllocKind kinds[] = {AllocKind::kPointer, AllocKind::kVmmHandle, AllocKind::kArray,
+                             AllocKind::kMipmappedArray};
+  static_assert(sizeof(kinds) / sizeof(kinds[0]) == kAllocKindCount);
+  uint64_t bytes = 1;
+  for (AllocKind k : kinds) account_alloc(&cb_, k, 0x42, bytes, 0), bytes *= 10;
+  EXPECT_EQ(cb_.mem_used_bytes, 1111u);
+  account_free(&cb_, AllocKind::kArray, 0x42);
+  EXPECT_EQ(cb_.mem_used_bytes, 1011u);
+  account_free(&cb_, AllocKind::kArray, 0x42);  // gone from its own space only
+  EXPECT_EQ(cb_.untracked_frees, 1u);
+  account_free(&cb_, AllocKind::kMipmappedArray, 0x42);
+  account_free(&cb_, AllocKind::kVmmHandle, 0x42);
+  account_free(&cb_, AllocKind::kPointer, 0x42);
+  EXPECT_EQ(cb_.mem_used_bytes, 0u);
+  EXPECT_EQ(cb_.untracked_frees, 1u);
+}
+
+TEST_F(MemoryAccountingTest, AKeyCommittedAgainReplacesTheStaleEntry) {
+  // The driver handed out a handle gpuos still records (its free went by an unseen path): the old
+  // entry's bytes must not stay counted forever.
+  account_alloc(&cb_, AllocKind::kArray, 0x77, 300, 1);
+  account_alloc(&cb_, AllocKind::kArray, 0x77, 200, 0);
+  EXPECT_EQ(cb_.mem_used_bytes, 200u);
+  EXPECT_EQ(cb_.mem_used_per_device[0], 200u);
+  EXPECT_EQ(cb_.mem_used_per_device[1], 0u);
+  account_free(&cb_, AllocKind::kArray, 0x77);
+  EXPECT_EQ(cb_.mem_used_bytes, 0u);
+  EXPECT_EQ(cb_.mem_used_per_device[0], 0u);
+}
+
+TEST_F(MemoryAccountingTest, ImportsAreCountedApartAndByReference) {
+  cb_.mem_quota_bytes = 100;
+  account_import(&cb_, 0x5000, 4096);
+  account_import(&cb_, 0x5000, 4096);  // opened again: same mapping, one more reference
+  account_import(&cb_, 0x9000, 50);
+  EXPECT_EQ(cb_.mem_imported_bytes, 4146u);
+  EXPECT_EQ(cb_.mem_used_bytes, 0u);  // never the importer's memory, never its quota
+  EXPECT_TRUE(reserve_bytes(&cb_, 100));
+  cancel_bytes(&cb_, 100);
+  account_unimport(&cb_, 0x5000);
+  EXPECT_EQ(cb_.mem_imported_bytes, 4146u);  // still open once
+  account_unimport(&cb_, 0x5000);
+  EXPECT_EQ(cb_.mem_imported_bytes, 50u);
+  account_unimport(&cb_, 0x5000);  // closed more often than opened: nothing changes
+  account_unimport(&cb_, 0x1234);
+  EXPECT_EQ(cb_.mem_imported_bytes, 50u);
+  account_unimport(&cb_, 0x9000);
+  EXPECT_EQ(cb_.mem_imported_bytes, 0u);
+  EXPECT_EQ(cb_.untracked_frees, 0u);  // imports are no allocations
+  EXPECT_EQ(cb_.alloc_calls, 0u);
+  // A pointer imported and one allocated with the same value are different things.
+  account_alloc(&cb_, AllocKind::kPointer, 0x5000, 10, 0);
+  account_import(&cb_, 0x5000, 7);
+  account_free(&cb_, AllocKind::kPointer, 0x5000);
+  EXPECT_EQ(cb_.mem_imported_bytes, 7u);
+  account_unimport(&cb_, 0x5000);
+  EXPECT_EQ(cb_.mem_imported_bytes, 0u);
+  EXPECT_EQ(cb_.mem_used_bytes, 0u);
+}
+
 TEST_F(MemoryAccountingTest, OutOfRangeDeviceIsClampedNotOverflowed) {
   account_alloc(&cb_, AllocKind::kPointer, 0x10, 5, GPUOS_MAX_DEVICES + 3);
   EXPECT_EQ(cb_.mem_used_per_device[0], 5u);
@@ -120,6 +181,82 @@ TEST(MemoryQuotaTest, ZeroQuotaMeansUnlimitedButNoOverflow) {
   std::memset(&cb, 0, sizeof(cb));
   EXPECT_TRUE(reserve_bytes(&cb, UINT64_MAX - 1));
   EXPECT_FALSE(reserve_bytes(&cb, 2));
+}
+
+}  // namespace
+}  // namespace gpuos::interpose
+
+namespace gpuos::interpose {
+namespace {
+
+CUDA_ARRAY3D_DESCRIPTOR desc(size_t w, size_t h, size_t d, CUarray_format f, unsigned ch,
+                             unsigned flags = 0) {
+  CUDA_ARRAY3D_DESCRIPTOR a{};
+  a.Width = w, a.Height = h, a.Depth = d, a.Format = f, a.NumChannels = ch, a.Flags = flags;
+  return a;
+}
+
+TEST(ArrayEstimateTest, ElementsTimesChannelsTimesFormat) {
+  auto d = desc(1000, 0, 0, CU_AD_FORMAT_FLOAT, 1);  // 1D: height and depth count as 1
+  EXPECT_EQ(array_bytes(&d), 4000u);
+  d = desc(640, 480, 0, CU_AD_FORMAT_UNSIGNED_INT8, 4);
+  EXPECT_EQ(array_bytes(&d), 640u * 480 * 4);
+  d = desc(64, 64, 16, CU_AD_FORMAT_HALF, 2);
+  EXPECT_EQ(array_bytes(&d), 64u * 64 * 16 * 4);
+  d = desc(100, 10, 0, CU_AD_FORMAT_SNORM_INT16X4, 4);
+  EXPECT_EQ(array_bytes(&d), 100u * 10 * 8);
+  d = desc(100, 10, 0, static_cast<CUarray_format>(0x4242), 2);  // unknown: 4 bytes a channel
+  EXPECT_EQ(array_bytes(&d), 100u * 10 * 8);
+  d = desc(64, 64, 6, CU_AD_FORMAT_FLOAT, 1, CUDA_ARRAY3D_CUBEMAP);  // six faces
+  EXPECT_EQ(array_bytes(&d), 64u * 64 * 6 * 4);
+  EXPECT_EQ(array_bytes(nullptr), 0u);
+}
+
+TEST(ArrayEstimateTest, VideoAndBlockCompressedFormats) {
+  EXPECT_EQ(array_level_bytes(1920, 1080, 0, CU_AD_FORMAT_NV12, 3), 1920u * 1080 * 3 / 2);
+  EXPECT_EQ(array_level_bytes(3, 1, 0, CU_AD_FORMAT_NV12, 3), 5u);  // 4.5 bytes: rounded up
+  EXPECT_EQ(array_level_bytes(1920, 1080, 0, CU_AD_FORMAT_P010, 3), 1920u * 1080 * 3);
+  EXPECT_EQ(array_level_bytes(64, 64, 0, CU_AD_FORMAT_Y416, 4), 64u * 64 * 8);
+  EXPECT_EQ(array_level_bytes(64, 64, 0, CU_AD_FORMAT_BC1_UNORM, 4), 16u * 16 * 8);
+  EXPECT_EQ(array_level_bytes(65, 63, 0, CU_AD_FORMAT_BC7_UNORM, 4), 17u * 16 * 16);  // partial blocks
+  EXPECT_EQ(array_level_bytes(1, 1, 0, CU_AD_FORMAT_BC4_SNORM, 1), 8u);
+}
+
+TEST(ArrayEstimateTest, ArraysWithoutTheirOwnMemoryCountNothing) {
+  auto d = desc(4096, 4096, 0, CU_AD_FORMAT_FLOAT, 4, CUDA_ARRAY3D_DEFERRED_MAPPING);
+  EXPECT_EQ(array_bytes(&d), 0u);
+  EXPECT_EQ(mipmapped_array_bytes(&d, 3), 0u);
+  d.Flags = CUDA_ARRAY3D_SPARSE | CUDA_ARRAY3D_SURFACE_LDST;
+  EXPECT_EQ(array_bytes(&d), 0u);
+  d.Flags = CUDA_ARRAY3D_SURFACE_LDST;
+  EXPECT_EQ(array_bytes(&d), 4096u * 4096 * 16);
+}
+
+TEST(ArrayEstimateTest, MipmapLevelsHalveButLayersDoNot) {
+  auto d = desc(1024, 1024, 0, CU_AD_FORMAT_HALF, 1);
+  EXPECT_EQ(mipmapped_array_bytes(&d, 1), 1024u * 1024 * 2);
+  EXPECT_EQ(mipmapped_array_bytes(&d, 3), (1024u * 1024 + 512 * 512 + 256 * 256) * 2);
+  EXPECT_EQ(mipmapped_array_bytes(&d, 11), 2796202u);  // down to 1 x 1: sum of 4^-k, x2
+  d = desc(8, 4, 2, CU_AD_FORMAT_UNSIGNED_INT8, 1);  // 3D: depth halves too, never below 1
+  EXPECT_EQ(mipmapped_array_bytes(&d, 4), 8u * 4 * 2 + 4 * 2 * 1 + 2 * 1 * 1 + 1);
+  d = desc(16, 16, 6, CU_AD_FORMAT_FLOAT, 1, CUDA_ARRAY3D_CUBEMAP);  // faces do not shrink
+  EXPECT_EQ(mipmapped_array_bytes(&d, 2), (16u * 16 + 8 * 8) * 6 * 4);
+  d = desc(16, 0, 5, CU_AD_FORMAT_FLOAT, 1, CUDA_ARRAY3D_LAYERED);  // 1D layered: 5 layers
+  EXPECT_EQ(mipmapped_array_bytes(&d, 3), (16u + 8 + 4) * 5 * 4);
+  EXPECT_EQ(mipmapped_array_bytes(&d, 0), 0u);
+  EXPECT_EQ(mipmapped_array_bytes(&d, 1000), mipmapped_array_bytes(&d, 64));  // bounded loop
+}
+
+TEST(ArrayEstimateTest, HugeDescriptorsSaturateInsteadOfWrapping) {
+  auto d = desc(1ull << 40, 1ull << 30, 1ull << 20, CU_AD_FORMAT_FLOAT, 4);
+  EXPECT_EQ(array_bytes(&d), UINT64_MAX);
+  EXPECT_EQ(mipmapped_array_bytes(&d, 3), UINT64_MAX);
+  EXPECT_EQ(array_level_bytes(UINT64_MAX, 3, 1, CU_AD_FORMAT_NV12, 3), UINT64_MAX);
+  EXPECT_EQ(array_level_bytes(UINT64_MAX, UINT64_MAX, 1, CU_AD_FORMAT_BC1_UNORM, 4), UINT64_MAX);
+  gpuos_control_block cb;
+  std::memset(&cb, 0, sizeof(cb));
+  cb.mem_quota_bytes = 1ull << 50;  // any quota refuses it
+  EXPECT_FALSE(reserve_bytes(&cb, array_bytes(&d)));
 }
 
 }  // namespace
