@@ -248,8 +248,15 @@ bool ensure_pool(const GpuosDriverTable& d, CUcontext ctx) {
   }
   log(LogLevel::kInfo, "swap: pool of %llu MiB mapped and pinned in %.1f ms",
       static_cast<unsigned long long>(rep.pool_bytes >> 20), static_cast<double>(now_ns() - t0) / 1e6);
-  // The previous pool (an earlier daemon's) holds nothing now; it stays mapped (cheap, and safe
-  // against a racing reader) but is no longer used.
+  // The previous pool (an earlier daemon's) holds nothing now: the tenant brought its memory back
+  // before it re-registered, and this runs on the swapper thread before any command of the new
+  // daemon. Unpin and unmap it: pinned host memory is precious.
+  if (a.pool != nullptr) {
+    for (uint64_t off = 0; off < a.pool_bytes; off += kPoolPiece) {
+      in_context(d, ctx, [&] { return d.cuMemHostUnregister(a.pool + off); });
+    }
+    munmap(a.pool, a.pool_bytes);
+  }
   a.pool = static_cast<char*>(p);
   a.pool_bytes = rep.pool_bytes;
   return true;

@@ -451,6 +451,30 @@ class Swap(unittest.TestCase):
                     p.kill()
                     p.wait()
 
+    def test_swapping_works_after_a_daemon_restart(self):
+        # a re-registers with a new gpuosd (new control block, new swap pool); b then needs room.
+        a = self.synth("swap-a", "--swap", count=1500)
+        b = None
+        try:
+            wait_for(lambda: (self.d.tenant(a.pid) or {}).get("launches", 0) > 5, what="tenant a to run")
+            self.d.proc.kill()
+            self.d.proc.wait()
+            self.d.start()
+            wait_for(lambda: self.d.tenant(a.pid) is not None, timeout=10, what="a to re-register")
+            b = self.synth("swap-b", "--swap", count=300)
+            for name, p in (("a", a), ("b", b)):
+                out, err = p.communicate(timeout=120)
+                self.assertEqual(p.returncode, 0, "tenant %s: %s" % (name, err))
+                self.assertTrue(json.loads(out.strip().splitlines()[-1])["verified"], name)
+            ta = wait_for(lambda: (lambda t: t if t and t["state"] == "exited" else None)(self.d.tenant(a.pid)),
+                          what="a exited")
+            self.assertGreaterEqual(ta["swap_outs"], 1, self.d.log_text())
+        finally:
+            for p in (a, b):
+                if p is not None and p.poll() is None:
+                    p.kill()
+                    p.wait()
+
     def test_without_a_victim_the_allocation_fails_cleanly(self):
         # A non-swappable tenant holds 600 MiB; a second one cannot get room: out of memory, at once.
         a = self.synth("fixed-a", count=2000)
