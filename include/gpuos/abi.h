@@ -133,7 +133,8 @@ typedef struct gpuos_control_block {
   uint64_t mem_wait_ns;       /* total time of those waits */
   uint64_t mem_imported_bytes;/* device memory of other processes mapped in (cuIpcOpenMemHandle):
                                  accounted to its owner, so not part of mem_used_bytes or the quota */
-  uint8_t pad4[8];
+  int32_t mem_wanted_device;  /* device of the allocation waiting for room (mem_request_seq) */
+  uint32_t reserved4;
 } gpuos_control_block;
 
 /* swap_command values */

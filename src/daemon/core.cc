@@ -859,10 +859,9 @@ void Core::run_swaps(uint64_t now) {
   }
   // 2. What next.
   SwapParams params;
-  uint64_t total = 0;
-  for (const GpuInfo& g : opts_.gpus) total += g.total_mem_bytes;
-  const uint64_t headroom = opts_.swap_headroom_bytes * std::max<std::size_t>(1, opts_.gpus.size());
-  params.capacity_bytes = total > headroom ? total - headroom : 0;
+  for (const GpuInfo& g : opts_.gpus) {
+    params.capacity.push_back(g.total_mem_bytes > opts_.swap_headroom_bytes ? g.total_mem_bytes - opts_.swap_headroom_bytes : 0);
+  }
   params.quantum_ns = opts_.swap_quantum_ns;
   params.margin_bytes = opts_.swap_headroom_bytes;
   std::vector<SwapTenant> view;
@@ -870,6 +869,12 @@ void Core::run_swaps(uint64_t now) {
     const gpuos_control_block& cb = *t.cb;
     SwapTenant s;
     s.id = t.id;
+    // Its GPU: where most of its memory is; for a request for room, the waiting allocation's.
+    uint64_t most = 0;
+    for (uint32_t d = 0; d < GPUOS_MAX_DEVICES; ++d) {
+      const uint64_t b = load(cb.mem_used_per_device[d]);
+      if (b > most) most = b, s.device = d;
+    }
     s.guaranteed = t.tenant_class == GPUOS_CLASS_GUARANTEED;
     s.swappable = load(cb.swappable) != 0;
     const uint32_t state = load(cb.swap_state);
@@ -879,6 +884,9 @@ void Core::run_swaps(uint64_t now) {
     s.waiting = load(cb.waiting) != 0;
     s.busy = load(cb.busy) != 0;
     s.wants_room = load(cb.mem_request_seq) != t.room_answered_seq;
+    if (const int32_t wd = load(cb.mem_wanted_device); s.wants_room && wd >= 0 && wd < GPUOS_MAX_DEVICES) {
+      s.device = static_cast<uint32_t>(wd);
+    }
     s.wanted_bytes = load(cb.mem_wanted_bytes);
     const uint64_t quota = load(cb.mem_quota_bytes);
     s.room_made = t.room_made;

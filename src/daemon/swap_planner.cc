@@ -77,6 +77,7 @@ namespace {
 // Could `v` ever make room for `for_whom` (ignoring the quantum and the pool)?
 bool could_displace(const SwapTenant& v, const SwapTenant& for_whom) {
   if (v.id == for_whom.id || !v.swappable || v.command_pending || v.movable_bytes == 0) return false;
+  if (v.device != for_whom.device) return false;
   if (!v.resident && !v.swapped_out) return false;
   return !(v.guaranteed && !for_whom.guaranteed);
 }
@@ -115,13 +116,17 @@ std::vector<SwapAction> plan_swaps(const std::vector<SwapTenant>& tenants, const
   std::stable_sort(order.begin(), order.end(),
                    [](const SwapTenant* a, const SwapTenant* b) { return a->guaranteed && !b->guaranteed; });
 
-  uint64_t resident = 0;
-  for (const SwapTenant& t : tenants) resident += t.resident_bytes;
-  const uint64_t free_now = p.capacity_bytes > resident ? p.capacity_bytes - resident : 0;
+  auto capacity = [&](uint32_t dev) { return dev < p.capacity.size() ? p.capacity[dev] : 0; };
+  auto free_on = [&](uint32_t dev) {
+    uint64_t resident = 0;
+    for (const SwapTenant& t : tenants) resident += t.device == dev ? t.resident_bytes : 0;
+    return capacity(dev) > resident ? capacity(dev) - resident : 0;
+  };
 
   // 1. Allocations waiting for room.
   for (const SwapTenant* r : order) {
     if (!r->wants_room) continue;
+    const uint64_t free_now = free_on(r->device);
     if (r->room_made) {
       out.push_back({SwapAction::Kind::kAnswerRetry, r->id});
       continue;
@@ -139,9 +144,9 @@ std::vector<SwapAction> plan_swaps(const std::vector<SwapTenant>& tenants, const
     // free, a peer's quantum ends.
     uint64_t fixed = 0;
     for (const SwapTenant& t : tenants) {
-      if (t.id != r->id) fixed += t.resident_bytes - std::min(t.resident_bytes, t.movable_bytes);
+      if (t.id != r->id && t.device == r->device) fixed += t.resident_bytes - std::min(t.resident_bytes, t.movable_bytes);
     }
-    if (r->resident_bytes + fixed > p.capacity_bytes) {  // (its resident bytes include the
+    if (r->resident_bytes + fixed > capacity(r->device)) {  // (its resident bytes include the
                                                           // allocation waiting: reserved first)
       out.push_back({SwapAction::Kind::kAnswerRefused, r->id});
     }
@@ -153,6 +158,7 @@ std::vector<SwapAction> plan_swaps(const std::vector<SwapTenant>& tenants, const
   });
   for (const SwapTenant* w : order) {
     if (!w->swapped_out || !w->waiting) continue;
+    const uint64_t free_now = free_on(w->device);
     if (!w->swap_in_failed && w->swapped_bytes <= free_now) {
       out.push_back({SwapAction::Kind::kSwapIn, w->id});
       return out;

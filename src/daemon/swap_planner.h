@@ -32,6 +32,8 @@ class SwapSpace {
 // What the swap policy sees of a live tenant.
 struct SwapTenant {
   uint32_t id = 0;
+  uint32_t device = 0;           // the GPU it holds (most of) its memory on; for a request for room,
+                                 // the GPU of the waiting allocation
   bool guaranteed = false;
   bool swappable = false;        // its allocations can move (gpuos run --swap)
   bool resident = true;          // swap state RESIDENT (memory on the GPU)
@@ -56,7 +58,7 @@ struct SwapTenant {
 };
 
 struct SwapParams {
-  uint64_t capacity_bytes = 0;     // GPU memory tenants may hold (total minus headroom)
+  std::vector<uint64_t> capacity;  // per GPU: memory tenants may hold (total minus headroom)
   uint64_t quantum_ns = 0;         // a tenant keeps its memory at least this long against peers
   uint64_t margin_bytes = 0;       // made free on top of what is needed (estimates are rough)
 };
@@ -80,6 +82,7 @@ struct SwapAction {
 //  - A swapped-out tenant that wants to run is swapped in when it fits, else a victim moves out
 //    the difference first; the one out longest goes first (guaranteed tenants before the rest), so
 //    a victim's memory does not come back before the tenant it made room for.
+//  - Everything is per GPU: only a tenant on the beneficiary's GPU can make room there.
 //  - Victims: swappable, with movable memory on the GPU, not the beneficiary; a best-effort tenant
 //    never displaces a guaranteed one; peers (same class) only after the victim held its memory
 //    for a quantum, unless it holds borrowed memory (beyond its quota): borrowers give it back

@@ -586,6 +586,10 @@ bool wait_for_room(gpuos_control_block* cb, uint64_t bytes) {
   if (cb == nullptr || daemon_socket() < 0 || ref(cb->daemon_alive).load() == 0) return false;
   const uint64_t t0 = now_ns();
   ref(cb->mem_wanted_bytes).store(bytes);
+  CUdevice dev = 0;
+  const GpuosDriverTable* d = real_driver();
+  if (d == nullptr || d->cuCtxGetDevice == nullptr || d->cuCtxGetDevice(&dev) != CUDA_SUCCESS) dev = 0;
+  ref(cb->mem_wanted_device).store(static_cast<int32_t>(dev));
   const uint32_t seq = ref(cb->mem_request_seq).fetch_add(1, std::memory_order_seq_cst) + 1;
   notify_activity(cb);
   bool answered = false;

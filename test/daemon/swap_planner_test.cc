@@ -33,7 +33,7 @@ SwapTenant out(uint32_t id, uint64_t bytes, uint64_t out_since, bool waiting = t
 
 SwapParams params() {
   SwapParams p;
-  p.capacity_bytes = 138 * GiB;
+  p.capacity = {138 * GiB};
   p.quantum_ns = 4 * kSec;
   p.margin_bytes = 2 * GiB;
   return p;
@@ -169,6 +169,23 @@ TEST(SwapPlanner, BorrowersGiveBackFirstEvenWithinTheirQuantum) {
   ASSERT_EQ(acts.size(), 1u);
   EXPECT_EQ(acts[0].kind, K::kSwapOut);
   EXPECT_EQ(acts[0].tenant_id, 2u);
+}
+
+TEST(SwapPlanner, EveryDecisionIsPerGpu) {
+  SwapParams p = params();
+  p.capacity = {138 * GiB, 138 * GiB};
+  SwapTenant on0 = resident(1, 130 * GiB);
+  SwapTenant on1 = resident(2, 130 * GiB);
+  on1.device = 1;
+  SwapTenant w = out(3, 20 * GiB, 0);  // out of GPU 1
+  w.device = 1;
+  auto acts = plan_swaps({on0, on1, w}, p, 100 * kSec);
+  ASSERT_EQ(acts.size(), 1u);
+  EXPECT_EQ(acts[0].tenant_id, 2u);  // the tenant on GPU 1 makes room, not the one on GPU 0
+  on1.device = 0;                    // now nobody holds GPU 1: w simply comes back
+  EXPECT_EQ(plan_swaps({on0, on1, w}, p, 100 * kSec), (std::vector<SwapAction>{{K::kSwapIn, 3}}));
+  w.device = 2;  // a GPU gpuosd does not know: no capacity, nothing fits, nobody there to move
+  EXPECT_TRUE(plan_swaps({on0, on1, w}, p, 100 * kSec).empty());
 }
 
 }  // namespace
