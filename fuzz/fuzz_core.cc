@@ -12,7 +12,8 @@
 //     kind 6    a receive error (-EMSGSIZE or -ECONNRESET, by bit 7 of the op)
 //     kind 7    the connection's tenant writes its words (next byte): bit 0 busy, bit 1 waiting;
 //               bit 2 it is swappable with (next byte) MiB of movable memory; bit 3 it asks for
-//               room; bit 4 it carries out the pending swap command (bit 5: and fails it)
+//               room; bit 4 it carries out the pending swap command (bit 5: and fails it); bits
+//               6-7 the GPU (its memory on GPU bit 6; the waiting allocation's GPU 0-3)
 // Connections: 0 an ordinary local user (pid 100, uid 1000), 1 a tenant registered before the
 // input starts (pid 200), 2 an unregistered process that may register (pid 300, uid 1001), 3 an
 // admin (pid 1, uid 0). The outcome is applied as the server would: close -> connection_closed,
@@ -229,8 +230,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
             u32(cb->swappable).store(1);
             u64(cb->swappable_bytes).store(uint64_t{mib} << 20);
             u64(cb->mem_used_bytes).store((uint64_t{mib} << 20) + (1u << 20));
+            u64(cb->mem_used_per_device[(v >> 6) & 1u]).store((uint64_t{mib} << 20) + (1u << 20));
           }
           if (v & 8u) {
+            // GPUs 0 and 1 exist in this Core; 2 and 3 do not (no capacity there).
+            std::atomic_ref<int32_t>(cb->mem_wanted_device).store(static_cast<int32_t>((v >> 6) & 3u));
             u64(cb->mem_wanted_bytes).store(uint64_t{mib + 1u} << 20);
             u32(cb->mem_request_seq).fetch_add(1);
           }
