@@ -11,165 +11,10 @@
 
 #include "gpuos/cuda_internal.h"
 
-#define GPUOS_DRIVER_FUNCS(X)                                                                       \
-  /* discovery and errors */                                                                      \
-  X(cuInit, (unsigned int flags), (flags))                                                         \
-  X(cuDriverGetVersion, (int* version), (version))                                                 \
-  X(cuDeviceGet, (CUdevice * dev, int ordinal), (dev, ordinal))                                    \
-  X(cuDeviceGetCount, (int* count), (count))                                                       \
-  X(cuDeviceGetName, (char* name, int len, CUdevice dev), (name, len, dev))                        \
-  X(cuDeviceGetAttribute, (int* pi, CUdevice_attribute attrib, CUdevice dev), (pi, attrib, dev))   \
-  X(cuDeviceTotalMem_v2, (size_t * bytes, CUdevice dev), (bytes, dev))                             \
-  X(cuDeviceGetUuid_v2, (CUuuid * uuid, CUdevice dev), (uuid, dev))                                \
-  X(cuGetErrorName, (CUresult error, const char** str), (error, str))                              \
-  X(cuGetErrorString, (CUresult error, const char** str), (error, str))                            \
-  X(cuGetProcAddress, (const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags),         \
-    (symbol, pfn, cudaVersion, flags))                                                             \
-  X(cuGetProcAddress_v2,                                                                           \
-    (const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags,                            \
-     CUdriverProcAddressQueryResult* status),                                                      \
-    (symbol, pfn, cudaVersion, flags, status))                                                     \
-  /* contexts and streams */                                                                      \
-  X(cuCtxGetCurrent, (CUcontext * ctx), (ctx))                                                     \
-  X(cuCtxSetCurrent, (CUcontext ctx), (ctx))                                                       \
-  X(cuCtxGetDevice, (CUdevice * dev), (dev))                                                       \
-  X(cuCtxCreate_v2, (CUcontext * ctx, unsigned int flags, CUdevice dev), (ctx, flags, dev))        \
-  X(cuCtxCreate_v3,                                                                                \
-    (CUcontext * ctx, CUexecAffinityParam * params, int numParams, unsigned int flags,             \
-     CUdevice dev),                                                                                \
-    (ctx, params, numParams, flags, dev))                                                          \
-  X(cuCtxCreate_v4, (CUcontext * ctx, CUctxCreateParams * params, unsigned int flags, CUdevice dev),\
-    (ctx, params, flags, dev))                                                                     \
-  X(cuDevicePrimaryCtxRetain, (CUcontext * ctx, CUdevice dev), (ctx, dev))                         \
-  X(cuStreamCreate, (CUstream * stream, unsigned int flags), (stream, flags))                      \
-  X(cuStreamCreateWithPriority, (CUstream * stream, unsigned int flags, int priority),             \
-    (stream, flags, priority))                                                                     \
-  X(cuStreamIsCapturing, (CUstream stream, CUstreamCaptureStatus * status), (stream, status))      \
-  X(cuStreamIsCapturing_ptsz, (CUstream stream, CUstreamCaptureStatus * status), (stream, status)) \
-  /* events: completion tracking of submitted work */                                              \
-  X(cuEventCreate, (CUevent * event, unsigned int flags), (event, flags))                          \
-  X(cuEventDestroy_v2, (CUevent event), (event))                                                   \
-  X(cuEventRecord, (CUevent event, CUstream stream), (event, stream))                              \
-  X(cuEventRecord_ptsz, (CUevent event, CUstream stream), (event, stream))                         \
-  X(cuEventSynchronize, (CUevent event), (event))                                                  \
-  X(cuEventQuery, (CUevent event), (event))                                                        \
-  X(cuThreadExchangeStreamCaptureMode, (CUstreamCaptureMode * mode), (mode))                       \
-  /* stream capture (tracked so captured launches are counted apart and never gated) */           \
-  X(cuStreamBeginCapture, (CUstream stream), (stream))                                             \
-  X(cuStreamBeginCapture_ptsz, (CUstream stream), (stream))                                        \
-  X(cuStreamBeginCapture_v2, (CUstream stream, CUstreamCaptureMode mode), (stream, mode))          \
-  X(cuStreamBeginCapture_v2_ptsz, (CUstream stream, CUstreamCaptureMode mode), (stream, mode))     \
-  X(cuStreamEndCapture, (CUstream stream, CUgraph * graph), (stream, graph))                       \
-  X(cuStreamEndCapture_ptsz, (CUstream stream, CUgraph * graph), (stream, graph))                  \
-  /* launches */                                                                                  \
-  X(cuLaunchKernel,                                                                                \
-    (CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,             \
-     unsigned int by, unsigned int bz, unsigned int shmem, CUstream stream, void** params,         \
-     void** extra),                                                                                \
-    (f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra))                                     \
-  X(cuLaunchKernel_ptsz,                                                                           \
-    (CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,             \
-     unsigned int by, unsigned int bz, unsigned int shmem, CUstream stream, void** params,         \
-     void** extra),                                                                                \
-    (f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra))                                     \
-  X(cuLaunchKernelEx, (const CUlaunchConfig* config, CUfunction f, void** params, void** extra),   \
-    (config, f, params, extra))                                                                    \
-  X(cuLaunchKernelEx_ptsz,                                                                         \
-    (const CUlaunchConfig* config, CUfunction f, void** params, void** extra),                     \
-    (config, f, params, extra))                                                                    \
-  X(cuLaunchCooperativeKernel,                                                                     \
-    (CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,             \
-     unsigned int by, unsigned int bz, unsigned int shmem, CUstream stream, void** params),        \
-    (f, gx, gy, gz, bx, by, bz, shmem, stream, params))                                            \
-  X(cuLaunchCooperativeKernel_ptsz,                                                                \
-    (CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,             \
-     unsigned int by, unsigned int bz, unsigned int shmem, CUstream stream, void** params),        \
-    (f, gx, gy, gz, bx, by, bz, shmem, stream, params))                                            \
-  X(cuGraphLaunch, (CUgraphExec exec, CUstream stream), (exec, stream))                            \
-  X(cuGraphLaunch_ptsz, (CUgraphExec exec, CUstream stream), (exec, stream))                       \
-  /* used by the swapper (not governed): contexts, its own stream, virtual memory */              \
-  X(cuCtxPushCurrent_v2, (CUcontext ctx), (ctx))                                                   \
-  X(cuCtxPopCurrent_v2, (CUcontext * pctx), (pctx))                                                \
-  X(cuCtxSynchronize, (), ())                                                                      \
-  X(cuStreamSynchronize, (CUstream stream), (stream))                                              \
-  X(cuStreamDestroy_v2, (CUstream stream), (stream))                                               \
-  X(cuMemGetAllocationGranularity,                                                                 \
-    (size_t * granularity, const CUmemAllocationProp* prop, CUmemAllocationGranularity_flags option),\
-    (granularity, prop, option))                                                                   \
-  X(cuMemAddressReserve,                                                                           \
-    (CUdeviceptr * ptr, size_t size, size_t alignment, CUdeviceptr addr, unsigned long long flags),\
-    (ptr, size, alignment, addr, flags))                                                           \
-  X(cuMemAddressFree, (CUdeviceptr ptr, size_t size), (ptr, size))                                 \
-  X(cuMemMap,                                                                                      \
-    (CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,             \
-     unsigned long long flags),                                                                    \
-    (ptr, size, offset, handle, flags))                                                            \
-  X(cuMemUnmap, (CUdeviceptr ptr, size_t size), (ptr, size))                                       \
-  X(cuMemSetAccess, (CUdeviceptr ptr, size_t size, const CUmemAccessDesc* desc, size_t count),     \
-    (ptr, size, desc, count))                                                                      \
-  /* memory */                                                                                    \
-  X(cuMemGetInfo_v2, (size_t * free_bytes, size_t * total_bytes), (free_bytes, total_bytes))     \
-  X(cuMemAlloc_v2, (CUdeviceptr * dptr, size_t bytes), (dptr, bytes))                              \
-  X(cuMemAllocPitch_v2,                                                                            \
-    (CUdeviceptr * dptr, size_t * pitch, size_t width, size_t height, unsigned int elemSize),      \
-    (dptr, pitch, width, height, elemSize))                                                        \
-  X(cuMemAllocManaged, (CUdeviceptr * dptr, size_t bytes, unsigned int flags), (dptr, bytes, flags))\
-  X(cuMemFree_v2, (CUdeviceptr dptr), (dptr))                                                      \
-  X(cuMemAllocAsync, (CUdeviceptr * dptr, size_t bytes, CUstream stream), (dptr, bytes, stream))  \
-  X(cuMemAllocAsync_ptsz, (CUdeviceptr * dptr, size_t bytes, CUstream stream),                     \
-    (dptr, bytes, stream))                                                                         \
-  X(cuMemAllocFromPoolAsync,                                                                       \
-    (CUdeviceptr * dptr, size_t bytes, CUmemoryPool pool, CUstream stream),                        \
-    (dptr, bytes, pool, stream))                                                                   \
-  X(cuMemAllocFromPoolAsync_ptsz,                                                                  \
-    (CUdeviceptr * dptr, size_t bytes, CUmemoryPool pool, CUstream stream),                        \
-    (dptr, bytes, pool, stream))                                                                   \
-  X(cuMemFreeAsync, (CUdeviceptr dptr, CUstream stream), (dptr, stream))                           \
-  X(cuMemFreeAsync_ptsz, (CUdeviceptr dptr, CUstream stream), (dptr, stream))                      \
-  X(cuMemCreate,                                                                                   \
-    (CUmemGenericAllocationHandle * handle, size_t bytes, const CUmemAllocationProp* prop,         \
-     unsigned long long flags),                                                                    \
-    (handle, bytes, prop, flags))                                                                  \
-  X(cuMemRelease, (CUmemGenericAllocationHandle handle), (handle))                                 \
-  /* CUDA arrays: accounted from the descriptor (the driver's size where it can tell) */           \
-  X(cuArrayCreate_v2, (CUarray * handle, const CUDA_ARRAY_DESCRIPTOR* desc), (handle, desc))       \
-  X(cuArray3DCreate_v2, (CUarray * handle, const CUDA_ARRAY3D_DESCRIPTOR* desc), (handle, desc))   \
-  X(cuArrayDestroy, (CUarray array), (array))                                                      \
-  X(cuArrayGetMemoryRequirements,                                                                  \
-    (CUDA_ARRAY_MEMORY_REQUIREMENTS * req, CUarray array, CUdevice dev), (req, array, dev))        \
-  X(cuMipmappedArrayCreate,                                                                        \
-    (CUmipmappedArray * handle, const CUDA_ARRAY3D_DESCRIPTOR* desc, unsigned int numMipmapLevels),\
-    (handle, desc, numMipmapLevels))                                                               \
-  X(cuMipmappedArrayDestroy, (CUmipmappedArray mipmap), (mipmap))                                  \
-  X(cuMipmappedArrayGetMemoryRequirements,                                                         \
-    (CUDA_ARRAY_MEMORY_REQUIREMENTS * req, CUmipmappedArray mipmap, CUdevice dev),                 \
-    (req, mipmap, dev))                                                                            \
-  /* graph memory nodes (the generic cuGraphAddNode can add them too) */                          \
-  X(cuGraphAddMemAllocNode,                                                                        \
-    (CUgraphNode * node, CUgraph graph, const CUgraphNode* deps, size_t numDeps,                   \
-     CUDA_MEM_ALLOC_NODE_PARAMS* params),                                                          \
-    (node, graph, deps, numDeps, params))                                                          \
-  X(cuGraphAddMemFreeNode,                                                                         \
-    (CUgraphNode * node, CUgraph graph, const CUgraphNode* deps, size_t numDeps, CUdeviceptr dptr),\
-    (node, graph, deps, numDeps, dptr))                                                            \
-  X(cuGraphAddNode,                                                                                \
-    (CUgraphNode * node, CUgraph graph, const CUgraphNode* deps, size_t numDeps,                   \
-     CUgraphNodeParams* params),                                                                   \
-    (node, graph, deps, numDeps, params))                                                          \
-  X(cuGraphAddNode_v2,                                                                             \
-    (CUgraphNode * node, CUgraph graph, const CUgraphNode* deps, const CUgraphEdgeData* edges,     \
-     size_t numDeps, CUgraphNodeParams* params),                                                   \
-    (node, graph, deps, edges, numDeps, params))                                                   \
-  /* CUDA IPC: imported memory is the exporter's (counted apart, never charged here) */           \
-  X(cuIpcGetMemHandle, (CUipcMemHandle * handle, CUdeviceptr dptr), (handle, dptr))               \
-  X(cuIpcOpenMemHandle, (CUdeviceptr * dptr, CUipcMemHandle handle, unsigned int flags),          \
-    (dptr, handle, flags))                                                                         \
-  X(cuIpcOpenMemHandle_v2, (CUdeviceptr * dptr, CUipcMemHandle handle, unsigned int flags),       \
-    (dptr, handle, flags))                                                                         \
-  X(cuIpcCloseMemHandle, (CUdeviceptr dptr), (dptr))                                               \
-  X(cuMemGetAddressRange_v2, (CUdeviceptr * base, size_t * size, CUdeviceptr dptr),               \
-    (base, size, dptr))                                                                            \
-  /* copies that touch device memory (governed: a swappable tenant waits while swapped out) */     \
+// Every entry point that reads or writes device memory without being a kernel launch: copies,
+// memsets, prefetches. Part of GPUOS_DRIVER_FUNCS; the interposer generates a governed wrapper
+// for each (hooks_copy.cc), so a swappable tenant's call waits while its memory is out.
+#define GPUOS_DEVICE_ACCESS_FUNCS(X)                                                               \
   X(cuMemcpy, (CUdeviceptr dst, CUdeviceptr src, size_t bytes), (dst, src, bytes))                 \
   X(cuMemcpy_ptds, (CUdeviceptr dst, CUdeviceptr src, size_t bytes), (dst, src, bytes))            \
   X(cuMemcpyPeer,                                                                                  \
@@ -333,7 +178,167 @@
   X(cuMemPrefetchBatchAsync_ptsz,                                                                  \
     (CUdeviceptr * ptrs, size_t * sizes, size_t count, CUmemLocation * locs, size_t * locIdxs,     \
      size_t numLocs, unsigned long long flags, CUstream stream),                                   \
-    (ptrs, sizes, count, locs, locIdxs, numLocs, flags, stream))                                   \
+    (ptrs, sizes, count, locs, locIdxs, numLocs, flags, stream))
+
+#define GPUOS_DRIVER_FUNCS(X)                                                                       \
+  /* discovery and errors */                                                                      \
+  X(cuInit, (unsigned int flags), (flags))                                                         \
+  X(cuDriverGetVersion, (int* version), (version))                                                 \
+  X(cuDeviceGet, (CUdevice * dev, int ordinal), (dev, ordinal))                                    \
+  X(cuDeviceGetCount, (int* count), (count))                                                       \
+  X(cuDeviceGetName, (char* name, int len, CUdevice dev), (name, len, dev))                        \
+  X(cuDeviceGetAttribute, (int* pi, CUdevice_attribute attrib, CUdevice dev), (pi, attrib, dev))   \
+  X(cuDeviceTotalMem_v2, (size_t * bytes, CUdevice dev), (bytes, dev))                             \
+  X(cuDeviceGetUuid_v2, (CUuuid * uuid, CUdevice dev), (uuid, dev))                                \
+  X(cuGetErrorName, (CUresult error, const char** str), (error, str))                              \
+  X(cuGetErrorString, (CUresult error, const char** str), (error, str))                            \
+  X(cuGetProcAddress, (const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags),         \
+    (symbol, pfn, cudaVersion, flags))                                                             \
+  X(cuGetProcAddress_v2,                                                                           \
+    (const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags,                            \
+     CUdriverProcAddressQueryResult* status),                                                      \
+    (symbol, pfn, cudaVersion, flags, status))                                                     \
+  /* contexts and streams */                                                                      \
+  X(cuCtxGetCurrent, (CUcontext * ctx), (ctx))                                                     \
+  X(cuCtxSetCurrent, (CUcontext ctx), (ctx))                                                       \
+  X(cuCtxGetDevice, (CUdevice * dev), (dev))                                                       \
+  X(cuCtxCreate_v2, (CUcontext * ctx, unsigned int flags, CUdevice dev), (ctx, flags, dev))        \
+  X(cuCtxCreate_v3,                                                                                \
+    (CUcontext * ctx, CUexecAffinityParam * params, int numParams, unsigned int flags,             \
+     CUdevice dev),                                                                                \
+    (ctx, params, numParams, flags, dev))                                                          \
+  X(cuCtxCreate_v4, (CUcontext * ctx, CUctxCreateParams * params, unsigned int flags, CUdevice dev),\
+    (ctx, params, flags, dev))                                                                     \
+  X(cuDevicePrimaryCtxRetain, (CUcontext * ctx, CUdevice dev), (ctx, dev))                         \
+  X(cuStreamCreate, (CUstream * stream, unsigned int flags), (stream, flags))                      \
+  X(cuStreamCreateWithPriority, (CUstream * stream, unsigned int flags, int priority),             \
+    (stream, flags, priority))                                                                     \
+  X(cuStreamIsCapturing, (CUstream stream, CUstreamCaptureStatus * status), (stream, status))      \
+  X(cuStreamIsCapturing_ptsz, (CUstream stream, CUstreamCaptureStatus * status), (stream, status)) \
+  /* events: completion tracking of submitted work */                                              \
+  X(cuEventCreate, (CUevent * event, unsigned int flags), (event, flags))                          \
+  X(cuEventDestroy_v2, (CUevent event), (event))                                                   \
+  X(cuEventRecord, (CUevent event, CUstream stream), (event, stream))                              \
+  X(cuEventRecord_ptsz, (CUevent event, CUstream stream), (event, stream))                         \
+  X(cuEventSynchronize, (CUevent event), (event))                                                  \
+  X(cuEventQuery, (CUevent event), (event))                                                        \
+  X(cuThreadExchangeStreamCaptureMode, (CUstreamCaptureMode * mode), (mode))                       \
+  /* stream capture (tracked so captured launches are counted apart and never gated) */           \
+  X(cuStreamBeginCapture, (CUstream stream), (stream))                                             \
+  X(cuStreamBeginCapture_ptsz, (CUstream stream), (stream))                                        \
+  X(cuStreamBeginCapture_v2, (CUstream stream, CUstreamCaptureMode mode), (stream, mode))          \
+  X(cuStreamBeginCapture_v2_ptsz, (CUstream stream, CUstreamCaptureMode mode), (stream, mode))     \
+  X(cuStreamEndCapture, (CUstream stream, CUgraph * graph), (stream, graph))                       \
+  X(cuStreamEndCapture_ptsz, (CUstream stream, CUgraph * graph), (stream, graph))                  \
+  /* launches */                                                                                  \
+  X(cuLaunchKernel,                                                                                \
+    (CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,             \
+     unsigned int by, unsigned int bz, unsigned int shmem, CUstream stream, void** params,         \
+     void** extra),                                                                                \
+    (f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra))                                     \
+  X(cuLaunchKernel_ptsz,                                                                           \
+    (CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,             \
+     unsigned int by, unsigned int bz, unsigned int shmem, CUstream stream, void** params,         \
+     void** extra),                                                                                \
+    (f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra))                                     \
+  X(cuLaunchKernelEx, (const CUlaunchConfig* config, CUfunction f, void** params, void** extra),   \
+    (config, f, params, extra))                                                                    \
+  X(cuLaunchKernelEx_ptsz,                                                                         \
+    (const CUlaunchConfig* config, CUfunction f, void** params, void** extra),                     \
+    (config, f, params, extra))                                                                    \
+  X(cuLaunchCooperativeKernel,                                                                     \
+    (CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,             \
+     unsigned int by, unsigned int bz, unsigned int shmem, CUstream stream, void** params),        \
+    (f, gx, gy, gz, bx, by, bz, shmem, stream, params))                                            \
+  X(cuLaunchCooperativeKernel_ptsz,                                                                \
+    (CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,             \
+     unsigned int by, unsigned int bz, unsigned int shmem, CUstream stream, void** params),        \
+    (f, gx, gy, gz, bx, by, bz, shmem, stream, params))                                            \
+  X(cuGraphLaunch, (CUgraphExec exec, CUstream stream), (exec, stream))                            \
+  X(cuGraphLaunch_ptsz, (CUgraphExec exec, CUstream stream), (exec, stream))                       \
+  /* used by the swapper (not governed): contexts, its own stream, virtual memory */              \
+  X(cuCtxPushCurrent_v2, (CUcontext ctx), (ctx))                                                   \
+  X(cuCtxPopCurrent_v2, (CUcontext * pctx), (pctx))                                                \
+  X(cuCtxSynchronize, (), ())                                                                      \
+  X(cuStreamSynchronize, (CUstream stream), (stream))                                              \
+  X(cuStreamDestroy_v2, (CUstream stream), (stream))                                               \
+  X(cuMemGetAllocationGranularity,                                                                 \
+    (size_t * granularity, const CUmemAllocationProp* prop, CUmemAllocationGranularity_flags option),\
+    (granularity, prop, option))                                                                   \
+  X(cuMemAddressReserve,                                                                           \
+    (CUdeviceptr * ptr, size_t size, size_t alignment, CUdeviceptr addr, unsigned long long flags),\
+    (ptr, size, alignment, addr, flags))                                                           \
+  X(cuMemAddressFree, (CUdeviceptr ptr, size_t size), (ptr, size))                                 \
+  X(cuMemMap,                                                                                      \
+    (CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,             \
+     unsigned long long flags),                                                                    \
+    (ptr, size, offset, handle, flags))                                                            \
+  X(cuMemUnmap, (CUdeviceptr ptr, size_t size), (ptr, size))                                       \
+  X(cuMemSetAccess, (CUdeviceptr ptr, size_t size, const CUmemAccessDesc* desc, size_t count),     \
+    (ptr, size, desc, count))                                                                      \
+  /* memory */                                                                                    \
+  X(cuMemGetInfo_v2, (size_t * free_bytes, size_t * total_bytes), (free_bytes, total_bytes))     \
+  X(cuMemAlloc_v2, (CUdeviceptr * dptr, size_t bytes), (dptr, bytes))                              \
+  X(cuMemAllocPitch_v2,                                                                            \
+    (CUdeviceptr * dptr, size_t * pitch, size_t width, size_t height, unsigned int elemSize),      \
+    (dptr, pitch, width, height, elemSize))                                                        \
+  X(cuMemAllocManaged, (CUdeviceptr * dptr, size_t bytes, unsigned int flags), (dptr, bytes, flags))\
+  X(cuMemFree_v2, (CUdeviceptr dptr), (dptr))                                                      \
+  X(cuMemAllocAsync, (CUdeviceptr * dptr, size_t bytes, CUstream stream), (dptr, bytes, stream))  \
+  X(cuMemAllocAsync_ptsz, (CUdeviceptr * dptr, size_t bytes, CUstream stream),                     \
+    (dptr, bytes, stream))                                                                         \
+  X(cuMemAllocFromPoolAsync,                                                                       \
+    (CUdeviceptr * dptr, size_t bytes, CUmemoryPool pool, CUstream stream),                        \
+    (dptr, bytes, pool, stream))                                                                   \
+  X(cuMemAllocFromPoolAsync_ptsz,                                                                  \
+    (CUdeviceptr * dptr, size_t bytes, CUmemoryPool pool, CUstream stream),                        \
+    (dptr, bytes, pool, stream))                                                                   \
+  X(cuMemFreeAsync, (CUdeviceptr dptr, CUstream stream), (dptr, stream))                           \
+  X(cuMemFreeAsync_ptsz, (CUdeviceptr dptr, CUstream stream), (dptr, stream))                      \
+  X(cuMemCreate,                                                                                   \
+    (CUmemGenericAllocationHandle * handle, size_t bytes, const CUmemAllocationProp* prop,         \
+     unsigned long long flags),                                                                    \
+    (handle, bytes, prop, flags))                                                                  \
+  X(cuMemRelease, (CUmemGenericAllocationHandle handle), (handle))                                 \
+  /* CUDA arrays: accounted from the descriptor (the driver's size where it can tell) */           \
+  X(cuArrayCreate_v2, (CUarray * handle, const CUDA_ARRAY_DESCRIPTOR* desc), (handle, desc))       \
+  X(cuArray3DCreate_v2, (CUarray * handle, const CUDA_ARRAY3D_DESCRIPTOR* desc), (handle, desc))   \
+  X(cuArrayDestroy, (CUarray array), (array))                                                      \
+  X(cuArrayGetMemoryRequirements,                                                                  \
+    (CUDA_ARRAY_MEMORY_REQUIREMENTS * req, CUarray array, CUdevice dev), (req, array, dev))        \
+  X(cuMipmappedArrayCreate,                                                                        \
+    (CUmipmappedArray * handle, const CUDA_ARRAY3D_DESCRIPTOR* desc, unsigned int numMipmapLevels),\
+    (handle, desc, numMipmapLevels))                                                               \
+  X(cuMipmappedArrayDestroy, (CUmipmappedArray mipmap), (mipmap))                                  \
+  X(cuMipmappedArrayGetMemoryRequirements,                                                         \
+    (CUDA_ARRAY_MEMORY_REQUIREMENTS * req, CUmipmappedArray mipmap, CUdevice dev),                 \
+    (req, mipmap, dev))                                                                            \
+  /* graph memory nodes (the generic cuGraphAddNode can add them too) */                          \
+  X(cuGraphAddMemAllocNode,                                                                        \
+    (CUgraphNode * node, CUgraph graph, const CUgraphNode* deps, size_t numDeps,                   \
+     CUDA_MEM_ALLOC_NODE_PARAMS* params),                                                          \
+    (node, graph, deps, numDeps, params))                                                          \
+  X(cuGraphAddMemFreeNode,                                                                         \
+    (CUgraphNode * node, CUgraph graph, const CUgraphNode* deps, size_t numDeps, CUdeviceptr dptr),\
+    (node, graph, deps, numDeps, dptr))                                                            \
+  X(cuGraphAddNode,                                                                                \
+    (CUgraphNode * node, CUgraph graph, const CUgraphNode* deps, size_t numDeps,                   \
+     CUgraphNodeParams* params),                                                                   \
+    (node, graph, deps, numDeps, params))                                                          \
+  X(cuGraphAddNode_v2,                                                                             \
+    (CUgraphNode * node, CUgraph graph, const CUgraphNode* deps, const CUgraphEdgeData* edges,     \
+     size_t numDeps, CUgraphNodeParams* params),                                                   \
+    (node, graph, deps, edges, numDeps, params))                                                   \
+  /* CUDA IPC: imported memory is the exporter's (counted apart, never charged here) */           \
+  X(cuIpcGetMemHandle, (CUipcMemHandle * handle, CUdeviceptr dptr), (handle, dptr))               \
+  X(cuIpcOpenMemHandle, (CUdeviceptr * dptr, CUipcMemHandle handle, unsigned int flags),          \
+    (dptr, handle, flags))                                                                         \
+  X(cuIpcOpenMemHandle_v2, (CUdeviceptr * dptr, CUipcMemHandle handle, unsigned int flags),       \
+    (dptr, handle, flags))                                                                         \
+  X(cuIpcCloseMemHandle, (CUdeviceptr dptr), (dptr))                                               \
+  X(cuMemGetAddressRange_v2, (CUdeviceptr * base, size_t * size, CUdeviceptr dptr),               \
+    (base, size, dptr))                                                                            \
+  GPUOS_DEVICE_ACCESS_FUNCS(X)                                                                     \
   /* host memory registration (not governed; the swapper pins its buffers) */                      \
   X(cuMemHostRegister_v2, (void* p, size_t bytes, unsigned int flags), (p, bytes, flags))          \
   X(cuMemHostUnregister, (void* p), (p))

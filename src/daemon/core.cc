@@ -790,7 +790,6 @@ void Core::send_swap_command(Tenant& t, uint32_t cmd) {
   std::atomic_ref<uint32_t>(t.cb->swap_command_seq).fetch_add(1, std::memory_order_release);
   futex_wake_all(&t.cb->swap_command_seq);
   t.swap_cmd = cmd;
-  t.swap_pending = true;
 }
 
 void Core::answer_room(Tenant& t, uint32_t answer) {
@@ -819,8 +818,7 @@ void Core::run_swaps(uint64_t now) {
   }
   // 1. Commands carried out since the last look.
   for (auto& [id, t] : tenants_) {
-    if (!t.swap_pending || load(t.cb->swap_done_seq) != load(t.cb->swap_command_seq)) continue;
-    t.swap_pending = false;
+    if (t.swap_cmd == GPUOS_SWAP_NONE || load(t.cb->swap_done_seq) != load(t.cb->swap_command_seq)) continue;
     const uint32_t state = load(t.cb->swap_state);
     if (t.swap_cmd == GPUOS_SWAP_OUT) {
       const uint64_t swapped = load(t.cb->swapped_bytes);
@@ -878,9 +876,9 @@ void Core::run_swaps(uint64_t now) {
     s.guaranteed = t.tenant_class == GPUOS_CLASS_GUARANTEED;
     s.swappable = load(cb.swappable) != 0;
     const uint32_t state = load(cb.swap_state);
-    s.resident = state == GPUOS_SWAP_RESIDENT && !t.swap_pending;
-    s.swapped_out = state == GPUOS_SWAP_SWAPPED_OUT && !t.swap_pending;
-    s.command_pending = t.swap_pending;
+    s.command_pending = t.swap_cmd != GPUOS_SWAP_NONE;
+    s.resident = state == GPUOS_SWAP_RESIDENT && !s.command_pending;
+    s.swapped_out = state == GPUOS_SWAP_SWAPPED_OUT && !s.command_pending;
     s.waiting = load(cb.waiting) != 0;
     s.busy = load(cb.busy) != 0;
     s.wants_room = load(cb.mem_request_seq) != t.room_answered_seq;

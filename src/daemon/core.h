@@ -172,8 +172,7 @@ class Core final : private GateControl {
     uint32_t policy_gate = GPUOS_GATE_OPEN;  // what the policy (or an admin's open) asked for
     // memory oversubscription (run_swaps)
     bool held = false;        // gate held closed: the tenant's memory is out or moving
-    uint32_t swap_cmd = GPUOS_SWAP_NONE;  // command being carried out (swap_pending)
-    bool swap_pending = false;
+    uint32_t swap_cmd = GPUOS_SWAP_NONE;  // command being carried out; NONE: nothing pending
     std::vector<uint64_t> slices;   // its slices of pools_[uid] (offsets) while memory is out
     uint64_t swapped_before_cmd = 0;  // swapped_bytes when the pending SWAP_OUT was sent
     uint64_t resident_since_ns = 0;

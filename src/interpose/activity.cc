@@ -36,21 +36,10 @@ uint64_t submissions(gpuos_control_block* cb) {
          std::atomic_ref<uint64_t>(cb->graph_launches).load(std::memory_order_seq_cst);
 }
 
-uint64_t now_ns() {
-  timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return static_cast<uint64_t>(t.tv_sec) * 1000000000ull + static_cast<uint64_t>(t.tv_nsec);
-}
-
 void sleep_us(long us) {
   timespec t{us / 1000000, (us % 1000000) * 1000};
   while (nanosleep(&t, &t) != 0) {
   }
-}
-
-void futex_wait(uint32_t* word, uint32_t expected, long timeout_ms) {
-  timespec t{timeout_ms / 1000, (timeout_ms % 1000) * 1000000};
-  syscall(SYS_futex, word, FUTEX_WAIT, expected, &t, nullptr, 0);
 }
 
 void futex_wake(uint32_t* word) { syscall(SYS_futex, word, FUTEX_WAKE, 1, nullptr, nullptr, 0); }
@@ -100,12 +89,12 @@ bool wait_tracked_streams(const GpuosDriverTable& d, CUevent* events, CUcontext*
 void follow_until_idle(const GpuosDriverTable& d, gpuos_control_block* cb, CUevent* events,
                        CUcontext* event_ctx) {
   std::atomic_ref<uint32_t> busy(cb->busy);
-  uint64_t next_check = now_ns() + 1000000000ull;
+  uint64_t next_check = monotonic_ns() + 1000000000ull;
   for (;;) {
-    if (now_ns() >= next_check) {
+    if (monotonic_ns() >= next_check) {
       maintain_daemon_connection();
       if (g_control.load(std::memory_order_acquire) != cb) return;  // moved to a new daemon's block
-      next_check = now_ns() + 1000000000ull;
+      next_check = monotonic_ns() + 1000000000ull;
     }
     const uint32_t grace = std::atomic_ref<uint32_t>(cb->idle_grace_us).load(std::memory_order_relaxed);
     // Work we cannot fence (per-thread default streams): idle is inferred from a quiet period long

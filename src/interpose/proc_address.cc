@@ -13,8 +13,9 @@
 
 namespace gi = gpuos::interpose;
 
-// Every exported wrapper, once. Each must have the exact type of the real entry point it stands
-// for; the static_assert below makes the compiler check that against the driver table.
+// Every exported wrapper, once: this list, and the copies, memsets and prefetches of
+// GPUOS_DEVICE_ACCESS_FUNCS (hooks_copy.cc). Each must have the exact type of the real entry point
+// it stands for; the static_assert below makes the compiler check that against the driver table.
 #define GPUOS_GOVERNED(X)                                                                       \
   X(cuInit) X(cuGetProcAddress) X(cuGetProcAddress_v2)                                          \
   X(cuCtxCreate_v2) X(cuCtxCreate_v3) X(cuCtxCreate_v4) X(cuDevicePrimaryCtxRetain)             \
@@ -31,34 +32,15 @@ namespace gi = gpuos::interpose;
   X(cuArrayCreate_v2) X(cuArray3DCreate_v2) X(cuArrayDestroy) X(cuMipmappedArrayCreate)         \
   X(cuMipmappedArrayDestroy) X(cuGraphAddMemAllocNode) X(cuGraphAddMemFreeNode)                 \
   X(cuGraphAddNode) X(cuGraphAddNode_v2)                                                        \
-  X(cuIpcOpenMemHandle) X(cuIpcOpenMemHandle_v2) X(cuIpcCloseMemHandle)                         \
-  /* copies, memsets, prefetches (hooks_copy.cc) */                                             \
-  X(cuMemcpy) X(cuMemcpy_ptds) X(cuMemcpyPeer) X(cuMemcpyPeer_ptds) X(cuMemcpyHtoD_v2)          \
-  X(cuMemcpyHtoD_v2_ptds) X(cuMemcpyDtoH_v2) X(cuMemcpyDtoH_v2_ptds) X(cuMemcpyDtoD_v2)         \
-  X(cuMemcpyDtoD_v2_ptds) X(cuMemcpy2D_v2) X(cuMemcpy2D_v2_ptds) X(cuMemcpy2DUnaligned_v2)      \
-  X(cuMemcpy2DUnaligned_v2_ptds) X(cuMemcpy3D_v2) X(cuMemcpy3D_v2_ptds) X(cuMemcpy3DPeer)       \
-  X(cuMemcpy3DPeer_ptds) X(cuMemcpyAsync) X(cuMemcpyAsync_ptsz) X(cuMemcpyPeerAsync)            \
-  X(cuMemcpyPeerAsync_ptsz) X(cuMemcpyHtoDAsync_v2) X(cuMemcpyHtoDAsync_v2_ptsz)                \
-  X(cuMemcpyDtoHAsync_v2) X(cuMemcpyDtoHAsync_v2_ptsz) X(cuMemcpyDtoDAsync_v2)                  \
-  X(cuMemcpyDtoDAsync_v2_ptsz) X(cuMemcpy2DAsync_v2) X(cuMemcpy2DAsync_v2_ptsz)                 \
-  X(cuMemcpy3DAsync_v2) X(cuMemcpy3DAsync_v2_ptsz) X(cuMemcpy3DPeerAsync)                       \
-  X(cuMemcpy3DPeerAsync_ptsz) X(cuMemcpyBatchAsync) X(cuMemcpyBatchAsync_ptsz)                  \
-  X(cuMemcpyBatchAsync_v2) X(cuMemcpyBatchAsync_v2_ptsz) X(cuMemcpy3DBatchAsync)                \
-  X(cuMemcpy3DBatchAsync_ptsz) X(cuMemcpy3DBatchAsync_v2) X(cuMemcpy3DBatchAsync_v2_ptsz)       \
-  X(cuMemsetD8_v2) X(cuMemsetD8_v2_ptds) X(cuMemsetD16_v2) X(cuMemsetD16_v2_ptds)               \
-  X(cuMemsetD32_v2) X(cuMemsetD32_v2_ptds) X(cuMemsetD2D8_v2) X(cuMemsetD2D8_v2_ptds)           \
-  X(cuMemsetD2D16_v2) X(cuMemsetD2D16_v2_ptds) X(cuMemsetD2D32_v2) X(cuMemsetD2D32_v2_ptds)     \
-  X(cuMemsetD8Async) X(cuMemsetD8Async_ptsz) X(cuMemsetD16Async) X(cuMemsetD16Async_ptsz)       \
-  X(cuMemsetD32Async) X(cuMemsetD32Async_ptsz) X(cuMemsetD2D8Async) X(cuMemsetD2D8Async_ptsz)   \
-  X(cuMemsetD2D16Async) X(cuMemsetD2D16Async_ptsz) X(cuMemsetD2D32Async)                        \
-  X(cuMemsetD2D32Async_ptsz) X(cuMemPrefetchAsync) X(cuMemPrefetchAsync_ptsz)                   \
-  X(cuMemPrefetchAsync_v2) X(cuMemPrefetchAsync_v2_ptsz) X(cuMemPrefetchBatchAsync)             \
-  X(cuMemPrefetchBatchAsync_ptsz)
+  X(cuIpcOpenMemHandle) X(cuIpcOpenMemHandle_v2) X(cuIpcCloseMemHandle)
 
 #define GPUOS_CHECK_TYPE(name)                                                        \
   static_assert(std::is_same_v<decltype(&::name), decltype(GpuosDriverTable::name)>, \
                 #name ": wrapper and real entry point differ in type");
+#define GPUOS_CHECK_TYPE3(name, params, args) GPUOS_CHECK_TYPE(name)
 GPUOS_GOVERNED(GPUOS_CHECK_TYPE)
+GPUOS_DEVICE_ACCESS_FUNCS(GPUOS_CHECK_TYPE3)
+#undef GPUOS_CHECK_TYPE3
 #undef GPUOS_CHECK_TYPE
 
 namespace {
@@ -73,14 +55,18 @@ struct Governed {
 // expressions, and the interposer runs no global constructors.
 #define GPUOS_ENTRY(name) \
   Governed{#name, reinterpret_cast<void*>(&::name), reinterpret_cast<void* GpuosDriverTable::*>(&GpuosDriverTable::name)},
+#define GPUOS_ENTRY3(name, params, args) GPUOS_ENTRY(name)
 #define GPUOS_COUNT(name) +1
-constexpr int kGovernedCount = 0 GPUOS_GOVERNED(GPUOS_COUNT);
+#define GPUOS_COUNT3(name, params, args) +1
+constexpr int kGovernedCount = 0 GPUOS_GOVERNED(GPUOS_COUNT) GPUOS_DEVICE_ACCESS_FUNCS(GPUOS_COUNT3);
+#undef GPUOS_COUNT3
 #undef GPUOS_COUNT
 struct GovernedTable {
-  Governed entries[kGovernedCount] = {GPUOS_GOVERNED(GPUOS_ENTRY)};
+  Governed entries[kGovernedCount] = {GPUOS_GOVERNED(GPUOS_ENTRY) GPUOS_DEVICE_ACCESS_FUNCS(GPUOS_ENTRY3)};
   const Governed* begin() const { return entries; }
   const Governed* end() const { return entries + kGovernedCount; }
 };
+#undef GPUOS_ENTRY3
 #undef GPUOS_ENTRY
 
 const GovernedTable& governed() {

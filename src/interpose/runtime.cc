@@ -235,6 +235,17 @@ void report_at_exit() {
 
 }  // namespace
 
+uint64_t monotonic_ns() {
+  timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return static_cast<uint64_t>(t.tv_sec) * 1000000000ull + static_cast<uint64_t>(t.tv_nsec);
+}
+
+void futex_wait(uint32_t* word, uint32_t expected, long timeout_ms) {
+  timespec t{timeout_ms / 1000, (timeout_ms % 1000) * 1000000};
+  syscall(SYS_futex, word, FUTEX_WAIT, expected, &t, nullptr, 0);
+}
+
 bool daemon_connection_lost() {
   int fd = g_socket.load(std::memory_order_relaxed);
   if (fd < 0) return true;
@@ -398,8 +409,7 @@ void maintain_daemon_connection() {
 void wait_at_gate(gpuos_control_block* cb) {
   std::atomic_ref<uint32_t> gate(cb->gate);
   std::atomic_ref<uint32_t> alive(cb->daemon_alive);
-  timespec t0;
-  clock_gettime(CLOCK_MONOTONIC, &t0);
+  const uint64_t t0 = monotonic_ns();
   std::atomic_ref<uint64_t>(cb->gate_waits).fetch_add(1, std::memory_order_relaxed);
   std::atomic_ref<uint32_t> waiting(cb->waiting);
   waiting.store(1, std::memory_order_relaxed);
@@ -413,16 +423,11 @@ void wait_at_gate(gpuos_control_block* cb) {
         break;
       }
     }
-    // Shared (not private) futex: the daemon wakes it from its own mapping of the same memfd.
-    timespec timeout{0, 50 * 1000 * 1000};
-    syscall(SYS_futex, &cb->gate, FUTEX_WAIT, GPUOS_GATE_CLOSED, &timeout, nullptr, 0);
+    futex_wait(&cb->gate, GPUOS_GATE_CLOSED, 50);
   }
   waiting.store(0, std::memory_order_relaxed);
   notify_activity(cb);
-  timespec t1;
-  clock_gettime(CLOCK_MONOTONIC, &t1);
-  uint64_t ns = static_cast<uint64_t>(t1.tv_sec - t0.tv_sec) * 1000000000ull +
-                static_cast<uint64_t>(t1.tv_nsec - t0.tv_nsec);
+  const uint64_t ns = monotonic_ns() - t0;
   std::atomic_ref<uint64_t>(cb->gate_wait_ns).fetch_add(ns, std::memory_order_relaxed);
   std::atomic_ref<uint64_t>(cb->gate_wait_hist[gpuos_gate_wait_bucket(ns)]).fetch_add(1, std::memory_order_relaxed);
 }

@@ -40,6 +40,12 @@ bool refused();
 // when the daemon disappears: a tenant keeps running on its last grant rather than hang.
 void wait_at_gate(gpuos_control_block* cb);
 
+// CLOCK_MONOTONIC in ns.
+uint64_t monotonic_ns();
+// Waits on a control-block word until it no longer holds `expected`, a wake-up, or timeout_ms.
+// Shared (not private) futex: gpuosd wakes it through its own mapping of the same memfd.
+void futex_wait(uint32_t* word, uint32_t expected, long timeout_ms);
+
 // The connected control socket, or -1 when not registered with a daemon.
 int daemon_socket();
 // True when the control socket is gone (gpuosd exited or crashed) or was never there.

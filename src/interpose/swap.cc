@@ -1,18 +1,14 @@
 #include "interpose/swap.h"
 
-#include <linux/futex.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
-#include <climits>
 #include <cstdlib>
 #include <cstring>
-#include <ctime>
 #include <iterator>
 #include <map>
 #include <mutex>
@@ -30,18 +26,6 @@ namespace {
 template <typename T>
 std::atomic_ref<T> ref(T& x) {
   return std::atomic_ref<T>(x);
-}
-
-uint64_t now_ns() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
-}
-
-void futex_wait(uint32_t* word, uint32_t expected, long timeout_ms) {
-  timespec t{timeout_ms / 1000, (timeout_ms % 1000) * 1000000};
-  // Shared (not private): gpuosd wakes it through its own mapping of the control block.
-  syscall(SYS_futex, word, FUTEX_WAIT, expected, &t, nullptr, 0);
 }
 
 // A reservation of virtual addresses is cheap; one holds every allocation up to its size.
@@ -229,7 +213,7 @@ bool ensure_pool(const GpuosDriverTable& d, CUcontext ctx) {
         static_cast<unsigned long long>(rep.pool_bytes), std::strerror(errno));
     return false;
   }
-  const uint64_t t0 = now_ns();
+  const uint64_t t0 = monotonic_ns();
   for (uint64_t off = 0; off < rep.pool_bytes; off += kPoolPiece) {
     const uint64_t n = std::min(kPoolPiece, rep.pool_bytes - off);
     CUresult r = in_context(d, ctx, [&] {
@@ -247,7 +231,7 @@ bool ensure_pool(const GpuosDriverTable& d, CUcontext ctx) {
     }
   }
   log(LogLevel::kInfo, "swap: pool of %llu MiB mapped and pinned in %.1f ms",
-      static_cast<unsigned long long>(rep.pool_bytes >> 20), static_cast<double>(now_ns() - t0) / 1e6);
+      static_cast<unsigned long long>(rep.pool_bytes >> 20), static_cast<double>(monotonic_ns() - t0) / 1e6);
   // The previous pool (an earlier daemon's) holds nothing now: the tenant brought its memory back
   // before it re-registered, and this runs on the swapper thread before any command of the new
   // daemon. Unpin and unmap it: pinned host memory is precious.
@@ -361,7 +345,7 @@ void swap_out_locked(const GpuosDriverTable& d, gpuos_control_block* cb, Arena& 
     }
   }
   if (chosen.empty()) return abort("no allocation fits the pool slice", CUDA_ERROR_OUT_OF_MEMORY);
-  const uint64_t t0 = now_ns();
+  const uint64_t t0 = monotonic_ns();
   uint64_t pos = slice_off;
   for (auto& [va, al] : chosen) {
     CUstream s = nullptr;
@@ -377,7 +361,7 @@ void swap_out_locked(const GpuosDriverTable& d, gpuos_control_block* cb, Arena& 
     al->handle = 0;
   }
   const uint64_t total = pos - slice_off;
-  const uint64_t ns = now_ns() - t0;
+  const uint64_t ns = monotonic_ns() - t0;
   ref(cb->swapped_bytes).fetch_add(total);
   ref(cb->swap_out_bytes).fetch_add(total);
   ref(cb->swap_out_ns).fetch_add(ns);
@@ -393,7 +377,7 @@ bool swap_in_locked(const GpuosDriverTable& d, gpuos_control_block* cb, Arena& a
   if (state.load() == GPUOS_SWAP_RESIDENT) return true;
   if (state.load() != GPUOS_SWAP_SWAPPED_OUT) return false;
   state.store(GPUOS_SWAP_SWAPPING_IN);
-  const uint64_t t0 = now_ns();
+  const uint64_t t0 = monotonic_ns();
   std::vector<CUdeviceptr> mapped;
   CUresult r = CUDA_SUCCESS;
   for (auto& kv : a.allocs) {
@@ -427,7 +411,7 @@ bool swap_in_locked(const GpuosDriverTable& d, gpuos_control_block* cb, Arena& a
   }
   uint64_t total = 0;
   for (CUdeviceptr va : mapped) total += a.allocs[va].bytes;
-  const uint64_t ns = now_ns() - t0;
+  const uint64_t ns = monotonic_ns() - t0;
   ref(cb->swapped_bytes).store(0);
   ref(cb->swap_in_bytes).fetch_add(total);
   ref(cb->swap_in_ns).fetch_add(ns);
@@ -584,7 +568,7 @@ bool arena_free(const GpuosDriverTable& d, CUdeviceptr ptr, CUresult* result) {
 
 bool wait_for_room(gpuos_control_block* cb, uint64_t bytes) {
   if (cb == nullptr || daemon_socket() < 0 || ref(cb->daemon_alive).load() == 0) return false;
-  const uint64_t t0 = now_ns();
+  const uint64_t t0 = monotonic_ns();
   ref(cb->mem_wanted_bytes).store(bytes);
   CUdevice dev = 0;
   const GpuosDriverTable* d = real_driver();
@@ -603,7 +587,7 @@ bool wait_for_room(gpuos_control_block* cb, uint64_t bytes) {
     futex_wait(&cb->mem_answer_seq, ans, 100);
   }
   ref(cb->mem_waits).fetch_add(1);
-  ref(cb->mem_wait_ns).fetch_add(now_ns() - t0);
+  ref(cb->mem_wait_ns).fetch_add(monotonic_ns() - t0);
   return answered && ref(cb->mem_answer).load(std::memory_order_acquire) == GPUOS_MEM_RETRY;
 }
 
