@@ -44,7 +44,7 @@ LOGS=$OUT/logs/soak
 BUILD=${GPUOS_BUILD_DIR:-build}
 [[ $BUILD = /* ]] || BUILD=$ROOT/$BUILD
 GPUOS=$BUILD/bin/gpuos
-GPUOSD=$BUILD/bin/gpuosd
+GPUOSD=${GPUOSD:-$BUILD/bin/gpuosd}  # e.g. an ASan build for the leak check
 SYNTH=$BUILD/bin/gpuos-synth
 MINUTES=${MINUTES:-3}
 VALGRIND=${VALGRIND:-auto}

@@ -451,7 +451,7 @@ start_tenant() {
   # shellcheck disable=SC2086  # EXTRA_TENANT_ARGS is a word list on purpose
   timeout -k 15 "$limit" "$GPUOS" run --swap --mem "${MEM_MIB}MiB" --name "$name" --socket "$SOCK" -- \
     "$PY" gpu/tests/torch_swap.py --gib "$GIB" --seconds "$SECONDS_PER_TENANT" --chunk-mib "$CHUNK_MIB" \
-    --seed "$seed" --name "$name" --json "$W/$name.json" --max-wall-s "$wall" $EXTRA_TENANT_ARGS \
+    --seed "$seed" --name "$name" --json "$W/$name.json" --max-wall-s "$wall" --barrier-dir "$W/barrier" $EXTRA_TENANT_ARGS \
     </dev/null >"$LOGS/$name.out" 2>"$LOGS/$name.err" &
   LAST_PID=$!
   TPIDS="$TPIDS $LAST_PID"

@@ -829,6 +829,8 @@ class Runner:
             cmd = self.hp_cmd(spec, False, self.hp_rate, "")[-1]
         else:
             cmd = self.hp_cmd(spec, False, self.hp_rate, ready)[0]
+            if a.hp_after_be_ready > 0:
+                self._wait_be_ready(be, ready, a.hp_after_be_ready, rec)
         hp = self.start("hp", self._wrap(spec, cmd, "guaranteed", "hp"), hp_env)
         self._wait_hp(hp, be, spec, rec, ready if a.workload == "torch" else "")
         js = self._read_hp(spec, rec, hp)
@@ -837,6 +839,19 @@ class Runner:
         self._read_be(spec, rec, win.get("t0"), win.get("t1"))
         if a.workload == "synthetic" and rec.get("be_rate") is None:
             rec["notes"].append("synthetic BE wrote no JSON on SIGTERM: BE throughput unknown")
+
+
+    @staticmethod
+    def _wait_be_ready(be: "Proc", ready: str, limit_s: float, rec: dict) -> None:
+        """Holds HP back until BE is warm (so HP arrives on a GPU whose memory BE already holds)."""
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < limit_s and not os.path.exists(ready):
+            if be.poll() is not None:
+                raise ModeError(f"BE exited rc={be.poll()} before it was ready: {be.tail(1000)}")
+            time.sleep(0.2)
+        waited = time.monotonic() - t0
+        rec["notes"].append(f"HP started {waited:.1f} s after BE, "
+                            + ("once BE was ready" if os.path.exists(ready) else "BE still not ready"))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -864,6 +879,8 @@ def parse_args(argv=None):
                    help="skip any mode whose estimate would end past this many seconds")
     g.add_argument("--cold-start-s", type=float, default=15.0,
                    help="estimate margin for the first mode (cold imports on a fresh machine)")
+    g.add_argument("--hp-after-be-ready", type=float, default=0.0,
+                   help="torch workload: start the HP process only once BE is warm (at most this many s)")
     g.add_argument("--dry-run", action="store_true", help="print the plan, commands and time estimate")
     g.add_argument("--workdir", default="", help="logs and per-process JSON (default: a new /tmp dir)")
     g.add_argument("--python", default=sys.executable or "python3")

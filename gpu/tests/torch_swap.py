@@ -53,6 +53,11 @@ def parse_args(argv=None):
     ap.add_argument("--max-wall-s", type=float, default=0.0,
                     help="watchdog: total run limit (default: seconds + 420)")
     ap.add_argument("--device", default="cuda", help="torch device (cpu only to test this script)")
+    ap.add_argument("--barrier-dir", default="",
+                    help="after reporting, mark this tenant done here and exit only once --barrier-count "
+                         "tenants are done (at most --barrier-s): no swap-in then overlaps another's exit")
+    ap.add_argument("--barrier-count", type=int, default=2)
+    ap.add_argument("--barrier-s", type=float, default=180.0)
     a = ap.parse_args(argv)
     if a.gib <= 0 or a.seconds < 0 or a.chunk_mib <= 0 or a.passes < 1:
         ap.error("--gib and --chunk-mib must be > 0, --seconds >= 0, --passes >= 1")
@@ -298,7 +303,25 @@ def main(argv=None):
     ok = rep.emit()
     log(args, f"done: iterations {result['iterations']}, mismatches {result['mismatches']}, "
               f"ooms {result['ooms']}, pauses {pauses}, max gap {mg:.2f} s, passed {ok}")
+    if args.barrier_dir:
+        wait_for_the_others(args)
     return 0 if ok else 1
+
+
+def wait_for_the_others(args):
+    """Holds this process (and its GPU memory) until every tenant of the test is done, so that the
+    other tenant's last swap-in never runs while this one's memory is being torn down at exit."""
+    os.makedirs(args.barrier_dir, exist_ok=True)
+    with open(os.path.join(args.barrier_dir, f"{os.getpid()}.done"), "w") as f:
+        f.write(args.name + "\n")
+    deadline = time.monotonic() + args.barrier_s
+    while time.monotonic() < deadline:
+        done = [n for n in os.listdir(args.barrier_dir) if n.endswith(".done")]
+        if len(done) >= args.barrier_count:
+            log(args, "every tenant is done; exiting")
+            return
+        time.sleep(0.2)
+    log(args, f"barrier: gave up after {args.barrier_s:.0f} s")
 
 
 if __name__ == "__main__":
