@@ -37,6 +37,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
   FUZZ_CHECK(is_scheduler_policy(c.scheduler.policy));
   FUZZ_CHECK(c.on_no_daemon == "passthrough" || c.on_no_daemon == "refuse");
   FUZZ_CHECK(c.socket.empty() || (c.socket[0] == '/' && c.socket.size() < 108));
+  FUZZ_CHECK(!c.spatial.mps_control.empty());
+  FUZZ_CHECK(c.spatial.mps_dir.empty() || (c.spatial.mps_dir[0] == '/' && c.spatial.mps_dir.size() <= kMaxMpsDirLength));
+  FUZZ_CHECK(c.spatial.domains.size() <= kMaxSpatialDomains);
+  for (std::size_t i = 0; i < c.spatial.domains.size(); ++i) {
+    const SpatialDomain& d = c.spatial.domains[i];
+    FUZZ_CHECK(is_valid_domain_name(d.name));
+    FUZZ_CHECK(c.spatial.find(d.name) == &d);  // unique
+    for (std::size_t g = 0; g < d.gpus.size(); ++g) {
+      FUZZ_CHECK(d.gpus[g] <= 1023);
+      for (std::size_t h = 0; h < g; ++h) FUZZ_CHECK(d.gpus[h] != d.gpus[g]);
+    }
+    for (const std::string& u : d.users) FUZZ_CHECK(!u.empty() && u.size() <= 64);
+  }
 
   // Round trip: the printed effective config is valid TOML with the same values.
   const std::string printed = format_config(c);

@@ -155,6 +155,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
     sc.be_slice_ms = 5;
     o.policy = policies::make_policy("priority", sc);
   }
+  // Spatial domains: "serve" admits everybody, "admins" only admins, anything else is unknown.
+  o.space_admit = [](const std::string& d, const Peer& peer) -> std::string {
+    if (d == "serve" || (d == "admins" && peer.admin)) return "";
+    return "not allowed";
+  };
   if (setup & 0x40) {
     o.swap_pool_bytes = 64ull << 20;
     o.swap_quantum_ns = 2'000'000;

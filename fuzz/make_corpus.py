@@ -5,7 +5,6 @@ Re-run after an ABI change: python3 fuzz/make_corpus.py
 Formats: see the comments at the top of fuzz/fuzz_core.cc and fuzz/fuzz_validate.cc.
 """
 import os
-import shutil
 import struct
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -18,9 +17,9 @@ def hdr(typ, size, seq=7, magic=MAGIC, version=VERSION):
     return struct.pack("<IHHII", magic, version, typ, size, seq)
 
 
-def register(pid, klass=BEST_EFFORT, prio=0, weight=100, name=b"t", mem=0, borrow=0, prev=0):
-    return (hdr(REGISTER, 120) + struct.pack("<iIiIQ", pid, klass, prio, weight, mem) + name.ljust(64, b"\0")[:64]
-            + struct.pack("<QII", borrow, prev, 0))
+def register(pid, klass=BEST_EFFORT, prio=0, weight=100, name=b"t", mem=0, borrow=0, prev=0, domain=b"", sms=0):
+    return (hdr(REGISTER, 160) + struct.pack("<iIiIQ", pid, klass, prio, weight, mem) + name.ljust(64, b"\0")[:64]
+            + struct.pack("<QII", borrow, prev, 0) + domain.ljust(32, b"\0")[:32] + struct.pack("<II", sms, 0))
 
 
 def lst(flags=0):
@@ -104,6 +103,11 @@ core = {
     "bad_flags": bytes([0x0f]) + msg(0, lst(0xfe)),
     "oversized": bytes([0x0f]) + msg(0, lst() + b"\0" * 500),
     "name_no_nul": bytes([0x0f]) + msg(2, register(300, name=b"n" * 64)),
+    "space_domain": bytes([0x1f]) + msg(2, register(300, domain=b"serve")) + msg(1, register(200, GUARANTEED, domain=b"serve", sms=40))
+    + words(1, 1, 0) + msg(1, activity(1, 0)) + words(1, 0, 0) + msg(1, activity(0, 0)) + msg(0, lst(1)),
+    "space_domain_refused": bytes([0x1f]) + msg(2, register(300, domain=b"other")) + msg(3, register(400, domain=b"admins"))
+    + msg(0, lst()),
+    "space_domain_no_nul": bytes([0x0f]) + msg(2, register(300, domain=b"d" * 32)),
     # Memory oversubscription (setup bit 6): tenant 1 holds 40 MiB, tenant 2 asks for room; 1 is
     # swapped out, 2 gets "retry"; 1 waits, comes back after 2's quantum.
     "swap_turns": bytes([0x5f]) + msg(1, swap_pool()) + msg(2, register(300)) + msg(2, swap_pool())
@@ -126,7 +130,7 @@ validate = {
     "reply": b"\xff" + reply(),
     "list_end": b"\x20" + reply(LIST_END),
     "register_reply": b"\x20" + hdr(REGISTER_REPLY, 192) + b"\0" * 176,
-    "tenant_info": b"\x20" + hdr(TENANT_INFO, 312) + b"\0" * 296,
+    "tenant_info": b"\x20" + hdr(TENANT_INFO, 384) + b"\0" * 368,
     "gpu_info": b"\x20" + hdr(GPU_INFO, 176) + b"\0" * 160,
     "bad_type": b"\x40" + hdr(0, 16),
     "bad_size": b"\x40" + hdr(LIST, 25) + b"\0" * 9,
@@ -162,13 +166,28 @@ be_slice_ms = 20
     "array": b"[[daemon]]\nhistory = 1\n",
     "dates": b"[daemon]\nsocket = 1979-05-27T07:32:00Z\n",
     "multiline": b"[daemon]\nadmin_group = \"\"\"\nx\"\"\"\n",
+    "spatial": b"""[spatial]
+mps_control = "/usr/bin/nvidia-cuda-mps-control"
+mps_dir = "/run/gpuos/mps"
+[[spatial.domain]]
+name = "team-a"
+users = ["alice", 1001]
+gpus = [0, 1]
+[[spatial.domain]]
+name = "b.2"
+""",
+    "spatial_inline": b"spatial.domain = [{ name = \"x\", gpus = [3] }, { name = \"y\", users = [\"0\"] }]\n",
+    "spatial_bad": b"[[spatial.domain]]\nname = \"x\"\n[[spatial.domain]]\nname = \"x\"\ngpus = [0, 0]\n",
 }
 
 
 def write(name, files):
+    """Rewrites the generated seeds of a corpus; reproducers of bugs found (regress_*) are kept."""
     d = os.path.join(HERE, "corpus", name)
-    shutil.rmtree(d, ignore_errors=True)
-    os.makedirs(d)
+    os.makedirs(d, exist_ok=True)
+    for old in os.listdir(d):
+        if not old.startswith("regress_"):
+            os.unlink(os.path.join(d, old))
     for k, v in files.items():
         with open(os.path.join(d, k), "wb") as f:
             f.write(v)

@@ -25,6 +25,7 @@ extern "C" {
 #define GPUOS_MAX_DEVICES 16
 #define GPUOS_NAME_MAX 64
 #define GPUOS_TEXT_MAX 160
+#define GPUOS_DOMAIN_MAX 32
 
 /* Scheduling class of a tenant. */
 typedef enum gpuos_class {
@@ -135,6 +136,28 @@ typedef struct gpuos_control_block {
                                  accounted to its owner, so not part of mem_used_bytes or the quota */
   int32_t mem_wanted_device;  /* device of the allocation waiting for room (mem_request_seq) */
   uint32_t reserved4;
+
+  /* ---- spatial sharing (SM partitions), written by gpuosd, read by the tenant ---- */
+  uint32_t space_epoch;       /* bumped with every change of space_mask (any device) */
+  uint32_t space_group_sms;   /* SMs per partition group: the split's minimum count (8 on Hopper) */
+  uint32_t space_enabled;     /* 1: the tenant is in a spatial domain; its launches follow space_mask */
+  uint32_t reserved5;
+  uint8_t pad5[48];
+  /* Per device: the groups of the device's SM split (bit i = group i; the highest group of the
+   * split also takes its remainder) on which this tenant's kernels may run; 0 = the whole device,
+   * unconfined (its own streams, no placement). */
+  uint64_t space_mask[GPUOS_MAX_DEVICES];
+
+  /* ---- spatial sharing, written by the tenant, read by gpuosd ---- */
+  uint64_t space_launches;    /* launches placed on a partition (green-context) stream */
+  uint64_t space_switches;    /* placements that found a new mask for their stream */
+  uint64_t space_partitions;  /* partitions (green contexts) created */
+  uint64_t space_setup_ns;    /* time spent creating partitions and their streams */
+  uint64_t space_failures;    /* launches that could not be placed and ran unconfined */
+  uint32_t space_active;      /* 1 once a launch was placed on a partition */
+  uint32_t reserved6;
+  uint8_t pad6[16];
+  uint64_t space_mask_in_use[GPUOS_MAX_DEVICES]; /* mask of the last placed launch, per device */
 } gpuos_control_block;
 
 /* swap_command values */
@@ -214,6 +237,9 @@ typedef struct gpuos_msg_register {
   uint32_t previous_tenant_id; /* re-registration after a daemon restart: the id it had (kept when
                                   the new daemon has not used it), else 0 */
   uint32_t reserved;
+  char space_domain[GPUOS_DOMAIN_MAX]; /* spatial-sharing domain (gpuos run --space), "" = none */
+  uint32_t space_sms;          /* SMs it asks for in its domain (guaranteed tenants); 0 = default */
+  uint32_t reserved2;
 } gpuos_msg_register;
 
 typedef struct gpuos_msg_register_reply {
@@ -286,6 +312,14 @@ typedef struct gpuos_msg_tenant_info {
   uint64_t mem_wait_ns;
   uint64_t mem_borrow_bytes;
   uint64_t mem_imported_bytes;
+  /* spatial sharing: its domain and, on its home GPU, the SMs it may use now */
+  char space_domain[GPUOS_DOMAIN_MAX];
+  uint32_t space_sms;          /* SMs of space_mask on the home GPU; 0 = unconfined */
+  uint32_t space_active;
+  uint64_t space_mask;         /* control block space_mask of the home GPU */
+  uint64_t space_launches;
+  uint64_t space_switches;
+  uint64_t space_failures;
 } gpuos_msg_tenant_info;
 
 typedef struct gpuos_msg_set_gate {
@@ -333,13 +367,15 @@ static_assert(sizeof(gpuos_control_block) % 64 == 0, "control block is whole cac
 static_assert(offsetof(gpuos_control_block, gate) == 64, "daemon-written line");
 static_assert(offsetof(gpuos_control_block, launches) == 128, "tenant-written lines");
 static_assert(sizeof(gpuos_control_block) <= 4096, "control block fits one page");
-static_assert(sizeof(gpuos_control_block) == 640, "ABI v1 frozen at release (fields only ever replace padding)");
+static_assert(sizeof(gpuos_control_block) == 1024, "ABI v1 frozen at release (fields only ever replace padding)");
+static_assert(offsetof(gpuos_control_block, space_epoch) == 640, "daemon-written spatial lines");
+static_assert(offsetof(gpuos_control_block, space_launches) == 832, "tenant-written spatial lines");
 static_assert(offsetof(gpuos_control_block, swap_command) == 448, "daemon-written memory line");
 static_assert(offsetof(gpuos_control_block, swappable) == 512, "tenant-written memory lines");
 static_assert(offsetof(gpuos_control_block, gate_wait_hist) == 392, "ABI v1 frozen");
-static_assert(sizeof(gpuos_msg_register) == 120, "ABI v1 frozen");
+static_assert(sizeof(gpuos_msg_register) == 160, "ABI v1 frozen");
 static_assert(sizeof(gpuos_msg_register_reply) == 192, "ABI v1 frozen");
-static_assert(sizeof(gpuos_msg_tenant_info) == 312, "ABI v1 frozen");
+static_assert(sizeof(gpuos_msg_tenant_info) == 384, "ABI v1 frozen");
 static_assert(sizeof(gpuos_msg_gpu_info) == 176, "ABI v1 frozen");
 static_assert(sizeof(gpuos_msg_reply) == 184, "ABI v1 frozen");
 static_assert(sizeof(gpuos_msg_activity) == 24, "ABI v1 frozen");

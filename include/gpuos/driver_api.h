@@ -215,6 +215,26 @@
     (stream, flags, priority))                                                                     \
   X(cuStreamIsCapturing, (CUstream stream, CUstreamCaptureStatus * status), (stream, status))      \
   X(cuStreamIsCapturing_ptsz, (CUstream stream, CUstreamCaptureStatus * status), (stream, status)) \
+  X(cuStreamWaitEvent, (CUstream stream, CUevent event, unsigned int flags), (stream, event, flags))\
+  X(cuStreamWaitEvent_ptsz, (CUstream stream, CUevent event, unsigned int flags),                  \
+    (stream, event, flags))                                                                        \
+  X(cuStreamGetPriority, (CUstream stream, int* priority), (stream, priority))                     \
+  X(cuStreamGetPriority_ptsz, (CUstream stream, int* priority), (stream, priority))                \
+  /* SM partitions (green contexts): spatial placement of a tenant's launches */                    \
+  X(cuDeviceGetDevResource, (CUdevice dev, CUdevResource * resource, CUdevResourceType type),      \
+    (dev, resource, type))                                                                         \
+  X(cuDevSmResourceSplitByCount,                                                                   \
+    (CUdevResource * result, unsigned int* nbGroups, const CUdevResource* input,                   \
+     CUdevResource* remaining, unsigned int useFlags, unsigned int minCount),                      \
+    (result, nbGroups, input, remaining, useFlags, minCount))                                      \
+  X(cuDevResourceGenerateDesc,                                                                     \
+    (CUdevResourceDesc * desc, CUdevResource * resources, unsigned int nbResources),               \
+    (desc, resources, nbResources))                                                                \
+  X(cuGreenCtxCreate, (CUgreenCtx * ctx, CUdevResourceDesc desc, CUdevice dev, unsigned int flags),\
+    (ctx, desc, dev, flags))                                                                       \
+  X(cuGreenCtxDestroy, (CUgreenCtx ctx), (ctx))                                                    \
+  X(cuGreenCtxStreamCreate, (CUstream * stream, CUgreenCtx ctx, unsigned int flags, int priority), \
+    (stream, ctx, flags, priority))                                                                \
   /* events: completion tracking of submitted work */                                              \
   X(cuEventCreate, (CUevent * event, unsigned int flags), (event, flags))                          \
   X(cuEventDestroy_v2, (CUevent event), (event))                                                   \

@@ -225,6 +225,13 @@ nlohmann::json listing_json(const Listing& l) {
     o["mem_quota_bytes"] = t.mem_quota_bytes;
     o["mem_borrow_bytes"] = t.mem_borrow_bytes;
     o["mem_imported_bytes"] = t.mem_imported_bytes;
+    o["space_domain"] = std::string(t.space_domain, strnlen(t.space_domain, sizeof(t.space_domain)));
+    o["space_sms"] = t.space_sms;
+    o["space_mask"] = t.space_mask;
+    o["space_active"] = t.space_active != 0;
+    o["space_launches"] = t.space_launches;
+    o["space_switches"] = t.space_switches;
+    o["space_failures"] = t.space_failures;
     o["alloc_calls"] = t.alloc_calls;
     o["alloc_failures"] = t.alloc_failures;
     o["registered_unix_ms"] = t.registered_unix_ms;

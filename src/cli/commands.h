@@ -2,6 +2,7 @@
 // success it does not return).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,8 @@ struct RunOptions {
   std::string mem;        // "" = inherited $GPUOS_TENANT_MEM or unlimited; e.g. "8GiB", "512MiB"
   std::string borrow;     // "" = inherited $GPUOS_TENANT_MEM_BORROW or none; needs mem
   bool swap = false;      // GPUOS_SWAP=1: swappable memory (gpuos run --swap)
+  std::string space;      // "" = none; else a [[spatial.domain]] name (gpuos run --space)
+  uint32_t sms = 0;       // with --space: SMs a guaranteed tenant asks for (0 = gpuosd's default)
   std::string socket;
   std::string config;
 };

@@ -136,6 +136,16 @@ int main(int argc, char** argv) {
   run->add_flag("--swap", ro.swap,
                 "swappable memory: gpuosd may move this tenant's memory to host while others need the GPU "
                 "(needs [memory] swap_pool in gpuosd's config)");
+  run->add_option("--space", ro.space,
+                  "spatial sharing: run as a client of trust domain DOMAIN's MPS server (a [[spatial.domain]] "
+                  "of the config; sets CUDA_MPS_PIPE_DIRECTORY, CUDA_MPS_LOG_DIRECTORY, GPUOS_SPACE_DOMAIN). "
+                  "Tenants of one domain share the GPU in space and its fate: a GPU fault in one ends all")
+      ->type_name("DOMAIN");
+  run->add_option("--sms", ro.sms,
+                  "with --space, a guaranteed tenant's SM partition: this many SMs (rounded up to whole groups "
+                  "of 8); default: all but the best-effort tenants' reserve")
+      ->check(CLI::Range(1u, 1u << 20))
+      ->type_name("N");
   run->add_option("--socket", ro.socket, "control socket path");
   run->add_option("--config", ro.config, "config file");
   run->prefix_command();  // without "--": the first positional starts the command

@@ -53,6 +53,50 @@ int run_command(const RunOptions& o, const std::vector<std::string>& cmd) {
     return 2;
   }
 
+  // --space DOMAIN: the domain's MPS directories under the mps_dir of the daemon this run talks to.
+  std::string mps_pipe, mps_log;
+  if (o.sms != 0 && o.space.empty()) {
+    std::fprintf(stderr, "gpuos run: --sms needs --space DOMAIN (SM partitions exist only in spatial sharing)\n");
+    return 2;
+  }
+  if (!o.space.empty()) {
+    if (cfg.spatial.find(o.space) == nullptr) {
+      std::string known;
+      for (const auto& d : cfg.spatial.domains) known += (known.empty() ? "" : ", ") + d.name;
+      std::string src = cfg.source.empty() ? std::string("the built-in defaults") : cfg.source;
+      if (known.empty()) {
+        std::fprintf(stderr,
+                     "gpuos run: --space %s: no such trust domain: %s defines no [[spatial.domain]] (spatial "
+                     "sharing is off)\n",
+                     o.space.c_str(), src.c_str());
+      } else {
+        std::fprintf(stderr, "gpuos run: --space %s: no such trust domain in %s (known: %s)\n", o.space.c_str(),
+                     src.c_str(), known.c_str());
+      }
+      return 2;
+    }
+    std::string dir = effective_mps_dir(cfg, socket);
+    mps_pipe = mps_pipe_dir(dir, o.space);
+    mps_log = mps_log_dir(dir, o.space);
+    // gpuosd keeps <mps_dir>/<domain>/status: say so when the program would not share in space.
+    std::string status;
+    if (FILE* f = std::fopen(mps_status_file(dir, o.space).c_str(), "re")) {
+      char line[512];
+      if (std::fgets(line, sizeof(line), f) != nullptr) status = line;
+      std::fclose(f);
+      while (!status.empty() && (status.back() == '\n' || status.back() == '\r')) status.pop_back();
+    }
+    if (status.empty()) {
+      std::fprintf(stderr,
+                   "gpuos run: warning: trust domain %s has no MPS control daemon (no status in %s: is gpuosd "
+                   "running with this config?); the program runs time-shared\n",
+                   o.space.c_str(), dir.c_str());
+    } else if (status != "available") {
+      std::fprintf(stderr, "gpuos run: warning: trust domain %s: %s; the program runs time-shared\n",
+                   o.space.c_str(), status.c_str());
+    }
+  }
+
   std::string name = o.name;
   if (name.empty()) {
     std::size_t slash = cmd[0].find_last_of('/');
@@ -100,6 +144,12 @@ int run_command(const RunOptions& o, const std::vector<std::string>& cmd) {
   if (!borrow.empty()) setenv("GPUOS_TENANT_MEM_BORROW", borrow.c_str(), 1);
   setenv("GPUOS_ON_NO_DAEMON", cfg.on_no_daemon.c_str(), 1);
   if (o.swap) setenv("GPUOS_SWAP", "1", 1);
+  if (!o.space.empty()) {
+    setenv("CUDA_MPS_PIPE_DIRECTORY", mps_pipe.c_str(), 1);
+    setenv("CUDA_MPS_LOG_DIRECTORY", mps_log.c_str(), 1);
+    setenv("GPUOS_SPACE_DOMAIN", o.space.c_str(), 1);
+    if (o.sms != 0) setenv("GPUOS_TENANT_SMS", std::to_string(o.sms).c_str(), 1);
+  }
 
   std::vector<char*> argv;
   for (const auto& a : cmd) argv.push_back(const_cast<char*>(a.c_str()));

@@ -195,6 +195,120 @@ bool parse_metrics(Ctx& cx, const toml::table& t, Config* c) {
   return true;
 }
 
+bool parse_domain(Ctx& cx, const toml::node& node, std::size_t index, Config* c) {
+  static constexpr std::string_view kT = "spatial.domain";
+  if (!node.is_table()) {
+    return cx.fail(node, "spatial", "domain",
+                   "element " + std::to_string(index + 1) + ": expected a table, got " + type_name(node));
+  }
+  const toml::table& t = *node.as_table();
+  SpatialDomain d;
+  bool have_name = false;
+  for (auto&& [k, v] : t) {
+    std::string_view key = k.str();
+    if (key == "name") {
+      if (!cx.get_string(v, kT, key, &d.name)) return false;
+      if (!is_valid_domain_name(d.name)) {
+        return cx.fail(v, kT, key,
+                       "\"" + d.name + "\" is not a domain name: 1.." + std::to_string(kMaxDomainName) +
+                           " of A-Z a-z 0-9 _ . -, not \".\" or \"..\"");
+      }
+      if (c->spatial.find(d.name) != nullptr) {
+        return cx.fail(v, kT, key, "\"" + d.name + "\" names two domains");
+      }
+      have_name = true;
+    } else if (key == "users") {
+      if (!v.is_array()) return cx.fail(v, kT, key, std::string("expected an array, got ") + type_name(v));
+      for (const toml::node& u : *v.as_array()) {
+        if (u.is_integer()) {
+          int64_t uid = u.as_integer()->get();
+          if (uid < 0 || uid > 4294967294ll) {
+            return cx.fail(u, kT, key, "uid " + std::to_string(uid) + " out of range 0..4294967294");
+          }
+          d.users.push_back(std::to_string(uid));
+        } else if (u.is_string()) {
+          const std::string& name = u.as_string()->get();
+          if (name.empty() || name.size() > 64) return cx.fail(u, kT, key, "a user name has 1..64 bytes");
+          for (char ch : name) {
+            if (static_cast<unsigned char>(ch) <= 0x20 || ch == ':' || ch == '/' || ch == 0x7f) {
+              return cx.fail(u, kT, key, "\"" + name + "\" is not a user name or uid");
+            }
+          }
+          if (name.find_first_not_of("0123456789") == std::string::npos) {
+            uint64_t uid = 0;
+            if (name.size() <= 10) {
+              for (char ch : name) uid = uid * 10 + static_cast<uint64_t>(ch - '0');
+            }
+            if (name.size() > 10 || uid > 4294967294ull) {
+              return cx.fail(u, kT, key, "uid " + name + " out of range 0..4294967294");
+            }
+            d.users.push_back(std::to_string(uid));  // canonical: no leading zeros
+          } else {
+            d.users.push_back(name);
+          }
+        } else {
+          return cx.fail(u, kT, key, std::string("expected user names or uids, got ") + type_name(u));
+        }
+      }
+    } else if (key == "gpus") {
+      if (!v.is_array()) return cx.fail(v, kT, key, std::string("expected an array, got ") + type_name(v));
+      if (v.as_array()->empty()) return cx.fail(v, kT, key, "empty (leave the key out for every GPU)");
+      for (const toml::node& g : *v.as_array()) {
+        uint32_t idx = 0;
+        if (!cx.get_uint(g, kT, key, 0, 1023, &idx)) return false;
+        for (uint32_t seen : d.gpus) {
+          if (seen == idx) return cx.fail(g, kT, key, "GPU " + std::to_string(idx) + " listed twice");
+        }
+        d.gpus.push_back(idx);
+      }
+    } else {
+      return cx.fail(v, kT, key, "unknown key");
+    }
+  }
+  if (!have_name) return cx.fail(node, kT, "name", "missing (every domain needs a name)");
+  if (c->spatial.domains.size() >= kMaxSpatialDomains) {
+    return cx.fail(node, kT, "name", "more than " + std::to_string(kMaxSpatialDomains) + " domains");
+  }
+  c->spatial.domains.push_back(std::move(d));
+  return true;
+}
+
+bool parse_spatial(Ctx& cx, const toml::table& t, Config* c) {
+  SpatialConfig& s = c->spatial;
+  for (auto&& [k, v] : t) {
+    std::string_view key = k.str();
+    if (key == "mps_control") {
+      if (!cx.get_string(v, "spatial", key, &s.mps_control)) return false;
+      if (s.mps_control.empty()) return cx.fail(v, "spatial", key, "empty");
+      if (s.mps_control.find('\0') != std::string::npos) return cx.fail(v, "spatial", key, "contains a NUL byte");
+      if (s.mps_control.find('/') != std::string::npos && s.mps_control[0] != '/') {
+        return cx.fail(v, "spatial", key, "must be a command name (looked up in PATH) or an absolute path");
+      }
+    } else if (key == "mps_dir") {
+      if (!cx.get_string(v, "spatial", key, &s.mps_dir)) return false;
+      if (!s.mps_dir.empty() && s.mps_dir[0] != '/') return cx.fail(v, "spatial", key, "must be an absolute path");
+      if (s.mps_dir.find('\0') != std::string::npos) return cx.fail(v, "spatial", key, "contains a NUL byte");
+      if (s.mps_dir.size() > kMaxMpsDirLength) {
+        return cx.fail(v, "spatial", key,
+                       "longer than " + std::to_string(kMaxMpsDirLength) +
+                           " bytes (the MPS sockets under <mps_dir>/<domain>/pipe must fit in 107 bytes)");
+      }
+    } else if (key == "domain") {
+      if (!v.is_array()) {
+        return cx.fail(v, "spatial", key,
+                       std::string("expected an array of tables ([[spatial.domain]]), got ") + type_name(v));
+      }
+      std::size_t i = 0;
+      for (const toml::node& d : *v.as_array()) {
+        if (!parse_domain(cx, d, i++, c)) return false;
+      }
+    } else {
+      return cx.fail(v, "spatial", key, "unknown key");
+    }
+  }
+  return true;
+}
+
 std::string quote(const std::string& s) {
   std::string out = "\"";
   for (char ch : s) {
@@ -279,10 +393,11 @@ ConfigResult parse_config(std::string_view text, std::string_view source_name) {
     toml::table root = toml::parse(text, source_name);
     for (auto&& [k, v] : root) {
       std::string_view key = k.str();
-      if (key != "daemon" && key != "tenants" && key != "scheduler" && key != "metrics" && key != "memory") {
+      if (key != "daemon" && key != "tenants" && key != "scheduler" && key != "metrics" && key != "memory" &&
+          key != "spatial") {
         res.error = where(source_name, v.source()) + ": unknown " + (v.is_table() ? "table [" : "key \"") +
                     std::string(key) + (v.is_table() ? "]" : "\"") +
-                    " (expected [daemon], [tenants], [scheduler], [memory] or [metrics])";
+                    " (expected [daemon], [tenants], [scheduler], [memory], [metrics] or [spatial])";
         return res;
       }
       if (!v.is_table()) {
@@ -294,6 +409,7 @@ ConfigResult parse_config(std::string_view text, std::string_view source_name) {
                 : key == "tenants" ? parse_tenants(cx, *v.as_table(), &c)
                 : key == "metrics" ? parse_metrics(cx, *v.as_table(), &c)
                 : key == "memory"  ? parse_memory(cx, *v.as_table(), &c)
+                : key == "spatial" ? parse_spatial(cx, *v.as_table(), &c)
                                    : parse_scheduler(cx, *v.as_table(), &c);
       if (!ok) {
         res.error = cx.error;
@@ -364,7 +480,52 @@ std::string format_config(const Config& c) {
   s += "swap_headroom = " + quote(std::to_string(c.memory.swap_headroom_bytes)) + "\n";
   s += "[metrics]\n";
   s += "listen = " + quote(c.metrics_listen) + "\n";
+  s += "[spatial]\n";
+  s += "mps_control = " + quote(c.spatial.mps_control) + "\n";
+  s += "mps_dir = " + quote(c.spatial.mps_dir) + "\n";
+  if (c.spatial.domains.empty()) s += "# no [[spatial.domain]]: spatial sharing off\n";
+  for (const SpatialDomain& d : c.spatial.domains) {
+    s += "[[spatial.domain]]\n";
+    s += "name = " + quote(d.name) + "\n";
+    s += "users = [";
+    for (std::size_t i = 0; i < d.users.size(); ++i) s += (i ? ", " : "") + quote(d.users[i]);
+    s += "]\n";
+    if (d.gpus.empty()) {
+      s += "# gpus: all\n";
+    } else {
+      s += "gpus = [";
+      for (std::size_t i = 0; i < d.gpus.size(); ++i) s += (i ? ", " : "") + std::to_string(d.gpus[i]);
+      s += "]\n";
+    }
+  }
   return s;
+}
+
+bool is_valid_domain_name(std::string_view name) {
+  if (name.empty() || name.size() > kMaxDomainName || name == "." || name == "..") return false;
+  for (char ch : name) {
+    bool ok = (ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '_' ||
+              ch == '.' || ch == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+std::string effective_mps_dir(const Config& c, const std::string& socket_path) {
+  if (!c.spatial.mps_dir.empty()) return c.spatial.mps_dir;
+  std::size_t slash = socket_path.find_last_of('/');
+  if (slash == std::string::npos) return "mps";  // not absolute: callers reject it
+  return socket_path.substr(0, slash) + "/mps";
+}
+
+std::string mps_pipe_dir(const std::string& mps_dir, std::string_view domain) {
+  return mps_dir + "/" + std::string(domain) + "/pipe";
+}
+std::string mps_log_dir(const std::string& mps_dir, std::string_view domain) {
+  return mps_dir + "/" + std::string(domain) + "/log";
+}
+std::string mps_status_file(const std::string& mps_dir, std::string_view domain) {
+  return mps_dir + "/" + std::string(domain) + "/status";
 }
 
 bool parse_size(const std::string& text, uint64_t* bytes) {

@@ -24,6 +24,13 @@
 //   [metrics]
 //   listen = "127.0.0.1:9464"  # Prometheus /metrics over HTTP: "IPV4:PORT", "[IPV6]:PORT" or
 //                              # "localhost:PORT"; "" disables
+//   [spatial]                  # spatial sharing: one MPS control daemon per trust domain
+//   mps_control = "nvidia-cuda-mps-control"  # the control binary; PATH lookup without a slash
+//   mps_dir = ""               # "" = <directory of the control socket>/mps (see effective_mps_dir)
+//   [[spatial.domain]]         # zero or more; none = spatial sharing off
+//   name = "team-a"            # [A-Za-z0-9_.-]{1,32}, not "." or "..", unique
+//   users = ["alice", 1001]    # user names or uids allowed to join (besides admins); [] = admins only
+//   gpus = [0, 1]              # GPU indices of the domain's control daemon; absent = all
 //
 // Every key is optional. Unknown tables or keys, wrong types and out-of-range values are errors
 // that name the key and the line ("FILE:LINE: [daemon] history: ..."). The parse functions never
@@ -34,11 +41,19 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "daemon/log.h"
 #include "gpuos/abi.h"
 
 namespace gpuos {
+
+inline constexpr const char* kDefaultMpsControl = "nvidia-cuda-mps-control";
+// Limits of [spatial]: a domain's pipe directory <mps_dir>/<name>/pipe holds the control daemon's
+// sockets, and a socket path must stay below 108 bytes.
+inline constexpr std::size_t kMaxSpatialDomains = 64;
+inline constexpr std::size_t kMaxDomainName = 32;
+inline constexpr std::size_t kMaxMpsDirLength = 48;
 
 // Names accepted for [scheduler] policy / gpuosd --policy. gpuos::policies::make_policy builds each
 // of them (a test checks the two agree).
@@ -58,6 +73,28 @@ struct MemoryConfig {
   uint64_t swap_pool_bytes = 0;
   uint32_t swap_quantum_ms = 5000;
   uint64_t swap_headroom_bytes = 2ull << 30;
+};
+
+// One trust domain of [[spatial.domain]]: tenants in it may share GPUs in space (as clients of one
+// MPS control daemon), so a GPU fault of one of them takes down the others.
+struct SpatialDomain {
+  std::string name;
+  // User names or decimal uids (a TOML integer is stored as its decimal text) that may join besides
+  // the admins; empty = admins only. Names are resolved when used (MpsSupervisor::allows).
+  std::vector<std::string> users;
+  std::vector<uint32_t> gpus;  // GPU indices (unique); empty = every GPU
+};
+
+struct SpatialConfig {
+  std::string mps_control = kDefaultMpsControl;
+  std::string mps_dir;  // "" = derived from the control socket (effective_mps_dir)
+  std::vector<SpatialDomain> domains;  // empty: spatial sharing off
+  const SpatialDomain* find(std::string_view name) const {
+    for (const auto& d : domains) {
+      if (d.name == name) return &d;
+    }
+    return nullptr;
+  }
 };
 
 struct ListenAddress {
@@ -89,6 +126,8 @@ struct Config {
   MemoryConfig memory;
   // [metrics]
   std::string metrics_listen = kDefaultMetricsListen;  // "" = no metrics endpoint
+  // [spatial]
+  SpatialConfig spatial;
 
   std::string source;  // file the values came from; "" = built-in defaults
 };
@@ -111,6 +150,19 @@ inline constexpr const char* kSystemConfigPath = "/etc/gpuos/gpuos.toml";
 
 // The effective configuration as TOML text (every key, with its value).
 std::string format_config(const Config& c);
+
+// [[spatial.domain]] name rule: 1..32 of [A-Za-z0-9_.-], and not "." or ".." (it names a directory).
+bool is_valid_domain_name(std::string_view name);
+// The directory holding every domain's MPS directories: [spatial] mps_dir if set, else
+// <directory of socket_path>/mps, where socket_path is the control socket in effect (gpuosd's, or
+// the one `gpuos run` resolved). So a root gpuosd uses /run/gpuos/mps, a user's gpuosd
+// $XDG_RUNTIME_DIR/gpuos/mps, and a CLI pointed at a daemon's socket finds that daemon's domains.
+std::string effective_mps_dir(const Config& c, const std::string& socket_path);
+// <mps_dir>/<domain>/pipe (CUDA_MPS_PIPE_DIRECTORY) and <mps_dir>/<domain>/log
+// (CUDA_MPS_LOG_DIRECTORY); <mps_dir>/<domain>/status is the supervisor's one-line state.
+std::string mps_pipe_dir(const std::string& mps_dir, std::string_view domain);
+std::string mps_log_dir(const std::string& mps_dir, std::string_view domain);
+std::string mps_status_file(const std::string& mps_dir, std::string_view domain);
 
 // "guaranteed" / "best-effort" <-> gpuos_class. class_name returns "unknown" for other values.
 bool parse_class(std::string_view text, gpuos_class* out);

@@ -258,6 +258,9 @@ Outcome Core::on_register(Connection& conn, const gpuos_msg_register& m) {
     return refuse_register(seq, GPUOS_ERR_BAD_MESSAGE, "this connection already registered a tenant");
   }
   if (!has_nul(m.name, sizeof(m.name))) return refuse_register(seq, GPUOS_ERR_BAD_MESSAGE, "name is not NUL-terminated");
+  if (!has_nul(m.space_domain, sizeof(m.space_domain))) {
+    return refuse_register(seq, GPUOS_ERR_BAD_MESSAGE, "space_domain is not NUL-terminated");
+  }
   if (m.tenant_class != GPUOS_CLASS_GUARANTEED && m.tenant_class != GPUOS_CLASS_BEST_EFFORT) {
     std::snprintf(why, sizeof(why), "unknown tenant class %u", m.tenant_class);
     return refuse_register(seq, GPUOS_ERR_BAD_MESSAGE, why);
@@ -295,6 +298,19 @@ Outcome Core::on_register(Connection& conn, const gpuos_msg_register& m) {
   t.weight = m.weight;
   t.requested_mem_bytes = m.requested_mem_bytes;
   copy_name(t.name, sizeof(t.name), m.name);
+  if (m.space_domain[0] != '\0') {
+    // Spatial sharing is only among tenants of one trust domain (MPS gives no fault isolation):
+    // the config says who may join. A tenant that may not is admitted, time-shared.
+    std::string no = opts_.space_admit ? opts_.space_admit(m.space_domain, conn.peer)
+                                       : std::string("no spatial domains are configured");
+    if (no.empty()) {
+      copy_name(t.space_domain, sizeof(t.space_domain), m.space_domain);
+      t.space_sms = m.space_sms;
+    } else {
+      log::warn("pid %d (%s) asked for spatial domain \"%s\": %s; admitted time-shared", m.pid, t.name,
+                m.space_domain, no.c_str());
+    }
+  }
 
   if (m.tenant_class == GPUOS_CLASS_GUARANTEED && opts_.guaranteed_needs_admin && !conn.peer.admin) {
     // A tenant never raises its own class: guaranteed is granted to admins only.
@@ -342,6 +358,10 @@ Outcome Core::on_register(Connection& conn, const gpuos_msg_register& m) {
   std::atomic_ref<uint32_t>(t.cb->max_inflight).store(adm.max_inflight, std::memory_order_relaxed);
   std::atomic_ref<uint32_t>(t.cb->idle_grace_us).store(adm.idle_grace_us, std::memory_order_relaxed);
   std::atomic_ref<uint64_t>(t.cb->mem_borrow_bytes).store(adm.mem_borrow_bytes, std::memory_order_relaxed);
+  if (t.space_domain[0] != '\0') {
+    std::atomic_ref<uint32_t>(t.cb->space_group_sms).store(opts_.space.group_sms, std::memory_order_relaxed);
+    std::atomic_ref<uint32_t>(t.cb->space_enabled).store(1, std::memory_order_release);
+  }
   t.memfd = fd;
   t.policy_gate = gate;
   t.registered_unix_ms = now_ms();
@@ -358,18 +378,22 @@ Outcome Core::on_register(Connection& conn, const gpuos_msg_register& m) {
   r.tenant_id = t.id;
   r.control_block_size = sizeof(gpuos_control_block);
   r.tenant_class = t.tenant_class;
-  copy_name(r.text, sizeof(r.text), "registered");
+  copy_name(r.text, sizeof(r.text),
+            m.space_domain[0] != '\0' && t.space_domain[0] == '\0' ? "registered (time-shared: spatial domain refused)"
+                                                                  : "registered");
   Outcome o;
   o.replies.push_back(encode(r));
   o.replies.back().fd = fd;
   o.registered = t.id;
 
   log::info("tenant %u registered: pid %d uid %u name \"%s\" class %s priority %d weight %u gate %s "
-            "max_inflight %u idle_grace_us %u",
+            "max_inflight %u idle_grace_us %u%s%s",
             t.id, t.pid, static_cast<unsigned>(t.uid), t.name, class_name(t.tenant_class), t.priority, t.weight,
-            gate == GPUOS_GATE_OPEN ? "open" : "closed", adm.max_inflight, adm.idle_grace_us);
+            gate == GPUOS_GATE_OPEN ? "open" : "closed", adm.max_inflight, adm.idle_grace_us,
+            t.space_domain[0] ? " space_domain " : "", t.space_domain);
   auto it = tenants_.emplace(t.id, t).first;  // (no structured binding: clang 14 cannot capture one)
   guarded("on_admitted", [&] { opts_.policy->on_admitted(view(it->second), *this); });
+  run_space();
   return o;
 }
 
@@ -411,6 +435,17 @@ gpuos_msg_tenant_info Core::snapshot(const Tenant& t, uint32_t state, uint64_t e
   i.mem_wait_ns = load(cb.mem_wait_ns);
   i.mem_borrow_bytes = load(cb.mem_borrow_bytes);
   i.mem_imported_bytes = load(cb.mem_imported_bytes);
+  copy_name(i.space_domain, sizeof(i.space_domain), t.space_domain);
+  const uint32_t home = home_gpu(t);
+  i.space_mask = home < GPUOS_MAX_DEVICES ? load(cb.space_mask[home]) : 0;
+  for (const GpuInfo& g : opts_.gpus) {
+    if (g.index == home) i.space_sms = space_mask_sms(i.space_mask, SpaceGpu{g.index, g.sm_count, g.sm_groups},
+                                                      opts_.space.group_sms);
+  }
+  i.space_active = load(cb.space_active);
+  i.space_launches = load(cb.space_launches);
+  i.space_switches = load(cb.space_switches);
+  i.space_failures = load(cb.space_failures);
   return i;
 }
 
@@ -585,6 +620,7 @@ Outcome Core::on_activity(Connection& conn, const gpuos_msg_activity& m) {
   log::debug("tenant %u activity: busy %u waiting %u (block: busy %d waiting %d)", t.id, m.busy, m.waiting,
              v.busy ? 1 : 0, v.waiting ? 1 : 0);
   guarded("on_activity", [&] { opts_.policy->on_activity(v, *this, now_mono_ns()); });
+  run_space();
   run_swaps(now_mono_ns());
   return Outcome{};  // no reply: the tenant never reads one
 }
@@ -599,6 +635,7 @@ TenantView Core::view(const Tenant& t) const {
   v.priority = t.priority;
   v.weight = t.weight;
   v.requested_mem_bytes = t.requested_mem_bytes;
+  v.space_domain = t.space_domain;
   if (t.cb != nullptr) {
     v.busy = load(t.cb->busy) != 0;
     v.waiting = load(t.cb->waiting) != 0;
@@ -640,6 +677,7 @@ void Core::connection_closed(Connection& conn) {
       static_cast<unsigned long long>(fin.mem_peak_bytes), static_cast<unsigned long long>(fin.alloc_calls),
       static_cast<unsigned long long>(fin.alloc_failures));
   guarded("on_exit", [&] { opts_.policy->on_exit(gone, *this); });
+  run_space();
   run_swaps(now_mono_ns());
 }
 
@@ -657,6 +695,7 @@ void Core::tick(uint64_t now_mono_ns) {
   for (auto& [id, t] : tenants_) observe_busy(t, now_mono_ns);
   observe_gpus(now_mono_ns);
   guarded("tick", [&] { opts_.policy->tick(now_mono_ns, *this); });
+  run_space();
   run_swaps(now_mono_ns);
 }
 
@@ -868,11 +907,7 @@ void Core::run_swaps(uint64_t now) {
     SwapTenant s;
     s.id = t.id;
     // Its GPU: where most of its memory is; for a request for room, the waiting allocation's.
-    uint64_t most = 0;
-    for (uint32_t d = 0; d < GPUOS_MAX_DEVICES; ++d) {
-      const uint64_t b = load(cb.mem_used_per_device[d]);
-      if (b > most) most = b, s.device = d;
-    }
+    s.device = home_gpu(t);
     s.guaranteed = t.tenant_class == GPUOS_CLASS_GUARANTEED;
     s.swappable = load(cb.swappable) != 0;
     const uint32_t state = load(cb.swap_state);
@@ -942,6 +977,53 @@ void Core::run_swaps(uint64_t now) {
         send_swap_command(t, GPUOS_SWAP_IN);
         break;
     }
+  }
+}
+
+uint32_t Core::home_gpu(const Tenant& t) const {
+  uint32_t home = 0;
+  uint64_t most = 0;
+  for (uint32_t d = 0; d < GPUOS_MAX_DEVICES; ++d) {
+    const uint64_t b = load(t.cb->mem_used_per_device[d]);
+    if (b > most) most = b, home = d;
+  }
+  return home;
+}
+
+void Core::run_space() {
+  bool any = false;
+  for (const auto& [id, t] : tenants_) any = any || t.space_domain[0] != '\0';
+  if (!any) return;
+  std::vector<SpaceGpu> gpus;
+  for (const GpuInfo& g : opts_.gpus) gpus.push_back(SpaceGpu{g.index, g.sm_count, g.sm_groups});
+  std::vector<SpaceTenant> in;
+  for (const auto& [id, t] : tenants_) {
+    SpaceTenant s;
+    s.id = t.id;
+    s.domain = t.space_domain;
+    s.tenant_class = t.tenant_class;
+    s.priority = t.priority;
+    s.weight = t.weight;
+    s.want_sms = t.space_sms;
+    s.busy = load(t.cb->busy) != 0 || load(t.cb->waiting) != 0;
+    for (uint32_t d = 0; d < GPUOS_MAX_DEVICES && d < 32; ++d) {
+      if (load(t.cb->mem_used_per_device[d]) != 0) s.gpus |= 1u << d;
+    }
+    in.push_back(std::move(s));
+  }
+  const std::map<uint32_t, SpaceMasks> plan = plan_space(gpus, in, opts_.space);
+  for (auto& [id, t] : tenants_) {
+    auto p = plan.find(id);
+    if (p == plan.end() || t.space_domain[0] == '\0') continue;
+    bool changed = false;
+    for (uint32_t d = 0; d < GPUOS_MAX_DEVICES; ++d) {
+      std::atomic_ref<uint64_t> word(t.cb->space_mask[d]);
+      if (word.load(std::memory_order_relaxed) == p->second[d]) continue;
+      word.store(p->second[d], std::memory_order_release);
+      changed = true;
+      log::debug("tenant %u: SM groups on GPU %u now 0x%llx", t.id, d, static_cast<unsigned long long>(p->second[d]));
+    }
+    if (changed) std::atomic_ref<uint32_t>(t.cb->space_epoch).fetch_add(1, std::memory_order_release);
   }
 }
 

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "daemon/policy.h"
+#include "daemon/space_planner.h"
 #include "daemon/swap_planner.h"
 #include "gpuos/abi.h"
 
@@ -32,6 +33,10 @@ struct GpuInfo {
   std::string uuid;  // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", "" if unknown
   uint32_t sm_count = 0;
   uint64_t total_mem_bytes = 0;
+  // SMs of each group of the device's finest SM split (the partitions green contexts are made of;
+  // the last group also takes the split's remainder); empty = unknown (sm_count in groups of 8).
+  std::vector<uint32_t> sm_groups;
+  uint32_t sm_group_min = 0;  // the driver's minimum partition size (the split's count); 0 = unknown
 };
 
 // Credentials of the peer of a connection (SO_PEERCRED at accept time) and whether it is an admin.
@@ -98,6 +103,10 @@ struct CoreOptions {
   uint64_t swap_quantum_ns = 5'000'000'000ull;
   uint64_t swap_headroom_bytes = 2ull << 30;
   bool swap_prefault = true;  // allocate a new pool's pages in a helper thread
+  // Spatial sharing: may this peer's tenant join spatial domain `domain`? "" = yes, else the reason
+  // it may not (it is then admitted time-shared only). Null: no domain exists (config [spatial]).
+  std::function<std::string(const std::string& domain, const Peer& peer)> space_admit;
+  SpaceParams space;
   std::function<uint64_t()> unix_ms;            // null: CLOCK_REALTIME in ms (injectable for tests)
   std::function<uint64_t()> mono_ns;            // null: CLOCK_MONOTONIC in ns (injectable for tests)
 };
@@ -170,6 +179,9 @@ class Core final : private GateControl {
     gpuos_control_block* cb = nullptr;
     bool pinned = false;  // an admin closed the gate: policies leave it alone
     uint32_t policy_gate = GPUOS_GATE_OPEN;  // what the policy (or an admin's open) asked for
+    // spatial sharing (run_space)
+    char space_domain[GPUOS_DOMAIN_MAX] = {};  // "" = none
+    uint32_t space_sms = 0;                   // SMs asked for (REGISTER space_sms)
     // memory oversubscription (run_swaps)
     bool held = false;        // gate held closed: the tenant's memory is out or moving
     uint32_t swap_cmd = GPUOS_SWAP_NONE;  // command being carried out; NONE: nothing pending
@@ -207,6 +219,10 @@ class Core final : private GateControl {
   // Memory oversubscription: notes finished swap commands, asks the swap policy (plan_swaps) what
   // to do next and does it. Called after every tenant event and on every tick.
   void run_swaps(uint64_t now_ns);
+  // Recomputes every spatial tenant's SM partitions (space_planner) and publishes changed masks.
+  void run_space();
+  // The GPU holding most of the tenant's memory (0 when it holds none).
+  uint32_t home_gpu(const Tenant& t) const;
   void hold_gate(Tenant& t);
   void release_gate(Tenant& t);
   void send_swap_command(Tenant& t, uint32_t cmd);

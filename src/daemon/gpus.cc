@@ -1,11 +1,33 @@
 // GPU discovery through the driver table (real libcuda or the driver test double).
 #include <cstdio>
 #include <cstring>
+#include <vector>
 
 #include "daemon/core.h"
 #include "gpuos/driver_api.h"
 
 namespace gpuos::daemon {
+
+namespace {
+
+// The device's finest SM split, as the interposer will make it for green contexts: the same
+// minimum count gives the same groups in every process (what spatial partitions are built from).
+void split_sms(const GpuosDriverTable& t, CUdevice dev, GpuInfo* g) {
+  if (t.cuDeviceGetDevResource == nullptr || t.cuDevSmResourceSplitByCount == nullptr) return;
+  CUdevResource all{};
+  if (t.cuDeviceGetDevResource(dev, &all, CU_DEV_RESOURCE_TYPE_SM) != CUDA_SUCCESS) return;
+  const unsigned min = all.sm.minSmPartitionSize;
+  unsigned n = 0;
+  if (min == 0 || t.cuDevSmResourceSplitByCount(nullptr, &n, &all, nullptr, 0, min) != CUDA_SUCCESS || n == 0) return;
+  std::vector<CUdevResource> groups(n);
+  CUdevResource rest{};
+  if (t.cuDevSmResourceSplitByCount(groups.data(), &n, &all, &rest, 0, min) != CUDA_SUCCESS) return;
+  for (unsigned i = 0; i < n && i < 64; ++i) g->sm_groups.push_back(groups[i].sm.smCount);
+  if (!g->sm_groups.empty() && rest.type == CU_DEV_RESOURCE_TYPE_SM) g->sm_groups.back() += rest.sm.smCount;
+  g->sm_group_min = min;
+}
+
+}  // namespace
 
 std::vector<GpuInfo> discover_gpus(const char* library, std::string* warning) {
   std::vector<GpuInfo> out;
@@ -64,6 +86,7 @@ std::vector<GpuInfo> discover_gpus(const char* library, std::string* warning) {
                     b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
       g.uuid = buf;
     }
+    split_sms(table, dev, &g);
     out.push_back(std::move(g));
   }
   return out;

@@ -12,6 +12,7 @@
 #include "daemon/config.h"
 #include "daemon/core.h"
 #include "daemon/log.h"
+#include "daemon/mps.h"
 #include "daemon/server.h"
 #include "policies/registry.h"
 
@@ -118,9 +119,33 @@ int main(int argc, char** argv) {
   if (!warning.empty()) log::warn("%s", warning.c_str());
   if (co.gpus.empty()) log::warn("running with zero GPUs (tenants still register)");
   for (const auto& g : co.gpus) {
-    log::info("GPU %u: %s %s, %u SMs, %llu MiB", g.index, g.name.c_str(), g.uuid.c_str(), g.sm_count,
+    log::info("GPU %u: %s %s, %u SMs (%zu partition groups of >= %u), %llu MiB", g.index, g.name.c_str(),
+              g.uuid.c_str(), g.sm_count, g.sm_groups.size(), g.sm_group_min,
               static_cast<unsigned long long>(g.total_mem_bytes >> 20));
   }
+  // Spatial partitions are groups of the driver's minimum partition size (8 SMs on Hopper).
+  if (!co.gpus.empty() && co.gpus.front().sm_group_min != 0) co.space.group_sms = co.gpus.front().sm_group_min;
+
+  // Spatial sharing: one MPS control daemon per trust domain, supervised on a helper thread. Built
+  // before the core (which may consult it), started once the socket directory exists (so a
+  // non-root daemon's socket directory is created 0700 by the server, not 0755 on our way to
+  // <socket dir>/mps), stopped (quit) after the server.
+  daemon::MpsOptions mo = daemon::MpsSupervisor::options_from(cfg, so.socket_path);
+  for (const auto& g : co.gpus) {
+    if (mo.gpu_uuids.size() <= g.index) mo.gpu_uuids.resize(g.index + 1);
+    mo.gpu_uuids[g.index] = g.uuid;
+  }
+  daemon::MpsSupervisor mps(std::move(mo));
+  if (cfg.spatial.domains.empty()) log::debug("spatial sharing off (no [[spatial.domain]])");
+  // A tenant joins a domain only if the config lets its uid in and the domain's MPS control daemon
+  // is up: without MPS, processes cannot run side by side on disjoint SMs (they would only lose SMs).
+  co.space_admit = [&mps](const std::string& domain, const daemon::Peer& peer) -> std::string {
+    std::optional<daemon::SpaceDomainStatus> st = mps.query(domain);
+    if (!st) return "no such domain in [spatial]";
+    if (!mps.allows(domain, peer.uid, peer.admin)) return "uid " + std::to_string(peer.uid) + " may not join it";
+    if (!st->available) return "its MPS control daemon is not running (" + st->reason + ")";
+    return "";
+  };
 
   daemon::Core core(std::move(co));
   daemon::Server server(core, so);
@@ -129,5 +154,8 @@ int main(int argc, char** argv) {
     log::error("%s", err.c_str());
     return 1;
   }
-  return server.run();
+  mps.start();
+  int rc = server.run();
+  mps.shutdown();
+  return rc;
 }

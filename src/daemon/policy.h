@@ -35,6 +35,7 @@ struct TenantView {
   pid_t pid = 0;
   uid_t uid = 0;
   std::string_view name;
+  std::string_view space_domain;  // spatial-sharing domain ("" = none): its tenants share in space
   uint32_t tenant_class = 0;  // requested class in on_register, granted class elsewhere
   int32_t priority = 0;
   uint32_t weight = 0;

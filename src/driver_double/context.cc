@@ -30,11 +30,12 @@ CUresult check_device(CUdevice dev) {
   return CUDA_SUCCESS;
 }
 
-Context* make_context(int dev, unsigned flags, bool primary) {
+Context* make_context(int dev, unsigned flags, bool primary, GreenCtx* green = nullptr) {
   auto* c = new Context();
   c->dev = dev;
   c->flags = flags;
   c->primary = primary;
+  c->green = green;
   c->legacy = new_stream(c, Stream::Kind::kLegacy, 0, 0);
   contexts().add(c);
   return c;
@@ -52,6 +53,7 @@ void teardown(Context* c) {
     c->streams.clear();
     c->per_thread.clear();
     all.push_back(c->legacy);
+    if (c->internal) all.push_back(c->internal);
   }
   for (auto& s : all) stop_stream(s);
   free_context_allocations(c);
@@ -75,6 +77,43 @@ CUresult ctx_create(CUcontext* out, unsigned flags, CUdevice dev) {
 }  // namespace
 
 bool context_alive(Context* ctx) { return ctx != nullptr && contexts().has(ctx); }
+
+Context* make_green_context(int dev, unsigned flags, GreenCtx* g) {
+  Context* c = make_context(dev, flags, false, g);
+  std::lock_guard<std::mutex> l(g->primary->mu);
+  g->primary->greens.push_back(c);
+  return c;
+}
+
+void destroy_green_context(Context* c) {
+  contexts().remove(c);
+  drop_from_stacks(c);
+  {
+    Context* p = c->green->primary;
+    std::lock_guard<std::mutex> l(p->mu);
+    auto& v = p->greens;
+    for (auto it = v.begin(); it != v.end(); ++it)
+      if (*it == c) {
+        v.erase(it);
+        break;
+      }
+  }
+  sync_context(c);
+  std::vector<StreamPtr> user, other;
+  {
+    std::lock_guard<std::mutex> l(c->mu);
+    user.swap(c->streams);
+    for (auto& [tid, s] : c->per_thread) other.push_back(s);
+    c->per_thread.clear();
+    other.push_back(c->legacy);
+    if (c->internal) other.push_back(c->internal);
+    c->waits.clear();
+  }
+  // The driver leaves the caller's streams alone: their handles now fail with
+  // CUDA_ERROR_CONTEXT_IS_DESTROYED. No memory is freed: it belongs to the primary context.
+  for (auto& s : user) stop_stream(s, true);
+  for (auto& s : other) stop_stream(s);
+}
 
 CUresult context_sticky(Context* ctx) { return static_cast<CUresult>(ctx->sticky.load()); }
 
@@ -278,7 +317,9 @@ DD_API cuCtxDestroy_v2(CUcontext ctx) {
   return guard([&] {
     if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
     auto* c = reinterpret_cast<Context*>(ctx);
-    if (c == nullptr || c->primary || !contexts().remove(c)) return CUDA_ERROR_INVALID_CONTEXT;
+    // Primary contexts are released, green contexts' contexts go with cuGreenCtxDestroy.
+    if (c == nullptr || c->primary || c->green != nullptr || !contexts().remove(c))
+      return CUDA_ERROR_INVALID_CONTEXT;
     drop_from_stacks(c);
     teardown(c);
     return CUDA_SUCCESS;
@@ -380,6 +421,7 @@ constexpr ErrorText kErrors[] = {
     DD_ERR(CUDA_ERROR_INVALID_DEVICE, "invalid device ordinal")
     DD_ERR(CUDA_ERROR_INVALID_IMAGE, "device kernel image is invalid")
     DD_ERR(CUDA_ERROR_INVALID_CONTEXT, "invalid device context")
+    DD_ERR(CUDA_ERROR_CONTEXT_IS_DESTROYED, "context is destroyed")
     DD_ERR(CUDA_ERROR_INVALID_HANDLE, "invalid resource handle")
     DD_ERR(CUDA_ERROR_NOT_FOUND, "named symbol not found")
     DD_ERR(CUDA_ERROR_NOT_READY, "device not ready")
@@ -392,6 +434,8 @@ constexpr ErrorText kErrors[] = {
     DD_ERR(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "operation not permitted when stream is capturing")
     DD_ERR(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, "operation failed due to a previous error during capture")
     DD_ERR(CUDA_ERROR_STREAM_CAPTURE_UNMATCHED, "capture was not initiated in this stream")
+    DD_ERR(CUDA_ERROR_INVALID_RESOURCE_TYPE, "invalid resource type")
+    DD_ERR(CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION, "invalid resource configuration")
     DD_ERR(CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD, "attempt to terminate a thread-local capture sequence from another thread")
     DD_ERR(CUDA_ERROR_UNKNOWN, "unknown error")
 };

@@ -1,8 +1,10 @@
 // Process-wide setup and the segment shared by every process using the double.
 //
 // The segment makes separate processes see one simulated GPU: memory usage is accounted there
-// (with per-pid slots, so a crashed process's memory is reclaimed) and each device's execution
-// engine is a robust process-shared mutex that kernels hold in time slices.
+// (with per-pid slots, so a crashed process's memory is reclaimed), and each device's SMs are
+// slots of kSlotSms SMs, each a robust process-shared mutex that kernels hold in time slices.
+// A kernel holds all the slots of its context (all of them, or a green context's partition), so
+// kernels on disjoint partitions run concurrently, in one process or in several.
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -21,7 +23,7 @@ namespace dd {
 namespace {
 
 constexpr uint64_t kMagic = 0x6770756f7353494dull;  // "gpuosSIM"
-constexpr uint32_t kLayoutVersion = 1;
+constexpr uint32_t kLayoutVersion = 2;  // 2: SM count and one engine per SM slot
 constexpr int kSlots = 256;
 
 struct PidSlot {
@@ -29,7 +31,7 @@ struct PidSlot {
   std::atomic<uint64_t> used[kMaxDevices];
 };
 
-struct Engine {
+struct Engine {  // one SM slot
   pthread_mutex_t mu;               // robust, process-shared: held while a kernel slice runs
   std::atomic<uint32_t> waiters;    // slices waiting for mu (a hint for fair hand-over)
   std::atomic<uint64_t> handovers;  // bumped by every acquisition
@@ -41,16 +43,19 @@ struct Segment {
   uint32_t size;
   pthread_mutex_t mu;  // robust, process-shared: guards accounting below
   int32_t devices;
+  int32_t sms;  // SMs per device, so all processes agree on the slots
   uint64_t total[kMaxDevices];
   uint64_t used[kMaxDevices];
   PidSlot slots[kSlots];
-  Engine engine[kMaxDevices];
+  Engine engine[kMaxDevices][kMaxSlots];
 };
 
 // Leaked on purpose (see internal.h).
 Config* g_config = nullptr;
 Segment* g_seg = nullptr;
 int g_slot = -1;
+int g_slot_width = kSlotSms;  // SMs per full SM slot
+int g_sm_slots = 1;           // SM slots per device
 std::atomic<bool> g_initialized{false};
 std::once_flag g_init_once;
 CUresult g_init_result = CUDA_ERROR_NOT_INITIALIZED;
@@ -135,7 +140,8 @@ Segment* open_segment(const std::string& name) {
       s->layout_version = kLayoutVersion;
       s->size = sizeof(Segment);
       init_robust_mutex(&s->mu);
-      for (auto& e : s->engine) init_robust_mutex(&e.mu);
+      for (auto& dev : s->engine)
+        for (auto& e : dev) init_robust_mutex(&e.mu);
       s->devices = 0;  // totals are set by the first registering process (see init_once)
       s->magic.store(kMagic, std::memory_order_release);
       return s;
@@ -174,6 +180,7 @@ CUresult do_init() {
   if (!any_alive) {
     // Nobody else uses the simulated GPU: (re)apply this process's settings and clear any drift.
     g_seg->devices = g_config->devices;
+    g_seg->sms = g_config->sms;
     for (int d = 0; d < kMaxDevices; ++d) {
       g_seg->total[d] = d < g_config->devices ? g_config->mem_bytes : 0;
       g_seg->used[d] = 0;
@@ -188,9 +195,15 @@ CUresult do_init() {
       break;
     }
   }
-  // Devices and memory size are those of the segment, so all processes agree.
+  // Devices, SMs and memory size are those of the segment, so all processes agree.
   g_config->devices = g_seg->devices;
+  if (g_seg->sms > 0) g_config->sms = g_seg->sms;
   pthread_mutex_unlock(&g_seg->mu);
+  // Slots of kSlotSms SMs, the last one possibly smaller (132 SMs: 16 of 8 and one of 4); a
+  // device of more than kMaxSlots * kSlotSms SMs gets wider slots (still a multiple of 8).
+  const int per = (g_config->sms + kMaxSlots - 1) / kMaxSlots;
+  g_slot_width = per <= kSlotSms ? kSlotSms : (per + kSlotSms - 1) / kSlotSms * kSlotSms;
+  g_sm_slots = (g_config->sms + g_slot_width - 1) / g_slot_width;
   return CUDA_SUCCESS;
 }
 
@@ -253,28 +266,59 @@ void sleep_ns(uint64_t ns) {
   }
 }
 
-void engine_run(int dev, uint64_t ns, const std::function<void()>& body) {
-  Engine& e = g_seg->engine[dev];
+int slot_width() { return g_slot_width; }
+
+uint64_t all_slots() { return g_sm_slots >= 64 ? ~0ull : (1ull << g_sm_slots) - 1; }
+
+unsigned sms_of(uint64_t slots) {
+  unsigned n = 0;
+  for (int i = 0; i < g_sm_slots; ++i) {
+    if ((slots >> i & 1) == 0) continue;
+    n += i + 1 < g_sm_slots ? g_slot_width : g_config->sms - (g_sm_slots - 1) * g_slot_width;
+  }
+  return n;
+}
+
+void engine_run(int dev, uint64_t slots, uint64_t ns, const std::function<void()>& body) {
+  slots &= all_slots();
+  if (slots == 0) slots = all_slots();
+  Engine* e = g_seg->engine[dev];
   uint64_t remaining = ns;
   bool body_done = false;
   do {
-    e.waiters.fetch_add(1);
-    lock_robust(&e.mu);
-    e.waiters.fetch_sub(1);
-    e.handovers.fetch_add(1);
+    // Increasing slot order: two kernels never wait for each other's slots in a cycle.
+    for (uint64_t m = slots; m != 0; m &= m - 1) {
+      Engine& x = e[__builtin_ctzll(m)];
+      x.waiters.fetch_add(1);
+      lock_robust(&x.mu);
+      x.waiters.fetch_sub(1);
+      x.handovers.fetch_add(1);
+    }
     uint64_t slice = remaining < g_config->timeslice_ns ? remaining : g_config->timeslice_ns;
     if (slice > 0) sleep_ns(slice);
     remaining -= slice;
     if (remaining == 0 && !body_done) {
-      body();  // the kernel's effect happens at its end, while it still owns the engine
+      body();  // the kernel's effect happens at its end, while it still owns its SMs
       body_done = true;
     }
-    pthread_mutex_unlock(&e.mu);
-    if (remaining > 0 && e.waiters.load() > 0) {
+    // Highest slot first: a waiter blocked on our lowest slot finds the others free when it wakes.
+    uint64_t contested = 0;
+    for (int i = 63; i >= 0; --i) {
+      if ((slots >> i & 1) == 0) continue;
+      pthread_mutex_unlock(&e[i].mu);
+      if (e[i].waiters.load() > 0) contested |= 1ull << i;
+    }
+    if (remaining > 0 && contested != 0) {
       // Mutexes are not fair: give a waiter (another process or stream) the next slice, as the
       // GPU's time-slice scheduler would, but never wait long for one that may have died.
-      uint64_t seen = e.handovers.load();
-      for (int i = 0; i < 40 && e.handovers.load() == seen; ++i) sleep_ns(50'000);
+      auto handovers = [&] {
+        uint64_t n = 0;
+        for (uint64_t m = contested; m != 0; m &= m - 1)
+          n += e[__builtin_ctzll(m)].handovers.load();
+        return n;
+      };
+      uint64_t seen = handovers();
+      for (int i = 0; i < 40 && handovers() == seen; ++i) sleep_ns(50'000);
     }
   } while (remaining > 0);
 }

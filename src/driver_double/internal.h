@@ -35,6 +35,11 @@ namespace dd {
 
 constexpr int kMaxDevices = 16;
 constexpr uint64_t kVmmGranularity = 2ull << 20;
+// SMs are modelled in slots of kSlotSms (the SM partition granularity of compute capability 9.0);
+// a 64-bit mask names a set of slots, so a device has at most kMaxSlots of them (device.cc makes
+// slots wider on devices of more than 512 SMs).
+constexpr int kSlotSms = 8;
+constexpr int kMaxSlots = 64;
 
 // Settings read once at cuInit from GPUOS_SIM_* (see docs/CONTRACTS.md).
 struct Config {
@@ -64,14 +69,20 @@ const Config& config();
 CUresult mem_reserve(int dev, uint64_t bytes);  // CUDA_ERROR_OUT_OF_MEMORY when full
 void mem_release(int dev, uint64_t bytes);
 void mem_info(int dev, uint64_t* used, uint64_t* total);  // reclaims dead processes first
-// Occupies device dev's execution engine for ns of simulated work, in time slices shared with
-// every other process and stream using the same segment.
-void engine_run(int dev, uint64_t ns, const std::function<void()>& body);
+// SM slots of every device (the same for all processes of a segment).
+int slot_width();                // SMs per full slot (kSlotSms unless the device is very large)
+uint64_t all_slots();            // mask of every slot
+unsigned sms_of(uint64_t slots); // SMs in a set of slots
+// Occupies the given SM slots of device dev for ns of simulated work, in time slices shared with
+// every other process and stream using the same segment: a kernel holds all its slots at once
+// (taken in increasing order), so kernels on disjoint slots run concurrently and kernels that
+// share a slot take turns.
+void engine_run(int dev, uint64_t slots, uint64_t ns, const std::function<void()>& body);
 void sleep_ns(uint64_t ns);
 int64_t now_ns();
 
 // ---- modules and kernels ----
-enum class KernelKind { kFixedWork, kFillU32 };
+enum class KernelKind { kFixedWork, kFillU32, kSmMask };
 struct Module;
 struct Function {
   KernelKind kind;
@@ -96,6 +107,7 @@ CUresult decode_launch(Function* fn, void** params, void** extra, KernelLaunch* 
 // ---- contexts and streams ----
 struct Context;
 struct Graph;
+struct GreenCtx;
 
 // A unit of queued work. device_work is skipped (but still completed) once the context has a
 // sticky error, as work on a faulted real context never runs.
@@ -105,7 +117,8 @@ struct Op {
 };
 
 struct Stream : std::enable_shared_from_this<Stream> {
-  enum class Kind { kUser, kLegacy, kPerThread };
+  // kInternal: the double's own helper stream (cuGreenCtxRecordEvent), never seen by the caller.
+  enum class Kind { kUser, kLegacy, kPerThread, kInternal };
   Context* ctx = nullptr;
   Kind kind = Kind::kUser;
   unsigned flags = 0;
@@ -117,6 +130,9 @@ struct Stream : std::enable_shared_from_this<Stream> {
   uint64_t submitted = 0;  // ops ever queued
   uint64_t completed = 0;  // ops finished, in order
   bool stopping = false;
+  // Its green context was destroyed: the handle stays known but every call on it fails with
+  // CUDA_ERROR_CONTEXT_IS_DESTROYED (cuGreenCtxDestroy does not destroy streams).
+  std::atomic<bool> ctx_destroyed{false};
 
   // Stream capture: while capturing, work is appended to capture_graph instead of queued.
   bool capturing = false;
@@ -124,7 +140,10 @@ struct Stream : std::enable_shared_from_this<Stream> {
   CUstreamCaptureMode capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
   Graph* capture_graph = nullptr;
 
-  bool blocking() const { return kind != Kind::kUser || (flags & CU_STREAM_NON_BLOCKING) == 0; }
+  bool blocking() const {
+    return kind == Kind::kLegacy || kind == Kind::kPerThread ||
+           (kind == Kind::kUser && (flags & CU_STREAM_NON_BLOCKING) == 0);
+  }
 };
 using StreamPtr = std::shared_ptr<Stream>;
 
@@ -134,28 +153,64 @@ struct Context {
   bool primary = false;
   int primary_refs = 0;  // primary contexts only
   std::atomic<int> sticky{CUDA_SUCCESS};
+  // Set on the CUcontext of a green context (cuCtxFromGreenCtx): its kernels occupy only the
+  // green context's SM slots. Never changes after creation.
+  GreenCtx* green = nullptr;
+  std::atomic<bool> has_waits{false};  // waits is not empty
 
   std::mutex mu;  // guards the members below
   StreamPtr legacy;
   std::vector<StreamPtr> streams;  // user streams
   std::unordered_map<std::thread::id, StreamPtr> per_thread;
+  StreamPtr internal;  // lazily created helper stream (Stream::Kind::kInternal)
+  // cuGreenCtxWaitEvent: work queued on any stream of this context waits for these first.
+  std::vector<std::pair<StreamPtr, uint64_t>> waits;
+  // A primary context: its live green contexts' contexts (cuCtxSynchronize waits for them too).
+  std::vector<Context*> greens;
 };
+
+// A green context (CUgreenCtx): a partition of a device's SM slots. Never freed, so a stale
+// handle stays safe to look up.
+struct GreenCtx {
+  int dev = 0;
+  uint64_t slots = 0;
+  unsigned long long id = 0;  // cuGreenCtxGetId
+  Context* ctx = nullptr;      // its CUcontext (cuCtxFromGreenCtx)
+  Context* primary = nullptr;  // the device's primary context, retained while this lives
+  std::atomic<bool> destroyed{false};
+};
+// CUDA_SUCCESS with *out, CUDA_ERROR_INVALID_CONTEXT for an unknown handle, or
+// CUDA_ERROR_CONTEXT_IS_DESTROYED for a destroyed one.
+CUresult lookup_green(CUgreenCtx h, GreenCtx** out);
+// The SM slots a kernel of ctx occupies: its green context's, or all of them.
+inline uint64_t context_slots(const Context* ctx) {
+  return ctx->green != nullptr ? ctx->green->slots : all_slots();
+}
 
 // Current-context checks shared by entry points: NOT_INITIALIZED, INVALID_CONTEXT, and (when
 // check_sticky) the context's sticky error.
 CUresult current_context(Context** out, bool check_sticky = true);
 bool context_alive(Context* ctx);
 CUresult context_sticky(Context* ctx);
+// Green contexts (context.cc): the CUcontext of a new green context on device dev (registered,
+// with its own legacy stream), and its teardown at cuGreenCtxDestroy.
+Context* make_green_context(int dev, unsigned flags, GreenCtx* g);
+void destroy_green_context(Context* c);
 
 StreamPtr new_stream(Context* ctx, Stream::Kind kind, unsigned flags, int priority);
-void stop_stream(const StreamPtr& s);  // worker drains the queue, then exits
+// The worker drains the queue, then exits. keep_handle: the handle stays known and fails with
+// CUDA_ERROR_CONTEXT_IS_DESTROYED (streams of a destroyed green context).
+void stop_stream(const StreamPtr& s, bool keep_handle = false);
+// A user stream of ctx (cuStreamCreate, cuGreenCtxStreamCreate).
+CUresult create_stream(Context* ctx, unsigned flags, int priority, CUstream* out);
 // Resolves a stream handle: 0 / CU_STREAM_LEGACY / CU_STREAM_PER_THREAD (0 means per-thread
-// when ptsz) or a live user stream. Fails with NOT_INITIALIZED/INVALID_CONTEXT/INVALID_HANDLE.
+// when ptsz) or a live user stream. Fails with NOT_INITIALIZED/INVALID_CONTEXT/INVALID_HANDLE,
+// or CONTEXT_IS_DESTROYED for a stream of a destroyed green context.
 CUresult resolve_stream(CUstream h, bool ptsz, StreamPtr* out);
 // Queues op on s after the implicit legacy-stream dependencies. Returns the op's sequence number.
 uint64_t enqueue(const StreamPtr& s, Op op);
 void wait_stream(const StreamPtr& s, uint64_t seq);  // until s->completed >= seq
-void sync_context(Context* ctx);                        // all streams of ctx idle
+void sync_context(Context* ctx);  // all streams of ctx (and of its green contexts) idle
 // Runs a kernel (on a worker thread): engine time, then the kernel's effect.
 void run_kernel(Context* ctx, const KernelLaunch& k);
 // Kernel launch after validation of everything but the stream.

@@ -1,5 +1,6 @@
 // Modules: any image loads; the only functions are the built-in fixed-work kernels shared with
-// the real GPU programs (docs/CONTRACTS.md, "Fixed-work kernels").
+// the real GPU programs, and gpuos_sm_mask, which only the double has (docs/CONTRACTS.md,
+// "Fixed-work kernels").
 #include <cstring>
 
 #include "driver_double/internal.h"
@@ -23,6 +24,7 @@ struct Builtin {
 constexpr Builtin kBuiltins[] = {
     {"gpuos_fixed_work", KernelKind::kFixedWork},
     {"gpuos_fill_u32", KernelKind::kFillU32},
+    {"gpuos_sm_mask", KernelKind::kSmMask},  // tests see which SM slots a kernel ran on
 };
 
 CUresult load_module(CUmodule* out) {
@@ -71,6 +73,7 @@ ParamLayout layout_of(KernelKind k) {
   switch (k) {
     case KernelKind::kFixedWork: return {2, {0, 8, 0}, {8, 8, 0}};  // (u64 iters, u64* done)
     case KernelKind::kFillU32: return {3, {0, 8, 16}, {8, 4, 8}};   // (u32* dst, u32 v, u64 n)
+    case KernelKind::kSmMask: return {2, {0, 8, 0}, {8, 8, 0}};     // (u64* out, u64 iters)
   }
   return {0, {}, {}};
 }

@@ -178,7 +178,24 @@
   X(cuIpcGetMemHandle, cuIpcGetMemHandle, 4010, 0)                                \
   X(cuIpcOpenMemHandle, cuIpcOpenMemHandle, 4010, 0)                              \
   X(cuIpcOpenMemHandle, cuIpcOpenMemHandle_v2, 11000, 0)                          \
-  X(cuIpcCloseMemHandle, cuIpcCloseMemHandle, 4010, 0)
+  X(cuIpcCloseMemHandle, cuIpcCloseMemHandle, 4010, 0)                          \
+  X(cuStreamGetCtx, cuStreamGetCtx, 9020, 0)                                      \
+  X(cuStreamGetCtx, cuStreamGetCtx_ptsz, 9020, 1)                                 \
+  X(cuStreamGetCtx, cuStreamGetCtx_v2, 12050, 0)                                  \
+  X(cuStreamGetCtx, cuStreamGetCtx_v2_ptsz, 12050, 1)                             \
+  X(cuDeviceGetDevResource, cuDeviceGetDevResource, 12040, 0)                     \
+  X(cuCtxGetDevResource, cuCtxGetDevResource, 12040, 0)                           \
+  X(cuGreenCtxGetDevResource, cuGreenCtxGetDevResource, 12040, 0)                 \
+  X(cuDevSmResourceSplitByCount, cuDevSmResourceSplitByCount, 12040, 0)           \
+  X(cuDevResourceGenerateDesc, cuDevResourceGenerateDesc, 12040, 0)               \
+  X(cuGreenCtxCreate, cuGreenCtxCreate, 12040, 0)                                 \
+  X(cuGreenCtxDestroy, cuGreenCtxDestroy, 12040, 0)                               \
+  X(cuCtxFromGreenCtx, cuCtxFromGreenCtx, 12040, 0)                               \
+  X(cuGreenCtxRecordEvent, cuGreenCtxRecordEvent, 12040, 0)                       \
+  X(cuGreenCtxWaitEvent, cuGreenCtxWaitEvent, 12040, 0)                           \
+  X(cuStreamGetGreenCtx, cuStreamGetGreenCtx, 12040, 0)                           \
+  X(cuGreenCtxStreamCreate, cuGreenCtxStreamCreate, 12050, 0)                     \
+  X(cuGreenCtxGetId, cuGreenCtxGetId, 12090, 0)
 
 namespace dd {
 namespace {

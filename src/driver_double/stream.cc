@@ -5,9 +5,11 @@
 // synchronises with blocking streams the way the real one does: work queued on it first waits
 // for everything already queued on the context's blocking streams, and work queued on a blocking
 // stream first waits for what is already queued on the legacy stream. Kernels of all streams
-// then contend for the device's single execution engine (device.cc), i.e. kernels of one device
-// never overlap, even from different streams of one process (a simplification: a real GPU runs
-// kernels of several streams side by side when they fit).
+// then contend for the SM slots of the device (device.cc): a kernel of an ordinary context holds
+// all of them, so such kernels never overlap, even from different streams of one process (a
+// simplification: a real GPU runs kernels of several streams side by side when they fit); a
+// kernel of a green context holds only its partition's slots, so kernels of green contexts with
+// disjoint partitions run side by side.
 #include "driver_double/internal.h"
 
 namespace dd {
@@ -50,6 +52,11 @@ uint64_t pending_of(const StreamPtr& dep) {
   return dep->completed >= dep->submitted ? 0 : dep->submitted;
 }
 
+bool reached(const StreamPtr& s, uint64_t seq) {
+  std::lock_guard<std::mutex> l(s->mu);
+  return s->completed >= seq;
+}
+
 uint64_t submitted_of(const StreamPtr& s) {
   std::lock_guard<std::mutex> l(s->mu);
   return s->submitted;
@@ -75,8 +82,10 @@ StreamPtr new_stream(Context* ctx, Stream::Kind kind, unsigned flags, int priori
   return s;
 }
 
-void stop_stream(const StreamPtr& s) {
-  {
+void stop_stream(const StreamPtr& s, bool keep_handle) {
+  if (keep_handle) {
+    s->ctx_destroyed.store(true);
+  } else {
     std::lock_guard<std::mutex> l(streams_mu());
     streams().erase(s.get());
   }
@@ -105,6 +114,7 @@ CUresult resolve_stream(CUstream h, bool ptsz, StreamPtr* out) {
   std::lock_guard<std::mutex> l(streams_mu());
   auto it = streams().find(reinterpret_cast<Stream*>(h));
   if (it == streams().end()) return CUDA_ERROR_INVALID_HANDLE;
+  if (it->second->ctx_destroyed.load()) return CUDA_ERROR_CONTEXT_IS_DESTROYED;
   *out = it->second;
   return CUDA_SUCCESS;
 }
@@ -124,6 +134,20 @@ uint64_t enqueue(const StreamPtr& s, Op op) {
       legacy = c->legacy;
     }
     if (legacy && legacy != s) deps.emplace_back(legacy, pending_of(legacy));
+  }
+  if (c->has_waits.load() && s->kind != Stream::Kind::kInternal) {
+    // cuGreenCtxWaitEvent: all later work of the context waits; forget what has completed.
+    std::lock_guard<std::mutex> l(c->mu);
+    auto& w = c->waits;
+    for (auto it = w.begin(); it != w.end();) {
+      if (reached(it->first, it->second)) {
+        it = w.erase(it);
+      } else {
+        if (it->first != s) deps.push_back(*it);
+        ++it;
+      }
+    }
+    if (w.empty()) c->has_waits.store(false);
   }
   // Never hold two stream locks at once: queues are locked one at a time.
   std::lock_guard<std::mutex> l(s->mu);
@@ -145,12 +169,17 @@ void wait_stream(const StreamPtr& s, uint64_t seq) {
 
 void sync_context(Context* ctx) {
   std::vector<StreamPtr> all;
+  std::vector<Context*> greens;
   {
     std::lock_guard<std::mutex> l(ctx->mu);
     all = ctx->streams;
     for (auto& [tid, s] : ctx->per_thread) all.push_back(s);
     if (ctx->legacy) all.push_back(ctx->legacy);
+    if (ctx->internal) all.push_back(ctx->internal);
+    greens = ctx->greens;
   }
+  // A primary context's synchronisation includes its green contexts (cuCtxSynchronize).
+  for (Context* g : greens) sync_context(g);
   for (auto& s : all) wait_stream(s, submitted_of(s));
 }
 
@@ -168,16 +197,29 @@ void run_kernel(Context* ctx, const KernelLaunch& k) {
   if (k.fault) return fault();
   const uint64_t blocks = uint64_t{k.grid[0]} * k.grid[1] * k.grid[2];
   const uint64_t threads = uint64_t{k.block[0]} * k.block[1] * k.block[2];
+  // The kernel runs on its context's SMs (a green context's partition, or the whole device), and
+  // its blocks fill only those: fewer SMs, more waves.
+  const uint64_t sm_slots = context_slots(ctx);
+  auto duration_ns = [&](uint64_t iters) {
+    const uint64_t per_sm = threads >= 2048 ? 1 : 2048 / threads;
+    const uint64_t resident = uint64_t{sms_of(sm_slots)} * per_sm;
+    const uint64_t waves = (blocks + resident - 1) / resident;
+    return static_cast<uint64_t>(double(iters) * config().ns_per_iter * double(waves));
+  };
   switch (k.fn->kind) {
     case KernelKind::kFixedWork: {
       auto* done = reinterpret_cast<unsigned long long*>(k.args[1]);
       if (done != nullptr && !valid_range(k.args[1], sizeof(*done))) return fault();
-      const uint64_t per_sm = threads >= 2048 ? 1 : 2048 / threads;
-      const uint64_t slots = uint64_t(config().sms) * per_sm;
-      const uint64_t waves = (blocks + slots - 1) / slots;
-      const double ns = double(k.args[0]) * config().ns_per_iter * double(waves);
-      engine_run(ctx->dev, static_cast<uint64_t>(ns), [&] {
+      engine_run(ctx->dev, sm_slots, duration_ns(k.args[0]), [&] {
         if (done != nullptr) __atomic_fetch_add(done, blocks, __ATOMIC_SEQ_CST);
+      });
+      break;
+    }
+    case KernelKind::kSmMask: {
+      auto* out = reinterpret_cast<unsigned long long*>(k.args[0]);
+      if (out != nullptr && !valid_range(k.args[0], sizeof(*out))) return fault();
+      engine_run(ctx->dev, sm_slots, duration_ns(k.args[1]), [&] {
+        if (out != nullptr) __atomic_store_n(out, sm_slots, __ATOMIC_SEQ_CST);
       });
       break;
     }
@@ -186,7 +228,7 @@ void run_kernel(Context* ctx, const KernelLaunch& k) {
       const auto value = static_cast<unsigned int>(k.args[1]);
       const uint64_t n = k.args[2];
       if (n > 0 && !valid_range(k.args[0], n * sizeof(unsigned int))) return fault();
-      engine_run(ctx->dev, 0, [&] {
+      engine_run(ctx->dev, sm_slots, 0, [&] {
         for (uint64_t i = 0; i < n; ++i) dst[i] = value ^ static_cast<unsigned int>(i);
       });
       break;
@@ -398,6 +440,7 @@ struct EventRecord {
 };
 struct Event {
   unsigned flags = 0;
+  int dev = 0;  // of the context it was created in (cuGreenCtxRecordEvent checks it)
   std::mutex mu;
   std::shared_ptr<EventRecord> rec;  // latest record, null if never recorded
 };
@@ -444,6 +487,107 @@ CUresult impl_cuStreamWaitEvent(CUstream h, CUevent ev, unsigned int flags, bool
   return CUDA_SUCCESS;
 }
 
+// ---- green contexts: events over a whole green context, the contexts of a stream ----
+// Every stream of c, and whether one of them is capturing (its capture is then invalidated, as
+// the driver does when a green context's event calls meet a capture).
+bool context_streams(Context* c, std::vector<StreamPtr>* all) {
+  {
+    std::lock_guard<std::mutex> l(c->mu);
+    *all = c->streams;
+    for (auto& [tid, s] : c->per_thread) all->push_back(s);
+    if (c->legacy) all->push_back(c->legacy);
+  }
+  bool capturing = false;
+  for (auto& s : *all) {
+    std::lock_guard<std::mutex> l(s->mu);
+    if (s->capturing) {
+      s->capture_invalidated = true;
+      capturing = true;
+    }
+  }
+  return capturing;
+}
+
+CUresult green_event(CUgreenCtx h, CUevent ev, GreenCtx** g, Event** e) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (CUresult r = lookup_green(h, g); r != CUDA_SUCCESS) return r;
+  *e = reinterpret_cast<Event*>(ev);
+  return events().has(*e) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+CUresult green_record_event(CUgreenCtx h, CUevent ev) {
+  GreenCtx* g = nullptr;
+  Event* e = nullptr;
+  if (CUresult r = green_event(h, ev, &g, &e); r != CUDA_SUCCESS) return r;
+  if (e->dev != g->dev) return CUDA_ERROR_INVALID_HANDLE;  // not of the same primary context
+  Context* c = g->ctx;
+  std::vector<StreamPtr> all;
+  if (context_streams(c, &all)) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  std::vector<std::pair<StreamPtr, uint64_t>> deps;
+  for (auto& s : all)
+    if (uint64_t seq = pending_of(s); seq != 0) deps.emplace_back(s, seq);
+  StreamPtr helper;
+  {
+    std::lock_guard<std::mutex> l(c->mu);
+    if (!c->internal) c->internal = new_stream(c, Stream::Kind::kInternal, 0, 0);
+    helper = c->internal;
+  }
+  // The record completes once everything the green context had queued at this call has, which
+  // one op on a helper stream expresses without delaying any of the context's own streams.
+  auto rec = std::make_shared<EventRecord>();
+  rec->stream = helper;
+  rec->seq = enqueue(helper, Op{[deps, rec] {
+                                  for (auto& [d, seq] : deps) wait_stream(d, seq);
+                                  rec->ts.store(now_ns());
+                                },
+                                false});
+  std::lock_guard<std::mutex> l(e->mu);
+  e->rec = rec;
+  return CUDA_SUCCESS;
+}
+
+CUresult green_wait_event(CUgreenCtx h, CUevent ev) {
+  GreenCtx* g = nullptr;
+  Event* e = nullptr;
+  if (CUresult r = green_event(h, ev, &g, &e); r != CUDA_SUCCESS) return r;
+  Context* c = g->ctx;
+  std::vector<StreamPtr> all;
+  if (context_streams(c, &all)) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  auto rec = latest(e);
+  if (!rec) return CUDA_SUCCESS;
+  std::lock_guard<std::mutex> l(c->mu);  // enqueue() turns this into waits on every stream
+  c->waits.emplace_back(rec->stream, rec->seq);
+  c->has_waits.store(true);
+  return CUDA_SUCCESS;
+}
+
+bool per_thread_handle(CUstream h, bool ptsz) {
+  return h == CU_STREAM_PER_THREAD || (h == nullptr && ptsz);
+}
+
+CUresult impl_cuStreamGetCtx(CUstream h, CUcontext* pctx, bool ptsz) {
+  StreamPtr s;
+  if (CUresult r = resolve_stream(h, ptsz, &s); r != CUDA_SUCCESS) return r;
+  if (pctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *pctx = reinterpret_cast<CUcontext>(s->ctx);  // a green stream: its green context's CUcontext
+  return CUDA_SUCCESS;
+}
+
+CUresult impl_cuStreamGetCtx_v2(CUstream h, CUcontext* pctx, CUgreenCtx* pgreen, bool ptsz) {
+  if (per_thread_handle(h, ptsz)) {  // not available while a green context is current
+    Context* c = nullptr;
+    if (CUresult r = current_context(&c, false); r != CUDA_SUCCESS) return r;
+    if (c->green != nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  }
+  StreamPtr s;
+  if (CUresult r = resolve_stream(h, ptsz, &s); r != CUDA_SUCCESS) return r;
+  if (pctx == nullptr || pgreen == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  GreenCtx* g = s->ctx->green;
+  *pctx = reinterpret_cast<CUcontext>(g != nullptr ? g->primary : s->ctx);
+  *pgreen = reinterpret_cast<CUgreenCtx>(g);
+  return CUDA_SUCCESS;
+}
+
 }  // namespace
 
 DD_PTSZ_PAIR(cuLaunchKernel,
@@ -469,10 +613,29 @@ DD_PTSZ_PAIR(cuStreamBeginCapture_v2, (CUstream h, CUstreamCaptureMode mode), h,
 DD_PTSZ_PAIR(cuStreamEndCapture, (CUstream h, CUgraph* graph), h, graph)
 DD_PTSZ_PAIR(cuEventRecord, (CUevent ev, CUstream h), ev, h)
 DD_PTSZ_PAIR(cuStreamWaitEvent, (CUstream h, CUevent ev, unsigned int flags), h, ev, flags)
+DD_PTSZ_PAIR(cuStreamGetCtx, (CUstream h, CUcontext* pctx), h, pctx)
+DD_PTSZ_PAIR(cuStreamGetCtx_v2, (CUstream h, CUcontext* pctx, CUgreenCtx* pGreenCtx), h, pctx,
+             pGreenCtx)
 
-static CUresult stream_create(CUstream* out, unsigned flags, int priority) {
-  Context* c = nullptr;
-  if (CUresult r = current_context(&c); r != CUDA_SUCCESS) return r;
+DD_API cuStreamGetGreenCtx(CUstream h, CUgreenCtx* phCtx) {
+  return guard([&] {
+    StreamPtr s;
+    if (CUresult r = resolve_stream(h, false, &s); r != CUDA_SUCCESS) return r;
+    if (phCtx == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    *phCtx = reinterpret_cast<CUgreenCtx>(s->ctx->green);  // null: not a green context's stream
+    return CUDA_SUCCESS;
+  });
+}
+
+DD_API cuGreenCtxRecordEvent(CUgreenCtx hCtx, CUevent hEvent) {
+  return guard([&] { return green_record_event(hCtx, hEvent); });
+}
+
+DD_API cuGreenCtxWaitEvent(CUgreenCtx hCtx, CUevent hEvent) {
+  return guard([&] { return green_wait_event(hCtx, hEvent); });
+}
+
+CUresult dd::create_stream(Context* c, unsigned flags, int priority, CUstream* out) {
   if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if ((flags & ~unsigned{CU_STREAM_NON_BLOCKING}) != 0) return CUDA_ERROR_INVALID_VALUE;
   priority = priority > 0 ? 0 : (priority < -5 ? -5 : priority);  // clamp like the driver
@@ -483,6 +646,12 @@ static CUresult stream_create(CUstream* out, unsigned flags, int priority) {
   }
   *out = reinterpret_cast<CUstream>(s.get());
   return CUDA_SUCCESS;
+}
+
+static CUresult stream_create(CUstream* out, unsigned flags, int priority) {
+  Context* c = nullptr;
+  if (CUresult r = current_context(&c); r != CUDA_SUCCESS) return r;
+  return create_stream(c, flags, priority, out);
 }
 
 DD_API cuStreamCreate(CUstream* stream, unsigned int flags) {
@@ -525,6 +694,7 @@ DD_API cuEventCreate(CUevent* ev, unsigned int flags) {
       return CUDA_ERROR_INVALID_VALUE;
     auto* e = new Event();
     e->flags = flags;
+    e->dev = c->dev;
     events().add(e);
     *ev = reinterpret_cast<CUevent>(e);
     return CUDA_SUCCESS;

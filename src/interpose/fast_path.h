@@ -7,6 +7,7 @@
 
 #include "interpose/activity.h"
 #include "interpose/runtime.h"
+#include "interpose/spatial.h"
 
 namespace gpuos::interpose {
 
@@ -86,7 +87,8 @@ inline CUresult governed_copy(Call&& call) {
 
 enum class LaunchKind { kKernel, kGraph };
 
-// Gates, forwards and counts one launch. `call` performs the real driver call.
+// Gates, places, forwards and counts one launch. `call(driver, stream)` performs the real driver
+// call on the stream it is given (the app's own, or the partition stream of spatial placement).
 template <typename Call>
 inline CUresult governed_launch(LaunchKind kind, CUstream stream, bool ptsz, Call&& call) {
   const GpuosDriverTable* d = real_driver();
@@ -94,7 +96,7 @@ inline CUresult governed_launch(LaunchKind kind, CUstream stream, bool ptsz, Cal
   gpuos_control_block* cb = control_block();
   if (GPUOS_UNLIKELY(cb == nullptr)) return CUDA_ERROR_NOT_PERMITTED;
   if (GPUOS_UNLIKELY(launch_is_captured(*d, stream, ptsz))) {
-    CUresult r = call(*d);
+    CUresult r = call(*d, stream);
     if (r == CUDA_SUCCESS) count(cb->captured_launches);
     return r;
   }
@@ -106,7 +108,14 @@ inline CUresult governed_launch(LaunchKind kind, CUstream stream, bool ptsz, Cal
   // Best-effort tenants get a bound on unfinished launches so that a closed gate drains fast.
   const uint32_t max_inflight = std::atomic_ref<uint32_t>(cb->max_inflight).load(std::memory_order_relaxed);
   if (GPUOS_UNLIKELY(max_inflight != 0)) inflight_before_submit(*d, cb, max_inflight);
-  CUresult r = call(*d);
+  // Spatial sharing: one relaxed load when the tenant is in no spatial domain.
+  Placement placed{stream, stream, nullptr, ptsz};
+  if (GPUOS_UNLIKELY(std::atomic_ref<uint32_t>(cb->space_enabled).load(std::memory_order_relaxed) != 0)) {
+    placed = place_launch(*d, cb, stream, ptsz);
+  }
+  CUresult r = call(*d, placed.target);
+  // Joined back before the activity monitor looks at the app stream, so its fences cover the launch.
+  if (GPUOS_UNLIKELY(placed.back != nullptr)) finish_placement(*d, placed, r == CUDA_SUCCESS);
   if (GPUOS_LIKELY(r == CUDA_SUCCESS)) {
     // seq_cst: pairs with the activity monitor (see note_submission).
     std::atomic_ref<uint64_t>(kind == LaunchKind::kKernel ? cb->launches : cb->graph_launches)

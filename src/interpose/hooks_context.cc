@@ -2,6 +2,7 @@
 // cuInit is where a tenant normally registers with gpuosd. Capture begin/end keep the hint that
 // lets the launch path tell recorded launches from submitted ones.
 #include "interpose/fast_path.h"
+#include "interpose/swap.h"
 
 namespace gi = gpuos::interpose;
 
@@ -16,6 +17,27 @@ CUresult governed(uint64_t gpuos_control_block::*counter, Call&& call) {
   if (cb == nullptr) return CUDA_ERROR_NOT_PERMITTED;
   CUresult r = call(*d);
   if (r == CUDA_SUCCESS && counter != nullptr) gi::count(cb->*counter);
+  return r;
+}
+
+// Creating a context takes device memory of its own (~0.5 GiB on an H200) outside any allocation
+// call: on a full GPU it fails with out-of-memory like an allocation, and like one it asks gpuosd
+// for room (a guaranteed tenant arriving beside a best-effort one that filled the GPU).
+constexpr uint64_t kContextRoomBytes = 1ull << 30;
+
+template <typename Call>
+CUresult governed_context(CUdevice dev, Call&& call) {
+  const GpuosDriverTable* d = gi::real_driver();
+  if (d == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+  gpuos_control_block* cb = gi::control_block();
+  if (cb == nullptr) return CUDA_ERROR_NOT_PERMITTED;
+  CUresult r = call(*d);
+  for (int tries = 0; r == CUDA_ERROR_OUT_OF_MEMORY && tries < 16 &&
+                      gi::wait_for_room(cb, kContextRoomBytes, static_cast<int>(dev));
+       ++tries) {
+    r = call(*d);
+  }
+  if (r == CUDA_SUCCESS) gi::count(cb->contexts_created);
   return r;
 }
 
@@ -58,23 +80,20 @@ CUresult cuInit(unsigned int flags) {
 }
 
 CUresult cuCtxCreate_v2(CUcontext* ctx, unsigned int flags, CUdevice dev) {
-  return governed(&gpuos_control_block::contexts_created, GPUOS_FORWARD(cuCtxCreate_v2, ctx, flags, dev));
+  return governed_context(dev, GPUOS_FORWARD(cuCtxCreate_v2, ctx, flags, dev));
 }
 
 CUresult cuCtxCreate_v3(CUcontext* ctx, CUexecAffinityParam* params, int numParams,
                         unsigned int flags, CUdevice dev) {
-  return governed(&gpuos_control_block::contexts_created,
-                  GPUOS_FORWARD(cuCtxCreate_v3, ctx, params, numParams, flags, dev));
+  return governed_context(dev, GPUOS_FORWARD(cuCtxCreate_v3, ctx, params, numParams, flags, dev));
 }
 
 CUresult cuCtxCreate_v4(CUcontext* ctx, CUctxCreateParams* params, unsigned int flags, CUdevice dev) {
-  return governed(&gpuos_control_block::contexts_created,
-                  GPUOS_FORWARD(cuCtxCreate_v4, ctx, params, flags, dev));
+  return governed_context(dev, GPUOS_FORWARD(cuCtxCreate_v4, ctx, params, flags, dev));
 }
 
 CUresult cuDevicePrimaryCtxRetain(CUcontext* ctx, CUdevice dev) {
-  return governed(&gpuos_control_block::contexts_created,
-                  GPUOS_FORWARD(cuDevicePrimaryCtxRetain, ctx, dev));
+  return governed_context(dev, GPUOS_FORWARD(cuDevicePrimaryCtxRetain, ctx, dev));
 }
 
 CUresult cuStreamCreate(CUstream* stream, unsigned int flags) {

@@ -154,6 +154,10 @@ gpuos_control_block* register_with_daemon(char* why, std::size_t why_len, int* s
   req.requested_mem_bytes = env_bytes("GPUOS_TENANT_MEM");
   req.requested_borrow_bytes = env_bytes("GPUOS_TENANT_MEM_BORROW");
   req.previous_tenant_id = previous_id;
+  if (const char* dom = std::getenv("GPUOS_SPACE_DOMAIN"); dom != nullptr) {
+    copy_name(req.space_domain, sizeof(req.space_domain), dom);
+  }
+  req.space_sms = static_cast<uint32_t>(env_long("GPUOS_TENANT_SMS", 0, 0, 1 << 20));
   int rc = send_message(sock, &req, sizeof(req));
   if (rc != 0) {
     std::snprintf(why, why_len, "sending REGISTER to %s: %s", path, std::strerror(-rc));

@@ -566,13 +566,13 @@ bool arena_free(const GpuosDriverTable& d, CUdeviceptr ptr, CUresult* result) {
   return true;
 }
 
-bool wait_for_room(gpuos_control_block* cb, uint64_t bytes) {
+bool wait_for_room(gpuos_control_block* cb, uint64_t bytes, int device) {
   if (cb == nullptr || daemon_socket() < 0 || ref(cb->daemon_alive).load() == 0) return false;
   const uint64_t t0 = monotonic_ns();
   ref(cb->mem_wanted_bytes).store(bytes);
-  CUdevice dev = 0;
+  CUdevice dev = device;
   const GpuosDriverTable* d = real_driver();
-  if (d == nullptr || d->cuCtxGetDevice == nullptr || d->cuCtxGetDevice(&dev) != CUDA_SUCCESS) dev = 0;
+  if (dev < 0 && (d == nullptr || d->cuCtxGetDevice == nullptr || d->cuCtxGetDevice(&dev) != CUDA_SUCCESS)) dev = 0;
   ref(cb->mem_wanted_device).store(static_cast<int32_t>(dev));
   const uint32_t seq = ref(cb->mem_request_seq).fetch_add(1, std::memory_order_seq_cst) + 1;
   notify_activity(cb);

@@ -36,10 +36,10 @@ CUresult arena_alloc(const GpuosDriverTable& d, gpuos_control_block* cb, CUdevic
 // Frees an arena allocation. Returns false (and does nothing) if ptr is not one; else *result.
 bool arena_free(const GpuosDriverTable& d, CUdeviceptr ptr, CUresult* result);
 
-// An allocation failed with CUDA_ERROR_OUT_OF_MEMORY: asks gpuosd to make room for `bytes` (by
-// swapping another tenant out) and waits for its answer. True: try again. False: no daemon, or it
-// cannot make room; the allocation fails.
-bool wait_for_room(gpuos_control_block* cb, uint64_t bytes);
+// An allocation failed with CUDA_ERROR_OUT_OF_MEMORY: asks gpuosd to make room for `bytes` on
+// `device` (-1: the current context's) by swapping another tenant out, and waits for its answer.
+// True: try again. False: no daemon, or it cannot make room; the allocation fails.
+bool wait_for_room(gpuos_control_block* cb, uint64_t bytes, int device = -1);
 
 // Before a gate is opened locally (gpuosd is gone): brings swapped-out memory back. True when the
 // tenant's memory is on the GPU (or it never swapped); false if that is not possible yet.

@@ -159,6 +159,137 @@ TEST_F(Cli, ConfigCheck) {
   EXPECT_EQ(missing.code, 1);
 }
 
+TEST_F(Cli, ConfigCheckShowsTheSpatialSection) {
+  Result r = run({GPUOS_CLI_BIN, "config", "check",
+                  write("s.toml", "[[spatial.domain]]\nname = \"dom\"\nusers = [\"alice\", 7]\ngpus = [1]\n")});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("[spatial]\nmps_control = \"nvidia-cuda-mps-control\"\nmps_dir = \"\"\n[[spatial.domain]]\n"
+                       "name = \"dom\"\nusers = [\"alice\", \"7\"]\ngpus = [1]\n"),
+            std::string::npos)
+      << r.out;
+  Result bad = run({GPUOS_CLI_BIN, "config", "check",
+                    write("d.toml", "[[spatial.domain]]\nname = \"x\"\n[[spatial.domain]]\nname = \"x\"\n")});
+  EXPECT_EQ(bad.code, 1);
+  EXPECT_NE(bad.err.find("d.toml:4: [spatial.domain] name: \"x\" names two domains"), std::string::npos) << bad.err;
+}
+
+TEST_F(Cli, RunSpaceNeedsAKnownDomain) {
+  std::string cfg = write("c.toml", "[[spatial.domain]]\nname = \"dom\"\n[[spatial.domain]]\nname = \"other\"\n");
+  Result r = run({GPUOS_CLI_BIN, "run", "--config", cfg, "--space", "nosuch", "--", "true"}, base_env());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("gpuos run: --space nosuch: no such trust domain in " + cfg + " (known: dom, other)"),
+            std::string::npos)
+      << r.err;
+  Result none = run({GPUOS_CLI_BIN, "run", "--config", write("e.toml", ""), "--space", "dom", "--", "true"},
+                    base_env());
+  EXPECT_EQ(none.code, 2);
+  EXPECT_NE(none.err.find("defines no [[spatial.domain]] (spatial sharing is off)"), std::string::npos) << none.err;
+
+  Result help = run({GPUOS_CLI_BIN, "run", "--help"});
+  EXPECT_EQ(help.code, 0);
+  EXPECT_NE(help.out.find("--space DOMAIN"), std::string::npos) << help.out;
+  EXPECT_NE(help.out.find("CUDA_MPS_PIPE_DIRECTORY"), std::string::npos) << help.out;
+}
+
+TEST_F(Cli, RunSpaceSetsTheMpsEnvironment) {
+  std::string cfg = write("c.toml", "[spatial]\nmps_dir = \"" + dir + "/mps\"\n[[spatial.domain]]\nname = \"dom\"\n");
+  std::vector<std::string> cmd = {GPUOS_CLI_BIN, "run", "--config", cfg, "--space", "dom", "--", "env"};
+  Result r = run(cmd, base_env());
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(has_line(r.out, "CUDA_MPS_PIPE_DIRECTORY=" + dir + "/mps/dom/pipe")) << r.out;
+  EXPECT_TRUE(has_line(r.out, "CUDA_MPS_LOG_DIRECTORY=" + dir + "/mps/dom/log")) << r.out;
+  EXPECT_TRUE(has_line(r.out, "GPUOS_SPACE_DOMAIN=dom")) << r.out;
+  EXPECT_TRUE(has_line(r.out, "GPUOS_TENANT_NAME=env")) << r.out;
+  // No gpuosd has set the domain up: said, but the program runs (time-shared).
+  EXPECT_NE(r.err.find("warning: trust domain dom has no MPS control daemon"), std::string::npos) << r.err;
+
+  std::filesystem::create_directories(dir + "/mps/dom");
+  write("mps/dom/status", "unavailable: mps_control \"x\" not found in PATH\n");
+  Result down = run(cmd, base_env());
+  EXPECT_EQ(down.code, 0) << down.err;
+  EXPECT_NE(down.err.find("warning: trust domain dom: unavailable: mps_control \"x\" not found in PATH; the program "
+                          "runs time-shared"),
+            std::string::npos)
+      << down.err;
+  write("mps/dom/status", "available\n");
+  Result up = run(cmd, base_env());
+  EXPECT_EQ(up.code, 0) << up.err;
+  EXPECT_EQ(up.err, "");
+
+  // Without mps_dir: next to the control socket this run talks to.
+  std::string cfg2 = write("c2.toml", "[[spatial.domain]]\nname = \"dom\"\n");
+  Result derived = run({GPUOS_CLI_BIN, "run", "--config", cfg2, "--socket", "/tmp/x/gpuosd.sock", "--space", "dom",
+                        "--", "env"},
+                       base_env());
+  ASSERT_EQ(derived.code, 0) << derived.err;
+  EXPECT_TRUE(has_line(derived.out, "CUDA_MPS_PIPE_DIRECTORY=/tmp/x/mps/dom/pipe")) << derived.out;
+  // Without --space nothing MPS-related is set.
+  Result plain = run({GPUOS_CLI_BIN, "run", "--config", cfg, "--", "env"}, base_env());
+  EXPECT_EQ(plain.out.find("GPUOS_SPACE_DOMAIN="), std::string::npos) << plain.out;
+}
+
+// gpuosd with a [[spatial.domain]] starts its control daemon (a fake one here), reports it in
+// <mps_dir>/<domain>/status, and tells it to quit on SIGTERM.
+TEST_F(Cli, DaemonSupervisesTheDomainsControlDaemon) {
+  std::string fake = write("fake-mps-control", R"SH(#!/bin/sh
+p="$CUDA_MPS_PIPE_DIRECTORY"
+alive() { [ -f "$p/pid" ] && kill -0 "$(cat "$p/pid")" 2>/dev/null && ! grep -q ') Z' "/proc/$(cat "$p/pid")/stat"; }
+if [ "$1" = "-d" ]; then
+  sleep 100000 </dev/null >/dev/null 2>&1 &
+  echo $! > "$p/pid"
+  : > "$p/control"
+  exit 0
+fi
+read -r cmd
+case "$cmd" in
+  get_server_list) alive ;;
+  quit) kill "$(cat "$p/pid")"; echo quit > "$p/quit"; exit 0 ;;
+esac
+)SH");
+  chmod(fake.c_str(), 0755);
+  std::string sock = dir + "/gpuosd.sock";
+  std::string cfg = write("d.toml", "[daemon]\nlog_level = \"warn\"\n[metrics]\nlisten = \"\"\n[spatial]\nmps_control = \"" +
+                                        fake + "\"\n[[spatial.domain]]\nname = \"dom\"\n");
+  pid_t d = fork();
+  if (d == 0) {
+    setenv("GPUOS_DRIVER_LIBRARY", "/nonexistent/libcuda.so.1", 1);
+    int null = open("/dev/null", O_WRONLY);
+    dup2(null, 2);
+    execl(GPUOSD_BIN, GPUOSD_BIN, "--socket", sock.c_str(), "--config", cfg.c_str(), nullptr);
+    _exit(99);
+  }
+  auto slurp = [](const std::string& p) {
+    std::ifstream in(p);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  std::string status = dir + "/mps/dom/status";  // mps_dir = <socket dir>/mps
+  bool up = false;
+  for (int i = 0; i < 1000 && !up; ++i) {
+    up = slurp(status) == "available\n";
+    if (!up) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(up) << slurp(status);
+  pid_t sleeper = static_cast<pid_t>(std::atol(slurp(dir + "/mps/dom/pipe/pid").c_str()));
+  EXPECT_GT(sleeper, 0);
+
+  Result r = run({GPUOS_CLI_BIN, "run", "--config", cfg, "--socket", sock, "--space", "dom", "--", "env"}, base_env());
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  EXPECT_TRUE(has_line(r.out, "CUDA_MPS_PIPE_DIRECTORY=" + dir + "/mps/dom/pipe")) << r.out;
+
+  kill(d, SIGTERM);
+  int st = 0;
+  ASSERT_EQ(waitpid(d, &st, 0), d);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << st;
+  EXPECT_EQ(slurp(dir + "/mps/dom/pipe/quit"), "quit\n");
+  EXPECT_EQ(slurp(status), "stopped\n");
+  if (sleeper > 0 && kill(sleeper, 0) == 0) {
+    std::string stat = slurp("/proc/" + std::to_string(sleeper) + "/stat");
+    EXPECT_NE(stat.find(") Z"), std::string::npos) << "the control daemon outlived gpuosd";
+    kill(sleeper, SIGKILL);
+  }
+}
+
 TEST_F(Cli, PsWithoutDaemonFailsClearly) {
   Result r = run({GPUOS_CLI_BIN, "ps", "--socket", dir + "/nobody.sock"}, base_env());
   EXPECT_EQ(r.code, 1);

@@ -90,6 +90,80 @@ swap_headroom = "512MiB"
   EXPECT_EQ(again.config->memory.swap_headroom_bytes, 512ull << 20);
 }
 
+TEST(Config, SpatialDefaultsOff) {
+  ConfigResult r = parse("");
+  ASSERT_TRUE(r) << r.error;
+  EXPECT_EQ(r.config->spatial.mps_control, "nvidia-cuda-mps-control");
+  EXPECT_EQ(r.config->spatial.mps_dir, "");
+  EXPECT_TRUE(r.config->spatial.domains.empty());
+  // The effective directory: <socket dir>/mps unless set.
+  EXPECT_EQ(effective_mps_dir(*r.config, "/run/gpuos/gpuosd.sock"), "/run/gpuos/mps");
+  EXPECT_EQ(effective_mps_dir(*r.config, "/run/user/1000/gpuos/gpuosd.sock"), "/run/user/1000/gpuos/mps");
+  EXPECT_NE(format_config(*r.config).find("[spatial]\nmps_control = \"nvidia-cuda-mps-control\"\nmps_dir = \"\"\n"),
+            std::string::npos)
+      << format_config(*r.config);
+}
+
+TEST(Config, SpatialDomains) {
+  ConfigResult r = parse(R"([spatial]
+mps_control = "/opt/nvidia/bin/nvidia-cuda-mps-control"
+mps_dir = "/run/gpuos-mps"
+
+[[spatial.domain]]
+name = "team-a"
+users = ["alice", 1001, "0042"]
+gpus = [0, 2]
+
+[[spatial.domain]]
+name = "B_2.x"
+)");
+  ASSERT_TRUE(r) << r.error;
+  const SpatialConfig& s = r.config->spatial;
+  EXPECT_EQ(s.mps_control, "/opt/nvidia/bin/nvidia-cuda-mps-control");
+  EXPECT_EQ(s.mps_dir, "/run/gpuos-mps");
+  EXPECT_EQ(effective_mps_dir(*r.config, "/run/gpuos/gpuosd.sock"), "/run/gpuos-mps");
+  ASSERT_EQ(s.domains.size(), 2u);
+  EXPECT_EQ(s.domains[0].name, "team-a");
+  EXPECT_EQ(s.domains[0].users, (std::vector<std::string>{"alice", "1001", "42"}));
+  EXPECT_EQ(s.domains[0].gpus, (std::vector<uint32_t>{0, 2}));
+  EXPECT_EQ(s.domains[1].name, "B_2.x");
+  EXPECT_TRUE(s.domains[1].users.empty());  // admins only
+  EXPECT_TRUE(s.domains[1].gpus.empty());   // every GPU
+  ASSERT_NE(s.find("B_2.x"), nullptr);
+  EXPECT_EQ(s.find("b_2.x"), nullptr);
+  // Round trip through the effective config.
+  std::string printed = format_config(*r.config);
+  ConfigResult again = parse(printed);
+  ASSERT_TRUE(again) << again.error << "\n" << printed;
+  ASSERT_EQ(again.config->spatial.domains.size(), 2u);
+  EXPECT_EQ(again.config->spatial.domains[0].users, s.domains[0].users);
+  EXPECT_EQ(again.config->spatial.domains[0].gpus, s.domains[0].gpus);
+  EXPECT_TRUE(again.config->spatial.domains[1].gpus.empty());
+  EXPECT_EQ(again.config->spatial.mps_dir, "/run/gpuos-mps");
+  EXPECT_EQ(format_config(*again.config), printed);
+  // Inline form, and [spatial] after its domains.
+  ConfigResult inl = parse("spatial.domain = [{ name = \"x\" }, { name = \"y\", gpus = [1] }]\n");
+  ASSERT_TRUE(inl) << inl.error;
+  EXPECT_EQ(inl.config->spatial.domains.size(), 2u);
+  ConfigResult later = parse("[[spatial.domain]]\nname = \"x\"\n[spatial]\nmps_control = \"mps\"\n");
+  ASSERT_TRUE(later) << later.error;
+  EXPECT_EQ(later.config->spatial.mps_control, "mps");
+}
+
+TEST(Config, DomainNames) {
+  EXPECT_TRUE(is_valid_domain_name("a"));
+  EXPECT_TRUE(is_valid_domain_name("A-z_0.9"));
+  EXPECT_TRUE(is_valid_domain_name(std::string(32, 'x')));
+  EXPECT_TRUE(is_valid_domain_name("..."));
+  EXPECT_FALSE(is_valid_domain_name(""));
+  EXPECT_FALSE(is_valid_domain_name(std::string(33, 'x')));
+  EXPECT_FALSE(is_valid_domain_name("."));
+  EXPECT_FALSE(is_valid_domain_name(".."));
+  EXPECT_FALSE(is_valid_domain_name("a/b"));
+  EXPECT_FALSE(is_valid_domain_name("a b"));
+  EXPECT_FALSE(is_valid_domain_name("\xc3\xa9"));
+}
+
 TEST(Config, SchedulerUpperBoundsAndPartialTable) {
   ConfigResult r = parse("[scheduler]\nbe_max_inflight = 1024\nbe_slice_ms = 1\n");
   ASSERT_TRUE(r) << r.error;
@@ -154,6 +228,39 @@ INSTANTIATE_TEST_SUITE_P(
                       Bad{"[memory]\nswap_headroom = \"\"\n", "[memory] swap_headroom: \"\" is not a size"},
                       Bad{"[memory]\nswap_quantum_ms = 3600001\n", "swap_quantum_ms: value 3600001 out of range 0..3600000"},
                       Bad{"[memory]\nswap = 1\n", "test.toml:2: [memory] swap: unknown key"},
+                      Bad{"[spatial]\nmps = 1\n", "test.toml:2: [spatial] mps: unknown key"},
+                      Bad{"[spatial]\nmps_control = 1\n", "test.toml:2: [spatial] mps_control: expected a string, got integer"},
+                      Bad{"[spatial]\nmps_control = \"\"\n", "[spatial] mps_control: empty"},
+                      Bad{"[spatial]\nmps_control = \"bin/mps\"\n",
+                          "[spatial] mps_control: must be a command name (looked up in PATH) or an absolute path"},
+                      Bad{"[spatial]\nmps_dir = \"run/mps\"\n", "test.toml:2: [spatial] mps_dir: must be an absolute path"},
+                      Bad{"[spatial]\nmps_dir = \"/0123456789/0123456789/0123456789/0123456789/0123456789\"\n",
+                          "[spatial] mps_dir: longer than 48 bytes"},
+                      Bad{"spatial = 3\n", "test.toml:1: spatial: expected a table, got integer"},
+                      Bad{"[spatial.domain]\nname = \"a\"\n",
+                          "[spatial] domain: expected an array of tables ([[spatial.domain]]), got table"},
+                      Bad{"[spatial]\ndomain = [1]\n", "test.toml:2: [spatial] domain: element 1: expected a table, got integer"},
+                      Bad{"[[spatial.domain]]\nusers = [\"a\"]\n",
+                          "test.toml:1: [spatial.domain] name: missing (every domain needs a name)"},
+                      Bad{"[[spatial.domain]]\nname = \"a\"\n\n[[spatial.domain]]\nname = \"a\"\n",
+                          "test.toml:5: [spatial.domain] name: \"a\" names two domains"},
+                      Bad{"[[spatial.domain]]\nname = \"a b\"\n", "test.toml:2: [spatial.domain] name: \"a b\" is not a domain name"},
+                      Bad{"[[spatial.domain]]\nname = \"..\"\n", "[spatial.domain] name: \"..\" is not a domain name"},
+                      Bad{"[[spatial.domain]]\nname = \"\"\n", "[spatial.domain] name: \"\" is not a domain name"},
+                      Bad{"[[spatial.domain]]\nname = \"abcdefghijabcdefghijabcdefghijabc\"\n", "is not a domain name: 1..32"},
+                      Bad{"[[spatial.domain]]\nname = 7\n", "[spatial.domain] name: expected a string, got integer"},
+                      Bad{"[[spatial.domain]]\nname = \"a\"\ncolor = \"red\"\n", "test.toml:3: [spatial.domain] color: unknown key"},
+                      Bad{"[[spatial.domain]]\nname = \"a\"\nusers = \"alice\"\n",
+                          "test.toml:3: [spatial.domain] users: expected an array, got string"},
+                      Bad{"[[spatial.domain]]\nname = \"a\"\nusers = [1.5]\n", "[spatial.domain] users: expected user names or uids, got float"},
+                      Bad{"[[spatial.domain]]\nname = \"a\"\nusers = [-1]\n", "[spatial.domain] users: uid -1 out of range"},
+                      Bad{"[[spatial.domain]]\nname = \"a\"\nusers = [\"99999999999\"]\n", "users: uid 99999999999 out of range"},
+                      Bad{"[[spatial.domain]]\nname = \"a\"\nusers = [\"al ice\"]\n", "users: \"al ice\" is not a user name or uid"},
+                      Bad{"[[spatial.domain]]\nname = \"a\"\ngpus = []\n", "[spatial.domain] gpus: empty (leave the key out for every GPU)"},
+                      Bad{"[[spatial.domain]]\nname = \"a\"\ngpus = [0, 0]\n", "[spatial.domain] gpus: GPU 0 listed twice"},
+                      Bad{"[[spatial.domain]]\nname = \"a\"\ngpus = [\"0\"]\n", "[spatial.domain] gpus: expected an integer, got string"},
+                      Bad{"[[spatial.domain]]\nname = \"a\"\ngpus = [1024]\n", "gpus: value 1024 out of range 0..1023"},
+                      Bad{"[[spatial.domain]]\nname = \"a\"\ngpus = 0\n", "[spatial.domain] gpus: expected an array, got integer"},
                       Bad{"[daemon\n", "test.toml:1: TOML syntax error"},
                       Bad{"[daemon]\nhistory = 1\nhistory = 2\n", "test.toml:3: TOML syntax error"},
                       Bad{"\xff\xfe garbage", "TOML syntax error"}));

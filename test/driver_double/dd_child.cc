@@ -1,5 +1,6 @@
 // Child process for the driver-double tests: things that need a fresh process (calls before
-// cuInit, fault injection read at cuInit) or a second process sharing the simulated GPU.
+// cuInit, fault injection read at cuInit) or a second process sharing the simulated GPU (memory,
+// IPC, SMs: whole-device kernels and green-context partitions).
 // Prints key=value lines; exits 0 unless setup failed.
 #include <unistd.h>
 
@@ -89,6 +90,32 @@ int main(int argc, char** argv) {
     CUresult s = CU(cuStreamSynchronize)(nullptr);
     auto ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0);
     std::printf("launch=%d sync=%d elapsed_ms=%.1f\n", l, s, ms.count());
+    return 0;
+  }
+  if (mode == "green" && argc == 5) {  // one fixed-work kernel on groups [first, first+n) of 8 SMs
+    CUdevResource all{}, groups[64] = {};
+    unsigned nb = 64;
+    CUdevResourceDesc desc = nullptr;
+    CUgreenCtx g = nullptr;
+    CUstream s = nullptr;
+    SETUP_OK(CU(cuDeviceGetDevResource)(0, &all, CU_DEV_RESOURCE_TYPE_SM));
+    SETUP_OK(CU(cuDevSmResourceSplitByCount)(groups, &nb, &all, nullptr, 0, 8));
+    const unsigned first = static_cast<unsigned>(std::stoul(argv[2]));
+    const unsigned n = static_cast<unsigned>(std::stoul(argv[3]));
+    if (first + n > nb) {
+      std::printf("setup_failed=groups\n");
+      return 2;
+    }
+    SETUP_OK(CU(cuDevResourceGenerateDesc)(&desc, groups + first, n));
+    SETUP_OK(CU(cuGreenCtxCreate)(&g, desc, 0, CU_GREEN_CTX_DEFAULT_STREAM));
+    SETUP_OK(CU(cuGreenCtxStreamCreate)(&s, g, CU_STREAM_NON_BLOCKING, 0));
+    auto t0 = std::chrono::steady_clock::now();  // the primary context stays current
+    CUresult l = launch_fixed(g_fixed, s, std::stoull(argv[4]) * kItersPerMs, g_done);
+    CUresult y = CU(cuStreamSynchronize)(s);
+    auto ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0);
+    std::printf("launch=%d sync=%d elapsed_ms=%.1f\n", l, y, ms.count());
+    CU(cuStreamDestroy_v2)(s);
+    CU(cuGreenCtxDestroy)(g);
     return 0;
   }
   if (mode == "fault") {  // run with GPUOS_SIM_FAULT_AFTER_LAUNCHES=2

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <mutex>
 #include <set>
 #include <string>
 #include <thread>
@@ -1159,6 +1160,495 @@ TEST(DriverDoubleChild, FaultInjectionIsSticky) {
   EXPECT_EQ(field(out, "alloc"), CUDA_ERROR_ILLEGAL_ADDRESS) << out;
   EXPECT_EQ(field(out, "ctxsync"), CUDA_ERROR_ILLEGAL_ADDRESS) << out;
   EXPECT_EQ(field(out, "done"), 1) << out;  // only the first kernel ran
+}
+
+// ---- green contexts: SM partitions ----
+
+// The device's SM resource split into its 16 groups of 8 SMs (132 SMs: 4 remain), plus helpers
+// for green contexts over some of them; everything made is destroyed at the end.
+class GreenContexts : public DriverDouble {
+ protected:
+  static constexpr unsigned long long kAllSlots = (1ull << 17) - 1;  // 16 slots of 8, one of 4
+
+  void SetUp() override {
+    DriverDouble::SetUp();
+    ASSERT_EQ(CU(cuModuleGetFunction)(&mask_fn_, mod_, "gpuos_sm_mask"), CUDA_SUCCESS);
+    ASSERT_EQ(CU(cuDeviceGetDevResource)(0, &device_, CU_DEV_RESOURCE_TYPE_SM), CUDA_SUCCESS);
+    nb_ = 16;
+    ASSERT_EQ(CU(cuDevSmResourceSplitByCount)(groups_, &nb_, &device_, &rest_, 0, 8),
+              CUDA_SUCCESS);
+    ASSERT_EQ(nb_, 16u);
+    ASSERT_EQ(drv().cuMemAlloc_v2(&out_, 8), CUDA_SUCCESS);  // memory of the primary context
+  }
+  void TearDown() override {
+    for (CUstream s : streams_) EXPECT_EQ(CU(cuStreamSynchronize)(s), CUDA_SUCCESS);
+    for (CUstream s : streams_) EXPECT_EQ(CU(cuStreamDestroy_v2)(s), CUDA_SUCCESS);
+    for (CUgreenCtx g : greens_) EXPECT_EQ(CU(cuGreenCtxDestroy)(g), CUDA_SUCCESS);
+    EXPECT_EQ(drv().cuMemFree_v2(out_), CUDA_SUCCESS);
+    DriverDouble::TearDown();
+  }
+  // A green context over groups [first, first + n) of the split (n == 0: the remaining 4 SMs).
+  CUgreenCtx green(unsigned first, unsigned n) {
+    CUdevResourceDesc desc = nullptr;
+    CUgreenCtx g = nullptr;
+    CUresult r = n == 0 ? CU(cuDevResourceGenerateDesc)(&desc, &rest_, 1)
+                        : CU(cuDevResourceGenerateDesc)(&desc, groups_ + first, n);
+    EXPECT_EQ(r, CUDA_SUCCESS);
+    EXPECT_EQ(CU(cuGreenCtxCreate)(&g, desc, 0, CU_GREEN_CTX_DEFAULT_STREAM), CUDA_SUCCESS);
+    greens_.push_back(g);
+    return g;
+  }
+  CUstream green_stream(CUgreenCtx g) {
+    CUstream s = nullptr;
+    EXPECT_EQ(CU(cuGreenCtxStreamCreate)(&s, g, CU_STREAM_NON_BLOCKING, 0), CUDA_SUCCESS);
+    streams_.push_back(s);
+    return s;
+  }
+  CUstream plain_stream() {
+    CUstream s = nullptr;
+    EXPECT_EQ(drv().cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    streams_.push_back(s);
+    return s;
+  }
+  CUresult launch_mask(CUstream s, unsigned long long iters = 0) {
+    auto* out = reinterpret_cast<unsigned long long*>(out_);
+    void* params[] = {&out, &iters};
+    return drv().cuLaunchKernel(mask_fn_, 4, 1, 1, 128, 1, 1, 0, s, params, nullptr);
+  }
+  // The SM slots a gpuos_sm_mask kernel on s ran on.
+  unsigned long long mask_on(CUstream s) {
+    EXPECT_EQ(CU(cuMemsetD8_v2)(out_, 0, 8), CUDA_SUCCESS);
+    EXPECT_EQ(launch_mask(s), CUDA_SUCCESS);
+    EXPECT_EQ(CU(cuStreamSynchronize)(s), CUDA_SUCCESS);
+    return read_mask();
+  }
+  unsigned long long read_mask() {
+    unsigned long long m = 0;
+    EXPECT_EQ(CU(cuMemcpyDtoH_v2)(&m, out_, sizeof m), CUDA_SUCCESS);
+    return m;
+  }
+
+  CUfunction mask_fn_ = nullptr;
+  CUdevResource device_{}, groups_[16] = {}, rest_{};
+  unsigned nb_ = 0;
+  CUdeviceptr out_ = 0;
+  std::vector<CUgreenCtx> greens_;
+  std::vector<CUstream> streams_;
+};
+
+TEST_F(GreenContexts, ResourcesSplitAndDescriptors) {
+  EXPECT_EQ(device_.type, CU_DEV_RESOURCE_TYPE_SM);
+  EXPECT_EQ(device_.sm.smCount, 132u);
+  EXPECT_EQ(device_.sm.minSmPartitionSize, 8u);
+  EXPECT_EQ(device_.sm.smCoscheduledAlignment, 8u);
+  for (const auto& g : groups_) EXPECT_EQ(g.sm.smCount, 8u);
+  EXPECT_EQ(rest_.type, CU_DEV_RESOURCE_TYPE_SM);
+  EXPECT_EQ(rest_.sm.smCount, 4u);
+
+  CUdevResource r{}, out[64] = {}, rem{};
+  EXPECT_EQ(CU(cuDeviceGetDevResource)(0, nullptr, CU_DEV_RESOURCE_TYPE_SM),
+            CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(CU(cuDeviceGetDevResource)(0, &r, static_cast<CUdevResourceType>(2)),
+            CUDA_ERROR_INVALID_RESOURCE_TYPE);
+  EXPECT_EQ(CU(cuDeviceGetDevResource)(0, &r, CU_DEV_RESOURCE_TYPE_INVALID),
+            CUDA_ERROR_INVALID_RESOURCE_TYPE);
+  EXPECT_EQ(CU(cuDeviceGetDevResource)(7, &r, CU_DEV_RESOURCE_TYPE_SM), CUDA_ERROR_INVALID_DEVICE);
+
+  // Query (result NULL), and minCount rounded up to a multiple of 8, at least 8.
+  auto split = [&](CUdevResource* res, unsigned* nb, const CUdevResource* in, CUdevResource* rm,
+                   unsigned flags, unsigned min) {
+    return CU(cuDevSmResourceSplitByCount)(res, nb, in, rm, flags, min);
+  };
+  struct Case {
+    unsigned min, groups, size;
+  };
+  for (Case c : {Case{0, 16, 8}, Case{1, 16, 8}, Case{8, 16, 8}, Case{9, 8, 16}, Case{17, 5, 24},
+                 Case{64, 2, 64}, Case{128, 1, 128}}) {
+    unsigned nb = 0;
+    ASSERT_EQ(split(nullptr, &nb, &device_, &rem, 0, c.min), CUDA_SUCCESS) << c.min;
+    EXPECT_EQ(nb, c.groups) << c.min;
+    EXPECT_EQ(rem.sm.smCount, 132 - c.groups * c.size) << c.min;
+    ASSERT_EQ(split(out, &nb, &device_, nullptr, 0, c.min), CUDA_SUCCESS) << c.min;
+    EXPECT_EQ(nb, c.groups);
+    EXPECT_EQ(out[0].sm.smCount, c.size) << c.min;
+    EXPECT_EQ(out[nb - 1].sm.smCount, c.size) << c.min;
+  }
+  // nbGroups: fewer than possible is fine (the rest remains); more are capped to what exists.
+  unsigned nb = 2;
+  ASSERT_EQ(split(out, &nb, &device_, &rem, 0, 8), CUDA_SUCCESS);
+  EXPECT_EQ(nb, 2u);
+  EXPECT_EQ(rem.sm.smCount, 116u);
+  nb = 64;
+  ASSERT_EQ(split(out, &nb, &device_, &rem, 0, 16), CUDA_SUCCESS);
+  EXPECT_EQ(nb, 8u);
+  EXPECT_EQ(rem.sm.smCount, 4u);
+  // Errors.
+  nb = 0;
+  EXPECT_EQ(split(out, &nb, &device_, &rem, 0, 8), CUDA_ERROR_INVALID_VALUE) << "no room";
+  EXPECT_EQ(split(out, nullptr, &device_, &rem, 0, 8), CUDA_ERROR_INVALID_VALUE);
+  nb = 4;
+  EXPECT_EQ(split(out, &nb, nullptr, &rem, 0, 8), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(split(out, &nb, &device_, &rem, 0, 133), CUDA_ERROR_INVALID_VALUE) << "> smCount";
+  EXPECT_EQ(split(out, &nb, &device_, &rem, 0, 129), CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION)
+      << "136 SMs needed, 128 in whole groups";
+  EXPECT_EQ(split(out, &nb, &device_, &rem, 0x4, 8), CUDA_ERROR_INVALID_VALUE) << "unknown flag";
+  EXPECT_EQ(split(out, &nb, &device_, &rem, CU_DEV_SM_RESOURCE_SPLIT_IGNORE_SM_COSCHEDULING, 8),
+            CUDA_SUCCESS);
+  CUdevResource bad = device_;
+  bad.type = CU_DEV_RESOURCE_TYPE_INVALID;
+  EXPECT_EQ(split(out, &nb, &bad, &rem, 0, 8), CUDA_ERROR_INVALID_RESOURCE_TYPE);
+  CUdevResource zeroed{};
+  zeroed.type = CU_DEV_RESOURCE_TYPE_SM;
+  zeroed.sm.smCount = 132;
+  EXPECT_EQ(split(out, &nb, &zeroed, &rem, 0, 8), CUDA_ERROR_INVALID_VALUE) << "not the driver's";
+  EXPECT_EQ(split(out, &nb, &groups_[0], &rem, 0, 8), CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION)
+      << "a split's output is split only through a green context";
+  EXPECT_EQ(split(out, &nb, &rest_, &rem, 0, 8), CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION);
+
+  // Descriptors: groups (and the remainder) of one split combine; two splits do not.
+  CUdevResourceDesc d = nullptr;
+  EXPECT_EQ(CU(cuDevResourceGenerateDesc)(&d, groups_, 4), CUDA_SUCCESS);
+  CUdevResource mix[3] = {groups_[0], groups_[1], rest_};
+  EXPECT_EQ(CU(cuDevResourceGenerateDesc)(&d, mix, 3), CUDA_SUCCESS);
+  nb = 16;
+  ASSERT_EQ(split(out, &nb, &device_, nullptr, 0, 8), CUDA_SUCCESS);  // a second split
+  CUdevResource two_splits[2] = {groups_[0], out[1]};
+  EXPECT_EQ(CU(cuDevResourceGenerateDesc)(&d, two_splits, 2),
+            CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION);
+  CUdevResource twice[2] = {groups_[3], groups_[3]};
+  EXPECT_EQ(CU(cuDevResourceGenerateDesc)(&d, twice, 2), CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION);
+  CUdevResource whole_and_group[2] = {device_, groups_[0]};
+  EXPECT_EQ(CU(cuDevResourceGenerateDesc)(&d, whole_and_group, 2),
+            CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION);
+  EXPECT_EQ(CU(cuDevResourceGenerateDesc)(&d, &device_, 1), CUDA_SUCCESS) << "the whole device";
+  EXPECT_EQ(CU(cuDevResourceGenerateDesc)(&d, &bad, 1), CUDA_ERROR_INVALID_RESOURCE_TYPE);
+  EXPECT_EQ(CU(cuDevResourceGenerateDesc)(&d, groups_, 0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(CU(cuDevResourceGenerateDesc)(nullptr, groups_, 1), CUDA_ERROR_INVALID_VALUE);
+  nb = 16;
+  ASSERT_EQ(split(out, &nb, &device_, &rem, 0, 64), CUDA_SUCCESS);
+  ASSERT_EQ(nb, 2u);
+  ASSERT_EQ(split(out, &nb, &out[0], &rem, 0, 8), CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION);
+
+  const char* name = nullptr;
+  EXPECT_EQ(CU(cuGetErrorName)(CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION, &name), CUDA_SUCCESS);
+  EXPECT_STREQ(name, "CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION");
+  EXPECT_EQ(CU(cuGetErrorName)(CUDA_ERROR_CONTEXT_IS_DESTROYED, &name), CUDA_SUCCESS);
+}
+
+TEST_F(GreenContexts, CreateStreamsQueriesAndDestroy) {
+  CUdevResourceDesc d4 = nullptr;
+  ASSERT_EQ(CU(cuDevResourceGenerateDesc)(&d4, groups_ + 4, 4), CUDA_SUCCESS);
+  CUgreenCtx g = nullptr, g0 = nullptr;
+  EXPECT_EQ(CU(cuGreenCtxCreate)(nullptr, d4, 0, 0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(CU(cuGreenCtxCreate)(&g, nullptr, 0, 0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(CU(cuGreenCtxCreate)(&g, d4, 5, 0), CUDA_ERROR_INVALID_DEVICE);
+  EXPECT_EQ(CU(cuGreenCtxCreate)(&g, d4, 0, 0x2), CUDA_ERROR_INVALID_VALUE);
+  ASSERT_EQ(CU(cuGreenCtxCreate)(&g, d4, 0, CU_GREEN_CTX_DEFAULT_STREAM), CUDA_SUCCESS);
+  ASSERT_EQ(CU(cuGreenCtxCreate)(&g0, d4, 0, 0), CUDA_SUCCESS);  // the same SMs, twice
+  EXPECT_NE(g, g0);
+
+  // Resources of the green context, its CUcontext and the primary context.
+  CUdevResource r{};
+  ASSERT_EQ(CU(cuGreenCtxGetDevResource)(g, &r, CU_DEV_RESOURCE_TYPE_SM), CUDA_SUCCESS);
+  EXPECT_EQ(r.sm.smCount, 32u);
+  EXPECT_EQ(CU(cuGreenCtxGetDevResource)(g, &r, static_cast<CUdevResourceType>(5)),
+            CUDA_ERROR_INVALID_RESOURCE_TYPE);
+  CUdevResource sub[8] = {};
+  unsigned nb = 8;
+  ASSERT_EQ(CU(cuDevSmResourceSplitByCount)(sub, &nb, &r, nullptr, 0, 16), CUDA_SUCCESS)
+      << "a green context's SMs split again";
+  EXPECT_EQ(nb, 2u);
+  CUcontext gc = nullptr, gc2 = nullptr;
+  EXPECT_EQ(CU(cuCtxFromGreenCtx)(nullptr, g), CUDA_ERROR_INVALID_VALUE);
+  ASSERT_EQ(CU(cuCtxFromGreenCtx)(&gc, g), CUDA_SUCCESS);
+  ASSERT_EQ(CU(cuCtxFromGreenCtx)(&gc2, g), CUDA_SUCCESS);
+  EXPECT_EQ(gc, gc2);
+  EXPECT_NE(gc, ctx_);
+  ASSERT_EQ(CU(cuCtxGetDevResource)(gc, &r, CU_DEV_RESOURCE_TYPE_SM), CUDA_SUCCESS);
+  EXPECT_EQ(r.sm.smCount, 32u);
+  ASSERT_EQ(CU(cuCtxGetDevResource)(ctx_, &r, CU_DEV_RESOURCE_TYPE_SM), CUDA_SUCCESS);
+  EXPECT_EQ(r.sm.smCount, 132u);
+  EXPECT_EQ(CU(cuCtxGetDevResource)(reinterpret_cast<CUcontext>(g), &r, CU_DEV_RESOURCE_TYPE_SM),
+            CUDA_ERROR_INVALID_CONTEXT)
+      << "a CUgreenCtx is not a CUcontext until converted";
+  EXPECT_EQ(CU(cuCtxDestroy_v2)(gc), CUDA_ERROR_INVALID_CONTEXT);
+  unsigned long long id = 0, id0 = 0;
+  ASSERT_EQ(CU(cuGreenCtxGetId)(g, &id), CUDA_SUCCESS);
+  ASSERT_EQ(CU(cuGreenCtxGetId)(g0, &id0), CUDA_SUCCESS);
+  EXPECT_NE(id, id0);
+
+  // Streams: CU_STREAM_NON_BLOCKING is required; the current context does not matter.
+  CUstream s = nullptr, plain = plain_stream();
+  EXPECT_EQ(CU(cuGreenCtxStreamCreate)(&s, g, 0, 0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(CU(cuGreenCtxStreamCreate)(&s, g, 0x4 | CU_STREAM_NON_BLOCKING, 0),
+            CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(CU(cuGreenCtxStreamCreate)(nullptr, g, CU_STREAM_NON_BLOCKING, 0),
+            CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(CU(cuGreenCtxStreamCreate)(&s, reinterpret_cast<CUgreenCtx>(ctx_),
+                                       CU_STREAM_NON_BLOCKING, 0),
+            CUDA_ERROR_INVALID_CONTEXT);
+  ASSERT_EQ(CU(cuGreenCtxStreamCreate)(&s, g, CU_STREAM_NON_BLOCKING, -9), CUDA_SUCCESS);
+  unsigned flags = 0;
+  int prio = 0;
+  EXPECT_EQ(CU(cuStreamGetFlags)(s, &flags), CUDA_SUCCESS);
+  EXPECT_EQ(flags, unsigned{CU_STREAM_NON_BLOCKING});
+  EXPECT_EQ(CU(cuStreamGetPriority)(s, &prio), CUDA_SUCCESS);
+  EXPECT_EQ(prio, -5) << "clamped";
+  CUgreenCtx sg = nullptr;
+  CUcontext sc = nullptr;
+  ASSERT_EQ(CU(cuStreamGetGreenCtx)(s, &sg), CUDA_SUCCESS);
+  EXPECT_EQ(sg, g);
+  ASSERT_EQ(CU(cuStreamGetGreenCtx)(plain, &sg), CUDA_SUCCESS);
+  EXPECT_EQ(sg, nullptr);
+  ASSERT_EQ(CU(cuStreamGetCtx)(s, &sc), CUDA_SUCCESS);
+  EXPECT_EQ(sc, gc) << "a green stream's context is the converted green context";
+  sg = nullptr;
+  ASSERT_EQ(CU(cuStreamGetCtx_v2)(s, &sc, &sg), CUDA_SUCCESS);
+  EXPECT_EQ(sc, ctx_) << "the primary context";
+  EXPECT_EQ(sg, g);
+  ASSERT_EQ(CU(cuStreamGetCtx_v2)(plain, &sc, &sg), CUDA_SUCCESS);
+  EXPECT_EQ(sc, ctx_);
+  EXPECT_EQ(sg, nullptr);
+  ASSERT_EQ(CU(cuStreamGetCtx_v2)(nullptr, &sc, &sg), CUDA_SUCCESS);  // current: the primary
+  EXPECT_EQ(sc, ctx_);
+  EXPECT_EQ(sg, nullptr);
+  // With the green context current, the legacy stream is the green context's.
+  ASSERT_EQ(CU(cuCtxPushCurrent_v2)(gc), CUDA_SUCCESS);
+  ASSERT_EQ(CU(cuStreamGetCtx_v2)(CU_STREAM_LEGACY, &sc, &sg), CUDA_SUCCESS);
+  EXPECT_EQ(sc, ctx_);
+  EXPECT_EQ(sg, g);
+  EXPECT_EQ(CU(cuStreamGetCtx_v2)(CU_STREAM_PER_THREAD, &sc, &sg), CUDA_ERROR_INVALID_HANDLE);
+  ASSERT_EQ(CU(cuGreenCtxGetId)(nullptr, &id0), CUDA_SUCCESS);
+  EXPECT_EQ(id0, id);
+  EXPECT_EQ(mask_on(nullptr), 0xf0ull) << "the green context's default stream";
+  ASSERT_EQ(CU(cuCtxPopCurrent_v2)(&sc), CUDA_SUCCESS);
+  EXPECT_EQ(sc, gc);
+
+  // Destroy: the streams stay, but every use says the context is gone.
+  ASSERT_EQ(launch_mask(s, 30 * kItersPerMs), CUDA_SUCCESS);
+  ASSERT_EQ(CU(cuGreenCtxDestroy)(g), CUDA_SUCCESS);  // waits for the kernel
+  EXPECT_EQ(read_mask(), 0xf0ull);
+  EXPECT_EQ(CU(cuStreamSynchronize)(s), CUDA_ERROR_CONTEXT_IS_DESTROYED);
+  EXPECT_EQ(launch_mask(s), CUDA_ERROR_CONTEXT_IS_DESTROYED);
+  EXPECT_EQ(CU(cuStreamDestroy_v2)(s), CUDA_ERROR_CONTEXT_IS_DESTROYED);
+  EXPECT_EQ(CU(cuGreenCtxDestroy)(g), CUDA_ERROR_CONTEXT_IS_DESTROYED);
+  EXPECT_EQ(CU(cuCtxFromGreenCtx)(&gc, g), CUDA_ERROR_CONTEXT_IS_DESTROYED);
+  EXPECT_EQ(CU(cuCtxSetCurrent)(gc2), CUDA_ERROR_INVALID_CONTEXT);
+  EXPECT_EQ(CU(cuGreenCtxDestroy)(reinterpret_cast<CUgreenCtx>(&flags)),
+            CUDA_ERROR_INVALID_CONTEXT);
+  ASSERT_EQ(CU(cuGreenCtxDestroy)(g0), CUDA_SUCCESS);
+  unsigned active = 0;
+  int on = 0;
+  ASSERT_EQ(CU(cuDevicePrimaryCtxGetState)(0, &active, &on), CUDA_SUCCESS);
+  EXPECT_EQ(on, 1) << "the primary context is still retained by this test";
+}
+
+TEST_F(GreenContexts, KernelsRunOnTheirSlotsOnly) {
+  CUgreenCtx a = green(0, 4), b = green(9, 1), rest = green(0, 0);
+  CUstream sa = green_stream(a), sb = green_stream(b), sr = green_stream(rest);
+  // The primary context stays current, as for a gpuos tenant; memory is the primary context's.
+  EXPECT_EQ(mask_on(sa), 0xfull);
+  EXPECT_EQ(mask_on(sb), 1ull << 9);
+  EXPECT_EQ(mask_on(sr), 1ull << 16) << "the 4 remaining SMs";
+  EXPECT_EQ(mask_on(nullptr), kAllSlots) << "an ordinary kernel occupies every SM";
+  EXPECT_EQ(mask_on(plain_stream()), kAllSlots);
+
+  // cuLaunchKernelEx and graphs launched on a green stream run there too.
+  ASSERT_EQ(CU(cuMemsetD8_v2)(out_, 0, 8), CUDA_SUCCESS);
+  auto* out = reinterpret_cast<unsigned long long*>(out_);
+  unsigned long long iters = 0;
+  void* params[] = {&out, &iters};
+  CUlaunchConfig cfg{};
+  cfg.gridDimX = cfg.gridDimY = cfg.gridDimZ = 1;
+  cfg.blockDimX = cfg.blockDimY = cfg.blockDimZ = 1;
+  cfg.hStream = sb;
+  ASSERT_EQ(CU(cuLaunchKernelEx)(&cfg, mask_fn_, params, nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(CU(cuStreamSynchronize)(sb), CUDA_SUCCESS);
+  EXPECT_EQ(read_mask(), 1ull << 9);
+  CUstream cap = plain_stream();
+  ASSERT_EQ(drv().cuStreamBeginCapture_v2(cap, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+  ASSERT_EQ(launch_mask(cap), CUDA_SUCCESS);
+  CUgraph graph = nullptr;
+  CUgraphExec exec = nullptr;
+  ASSERT_EQ(drv().cuStreamEndCapture(cap, &graph), CUDA_SUCCESS);
+  ASSERT_EQ(CU(cuGraphInstantiateWithFlags)(&exec, graph, 0), CUDA_SUCCESS);
+  ASSERT_EQ(CU(cuMemsetD8_v2)(out_, 0, 8), CUDA_SUCCESS);
+  ASSERT_EQ(drv().cuGraphLaunch(exec, sa), CUDA_SUCCESS);
+  ASSERT_EQ(CU(cuStreamSynchronize)(sa), CUDA_SUCCESS);
+  EXPECT_EQ(read_mask(), 0xfull) << "the graph ran on the green stream's SMs";
+  ASSERT_EQ(drv().cuGraphLaunch(exec, nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(CU(cuStreamSynchronize)(nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(read_mask(), kAllSlots);
+  EXPECT_EQ(CU(cuGraphExecDestroy)(exec), CUDA_SUCCESS);
+  EXPECT_EQ(CU(cuGraphDestroy)(graph), CUDA_SUCCESS);
+
+  // With the converted green context current, its default and new streams are green as well.
+  CUcontext bc = nullptr, popped = nullptr;
+  ASSERT_EQ(CU(cuCtxFromGreenCtx)(&bc, b), CUDA_SUCCESS);
+  ASSERT_EQ(CU(cuCtxPushCurrent_v2)(bc), CUDA_SUCCESS);
+  EXPECT_EQ(mask_on(nullptr), 1ull << 9);
+  CUstream in_b = nullptr;
+  ASSERT_EQ(drv().cuStreamCreate(&in_b, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  EXPECT_EQ(mask_on(in_b), 1ull << 9);
+  EXPECT_EQ(mask_on(sa), 0xfull) << "a stream keeps its own context";
+  ASSERT_EQ(CU(cuStreamDestroy_v2)(in_b), CUDA_SUCCESS);
+  ASSERT_EQ(CU(cuCtxPopCurrent_v2)(&popped), CUDA_SUCCESS);
+}
+
+TEST_F(GreenContexts, FewerSmsTakeMoreWaves) {
+  // 256 blocks of 1024 threads: one wave on 132 SMs (264 resident blocks), two on 64 SMs.
+  CUstream g64 = green_stream(green(0, 8)), plain = plain_stream();
+  CUevent e0 = nullptr, e1 = nullptr;
+  ASSERT_EQ(CU(cuEventCreate)(&e0, 0), CUDA_SUCCESS);
+  ASSERT_EQ(CU(cuEventCreate)(&e1, 0), CUDA_SUCCESS);
+  auto run = [&](CUstream s) {
+    float ms = -1;
+    EXPECT_EQ(CU(cuEventRecord)(e0, s), CUDA_SUCCESS);
+    EXPECT_EQ(launch_fixed(fixed_, s, 100 * kItersPerMs, done_, 256, 1024), CUDA_SUCCESS);
+    EXPECT_EQ(CU(cuEventRecord)(e1, s), CUDA_SUCCESS);
+    EXPECT_EQ(CU(cuEventSynchronize)(e1), CUDA_SUCCESS);
+    EXPECT_EQ(CU(cuEventElapsedTime_v2)(&ms, e0, e1), CUDA_SUCCESS);
+    return ms;
+  };
+  const float on64 = run(g64), on132 = run(plain);
+  EXPECT_GE(on64, 195.0f);
+  EXPECT_GE(on132, 95.0f);
+  EXPECT_LT(on132, 190.0f);
+  EXPECT_EQ(done(), 512u);
+  for (CUevent e : {e0, e1}) EXPECT_EQ(CU(cuEventDestroy_v2)(e), CUDA_SUCCESS);
+}
+
+TEST_F(GreenContexts, DisjointPartitionsRunConcurrently) {
+  CUgreenCtx a = green(0, 8), b = green(8, 8);
+  CUstream sa = green_stream(a), sa2 = green_stream(a), sb = green_stream(b);
+  CUstream plain = plain_stream();
+  constexpr double kMs = 200;
+  auto together = [&](std::vector<CUstream> ss) {
+    auto t0 = Clock::now();
+    for (CUstream s : ss)
+      EXPECT_EQ(launch_fixed(fixed_, s, kMs * kItersPerMs, done_), CUDA_SUCCESS);
+    for (CUstream s : ss) EXPECT_EQ(CU(cuStreamSynchronize)(s), CUDA_SUCCESS);
+    return ms_since(t0);
+  };
+  const double one = together({sa});
+  EXPECT_GE(one, kMs - 5);
+  const double disjoint = together({sa, sb});
+  EXPECT_GE(disjoint, kMs - 5);
+  EXPECT_LT(disjoint, 1.6 * std::max(one, kMs)) << "kernels on disjoint SMs overlap";
+  const double same_partition = together({sa, sa2});
+  EXPECT_GE(same_partition, 2 * kMs - 10) << "kernels sharing SMs take turns";
+  const double with_whole_device = together({sb, plain});
+  EXPECT_GE(with_whole_device, 2 * kMs - 10) << "an ordinary kernel needs every SM";
+  EXPECT_EQ(done(), 7u);
+}
+
+// Names for cuLaunchHostFunc: the order in which stream work ran.
+std::mutex g_order_mu;
+std::string g_order;
+void note(void* c) {
+  std::lock_guard<std::mutex> l(g_order_mu);
+  g_order += static_cast<char>(reinterpret_cast<uintptr_t>(c));
+}
+CUresult host_note(CUstream s, char c) {
+  return CU(cuLaunchHostFunc)(s, note, reinterpret_cast<void*>(static_cast<uintptr_t>(c)));
+}
+
+TEST_F(GreenContexts, EventsJoinGreenAndOrdinaryStreams) {
+  CUgreenCtx g = green(0, 4);
+  CUstream gs = green_stream(g), plain = plain_stream(), plain2 = plain_stream();
+  CUevent e1 = nullptr, e2 = nullptr, e3 = nullptr;  // events of the primary context
+  for (CUevent* e : {&e1, &e2, &e3})
+    ASSERT_EQ(CU(cuEventCreate)(e, CU_EVENT_DISABLE_TIMING), CUDA_SUCCESS);
+  g_order.clear();
+  // ordinary -> green -> ordinary: each waits for the previous kernel only through the events.
+  ASSERT_EQ(launch_fixed(fixed_, plain, 80 * kItersPerMs, done_), CUDA_SUCCESS);
+  ASSERT_EQ(host_note(plain, 'A'), CUDA_SUCCESS);
+  ASSERT_EQ(CU(cuEventRecord)(e1, plain), CUDA_SUCCESS);
+  ASSERT_EQ(CU(cuStreamWaitEvent)(gs, e1, 0), CUDA_SUCCESS);
+  ASSERT_EQ(host_note(gs, 'B'), CUDA_SUCCESS);
+  ASSERT_EQ(launch_fixed(fixed_, gs, 80 * kItersPerMs, done_), CUDA_SUCCESS);
+  ASSERT_EQ(host_note(gs, 'C'), CUDA_SUCCESS);
+  ASSERT_EQ(CU(cuEventRecord)(e2, gs), CUDA_SUCCESS);
+  ASSERT_EQ(CU(cuStreamWaitEvent)(plain2, e2, 0), CUDA_SUCCESS);
+  ASSERT_EQ(host_note(plain2, 'D'), CUDA_SUCCESS);
+  ASSERT_EQ(CU(cuStreamSynchronize)(plain2), CUDA_SUCCESS);
+  EXPECT_EQ(g_order, "ABCD");
+
+  // cuGreenCtxRecordEvent: all the green context's work so far, whichever stream it is on.
+  g_order.clear();
+  ASSERT_EQ(launch_fixed(fixed_, gs, 80 * kItersPerMs, done_), CUDA_SUCCESS);
+  ASSERT_EQ(host_note(gs, 'E'), CUDA_SUCCESS);
+  ASSERT_EQ(CU(cuGreenCtxRecordEvent)(g, e3), CUDA_SUCCESS);
+  EXPECT_EQ(CU(cuEventQuery)(e3), CUDA_ERROR_NOT_READY);
+  ASSERT_EQ(CU(cuStreamWaitEvent)(plain, e3, 0), CUDA_SUCCESS);
+  ASSERT_EQ(host_note(plain, 'F'), CUDA_SUCCESS);
+  ASSERT_EQ(CU(cuStreamSynchronize)(plain), CUDA_SUCCESS);
+  EXPECT_EQ(g_order, "EF");
+
+  // cuGreenCtxWaitEvent: all later work of the green context waits, even on a newer stream.
+  g_order.clear();
+  ASSERT_EQ(launch_fixed(fixed_, plain, 80 * kItersPerMs, done_), CUDA_SUCCESS);
+  ASSERT_EQ(host_note(plain, 'G'), CUDA_SUCCESS);
+  ASSERT_EQ(CU(cuEventRecord)(e1, plain), CUDA_SUCCESS);
+  ASSERT_EQ(CU(cuGreenCtxWaitEvent)(g, e1), CUDA_SUCCESS);
+  CUstream later = green_stream(g);
+  ASSERT_EQ(host_note(later, 'H'), CUDA_SUCCESS);
+  ASSERT_EQ(CU(cuStreamSynchronize)(later), CUDA_SUCCESS);
+  EXPECT_EQ(g_order, "GH");
+
+  // Errors, and cuCtxSynchronize of the primary context covers its green contexts.
+  EXPECT_EQ(CU(cuGreenCtxRecordEvent)(g, reinterpret_cast<CUevent>(&g_order)),
+            CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(CU(cuGreenCtxWaitEvent)(reinterpret_cast<CUgreenCtx>(e1), e1),
+            CUDA_ERROR_INVALID_CONTEXT);
+  ASSERT_EQ(launch_fixed(fixed_, gs, 50 * kItersPerMs, done_), CUDA_SUCCESS);
+  ASSERT_EQ(CU(cuCtxSynchronize)(), CUDA_SUCCESS);
+  EXPECT_EQ(CU(cuStreamQuery)(gs), CUDA_SUCCESS);
+  for (CUevent e : {e1, e2, e3}) EXPECT_EQ(CU(cuEventDestroy_v2)(e), CUDA_SUCCESS);
+}
+
+TEST_F(GreenContexts, ProcAddressResolvesGreenContextCalls) {
+  auto get = [](const char* name, int version, cuuint64_t flags = 0) -> void* {
+    void* p = nullptr;
+    return drv().cuGetProcAddress_v2(name, &p, version, flags, nullptr) == CUDA_SUCCESS ? p
+                                                                                         : nullptr;
+  };
+  auto dl = [](const char* name) { return dlsym(drv().handle, name); };
+  for (const char* n :
+       {"cuDeviceGetDevResource", "cuCtxGetDevResource", "cuGreenCtxGetDevResource",
+        "cuDevSmResourceSplitByCount", "cuDevResourceGenerateDesc", "cuGreenCtxCreate",
+        "cuGreenCtxDestroy", "cuCtxFromGreenCtx", "cuGreenCtxRecordEvent", "cuGreenCtxWaitEvent",
+        "cuStreamGetGreenCtx", "cuGreenCtxStreamCreate", "cuGreenCtxGetId"}) {
+    ASSERT_NE(dl(n), nullptr) << n;
+    EXPECT_EQ(get(n, 13000), dl(n)) << n;
+  }
+  EXPECT_EQ(get("cuGreenCtxCreate", 12030), nullptr);
+  EXPECT_EQ(get("cuGreenCtxStreamCreate", 12040), nullptr);
+  EXPECT_EQ(get("cuStreamGetCtx", 12000), dl("cuStreamGetCtx"));
+  EXPECT_EQ(get("cuStreamGetCtx", 12050), dl("cuStreamGetCtx_v2"));
+  EXPECT_EQ(get("cuStreamGetCtx", 13000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM),
+            dl("cuStreamGetCtx_v2_ptsz"));
+  EXPECT_EQ(get("cuStreamGetCtx", 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM),
+            dl("cuStreamGetCtx_ptsz"));
+}
+
+TEST_F(GreenContexts, PartitionsAreSharedBetweenProcesses) {
+  // This process runs a long kernel on groups 0-7. A child's kernel on groups 8-15 runs beside
+  // it at full speed; one on groups 0-7 gets about half of those SMs.
+  CUstream sa = green_stream(green(0, 8));
+  auto t0 = Clock::now();
+  ASSERT_EQ(launch_fixed(fixed_, sa, 1500 * kItersPerMs, done_), CUDA_SUCCESS);
+  std::string beside = run_child({"green", "8", "8", "250"});
+  ASSERT_NE(beside.find("launch=0 sync=0"), std::string::npos) << beside;
+  std::string sharing = run_child({"green", "0", "8", "250"});
+  ASSERT_NE(sharing.find("launch=0 sync=0"), std::string::npos) << sharing;
+  EXPECT_LT(ms_since(t0), 1400.0) << "the children ran while this kernel was still running";
+  ASSERT_EQ(CU(cuStreamSynchronize)(sa), CUDA_SUCCESS);
+  const double mine = ms_since(t0);
+  EXPECT_GE(field(beside, "elapsed_ms"), 245.0) << beside;
+  EXPECT_LT(field(beside, "elapsed_ms"), 400.0) << beside;
+  EXPECT_GE(field(sharing, "elapsed_ms"), 375.0) << sharing;
+  EXPECT_GE(mine, 1700.0) << "the child on the same SMs delayed this kernel";
 }
 
 }  // namespace

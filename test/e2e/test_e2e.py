@@ -16,6 +16,7 @@ import time
 import unittest
 
 BUILD = None
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def bin_path(name):
@@ -488,6 +489,111 @@ class Swap(unittest.TestCase):
             a.kill()
             a.wait()
 
+
+
+class Spatial(unittest.TestCase):
+    """[spatial]: tenants of one trust domain share the (simulated) GPU in space.
+
+    gpuosd supervises the domain's MPS control daemon (a fake one here), gives each tenant SM groups
+    and the interposer places every launch on a green context of exactly those SMs. The double runs
+    kernels on disjoint partitions side by side and its gpuos_sm_mask kernel reports the SM slots it
+    occupied (16 groups of 8 on 132 SMs; the last group also takes slot 16, the remainder of 4).
+    """
+
+    ALL = (1 << 17) - 1           # every slot: an unconfined kernel
+    HP_GROUPS = (1 << 14) - 1     # the guaranteed tenant's default: all but 2 groups
+    BE_SLOTS = (1 << 14) | (1 << 15) | (1 << 16)  # groups 14, 15 (+ the remainder slot)
+
+    def setUp(self):
+        self.cfg_dir = tempfile.mkdtemp(prefix="gsp-")
+        self.cfg = os.path.join(self.cfg_dir, "gpuos.toml")
+        with open(self.cfg, "w") as f:
+            f.write('[spatial]\nmps_control = "%s"\nmps_dir = "%s"\n[[spatial.domain]]\nname = "serve"\n'
+                    % (os.path.join(HERE, "fake_mps_control.sh"), os.path.join(self.cfg_dir, "mps")))
+        self.d = Daemon(["--config", self.cfg])
+        self.d.env["GPUOS_CONFIG"] = self.cfg
+        status = os.path.join(self.cfg_dir, "mps", "serve", "status")
+        def available():
+            try:
+                with open(status) as f:
+                    return f.read().strip() == "available"
+            except OSError:
+                return False
+        wait_for(available, what="the domain's MPS control daemon")
+
+    def tearDown(self):
+        if os.environ.get("GPUOS_E2E_VERBOSE"):
+            print(self.d.log_text())
+        self.d.stop()
+        shutil.rmtree(self.cfg_dir, ignore_errors=True)
+
+    def probe(self, name, cls, ms, *extra):
+        return subprocess.Popen(
+            self.d.run_cmd(["--space", "serve", "--class", cls, "--name", name, "--",
+                            bin_path("gpuos-space-probe"), "--ms", str(ms)] + list(extra)),
+            env=self.d.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def result(self, p, timeout=60):
+        out, err = p.communicate(timeout=timeout)
+        self.assertEqual(p.returncode, 0, err + self.d.log_text())
+        return json.loads(out.strip().splitlines()[-1])
+
+    def test_partitions_confine_each_tenant_and_keep_stream_order(self):
+        be = self.probe("be", "best-effort", 4000)
+        wait_for(lambda: (self.d.tenant(be.pid) or {}).get("launches", 0) > 3, what="BE to run")
+        hp = self.probe("hp", "guaranteed", 1500)
+        rh, rb = self.result(hp), self.result(be)
+        for r in (rh, rb):
+            self.assertEqual(r["order_errors"], 0, r)
+            self.assertGreater(r["graph_launches"], 0, r)
+        # HP ran only on its groups, and on all of them (busy all along: nothing lent away).
+        self.assertEqual(rh["union"], self.HP_GROUPS, rh)
+        # BE ran alone (everything) before HP came and after it left, and on its own groups beside HP.
+        self.assertIn(self.ALL, rb["masks"], rb)
+        self.assertIn(self.BE_SLOTS, rb["masks"], rb)
+        for m in rb["masks"]:
+            self.assertTrue(m == self.ALL or m & self.HP_GROUPS == 0 or m == (1 << 16) | 0xFFFF, rb)
+        th = wait_for(lambda: (lambda t: t if t and t["state"] == "exited" else None)(self.d.tenant(hp.pid)),
+                      what="hp exited")
+        self.assertEqual(th["space_domain"], "serve")
+        self.assertGreater(th["space_launches"], 0)
+        self.assertEqual(th["space_failures"], 0)
+        self.assertEqual(th["launches"] + th["graph_launches"], rh["launches"] + rh["graph_launches"])
+
+    def test_an_idle_guaranteed_tenant_lends_its_groups_and_takes_them_back(self):
+        go = os.path.join(self.cfg_dir, "go")
+        be = self.probe("be", "best-effort", 6000)
+        hp = self.probe("hp", "guaranteed", 800, "--wait-file", go)  # registered, then idle
+        wait_for(lambda: (self.d.tenant(hp.pid) or {}).get("space_mask") == self.HP_GROUPS, what="HP's groups")
+        # While HP has no work, BE may use every group (lent), confined to green contexts.
+        wait_for(lambda: (self.d.tenant(be.pid) or {}).get("space_mask") == 0xFFFF, what="groups lent to BE")
+        self.assertEqual(self.d.tenant(hp.pid)["space_sms"], 112)
+        open(go, "w").close()
+        wait_for(lambda: (self.d.tenant(be.pid) or {}).get("space_mask") == 0xC000, timeout=5,
+                 what="HP's groups taken back from BE")
+        self.assertEqual(self.d.tenant(be.pid)["space_sms"], 20)
+        self.result(hp)
+        self.result(be)
+
+    def test_a_guaranteed_tenant_gets_the_sms_it_asks_for(self):
+        go = os.path.join(self.cfg_dir, "go")
+        be = self.probe("be", "best-effort", 4000)
+        hp = subprocess.Popen(
+            self.d.run_cmd(["--space", "serve", "--sms", "60", "--class", "guaranteed", "--name", "hp", "--",
+                            bin_path("gpuos-space-probe"), "--ms", "800", "--wait-file", go]),
+            env=self.d.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        wait_for(lambda: (self.d.tenant(hp.pid) or {}).get("space_mask") == 0xFF, what="8 groups for 60 SMs")
+        self.assertEqual(self.d.tenant(hp.pid)["space_sms"], 64)
+        open(go, "w").close()
+        rh = self.result(hp)
+        self.assertEqual(rh["union"], 0xFF, rh)  # ran on exactly its 8 groups
+        self.result(be)
+
+    def test_a_domain_the_config_does_not_name_is_refused_by_the_cli(self):
+        r = subprocess.run(self.d.run_cmd(["--space", "nosuch", "--", "true"]), env=self.d.env,
+                           capture_output=True, text=True, timeout=20)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("nosuch", r.stderr)
 
 def main():
     global BUILD

@@ -17,10 +17,15 @@ constexpr uint32_t C = GPUOS_GATE_CLOSED;
 constexpr uint64_t kMs = 1000000;
 
 PriorityTenant G(uint32_t id, int32_t prio, bool busy = false, bool waiting = false) {
-  return PriorityTenant{id, GPUOS_CLASS_GUARANTEED, prio, 100, busy, waiting, false};
+  return PriorityTenant{id, GPUOS_CLASS_GUARANTEED, prio, 100, busy, waiting, false, ""};
 }
 PriorityTenant B(uint32_t id, uint32_t weight, bool busy = false, bool waiting = false) {
-  return PriorityTenant{id, GPUOS_CLASS_BEST_EFFORT, 0, weight, busy, waiting, false};
+  return PriorityTenant{id, GPUOS_CLASS_BEST_EFFORT, 0, weight, busy, waiting, false, ""};
+}
+// The same tenant in spatial domain `d`.
+PriorityTenant in(const char* d, PriorityTenant t) {
+  t.domain = d;
+  return t;
 }
 PriorityTenant pinned(PriorityTenant t) {
   t.pinned = true;
@@ -54,6 +59,30 @@ TEST_P(OneDecision, Gates) {
   ASSERT_EQ(d.gates.size(), c.tenants.size());
   for (std::size_t i = 0; i < d.gates.size(); ++i) EXPECT_EQ(d.gates[i].id, c.tenants[i].id) << "input order";
   EXPECT_EQ(d.next_tick_ns != 0, c.timer);
+}
+
+// Mixed mode: tenants of one spatial domain share in space and never gate each other; a guaranteed
+// tenant still gates everything outside its domain in time.
+TEST(PriorityDomains, OneDomainSharesInSpaceOthersAreGatedInTime) {
+  PriorityState st;
+  auto d = gates_of(decide_priority({in("a", G(1, 0, true)), in("a", B(2, 100, true)), B(3, 100, true),
+                                     in("b", B(4, 100, true))},
+                                    params(), &st, 1000 * kMs));
+  EXPECT_EQ(d, (std::map<uint32_t, uint32_t>{{1, O}, {2, O}, {3, C}, {4, C}}));
+}
+
+TEST(PriorityDomains, GuaranteedOfOneDomainDoNotGateEachOther) {
+  PriorityState st;
+  auto d = gates_of(decide_priority({in("a", G(1, 5, true)), in("a", G(2, 0, true)), G(3, 0, true)}, params(), &st,
+                                    1000 * kMs));
+  EXPECT_EQ(d, (std::map<uint32_t, uint32_t>{{1, O}, {2, O}, {3, C}}));
+}
+
+TEST(PriorityDomains, DomainBestEffortTakesNoPartInTheRotation) {
+  PriorityState st;
+  auto d = decide_priority({in("a", B(1, 100, true)), B(2, 100, true)}, params(), &st, 1000 * kMs);
+  EXPECT_EQ(gates_of(d), (std::map<uint32_t, uint32_t>{{1, O}, {2, O}}));  // one runnable BE outside: no slices
+  EXPECT_EQ(d.next_tick_ns, 0u);
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -14,6 +14,11 @@ bool is_guaranteed(const PriorityTenant& t) { return t.tenant_class == GPUOS_CLA
 // the gate closed: then only its draining work counts).
 bool active(const PriorityTenant& t) { return t.busy || (t.waiting && !t.pinned); }
 
+// Tenants of one spatial domain share the GPU in space, not in time: they never gate each other.
+bool shares_in_space(const PriorityTenant& a, const PriorityTenant& b) {
+  return !a.domain.empty() && a.domain == b.domain;
+}
+
 }  // namespace
 
 uint64_t be_slice_ns(const PriorityParams& p, uint32_t weight) {
@@ -35,7 +40,7 @@ PriorityDecision decide_priority(const std::vector<PriorityTenant>& tenants, con
   // Runnable best-effort tenants, in id order (the round-robin order).
   std::vector<const PriorityTenant*> runnable;
   for (const PriorityTenant& t : tenants) {
-    if (!is_guaranteed(t) && !t.pinned && (t.busy || t.waiting)) runnable.push_back(&t);
+    if (!is_guaranteed(t) && t.domain.empty() && !t.pinned && (t.busy || t.waiting)) runnable.push_back(&t);
   }
   std::sort(runnable.begin(), runnable.end(), [](auto* a, auto* b) { return a->id < b->id; });
   auto is_runnable = [&](uint32_t id) {
@@ -100,11 +105,19 @@ PriorityDecision decide_priority(const std::vector<PriorityTenant>& tenants, con
   }
   st->guaranteed_active = g_active;
 
+  // Is a guaranteed tenant that t does not share the GPU in space with active (above `floor`)?
+  auto active_guaranteed_outside = [&](const PriorityTenant& t, int32_t floor) {
+    return std::any_of(tenants.begin(), tenants.end(), [&](const PriorityTenant& g) {
+      return is_guaranteed(g) && active(g) && g.priority > floor && &g != &t && !shares_in_space(g, t);
+    });
+  };
   d.gates.reserve(tenants.size());
   for (const PriorityTenant& t : tenants) {
     uint32_t gate = GPUOS_GATE_OPEN;
     if (is_guaranteed(t)) {
-      if (g_active && t.priority < top) gate = GPUOS_GATE_CLOSED;
+      if (g_active && t.priority < top && active_guaranteed_outside(t, t.priority)) gate = GPUOS_GATE_CLOSED;
+    } else if (!t.domain.empty()) {
+      if (g_active && active_guaranteed_outside(t, INT32_MIN)) gate = GPUOS_GATE_CLOSED;
     } else if (g_active || (st->owner != 0 && t.id != st->owner)) {
       gate = GPUOS_GATE_CLOSED;
     }
@@ -148,7 +161,8 @@ void PriorityPolicy::apply(daemon::GateControl& gates, uint64_t now, const char*
   std::vector<PriorityTenant> in;
   std::vector<uint32_t> current;
   gates.for_each_tenant([&](const daemon::TenantView& v) {
-    in.push_back(PriorityTenant{v.id, v.tenant_class, v.priority, v.weight, v.busy, v.waiting, v.pinned});
+    in.push_back(PriorityTenant{v.id, v.tenant_class, v.priority, v.weight, v.busy, v.waiting, v.pinned,
+                                std::string(v.space_domain)});
     current.push_back(v.gate);
   });
   const uint32_t old_owner = state_.owner;

@@ -24,6 +24,11 @@
 //    (busy and not waiting: its work is on the GPU) if there is one, so the GPU is not drained
 //    needlessly; otherwise the next in round-robin order.
 //
+//  - Spatial sharing (mixed mode): tenants of one spatial domain do not gate each other; they share
+//    the GPU in space (disjoint SM partitions, space_planner.h). A guaranteed tenant of domain D
+//    closes the gates of tenants outside D only, and best-effort tenants of a domain take no part
+//    in the best-effort rotation (they run confined to their partitions beside the others).
+//
 // Known limit: gating acts at launch time. A BE kernel already running on the GPU when a guaranteed
 // tenant becomes busy keeps the GPU until the hardware time-slices or the kernel ends; max_inflight
 // bounds how much BE work can be queued behind it.
@@ -32,6 +37,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "daemon/config.h"
@@ -54,6 +60,7 @@ struct PriorityTenant {
   bool busy = false;
   bool waiting = false;
   bool pinned = false;
+  std::string domain;  // spatial-sharing domain ("" = none)
 };
 
 // What the policy remembers between decisions.

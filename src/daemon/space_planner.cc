@@ -1,0 +1,129 @@
+#include "daemon/space_planner.h"
+
+#include <algorithm>
+
+namespace gpuos::daemon {
+namespace {
+
+bool on_gpu(const SpaceTenant& t, uint32_t gpu) { return t.gpus == 0 || (gpu < 32 && (t.gpus >> gpu & 1u)); }
+
+uint64_t range_mask(uint32_t first, uint32_t count) {
+  uint64_t m = 0;
+  for (uint32_t i = first; i < first + count && i < 64; ++i) m |= uint64_t{1} << i;
+  return m;
+}
+
+// Plans one domain on one GPU of `groups` groups.
+void plan_domain(uint32_t gpu, uint32_t groups, const std::vector<const SpaceTenant*>& members,
+                 const SpaceParams& params, std::map<uint32_t, SpaceMasks>* out) {
+  if (members.size() <= 1 || groups < 2) return;  // alone (or nothing to split): unconfined
+  std::vector<const SpaceTenant*> guaranteed, best_effort;
+  for (const SpaceTenant* t : members) {
+    (t->tenant_class == GPUOS_CLASS_GUARANTEED ? guaranteed : best_effort).push_back(t);
+  }
+  std::sort(guaranteed.begin(), guaranteed.end(), [](const SpaceTenant* a, const SpaceTenant* b) {
+    return a->priority != b->priority ? a->priority > b->priority : a->id < b->id;
+  });
+  std::sort(best_effort.begin(), best_effort.end(), [](auto* a, auto* b) { return a->id < b->id; });
+
+  const uint32_t reserve = best_effort.empty() ? 0 : std::clamp<uint32_t>(params.be_reserve_groups, 1, groups - 1);
+  const uint32_t for_guaranteed = groups - reserve;
+  uint32_t asked = 0, unsized = 0;
+  for (const SpaceTenant* t : guaranteed) {
+    if (t->want_sms == 0) {
+      ++unsized;
+    } else {
+      asked += (t->want_sms + params.group_sms - 1) / params.group_sms;
+    }
+  }
+  const uint32_t left_for_unsized = for_guaranteed > asked ? for_guaranteed - asked : 0;
+  uint32_t next = 0;
+  uint64_t lent = 0;
+  uint64_t last_mask = 0;
+  for (std::size_t i = 0; i < guaranteed.size(); ++i) {
+    const SpaceTenant* t = guaranteed[i];
+    uint32_t want = t->want_sms ? (t->want_sms + params.group_sms - 1) / params.group_sms
+                                : std::max<uint32_t>(1, left_for_unsized / std::max<uint32_t>(unsized, 1));
+    if (t->want_sms == 0 && unsized > 0 && i + 1 == guaranteed.size()) {
+      want = std::max<uint32_t>(want, for_guaranteed > next ? for_guaranteed - next : 0);  // the rest
+    }
+    const uint32_t avail = for_guaranteed > next ? for_guaranteed - next : 0;
+    uint64_t mask = 0;
+    if (avail == 0) {
+      mask = last_mask;  // none left: share the previous guaranteed tenant's groups
+    } else {
+      const uint32_t n = std::min(want, avail);
+      mask = range_mask(next, n);
+      next += n;
+    }
+    if (mask == 0) mask = range_mask(0, 1);
+    last_mask = mask;
+    (*out)[t->id][gpu] = mask;
+    if (!t->busy) lent |= mask;
+  }
+  if (guaranteed.empty()) next = 0;
+  // Best-effort: the groups no guaranteed tenant holds, by weight, plus everything lent.
+  const uint32_t be_first = next, be_groups = groups - next;
+  if (best_effort.empty()) return;
+  if (be_groups < best_effort.size()) {
+    const uint64_t shared = range_mask(be_first, be_groups) | lent;
+    for (const SpaceTenant* t : best_effort) (*out)[t->id][gpu] = shared ? shared : range_mask(groups - 1, 1);
+    return;
+  }
+  uint64_t total_weight = 0;
+  for (const SpaceTenant* t : best_effort) total_weight += std::max<uint32_t>(t->weight, 1);
+  uint32_t pos = be_first, given = 0;
+  uint64_t weight_so_far = 0;
+  for (std::size_t i = 0; i < best_effort.size(); ++i) {
+    weight_so_far += std::max<uint32_t>(best_effort[i]->weight, 1);
+    // Cumulative rounding keeps the total exact; every tenant keeps at least one group.
+    uint32_t upto = static_cast<uint32_t>(be_groups * weight_so_far / total_weight);
+    const uint32_t left_tenants = static_cast<uint32_t>(best_effort.size() - i - 1);
+    upto = std::clamp<uint32_t>(upto, given + 1, be_groups - left_tenants);
+    (*out)[best_effort[i]->id][gpu] = range_mask(pos, upto - given) | lent;
+    pos += upto - given;
+    given = upto;
+  }
+}
+
+}  // namespace
+
+uint32_t space_groups(const SpaceGpu& gpu, uint32_t group_sms) {
+  if (!gpu.group_sizes.empty()) return std::min<uint32_t>(static_cast<uint32_t>(gpu.group_sizes.size()), 64);
+  if (group_sms == 0) return 0;
+  return std::min<uint32_t>(gpu.sm_count / group_sms, 64);
+}
+
+uint32_t space_mask_sms(uint64_t mask, const SpaceGpu& gpu, uint32_t group_sms) {
+  const uint32_t groups = space_groups(gpu, group_sms);
+  uint32_t sms = 0;
+  for (uint32_t i = 0; i < groups; ++i) {
+    if ((mask >> i & 1u) == 0) continue;
+    if (!gpu.group_sizes.empty()) {
+      sms += gpu.group_sizes[i];
+    } else {
+      sms += i + 1 == groups ? gpu.sm_count - group_sms * (groups - 1) : group_sms;
+    }
+  }
+  return sms;
+}
+
+std::map<uint32_t, SpaceMasks> plan_space(const std::vector<SpaceGpu>& gpus,
+                                          const std::vector<SpaceTenant>& tenants, const SpaceParams& params) {
+  std::map<uint32_t, SpaceMasks> out;
+  for (const SpaceTenant& t : tenants) out[t.id].fill(0);
+  if (params.group_sms == 0) return out;
+  for (const SpaceGpu& g : gpus) {
+    if (g.index >= GPUOS_MAX_DEVICES) continue;
+    std::map<std::string, std::vector<const SpaceTenant*>> domains;
+    for (const SpaceTenant& t : tenants) {
+      if (!t.domain.empty() && on_gpu(t, g.index)) domains[t.domain].push_back(&t);
+    }
+    for (const auto& [name, members] : domains) {
+      plan_domain(g.index, space_groups(g, params.group_sms), members, params, &out);
+    }
+  }
+  return out;
+}
+
+}  // namespace gpuos::daemon

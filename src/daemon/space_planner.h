@@ -1,0 +1,71 @@
+// The spatial-sharing policy: which SMs each tenant of a spatial domain may use, per GPU. A pure
+// function of the tenants' classes, requests and busy words; the core applies its answer (control
+// block space_mask) and the interposer places every launch on a green context of exactly those SMs.
+//
+// A GPU's SMs are split into groups of group_sms (8 on Hopper), as the driver's
+// cuDevSmResourceSplitByCount makes them (the last group taking the remainder); a partition is a
+// set of groups, a bit mask (bit i = group i).
+// Rules, per GPU and per domain (tenants of different domains never share in space: they are
+// time-shared by the scheduling policy, as separate MPS servers or contexts):
+//  - Alone on the GPU (the only tenant of its domain there): unconfined (mask 0, no placement).
+//  - Guaranteed tenants, by priority (then id), get their own groups from group 0 upward: as many
+//    as they asked for (space_sms, rounded up to whole groups), by default all but
+//    be_reserve_groups when best-effort tenants share the GPU, split evenly among the guaranteed
+//    tenants that asked for no size. At least be_reserve_groups stay for the best-effort tenants;
+//    guaranteed tenants that find no group left share the groups of the last one served.
+//  - A guaranteed tenant keeps its groups while idle (its next kernel starts there at once, before
+//    gpuosd hears of it); meanwhile they are lent to the best-effort tenants, which lose them as
+//    soon as it is busy again (at their next kernel boundary).
+//  - Best-effort tenants split the groups no guaranteed tenant holds, by weight (at least one group
+//    each while there are enough; with more tenants than groups they all share all of them), plus
+//    every lent group (shared by all of them).
+// A tenant is on a GPU when it holds memory there, or when it holds no memory anywhere yet.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "gpuos/abi.h"
+
+namespace gpuos::daemon {
+
+struct SpaceTenant {
+  uint32_t id = 0;
+  std::string domain;  // "" = not in a spatial domain (never confined)
+  uint32_t tenant_class = GPUOS_CLASS_BEST_EFFORT;
+  int32_t priority = 0;
+  uint32_t weight = 100;
+  uint32_t want_sms = 0;  // guaranteed: SMs asked for (0 = default)
+  bool busy = false;
+  uint32_t gpus = 0;      // bit g: holds memory on GPU g (0: none anywhere yet: on every GPU)
+};
+
+struct SpaceGpu {
+  uint32_t index = 0;
+  uint32_t sm_count = 0;
+  // SMs of each group as the driver splits the device (the last group takes the remainder); empty:
+  // sm_count / group_sms groups. The H200's driver makes 15 groups of 8 and a remainder of 12 of
+  // its 132 SMs, not 16 and 4, so the daemon asks the driver.
+  std::vector<uint32_t> group_sizes;
+};
+
+struct SpaceParams {
+  uint32_t group_sms = 8;
+  uint32_t be_reserve_groups = 2;  // groups kept for best-effort tenants when there are any
+};
+
+using SpaceMasks = std::array<uint64_t, GPUOS_MAX_DEVICES>;
+
+// Number of partition groups of a GPU (at most 64: one mask word).
+uint32_t space_groups(const SpaceGpu& gpu, uint32_t group_sms);
+// SMs of `mask` on that GPU (the last group takes the remainder).
+uint32_t space_mask_sms(uint64_t mask, const SpaceGpu& gpu, uint32_t group_sms);
+
+// Masks per tenant id, for every tenant of `tenants` (all zero for those not in a domain).
+std::map<uint32_t, SpaceMasks> plan_space(const std::vector<SpaceGpu>& gpus,
+                                          const std::vector<SpaceTenant>& tenants, const SpaceParams& params);
+
+}  // namespace gpuos::daemon

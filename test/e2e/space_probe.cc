@@ -1,0 +1,132 @@
+// e2e probe for spatial sharing on the driver test double: a tenant that keeps launching for
+// --ms milliseconds and reports where its kernels ran and whether stream order held.
+//
+// Each round, on each of three streams (the legacy default stream, a created blocking stream and a
+// created non-blocking one) and through cuLaunchKernel, cuLaunchKernelEx and a graph:
+//   gpuos_sm_mask  -> the SM slots the kernel occupied (the double's built-in),
+//   gpuos_fill_u32 -> dst[i] = round ^ i,
+//   cuMemcpyDtoHAsync of dst on the same stream, then cuStreamSynchronize, and the copy is checked:
+// placement moves kernels to other streams, so a copy that overtook its fill would see the previous
+// round's values. Prints one JSON line: {"rounds", "launches", "graph_launches", "order_errors",
+// "masks": [distinct slot masks seen], "union"}.
+//
+// usage: gpuos-space-probe --ms N [--wait-file PATH]   (PATH must exist before it starts timing)
+#include <unistd.h>
+
+#include <chrono>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "probe_util.h"
+
+namespace {
+
+long arg_long(int argc, char** argv, const char* name, long fallback) {
+  for (int i = 1; i + 1 < argc; ++i)
+    if (std::strcmp(argv[i], name) == 0) return std::atol(argv[i + 1]);
+  return fallback;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const long ms = arg_long(argc, argv, "--ms", 500);
+  const char* wait_file = nullptr;
+  for (int i = 1; i + 1 < argc; ++i)
+    if (std::strcmp(argv[i], "--wait-file") == 0) wait_file = argv[i + 1];
+
+  CHECK_CU(cuInit(0));
+  CUdevice dev;
+  CHECK_CU(cuDeviceGet(&dev, 0));
+  CUcontext ctx;
+  CHECK_CU(cuDevicePrimaryCtxRetain(&ctx, dev));
+  CHECK_CU(cuCtxSetCurrent(ctx));
+  CUmodule mod;
+  static const char kImage[] = "gpuos-space-probe";  // the double accepts any image
+  CHECK_CU(cuModuleLoadData(&mod, kImage));
+  CUfunction sm_mask, fill;
+  CHECK_CU(cuModuleGetFunction(&sm_mask, mod, "gpuos_sm_mask"));
+  CHECK_CU(cuModuleGetFunction(&fill, mod, "gpuos_fill_u32"));
+
+  CUstream blocking, nonblocking;
+  CHECK_CU(cuStreamCreate(&blocking, CU_STREAM_DEFAULT));
+  CHECK_CU(cuStreamCreate(&nonblocking, CU_STREAM_NON_BLOCKING));
+  const CUstream streams[] = {nullptr, blocking, nonblocking};
+  constexpr unsigned kWords = 4096;
+  CUdeviceptr dst, mask_out;
+  CHECK_CU(cuMemAlloc_v2(&dst, kWords * sizeof(unsigned)));
+  CHECK_CU(cuMemAlloc_v2(&mask_out, sizeof(unsigned long long)));
+  std::vector<unsigned> host(kWords);
+
+  // A graph of one sm_mask kernel, captured on the non-blocking stream.
+  unsigned long long iters = 20000;  // ~20 us of simulated work per wave
+  void* mask_params[] = {&mask_out, &iters};
+  CUgraph graph;
+  CUgraphExec exec;
+  CHECK_CU(cuStreamBeginCapture_v2(nonblocking, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  CHECK_CU(cuLaunchKernel(sm_mask, 256, 1, 1, 1024, 1, 1, 0, nonblocking, mask_params, nullptr));
+  CHECK_CU(cuStreamEndCapture(nonblocking, &graph));
+  CHECK_CU(cuGraphInstantiateWithFlags(&exec, graph, 0));
+
+  if (wait_file != nullptr) {
+    std::fprintf(stderr, "ready\n");
+    while (access(wait_file, F_OK) != 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  std::set<unsigned long long> masks;
+  long rounds = 0, launches = 0, graph_launches = 0, order_errors = 0;
+  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+  do {
+    for (int s = 0; s < 3; ++s) {
+      const CUstream st = streams[s];
+      const int path = static_cast<int>(rounds % 3);
+      if (path == 0) {
+        CHECK_CU(cuLaunchKernel(sm_mask, 256, 1, 1, 1024, 1, 1, 0, st, mask_params, nullptr));
+        ++launches;
+      } else if (path == 1) {
+        CUlaunchConfig cfg{};
+        cfg.gridDimX = 256, cfg.gridDimY = 1, cfg.gridDimZ = 1;
+        cfg.blockDimX = 1024, cfg.blockDimY = 1, cfg.blockDimZ = 1;
+        cfg.hStream = st;
+        CHECK_CU(cuLaunchKernelEx(&cfg, sm_mask, mask_params, nullptr));
+        ++launches;
+      } else {
+        CHECK_CU(cuGraphLaunch(exec, st));
+        ++graph_launches;
+      }
+      unsigned long long m = 0;
+      CHECK_CU(cuMemcpyDtoHAsync_v2(&m, mask_out, sizeof(m), st));
+      unsigned value = static_cast<unsigned>(rounds * 3 + s + 1);
+      unsigned long long n = kWords;
+      void* fill_params[] = {&dst, &value, &n};
+      CHECK_CU(cuLaunchKernel(fill, 4, 1, 1, 128, 1, 1, 0, st, fill_params, nullptr));
+      ++launches;
+      CHECK_CU(cuMemcpyDtoHAsync_v2(host.data(), dst, kWords * sizeof(unsigned), st));
+      CHECK_CU(cuStreamSynchronize(st));
+      masks.insert(m);
+      for (unsigned i = 0; i < kWords; ++i) {
+        if (host[i] != (value ^ i)) {
+          ++order_errors;
+          break;
+        }
+      }
+    }
+    ++rounds;
+  } while (std::chrono::steady_clock::now() < end);
+  CHECK_CU(cuCtxSynchronize());
+
+  unsigned long long all = 0;
+  std::printf("{\"rounds\": %ld, \"launches\": %ld, \"graph_launches\": %ld, \"order_errors\": %ld, \"masks\": [",
+              rounds, launches, graph_launches, order_errors);
+  bool first = true;
+  for (unsigned long long m : masks) {
+    std::printf("%s%llu", first ? "" : ", ", m);
+    first = false;
+    all |= m;
+  }
+  std::printf("], \"union\": %llu}\n", all);
+  return order_errors == 0 && probe::g_failures == 0 ? 0 : 1;
+}
