@@ -145,8 +145,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
   CoreOptions o;
   o.max_tenants = 1 + (setup & 3u);
   o.history = (setup >> 2) & 3u;
-  o.gpus.push_back(GpuInfo{0, "Sim", "GPU-00000000-0000-0000-0000-000000000000", 132, 1ull << 34});
-  o.gpus.push_back(GpuInfo{1, "Sim1", "", 8, 1ull << 30});
+  o.gpus.push_back(GpuInfo{0, "Sim", "GPU-00000000-0000-0000-0000-000000000000", 132, 1ull << 34, {}, 0});
+  o.gpus.push_back(GpuInfo{1, "Sim1", "", 8, 1ull << 30, {}, 0});
   o.unix_ms = [] { return uint64_t{1700000000000}; };
   o.mono_ns = [&mono] { return mono; };
   if (setup & 0x10) {

@@ -284,6 +284,10 @@ bool parse_spatial(Ctx& cx, const toml::table& t, Config* c) {
       if (s.mps_control.find('/') != std::string::npos && s.mps_control[0] != '/') {
         return cx.fail(v, "spatial", key, "must be a command name (looked up in PATH) or an absolute path");
       }
+    } else if (key == "lend_after_ms") {
+      if (!cx.get_uint(v, "spatial", key, 0, 3600000, &s.lend_after_ms)) return false;
+    } else if (key == "be_reserve_groups") {
+      if (!cx.get_uint(v, "spatial", key, 1, 63, &s.be_reserve_groups)) return false;
     } else if (key == "mps_dir") {
       if (!cx.get_string(v, "spatial", key, &s.mps_dir)) return false;
       if (!s.mps_dir.empty() && s.mps_dir[0] != '/') return cx.fail(v, "spatial", key, "must be an absolute path");
@@ -483,6 +487,8 @@ std::string format_config(const Config& c) {
   s += "[spatial]\n";
   s += "mps_control = " + quote(c.spatial.mps_control) + "\n";
   s += "mps_dir = " + quote(c.spatial.mps_dir) + "\n";
+  s += "lend_after_ms = " + std::to_string(c.spatial.lend_after_ms) + "\n";
+  s += "be_reserve_groups = " + std::to_string(c.spatial.be_reserve_groups) + "\n";
   if (c.spatial.domains.empty()) s += "# no [[spatial.domain]]: spatial sharing off\n";
   for (const SpatialDomain& d : c.spatial.domains) {
     s += "[[spatial.domain]]\n";

@@ -27,6 +27,8 @@
 //   [spatial]                  # spatial sharing: one MPS control daemon per trust domain
 //   mps_control = "nvidia-cuda-mps-control"  # the control binary; PATH lookup without a slash
 //   mps_dir = ""               # "" = <directory of the control socket>/mps (see effective_mps_dir)
+//   lend_after_ms = 20         # idle guaranteed tenants lend their SM groups after this long
+//   be_reserve_groups = 2      # SM groups a guaranteed tenant leaves to best-effort tenants
 //   [[spatial.domain]]         # zero or more; none = spatial sharing off
 //   name = "team-a"            # [A-Za-z0-9_.-]{1,32}, not "." or "..", unique
 //   users = ["alice", 1001]    # user names or uids allowed to join (besides admins); [] = admins only
@@ -86,6 +88,10 @@ struct SpatialDomain {
 };
 
 struct SpatialConfig {
+  // A guaranteed tenant's SM groups are lent to best-effort tenants of its domain only after it has
+  // been idle this long (lending in short gaps delays its next burst by the borrowers' kernels).
+  uint32_t lend_after_ms = 20;
+  uint32_t be_reserve_groups = 2;  // SM groups kept for best-effort tenants beside guaranteed ones
   std::string mps_control = kDefaultMpsControl;
   std::string mps_dir;  // "" = derived from the control socket (effective_mps_dir)
   std::vector<SpatialDomain> domains;  // empty: spatial sharing off

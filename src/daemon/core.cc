@@ -702,6 +702,7 @@ void Core::tick(uint64_t now_mono_ns) {
 uint64_t Core::next_tick_ns(uint64_t now_mono_ns) {
   uint64_t next = 0;
   guarded("next_tick_ns", [&] { next = opts_.policy->next_tick_ns(now_mono_ns); });
+  if (space_replan_at_ns_ != 0 && (next == 0 || space_replan_at_ns_ < next)) next = space_replan_at_ns_;
   return next;
 }
 
@@ -993,11 +994,13 @@ uint32_t Core::home_gpu(const Tenant& t) const {
 void Core::run_space() {
   bool any = false;
   for (const auto& [id, t] : tenants_) any = any || t.space_domain[0] != '\0';
+  space_replan_at_ns_ = 0;
   if (!any) return;
+  const uint64_t now = now_mono_ns();
   std::vector<SpaceGpu> gpus;
   for (const GpuInfo& g : opts_.gpus) gpus.push_back(SpaceGpu{g.index, g.sm_count, g.sm_groups});
   std::vector<SpaceTenant> in;
-  for (const auto& [id, t] : tenants_) {
+  for (auto& [id, t] : tenants_) {
     SpaceTenant s;
     s.id = t.id;
     s.domain = t.space_domain;
@@ -1006,12 +1009,19 @@ void Core::run_space() {
     s.weight = t.weight;
     s.want_sms = t.space_sms;
     s.busy = load(t.cb->busy) != 0 || load(t.cb->waiting) != 0;
+    if (s.busy) {
+      t.space_idle_since_ns = 0;
+    } else {
+      if (t.space_idle_since_ns == 0) t.space_idle_since_ns = now;
+      s.idle_ns = now - t.space_idle_since_ns;
+    }
     for (uint32_t d = 0; d < GPUOS_MAX_DEVICES && d < 32; ++d) {
       if (load(t.cb->mem_used_per_device[d]) != 0) s.gpus |= 1u << d;
     }
     in.push_back(std::move(s));
   }
   const std::map<uint32_t, SpaceMasks> plan = plan_space(gpus, in, opts_.space);
+  if (const uint64_t wait = space_next_lend_ns(in, opts_.space); wait != 0) space_replan_at_ns_ = now + wait;
   for (auto& [id, t] : tenants_) {
     auto p = plan.find(id);
     if (p == plan.end() || t.space_domain[0] == '\0') continue;

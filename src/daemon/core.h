@@ -182,6 +182,7 @@ class Core final : private GateControl {
     // spatial sharing (run_space)
     char space_domain[GPUOS_DOMAIN_MAX] = {};  // "" = none
     uint32_t space_sms = 0;                   // SMs asked for (REGISTER space_sms)
+    uint64_t space_idle_since_ns = 0;         // when run_space first saw it idle; 0 while active
     // memory oversubscription (run_swaps)
     bool held = false;        // gate held closed: the tenant's memory is out or moving
     uint32_t swap_cmd = GPUOS_SWAP_NONE;  // command being carried out; NONE: nothing pending
@@ -244,6 +245,7 @@ class Core final : private GateControl {
 
   CoreOptions opts_;
   uint32_t next_id_ = 1;
+  uint64_t space_replan_at_ns_ = 0;  // run_space must run again then (lending starts); 0 = no need
   std::map<uint32_t, Tenant> tenants_;  // live tenants by id
   std::deque<gpuos_msg_tenant_info> history_;
   uint64_t policy_failures_ = 0;

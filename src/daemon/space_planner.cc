@@ -59,7 +59,7 @@ void plan_domain(uint32_t gpu, uint32_t groups, const std::vector<const SpaceTen
     if (mask == 0) mask = range_mask(0, 1);
     last_mask = mask;
     (*out)[t->id][gpu] = mask;
-    if (!t->busy) lent |= mask;
+    if (!t->busy && t->idle_ns >= params.lend_after_ns) lent |= mask;
   }
   if (guaranteed.empty()) next = 0;
   // Best-effort: the groups no guaranteed tenant holds, by weight, plus everything lent.
@@ -106,6 +106,17 @@ uint32_t space_mask_sms(uint64_t mask, const SpaceGpu& gpu, uint32_t group_sms) 
     }
   }
   return sms;
+}
+
+uint64_t space_next_lend_ns(const std::vector<SpaceTenant>& tenants, const SpaceParams& params) {
+  uint64_t next = 0;
+  for (const SpaceTenant& t : tenants) {
+    if (t.domain.empty() || t.tenant_class != GPUOS_CLASS_GUARANTEED || t.busy) continue;
+    if (t.idle_ns >= params.lend_after_ns) continue;  // lent already
+    const uint64_t left = params.lend_after_ns - t.idle_ns;
+    if (next == 0 || left < next) next = left;
+  }
+  return next;
 }
 
 std::map<uint32_t, SpaceMasks> plan_space(const std::vector<SpaceGpu>& gpus,

@@ -14,8 +14,9 @@
 //    tenants that asked for no size. At least be_reserve_groups stay for the best-effort tenants;
 //    guaranteed tenants that find no group left share the groups of the last one served.
 //  - A guaranteed tenant keeps its groups while idle (its next kernel starts there at once, before
-//    gpuosd hears of it); meanwhile they are lent to the best-effort tenants, which lose them as
-//    soon as it is busy again (at their next kernel boundary).
+//    gpuosd hears of it); once it has been idle for lend_after_ns they are lent to the best-effort
+//    tenants, which lose them as soon as it is busy again (at their next kernel boundary). Not
+//    lending in short gaps keeps a serving tenant's next burst off the borrowers' kernels.
 //  - Best-effort tenants split the groups no guaranteed tenant holds, by weight (at least one group
 //    each while there are enough; with more tenants than groups they all share all of them), plus
 //    every lent group (shared by all of them).
@@ -40,6 +41,7 @@ struct SpaceTenant {
   uint32_t weight = 100;
   uint32_t want_sms = 0;  // guaranteed: SMs asked for (0 = default)
   bool busy = false;
+  uint64_t idle_ns = 0;   // not busy: for how long (0 while busy)
   uint32_t gpus = 0;      // bit g: holds memory on GPU g (0: none anywhere yet: on every GPU)
 };
 
@@ -55,7 +57,12 @@ struct SpaceGpu {
 struct SpaceParams {
   uint32_t group_sms = 8;
   uint32_t be_reserve_groups = 2;  // groups kept for best-effort tenants when there are any
+  uint64_t lend_after_ns = 20'000'000;  // an idle guaranteed tenant's groups are lent after this
 };
+
+// When plan_space should run again for lending to start: the earliest time an idle guaranteed
+// tenant of a shared domain crosses lend_after_ns (relative to now, ns); 0 = no such moment.
+uint64_t space_next_lend_ns(const std::vector<SpaceTenant>& tenants, const SpaceParams& params);
 
 using SpaceMasks = std::array<uint64_t, GPUOS_MAX_DEVICES>;
 

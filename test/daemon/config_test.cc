@@ -108,6 +108,8 @@ TEST(Config, SpatialDomains) {
   ConfigResult r = parse(R"([spatial]
 mps_control = "/opt/nvidia/bin/nvidia-cuda-mps-control"
 mps_dir = "/run/gpuos-mps"
+lend_after_ms = 5
+be_reserve_groups = 3
 
 [[spatial.domain]]
 name = "team-a"
@@ -121,6 +123,8 @@ name = "B_2.x"
   const SpatialConfig& s = r.config->spatial;
   EXPECT_EQ(s.mps_control, "/opt/nvidia/bin/nvidia-cuda-mps-control");
   EXPECT_EQ(s.mps_dir, "/run/gpuos-mps");
+  EXPECT_EQ(s.lend_after_ms, 5u);
+  EXPECT_EQ(s.be_reserve_groups, 3u);
   EXPECT_EQ(effective_mps_dir(*r.config, "/run/gpuos/gpuosd.sock"), "/run/gpuos-mps");
   ASSERT_EQ(s.domains.size(), 2u);
   EXPECT_EQ(s.domains[0].name, "team-a");
@@ -229,6 +233,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Bad{"[memory]\nswap_quantum_ms = 3600001\n", "swap_quantum_ms: value 3600001 out of range 0..3600000"},
                       Bad{"[memory]\nswap = 1\n", "test.toml:2: [memory] swap: unknown key"},
                       Bad{"[spatial]\nmps = 1\n", "test.toml:2: [spatial] mps: unknown key"},
+                      Bad{"[spatial]\nlend_after_ms = -1\n", "lend_after_ms: value -1 out of range 0..3600000"},
+                      Bad{"[spatial]\nbe_reserve_groups = 0\n", "be_reserve_groups: value 0 out of range 1..63"},
                       Bad{"[spatial]\nmps_control = 1\n", "test.toml:2: [spatial] mps_control: expected a string, got integer"},
                       Bad{"[spatial]\nmps_control = \"\"\n", "[spatial] mps_control: empty"},
                       Bad{"[spatial]\nmps_control = \"bin/mps\"\n",

@@ -47,7 +47,7 @@ struct Fixture : ::testing::Test {
     CoreOptions o;
     o.max_tenants = max_tenants;
     o.history = history;
-    o.gpus.push_back(GpuInfo{0, "Sim", "GPU-0", 132, 1ull << 34});
+    o.gpus.push_back(GpuInfo{0, "Sim", "GPU-0", 132, 1ull << 34, {}, 0});
     o.policy = std::move(policy);
     o.unix_ms = [] { return uint64_t{1700000000000}; };
     core = std::make_unique<Core>(std::move(o));

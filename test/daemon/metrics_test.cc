@@ -62,7 +62,7 @@ struct MetricsFixture : ::testing::Test {
   Connection conn;
   void SetUp() override {
     CoreOptions o;
-    o.gpus.push_back(GpuInfo{0, "Sim \"GPU\"", "GPU-0", 132, 1ull << 34});
+    o.gpus.push_back(GpuInfo{0, "Sim \"GPU\"", "GPU-0", 132, 1ull << 34, {}, 0});
     o.unix_ms = [] { return uint64_t{1700000000000}; };
     o.mono_ns = [this] { return clock.ns; };
     core = std::make_unique<Core>(std::move(o));

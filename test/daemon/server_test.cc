@@ -67,7 +67,7 @@ class LiveDaemon : public ::testing::Test {
     CoreOptions co;
     co.max_tenants = 8;
     co.history = 4;
-    co.gpus.push_back(GpuInfo{0, "Sim GPU", "GPU-00000000-0000-0000-0000-000000000000", 132, 16ull << 30});
+    co.gpus.push_back(GpuInfo{0, "Sim GPU", "GPU-00000000-0000-0000-0000-000000000000", 132, 16ull << 30, {}, 0});
     core = std::make_unique<Core>(std::move(co));
     ServerOptions so;
     so.socket_path = path;

@@ -8,7 +8,7 @@
 namespace gpuos::daemon {
 namespace {
 
-const std::vector<SpaceGpu> kH200 = {{0, 132}};
+const std::vector<SpaceGpu> kH200 = {{0, 132, {}}};
 
 SpaceTenant tenant(uint32_t id, uint32_t cls, const char* domain = "serve", bool busy = true) {
   SpaceTenant t;
@@ -18,7 +18,11 @@ SpaceTenant tenant(uint32_t id, uint32_t cls, const char* domain = "serve", bool
   t.busy = busy;
   return t;
 }
-SpaceTenant hp(uint32_t id, bool busy = true) { return tenant(id, GPUOS_CLASS_GUARANTEED, "serve", busy); }
+SpaceTenant hp(uint32_t id, bool busy = true) {
+  SpaceTenant t = tenant(id, GPUOS_CLASS_GUARANTEED, "serve", busy);
+  if (!busy) t.idle_ns = 1'000'000'000;  // idle long enough to lend
+  return t;
+}
 SpaceTenant be(uint32_t id) { return tenant(id, GPUOS_CLASS_BEST_EFFORT); }
 
 uint64_t groups(uint32_t first, uint32_t n) { return ((n == 64 ? ~0ull : (1ull << n) - 1)) << first; }
@@ -80,6 +84,20 @@ TEST(SpacePlanner, IdleGuaranteedLendsItsGroupsButKeepsThem) {
   EXPECT_EQ(plan[2][0], groups(0, 16));  // lent while it is idle
 }
 
+TEST(SpacePlanner, ShortGapsAreNotLent) {
+  SpaceTenant h = hp(1, /*busy=*/false);
+  h.idle_ns = 5'000'000;  // 5 ms idle, lend_after 20 ms
+  SpaceParams p;
+  auto plan = plan_space(kH200, {h, be(2)}, p);
+  EXPECT_EQ(plan[2][0], groups(14, 2));
+  EXPECT_EQ(space_next_lend_ns({h, be(2)}, p), 15'000'000u);  // replan when lending starts
+  h.idle_ns = 20'000'000;
+  plan = plan_space(kH200, {h, be(2)}, p);
+  EXPECT_EQ(plan[2][0], groups(0, 16));
+  EXPECT_EQ(space_next_lend_ns({h, be(2)}, p), 0u);
+  EXPECT_EQ(space_next_lend_ns({hp(1), be(2)}, p), 0u);  // busy: nothing to wait for
+}
+
 TEST(SpacePlanner, SizedGuaranteedGetsWholeGroupsOfWhatItAsked) {
   SpaceTenant h = hp(1);
   h.want_sms = 60;  // 7.5 groups -> 8
@@ -134,7 +152,7 @@ TEST(SpacePlanner, OnlyBestEffortSplitTheWholeGpu) {
 }
 
 TEST(SpacePlanner, PerGpuByWhereTheMemoryIs) {
-  std::vector<SpaceGpu> two = {{0, 132}, {1, 132}};
+  std::vector<SpaceGpu> two = {{0, 132, {}}, {1, 132, {}}};
   SpaceTenant h = hp(1), b = be(2);
   h.gpus = 0b01;
   b.gpus = 0b10;  // on different GPUs: each is alone on its own
@@ -149,7 +167,7 @@ TEST(SpacePlanner, PerGpuByWhereTheMemoryIs) {
 }
 
 TEST(SpacePlanner, TinyGpusAreNotSplit) {
-  auto plan = plan_space({{0, 12}}, {hp(1), be(2)}, SpaceParams{});
+  auto plan = plan_space({{0, 12, {}}}, {hp(1), be(2)}, SpaceParams{});
   EXPECT_EQ(plan[1][0], 0u);
   EXPECT_EQ(plan[2][0], 0u);
 }
