@@ -158,6 +158,15 @@ typedef struct gpuos_control_block {
   uint32_t reserved6;
   uint8_t pad6[16];
   uint64_t space_mask_in_use[GPUOS_MAX_DEVICES]; /* mask of the last placed launch, per device */
+
+  /* ---- the tenant's devices, written by the tenant once the driver is initialised ---- */
+  /* Every per-device word of this block is indexed by the tenant's device ordinals, which
+   * CUDA_VISIBLE_DEVICES (or an MPS server's device list) may hide and reorder. The UUID of each
+   * ordinal lets gpuosd map them to its GPUs. device_count is stored last (release). */
+  uint32_t device_count;      /* devices the tenant sees; 0 = not published yet (ordinal = GPU index) */
+  uint32_t reserved7;
+  uint8_t pad7[56];
+  uint8_t device_uuid[GPUOS_MAX_DEVICES][16];
 } gpuos_control_block;
 
 /* swap_command values */
@@ -367,7 +376,8 @@ static_assert(sizeof(gpuos_control_block) % 64 == 0, "control block is whole cac
 static_assert(offsetof(gpuos_control_block, gate) == 64, "daemon-written line");
 static_assert(offsetof(gpuos_control_block, launches) == 128, "tenant-written lines");
 static_assert(sizeof(gpuos_control_block) <= 4096, "control block fits one page");
-static_assert(sizeof(gpuos_control_block) == 1024, "ABI v1 frozen at release (fields only ever replace padding)");
+static_assert(sizeof(gpuos_control_block) == 1344, "ABI v1 frozen at release (fields only ever replace padding)");
+static_assert(offsetof(gpuos_control_block, device_count) == 1024, "tenant-written device map");
 static_assert(offsetof(gpuos_control_block, space_epoch) == 640, "daemon-written spatial lines");
 static_assert(offsetof(gpuos_control_block, space_launches) == 832, "tenant-written spatial lines");
 static_assert(offsetof(gpuos_control_block, swap_command) == 448, "daemon-written memory line");

@@ -21,6 +21,7 @@
 
 #include "common/ipc.h"
 #include "daemon/config.h"
+#include "daemon/clock.h"
 #include "daemon/log.h"
 
 namespace gpuos::daemon {
@@ -437,7 +438,8 @@ gpuos_msg_tenant_info Core::snapshot(const Tenant& t, uint32_t state, uint64_t e
   i.mem_imported_bytes = load(cb.mem_imported_bytes);
   copy_name(i.space_domain, sizeof(i.space_domain), t.space_domain);
   const uint32_t home = home_gpu(t);
-  i.space_mask = home < GPUOS_MAX_DEVICES ? load(cb.space_mask[home]) : 0;
+  const int home_ordinal = ordinal_of(t, home);
+  i.space_mask = home_ordinal >= 0 ? load(cb.space_mask[home_ordinal]) : 0;
   for (const GpuInfo& g : opts_.gpus) {
     if (g.index == home) i.space_sms = space_mask_sms(i.space_mask, SpaceGpu{g.index, g.sm_count, g.sm_groups},
                                                       opts_.space.group_sms);
@@ -465,7 +467,7 @@ Outcome Core::on_list(Connection& conn, const gpuos_msg_list& m) {
     gi.total_mem_bytes = g.total_mem_bytes;
     uint64_t used = 0;
     if (g.index < GPUOS_MAX_DEVICES) {
-      for (const auto& [id, t] : tenants_) used += load(t.cb->mem_used_per_device[g.index]);
+      for (const auto& [id, t] : tenants_) used += used_on_gpu(t, g.index);
     }
     gi.used_mem_bytes = used;
     copy_name(gi.name, sizeof(gi.name), g.name.c_str());
@@ -540,9 +542,7 @@ void Core::for_each_tenant(const std::function<void(const TenantView&)>& fn) {
 
 uint64_t Core::now_mono_ns() {
   if (opts_.mono_ns) return opts_.mono_ns();
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+  return monotonic_ns();
 }
 
 void Core::policy_failed(const char* hook, const char* what) {
@@ -730,7 +730,7 @@ std::vector<TenantStat> Core::tenant_stats(uint64_t now_mono_ns) {
     st.waiting = load(t.cb->waiting) != 0;
     st.busy_ns = t.busy_ns;
     for (int i = 0; i < GPUOS_GATE_WAIT_BUCKETS; ++i) st.gate_wait_hist[i] = load(t.cb->gate_wait_hist[i]);
-    for (int i = 0; i < GPUOS_MAX_DEVICES; ++i) st.mem_used_per_device[i] = load(t.cb->mem_used_per_device[i]);
+    for (uint32_t g = 0; g < GPUOS_MAX_DEVICES; ++g) st.mem_used_per_device[g] = used_on_gpu(t, g);
     out.push_back(st);
   }
   observe_gpus(now_mono_ns);
@@ -748,7 +748,7 @@ void Core::observe_gpus(uint64_t now) {
       if (!t.obs_busy) continue;
       bool holds_any = false;
       for (int d = 0; d < GPUOS_MAX_DEVICES && !holds_any; ++d) holds_any = load(t.cb->mem_used_per_device[d]) != 0;
-      if (holds_any ? load(t.cb->mem_used_per_device[g]) != 0 : g == 0) {
+      if (holds_any ? used_on_gpu(t, static_cast<uint32_t>(g)) != 0 : g == 0) {
         b.busy = true;
         break;
       }
@@ -763,7 +763,7 @@ uint64_t Core::gpu_busy_ns(uint32_t index) const {
 uint64_t Core::gpu_used_bytes(uint32_t index) const {
   uint64_t used = 0;
   if (index >= GPUOS_MAX_DEVICES) return 0;
-  for (const auto& [id, t] : tenants_) used += load(t.cb->mem_used_per_device[index]);
+  for (const auto& [id, t] : tenants_) used += used_on_gpu(t, index);
   return used;
 }
 
@@ -919,7 +919,7 @@ void Core::run_swaps(uint64_t now) {
     s.busy = load(cb.busy) != 0;
     s.wants_room = load(cb.mem_request_seq) != t.room_answered_seq;
     if (const int32_t wd = load(cb.mem_wanted_device); s.wants_room && wd >= 0 && wd < GPUOS_MAX_DEVICES) {
-      s.device = static_cast<uint32_t>(wd);
+      if (const int g = gpu_of(t, wd); g >= 0) s.device = static_cast<uint32_t>(g);
     }
     s.wanted_bytes = load(cb.mem_wanted_bytes);
     const uint64_t quota = load(cb.mem_quota_bytes);
@@ -984,11 +984,44 @@ void Core::run_swaps(uint64_t now) {
 uint32_t Core::home_gpu(const Tenant& t) const {
   uint32_t home = 0;
   uint64_t most = 0;
-  for (uint32_t d = 0; d < GPUOS_MAX_DEVICES; ++d) {
-    const uint64_t b = load(t.cb->mem_used_per_device[d]);
-    if (b > most) most = b, home = d;
+  for (uint32_t g = 0; g < GPUOS_MAX_DEVICES; ++g) {
+    const uint64_t b = used_on_gpu(t, g);
+    if (b > most) most = b, home = g;
   }
   return home;
+}
+
+int Core::ordinal_of(const Tenant& t, uint32_t gpu) const {
+  if (gpu >= GPUOS_MAX_DEVICES) return -1;
+  const uint32_t n = std::atomic_ref<uint32_t>(t.cb->device_count).load(std::memory_order_acquire);
+  if (n != t.mapped_device_count) {
+    // The tenant published (or re-published) its devices: match their UUIDs to gpuosd's GPUs.
+    for (uint32_t g = 0; g < GPUOS_MAX_DEVICES; ++g) t.ordinal_of_gpu[g] = n == 0 ? static_cast<int8_t>(g) : -1;
+    for (uint32_t o = 0; o < n && o < GPUOS_MAX_DEVICES; ++o) {
+      uint8_t b[16];
+      for (int i = 0; i < 16; ++i) b[i] = std::atomic_ref<uint8_t>(t.cb->device_uuid[o][i]).load(std::memory_order_relaxed);
+      char text[48];
+      std::snprintf(text, sizeof(text), "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+                    b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+      for (const GpuInfo& g : opts_.gpus) {
+        if (g.index < GPUOS_MAX_DEVICES && g.uuid == text) t.ordinal_of_gpu[g.index] = static_cast<int8_t>(o);
+      }
+    }
+    t.mapped_device_count = n;
+  }
+  return t.ordinal_of_gpu[gpu];
+}
+
+int Core::gpu_of(const Tenant& t, int ordinal) const {
+  for (uint32_t g = 0; g < GPUOS_MAX_DEVICES; ++g) {
+    if (ordinal_of(t, g) == ordinal) return static_cast<int>(g);
+  }
+  return -1;
+}
+
+uint64_t Core::used_on_gpu(const Tenant& t, uint32_t gpu) const {
+  const int o = ordinal_of(t, gpu);
+  return o >= 0 ? load(t.cb->mem_used_per_device[o]) : 0;
 }
 
 void Core::run_space() {
@@ -1015,8 +1048,8 @@ void Core::run_space() {
       if (t.space_idle_since_ns == 0) t.space_idle_since_ns = now;
       s.idle_ns = now - t.space_idle_since_ns;
     }
-    for (uint32_t d = 0; d < GPUOS_MAX_DEVICES && d < 32; ++d) {
-      if (load(t.cb->mem_used_per_device[d]) != 0) s.gpus |= 1u << d;
+    for (uint32_t g = 0; g < GPUOS_MAX_DEVICES && g < 32; ++g) {
+      if (used_on_gpu(t, g) != 0) s.gpus |= 1u << g;
     }
     in.push_back(std::move(s));
   }
@@ -1025,13 +1058,19 @@ void Core::run_space() {
   for (auto& [id, t] : tenants_) {
     auto p = plan.find(id);
     if (p == plan.end() || t.space_domain[0] == '\0') continue;
+    // The plan is per GPU; the control block per the tenant's device ordinals.
+    uint64_t by_ordinal[GPUOS_MAX_DEVICES] = {};
+    for (uint32_t g = 0; g < GPUOS_MAX_DEVICES; ++g) {
+      if (const int o = ordinal_of(t, g); o >= 0) by_ordinal[o] = p->second[g];
+    }
     bool changed = false;
-    for (uint32_t d = 0; d < GPUOS_MAX_DEVICES; ++d) {
-      std::atomic_ref<uint64_t> word(t.cb->space_mask[d]);
-      if (word.load(std::memory_order_relaxed) == p->second[d]) continue;
-      word.store(p->second[d], std::memory_order_release);
+    for (uint32_t o = 0; o < GPUOS_MAX_DEVICES; ++o) {
+      std::atomic_ref<uint64_t> word(t.cb->space_mask[o]);
+      if (word.load(std::memory_order_relaxed) == by_ordinal[o]) continue;
+      word.store(by_ordinal[o], std::memory_order_release);
       changed = true;
-      log::debug("tenant %u: SM groups on GPU %u now 0x%llx", t.id, d, static_cast<unsigned long long>(p->second[d]));
+      log::debug("tenant %u: SM groups on its device %u now 0x%llx", t.id, o,
+                 static_cast<unsigned long long>(by_ordinal[o]));
     }
     if (changed) std::atomic_ref<uint32_t>(t.cb->space_epoch).fetch_add(1, std::memory_order_release);
   }

@@ -183,6 +183,10 @@ class Core final : private GateControl {
     char space_domain[GPUOS_DOMAIN_MAX] = {};  // "" = none
     uint32_t space_sms = 0;                   // SMs asked for (REGISTER space_sms)
     uint64_t space_idle_since_ns = 0;         // when run_space first saw it idle; 0 while active
+    // Its device ordinals -> gpuosd's GPUs (from the control block's device_uuid; identity until
+    // the tenant published them). Cached: recomputed when device_count changes.
+    mutable uint32_t mapped_device_count = 0;
+    mutable int8_t ordinal_of_gpu[GPUOS_MAX_DEVICES] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
     // memory oversubscription (run_swaps)
     bool held = false;        // gate held closed: the tenant's memory is out or moving
     uint32_t swap_cmd = GPUOS_SWAP_NONE;  // command being carried out; NONE: nothing pending
@@ -224,6 +228,13 @@ class Core final : private GateControl {
   void run_space();
   // The GPU holding most of the tenant's memory (0 when it holds none).
   uint32_t home_gpu(const Tenant& t) const;
+  // The tenant's device ordinal of GPU index `gpu` (-1: it does not see that GPU). Its per-device
+  // control-block words are indexed by its ordinals, which CUDA_VISIBLE_DEVICES may reorder.
+  int ordinal_of(const Tenant& t, uint32_t gpu) const;
+  // The GPU index of the tenant's ordinal (-1: none of gpuosd's GPUs).
+  int gpu_of(const Tenant& t, int ordinal) const;
+  // The tenant's memory on GPU index `gpu`.
+  uint64_t used_on_gpu(const Tenant& t, uint32_t gpu) const;
   void hold_gate(Tenant& t);
   void release_gate(Tenant& t);
   void send_swap_command(Tenant& t, uint32_t cmd);

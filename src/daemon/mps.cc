@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "daemon/clock.h"
 #include "daemon/log.h"
 
 extern char** environ;
@@ -22,11 +23,7 @@ extern char** environ;
 namespace gpuos::daemon {
 namespace {
 
-uint64_t mono_ns() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
-}
+uint64_t mono_ns() { return monotonic_ns(); }
 
 constexpr uint64_t kMs = 1000000ull;
 constexpr std::size_t kMaxOutput = 2048;  // of a child's output kept for a reason

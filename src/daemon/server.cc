@@ -17,17 +17,14 @@
 #include <ctime>
 
 #include "common/ipc.h"
+#include "daemon/clock.h"
 #include "daemon/log.h"
 #include "daemon/metrics.h"
 
 namespace gpuos::daemon {
 namespace {
 
-uint64_t mono_ns() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
-}
+uint64_t mono_ns() { return monotonic_ns(); }
 
 std::string errstr(int e) { return std::strerror(e); }
 

@@ -221,11 +221,11 @@ DD_API cuDeviceTotalMem_v2(size_t* bytes, CUdevice dev) {
 DD_API cuDeviceGetUuid_v2(CUuuid* uuid, CUdevice dev) {
   if (CUresult r = check_device(dev); r != CUDA_SUCCESS) return r;
   if (uuid == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  // Stable per ordinal, so `gpuos ps` shows the same UUID across runs.
-  static const char kPrefix[] = "gpuos-simgpu-";
-  std::memset(uuid->bytes, 0, sizeof(uuid->bytes));
-  std::memcpy(uuid->bytes, kPrefix, sizeof(kPrefix) - 1);
-  uuid->bytes[15] = static_cast<char>(dev);
+  // Stable per simulated GPU, so `gpuos ps` shows the same UUID across runs and processes that see
+  // the GPUs in another order (CUDA_VISIBLE_DEVICES) can tell which one they have.
+  unsigned char b[16];
+  dd::sim_uuid(dd::physical_device(dev), b);
+  std::memcpy(uuid->bytes, b, sizeof(b));
   return CUDA_SUCCESS;
 }
 

@@ -14,6 +14,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -169,6 +171,39 @@ Segment* open_segment(const std::string& name) {
   return nullptr;
 }
 
+// CUDA_VISIBLE_DEVICES as the real driver reads it: a comma list of indices (or the UUIDs
+// cuDeviceGetUuid reports, "GPU-" + 32 hex digits); the list ends at the first entry that names no
+// GPU. Unset: every simulated GPU in order.
+std::vector<int> visible_devices(int physical) {
+  std::vector<int> out;
+  const char* v = std::getenv("CUDA_VISIBLE_DEVICES");
+  if (v == nullptr) {
+    for (int i = 0; i < physical; ++i) out.push_back(i);
+    return out;
+  }
+  std::string all(v);
+  std::size_t pos = 0;
+  while (pos <= all.size()) {
+    std::size_t comma = all.find(',', pos);
+    std::string item = all.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    int idx = -1;
+    char* end = nullptr;
+    long n = std::strtol(item.c_str(), &end, 10);
+    if (!item.empty() && end != nullptr && *end == '\0' && n >= 0 && n < physical) {
+      idx = static_cast<int>(n);
+    } else {
+      for (int i = 0; i < physical && idx < 0; ++i) {
+        if (item == sim_uuid_text(i)) idx = i;
+      }
+    }
+    if (idx < 0 || std::find(out.begin(), out.end(), idx) != out.end()) break;
+    out.push_back(idx);
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  return out;
+}
+
 CUresult do_init() {
   g_config = read_config();
   g_seg = open_segment(g_config->shm_name);
@@ -196,7 +231,9 @@ CUresult do_init() {
     }
   }
   // Devices, SMs and memory size are those of the segment, so all processes agree.
-  g_config->devices = g_seg->devices;
+  g_config->physical_devices = g_seg->devices;
+  g_config->visible = visible_devices(g_seg->devices);
+  g_config->devices = static_cast<int>(g_config->visible.size());
   if (g_seg->sms > 0) g_config->sms = g_seg->sms;
   pthread_mutex_unlock(&g_seg->mu);
   // Slots of kSlotSms SMs, the last one possibly smaller (132 SMs: 16 of 8 and one of 4); a
@@ -208,6 +245,23 @@ CUresult do_init() {
 }
 
 }  // namespace
+
+void sim_uuid(int physical, unsigned char out[16]) {
+  static const char kPrefix[] = "gpuos-simgpu-";
+  std::memset(out, 0, 16);
+  std::memcpy(out, kPrefix, sizeof(kPrefix) - 1);
+  out[15] = static_cast<unsigned char>(physical);
+}
+
+std::string sim_uuid_text(int physical) {
+  unsigned char b[16];
+  sim_uuid(physical, b);
+  char buf[48];
+  std::snprintf(buf, sizeof(buf), "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
+                b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+  return buf;
+}
+
 
 bool initialized() { return g_initialized.load(std::memory_order_acquire); }
 
@@ -222,6 +276,7 @@ CUresult init_once() {
 const Config& config() { return *g_config; }
 
 CUresult mem_reserve(int dev, uint64_t bytes) {
+  dev = physical_device(dev);
   lock_robust(&g_seg->mu);
   if (g_seg->used[dev] + bytes > g_seg->total[dev]) reclaim_dead_locked();
   if (g_seg->used[dev] + bytes > g_seg->total[dev]) {
@@ -235,6 +290,7 @@ CUresult mem_reserve(int dev, uint64_t bytes) {
 }
 
 void mem_release(int dev, uint64_t bytes) {
+  dev = physical_device(dev);
   lock_robust(&g_seg->mu);
   g_seg->used[dev] -= bytes < g_seg->used[dev] ? bytes : g_seg->used[dev];
   if (g_slot >= 0) {
@@ -245,6 +301,7 @@ void mem_release(int dev, uint64_t bytes) {
 }
 
 void mem_info(int dev, uint64_t* used, uint64_t* total) {
+  dev = physical_device(dev);
   lock_robust(&g_seg->mu);
   reclaim_dead_locked();
   *used = g_seg->used[dev];
@@ -279,7 +336,13 @@ unsigned sms_of(uint64_t slots) {
   return n;
 }
 
+int physical_device(int dev) {
+  const std::vector<int>& v = g_config->visible;
+  return dev >= 0 && dev < static_cast<int>(v.size()) ? v[dev] : dev;
+}
+
 void engine_run(int dev, uint64_t slots, uint64_t ns, const std::function<void()>& body) {
+  dev = physical_device(dev);
   slots &= all_slots();
   if (slots == 0) slots = all_slots();
   Engine* e = g_seg->engine[dev];

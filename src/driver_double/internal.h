@@ -43,7 +43,9 @@ constexpr int kMaxSlots = 64;
 
 // Settings read once at cuInit from GPUOS_SIM_* (see docs/CONTRACTS.md).
 struct Config {
-  int devices = 1;
+  int devices = 1;  // visible to this process (CUDA_VISIBLE_DEVICES), the range of CUdevice ordinals
+  int physical_devices = 1;        // simulated GPUs in the segment (GPUOS_SIM_DEVICES)
+  std::vector<int> visible;        // ordinal -> simulated GPU
   int sms = 132;
   uint64_t mem_bytes = 16384ull << 20;
   double ns_per_iter = 1.0;
@@ -69,6 +71,12 @@ const Config& config();
 CUresult mem_reserve(int dev, uint64_t bytes);  // CUDA_ERROR_OUT_OF_MEMORY when full
 void mem_release(int dev, uint64_t bytes);
 void mem_info(int dev, uint64_t* used, uint64_t* total);  // reclaims dead processes first
+// The simulated GPU behind ordinal dev (a CUdevice of this process): CUDA_VISIBLE_DEVICES may hide
+// and reorder GPUs, as on a real machine. Shared state (memory, engines) is kept per simulated GPU.
+int physical_device(int dev);
+// The UUID of simulated GPU `physical` (stable across runs), raw and as "GPU-" + 32 hex digits.
+void sim_uuid(int physical, unsigned char out[16]);
+std::string sim_uuid_text(int physical);
 // SM slots of every device (the same for all processes of a segment).
 int slot_width();                // SMs per full slot (kSlotSms unless the device is very large)
 uint64_t all_slots();            // mask of every slot

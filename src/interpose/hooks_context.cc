@@ -75,8 +75,15 @@ extern "C" {
 CUresult cuInit(unsigned int flags) {
   const GpuosDriverTable* d = gi::real_driver();
   if (d == nullptr) return CUDA_ERROR_NO_DEVICE;
-  if (gi::ensure_registered() == nullptr) return CUDA_ERROR_NOT_PERMITTED;
-  return d->cuInit(flags);
+  gpuos_control_block* cb = gi::ensure_registered();
+  if (cb == nullptr) return CUDA_ERROR_NOT_PERMITTED;
+  CUresult r = d->cuInit(flags);
+  // Once: which GPU each of this process's device ordinals is (CUDA_VISIBLE_DEVICES may differ
+  // from gpuosd's view).
+  if (r == CUDA_SUCCESS && std::atomic_ref<uint32_t>(cb->device_count).load(std::memory_order_acquire) == 0) {
+    gi::publish_devices(cb);
+  }
+  return r;
 }
 
 CUresult cuCtxCreate_v2(CUcontext* ctx, unsigned int flags, CUdevice dev) {

@@ -405,9 +405,30 @@ void maintain_daemon_connection() {
   nanosleep(&settle, nullptr);
   carry_counters(old, cb);
   carry_swap_state(old, cb);
+  if (std::atomic_ref<uint32_t>(old->device_count).load(std::memory_order_acquire) != 0) publish_devices(cb);
   g_lost_reported = false;
   log(LogLevel::kWarn, "re-registered with gpuosd; counters carried over");
   notify_activity(cb);
+}
+
+void publish_devices(gpuos_control_block* cb) {
+  const GpuosDriverTable* d = real_driver();
+  if (cb == nullptr || d == nullptr || d->cuDeviceGetCount == nullptr || d->cuDeviceGet == nullptr ||
+      d->cuDeviceGetUuid_v2 == nullptr) {
+    return;
+  }
+  int count = 0;
+  if (d->cuDeviceGetCount(&count) != CUDA_SUCCESS || count <= 0) return;
+  if (count > GPUOS_MAX_DEVICES) count = GPUOS_MAX_DEVICES;
+  for (int i = 0; i < count; ++i) {
+    CUdevice dev = 0;
+    CUuuid u{};
+    if (d->cuDeviceGet(&dev, i) != CUDA_SUCCESS || d->cuDeviceGetUuid_v2(&u, dev) != CUDA_SUCCESS) return;
+    for (int b = 0; b < 16; ++b) {
+      std::atomic_ref<uint8_t>(cb->device_uuid[i][b]).store(static_cast<uint8_t>(u.bytes[b]), std::memory_order_relaxed);
+    }
+  }
+  std::atomic_ref<uint32_t>(cb->device_count).store(static_cast<uint32_t>(count), std::memory_order_release);
 }
 
 void wait_at_gate(gpuos_control_block* cb) {

@@ -56,6 +56,11 @@ bool daemon_connection_lost();
 // daemon answers, the tenant moves to the new control block with its counters carried over.
 void maintain_daemon_connection();
 
+// Writes the UUID of each of this process's device ordinals into the control block (device_uuid,
+// then device_count), so gpuosd can map its per-device words to GPUs. Needs an initialised driver;
+// idempotent; does nothing if the driver cannot say.
+void publish_devices(gpuos_control_block* cb);
+
 // Count of stream captures begun and not yet ended in this process: a cheap hint that lets the
 // launch path skip cuStreamIsCapturing when nothing is being captured.
 extern std::atomic<int> g_active_captures;

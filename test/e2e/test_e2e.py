@@ -491,6 +491,39 @@ class Swap(unittest.TestCase):
 
 
 
+class VisibleDevices(unittest.TestCase):
+    """A tenant that sees the GPUs through CUDA_VISIBLE_DEVICES (its device 0 is gpuosd's GPU 1)
+    has its memory accounted on the GPU it really uses: it publishes the UUID of each of its
+    device ordinals and gpuosd maps them."""
+
+    def setUp(self):
+        os.environ["GPUOS_SIM_DEVICES"] = "2"
+        try:
+            self.d = Daemon()
+        finally:
+            del os.environ["GPUOS_SIM_DEVICES"]
+
+    def tearDown(self):
+        self.d.stop()
+
+    def test_memory_is_accounted_on_the_gpu_the_tenant_really_uses(self):
+        env = dict(self.d.env, GPUOS_SIM_DEVICES="2", CUDA_VISIBLE_DEVICES="1")
+        p = subprocess.Popen(
+            self.d.run_cmd(["--name", "vis", "--", bin_path("gpuos-synth"), "--name", "vis", "--iters", "1000",
+                            "--count", "100000", "--gap-us", "2000", "--mem-mib", "96", "--json", "-"]),
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            def on_gpu1():
+                ps = self.d.ps(all_tenants=False)
+                used = {g["index"]: g["used_mem_bytes"] for g in ps["gpus"]}
+                return used if used.get(1, 0) >= 96 << 20 else None
+            used = wait_for(on_gpu1, timeout=20, what="the tenant's memory on GPU 1")
+            self.assertEqual(used.get(0), 0, used)
+        finally:
+            p.kill()
+            p.communicate()
+
+
 class Spatial(unittest.TestCase):
     """[spatial]: tenants of one trust domain share the (simulated) GPU in space.
 
