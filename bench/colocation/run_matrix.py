@@ -11,7 +11,9 @@ Modes (in this order):
   mps-be50            as mps, with CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50 for the BE client only.
   gpuos-time-<p>      HP + BE under `gpuos run` (guaranteed / best-effort) with the gpuos daemon
                       running policy <p>; gpuos-time-open = no gating (interposer overhead only).
-  gpuos-space-<p>     as above, spatial policy <p>; the daemon and tenants run over MPS.
+  gpuos-space-<p>     as above, and both tenants in one spatial domain (`gpuos run --space`): gpuosd
+                      starts the domain's MPS control daemon and gives each its SM partition
+                      (--space-hp-sms, --space-lend-after-ms); <p> is the scheduling policy.
 In every co-located mode BE starts first; HP loads and captures meanwhile and starts its measured
 window once BE is warm (BE's --ready-file); BE throughput is its rate over HP's measured window.
 
@@ -364,8 +366,13 @@ class Runner:
         return self._file(spec.name, "sock")
 
     def gpuos_wrap(self, spec: ModeSpec, cmd: List[str], cls: str, name: str) -> List[str]:
-        t = self.a.gpuos_run_args.format(cls=cls, name=name, socket=self.socket_path(spec))
-        return [self.gpuos_bin] + shlex.split(t) + cmd
+        t = shlex.split(self.a.gpuos_run_args.format(cls=cls, name=name, socket=self.socket_path(spec)))
+        if spec.gpuos_kind == "space" and t and t[0] == "run":
+            extra = ["--space", self.SPACE_DOMAIN]
+            if cls == "guaranteed" and self.a.space_hp_sms > 0:
+                extra += ["--sms", str(self.a.space_hp_sms)]
+            t = t[:1] + extra + t[1:]
+        return [self.gpuos_bin] + t + cmd
 
     def gpuos_daemon_cmd(self, spec: ModeSpec) -> List[str]:
         tmpl = self.a.gpuos_daemon_args
@@ -374,10 +381,47 @@ class Runner:
         t = tmpl.format(socket=self.socket_path(spec), policy=spec.policy, kind=spec.gpuos_kind)
         return [self.gpuos_bin] + shlex.split(t)
 
+    SPACE_DOMAIN = "bench"
+
+    def space_config(self, spec: ModeSpec) -> str:
+        """gpuosd's config for a gpuos-space mode: the caller's GPUOS_CONFIG (if any) plus a
+        [spatial] section with one domain for both tenants (MPS directories under a short /tmp path:
+        MPS socket paths must stay under 108 bytes)."""
+        self.space_mps_dir = tempfile.mkdtemp(prefix="gsm-", dir="/tmp")
+        base = ""
+        if os.environ.get("GPUOS_CONFIG"):
+            with open(os.environ["GPUOS_CONFIG"]) as f:
+                base = f.read()
+        if "[spatial]" in base:
+            raise ModeError("GPUOS_CONFIG already has a [spatial] section; the harness adds its own")
+        path = os.path.join(self.workdir, f"{spec.name}.gpuos.toml")
+        with open(path, "w") as f:
+            f.write(base + ("\n" if base and not base.endswith("\n") else "")
+                    + f'[spatial]\nmps_dir = "{self.space_mps_dir}"\n'
+                    + (f'mps_control = "{self.a.space_mps_control}"\n' if self.a.space_mps_control else "")
+                    + (f"lend_after_ms = {self.a.space_lend_after_ms}\n" if self.a.space_lend_after_ms >= 0 else "")
+                    + f'[[spatial.domain]]\nname = "{self.SPACE_DOMAIN}"\n')
+        return path
+
+    def wait_space_domain(self, rec: dict, timeout_s: float = 20.0) -> None:
+        status = os.path.join(self.space_mps_dir, self.SPACE_DOMAIN, "status")
+        end = time.monotonic() + timeout_s
+        text = ""
+        while time.monotonic() < end:
+            try:
+                with open(status) as f:
+                    text = f.read().strip()
+            except OSError:
+                text = ""
+            if text == "available":
+                return
+            time.sleep(0.1)
+        raise ModeError(f"the domain's MPS control daemon is not available after {timeout_s:.0f} s: {text!r}")
+
     def envs(self, spec: ModeSpec, mps_env: Optional[dict] = None):
         """(extra env for HP, extra env for BE) of a mode."""
         hp, be = {}, {}
-        if spec.mps or spec.gpuos_kind == "space":
+        if spec.mps:
             env = mps_env or Mps.env_for(self.workdir, spec.name)
             hp.update(env)
             be.update(env)
@@ -574,13 +618,19 @@ class Runner:
                 raise ModeError("no HP rate: exclusive-hp (calibration) did not produce one; "
                                 "pass --hp-rate to run without it")
             mps_env = None
-            if spec.mps or spec.gpuos_kind == "space":
+            if spec.mps:
                 self.mps = Mps(self.workdir, spec.name)
                 self.mps.start()
                 mps_env = self.mps.env
             hp_env, be_env = self.envs(spec, mps_env)
+            if spec.gpuos_kind == "space":
+                # gpuosd starts and supervises the MPS control daemon of the domain the tenants join.
+                cfg = self.space_config(spec)
+                hp_env["GPUOS_CONFIG"] = be_env["GPUOS_CONFIG"] = cfg
             if spec.gpuos_kind:
                 self.start_daemon(spec, hp_env)
+            if spec.gpuos_kind == "space":
+                self.wait_space_domain(rec)
             if spec.name == "exclusive-hp":
                 self.mode_exclusive_hp(spec, rec, hp_env)
             elif spec.name == "exclusive-be":
@@ -608,6 +658,9 @@ class Runner:
                 if rec["status"] == "error":
                     rec.setdefault("log_tails", {})["gpuos-daemon"] = self.daemon.tail()
                 self.daemon = None
+            if getattr(self, "space_mps_dir", None):
+                shutil.rmtree(self.space_mps_dir, ignore_errors=True)
+                self.space_mps_dir = None
             if self.mps is not None:
                 if rec["status"] == "error":
                     rec["mps_log_tail"] = self.mps.log_tail()
@@ -913,6 +966,12 @@ def parse_args(argv=None):
                    help="appended to the daemon args for every policy but time/open")
     o.add_argument("--gpuos-run-args", default="run --class {cls} --name {name} --socket {socket} --")
     o.add_argument("--gpuos-ps-args", default="ps --json --all --socket {socket}")
+    o.add_argument("--space-hp-sms", type=int, default=0,
+                   help="gpuos-space modes: SMs of HP's partition (gpuos run --sms); 0 = gpuosd's default")
+    o.add_argument("--space-mps-control", default="",
+                   help="gpuos-space modes: [spatial] mps_control (a stand-in for self-tests); default MPS's own")
+    o.add_argument("--space-lend-after-ms", type=int, default=-1,
+                   help="gpuos-space modes: [spatial] lend_after_ms; -1 = gpuosd's default")
     args = ap.parse_args(argv)
     if not 0 < args.load < 1:
         ap.error("--load must be in (0, 1)")
