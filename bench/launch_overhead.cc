@@ -6,6 +6,11 @@
 // of the two is the interposer's cost. Run it under a gpuosd (GPUOS_SOCKET) to measure the
 // registered path; without one it measures the pass-through path, which is the same code.
 //
+// A third variant, `joined_to_partition`, measures the driver calls spatial placement adds to a
+// launch (src/interpose/spatial.cc): the kernel goes to a stream of a green context and is joined
+// to the app stream both ways (record, wait, launch, record, wait). It needs green contexts (CUDA
+// 12.4+ driver); it is skipped otherwise.
+//
 // Environment: GPUOS_DRIVER_LIBRARY (default libcuda.so.1), GPUOS_INTERPOSER (default
 // <exe dir>/../lib/libgpuos.so).
 #include <benchmark/benchmark.h>
@@ -16,6 +21,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "gpuos/driver_api.h"
 
@@ -38,6 +44,9 @@ struct Setup {
   CUfunction fn = nullptr;
   CUstream stream = nullptr;
   CUdeviceptr done = 0;
+  CUstream partition = nullptr;  // a stream of a green context (spatial placement)
+  CUevent forward = nullptr, back = nullptr;
+  std::string partition_error;
   unsigned long long iters = 0;
   void* params[2] = {&iters, &done};
   bool ok = false;
@@ -91,6 +100,29 @@ Setup& setup() {
       return s;
     }
     s->ok = true;
+    // The partition: all but the last two SM groups of the device's finest split, as gpuosd gives a
+    // guaranteed tenant by default.
+    CUdevResource all{};
+    unsigned n = 0;
+    if (d.cuDeviceGetDevResource == nullptr || d.cuGreenCtxCreate == nullptr ||
+        d.cuDeviceGetDevResource(dev, &all, CU_DEV_RESOURCE_TYPE_SM) != CUDA_SUCCESS ||
+        d.cuDevSmResourceSplitByCount(nullptr, &n, &all, nullptr, 0, all.sm.minSmPartitionSize) != CUDA_SUCCESS ||
+        n < 3) {
+      s->partition_error = "no green contexts on this driver/device";
+      return s;
+    }
+    std::vector<CUdevResource> groups(n);
+    CUdevResourceDesc desc = nullptr;
+    CUgreenCtx green = nullptr;
+    if (d.cuDevSmResourceSplitByCount(groups.data(), &n, &all, nullptr, 0, all.sm.minSmPartitionSize) != CUDA_SUCCESS ||
+        d.cuDevResourceGenerateDesc(&desc, groups.data(), n - 2) != CUDA_SUCCESS ||
+        d.cuGreenCtxCreate(&green, desc, dev, CU_GREEN_CTX_DEFAULT_STREAM) != CUDA_SUCCESS ||
+        d.cuGreenCtxStreamCreate(&s->partition, green, CU_STREAM_NON_BLOCKING, 0) != CUDA_SUCCESS ||
+        d.cuEventCreate(&s->forward, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS ||
+        d.cuEventCreate(&s->back, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
+      s->partition_error = "creating the green context, its stream or the events failed";
+      s->partition = nullptr;
+    }
     return s;
   }();
   return *s;
@@ -122,14 +154,46 @@ void run(benchmark::State& state, LaunchFn launch) {
   sync(s.stream);
 }
 
+// The placed launch, as spatial.cc issues it, through the driver table.
+CUresult launch_joined(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                       unsigned shmem, CUstream stream, void** params, void** extra) {
+  const Setup& s = setup();
+  const GpuosDriverTable& d = s.d;
+  CUresult r = d.cuEventRecord(s.forward, stream);
+  if (r == CUDA_SUCCESS) r = d.cuStreamWaitEvent(s.partition, s.forward, 0);
+  if (r == CUDA_SUCCESS) r = d.cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shmem, s.partition, params, extra);
+  if (r == CUDA_SUCCESS) r = d.cuEventRecord(s.back, s.partition);
+  if (r == CUDA_SUCCESS) r = d.cuStreamWaitEvent(stream, s.back, 0);
+  return r;
+}
+
+void BM_LaunchJoinedToPartition(benchmark::State& state) {
+  if (setup().ok && setup().partition == nullptr) {
+    state.SkipWithError(setup().partition_error.c_str());
+    return;
+  }
+  run(state, launch_joined);
+}
+
 void BM_LaunchDirect(benchmark::State& state) { run(state, setup().d.cuLaunchKernel); }
 void BM_LaunchInterposed(benchmark::State& state) { run(state, setup().interposed); }
 
-// Run with --benchmark_enable_random_interleaving=true so the two variants alternate and drift
-// (clocks, queue state) hits both alike.
-BENCHMARK(BM_LaunchDirect)->Repetitions(10)->ReportAggregatesOnly(true)->MinTime(0.3);
-BENCHMARK(BM_LaunchInterposed)->Repetitions(10)->ReportAggregatesOnly(true)->MinTime(0.3);
-
 }  // namespace
 
-BENCHMARK_MAIN();
+// Run with --benchmark_enable_random_interleaving=true so the variants alternate and drift
+// (clocks, queue state) hits all alike. GPUOS_BENCH_QUICK=1: one short repetition each (CI smoke).
+int main(int argc, char** argv) {
+  const bool quick = std::getenv("GPUOS_BENCH_QUICK") != nullptr;
+  const int reps = quick ? 1 : 10;
+  const double min_time = quick ? 0.01 : 0.3;
+  for (auto [name, fn] : {std::pair{"BM_LaunchDirect", &BM_LaunchDirect},
+                          std::pair{"BM_LaunchInterposed", &BM_LaunchInterposed},
+                          std::pair{"BM_LaunchJoinedToPartition", &BM_LaunchJoinedToPartition}}) {
+    benchmark::RegisterBenchmark(name, fn)->Repetitions(reps)->ReportAggregatesOnly(!quick)->MinTime(min_time);
+  }
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -23,7 +23,7 @@ setsid "$BUILD/bin/gpuosd" --socket "$sock" >"$OUT/logs/bench-gpuosd.log" 2>&1 &
 dpid=$!
 for _ in $(seq 50); do "$BUILD/bin/gpuos" ps --socket "$sock" >/dev/null 2>&1 && break; sleep 0.1; done
 GPUOS_SOCKET=$sock "$BUILD/bin/gpuos-bench-launch" --benchmark_enable_random_interleaving=true \
-  --benchmark_out="$OUT/launch_overhead.json" --benchmark_out_format=json 2>&1 | tail -14 || rc=1
+  --benchmark_out="$OUT/launch_overhead.json" --benchmark_out_format=json 2>&1 | tail -20 || rc=1
 echo "== memory quota (PyTorch, 4 GiB)"
 : >"$OUT/quota.jsonl"
 for conf in "" "expandable_segments:True"; do
