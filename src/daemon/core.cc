@@ -981,6 +981,13 @@ void Core::run_swaps(uint64_t now) {
   }
 }
 
+std::string format_gpu_uuid(const uint8_t b[16]) {
+  char buf[48];
+  std::snprintf(buf, sizeof(buf), "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
+                b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+  return buf;
+}
+
 uint32_t Core::home_gpu(const Tenant& t) const {
   uint32_t home = 0;
   uint64_t most = 0;
@@ -1000,9 +1007,7 @@ int Core::ordinal_of(const Tenant& t, uint32_t gpu) const {
     for (uint32_t o = 0; o < n && o < GPUOS_MAX_DEVICES; ++o) {
       uint8_t b[16];
       for (int i = 0; i < 16; ++i) b[i] = std::atomic_ref<uint8_t>(t.cb->device_uuid[o][i]).load(std::memory_order_relaxed);
-      char text[48];
-      std::snprintf(text, sizeof(text), "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
-                    b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+      const std::string text = format_gpu_uuid(b);
       for (const GpuInfo& g : opts_.gpus) {
         if (g.index < GPUOS_MAX_DEVICES && g.uuid == text) t.ordinal_of_gpu[g.index] = static_cast<int8_t>(o);
       }

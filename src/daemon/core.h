@@ -283,5 +283,7 @@ std::vector<gid_t> peer_groups(pid_t pid, uid_t uid, gid_t gid);
 // Finds the GPUs through the driver table (library: null = $GPUOS_DRIVER_LIBRARY or libcuda.so.1).
 // On any failure returns what it found so far (often nothing) and writes a reason into *warning.
 std::vector<GpuInfo> discover_gpus(const char* library, std::string* warning);
+// A GPU UUID as gpuosd shows it: "GPU-" and the 16 bytes in the 8-4-4-4-12 hex form.
+std::string format_gpu_uuid(const uint8_t bytes[16]);
 
 }  // namespace gpuos::daemon

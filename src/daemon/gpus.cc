@@ -80,11 +80,7 @@ std::vector<GpuInfo> discover_gpus(const char* library, std::string* warning) {
     if (table.cuDeviceTotalMem_v2 && table.cuDeviceTotalMem_v2(&bytes, dev) == CUDA_SUCCESS) g.total_mem_bytes = bytes;
     CUuuid u{};
     if (table.cuDeviceGetUuid_v2 && table.cuDeviceGetUuid_v2(&u, dev) == CUDA_SUCCESS) {
-      const auto* b = reinterpret_cast<const unsigned char*>(u.bytes);
-      char buf[48];
-      std::snprintf(buf, sizeof(buf), "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
-                    b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
-      g.uuid = buf;
+      g.uuid = format_gpu_uuid(reinterpret_cast<const uint8_t*>(u.bytes));
     }
     split_sms(table, dev, &g);
     out.push_back(std::move(g));
