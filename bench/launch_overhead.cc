@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "common/sm_split.h"
 #include "gpuos/driver_api.h"
 
 namespace {
@@ -102,20 +103,16 @@ Setup& setup() {
     s->ok = true;
     // The partition: all but the last two SM groups of the device's finest split, as gpuosd gives a
     // guaranteed tenant by default.
-    CUdevResource all{};
-    unsigned n = 0;
-    if (d.cuDeviceGetDevResource == nullptr || d.cuGreenCtxCreate == nullptr ||
-        d.cuDeviceGetDevResource(dev, &all, CU_DEV_RESOURCE_TYPE_SM) != CUDA_SUCCESS ||
-        d.cuDevSmResourceSplitByCount(nullptr, &n, &all, nullptr, 0, all.sm.minSmPartitionSize) != CUDA_SUCCESS ||
-        n < 3) {
+    gpuos::SmSplit split;
+    std::vector<CUdevResource> chosen;
+    if (gpuos::split_sms(d, dev, 0, &split) != CUDA_SUCCESS || split.count() < 3 || d.cuGreenCtxCreate == nullptr) {
       s->partition_error = "no green contexts on this driver/device";
       return s;
     }
-    std::vector<CUdevResource> groups(n);
+    for (unsigned i = 0; i + 2 < split.count(); ++i) split.append_group(i, &chosen);
     CUdevResourceDesc desc = nullptr;
     CUgreenCtx green = nullptr;
-    if (d.cuDevSmResourceSplitByCount(groups.data(), &n, &all, nullptr, 0, all.sm.minSmPartitionSize) != CUDA_SUCCESS ||
-        d.cuDevResourceGenerateDesc(&desc, groups.data(), n - 2) != CUDA_SUCCESS ||
+    if (d.cuDevResourceGenerateDesc(&desc, chosen.data(), static_cast<unsigned>(chosen.size())) != CUDA_SUCCESS ||
         d.cuGreenCtxCreate(&green, desc, dev, CU_GREEN_CTX_DEFAULT_STREAM) != CUDA_SUCCESS ||
         d.cuGreenCtxStreamCreate(&s->partition, green, CU_STREAM_NON_BLOCKING, 0) != CUDA_SUCCESS ||
         d.cuEventCreate(&s->forward, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS ||

@@ -237,6 +237,7 @@ class Runner:
     def __init__(self, args) -> None:
         self.a = args
         self.t_begin = time.monotonic()
+        self.space_mps_dir: Optional[str] = None  # gpuos-space modes: the domain's MPS directories
         self.procs: List[Proc] = []
         self.mps: Optional[Mps] = None
         self.daemon: Optional[Proc] = None
@@ -658,7 +659,7 @@ class Runner:
                 if rec["status"] == "error":
                     rec.setdefault("log_tails", {})["gpuos-daemon"] = self.daemon.tail()
                 self.daemon = None
-            if getattr(self, "space_mps_dir", None):
+            if self.space_mps_dir:
                 shutil.rmtree(self.space_mps_dir, ignore_errors=True)
                 self.space_mps_dir = None
             if self.mps is not None:

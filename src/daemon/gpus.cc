@@ -3,6 +3,7 @@
 #include <cstring>
 #include <vector>
 
+#include "common/sm_split.h"
 #include "daemon/core.h"
 #include "gpuos/driver_api.h"
 
@@ -10,21 +11,13 @@ namespace gpuos::daemon {
 
 namespace {
 
-// The device's finest SM split, as the interposer will make it for green contexts: the same
-// minimum count gives the same groups in every process (what spatial partitions are built from).
+// The device's SM groups, as every tenant's interposer will split them for green contexts.
 void split_sms(const GpuosDriverTable& t, CUdevice dev, GpuInfo* g) {
-  if (t.cuDeviceGetDevResource == nullptr || t.cuDevSmResourceSplitByCount == nullptr) return;
-  CUdevResource all{};
-  if (t.cuDeviceGetDevResource(dev, &all, CU_DEV_RESOURCE_TYPE_SM) != CUDA_SUCCESS) return;
-  const unsigned min = all.sm.minSmPartitionSize;
-  unsigned n = 0;
-  if (min == 0 || t.cuDevSmResourceSplitByCount(nullptr, &n, &all, nullptr, 0, min) != CUDA_SUCCESS || n == 0) return;
-  std::vector<CUdevResource> groups(n);
-  CUdevResource rest{};
-  if (t.cuDevSmResourceSplitByCount(groups.data(), &n, &all, &rest, 0, min) != CUDA_SUCCESS) return;
-  for (unsigned i = 0; i < n && i < 64; ++i) g->sm_groups.push_back(groups[i].sm.smCount);
-  if (!g->sm_groups.empty() && rest.type == CU_DEV_RESOURCE_TYPE_SM) g->sm_groups.back() += rest.sm.smCount;
-  g->sm_group_min = min;
+  SmSplit split;
+  if (gpuos::split_sms(t, dev, 0, &split) != CUDA_SUCCESS) return;
+  std::vector<CUdevResource> unused;
+  for (unsigned i = 0; i < split.count(); ++i) g->sm_groups.push_back(split.append_group(i, &unused));
+  g->sm_group_min = split.min_count;
 }
 
 }  // namespace

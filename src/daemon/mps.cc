@@ -23,7 +23,6 @@ extern char** environ;
 namespace gpuos::daemon {
 namespace {
 
-uint64_t mono_ns() { return monotonic_ns(); }
 
 constexpr uint64_t kMs = 1000000ull;
 constexpr std::size_t kMaxOutput = 2048;  // of a child's output kept for a reason
@@ -281,7 +280,7 @@ void wait_child(Child& c, uint64_t deadline_ns, const std::atomic<bool>* stop) {
       return;
     }
     bool stopping = stop != nullptr && stop->load(std::memory_order_relaxed);
-    if (stopping || mono_ns() >= deadline_ns) {
+    if (stopping || monotonic_ns() >= deadline_ns) {
       (stopping ? c.interrupted : c.timed_out) = true;
       ::kill(-c.pid, SIGKILL);
       ::kill(c.pid, SIGKILL);
@@ -490,7 +489,7 @@ void MpsSupervisor::loop() {
         if (stop_.load()) break;
         if (d->fatal) continue;
         if (poked && d->up) d->next_ns = 0;
-        if (mono_ns() >= d->next_ns) step(*d);
+        if (monotonic_ns() >= d->next_ns) step(*d);
       }
       uint64_t next = UINT64_MAX;
       for (auto& d : doms_) {
@@ -501,7 +500,7 @@ void MpsSupervisor::loop() {
       if (next == UINT64_MAX) {
         cv_.wait(lk, [this] { return stopping_ || poke_; });
       } else {
-        uint64_t now = mono_ns();
+        uint64_t now = monotonic_ns();
         if (next > now) {
           cv_.wait_for(lk, std::chrono::nanoseconds(next - now), [this] { return stopping_ || poke_; });
         }
@@ -524,7 +523,7 @@ bool MpsSupervisor::probe(Dom& d, std::string* why) {
   std::string bin;
   if (!resolve_binary(opts_.mps_control, env_, &bin, why)) return false;
   Child c = spawn(bin, {}, d.env, "get_server_list\n", -1);
-  if (c.spawn_error.empty()) wait_child(c, mono_ns() + opts_.command_timeout_ms * kMs, &stop_);
+  if (c.spawn_error.empty()) wait_child(c, monotonic_ns() + opts_.command_timeout_ms * kMs, &stop_);
   if (c.ok()) return true;
   *why = c.describe(opts_.command_timeout_ms);
   return false;
@@ -535,7 +534,7 @@ void MpsSupervisor::step(Dom& d) {
     try_start(d);
     return;
   }
-  uint64_t now = mono_ns();
+  uint64_t now = monotonic_ns();
   // Every probe_interval the pid file (no process, no line in control.log); every
   // full_probe_every-th time, or when the pid file cannot tell, the real question (a hung daemon
   // still has a pid). get_server_list adds four lines to control.log, which nothing rotates.
@@ -555,12 +554,12 @@ void MpsSupervisor::step(Dom& d) {
   }
   if (alive) {
     if (now - d.up_since_ns >= opts_.stable_ms * kMs) d.backoff_ns = 0;  // a stable run: forgive
-    d.next_ns = mono_ns() + opts_.probe_interval_ms * kMs;
+    d.next_ns = monotonic_ns() + opts_.probe_interval_ms * kMs;
     return;
   }
   if (stop_.load()) return;  // interrupted, not dead
   set_state(d, false, "the MPS control daemon stopped answering (" + why + ")");
-  d.next_ns = mono_ns() + d.backoff_ns;  // 0 after a stable run: restart at once
+  d.next_ns = monotonic_ns() + d.backoff_ns;  // 0 after a stable run: restart at once
 }
 
 void MpsSupervisor::try_start(Dom& d) {
@@ -570,7 +569,7 @@ void MpsSupervisor::try_start(Dom& d) {
   auto fail = [&](const std::string& reason) {
     if (stop_.load()) return;
     set_state(d, false, reason);
-    d.next_ns = mono_ns() + d.backoff_ns;
+    d.next_ns = monotonic_ns() + d.backoff_ns;
   };
 
   // Directories, all 0755 and owned by gpuosd's uid (root for the system daemon). Tenants of any
@@ -598,7 +597,7 @@ void MpsSupervisor::try_start(Dom& d) {
       log::info("%s: adopting the MPS control daemon already running at %s", d.label().c_str(), d.pipe.c_str());
       d.ever_started = true;
       d.ever_up = true;
-      d.up_since_ns = mono_ns();
+      d.up_since_ns = monotonic_ns();
       d.next_ns = d.up_since_ns + opts_.probe_interval_ms * kMs;
       set_state(d, true, "");
       return;
@@ -611,7 +610,7 @@ void MpsSupervisor::try_start(Dom& d) {
   const std::string start_log = d.log + "/gpuosd-start.log";
   int out = ::open(start_log.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
   if (out < 0) return fail("cannot open " + start_log + ": " + errstr(errno));
-  const uint64_t deadline = mono_ns() + opts_.start_timeout_ms * kMs;
+  const uint64_t deadline = monotonic_ns() + opts_.start_timeout_ms * kMs;
   Child c = spawn(bin, {"-d"}, d.env, "", out);
   if (c.spawn_error.empty()) wait_child(c, deadline, &stop_);
   if (stop_.load()) return;
@@ -620,14 +619,14 @@ void MpsSupervisor::try_start(Dom& d) {
   std::string why;
   while (!probe(d, &why)) {
     if (stop_.load()) return;
-    if (mono_ns() >= deadline) {
+    if (monotonic_ns() >= deadline) {
       return fail("`" + bin + " -d` returned, but the control daemon does not answer get_server_list (" + why + ")");
     }
     if (!nap(100 * kMs)) return;
   }
   if (d.ever_up) ++d.restarts;
   d.ever_up = true;
-  d.up_since_ns = mono_ns();
+  d.up_since_ns = monotonic_ns();
   d.next_ns = d.up_since_ns + opts_.probe_interval_ms * kMs;
   set_state(d, true, "");
 }
@@ -695,7 +694,7 @@ void MpsSupervisor::shutdown() {
     }
     quits.emplace_back(d.get(), spawn(bin, {}, d->env, "quit\n", -1));
   }
-  const uint64_t deadline = mono_ns() + opts_.command_timeout_ms * kMs;
+  const uint64_t deadline = monotonic_ns() + opts_.command_timeout_ms * kMs;
   for (auto& [d, c] : quits) {
     if (c.spawn_error.empty()) wait_child(c, deadline, nullptr);
     if (c.ok()) {

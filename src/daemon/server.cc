@@ -24,7 +24,6 @@
 namespace gpuos::daemon {
 namespace {
 
-uint64_t mono_ns() { return monotonic_ns(); }
 
 std::string errstr(int e) { return std::strerror(e); }
 
@@ -215,11 +214,11 @@ void Server::request_stop() {
 int Server::run() {
   epoll_event evs[64];
   const uint64_t period_ns = opts_.tick_ms > 0 ? static_cast<uint64_t>(opts_.tick_ms) * 1000000ull : 0;
-  uint64_t next_periodic = mono_ns() + period_ns;
+  uint64_t next_periodic = monotonic_ns() + period_ns;
   while (!stopping_) {
     // The next tick: the regular period while a tenant is live (nothing to do without tenants: the
     // loop then sleeps until an event), or earlier if the policy asks (e.g. a time slice ends).
-    uint64_t now = mono_ns();
+    uint64_t now = monotonic_ns();
     uint64_t deadline = UINT64_MAX;
     if (period_ns != 0 && core_.live_tenants() > 0) deadline = next_periodic;
     if (uint64_t want = core_.next_tick_ns(now); want != 0) deadline = std::min(deadline, want);
@@ -251,7 +250,7 @@ int Server::run() {
           stopping_ = true;
         }
       } else if (metrics_ && metrics_->owns(fd)) {
-        metrics_->on_event(fd, e, mono_ns());
+        metrics_->on_event(fd, e, monotonic_ns());
       } else if (auto p = pidfd_to_conn_.find(fd); p != pidfd_to_conn_.end()) {
         auto c = conns_.find(p->second);
         if (c != conns_.end()) {
@@ -263,7 +262,7 @@ int Server::run() {
         if (conns_.count(fd) != 0 && (e & (EPOLLIN | EPOLLHUP | EPOLLERR))) on_readable(fd);
       }
     }
-    now = mono_ns();
+    now = monotonic_ns();
     if (metrics_) metrics_->expire(now);
     if (!stopping_ && deadline != UINT64_MAX && now >= deadline) {
       core_.tick(now);

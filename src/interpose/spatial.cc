@@ -9,6 +9,7 @@
 #include <tuple>
 #include <vector>
 
+#include "common/sm_split.h"
 #include "interpose/runtime.h"
 
 namespace gpuos::interpose {
@@ -121,33 +122,18 @@ CachedContext* context_entry(const GpuosDriverTable& d, CUcontext ctx) {
 // of the device's SMs in groups of group_sms; the highest group takes the split's remainder), or
 // null when it cannot be made. Called with the registry lock held.
 CUgreenCtx make_partition(const GpuosDriverTable& d, gpuos_control_block* cb, int dev, uint64_t mask) {
-  if (d.cuDeviceGetDevResource == nullptr || d.cuDevSmResourceSplitByCount == nullptr ||
-      d.cuDevResourceGenerateDesc == nullptr || d.cuGreenCtxCreate == nullptr) {
+  if (d.cuDevResourceGenerateDesc == nullptr || d.cuGreenCtxCreate == nullptr) {
     log(LogLevel::kError, "spatial: this driver has no green contexts; launches run unconfined");
     return nullptr;
   }
   const uint64_t t0 = monotonic_ns();
-  uint32_t group_sms = std::atomic_ref<uint32_t>(cb->space_group_sms).load(std::memory_order_relaxed);
-  if (group_sms == 0) group_sms = 8;
-  CUdevResource all{};
-  CUresult r = d.cuDeviceGetDevResource(dev, &all, CU_DEV_RESOURCE_TYPE_SM);
-  unsigned groups_n = 0;
-  if (r == CUDA_SUCCESS) r = d.cuDevSmResourceSplitByCount(nullptr, &groups_n, &all, nullptr, 0, group_sms);
-  std::vector<CUdevResource> groups(groups_n);
-  CUdevResource remainder{};
-  if (r == CUDA_SUCCESS && groups_n > 0) {
-    r = d.cuDevSmResourceSplitByCount(groups.data(), &groups_n, &all, &remainder, 0, group_sms);
-  }
+  const uint32_t group_sms = std::atomic_ref<uint32_t>(cb->space_group_sms).load(std::memory_order_relaxed);
+  SmSplit split;
+  CUresult r = split_sms(d, dev, group_sms, &split);
   std::vector<CUdevResource> chosen;
   unsigned sms = 0;
-  for (unsigned i = 0; r == CUDA_SUCCESS && i < groups_n && i < 64; ++i) {
-    if ((mask >> i & 1u) == 0) continue;
-    chosen.push_back(groups[i]);
-    sms += groups[i].sm.smCount;
-    if (i + 1 == groups_n && remainder.type == CU_DEV_RESOURCE_TYPE_SM && remainder.sm.smCount > 0) {
-      chosen.push_back(remainder);
-      sms += remainder.sm.smCount;
-    }
+  for (unsigned i = 0; r == CUDA_SUCCESS && i < split.count(); ++i) {
+    if ((mask >> i & 1u) != 0) sms += split.append_group(i, &chosen);
   }
   CUgreenCtx green = nullptr;
   if (r == CUDA_SUCCESS && !chosen.empty()) {
@@ -160,12 +146,12 @@ CUgreenCtx make_partition(const GpuosDriverTable& d, gpuos_control_block* cb, in
   if (r != CUDA_SUCCESS || green == nullptr) {
     log(LogLevel::kError, "spatial: no partition for SM groups 0x%llx of device %d (%s, %u groups of %u); "
         "its launches run unconfined", static_cast<unsigned long long>(mask), dev, cu_result_name(r),
-        groups_n, group_sms);
+        split.count(), split.min_count);
     return nullptr;
   }
   add(cb->space_partitions, 1);
   log(LogLevel::kInfo, "spatial: partition of %u SMs (groups 0x%llx of %u) on device %d in %.2f ms", sms,
-      static_cast<unsigned long long>(mask), groups_n, dev, static_cast<double>(ns) / 1e6);
+      static_cast<unsigned long long>(mask), split.count(), dev, static_cast<double>(ns) / 1e6);
   return green;
 }
 

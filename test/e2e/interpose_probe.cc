@@ -50,14 +50,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ready\n");
     while (access(wait_file, F_OK) != 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
+  CUmodule mod = probe::primary_context_module("gpuos-probe");
   CUdevice dev;
-  CHECK_CU(cuDeviceGet(&dev, 0));
-  CUcontext ctx;
-  CHECK_CU(cuDevicePrimaryCtxRetain(&ctx, dev));
-  CHECK_CU(cuCtxSetCurrent(ctx));
-  CUmodule mod;
-  static const char kImage[] = "gpuos-probe";  // the double accepts any image
-  CHECK_CU(cuModuleLoadData(&mod, kImage));
+  CHECK_CU(cuCtxGetDevice(&dev));
   CUfunction work;
   CHECK_CU(cuModuleGetFunction(&work, mod, "gpuos_fixed_work"));
   CUstream stream;

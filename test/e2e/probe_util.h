@@ -28,6 +28,10 @@ inline CUmemAllocationProp device_prop(CUdevice dev, size_t* granularity) {
   return prop;
 }
 
+// Device 0's primary context made current, and a module of the double's built-in kernels (the
+// double accepts any image). Exits like CHECK_CU on failure. Call after cuInit.
+CUmodule primary_context_module(const char* image);
+
 }  // namespace probe
 
 // Exits with status 2 and the error's name when a driver call that must succeed fails.
@@ -41,3 +45,14 @@ inline CUmemAllocationProp device_prop(CUdevice dev, size_t* granularity) {
       std::exit(2);                                                                   \
     }                                                                                 \
   } while (0)
+
+inline CUmodule probe::primary_context_module(const char* image) {
+  CUdevice dev;
+  CHECK_CU(cuDeviceGet(&dev, 0));
+  CUcontext ctx;
+  CHECK_CU(cuDevicePrimaryCtxRetain(&ctx, dev));
+  CHECK_CU(cuCtxSetCurrent(ctx));
+  CUmodule mod;
+  CHECK_CU(cuModuleLoadData(&mod, image));
+  return mod;
+}

@@ -40,14 +40,7 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--wait-file") == 0) wait_file = argv[i + 1];
 
   CHECK_CU(cuInit(0));
-  CUdevice dev;
-  CHECK_CU(cuDeviceGet(&dev, 0));
-  CUcontext ctx;
-  CHECK_CU(cuDevicePrimaryCtxRetain(&ctx, dev));
-  CHECK_CU(cuCtxSetCurrent(ctx));
-  CUmodule mod;
-  static const char kImage[] = "gpuos-space-probe";  // the double accepts any image
-  CHECK_CU(cuModuleLoadData(&mod, kImage));
+  CUmodule mod = probe::primary_context_module("gpuos-space-probe");
   CUfunction sm_mask, fill;
   CHECK_CU(cuModuleGetFunction(&sm_mask, mod, "gpuos_sm_mask"));
   CHECK_CU(cuModuleGetFunction(&fill, mod, "gpuos_fill_u32"));
