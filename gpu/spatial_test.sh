@@ -68,7 +68,8 @@ wait $BEP 2>/dev/null
 timeout 10 "$GPUOS" ps --json --all --socket "$SOCK" >"$W/ps_all.json" 2>&1
 kill -TERM "$DPID"
 for _ in $(seq 100); do kill -0 "$DPID" 2>/dev/null || break; sleep 0.1; done
-sleep 1
+# gpuosd sent `quit`; the control daemon and its server may take a few seconds more to tear down.
+for _ in $(seq 30); do pgrep -f "nvidia-cuda-mps" >/dev/null || break; sleep 0.5; done
 pgrep -f "nvidia-cuda-mps" >"$W/mps_after.txt" 2>&1
 log "phase timeslice (no gpuos, no MPS)"
 timeout 60 "$W/spatial" --iters "$ITERS" --seconds 9 --json "$W/be-ts.json" >"$LOGS/be-ts.out" 2>&1 &

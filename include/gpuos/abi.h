@@ -54,6 +54,20 @@ typedef enum gpuos_status {
  * SCM_RIGHTS in the REGISTER reply. Both map it MAP_SHARED. The first cache line is constant after
  * creation; the daemon-written and tenant-written parts live on separate cache lines.
  * ------------------------------------------------------------------------------------------- */
+/* Right-sizing samples of one launch shape: its mean duration at each SM count it ran on. */
+#define GPUOS_SPACE_SHAPES 8
+#define GPUOS_SPACE_POINTS 6
+typedef struct gpuos_latency_point {
+  uint32_t sms;    /* SMs of the partition it ran on (the whole device when unconfined); 0 = unused */
+  uint32_t count;  /* timed launches */
+  uint64_t sum_ns; /* their total duration */
+} gpuos_latency_point;
+typedef struct gpuos_shape_latency {
+  uint64_t key;      /* hash of the shape; 0 = unused slot */
+  uint64_t launches; /* timed launches of this shape (its weight among the tenant's work) */
+  gpuos_latency_point points[GPUOS_SPACE_POINTS];
+} gpuos_shape_latency;
+
 typedef struct gpuos_control_block {
   /* constant after creation (written by gpuosd before the fd is sent) */
   uint32_t magic;
@@ -167,6 +181,17 @@ typedef struct gpuos_control_block {
   uint32_t reserved7;
   uint8_t pad7[56];
   uint8_t device_uuid[GPUOS_MAX_DEVICES][16];
+
+  /* ---- right-sizing samples, written by the tenant (spatial tenants only), read by gpuosd ----
+   * The interposer times one launch in every space_sample_period (events around it) and adds the
+   * duration to the entry of that launch's shape (kernel function and grid, or graph) at the SM
+   * count it ran on. gpuosd fits each shape's latency against SMs (l = m/t + b) and sizes
+   * guaranteed tenants from it. Seqlock: space_sample_seq is odd while the tenant writes. */
+  uint32_t space_sample_seq;
+  uint32_t space_sample_period; /* launches per timed launch (the interposer's choice) */
+  uint64_t space_samples;       /* launches timed in all (also those whose shape found no slot) */
+  uint8_t pad8[48];
+  gpuos_shape_latency space_shapes[GPUOS_SPACE_SHAPES];
 } gpuos_control_block;
 
 /* swap_command values */
@@ -376,9 +401,11 @@ static_assert(sizeof(gpuos_control_block) % 64 == 0, "control block is whole cac
 static_assert(offsetof(gpuos_control_block, gate) == 64, "daemon-written line");
 static_assert(offsetof(gpuos_control_block, launches) == 128, "tenant-written lines");
 static_assert(sizeof(gpuos_control_block) <= 4096, "control block fits one page");
-static_assert(sizeof(gpuos_control_block) == 1344, "ABI v1 frozen at release (fields only ever replace padding)");
+static_assert(sizeof(gpuos_control_block) == 2304, "ABI v1 frozen at release (fields only ever replace padding)");
 static_assert(offsetof(gpuos_control_block, device_count) == 1024, "tenant-written device map");
 static_assert(offsetof(gpuos_control_block, space_epoch) == 640, "daemon-written spatial lines");
+static_assert(offsetof(gpuos_control_block, space_sample_seq) == 1344, "tenant-written sizing lines");
+static_assert(sizeof(gpuos_shape_latency) == 112, "shape entries");
 static_assert(offsetof(gpuos_control_block, space_launches) == 832, "tenant-written spatial lines");
 static_assert(offsetof(gpuos_control_block, swap_command) == 448, "daemon-written memory line");
 static_assert(offsetof(gpuos_control_block, swappable) == 512, "tenant-written memory lines");

@@ -242,6 +242,7 @@
   X(cuEventRecord_ptsz, (CUevent event, CUstream stream), (event, stream))                         \
   X(cuEventSynchronize, (CUevent event), (event))                                                  \
   X(cuEventQuery, (CUevent event), (event))                                                        \
+  X(cuEventElapsedTime_v2, (float* ms, CUevent start, CUevent end), (ms, start, end))             \
   X(cuThreadExchangeStreamCaptureMode, (CUstreamCaptureMode * mode), (mode))                       \
   /* stream capture (tracked so captured launches are counted apart and never gated) */           \
   X(cuStreamBeginCapture, (CUstream stream), (stream))                                             \
@@ -276,6 +277,43 @@
     (f, gx, gy, gz, bx, by, bz, shmem, stream, params))                                            \
   X(cuGraphLaunch, (CUgraphExec exec, CUstream stream), (exec, stream))                            \
   X(cuGraphLaunch_ptsz, (CUgraphExec exec, CUstream stream), (exec, stream))                       \
+  /* graphs: spatial placement keeps a copy of each instantiated graph and, per SM partition, an    \
+     executable variant whose kernel nodes run in the partition's green context */                 \
+  X(cuGraphInstantiateWithFlags, (CUgraphExec * exec, CUgraph graph, unsigned long long flags),     \
+    (exec, graph, flags))                                                                          \
+  X(cuGraphInstantiateWithParams, (CUgraphExec * exec, CUgraph graph,                              \
+                                   CUDA_GRAPH_INSTANTIATE_PARAMS * params), (exec, graph, params)) \
+  X(cuGraphInstantiateWithParams_ptsz, (CUgraphExec * exec, CUgraph graph,                         \
+                                        CUDA_GRAPH_INSTANTIATE_PARAMS * params), (exec, graph, params)) \
+  X(cuGraphExecDestroy, (CUgraphExec exec), (exec))                                                \
+  X(cuGraphExecUpdate_v2, (CUgraphExec exec, CUgraph graph, CUgraphExecUpdateResultInfo * info),   \
+    (exec, graph, info))                                                                           \
+  X(cuGraphExecKernelNodeSetParams_v2, (CUgraphExec exec, CUgraphNode node,                        \
+                                        const CUDA_KERNEL_NODE_PARAMS* p), (exec, node, p))        \
+  X(cuGraphExecNodeSetParams, (CUgraphExec exec, CUgraphNode node, CUgraphNodeParams * p),         \
+    (exec, node, p))                                                                               \
+  X(cuGraphExecMemcpyNodeSetParams, (CUgraphExec exec, CUgraphNode node, const CUDA_MEMCPY3D* p,   \
+                                     CUcontext ctx), (exec, node, p, ctx))                         \
+  X(cuGraphExecMemsetNodeSetParams, (CUgraphExec exec, CUgraphNode node,                           \
+                                     const CUDA_MEMSET_NODE_PARAMS* p, CUcontext ctx),             \
+    (exec, node, p, ctx))                                                                          \
+  X(cuGraphExecHostNodeSetParams, (CUgraphExec exec, CUgraphNode node,                             \
+                                   const CUDA_HOST_NODE_PARAMS* p), (exec, node, p))               \
+  X(cuGraphExecChildGraphNodeSetParams, (CUgraphExec exec, CUgraphNode node, CUgraph child),       \
+    (exec, node, child))                                                                           \
+  X(cuGraphExecEventRecordNodeSetEvent, (CUgraphExec exec, CUgraphNode node, CUevent e),           \
+    (exec, node, e))                                                                               \
+  X(cuGraphExecEventWaitNodeSetEvent, (CUgraphExec exec, CUgraphNode node, CUevent e),             \
+    (exec, node, e))                                                                               \
+  X(cuGraphNodeSetEnabled, (CUgraphExec exec, CUgraphNode node, unsigned int on), (exec, node, on)) \
+  X(cuGraphClone, (CUgraph * clone, CUgraph graph), (clone, graph))                                \
+  X(cuGraphDestroy, (CUgraph graph), (graph))                                                      \
+  X(cuGraphGetNodes, (CUgraph graph, CUgraphNode * nodes, size_t * count), (graph, nodes, count))  \
+  X(cuGraphNodeGetType, (CUgraphNode node, CUgraphNodeType * type), (node, type))                  \
+  X(cuGraphKernelNodeGetParams_v2, (CUgraphNode node, CUDA_KERNEL_NODE_PARAMS * p), (node, p))     \
+  X(cuGraphKernelNodeSetParams_v2, (CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS* p), (node, p)) \
+  X(cuGraphChildGraphNodeGetGraph, (CUgraphNode node, CUgraph * child), (node, child))             \
+  X(cuCtxFromGreenCtx, (CUcontext * ctx, CUgreenCtx green), (ctx, green))                          \
   /* used by the swapper (not governed): contexts, its own stream, virtual memory */              \
   X(cuCtxPushCurrent_v2, (CUcontext ctx), (ctx))                                                   \
   X(cuCtxPopCurrent_v2, (CUcontext * pctx), (pctx))                                                \

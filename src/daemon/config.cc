@@ -288,6 +288,8 @@ bool parse_spatial(Ctx& cx, const toml::table& t, Config* c) {
       if (!cx.get_uint(v, "spatial", key, 0, 3600000, &s.lend_after_ms)) return false;
     } else if (key == "be_reserve_groups") {
       if (!cx.get_uint(v, "spatial", key, 1, 63, &s.be_reserve_groups)) return false;
+    } else if (key == "right_size_slack_pct") {
+      if (!cx.get_uint(v, "spatial", key, 0, 50, &s.right_size_slack_pct)) return false;
     } else if (key == "mps_dir") {
       if (!cx.get_string(v, "spatial", key, &s.mps_dir)) return false;
       if (!s.mps_dir.empty() && s.mps_dir[0] != '/') return cx.fail(v, "spatial", key, "must be an absolute path");
@@ -489,6 +491,7 @@ std::string format_config(const Config& c) {
   s += "mps_dir = " + quote(c.spatial.mps_dir) + "\n";
   s += "lend_after_ms = " + std::to_string(c.spatial.lend_after_ms) + "\n";
   s += "be_reserve_groups = " + std::to_string(c.spatial.be_reserve_groups) + "\n";
+  s += "right_size_slack_pct = " + std::to_string(c.spatial.right_size_slack_pct) + "\n";
   if (c.spatial.domains.empty()) s += "# no [[spatial.domain]]: spatial sharing off\n";
   for (const SpatialDomain& d : c.spatial.domains) {
     s += "[[spatial.domain]]\n";

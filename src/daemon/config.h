@@ -29,6 +29,9 @@
 //   mps_dir = ""               # "" = <directory of the control socket>/mps (see effective_mps_dir)
 //   lend_after_ms = 20         # idle guaranteed tenants lend their SM groups after this long
 //   be_reserve_groups = 2      # SM groups a guaranteed tenant leaves to best-effort tenants
+//   right_size_slack_pct = 4   # right-sizing: a guaranteed tenant that asked for no size gets the
+//                              # fewest SMs that keep its measured kernel latency within this many
+//                              # percent of its default partition's (0..50; 0 = off)
 //   [[spatial.domain]]         # zero or more; none = spatial sharing off
 //   name = "team-a"            # [A-Za-z0-9_.-]{1,32}, not "." or "..", unique
 //   users = ["alice", 1001]    # user names or uids allowed to join (besides admins); [] = admins only
@@ -92,6 +95,7 @@ struct SpatialConfig {
   // been idle this long (lending in short gaps delays its next burst by the borrowers' kernels).
   uint32_t lend_after_ms = 20;
   uint32_t be_reserve_groups = 2;  // SM groups kept for best-effort tenants beside guaranteed ones
+  uint32_t right_size_slack_pct = 4;  // right-sizing's latency allowance; 0 = no right-sizing
   std::string mps_control = kDefaultMpsControl;
   std::string mps_dir;  // "" = derived from the control socket (effective_mps_dir)
   std::vector<SpatialDomain> domains;  // empty: spatial sharing off

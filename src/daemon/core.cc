@@ -1029,6 +1029,44 @@ uint64_t Core::used_on_gpu(const Tenant& t, uint32_t gpu) const {
   return o >= 0 ? load(t.cb->mem_used_per_device[o]) : 0;
 }
 
+uint32_t Core::right_size_tenant(Tenant& t, uint64_t now) {
+  if (opts_.space_sizer.slack <= 0 || t.tenant_class != GPUOS_CLASS_GUARANTEED || t.space_domain[0] == '\0') return 0;
+  // Sized only while it shares its GPU, in its domain, with best-effort tenants and no other
+  // guaranteed one (otherwise the planner's split decides).
+  const uint32_t home = home_gpu(t);
+  bool shared = false;
+  for (const auto& [id, o] : tenants_) {
+    if (o.id == t.id || std::strcmp(o.space_domain, t.space_domain) != 0 || home_gpu(o) != home) continue;
+    if (o.tenant_class == GPUOS_CLASS_GUARANTEED) return 0;
+    shared = true;
+  }
+  const GpuInfo* gpu = nullptr;
+  for (const GpuInfo& g : opts_.gpus) {
+    if (g.index == home) gpu = &g;
+  }
+  if (!shared || gpu == nullptr) {
+    t.space_sizer = SizerState{};
+    t.space_sized_sms = 0;
+    return 0;
+  }
+  const SpaceGpu sg{gpu->index, gpu->sm_count, gpu->sm_groups};
+  const uint32_t groups = space_groups(sg, opts_.space.group_sms);
+  const uint32_t reserve = std::clamp<uint32_t>(opts_.space.be_reserve_groups, 1, groups > 1 ? groups - 1 : 1);
+  if (groups < 2) return 0;
+  std::vector<uint32_t> sizes;  // SMs of groups 0..g-1, g = 1 .. groups
+  for (uint32_t g = 1; g <= groups; ++g) sizes.push_back(space_mask_sms(g >= 64 ? ~0ull : (1ull << g) - 1, sg, opts_.space.group_sms));
+  const uint32_t ceiling = sizes[groups - 1 - reserve];
+  std::vector<ShapeSamples> shapes;
+  if (!read_shape_samples(*t.cb, &shapes)) return t.space_sized_sms;
+  const SizerDecision d = right_size(shapes, sizes, ceiling, opts_.space_sizer, &t.space_sizer, now);
+  if (d.sms != t.space_sized_sms) {
+    log::info("tenant %u (%s): right-sized %u -> %u SMs of %u (%s; latency %.3f of its %u-SM figure)", t.id, t.name,
+              t.space_sized_sms ? t.space_sized_sms : ceiling, d.sms, ceiling, d.why, d.predicted, ceiling);
+    t.space_sized_sms = d.sms;
+  }
+  return d.sms;
+}
+
 void Core::run_space() {
   bool any = false;
   for (const auto& [id, t] : tenants_) any = any || t.space_domain[0] != '\0';
@@ -1038,6 +1076,7 @@ void Core::run_space() {
   std::vector<SpaceGpu> gpus;
   for (const GpuInfo& g : opts_.gpus) gpus.push_back(SpaceGpu{g.index, g.sm_count, g.sm_groups});
   std::vector<SpaceTenant> in;
+  bool sizing = false;  // a tenant is being right-sized: look at its samples again soon
   for (auto& [id, t] : tenants_) {
     SpaceTenant s;
     s.id = t.id;
@@ -1045,7 +1084,8 @@ void Core::run_space() {
     s.tenant_class = t.tenant_class;
     s.priority = t.priority;
     s.weight = t.weight;
-    s.want_sms = t.space_sms;
+    s.want_sms = t.space_sms != 0 ? t.space_sms : right_size_tenant(t, now);
+    sizing = sizing || t.space_sized_sms != 0;
     s.busy = load(t.cb->busy) != 0 || load(t.cb->waiting) != 0;
     if (s.busy) {
       t.space_idle_since_ns = 0;
@@ -1060,6 +1100,10 @@ void Core::run_space() {
   }
   const std::map<uint32_t, SpaceMasks> plan = plan_space(gpus, in, opts_.space);
   if (const uint64_t wait = space_next_lend_ns(in, opts_.space); wait != 0) space_replan_at_ns_ = now + wait;
+  constexpr uint64_t kSizingPeriodNs = 100'000'000;  // a busy tenant sends no ACTIVITY: poll its samples
+  if (sizing && (space_replan_at_ns_ == 0 || space_replan_at_ns_ > now + kSizingPeriodNs)) {
+    space_replan_at_ns_ = now + kSizingPeriodNs;
+  }
   for (auto& [id, t] : tenants_) {
     auto p = plan.find(id);
     if (p == plan.end() || t.space_domain[0] == '\0') continue;

@@ -22,6 +22,7 @@
 
 #include "daemon/policy.h"
 #include "daemon/space_planner.h"
+#include "daemon/space_sizer.h"
 #include "daemon/swap_planner.h"
 #include "gpuos/abi.h"
 
@@ -107,6 +108,8 @@ struct CoreOptions {
   // it may not (it is then admitted time-shared only). Null: no domain exists (config [spatial]).
   std::function<std::string(const std::string& domain, const Peer& peer)> space_admit;
   SpaceParams space;
+  // Right-sizing of guaranteed spatial tenants that asked for no size (slack <= 0: off).
+  SizerParams space_sizer;
   std::function<uint64_t()> unix_ms;            // null: CLOCK_REALTIME in ms (injectable for tests)
   std::function<uint64_t()> mono_ns;            // null: CLOCK_MONOTONIC in ns (injectable for tests)
 };
@@ -183,6 +186,8 @@ class Core final : private GateControl {
     char space_domain[GPUOS_DOMAIN_MAX] = {};  // "" = none
     uint32_t space_sms = 0;                   // SMs asked for (REGISTER space_sms)
     uint64_t space_idle_since_ns = 0;         // when run_space first saw it idle; 0 while active
+    SizerState space_sizer;                   // right-sizing (guaranteed, no size asked for)
+    uint32_t space_sized_sms = 0;             // what the sizer chose last (0 = not sized)
     // Its device ordinals -> gpuosd's GPUs (from the control block's device_uuid; identity until
     // the tenant published them). Cached: recomputed when device_count changes.
     mutable uint32_t mapped_device_count = 0;
@@ -226,6 +231,8 @@ class Core final : private GateControl {
   void run_swaps(uint64_t now_ns);
   // Recomputes every spatial tenant's SM partitions (space_planner) and publishes changed masks.
   void run_space();
+  // The SMs a guaranteed spatial tenant should get, from its latency samples (0 = no opinion).
+  uint32_t right_size_tenant(Tenant& t, uint64_t now);
   // The GPU holding most of the tenant's memory (0 when it holds none).
   uint32_t home_gpu(const Tenant& t) const;
   // The tenant's device ordinal of GPU index `gpu` (-1: it does not see that GPU). Its per-device

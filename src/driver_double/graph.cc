@@ -143,11 +143,11 @@ CUresult impl_cuGraphLaunch(CUgraphExec hexec, CUstream h, bool ptsz) {
   std::vector<GraphNode> nodes = x->nodes;
   for (auto& n : nodes)
     if (n.type == GraphNode::Type::kKernel) n.kernel.fault = next_launch_faults();
-  Context* ctx = s->ctx;
+  Context* ctx = x->ctx;  // kernel nodes run in their own context, else the instantiating one
   enqueue(s, Op{[ctx, nodes = std::move(nodes)] {
                   for (const auto& n : nodes) {
                     if (ctx->sticky.load() != CUDA_SUCCESS) return;
-                    if (n.type == GraphNode::Type::kKernel) run_kernel(ctx, n.kernel);
+                    if (n.type == GraphNode::Type::kKernel) run_kernel(n.ctx ? n.ctx : ctx, n.kernel);
                     else if (n.type == GraphNode::Type::kHost) n.host();
                   }
                 },
@@ -234,6 +234,120 @@ DD_API cuGraphInstantiate(CUgraphExec* exec, CUgraph graph, CUgraphNode* errNode
 DD_API cuGraphInstantiate_v2(CUgraphExec* exec, CUgraph graph, CUgraphNode* errNode, char* log,
                              size_t logSize) {
   return cuGraphInstantiate(exec, graph, errNode, log, logSize);
+}
+
+// Graph inspection and editing: the node API spatial placement uses to make a graph's kernels run
+// in a green context (clone, list nodes, read and rewrite kernel node parameters).
+DD_API cuGraphClone(CUgraph* clone, CUgraph original) {
+  return guard([&] {
+    if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+    auto* g = reinterpret_cast<Graph*>(original);
+    if (clone == nullptr || !graphs().has(g)) return CUDA_ERROR_INVALID_VALUE;
+    Graph* c = new_graph();
+    std::lock_guard<std::mutex> l(g->mu);
+    for (auto& n : g->nodes) {
+      if (n->type == GraphNode::Type::kMemAlloc) {  // memory nodes are not cloned by this double
+        graphs().remove(c);
+        delete c;
+        return CUDA_ERROR_NOT_SUPPORTED;
+      }
+      c->nodes.push_back(std::make_unique<GraphNode>(*n));
+    }
+    *clone = reinterpret_cast<CUgraph>(c);
+    return CUDA_SUCCESS;
+  });
+}
+
+DD_API cuGraphGetNodes(CUgraph graph, CUgraphNode* nodes, size_t* count) {
+  return guard([&] {
+    if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+    auto* g = reinterpret_cast<Graph*>(graph);
+    if (count == nullptr || !graphs().has(g)) return CUDA_ERROR_INVALID_VALUE;
+    std::lock_guard<std::mutex> l(g->mu);
+    if (nodes == nullptr) {
+      *count = g->nodes.size();
+      return CUDA_SUCCESS;
+    }
+    const size_t n = std::min(*count, g->nodes.size());
+    for (size_t i = 0; i < n; ++i) nodes[i] = reinterpret_cast<CUgraphNode>(g->nodes[i].get());
+    for (size_t i = n; i < *count; ++i) nodes[i] = nullptr;
+    *count = n;
+    return CUDA_SUCCESS;
+  });
+}
+
+namespace {
+// The node behind a handle, if it belongs to a live graph.
+GraphNode* find_node(CUgraphNode h) {
+  GraphNode* found = nullptr;
+  graphs().for_each([&](Graph* g) {
+    std::lock_guard<std::mutex> l(g->mu);
+    for (auto& n : g->nodes)
+      if (reinterpret_cast<CUgraphNode>(n.get()) == h) found = n.get();
+  });
+  return found;
+}
+}  // namespace
+
+DD_API cuGraphNodeGetType(CUgraphNode node, CUgraphNodeType* type) {
+  return guard([&] {
+    if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+    GraphNode* n = find_node(node);
+    if (n == nullptr || type == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    switch (n->type) {
+      case GraphNode::Type::kKernel: *type = CU_GRAPH_NODE_TYPE_KERNEL; break;
+      case GraphNode::Type::kHost: *type = CU_GRAPH_NODE_TYPE_HOST; break;
+      case GraphNode::Type::kEmpty: *type = CU_GRAPH_NODE_TYPE_EMPTY; break;
+      case GraphNode::Type::kMemAlloc: *type = CU_GRAPH_NODE_TYPE_MEM_ALLOC; break;
+      case GraphNode::Type::kMemFree: *type = CU_GRAPH_NODE_TYPE_MEM_FREE; break;
+    }
+    return CUDA_SUCCESS;
+  });
+}
+
+DD_API cuGraphKernelNodeGetParams_v2(CUgraphNode node, CUDA_KERNEL_NODE_PARAMS* p) {
+  return guard([&] {
+    if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+    GraphNode* n = find_node(node);
+    if (n == nullptr || p == nullptr || n->type != GraphNode::Type::kKernel) return CUDA_ERROR_INVALID_VALUE;
+    *p = CUDA_KERNEL_NODE_PARAMS{};
+    auto f = reinterpret_cast<CUfunction>(n->kernel.fn);
+    p->func = n->ctx ? nullptr : f;
+    p->kern = reinterpret_cast<CUkernel>(f);  // this double's CUkernel is its CUfunction
+    p->ctx = reinterpret_cast<CUcontext>(n->ctx);
+    p->gridDimX = n->kernel.grid[0], p->gridDimY = n->kernel.grid[1], p->gridDimZ = n->kernel.grid[2];
+    p->blockDimX = n->kernel.block[0], p->blockDimY = n->kernel.block[1], p->blockDimZ = n->kernel.block[2];
+    for (int i = 0; i < 3; ++i) n->arg_ptrs[i] = &n->kernel.args[i];
+    p->kernelParams = n->arg_ptrs;
+    return CUDA_SUCCESS;
+  });
+}
+
+DD_API cuGraphKernelNodeSetParams_v2(CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS* p) {
+  return guard([&] {
+    if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+    GraphNode* n = find_node(node);
+    if (n == nullptr || p == nullptr || n->type != GraphNode::Type::kKernel) return CUDA_ERROR_INVALID_VALUE;
+    // func wins over kern, and then ctx is ignored (as documented); kern needs a live ctx.
+    Context* ctx = nullptr;
+    CUfunction f = p->func;
+    if (f == nullptr) {
+      f = reinterpret_cast<CUfunction>(p->kern);
+      ctx = reinterpret_cast<Context*>(p->ctx);
+      if (ctx != nullptr && !context_alive(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
+    }
+    Function* fn = lookup_function(f);
+    if (fn == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+    KernelLaunch k;
+    if (CUresult r = decode_launch(fn, p->kernelParams, p->extra, &k); r != CUDA_SUCCESS) return r;
+    const unsigned dims[6] = {p->gridDimX, p->gridDimY, p->gridDimZ, p->blockDimX, p->blockDimY, p->blockDimZ};
+    for (unsigned d : dims)
+      if (d == 0) return CUDA_ERROR_INVALID_VALUE;
+    for (int i = 0; i < 3; ++i) k.grid[i] = dims[i], k.block[i] = dims[3 + i];
+    n->kernel = k;
+    n->ctx = ctx;
+    return CUDA_SUCCESS;
+  });
 }
 
 DD_API cuGraphExecDestroy(CUgraphExec exec) {

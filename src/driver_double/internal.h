@@ -233,6 +233,12 @@ struct GraphNode {
   // is added and released as graph_mem_free/graph_mem_release (memory.cc) say.
   enum class Type { kKernel, kHost, kEmpty, kMemAlloc, kMemFree } type = Type::kEmpty;
   KernelLaunch kernel;
+  // The context a kernel node runs in. Null: the context the graph is instantiated in, whatever
+  // stream launches it (as on the H200: a captured graph replayed on a green-context stream, or one
+  // captured on such a stream, still runs on every SM). Set only by cuGraphKernelNodeSetParams with
+  // func null and a CUkernel: the one way a node is made to run in a (green) context.
+  Context* ctx = nullptr;
+  void* arg_ptrs[3] = {nullptr, nullptr, nullptr};  // kernelParams handed out by GetParams
   std::function<void()> host;
   uint64_t dptr = 0;  // kMemAlloc, kMemFree
 };
@@ -274,6 +280,11 @@ struct Registry {  // set of live handles, so stale/bogus handles are rejected w
   bool has(T* p) {
     std::lock_guard<std::mutex> l(mu);
     return live.count(p) != 0;
+  }
+  template <class F>
+  void for_each(F&& f) {
+    std::lock_guard<std::mutex> l(mu);
+    for (T* p : live) f(p);
   }
 };
 

@@ -101,6 +101,11 @@
   X(cuGraphInstantiate, cuGraphInstantiateWithFlags, 12000, 0)                    \
   X(cuGraphInstantiateWithFlags, cuGraphInstantiateWithFlags, 11040, 0)           \
   X(cuGraphExecDestroy, cuGraphExecDestroy, 10000, 0)                             \
+  X(cuGraphClone, cuGraphClone, 10000, 0)                                         \
+  X(cuGraphGetNodes, cuGraphGetNodes, 10000, 0)                                   \
+  X(cuGraphNodeGetType, cuGraphNodeGetType, 10000, 0)                             \
+  X(cuGraphKernelNodeGetParams, cuGraphKernelNodeGetParams_v2, 12000, 0)          \
+  X(cuGraphKernelNodeSetParams, cuGraphKernelNodeSetParams_v2, 12000, 0)          \
   X(cuGraphLaunch, cuGraphLaunch, 10000, 0)                                       \
   X(cuGraphLaunch, cuGraphLaunch_ptsz, 10000, 1)                                  \
   X(cuGraphAddMemAllocNode, cuGraphAddMemAllocNode, 11040, 0)                   \

@@ -87,16 +87,19 @@ inline CUresult governed_copy(Call&& call) {
 
 enum class LaunchKind { kKernel, kGraph };
 
-// Gates, places, forwards and counts one launch. `call(driver, stream)` performs the real driver
-// call on the stream it is given (the app's own, or the partition stream of spatial placement).
+// Gates, places, forwards and counts one launch. `call(driver, placement)` performs the real driver
+// call on placement.target (the app's own stream, or the partition stream of spatial placement)
+// and, for a graph, launches placement.graph when set (its partition's variant) instead of `graph`;
+// `shape` names the launch for right-sizing samples (read only when the tenant is in a domain).
 template <typename Call>
-inline CUresult governed_launch(LaunchKind kind, CUstream stream, bool ptsz, Call&& call) {
+inline CUresult governed_launch(LaunchKind kind, CUstream stream, bool ptsz, const LaunchShape& shape, Call&& call,
+                                CUgraphExec graph = nullptr) {
   const GpuosDriverTable* d = real_driver();
   if (GPUOS_UNLIKELY(d == nullptr)) return CUDA_ERROR_NOT_INITIALIZED;
   gpuos_control_block* cb = control_block();
   if (GPUOS_UNLIKELY(cb == nullptr)) return CUDA_ERROR_NOT_PERMITTED;
   if (GPUOS_UNLIKELY(launch_is_captured(*d, stream, ptsz))) {
-    CUresult r = call(*d, stream);
+    CUresult r = call(*d, Placement{stream, stream, nullptr, nullptr, ptsz, nullptr});
     if (r == CUDA_SUCCESS) count(cb->captured_launches);
     return r;
   }
@@ -109,13 +112,15 @@ inline CUresult governed_launch(LaunchKind kind, CUstream stream, bool ptsz, Cal
   const uint32_t max_inflight = std::atomic_ref<uint32_t>(cb->max_inflight).load(std::memory_order_relaxed);
   if (GPUOS_UNLIKELY(max_inflight != 0)) inflight_before_submit(*d, cb, max_inflight);
   // Spatial sharing: one relaxed load when the tenant is in no spatial domain.
-  Placement placed{stream, stream, nullptr, ptsz};
+  Placement placed{stream, stream, nullptr, nullptr, ptsz};
   if (GPUOS_UNLIKELY(std::atomic_ref<uint32_t>(cb->space_enabled).load(std::memory_order_relaxed) != 0)) {
-    placed = place_launch(*d, cb, stream, ptsz);
+    placed = place_launch(*d, cb, stream, ptsz, shape, graph);
   }
-  CUresult r = call(*d, placed.target);
+  CUresult r = call(*d, placed);
   // Joined back before the activity monitor looks at the app stream, so its fences cover the launch.
-  if (GPUOS_UNLIKELY(placed.back != nullptr)) finish_placement(*d, placed, r == CUDA_SUCCESS);
+  if (GPUOS_UNLIKELY(placed.back != nullptr || placed.timed_end != nullptr)) {
+    finish_placement(*d, placed, r == CUDA_SUCCESS);
+  }
   if (GPUOS_LIKELY(r == CUDA_SUCCESS)) {
     // seq_cst: pairs with the activity monitor (see note_submission).
     std::atomic_ref<uint64_t>(kind == LaunchKind::kKernel ? cb->launches : cb->graph_launches)

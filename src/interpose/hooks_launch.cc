@@ -5,11 +5,16 @@
 
 using gpuos::interpose::governed_launch;
 using gpuos::interpose::LaunchKind;
+using gpuos::interpose::LaunchShape;
 
-// A launch call that takes the stream to launch on (the app's, or a partition stream chosen by
-// spatial placement): `s` stands for it among the arguments.
-#define GPUOS_LAUNCH(name, ...) \
-  [&](const GpuosDriverTable& d, CUstream s) { return d.name ? d.name(__VA_ARGS__) : CUDA_ERROR_NOT_FOUND; }
+// A launch call that takes the placement chosen for it: `s` stands for the stream to launch on
+// (the app's, or a partition stream chosen by spatial placement) among the arguments, and
+// `placed.graph` for a graph's partition variant.
+#define GPUOS_LAUNCH(name, ...)                                                      \
+  [&](const GpuosDriverTable& d, const gpuos::interpose::Placement& placed) {        \
+    CUstream s = placed.target;                                                      \
+    return d.name ? d.name(__VA_ARGS__) : CUDA_ERROR_NOT_FOUND;                      \
+  }
 
 namespace {
 
@@ -23,44 +28,54 @@ CUresult launch_ex(Fn fn, const CUlaunchConfig* config, CUstream s, CUfunction f
   return fn(&placed, f, params, extra);
 }
 
-}  // namespace
+LaunchShape kernel_shape(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz) {
+  return LaunchShape{f, {gx, gy, gz}, {bx, by, bz}};
+}
 
+LaunchShape ex_shape(const CUlaunchConfig* c, CUfunction f) {
+  if (c == nullptr) return LaunchShape{f, {}, {}};
+  return kernel_shape(f, c->gridDimX, c->gridDimY, c->gridDimZ, c->blockDimX, c->blockDimY, c->blockDimZ);
+}
+
+}  // namespace
 
 extern "C" {
 
 CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
                         unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem,
                         CUstream stream, void** params, void** extra) {
-  return governed_launch(LaunchKind::kKernel, stream, false,
+  return governed_launch(LaunchKind::kKernel, stream, false, kernel_shape(f, gx, gy, gz, bx, by, bz),
                          GPUOS_LAUNCH(cuLaunchKernel, f, gx, gy, gz, bx, by, bz, shmem, s, params, extra));
 }
 
 CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
                              unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem,
                              CUstream stream, void** params, void** extra) {
-  return governed_launch(LaunchKind::kKernel, stream, true,
+  return governed_launch(LaunchKind::kKernel, stream, true, kernel_shape(f, gx, gy, gz, bx, by, bz),
                          GPUOS_LAUNCH(cuLaunchKernel_ptsz, f, gx, gy, gz, bx, by, bz, shmem, s, params, extra));
 }
 
 CUresult cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction f, void** params, void** extra) {
   CUstream stream = config ? config->hStream : nullptr;
-  return governed_launch(LaunchKind::kKernel, stream, false,
-                         [&](const GpuosDriverTable& d, CUstream s) { return launch_ex(d.cuLaunchKernelEx, config, s, f, params, extra); });
+  return governed_launch(LaunchKind::kKernel, stream, false, ex_shape(config, f),
+                         [&](const GpuosDriverTable& d, const gpuos::interpose::Placement& p) {
+                           return launch_ex(d.cuLaunchKernelEx, config, p.target, f, params, extra);
+                         });
 }
 
 CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig* config, CUfunction f, void** params,
                                void** extra) {
   CUstream stream = config ? config->hStream : nullptr;
-  return governed_launch(LaunchKind::kKernel, stream, true,
-                         [&](const GpuosDriverTable& d, CUstream s) {
-                           return launch_ex(d.cuLaunchKernelEx_ptsz, config, s, f, params, extra);
+  return governed_launch(LaunchKind::kKernel, stream, true, ex_shape(config, f),
+                         [&](const GpuosDriverTable& d, const gpuos::interpose::Placement& p) {
+                           return launch_ex(d.cuLaunchKernelEx_ptsz, config, p.target, f, params, extra);
                          });
 }
 
 CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
                                    unsigned int bx, unsigned int by, unsigned int bz,
                                    unsigned int shmem, CUstream stream, void** params) {
-  return governed_launch(LaunchKind::kKernel, stream, false,
+  return governed_launch(LaunchKind::kKernel, stream, false, kernel_shape(f, gx, gy, gz, bx, by, bz),
                          GPUOS_LAUNCH(cuLaunchCooperativeKernel, f, gx, gy, gz, bx, by, bz, shmem, s, params));
 }
 
@@ -68,17 +83,18 @@ CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gx, unsigned 
                                         unsigned int gz, unsigned int bx, unsigned int by,
                                         unsigned int bz, unsigned int shmem, CUstream stream,
                                         void** params) {
-  return governed_launch(LaunchKind::kKernel, stream, true,
+  return governed_launch(LaunchKind::kKernel, stream, true, kernel_shape(f, gx, gy, gz, bx, by, bz),
                          GPUOS_LAUNCH(cuLaunchCooperativeKernel_ptsz, f, gx, gy, gz, bx, by, bz, shmem, s, params));
 }
 
 CUresult cuGraphLaunch(CUgraphExec exec, CUstream stream) {
-  return governed_launch(LaunchKind::kGraph, stream, false, GPUOS_LAUNCH(cuGraphLaunch, exec, s));
+  return governed_launch(LaunchKind::kGraph, stream, false, LaunchShape{exec, {}, {}},
+                         GPUOS_LAUNCH(cuGraphLaunch, placed.graph ? placed.graph : exec, s), exec);
 }
 
 CUresult cuGraphLaunch_ptsz(CUgraphExec exec, CUstream stream) {
-  return governed_launch(LaunchKind::kGraph, stream, true,
-                         GPUOS_LAUNCH(cuGraphLaunch_ptsz, exec, s));
+  return governed_launch(LaunchKind::kGraph, stream, true, LaunchShape{exec, {}, {}},
+                         GPUOS_LAUNCH(cuGraphLaunch_ptsz, placed.graph ? placed.graph : exec, s), exec);
 }
 
 }  // extern "C"

@@ -25,6 +25,12 @@ namespace gi = gpuos::interpose;
   X(cuLaunchKernel) X(cuLaunchKernel_ptsz) X(cuLaunchKernelEx) X(cuLaunchKernelEx_ptsz)         \
   X(cuLaunchCooperativeKernel) X(cuLaunchCooperativeKernel_ptsz)                                \
   X(cuGraphLaunch) X(cuGraphLaunch_ptsz)                                                        \
+  X(cuGraphInstantiateWithFlags) X(cuGraphInstantiateWithParams)                                 \
+  X(cuGraphInstantiateWithParams_ptsz) X(cuGraphExecDestroy) X(cuGraphExecUpdate_v2)              \
+  X(cuGraphExecKernelNodeSetParams_v2) X(cuGraphExecNodeSetParams)                               \
+  X(cuGraphExecMemcpyNodeSetParams) X(cuGraphExecMemsetNodeSetParams)                            \
+  X(cuGraphExecHostNodeSetParams) X(cuGraphExecChildGraphNodeSetParams)                          \
+  X(cuGraphExecEventRecordNodeSetEvent) X(cuGraphExecEventWaitNodeSetEvent) X(cuGraphNodeSetEnabled) \
   X(cuMemGetInfo_v2) X(cuMemAlloc_v2) X(cuMemAllocPitch_v2) X(cuMemAllocManaged) X(cuMemFree_v2) \
   X(cuMemAllocAsync) X(cuMemAllocAsync_ptsz) X(cuMemAllocFromPoolAsync)                         \
   X(cuMemAllocFromPoolAsync_ptsz) X(cuMemFreeAsync) X(cuMemFreeAsync_ptsz)                      \

@@ -49,11 +49,27 @@ StreamKey key_of(CUcontext ctx, int dev, CUstream stream, bool ptsz, uint64_t ma
 // Process-wide tables, filled on first use of each partition or stream (slow path, under a mutex;
 // creating a green context costs ~1.7 ms anyway). Never destroyed: worker threads may still launch
 // while the process exits.
+struct Partition {
+  CUgreenCtx green = nullptr;  // null = could not be made
+  uint32_t sms = 0;
+};
+struct PartitionStream {
+  CUstream stream = nullptr;  // null = could not be made
+  uint32_t sms = 0;
+};
+// An instantiated graph of a spatial tenant: a private copy of the graph it came from.
+struct GraphSource {
+  CUgraph copy = nullptr;  // null: unplaceable (edited in place, or could not be copied)
+  unsigned long long flags = 0;
+};
 struct Registry {
   std::mutex mu;
-  std::map<std::pair<int, uint64_t>, CUgreenCtx> partitions;  // (device, mask); null = failed
-  std::map<StreamKey, CUstream> streams;                      // null = failed
-  std::map<CUcontext, int> primary_device;                    // -1: not a primary context
+  std::map<std::pair<int, uint64_t>, Partition> partitions;  // (device, mask)
+  std::map<StreamKey, PartitionStream> streams;
+  std::map<CUcontext, int> primary_device;                   // -1: not a primary context
+  std::map<CUgraphExec, GraphSource> graphs;
+  std::map<std::tuple<CUgraphExec, int, uint64_t>, CUgraphExec> variants;  // (exec, dev, mask); null = failed
+  uint64_t graph_generation = 0;  // bumped when any variant goes away (invalidates thread caches)
 };
 
 Registry& registry() {
@@ -65,20 +81,41 @@ Registry& registry() {
 // same mask costs two lookups in a few entries.
 struct CachedStream {
   StreamKey key;
-  CUstream partition = nullptr;
+  PartitionStream partition;
 };
 struct CachedContext {
   CUcontext ctx = nullptr;
   int dev = -1;  // device if ctx is a primary context, else -1
+  uint32_t device_sms = 0;  // SMs of that device (an unconfined launch runs on all of them)
   CUevent forward = nullptr;  // recorded on the app stream, waited for by the partition stream
   CUevent back = nullptr;     // recorded on the partition stream, waited for by the app stream
+  // Right-sizing: the timed launch of this thread in this context (one at a time).
+  CUevent sample_start = nullptr;
+  CUevent sample_end = nullptr;
+  bool sample_in_flight = false;
+  uint64_t sample_key = 0;
+  uint32_t sample_sms = 0;
+  unsigned sample_countdown = kSamplePeriod;
+};
+struct CachedVariant {
+  CUgraphExec exec = nullptr;
+  int dev = -1;
+  uint64_t mask = 0;
+  uint64_t generation = 0;
+  CUgraphExec variant = nullptr;
+  uint32_t sms = 0;
 };
 constexpr int kStreamCache = 8;
+constexpr int kVariantCache = 8;
+thread_local CachedVariant t_variants[kVariantCache];
+thread_local unsigned t_variant_next = 0;
+std::atomic<uint64_t> g_graph_generation{0};
 constexpr int kContextCache = 4;
 thread_local CachedStream t_streams[kStreamCache];
 thread_local unsigned t_stream_next = 0;
 thread_local CachedContext t_contexts[kContextCache];
 thread_local unsigned t_context_next = 0;
+thread_local CachedContext* t_timing = nullptr;  // place_launch -> finish_placement of one launch
 
 // The device whose primary context ctx is, or -1.
 int primary_device_of(const GpuosDriverTable& d, CUcontext ctx) {
@@ -114,6 +151,15 @@ CachedContext* context_entry(const GpuosDriverTable& d, CUcontext ctx) {
         d.cuEventCreate(&c.back, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
       c.forward = c.back = nullptr;
     }
+    if (d.cuEventCreate(&c.sample_start, CU_EVENT_DEFAULT) != CUDA_SUCCESS ||
+        d.cuEventCreate(&c.sample_end, CU_EVENT_DEFAULT) != CUDA_SUCCESS) {
+      c.sample_start = c.sample_end = nullptr;
+    }
+    int sms = 0;
+    if (d.cuDeviceGetAttribute != nullptr &&
+        d.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, c.dev) == CUDA_SUCCESS && sms > 0) {
+      c.device_sms = static_cast<uint32_t>(sms);
+    }
   }
   return &c;
 }
@@ -121,10 +167,10 @@ CachedContext* context_entry(const GpuosDriverTable& d, CUcontext ctx) {
 // The green context holding exactly the SM groups of `mask` on device dev (the groups of one split
 // of the device's SMs in groups of group_sms; the highest group takes the split's remainder), or
 // null when it cannot be made. Called with the registry lock held.
-CUgreenCtx make_partition(const GpuosDriverTable& d, gpuos_control_block* cb, int dev, uint64_t mask) {
+Partition make_partition(const GpuosDriverTable& d, gpuos_control_block* cb, int dev, uint64_t mask) {
   if (d.cuDevResourceGenerateDesc == nullptr || d.cuGreenCtxCreate == nullptr) {
     log(LogLevel::kError, "spatial: this driver has no green contexts; launches run unconfined");
-    return nullptr;
+    return {};
   }
   const uint64_t t0 = monotonic_ns();
   const uint32_t group_sms = std::atomic_ref<uint32_t>(cb->space_group_sms).load(std::memory_order_relaxed);
@@ -147,71 +193,235 @@ CUgreenCtx make_partition(const GpuosDriverTable& d, gpuos_control_block* cb, in
     log(LogLevel::kError, "spatial: no partition for SM groups 0x%llx of device %d (%s, %u groups of %u); "
         "its launches run unconfined", static_cast<unsigned long long>(mask), dev, cu_result_name(r),
         split.count(), split.min_count);
-    return nullptr;
+    return {};
   }
   add(cb->space_partitions, 1);
   log(LogLevel::kInfo, "spatial: partition of %u SMs (groups 0x%llx of %u) on device %d in %.2f ms", sms,
       static_cast<unsigned long long>(mask), split.count(), dev, static_cast<double>(ns) / 1e6);
-  return green;
+  return Partition{green, sms};
 }
 
-CUstream partition_stream(const GpuosDriverTable& d, gpuos_control_block* cb, const StreamKey& key,
-                          CUstream app_stream, bool ptsz) {
+PartitionStream partition_stream(const GpuosDriverTable& d, gpuos_control_block* cb, const StreamKey& key,
+                                 CUstream app_stream, bool ptsz) {
   for (const CachedStream& c : t_streams) {
-    if (c.partition != nullptr && c.key == key) return c.partition;
+    if (c.partition.stream != nullptr && c.key == key) return c.partition;
   }
-  CUstream s = nullptr;
+  PartitionStream s;
   {
     Registry& r = registry();
     std::lock_guard<std::mutex> lock(r.mu);
     if (auto it = r.streams.find(key); it != r.streams.end()) {
       s = it->second;
     } else {
-      auto [pit, fresh] = r.partitions.try_emplace({key.dev, key.mask}, nullptr);
+      auto [pit, fresh] = r.partitions.try_emplace({key.dev, key.mask});
       if (fresh) pit->second = make_partition(d, cb, key.dev, key.mask);
-      if (pit->second != nullptr && d.cuGreenCtxStreamCreate != nullptr) {
+      if (pit->second.green != nullptr && d.cuGreenCtxStreamCreate != nullptr) {
         const uint64_t t0 = monotonic_ns();
         int priority = 0;  // the app stream's priority carries over to its partition stream
         auto get_priority = ptsz && d.cuStreamGetPriority_ptsz ? d.cuStreamGetPriority_ptsz : d.cuStreamGetPriority;
         if (get_priority == nullptr || get_priority(app_stream, &priority) != CUDA_SUCCESS) priority = 0;
-        if (d.cuGreenCtxStreamCreate(&s, pit->second, CU_STREAM_NON_BLOCKING, priority) != CUDA_SUCCESS) {
-          s = nullptr;
+        if (d.cuGreenCtxStreamCreate(&s.stream, pit->second.green, CU_STREAM_NON_BLOCKING, priority) ==
+            CUDA_SUCCESS) {
+          s.sms = pit->second.sms;
+        } else {
+          s.stream = nullptr;
         }
         add(cb->space_setup_ns, monotonic_ns() - t0);
       }
       r.streams[key] = s;  // a failure is remembered: no retry (and no log) per launch
     }
   }
-  if (s != nullptr) t_streams[t_stream_next++ % kStreamCache] = CachedStream{key, s};
+  if (s.stream != nullptr) t_streams[t_stream_next++ % kStreamCache] = CachedStream{key, s};
   return s;
+}
+
+// Points the kernel nodes of `graph` (and of its child graphs) at context ctx by CUkernel, so they
+// run there; counts them in *placed. A node without a CUkernel (a kernel of a module loaded with
+// cuModuleLoad*, whose CUfunction belongs to one context) is left as it is and counted in *left:
+// it runs unconfined. False on a driver error, or for conditional nodes, whose bodies are not
+// reached here.
+bool retarget_graph(const GpuosDriverTable& d, CUgraph graph, CUcontext ctx, int depth, unsigned* placed, unsigned* left) {
+  if (depth > 8 || d.cuGraphGetNodes == nullptr || d.cuGraphNodeGetType == nullptr ||
+      d.cuGraphKernelNodeGetParams_v2 == nullptr || d.cuGraphKernelNodeSetParams_v2 == nullptr) {
+    return false;
+  }
+  size_t n = 0;
+  if (d.cuGraphGetNodes(graph, nullptr, &n) != CUDA_SUCCESS) return false;
+  std::vector<CUgraphNode> nodes(n);
+  if (n > 0 && d.cuGraphGetNodes(graph, nodes.data(), &n) != CUDA_SUCCESS) return false;
+  for (CUgraphNode node : nodes) {
+    CUgraphNodeType type;
+    if (d.cuGraphNodeGetType(node, &type) != CUDA_SUCCESS) return false;
+    if (type == CU_GRAPH_NODE_TYPE_KERNEL) {
+      CUDA_KERNEL_NODE_PARAMS p{};
+      if (d.cuGraphKernelNodeGetParams_v2(node, &p) != CUDA_SUCCESS) return false;
+      if (p.kern == nullptr) {
+        ++*left;
+        continue;
+      }
+      p.func = nullptr;
+      p.ctx = ctx;
+      if (d.cuGraphKernelNodeSetParams_v2(node, &p) != CUDA_SUCCESS) return false;
+      ++*placed;
+    } else if (type == CU_GRAPH_NODE_TYPE_GRAPH) {
+      CUgraph child = nullptr;  // owned by the node: edits show in it
+      if (d.cuGraphChildGraphNodeGetGraph == nullptr || d.cuGraphChildGraphNodeGetGraph(node, &child) != CUDA_SUCCESS ||
+          !retarget_graph(d, child, ctx, depth + 1, placed, left)) {
+        return false;
+      }
+    } else if (type == CU_GRAPH_NODE_TYPE_CONDITIONAL) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// The variant of exec for partition `green`, or null. Called with the registry lock held.
+CUgraphExec make_variant(const GpuosDriverTable& d, gpuos_control_block* cb, const GraphSource& src,
+                         CUgreenCtx green) {
+  if (src.copy == nullptr || d.cuCtxFromGreenCtx == nullptr || d.cuGraphClone == nullptr ||
+      d.cuGraphInstantiateWithFlags == nullptr) {
+    return nullptr;
+  }
+  const uint64_t t0 = monotonic_ns();
+  CUcontext ctx = nullptr;
+  CUgraph copy = nullptr;
+  CUgraphExec variant = nullptr;
+  CUresult r = d.cuCtxFromGreenCtx(&ctx, green);
+  if (r == CUDA_SUCCESS) r = d.cuGraphClone(&copy, src.copy);
+  unsigned placed = 0, left = 0;
+  if (r == CUDA_SUCCESS && (!retarget_graph(d, copy, ctx, 0, &placed, &left) || placed == 0)) {
+    r = CUDA_ERROR_NOT_SUPPORTED;
+  }
+  if (r == CUDA_SUCCESS) r = d.cuGraphInstantiateWithFlags(&variant, copy, src.flags);
+  if (copy != nullptr && d.cuGraphDestroy != nullptr) d.cuGraphDestroy(copy);  // the exec stands alone
+  add(cb->space_setup_ns, monotonic_ns() - t0);
+  if (r != CUDA_SUCCESS) {
+    log(LogLevel::kWarn, "spatial: a graph could not be placed on its partition (%s); it runs unconfined",
+        cu_result_name(r));
+    return nullptr;
+  }
+  if (left != 0) {
+    log(LogLevel::kWarn, "spatial: %u of a graph's %u kernels name no CUkernel (module kernels) and run unconfined",
+        left, left + placed);
+  }
+  return variant;
+}
+
+// Drops exec's variants (registry lock held). They may still be running: the driver defers the
+// destruction of an executable graph until its launches are done.
+void drop_variants(const GpuosDriverTable& d, Registry& r, CUgraphExec exec) {
+  auto it = r.variants.lower_bound({exec, INT32_MIN, 0});
+  while (it != r.variants.end() && std::get<0>(it->first) == exec) {
+    if (it->second != nullptr && d.cuGraphExecDestroy != nullptr) d.cuGraphExecDestroy(it->second);
+    it = r.variants.erase(it);
+  }
+  g_graph_generation.fetch_add(1, std::memory_order_release);
+}
+
+// The variant of exec for partition (dev, mask) and its SMs, or null.
+CUgraphExec graph_variant(const GpuosDriverTable& d, gpuos_control_block* cb, CUgraphExec exec, int dev, uint64_t mask,
+                          uint32_t* sms) {
+  const uint64_t gen = g_graph_generation.load(std::memory_order_acquire);
+  for (const CachedVariant& v : t_variants) {
+    if (v.exec == exec && v.dev == dev && v.mask == mask && v.generation == gen && v.variant != nullptr) {
+      *sms = v.sms;
+      return v.variant;
+    }
+  }
+  CUgraphExec variant = nullptr;
+  {
+    Registry& r = registry();
+    std::lock_guard<std::mutex> lock(r.mu);
+    auto [vit, fresh] = r.variants.try_emplace({exec, dev, mask}, nullptr);
+    if (fresh) {
+      auto src = r.graphs.find(exec);
+      auto [pit, new_partition] = r.partitions.try_emplace({dev, mask});
+      if (new_partition) pit->second = make_partition(d, cb, dev, mask);
+      if (src != r.graphs.end() && pit->second.green != nullptr) {
+        vit->second = make_variant(d, cb, src->second, pit->second.green);
+      }
+    }
+    variant = vit->second;
+    auto pit = r.partitions.find({dev, mask});
+    *sms = pit != r.partitions.end() ? pit->second.sms : 0;
+  }
+  if (variant != nullptr) t_variants[t_variant_next++ % kVariantCache] = CachedVariant{exec, dev, mask, gen, variant, *sms};
+  return variant;
 }
 
 Placement unplaced(gpuos_control_block* cb, CUstream stream, bool failure) {
   if (failure) add(cb->space_failures, 1);
-  return Placement{stream, stream, nullptr, false};
+  return Placement{stream, stream, nullptr, nullptr, false};
 }
 
-}  // namespace
+uint64_t shape_key(const LaunchShape& s) {
+  uint64_t h = reinterpret_cast<uintptr_t>(s.fn) * 0x9E3779B97F4A7C15ull;
+  for (unsigned v : {s.grid[0], s.grid[1], s.grid[2], s.block[0], s.block[1], s.block[2]}) {
+    h ^= v + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
+  }
+  return h != 0 ? h : 1;  // 0 marks an unused slot
+}
 
-Placement place_launch(const GpuosDriverTable& d, gpuos_control_block* cb, CUstream stream, bool ptsz) {
-  CUcontext ctx = nullptr;
-  if (d.cuCtxGetCurrent == nullptr || d.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || ctx == nullptr) {
-    return unplaced(cb, stream, false);  // the launch itself will fail with the driver's error
+// Adds one timed launch to the control block's shape table: a new shape takes an unused slot or
+// that of the least frequent shape, starting from a count of one (not inheriting the count, as
+// Space-Saving would: a shape with an inherited count but no samples would look like main work to
+// gpuosd's sizer and stall it). Frequent shapes keep their slots; the rare ones of an eager
+// workload take turns in the least frequent slot. Seqlock for gpuosd's reads; one writer at a time
+// in the process.
+void record_sample(gpuos_control_block* cb, uint64_t key, uint32_t sms, uint64_t ns) {
+  static std::mutex mu;
+  std::lock_guard<std::mutex> lock(mu);
+  std::atomic_ref<uint32_t> seq(cb->space_sample_seq);
+  const uint32_t s = seq.load(std::memory_order_relaxed);
+  seq.store(s + 1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  auto set64 = [](uint64_t& w, uint64_t v) { std::atomic_ref<uint64_t>(w).store(v, std::memory_order_relaxed); };
+  auto set32 = [](uint32_t& w, uint32_t v) { std::atomic_ref<uint32_t>(w).store(v, std::memory_order_relaxed); };
+  gpuos_shape_latency* slot = nullptr;
+  gpuos_shape_latency* least = nullptr;  // an unused slot, else the least frequent shape
+  for (gpuos_shape_latency& e : cb->space_shapes) {
+    if (e.key == key) {
+      slot = &e;
+      break;
+    }
+    const uint64_t rank = e.key == 0 ? 0 : e.launches;
+    if (least == nullptr || rank < (least->key == 0 ? 0 : least->launches)) least = &e;
   }
-  CachedContext* c = context_entry(d, ctx);
-  if (c->dev < 0 || c->dev >= GPUOS_MAX_DEVICES) return unplaced(cb, stream, true);
-  const uint64_t mask = std::atomic_ref<uint64_t>(cb->space_mask[c->dev]).load(std::memory_order_acquire);
-  if (mask == 0) return unplaced(cb, stream, false);  // the whole device: nothing to do
-  if (c->forward == nullptr || d.cuEventRecord == nullptr || d.cuStreamWaitEvent == nullptr) {
-    return unplaced(cb, stream, true);
+  if (slot == nullptr) {
+    slot = least;
+    set64(slot->key, key);
+    set64(slot->launches, 0);
+    for (gpuos_latency_point& p : slot->points) {
+      set32(p.sms, 0);
+      set32(p.count, 0);
+      set64(p.sum_ns, 0);
+    }
   }
-  CUstream part = partition_stream(d, cb, key_of(ctx, c->dev, stream, ptsz, mask), stream, ptsz);
-  if (part == nullptr) return unplaced(cb, stream, true);
-  auto record = ptsz && d.cuEventRecord_ptsz ? d.cuEventRecord_ptsz : d.cuEventRecord;
-  if (record(c->forward, stream) != CUDA_SUCCESS || d.cuStreamWaitEvent(part, c->forward, 0) != CUDA_SUCCESS) {
-    return unplaced(cb, stream, true);
+  set64(slot->launches, slot->launches + 1);
+  gpuos_latency_point* point = nullptr;
+  gpuos_latency_point* fewest = &slot->points[0];
+  for (gpuos_latency_point& p : slot->points) {
+    if (p.sms == sms) { point = &p; break; }
+    if (p.count < fewest->count) fewest = &p;
   }
-  uint64_t& in_use = cb->space_mask_in_use[c->dev];
+  if (point == nullptr) {  // a new SM count: takes the unused or least sampled point
+    point = fewest;
+    set32(point->sms, sms);
+    set32(point->count, 0);
+    set64(point->sum_ns, 0);
+  }
+  if (point->count < UINT32_MAX) {
+    set32(point->count, point->count + 1);
+    set64(point->sum_ns, point->sum_ns + ns);
+  }
+  seq.store(s + 2, std::memory_order_release);
+  add(cb->space_samples, 1);
+}
+
+// Counts a placed launch and notes the mask it used.
+void note_mask_in_use(gpuos_control_block* cb, int dev, uint64_t mask) {
+  uint64_t& in_use = cb->space_mask_in_use[dev];
   if (std::atomic_ref<uint64_t>(in_use).load(std::memory_order_relaxed) != mask) {
     std::atomic_ref<uint64_t>(in_use).store(mask, std::memory_order_relaxed);
     add(cb->space_switches, 1);
@@ -220,10 +430,92 @@ Placement place_launch(const GpuosDriverTable& d, gpuos_control_block* cb, CUstr
     std::atomic_ref<uint32_t>(cb->space_active).store(1, std::memory_order_relaxed);
   }
   add(cb->space_launches, 1);
-  return Placement{part, stream, c->back, ptsz};
+}
+
+// Collects this thread's timed launch in context c once it has finished (never waits).
+void collect_sample(const GpuosDriverTable& d, gpuos_control_block* cb, CachedContext* c) {
+  if (!c->sample_in_flight || d.cuEventQuery == nullptr) return;
+  const CUresult q = d.cuEventQuery(c->sample_end);
+  if (q == CUDA_ERROR_NOT_READY) return;
+  c->sample_in_flight = false;
+  float ms = 0;
+  if (q != CUDA_SUCCESS || d.cuEventElapsedTime_v2 == nullptr ||
+      d.cuEventElapsedTime_v2(&ms, c->sample_start, c->sample_end) != CUDA_SUCCESS || ms < 0) {
+    return;
+  }
+  record_sample(cb, c->sample_key, c->sample_sms, static_cast<uint64_t>(static_cast<double>(ms) * 1e6));
+}
+
+// Whether this launch is timed: one in kSamplePeriod of the thread's launches in this context,
+// while no earlier one is still running. Records the start event on `target` if so.
+bool start_sample(const GpuosDriverTable& d, gpuos_control_block* cb, CachedContext* c, CUstream target,
+                  bool ptsz, const LaunchShape& shape, uint32_t sms) {
+  collect_sample(d, cb, c);
+  if (--c->sample_countdown != 0) return false;
+  c->sample_countdown = kSamplePeriod;
+  if (c->sample_in_flight || c->sample_start == nullptr || sms == 0) return false;
+  auto record = ptsz && d.cuEventRecord_ptsz ? d.cuEventRecord_ptsz : d.cuEventRecord;
+  if (record(c->sample_start, target) != CUDA_SUCCESS) return false;
+  if (std::atomic_ref<uint32_t>(cb->space_sample_period).load(std::memory_order_relaxed) != kSamplePeriod) {
+    std::atomic_ref<uint32_t>(cb->space_sample_period).store(kSamplePeriod, std::memory_order_relaxed);
+  }
+  c->sample_key = shape_key(shape);
+  c->sample_sms = sms;
+  t_timing = c;
+  return true;
+}
+
+}  // namespace
+
+Placement place_launch(const GpuosDriverTable& d, gpuos_control_block* cb, CUstream stream, bool ptsz,
+                       const LaunchShape& shape, CUgraphExec graph) {
+  CUcontext ctx = nullptr;
+  if (d.cuCtxGetCurrent == nullptr || d.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || ctx == nullptr) {
+    return unplaced(cb, stream, false);  // the launch itself will fail with the driver's error
+  }
+  CachedContext* c = context_entry(d, ctx);
+  if (c->dev < 0 || c->dev >= GPUOS_MAX_DEVICES) return unplaced(cb, stream, true);
+  const uint64_t mask = std::atomic_ref<uint64_t>(cb->space_mask[c->dev]).load(std::memory_order_acquire);
+  if (mask == 0) {  // the whole device: nothing to place, only perhaps a launch to time
+    Placement p = unplaced(cb, stream, false);
+    if (start_sample(d, cb, c, stream, ptsz, shape, c->device_sms)) p.timed_end = c->sample_end;
+    p.ptsz = ptsz;
+    return p;
+  }
+  if (graph != nullptr) {  // a variant whose nodes name the partition, on the app's own stream
+    uint32_t sms = 0;
+    CUgraphExec variant = graph_variant(d, cb, graph, c->dev, mask, &sms);
+    if (variant == nullptr) return unplaced(cb, stream, true);
+    note_mask_in_use(cb, c->dev, mask);
+    Placement p{stream, stream, nullptr, nullptr, ptsz, variant};
+    if (start_sample(d, cb, c, stream, ptsz, shape, sms)) p.timed_end = c->sample_end;
+    return p;
+  }
+  if (c->forward == nullptr || d.cuEventRecord == nullptr || d.cuStreamWaitEvent == nullptr) {
+    return unplaced(cb, stream, true);
+  }
+  const PartitionStream ps = partition_stream(d, cb, key_of(ctx, c->dev, stream, ptsz, mask), stream, ptsz);
+  CUstream part = ps.stream;
+  if (part == nullptr) return unplaced(cb, stream, true);
+  auto record = ptsz && d.cuEventRecord_ptsz ? d.cuEventRecord_ptsz : d.cuEventRecord;
+  if (record(c->forward, stream) != CUDA_SUCCESS || d.cuStreamWaitEvent(part, c->forward, 0) != CUDA_SUCCESS) {
+    return unplaced(cb, stream, true);
+  }
+  note_mask_in_use(cb, c->dev, mask);
+  Placement p{part, stream, c->back, nullptr, ptsz};
+  if (start_sample(d, cb, c, part, false, shape, ps.sms)) p.timed_end = c->sample_end;
+  return p;
 }
 
 void finish_placement(const GpuosDriverTable& d, const Placement& p, bool submitted) {
+  if (p.timed_end != nullptr) {
+    CachedContext* c = t_timing;
+    t_timing = nullptr;
+    // The end event goes on the stream the launch went to (the app's own, _ptsz-aware, when it was
+    // not placed); a launch that failed leaves no sample.
+    auto record = p.back == nullptr && p.ptsz && d.cuEventRecord_ptsz ? d.cuEventRecord_ptsz : d.cuEventRecord;
+    if (c != nullptr && submitted && record(p.timed_end, p.target) == CUDA_SUCCESS) c->sample_in_flight = true;
+  }
   if (p.back == nullptr || !submitted) return;
   auto record = d.cuEventRecord;  // the partition stream is an ordinary stream: no _ptsz needed
   auto wait = p.ptsz && d.cuStreamWaitEvent_ptsz ? d.cuStreamWaitEvent_ptsz : d.cuStreamWaitEvent;
@@ -231,6 +523,44 @@ void finish_placement(const GpuosDriverTable& d, const Placement& p, bool submit
   // The join back failed: keep stream order the slow way rather than let later work overtake it.
   log(LogLevel::kWarn, "spatial: joining a placed launch back to its stream failed; synchronising");
   if (d.cuStreamSynchronize != nullptr) d.cuStreamSynchronize(p.target);
+}
+
+void note_graph_instantiated(const GpuosDriverTable& d, CUgraphExec exec, CUgraph graph, unsigned long long flags) {
+  if (exec == nullptr || graph == nullptr) return;
+  GraphSource src;
+  src.flags = flags;
+  if (d.cuGraphClone == nullptr || d.cuGraphClone(&src.copy, graph) != CUDA_SUCCESS) src.copy = nullptr;
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  auto it = r.graphs.find(exec);
+  if (it != r.graphs.end()) {  // a handle reused after a destroy we did not see
+    if (it->second.copy != nullptr && d.cuGraphDestroy != nullptr) d.cuGraphDestroy(it->second.copy);
+    drop_variants(d, r, exec);
+  }
+  r.graphs[exec] = src;
+}
+
+void note_graph_updated(const GpuosDriverTable& d, CUgraphExec exec, CUgraph graph) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  auto it = r.graphs.find(exec);
+  if (it == r.graphs.end()) return;
+  if (it->second.copy != nullptr && d.cuGraphDestroy != nullptr) d.cuGraphDestroy(it->second.copy);
+  it->second.copy = nullptr;
+  if (graph != nullptr && d.cuGraphClone != nullptr && d.cuGraphClone(&it->second.copy, graph) != CUDA_SUCCESS) {
+    it->second.copy = nullptr;
+  }
+  drop_variants(d, r, exec);
+}
+
+void note_graph_destroyed(const GpuosDriverTable& d, CUgraphExec exec) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  auto it = r.graphs.find(exec);
+  if (it == r.graphs.end()) return;
+  if (it->second.copy != nullptr && d.cuGraphDestroy != nullptr) d.cuGraphDestroy(it->second.copy);
+  r.graphs.erase(it);
+  drop_variants(d, r, exec);
 }
 
 }  // namespace gpuos::interpose

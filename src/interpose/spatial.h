@@ -17,6 +17,12 @@
 // context's memory, not that of contexts the application created itself); captured launches are
 // never placed (they are recorded into a graph; the graph's launch is placed as one unit). A launch
 // that cannot be placed runs unconfined on its own stream and counts in space_failures.
+//
+// Right-sizing samples: one launch in kSamplePeriod (per thread and context) is timed with two
+// events on the stream it runs on; when the end event has completed (checked without blocking at a
+// later launch of that thread) its duration goes to the control block's table of launch shapes at
+// the SM count it ran on, which gpuosd fits (daemon/space_sizer.h). One sample is in flight per
+// thread at a time; the table is a Space-Saving summary of the most frequent shapes.
 #pragma once
 
 #include "gpuos/abi.h"
@@ -24,19 +30,49 @@
 
 namespace gpuos::interpose {
 
+// What identifies a launch's shape for right-sizing: the kernel and its grid, or the graph.
+struct LaunchShape {
+  const void* fn = nullptr;  // CUfunction, or the CUgraphExec of a graph launch
+  unsigned grid[3] = {0, 0, 0};
+  unsigned block[3] = {0, 0, 0};
+};
+
 // A launch redirected to a partition stream: what finish_placement needs to join it back.
 struct Placement {
   CUstream target = nullptr;  // the stream to launch on (the app's own when not placed)
   CUstream origin = nullptr;  // the app's stream
   CUevent back = nullptr;     // recorded on target after the launch; null when not placed
+  CUevent timed_end = nullptr;  // this launch is timed: record this on target after it
   bool ptsz = false;
+  CUgraphExec graph = nullptr;  // a graph launch: the variant to launch instead (null: the app's)
 };
 
-// Chooses where a launch on `stream` goes (ptsz: it came through a _ptsz entry point). Call only
-// when cb->space_enabled is set. Never fails: on any error the launch stays on `stream`.
-Placement place_launch(const GpuosDriverTable& d, gpuos_control_block* cb, CUstream stream, bool ptsz);
+// Chooses where a launch on `stream` goes (ptsz: it came through a _ptsz entry point) and whether
+// it is timed for right-sizing (one in every sample period, a start event recorded on the target).
+// Call only when cb->space_enabled is set. Never fails: on any error the launch stays on `stream`.
+// A graph launch (`graph` non-null) is placed differently: a graph's kernel nodes run in the
+// context they were made in, whatever stream it is launched on (measured on the H200: a captured
+// graph replayed on a green-context stream is not confined, nor is one captured on such a stream).
+// Only a kernel node that names its kernel by CUkernel with a context (func null) runs in that
+// context. So the graph is launched as a variant: a copy of the graph it was instantiated from
+// (kept by note_graph_instantiated) whose kernel nodes name the partition's green context,
+// instantiated once per partition, on the app's own stream (no joins needed).
+Placement place_launch(const GpuosDriverTable& d, gpuos_control_block* cb, CUstream stream, bool ptsz,
+                       const LaunchShape& shape, CUgraphExec graph = nullptr);
 
-// After the launch call: makes the app stream wait for the placed launch (if it was submitted).
+// Graph bookkeeping for placement (spatial tenants only): an instantiated graph is copied (the app
+// may edit or destroy its graph afterwards); an executable graph the app changes in place loses its
+// variants (cuGraphExecUpdate takes the new graph as its copy; other in-place edits leave it
+// unplaceable: it then runs unconfined, counted in space_failures); a destroyed one drops them.
+void note_graph_instantiated(const GpuosDriverTable& d, CUgraphExec exec, CUgraph graph, unsigned long long flags);
+void note_graph_updated(const GpuosDriverTable& d, CUgraphExec exec, CUgraph graph);  // graph null: edited
+void note_graph_destroyed(const GpuosDriverTable& d, CUgraphExec exec);
+
+// After the launch call: makes the app stream wait for the placed launch (if it was submitted)
+// and ends its timing.
 void finish_placement(const GpuosDriverTable& d, const Placement& p, bool submitted);
+
+// Launches per timed launch (one sample in this many per thread and context).
+inline constexpr unsigned kSamplePeriod = 8;
 
 }  // namespace gpuos::interpose

@@ -558,7 +558,13 @@ TEST_F(DriverDouble, ProcAddressVariants) {
       "cuMemsetD2D16Async", "cuMemsetD2D16Async_ptsz", "cuMemsetD2D32Async",
       "cuMemsetD2D32Async_ptsz", "cuMemPrefetchAsync", "cuMemPrefetchAsync_ptsz",
       "cuMemPrefetchAsync_v2", "cuMemPrefetchAsync_v2_ptsz", "cuMemPrefetchBatchAsync",
-      "cuMemPrefetchBatchAsync_ptsz"};
+      "cuMemPrefetchBatchAsync_ptsz",
+      // executable-graph edits and other instantiation paths (spatial placement only forwards them)
+      "cuGraphInstantiateWithParams", "cuGraphInstantiateWithParams_ptsz", "cuGraphExecUpdate_v2",
+      "cuGraphExecKernelNodeSetParams_v2", "cuGraphExecNodeSetParams", "cuGraphExecMemcpyNodeSetParams",
+      "cuGraphExecMemsetNodeSetParams", "cuGraphExecHostNodeSetParams", "cuGraphExecChildGraphNodeSetParams",
+      "cuGraphExecEventRecordNodeSetEvent", "cuGraphExecEventWaitNodeSetEvent", "cuGraphNodeSetEnabled",
+      "cuGraphChildGraphNodeGetGraph"};
   std::set<std::string> in_table;
 #define DD_CHECK_MEMBER(name, params, args)                           \
   in_table.insert(#name);                                             \
@@ -1453,7 +1459,7 @@ TEST_F(GreenContexts, KernelsRunOnTheirSlotsOnly) {
   EXPECT_EQ(mask_on(nullptr), kAllSlots) << "an ordinary kernel occupies every SM";
   EXPECT_EQ(mask_on(plain_stream()), kAllSlots);
 
-  // cuLaunchKernelEx and graphs launched on a green stream run there too.
+  // cuLaunchKernelEx launched on a green stream runs there too; a graph does not (next block).
   ASSERT_EQ(CU(cuMemsetD8_v2)(out_, 0, 8), CUDA_SUCCESS);
   auto* out = reinterpret_cast<unsigned long long*>(out_);
   unsigned long long iters = 0;
@@ -1475,11 +1481,45 @@ TEST_F(GreenContexts, KernelsRunOnTheirSlotsOnly) {
   ASSERT_EQ(CU(cuMemsetD8_v2)(out_, 0, 8), CUDA_SUCCESS);
   ASSERT_EQ(drv().cuGraphLaunch(exec, sa), CUDA_SUCCESS);
   ASSERT_EQ(CU(cuStreamSynchronize)(sa), CUDA_SUCCESS);
-  EXPECT_EQ(read_mask(), 0xfull) << "the graph ran on the green stream's SMs";
+  EXPECT_EQ(read_mask(), kAllSlots) << "a graph's kernel nodes keep their own context (as on the H200)";
   ASSERT_EQ(drv().cuGraphLaunch(exec, nullptr), CUDA_SUCCESS);
   ASSERT_EQ(CU(cuStreamSynchronize)(nullptr), CUDA_SUCCESS);
   EXPECT_EQ(read_mask(), kAllSlots);
   EXPECT_EQ(CU(cuGraphExecDestroy)(exec), CUDA_SUCCESS);
+
+  // A copy whose kernel node names its kernel by CUkernel and a's context runs on a's SMs,
+  // whatever stream launches it; with func set, the node's ctx is ignored.
+  CUcontext ac = nullptr;
+  ASSERT_EQ(CU(cuCtxFromGreenCtx)(&ac, a), CUDA_SUCCESS);
+  CUgraph copy = nullptr;
+  ASSERT_EQ(CU(cuGraphClone)(&copy, graph), CUDA_SUCCESS);
+  size_t count = 0;
+  ASSERT_EQ(CU(cuGraphGetNodes)(copy, nullptr, &count), CUDA_SUCCESS);
+  ASSERT_EQ(count, 1u);
+  CUgraphNode node = nullptr;
+  ASSERT_EQ(CU(cuGraphGetNodes)(copy, &node, &count), CUDA_SUCCESS);
+  CUgraphNodeType type;
+  ASSERT_EQ(CU(cuGraphNodeGetType)(node, &type), CUDA_SUCCESS);
+  EXPECT_EQ(type, CU_GRAPH_NODE_TYPE_KERNEL);
+  CUDA_KERNEL_NODE_PARAMS kp{};
+  ASSERT_EQ(CU(cuGraphKernelNodeGetParams_v2)(node, &kp), CUDA_SUCCESS);
+  EXPECT_NE(kp.func, nullptr);
+  EXPECT_NE(kp.kern, nullptr);
+  kp.ctx = ac;  // ignored: func is set
+  ASSERT_EQ(CU(cuGraphKernelNodeSetParams_v2)(node, &kp), CUDA_SUCCESS);
+  ASSERT_EQ(CU(cuGraphInstantiateWithFlags)(&exec, copy, 0), CUDA_SUCCESS);
+  ASSERT_EQ(drv().cuGraphLaunch(exec, nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(CU(cuStreamSynchronize)(nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(read_mask(), kAllSlots);
+  EXPECT_EQ(CU(cuGraphExecDestroy)(exec), CUDA_SUCCESS);
+  kp.func = nullptr;
+  ASSERT_EQ(CU(cuGraphKernelNodeSetParams_v2)(node, &kp), CUDA_SUCCESS);
+  ASSERT_EQ(CU(cuGraphInstantiateWithFlags)(&exec, copy, 0), CUDA_SUCCESS);
+  ASSERT_EQ(drv().cuGraphLaunch(exec, nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(CU(cuStreamSynchronize)(nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(read_mask(), 0xfull) << "the node runs in a's context";
+  EXPECT_EQ(CU(cuGraphExecDestroy)(exec), CUDA_SUCCESS);
+  EXPECT_EQ(CU(cuGraphDestroy)(copy), CUDA_SUCCESS);
   EXPECT_EQ(CU(cuGraphDestroy)(graph), CUDA_SUCCESS);
 
   // With the converted green context current, its default and new streams are green as well.

@@ -10,7 +10,10 @@
 // round's values. Prints one JSON line: {"rounds", "launches", "graph_launches", "order_errors",
 // "masks": [distinct slot masks seen], "union"}.
 //
-// usage: gpuos-space-probe --ms N [--wait-file PATH]   (PATH must exist before it starts timing)
+// usage: gpuos-space-probe --ms N [--wait-file PATH] [--blocks B] [--iters I]
+//   PATH must exist before it starts timing; B: blocks of the gpuos_sm_mask kernel (default 256,
+//   2 per SM: one wave on 128 SMs; fewer blocks need fewer SMs for one wave); I: its simulated
+//   work per wave (default 20000, ~20 us)
 #include <unistd.h>
 
 #include <chrono>
@@ -35,6 +38,7 @@ long arg_long(int argc, char** argv, const char* name, long fallback) {
 
 int main(int argc, char** argv) {
   const long ms = arg_long(argc, argv, "--ms", 500);
+  const unsigned blocks = static_cast<unsigned>(arg_long(argc, argv, "--blocks", 256));
   const char* wait_file = nullptr;
   for (int i = 1; i + 1 < argc; ++i)
     if (std::strcmp(argv[i], "--wait-file") == 0) wait_file = argv[i + 1];
@@ -56,12 +60,12 @@ int main(int argc, char** argv) {
   std::vector<unsigned> host(kWords);
 
   // A graph of one sm_mask kernel, captured on the non-blocking stream.
-  unsigned long long iters = 20000;  // ~20 us of simulated work per wave
+  unsigned long long iters = static_cast<unsigned long long>(arg_long(argc, argv, "--iters", 20000));
   void* mask_params[] = {&mask_out, &iters};
   CUgraph graph;
   CUgraphExec exec;
   CHECK_CU(cuStreamBeginCapture_v2(nonblocking, CU_STREAM_CAPTURE_MODE_GLOBAL));
-  CHECK_CU(cuLaunchKernel(sm_mask, 256, 1, 1, 1024, 1, 1, 0, nonblocking, mask_params, nullptr));
+  CHECK_CU(cuLaunchKernel(sm_mask, blocks, 1, 1, 1024, 1, 1, 0, nonblocking, mask_params, nullptr));
   CHECK_CU(cuStreamEndCapture(nonblocking, &graph));
   CHECK_CU(cuGraphInstantiateWithFlags(&exec, graph, 0));
 
@@ -77,11 +81,11 @@ int main(int argc, char** argv) {
       const CUstream st = streams[s];
       const int path = static_cast<int>(rounds % 3);
       if (path == 0) {
-        CHECK_CU(cuLaunchKernel(sm_mask, 256, 1, 1, 1024, 1, 1, 0, st, mask_params, nullptr));
+        CHECK_CU(cuLaunchKernel(sm_mask, blocks, 1, 1, 1024, 1, 1, 0, st, mask_params, nullptr));
         ++launches;
       } else if (path == 1) {
         CUlaunchConfig cfg{};
-        cfg.gridDimX = 256, cfg.gridDimY = 1, cfg.gridDimZ = 1;
+        cfg.gridDimX = blocks, cfg.gridDimY = 1, cfg.gridDimZ = 1;
         cfg.blockDimX = 1024, cfg.blockDimY = 1, cfg.blockDimZ = 1;
         cfg.hStream = st;
         CHECK_CU(cuLaunchKernelEx(&cfg, sm_mask, mask_params, nullptr));

@@ -541,8 +541,11 @@ class Spatial(unittest.TestCase):
         self.cfg_dir = tempfile.mkdtemp(prefix="gsp-")
         self.cfg = os.path.join(self.cfg_dir, "gpuos.toml")
         with open(self.cfg, "w") as f:
-            f.write('[spatial]\nmps_control = "%s"\nmps_dir = "%s"\n[[spatial.domain]]\nname = "serve"\n'
-                    % (os.path.join(HERE, "fake_mps_control.sh"), os.path.join(self.cfg_dir, "mps")))
+            # Right-sizing is off except in its own test (it would resize the partitions others check).
+            slack = 20 if "right_siz" in self._testMethodName else 0
+            f.write('[spatial]\nmps_control = "%s"\nmps_dir = "%s"\nright_size_slack_pct = %d\n'
+                    '[[spatial.domain]]\nname = "serve"\n'
+                    % (os.path.join(HERE, "fake_mps_control.sh"), os.path.join(self.cfg_dir, "mps"), slack))
         self.d = Daemon(["--config", self.cfg])
         self.d.env["GPUOS_CONFIG"] = self.cfg
         status = os.path.join(self.cfg_dir, "mps", "serve", "status")
@@ -621,6 +624,31 @@ class Spatial(unittest.TestCase):
         rh = self.result(hp)
         self.assertEqual(rh["union"], 0xFF, rh)  # ran on exactly its 8 groups
         self.result(be)
+
+    def test_right_sizing_gives_unneeded_sms_to_best_effort(self):
+        # HP's kernels have 64 blocks of 1024 threads: one wave on 32 SMs or more. The interposer
+        # times them (and HP's graph replays) at each partition size, gpuosd fits the samples and
+        # takes away groups HP does not need, which BE gets. Where it settles is checked by the
+        # sizer's unit tests: the double's timings carry the host's scheduling noise (tens of
+        # percent on a loaded 2-core machine), so here only the mechanism end to end is checked.
+        be = self.probe("be", "best-effort", 12000, "--iters", "2000000")  # long kernels: little CPU
+        wait_for(lambda: (self.d.tenant(be.pid) or {}).get("launches", 0) > 3, what="BE to run")
+        hp = self.probe("hp", "guaranteed", 10000, "--blocks", "64", "--iters", "2000000")  # ~2 ms a wave
+        wait_for(lambda: 0 < (self.d.tenant(hp.pid) or {}).get("space_sms", 0) < 112, timeout=30,
+                 what="HP right-sized below its 112-SM default")
+        wait_for(lambda: (self.d.tenant(be.pid) or {}).get("space_sms", 0) > 20, timeout=5,
+                 what="BE given the SMs HP does not need")
+        rh, rb = self.result(hp), self.result(be)
+        self.assertEqual(rh["order_errors"], 0, rh)
+        self.assertEqual(rb["order_errors"], 0, rb)
+        # HP's kernels and graph replays ran on smaller partitions of its groups (a graph's kernel
+        # nodes are re-pointed at each partition it is launched in).
+        smaller = [m for m in rh["masks"] if m != self.HP_GROUPS and m & ~self.HP_GROUPS == 0]
+        self.assertTrue(smaller, rh)
+        self.assertRegex(self.d.log_text(), r"right-sized 112 -> 104 SMs of 112 \((down|probe)")
+        th = wait_for(lambda: (lambda t: t if t and t["state"] == "exited" else None)(self.d.tenant(hp.pid)),
+                      what="hp exited")
+        self.assertEqual(th["space_failures"], 0, th)
 
     def test_a_domain_the_config_does_not_name_is_refused_by_the_cli(self):
         r = subprocess.run(self.d.run_cmd(["--space", "nosuch", "--", "true"]), env=self.d.env,

@@ -1,0 +1,197 @@
+#include "daemon/space_sizer.h"
+
+#include <algorithm>
+#include <atomic>
+
+namespace gpuos::daemon {
+namespace {
+
+const LatencyPoint* point_at(const ShapeSamples& s, uint32_t sms) {
+  for (const LatencyPoint& p : s.points) {
+    if (p.sms == sms) return &p;
+  }
+  return nullptr;
+}
+
+uint64_t count_at(const ShapeSamples& s, uint32_t sms) {
+  const LatencyPoint* p = point_at(s, sms);
+  return p ? p->count : 0;
+}
+
+}  // namespace
+
+LatencyModel fit_latency(const std::vector<LatencyPoint>& points, uint64_t min_count) {
+  // Weighted least squares of l = m x + b with x = 1/t, weights = sample counts.
+  double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+  uint32_t distinct = 0, only_sms = 0;
+  double only_mean = 0;
+  for (const LatencyPoint& p : points) {
+    if (p.sms == 0 || p.count < std::max<uint64_t>(min_count, 1)) continue;
+    const double w = static_cast<double>(p.count), x = 1.0 / p.sms;
+    sw += w;
+    sx += w * x;
+    sy += w * p.mean_ns;
+    sxx += w * x * x;
+    sxy += w * x * p.mean_ns;
+    ++distinct;
+    only_sms = p.sms;
+    only_mean = p.mean_ns;
+  }
+  LatencyModel model;
+  if (distinct == 0) return model;
+  if (distinct == 1) {
+    model.m = only_mean * only_sms;  // pessimistic: all of it scales with SMs
+    return model;
+  }
+  const double det = sw * sxx - sx * sx;
+  if (det <= 0) return model;
+  model.m = (sw * sxy - sx * sy) / det;
+  model.b = (sy - model.m * sx) / sw;
+  if (model.m < 0) {  // more SMs made it slower: the SMs buy nothing
+    model.m = 0;
+    model.b = sy / sw;
+  } else if (model.b < 0) {  // through the origin: l = m/t
+    model.b = 0;
+    model.m = sxy / sxx;
+  }
+  model.fitted = true;
+  return model;
+}
+
+SizerDecision right_size(const std::vector<ShapeSamples>& shapes, const std::vector<uint32_t>& sizes,
+                         uint32_t ceiling, const SizerParams& params, SizerState* state, uint64_t now_ns) {
+  SizerDecision d;
+  if (sizes.empty()) return d;
+  if (std::find(sizes.begin(), sizes.end(), ceiling) == sizes.end()) {
+    // Not a size the GPU gives: the largest below it.
+    auto it = std::upper_bound(sizes.begin(), sizes.end(), ceiling);
+    ceiling = it == sizes.begin() ? sizes.front() : *(it - 1);
+  }
+  uint32_t current = state->sms == 0 ? ceiling : std::min(state->sms, ceiling);
+  if (std::find(sizes.begin(), sizes.end(), current) == sizes.end()) current = ceiling;
+  d.sms = current;
+  const auto moved_to = [&](uint32_t sms) {
+    state->sms = sms;
+    state->counts_at_move.clear();
+    for (const ShapeSamples& s : shapes) state->counts_at_move.emplace_back(s.key, count_at(s, sms));
+    d.sms = sms;
+  };
+
+  // What the tenant runs now: the samples taken at the current size since the sizer moved to it
+  // (shapes it no longer launches, e.g. a warm-up's, have none and do not hold it up).
+  std::vector<uint64_t> fresh(shapes.size(), 0);
+  uint64_t total = 0;
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    uint64_t before = 0;
+    for (const auto& [key, n] : state->counts_at_move) {
+      if (key == shapes[i].key) before = n;
+    }
+    const uint64_t now_count = count_at(shapes[i], current);
+    fresh[i] = now_count > before ? now_count - before : 0;
+    total += fresh[i];
+  }
+  std::vector<const ShapeSamples*> main;
+  std::vector<uint64_t> weight;
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    if (total > 0 && static_cast<double>(fresh[i]) >= params.main_share * static_cast<double>(total)) {
+      main.push_back(&shapes[i]);
+      weight.push_back(fresh[i]);
+    }
+  }
+  // Every main shape needs min_samples fresh samples at the current size.
+  bool ready = !main.empty();
+  for (uint64_t w : weight) ready = ready && w >= params.min_samples;
+  if (!ready) {
+    d.why = "wait";
+    state->sms = current;
+    return d;
+  }
+  double weight_sum = 0, ref = 0, measured = 0;
+  bool single_point = false;
+  std::vector<LatencyModel> models;
+  for (std::size_t i = 0; i < main.size(); ++i) {
+    const ShapeSamples* s = main[i];
+    const LatencyModel m = fit_latency(s->points, params.min_samples);
+    single_point = single_point || !m.fitted;
+    models.push_back(m);
+    const double w = static_cast<double>(weight[i]);
+    weight_sum += w;
+    const LatencyPoint* at_ceiling = point_at(*s, ceiling);
+    ref += w * (at_ceiling && at_ceiling->count >= params.min_samples ? at_ceiling->mean_ns : m.at(ceiling));
+    measured += w * point_at(*s, current)->mean_ns;
+  }
+  if (ref <= 0) {
+    d.why = "wait";
+    state->sms = current;
+    return d;
+  }
+  const double limit = 1.0 + params.slack;
+  d.predicted = measured / ref;
+  const auto pos = std::find(sizes.begin(), sizes.end(), current) - sizes.begin();
+  if (measured > limit * ref && current < ceiling) {
+    state->floor_sms = sizes[pos + 1];
+    state->floor_until_ns = now_ns + params.hold_ns;
+    moved_to(sizes[pos + 1]);
+    d.why = "up";
+    return d;
+  }
+  const uint32_t floor = now_ns < state->floor_until_ns ? state->floor_sms : 0;
+  if (pos == 0 || sizes[pos - 1] < floor) {
+    d.why = "hold";
+    state->sms = current;
+    return d;
+  }
+  const uint32_t down = sizes[pos - 1];
+  double predicted = 0;
+  for (std::size_t i = 0; i < main.size(); ++i) predicted += static_cast<double>(weight[i]) * models[i].at(down);
+  if (predicted <= limit * ref) {
+    d.predicted = predicted / ref;
+    moved_to(down);
+    d.why = "down";
+    return d;
+  }
+  if (single_point) {  // the model needs a second size: try one size less
+    moved_to(down);
+    d.why = "probe";
+    return d;
+  }
+  d.why = "hold";
+  state->sms = current;
+  return d;
+}
+
+bool read_shape_samples(const gpuos_control_block& cb, std::vector<ShapeSamples>* out) {
+  auto& mutable_cb = const_cast<gpuos_control_block&>(cb);  // atomic_ref needs a non-const object
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    const uint32_t seq = std::atomic_ref<uint32_t>(mutable_cb.space_sample_seq).load(std::memory_order_acquire);
+    if (seq & 1u) continue;
+    gpuos_shape_latency copy[GPUOS_SPACE_SHAPES];
+    for (int i = 0; i < GPUOS_SPACE_SHAPES; ++i) {
+      gpuos_shape_latency& src = mutable_cb.space_shapes[i];
+      copy[i].key = std::atomic_ref<uint64_t>(src.key).load(std::memory_order_relaxed);
+      copy[i].launches = std::atomic_ref<uint64_t>(src.launches).load(std::memory_order_relaxed);
+      for (int j = 0; j < GPUOS_SPACE_POINTS; ++j) {
+        copy[i].points[j].sms = std::atomic_ref<uint32_t>(src.points[j].sms).load(std::memory_order_relaxed);
+        copy[i].points[j].count = std::atomic_ref<uint32_t>(src.points[j].count).load(std::memory_order_relaxed);
+        copy[i].points[j].sum_ns = std::atomic_ref<uint64_t>(src.points[j].sum_ns).load(std::memory_order_relaxed);
+      }
+    }
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (std::atomic_ref<uint32_t>(mutable_cb.space_sample_seq).load(std::memory_order_relaxed) != seq) continue;
+    out->clear();
+    for (const gpuos_shape_latency& s : copy) {
+      if (s.key == 0) continue;
+      ShapeSamples shape{s.key, s.launches, {}};
+      for (const gpuos_latency_point& p : s.points) {
+        if (p.sms != 0 && p.count != 0) {
+          shape.points.push_back(LatencyPoint{p.sms, p.count, static_cast<double>(p.sum_ns) / p.count});
+        }
+      }
+      out->push_back(std::move(shape));
+    }
+    return true;
+  }
+  return false;
+}
+
+}  // namespace gpuos::daemon

@@ -1,0 +1,84 @@
+// Right-sizing of a guaranteed tenant's SM partition (spatial sharing): the fewest SMs that keep its
+// work within `slack` of its latency on the most it may have, so the rest goes to best-effort
+// tenants. A pure function of the tenant's latency samples and its own small state.
+//
+// The interposer times one launch in every few of each spatial tenant and reports, per launch shape
+// (kernel and grid, or graph), the mean duration at each SM count it ran on (control block
+// space_shapes). Per shape the sizer fits LithOS's model l(t) = m/t + b over the SM counts seen
+// (weighted least squares in 1/t); the tenant's latency L(t) is the sum over its main shapes,
+// weighted by their fresh samples (those taken at the current size since the sizer moved there:
+// what the tenant runs now; a shape with at least main_share of them is main). Starting at the
+// ceiling, the sizer moves one partition size at a time, and only once every main shape has
+// min_samples fresh samples:
+//  - down one size when the model predicts L(down) <= (1 + slack) L(ceiling), or, while every
+//    main shape has been seen at one size only, as a probe (the model needs a second point);
+//  - up one size when what was measured at the current size exceeds (1 + slack) L(ceiling); that
+//    size then becomes a floor for `hold_ns` (no probing back into it).
+// Kernels that fit in fewer SMs than they are given (few blocks, memory-bound work) show b >> m/t
+// and give their SMs away; kernels that fill the GPU keep them.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "gpuos/abi.h"
+
+namespace gpuos::daemon {
+
+struct LatencyPoint {
+  uint32_t sms = 0;
+  uint64_t count = 0;
+  double mean_ns = 0;
+};
+
+struct ShapeSamples {
+  uint64_t key = 0;
+  uint64_t launches = 0;  // timed launches of the shape (all sizes)
+  std::vector<LatencyPoint> points;
+};
+
+// l(t) = m/t + b, m and b never negative. `fitted` is false when fewer than two SM counts had samples.
+struct LatencyModel {
+  double m = 0;
+  double b = 0;
+  bool fitted = false;
+  double at(uint32_t sms) const { return sms == 0 ? 0 : m / sms + b; }
+};
+
+// Fits the points that have at least min_count samples. One such point alone gives the pessimistic
+// l(t) = mean * t0 / t (all the time scales with SMs), not fitted.
+LatencyModel fit_latency(const std::vector<LatencyPoint>& points, uint64_t min_count);
+
+struct SizerParams {
+  double slack = 0.04;         // latency the tenant may lose against its ceiling
+  uint64_t min_samples = 8;    // samples per main shape at a size before the sizer moves from it
+  double main_share = 0.05;    // shapes below this share of the fresh samples are ignored
+  uint64_t hold_ns = 30'000'000'000;  // how long a size that proved too small stays a floor
+};
+
+struct SizerState {
+  uint32_t sms = 0;             // the size chosen last; 0 = not sized yet (the ceiling)
+  uint32_t floor_sms = 0;       // a size below this proved too slow ...
+  uint64_t floor_until_ns = 0;  // ... until then
+  // Each shape's sample count at the current size when the sizer moved to it (the table is
+  // cumulative; fresh samples are those added since).
+  std::vector<std::pair<uint64_t, uint64_t>> counts_at_move;  // (shape key, count at that size)
+};
+
+struct SizerDecision {
+  uint32_t sms = 0;       // the size to give the tenant
+  double predicted = 0;   // L(sms) / L(ceiling) by the model (0 = no model yet)
+  const char* why = "";   // "hold", "down", "probe", "up", "wait"
+};
+
+// sizes: the partition sizes the GPU can give, ascending (SMs of 1, 2, ... groups from group 0);
+// ceiling: the largest allowed (a member of sizes). Updates *state; never returns above the
+// ceiling or below sizes.front().
+SizerDecision right_size(const std::vector<ShapeSamples>& shapes, const std::vector<uint32_t>& sizes,
+                         uint32_t ceiling, const SizerParams& params, SizerState* state, uint64_t now_ns);
+
+// Reads a tenant's samples from its control block (seqlock; false if it was being written and a
+// retry found it busy again).
+bool read_shape_samples(const gpuos_control_block& cb, std::vector<ShapeSamples>* out);
+
+}  // namespace gpuos::daemon

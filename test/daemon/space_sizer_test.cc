@@ -1,0 +1,212 @@
+// Right-sizing (space_sizer): the LithOS latency fit and the step-by-step search for the fewest SMs
+// within the latency slack.
+#include "daemon/space_sizer.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <map>
+
+namespace gpuos::daemon {
+namespace {
+
+// Partition sizes of the H200 split (15 groups of 8, the last taking 12): 8, 16, ..., 120, 132.
+std::vector<uint32_t> h200_sizes() {
+  std::vector<uint32_t> s;
+  for (uint32_t g = 1; g <= 15; ++g) s.push_back(8 * g);
+  s.push_back(132);
+  return s;
+}
+
+TEST(SpaceSizer, FitRecoversTheModel) {
+  std::vector<LatencyPoint> pts;
+  for (uint32_t t : {32u, 64u, 112u}) pts.push_back({t, 10, 4.0e6 / t + 300.0});
+  const LatencyModel m = fit_latency(pts, 8);
+  ASSERT_TRUE(m.fitted);
+  EXPECT_NEAR(m.m, 4.0e6, 1.0);
+  EXPECT_NEAR(m.b, 300.0, 1e-3);
+  EXPECT_NEAR(m.at(80), 4.0e6 / 80 + 300.0, 1e-3);
+}
+
+TEST(SpaceSizer, FitIgnoresThinPointsAndIsPessimisticWithOne) {
+  std::vector<LatencyPoint> pts{{112, 20, 1000.0}, {56, 3, 10.0}};  // the second has too few samples
+  const LatencyModel m = fit_latency(pts, 8);
+  EXPECT_FALSE(m.fitted);
+  EXPECT_NEAR(m.at(56), 2000.0, 1e-9);  // all of it assumed to scale with SMs
+  EXPECT_FALSE(fit_latency({}, 8).fitted);
+  EXPECT_EQ(fit_latency({}, 8).at(8), 0.0);
+}
+
+TEST(SpaceSizer, FitNeverGoesNegative) {
+  // Slower with more SMs (noise, interference): the SMs buy nothing, m = 0.
+  LatencyModel m = fit_latency({{64, 10, 900.0}, {112, 10, 1000.0}}, 8);
+  EXPECT_TRUE(m.fitted);
+  EXPECT_EQ(m.m, 0.0);
+  EXPECT_NEAR(m.b, 950.0, 1e-9);
+  // Superlinear speed-up would give b < 0: fitted through the origin instead.
+  m = fit_latency({{32, 10, 4000.0}, {64, 10, 1000.0}}, 8);
+  EXPECT_EQ(m.b, 0.0);
+  EXPECT_GT(m.m, 0.0);
+}
+
+// A tenant whose shapes follow known latency curves: each step adds `per_step` samples at the size
+// the sizer chose, then asks again. Returns the sizes visited.
+struct Simulation {
+  std::map<uint64_t, std::function<double(uint32_t)>> curves;  // shape -> latency(sms)
+  std::map<uint64_t, uint64_t> weights;                        // launches per step
+  std::vector<ShapeSamples> shapes;
+  SizerState state;
+  SizerParams params;
+
+  void add_samples(uint32_t sms, uint64_t n) {
+    for (auto& [key, curve] : curves) {
+      ShapeSamples* s = nullptr;
+      for (ShapeSamples& x : shapes) if (x.key == key) s = &x;
+      if (s == nullptr) s = &shapes.emplace_back(ShapeSamples{key, 0, {}});
+      const uint64_t k = n * weights[key];
+      s->launches += k;
+      LatencyPoint* p = nullptr;
+      for (LatencyPoint& x : s->points) if (x.sms == sms) p = &x;
+      if (p == nullptr) p = &s->points.emplace_back(LatencyPoint{sms, 0, 0});
+      p->mean_ns = (p->mean_ns * p->count + curve(sms) * k) / (p->count + k);
+      p->count += k;
+    }
+  }
+  std::vector<SizerDecision> run(uint32_t ceiling, int steps, uint64_t now = 1) {
+    std::vector<SizerDecision> out;
+    uint32_t sms = ceiling;
+    for (int i = 0; i < steps; ++i) {
+      add_samples(sms, 10);
+      SizerDecision d = right_size(shapes, h200_sizes(), ceiling, params, &state, now);
+      out.push_back(d);
+      sms = d.sms;
+    }
+    return out;
+  }
+};
+
+TEST(SpaceSizer, SmallKernelsGiveTheirSmsAway) {
+  // 40 blocks of one SM each: one wave on 40 SMs or more; a memory-bound tail.
+  Simulation sim;
+  sim.curves[1] = [](uint32_t t) { return 1000.0 * std::ceil(40.0 / t) + 200.0; };
+  sim.weights[1] = 1;
+  const auto steps = sim.run(112, 40);
+  EXPECT_STREQ(steps.front().why, "probe");  // one size seen: try one less
+  // It settles where the latency is still that of one wave: 40 or 48 SMs (48 if it probed 40 and
+  // the model, fitted across the wave jump, kept it off).
+  const uint32_t final_sms = steps.back().sms;
+  EXPECT_GE(final_sms, 40u);
+  EXPECT_LE(final_sms, 48u);
+  // Never lower than where it became slower than the slack allows.
+  for (const SizerDecision& d : steps) EXPECT_GE(d.sms, 32u);
+}
+
+TEST(SpaceSizer, KernelsThatFillTheGpuKeepTheirSms) {
+  Simulation sim;
+  sim.curves[7] = [](uint32_t t) { return 8.0e6 / t; };  // all of it scales
+  sim.weights[7] = 1;
+  const auto steps = sim.run(112, 20);
+  // One probe (104 SMs: 7.7% slower) is measured, taken back, and then held for hold_ns.
+  int probes = 0, ups = 0;
+  for (const SizerDecision& d : steps) {
+    probes += std::string(d.why) == "probe";
+    ups += std::string(d.why) == "up";
+    EXPECT_GE(d.sms, 104u);
+  }
+  EXPECT_EQ(probes, 1);
+  EXPECT_EQ(ups, 1);
+  EXPECT_EQ(steps.back().sms, 112u);
+  EXPECT_STREQ(steps.back().why, "hold");
+}
+
+TEST(SpaceSizer, WeightsShapesByTheirLaunches) {
+  // A frequent small shape and a rare big one (below main_share): the rare one is ignored.
+  Simulation sim;
+  sim.curves[1] = [](uint32_t t) { return 1000.0 * std::ceil(16.0 / t) + 50.0; };
+  sim.weights[1] = 100;
+  sim.curves[2] = [](uint32_t t) { return 8.0e6 / t; };
+  sim.weights[2] = 1;
+  const auto steps = sim.run(112, 60);
+  EXPECT_LE(steps.back().sms, 24u);
+  EXPECT_GE(steps.back().sms, 16u);
+}
+
+TEST(SpaceSizer, WaitsForFreshSamplesAtEachSize) {
+  Simulation sim;
+  sim.curves[1] = [](uint32_t) { return 500.0; };
+  sim.weights[1] = 1;
+  sim.params.min_samples = 25;  // 10 per step: a move every third step at most
+  const auto steps = sim.run(112, 9);
+  int moves = 0;
+  for (const SizerDecision& d : steps) moves += std::string(d.why) != "wait" && std::string(d.why) != "hold";
+  EXPECT_EQ(moves, 3);
+  EXPECT_STREQ(steps[0].why, "wait");
+  EXPECT_STREQ(steps[1].why, "wait");
+}
+
+TEST(SpaceSizer, ShapesNoLongerLaunchedDoNotHoldItUp) {
+  // A warm-up shape with many samples at the ceiling that stops, then the steady work alone.
+  Simulation sim;
+  sim.curves[1] = [](uint32_t t) { return 8.0e6 / t; };
+  sim.weights[1] = 50;
+  sim.run(112, 1);
+  sim.curves.erase(1);
+  sim.curves[2] = [](uint32_t) { return 300.0; };  // needs few SMs
+  sim.weights[2] = 1;
+  const auto steps = sim.run(112, 30);
+  EXPECT_LT(steps.back().sms, 64u);
+}
+
+TEST(SpaceSizer, FloorExpires) {
+  Simulation sim;
+  sim.curves[7] = [](uint32_t t) { return 8.0e6 / t; };
+  sim.weights[7] = 1;
+  sim.params.hold_ns = 1000;
+  sim.run(112, 6, /*now=*/10);
+  EXPECT_EQ(sim.state.floor_sms, 112u);
+  // The fitted model keeps it at 112 by itself; a new shape seen at one size only would be probed,
+  // but not into the floor while it holds ...
+  sim.curves[8] = [](uint32_t) { return 100.0; };
+  sim.weights[8] = 1;
+  auto later = sim.run(112, 2, /*now=*/500);
+  EXPECT_STREQ(later.back().why, "hold");
+  // ... and once it expired, it is.
+  later = sim.run(112, 1, /*now=*/10'000);
+  EXPECT_STREQ(later.back().why, "probe");
+  EXPECT_EQ(later.back().sms, 104u);
+}
+
+TEST(SpaceSizer, StaysWithinSizesAndCeiling) {
+  Simulation sim;
+  sim.curves[1] = [](uint32_t) { return 500.0; };  // needs nothing
+  sim.weights[1] = 1;
+  const auto steps = sim.run(112, 40);
+  EXPECT_EQ(steps.back().sms, 8u);  // the smallest partition, never 0
+  SizerState st;
+  SizerDecision d = right_size({}, h200_sizes(), 112, SizerParams{}, &st, 0);
+  EXPECT_EQ(d.sms, 112u);
+  EXPECT_STREQ(d.why, "wait");
+  d = right_size({}, h200_sizes(), 100, SizerParams{}, &st, 0);  // not a size: the one below
+  EXPECT_EQ(d.sms, 96u);
+  EXPECT_EQ(right_size({}, {}, 100, SizerParams{}, &st, 0).sms, 0u);
+}
+
+TEST(SpaceSizer, ReadsTheControlBlock) {
+  gpuos_control_block cb{};
+  cb.space_shapes[2].key = 42;
+  cb.space_shapes[2].launches = 30;
+  cb.space_shapes[2].points[0] = {112, 10, 10000};
+  cb.space_shapes[2].points[3] = {64, 20, 30000};
+  std::vector<ShapeSamples> s;
+  ASSERT_TRUE(read_shape_samples(cb, &s));
+  ASSERT_EQ(s.size(), 1u);
+  EXPECT_EQ(s[0].key, 42u);
+  ASSERT_EQ(s[0].points.size(), 2u);
+  EXPECT_DOUBLE_EQ(s[0].points[1].mean_ns, 1500.0);
+  cb.space_sample_seq = 3;  // being written
+  EXPECT_FALSE(read_shape_samples(cb, &s));
+}
+
+}  // namespace
+}  // namespace gpuos::daemon
