@@ -69,7 +69,6 @@ struct Registry {
   std::map<CUcontext, int> primary_device;                   // -1: not a primary context
   std::map<CUgraphExec, GraphSource> graphs;
   std::map<std::tuple<CUgraphExec, int, uint64_t>, CUgraphExec> variants;  // (exec, dev, mask); null = failed
-  uint64_t graph_generation = 0;  // bumped when any variant goes away (invalidates thread caches)
 };
 
 Registry& registry() {
@@ -109,7 +108,7 @@ constexpr int kStreamCache = 8;
 constexpr int kVariantCache = 8;
 thread_local CachedVariant t_variants[kVariantCache];
 thread_local unsigned t_variant_next = 0;
-std::atomic<uint64_t> g_graph_generation{0};
+std::atomic<uint64_t> g_graph_generation{0};  // bumped when variants go away: thread caches are stale
 constexpr int kContextCache = 4;
 thread_local CachedStream t_streams[kStreamCache];
 thread_local unsigned t_stream_next = 0;
