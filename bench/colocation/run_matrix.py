@@ -304,8 +304,9 @@ class Runner:
         js = self._file(spec.name, "hp.json")
         rate_s = f"{rate:.3f}" if rate else "<load*capacity>"
         if a.workload == "synthetic":
+            hp_blocks = a.synth_hp_blocks_per_sm or a.synth_blocks_per_sm
             base = [self.synth_bin, "--name", "hp", "--iters", str(a.synth_hp_iters),
-                    "--blocks-per-sm", str(a.synth_blocks_per_sm), "--block", "256", "--gap-us", "0",
+                    "--blocks-per-sm", str(hp_blocks), "--block", "256", "--gap-us", "0",
                     "--mem-mib", "64"]
             cmds = []
             if calibrate:
@@ -959,6 +960,10 @@ def parse_args(argv=None):
     s.add_argument("--synth-hp-iters", type=int, default=125000)
     s.add_argument("--synth-be-iters", type=int, default=2500000)
     s.add_argument("--synth-blocks-per-sm", type=int, default=8)
+    s.add_argument("--synth-hp-blocks-per-sm", type=int, default=0,
+                   help="HP's grid in blocks per SM (0 = --synth-blocks-per-sm); 8 blocks of 256 threads "
+                        "fill an SM, so 4 makes an HP kernel that needs half the GPU for one wave (a "
+                        "tenant right-sizing can shrink)")
     s.add_argument("--synth-be-lead-s", type=float, default=1.0, help="BE head start before HP, s")
     o = ap.add_argument_group("gpuos")
     o.add_argument("--gpuos-bin", default=os.path.join(REPO, "build", "bin", "gpuos"))
