@@ -17,6 +17,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -143,6 +144,14 @@ class Core final : private GateControl {
 
   // Introspection (tests, logging).
   std::size_t live_tenants() const { return tenants_.size(); }
+  // The spatial domains live tenants are in (their MPS servers must outlive a gpuosd restart).
+  std::set<std::string> live_space_domains() const {
+    std::set<std::string> out;
+    for (const auto& [id, t] : tenants_) {
+      if (t.space_domain[0] != '\0') out.insert(t.space_domain);
+    }
+    return out;
+  }
   const std::deque<gpuos_msg_tenant_info>& history() const { return history_; }
   const gpuos_control_block* control_block(uint32_t tenant_id) const;
   const std::vector<GpuInfo>& gpus() const { return opts_.gpus; }

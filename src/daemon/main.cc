@@ -159,6 +159,6 @@ int main(int argc, char** argv) {
   }
   mps.start();
   int rc = server.run();
-  mps.shutdown();
+  mps.shutdown(core.live_space_domains());
   return rc;
 }

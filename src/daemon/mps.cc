@@ -671,7 +671,7 @@ void MpsSupervisor::write_status(const Dom& d, const std::string& line) {
   if (!ok || ::rename(tmp.c_str(), d.status_file.c_str()) != 0) ::unlink(tmp.c_str());
 }
 
-void MpsSupervisor::shutdown() {
+void MpsSupervisor::shutdown(const std::set<std::string>& keep) {
   if (shut_down_) return;
   shut_down_ = true;
   {
@@ -688,6 +688,11 @@ void MpsSupervisor::shutdown() {
   bool have_bin = resolve_binary(opts_.mps_control, env_, &bin, &why);
   for (auto& d : doms_) {
     if (!d->ever_started) continue;
+    if (keep.count(d->cfg.name) != 0) {
+      log::info("%s: MPS control daemon left running: tenants still use it (the next gpuosd adopts it)",
+                d->label().c_str());
+      continue;
+    }
     if (!have_bin) {
       log::warn("%s: cannot send quit: %s", d->label().c_str(), why.c_str());
       continue;
@@ -704,7 +709,7 @@ void MpsSupervisor::shutdown() {
     }
   }
   for (auto& d : doms_) {
-    if (started_ && !d->fatal) set_state(*d, false, "stopped", true);
+    if (started_ && !d->fatal && (keep.count(d->cfg.name) == 0 || !d->ever_started)) set_state(*d, false, "stopped", true);
   }
 }
 

@@ -23,14 +23,18 @@
 //    stable run is immediate);
 //  - every child runs in its own process group with a reset signal mask, a timeout, and is reaped
 //    (waitpid) on every path, killed (SIGKILL to its group) when it overruns;
-//  - shutdown(): stops the helper and sends `quit` to every control daemon it started or adopted, all
-//    at once, bounded by command_timeout.
+//  - shutdown(keep): stops the helper and sends `quit` to every control daemon it started or
+//    adopted, all at once, bounded by command_timeout, except in the domains gpuosd still has live
+//    tenants in: quitting would cut off their MPS server (and a control daemon that is quitting
+//    refuses new clients), while a restarted gpuosd adopts the running one.
 // Every state change is logged and written to <mps_dir>/<domain>/status (one line: "available",
 // "unavailable: REASON" or "stopped"), which `gpuos run --space` reads to warn its user.
 // A missing or failing binary only makes its domains unavailable: time sharing goes on.
 //
 // Thread-safety: start/shutdown from one thread; query/domains/allows/check_now from any thread.
 #pragma once
+
+#include <set>
 
 #include <sys/types.h>
 
@@ -90,8 +94,10 @@ class MpsSupervisor {
   // available as their control daemons answer. Never throws.
   void start();
   // Stops the helper thread (killing a command it waits for) and sends `quit` to each control
-  // daemon it started or adopted; returns within about command_timeout. Idempotent.
-  void shutdown();
+  // daemon it started or adopted, except those of the domains in `keep`: tenants still use them
+  // (they outlive gpuosd), so those are left running for the next gpuosd to adopt. Returns within
+  // about command_timeout. Idempotent.
+  void shutdown(const std::set<std::string>& keep = {});
   // Asks the helper to probe now instead of at the next interval (backoff still applies).
   void check_now();
 

@@ -309,6 +309,29 @@ TEST_F(Mps, ShutdownSendsQuitAndLeavesNoZombies) {
   s.shutdown();  // idempotent
 }
 
+TEST_F(Mps, ShutdownLeavesRunningTheDomainsTenantsStillUse) {
+  const std::string ctl = fake();
+  MpsSupervisor s(options(ctl, {domain("a"), domain("b")}));
+  s.start();
+  ASSERT_TRUE(wait_for([&] { return available(s, "a") && available(s, "b"); }, 10000));
+  pid_t a = sleeper("a"), b = sleeper("b");
+  s.shutdown({"a"});
+  EXPECT_EQ(slurp(logd("a") + "/fake.commands").find("quit\n"), std::string::npos);
+  EXPECT_NE(slurp(logd("b") + "/fake.commands").find("quit\n"), std::string::npos);
+  EXPECT_TRUE(pid_alive(a)) << "a's tenants keep their MPS server";
+  EXPECT_FALSE(pid_alive(b));
+  EXPECT_EQ(slurp(mps_dir + "/a/status"), "available\n");
+  EXPECT_EQ(slurp(mps_dir + "/b/status"), "stopped\n");
+  // The next gpuosd adopts it (and, with no tenant left, quits it).
+  MpsSupervisor next(options(ctl, {domain("a")}));
+  next.start();
+  ASSERT_TRUE(wait_for([&] { return available(next, "a"); }, 10000));
+  EXPECT_EQ(sleeper("a"), a);
+  next.shutdown();
+  EXPECT_FALSE(pid_alive(a));
+  EXPECT_TRUE(our_children().empty());
+}
+
 TEST_F(Mps, AHungCommandIsKilledAtItsTimeout) {
   MpsOptions o = options(fake(false, /*hang=*/true), {domain("a")});
   o.command_timeout_ms = 300;
