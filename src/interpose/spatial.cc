@@ -11,6 +11,7 @@
 
 #include "common/sm_split.h"
 #include "interpose/runtime.h"
+#include "interpose/shape_table.h"
 
 namespace gpuos::interpose {
 namespace {
@@ -362,60 +363,12 @@ uint64_t shape_key(const LaunchShape& s) {
   return h != 0 ? h : 1;  // 0 marks an unused slot
 }
 
-// Adds one timed launch to the control block's shape table: a new shape takes an unused slot or
-// that of the least frequent shape, starting from a count of one (not inheriting the count, as
-// Space-Saving would: a shape with an inherited count but no samples would look like main work to
-// gpuosd's sizer and stall it). Frequent shapes keep their slots; the rare ones of an eager
-// workload take turns in the least frequent slot. Seqlock for gpuosd's reads; one writer at a time
+// Adds one timed launch to the control block's shape table (shape_table.h); one writer at a time
 // in the process.
 void record_sample(gpuos_control_block* cb, uint64_t key, uint32_t sms, uint64_t ns) {
   static std::mutex mu;
   std::lock_guard<std::mutex> lock(mu);
-  std::atomic_ref<uint32_t> seq(cb->space_sample_seq);
-  const uint32_t s = seq.load(std::memory_order_relaxed);
-  seq.store(s + 1, std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_release);
-  auto set64 = [](uint64_t& w, uint64_t v) { std::atomic_ref<uint64_t>(w).store(v, std::memory_order_relaxed); };
-  auto set32 = [](uint32_t& w, uint32_t v) { std::atomic_ref<uint32_t>(w).store(v, std::memory_order_relaxed); };
-  gpuos_shape_latency* slot = nullptr;
-  gpuos_shape_latency* least = nullptr;  // an unused slot, else the least frequent shape
-  for (gpuos_shape_latency& e : cb->space_shapes) {
-    if (e.key == key) {
-      slot = &e;
-      break;
-    }
-    const uint64_t rank = e.key == 0 ? 0 : e.launches;
-    if (least == nullptr || rank < (least->key == 0 ? 0 : least->launches)) least = &e;
-  }
-  if (slot == nullptr) {
-    slot = least;
-    set64(slot->key, key);
-    set64(slot->launches, 0);
-    for (gpuos_latency_point& p : slot->points) {
-      set32(p.sms, 0);
-      set32(p.count, 0);
-      set64(p.sum_ns, 0);
-    }
-  }
-  set64(slot->launches, slot->launches + 1);
-  gpuos_latency_point* point = nullptr;
-  gpuos_latency_point* fewest = &slot->points[0];
-  for (gpuos_latency_point& p : slot->points) {
-    if (p.sms == sms) { point = &p; break; }
-    if (p.count < fewest->count) fewest = &p;
-  }
-  if (point == nullptr) {  // a new SM count: takes the unused or least sampled point
-    point = fewest;
-    set32(point->sms, sms);
-    set32(point->count, 0);
-    set64(point->sum_ns, 0);
-  }
-  if (point->count < UINT32_MAX) {
-    set32(point->count, point->count + 1);
-    set64(point->sum_ns, point->sum_ns + ns);
-  }
-  seq.store(s + 2, std::memory_order_release);
-  add(cb->space_samples, 1);
+  shape_table_add(cb, key, sms, ns);
 }
 
 // Counts a placed launch and notes the mask it used.

@@ -1,0 +1,62 @@
+#include "interpose/shape_table.h"
+
+#include <atomic>
+
+namespace gpuos::interpose {
+namespace {
+
+void set64(uint64_t& w, uint64_t v) { std::atomic_ref<uint64_t>(w).store(v, std::memory_order_relaxed); }
+void set32(uint32_t& w, uint32_t v) { std::atomic_ref<uint32_t>(w).store(v, std::memory_order_relaxed); }
+
+}  // namespace
+
+void shape_table_add(gpuos_control_block* cb, uint64_t key, uint32_t sms, uint64_t ns) {
+  std::atomic_ref<uint32_t> seq(cb->space_sample_seq);
+  const uint32_t s = seq.load(std::memory_order_relaxed);
+  seq.store(s + 1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  gpuos_shape_latency* slot = nullptr;
+  gpuos_shape_latency* least = nullptr;  // an unused slot, else the least frequent shape
+  for (gpuos_shape_latency& e : cb->space_shapes) {
+    if (e.key == key) {
+      slot = &e;
+      break;
+    }
+    const uint64_t rank = e.key == 0 ? 0 : e.launches;
+    if (least == nullptr || rank < (least->key == 0 ? 0 : least->launches)) least = &e;
+  }
+  if (slot == nullptr) {
+    slot = least;
+    set64(slot->key, key);
+    set64(slot->launches, 0);
+    for (gpuos_latency_point& p : slot->points) {
+      set32(p.sms, 0);
+      set32(p.count, 0);
+      set64(p.sum_ns, 0);
+    }
+  }
+  set64(slot->launches, slot->launches + 1);
+  gpuos_latency_point* point = nullptr;
+  gpuos_latency_point* fewest = &slot->points[0];
+  for (gpuos_latency_point& p : slot->points) {
+    if (p.sms == sms) {
+      point = &p;
+      break;
+    }
+    if (p.count < fewest->count) fewest = &p;
+  }
+  if (point == nullptr) {
+    point = fewest;
+    set32(point->sms, sms);
+    set32(point->count, 0);
+    set64(point->sum_ns, 0);
+  }
+  if (point->count < UINT32_MAX) {
+    set32(point->count, point->count + 1);
+    set64(point->sum_ns, point->sum_ns + ns);
+  }
+  seq.store(s + 2, std::memory_order_release);
+  std::atomic_ref<uint64_t>(cb->space_samples).fetch_add(1, std::memory_order_relaxed);
+}
+
+}  // namespace gpuos::interpose

@@ -1,0 +1,73 @@
+// The right-sizing sample table the interposer writes into a tenant's control block.
+#include "interpose/shape_table.h"
+
+#include <gtest/gtest.h>
+
+#include <memory>
+
+namespace gpuos::interpose {
+namespace {
+
+const gpuos_shape_latency* find(const gpuos_control_block& cb, uint64_t key) {
+  for (const gpuos_shape_latency& e : cb.space_shapes)
+    if (e.key == key) return &e;
+  return nullptr;
+}
+
+TEST(ShapeTable, AccumulatesPerShapeAndSmCount) {
+  auto cb = std::make_unique<gpuos_control_block>();
+  shape_table_add(cb.get(), 7, 112, 1000);
+  shape_table_add(cb.get(), 7, 112, 3000);
+  shape_table_add(cb.get(), 7, 64, 5000);
+  shape_table_add(cb.get(), 9, 112, 10);
+  const gpuos_shape_latency* s = find(*cb, 7);
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->launches, 3u);
+  EXPECT_EQ(s->points[0].sms, 112u);
+  EXPECT_EQ(s->points[0].count, 2u);
+  EXPECT_EQ(s->points[0].sum_ns, 4000u);
+  EXPECT_EQ(s->points[1].sms, 64u);
+  EXPECT_EQ(s->points[1].count, 1u);
+  EXPECT_EQ(find(*cb, 9)->launches, 1u);
+  EXPECT_EQ(cb->space_samples, 4u);
+  EXPECT_EQ(cb->space_sample_seq % 2, 0u) << "even: no write in progress";
+  EXPECT_EQ(cb->space_sample_seq, 8u);
+}
+
+TEST(ShapeTable, ANewShapeTakesTheLeastFrequentSlotWithoutItsCount) {
+  auto cb = std::make_unique<gpuos_control_block>();
+  for (uint64_t k = 1; k <= GPUOS_SPACE_SHAPES; ++k) {
+    for (uint64_t i = 0; i < 10 + k; ++i) shape_table_add(cb.get(), k, 112, 100);
+  }
+  shape_table_add(cb.get(), 100, 104, 100);  // the table is full: shape 1 (11 launches) goes
+  EXPECT_EQ(find(*cb, 1), nullptr);
+  const gpuos_shape_latency* s = find(*cb, 100);
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->launches, 1u) << "a new shape does not inherit the evicted shape's count";
+  EXPECT_EQ(s->points[0].sms, 104u);
+  EXPECT_EQ(s->points[0].count, 1u);
+  for (int i = 1; i < GPUOS_SPACE_POINTS; ++i) EXPECT_EQ(s->points[i].count, 0u);  // the evicted shape's are gone
+  // Frequent shapes keep their slots; rare newcomers take turns in the least frequent one.
+  shape_table_add(cb.get(), 101, 104, 100);
+  EXPECT_EQ(find(*cb, 100), nullptr);
+  EXPECT_NE(find(*cb, 2), nullptr);
+}
+
+TEST(ShapeTable, ANewSmCountTakesTheLeastSampledPoint) {
+  auto cb = std::make_unique<gpuos_control_block>();
+  for (uint32_t i = 0; i < GPUOS_SPACE_POINTS; ++i) {
+    for (uint32_t n = 0; n <= i; ++n) shape_table_add(cb.get(), 5, 8 * (i + 1), 100);
+  }
+  shape_table_add(cb.get(), 5, 200, 100);  // all points used: the one with 1 sample (8 SMs) goes
+  const gpuos_shape_latency* s = find(*cb, 5);
+  bool has8 = false, has200 = false;
+  for (const gpuos_latency_point& p : s->points) {
+    has8 = has8 || p.sms == 8;
+    has200 = has200 || (p.sms == 200 && p.count == 1);
+  }
+  EXPECT_FALSE(has8);
+  EXPECT_TRUE(has200);
+}
+
+}  // namespace
+}  // namespace gpuos::interpose
