@@ -220,6 +220,15 @@ std::string render_metrics(Core& core, const MetricsContext& ctx, uint64_t now_m
   per_tenant("gpuos_tenant_memory_waits_total", "counter",
         "Allocations that waited for gpuosd to make room (by swapping another tenant out).",
         [](const TenantStat& t) { return u64(t.info.mem_waits); });
+  per_tenant("gpuos_tenant_space_sms", "gauge",
+        "SMs of the tenant's spatial partition on its GPU (right-sized or asked for); 0 = unconfined or "
+        "not in a spatial domain.",
+        [](const TenantStat& t) { return u64(t.info.space_sms); });
+  per_tenant("gpuos_tenant_space_launches_total", "counter", "Launches placed on the tenant's SM partition.",
+        [](const TenantStat& t) { return u64(t.info.space_launches); });
+  per_tenant("gpuos_tenant_space_failures_total", "counter",
+        "Launches of a spatial tenant that could not be placed and ran unconfined.",
+        [](const TenantStat& t) { return u64(t.info.space_failures); });
   return w.take();
 }
 
