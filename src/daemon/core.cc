@@ -1051,19 +1051,21 @@ uint32_t Core::right_size_tenant(Tenant& t, uint64_t now) {
   }
   const SpaceGpu sg{gpu->index, gpu->sm_count, gpu->sm_groups};
   const uint32_t groups = space_groups(sg, opts_.space.group_sms);
-  const uint32_t reserve = std::clamp<uint32_t>(opts_.space.be_reserve_groups, 1, groups > 1 ? groups - 1 : 1);
   if (groups < 2) return 0;
+  const uint32_t reserve = std::clamp<uint32_t>(opts_.space.be_reserve_groups, 1, groups - 1);
   std::vector<uint32_t> sizes;  // SMs of groups 0..g-1, g = 1 .. groups
   for (uint32_t g = 1; g <= groups; ++g) sizes.push_back(space_mask_sms(g >= 64 ? ~0ull : (1ull << g) - 1, sg, opts_.space.group_sms));
   const uint32_t ceiling = sizes[groups - 1 - reserve];
   std::vector<ShapeSamples> shapes;
   if (!read_shape_samples(*t.cb, &shapes)) return t.space_sized_sms;
   const SizerDecision d = right_size(shapes, sizes, ceiling, opts_.space_sizer, &t.space_sizer, now);
-  if (d.sms != t.space_sized_sms) {
+  if (t.space_sized_sms == 0) log::info("tenant %u (%s): right-sizing from its %u-SM default partition", t.id, t.name, ceiling);
+  const uint32_t before = t.space_sized_sms != 0 ? t.space_sized_sms : ceiling;
+  if (d.sms != before) {
     log::info("tenant %u (%s): right-sized %u -> %u SMs of %u (%s; latency %.3f of its %u-SM figure)", t.id, t.name,
-              t.space_sized_sms ? t.space_sized_sms : ceiling, d.sms, ceiling, d.why, d.predicted, ceiling);
-    t.space_sized_sms = d.sms;
+              before, d.sms, ceiling, d.why, d.predicted, ceiling);
   }
+  t.space_sized_sms = d.sms;
   return d.sms;
 }
 
