@@ -961,9 +961,10 @@ def parse_args(argv=None):
     s.add_argument("--synth-be-iters", type=int, default=2500000)
     s.add_argument("--synth-blocks-per-sm", type=int, default=8)
     s.add_argument("--synth-hp-blocks-per-sm", type=int, default=0,
-                   help="HP's grid in blocks per SM (0 = --synth-blocks-per-sm); 8 blocks of 256 threads "
-                        "fill an SM, so 4 makes an HP kernel that needs half the GPU for one wave (a "
-                        "tenant right-sizing can shrink)")
+                   help="HP's grid in blocks per SM (0 = --synth-blocks-per-sm). The kernel is a chain of "
+                        "dependent FMAs: 2 blocks of 256 threads (4 warps per scheduler) saturate an "
+                        "SM's FMA pipes, so 1 makes an HP kernel that runs as fast on half the SMs (a "
+                        "tenant right-sizing can shrink); 4 or more needs the whole GPU")
     s.add_argument("--synth-be-lead-s", type=float, default=1.0, help="BE head start before HP, s")
     o = ap.add_argument_group("gpuos")
     o.add_argument("--gpuos-bin", default=os.path.join(REPO, "build", "bin", "gpuos"))
