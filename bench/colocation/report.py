@@ -87,6 +87,15 @@ def build_summary(raw: dict) -> dict:
     if busy is not None:
         notes.append(f"HP alone at this load keeps the GPU busy {busy:.0%} of the time; a BE that used "
                      f"all the rest would reach {1 - busy:.0%} of its exclusive throughput")
+        # Where that idle time lies decides whether time sharing can use it: a gap shorter than a BE
+        # kernel (or than the gate's idle grace) cannot be filled without delaying HP.
+        hp = excl_hp.get("hp") or {}
+        steps = hp.get("steps") or {}
+        n = (steps.get("decode_steps") or 0) + (steps.get("prefill_steps") or 0)
+        wall, gpu = _get(hp, "window", "seconds"), hp.get("gpu_busy_s")
+        if n and wall and gpu is not None:
+            notes.append(f"that idle time comes in gaps of {(wall - gpu) / n * 1e3:.3f} ms on average, "
+                         f"one between each two of HP's {n} GPU steps")
     return {
         "date": meta.get("date"),
         "label": meta.get("label"),
