@@ -4,10 +4,11 @@
 #   OUT=/results bash gpu/spatial_matrix.sh        (repo root; build tree at ./build)
 # Settings: WORKLOAD=synthetic|torch LOAD=0.5 WINDOW=15 HP_SMS=0 (gpuos run --sms; 0 = default)
 #           LEND_AFTER_MS=-1 (gpuosd's default) MODES=exclusive-hp,exclusive-be,time-slicing,mps
+#           GPUOS=gpuos-time-priority,gpuos-space-priority
 #           HP_BLOCKS_PER_SM=0 (synthetic HP grid per SM; 1 = an HP that runs as fast on half the SMs,
 #           the case right-sizing is for; 2 blocks saturate an SM, so 4 needs the whole GPU; 0 = the BE's)
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
 WORKLOAD=${WORKLOAD:-synthetic} WINDOW=${WINDOW:-15} MODES=${MODES:-exclusive-hp,exclusive-be,time-slicing,mps} \
-  GPUOS=gpuos-time-priority,gpuos-space-priority LABEL=space BUDGET_S=${BUDGET_S:-540} \
+  GPUOS=${GPUOS:-gpuos-time-priority,gpuos-space-priority} LABEL=space BUDGET_S=${BUDGET_S:-540} \
   EXTRA="--space-hp-sms ${HP_SMS:-0} --space-lend-after-ms ${LEND_AFTER_MS:--1} --synth-hp-blocks-per-sm ${HP_BLOCKS_PER_SM:-0}" \
   exec bash gpu/time_matrix.sh

@@ -1061,7 +1061,10 @@ uint32_t Core::right_size_tenant(Tenant& t, uint64_t now) {
   const SizerDecision d = right_size(shapes, sizes, ceiling, opts_.space_sizer, &t.space_sizer, now);
   if (t.space_sized_sms == 0) log::info("tenant %u (%s): right-sizing from its %u-SM default partition", t.id, t.name, ceiling);
   const uint32_t before = t.space_sized_sms != 0 ? t.space_sized_sms : ceiling;
-  if (d.sms != before) {
+  if (d.sms != before && d.hold_ns != 0) {
+    log::info("tenant %u (%s): right-sized %u -> %u SMs of %u (%s; latency %.3f of its %u-SM figure; not below %u SMs "
+              "for %.0f s)", t.id, t.name, before, d.sms, ceiling, d.why, d.predicted, ceiling, d.sms, d.hold_ns / 1e9);
+  } else if (d.sms != before) {
     log::info("tenant %u (%s): right-sized %u -> %u SMs of %u (%s; latency %.3f of its %u-SM figure)", t.id, t.name,
               before, d.sms, ceiling, d.why, d.predicted, ceiling);
   }

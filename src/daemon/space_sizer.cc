@@ -58,7 +58,33 @@ LatencyModel fit_latency(const std::vector<LatencyPoint>& points, uint64_t min_c
   return model;
 }
 
-SizerDecision right_size(const std::vector<ShapeSamples>& shapes, const std::vector<uint32_t>& sizes,
+namespace {
+
+// The samples the sizer counts: the table's, less those taken while it was settling.
+std::vector<ShapeSamples> counted_samples(const std::vector<ShapeSamples>& raw, const SizerState& state) {
+  std::vector<ShapeSamples> out = raw;
+  for (ShapeSamples& s : out) {
+    for (const SizerState::Discount& x : state.discounted) {
+      if (x.key != s.key) continue;
+      for (LatencyPoint& p : s.points) {
+        if (p.sms != x.sms) continue;
+        if (p.count <= x.count) {
+          p.count = 0;  // the table was reset or evicted the shape: nothing left to count
+          continue;
+        }
+        const double sum = p.mean_ns * static_cast<double>(p.count) - x.sum_ns;
+        p.count -= x.count;
+        p.mean_ns = std::max(0.0, sum / static_cast<double>(p.count));
+      }
+    }
+    std::erase_if(s.points, [](const LatencyPoint& p) { return p.count == 0; });
+  }
+  return out;
+}
+
+}  // namespace
+
+SizerDecision right_size(const std::vector<ShapeSamples>& table, const std::vector<uint32_t>& sizes,
                          uint32_t ceiling, const SizerParams& params, SizerState* state, uint64_t now_ns) {
   SizerDecision d;
   if (sizes.empty()) return d;
@@ -70,10 +96,50 @@ SizerDecision right_size(const std::vector<ShapeSamples>& shapes, const std::vec
   uint32_t current = state->sms == 0 ? ceiling : std::min(state->sms, ceiling);
   if (std::find(sizes.begin(), sizes.end(), current) == sizes.end()) current = ceiling;
   d.sms = current;
+  if (state->settle_until_ns != 0 && now_ns < state->settle_until_ns) {
+    d.why = "settle";
+    state->sms = current;
+    return d;
+  }
+  std::vector<ShapeSamples> shapes = counted_samples(table, *state);
+  const auto snapshot_of = [&](uint64_t key) {
+    for (const SizerState::Discount& x : state->at_move) {
+      if (x.key == key) return x;
+    }
+    return SizerState::Discount{key, current, 0, 0};
+  };
+  if (state->settle_until_ns != 0) {
+    // Settled: what came in since the move is left out of every figure from now on.
+    std::erase_if(state->discounted, [&](const SizerState::Discount& x) {
+      return std::none_of(table.begin(), table.end(), [&](const ShapeSamples& s) { return s.key == x.key; });
+    });
+    for (const ShapeSamples& s : shapes) {
+      const LatencyPoint* p = point_at(s, current);
+      const SizerState::Discount before = snapshot_of(s.key);
+      if (p == nullptr || p->count <= before.count) continue;
+      const uint64_t n = p->count - before.count;
+      const double sum = p->mean_ns * static_cast<double>(p->count) - before.sum_ns;
+      auto it = std::find_if(state->discounted.begin(), state->discounted.end(),
+                             [&](const SizerState::Discount& x) { return x.key == s.key && x.sms == current; });
+      if (it == state->discounted.end()) it = state->discounted.insert(state->discounted.end(), {s.key, current, 0, 0});
+      it->count += n;
+      it->sum_ns += sum;
+    }
+    state->settle_until_ns = 0;
+    shapes = counted_samples(table, *state);
+    state->at_move.clear();
+    for (const ShapeSamples& s : shapes) {
+      const LatencyPoint* p = point_at(s, current);
+      if (p != nullptr) state->at_move.push_back({s.key, current, p->count, p->mean_ns * static_cast<double>(p->count)});
+    }
+  }
   const auto moved_to = [&](uint32_t sms) {
     state->sms = sms;
-    state->counts_at_move.clear();
-    for (const ShapeSamples& s : shapes) state->counts_at_move.emplace_back(s.key, count_at(s, sms));
+    state->at_move.clear();
+    for (const ShapeSamples& s : shapes) {
+      const LatencyPoint* p = point_at(s, sms);
+      if (p != nullptr) state->at_move.push_back({s.key, sms, p->count, p->mean_ns * static_cast<double>(p->count)});
+    }
     d.sms = sms;
   };
 
@@ -82,10 +148,7 @@ SizerDecision right_size(const std::vector<ShapeSamples>& shapes, const std::vec
   std::vector<uint64_t> fresh(shapes.size(), 0);
   uint64_t total = 0;
   for (std::size_t i = 0; i < shapes.size(); ++i) {
-    uint64_t before = 0;
-    for (const auto& [key, n] : state->counts_at_move) {
-      if (key == shapes[i].key) before = n;
-    }
+    const uint64_t before = snapshot_of(shapes[i].key).count;
     const uint64_t now_count = count_at(shapes[i], current);
     fresh[i] = now_count > before ? now_count - before : 0;
     total += fresh[i];
@@ -117,8 +180,17 @@ SizerDecision right_size(const std::vector<ShapeSamples>& shapes, const std::vec
     const double w = static_cast<double>(weight[i]);
     weight_sum += w;
     const LatencyPoint* at_ceiling = point_at(*s, ceiling);
-    ref += w * (at_ceiling && at_ceiling->count >= params.min_samples ? at_ceiling->mean_ns : m.at(ceiling));
-    measured += w * point_at(*s, current)->mean_ns;
+    const double here = point_at(*s, current)->mean_ns;
+    if (at_ceiling != nullptr && at_ceiling->count >= params.min_samples) {
+      ref += w * at_ceiling->mean_ns;
+    } else if (m.fitted) {
+      ref += w * m.at(ceiling);
+    } else {
+      // First seen below the ceiling (it began after a move): nothing says what the SMs above buy
+      // it, so it counts as on par here; the probe one size down gives its model a second point.
+      ref += w * here;
+    }
+    measured += w * here;
   }
   if (ref <= 0) {
     d.why = "wait";
@@ -129,10 +201,18 @@ SizerDecision right_size(const std::vector<ShapeSamples>& shapes, const std::vec
   d.predicted = measured / ref;
   const auto pos = std::find(sizes.begin(), sizes.end(), current) - sizes.begin();
   if (measured > limit * ref && current < ceiling) {
-    state->floor_sms = sizes[pos + 1];
-    state->floor_until_ns = now_ns + params.hold_ns;
-    moved_to(sizes[pos + 1]);
+    const uint32_t up = sizes[pos + 1];
+    // The same floor proved again (its hold had expired, or it was never left): hold it longer.
+    state->floor_proofs = state->floor_sms == up ? state->floor_proofs + 1 : 0;
+    uint64_t hold = params.hold_ns;
+    for (uint32_t i = 0; i < state->floor_proofs && hold < params.max_hold_ns; ++i) hold *= 2;
+    hold = std::min(hold, std::max(params.max_hold_ns, params.hold_ns));
+    state->floor_sms = up;
+    state->floor_until_ns = now_ns + hold;
+    moved_to(up);
+    state->settle_until_ns = params.settle_ns != 0 ? now_ns + params.settle_ns : 0;
     d.why = "up";
+    d.hold_ns = hold;
     return d;
   }
   const uint32_t floor = now_ns < state->floor_until_ns ? state->floor_sms : 0;

@@ -13,7 +13,12 @@
 //  - down one size when the model predicts L(down) <= (1 + slack) L(ceiling), or, while every
 //    main shape has been seen at one size only, as a probe (the model needs a second point);
 //  - up one size when what was measured at the current size exceeds (1 + slack) L(ceiling); that
-//    size then becomes a floor for `hold_ns` (no probing back into it).
+//    size then becomes a floor for `hold_ns` (no probing back into it), doubled each time the same
+//    floor is proved again (up to max_hold_ns), so a tenant that keeps needing its SMs is probed
+//    ever more rarely: each probe costs it latency.
+// After a move up, the samples of the next settle_ns are not counted: the SMs it gained are still
+// running the kernels best-effort tenants started there before the move (they leave at their next
+// kernel boundary), so its first kernels there share SMs and would read as a size too small.
 // Kernels that fit in fewer SMs than they are given (few blocks, memory-bound work) show b >> m/t
 // and give their SMs away; kernels that fill the GPU keep them.
 #pragma once
@@ -53,22 +58,36 @@ struct SizerParams {
   double slack = 0.04;         // latency the tenant may lose against its ceiling
   uint64_t min_samples = 8;    // samples per main shape at a size before the sizer moves from it
   double main_share = 0.05;    // shapes below this share of the fresh samples are ignored
-  uint64_t hold_ns = 30'000'000'000;  // how long a size that proved too small stays a floor
+  uint64_t hold_ns = 30'000'000'000;  // how long a size that proved too small stays a floor ...
+  uint64_t max_hold_ns = 600'000'000'000;  // ... at most, doubled each time it proves so again
+  uint64_t settle_ns = 200'000'000;  // samples after a move up that are not counted
 };
 
 struct SizerState {
   uint32_t sms = 0;             // the size chosen last; 0 = not sized yet (the ceiling)
   uint32_t floor_sms = 0;       // a size below this proved too slow ...
   uint64_t floor_until_ns = 0;  // ... until then
-  // Each shape's sample count at the current size when the sizer moved to it (the table is
-  // cumulative; fresh samples are those added since).
-  std::vector<std::pair<uint64_t, uint64_t>> counts_at_move;  // (shape key, count at that size)
+  uint32_t floor_proofs = 0;    // times in a row that floor_sms proved needed (the hold doubles)
+  uint64_t settle_until_ns = 0; // after a move up: samples until then are not counted
+  // Samples of one shape at one size (count and sum of their durations).
+  struct Discount {
+    uint64_t key = 0;
+    uint32_t sms = 0;
+    uint64_t count = 0;
+    double sum_ns = 0;
+  };
+  // Each shape's samples at the current size when the sizer moved to it (the table is cumulative;
+  // fresh samples are those added since).
+  std::vector<Discount> at_move;
+  // Samples taken while settling, left out of every figure (subtracted from the table's).
+  std::vector<Discount> discounted;
 };
 
 struct SizerDecision {
   uint32_t sms = 0;       // the size to give the tenant
   double predicted = 0;   // L(sms) / L(ceiling) by the model (0 = no model yet)
-  const char* why = "";   // "hold", "down", "probe", "up", "wait"
+  const char* why = "";   // "hold", "down", "probe", "up", "wait", "settle"
+  uint64_t hold_ns = 0;   // "up": how long the size it left stays below the floor
 };
 
 // sizes: the partition sizes the GPU can give, ascending (SMs of 1, 2, ... groups from group 0);

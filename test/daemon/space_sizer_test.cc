@@ -57,7 +57,14 @@ struct Simulation {
   std::map<uint64_t, uint64_t> weights;                        // launches per step
   std::vector<ShapeSamples> shapes;
   SizerState state;
-  SizerParams params;
+  SizerParams params = no_settle();
+  uint64_t step_ns = 0;  // clock advance per step
+
+  static SizerParams no_settle() {
+    SizerParams p;
+    p.settle_ns = 0;
+    return p;
+  }
 
   void add_samples(uint32_t sms, uint64_t n) {
     for (auto& [key, curve] : curves) {
@@ -75,8 +82,8 @@ struct Simulation {
   }
   std::vector<SizerDecision> run(uint32_t ceiling, int steps, uint64_t now = 1) {
     std::vector<SizerDecision> out;
-    uint32_t sms = ceiling;
-    for (int i = 0; i < steps; ++i) {
+    uint32_t sms = state.sms != 0 ? state.sms : ceiling;
+    for (int i = 0; i < steps; ++i, now += step_ns) {
       add_samples(sms, 10);
       SizerDecision d = right_size(shapes, h200_sizes(), ceiling, params, &state, now);
       out.push_back(d);
@@ -175,6 +182,61 @@ TEST(SpaceSizer, FloorExpires) {
   later = sim.run(112, 1, /*now=*/10'000);
   EXPECT_STREQ(later.back().why, "probe");
   EXPECT_EQ(later.back().sms, 104u);
+}
+
+TEST(SpaceSizer, DoesNotCountSamplesRightAfterAMoveUp) {
+  // 132 blocks that run as fast on 72 SMs as on 104 and 1.5x slower on 64. Right after the move
+  // back up to 72, its kernels share the SMs it gained with best-effort kernels still running
+  // there (here: 1.3x for the first 100 ms); those samples must not send it further up.
+  Simulation sim;
+  sim.params.settle_ns = 200'000'000;
+  sim.step_ns = 50'000'000;
+  uint64_t moved_up_at = 0;
+  uint64_t now = 1;
+  sim.curves[1] = [&](uint32_t t) {
+    const double base = t >= 72 ? 300'000.0 : 450'000.0;
+    return moved_up_at != 0 && now - moved_up_at < 100'000'000 ? base * 1.3 : base;
+  };
+  sim.weights[1] = 1;
+  std::vector<SizerDecision> steps;
+  uint32_t sms = 104;
+  for (int i = 0; i < 60; ++i, now += sim.step_ns) {
+    sim.add_samples(sms, 10);
+    const SizerDecision d = right_size(sim.shapes, h200_sizes(), 104, sim.params, &sim.state, now);
+    if (std::string(d.why) == "up") moved_up_at = now;
+    steps.push_back(d);
+    sms = d.sms;
+  }
+  int ups = 0, settles = 0;
+  for (const SizerDecision& d : steps) {
+    ups += std::string(d.why) == "up";
+    settles += std::string(d.why) == "settle";
+    EXPECT_GE(d.sms, 64u);
+  }
+  EXPECT_EQ(ups, 1);      // 64 -> 72 only
+  EXPECT_GE(settles, 3);  // 200 ms of 50 ms steps
+  EXPECT_EQ(steps.back().sms, 72u);
+  EXPECT_STREQ(steps.back().why, "hold");
+}
+
+TEST(SpaceSizer, TheHoldDoublesEachTimeTheSameFloorIsProved) {
+  Simulation sim;
+  sim.curves[7] = [](uint32_t t) { return 8.0e6 / t; };  // needs all its SMs
+  sim.weights[7] = 1;
+  sim.params.hold_ns = 1000;
+  sim.params.max_hold_ns = 3000;
+  // Its model keeps it at 112 once fitted; a new shape seen at one size only makes it probe again.
+  std::vector<uint64_t> holds;
+  uint64_t now = 10;
+  for (int round = 0; round < 4; ++round) {
+    sim.curves[100 + round] = [](uint32_t t) { return 8.0e6 / t; };
+    sim.weights[100 + round] = 1;
+    for (const SizerDecision& d : sim.run(112, 6, now)) {
+      if (std::string(d.why) == "up") holds.push_back(d.hold_ns);
+    }
+    now = sim.state.floor_until_ns + 1;  // the hold has expired
+  }
+  EXPECT_EQ(holds, (std::vector<uint64_t>{1000, 2000, 3000, 3000}));
 }
 
 TEST(SpaceSizer, StaysWithinSizesAndCeiling) {

@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# Where a guaranteed tenant's time goes under spatial sharing (issue #5): the synthetic HP's kernel
+# time (closed loop: launch to synchronize, one kernel at a time, so no queueing) in each condition,
+# with the SM clock and power sampled all along. Separates what MPS, a partition, and a best-effort
+# tenant beside it (sharing power, clocks and memory but no SMs) each cost.
+#
+#   OUT=/results bash gpu/spatial_service.sh      (repo root; build tree at ./build)
+#
+# Conditions (HP: gpuos-synth, HP_BLOCKS_PER_SM x 256 threads per SM, fixed work):
+#   alone               no gpuos, no MPS
+#   mps-alone           alone in a spatial domain (MPS client, unconfined)
+#   part-N-idle-be      confined to N SMs (gpuos run --sms N) beside a best-effort tenant that is
+#                       nearly idle (one tiny kernel every 50 ms): the partition alone
+#   part-N-busy-be      confined to N SMs beside the suite's BE (full-GPU fixed-work kernels back to
+#                       back on the SMs HP does not have)
+# Writes $OUT/service.json, $OUT/service.md, $OUT/clocks.csv (nvidia-smi, 100 ms) and logs.
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
+: "${OUT:?set OUT}"
+BUILD=${GPUOS_BUILD_DIR:-build}
+GPUOS=$PWD/$BUILD/bin/gpuos
+SYNTH=$PWD/$BUILD/bin/gpuos-synth
+PY=${PYTHON:-python3}
+SIZES=${SIZES:-104 72}
+COUNT=${COUNT:-4000}
+HP_BLOCKS_PER_SM=${HP_BLOCKS_PER_SM:-1}
+LOGS=$OUT/logs/service
+W=$(mktemp -d /tmp/gpuos-svc-XXXX)
+mkdir -p "$LOGS"
+log() { echo "[service $(date +%T.%3N)] $*" | tee -a "$LOGS/run.log"; }
+
+nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,utilization.gpu \
+  --format=csv,noheader -lms 100 >"$OUT/clocks.csv" 2>"$LOGS/nvidia-smi.err" &
+SMI=$!
+HP=("$SYNTH" --iters 125000 --blocks-per-sm "$HP_BLOCKS_PER_SM" --block 256 --mode closed --count "$COUNT" --warmup 200)
+BE_BUSY=("$SYNTH" --iters 2500000 --blocks-per-sm 8 --block 256 --mode closed --count 10000000)
+BE_IDLE=("$SYNTH" --iters 1000 --blocks-per-sm 1 --block 32 --mode closed --count 10000000 --gap-us 50000)
+mark() { echo "$(date +%Y/%m/%d\ %T.%3N),$1" >>"$OUT/phases.csv"; }
+
+mark "alone start"; log "alone"
+"${HP[@]}" --name hp --json "$W/alone.json" >"$LOGS/alone.out" 2>&1
+mark "alone end"
+
+SOCK=$W/gpuosd.sock
+cat >"$W/gpuos.toml" <<EOF
+[spatial]
+mps_dir = "$W/mps"
+[[spatial.domain]]
+name = "svc"
+EOF
+export GPUOS_CONFIG=$W/gpuos.toml GPUOS_SOCKET=$SOCK GPUOS_CLI=$GPUOS
+setsid "$GPUOS" daemon --socket "$SOCK" --policy priority >"$LOGS/gpuosd.log" 2>&1 &
+DPID=$!
+for _ in $(seq 100); do [[ -S $W/mps/svc/pipe/control ]] && "$GPUOS" ps >/dev/null 2>&1 && break; sleep 0.1; done
+run_in() {  # run_in NAME CLASS [--sms N] -- ARGS...
+  local name=$1 cls=$2
+  shift 2
+  timeout 120 "$GPUOS" run --space svc --class "$cls" --name "$name" "$@" >"$LOGS/$name.out" 2>&1
+}
+mark "mps-alone start"; log "mps-alone"
+run_in hp guaranteed -- "${HP[@]}" --name hp --json "$W/mps-alone.json"
+mark "mps-alone end"
+for be in idle busy; do
+  if [[ $be == idle ]]; then BE=("${BE_IDLE[@]}"); else BE=("${BE_BUSY[@]}"); fi
+  run_in "be-$be" best-effort -- "${BE[@]}" --name "be-$be" --json "$W/be-$be.json" &
+  BEP=$!
+  sleep 3
+  for n in $SIZES; do
+    mark "part-$n-$be-be start"; log "part-$n-$be-be"
+    run_in hp guaranteed --sms "$n" -- "${HP[@]}" --name hp --json "$W/part-$n-$be-be.json"
+    mark "part-$n-$be-be end"
+  done
+  timeout 10 "$GPUOS" ps --json --all --socket "$SOCK" >"$W/ps-$be.json" 2>&1
+  pkill -INT -f -- "--name be-$be" 2>/dev/null
+  wait $BEP
+done
+kill -TERM "$DPID"
+for _ in $(seq 150); do kill -0 "$DPID" 2>/dev/null || break; sleep 0.1; done
+kill "$SMI" 2>/dev/null
+cp "$W"/*.json "$LOGS/" 2>/dev/null
+
+R_W=$W R_OUT=$OUT R_SIZES="$SIZES" "$PY" - <<'PY'
+import csv, datetime, json, os
+w, out = os.environ["R_W"], os.environ["R_OUT"]
+def load(name):
+    try:
+        with open(os.path.join(w, name + ".json")) as f:
+            return json.loads(f.read().strip().splitlines()[-1])
+    except Exception as e:
+        return {"error": str(e)}
+names = ["alone", "mps-alone"] + [f"part-{n}-{be}-be" for be in ("idle", "busy") for n in os.environ["R_SIZES"].split()]
+def ts(s):
+    return datetime.datetime.strptime(s.strip(), "%Y/%m/%d %H:%M:%S.%f")
+clocks = []
+try:
+    with open(os.path.join(out, "clocks.csv")) as f:
+        for row in csv.reader(f):
+            try:
+                clocks.append((ts(row[0]), float(row[1].split()[0]), float(row[3].split()[0])))
+            except (ValueError, IndexError):
+                pass
+except OSError:
+    pass
+phases = {}
+try:
+    with open(os.path.join(out, "phases.csv")) as f:
+        for line in f:
+            t, what = line.rstrip("\n").split(",", 1)
+            name, edge = what.rsplit(" ", 1)
+            phases.setdefault(name, {})[edge] = ts(t)
+except OSError:
+    pass
+rows, res = [], {}
+base = load("alone").get("p50_us")
+for n in names:
+    r = load(n)
+    p = phases.get(n, {})
+    cs = [c for c in clocks if p.get("start") and p.get("end") and p["start"] <= c[0] <= p["end"]]
+    sm = sorted(c[1] for c in cs)
+    pw = [c[2] for c in cs]
+    res[n] = {"p50_us": r.get("p50_us"), "p99_us": r.get("p99_us"), "mean_us": r.get("mean_us"),
+              "kernels": r.get("kernels"), "verified": r.get("verified"), "error": r.get("error"),
+              "sm_clock_mhz_median": sm[len(sm) // 2] if sm else None,
+              "sm_clock_mhz_min": sm[0] if sm else None,
+              "power_w_mean": sum(pw) / len(pw) if pw else None, "clock_samples": len(sm)}
+    x = res[n]
+    rel = f"{x['p50_us'] / base:.3f}" if base and x["p50_us"] else "-"
+    rows.append(f"| {n} | {x['p50_us']} | {x['p99_us']} | {rel} | {x['sm_clock_mhz_median']} | {x['sm_clock_mhz_min']} | "
+                f"{x['power_w_mean'] and round(x['power_w_mean'])} |")
+with open(os.path.join(out, "service.json"), "w") as f:
+    json.dump(res, f, indent=1)
+md = ("| condition | HP kernel p50 us | p99 us | p50 / alone | SM MHz median | SM MHz min | power W |\n"
+      "|---|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n")
+with open(os.path.join(out, "service.md"), "w") as f:
+    f.write(md)
+print(md)
+PY
+rm -rf "$W"
