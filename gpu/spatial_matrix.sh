@@ -6,9 +6,12 @@
 #           LEND_AFTER_MS=-1 (gpuosd's default) MODES=exclusive-hp,exclusive-be,time-slicing,mps
 #           GPUOS=gpuos-time-priority,gpuos-space-priority
 #           HP_BLOCKS_PER_SM=0 (synthetic HP grid per SM; 1 = an HP that runs as fast on half the SMs,
-#           the case right-sizing is for; 2 blocks saturate an SM, so 4 needs the whole GPU; 0 = the BE's)
+#           0 = the BE's; on the H200 2 blocks on one SM take 1.26x as long as 1, so every such grid
+#           needs the whole GPU) HP_BLOCKS=0 (HP grid in blocks, overrides HP_BLOCKS_PER_SM: 64 = an HP
+#           that needs 64 SMs and runs as fast on a 64-SM partition, the case right-sizing is for)
+#           TRACE= (non-empty: HP writes a per-request latency trace, --synth-trace)
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
 WORKLOAD=${WORKLOAD:-synthetic} WINDOW=${WINDOW:-15} MODES=${MODES:-exclusive-hp,exclusive-be,time-slicing,mps} \
   GPUOS=${GPUOS:-gpuos-time-priority,gpuos-space-priority} LABEL=space BUDGET_S=${BUDGET_S:-540} \
-  EXTRA="--space-hp-sms ${HP_SMS:-0} --space-lend-after-ms ${LEND_AFTER_MS:--1} --synth-hp-blocks-per-sm ${HP_BLOCKS_PER_SM:-0}" \
+  EXTRA="--space-hp-sms ${HP_SMS:-0} --space-lend-after-ms ${LEND_AFTER_MS:--1} --synth-hp-blocks-per-sm ${HP_BLOCKS_PER_SM:-0} --synth-hp-blocks ${HP_BLOCKS:-0} ${TRACE:+--synth-trace}" \
   exec bash gpu/time_matrix.sh

@@ -6,7 +6,8 @@
 #
 #   OUT=/results bash gpu/spatial_service.sh      (repo root; build tree at ./build)
 #
-# Conditions (HP: gpuos-synth, HP_BLOCKS_PER_SM x 256 threads per SM, fixed work):
+# Conditions (HP: gpuos-synth, fixed work, blocks of 256 threads: HP_BLOCKS in all, else
+# HP_BLOCKS_PER_SM per SM):
 #   alone               no gpuos, no MPS
 #   mps-alone           alone in a spatial domain (MPS client, unconfined)
 #   part-N-idle-be      confined to N SMs (gpuos run --sms N) beside a best-effort tenant that is
@@ -24,6 +25,7 @@ PY=${PYTHON:-python3}
 SIZES=${SIZES:-104 72}
 COUNT=${COUNT:-4000}
 HP_BLOCKS_PER_SM=${HP_BLOCKS_PER_SM:-1}
+if [[ -n ${HP_BLOCKS:-} ]]; then GRID=(--blocks "$HP_BLOCKS"); else GRID=(--blocks-per-sm "$HP_BLOCKS_PER_SM"); fi
 LOGS=$OUT/logs/service
 W=$(mktemp -d /tmp/gpuos-svc-XXXX)
 mkdir -p "$LOGS"
@@ -32,7 +34,7 @@ log() { echo "[service $(date +%T.%3N)] $*" | tee -a "$LOGS/run.log"; }
 nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,utilization.gpu \
   --format=csv,noheader -lms 100 >"$OUT/clocks.csv" 2>"$LOGS/nvidia-smi.err" &
 SMI=$!
-HP=("$SYNTH" --iters 125000 --blocks-per-sm "$HP_BLOCKS_PER_SM" --block 256 --mode closed --count "$COUNT" --warmup 200)
+HP=("$SYNTH" --iters 125000 "${GRID[@]}" --block 256 --mode closed --count "$COUNT" --warmup 200)
 BE_BUSY=("$SYNTH" --iters 2500000 --blocks-per-sm 8 --block 256 --mode closed --count 10000000)
 BE_IDLE=("$SYNTH" --iters 1000 --blocks-per-sm 1 --block 32 --mode closed --count 10000000 --gap-us 50000)
 mark() { echo "$(date +%Y/%m/%d\ %T.%3N),$1" >>"$OUT/phases.csv"; }

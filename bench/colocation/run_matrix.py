@@ -304,17 +304,18 @@ class Runner:
         js = self._file(spec.name, "hp.json")
         rate_s = f"{rate:.3f}" if rate else "<load*capacity>"
         if a.workload == "synthetic":
-            hp_blocks = a.synth_hp_blocks_per_sm or a.synth_blocks_per_sm
-            base = [self.synth_bin, "--name", "hp", "--iters", str(a.synth_hp_iters),
-                    "--blocks-per-sm", str(hp_blocks), "--block", "256", "--gap-us", "0",
-                    "--mem-mib", "64"]
+            grid = (["--blocks", str(a.synth_hp_blocks)] if a.synth_hp_blocks > 0 else
+                    ["--blocks-per-sm", str(a.synth_hp_blocks_per_sm or a.synth_blocks_per_sm)])
+            base = [self.synth_bin, "--name", "hp", "--iters", str(a.synth_hp_iters), *grid,
+                    "--block", "256", "--gap-us", "0", "--mem-mib", "64"]
             cmds = []
             if calibrate:
                 n_cal = max(200, int(a.calibrate_s * 1000.0 / self.synth_hp_ms()))
                 cmds.append(base + ["--count", str(n_cal), "--mode", "closed", "--json",
                                     self._file(spec.name, "hp-cal.json")])
             n = "<rate*window>" if rate is None else str(max(1, int(rate * a.window)))
-            cmds.append(base + ["--count", n, "--mode", "open", "--rate", rate_s, "--json", js])
+            trace = ["--trace", self._file(spec.name, "hp-trace.csv")] if a.synth_trace else []
+            cmds.append(base + ["--count", n, "--mode", "open", "--rate", rate_s, "--json", js, *trace])
             return cmds
         cmd = [self.py, os.path.join(HERE, "hp_server.py"), "--params-b", str(a.params_b),
                "--prompt", str(a.prompt), "--out-tokens", str(a.out_tokens),
@@ -962,9 +963,16 @@ def parse_args(argv=None):
     s.add_argument("--synth-blocks-per-sm", type=int, default=8)
     s.add_argument("--synth-hp-blocks-per-sm", type=int, default=0,
                    help="HP's grid in blocks per SM (0 = --synth-blocks-per-sm). The kernel is a chain of "
-                        "dependent FMAs: 2 blocks of 256 threads (4 warps per scheduler) saturate an "
-                        "SM's FMA pipes, so 1 makes an HP kernel that runs as fast on half the SMs (a "
-                        "tenant right-sizing can shrink); 4 or more needs the whole GPU")
+                        "dependent FMAs of 256-thread blocks; on the H200 two blocks on one SM take 1.26x "
+                        "as long as one (2026-12-03-spatial-service), so any of these grids needs the "
+                        "whole GPU for its exclusive latency")
+    s.add_argument("--synth-hp-blocks", type=int, default=0,
+                   help="HP's grid in blocks, whatever the SM count (overrides --synth-hp-blocks-per-sm): "
+                        "64 makes a kernel that needs 64 SMs, one block each, and runs as fast on a "
+                        "64-SM partition as on the whole GPU (the tenant right-sizing is for)")
+    s.add_argument("--synth-trace", action="store_true",
+                   help="HP writes each request's latency against its arrival (CLOCK_MONOTONIC) to "
+                        "<workdir>/<mode>.hp-trace.csv, to line up with gpuosd's log")
     s.add_argument("--synth-be-lead-s", type=float, default=1.0, help="BE head start before HP, s")
     o = ap.add_argument_group("gpuos")
     o.add_argument("--gpuos-bin", default=os.path.join(REPO, "build", "bin", "gpuos"))

@@ -38,4 +38,23 @@ CUresult split_sms(const GpuosDriverTable& d, CUdevice dev, unsigned min_count, 
   return CUDA_SUCCESS;
 }
 
+std::vector<uint64_t> neighbour_partitions(uint64_t mask, unsigned groups) {
+  std::vector<uint64_t> out;
+  if (mask == 0 || groups == 0 || groups > 64) return out;
+  const uint64_t all = groups == 64 ? ~0ull : (1ull << groups) - 1;
+  const unsigned low = static_cast<unsigned>(__builtin_ctzll(mask));
+  const unsigned high = 63 - static_cast<unsigned>(__builtin_clzll(mask));
+  const uint64_t run = mask >> low;
+  if ((run & (run + 1)) != 0 || (mask & ~all) != 0 || mask == all) return out;  // not one run of groups
+  if (low == 0) {
+    if (high + 1 < groups) out.push_back(mask | 1ull << (high + 1));
+    if (high > 0) out.push_back(mask & ~(1ull << high));
+  } else if (high == groups - 1) {
+    out.push_back(mask | 1ull << (low - 1));
+    if (low < high) out.push_back(mask & ~(1ull << low));
+  }
+  std::erase(out, all);  // all groups: a tenant alone runs unconfined, on no partition
+  return out;
+}
+
 }  // namespace gpuos

@@ -4,6 +4,7 @@
 // partition size, in the driver's order, with the split's remainder joined to the last group.
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 #include "gpuos/driver_api.h"
@@ -23,5 +24,11 @@ struct SmSplit {
 // Splits device dev's SMs in groups of min_count (0: the device's minimum partition size).
 // CUDA_SUCCESS, CUDA_ERROR_NOT_SUPPORTED when the driver has no green contexts, or its error.
 CUresult split_sms(const GpuosDriverTable& d, CUdevice dev, unsigned min_count, SmSplit* out);
+
+// The partitions a tenant is likely to be given next (for making them ahead): its mask of groups
+// grown or shrunk by one group at its moving end. gpuosd gives a guaranteed tenant groups from
+// group 0 up and best-effort tenants groups that end at the last one (daemon/space_planner.h).
+// Empty for other masks (several runs, all groups, none).
+std::vector<uint64_t> neighbour_partitions(uint64_t mask, unsigned groups);
 
 }  // namespace gpuos

@@ -1061,6 +1061,17 @@ uint32_t Core::right_size_tenant(Tenant& t, uint64_t now) {
   const SizerDecision d = right_size(shapes, sizes, ceiling, opts_.space_sizer, &t.space_sizer, now);
   if (t.space_sized_sms == 0) log::info("tenant %u (%s): right-sizing from its %u-SM default partition", t.id, t.name, ceiling);
   const uint32_t before = t.space_sized_sms != 0 ? t.space_sized_sms : ceiling;
+  if (d.measured > 0 && log::enabled(log::Level::kDebug)) {
+    std::string points;
+    for (const ShapeSamples& s : shapes) {
+      for (const LatencyPoint& p : s.points) {
+        points += " " + std::to_string(s.key % 10000) + "@" + std::to_string(p.sms) + ":" + std::to_string(p.count) +
+                  "x" + std::to_string(static_cast<uint64_t>(p.mean_ns / 1000)) + "us";
+      }
+    }
+    log::debug("tenant %u (%s): sizer at %u SMs, t=%.3f s: %s, measured %.3f of %.0f us at %u SMs; table%s", t.id,
+               t.name, before, now / 1e9, d.why, d.measured, d.ref_ns / 1000, ceiling, points.c_str());
+  }
   if (d.sms != before && d.hold_ns != 0) {
     log::info("tenant %u (%s): right-sized %u -> %u SMs of %u (%s; latency %.3f of its %u-SM figure; not below %u SMs "
               "for %.0f s)", t.id, t.name, before, d.sms, ceiling, d.why, d.predicted, ceiling, d.sms, d.hold_ns / 1e9);

@@ -199,6 +199,8 @@ SizerDecision right_size(const std::vector<ShapeSamples>& table, const std::vect
   }
   const double limit = 1.0 + params.slack;
   d.predicted = measured / ref;
+  d.measured = measured / ref;
+  d.ref_ns = ref / weight_sum;
   const auto pos = std::find(sizes.begin(), sizes.end(), current) - sizes.begin();
   if (measured > limit * ref && current < ceiling) {
     const uint32_t up = sizes[pos + 1];

@@ -86,6 +86,8 @@ struct SizerState {
 struct SizerDecision {
   uint32_t sms = 0;       // the size to give the tenant
   double predicted = 0;   // L(sms) / L(ceiling) by the model (0 = no model yet)
+  double measured = 0;    // L(current) / L(ceiling) as measured (0 = not enough samples yet)
+  double ref_ns = 0;      // L(ceiling), the figure both are relative to
   const char* why = "";   // "hold", "down", "probe", "up", "wait", "settle"
   uint64_t hold_ns = 0;   // "up": how long the size it left stays below the floor
 };

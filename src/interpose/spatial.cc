@@ -70,6 +70,7 @@ struct Registry {
   std::map<CUcontext, int> primary_device;                   // -1: not a primary context
   std::map<CUgraphExec, GraphSource> graphs;
   std::map<std::tuple<CUgraphExec, int, uint64_t>, CUgraphExec> variants;  // (exec, dev, mask); null = failed
+  std::map<std::pair<int, uint64_t>, bool> prefetched;       // (device, mask) whose neighbours were made
 };
 
 Registry& registry() {
@@ -96,6 +97,8 @@ struct CachedContext {
   uint64_t sample_key = 0;
   uint32_t sample_sms = 0;
   unsigned sample_countdown = kSamplePeriod;
+  uint32_t last_sms = 0;      // SM count of the last launch that could be timed
+  unsigned burst_left = 0;    // after a change of size: launches timed back to back (see start_sample)
 };
 struct CachedVariant {
   CUgraphExec exec = nullptr;
@@ -166,7 +169,8 @@ CachedContext* context_entry(const GpuosDriverTable& d, CUcontext ctx) {
 
 // The green context holding exactly the SM groups of `mask` on device dev (the groups of one split
 // of the device's SMs in groups of group_sms; the highest group takes the split's remainder), or
-// null when it cannot be made. Called with the registry lock held.
+// null when it cannot be made. Touches no table: callers hold the registry lock, or (prefetch) add
+// the result under it.
 Partition make_partition(const GpuosDriverTable& d, gpuos_control_block* cb, int dev, uint64_t mask) {
   if (d.cuDevResourceGenerateDesc == nullptr || d.cuGreenCtxCreate == nullptr) {
     log(LogLevel::kError, "spatial: this driver has no green contexts; launches run unconfined");
@@ -233,6 +237,84 @@ PartitionStream partition_stream(const GpuosDriverTable& d, gpuos_control_block*
   }
   if (s.stream != nullptr) t_streams[t_stream_next++ % kStreamCache] = CachedStream{key, s};
   return s;
+}
+
+struct PrefetchJob {
+  const GpuosDriverTable* d;
+  gpuos_control_block* cb;
+  int dev;
+  uint64_t mask;
+};
+
+// Makes the neighbours of a partition, and their streams for every app stream that has one on it,
+// off the launch path: a green context costs ~1.7 ms to create, which a launch would otherwise wait
+// for at the tenant's next change of size. A launch that needs one first makes its own (the
+// registry keeps whichever came first).
+void* prefetch_main(void* arg) {
+  const PrefetchJob job = *static_cast<PrefetchJob*>(arg);
+  delete static_cast<PrefetchJob*>(arg);
+  const GpuosDriverTable& d = *job.d;
+  const uint32_t group_sms = std::atomic_ref<uint32_t>(job.cb->space_group_sms).load(std::memory_order_relaxed);
+  SmSplit split;
+  if (split_sms(d, job.dev, group_sms, &split) != CUDA_SUCCESS) return nullptr;
+  Registry& r = registry();
+  for (uint64_t mask : neighbour_partitions(job.mask, split.count())) {
+    bool have = false;
+    {
+      std::lock_guard<std::mutex> lock(r.mu);
+      have = r.partitions.count({job.dev, mask}) != 0;
+    }
+    if (!have) {
+      Partition made = make_partition(d, job.cb, job.dev, mask);
+      std::lock_guard<std::mutex> lock(r.mu);
+      auto [it, fresh] = r.partitions.try_emplace({job.dev, mask}, made);
+      if (!fresh && made.green != nullptr && d.cuGreenCtxDestroy != nullptr) d.cuGreenCtxDestroy(made.green);
+    }
+    // Streams: one per app stream already placed on job.mask. Created under the lock (tens of us).
+    std::lock_guard<std::mutex> lock(r.mu);
+    const Partition& part = r.partitions[{job.dev, mask}];
+    if (part.green == nullptr || d.cuGreenCtxStreamCreate == nullptr) continue;
+    std::vector<std::pair<StreamKey, CUstream>> wanted;
+    for (const auto& [key, ps] : r.streams) {
+      if (key.dev != job.dev || key.mask != job.mask || ps.stream == nullptr) continue;
+      StreamKey k = key;
+      k.mask = mask;
+      if (r.streams.count(k) == 0) wanted.emplace_back(k, ps.stream);
+    }
+    for (const auto& [k, like] : wanted) {
+      int priority = 0;  // as the partition stream it stands in for (the app stream's)
+      if (d.cuStreamGetPriority == nullptr || d.cuStreamGetPriority(like, &priority) != CUDA_SUCCESS) priority = 0;
+      PartitionStream ps;
+      const uint64_t t0 = monotonic_ns();
+      if (d.cuGreenCtxStreamCreate(&ps.stream, part.green, CU_STREAM_NON_BLOCKING, priority) == CUDA_SUCCESS) {
+        ps.sms = part.sms;
+        r.streams[k] = ps;
+      }
+      add(job.cb->space_setup_ns, monotonic_ns() - t0);
+    }
+  }
+  return nullptr;
+}
+
+// Starts prefetch_main for (dev, mask) once per process.
+void prefetch_neighbours(const GpuosDriverTable& d, gpuos_control_block* cb, int dev, uint64_t mask) {
+  {
+    Registry& r = registry();
+    std::lock_guard<std::mutex> lock(r.mu);
+    if (!r.prefetched.try_emplace({dev, mask}, true).second) return;
+  }
+  auto* job = new (std::nothrow) PrefetchJob{&d, cb, dev, mask};
+  if (job == nullptr) return;
+  pthread_t t;
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  if (pthread_create(&t, &attr, &prefetch_main, job) == 0) {
+    pthread_setname_np(t, "gpuos-prefetch");
+  } else {
+    delete job;  // no thread: the next change of size makes its partition in the launch path
+  }
+  pthread_attr_destroy(&attr);
 }
 
 // Points the kernel nodes of `graph` (and of its child graphs) at context ctx by CUkernel, so they
@@ -403,9 +485,18 @@ void collect_sample(const GpuosDriverTable& d, gpuos_control_block* cb, CachedCo
 bool start_sample(const GpuosDriverTable& d, gpuos_control_block* cb, CachedContext* c, CUstream target,
                   bool ptsz, const LaunchShape& shape, uint32_t sms) {
   collect_sample(d, cb, c);
-  if (--c->sample_countdown != 0) return false;
-  c->sample_countdown = kSamplePeriod;
+  if (sms != c->last_sms) {
+    // A new size: gpuosd's sizer waits for samples here, and the tenant may be too slow here, so
+    // time every launch (one in flight at a time) until kBurstSamples have been taken.
+    c->last_sms = sms;
+    c->burst_left = kBurstSamples;
+  }
+  if (c->burst_left == 0) {
+    if (--c->sample_countdown != 0) return false;
+    c->sample_countdown = kSamplePeriod;
+  }
   if (c->sample_in_flight || c->sample_start == nullptr || sms == 0) return false;
+  if (c->burst_left > 0) --c->burst_left;
   auto record = ptsz && d.cuEventRecord_ptsz ? d.cuEventRecord_ptsz : d.cuEventRecord;
   if (record(c->sample_start, target) != CUDA_SUCCESS) return false;
   if (std::atomic_ref<uint32_t>(cb->space_sample_period).load(std::memory_order_relaxed) != kSamplePeriod) {
@@ -449,6 +540,7 @@ Placement place_launch(const GpuosDriverTable& d, gpuos_control_block* cb, CUstr
   const PartitionStream ps = partition_stream(d, cb, key_of(ctx, c->dev, stream, ptsz, mask), stream, ptsz);
   CUstream part = ps.stream;
   if (part == nullptr) return unplaced(cb, stream, true);
+  if (ps.sms != c->last_sms) prefetch_neighbours(d, cb, c->dev, mask);
   auto record = ptsz && d.cuEventRecord_ptsz ? d.cuEventRecord_ptsz : d.cuEventRecord;
   if (record(c->forward, stream) != CUDA_SUCCESS || d.cuStreamWaitEvent(part, c->forward, 0) != CUDA_SUCCESS) {
     return unplaced(cb, stream, true);

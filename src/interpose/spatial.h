@@ -22,7 +22,14 @@
 // events on the stream it runs on; when the end event has completed (checked without blocking at a
 // later launch of that thread) its duration goes to the control block's table of launch shapes at
 // the SM count it ran on, which gpuosd fits (daemon/space_sizer.h). One sample is in flight per
-// thread at a time; the table is a Space-Saving summary of the most frequent shapes.
+// thread at a time; the table is a Space-Saving summary of the most frequent shapes. After a change
+// of size the next kBurstSamples launches are timed back to back, so the sizer can judge the new
+// size (and undo a size too small) within a few kernels.
+//
+// A change of size needs the new partition's green context (~1.7 ms to create) and stream. When a
+// tenant first runs on a partition, a short-lived helper thread makes the partitions one group
+// larger and smaller (common/sm_split.h: neighbour_partitions) and their streams, so that the
+// sizer's next step does not stall the launch that meets it.
 #pragma once
 
 #include "gpuos/abi.h"
@@ -74,5 +81,8 @@ void finish_placement(const GpuosDriverTable& d, const Placement& p, bool submit
 
 // Launches per timed launch (one sample in this many per thread and context).
 inline constexpr unsigned kSamplePeriod = 8;
+// After a change of size, this many launches are timed back to back (as fast as one in flight
+// allows): the sizer then decides within a few kernels, not a few sample periods.
+inline constexpr unsigned kBurstSamples = 12;
 
 }  // namespace gpuos::interpose

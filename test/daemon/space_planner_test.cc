@@ -1,6 +1,8 @@
 // The spatial-sharing policy (plan_space): who gets which SM groups, per GPU and domain.
 #include "daemon/space_planner.h"
 
+#include "common/sm_split.h"
+
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -173,4 +175,21 @@ TEST(SpacePlanner, TinyGpusAreNotSplit) {
 }
 
 }  // namespace
+// What the interposer makes ahead of a change of size (common/sm_split.h): the masks one step away
+// from the ones the planner gives.
+TEST(SpacePlanner, NeighbourPartitionsAreOneGroupAwayAtTheMovingEnd) {
+  using V = std::vector<uint64_t>;
+  EXPECT_EQ(neighbour_partitions(0x00FF, 16), (V{0x01FF, 0x007F}));  // guaranteed: groups 0..7
+  EXPECT_EQ(neighbour_partitions(0x0001, 16), (V{0x0003}));          // one group: can only grow
+  EXPECT_EQ(neighbour_partitions(0x7FFF, 16), (V{0x3FFF}));          // all but the last: shrink
+  EXPECT_EQ(neighbour_partitions(0xFF00, 16), (V{0xFF80, 0xFE00}));  // best-effort: groups 8..15
+  EXPECT_EQ(neighbour_partitions(0x8000, 16), (V{0xC000}));          // the last group alone: grow
+  EXPECT_TRUE(neighbour_partitions(0xFFFF, 16).empty());  // everything (lent): nothing next
+  EXPECT_TRUE(neighbour_partitions(0x0F0F, 16).empty());  // two runs: not a planner's mask
+  EXPECT_TRUE(neighbour_partitions(0x0FF0, 16).empty());  // touches neither end
+  EXPECT_TRUE(neighbour_partitions(0x1FFFF, 16).empty()); // beyond the device's groups
+  EXPECT_TRUE(neighbour_partitions(0, 16).empty());
+  EXPECT_EQ(neighbour_partitions(~0ull >> 1, 64), (V{~0ull >> 2}));
+}
+
 }  // namespace gpuos::daemon

@@ -70,6 +70,11 @@ check_json "$work/closed.json" name=t-closed kernels=20 verified=true sms=16 gri
 check_json "$work/open.json" name=t-open kernels=50 verified=true sms=16 grid=16 mode=open \
   launches_issued=51
 
+# 2b. A fixed grid whatever the SM count (--blocks).
+"$synth" --name t-grid --iters 1000 --blocks 5 --count 4 --warmup 1 --json "$work/grid.json" \
+  || fail "--blocks exited $?"
+check_json "$work/grid.json" name=t-grid kernels=4 verified=true sms=16 grid=5
+
 # 3. A CUDA error (no such device) exits 2 and names the error.
 set +e
 "$synth" --name t-baddev --device 7 --count 1 --json "$work/bad.json" 2>"$work/bad.err"
@@ -85,5 +90,10 @@ set +e
 rc=$?
 set -e
 [[ $rc -eq 64 ]] || fail "bad --mode: exit $rc, expected 64"
+set +e
+"$synth" --blocks 0 >/dev/null 2>&1
+rc=$?
+set -e
+[[ $rc -eq 64 ]] || fail "--blocks 0: exit $rc, expected 64"
 
 echo "PASS: gpuos-synth on the driver double"

@@ -97,6 +97,7 @@ struct Options {
   std::string name = "synth";
   unsigned long long iters = 100000;
   unsigned blocks_per_sm = 1;
+  unsigned blocks = 0;  // grid in blocks, whatever the SM count (0: blocks_per_sm x SMs)
   unsigned block = 256;
   unsigned long long count = 100;
   double gap_us = 0.0;
@@ -106,15 +107,17 @@ struct Options {
   int device = 0;
   unsigned long long warmup = 2;
   std::string json = "-";  // "-" = stdout
+  std::string trace;        // per-kernel CSV (empty: none)
   unsigned long long seed = 1;
 };
 
 constexpr const char* kUsage =
-    "usage: gpuos-synth [--name N] [--iters I] [--blocks-per-sm K] [--block B] [--count C]\n"
+    "usage: gpuos-synth [--name N] [--iters I] [--blocks-per-sm K | --blocks G] [--block B] [--count C]\n"
     "                   [--gap-us U] [--mode closed|open] [--rate R] [--mem-mib M] [--device D]\n"
-    "                   [--warmup W] [--seed S] [--json PATH|-]\n"
+    "                   [--warmup W] [--seed S] [--json PATH|-] [--trace PATH]\n"
     "  --iters I          dependent FMAs per thread per kernel (default 100000)\n"
     "  --blocks-per-sm K  grid = K x SM count (default 1)\n"
+    "  --blocks G         grid = G blocks, whatever the SM count (a kernel that needs G SMs)\n"
     "  --block B          threads per block (default 256)\n"
     "  --count C          timed kernels (default 100)\n"
     "  --gap-us U         closed loop: sleep between kernels (default 0)\n"
@@ -125,6 +128,8 @@ constexpr const char* kUsage =
     "  --warmup W         untimed kernels first (default 2)\n"
     "  --seed S           open loop: arrival-time RNG seed (default 1)\n"
     "  --json PATH|-      where the JSON result goes (default - = stdout)\n"
+    "  --trace PATH       one CSV line per timed kernel: start (CLOCK_MONOTONIC ns: launch call in a\n"
+    "                     closed loop, scheduled arrival in an open one), latency in us\n"
     "exit: 0 verified, 1 verification failed, 2 CUDA error, 3 other error, 64 usage error\n";
 
 template <typename T>
@@ -164,6 +169,10 @@ Options parse_options(int argc, char** argv) {
     if (flag == "--name") o.name = next();
     else if (flag == "--iters") o.iters = parse_number<unsigned long long>(flag, next());
     else if (flag == "--blocks-per-sm") o.blocks_per_sm = parse_number<unsigned>(flag, next());
+    else if (flag == "--blocks") {
+      o.blocks = parse_number<unsigned>(flag, next());
+      if (o.blocks == 0) throw UsageError("--blocks must be at least 1");
+    }
     else if (flag == "--block") o.block = parse_number<unsigned>(flag, next());
     else if (flag == "--count") o.count = parse_number<unsigned long long>(flag, next());
     else if (flag == "--gap-us") o.gap_us = parse_number<double>(flag, next());
@@ -173,6 +182,7 @@ Options parse_options(int argc, char** argv) {
     else if (flag == "--warmup") o.warmup = parse_number<unsigned long long>(flag, next());
     else if (flag == "--seed") o.seed = parse_number<unsigned long long>(flag, next());
     else if (flag == "--json") o.json = next();
+    else if (flag == "--trace") o.trace = next();
     else if (flag == "--mode") {
       std::string_view m = next();
       if (m == "closed") o.mode = Mode::kClosed;
@@ -322,9 +332,11 @@ class Synth {
       CU_CHECK(cuStreamSynchronize(stream_));
     }
     std::vector<double> lat_us(o_.count, 0.0);
+    start_ns_.assign(o_.count, 0);
     completed_ = o_.count;
     r.wall_s = o_.mode == Mode::kClosed ? run_closed(lat_us) : run_open(lat_us);
     lat_us.resize(completed_);
+    if (!o_.trace.empty()) write_trace(lat_us);
     r.kernels = completed_;
     r.lat = summarize(std::move(lat_us));
     r.verified = verify();
@@ -345,7 +357,7 @@ class Synth {
     device_name_ = name;
     CU_CHECK(cuDeviceGetAttribute(&sms_, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev_));
     if (sms_ <= 0) throw CudaError(CUDA_ERROR_INVALID_VALUE, "cuDeviceGetAttribute(MULTIPROCESSOR_COUNT) <= 0");
-    grid_ = o_.blocks_per_sm * static_cast<unsigned>(sms_);
+    grid_ = o_.blocks != 0 ? o_.blocks : o_.blocks_per_sm * static_cast<unsigned>(sms_);
 
     // The primary context: the one the runtime API and most frameworks use too.
     CU_CHECK(cuDevicePrimaryCtxRetain(&ctx_, dev_));
@@ -379,6 +391,19 @@ class Synth {
     ++launches_issued_;
   }
 
+  static long long since_epoch_ns(Clock::time_point t) {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+  }
+
+  // --trace: the latency of each kernel against its start, to line it up with gpuosd's log.
+  void write_trace(const std::vector<double>& lat_us) const {
+    std::FILE* f = std::fopen(o_.trace.c_str(), "w");
+    if (f == nullptr) throw std::runtime_error("--trace " + o_.trace + ": " + std::strerror(errno));
+    std::fprintf(f, "start_ns,latency_us\n");
+    for (std::size_t i = 0; i < lat_us.size(); ++i) std::fprintf(f, "%lld,%.3f\n", start_ns_[i], lat_us[i]);
+    if (std::fclose(f) != 0) throw std::runtime_error("--trace " + o_.trace + ": write failed");
+  }
+
   // --mem-mib: allocate and fill on the GPU (one gpuos_fill_u32 launch); checked in verify().
   void fill_memory() {
     if (o_.mem_mib == 0) return;
@@ -409,6 +434,7 @@ class Synth {
       CU_CHECK(cuStreamSynchronize(stream_));
       last_done = Clock::now();
       lat_us[i] = us_between(t0, last_done);
+      start_ns_[i] = since_epoch_ns(t0);
       if (gap.count() > 0 && i + 1 < o_.count) std::this_thread::sleep_for(gap);
     }
     return std::chrono::duration<double>(last_done - start).count();
@@ -480,6 +506,7 @@ class Synth {
           CU_CHECK(cuEventSynchronize(events_[i % cap]));
           last_done = Clock::now();
           lat_us[i] = us_between(arrival[i], last_done);
+          start_ns_[i] = since_epoch_ns(arrival[i]);
           {
             std::lock_guard<std::mutex> lock(mu);
             completed = i + 1;
@@ -542,6 +569,7 @@ class Synth {
   std::string device_name_;
   int sms_ = 0;
   unsigned grid_ = 0;
+  std::vector<long long> start_ns_;  // per timed kernel, for --trace
   unsigned long long launches_issued_ = 0;  // every cuLaunchKernel this process made
   unsigned long long completed_ = 0;        // timed kernels that ran
 };
