@@ -50,8 +50,9 @@ void shape_table_add(gpuos_control_block* cb, uint64_t key, uint32_t sms, uint64
     set32(point->sms, sms);
     set32(point->count, 0);
     set64(point->sum_ns, 0);
-  }
-  if (point->count < UINT32_MAX) {
+    // The first timed launch of a shape at a size is left out: it may include loading the kernel
+    // into that partition's context (lazy loading), milliseconds that are no part of its latency.
+  } else if (point->count < UINT32_MAX) {
     set32(point->count, point->count + 1);
     set64(point->sum_ns, point->sum_ns + ns);
   }
