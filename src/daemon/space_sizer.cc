@@ -202,7 +202,10 @@ SizerDecision right_size(const std::vector<ShapeSamples>& table, const std::vect
   d.measured = measured / ref;
   d.ref_ns = ref / weight_sum;
   const auto pos = std::find(sizes.begin(), sizes.end(), current) - sizes.begin();
-  if (measured > limit * ref && current < ceiling) {
+  // The size a move up returned to passed before: hold it against all but a clear regression.
+  const bool returned = current == state->floor_sms && now_ns < state->floor_until_ns;
+  const double up_limit = returned ? std::max(limit, 1.0 + params.settled_slack) : limit;
+  if (measured > up_limit * ref && current < ceiling) {
     const uint32_t up = sizes[pos + 1];
     // The same floor proved again (its hold had expired, or it was never left): hold it longer.
     state->floor_proofs = state->floor_sms == up ? state->floor_proofs + 1 : 0;

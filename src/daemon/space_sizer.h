@@ -16,6 +16,11 @@
 //    size then becomes a floor for `hold_ns` (no probing back into it), doubled each time the same
 //    floor is proved again (up to max_hold_ns), so a tenant that keeps needing its SMs is probed
 //    ever more rarely: each probe costs it latency.
+// The size a move up returns to passed on the way down; until its hold expires it is only left
+// upward for a clear regression (settled_slack): the figure it is held against was measured once,
+// at the start, and the tenant's latency drifts by a few percent over seconds beside busy
+// best-effort tenants (measured on the H200: +5-7% at every size), which would otherwise walk it
+// back up one size at a time.
 // After a move up, the samples of the next settle_ns are not counted: the SMs it gained are still
 // running the kernels best-effort tenants started there before the move (they leave at their next
 // kernel boundary), so its first kernels there share SMs and would read as a size too small.
@@ -61,6 +66,7 @@ struct SizerParams {
   uint64_t hold_ns = 30'000'000'000;  // how long a size that proved too small stays a floor ...
   uint64_t max_hold_ns = 600'000'000'000;  // ... at most, doubled each time it proves so again
   uint64_t settle_ns = 200'000'000;  // samples after a move up that are not counted
+  double settled_slack = 0.12;  // the latency a size returned to by a move up may lose while held
 };
 
 struct SizerState {

@@ -219,6 +219,34 @@ TEST(SpaceSizer, DoesNotCountSamplesRightAfterAMoveUp) {
   EXPECT_STREQ(steps.back().why, "hold");
 }
 
+TEST(SpaceSizer, DriftAfterTheProbeDoesNotWalkItBackUp) {
+  // 64 blocks: one wave on 64 SMs or more, 1.27x on 56. After the probe at 56, every size runs 7%
+  // slower than the reference measured at the start (as on the H200 beside a busy BE): it stays at
+  // 64, the size it returned to, rather than climbing back to the ceiling one size at a time.
+  Simulation sim;
+  bool drifted = false;
+  sim.curves[1] = [&](uint32_t t) { return (t >= 64 ? 300'000.0 : 381'000.0) * (drifted ? 1.07 : 1.0); };
+  sim.weights[1] = 1;
+  std::vector<SizerDecision> steps;
+  uint32_t sms = 104;
+  for (int i = 0; i < 40; ++i) {
+    sim.add_samples(sms, 10);
+    const SizerDecision d = right_size(sim.shapes, h200_sizes(), 104, sim.params, &sim.state, 1);
+    drifted = drifted || std::string(d.why) == "up";
+    steps.push_back(d);
+    sms = d.sms;
+  }
+  EXPECT_EQ(steps.back().sms, 64u);
+  // A clear regression at the size it returned to still sends it up (once enough of its samples
+  // show it: the table's figures are means over all of them).
+  sim.curves[1] = [](uint32_t t) { return t >= 72 ? 300'000.0 : 450'000.0; };
+  for (int i = 0; i < 60 && sms == 64; ++i) {
+    sim.add_samples(sms, 10);
+    sms = right_size(sim.shapes, h200_sizes(), 104, sim.params, &sim.state, 1).sms;
+  }
+  EXPECT_EQ(sms, 72u);
+}
+
 TEST(SpaceSizer, TheHoldDoublesEachTimeTheSameFloorIsProved) {
   Simulation sim;
   sim.curves[7] = [](uint32_t t) { return 8.0e6 / t; };  // needs all its SMs
