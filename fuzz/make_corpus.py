@@ -130,7 +130,7 @@ validate = {
     "reply": b"\xff" + reply(),
     "list_end": b"\x20" + reply(LIST_END),
     "register_reply": b"\x20" + hdr(REGISTER_REPLY, 192) + b"\0" * 176,
-    "tenant_info": b"\x20" + hdr(TENANT_INFO, 384) + b"\0" * 368,
+    "tenant_info": b"\x20" + hdr(TENANT_INFO, 392) + b"\0" * 376,
     "gpu_info": b"\x20" + hdr(GPU_INFO, 176) + b"\0" * 160,
     "bad_type": b"\x40" + hdr(0, 16),
     "bad_size": b"\x40" + hdr(LIST, 25) + b"\0" * 9,

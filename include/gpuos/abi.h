@@ -354,6 +354,10 @@ typedef struct gpuos_msg_tenant_info {
   uint64_t space_launches;
   uint64_t space_switches;
   uint64_t space_failures;
+  /* right-sizing (a guaranteed tenant that asked for no size): the capacity it gave back */
+  uint32_t space_default_sms;      /* SMs of its default partition; 0 = not being right-sized */
+  uint32_t space_sized_permille;   /* its latency at space_sms, per mille of that at the default
+                                      size, as last measured; 0 = not measured yet */
 } gpuos_msg_tenant_info;
 
 typedef struct gpuos_msg_set_gate {
@@ -412,7 +416,7 @@ static_assert(offsetof(gpuos_control_block, swappable) == 512, "tenant-written m
 static_assert(offsetof(gpuos_control_block, gate_wait_hist) == 392, "ABI v1 frozen");
 static_assert(sizeof(gpuos_msg_register) == 160, "ABI v1 frozen");
 static_assert(sizeof(gpuos_msg_register_reply) == 192, "ABI v1 frozen");
-static_assert(sizeof(gpuos_msg_tenant_info) == 384, "ABI v1 frozen");
+static_assert(sizeof(gpuos_msg_tenant_info) == 392, "ABI v1 frozen");
 static_assert(sizeof(gpuos_msg_gpu_info) == 176, "ABI v1 frozen");
 static_assert(sizeof(gpuos_msg_reply) == 184, "ABI v1 frozen");
 static_assert(sizeof(gpuos_msg_activity) == 24, "ABI v1 frozen");

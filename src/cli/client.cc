@@ -232,6 +232,11 @@ nlohmann::json listing_json(const Listing& l) {
     o["space_launches"] = t.space_launches;
     o["space_switches"] = t.space_switches;
     o["space_failures"] = t.space_failures;
+    if (t.space_default_sms != 0) {  // being right-sized: the capacity it gave back
+      o["space_default_sms"] = t.space_default_sms;
+      o["space_saved_sms"] = t.space_default_sms > t.space_sms ? t.space_default_sms - t.space_sms : 0;
+      if (t.space_sized_permille != 0) o["space_sized_latency"] = t.space_sized_permille / 1000.0;
+    }
     o["alloc_calls"] = t.alloc_calls;
     o["alloc_failures"] = t.alloc_failures;
     o["registered_unix_ms"] = t.registered_unix_ms;
@@ -277,15 +282,18 @@ std::string listing_table(const Listing& l) {
     s += line;
   }
   if (l.gpus.empty()) s += "no GPUs known to gpuosd\n";
-  std::snprintf(line, sizeof(line), "%-5s %-8s %-20s %-12s %-12s %10s %8s %10s %10s %10s\n", "ID", "PID", "NAME",
-                "CLASS", "STATE", "LAUNCHES", "GRAPHS", "MEM", "PEAK", "GATE-WAIT");
+  std::snprintf(line, sizeof(line), "%-5s %-8s %-20s %-12s %-12s %10s %8s %10s %10s %10s %8s\n", "ID", "PID", "NAME",
+                "CLASS", "STATE", "LAUNCHES", "GRAPHS", "MEM", "PEAK", "GATE-WAIT", "SMS");
   s += line;
   for (const auto& t : l.tenants) {
-    std::snprintf(line, sizeof(line), "%-5u %-8d %-20s %-12s %-12s %10llu %8llu %10s %10s %10s\n", t.tenant_id,
+    // SMS: its spatial partition ("-" when unconfined); "64/104" = right-sized to 64 of its default 104.
+    std::string sms = t.space_sms == 0 ? "-" : std::to_string(t.space_sms);
+    if (t.space_sms != 0 && t.space_default_sms != 0) sms += "/" + std::to_string(t.space_default_sms);
+    std::snprintf(line, sizeof(line), "%-5u %-8d %-20s %-12s %-12s %10llu %8llu %10s %10s %10s %8s\n", t.tenant_id,
                   t.pid, cstr(t.name, sizeof(t.name)).c_str(), class_name(t.tenant_class), display_state(t),
                   static_cast<unsigned long long>(t.launches), static_cast<unsigned long long>(t.graph_launches),
                   human_bytes(t.mem_used_bytes).c_str(), human_bytes(t.mem_peak_bytes).c_str(),
-                  duration(t.gate_wait_ns).c_str());
+                  duration(t.gate_wait_ns).c_str(), sms.c_str());
     s += line;
   }
   return s;

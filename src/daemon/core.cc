@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cerrno>
 #include <climits>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
@@ -448,6 +449,10 @@ gpuos_msg_tenant_info Core::snapshot(const Tenant& t, uint32_t state, uint64_t e
   i.space_launches = load(cb.space_launches);
   i.space_switches = load(cb.space_switches);
   i.space_failures = load(cb.space_failures);
+  if (t.space_sized_sms != 0 && t.space_sms == 0) {
+    i.space_default_sms = t.space_default_sms;
+    i.space_sized_permille = static_cast<uint32_t>(std::lround(std::clamp(t.space_sized_latency, 0.0, 1e6) * 1000));
+  }
   return i;
 }
 
@@ -1047,6 +1052,8 @@ uint32_t Core::right_size_tenant(Tenant& t, uint64_t now) {
   if (!shared || gpu == nullptr) {
     t.space_sizer = SizerState{};
     t.space_sized_sms = 0;
+    t.space_default_sms = 0;
+    t.space_sized_latency = 0;
     return 0;
   }
   const SpaceGpu sg{gpu->index, gpu->sm_count, gpu->sm_groups};
@@ -1080,6 +1087,9 @@ uint32_t Core::right_size_tenant(Tenant& t, uint64_t now) {
               before, d.sms, ceiling, d.why, d.predicted, ceiling);
   }
   t.space_sized_sms = d.sms;
+  t.space_default_sms = ceiling;
+  if (d.sms != before) t.space_sized_latency = 0;  // a new size: nothing measured there yet
+  if (d.measured > 0 && d.sms == before) t.space_sized_latency = d.measured;
   return d.sms;
 }
 

@@ -224,6 +224,20 @@ std::string render_metrics(Core& core, const MetricsContext& ctx, uint64_t now_m
         "SMs of the tenant's spatial partition on its GPU (right-sized or asked for); 0 = unconfined or "
         "not in a spatial domain.",
         [](const TenantStat& t) { return u64(t.info.space_sms); });
+  per_tenant("gpuos_tenant_space_sms_saved", "gauge",
+        "Right-sizing: SMs of the tenant's default partition it gave back (default minus current); 0 = not "
+        "right-sized",
+        [](const TenantStat& t) {
+          return u64(t.info.space_default_sms > t.info.space_sms ? t.info.space_default_sms - t.info.space_sms : 0);
+        });
+  per_tenant("gpuos_tenant_space_sized_latency_ratio", "gauge",
+        "Right-sizing: the tenant's kernel latency at its current partition over that at its default one, as "
+        "last measured; 0 = not measured",
+        [](const TenantStat& t) {
+          char b[16];
+          std::snprintf(b, sizeof(b), "%u.%03u", t.info.space_sized_permille / 1000, t.info.space_sized_permille % 1000);
+          return std::string(b);
+        });
   per_tenant("gpuos_tenant_space_launches_total", "counter", "Launches placed on the tenant's SM partition.",
         [](const TenantStat& t) { return u64(t.info.space_launches); });
   per_tenant("gpuos_tenant_space_failures_total", "counter",

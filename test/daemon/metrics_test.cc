@@ -180,6 +180,8 @@ TEST_F(MetricsFixture, ExpositionOfADaemonWithATenant) {
   EXPECT_EQ(m["gpuos_tenant_gated" + L], "0");
   EXPECT_EQ(m["gpuos_tenant_busy_seconds_total" + L], "0");
   EXPECT_EQ(m["gpuos_tenant_space_sms" + L], "0");  // not in a spatial domain
+  EXPECT_EQ(m["gpuos_tenant_space_sms_saved" + L], "0");
+  EXPECT_EQ(m["gpuos_tenant_space_sized_latency_ratio" + L], "0.000");
   EXPECT_EQ(m["gpuos_tenant_space_launches_total" + L], "0");
   EXPECT_EQ(m["gpuos_tenant_space_failures_total" + L], "0");
   std::string Lb = L.substr(0, L.size() - 1) + ",le=";

@@ -638,6 +638,14 @@ class Spatial(unittest.TestCase):
                  what="HP right-sized below its 112-SM default")
         wait_for(lambda: (self.d.tenant(be.pid) or {}).get("space_sms", 0) > 20, timeout=5,
                  what="BE given the SMs HP does not need")
+        # The capacity it gave back is reported: `gpuos ps --json` and the table's SMS column.
+        t = self.d.tenant(hp.pid)
+        self.assertEqual(t["space_default_sms"], 112, t)
+        self.assertEqual(t["space_saved_sms"], 112 - t["space_sms"], t)
+        table = subprocess.run([bin_path("gpuos"), "ps", "--socket", self.d.socket], env=self.d.env,
+                               capture_output=True, text=True, timeout=20).stdout
+        self.assertRegex(table, r"\bhp\b.*\b\d+/112\b", table)
+        self.assertNotIn("space_default_sms", self.d.tenant(be.pid))  # best-effort: not right-sized
         rh, rb = self.result(hp), self.result(be)
         self.assertEqual(rh["order_errors"], 0, rh)
         self.assertEqual(rb["order_errors"], 0, rb)
