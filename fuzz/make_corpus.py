@@ -169,6 +169,8 @@ be_slice_ms = 20
     "spatial": b"""[spatial]
 mps_control = "/usr/bin/nvidia-cuda-mps-control"
 mps_dir = "/run/gpuos/mps"
+lend_after_ms = 5
+lend_max_kernel_ms = 2
 [[spatial.domain]]
 name = "team-a"
 users = ["alice", 1001]

@@ -286,6 +286,8 @@ bool parse_spatial(Ctx& cx, const toml::table& t, Config* c) {
       }
     } else if (key == "lend_after_ms") {
       if (!cx.get_uint(v, "spatial", key, 0, 3600000, &s.lend_after_ms)) return false;
+    } else if (key == "lend_max_kernel_ms") {
+      if (!cx.get_uint(v, "spatial", key, 1, 3600000, &s.lend_max_kernel_ms)) return false;
     } else if (key == "be_reserve_groups") {
       if (!cx.get_uint(v, "spatial", key, 1, 63, &s.be_reserve_groups)) return false;
     } else if (key == "right_size_slack_pct") {
@@ -490,6 +492,7 @@ std::string format_config(const Config& c) {
   s += "mps_control = " + quote(c.spatial.mps_control) + "\n";
   s += "mps_dir = " + quote(c.spatial.mps_dir) + "\n";
   s += "lend_after_ms = " + std::to_string(c.spatial.lend_after_ms) + "\n";
+  s += "lend_max_kernel_ms = " + std::to_string(c.spatial.lend_max_kernel_ms) + "\n";
   s += "be_reserve_groups = " + std::to_string(c.spatial.be_reserve_groups) + "\n";
   s += "right_size_slack_pct = " + std::to_string(c.spatial.right_size_slack_pct) + "\n";
   if (c.spatial.domains.empty()) s += "# no [[spatial.domain]]: spatial sharing off\n";

@@ -27,7 +27,8 @@
 //   [spatial]                  # spatial sharing: one MPS control daemon per trust domain
 //   mps_control = "nvidia-cuda-mps-control"  # the control binary; PATH lookup without a slash
 //   mps_dir = ""               # "" = <directory of the control socket>/mps (see effective_mps_dir)
-//   lend_after_ms = 20         # idle guaranteed tenants lend their SM groups after this long
+//   lend_after_ms = 20         # idle guaranteed tenants lend their SM groups after this long ...
+//   lend_max_kernel_ms = 10    # ... to best-effort tenants whose kernels end within this (1..3600000)
 //   be_reserve_groups = 2      # SM groups a guaranteed tenant leaves to best-effort tenants
 //   right_size_slack_pct = 4   # right-sizing: a guaranteed tenant that asked for no size gets the
 //                              # fewest SMs that keep its measured kernel latency within this many
@@ -94,6 +95,9 @@ struct SpatialConfig {
   // A guaranteed tenant's SM groups are lent to best-effort tenants of its domain only after it has
   // been idle this long (lending in short gaps delays its next burst by the borrowers' kernels).
   uint32_t lend_after_ms = 20;
+  // ... and only to best-effort tenants whose kernels (as measured) end within this: taking the
+  // groups back waits for the kernels running there.
+  uint32_t lend_max_kernel_ms = 10;
   uint32_t be_reserve_groups = 2;  // SM groups kept for best-effort tenants beside guaranteed ones
   uint32_t right_size_slack_pct = 4;  // right-sizing's latency allowance; 0 = no right-sizing
   std::string mps_control = kDefaultMpsControl;

@@ -1122,6 +1122,12 @@ void Core::run_space() {
     for (uint32_t g = 0; g < GPUOS_MAX_DEVICES && g < 32; ++g) {
       if (used_on_gpu(t, g) != 0) s.gpus |= 1u << g;
     }
+    if (s.tenant_class == GPUOS_CLASS_BEST_EFFORT && !s.domain.empty()) {
+      // How long taking lent groups back from it could take (the planner lends only below a bound).
+      std::vector<ShapeSamples> shapes;
+      if (read_shape_samples(*t.cb, &shapes)) t.space_kernel_ns = longest_kernel_ns(shapes);
+      s.kernel_ns = t.space_kernel_ns;
+    }
     in.push_back(std::move(s));
   }
   const std::map<uint32_t, SpaceMasks> plan = plan_space(gpus, in, opts_.space);

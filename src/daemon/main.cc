@@ -127,6 +127,7 @@ int main(int argc, char** argv) {
   if (!co.gpus.empty() && co.gpus.front().sm_group_min != 0) co.space.group_sms = co.gpus.front().sm_group_min;
   co.space.be_reserve_groups = cfg.spatial.be_reserve_groups;
   co.space.lend_after_ns = uint64_t{cfg.spatial.lend_after_ms} * 1'000'000;
+  co.space.lend_max_kernel_ns = uint64_t{cfg.spatial.lend_max_kernel_ms} * 1'000'000;
   co.space_sizer.slack = cfg.spatial.right_size_slack_pct / 100.0;
 
   // Spatial sharing: one MPS control daemon per trust domain, supervised on a helper thread. Built

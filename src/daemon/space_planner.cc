@@ -65,9 +65,15 @@ void plan_domain(uint32_t gpu, uint32_t groups, const std::vector<const SpaceTen
   // Best-effort: the groups no guaranteed tenant holds, by weight, plus everything lent.
   const uint32_t be_first = next, be_groups = groups - next;
   if (best_effort.empty()) return;
+  // Only a borrower whose kernels end soon gives lent groups back in bounded time.
+  const auto lent_to = [&](const SpaceTenant* t) {
+    return t->kernel_ns != 0 && t->kernel_ns <= params.lend_max_kernel_ns ? lent : uint64_t{0};
+  };
   if (be_groups < best_effort.size()) {
-    const uint64_t shared = range_mask(be_first, be_groups) | lent;
-    for (const SpaceTenant* t : best_effort) (*out)[t->id][gpu] = shared ? shared : range_mask(groups - 1, 1);
+    for (const SpaceTenant* t : best_effort) {
+      const uint64_t shared = range_mask(be_first, be_groups) | lent_to(t);
+      (*out)[t->id][gpu] = shared ? shared : range_mask(groups - 1, 1);
+    }
     return;
   }
   uint64_t total_weight = 0;
@@ -80,7 +86,7 @@ void plan_domain(uint32_t gpu, uint32_t groups, const std::vector<const SpaceTen
     uint32_t upto = static_cast<uint32_t>(be_groups * weight_so_far / total_weight);
     const uint32_t left_tenants = static_cast<uint32_t>(best_effort.size() - i - 1);
     upto = std::clamp<uint32_t>(upto, given + 1, be_groups - left_tenants);
-    (*out)[best_effort[i]->id][gpu] = range_mask(pos, upto - given) | lent;
+    (*out)[best_effort[i]->id][gpu] = range_mask(pos, upto - given) | lent_to(best_effort[i]);
     pos += upto - given;
     given = upto;
   }

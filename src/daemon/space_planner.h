@@ -17,6 +17,9 @@
 //    gpuosd hears of it); once it has been idle for lend_after_ns they are lent to the best-effort
 //    tenants, which lose them as soon as it is busy again (at their next kernel boundary). Not
 //    lending in short gaps keeps a serving tenant's next burst off the borrowers' kernels.
+//    Groups are lent only to a best-effort tenant whose kernels are known to end within
+//    lend_max_kernel_ns (its longest measured kernel, kernel_ns), so taking them back is bounded
+//    by that: a kernel already running on a lent SM finishes there before the owner's can start.
 //  - Best-effort tenants split the groups no guaranteed tenant holds, by weight (at least one group
 //    each while there are enough; with more tenants than groups they all share all of them), plus
 //    every lent group (shared by all of them).
@@ -43,6 +46,7 @@ struct SpaceTenant {
   bool busy = false;
   uint64_t idle_ns = 0;   // not busy: for how long (0 while busy)
   uint32_t gpus = 0;      // bit g: holds memory on GPU g (0: none anywhere yet: on every GPU)
+  uint64_t kernel_ns = 0; // best-effort: its longest kernel as measured (0 = not measured yet)
 };
 
 struct SpaceGpu {
@@ -57,7 +61,8 @@ struct SpaceGpu {
 struct SpaceParams {
   uint32_t group_sms = 8;
   uint32_t be_reserve_groups = 2;  // groups kept for best-effort tenants when there are any
-  uint64_t lend_after_ns = 20'000'000;  // an idle guaranteed tenant's groups are lent after this
+  uint64_t lend_after_ns = 20'000'000;  // an idle guaranteed tenant's groups are lent after this ...
+  uint64_t lend_max_kernel_ns = 10'000'000;  // ... to best-effort tenants whose kernels end within this
 };
 
 // When plan_space should run again for lending to start: the earliest time an idle guaranteed

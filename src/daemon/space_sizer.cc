@@ -245,6 +245,18 @@ SizerDecision right_size(const std::vector<ShapeSamples>& table, const std::vect
   return d;
 }
 
+uint64_t longest_kernel_ns(const std::vector<ShapeSamples>& shapes) {
+  double longest = 0;
+  for (const ShapeSamples& s : shapes) {
+    const LatencyPoint* widest = nullptr;
+    for (const LatencyPoint& p : s.points) {
+      if (p.count != 0 && (widest == nullptr || p.sms > widest->sms)) widest = &p;
+    }
+    if (widest != nullptr) longest = std::max(longest, widest->mean_ns);
+  }
+  return static_cast<uint64_t>(longest);
+}
+
 bool read_shape_samples(const gpuos_control_block& cb, std::vector<ShapeSamples>* out) {
   auto& mutable_cb = const_cast<gpuos_control_block&>(cb);  // atomic_ref needs a non-const object
   for (int attempt = 0; attempt < 3; ++attempt) {

@@ -104,6 +104,11 @@ struct SizerDecision {
 SizerDecision right_size(const std::vector<ShapeSamples>& shapes, const std::vector<uint32_t>& sizes,
                          uint32_t ceiling, const SizerParams& params, SizerState* state, uint64_t now_ns);
 
+// A tenant's longest kernel as measured: the largest, over its launch shapes, of the mean duration
+// at the most SMs it was timed on (a kernel that runs on more SMs than its own, lent ones, takes no
+// longer than that). 0 when nothing was timed yet.
+uint64_t longest_kernel_ns(const std::vector<ShapeSamples>& shapes);
+
 // Reads a tenant's samples from its control block (seqlock; false if it was being written and a
 // retry found it busy again).
 bool read_shape_samples(const gpuos_control_block& cb, std::vector<ShapeSamples>* out);

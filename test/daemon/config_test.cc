@@ -109,6 +109,7 @@ TEST(Config, SpatialDomains) {
 mps_control = "/opt/nvidia/bin/nvidia-cuda-mps-control"
 mps_dir = "/run/gpuos-mps"
 lend_after_ms = 5
+lend_max_kernel_ms = 3
 be_reserve_groups = 3
 right_size_slack_pct = 0
 
@@ -125,6 +126,7 @@ name = "B_2.x"
   EXPECT_EQ(s.mps_control, "/opt/nvidia/bin/nvidia-cuda-mps-control");
   EXPECT_EQ(s.mps_dir, "/run/gpuos-mps");
   EXPECT_EQ(s.lend_after_ms, 5u);
+  EXPECT_EQ(s.lend_max_kernel_ms, 3u);
   EXPECT_EQ(s.be_reserve_groups, 3u);
   EXPECT_EQ(s.right_size_slack_pct, 0u);
   EXPECT_EQ(effective_mps_dir(*r.config, "/run/gpuos/gpuosd.sock"), "/run/gpuos-mps");
@@ -236,6 +238,7 @@ INSTANTIATE_TEST_SUITE_P(
                       Bad{"[memory]\nswap = 1\n", "test.toml:2: [memory] swap: unknown key"},
                       Bad{"[spatial]\nmps = 1\n", "test.toml:2: [spatial] mps: unknown key"},
                       Bad{"[spatial]\nlend_after_ms = -1\n", "lend_after_ms: value -1 out of range 0..3600000"},
+                      Bad{"[spatial]\nlend_max_kernel_ms = 0\n", "lend_max_kernel_ms: value 0 out of range 1..3600000"},
                       Bad{"[spatial]\nbe_reserve_groups = 0\n", "be_reserve_groups: value 0 out of range 1..63"},
                       Bad{"[spatial]\nright_size_slack_pct = 51\n", "right_size_slack_pct: value 51 out of range 0..50"},
                       Bad{"[spatial]\nmps_control = 1\n", "test.toml:2: [spatial] mps_control: expected a string, got integer"},

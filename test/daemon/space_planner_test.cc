@@ -25,7 +25,11 @@ SpaceTenant hp(uint32_t id, bool busy = true) {
   if (!busy) t.idle_ns = 1'000'000'000;  // idle long enough to lend
   return t;
 }
-SpaceTenant be(uint32_t id) { return tenant(id, GPUOS_CLASS_BEST_EFFORT); }
+SpaceTenant be(uint32_t id, uint64_t kernel_ns = 100'000) {  // 100 us kernels: may borrow
+  SpaceTenant t = tenant(id, GPUOS_CLASS_BEST_EFFORT);
+  t.kernel_ns = kernel_ns;
+  return t;
+}
 
 uint64_t groups(uint32_t first, uint32_t n) { return ((n == 64 ? ~0ull : (1ull << n) - 1)) << first; }
 
@@ -98,6 +102,23 @@ TEST(SpacePlanner, ShortGapsAreNotLent) {
   EXPECT_EQ(plan[2][0], groups(0, 16));
   EXPECT_EQ(space_next_lend_ns({h, be(2)}, p), 0u);
   EXPECT_EQ(space_next_lend_ns({hp(1), be(2)}, p), 0u);  // busy: nothing to wait for
+}
+
+TEST(SpacePlanner, OnlyTenantsWhoseKernelsEndSoonBorrow) {
+  // Taking lent groups back waits for the kernels running there: lend only to a tenant whose
+  // kernels are known to end within lend_max_kernel_ns.
+  SpaceParams p;
+  p.lend_max_kernel_ns = 2'000'000;
+  auto plan = plan_space(kH200, {hp(1, false), be(2, 1'500'000), be(3, 28'000'000), be(4, 0)}, p);
+  EXPECT_EQ(plan[2][0] & groups(0, 14), groups(0, 14));  // 1.5 ms kernels: borrows
+  EXPECT_EQ(plan[3][0] & groups(0, 14), 0u);             // 28 ms kernels: its own groups only
+  EXPECT_EQ(plan[4][0] & groups(0, 14), 0u);             // not measured yet: its own only
+  EXPECT_NE(plan[3][0], 0u);
+  // Sharing all of the best-effort groups (more tenants than groups) follows the same rule.
+  plan = plan_space(kH200, {hp(1, false), be(2, 1'000'000), be(3, 28'000'000), be(5, 28'000'000)}, p);
+  EXPECT_EQ(plan[2][0], groups(0, 16));
+  EXPECT_EQ(plan[3][0], groups(14, 2));
+  EXPECT_EQ(plan[5][0], groups(14, 2));
 }
 
 TEST(SpacePlanner, SizedGuaranteedGetsWholeGroupsOfWhatItAsked) {

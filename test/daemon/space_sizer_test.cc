@@ -282,6 +282,16 @@ TEST(SpaceSizer, StaysWithinSizesAndCeiling) {
   EXPECT_EQ(right_size({}, {}, 100, SizerParams{}, &st, 0).sms, 0u);
 }
 
+TEST(SpaceSizer, LongestKernelIsTakenAtTheMostSmsEachShapeRanOn) {
+  EXPECT_EQ(longest_kernel_ns({}), 0u);
+  std::vector<ShapeSamples> shapes{
+      {1, 30, {{28, 10, 90'000'000.0}, {132, 10, 28'000'000.0}}},  // 28 ms on all SMs (lent), 90 on its own
+      {2, 30, {{28, 10, 1'000'000.0}}},
+      {3, 1, {{132, 0, 500'000'000.0}}},  // no sample counted yet
+  };
+  EXPECT_EQ(longest_kernel_ns(shapes), 28'000'000u);
+}
+
 TEST(SpaceSizer, ReadsTheControlBlock) {
   gpuos_control_block cb{};
   cb.space_shapes[2].key = 42;
