@@ -62,7 +62,9 @@ struct PartitionStream {
 struct GraphSource {
   CUgraph copy = nullptr;  // null: unplaceable (edited in place, or could not be copied)
   unsigned long long flags = 0;
+  uint64_t version = 0;    // new for every instantiation or update (a variant is made from one)
 };
+std::atomic<uint64_t> g_source_version{0};
 struct Registry {
   std::mutex mu;
   std::map<std::pair<int, uint64_t>, Partition> partitions;  // (device, mask)
@@ -239,84 +241,6 @@ PartitionStream partition_stream(const GpuosDriverTable& d, gpuos_control_block*
   return s;
 }
 
-struct PrefetchJob {
-  const GpuosDriverTable* d;
-  gpuos_control_block* cb;
-  int dev;
-  uint64_t mask;
-};
-
-// Makes the neighbours of a partition, and their streams for every app stream that has one on it,
-// off the launch path: a green context costs ~1.7 ms to create, which a launch would otherwise wait
-// for at the tenant's next change of size. A launch that needs one first makes its own (the
-// registry keeps whichever came first).
-void* prefetch_main(void* arg) {
-  const PrefetchJob job = *static_cast<PrefetchJob*>(arg);
-  delete static_cast<PrefetchJob*>(arg);
-  const GpuosDriverTable& d = *job.d;
-  const uint32_t group_sms = std::atomic_ref<uint32_t>(job.cb->space_group_sms).load(std::memory_order_relaxed);
-  SmSplit split;
-  if (split_sms(d, job.dev, group_sms, &split) != CUDA_SUCCESS) return nullptr;
-  Registry& r = registry();
-  for (uint64_t mask : neighbour_partitions(job.mask, split.count())) {
-    bool have = false;
-    {
-      std::lock_guard<std::mutex> lock(r.mu);
-      have = r.partitions.count({job.dev, mask}) != 0;
-    }
-    if (!have) {
-      Partition made = make_partition(d, job.cb, job.dev, mask);
-      std::lock_guard<std::mutex> lock(r.mu);
-      auto [it, fresh] = r.partitions.try_emplace({job.dev, mask}, made);
-      if (!fresh && made.green != nullptr && d.cuGreenCtxDestroy != nullptr) d.cuGreenCtxDestroy(made.green);
-    }
-    // Streams: one per app stream already placed on job.mask. Created under the lock (tens of us).
-    std::lock_guard<std::mutex> lock(r.mu);
-    const Partition& part = r.partitions[{job.dev, mask}];
-    if (part.green == nullptr || d.cuGreenCtxStreamCreate == nullptr) continue;
-    std::vector<std::pair<StreamKey, CUstream>> wanted;
-    for (const auto& [key, ps] : r.streams) {
-      if (key.dev != job.dev || key.mask != job.mask || ps.stream == nullptr) continue;
-      StreamKey k = key;
-      k.mask = mask;
-      if (r.streams.count(k) == 0) wanted.emplace_back(k, ps.stream);
-    }
-    for (const auto& [k, like] : wanted) {
-      int priority = 0;  // as the partition stream it stands in for (the app stream's)
-      if (d.cuStreamGetPriority == nullptr || d.cuStreamGetPriority(like, &priority) != CUDA_SUCCESS) priority = 0;
-      PartitionStream ps;
-      const uint64_t t0 = monotonic_ns();
-      if (d.cuGreenCtxStreamCreate(&ps.stream, part.green, CU_STREAM_NON_BLOCKING, priority) == CUDA_SUCCESS) {
-        ps.sms = part.sms;
-        r.streams[k] = ps;
-      }
-      add(job.cb->space_setup_ns, monotonic_ns() - t0);
-    }
-  }
-  return nullptr;
-}
-
-// Starts prefetch_main for (dev, mask) once per process.
-void prefetch_neighbours(const GpuosDriverTable& d, gpuos_control_block* cb, int dev, uint64_t mask) {
-  {
-    Registry& r = registry();
-    std::lock_guard<std::mutex> lock(r.mu);
-    if (!r.prefetched.try_emplace({dev, mask}, true).second) return;
-  }
-  auto* job = new (std::nothrow) PrefetchJob{&d, cb, dev, mask};
-  if (job == nullptr) return;
-  pthread_t t;
-  pthread_attr_t attr;
-  pthread_attr_init(&attr);
-  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  if (pthread_create(&t, &attr, &prefetch_main, job) == 0) {
-    pthread_setname_np(t, "gpuos-prefetch");
-  } else {
-    delete job;  // no thread: the next change of size makes its partition in the launch path
-  }
-  pthread_attr_destroy(&attr);
-}
-
 // Points the kernel nodes of `graph` (and of its child graphs) at context ctx by CUkernel, so they
 // run there; counts them in *placed. A node without a CUkernel (a kernel of a module loaded with
 // cuModuleLoad*, whose CUfunction belongs to one context) is left as it is and counted in *left:
@@ -358,25 +282,24 @@ bool retarget_graph(const GpuosDriverTable& d, CUgraph graph, CUcontext ctx, int
   return true;
 }
 
-// The variant of exec for partition `green`, or null. Called with the registry lock held.
-CUgraphExec make_variant(const GpuosDriverTable& d, gpuos_control_block* cb, const GraphSource& src,
+// A variant of a graph for partition `green`, made from `copy` (a clone of its source, which this
+// consumes): its kernel nodes name the partition's context. Null when it cannot be placed. Slow
+// (instantiation): called without the registry lock.
+CUgraphExec make_variant(const GpuosDriverTable& d, gpuos_control_block* cb, CUgraph copy, unsigned long long flags,
                          CUgreenCtx green) {
-  if (src.copy == nullptr || d.cuCtxFromGreenCtx == nullptr || d.cuGraphClone == nullptr ||
-      d.cuGraphInstantiateWithFlags == nullptr) {
-    return nullptr;
-  }
+  if (copy == nullptr) return nullptr;
   const uint64_t t0 = monotonic_ns();
   CUcontext ctx = nullptr;
-  CUgraph copy = nullptr;
   CUgraphExec variant = nullptr;
-  CUresult r = d.cuCtxFromGreenCtx(&ctx, green);
-  if (r == CUDA_SUCCESS) r = d.cuGraphClone(&copy, src.copy);
+  CUresult r = d.cuCtxFromGreenCtx != nullptr && d.cuGraphInstantiateWithFlags != nullptr
+                   ? d.cuCtxFromGreenCtx(&ctx, green)
+                   : CUDA_ERROR_NOT_SUPPORTED;
   unsigned placed = 0, left = 0;
   if (r == CUDA_SUCCESS && (!retarget_graph(d, copy, ctx, 0, &placed, &left) || placed == 0)) {
     r = CUDA_ERROR_NOT_SUPPORTED;
   }
-  if (r == CUDA_SUCCESS) r = d.cuGraphInstantiateWithFlags(&variant, copy, src.flags);
-  if (copy != nullptr && d.cuGraphDestroy != nullptr) d.cuGraphDestroy(copy);  // the exec stands alone
+  if (r == CUDA_SUCCESS) r = d.cuGraphInstantiateWithFlags(&variant, copy, flags);
+  if (d.cuGraphDestroy != nullptr) d.cuGraphDestroy(copy);  // the exec stands alone
   add(cb->space_setup_ns, monotonic_ns() - t0);
   if (r != CUDA_SUCCESS) {
     log(LogLevel::kWarn, "spatial: a graph could not be placed on its partition (%s); it runs unconfined",
@@ -388,6 +311,39 @@ CUgraphExec make_variant(const GpuosDriverTable& d, gpuos_control_block* cb, con
         left, left + placed);
   }
   return variant;
+}
+
+// What make_variant needs, taken under the registry lock: a clone of exec's source graph (null if
+// it has none or cannot be cloned), its flags and the version of the source it was cloned from.
+struct VariantSource {
+  CUgraph copy = nullptr;
+  unsigned long long flags = 0;
+  uint64_t version = 0;
+};
+VariantSource clone_source(const GpuosDriverTable& d, const Registry& r, CUgraphExec exec) {
+  VariantSource v;
+  auto src = r.graphs.find(exec);
+  if (src == r.graphs.end() || src->second.copy == nullptr || d.cuGraphClone == nullptr) return v;
+  if (d.cuGraphClone(&v.copy, src->second.copy) != CUDA_SUCCESS) v.copy = nullptr;
+  v.flags = src->second.flags;
+  v.version = src->second.version;
+  return v;
+}
+
+// Files a variant of exec made from source `version` (registry lock held) and returns the one
+// filed. A variant whose source was updated or destroyed meanwhile, or that another thread beat
+// to it, is destroyed (then the other's is returned, or null).
+CUgraphExec file_variant(const GpuosDriverTable& d, Registry& r, CUgraphExec exec, int dev, uint64_t mask,
+                         uint64_t version, CUgraphExec made) {
+  auto src = r.graphs.find(exec);
+  if (src != r.graphs.end() && src->second.version == version) {
+    auto [it, fresh] = r.variants.try_emplace({exec, dev, mask}, made);
+    if (fresh) return made;
+    if (made != nullptr && d.cuGraphExecDestroy != nullptr) d.cuGraphExecDestroy(made);
+    return it->second;
+  }
+  if (made != nullptr && d.cuGraphExecDestroy != nullptr) d.cuGraphExecDestroy(made);
+  return nullptr;
 }
 
 // Drops exec's variants (registry lock held). They may still be running: the driver defers the
@@ -411,22 +367,30 @@ CUgraphExec graph_variant(const GpuosDriverTable& d, gpuos_control_block* cb, CU
       return v.variant;
     }
   }
+  Registry& r = registry();
   CUgraphExec variant = nullptr;
+  VariantSource source;
+  CUgreenCtx green = nullptr;
   {
-    Registry& r = registry();
     std::lock_guard<std::mutex> lock(r.mu);
-    auto [vit, fresh] = r.variants.try_emplace({exec, dev, mask}, nullptr);
-    if (fresh) {
-      auto src = r.graphs.find(exec);
-      auto [pit, new_partition] = r.partitions.try_emplace({dev, mask});
-      if (new_partition) pit->second = make_partition(d, cb, dev, mask);
-      if (src != r.graphs.end() && pit->second.green != nullptr) {
-        vit->second = make_variant(d, cb, src->second, pit->second.green);
-      }
+    auto [pit, new_partition] = r.partitions.try_emplace({dev, mask});
+    if (new_partition) pit->second = make_partition(d, cb, dev, mask);
+    *sms = pit->second.sms;
+    green = pit->second.green;
+    if (auto vit = r.variants.find({exec, dev, mask}); vit != r.variants.end()) {
+      variant = vit->second;
+    } else if (green != nullptr) {
+      source = clone_source(d, r, exec);
     }
-    variant = vit->second;
-    auto pit = r.partitions.find({dev, mask});
-    *sms = pit != r.partitions.end() ? pit->second.sms : 0;
+  }
+  if (source.copy != nullptr) {
+    // Instantiated outside the lock: other threads' first launches at a new size do not wait on it.
+    CUgraphExec made = make_variant(d, cb, source.copy, source.flags, green);
+    std::lock_guard<std::mutex> lock(r.mu);
+    variant = file_variant(d, r, exec, dev, mask, source.version, made);
+  } else if (variant == nullptr && green != nullptr) {
+    std::lock_guard<std::mutex> lock(r.mu);
+    r.variants.try_emplace({exec, dev, mask}, nullptr);  // unplaceable: remembered, no retry per launch
   }
   if (variant != nullptr) t_variants[t_variant_next++ % kVariantCache] = CachedVariant{exec, dev, mask, gen, variant, *sms};
   return variant;
@@ -508,6 +472,120 @@ bool start_sample(const GpuosDriverTable& d, gpuos_control_block* cb, CachedCont
   return true;
 }
 
+struct PrefetchJob {
+  const GpuosDriverTable* d;
+  gpuos_control_block* cb;
+  CUcontext ctx;  // the launching thread's (the device's primary context)
+  int dev;
+  uint64_t mask;
+};
+
+// Makes the neighbours of a partition, their streams for every app stream that has one on it and
+// the variants of the tenant's placed graphs, off the launch path: a green context costs ~1.7 ms to
+// create and a graph variant an instantiation, which a launch would otherwise wait for at the
+// tenant's next change of size. A launch that needs one first makes its own (the registry keeps
+// whichever came first).
+void* prefetch_main(void* arg) {
+  const PrefetchJob job = *static_cast<PrefetchJob*>(arg);
+  delete static_cast<PrefetchJob*>(arg);
+  const GpuosDriverTable& d = *job.d;
+  // Graph work (cloning, instantiating) happens in the current context, as on the launching thread.
+  if (d.cuCtxSetCurrent == nullptr || d.cuCtxSetCurrent(job.ctx) != CUDA_SUCCESS) return nullptr;
+  const uint32_t group_sms = std::atomic_ref<uint32_t>(job.cb->space_group_sms).load(std::memory_order_relaxed);
+  SmSplit split;
+  if (split_sms(d, job.dev, group_sms, &split) != CUDA_SUCCESS) return nullptr;
+  Registry& r = registry();
+  for (uint64_t mask : neighbour_partitions(job.mask, split.count())) {
+    bool have = false;
+    {
+      std::lock_guard<std::mutex> lock(r.mu);
+      have = r.partitions.count({job.dev, mask}) != 0;
+    }
+    if (!have) {
+      Partition made = make_partition(d, job.cb, job.dev, mask);
+      std::lock_guard<std::mutex> lock(r.mu);
+      auto [it, fresh] = r.partitions.try_emplace({job.dev, mask}, made);
+      if (!fresh && made.green != nullptr && d.cuGreenCtxDestroy != nullptr) d.cuGreenCtxDestroy(made.green);
+    }
+    // Streams: one per app stream already placed on job.mask. Created under the lock (tens of us).
+    std::lock_guard<std::mutex> lock(r.mu);
+    const Partition& part = r.partitions[{job.dev, mask}];
+    if (part.green == nullptr || d.cuGreenCtxStreamCreate == nullptr) continue;
+    std::vector<std::pair<StreamKey, CUstream>> wanted;
+    for (const auto& [key, ps] : r.streams) {
+      if (key.dev != job.dev || key.mask != job.mask || ps.stream == nullptr) continue;
+      StreamKey k = key;
+      k.mask = mask;
+      if (r.streams.count(k) == 0) wanted.emplace_back(k, ps.stream);
+    }
+    for (const auto& [k, like] : wanted) {
+      int priority = 0;  // as the partition stream it stands in for (the app stream's)
+      if (d.cuStreamGetPriority == nullptr || d.cuStreamGetPriority(like, &priority) != CUDA_SUCCESS) priority = 0;
+      PartitionStream ps;
+      const uint64_t t0 = monotonic_ns();
+      if (d.cuGreenCtxStreamCreate(&ps.stream, part.green, CU_STREAM_NON_BLOCKING, priority) == CUDA_SUCCESS) {
+        ps.sms = part.sms;
+        r.streams[k] = ps;
+      }
+      add(job.cb->space_setup_ns, monotonic_ns() - t0);
+    }
+  }
+  // Graph variants, for each neighbour: one per graph the tenant launches in its partitions (that
+  // has a variant for one of them already).
+  for (uint64_t mask : neighbour_partitions(job.mask, split.count())) {
+    std::vector<CUgraphExec> graphs;
+    CUgreenCtx green = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(r.mu);
+      auto pit = r.partitions.find({job.dev, mask});
+      if (pit == r.partitions.end() || pit->second.green == nullptr) continue;
+      green = pit->second.green;
+      for (const auto& [key, variant] : r.variants) {
+        const auto& [exec, dev, m] = key;
+        if (dev == job.dev && variant != nullptr && r.variants.count({exec, dev, mask}) == 0 &&
+            (graphs.empty() || graphs.back() != exec)) {  // the map is ordered by exec first
+          graphs.push_back(exec);
+        }
+      }
+    }
+    for (CUgraphExec exec : graphs) {
+      VariantSource source;
+      {
+        std::lock_guard<std::mutex> lock(r.mu);
+        if (r.variants.count({exec, job.dev, mask}) != 0) continue;  // a launch made it meanwhile
+        source = clone_source(d, r, exec);
+      }
+      if (source.copy == nullptr) continue;
+      CUgraphExec made = make_variant(d, job.cb, source.copy, source.flags, green);
+      if (made == nullptr) continue;  // not filed: the launch that needs it tries itself
+      std::lock_guard<std::mutex> lock(r.mu);
+      file_variant(d, r, exec, job.dev, mask, source.version, made);
+    }
+  }
+  return nullptr;
+}
+
+// Starts prefetch_main for (dev, mask) once per process.
+void prefetch_neighbours(const GpuosDriverTable& d, gpuos_control_block* cb, CUcontext ctx, int dev, uint64_t mask) {
+  {
+    Registry& r = registry();
+    std::lock_guard<std::mutex> lock(r.mu);
+    if (!r.prefetched.try_emplace({dev, mask}, true).second) return;
+  }
+  auto* job = new (std::nothrow) PrefetchJob{&d, cb, ctx, dev, mask};
+  if (job == nullptr) return;
+  pthread_t t;
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  if (pthread_create(&t, &attr, &prefetch_main, job) == 0) {
+    pthread_setname_np(t, "gpuos-prefetch");
+  } else {
+    delete job;  // no thread: the next change of size makes its partition in the launch path
+  }
+  pthread_attr_destroy(&attr);
+}
+
 }  // namespace
 
 Placement place_launch(const GpuosDriverTable& d, gpuos_control_block* cb, CUstream stream, bool ptsz,
@@ -529,6 +607,7 @@ Placement place_launch(const GpuosDriverTable& d, gpuos_control_block* cb, CUstr
     uint32_t sms = 0;
     CUgraphExec variant = graph_variant(d, cb, graph, c->dev, mask, &sms);
     if (variant == nullptr) return unplaced(cb, stream, true);
+    if (sms != c->last_sms) prefetch_neighbours(d, cb, ctx, c->dev, mask);
     note_mask_in_use(cb, c->dev, mask);
     Placement p{stream, stream, nullptr, nullptr, ptsz, variant};
     if (start_sample(d, cb, c, stream, ptsz, shape, sms)) p.timed_end = c->sample_end;
@@ -540,7 +619,7 @@ Placement place_launch(const GpuosDriverTable& d, gpuos_control_block* cb, CUstr
   const PartitionStream ps = partition_stream(d, cb, key_of(ctx, c->dev, stream, ptsz, mask), stream, ptsz);
   CUstream part = ps.stream;
   if (part == nullptr) return unplaced(cb, stream, true);
-  if (ps.sms != c->last_sms) prefetch_neighbours(d, cb, c->dev, mask);
+  if (ps.sms != c->last_sms) prefetch_neighbours(d, cb, ctx, c->dev, mask);
   auto record = ptsz && d.cuEventRecord_ptsz ? d.cuEventRecord_ptsz : d.cuEventRecord;
   if (record(c->forward, stream) != CUDA_SUCCESS || d.cuStreamWaitEvent(part, c->forward, 0) != CUDA_SUCCESS) {
     return unplaced(cb, stream, true);
@@ -573,6 +652,7 @@ void note_graph_instantiated(const GpuosDriverTable& d, CUgraphExec exec, CUgrap
   if (exec == nullptr || graph == nullptr) return;
   GraphSource src;
   src.flags = flags;
+  src.version = g_source_version.fetch_add(1, std::memory_order_relaxed) + 1;
   if (d.cuGraphClone == nullptr || d.cuGraphClone(&src.copy, graph) != CUDA_SUCCESS) src.copy = nullptr;
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mu);
@@ -591,6 +671,7 @@ void note_graph_updated(const GpuosDriverTable& d, CUgraphExec exec, CUgraph gra
   if (it == r.graphs.end()) return;
   if (it->second.copy != nullptr && d.cuGraphDestroy != nullptr) d.cuGraphDestroy(it->second.copy);
   it->second.copy = nullptr;
+  it->second.version = g_source_version.fetch_add(1, std::memory_order_relaxed) + 1;
   if (graph != nullptr && d.cuGraphClone != nullptr && d.cuGraphClone(&it->second.copy, graph) != CUDA_SUCCESS) {
     it->second.copy = nullptr;
   }

@@ -28,8 +28,8 @@
 //
 // A change of size needs the new partition's green context (~1.7 ms to create) and stream. When a
 // tenant first runs on a partition, a short-lived helper thread makes the partitions one group
-// larger and smaller (common/sm_split.h: neighbour_partitions) and their streams, so that the
-// sizer's next step does not stall the launch that meets it.
+// larger and smaller (common/sm_split.h: neighbour_partitions), their streams and the variants of
+// the graphs already placed, so that the sizer's next step does not stall the launch that meets it.
 #pragma once
 
 #include "gpuos/abi.h"
