@@ -1066,6 +1066,16 @@ uint32_t Core::right_size_tenant(Tenant& t, uint64_t now) {
   std::vector<ShapeSamples> shapes;
   if (!read_shape_samples(*t.cb, &shapes)) return t.space_sized_sms;
   const SizerDecision d = right_size(shapes, sizes, ceiling, opts_.space_sizer, &t.space_sizer, now);
+  if (!t.space_cost_warned) {
+    const double cost = partition_cost(shapes, ceiling, gpu->sm_count, opts_.space_sizer.min_samples);
+    if (cost > 1.0 + opts_.space_sizer.slack) {
+      t.space_cost_warned = true;
+      log::warn("tenant %u (%s): its kernels run %.2fx as long on its %u-SM default partition as on the whole GPU "
+                "(%u SMs): spatial sharing cannot keep it within %.0f%% of running alone; for that, run it outside "
+                "domain \"%s\" (time-shared: best-effort tenants then wait for its idle time)",
+                t.id, t.name, cost, ceiling, gpu->sm_count, opts_.space_sizer.slack * 100, t.space_domain);
+    }
+  }
   if (t.space_sized_sms == 0) log::info("tenant %u (%s): right-sizing from its %u-SM default partition", t.id, t.name, ceiling);
   const uint32_t before = t.space_sized_sms != 0 ? t.space_sized_sms : ceiling;
   if (d.measured > 0 && log::enabled(log::Level::kDebug)) {

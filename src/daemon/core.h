@@ -199,6 +199,7 @@ class Core final : private GateControl {
     uint32_t space_sized_sms = 0;             // what the sizer chose last (0 = not sized)
     uint32_t space_default_sms = 0;           // the sizer's ceiling: the default partition
     uint64_t space_kernel_ns = 0;             // best-effort: its longest kernel as last read (0 = none)
+    bool space_cost_warned = false;           // said once that its partition costs it its slack
     double space_sized_latency = 0;           // measured at the current size / at the ceiling (0 = none yet)
     // Its device ordinals -> gpuosd's GPUs (from the control block's device_uuid; identity until
     // the tenant published them). Cached: recomputed when device_count changes.

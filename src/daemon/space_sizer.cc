@@ -245,6 +245,18 @@ SizerDecision right_size(const std::vector<ShapeSamples>& table, const std::vect
   return d;
 }
 
+double partition_cost(const std::vector<ShapeSamples>& shapes, uint32_t ceiling, uint32_t whole, uint64_t min_samples) {
+  double confined = 0, alone = 0;
+  for (const ShapeSamples& s : shapes) {
+    const LatencyPoint* c = point_at(s, ceiling);
+    const LatencyPoint* w = point_at(s, whole);
+    if (c == nullptr || w == nullptr || c->count < min_samples || w->count < min_samples) continue;
+    confined += static_cast<double>(c->count) * c->mean_ns;
+    alone += static_cast<double>(c->count) * w->mean_ns;
+  }
+  return alone > 0 ? confined / alone : 0;
+}
+
 uint64_t longest_kernel_ns(const std::vector<ShapeSamples>& shapes) {
   double longest = 0;
   for (const ShapeSamples& s : shapes) {

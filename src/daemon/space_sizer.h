@@ -104,6 +104,12 @@ struct SizerDecision {
 SizerDecision right_size(const std::vector<ShapeSamples>& shapes, const std::vector<uint32_t>& sizes,
                          uint32_t ceiling, const SizerParams& params, SizerState* state, uint64_t now_ns);
 
+// What confinement to its default partition (ceiling SMs) costs a tenant against the whole GPU
+// (whole SMs, where it ran while alone): mean latency at the ceiling over that on the whole GPU,
+// over the shapes with min_samples at both, weighted by their samples at the ceiling. 0 when no
+// shape has both. Above 1 + slack, right-sizing cannot keep it within its slack of running alone.
+double partition_cost(const std::vector<ShapeSamples>& shapes, uint32_t ceiling, uint32_t whole, uint64_t min_samples);
+
 // A tenant's longest kernel as measured: the largest, over its launch shapes, of the mean duration
 // at the most SMs it was timed on (a kernel that runs on more SMs than its own, lent ones, takes no
 // longer than that). 0 when nothing was timed yet.

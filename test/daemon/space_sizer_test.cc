@@ -292,6 +292,18 @@ TEST(SpaceSizer, LongestKernelIsTakenAtTheMostSmsEachShapeRanOn) {
   EXPECT_EQ(longest_kernel_ns(shapes), 28'000'000u);
 }
 
+TEST(SpaceSizer, PartitionCostComparesTheDefaultPartitionWithTheWholeGpu) {
+  // 132 blocks that need every SM (2 on one SM take 1.26x as long), timed alone and at 104 SMs.
+  std::vector<ShapeSamples> shapes{
+      {1, 40, {{132, 20, 307'000.0}, {104, 20, 387'000.0}}},
+      {2, 5, {{104, 20, 100.0}}},         // never ran alone: no comparison
+      {3, 5, {{132, 3, 1.0}, {104, 20, 1e9}}},  // too few samples alone
+  };
+  EXPECT_NEAR(partition_cost(shapes, 104, 132, 8), 387.0 / 307.0, 1e-9);
+  EXPECT_EQ(partition_cost({shapes[1]}, 104, 132, 8), 0.0);
+  EXPECT_EQ(partition_cost({}, 104, 132, 8), 0.0);
+}
+
 TEST(SpaceSizer, ReadsTheControlBlock) {
   gpuos_control_block cb{};
   cb.space_shapes[2].key = 42;
