@@ -1089,12 +1089,11 @@ uint32_t Core::right_size_tenant(Tenant& t, uint64_t now) {
     log::debug("tenant %u (%s): sizer at %u SMs, t=%.3f s: %s, measured %.3f of %.0f us at %u SMs; table%s", t.id,
                t.name, before, now / 1e9, d.why, d.measured, d.ref_ns / 1000, ceiling, points.c_str());
   }
-  if (d.sms != before && d.hold_ns != 0) {
-    log::info("tenant %u (%s): right-sized %u -> %u SMs of %u (%s; latency %.3f of its %u-SM figure; not below %u SMs "
-              "for %.0f s)", t.id, t.name, before, d.sms, ceiling, d.why, d.predicted, ceiling, d.sms, d.hold_ns / 1e9);
-  } else if (d.sms != before) {
-    log::info("tenant %u (%s): right-sized %u -> %u SMs of %u (%s; latency %.3f of its %u-SM figure)", t.id, t.name,
-              before, d.sms, ceiling, d.why, d.predicted, ceiling);
+  if (d.sms != before) {
+    char hold[64] = "";
+    if (d.hold_ns != 0) std::snprintf(hold, sizeof(hold), "; not below %u SMs for %.0f s", d.sms, d.hold_ns / 1e9);
+    log::info("tenant %u (%s): right-sized %u -> %u SMs of %u (%s; latency %.3f of its %u-SM figure%s)", t.id, t.name,
+              before, d.sms, ceiling, d.why, d.predicted, ceiling, hold);
   }
   t.space_sized_sms = d.sms;
   t.space_default_sms = ceiling;

@@ -381,6 +381,8 @@ CUgraphExec graph_variant(const GpuosDriverTable& d, gpuos_control_block* cb, CU
       variant = vit->second;
     } else if (green != nullptr) {
       source = clone_source(d, r, exec);
+      // No source to copy: unplaceable, remembered (no retry per launch).
+      if (source.copy == nullptr) r.variants.try_emplace({exec, dev, mask}, nullptr);
     }
   }
   if (source.copy != nullptr) {
@@ -388,9 +390,6 @@ CUgraphExec graph_variant(const GpuosDriverTable& d, gpuos_control_block* cb, CU
     CUgraphExec made = make_variant(d, cb, source.copy, source.flags, green);
     std::lock_guard<std::mutex> lock(r.mu);
     variant = file_variant(d, r, exec, dev, mask, source.version, made);
-  } else if (variant == nullptr && green != nullptr) {
-    std::lock_guard<std::mutex> lock(r.mu);
-    r.variants.try_emplace({exec, dev, mask}, nullptr);  // unplaceable: remembered, no retry per launch
   }
   if (variant != nullptr) t_variants[t_variant_next++ % kVariantCache] = CachedVariant{exec, dev, mask, gen, variant, *sms};
   return variant;
@@ -495,7 +494,8 @@ void* prefetch_main(void* arg) {
   SmSplit split;
   if (split_sms(d, job.dev, group_sms, &split) != CUDA_SUCCESS) return nullptr;
   Registry& r = registry();
-  for (uint64_t mask : neighbour_partitions(job.mask, split.count())) {
+  const std::vector<uint64_t> neighbours = neighbour_partitions(job.mask, split.count());
+  for (uint64_t mask : neighbours) {
     bool have = false;
     {
       std::lock_guard<std::mutex> lock(r.mu);
@@ -532,7 +532,7 @@ void* prefetch_main(void* arg) {
   }
   // Graph variants, for each neighbour: one per graph the tenant launches in its partitions (that
   // has a variant for one of them already).
-  for (uint64_t mask : neighbour_partitions(job.mask, split.count())) {
+  for (uint64_t mask : neighbours) {
     std::vector<CUgraphExec> graphs;
     CUgreenCtx green = nullptr;
     {
