@@ -1078,7 +1078,12 @@ uint32_t Core::right_size_tenant(Tenant& t, uint64_t now) {
   }
   if (t.space_sized_sms == 0) log::info("tenant %u (%s): right-sizing from its %u-SM default partition", t.id, t.name, ceiling);
   const uint32_t before = t.space_sized_sms != 0 ? t.space_sized_sms : ceiling;
-  if (d.measured > 0 && log::enabled(log::Level::kDebug)) {
+  // The debug trace, each time the decision or the measured figure (to 1%) changes: the sizer is
+  // asked at every sample report.
+  char traced[64];
+  std::snprintf(traced, sizeof(traced), "%u %s %.2f", d.sms, d.why, d.measured);
+  if (d.measured > 0 && log::enabled(log::Level::kDebug) && t.space_sizer_traced != traced) {
+    t.space_sizer_traced = traced;
     std::string points;
     for (const ShapeSamples& s : shapes) {
       for (const LatencyPoint& p : s.points) {

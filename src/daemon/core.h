@@ -201,6 +201,7 @@ class Core final : private GateControl {
     uint64_t space_kernel_ns = 0;             // best-effort: its longest kernel as last read (0 = none)
     bool space_cost_warned = false;           // said once that its partition costs it its slack
     double space_sized_latency = 0;           // measured at the current size / at the ceiling (0 = none yet)
+    std::string space_sizer_traced;           // the sizer's last decision in the debug log (logged on change)
     // Its device ordinals -> gpuosd's GPUs (from the control block's device_uuid; identity until
     // the tenant published them). Cached: recomputed when device_count changes.
     mutable uint32_t mapped_device_count = 0;

@@ -169,6 +169,25 @@ SizerDecision right_size(const std::vector<ShapeSamples>& table, const std::vect
     state->sms = current;
     return d;
   }
+  // Each shape's figure at the ceiling: the table's, else the one it had last.
+  std::erase_if(state->ceiling_figures, [&](const SizerState::Discount& x) {
+    return std::none_of(shapes.begin(), shapes.end(), [&](const ShapeSamples& s) { return s.key == x.key; });
+  });
+  const auto ceiling_figure = [&](const ShapeSamples& s) -> double {
+    auto it = std::find_if(state->ceiling_figures.begin(), state->ceiling_figures.end(),
+                           [&](const SizerState::Discount& x) { return x.key == s.key; });
+    const LatencyPoint* p = point_at(s, ceiling);
+    if (p != nullptr && p->count >= params.min_samples && (it == state->ceiling_figures.end() || p->count >= it->count)) {
+      const SizerState::Discount now{s.key, ceiling, p->count, p->mean_ns * static_cast<double>(p->count)};
+      if (it == state->ceiling_figures.end()) {
+        state->ceiling_figures.push_back(now);
+      } else {
+        *it = now;
+      }
+      return p->mean_ns;
+    }
+    return it != state->ceiling_figures.end() ? it->sum_ns / static_cast<double>(it->count) : 0;
+  };
   double weight_sum = 0, ref = 0, measured = 0;
   bool single_point = false;
   std::vector<LatencyModel> models;
@@ -179,10 +198,10 @@ SizerDecision right_size(const std::vector<ShapeSamples>& table, const std::vect
     models.push_back(m);
     const double w = static_cast<double>(weight[i]);
     weight_sum += w;
-    const LatencyPoint* at_ceiling = point_at(*s, ceiling);
+    const double at_ceiling = ceiling_figure(*s);
     const double here = point_at(*s, current)->mean_ns;
-    if (at_ceiling != nullptr && at_ceiling->count >= params.min_samples) {
-      ref += w * at_ceiling->mean_ns;
+    if (at_ceiling > 0) {
+      ref += w * at_ceiling;
     } else if (m.fitted) {
       ref += w * m.at(ceiling);
     } else {

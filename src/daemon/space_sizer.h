@@ -87,6 +87,9 @@ struct SizerState {
   std::vector<Discount> at_move;
   // Samples taken while settling, left out of every figure (subtracted from the table's).
   std::vector<Discount> discounted;
+  // Each shape's figure at the ceiling, as last seen with min_samples: what it is judged against
+  // should the table give the point's slot to another size.
+  std::vector<Discount> ceiling_figures;
 };
 
 struct SizerDecision {

@@ -8,6 +8,27 @@ namespace {
 void set64(uint64_t& w, uint64_t v) { std::atomic_ref<uint64_t>(w).store(v, std::memory_order_relaxed); }
 void set32(uint32_t& w, uint32_t v) { std::atomic_ref<uint32_t>(w).store(v, std::memory_order_relaxed); }
 
+// The point a new SM count takes: an unused one, else the one with the fewest samples that is
+// neither the largest nor the smallest SM count. Those two are kept: the largest is the figure the
+// tenant's latency is judged against (its default partition, or the whole GPU), the smallest the
+// evidence of the size that proved too small; with them gone the sizer would judge against a
+// model's extrapolation.
+gpuos_latency_point* evictable_point(gpuos_shape_latency* shape) {
+  gpuos_latency_point* largest = nullptr;
+  gpuos_latency_point* smallest = nullptr;
+  for (gpuos_latency_point& p : shape->points) {
+    if (p.sms == 0) return &p;
+    if (largest == nullptr || p.sms > largest->sms) largest = &p;
+    if (smallest == nullptr || p.sms < smallest->sms) smallest = &p;
+  }
+  gpuos_latency_point* fewest = nullptr;
+  for (gpuos_latency_point& p : shape->points) {
+    if (&p == largest || &p == smallest) continue;
+    if (fewest == nullptr || p.count < fewest->count) fewest = &p;
+  }
+  return fewest != nullptr ? fewest : &shape->points[0];
+}
+
 }  // namespace
 
 void shape_table_add(gpuos_control_block* cb, uint64_t key, uint32_t sms, uint64_t ns) {
@@ -37,16 +58,14 @@ void shape_table_add(gpuos_control_block* cb, uint64_t key, uint32_t sms, uint64
   }
   set64(slot->launches, slot->launches + 1);
   gpuos_latency_point* point = nullptr;
-  gpuos_latency_point* fewest = &slot->points[0];
   for (gpuos_latency_point& p : slot->points) {
     if (p.sms == sms) {
       point = &p;
       break;
     }
-    if (p.count < fewest->count) fewest = &p;
   }
   if (point == nullptr) {
-    point = fewest;
+    point = evictable_point(slot);
     set32(point->sms, sms);
     set32(point->count, 0);
     set64(point->sum_ns, 0);

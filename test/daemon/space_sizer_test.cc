@@ -247,6 +247,26 @@ TEST(SpaceSizer, DriftAfterTheProbeDoesNotWalkItBackUp) {
   EXPECT_EQ(sms, 72u);
 }
 
+TEST(SpaceSizer, JudgesAgainstTheCeilingFigureItSawWhenTheTableLosesIt) {
+  // As on the H200: the table gave the 104-SM point's slot to the probe at 56. The model fitted
+  // over 64..96 and 56 (one wave above 64, 1.27x below) puts 104 SMs at 285 us, not the 300 us
+  // measured, and would read 64 SMs as 5% slower; the sizer keeps the figure it saw.
+  Simulation sim;
+  sim.curves[1] = [](uint32_t t) { return t >= 64 ? 300'000.0 : 381'000.0; };
+  sim.weights[1] = 1;
+  uint32_t sms = 104;
+  SizerDecision d;
+  for (int i = 0; i < 40; ++i) {
+    sim.add_samples(sms, 10);
+    if (sms < 104) std::erase_if(sim.shapes[0].points, [](const LatencyPoint& p) { return p.sms == 104; });
+    d = right_size(sim.shapes, h200_sizes(), 104, sim.params, &sim.state, 1);
+    sms = d.sms;
+  }
+  EXPECT_EQ(sms, 64u);
+  EXPECT_NEAR(d.ref_ns, 300'000.0, 1.0);
+  EXPECT_NEAR(d.measured, 1.0, 1e-6);
+}
+
 TEST(SpaceSizer, TheHoldDoublesEachTimeTheSameFloorIsProved) {
   Simulation sim;
   sim.curves[7] = [](uint32_t t) { return 8.0e6 / t; };  // needs all its SMs

@@ -57,21 +57,32 @@ TEST(ShapeTable, ANewShapeTakesTheLeastFrequentSlotWithoutItsCount) {
   EXPECT_NE(find(*cb, 2), nullptr);
 }
 
-TEST(ShapeTable, ANewSmCountTakesTheLeastSampledPoint) {
+bool has_point(const gpuos_shape_latency& s, uint32_t sms) {
+  for (const gpuos_latency_point& p : s.points)
+    if (p.sms == sms) return true;
+  return false;
+}
+
+TEST(ShapeTable, ANewSmCountTakesTheLeastSampledPointButNotTheLargestOrSmallest) {
   auto cb = std::make_unique<gpuos_control_block>();
+  // As on the H200: sized down from 104 SMs one size at a time, the 104-SM figure (the reference)
+  // has the fewest samples when the seventh size comes.
+  const uint32_t counts[GPUOS_SPACE_POINTS] = {9, 10, 11, 10, 10, 9};
   for (uint32_t i = 0; i < GPUOS_SPACE_POINTS; ++i) {
-    for (uint32_t n = 0; n <= i + 1; ++n) shape_table_add(cb.get(), 5, 8 * (i + 1), 100);
+    for (uint32_t n = 0; n <= counts[i]; ++n) shape_table_add(cb.get(), 5, 104 - 8 * i, 100);
   }
-  shape_table_add(cb.get(), 5, 200, 100);  // all points used: the one with 1 sample (8 SMs) goes
-  shape_table_add(cb.get(), 5, 200, 100);
+  shape_table_add(cb.get(), 5, 56, 100);
+  shape_table_add(cb.get(), 5, 56, 100);
   const gpuos_shape_latency* s = find(*cb, 5);
-  bool has8 = false, has200 = false;
+  EXPECT_TRUE(has_point(*s, 104)) << "the largest SM count is the reference: kept";
+  EXPECT_TRUE(has_point(*s, 64)) << "the smallest before the newcomer: kept";
+  EXPECT_FALSE(has_point(*s, 96)) << "the least sampled of the rest goes";
+  EXPECT_TRUE(has_point(*s, 56));
   for (const gpuos_latency_point& p : s->points) {
-    has8 = has8 || p.sms == 8;
-    has200 = has200 || (p.sms == 200 && p.count == 1);
+    if (p.sms == 56) {
+      EXPECT_EQ(p.count, 1u);
+    }
   }
-  EXPECT_FALSE(has8);
-  EXPECT_TRUE(has200);
 }
 
 }  // namespace
