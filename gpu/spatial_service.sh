@@ -7,7 +7,7 @@
 #   OUT=/results bash gpu/spatial_service.sh      (repo root; build tree at ./build)
 #
 # Conditions (HP: gpuos-synth, fixed work, blocks of 256 threads: HP_BLOCKS in all, else
-# HP_BLOCKS_PER_SM per SM):
+# HP_BLOCKS_PER_SM per SM; or HP_CMD):
 #   alone               no gpuos, no MPS
 #   mps-alone           alone in a spatial domain (MPS client, unconfined)
 #   part-N-idle-be      confined to N SMs (gpuos run --sms N) beside a best-effort tenant that is
@@ -35,6 +35,9 @@ nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu
   --format=csv,noheader -lms 100 >"$OUT/clocks.csv" 2>"$LOGS/nvidia-smi.err" &
 SMI=$!
 HP=("$SYNTH" --iters 125000 "${GRID[@]}" --block 256 --mode closed --count "$COUNT" --warmup 200)
+# HP_CMD: another closed-loop HP that takes --name and --json and writes p50_us/p99_us (e.g.
+# "python3 gpu/tests/torch_step_probe.py": the suite's PyTorch HP, one decode step at a time).
+if [[ -n ${HP_CMD:-} ]]; then read -ra HP <<<"$HP_CMD"; fi
 BE_BUSY=("$SYNTH" --iters 2500000 --blocks-per-sm 8 --block 256 --mode closed --count 10000000)
 BE_IDLE=("$SYNTH" --iters 1000 --blocks-per-sm 1 --block 32 --mode closed --count 10000000 --gap-us 50000)
 mark() { echo "$(date +%Y/%m/%d\ %T.%3N),$1" >>"$OUT/phases.csv"; }
@@ -121,13 +124,14 @@ for n in names:
     sm = sorted(c[1] for c in cs)
     pw = [c[2] for c in cs]
     res[n] = {"p50_us": r.get("p50_us"), "p99_us": r.get("p99_us"), "mean_us": r.get("mean_us"),
-              "kernels": r.get("kernels"), "verified": r.get("verified"), "error": r.get("error"),
+              "eager_p50_us": r.get("eager_p50_us"), "kernels": r.get("kernels"), "verified": r.get("verified"), "error": r.get("error"),
               "sm_clock_mhz_median": sm[len(sm) // 2] if sm else None,
               "sm_clock_mhz_min": sm[0] if sm else None,
               "power_w_mean": sum(pw) / len(pw) if pw else None, "clock_samples": len(sm)}
     x = res[n]
     rel = f"{x['p50_us'] / base:.3f}" if base and x["p50_us"] else "-"
-    rows.append(f"| {n} | {x['p50_us']} | {x['p99_us']} | {rel} | {x['sm_clock_mhz_median']} | {x['sm_clock_mhz_min']} | "
+    erel = f" ({x['eager_p50_us']} eager)" if x["eager_p50_us"] else ""
+    rows.append(f"| {n} | {x['p50_us']}{erel} | {x['p99_us']} | {rel} | {x['sm_clock_mhz_median']} | {x['sm_clock_mhz_min']} | "
                 f"{x['power_w_mean'] and round(x['power_w_mean'])} |")
 with open(os.path.join(out, "service.json"), "w") as f:
     json.dump(res, f, indent=1)
