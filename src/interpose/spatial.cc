@@ -73,10 +73,25 @@ struct Registry {
   std::map<CUgraphExec, GraphSource> graphs;
   std::map<std::tuple<CUgraphExec, int, uint64_t>, CUgraphExec> variants;  // (exec, dev, mask); null = failed
   std::map<std::pair<int, uint64_t>, bool> prefetched;       // (device, mask) whose neighbours were made
+  std::mutex sample_mu;  // one writer of the shape table at a time (not nested with mu)
 };
 
+Registry* g_registry = nullptr;
+
+// A child of fork has only the forking thread: a lock another thread (the prefetch helper, a
+// launching thread) held at the fork is never released there. The child cannot use the parent's
+// CUDA contexts anyway; its lock must merely not hang it.
+void registry_after_fork_in_child() {
+  new (&g_registry->mu) std::mutex();
+  new (&g_registry->sample_mu) std::mutex();
+}
+
 Registry& registry() {
-  static Registry* r = new Registry;
+  static Registry* r = [] {
+    g_registry = new Registry;
+    pthread_atfork(nullptr, nullptr, &registry_after_fork_in_child);
+    return g_registry;
+  }();
   return *r;
 }
 
@@ -411,8 +426,7 @@ uint64_t shape_key(const LaunchShape& s) {
 // Adds one timed launch to the control block's shape table (shape_table.h); one writer at a time
 // in the process.
 void record_sample(gpuos_control_block* cb, uint64_t key, uint32_t sms, uint64_t ns) {
-  static std::mutex mu;
-  std::lock_guard<std::mutex> lock(mu);
+  std::lock_guard<std::mutex> lock(registry().sample_mu);
   shape_table_add(cb, key, sms, ns);
 }
 
@@ -587,6 +601,8 @@ void prefetch_neighbours(const GpuosDriverTable& d, gpuos_control_block* cb, CUc
 }
 
 }  // namespace
+
+std::mutex& TEST_registry_mutex() { return registry().mu; }
 
 Placement place_launch(const GpuosDriverTable& d, gpuos_control_block* cb, CUstream stream, bool ptsz,
                        const LaunchShape& shape, CUgraphExec graph) {

@@ -32,6 +32,8 @@
 // the graphs already placed, so that the sizer's next step does not stall the launch that meets it.
 #pragma once
 
+#include <mutex>
+
 #include "gpuos/abi.h"
 #include "gpuos/driver_api.h"
 
@@ -78,6 +80,9 @@ void note_graph_destroyed(const GpuosDriverTable& d, CUgraphExec exec);
 // After the launch call: makes the app stream wait for the placed launch (if it was submitted)
 // and ends its timing.
 void finish_placement(const GpuosDriverTable& d, const Placement& p, bool submitted);
+
+// For tests: the lock of the process-wide tables (partitions, streams, graphs and variants).
+std::mutex& TEST_registry_mutex();
 
 // Launches per timed launch (one sample in this many per thread and context).
 inline constexpr unsigned kSamplePeriod = 8;
