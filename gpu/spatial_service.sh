@@ -22,7 +22,7 @@ BUILD=${GPUOS_BUILD_DIR:-build}
 GPUOS=$PWD/$BUILD/bin/gpuos
 SYNTH=$PWD/$BUILD/bin/gpuos-synth
 PY=${PYTHON:-python3}
-SIZES=${SIZES:-104 72}
+SIZES=${SIZES-104 72}  # "" = no partitions: alone and alone in the domain only
 COUNT=${COUNT:-4000}
 HP_BLOCKS_PER_SM=${HP_BLOCKS_PER_SM:-1}
 if [[ -n ${HP_BLOCKS:-} ]]; then GRID=(--blocks "$HP_BLOCKS"); else GRID=(--blocks-per-sm "$HP_BLOCKS_PER_SM"); fi
@@ -56,7 +56,9 @@ EOF
 export GPUOS_CONFIG=$W/gpuos.toml GPUOS_SOCKET=$SOCK GPUOS_CLI=$GPUOS
 setsid "$GPUOS" daemon --socket "$SOCK" --policy priority >"$LOGS/gpuosd.log" 2>&1 &
 DPID=$!
-for _ in $(seq 100); do [[ -S $W/mps/svc/pipe/control ]] && "$GPUOS" ps >/dev/null 2>&1 && break; sleep 0.1; done
+# Until gpuosd calls the domain available (its MPS control daemon answers): a tenant that asks
+# for it before then is admitted time-shared.
+for _ in $(seq 200); do [[ $(cat "$W/mps/svc/status" 2>/dev/null) == available ]] && break; sleep 0.1; done
 run_in() {  # run_in NAME CLASS [--sms N] -- ARGS...
   local name=$1 cls=$2
   shift 2

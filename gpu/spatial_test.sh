@@ -38,7 +38,9 @@ EOF
 export GPUOS_CONFIG=$W/gpuos.toml GPUOS_SOCKET=$SOCK GPUOS_LOG_LEVEL=${GPUOS_LOG_LEVEL:-info} GPUOS_CLI=$GPUOS
 setsid "$GPUOS" daemon --socket "$SOCK" --policy priority >"$LOGS/gpuosd.log" 2>&1 &
 DPID=$!
-for _ in $(seq 100); do [[ -S $W/mps/serve/pipe/control ]] && "$GPUOS" ps >/dev/null 2>&1 && break; sleep 0.1; done
+# Until gpuosd calls the domain available (its MPS control daemon answers): a tenant that asks
+# for it before then is admitted time-shared.
+for _ in $(seq 200); do [[ $(cat "$W/mps/serve/status" 2>/dev/null) == available ]] && break; sleep 0.1; done
 log "gpuosd $DPID up; MPS control socket: $(ls "$W/mps/serve/pipe" 2>&1 | tr '\n' ' ')"
 
 tenant() {  # tenant NAME CLASS ARGS... (runs in the domain, JSON to $W/NAME.json)

@@ -190,7 +190,10 @@ typedef struct gpuos_control_block {
   uint32_t space_sample_seq;
   uint32_t space_sample_period; /* launches per timed launch (the interposer's choice) */
   uint64_t space_samples;       /* launches timed in all (also those whose shape found no slot) */
-  uint8_t pad8[48];
+  uint64_t space_timed_kernels; /* kernels in those timed launches (a graph counts its kernel nodes) */
+  uint64_t space_timed_ns;      /* their duration: space_timed_ns / space_timed_kernels is the mean
+                                   time of its kernels (what a fixed cost per kernel is measured against) */
+  uint8_t pad8[32];
   gpuos_shape_latency space_shapes[GPUOS_SPACE_SHAPES];
 } gpuos_control_block;
 
@@ -317,7 +320,8 @@ typedef struct gpuos_msg_tenant_info {
   uint32_t state; /* gpuos_tenant_state */
   int32_t priority;
   uint32_t weight;
-  uint32_t reserved;
+  uint32_t space_kernel_ns; /* spatial tenant: mean time of its kernels (control block space_timed_*);
+                               0 = not timed yet */
   char name[GPUOS_NAME_MAX];
   uint64_t launches;
   uint64_t graph_launches;

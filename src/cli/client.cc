@@ -232,6 +232,7 @@ nlohmann::json listing_json(const Listing& l) {
     o["space_launches"] = t.space_launches;
     o["space_switches"] = t.space_switches;
     o["space_failures"] = t.space_failures;
+    if (t.space_kernel_ns != 0) o["space_kernel_us"] = t.space_kernel_ns / 1000.0;  // mean, timed launches
     if (t.space_default_sms != 0) {  // being right-sized: the capacity it gave back
       o["space_default_sms"] = t.space_default_sms;
       o["space_saved_sms"] = t.space_default_sms > t.space_sms ? t.space_default_sms - t.space_sms : 0;

@@ -292,6 +292,8 @@ bool parse_spatial(Ctx& cx, const toml::table& t, Config* c) {
       if (!cx.get_uint(v, "spatial", key, 1, 63, &s.be_reserve_groups)) return false;
     } else if (key == "right_size_slack_pct") {
       if (!cx.get_uint(v, "spatial", key, 0, 50, &s.right_size_slack_pct)) return false;
+    } else if (key == "mps_kernel_cost_ns") {
+      if (!cx.get_uint(v, "spatial", key, 0, 1000000, &s.mps_kernel_cost_ns)) return false;
     } else if (key == "mps_dir") {
       if (!cx.get_string(v, "spatial", key, &s.mps_dir)) return false;
       if (!s.mps_dir.empty() && s.mps_dir[0] != '/') return cx.fail(v, "spatial", key, "must be an absolute path");
@@ -495,6 +497,7 @@ std::string format_config(const Config& c) {
   s += "lend_max_kernel_ms = " + std::to_string(c.spatial.lend_max_kernel_ms) + "\n";
   s += "be_reserve_groups = " + std::to_string(c.spatial.be_reserve_groups) + "\n";
   s += "right_size_slack_pct = " + std::to_string(c.spatial.right_size_slack_pct) + "\n";
+  s += "mps_kernel_cost_ns = " + std::to_string(c.spatial.mps_kernel_cost_ns) + "\n";
   if (c.spatial.domains.empty()) s += "# no [[spatial.domain]]: spatial sharing off\n";
   for (const SpatialDomain& d : c.spatial.domains) {
     s += "[[spatial.domain]]\n";

@@ -449,6 +449,9 @@ gpuos_msg_tenant_info Core::snapshot(const Tenant& t, uint32_t state, uint64_t e
   i.space_launches = load(cb.space_launches);
   i.space_switches = load(cb.space_switches);
   i.space_failures = load(cb.space_failures);
+  if (const uint64_t kernels = load(cb.space_timed_kernels); kernels != 0) {
+    i.space_kernel_ns = static_cast<uint32_t>(std::min<uint64_t>(load(cb.space_timed_ns) / kernels, UINT32_MAX));
+  }
   if (t.space_sized_sms != 0 && t.space_sms == 0) {
     i.space_default_sms = t.space_default_sms;
     i.space_sized_permille = static_cast<uint32_t>(std::lround(std::clamp(t.space_sized_latency, 0.0, 1e6) * 1000));
@@ -1107,6 +1110,20 @@ uint32_t Core::right_size_tenant(Tenant& t, uint64_t now) {
   return d.sms;
 }
 
+void Core::warn_if_mps_costs_slack(Tenant& t) {
+  if (t.space_mps_warned || t.tenant_class != GPUOS_CLASS_GUARANTEED || t.space_domain[0] == '\0') return;
+  if (load(t.cb->space_samples) < kMpsCostMinSamples) return;
+  const double cost = mps_cost(load(t.cb->space_timed_kernels), load(t.cb->space_timed_ns), opts_.mps_kernel_cost_ns);
+  const double slack = opts_.space_sizer.slack > 0 ? opts_.space_sizer.slack : SizerParams{}.slack;
+  if (cost <= slack) return;
+  t.space_mps_warned = true;
+  log::warn("tenant %u (%s): its kernels take %.1f us on average, and an MPS client's kernel about %.2f us more: "
+            "%.0f%% of its GPU time, more than its %.0f%% slack; spatial sharing cannot keep it within its slack of "
+            "running alone. For that, run it outside domain \"%s\" (time-shared)",
+            t.id, t.name, load(t.cb->space_timed_ns) / 1e3 / static_cast<double>(load(t.cb->space_timed_kernels)),
+            opts_.mps_kernel_cost_ns / 1e3, cost * 100, slack * 100, t.space_domain);
+}
+
 void Core::run_space() {
   bool any = false;
   for (const auto& [id, t] : tenants_) any = any || t.space_domain[0] != '\0';
@@ -1125,6 +1142,7 @@ void Core::run_space() {
     s.priority = t.priority;
     s.weight = t.weight;
     s.want_sms = t.space_sms != 0 ? t.space_sms : right_size_tenant(t, now);
+    warn_if_mps_costs_slack(t);
     sizing = sizing || t.space_sized_sms != 0;
     s.busy = load(t.cb->busy) != 0 || load(t.cb->waiting) != 0;
     if (s.busy) {

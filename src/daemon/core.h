@@ -111,6 +111,9 @@ struct CoreOptions {
   SpaceParams space;
   // Right-sizing of guaranteed spatial tenants that asked for no size (slack <= 0: off).
   SizerParams space_sizer;
+  // What MPS adds to each kernel of a spatial tenant: a guaranteed one whose mean kernel is so
+  // short that this exceeds the sizer's slack is warned about once (0: never).
+  uint64_t mps_kernel_cost_ns = 320;
   std::function<uint64_t()> unix_ms;            // null: CLOCK_REALTIME in ms (injectable for tests)
   std::function<uint64_t()> mono_ns;            // null: CLOCK_MONOTONIC in ns (injectable for tests)
 };
@@ -200,6 +203,7 @@ class Core final : private GateControl {
     uint32_t space_default_sms = 0;           // the sizer's ceiling: the default partition
     uint64_t space_kernel_ns = 0;             // best-effort: its longest kernel as last read (0 = none)
     bool space_cost_warned = false;           // said once that its partition costs it its slack
+    bool space_mps_warned = false;            // said once that MPS costs it its slack (warn_if_mps_costs_slack)
     double space_sized_latency = 0;           // measured at the current size / at the ceiling (0 = none yet)
     std::string space_sizer_traced;           // the sizer's last decision in the debug log (logged on change)
     // Its device ordinals -> gpuosd's GPUs (from the control block's device_uuid; identity until
@@ -247,6 +251,10 @@ class Core final : private GateControl {
   void run_space();
   // The SMs a guaranteed spatial tenant should get, from its latency samples (0 = no opinion).
   uint32_t right_size_tenant(Tenant& t, uint64_t now);
+  // Warns once about a guaranteed spatial tenant whose kernels are so short that what MPS adds to
+  // each (opts_.mps_kernel_cost_ns) exceeds its latency slack, after kMpsCostMinSamples timed launches.
+  void warn_if_mps_costs_slack(Tenant& t);
+  static constexpr uint64_t kMpsCostMinSamples = 64;
   // The GPU holding most of the tenant's memory (0 when it holds none).
   uint32_t home_gpu(const Tenant& t) const;
   // The tenant's device ordinal of GPU index `gpu` (-1: it does not see that GPU). Its per-device

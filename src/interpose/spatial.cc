@@ -63,6 +63,7 @@ struct GraphSource {
   CUgraph copy = nullptr;  // null: unplaceable (edited in place, or could not be copied)
   unsigned long long flags = 0;
   uint64_t version = 0;    // new for every instantiation or update (a variant is made from one)
+  uint32_t kernels = 0;    // its kernel nodes (child graphs included); 0 = not known
 };
 std::atomic<uint64_t> g_source_version{0};
 struct Registry {
@@ -113,6 +114,7 @@ struct CachedContext {
   bool sample_in_flight = false;
   uint64_t sample_key = 0;
   uint32_t sample_sms = 0;
+  uint32_t sample_kernels = 0;  // kernels in the timed launch (a graph's kernel nodes); 0 = not known
   unsigned sample_countdown = kSamplePeriod;
   uint32_t last_sms = 0;      // SM count of the last launch that could be timed
   unsigned burst_left = 0;    // after a change of size: launches timed back to back (see start_sample)
@@ -124,6 +126,7 @@ struct CachedVariant {
   uint64_t generation = 0;
   CUgraphExec variant = nullptr;
   uint32_t sms = 0;
+  uint32_t kernels = 0;  // the graph's kernel nodes
 };
 constexpr int kStreamCache = 8;
 constexpr int kVariantCache = 8;
@@ -297,6 +300,30 @@ bool retarget_graph(const GpuosDriverTable& d, CUgraph graph, CUcontext ctx, int
   return true;
 }
 
+// The kernel nodes of `graph` and of its child graphs (0 when the driver cannot say).
+uint32_t count_kernels(const GpuosDriverTable& d, CUgraph graph, int depth = 0) {
+  size_t n = 0;
+  if (depth > 8 || d.cuGraphGetNodes == nullptr || d.cuGraphNodeGetType == nullptr ||
+      d.cuGraphGetNodes(graph, nullptr, &n) != CUDA_SUCCESS) {
+    return 0;
+  }
+  std::vector<CUgraphNode> nodes(n);
+  if (n > 0 && d.cuGraphGetNodes(graph, nodes.data(), &n) != CUDA_SUCCESS) return 0;
+  uint32_t kernels = 0;
+  for (CUgraphNode node : nodes) {
+    CUgraphNodeType type;
+    if (d.cuGraphNodeGetType(node, &type) != CUDA_SUCCESS) return 0;
+    CUgraph child = nullptr;
+    if (type == CU_GRAPH_NODE_TYPE_KERNEL) {
+      ++kernels;
+    } else if (type == CU_GRAPH_NODE_TYPE_GRAPH && d.cuGraphChildGraphNodeGetGraph != nullptr &&
+               d.cuGraphChildGraphNodeGetGraph(node, &child) == CUDA_SUCCESS) {
+      kernels += count_kernels(d, child, depth + 1);
+    }
+  }
+  return kernels;
+}
+
 // A variant of a graph for partition `green`, made from `copy` (a clone of its source, which this
 // consumes): its kernel nodes name the partition's context. Null when it cannot be placed. Slow
 // (instantiation): called without the registry lock.
@@ -372,13 +399,14 @@ void drop_variants(const GpuosDriverTable& d, Registry& r, CUgraphExec exec) {
   g_graph_generation.fetch_add(1, std::memory_order_release);
 }
 
-// The variant of exec for partition (dev, mask) and its SMs, or null.
+// The variant of exec for partition (dev, mask), its SMs and kernels, or null.
 CUgraphExec graph_variant(const GpuosDriverTable& d, gpuos_control_block* cb, CUgraphExec exec, int dev, uint64_t mask,
-                          uint32_t* sms) {
+                          uint32_t* sms, uint32_t* kernels) {
   const uint64_t gen = g_graph_generation.load(std::memory_order_acquire);
   for (const CachedVariant& v : t_variants) {
     if (v.exec == exec && v.dev == dev && v.mask == mask && v.generation == gen && v.variant != nullptr) {
       *sms = v.sms;
+      *kernels = v.kernels;
       return v.variant;
     }
   }
@@ -392,6 +420,8 @@ CUgraphExec graph_variant(const GpuosDriverTable& d, gpuos_control_block* cb, CU
     if (new_partition) pit->second = make_partition(d, cb, dev, mask);
     *sms = pit->second.sms;
     green = pit->second.green;
+    auto src = r.graphs.find(exec);
+    *kernels = src != r.graphs.end() ? src->second.kernels : 0;
     if (auto vit = r.variants.find({exec, dev, mask}); vit != r.variants.end()) {
       variant = vit->second;
     } else if (green != nullptr) {
@@ -406,7 +436,9 @@ CUgraphExec graph_variant(const GpuosDriverTable& d, gpuos_control_block* cb, CU
     std::lock_guard<std::mutex> lock(r.mu);
     variant = file_variant(d, r, exec, dev, mask, source.version, made);
   }
-  if (variant != nullptr) t_variants[t_variant_next++ % kVariantCache] = CachedVariant{exec, dev, mask, gen, variant, *sms};
+  if (variant != nullptr) {
+    t_variants[t_variant_next++ % kVariantCache] = CachedVariant{exec, dev, mask, gen, variant, *sms, *kernels};
+  }
   return variant;
 }
 
@@ -454,13 +486,26 @@ void collect_sample(const GpuosDriverTable& d, gpuos_control_block* cb, CachedCo
       d.cuEventElapsedTime_v2(&ms, c->sample_start, c->sample_end) != CUDA_SUCCESS || ms < 0) {
     return;
   }
-  record_sample(cb, c->sample_key, c->sample_sms, static_cast<uint64_t>(static_cast<double>(ms) * 1e6));
+  const uint64_t ns = static_cast<uint64_t>(static_cast<double>(ms) * 1e6);
+  record_sample(cb, c->sample_key, c->sample_sms, ns);
+  if (c->sample_kernels != 0) {
+    add(cb->space_timed_kernels, c->sample_kernels);
+    add(cb->space_timed_ns, ns);
+  }
+}
+
+// The kernel nodes of an instantiated graph (0 = not known).
+uint32_t kernels_of(CUgraphExec exec) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  auto it = r.graphs.find(exec);
+  return it != r.graphs.end() ? it->second.kernels : 0;
 }
 
 // Whether this launch is timed: one in kSamplePeriod of the thread's launches in this context,
 // while no earlier one is still running. Records the start event on `target` if so.
 bool start_sample(const GpuosDriverTable& d, gpuos_control_block* cb, CachedContext* c, CUstream target,
-                  bool ptsz, const LaunchShape& shape, uint32_t sms) {
+                  bool ptsz, const LaunchShape& shape, uint32_t sms, uint32_t kernels) {
   collect_sample(d, cb, c);
   if (sms != c->last_sms) {
     // A new size: gpuosd's sizer waits for samples here, and the tenant may be too slow here, so
@@ -481,6 +526,7 @@ bool start_sample(const GpuosDriverTable& d, gpuos_control_block* cb, CachedCont
   }
   c->sample_key = shape_key(shape);
   c->sample_sms = sms;
+  c->sample_kernels = kernels;
   t_timing = c;
   return true;
 }
@@ -615,18 +661,21 @@ Placement place_launch(const GpuosDriverTable& d, gpuos_control_block* cb, CUstr
   const uint64_t mask = std::atomic_ref<uint64_t>(cb->space_mask[c->dev]).load(std::memory_order_acquire);
   if (mask == 0) {  // the whole device: nothing to place, only perhaps a launch to time
     Placement p = unplaced(cb, stream, false);
-    if (start_sample(d, cb, c, stream, ptsz, shape, c->device_sms)) p.timed_end = c->sample_end;
+    if (start_sample(d, cb, c, stream, ptsz, shape, c->device_sms, graph == nullptr ? 1 : 0)) {
+      if (graph != nullptr) c->sample_kernels = kernels_of(graph);  // timed launches only: under the lock
+      p.timed_end = c->sample_end;
+    }
     p.ptsz = ptsz;
     return p;
   }
   if (graph != nullptr) {  // a variant whose nodes name the partition, on the app's own stream
-    uint32_t sms = 0;
-    CUgraphExec variant = graph_variant(d, cb, graph, c->dev, mask, &sms);
+    uint32_t sms = 0, kernels = 0;
+    CUgraphExec variant = graph_variant(d, cb, graph, c->dev, mask, &sms, &kernels);
     if (variant == nullptr) return unplaced(cb, stream, true);
     if (sms != c->last_sms) prefetch_neighbours(d, cb, ctx, c->dev, mask);
     note_mask_in_use(cb, c->dev, mask);
     Placement p{stream, stream, nullptr, nullptr, ptsz, variant};
-    if (start_sample(d, cb, c, stream, ptsz, shape, sms)) p.timed_end = c->sample_end;
+    if (start_sample(d, cb, c, stream, ptsz, shape, sms, kernels)) p.timed_end = c->sample_end;
     return p;
   }
   if (c->forward == nullptr || d.cuEventRecord == nullptr || d.cuStreamWaitEvent == nullptr) {
@@ -642,7 +691,7 @@ Placement place_launch(const GpuosDriverTable& d, gpuos_control_block* cb, CUstr
   }
   note_mask_in_use(cb, c->dev, mask);
   Placement p{part, stream, c->back, nullptr, ptsz};
-  if (start_sample(d, cb, c, part, false, shape, ps.sms)) p.timed_end = c->sample_end;
+  if (start_sample(d, cb, c, part, false, shape, ps.sms, 1)) p.timed_end = c->sample_end;
   return p;
 }
 
@@ -670,6 +719,7 @@ void note_graph_instantiated(const GpuosDriverTable& d, CUgraphExec exec, CUgrap
   src.flags = flags;
   src.version = g_source_version.fetch_add(1, std::memory_order_relaxed) + 1;
   if (d.cuGraphClone == nullptr || d.cuGraphClone(&src.copy, graph) != CUDA_SUCCESS) src.copy = nullptr;
+  src.kernels = count_kernels(d, graph);
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mu);
   auto it = r.graphs.find(exec);
@@ -691,6 +741,7 @@ void note_graph_updated(const GpuosDriverTable& d, CUgraphExec exec, CUgraph gra
   if (graph != nullptr && d.cuGraphClone != nullptr && d.cuGraphClone(&it->second.copy, graph) != CUDA_SUCCESS) {
     it->second.copy = nullptr;
   }
+  if (graph != nullptr) it->second.kernels = count_kernels(d, graph);
   drop_variants(d, r, exec);
 }
 

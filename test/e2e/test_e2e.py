@@ -543,9 +543,12 @@ class Spatial(unittest.TestCase):
         with open(self.cfg, "w") as f:
             # Right-sizing is off except in its own test (it would resize the partitions others check).
             slack = 20 if "right_siz" in self._testMethodName else 0
-            f.write('[spatial]\nmps_control = "%s"\nmps_dir = "%s"\nright_size_slack_pct = %d\n'
+            # What MPS adds to each kernel: 1 ms in the test of the warning (the double's kernels
+            # take about that), else the default (0.32 us, far below the double's kernels).
+            mps_cost = "mps_kernel_cost_ns = 1000000\n" if "mps_costs" in self._testMethodName else ""
+            f.write('[spatial]\nmps_control = "%s"\nmps_dir = "%s"\nright_size_slack_pct = %d\n%s'
                     '[[spatial.domain]]\nname = "serve"\n'
-                    % (os.path.join(HERE, "fake_mps_control.sh"), os.path.join(self.cfg_dir, "mps"), slack))
+                    % (os.path.join(HERE, "fake_mps_control.sh"), os.path.join(self.cfg_dir, "mps"), slack, mps_cost))
         self.d = Daemon(["--config", self.cfg])
         self.d.env["GPUOS_CONFIG"] = self.cfg
         status = os.path.join(self.cfg_dir, "mps", "serve", "status")
@@ -654,9 +657,25 @@ class Spatial(unittest.TestCase):
         smaller = [m for m in rh["masks"] if m != self.HP_GROUPS and m & ~self.HP_GROUPS == 0]
         self.assertTrue(smaller, rh)
         self.assertRegex(self.d.log_text(), r"right-sized 112 -> 104 SMs of 112 \((down|probe)")
+        self.assertNotIn("MPS client's kernel", self.d.log_text())  # its ms-long kernels do not notice MPS
         th = wait_for(lambda: (lambda t: t if t and t["state"] == "exited" else None)(self.d.tenant(hp.pid)),
                       what="hp exited")
         self.assertEqual(th["space_failures"], 0, th)
+
+    def test_a_guaranteed_tenant_whose_slack_mps_costs_is_warned_about(self):
+        be = self.probe("be", "best-effort", 3000)
+        hp = self.probe("hp", "guaranteed", 3000)
+        # Its timed launches (graph replays counted per kernel node) give its mean kernel time.
+        t = wait_for(lambda: (lambda t: t if t and t.get("space_kernel_us", 0) > 0 else None)(self.d.tenant(hp.pid)),
+                     what="HP's mean kernel time")
+        wait_for(lambda: "MPS client's kernel about 1000.00 us more" in self.d.log_text(), timeout=20,
+                 what="the warning about HP")
+        log = self.d.log_text()
+        self.assertRegex(log, r'tenant \d+ \(hp\): its kernels take [0-9.]+ us on average.*outside domain "serve"')
+        self.assertEqual(log.count("MPS client's kernel"), 1, log)  # once, and not about best-effort BE
+        self.assertGreater(t["space_kernel_us"], 0, t)
+        self.result(hp)
+        self.result(be)
 
     def test_a_domain_the_config_does_not_name_is_refused_by_the_cli(self):
         r = subprocess.run(self.d.run_cmd(["--space", "nosuch", "--", "true"]), env=self.d.env,
