@@ -238,6 +238,14 @@ std::string render_metrics(Core& core, const MetricsContext& ctx, uint64_t now_m
           std::snprintf(b, sizeof(b), "%u.%03u", t.info.space_sized_permille / 1000, t.info.space_sized_permille % 1000);
           return std::string(b);
         });
+  per_tenant("gpuos_tenant_space_kernel_seconds", "gauge",
+        "Spatial tenant: the mean time of its kernels in its timed launches (a graph counts its kernel nodes); "
+        "MPS adds a fixed time to each ([spatial] mps_kernel_cost_ns); 0 = not timed yet",
+        [](const TenantStat& t) {
+          char b[24];
+          std::snprintf(b, sizeof(b), "%.9g", t.info.space_kernel_ns / 1e9);
+          return std::string(b);
+        });
   per_tenant("gpuos_tenant_space_launches_total", "counter", "Launches placed on the tenant's SM partition.",
         [](const TenantStat& t) { return u64(t.info.space_launches); });
   per_tenant("gpuos_tenant_space_failures_total", "counter",

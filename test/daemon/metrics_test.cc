@@ -139,6 +139,8 @@ TEST_F(MetricsFixture, ExpositionOfADaemonWithATenant) {
   cb->mem_used_bytes = 4096;
   cb->mem_peak_bytes = 8192;
   cb->mem_used_per_device[0] = 4096;
+  cb->space_timed_kernels = 4;  // 4 kernels timed in 28.4 us: 7.1 us each
+  cb->space_timed_ns = 28'400;
   // A malformed message and a LIST count in the daemon's families.
   uint8_t junk[20] = {1, 2, 3};
   Connection other = conn;
@@ -182,6 +184,7 @@ TEST_F(MetricsFixture, ExpositionOfADaemonWithATenant) {
   EXPECT_EQ(m["gpuos_tenant_space_sms" + L], "0");  // not in a spatial domain
   EXPECT_EQ(m["gpuos_tenant_space_sms_saved" + L], "0");
   EXPECT_EQ(m["gpuos_tenant_space_sized_latency_ratio" + L], "0.000");
+  EXPECT_EQ(m["gpuos_tenant_space_kernel_seconds" + L], "7.1e-06");
   EXPECT_EQ(m["gpuos_tenant_space_launches_total" + L], "0");
   EXPECT_EQ(m["gpuos_tenant_space_failures_total" + L], "0");
   std::string Lb = L.substr(0, L.size() - 1) + ",le=";
