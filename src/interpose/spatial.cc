@@ -115,6 +115,7 @@ struct CachedContext {
   uint64_t sample_key = 0;
   uint32_t sample_sms = 0;
   uint32_t sample_kernels = 0;  // kernels in the timed launch (a graph's kernel nodes); 0 = not known
+  CUgraphExec sample_graph = nullptr;  // ... then, the graph whose nodes to count once it is done
   unsigned sample_countdown = kSamplePeriod;
   uint32_t last_sms = 0;      // SM count of the last launch that could be timed
   unsigned burst_left = 0;    // after a change of size: launches timed back to back (see start_sample)
@@ -475,6 +476,14 @@ void note_mask_in_use(gpuos_control_block* cb, int dev, uint64_t mask) {
   add(cb->space_launches, 1);
 }
 
+// The kernel nodes of an instantiated graph (0 = not known).
+uint32_t kernels_of(CUgraphExec exec) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  auto it = r.graphs.find(exec);
+  return it != r.graphs.end() ? it->second.kernels : 0;
+}
+
 // Collects this thread's timed launch in context c once it has finished (never waits).
 void collect_sample(const GpuosDriverTable& d, gpuos_control_block* cb, CachedContext* c) {
   if (!c->sample_in_flight || d.cuEventQuery == nullptr) return;
@@ -488,24 +497,19 @@ void collect_sample(const GpuosDriverTable& d, gpuos_control_block* cb, CachedCo
   }
   const uint64_t ns = static_cast<uint64_t>(static_cast<double>(ms) * 1e6);
   record_sample(cb, c->sample_key, c->sample_sms, ns);
-  if (c->sample_kernels != 0) {
-    add(cb->space_timed_kernels, c->sample_kernels);
+  uint32_t kernels = c->sample_kernels;
+  if (kernels == 0 && c->sample_graph != nullptr) kernels = kernels_of(c->sample_graph);
+  if (kernels != 0) {
+    add(cb->space_timed_kernels, kernels);
     add(cb->space_timed_ns, ns);
   }
 }
 
-// The kernel nodes of an instantiated graph (0 = not known).
-uint32_t kernels_of(CUgraphExec exec) {
-  Registry& r = registry();
-  std::lock_guard<std::mutex> lock(r.mu);
-  auto it = r.graphs.find(exec);
-  return it != r.graphs.end() ? it->second.kernels : 0;
-}
-
 // Whether this launch is timed: one in kSamplePeriod of the thread's launches in this context,
-// while no earlier one is still running. Records the start event on `target` if so.
+// while no earlier one is still running. Records the start event on `target` if so. kernels: in
+// the launch, or 0 for a graph's that are looked up when it is collected (outside the timing).
 bool start_sample(const GpuosDriverTable& d, gpuos_control_block* cb, CachedContext* c, CUstream target,
-                  bool ptsz, const LaunchShape& shape, uint32_t sms, uint32_t kernels) {
+                  bool ptsz, const LaunchShape& shape, uint32_t sms, uint32_t kernels, CUgraphExec graph = nullptr) {
   collect_sample(d, cb, c);
   if (sms != c->last_sms) {
     // A new size: gpuosd's sizer waits for samples here, and the tenant may be too slow here, so
@@ -527,6 +531,7 @@ bool start_sample(const GpuosDriverTable& d, gpuos_control_block* cb, CachedCont
   c->sample_key = shape_key(shape);
   c->sample_sms = sms;
   c->sample_kernels = kernels;
+  c->sample_graph = kernels == 0 ? graph : nullptr;
   t_timing = c;
   return true;
 }
@@ -661,8 +666,7 @@ Placement place_launch(const GpuosDriverTable& d, gpuos_control_block* cb, CUstr
   const uint64_t mask = std::atomic_ref<uint64_t>(cb->space_mask[c->dev]).load(std::memory_order_acquire);
   if (mask == 0) {  // the whole device: nothing to place, only perhaps a launch to time
     Placement p = unplaced(cb, stream, false);
-    if (start_sample(d, cb, c, stream, ptsz, shape, c->device_sms, graph == nullptr ? 1 : 0)) {
-      if (graph != nullptr) c->sample_kernels = kernels_of(graph);  // timed launches only: under the lock
+    if (start_sample(d, cb, c, stream, ptsz, shape, c->device_sms, graph == nullptr ? 1 : 0, graph)) {
       p.timed_end = c->sample_end;
     }
     p.ptsz = ptsz;
