@@ -115,7 +115,11 @@ typedef struct gpuos_control_block {
    * most gpuos_gate_wait_bound_ns(i) for i < 5, [5] the longer ones. Added in v1's tail padding: a
    * tenant built before it leaves them 0 (the daemon then sees waits without a distribution). */
   uint64_t gate_wait_hist[6];
-  uint8_t pad2[8];
+  /* 1 while a thread blocked in gpuos (at the closed gate, or waiting for room for an allocation)
+   * was woken by a signal handler: the program has a signal to act on (SIGTERM, Ctrl-C), which it
+   * can only once the CUDA call returns, so gpuosd lets it run soon. Cleared when the wait ends. */
+  uint32_t signalled;
+  uint32_t reserved8;
 
   /* ---- memory oversubscription (swap), written by gpuosd, read by the tenant ---- */
   uint32_t swap_command;      /* gpuos_swap_command: what the daemon asks for */

@@ -847,6 +847,10 @@ void Core::answer_room(Tenant& t, uint32_t answer) {
   futex_wake_all(&t.cb->mem_answer_seq);
   t.room_answered_seq = seq;
   t.room_made = false;
+  // Room made: its memory is on the GPU from now, and its quantum against its peers starts now
+  // (counted from registration, a tenant that waited a quantum for room would be displaced again
+  // as soon as it got it, the two taking turns at every swap).
+  if (answer == GPUOS_MEM_RETRY) t.resident_since_ns = now_mono_ns();
 }
 
 void Core::free_slices(Tenant& t) {
@@ -924,6 +928,7 @@ void Core::run_swaps(uint64_t now) {
     s.resident = state == GPUOS_SWAP_RESIDENT && !s.command_pending;
     s.swapped_out = state == GPUOS_SWAP_SWAPPED_OUT && !s.command_pending;
     s.waiting = load(cb.waiting) != 0;
+    s.signalled = load(cb.signalled) != 0;
     s.busy = load(cb.busy) != 0;
     s.wants_room = load(cb.mem_request_seq) != t.room_answered_seq;
     if (const int32_t wd = load(cb.mem_wanted_device); s.wants_room && wd >= 0 && wd < GPUOS_MAX_DEVICES) {

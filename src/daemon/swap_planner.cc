@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <iterator>
+#include <tuple>
 
 namespace gpuos::daemon {
 
@@ -92,7 +93,7 @@ const SwapTenant* pick_victim(const std::vector<SwapTenant>& tenants, const Swap
     if (!could_displace(v, for_whom)) continue;
     if (now < v.no_victim_until_ns) continue;
     const bool peer = v.guaranteed == for_whom.guaranteed;
-    if (peer && v.borrowed_bytes == 0 && now < v.resident_since_ns + p.quantum_ns) continue;
+    if (peer && v.borrowed_bytes == 0 && !for_whom.signalled && now < v.resident_since_ns + p.quantum_ns) continue;
     if (v.pool_largest_free == 0) continue;
     if (best == nullptr || rank(v) < rank(*best)) best = &v;
   }
@@ -110,11 +111,12 @@ std::vector<SwapAction> plan_swaps(const std::vector<SwapTenant>& tenants, const
   for (const SwapTenant& t : tenants) {
     if (t.command_pending) return out;
   }
-  // Guaranteed tenants are served first, then by id (registration order).
+  // Signalled tenants are served first, then guaranteed ones, then by id (registration order).
   std::vector<const SwapTenant*> order;
   for (const SwapTenant& t : tenants) order.push_back(&t);
-  std::stable_sort(order.begin(), order.end(),
-                   [](const SwapTenant* a, const SwapTenant* b) { return a->guaranteed && !b->guaranteed; });
+  std::stable_sort(order.begin(), order.end(), [](const SwapTenant* a, const SwapTenant* b) {
+    return std::make_pair(!a->signalled, !a->guaranteed) < std::make_pair(!b->signalled, !b->guaranteed);
+  });
 
   auto capacity = [&](uint32_t dev) { return dev < p.capacity.size() ? p.capacity[dev] : 0; };
   auto free_on = [&](uint32_t dev) {
@@ -152,9 +154,11 @@ std::vector<SwapAction> plan_swaps(const std::vector<SwapTenant>& tenants, const
     }
   }
 
-  // 2. Swapped-out tenants that want to run: guaranteed first, then the one out longest.
+  // 2. Swapped-out tenants that want to run: signalled, then guaranteed first, then the one out
+  // longest.
   std::stable_sort(order.begin(), order.end(), [](const SwapTenant* a, const SwapTenant* b) {
-    return std::make_pair(!a->guaranteed, a->out_since_ns) < std::make_pair(!b->guaranteed, b->out_since_ns);
+    return std::make_tuple(!a->signalled, !a->guaranteed, a->out_since_ns) <
+           std::make_tuple(!b->signalled, !b->guaranteed, b->out_since_ns);
   });
   for (const SwapTenant* w : order) {
     if (!w->swapped_out || !w->waiting) continue;

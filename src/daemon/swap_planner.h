@@ -40,6 +40,8 @@ struct SwapTenant {
   bool swapped_out = false;      // swap state SWAPPED_OUT (some or all of its movable memory is out)
   bool command_pending = false;  // a SWAP_OUT / SWAP_IN is being carried out
   bool waiting = false;          // a thread is blocked at its closed gate: it wants to run
+  bool signalled = false;        // a signal handler woke a thread blocked in gpuos (at the gate or
+                                 // waiting for room): it has a signal to act on (SIGTERM, Ctrl-C)
   bool busy = false;
   bool wants_room = false;       // an allocation of it waits for room (unanswered request)
   bool room_made = false;        // ... and memory was freed since it asked
@@ -82,6 +84,9 @@ struct SwapAction {
 //  - A swapped-out tenant that wants to run is swapped in when it fits, else a victim moves out
 //    the difference first; the one out longest goes first (guaranteed tenants before the rest), so
 //    a victim's memory does not come back before the tenant it made room for.
+//  - A signalled tenant (a signal to act on, which it can only once gpuos lets its call return)
+//    goes first, and its peers' quantum does not hold it back: stopping a swapped-out job with
+//    SIGTERM or Ctrl-C takes a swap, not the rest of another tenant's quantum.
 //  - Everything is per GPU: only a tenant on the beneficiary's GPU can make room there.
 //  - Victims: swappable, with movable memory on the GPU, not the beneficiary; a best-effort tenant
 //    never displaces a guaranteed one; peers (same class) only after the victim held its memory

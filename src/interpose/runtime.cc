@@ -245,9 +245,16 @@ uint64_t monotonic_ns() {
   return static_cast<uint64_t>(t.tv_sec) * 1000000000ull + static_cast<uint64_t>(t.tv_nsec);
 }
 
-void futex_wait(uint32_t* word, uint32_t expected, long timeout_ms) {
+bool futex_wait(uint32_t* word, uint32_t expected, long timeout_ms) {
   timespec t{timeout_ms / 1000, (timeout_ms % 1000) * 1000000};
-  syscall(SYS_futex, word, FUTEX_WAIT, expected, &t, nullptr, 0);
+  const int saved = errno;
+  const bool interrupted = syscall(SYS_futex, word, FUTEX_WAIT, expected, &t, nullptr, 0) != 0 && errno == EINTR;
+  errno = saved;  // inside the application's CUDA call: leave its errno as it was
+  return interrupted;
+}
+
+void note_signalled(gpuos_control_block* cb) {
+  if (std::atomic_ref<uint32_t>(cb->signalled).exchange(1, std::memory_order_relaxed) == 0) notify_activity(cb);
 }
 
 bool daemon_connection_lost() {
@@ -448,8 +455,9 @@ void wait_at_gate(gpuos_control_block* cb) {
         break;
       }
     }
-    futex_wait(&cb->gate, GPUOS_GATE_CLOSED, 50);
+    if (futex_wait(&cb->gate, GPUOS_GATE_CLOSED, 50)) note_signalled(cb);
   }
+  std::atomic_ref<uint32_t>(cb->signalled).store(0, std::memory_order_relaxed);
   waiting.store(0, std::memory_order_relaxed);
   notify_activity(cb);
   const uint64_t ns = monotonic_ns() - t0;

@@ -44,7 +44,13 @@ void wait_at_gate(gpuos_control_block* cb);
 uint64_t monotonic_ns();
 // Waits on a control-block word until it no longer holds `expected`, a wake-up, or timeout_ms.
 // Shared (not private) futex: gpuosd wakes it through its own mapping of the same memfd.
-void futex_wait(uint32_t* word, uint32_t expected, long timeout_ms);
+// True when a signal handler interrupted the wait (EINTR): see note_signalled.
+bool futex_wait(uint32_t* word, uint32_t expected, long timeout_ms);
+
+// A wait of this tenant in gpuos was interrupted by a signal handler: the program has a signal to
+// act on (SIGTERM, Ctrl-C; Python runs its handlers only once the call returns). Marks it in the
+// control block (signalled) and wakes gpuosd, which then lets the tenant run soon.
+void note_signalled(gpuos_control_block* cb);
 
 // The connected control socket, or -1 when not registered with a daemon.
 int daemon_socket();

@@ -584,8 +584,9 @@ bool wait_for_room(gpuos_control_block* cb, uint64_t bytes, int device) {
       break;
     }
     if (ref(cb->daemon_alive).load() == 0 || daemon_connection_lost()) break;
-    futex_wait(&cb->mem_answer_seq, ans, 100);
+    if (futex_wait(&cb->mem_answer_seq, ans, 100)) note_signalled(cb);
   }
+  ref(cb->signalled).store(0);
   ref(cb->mem_waits).fetch_add(1);
   ref(cb->mem_wait_ns).fetch_add(monotonic_ns() - t0);
   return answered && ref(cb->mem_answer).load(std::memory_order_acquire) == GPUOS_MEM_RETRY;

@@ -125,6 +125,26 @@ TEST(SwapPlanner, PeersKeepTheirMemoryForAQuantumAndOnlyTheDifferenceMoves) {
   EXPECT_EQ(plan_swaps({a, b}, params(), 10 * kSec), (std::vector<SwapAction>{{K::kSwapIn, 2}}));
 }
 
+TEST(SwapPlanner, ASignalledTenantGoesFirstAndIsNotHeldBackByAPeersQuantum) {
+  // b, swapped out for a, got SIGTERM (its thread at the gate was woken by the handler): a's
+  // quantum (until 12 s) does not keep b waiting; b is not the one out longest, and goes first.
+  SwapTenant a = resident(1, 130 * GiB);
+  a.resident_since_ns = 8 * kSec;
+  SwapTenant b = out(2, 26 * GiB, 5 * kSec);
+  SwapTenant c = out(3, 26 * GiB, 1 * kSec);
+  EXPECT_TRUE(plan_swaps({a, b, c}, params(), 10 * kSec).empty());
+  b.signalled = true;
+  auto acts = plan_swaps({a, b, c}, params(), 10 * kSec);
+  ASSERT_EQ(acts.size(), 1u);
+  EXPECT_EQ(acts[0].kind, K::kSwapOut);
+  EXPECT_EQ(acts[0].tenant_id, 1u);
+  a.resident_bytes = a.movable_bytes = 100 * GiB;  // room for one of them: b, not c
+  EXPECT_EQ(plan_swaps({a, b, c}, params(), 10 * kSec), (std::vector<SwapAction>{{K::kSwapIn, 2}}));
+  // A best-effort tenant's signal still displaces no guaranteed tenant.
+  SwapTenant hp = resident(4, 130 * GiB, /*guaranteed=*/true);
+  EXPECT_TRUE(plan_swaps({hp, b}, params(), 100 * kSec).empty());
+}
+
 TEST(SwapPlanner, SwapsInWhenItFitsTheOneOutLongestFirst) {
   SwapTenant a = out(1, 20 * GiB, 7 * kSec);
   SwapTenant b = out(2, 20 * GiB, 3 * kSec);  // out longer: it goes first

@@ -9,6 +9,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -357,7 +358,9 @@ class Swap(unittest.TestCase):
         self.cfg_dir = tempfile.mkdtemp(prefix="gpuos-swap-cfg-")
         cfg = os.path.join(self.cfg_dir, "gpuos.toml")
         with open(cfg, "w") as f:
-            f.write('[memory]\nswap_pool = "2GiB"\nswap_quantum_ms = 1000\nswap_headroom = "64MiB"\n')
+            # A long quantum where a signal has to cut it short.
+            quantum = 6000 if "signal" in self._testMethodName else 1000
+            f.write('[memory]\nswap_pool = "2GiB"\nswap_quantum_ms = %d\nswap_headroom = "64MiB"\n' % quantum)
         os.environ["GPUOS_SIM_MEM_MIB"] = "1024"
         try:
             self.d = Daemon(["--config", cfg])
@@ -406,6 +409,34 @@ class Swap(unittest.TestCase):
         self.assertGreaterEqual(ta["swap_out_bytes"] + tb["swap_out_bytes"], 600 << 20)
         self.assertEqual(ta["alloc_failures"] + tb["alloc_failures"], 0)
         self.assertGreaterEqual(tb["mem_waits"], 1, "b's allocation should have waited for room")
+
+    def test_a_signal_lets_a_swapped_out_tenant_stop_without_waiting_for_a_quantum(self):
+        # a is swapped out for b and waits at its closed gate; b's quantum is 6 s. SIGTERM to a
+        # (gpuos-synth stops its loop on it, its handler installed without SA_RESTART, as Python's
+        # are) wakes a's waiting thread: gpuosd swaps a in at once, and a stops, its data intact.
+        a = self.synth("swap-a", "--swap", count=6000)
+        b = None
+        try:
+            wait_for(lambda: (self.d.tenant(a.pid) or {}).get("launches", 0) > 5, what="tenant a to run")
+            b = self.synth("swap-b", "--swap", count=6000)
+            wait_for(lambda: (self.d.tenant(a.pid) or {}).get("swap_state") == "swapped-out", timeout=30,
+                     what="a to be swapped out")
+            t0 = time.monotonic()
+            a.send_signal(signal.SIGTERM)
+            out, err = a.communicate(timeout=60)
+            took = time.monotonic() - t0
+            self.assertEqual(a.returncode, 0, err + self.d.log_text())
+            self.assertTrue(json.loads(out.strip().splitlines()[-1])["verified"])
+            self.assertLess(took, 5.0, "a waited for b's quantum:\n" + self.d.log_text())
+            b.send_signal(signal.SIGTERM)
+            out, err = b.communicate(timeout=60)
+            self.assertEqual(b.returncode, 0, err)
+            self.assertTrue(json.loads(out.strip().splitlines()[-1])["verified"])
+        finally:
+            for p in (a, b):
+                if p is not None and p.poll() is None:
+                    p.kill()
+                    p.wait()
 
     def test_borrowed_memory_is_on_top_of_the_quota(self):
         # 400 MiB: over a 256 MiB quota, within 256 MiB quota + 256 MiB borrowable.

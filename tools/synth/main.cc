@@ -585,8 +585,13 @@ int main(int argc, char** argv) {
     return kExitUsage;
   }
   if (opt.mode == Mode::kClosed) {
-    std::signal(SIGTERM, request_stop);
-    std::signal(SIGINT, request_stop);
+    // Without SA_RESTART, as Python installs its handlers: a wait the signal interrupts returns
+    // EINTR (gpuos then lets a gated or swapped-out tenant run soon, so it can stop).
+    struct sigaction sa {};
+    sa.sa_handler = request_stop;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, nullptr);
+    sigaction(SIGINT, &sa, nullptr);
   }
   try {
     Synth synth(opt);
