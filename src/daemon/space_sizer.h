@@ -18,9 +18,9 @@
 //    ever more rarely: each probe costs it latency.
 // The size a move up returns to passed on the way down; until its hold expires it is only left
 // upward for a clear regression (settled_slack): the figure it is held against was measured once,
-// at the start, and the tenant's latency drifts by a few percent over seconds beside busy
-// best-effort tenants (measured on the H200: +5-7% at every size), which would otherwise walk it
-// back up one size at a time.
+// at the start, so noise of a few percent would otherwise walk it back up one size at a time.
+// (The +5-7% "drift" first seen on the H200 was the table giving the ceiling's slot away and the
+// ceiling being extrapolated; the ceiling figure is now kept, see ceiling_figures.)
 // After a move up, the samples of the next settle_ns are not counted: the SMs it gained are still
 // running the kernels best-effort tenants started there before the move (they leave at their next
 // kernel boundary), so its first kernels there share SMs and would read as a size too small.
