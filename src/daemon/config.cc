@@ -149,6 +149,8 @@ bool parse_scheduler(Ctx& cx, const toml::table& t, Config* c) {
       if (!cx.get_uint(v, "scheduler", key, 0, 1000000, &s.idle_grace_us)) return false;
     } else if (key == "be_slice_ms") {
       if (!cx.get_uint(v, "scheduler", key, 1, 10000, &s.be_slice_ms)) return false;
+    } else if (key == "signal_grace_ms") {
+      if (!cx.get_uint(v, "scheduler", key, 0, 60000, &s.signal_grace_ms)) return false;
     } else {
       return cx.fail(v, "scheduler", key, "unknown key");
     }
@@ -484,6 +486,7 @@ std::string format_config(const Config& c) {
   s += "be_max_inflight = " + std::to_string(c.scheduler.be_max_inflight) + "\n";
   s += "idle_grace_us = " + std::to_string(c.scheduler.idle_grace_us) + "\n";
   s += "be_slice_ms = " + std::to_string(c.scheduler.be_slice_ms) + "\n";
+  s += "signal_grace_ms = " + std::to_string(c.scheduler.signal_grace_ms) + "\n";
   s += "[memory]\n";
   s += "swap_pool = " + quote(c.memory.swap_pool_bytes ? std::to_string(c.memory.swap_pool_bytes) : "") + "\n";
   s += "swap_quantum_ms = " + std::to_string(c.memory.swap_quantum_ms) + "\n";

@@ -16,6 +16,8 @@
 //   be_max_inflight = 2    # priority: unfinished launches a best-effort tenant may have (0..1024)
 //   idle_grace_us = 200    # priority: idle this long after the last work before "not busy" (0..1000000)
 //   be_slice_ms = 50       # priority: best-effort time slice at weight 100 (1..10000)
+//   signal_grace_ms = 1000 # priority: a gated best-effort tenant woken by a signal (SIGTERM,
+//                          # Ctrl-C) runs this long to act on it (0..60000; 0 = it waits its turn)
 //   [memory]
 //   swap_pool = ""         # host memory set aside for swapped-out tenants, e.g. "84GiB"; "" = no
 //                          # oversubscription (tenants of `gpuos run --swap` then stay resident)
@@ -74,6 +76,7 @@ struct SchedulerConfig {
   uint32_t be_max_inflight = 2;
   uint32_t idle_grace_us = 200;
   uint32_t be_slice_ms = 50;
+  uint32_t signal_grace_ms = 1000;
 };
 
 // A TCP listen address of [metrics] listen: numeric IPv4 "A.B.C.D:PORT", IPv6 "[ADDR]:PORT", or

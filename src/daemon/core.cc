@@ -647,6 +647,7 @@ TenantView Core::view(const Tenant& t) const {
   if (t.cb != nullptr) {
     v.busy = load(t.cb->busy) != 0;
     v.waiting = load(t.cb->waiting) != 0;
+    v.signalled = load(t.cb->signalled) != 0;
     v.gate = std::atomic_ref<uint32_t>(t.cb->gate).load(std::memory_order_acquire);
   }
   v.pinned = t.pinned;

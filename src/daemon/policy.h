@@ -42,6 +42,7 @@ struct TenantView {
   uint64_t requested_mem_bytes = 0;
   bool busy = false;     // control block `busy`: submitted work not finished (or within idle grace)
   bool waiting = false;  // control block `waiting`: a thread is blocked at the closed gate
+  bool signalled = false;  // control block `signalled`: a signal handler woke a thread blocked in gpuos
   uint32_t gate = GPUOS_GATE_OPEN;  // current gate word
   bool pinned = false;   // an admin closed this gate; set_gate from a policy is ignored
 };

@@ -345,6 +345,34 @@ class PriorityPolicy(unittest.TestCase):
             be.wait()
 
 
+    def test_a_signal_lets_a_gated_best_effort_tenant_act_on_it(self):
+        # HP busy for seconds; BE waits at its closed gate. SIGTERM to BE (gpuos-synth's handler
+        # only sets a flag, without SA_RESTART, as Python's do) wakes its thread at the gate:
+        # gpuosd opens BE's gate for signal_grace_ms, BE stops its loop and exits with its result.
+        be = self.synth("be", "best-effort", 2_000_000, 100000)
+        hp = None
+        try:
+            wait_for(lambda: self.launches(be.pid) > 20, what="BE to run")
+            hp = self.synth("hp", "guaranteed", 400_000_000, 25)  # 0.4 s kernels for 10 s
+            wait_for(lambda: self.launches(hp.pid) >= 2, what="HP to start its kernels")
+            wait_for(lambda: (self.d.tenant(be.pid) or {}).get("state") == "gated", what="BE gated")
+            time.sleep(0.2)
+            t0 = time.monotonic()
+            be.send_signal(signal.SIGTERM)
+            out, err = be.communicate(timeout=30)
+            took = time.monotonic() - t0
+            self.assertEqual(be.returncode, 0, err + self.d.log_text())
+            self.assertTrue(json.loads(out.strip().splitlines()[-1])["verified"])
+            self.assertLess(took, 4.0, "BE waited for HP:\n" + self.d.log_text())
+            self.assertIsNone(hp.poll(), "HP should still be running (the test would prove nothing)")
+            self.assertIn("woken by a signal at its closed gate", self.d.log_text())
+        finally:
+            for p in (be, hp):
+                if p is not None and p.poll() is None:
+                    p.kill()
+                    p.wait()
+
+
 class Swap(unittest.TestCase):
     """[memory] swap_pool: two swappable tenants that do not fit together take turns on the GPU.
 

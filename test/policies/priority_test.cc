@@ -164,6 +164,34 @@ TEST(Priority, OwnerGoingIdleHandsOverAtOnce) {
   EXPECT_EQ(st.owner, 0u);
 }
 
+TEST(Priority, ASignalledBestEffortGetsAGraceToActOnIt) {
+  // HP busy all along; BE 2 waits at its closed gate. A signal wakes its thread (SIGTERM): its gate
+  // opens for signal_grace_ms (1 s), then closes again; BE 3, not signalled, stays closed.
+  PriorityState st;
+  std::vector<PriorityTenant> t = {G(1, 0, true), B(2, 100, false, true), B(3, 100, false, true)};
+  PriorityDecision d = decide_priority(t, params(), &st, 0);
+  EXPECT_EQ(gates_of(d), (std::map<uint32_t, uint32_t>{{1, O}, {2, C}, {3, C}}));
+  t[1].signalled = true;
+  d = decide_priority(t, params(), &st, 10 * kMs);
+  EXPECT_EQ(gates_of(d), (std::map<uint32_t, uint32_t>{{1, O}, {2, O}, {3, C}}));
+  EXPECT_EQ(d.next_tick_ns, 1010 * kMs);  // the grace's end
+  t[1] = B(2, 100, true, false);  // through its gate: running, no longer signalled
+  d = decide_priority(t, params(), &st, 500 * kMs);
+  EXPECT_EQ(gates_of(d)[2], O) << "the grace lasts, for what its handler does next";
+  d = decide_priority(t, params(), &st, 1010 * kMs);
+  EXPECT_EQ(gates_of(d)[2], C);
+  EXPECT_EQ(d.next_tick_ns, 0u);
+  // Off (0), or pinned by an admin: no grace.
+  PriorityState st2;
+  t[1] = B(2, 100, false, true);
+  t[1].signalled = true;
+  PriorityParams off = params();
+  off.signal_grace_ms = 0;
+  EXPECT_EQ(gates_of(decide_priority(t, off, &st2, 0))[2], C);
+  PriorityState st3;
+  EXPECT_EQ(gates_of(decide_priority({t[0], pinned(t[1])}, params(), &st3, 0))[2], C);
+}
+
 TEST(Priority, GuaranteedPausesTheSliceAndResumesWhatIsLeft) {
   PriorityState st;
   std::vector<PriorityTenant> t = {G(1, 0), B(2, 100, true, true), B(3, 100, false, true)};

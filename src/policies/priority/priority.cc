@@ -105,6 +105,23 @@ PriorityDecision decide_priority(const std::vector<PriorityTenant>& tenants, con
   }
   st->guaranteed_active = g_active;
 
+  // Signalled BE: a reprieve from the gate. The next decision after it ends closes the gate again.
+  for (const PriorityTenant& t : tenants) {
+    if (!is_guaranteed(t) && !t.pinned && t.signalled && t.waiting && params.signal_grace_ms != 0 &&
+        st->reprieve_until_ns.count(t.id) == 0) {
+      st->reprieve_until_ns[t.id] = now + static_cast<uint64_t>(params.signal_grace_ms) * 1000000ull;
+    }
+  }
+  for (auto it = st->reprieve_until_ns.begin(); it != st->reprieve_until_ns.end();) {
+    const bool live = std::any_of(tenants.begin(), tenants.end(), [&](const PriorityTenant& t) { return t.id == it->first; });
+    if (!live || now >= it->second) {
+      it = st->reprieve_until_ns.erase(it);
+      continue;
+    }
+    d.next_tick_ns = d.next_tick_ns == 0 ? it->second : std::min(d.next_tick_ns, it->second);
+    ++it;
+  }
+
   // Is a guaranteed tenant that t does not share the GPU in space with active (above `floor`)?
   auto active_guaranteed_outside = [&](const PriorityTenant& t, int32_t floor) {
     return std::any_of(tenants.begin(), tenants.end(), [&](const PriorityTenant& g) {
@@ -121,6 +138,7 @@ PriorityDecision decide_priority(const std::vector<PriorityTenant>& tenants, con
     } else if (g_active || (st->owner != 0 && t.id != st->owner)) {
       gate = GPUOS_GATE_CLOSED;
     }
+    if (gate == GPUOS_GATE_CLOSED && st->reprieve_until_ns.count(t.id) != 0) gate = GPUOS_GATE_OPEN;
     d.gates.push_back(GateDecision{t.id, gate});
   }
   // Forget the granted time of tenants that are gone.
@@ -162,7 +180,7 @@ void PriorityPolicy::apply(daemon::GateControl& gates, uint64_t now, const char*
   std::vector<uint32_t> current;
   gates.for_each_tenant([&](const daemon::TenantView& v) {
     in.push_back(PriorityTenant{v.id, v.tenant_class, v.priority, v.weight, v.busy, v.waiting, v.pinned,
-                                std::string(v.space_domain)});
+                                std::string(v.space_domain), v.signalled});
     current.push_back(v.gate);
   });
   const uint32_t old_owner = state_.owner;
@@ -176,6 +194,10 @@ void PriorityPolicy::apply(daemon::GateControl& gates, uint64_t now, const char*
     if (d.gates[i].gate == current[i] || in[i].pinned) continue;
     gates.set_gate(d.gates[i].id, d.gates[i].gate);
     const char* reason = "";
+    if (d.gates[i].gate == GPUOS_GATE_OPEN && state_.reprieve_until_ns.count(d.gates[i].id) != 0) {
+      log::info("priority: tenant %u was woken by a signal at its closed gate: open for %u ms so it can act on it",
+                d.gates[i].id, params_.signal_grace_ms);
+    }
     if (d.gates[i].gate == GPUOS_GATE_CLOSED) {
       reason = is_guaranteed(in[i]) ? "a higher-priority guaranteed tenant is busy"
                : state_.guaranteed_active ? "a guaranteed tenant is busy"

@@ -24,6 +24,11 @@
 //    (busy and not waiting: its work is on the GPU) if there is one, so the GPU is not drained
 //    needlessly; otherwise the next in round-robin order.
 //
+//  - A BE woken by a signal at its closed gate (SIGTERM, Ctrl-C: the program has a signal to act
+//    on, and Python, for one, runs its handler only once the CUDA call returns) gets its gate open
+//    for signal_grace_ms, whoever is active, so it can stop or checkpoint. A rare, user-made event:
+//    its cost to a guaranteed tenant is bounded by the grace.
+//
 //  - Spatial sharing (mixed mode): tenants of one spatial domain do not gate each other; they share
 //    the GPU in space (disjoint SM partitions, space_planner.h). A guaranteed tenant of domain D
 //    closes the gates of tenants outside D only, and best-effort tenants of a domain take no part
@@ -49,6 +54,7 @@ struct PriorityParams {
   uint32_t be_max_inflight = 2;
   uint32_t idle_grace_us = 200;
   uint32_t be_slice_ms = 50;
+  uint32_t signal_grace_ms = 1000;
 };
 
 // The inputs of one decision for one tenant (from a daemon::TenantView).
@@ -61,6 +67,7 @@ struct PriorityTenant {
   bool waiting = false;
   bool pinned = false;
   std::string domain;  // spatial-sharing domain ("" = none)
+  bool signalled = false;  // a signal handler woke a thread of it blocked at its closed gate
 };
 
 // What the policy remembers between decisions.
@@ -73,6 +80,7 @@ struct PriorityState {
   uint64_t paused_remaining_ns = 0;
   bool guaranteed_active = false;   // as of the last decision
   std::map<uint32_t, uint64_t> granted_ns;  // BE id -> total time it held a slice
+  std::map<uint32_t, uint64_t> reprieve_until_ns;  // BE id -> its gate is open until then (a signal)
 };
 
 struct GateDecision {
