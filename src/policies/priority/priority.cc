@@ -113,7 +113,8 @@ PriorityDecision decide_priority(const std::vector<PriorityTenant>& tenants, con
     }
   }
   for (auto it = st->reprieve_until_ns.begin(); it != st->reprieve_until_ns.end();) {
-    const bool live = std::any_of(tenants.begin(), tenants.end(), [&](const PriorityTenant& t) { return t.id == it->first; });
+    const bool live =
+        std::any_of(tenants.begin(), tenants.end(), [&](const PriorityTenant& t) { return t.id == it->first; });
     if (!live || now >= it->second) {
       it = st->reprieve_until_ns.erase(it);
       continue;
