@@ -1163,8 +1163,8 @@ void Core::run_space() {
     if (s.tenant_class == GPUOS_CLASS_BEST_EFFORT && !s.domain.empty()) {
       // How long taking lent groups back from it could take (the planner lends only below a bound).
       std::vector<ShapeSamples> shapes;
-      if (read_shape_samples(*t.cb, &shapes)) t.space_kernel_ns = longest_kernel_ns(shapes);
-      s.kernel_ns = t.space_kernel_ns;
+      if (read_shape_samples(*t.cb, &shapes)) t.space_longest_kernel_ns = longest_kernel_ns(shapes);
+      s.kernel_ns = t.space_longest_kernel_ns;
     }
     in.push_back(std::move(s));
   }

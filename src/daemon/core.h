@@ -201,7 +201,7 @@ class Core final : private GateControl {
     SizerState space_sizer;                   // right-sizing (guaranteed, no size asked for)
     uint32_t space_sized_sms = 0;             // what the sizer chose last (0 = not sized)
     uint32_t space_default_sms = 0;           // the sizer's ceiling: the default partition
-    uint64_t space_kernel_ns = 0;             // best-effort: its longest kernel as last read (0 = none)
+    uint64_t space_longest_kernel_ns = 0;     // best-effort: its longest kernel as last read (0 = none)
     bool space_cost_warned = false;           // said once that its partition costs it its slack
     bool space_mps_warned = false;            // said once that MPS costs it its slack (warn_if_mps_costs_slack)
     double space_sized_latency = 0;           // measured at the current size / at the ceiling (0 = none yet)

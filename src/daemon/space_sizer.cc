@@ -64,7 +64,7 @@ namespace {
 std::vector<ShapeSamples> counted_samples(const std::vector<ShapeSamples>& raw, const SizerState& state) {
   std::vector<ShapeSamples> out = raw;
   for (ShapeSamples& s : out) {
-    for (const SizerState::Discount& x : state.discounted) {
+    for (const SizerState::SampleSum& x : state.discounted) {
       if (x.key != s.key) continue;
       for (LatencyPoint& p : s.points) {
         if (p.sms != x.sms) continue;
@@ -103,24 +103,24 @@ SizerDecision right_size(const std::vector<ShapeSamples>& table, const std::vect
   }
   std::vector<ShapeSamples> shapes = counted_samples(table, *state);
   const auto snapshot_of = [&](uint64_t key) {
-    for (const SizerState::Discount& x : state->at_move) {
+    for (const SizerState::SampleSum& x : state->at_move) {
       if (x.key == key) return x;
     }
-    return SizerState::Discount{key, current, 0, 0};
+    return SizerState::SampleSum{key, current, 0, 0};
   };
   if (state->settle_until_ns != 0) {
     // Settled: what came in since the move is left out of every figure from now on.
-    std::erase_if(state->discounted, [&](const SizerState::Discount& x) {
+    std::erase_if(state->discounted, [&](const SizerState::SampleSum& x) {
       return std::none_of(table.begin(), table.end(), [&](const ShapeSamples& s) { return s.key == x.key; });
     });
     for (const ShapeSamples& s : shapes) {
       const LatencyPoint* p = point_at(s, current);
-      const SizerState::Discount before = snapshot_of(s.key);
+      const SizerState::SampleSum before = snapshot_of(s.key);
       if (p == nullptr || p->count <= before.count) continue;
       const uint64_t n = p->count - before.count;
       const double sum = p->mean_ns * static_cast<double>(p->count) - before.sum_ns;
       auto it = std::find_if(state->discounted.begin(), state->discounted.end(),
-                             [&](const SizerState::Discount& x) { return x.key == s.key && x.sms == current; });
+                             [&](const SizerState::SampleSum& x) { return x.key == s.key && x.sms == current; });
       if (it == state->discounted.end()) it = state->discounted.insert(state->discounted.end(), {s.key, current, 0, 0});
       it->count += n;
       it->sum_ns += sum;
@@ -170,15 +170,15 @@ SizerDecision right_size(const std::vector<ShapeSamples>& table, const std::vect
     return d;
   }
   // Each shape's figure at the ceiling: the table's, else the one it had last.
-  std::erase_if(state->ceiling_figures, [&](const SizerState::Discount& x) {
+  std::erase_if(state->ceiling_figures, [&](const SizerState::SampleSum& x) {
     return std::none_of(shapes.begin(), shapes.end(), [&](const ShapeSamples& s) { return s.key == x.key; });
   });
   const auto ceiling_figure = [&](const ShapeSamples& s) -> double {
     auto it = std::find_if(state->ceiling_figures.begin(), state->ceiling_figures.end(),
-                           [&](const SizerState::Discount& x) { return x.key == s.key; });
+                           [&](const SizerState::SampleSum& x) { return x.key == s.key; });
     const LatencyPoint* p = point_at(s, ceiling);
     if (p != nullptr && p->count >= params.min_samples && (it == state->ceiling_figures.end() || p->count >= it->count)) {
-      const SizerState::Discount now{s.key, ceiling, p->count, p->mean_ns * static_cast<double>(p->count)};
+      const SizerState::SampleSum now{s.key, ceiling, p->count, p->mean_ns * static_cast<double>(p->count)};
       if (it == state->ceiling_figures.end()) {
         state->ceiling_figures.push_back(now);
       } else {

@@ -76,7 +76,7 @@ struct SizerState {
   uint32_t floor_proofs = 0;    // times in a row that floor_sms proved needed (the hold doubles)
   uint64_t settle_until_ns = 0; // after a move up: samples until then are not counted
   // Samples of one shape at one size (count and sum of their durations).
-  struct Discount {
+  struct SampleSum {
     uint64_t key = 0;
     uint32_t sms = 0;
     uint64_t count = 0;
@@ -84,12 +84,12 @@ struct SizerState {
   };
   // Each shape's samples at the current size when the sizer moved to it (the table is cumulative;
   // fresh samples are those added since).
-  std::vector<Discount> at_move;
+  std::vector<SampleSum> at_move;
   // Samples taken while settling, left out of every figure (subtracted from the table's).
-  std::vector<Discount> discounted;
+  std::vector<SampleSum> discounted;
   // Each shape's figure at the ceiling, as last seen with min_samples: what it is judged against
   // should the table give the point's slot to another size.
-  std::vector<Discount> ceiling_figures;
+  std::vector<SampleSum> ceiling_figures;
 };
 
 struct SizerDecision {

@@ -14,9 +14,10 @@ namespace gpuos::interpose {
 // the count, as Space-Saving would, since a shape with an inherited count but no samples would
 // look like main work to gpuosd's sizer. Frequent shapes keep their slots; the rare ones of an
 // eager workload take turns in the least frequent slot. A new SM count of a shape takes an unused
-// point or its least sampled one, and that first sample is not counted (it may include loading the
-// kernel into the partition's green context). The caller serialises writers; readers see space_sample_seq odd
-// while an update is in progress.
+// point or its least sampled one other than its largest and smallest SM counts (the sizer's
+// reference and the size that proved too small), and that first sample is not counted (it may
+// include loading the kernel into the partition's green context). The caller serialises writers;
+// readers see space_sample_seq odd while an update is in progress.
 void shape_table_add(gpuos_control_block* cb, uint64_t key, uint32_t sms, uint64_t ns);
 
 }  // namespace gpuos::interpose

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <set>
 #include <tuple>
 #include <vector>
 
@@ -73,7 +74,7 @@ struct Registry {
   std::map<CUcontext, int> primary_device;                   // -1: not a primary context
   std::map<CUgraphExec, GraphSource> graphs;
   std::map<std::tuple<CUgraphExec, int, uint64_t>, CUgraphExec> variants;  // (exec, dev, mask); null = failed
-  std::map<std::pair<int, uint64_t>, bool> prefetched;       // (device, mask) whose neighbours were made
+  std::set<std::pair<int, uint64_t>> prefetched;             // (device, mask) whose neighbours were made
   std::mutex sample_mu;  // one writer of the shape table at a time (not nested with mu)
 };
 
@@ -635,7 +636,7 @@ void prefetch_neighbours(const GpuosDriverTable& d, gpuos_control_block* cb, CUc
   {
     Registry& r = registry();
     std::lock_guard<std::mutex> lock(r.mu);
-    if (!r.prefetched.try_emplace({dev, mask}, true).second) return;
+    if (!r.prefetched.insert({dev, mask}).second) return;
   }
   auto* job = new (std::nothrow) PrefetchJob{&d, cb, ctx, dev, mask};
   if (job == nullptr) return;

@@ -105,6 +105,9 @@ PriorityDecision decide_priority(const std::vector<PriorityTenant>& tenants, con
   }
   st->guaranteed_active = g_active;
 
+  auto live = [&](uint32_t id) {
+    return std::any_of(tenants.begin(), tenants.end(), [id](const PriorityTenant& t) { return t.id == id; });
+  };
   // Signalled BE: a reprieve from the gate. The next decision after it ends closes the gate again.
   for (const PriorityTenant& t : tenants) {
     if (!is_guaranteed(t) && !t.pinned && t.signalled && t.waiting && params.signal_grace_ms != 0 &&
@@ -113,9 +116,7 @@ PriorityDecision decide_priority(const std::vector<PriorityTenant>& tenants, con
     }
   }
   for (auto it = st->reprieve_until_ns.begin(); it != st->reprieve_until_ns.end();) {
-    const bool live =
-        std::any_of(tenants.begin(), tenants.end(), [&](const PriorityTenant& t) { return t.id == it->first; });
-    if (!live || now >= it->second) {
+    if (!live(it->first) || now >= it->second) {
       it = st->reprieve_until_ns.erase(it);
       continue;
     }
@@ -144,8 +145,7 @@ PriorityDecision decide_priority(const std::vector<PriorityTenant>& tenants, con
   }
   // Forget the granted time of tenants that are gone.
   for (auto it = st->granted_ns.begin(); it != st->granted_ns.end();) {
-    bool live = std::any_of(tenants.begin(), tenants.end(), [&](const PriorityTenant& t) { return t.id == it->first; });
-    it = live ? std::next(it) : st->granted_ns.erase(it);
+    it = live(it->first) ? std::next(it) : st->granted_ns.erase(it);
   }
   return d;
 }
