@@ -14,6 +14,8 @@
 #                       nearly idle (one tiny kernel every 50 ms): the partition alone
 #   part-N-busy-be      confined to N SMs beside the suite's BE (full-GPU fixed-work kernels back to
 #                       back on the SMs HP does not have)
+#   part-auto-*-be      SIZES entry "auto": no --sms, the right-sizer chooses (its timed launches
+#                       and its probes included)
 # Writes $OUT/service.json, $OUT/service.md, $OUT/clocks.csv (nvidia-smi, 100 ms) and logs.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
@@ -42,12 +44,18 @@ if [[ -n ${HP_CMD:-} ]]; then read -ra HP <<<"$HP_CMD"; fi
 # and 1e6/throughput is the time per kernel including the gaps between them. A placed launch's
 # joins to its stream (events both ways) lie in those gaps, which the closed loop does not see.
 if [[ ${HP_MODE:-} == saturated && -z ${HP_CMD:-} ]]; then HP+=(--mode open --rate 1000000); fi
+# HP_RATE=R (synthetic HP): Poisson arrivals at R per second (the suite's open loop, same seed in
+# every condition), with a per-kernel trace: the report splits each kernel's time on the GPU into
+# kernels that queued behind the one before (GPU-side gaps) and kernels that found it idle (host
+# launch path included), and gives the host time of the launch call itself.
+if [[ -n ${HP_RATE:-} && -z ${HP_CMD:-} ]]; then HP+=(--mode open --rate "$HP_RATE"); fi
+trace_of() { [[ -n ${HP_RATE:-} && -z ${HP_CMD:-} ]] && echo "--trace $W/$1.trace.csv"; }
 BE_BUSY=("$SYNTH" --iters 2500000 --blocks-per-sm 8 --block 256 --mode closed --count 10000000)
 BE_IDLE=("$SYNTH" --iters 1000 --blocks-per-sm 1 --block 32 --mode closed --count 10000000 --gap-us 50000)
 mark() { echo "$(date +%Y/%m/%d\ %T.%3N),$1" >>"$OUT/phases.csv"; }
 
 mark "alone start"; log "alone"
-"${HP[@]}" --name hp --json "$W/alone.json" >"$LOGS/alone.out" 2>&1
+"${HP[@]}" --name hp --json "$W/alone.json" $(trace_of alone) >"$LOGS/alone.out" 2>&1
 mark "alone end"
 
 SOCK=$W/gpuosd.sock
@@ -69,7 +77,7 @@ run_in() {  # run_in NAME CLASS [--sms N] -- ARGS...
   timeout 120 "$GPUOS" run --space svc --class "$cls" --name "$name" "$@" >"$LOGS/$name.out" 2>&1
 }
 mark "mps-alone start"; log "mps-alone"
-run_in hp guaranteed -- "${HP[@]}" --name hp --json "$W/mps-alone.json"
+run_in hp guaranteed -- "${HP[@]}" --name hp --json "$W/mps-alone.json" $(trace_of mps-alone)
 mark "mps-alone end"
 for be in idle busy; do
   if [[ $be == idle ]]; then BE=("${BE_IDLE[@]}"); else BE=("${BE_BUSY[@]}"); fi
@@ -78,7 +86,9 @@ for be in idle busy; do
   sleep 3
   for n in $SIZES; do
     mark "part-$n-$be-be start"; log "part-$n-$be-be"
-    run_in hp guaranteed --sms "$n" -- "${HP[@]}" --name hp --json "$W/part-$n-$be-be.json"
+    if [[ $n == auto ]]; then SMS=(); else SMS=(--sms "$n"); fi
+    run_in hp guaranteed "${SMS[@]}" -- "${HP[@]}" --name hp --json "$W/part-$n-$be-be.json" \
+      $(trace_of "part-$n-$be-be")
     mark "part-$n-$be-be end"
   done
   timeout 10 "$GPUOS" ps --json --all --socket "$SOCK" >"$W/ps-$be.json" 2>&1
@@ -88,7 +98,7 @@ done
 kill -TERM "$DPID"
 for _ in $(seq 150); do kill -0 "$DPID" 2>/dev/null || break; sleep 0.1; done
 kill "$SMI" 2>/dev/null
-cp "$W"/*.json "$LOGS/" 2>/dev/null
+cp "$W"/*.json "$W"/*.trace.csv "$LOGS/" 2>/dev/null
 
 R_W=$W R_OUT=$OUT R_SIZES="$SIZES" "$PY" - <<'PY'
 import csv, datetime, json, os
@@ -121,6 +131,23 @@ try:
             phases.setdefault(name, {})[edge] = ts(t)
 except OSError:
     pass
+def split(name):
+    """Per kernel of an open-loop trace: its time on the GPU, by whether it queued (arrived before
+    the kernel ahead of it completed: GPU-side gap included) or found the GPU idle (its arrival to
+    its completion: host launch path included). Medians, us."""
+    try:
+        with open(os.path.join(w, name + ".trace.csv")) as f:
+            rows = [list(map(float, l.split(","))) for l in f.read().split("\n")[1:] if l]
+    except OSError:
+        return {}
+    queued, idle, prev = [], [], 0.0
+    for start_ns, lat_us, _ in sorted(rows):
+        done = start_ns + lat_us * 1000.0
+        (queued if start_ns < prev else idle).append((done - max(start_ns, prev)) / 1000.0)
+        prev = max(prev, done)
+    med = lambda a: round(sorted(a)[len(a) // 2], 2) if a else None
+    return {"queued_kernel_us_p50": med(queued), "idle_kernel_us_p50": med(idle),
+            "queued_kernels": len(queued), "idle_kernels": len(idle)}
 rows, res = [], {}
 base = load("alone").get("p50_us")
 for n in names:
@@ -134,16 +161,19 @@ for n in names:
               "us_per_kernel": round(1e6 / r["throughput_per_s"], 2) if r.get("throughput_per_s") else None, "verified": r.get("verified"), "error": r.get("error"),
               "sm_clock_mhz_median": sm[len(sm) // 2] if sm else None,
               "sm_clock_mhz_min": sm[0] if sm else None,
-              "power_w_mean": sum(pw) / len(pw) if pw else None, "clock_samples": len(sm)}
+              "power_w_mean": sum(pw) / len(pw) if pw else None, "clock_samples": len(sm),
+              "launch_call_p50_us": r.get("launch_call_p50_us"), **split(n)}
     x = res[n]
     rel = f"{x['p50_us'] / base:.3f}" if base and x["p50_us"] else "-"
     erel = f" ({x['eager_p50_us']} eager)" if x["eager_p50_us"] else ""
-    rows.append(f"| {n} | {x['p50_us']}{erel} | {x['p99_us']} | {rel} | {x['us_per_kernel']} | {x['sm_clock_mhz_median']} | {x['sm_clock_mhz_min']} | "
+    rows.append(f"| {n} | {x['p50_us']}{erel} | {x['p99_us']} | {rel} | {x['us_per_kernel']} | {x['launch_call_p50_us']} | "
+                f"{x.get('queued_kernel_us_p50', '-')} | {x.get('idle_kernel_us_p50', '-')} | {x['sm_clock_mhz_median']} | {x['sm_clock_mhz_min']} | "
                 f"{x['power_w_mean'] and round(x['power_w_mean'])} |")
 with open(os.path.join(out, "service.json"), "w") as f:
     json.dump(res, f, indent=1)
-md = ("| condition | HP kernel p50 us | p99 us | p50 / alone | us per kernel (1e6 / throughput) | SM MHz median | SM MHz min | power W |\n"
-      "|---|---|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n")
+md = ("| condition | HP kernel p50 us | p99 us | p50 / alone | us per kernel (1e6 / throughput) | launch call p50 us | "
+      "queued kernel p50 us | idle kernel p50 us | SM MHz median | SM MHz min | power W |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n")
 with open(os.path.join(out, "service.md"), "w") as f:
     f.write(md)
 print(md)

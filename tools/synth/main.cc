@@ -259,6 +259,7 @@ struct Report {
   unsigned grid = 0;
   unsigned long long launches_issued = 0;
   unsigned long long kernels = 0;  // timed kernels completed (fewer than --count if stopped)
+  Summary launch_call;             // host time of each timed kernel's launch call(s), us
 };
 
 // SIGTERM/SIGINT stop a closed loop early; the result then covers the kernels that ran, so a
@@ -274,6 +275,9 @@ std::string to_json(const Report& r) {
                 "\"mean_us\":%.3f,\"throughput_per_s\":%.3f,\"wall_s\":%.6f,\"mem_bytes\":%llu,",
                 r.kernels, r.lat.p50_us, r.lat.p90_us, r.lat.p99_us, r.lat.max_us, r.lat.mean_us,
                 r.wall_s > 0 ? r.kernels / r.wall_s : 0.0, r.wall_s, o.mem_mib * kMiB);
+  char call[160];
+  std::snprintf(call, sizeof call, "\"launch_call_p50_us\":%.3f,\"launch_call_p99_us\":%.3f,",
+                r.launch_call.p50_us, r.launch_call.p99_us);
   char tail[512];
   std::snprintf(tail, sizeof tail,
                 "\"sms\":%d,\"iters\":%llu,\"grid\":%u,\"block\":%u,\"mode\":\"%s\","
@@ -283,6 +287,7 @@ std::string to_json(const Report& r) {
   std::string s = "{\"name\":\"" + json_escape(o.name) + "\"," + num;
   s += std::string("\"verified\":") + (r.verified ? "true" : "false") + ",";
   s += "\"device\":\"" + json_escape(r.device_name) + "\",";
+  s += call;
   s += tail;
   if (o.mode == Mode::kOpen) {
     char rate[64];
@@ -333,10 +338,13 @@ class Synth {
     }
     std::vector<double> lat_us(o_.count, 0.0);
     start_ns_.assign(o_.count, 0);
+    launch_us_.assign(o_.count, 0.0);
     completed_ = o_.count;
     r.wall_s = o_.mode == Mode::kClosed ? run_closed(lat_us) : run_open(lat_us);
     lat_us.resize(completed_);
+    launch_us_.resize(completed_);
     if (!o_.trace.empty()) write_trace(lat_us);
+    r.launch_call = summarize(launch_us_);
     r.kernels = completed_;
     r.lat = summarize(std::move(lat_us));
     r.verified = verify();
@@ -395,12 +403,14 @@ class Synth {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
   }
 
-  // --trace: the latency of each kernel against its start, to line it up with gpuosd's log.
+  // --trace: the latency of each kernel against its start, to line it up with gpuosd's log, and the
+  // host time its launch call took (what an interposer adds there lies in the kernel's latency).
   void write_trace(const std::vector<double>& lat_us) const {
     std::FILE* f = std::fopen(o_.trace.c_str(), "w");
     if (f == nullptr) throw std::runtime_error("--trace " + o_.trace + ": " + std::strerror(errno));
-    std::fprintf(f, "start_ns,latency_us\n");
-    for (std::size_t i = 0; i < lat_us.size(); ++i) std::fprintf(f, "%lld,%.3f\n", start_ns_[i], lat_us[i]);
+    std::fprintf(f, "start_ns,latency_us,launch_us\n");
+    for (std::size_t i = 0; i < lat_us.size(); ++i)
+      std::fprintf(f, "%lld,%.3f,%.3f\n", start_ns_[i], lat_us[i], launch_us_[i]);
     if (std::fclose(f) != 0) throw std::runtime_error("--trace " + o_.trace + ": write failed");
   }
 
@@ -431,6 +441,7 @@ class Synth {
       }
       const auto t0 = Clock::now();
       launch_fixed_work(stream_);
+      launch_us_[i] = us_between(t0, Clock::now());
       CU_CHECK(cuStreamSynchronize(stream_));
       last_done = Clock::now();
       lat_us[i] = us_between(t0, last_done);
@@ -482,8 +493,10 @@ class Synth {
             if (failed) return;
           }
           std::this_thread::sleep_until(arrival[i]);  // returns at once when behind schedule
+          const auto call = Clock::now();
           launch_fixed_work(stream_);
           CU_CHECK(cuEventRecord(events_[i % cap], stream_));
+          launch_us_[i] = us_between(call, Clock::now());
           {
             std::lock_guard<std::mutex> lock(mu);
             issued = i + 1;
@@ -570,6 +583,7 @@ class Synth {
   int sms_ = 0;
   unsigned grid_ = 0;
   std::vector<long long> start_ns_;  // per timed kernel, for --trace
+  std::vector<double> launch_us_;    // per timed kernel: host time of its launch call(s)
   unsigned long long launches_issued_ = 0;  // every cuLaunchKernel this process made
   unsigned long long completed_ = 0;        // timed kernels that ran
 };
