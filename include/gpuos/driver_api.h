@@ -13,7 +13,7 @@
 
 // Every entry point that reads or writes device memory without being a kernel launch: copies,
 // memsets, prefetches. Part of GPUOS_DRIVER_FUNCS; the interposer generates a governed wrapper
-// for each (hooks_copy.cc), so a swappable tenant's call waits while its memory is out.
+// for each (hooks_stream.cc), so a swappable tenant's call waits while its memory is out.
 #define GPUOS_DEVICE_ACCESS_FUNCS(X)                                                               \
   X(cuMemcpy, (CUdeviceptr dst, CUdeviceptr src, size_t bytes), (dst, src, bytes))                 \
   X(cuMemcpy_ptds, (CUdeviceptr dst, CUdeviceptr src, size_t bytes), (dst, src, bytes))            \
@@ -180,6 +180,276 @@
      size_t numLocs, unsigned long long flags, CUstream stream),                                   \
     (ptrs, sizes, count, locs, locIdxs, numLocs, flags, stream))
 
+// Every other entry point that puts work on a stream: stream waits, host callbacks, memory
+// operations, external semaphores, graphics interop, array copies, the legacy forms of copies and
+// memsets. Part of GPUOS_DRIVER_FUNCS; the interposer wraps each (hooks_stream.cc) so that it sees
+// all stream work a tenant issues (interpose/stream_work.h; test/interpose/stream_work_test.cc
+// checks the whole set against the toolkit's cuda.h).
+#define GPUOS_STREAM_WORK_FUNCS(X)                                                                 \
+  X(cuStreamWaitEvent,                                                                             \
+    (CUstream hStream, CUevent hEvent, unsigned int Flags),                                        \
+    (hStream, hEvent, Flags))                                                                      \
+  X(cuStreamWaitEvent_ptsz,                                                                        \
+    (CUstream hStream, CUevent hEvent, unsigned int Flags),                                        \
+    (hStream, hEvent, Flags))                                                                      \
+  X(cuLaunchHostFunc, (CUstream hStream, CUhostFn fn, void *userData), (hStream, fn, userData))    \
+  X(cuLaunchHostFunc_ptsz,                                                                         \
+    (CUstream hStream, CUhostFn fn, void *userData),                                               \
+    (hStream, fn, userData))                                                                       \
+  X(cuStreamAddCallback,                                                                           \
+    (CUstream hStream, CUstreamCallback callback, void *userData, unsigned int flags),             \
+    (hStream, callback, userData, flags))                                                          \
+  X(cuStreamAddCallback_ptsz,                                                                      \
+    (CUstream hStream, CUstreamCallback callback, void *userData, unsigned int flags),             \
+    (hStream, callback, userData, flags))                                                          \
+  X(cuStreamWaitValue32,                                                                           \
+    (CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags),                     \
+    (stream, addr, value, flags))                                                                  \
+  X(cuStreamWaitValue32_ptsz,                                                                      \
+    (CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags),                     \
+    (stream, addr, value, flags))                                                                  \
+  X(cuStreamWaitValue32_v2,                                                                        \
+    (CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags),                     \
+    (stream, addr, value, flags))                                                                  \
+  X(cuStreamWaitValue32_v2_ptsz,                                                                   \
+    (CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags),                     \
+    (stream, addr, value, flags))                                                                  \
+  X(cuStreamWaitValue64,                                                                           \
+    (CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags),                     \
+    (stream, addr, value, flags))                                                                  \
+  X(cuStreamWaitValue64_ptsz,                                                                      \
+    (CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags),                     \
+    (stream, addr, value, flags))                                                                  \
+  X(cuStreamWaitValue64_v2,                                                                        \
+    (CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags),                     \
+    (stream, addr, value, flags))                                                                  \
+  X(cuStreamWaitValue64_v2_ptsz,                                                                   \
+    (CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags),                     \
+    (stream, addr, value, flags))                                                                  \
+  X(cuStreamWriteValue32,                                                                          \
+    (CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags),                     \
+    (stream, addr, value, flags))                                                                  \
+  X(cuStreamWriteValue32_ptsz,                                                                     \
+    (CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags),                     \
+    (stream, addr, value, flags))                                                                  \
+  X(cuStreamWriteValue32_v2,                                                                       \
+    (CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags),                     \
+    (stream, addr, value, flags))                                                                  \
+  X(cuStreamWriteValue32_v2_ptsz,                                                                  \
+    (CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags),                     \
+    (stream, addr, value, flags))                                                                  \
+  X(cuStreamWriteValue64,                                                                          \
+    (CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags),                     \
+    (stream, addr, value, flags))                                                                  \
+  X(cuStreamWriteValue64_ptsz,                                                                     \
+    (CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags),                     \
+    (stream, addr, value, flags))                                                                  \
+  X(cuStreamWriteValue64_v2,                                                                       \
+    (CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags),                     \
+    (stream, addr, value, flags))                                                                  \
+  X(cuStreamWriteValue64_v2_ptsz,                                                                  \
+    (CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags),                     \
+    (stream, addr, value, flags))                                                                  \
+  X(cuStreamBatchMemOp,                                                                            \
+    (CUstream stream, unsigned int count, CUstreamBatchMemOpParams *paramArray, unsigned int       \
+    flags),                                                                                        \
+    (stream, count, paramArray, flags))                                                            \
+  X(cuStreamBatchMemOp_ptsz,                                                                       \
+    (CUstream stream, unsigned int count, CUstreamBatchMemOpParams *paramArray, unsigned int       \
+    flags),                                                                                        \
+    (stream, count, paramArray, flags))                                                            \
+  X(cuStreamBatchMemOp_v2,                                                                         \
+    (CUstream stream, unsigned int count, CUstreamBatchMemOpParams *paramArray, unsigned int       \
+    flags),                                                                                        \
+    (stream, count, paramArray, flags))                                                            \
+  X(cuStreamBatchMemOp_v2_ptsz,                                                                    \
+    (CUstream stream, unsigned int count, CUstreamBatchMemOpParams *paramArray, unsigned int       \
+    flags),                                                                                        \
+    (stream, count, paramArray, flags))                                                            \
+  X(cuSignalExternalSemaphoresAsync,                                                               \
+    (const CUexternalSemaphore *extSemArray, const CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS           \
+    *paramsArray, unsigned int numExtSems, CUstream stream),                                       \
+    (extSemArray, paramsArray, numExtSems, stream))                                                \
+  X(cuSignalExternalSemaphoresAsync_ptsz,                                                          \
+    (const CUexternalSemaphore *extSemArray, const CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS           \
+    *paramsArray, unsigned int numExtSems, CUstream stream),                                       \
+    (extSemArray, paramsArray, numExtSems, stream))                                                \
+  X(cuWaitExternalSemaphoresAsync,                                                                 \
+    (const CUexternalSemaphore *extSemArray, const CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS             \
+    *paramsArray, unsigned int numExtSems, CUstream stream),                                       \
+    (extSemArray, paramsArray, numExtSems, stream))                                                \
+  X(cuWaitExternalSemaphoresAsync_ptsz,                                                            \
+    (const CUexternalSemaphore *extSemArray, const CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS             \
+    *paramsArray, unsigned int numExtSems, CUstream stream),                                       \
+    (extSemArray, paramsArray, numExtSems, stream))                                                \
+  X(cuGraphicsMapResources,                                                                        \
+    (unsigned int count, CUgraphicsResource *resources, CUstream hStream),                         \
+    (count, resources, hStream))                                                                   \
+  X(cuGraphicsMapResources_ptsz,                                                                   \
+    (unsigned int count, CUgraphicsResource *resources, CUstream hStream),                         \
+    (count, resources, hStream))                                                                   \
+  X(cuGraphicsUnmapResources,                                                                      \
+    (unsigned int count, CUgraphicsResource *resources, CUstream hStream),                         \
+    (count, resources, hStream))                                                                   \
+  X(cuGraphicsUnmapResources_ptsz,                                                                 \
+    (unsigned int count, CUgraphicsResource *resources, CUstream hStream),                         \
+    (count, resources, hStream))                                                                   \
+  X(cuMemMapArrayAsync,                                                                            \
+    (CUarrayMapInfo *mapInfoList, unsigned int count, CUstream hStream),                           \
+    (mapInfoList, count, hStream))                                                                 \
+  X(cuMemMapArrayAsync_ptsz,                                                                       \
+    (CUarrayMapInfo *mapInfoList, unsigned int count, CUstream hStream),                           \
+    (mapInfoList, count, hStream))                                                                 \
+  X(cuStreamAttachMemAsync,                                                                        \
+    (CUstream hStream, CUdeviceptr dptr, size_t length, unsigned int flags),                       \
+    (hStream, dptr, length, flags))                                                                \
+  X(cuStreamAttachMemAsync_ptsz,                                                                   \
+    (CUstream hStream, CUdeviceptr dptr, size_t length, unsigned int flags),                       \
+    (hStream, dptr, length, flags))                                                                \
+  X(cuGraphUpload, (CUgraphExec hGraph, CUstream hStream), (hGraph, hStream))                      \
+  X(cuGraphUpload_ptsz, (CUgraphExec hGraphExec, CUstream hStream), (hGraphExec, hStream))         \
+  X(cuMemBatchDecompressAsync,                                                                     \
+    (CUmemDecompressParams *paramsArray, size_t count, unsigned int flags, size_t *errorIndex,     \
+    CUstream stream),                                                                              \
+    (paramsArray, count, flags, errorIndex, stream))                                               \
+  X(cuMemBatchDecompressAsync_ptsz,                                                                \
+    (CUmemDecompressParams *paramsArray, size_t count, unsigned int flags, size_t *errorIndex,     \
+    CUstream stream),                                                                              \
+    (paramsArray, count, flags, errorIndex, stream))                                               \
+  X(cuMemDiscardBatchAsync,                                                                        \
+    (CUdeviceptr *dptrs, size_t *sizes, size_t count, unsigned long long flags, CUstream           \
+    hStream),                                                                                      \
+    (dptrs, sizes, count, flags, hStream))                                                         \
+  X(cuMemDiscardBatchAsync_ptsz,                                                                   \
+    (CUdeviceptr *dptrs, size_t *sizes, size_t count, unsigned long long flags, CUstream           \
+    hStream),                                                                                      \
+    (dptrs, sizes, count, flags, hStream))                                                         \
+  X(cuMemDiscardAndPrefetchBatchAsync,                                                             \
+    (CUdeviceptr *dptrs, size_t *sizes, size_t count, CUmemLocation *prefetchLocs, size_t          \
+    *prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags, CUstream hStream),         \
+    (dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, hStream))         \
+  X(cuMemDiscardAndPrefetchBatchAsync_ptsz,                                                        \
+    (CUdeviceptr *dptrs, size_t *sizes, size_t count, CUmemLocation *prefetchLocs, size_t          \
+    *prefetchLocIdxs, size_t numPrefetchLocs, unsigned long long flags, CUstream hStream),         \
+    (dptrs, sizes, count, prefetchLocs, prefetchLocIdxs, numPrefetchLocs, flags, hStream))         \
+  X(cuMemcpyAtoHAsync_v2,                                                                          \
+    (void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount, CUstream hStream),       \
+    (dstHost, srcArray, srcOffset, ByteCount, hStream))                                            \
+  X(cuMemcpyAtoHAsync_v2_ptsz,                                                                     \
+    (void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount, CUstream hStream),       \
+    (dstHost, srcArray, srcOffset, ByteCount, hStream))                                            \
+  X(cuMemcpyHtoAAsync_v2,                                                                          \
+    (CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount, CUstream           \
+    hStream),                                                                                      \
+    (dstArray, dstOffset, srcHost, ByteCount, hStream))                                            \
+  X(cuMemcpyHtoAAsync_v2_ptsz,                                                                     \
+    (CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount, CUstream           \
+    hStream),                                                                                      \
+    (dstArray, dstOffset, srcHost, ByteCount, hStream))                                            \
+  X(cuLaunch, (CUfunction f), (f))                                                                 \
+  X(cuLaunchGrid, (CUfunction f, int grid_width, int grid_height), (f, grid_width, grid_height))    \
+  X(cuLaunchGridAsync,                                                                             \
+    (CUfunction f, int grid_width, int grid_height, CUstream hStream),                             \
+    (f, grid_width, grid_height, hStream))                                                         \
+  X(cuLaunchCooperativeKernelMultiDevice,                                                          \
+    (CUDA_LAUNCH_PARAMS *launchParamsList, unsigned int numDevices, unsigned int flags),           \
+    (launchParamsList, numDevices, flags))                                                         \
+  X(cuMemcpyAtoA_v2,                                                                               \
+    (CUarray dstArray, size_t dstOffset, CUarray srcArray, size_t srcOffset, size_t ByteCount),    \
+    (dstArray, dstOffset, srcArray, srcOffset, ByteCount))                                         \
+  X(cuMemcpyAtoA_v2_ptds,                                                                          \
+    (CUarray dstArray, size_t dstOffset, CUarray srcArray, size_t srcOffset, size_t ByteCount),    \
+    (dstArray, dstOffset, srcArray, srcOffset, ByteCount))                                         \
+  X(cuMemcpyAtoD_v2,                                                                               \
+    (CUdeviceptr dstDevice, CUarray srcArray, size_t srcOffset, size_t ByteCount),                 \
+    (dstDevice, srcArray, srcOffset, ByteCount))                                                   \
+  X(cuMemcpyAtoD_v2_ptds,                                                                          \
+    (CUdeviceptr dstDevice, CUarray srcArray, size_t srcOffset, size_t ByteCount),                 \
+    (dstDevice, srcArray, srcOffset, ByteCount))                                                   \
+  X(cuMemcpyDtoA_v2,                                                                               \
+    (CUarray dstArray, size_t dstOffset, CUdeviceptr srcDevice, size_t ByteCount),                 \
+    (dstArray, dstOffset, srcDevice, ByteCount))                                                   \
+  X(cuMemcpyDtoA_v2_ptds,                                                                          \
+    (CUarray dstArray, size_t dstOffset, CUdeviceptr srcDevice, size_t ByteCount),                 \
+    (dstArray, dstOffset, srcDevice, ByteCount))                                                   \
+  X(cuMemcpyAtoH_v2,                                                                               \
+    (void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount),                         \
+    (dstHost, srcArray, srcOffset, ByteCount))                                                     \
+  X(cuMemcpyAtoH_v2_ptds,                                                                          \
+    (void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount),                         \
+    (dstHost, srcArray, srcOffset, ByteCount))                                                     \
+  X(cuMemcpyHtoA_v2,                                                                               \
+    (CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount),                   \
+    (dstArray, dstOffset, srcHost, ByteCount))                                                     \
+  X(cuMemcpyHtoA_v2_ptds,                                                                          \
+    (CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount),                   \
+    (dstArray, dstOffset, srcHost, ByteCount))                                                     \
+  X(cuMemcpyHtoDAsync,                                                                             \
+    (CUdeviceptr_v1 dstDevice, const void *srcHost, unsigned int ByteCount, CUstream hStream),     \
+    (dstDevice, srcHost, ByteCount, hStream))                                                      \
+  X(cuMemcpyDtoHAsync,                                                                             \
+    (void *dstHost, CUdeviceptr_v1 srcDevice, unsigned int ByteCount, CUstream hStream),           \
+    (dstHost, srcDevice, ByteCount, hStream))                                                      \
+  X(cuMemcpyDtoDAsync,                                                                             \
+    (CUdeviceptr_v1 dstDevice, CUdeviceptr_v1 srcDevice, unsigned int ByteCount, CUstream          \
+    hStream),                                                                                      \
+    (dstDevice, srcDevice, ByteCount, hStream))                                                    \
+  X(cuMemcpy2DAsync, (const CUDA_MEMCPY2D_v1 *pCopy, CUstream hStream), (pCopy, hStream))          \
+  X(cuMemcpy3DAsync, (const CUDA_MEMCPY3D_v1 *pCopy, CUstream hStream), (pCopy, hStream))          \
+  X(cuMemcpyAtoHAsync,                                                                             \
+    (void *dstHost, CUarray srcArray, unsigned int srcOffset, unsigned int ByteCount, CUstream     \
+    hStream),                                                                                      \
+    (dstHost, srcArray, srcOffset, ByteCount, hStream))                                            \
+  X(cuMemcpyHtoAAsync,                                                                             \
+    (CUarray dstArray, unsigned int dstOffset, const void *srcHost, unsigned int ByteCount,        \
+    CUstream hStream),                                                                             \
+    (dstArray, dstOffset, srcHost, ByteCount, hStream))                                            \
+  X(cuMemcpyHtoD,                                                                                  \
+    (CUdeviceptr_v1 dstDevice, const void *srcHost, unsigned int ByteCount),                       \
+    (dstDevice, srcHost, ByteCount))                                                               \
+  X(cuMemcpyDtoH,                                                                                  \
+    (void *dstHost, CUdeviceptr_v1 srcDevice, unsigned int ByteCount),                             \
+    (dstHost, srcDevice, ByteCount))                                                               \
+  X(cuMemcpyDtoD,                                                                                  \
+    (CUdeviceptr_v1 dstDevice, CUdeviceptr_v1 srcDevice, unsigned int ByteCount),                  \
+    (dstDevice, srcDevice, ByteCount))                                                             \
+  X(cuMemcpy2D, (const CUDA_MEMCPY2D_v1 *pCopy), (pCopy))                                          \
+  X(cuMemcpy2DUnaligned, (const CUDA_MEMCPY2D_v1 *pCopy), (pCopy))                                 \
+  X(cuMemcpy3D, (const CUDA_MEMCPY3D_v1 *pCopy), (pCopy))                                          \
+  X(cuMemcpyAtoA,                                                                                  \
+    (CUarray dstArray, unsigned int dstOffset, CUarray srcArray, unsigned int srcOffset, unsigned  \
+    int ByteCount),                                                                                \
+    (dstArray, dstOffset, srcArray, srcOffset, ByteCount))                                         \
+  X(cuMemcpyAtoD,                                                                                  \
+    (CUdeviceptr_v1 dstDevice, CUarray srcArray, unsigned int srcOffset, unsigned int ByteCount),  \
+    (dstDevice, srcArray, srcOffset, ByteCount))                                                   \
+  X(cuMemcpyDtoA,                                                                                  \
+    (CUarray dstArray, unsigned int dstOffset, CUdeviceptr_v1 srcDevice, unsigned int ByteCount),  \
+    (dstArray, dstOffset, srcDevice, ByteCount))                                                   \
+  X(cuMemcpyAtoH,                                                                                  \
+    (void *dstHost, CUarray srcArray, unsigned int srcOffset, unsigned int ByteCount),             \
+    (dstHost, srcArray, srcOffset, ByteCount))                                                     \
+  X(cuMemcpyHtoA,                                                                                  \
+    (CUarray dstArray, unsigned int dstOffset, const void *srcHost, unsigned int ByteCount),       \
+    (dstArray, dstOffset, srcHost, ByteCount))                                                     \
+  X(cuMemsetD8, (CUdeviceptr_v1 dstDevice, unsigned char uc, unsigned int N), (dstDevice, uc, N))  \
+  X(cuMemsetD16,                                                                                   \
+    (CUdeviceptr_v1 dstDevice, unsigned short us, unsigned int N),                                 \
+    (dstDevice, us, N))                                                                            \
+  X(cuMemsetD32, (CUdeviceptr_v1 dstDevice, unsigned int ui, unsigned int N), (dstDevice, ui, N))  \
+  X(cuMemsetD2D8,                                                                                  \
+    (CUdeviceptr_v1 dstDevice, unsigned int dstPitch, unsigned char uc, unsigned int Width,        \
+    unsigned int Height),                                                                          \
+    (dstDevice, dstPitch, uc, Width, Height))                                                      \
+  X(cuMemsetD2D16,                                                                                 \
+    (CUdeviceptr_v1 dstDevice, unsigned int dstPitch, unsigned short us, unsigned int Width,       \
+    unsigned int Height),                                                                          \
+    (dstDevice, dstPitch, us, Width, Height))                                                      \
+  X(cuMemsetD2D32,                                                                                 \
+    (CUdeviceptr_v1 dstDevice, unsigned int dstPitch, unsigned int ui, unsigned int Width,         \
+    unsigned int Height),                                                                          \
+    (dstDevice, dstPitch, ui, Width, Height))
+
 #define GPUOS_DRIVER_FUNCS(X)                                                                       \
   /* discovery and errors */                                                                      \
   X(cuInit, (unsigned int flags), (flags))                                                         \
@@ -215,9 +485,6 @@
     (stream, flags, priority))                                                                     \
   X(cuStreamIsCapturing, (CUstream stream, CUstreamCaptureStatus * status), (stream, status))      \
   X(cuStreamIsCapturing_ptsz, (CUstream stream, CUstreamCaptureStatus * status), (stream, status)) \
-  X(cuStreamWaitEvent, (CUstream stream, CUevent event, unsigned int flags), (stream, event, flags))\
-  X(cuStreamWaitEvent_ptsz, (CUstream stream, CUevent event, unsigned int flags),                  \
-    (stream, event, flags))                                                                        \
   X(cuStreamGetPriority, (CUstream stream, int* priority), (stream, priority))                     \
   X(cuStreamGetPriority_ptsz, (CUstream stream, int* priority), (stream, priority))                \
   /* SM partitions (green contexts): spatial placement of a tenant's launches */                    \
@@ -249,6 +516,14 @@
   X(cuStreamBeginCapture_ptsz, (CUstream stream), (stream))                                        \
   X(cuStreamBeginCapture_v2, (CUstream stream, CUstreamCaptureMode mode), (stream, mode))          \
   X(cuStreamBeginCapture_v2_ptsz, (CUstream stream, CUstreamCaptureMode mode), (stream, mode))     \
+  X(cuStreamBeginCaptureToGraph,                                                                   \
+    (CUstream hStream, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData      \
+    *dependencyData, size_t numDependencies, CUstreamCaptureMode mode),                            \
+    (hStream, hGraph, dependencies, dependencyData, numDependencies, mode))                        \
+  X(cuStreamBeginCaptureToGraph_ptsz,                                                              \
+    (CUstream hStream, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData      \
+    *dependencyData, size_t numDependencies, CUstreamCaptureMode mode),                            \
+    (hStream, hGraph, dependencies, dependencyData, numDependencies, mode))                        \
   X(cuStreamEndCapture, (CUstream stream, CUgraph * graph), (stream, graph))                       \
   X(cuStreamEndCapture_ptsz, (CUstream stream, CUgraph * graph), (stream, graph))                  \
   /* launches */                                                                                  \
@@ -397,6 +672,7 @@
   X(cuMemGetAddressRange_v2, (CUdeviceptr * base, size_t * size, CUdeviceptr dptr),               \
     (base, size, dptr))                                                                            \
   GPUOS_DEVICE_ACCESS_FUNCS(X)                                                                     \
+  GPUOS_STREAM_WORK_FUNCS(X)                                                                       \
   /* host memory registration (not governed; the swapper pins its buffers) */                      \
   X(cuMemHostRegister_v2, (void* p, size_t bytes, unsigned int flags), (p, bytes, flags))          \
   X(cuMemHostUnregister, (void* p), (p))

@@ -674,17 +674,23 @@ void Core::connection_closed(Connection& conn) {
   for (auto& [oid, o] : tenants_) {
     if (load(o.cb->mem_request_seq) != o.room_answered_seq) o.room_made = true;  // its memory is free now
   }
+  char space[96] = "";  // placed launches, and those that followed the one before directly (spatial.h)
+  if (fin.space_launches != 0) {
+    std::snprintf(space, sizeof space, " space_launches %llu space_joins_skipped %llu",
+                  static_cast<unsigned long long>(fin.space_launches),
+                  static_cast<unsigned long long>(load(t.cb->space_joins_skipped)));
+  }
   munmap(t.cb, sizeof(gpuos_control_block));
   close(t.memfd);
   t.cb = nullptr;
   log::info(
       "tenant %u exited: pid %d name \"%s\" launches %llu graph_launches %llu captured %llu gate_waits %llu "
-      "gate_wait_ms %.3f mem_peak_bytes %llu alloc_calls %llu alloc_failures %llu",
+      "gate_wait_ms %.3f mem_peak_bytes %llu alloc_calls %llu alloc_failures %llu%s",
       fin.tenant_id, fin.pid, fin.name, static_cast<unsigned long long>(fin.launches),
       static_cast<unsigned long long>(fin.graph_launches), static_cast<unsigned long long>(fin.captured_launches),
       static_cast<unsigned long long>(fin.gate_waits), static_cast<double>(fin.gate_wait_ns) / 1e6,
       static_cast<unsigned long long>(fin.mem_peak_bytes), static_cast<unsigned long long>(fin.alloc_calls),
-      static_cast<unsigned long long>(fin.alloc_failures));
+      static_cast<unsigned long long>(fin.alloc_failures), space);
   guarded("on_exit", [&] { opts_.policy->on_exit(gone, *this); });
   run_space();
   run_swaps(now_mono_ns());

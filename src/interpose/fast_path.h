@@ -8,6 +8,7 @@
 #include "interpose/activity.h"
 #include "interpose/runtime.h"
 #include "interpose/spatial.h"
+#include "interpose/stream_work.h"
 
 namespace gpuos::interpose {
 
@@ -72,12 +73,15 @@ class DeviceAccess {
   bool tracked_;
 };
 
-// Forwards a call that reads or writes device memory but is not a launch (copies, memsets): for a
-// swappable tenant it waits while the gate is closed (its memory may be in host memory then).
+// Forwards a call that issues stream work or touches device memory but is not a launch (copies,
+// memsets, stream waits, memory operations...): for a swappable tenant it waits while the gate is
+// closed (its memory may be in host memory then); for spatial placement it is counted as stream
+// work (stream_work.h).
 template <typename Call>
 inline CUresult governed_copy(Call&& call) {
   const GpuosDriverTable* d = real_driver();
   if (GPUOS_UNLIKELY(d == nullptr)) return CUDA_ERROR_NOT_INITIALIZED;
+  StreamWorkCall work;
   if (GPUOS_LIKELY(!g_swappable.load(std::memory_order_relaxed))) return call(*d);
   gpuos_control_block* cb = control_block();
   if (GPUOS_UNLIKELY(cb == nullptr)) return CUDA_ERROR_NOT_PERMITTED;
@@ -99,6 +103,7 @@ inline CUresult governed_launch(LaunchKind kind, CUstream stream, bool ptsz, con
   gpuos_control_block* cb = control_block();
   if (GPUOS_UNLIKELY(cb == nullptr)) return CUDA_ERROR_NOT_PERMITTED;
   if (GPUOS_UNLIKELY(launch_is_captured(*d, stream, ptsz))) {
+    StreamWorkCall work;
     CUresult r = call(*d, Placement{stream, stream, nullptr, nullptr, ptsz, nullptr});
     if (r == CUDA_SUCCESS) count(cb->captured_launches);
     return r;
@@ -116,11 +121,16 @@ inline CUresult governed_launch(LaunchKind kind, CUstream stream, bool ptsz, con
   if (GPUOS_UNLIKELY(std::atomic_ref<uint32_t>(cb->space_enabled).load(std::memory_order_relaxed) != 0)) {
     placed = place_launch(*d, cb, stream, ptsz, shape, graph);
   }
+  // A launch on the app's own stream is stream work like a copy (stream_work.h); one placed on a
+  // partition stream is counted by place_launch.
+  const bool on_app_stream = placed.back == nullptr;
+  if (GPUOS_LIKELY(on_app_stream)) note_stream_work();
   CUresult r = call(*d, placed);
   // Joined back before the activity monitor looks at the app stream, so its fences cover the launch.
   if (GPUOS_UNLIKELY(placed.back != nullptr || placed.timed_end != nullptr)) {
     finish_placement(*d, placed, r == CUDA_SUCCESS);
   }
+  if (GPUOS_LIKELY(on_app_stream)) note_stream_work();
   if (GPUOS_LIKELY(r == CUDA_SUCCESS)) {
     // seq_cst: pairs with the activity monitor (see note_submission).
     std::atomic_ref<uint64_t>(kind == LaunchKind::kKernel ? cb->launches : cb->graph_launches)

@@ -45,6 +45,7 @@ template <typename Call>
 CUresult begin_capture(Call&& call) {
   const GpuosDriverTable* d = gi::real_driver();
   if (d == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+  gi::StreamWorkCall work;
   // Raise the hint before the capture exists so no launch into it is ever taken as a submission.
   gi::g_active_captures.fetch_add(1, std::memory_order_relaxed);
   CUresult r = call(*d);
@@ -56,6 +57,7 @@ template <typename Call>
 CUresult end_capture(Call&& call) {
   const GpuosDriverTable* d = gi::real_driver();
   if (d == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+  gi::StreamWorkCall work;
   CUresult r = call(*d);
   // The capture is over whether it produced a graph or was invalidated; only a call that never
   // matched a capture (not capturing, wrong thread) leaves the count alone.
@@ -126,6 +128,16 @@ CUresult cuStreamBeginCapture_v2(CUstream stream, CUstreamCaptureMode mode) {
 
 CUresult cuStreamBeginCapture_v2_ptsz(CUstream stream, CUstreamCaptureMode mode) {
   return begin_capture(GPUOS_FORWARD(cuStreamBeginCapture_v2_ptsz, stream, mode));
+}
+
+CUresult cuStreamBeginCaptureToGraph(CUstream stream, CUgraph graph, const CUgraphNode* deps,
+                                     const CUgraphEdgeData* edges, size_t n, CUstreamCaptureMode mode) {
+  return begin_capture(GPUOS_FORWARD(cuStreamBeginCaptureToGraph, stream, graph, deps, edges, n, mode));
+}
+
+CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream stream, CUgraph graph, const CUgraphNode* deps,
+                                          const CUgraphEdgeData* edges, size_t n, CUstreamCaptureMode mode) {
+  return begin_capture(GPUOS_FORWARD(cuStreamBeginCaptureToGraph_ptsz, stream, graph, deps, edges, n, mode));
 }
 
 CUresult cuStreamEndCapture(CUstream stream, CUgraph* graph) {

@@ -192,32 +192,38 @@ CUresult cuMemFree_v2(CUdeviceptr dptr) {
 }
 
 CUresult cuMemAllocAsync(CUdeviceptr* dptr, size_t bytes, CUstream stream) {
+  gi::StreamWorkCall work;  // stream-ordered: later work on the stream depends on it
   return governed_alloc(AllocKind::kPointer, bytes, GPUOS_FORWARD(cuMemAllocAsync, dptr, bytes, stream),
                         GPUOS_MADE(dptr, bytes, -1));
 }
 
 CUresult cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t bytes, CUstream stream) {
+  gi::StreamWorkCall work;  // stream-ordered: later work on the stream depends on it
   return governed_alloc(AllocKind::kPointer, bytes, GPUOS_FORWARD(cuMemAllocAsync_ptsz, dptr, bytes, stream),
                         GPUOS_MADE(dptr, bytes, -1));
 }
 
 CUresult cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytes, CUmemoryPool pool,
                                  CUstream stream) {
+  gi::StreamWorkCall work;  // stream-ordered: later work on the stream depends on it
   return governed_alloc(AllocKind::kPointer, bytes, GPUOS_FORWARD(cuMemAllocFromPoolAsync, dptr, bytes, pool, stream),
                         GPUOS_MADE(dptr, bytes, -1));
 }
 
 CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t bytes, CUmemoryPool pool,
                                       CUstream stream) {
+  gi::StreamWorkCall work;  // stream-ordered: later work on the stream depends on it
   return governed_alloc(AllocKind::kPointer, bytes, GPUOS_FORWARD(cuMemAllocFromPoolAsync_ptsz, dptr, bytes, pool, stream),
                         GPUOS_MADE(dptr, bytes, -1));
 }
 
 CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream stream) {
+  gi::StreamWorkCall work;  // stream-ordered: later work on the stream depends on it
   return governed_free(AllocKind::kPointer, dptr, GPUOS_FORWARD(cuMemFreeAsync, dptr, stream));
 }
 
 CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream stream) {
+  gi::StreamWorkCall work;  // stream-ordered: later work on the stream depends on it
   return governed_free(AllocKind::kPointer, dptr, GPUOS_FORWARD(cuMemFreeAsync_ptsz, dptr, stream));
 }
 

@@ -10,18 +10,21 @@
 #include <type_traits>
 
 #include "interpose/fast_path.h"
+#include "interpose/stream_work.h"
 
 namespace gi = gpuos::interpose;
 
-// Every exported wrapper, once: this list, and the copies, memsets and prefetches of
-// GPUOS_DEVICE_ACCESS_FUNCS (hooks_copy.cc). Each must have the exact type of the real entry point
+// Every exported wrapper, once: this list, the copies, memsets and prefetches of
+// GPUOS_DEVICE_ACCESS_FUNCS and the other stream work of GPUOS_STREAM_WORK_FUNCS
+// (both in hooks_stream.cc). Each must have the exact type of the real entry point
 // it stands for; the static_assert below makes the compiler check that against the driver table.
 #define GPUOS_GOVERNED(X)                                                                       \
   X(cuInit) X(cuGetProcAddress) X(cuGetProcAddress_v2)                                          \
   X(cuCtxCreate_v2) X(cuCtxCreate_v3) X(cuCtxCreate_v4) X(cuDevicePrimaryCtxRetain)             \
   X(cuStreamCreate) X(cuStreamCreateWithPriority)                                               \
   X(cuStreamBeginCapture) X(cuStreamBeginCapture_ptsz) X(cuStreamBeginCapture_v2)               \
-  X(cuStreamBeginCapture_v2_ptsz) X(cuStreamEndCapture) X(cuStreamEndCapture_ptsz)              \
+  X(cuStreamBeginCapture_v2_ptsz) X(cuStreamBeginCaptureToGraph) X(cuStreamBeginCaptureToGraph_ptsz) \
+  X(cuStreamEndCapture) X(cuStreamEndCapture_ptsz)                                              \
   X(cuLaunchKernel) X(cuLaunchKernel_ptsz) X(cuLaunchKernelEx) X(cuLaunchKernelEx_ptsz)         \
   X(cuLaunchCooperativeKernel) X(cuLaunchCooperativeKernel_ptsz)                                \
   X(cuGraphLaunch) X(cuGraphLaunch_ptsz)                                                        \
@@ -46,6 +49,7 @@ namespace gi = gpuos::interpose;
 #define GPUOS_CHECK_TYPE3(name, params, args) GPUOS_CHECK_TYPE(name)
 GPUOS_GOVERNED(GPUOS_CHECK_TYPE)
 GPUOS_DEVICE_ACCESS_FUNCS(GPUOS_CHECK_TYPE3)
+GPUOS_STREAM_WORK_FUNCS(GPUOS_CHECK_TYPE3)
 #undef GPUOS_CHECK_TYPE3
 #undef GPUOS_CHECK_TYPE
 
@@ -64,11 +68,13 @@ struct Governed {
 #define GPUOS_ENTRY3(name, params, args) GPUOS_ENTRY(name)
 #define GPUOS_COUNT(name) +1
 #define GPUOS_COUNT3(name, params, args) +1
-constexpr int kGovernedCount = 0 GPUOS_GOVERNED(GPUOS_COUNT) GPUOS_DEVICE_ACCESS_FUNCS(GPUOS_COUNT3);
+constexpr int kGovernedCount =
+    0 GPUOS_GOVERNED(GPUOS_COUNT) GPUOS_DEVICE_ACCESS_FUNCS(GPUOS_COUNT3) GPUOS_STREAM_WORK_FUNCS(GPUOS_COUNT3);
 #undef GPUOS_COUNT3
 #undef GPUOS_COUNT
 struct GovernedTable {
-  Governed entries[kGovernedCount] = {GPUOS_GOVERNED(GPUOS_ENTRY) GPUOS_DEVICE_ACCESS_FUNCS(GPUOS_ENTRY3)};
+  Governed entries[kGovernedCount] = {GPUOS_GOVERNED(GPUOS_ENTRY) GPUOS_DEVICE_ACCESS_FUNCS(GPUOS_ENTRY3)
+                                          GPUOS_STREAM_WORK_FUNCS(GPUOS_ENTRY3)};
   const Governed* begin() const { return entries; }
   const Governed* end() const { return entries + kGovernedCount; }
 };
@@ -82,12 +88,24 @@ const GovernedTable& governed() {
 
 void* real_of(const GpuosDriverTable& d, const Governed& g) { return d.*(g.real); }
 
-// The wrapper standing for real entry point `p`, or `p` itself if gpuos does not govern it.
-void* wrapper_for_real(const GpuosDriverTable& d, void* p) {
+// An entry point handed out unwrapped: if it may issue stream work, gpuos would not see that work,
+// so spatially placed launches keep both joins to their streams from now on (stream_work.h).
+void note_unwrapped(const char* name) {
+  if (!gi::may_issue_stream_work(name) || gi::g_stream_work_unseen.exchange(true, std::memory_order_seq_cst)) {
+    return;
+  }
+  gi::log(gi::LogLevel::kInfo, "entry point %s is not wrapped: spatially placed launches keep both joins "
+          "to their streams", name);
+}
+
+// The wrapper standing for real entry point `p` (named `symbol`), or `p` itself if gpuos does not
+// govern it.
+void* wrapper_for_real(const GpuosDriverTable& d, const char* symbol, void* p) {
   if (p == nullptr) return p;
   for (const Governed& g : governed()) {
     if (real_of(d, g) == p) return g.wrapper;
   }
+  note_unwrapped(symbol);
   return p;
 }
 
@@ -100,7 +118,7 @@ CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int cudaVersion, cu
   const GpuosDriverTable* d = gi::real_driver();
   if (d == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
   CUresult r = d->cuGetProcAddress_v2(symbol, pfn, cudaVersion, flags, status);
-  if (r == CUDA_SUCCESS && pfn != nullptr) *pfn = wrapper_for_real(*d, *pfn);
+  if (r == CUDA_SUCCESS && pfn != nullptr) *pfn = wrapper_for_real(*d, symbol, *pfn);
   return r;
 }
 
@@ -110,7 +128,7 @@ CUresult cuGetProcAddress(const char* symbol, void** pfn, int cudaVersion, cuuin
   CUresult r = d->cuGetProcAddress
                    ? d->cuGetProcAddress(symbol, pfn, cudaVersion, flags)
                    : d->cuGetProcAddress_v2(symbol, pfn, cudaVersion, flags, nullptr);
-  if (r == CUDA_SUCCESS && pfn != nullptr) *pfn = wrapper_for_real(*d, *pfn);
+  if (r == CUDA_SUCCESS && pfn != nullptr) *pfn = wrapper_for_real(*d, symbol, *pfn);
   return r;
 }
 
@@ -126,6 +144,9 @@ void* dlsym(void* handle, const char* name) {
     const GpuosDriverTable* d = gi::real_driver();
     return d != nullptr && real_of(*d, g) == p ? g.wrapper : p;
   }
+  // Only the driver's own entry points matter (a same-named symbol of another library does not).
+  const GpuosDriverTable* d = gi::real_driver();
+  if (d != nullptr && d->handle != nullptr && gi::real_dlsym()(d->handle, name) == p) note_unwrapped(name);
   return p;
 }
 

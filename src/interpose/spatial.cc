@@ -13,6 +13,7 @@
 #include "common/sm_split.h"
 #include "interpose/runtime.h"
 #include "interpose/shape_table.h"
+#include "interpose/stream_work.h"
 
 namespace gpuos::interpose {
 namespace {
@@ -58,6 +59,9 @@ struct Partition {
 struct PartitionStream {
   CUstream stream = nullptr;  // null = could not be made
   uint32_t sms = 0;
+  // The stream work count its last placed launch left (0: none yet), shared by every thread that
+  // launches there (stream_work.h, skip_forward_join).
+  std::atomic<uint64_t>* last_work = nullptr;
 };
 // An instantiated graph of a spatial tenant: a private copy of the graph it came from.
 struct GraphSource {
@@ -227,6 +231,17 @@ Partition make_partition(const GpuosDriverTable& d, gpuos_control_block* cb, int
   return Partition{green, sms};
 }
 
+// A stream of partition `part` (null stream if it cannot be made). Never destroyed, like its note.
+PartitionStream new_partition_stream(const GpuosDriverTable& d, const Partition& part, int priority) {
+  PartitionStream s;
+  if (d.cuGreenCtxStreamCreate(&s.stream, part.green, CU_STREAM_NON_BLOCKING, priority) != CUDA_SUCCESS) {
+    return PartitionStream{};
+  }
+  s.sms = part.sms;
+  s.last_work = new std::atomic<uint64_t>(0);
+  return s;
+}
+
 PartitionStream partition_stream(const GpuosDriverTable& d, gpuos_control_block* cb, const StreamKey& key,
                                  CUstream app_stream, bool ptsz) {
   for (const CachedStream& c : t_streams) {
@@ -246,12 +261,7 @@ PartitionStream partition_stream(const GpuosDriverTable& d, gpuos_control_block*
         int priority = 0;  // the app stream's priority carries over to its partition stream
         auto get_priority = ptsz && d.cuStreamGetPriority_ptsz ? d.cuStreamGetPriority_ptsz : d.cuStreamGetPriority;
         if (get_priority == nullptr || get_priority(app_stream, &priority) != CUDA_SUCCESS) priority = 0;
-        if (d.cuGreenCtxStreamCreate(&s.stream, pit->second.green, CU_STREAM_NON_BLOCKING, priority) ==
-            CUDA_SUCCESS) {
-          s.sms = pit->second.sms;
-        } else {
-          s.stream = nullptr;
-        }
+        s = new_partition_stream(d, pit->second, priority);
         add(cb->space_setup_ns, monotonic_ns() - t0);
       }
       r.streams[key] = s;  // a failure is remembered: no retry (and no log) per launch
@@ -444,6 +454,25 @@ CUgraphExec graph_variant(const GpuosDriverTable& d, gpuos_control_block* cb, CU
   return variant;
 }
 
+// Whether a launch to the partition stream that noted `last` may skip its forward join: the
+// stream work count still stands where that stream's previous launch left it, so nothing else was
+// issued since, in any thread (stream_work.h). The launch is stream work itself either way: *work
+// is the count it leaves. Others bracket their calls with counts before and after, so one whose
+// work landed on the app stream after this launch's join back has moved the count past *work by
+// the time it returns, and the next launch joins.
+bool skip_forward_join(std::atomic<uint64_t>* last, uint64_t* work) {
+  const uint64_t seen = last != nullptr ? last->load(std::memory_order_acquire) : 0;
+  if (seen != 0 && !g_stream_work_unseen.load(std::memory_order_acquire)) {
+    uint64_t expected = seen;
+    if (g_stream_work.compare_exchange_strong(expected, seen + 1, std::memory_order_seq_cst)) {
+      *work = seen + 1;
+      return true;
+    }
+  }
+  *work = g_stream_work.fetch_add(1, std::memory_order_seq_cst) + 1;
+  return false;
+}
+
 Placement unplaced(gpuos_control_block* cb, CUstream stream, bool failure) {
   if (failure) add(cb->space_failures, 1);
   return Placement{stream, stream, nullptr, nullptr, false};
@@ -587,12 +616,8 @@ void* prefetch_main(void* arg) {
     for (const auto& [k, like] : wanted) {
       int priority = 0;  // as the partition stream it stands in for (the app stream's)
       if (d.cuStreamGetPriority == nullptr || d.cuStreamGetPriority(like, &priority) != CUDA_SUCCESS) priority = 0;
-      PartitionStream ps;
       const uint64_t t0 = monotonic_ns();
-      if (d.cuGreenCtxStreamCreate(&ps.stream, part.green, CU_STREAM_NON_BLOCKING, priority) == CUDA_SUCCESS) {
-        ps.sms = part.sms;
-        r.streams[k] = ps;
-      }
+      if (PartitionStream ps = new_partition_stream(d, part, priority); ps.stream != nullptr) r.streams[k] = ps;
       add(job.cb->space_setup_ns, monotonic_ns() - t0);
     }
   }
@@ -690,12 +715,19 @@ Placement place_launch(const GpuosDriverTable& d, gpuos_control_block* cb, CUstr
   CUstream part = ps.stream;
   if (part == nullptr) return unplaced(cb, stream, true);
   if (ps.sms != c->last_sms) prefetch_neighbours(d, cb, ctx, c->dev, mask);
-  auto record = ptsz && d.cuEventRecord_ptsz ? d.cuEventRecord_ptsz : d.cuEventRecord;
-  if (record(c->forward, stream) != CUDA_SUCCESS || d.cuStreamWaitEvent(part, c->forward, 0) != CUDA_SUCCESS) {
-    return unplaced(cb, stream, true);
+  uint64_t work = 0;
+  if (skip_forward_join(ps.last_work, &work)) {
+    add(cb->space_joins_skipped, 1);
+  } else {
+    auto record = ptsz && d.cuEventRecord_ptsz ? d.cuEventRecord_ptsz : d.cuEventRecord;
+    if (record(c->forward, stream) != CUDA_SUCCESS || d.cuStreamWaitEvent(part, c->forward, 0) != CUDA_SUCCESS) {
+      return unplaced(cb, stream, true);
+    }
   }
   note_mask_in_use(cb, c->dev, mask);
   Placement p{part, stream, c->back, nullptr, ptsz};
+  p.last_work = ps.last_work;
+  p.work = work;
   if (start_sample(d, cb, c, part, false, shape, ps.sms, 1)) p.timed_end = c->sample_end;
   return p;
 }
@@ -712,7 +744,10 @@ void finish_placement(const GpuosDriverTable& d, const Placement& p, bool submit
   if (p.back == nullptr || !submitted) return;
   auto record = d.cuEventRecord;  // the partition stream is an ordinary stream: no _ptsz needed
   auto wait = p.ptsz && d.cuStreamWaitEvent_ptsz ? d.cuStreamWaitEvent_ptsz : d.cuStreamWaitEvent;
-  if (record(p.back, p.target) == CUDA_SUCCESS && wait(p.origin, p.back, 0) == CUDA_SUCCESS) return;
+  if (record(p.back, p.target) == CUDA_SUCCESS && wait(p.origin, p.back, 0) == CUDA_SUCCESS) {
+    if (p.last_work != nullptr) p.last_work->store(p.work, std::memory_order_release);
+    return;
+  }
   // The join back failed: keep stream order the slow way rather than let later work overtake it.
   log(LogLevel::kWarn, "spatial: joining a placed launch back to its stream failed; synchronising");
   if (d.cuStreamSynchronize != nullptr) d.cuStreamSynchronize(p.target);

@@ -544,8 +544,9 @@ TEST_F(DriverDouble, ProcAddressVariants) {
   EXPECT_EQ(get("cuGraphAddNode", 12020, 0), dl("cuGraphAddNode"));
   EXPECT_EQ(get("cuGraphAddNode", 13000, 0), dl("cuGraphAddNode_v2"));
   EXPECT_EQ(get("cuGraphAddMemAllocNode", 12000, pt), dl("cuGraphAddMemAllocNode"));
-  // Every call gpuos makes is exported (the loader resolved each member), except the copies that
-  // the interposer only forwards for a tenant and that the double does not model.
+  // Every call gpuos makes is exported (the loader resolved each member), except the copies and
+  // other stream work that the interposer only forwards for a tenant and that the double does not
+  // model.
   const std::set<std::string> not_modelled = {
       "cuMemcpy2DUnaligned_v2", "cuMemcpy2DUnaligned_v2_ptds", "cuMemcpy3D_v2",
       "cuMemcpy3D_v2_ptds", "cuMemcpy3DPeer", "cuMemcpy3DPeer_ptds", "cuMemcpy3DAsync_v2",
@@ -564,11 +565,20 @@ TEST_F(DriverDouble, ProcAddressVariants) {
       "cuGraphExecKernelNodeSetParams_v2", "cuGraphExecNodeSetParams", "cuGraphExecMemcpyNodeSetParams",
       "cuGraphExecMemsetNodeSetParams", "cuGraphExecHostNodeSetParams", "cuGraphExecChildGraphNodeSetParams",
       "cuGraphExecEventRecordNodeSetEvent", "cuGraphExecEventWaitNodeSetEvent", "cuGraphNodeSetEnabled",
-      "cuGraphChildGraphNodeGetGraph"};
+      "cuGraphChildGraphNodeGetGraph", "cuStreamBeginCaptureToGraph", "cuStreamBeginCaptureToGraph_ptsz"};
+  // Of the other stream work the interposer only forwards, the double models waits and host
+  // functions.
+  std::set<std::string> stream_work;
+#define DD_STREAM_WORK(name, params, args) stream_work.insert(#name);
+  GPUOS_STREAM_WORK_FUNCS(DD_STREAM_WORK)
+#undef DD_STREAM_WORK
+  for (const char* modelled : {"cuStreamWaitEvent", "cuStreamWaitEvent_ptsz", "cuLaunchHostFunc", "cuLaunchHostFunc_ptsz"}) {
+    EXPECT_EQ(stream_work.erase(modelled), 1u) << modelled;
+  }
   std::set<std::string> in_table;
 #define DD_CHECK_MEMBER(name, params, args)                           \
   in_table.insert(#name);                                             \
-  if (not_modelled.count(#name) == 0) {                               \
+  if (not_modelled.count(#name) == 0 && stream_work.count(#name) == 0) { \
     EXPECT_NE(reinterpret_cast<void*>(drv().name), nullptr) << #name; \
   }
   GPUOS_DRIVER_FUNCS(DD_CHECK_MEMBER)

@@ -10,7 +10,14 @@
 // round's values. Prints one JSON line: {"rounds", "launches", "graph_launches", "order_errors",
 // "masks": [distinct slot masks seen], "union"}.
 //
-// usage: gpuos-space-probe --ms N [--wait-file PATH] [--blocks B] [--iters I]
+// --pipeline R adds R rounds (before the timed loop) of two fills of one buffer queued back to back
+// on the non-blocking stream, A then C, read back after both: the second may skip its forward join
+// to the stream (spatial.h). Every other round puts stream work between them that the second fill
+// must wait for, and that ends after it would if it did not: a host function that sleeps 20 ms and
+// a memset to B on the same stream, or a wait for an event that another stream records after such
+// a host function and memset. The buffer must read C at the end; reports "pipeline_errors".
+//
+// usage: gpuos-space-probe --ms N [--wait-file PATH] [--blocks B] [--iters I] [--pipeline R]
 //   PATH must exist before it starts timing; B: blocks of the gpuos_sm_mask kernel (default 256,
 //   2 per SM: one wave on 128 SMs; fewer blocks need fewer SMs for one wave); I: its simulated
 //   work per wave (default 20000, ~20 us)
@@ -32,6 +39,46 @@ long arg_long(int argc, char** argv, const char* name, long fallback) {
   for (int i = 1; i + 1 < argc; ++i)
     if (std::strcmp(argv[i], name) == 0) return std::atol(argv[i + 1]);
   return fallback;
+}
+
+void CUDA_CB sleep_20ms(void*) { std::this_thread::sleep_for(std::chrono::milliseconds(20)); }
+
+// See --pipeline in the file comment. Returns the rounds whose buffer did not read C.
+long pipeline(long rounds, CUfunction fill, CUstream st, CUdeviceptr dst, unsigned words) {
+  CUstream other;
+  CUevent done;
+  CHECK_CU(cuStreamCreate(&other, CU_STREAM_NON_BLOCKING));
+  CHECK_CU(cuEventCreate(&done, CU_EVENT_DISABLE_TIMING));
+  std::vector<unsigned> host(words);
+  long errors = 0;
+  unsigned long long n = words;
+  for (long r = 0; r < rounds; ++r) {
+    unsigned a = 0xA000u + static_cast<unsigned>(r), c = 0xC000u + static_cast<unsigned>(r);
+    void* fill_a[] = {&dst, &a, &n};
+    void* fill_c[] = {&dst, &c, &n};
+    CHECK_CU(cuLaunchKernel(fill, 4, 1, 1, 128, 1, 1, 0, st, fill_a, nullptr));
+    if (r % 3 == 1) {
+      CHECK_CU(cuLaunchHostFunc(st, sleep_20ms, nullptr));
+      CHECK_CU(cuMemsetD32Async(dst, 0xB0B0u, words, st));
+    } else if (r % 3 == 2) {
+      CHECK_CU(cuLaunchHostFunc(other, sleep_20ms, nullptr));
+      CHECK_CU(cuMemsetD32Async(dst, 0xB0B0u, words, other));
+      CHECK_CU(cuEventRecord(done, other));
+      CHECK_CU(cuStreamWaitEvent(st, done, 0));
+    }
+    CHECK_CU(cuLaunchKernel(fill, 4, 1, 1, 128, 1, 1, 0, st, fill_c, nullptr));
+    CHECK_CU(cuMemcpyDtoHAsync_v2(host.data(), dst, words * sizeof(unsigned), st));
+    CHECK_CU(cuStreamSynchronize(st));
+    for (unsigned i = 0; i < words; ++i) {
+      if (host[i] != (c ^ i)) {
+        std::fprintf(stderr, "pipeline round %ld: word %u = 0x%x, expected 0x%x\n", r, i, host[i], c ^ i);
+        ++errors;
+        break;
+      }
+    }
+  }
+  CHECK_CU(cuStreamSynchronize(other));
+  return errors;
 }
 
 }  // namespace
@@ -73,6 +120,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ready\n");
     while (access(wait_file, F_OK) != 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
+  const long pipeline_errors = pipeline(arg_long(argc, argv, "--pipeline", 0), fill, nonblocking, dst, kWords);
   std::set<unsigned long long> masks;
   long rounds = 0, launches = 0, graph_launches = 0, order_errors = 0;
   const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
@@ -116,8 +164,9 @@ int main(int argc, char** argv) {
   CHECK_CU(cuCtxSynchronize());
 
   unsigned long long all = 0;
-  std::printf("{\"rounds\": %ld, \"launches\": %ld, \"graph_launches\": %ld, \"order_errors\": %ld, \"masks\": [",
-              rounds, launches, graph_launches, order_errors);
+  std::printf("{\"rounds\": %ld, \"launches\": %ld, \"graph_launches\": %ld, \"order_errors\": %ld, "
+              "\"pipeline_errors\": %ld, \"masks\": [",
+              rounds, launches, graph_launches, order_errors, pipeline_errors);
   bool first = true;
   for (unsigned long long m : masks) {
     std::printf("%s%llu", first ? "" : ", ", m);
@@ -125,5 +174,5 @@ int main(int argc, char** argv) {
     all |= m;
   }
   std::printf("], \"union\": %llu}\n", all);
-  return order_errors == 0 && probe::g_failures == 0 ? 0 : 1;
+  return order_errors == 0 && pipeline_errors == 0 && probe::g_failures == 0 ? 0 : 1;
 }

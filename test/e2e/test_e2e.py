@@ -658,6 +658,24 @@ class Spatial(unittest.TestCase):
         self.assertEqual(th["space_failures"], 0)
         self.assertEqual(th["launches"] + th["graph_launches"], rh["launches"] + rh["graph_launches"])
 
+    def test_launches_queued_back_to_back_skip_the_join_but_wait_for_work_between(self):
+        # HP's fills, two in a row on its stream: the second goes after the first on the partition
+        # stream directly, unless stream work was issued in between (a host function, a memset, a
+        # wait for another stream's event), which it must then wait for (pipeline_errors).
+        be = self.probe("be", "best-effort", 3000)
+        wait_for(lambda: (self.d.tenant(be.pid) or {}).get("launches", 0) > 3, what="BE to run")
+        hp = self.probe("hp", "guaranteed", 200, "--pipeline", "30")
+        rh = self.result(hp)
+        self.assertEqual(rh["pipeline_errors"], 0, rh)
+        self.assertEqual(rh["order_errors"], 0, rh)
+        m = wait_for(lambda: re.search(r'name "hp" .*space_launches (\d+) space_joins_skipped (\d+)', self.d.log_text()),
+                     what="hp's exit line")
+        # At least the 10 back-to-back pairs with nothing between; not the 20 with work between.
+        skipped = int(m.group(2))
+        self.assertGreaterEqual(skipped, 10, m.group(0))
+        self.assertLess(skipped, int(m.group(1)), m.group(0))
+        self.result(be)
+
     def test_an_idle_guaranteed_tenant_lends_its_groups_and_takes_them_back(self):
         go = os.path.join(self.cfg_dir, "go")
         be = self.probe("be", "best-effort", 6000)

@@ -1,0 +1,2 @@
+// Preprocessed by the build into the declarations stream_work_test.cc reads.
+#include "gpuos/cuda_internal.h"
