@@ -21,6 +21,7 @@
 
 #include "common/ipc.h"
 #include "interpose/activity.h"
+#include "interpose/stream_work.h"
 #include "interpose/swap.h"
 
 namespace gpuos::interpose {
@@ -157,6 +158,9 @@ gpuos_control_block* register_with_daemon(char* why, std::size_t why_len, int* s
   if (const char* dom = std::getenv("GPUOS_SPACE_DOMAIN"); dom != nullptr) {
     copy_name(req.space_domain, sizeof(req.space_domain), dom);
   }
+  // GPUOS_SPACE_ALWAYS_JOIN=1: placed launches never skip their forward join (stream_work.h), for
+  // a program suspected of issuing stream work past gpuos.
+  if (env_long("GPUOS_SPACE_ALWAYS_JOIN", 0, 0, 1) == 1) g_stream_work_unseen.store(true, std::memory_order_seq_cst);
   req.space_sms = static_cast<uint32_t>(env_long("GPUOS_TENANT_SMS", 0, 0, 1 << 20));
   int rc = send_message(sock, &req, sizeof(req));
   if (rc != 0) {

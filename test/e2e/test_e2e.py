@@ -674,6 +674,17 @@ class Spatial(unittest.TestCase):
         skipped = int(m.group(2))
         self.assertGreaterEqual(skipped, 10, m.group(0))
         self.assertLess(skipped, int(m.group(1)), m.group(0))
+        # GPUOS_SPACE_ALWAYS_JOIN=1 keeps every join.
+        self.d.env["GPUOS_SPACE_ALWAYS_JOIN"] = "1"
+        try:
+            rj = self.result(self.probe("hp-joined", "guaranteed", 200, "--pipeline", "9"))
+        finally:
+            del self.d.env["GPUOS_SPACE_ALWAYS_JOIN"]
+        self.assertEqual(rj["pipeline_errors"], 0, rj)
+        m = wait_for(lambda: re.search(r'name "hp-joined" .*space_launches (\d+) space_joins_skipped (\d+)',
+                                       self.d.log_text()), what="hp-joined's exit line")
+        self.assertEqual(int(m.group(2)), 0, m.group(0))
+        self.assertGreater(int(m.group(1)), 0, m.group(0))
         self.result(be)
 
     def test_an_idle_guaranteed_tenant_lends_its_groups_and_takes_them_back(self):
