@@ -7,3 +7,14 @@
 #endif
 #include <cuda.h>
 #include <cstddef>
+
+// OpenGL interop entry points that put work on a stream (cudaGL.h, which needs the GL headers; its
+// GLuint is unsigned int). gpuos wraps them like the stream work of cuda.h (driver_api.h).
+extern "C" {
+CUresult CUDAAPI cuGLMapBufferObjectAsync(CUdeviceptr_v1* dptr, unsigned int* size, unsigned int buffer,
+                                          CUstream hStream);
+CUresult CUDAAPI cuGLMapBufferObjectAsync_v2(CUdeviceptr* dptr, size_t* size, unsigned int buffer, CUstream hStream);
+CUresult CUDAAPI cuGLMapBufferObjectAsync_v2_ptsz(CUdeviceptr* dptr, size_t* size, unsigned int buffer,
+                                                  CUstream hStream);
+CUresult CUDAAPI cuGLUnmapBufferObjectAsync(unsigned int buffer, CUstream hStream);
+}

@@ -346,6 +346,16 @@
     (CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount, CUstream           \
     hStream),                                                                                      \
     (dstArray, dstOffset, srcHost, ByteCount, hStream))                                            \
+  /* OpenGL interop (cudaGL.h, not cuda.h; GLuint is unsigned int): cudart resolves these too */   \
+  X(cuGLMapBufferObjectAsync,                                                                      \
+    (CUdeviceptr_v1 * dptr, unsigned int* size, unsigned int buffer, CUstream hStream),            \
+    (dptr, size, buffer, hStream))                                                                 \
+  X(cuGLMapBufferObjectAsync_v2, (CUdeviceptr * dptr, size_t* size, unsigned int buffer, CUstream hStream), \
+    (dptr, size, buffer, hStream))                                                                 \
+  X(cuGLMapBufferObjectAsync_v2_ptsz,                                                              \
+    (CUdeviceptr * dptr, size_t* size, unsigned int buffer, CUstream hStream),                     \
+    (dptr, size, buffer, hStream))                                                                 \
+  X(cuGLUnmapBufferObjectAsync, (unsigned int buffer, CUstream hStream), (buffer, hStream))         \
   X(cuLaunch, (CUfunction f), (f))                                                                 \
   X(cuLaunchGrid, (CUfunction f, int grid_width, int grid_height), (f, grid_width, grid_height))    \
   X(cuLaunchGridAsync,                                                                             \

@@ -73,6 +73,19 @@ TEST(StreamWork, EveryEntryPointThatIssuesStreamWorkIsWrappedAndJudgedSo) {
   dlclose(lib);
 }
 
+// cudart also resolves the OpenGL interop entry points of cudaGL.h (which needs GL headers, so it
+// is not read here); the H200 showed that an unwrapped one turned skipping off for every program.
+TEST(StreamWork, OpenGlInteropStreamWorkIsWrapped) {
+  void* lib = dlopen(GPUOS_INTERPOSER, RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(lib, nullptr) << dlerror();
+  for (const char* name : {"cuGLMapBufferObjectAsync", "cuGLMapBufferObjectAsync_v2", "cuGLMapBufferObjectAsync_v2_ptsz",
+                           "cuGLUnmapBufferObjectAsync"}) {
+    EXPECT_TRUE(gi::may_issue_stream_work(name)) << name;
+    EXPECT_NE(dlsym(lib, name), nullptr) << name;
+  }
+  dlclose(lib);
+}
+
 TEST(StreamWork, NamesNotInTheHeaderErrTowardsStreamWork) {
   EXPECT_TRUE(gi::may_issue_stream_work("cuStreamFutureEnqueueThing"));
   EXPECT_TRUE(gi::may_issue_stream_work("cuMemFutureAsync"));
