@@ -12,9 +12,10 @@
 // barriers) starts after it ends: stream order is kept exactly and nothing else needs to know.
 // The forward join is skipped when the process issued no stream work at all since the previous
 // launch on the same partition stream (stream_work.h): the app stream then ends with that launch's
-// join back, which the partition stream is already ordered after. Kernels queued back to back then
-// follow each other on the partition stream directly, instead of waiting in every gap for a round
-// trip between the two streams (on the H200, ~10 us in about half of the gaps).
+// join back, which the partition stream is already ordered after: kernels queued back to back
+// then follow each other on the partition stream directly, and a launch costs two driver calls
+// fewer. (On the H200 this made no measurable difference to the synthetic HP's kernel times:
+// bench/results/2026-12-03-spatial-joins.)
 // A new mask takes effect at the next launch (a kernel boundary): kernels already running finish
 // where they started, later ones go to the new partition, still in stream order.
 //

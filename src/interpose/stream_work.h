@@ -2,8 +2,8 @@
 // (spatial.h) joins a placed launch to its application stream with events both ways; the forward
 // join may be skipped when no stream work at all was issued in the process since the previous
 // launch on the same partition stream, because then that launch's join back is the last thing on
-// the application stream. Skipping it matters: between two placed launches queued back to back the
-// forward join waits for the back join, a round trip between two streams in every gap on the GPU.
+// the application stream: between two placed launches queued back to back the forward join would
+// only wait for the back join (a round trip between two streams in the gap, and two driver calls).
 //
 // That needs every call that issues stream work to be seen. gpuos wraps every such entry point of
 // cuda.h: the launches, copies, memsets, prefetches, stream-ordered allocations, captures and
