@@ -449,6 +449,9 @@ class Swap(unittest.TestCase):
             b = self.synth("swap-b", "--swap", count=6000)
             wait_for(lambda: (self.d.tenant(a.pid) or {}).get("swap_state") == "swapped-out", timeout=30,
                      what="a to be swapped out")
+            # Let a's thread reach its gate: a signal that comes while it is still in a driver call
+            # (its last synchronize) is not seen by gpuos, and a then waits its turn (known limit).
+            time.sleep(0.5)
             t0 = time.monotonic()
             a.send_signal(signal.SIGTERM)
             out, err = a.communicate(timeout=60)
