@@ -233,6 +233,9 @@ Partition make_partition(const GpuosDriverTable& d, gpuos_control_block* cb, int
 
 // A stream of partition `part` (null stream if it cannot be made). Never destroyed, like its note.
 PartitionStream new_partition_stream(const GpuosDriverTable& d, const Partition& part, int priority) {
+  // From now on stream work is counted: its first launch finds its note at 0 and joins anyway, and
+  // whatever was issued before this is ordered before that join.
+  g_stream_work_counted.store(true, std::memory_order_seq_cst);
   PartitionStream s;
   if (d.cuGreenCtxStreamCreate(&s.stream, part.green, CU_STREAM_NON_BLOCKING, priority) != CUDA_SUCCESS) {
     return PartitionStream{};

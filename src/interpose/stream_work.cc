@@ -6,6 +6,7 @@ namespace gpuos::interpose {
 
 std::atomic<uint64_t> g_stream_work{1};
 std::atomic<bool> g_stream_work_unseen{false};
+std::atomic<bool> g_stream_work_counted{false};
 
 namespace {
 

@@ -19,8 +19,14 @@ namespace gpuos::interpose {
 
 extern std::atomic<uint64_t> g_stream_work;       // calls that issued stream work, counted twice
 extern std::atomic<bool> g_stream_work_unseen;    // such a call may bypass gpuos: never skip
+// Set for good when the process makes its first partition stream (spatial.cc), before any launch
+// can be placed there: until then nothing reads the count, so a tenant outside a spatial domain
+// pays one load per call instead of two atomic increments of a shared counter.
+extern std::atomic<bool> g_stream_work_counted;
 
-inline void note_stream_work() { g_stream_work.fetch_add(1, std::memory_order_seq_cst); }
+inline void note_stream_work() {
+  if (g_stream_work_counted.load(std::memory_order_seq_cst)) g_stream_work.fetch_add(1, std::memory_order_seq_cst);
+}
 
 // Brackets a call that issues stream work, counting it before and after: a placed launch that
 // starts while the call is on its way into the driver then sees the count move once it returns
