@@ -12,8 +12,10 @@
 #           BE_RESERVE=0 ([spatial] be_reserve_groups: SM groups HP leaves to BE; 0 = gpuosd's default)
 #           MORE= (more run_matrix.py flags, e.g. MORE="--be-params-m 125 --be-batch 1" for a light BE)
 #           TRACE= (non-empty: HP writes a per-request latency trace, --synth-trace)
+#           DEVICE_TRACE= (non-empty: HP runs the instrumented kernel and records the GPU's own
+#           timestamps of each kernel, --synth-device-trace)
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
 WORKLOAD=${WORKLOAD:-synthetic} WINDOW=${WINDOW:-15} MODES=${MODES:-exclusive-hp,exclusive-be,time-slicing,mps} \
   GPUOS=${GPUOS:-gpuos-time-priority,gpuos-space-priority} LABEL=space BUDGET_S=${BUDGET_S:-540} \
-  EXTRA="--space-hp-sms ${HP_SMS:-0} --space-lend-after-ms ${LEND_AFTER_MS:--1} --space-be-reserve-groups ${BE_RESERVE:-0} --synth-hp-blocks-per-sm ${HP_BLOCKS_PER_SM:-0} --synth-hp-blocks ${HP_BLOCKS:-0} ${TRACE:+--synth-trace} ${MORE:-}" \
+  EXTRA="--space-hp-sms ${HP_SMS:-0} --space-lend-after-ms ${LEND_AFTER_MS:--1} --space-be-reserve-groups ${BE_RESERVE:-0} --synth-hp-blocks-per-sm ${HP_BLOCKS_PER_SM:-0} --synth-hp-blocks ${HP_BLOCKS:-0} ${TRACE:+--synth-trace} ${DEVICE_TRACE:+--synth-device-trace} ${MORE:-}" \
   exec bash gpu/time_matrix.sh

@@ -16,6 +16,7 @@
 #                       back on the SMs HP does not have)
 #   part-auto-*-be      SIZES entry "auto": no --sms, the right-sizer chooses (its timed launches
 #                       and its probes included)
+# LOG_LEVEL=debug: gpuosd's log (the sizer's and planner's moves) in $OUT/logs/service/gpuosd.log.
 # Writes $OUT/service.json, $OUT/service.md, $OUT/clocks.csv (nvidia-smi, 100 ms) and logs.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
@@ -38,7 +39,9 @@ nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu
 SMI=$!
 HP=("$SYNTH" --iters 125000 "${GRID[@]}" --block 256 --mode closed --count "$COUNT" --warmup 200)
 # HP_CMD: another closed-loop HP that takes --name and --json and writes p50_us/p99_us (e.g.
-# "python3 gpu/tests/torch_step_probe.py": the suite's PyTorch HP, one decode step at a time).
+# "python3 gpu/tests/torch_step_probe.py": the suite's PyTorch HP, one decode step at a time; or
+# "build/bin/kernel_anatomy --rate 2282 --count 20000": the synthetic HP's kernel, Poisson arrivals,
+# timed block by block on the GPU, writing <condition>.anatomy.csv beside its JSON).
 if [[ -n ${HP_CMD:-} ]]; then read -ra HP <<<"$HP_CMD"; fi
 # HP_MODE=saturated (synthetic HP): arrivals far above capacity, so its kernels queue back to back
 # and 1e6/throughput is the time per kernel including the gaps between them. A placed launch's
@@ -49,7 +52,13 @@ if [[ ${HP_MODE:-} == saturated && -z ${HP_CMD:-} ]]; then HP+=(--mode open --ra
 # kernels that queued behind the one before (GPU-side gaps) and kernels that found it idle (host
 # launch path included), and gives the host time of the launch call itself.
 if [[ -n ${HP_RATE:-} && -z ${HP_CMD:-} ]]; then HP+=(--mode open --rate "$HP_RATE"); fi
-trace_of() { [[ -n ${HP_RATE:-} && -z ${HP_CMD:-} ]] && echo "--trace $W/$1.trace.csv"; }
+# DEVICE_TRACE=1 (with HP_RATE): also the GPU's own timestamps of every kernel (gpuos-synth
+# --device-trace), in <condition>.device.csv.
+trace_of() {
+  [[ -n ${HP_RATE:-} && -z ${HP_CMD:-} ]] || return 0
+  echo "--trace $W/$1.trace.csv"
+  [[ -n ${DEVICE_TRACE:-} ]] && echo "--device-trace $W/$1.device.csv"
+}
 BE_BUSY=("$SYNTH" --iters 2500000 --blocks-per-sm 8 --block 256 --mode closed --count 10000000)
 BE_IDLE=("$SYNTH" --iters 1000 --blocks-per-sm 1 --block 32 --mode closed --count 10000000 --gap-us 50000)
 mark() { echo "$(date +%Y/%m/%d\ %T.%3N),$1" >>"$OUT/phases.csv"; }
@@ -60,6 +69,8 @@ mark "alone end"
 
 SOCK=$W/gpuosd.sock
 cat >"$W/gpuos.toml" <<EOF
+[daemon]
+log_level = "${LOG_LEVEL:-info}"
 [spatial]
 mps_dir = "$W/mps"
 [[spatial.domain]]
@@ -98,7 +109,7 @@ done
 kill -TERM "$DPID"
 for _ in $(seq 150); do kill -0 "$DPID" 2>/dev/null || break; sleep 0.1; done
 kill "$SMI" 2>/dev/null
-cp "$W"/*.json "$W"/*.trace.csv "$LOGS/" 2>/dev/null
+cp "$W"/*.json "$W"/*.trace.csv "$W"/*.anatomy.csv "$W"/*.device.csv "$LOGS/" 2>/dev/null
 
 R_W=$W R_OUT=$OUT R_SIZES="$SIZES" "$PY" - <<'PY'
 import csv, datetime, json, os

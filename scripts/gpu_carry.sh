@@ -11,4 +11,6 @@ for b in gpuos gpuosd gpuos-synth gpuos-bench-launch; do strip -o ".gpucarry/bin
 strip -o .gpucarry/lib/libgpuos.so build-gpu/lib/libgpuos.so
 bench_so=$(ldd build-gpu/bin/gpuos-bench-launch | awk '/libbenchmark/ {print $3}')
 [[ -n $bench_so ]] && cp -L "$bench_so" .gpucarry/lib/
+# GPU probes that run as tenants (nvcc: the device machine's is the same toolkit).
+nvcc -O2 -arch=sm_90 -o .gpucarry/bin/kernel_anatomy gpu/tests/kernel_anatomy.cu -lcuda
 du -sh .gpucarry

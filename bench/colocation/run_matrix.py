@@ -311,10 +311,14 @@ class Runner:
             cmds = []
             if calibrate:
                 n_cal = max(200, int(a.calibrate_s * 1000.0 / self.synth_hp_ms()))
+                dcal = (["--device-trace", self._file(spec.name, "hp-cal-device.csv")]
+                        if a.synth_device_trace else [])
                 cmds.append(base + ["--count", str(n_cal), "--mode", "closed", "--json",
-                                    self._file(spec.name, "hp-cal.json")])
+                                    self._file(spec.name, "hp-cal.json"), *dcal])
             n = "<rate*window>" if rate is None else str(max(1, int(rate * a.window)))
             trace = ["--trace", self._file(spec.name, "hp-trace.csv")] if a.synth_trace else []
+            if a.synth_device_trace:
+                trace += ["--device-trace", self._file(spec.name, "hp-device.csv")]
             cmds.append(base + ["--count", n, "--mode", "open", "--rate", rate_s, "--json", js, *trace])
             return cmds
         cmd = [self.py, os.path.join(HERE, "hp_server.py"), "--params-b", str(a.params_b),
@@ -974,6 +978,10 @@ def parse_args(argv=None):
     s.add_argument("--synth-trace", action="store_true",
                    help="HP writes each request's latency against its arrival (CLOCK_MONOTONIC) to "
                         "<workdir>/<mode>.hp-trace.csv, to line up with gpuosd's log")
+    s.add_argument("--synth-device-trace", action="store_true",
+                   help="HP runs the instrumented fixed-work kernel (gpuos-synth --device-trace, in "
+                        "calibration too) and writes the GPU's timestamps of each kernel to "
+                        "<workdir>/<mode>.hp-device.csv (real GPU only)")
     s.add_argument("--synth-be-lead-s", type=float, default=1.0, help="BE head start before HP, s")
     o = ap.add_argument_group("gpuos")
     o.add_argument("--gpuos-bin", default=os.path.join(REPO, "build", "bin", "gpuos"))

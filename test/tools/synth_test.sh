@@ -96,4 +96,14 @@ rc=$?
 set -e
 [[ $rc -eq 64 ]] || fail "--blocks 0: exit $rc, expected 64"
 
+# 5. --device-trace needs the instrumented kernel, which only the real GPU's module has: a clear
+# error, no JSON, no half-written trace.
+set +e
+"$synth" --name t-dtrace --count 1 --device-trace "$work/dev.csv" --json "$work/dev.json" 2>"$work/dev.err"
+rc=$?
+set -e
+[[ $rc -eq 3 ]] || fail "--device-trace on the double: exit $rc, expected 3"
+grep -q "real GPU only" "$work/dev.err" || fail "--device-trace: unclear error: $(cat "$work/dev.err")"
+[[ ! -e $work/dev.json && ! -e $work/dev.csv ]] || fail "--device-trace: output written despite the error"
+
 echo "PASS: gpuos-synth on the driver double"

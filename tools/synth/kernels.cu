@@ -9,13 +9,18 @@
 // kernel's duration scales with the SM time it actually gets (time-slicing and partitioning show up
 // in its latency). The result is kept alive by a store that can never happen (the value stays in
 // [0, 2) because |b| < 1 and a, c are small and non-negative), which the compiler cannot prove.
-extern "C" __global__ void gpuos_fixed_work(unsigned long long iters, unsigned long long* done_blocks) {
+__device__ __forceinline__ float fixed_chain(unsigned long long iters) {
   float a = static_cast<float>(threadIdx.x) * (1.0f / 1024.0f);
   const float b = 0.9999999f;
   const float c = 1.0e-7f;
   for (unsigned long long i = 0; i < iters; ++i) {
     a = fmaf(a, b, c);  // each FMA depends on the previous one: no ILP, fixed latency chain
   }
+  return a;
+}
+
+extern "C" __global__ void gpuos_fixed_work(unsigned long long iters, unsigned long long* done_blocks) {
+  const float a = fixed_chain(iters);
   if (a < 0.0f) {  // impossible; keeps the loop from being dropped as dead code
     done_blocks[0] = static_cast<unsigned long long>(-a);
   }
@@ -23,6 +28,31 @@ extern "C" __global__ void gpuos_fixed_work(unsigned long long iters, unsigned l
   __syncthreads();
   if (threadIdx.x == 0) {
     atomicAdd(done_blocks, 1ULL);
+  }
+}
+
+// gpuos-synth --device-trace: the same work, and each block's thread 0 stores, at stamps[3 * block],
+// %globaltimer when it started and when the block finished, and its %smid: the GPU's own account
+// of the kernel (not a driver-double built-in; gpuos-synth resolves it only with that flag).
+extern "C" __global__ void gpuos_fixed_work_traced(unsigned long long iters, unsigned long long* done_blocks,
+                                                   unsigned long long* stamps) {
+  unsigned long long t0 = 0;
+  if (threadIdx.x == 0) asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  const float a = fixed_chain(iters);
+  if (a < 0.0f) {
+    done_blocks[0] = static_cast<unsigned long long>(-a);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    atomicAdd(done_blocks, 1ULL);
+    unsigned long long t1;
+    unsigned sm;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1));
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+    unsigned long long* at = stamps + 3ull * blockIdx.x;
+    at[0] = t0;
+    at[1] = t1;
+    at[2] = sm;
   }
 }
 

@@ -108,13 +108,14 @@ struct Options {
   unsigned long long warmup = 2;
   std::string json = "-";  // "-" = stdout
   std::string trace;        // per-kernel CSV (empty: none)
+  std::string device_trace;  // per-kernel CSV of the GPU's own timestamps (empty: none)
   unsigned long long seed = 1;
 };
 
 constexpr const char* kUsage =
     "usage: gpuos-synth [--name N] [--iters I] [--blocks-per-sm K | --blocks G] [--block B] [--count C]\n"
     "                   [--gap-us U] [--mode closed|open] [--rate R] [--mem-mib M] [--device D]\n"
-    "                   [--warmup W] [--seed S] [--json PATH|-] [--trace PATH]\n"
+    "                   [--warmup W] [--seed S] [--json PATH|-] [--trace PATH] [--device-trace PATH]\n"
     "  --iters I          dependent FMAs per thread per kernel (default 100000)\n"
     "  --blocks-per-sm K  grid = K x SM count (default 1)\n"
     "  --blocks G         grid = G blocks, whatever the SM count (a kernel that needs G SMs)\n"
@@ -130,6 +131,9 @@ constexpr const char* kUsage =
     "  --json PATH|-      where the JSON result goes (default - = stdout)\n"
     "  --trace PATH       one CSV line per timed kernel: start (CLOCK_MONOTONIC ns: launch call in a\n"
     "                     closed loop, scheduled arrival in an open one), latency in us\n"
+    "  --device-trace PATH  one CSV line per timed kernel from the GPU's clock (%globaltimer): start,\n"
+    "                     duration and gap after the previous kernel in us, most blocks on one SM\n"
+    "                     (real GPU only: a kernel variant the driver double does not provide)\n"
     "exit: 0 verified, 1 verification failed, 2 CUDA error, 3 other error, 64 usage error\n";
 
 template <typename T>
@@ -183,6 +187,7 @@ Options parse_options(int argc, char** argv) {
     else if (flag == "--seed") o.seed = parse_number<unsigned long long>(flag, next());
     else if (flag == "--json") o.json = next();
     else if (flag == "--trace") o.trace = next();
+    else if (flag == "--device-trace") o.device_trace = next();
     else if (flag == "--mode") {
       std::string_view m = next();
       if (m == "closed") o.mode = Mode::kClosed;
@@ -344,6 +349,7 @@ class Synth {
     lat_us.resize(completed_);
     launch_us_.resize(completed_);
     if (!o_.trace.empty()) write_trace(lat_us);
+    if (!o_.device_trace.empty()) write_device_trace();
     r.launch_call = summarize(launch_us_);
     r.kernels = completed_;
     r.lat = summarize(std::move(lat_us));
@@ -373,6 +379,14 @@ class Synth {
     CU_CHECK(cuModuleLoadData(&module_, gpuos_synth_fatbin));
     CU_CHECK(cuModuleGetFunction(&fixed_work_, module_, "gpuos_fixed_work"));
     CU_CHECK(cuModuleGetFunction(&fill_, module_, "gpuos_fill_u32"));
+    if (!o_.device_trace.empty()) {
+      if (cuModuleGetFunction(&fixed_work_traced_, module_, "gpuos_fixed_work_traced") != CUDA_SUCCESS) {
+        throw std::runtime_error("--device-trace: no gpuos_fixed_work_traced kernel here (the driver double "
+                                 "does not provide it: real GPU only)");
+      }
+      stamp_slots_ = o_.warmup + o_.count;
+      CU_CHECK(cuMemAlloc_v2(&stamps_, stamp_slots_ * grid_ * 3 * sizeof(unsigned long long)));
+    }
     CU_CHECK(cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING));
     CU_CHECK(cuMemAlloc_v2(&done_blocks_, sizeof(unsigned long long)));
     CU_CHECK(cuMemsetD32_v2(done_blocks_, 0, sizeof(unsigned long long) / sizeof(unsigned)));
@@ -386,6 +400,7 @@ class Synth {
     events_.clear();
     if (mem_ != 0) CU_CHECK(cuMemFree_v2(mem_));
     CU_CHECK(cuMemFree_v2(done_blocks_));
+    if (stamps_ != 0) CU_CHECK(cuMemFree_v2(stamps_));
     CU_CHECK(cuStreamDestroy_v2(stream_));
     CU_CHECK(cuModuleUnload(module_));
     CU_CHECK(cuDevicePrimaryCtxRelease_v2(dev_));
@@ -394,9 +409,48 @@ class Synth {
   void launch_fixed_work(CUstream stream) {
     unsigned long long iters = o_.iters;
     CUdeviceptr done = done_blocks_;
-    void* params[] = {&iters, &done};
-    CU_CHECK(cuLaunchKernel(fixed_work_, grid_, 1, 1, o_.block, 1, 1, 0, stream, params, nullptr));
+    if (fixed_work_traced_ != nullptr && fixed_launches_ < stamp_slots_) {
+      CUdeviceptr stamps = stamps_ + fixed_launches_ * grid_ * 3 * sizeof(unsigned long long);
+      void* params[] = {&iters, &done, &stamps};
+      CU_CHECK(cuLaunchKernel(fixed_work_traced_, grid_, 1, 1, o_.block, 1, 1, 0, stream, params, nullptr));
+    } else {
+      void* params[] = {&iters, &done};
+      CU_CHECK(cuLaunchKernel(fixed_work_, grid_, 1, 1, o_.block, 1, 1, 0, stream, params, nullptr));
+    }
+    ++fixed_launches_;
     ++launches_issued_;
+  }
+
+  // --device-trace: the timed kernels as the GPU saw them. Start is relative to the first timed
+  // kernel's; the gap is from the previous kernel's last block to this one's first (negative: they
+  // overlapped); a jump of %globaltimer (resynchronised to the host clock now and then) shows as one
+  // odd gap.
+  void write_device_trace() {
+    CU_CHECK(cuStreamSynchronize(stream_));
+    std::vector<unsigned long long> st(stamp_slots_ * grid_ * 3);
+    CU_CHECK(cuMemcpyDtoH_v2(st.data(), stamps_, st.size() * sizeof(unsigned long long)));
+    std::FILE* f = std::fopen(o_.device_trace.c_str(), "w");
+    if (f == nullptr) throw std::runtime_error("--device-trace " + o_.device_trace + ": " + std::strerror(errno));
+    std::fprintf(f, "start_us,dur_us,gap_us,max_blocks_per_sm\n");
+    unsigned long long origin = 0, prev_end = 0;
+    std::vector<unsigned> per_sm;
+    for (unsigned long long k = o_.warmup; k < o_.warmup + completed_ && k < stamp_slots_; ++k) {
+      const unsigned long long* b = &st[k * grid_ * 3];
+      unsigned long long lo = ~0ull, hi = 0;
+      per_sm.assign(1024, 0);
+      unsigned most = 0;
+      for (unsigned i = 0; i < grid_; ++i) {
+        lo = std::min(lo, b[3 * i]);
+        hi = std::max(hi, b[3 * i + 1]);
+        most = std::max(most, ++per_sm[b[3 * i + 2] % per_sm.size()]);
+      }
+      if (origin == 0) origin = lo;
+      const double gap = prev_end == 0 ? 0.0 : (static_cast<double>(lo) - static_cast<double>(prev_end)) / 1e3;
+      std::fprintf(f, "%.3f,%.3f,%.3f,%u\n", (static_cast<double>(lo) - static_cast<double>(origin)) / 1e3,
+                   static_cast<double>(hi - lo) / 1e3, gap, most);
+      prev_end = hi;
+    }
+    if (std::fclose(f) != 0) throw std::runtime_error("--device-trace " + o_.device_trace + ": write failed");
   }
 
   static long long since_epoch_ns(Clock::time_point t) {
@@ -575,6 +629,10 @@ class Synth {
   CUmodule module_ = nullptr;
   CUfunction fixed_work_ = nullptr;
   CUfunction fill_ = nullptr;
+  CUfunction fixed_work_traced_ = nullptr;  // --device-trace
+  CUdeviceptr stamps_ = 0;                  // ... its per-block stamps, stamp_slots_ launches' worth
+  unsigned long long stamp_slots_ = 0;
+  unsigned long long fixed_launches_ = 0;   // gpuos_fixed_work launches so far (warmup included)
   CUstream stream_ = nullptr;
   CUdeviceptr done_blocks_ = 0;
   CUdeviceptr mem_ = 0;
