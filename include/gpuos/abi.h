@@ -198,7 +198,8 @@ typedef struct gpuos_control_block {
   uint64_t space_timed_kernels; /* kernels in those timed launches (a graph counts its kernel nodes) */
   uint64_t space_timed_ns;      /* their duration: space_timed_ns / space_timed_kernels is the mean
                                    time of its kernels (what a fixed cost per kernel is measured against) */
-  uint8_t pad8[32];
+  uint32_t space_shape_blocks[GPUOS_SPACE_SHAPES]; /* blocks in the grid of space_shapes[i]'s
+                                   launches; 0 = not known (a graph). Written with the entry. */
   gpuos_shape_latency space_shapes[GPUOS_SPACE_SHAPES];
 } gpuos_control_block;
 

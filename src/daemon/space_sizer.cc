@@ -246,6 +246,15 @@ SizerDecision right_size(const std::vector<ShapeSamples>& table, const std::vect
     return d;
   }
   const uint32_t down = sizes[pos - 1];
+  if (!params.below_grid) {
+    for (const ShapeSamples* s : main) {
+      if (s->blocks != 0 && s->blocks <= current && down < s->blocks) {
+        d.why = "grid";
+        state->sms = current;
+        return d;
+      }
+    }
+  }
   double predicted = 0;
   for (std::size_t i = 0; i < main.size(); ++i) predicted += static_cast<double>(weight[i]) * models[i].at(down);
   if (predicted <= limit * ref) {
@@ -299,8 +308,10 @@ bool read_shape_samples(const gpuos_control_block& cb, std::vector<ShapeSamples>
     const uint32_t seq = std::atomic_ref<uint32_t>(mutable_cb.space_sample_seq).load(std::memory_order_acquire);
     if (seq & 1u) continue;
     gpuos_shape_latency copy[GPUOS_SPACE_SHAPES];
+    uint32_t blocks[GPUOS_SPACE_SHAPES];
     for (int i = 0; i < GPUOS_SPACE_SHAPES; ++i) {
       gpuos_shape_latency& src = mutable_cb.space_shapes[i];
+      blocks[i] = std::atomic_ref<uint32_t>(mutable_cb.space_shape_blocks[i]).load(std::memory_order_relaxed);
       copy[i].key = std::atomic_ref<uint64_t>(src.key).load(std::memory_order_relaxed);
       copy[i].launches = std::atomic_ref<uint64_t>(src.launches).load(std::memory_order_relaxed);
       for (int j = 0; j < GPUOS_SPACE_POINTS; ++j) {
@@ -312,9 +323,10 @@ bool read_shape_samples(const gpuos_control_block& cb, std::vector<ShapeSamples>
     std::atomic_thread_fence(std::memory_order_acquire);
     if (std::atomic_ref<uint32_t>(mutable_cb.space_sample_seq).load(std::memory_order_relaxed) != seq) continue;
     out->clear();
-    for (const gpuos_shape_latency& s : copy) {
+    for (int i = 0; i < GPUOS_SPACE_SHAPES; ++i) {
+      const gpuos_shape_latency& s = copy[i];
       if (s.key == 0) continue;
-      ShapeSamples shape{s.key, s.launches, {}};
+      ShapeSamples shape{s.key, s.launches, {}, blocks[i]};
       for (const gpuos_latency_point& p : s.points) {
         if (p.sms != 0 && p.count != 0) {
           shape.points.push_back(LatencyPoint{p.sms, p.count, static_cast<double>(p.sum_ns) / p.count});

@@ -31,7 +31,7 @@ gpuos_latency_point* evictable_point(gpuos_shape_latency* shape) {
 
 }  // namespace
 
-void shape_table_add(gpuos_control_block* cb, uint64_t key, uint32_t sms, uint64_t ns) {
+void shape_table_add(gpuos_control_block* cb, uint64_t key, uint32_t blocks, uint32_t sms, uint64_t ns) {
   std::atomic_ref<uint32_t> seq(cb->space_sample_seq);
   const uint32_t s = seq.load(std::memory_order_relaxed);
   seq.store(s + 1, std::memory_order_relaxed);
@@ -56,6 +56,7 @@ void shape_table_add(gpuos_control_block* cb, uint64_t key, uint32_t sms, uint64
       set64(p.sum_ns, 0);
     }
   }
+  set32(cb->space_shape_blocks[slot - cb->space_shapes], blocks);
   set64(slot->launches, slot->launches + 1);
   gpuos_latency_point* point = nullptr;
   for (gpuos_latency_point& p : slot->points) {

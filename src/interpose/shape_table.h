@@ -9,7 +9,8 @@
 
 namespace gpuos::interpose {
 
-// Adds one timed launch of shape `key` (non-zero) that ran `ns` on `sms` SMs. A new shape takes an
+// Adds one timed launch of shape `key` (non-zero, `blocks` in its grid, 0 = not known) that ran
+// `ns` on `sms` SMs. A new shape takes an
 // unused slot or that of the least frequent shape, starting from a count of one: not inheriting
 // the count, as Space-Saving would, since a shape with an inherited count but no samples would
 // look like main work to gpuosd's sizer. Frequent shapes keep their slots; the rare ones of an
@@ -18,6 +19,6 @@ namespace gpuos::interpose {
 // reference and the size that proved too small), and that first sample is not counted (it may
 // include loading the kernel into the partition's green context). The caller serialises writers;
 // readers see space_sample_seq odd while an update is in progress.
-void shape_table_add(gpuos_control_block* cb, uint64_t key, uint32_t sms, uint64_t ns);
+void shape_table_add(gpuos_control_block* cb, uint64_t key, uint32_t blocks, uint32_t sms, uint64_t ns);
 
 }  // namespace gpuos::interpose

@@ -118,6 +118,7 @@ struct CachedContext {
   CUevent sample_end = nullptr;
   bool sample_in_flight = false;
   uint64_t sample_key = 0;
+  uint32_t sample_blocks = 0;  // blocks in its grid (0: a graph)
   uint32_t sample_sms = 0;
   uint32_t sample_kernels = 0;  // kernels in the timed launch (a graph's kernel nodes); 0 = not known
   CUgraphExec sample_graph = nullptr;  // ... then, the graph whose nodes to count once it is done
@@ -491,9 +492,9 @@ uint64_t shape_key(const LaunchShape& s) {
 
 // Adds one timed launch to the control block's shape table (shape_table.h); one writer at a time
 // in the process.
-void record_sample(gpuos_control_block* cb, uint64_t key, uint32_t sms, uint64_t ns) {
+void record_sample(gpuos_control_block* cb, uint64_t key, uint32_t blocks, uint32_t sms, uint64_t ns) {
   std::lock_guard<std::mutex> lock(registry().sample_mu);
-  shape_table_add(cb, key, sms, ns);
+  shape_table_add(cb, key, blocks, sms, ns);
 }
 
 // Counts a placed launch and notes the mask it used.
@@ -529,7 +530,7 @@ void collect_sample(const GpuosDriverTable& d, gpuos_control_block* cb, CachedCo
     return;
   }
   const uint64_t ns = static_cast<uint64_t>(static_cast<double>(ms) * 1e6);
-  record_sample(cb, c->sample_key, c->sample_sms, ns);
+  record_sample(cb, c->sample_key, c->sample_blocks, c->sample_sms, ns);
   uint32_t kernels = c->sample_kernels;
   if (kernels == 0 && c->sample_graph != nullptr) kernels = kernels_of(c->sample_graph);
   if (kernels != 0) {
@@ -562,6 +563,8 @@ bool start_sample(const GpuosDriverTable& d, gpuos_control_block* cb, CachedCont
     std::atomic_ref<uint32_t>(cb->space_sample_period).store(kSamplePeriod, std::memory_order_relaxed);
   }
   c->sample_key = shape_key(shape);
+  const uint64_t blocks = uint64_t{shape.grid[0]} * shape.grid[1] * shape.grid[2];
+  c->sample_blocks = blocks > UINT32_MAX ? UINT32_MAX : static_cast<uint32_t>(blocks);
   c->sample_sms = sms;
   c->sample_kernels = kernels;
   c->sample_graph = kernels == 0 ? graph : nullptr;

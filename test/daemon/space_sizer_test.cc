@@ -55,6 +55,7 @@ TEST(SpaceSizer, FitNeverGoesNegative) {
 struct Simulation {
   std::map<uint64_t, std::function<double(uint32_t)>> curves;  // shape -> latency(sms)
   std::map<uint64_t, uint64_t> weights;                        // launches per step
+  std::map<uint64_t, uint32_t> blocks;                         // grid blocks (absent: not known)
   std::vector<ShapeSamples> shapes;
   SizerState state;
   SizerParams params = no_settle();
@@ -70,7 +71,7 @@ struct Simulation {
     for (auto& [key, curve] : curves) {
       ShapeSamples* s = nullptr;
       for (ShapeSamples& x : shapes) if (x.key == key) s = &x;
-      if (s == nullptr) s = &shapes.emplace_back(ShapeSamples{key, 0, {}});
+      if (s == nullptr) s = &shapes.emplace_back(ShapeSamples{key, 0, {}, blocks.count(key) ? blocks[key] : 0u});
       const uint64_t k = n * weights[key];
       s->launches += k;
       LatencyPoint* p = nullptr;
@@ -125,6 +126,69 @@ TEST(SpaceSizer, KernelsThatFillTheGpuKeepTheirSms) {
   EXPECT_EQ(ups, 1);
   EXPECT_EQ(steps.back().sms, 112u);
   EXPECT_STREQ(steps.back().why, "hold");
+}
+
+// The H200's 64-block FMA chain: as fast on 64 SMs as on 104; below 64, some SMs run two of its
+// blocks and it takes 1.26x as long.
+double grid64(uint32_t t) { return t >= 64 ? 300'000.0 : 378'000.0; }
+
+TEST(SpaceSizer, StopsAtTheGridOfAKernelOfOneBlockPerSm) {
+  Simulation sim;
+  sim.curves[1] = grid64;
+  sim.weights[1] = 1;
+  sim.blocks[1] = 64;
+  const auto steps = sim.run(104, 30);
+  for (const SizerDecision& d : steps) {
+    EXPECT_GE(d.sms, 64u) << d.why;
+    EXPECT_STRNE(d.why, "up");
+  }
+  EXPECT_EQ(steps.back().sms, 64u);
+  EXPECT_STREQ(steps.back().why, "grid");
+}
+
+TEST(SpaceSizer, BelowGridGoesOnAsTheModelPredictsAndComesBack) {
+  // The same kernel with its grid not known (a graph), or below_grid: the flat model takes it to
+  // 56 SMs, which proves too slow, and it returns to 64.
+  for (bool known : {false, true}) {
+    Simulation sim;
+    sim.curves[1] = grid64;
+    sim.weights[1] = 1;
+    if (known) {
+      sim.blocks[1] = 64;
+      sim.params.below_grid = true;
+    }
+    const auto steps = sim.run(104, 30);
+    bool visited56 = false;
+    int ups = 0;
+    for (const SizerDecision& d : steps) {
+      visited56 = visited56 || d.sms == 56;
+      ups += std::string(d.why) == "up";
+    }
+    EXPECT_TRUE(visited56) << "known " << known;
+    EXPECT_EQ(ups, 1) << "known " << known;
+    EXPECT_EQ(steps.back().sms, 64u) << "known " << known;
+  }
+}
+
+TEST(SpaceSizer, TheGridStopsOnlyKernelsOfOneBlockPerSm) {
+  // 528 blocks (4 per SM on 132): already several per SM at every size, where the model (m/t)
+  // sees the steps, so no stop at the grid; memory-bound (flat), it gives SMs away.
+  Simulation sim;
+  sim.curves[1] = [](uint32_t) { return 500'000.0; };
+  sim.weights[1] = 1;
+  sim.blocks[1] = 528;
+  const auto steps = sim.run(104, 40);
+  EXPECT_LT(steps.back().sms, 64u);
+  // A main shape of one block per SM stops the tenant even beside a flat one whose grid is unknown.
+  Simulation two;
+  two.curves[1] = grid64;
+  two.weights[1] = 1;
+  two.blocks[1] = 64;
+  two.curves[2] = [](uint32_t) { return 100'000.0; };
+  two.weights[2] = 1;
+  const auto both = two.run(104, 40);
+  EXPECT_EQ(both.back().sms, 64u);
+  for (const SizerDecision& d : both) EXPECT_GE(d.sms, 64u);
 }
 
 TEST(SpaceSizer, WeightsShapesByTheirLaunches) {
@@ -330,10 +394,12 @@ TEST(SpaceSizer, ReadsTheControlBlock) {
   cb.space_shapes[2].launches = 30;
   cb.space_shapes[2].points[0] = {112, 10, 10000};
   cb.space_shapes[2].points[3] = {64, 20, 30000};
+  cb.space_shape_blocks[2] = 64;
   std::vector<ShapeSamples> s;
   ASSERT_TRUE(read_shape_samples(cb, &s));
   ASSERT_EQ(s.size(), 1u);
   EXPECT_EQ(s[0].key, 42u);
+  EXPECT_EQ(s[0].blocks, 64u);
   ASSERT_EQ(s[0].points.size(), 2u);
   EXPECT_DOUBLE_EQ(s[0].points[1].mean_ns, 1500.0);
   cb.space_sample_seq = 3;  // being written

@@ -748,6 +748,11 @@ class Spatial(unittest.TestCase):
         smaller = [m for m in rh["masks"] if m != self.HP_GROUPS and m & ~self.HP_GROUPS == 0]
         self.assertTrue(smaller, rh)
         self.assertRegex(self.d.log_text(), r"right-sized 112 -> 104 SMs of 112 \((down|probe)")
+        # Its kernel runs one block per SM from 64 SMs up: gpuosd knows its grid (the interposer
+        # reports it with the samples) and never takes it below 64 (where, on a real GPU, two of its
+        # blocks would share an SM), however flat its latency above.
+        sizes = [int(s) for s in re.findall(r"right-sized \d+ -> (\d+) SMs", self.d.log_text())]
+        self.assertGreaterEqual(min(sizes), 64, self.d.log_text())
         self.assertNotIn("MPS client's kernel", self.d.log_text())  # its ms-long kernels do not notice MPS
         th = wait_for(lambda: (lambda t: t if t and t["state"] == "exited" else None)(self.d.tenant(hp.pid)),
                       what="hp exited")
