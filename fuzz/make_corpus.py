@@ -171,6 +171,7 @@ mps_control = "/usr/bin/nvidia-cuda-mps-control"
 mps_dir = "/run/gpuos/mps"
 lend_after_ms = 5
 lend_max_kernel_ms = 2
+right_size_below_grid = true
 [[spatial.domain]]
 name = "team-a"
 users = ["alice", 1001]

@@ -50,6 +50,11 @@ struct Ctx {
     *out = n.as_string()->get();
     return true;
   }
+  bool get_bool(const toml::node& n, std::string_view table, std::string_view key, bool* out) {
+    if (!n.is_boolean()) return fail(n, table, key, std::string("expected true or false, got ") + type_name(n));
+    *out = n.as_boolean()->get();
+    return true;
+  }
   bool get_uint(const toml::node& n, std::string_view table, std::string_view key, int64_t lo, int64_t hi,
                 uint32_t* out) {
     if (!n.is_integer()) return fail(n, table, key, std::string("expected an integer, got ") + type_name(n));
@@ -294,6 +299,8 @@ bool parse_spatial(Ctx& cx, const toml::table& t, Config* c) {
       if (!cx.get_uint(v, "spatial", key, 1, 63, &s.be_reserve_groups)) return false;
     } else if (key == "right_size_slack_pct") {
       if (!cx.get_uint(v, "spatial", key, 0, 50, &s.right_size_slack_pct)) return false;
+    } else if (key == "right_size_below_grid") {
+      if (!cx.get_bool(v, "spatial", key, &s.right_size_below_grid)) return false;
     } else if (key == "mps_kernel_cost_ns") {
       if (!cx.get_uint(v, "spatial", key, 0, 1000000, &s.mps_kernel_cost_ns)) return false;
     } else if (key == "mps_dir") {
@@ -500,6 +507,7 @@ std::string format_config(const Config& c) {
   s += "lend_max_kernel_ms = " + std::to_string(c.spatial.lend_max_kernel_ms) + "\n";
   s += "be_reserve_groups = " + std::to_string(c.spatial.be_reserve_groups) + "\n";
   s += "right_size_slack_pct = " + std::to_string(c.spatial.right_size_slack_pct) + "\n";
+  s += std::string("right_size_below_grid = ") + (c.spatial.right_size_below_grid ? "true" : "false") + "\n";
   s += "mps_kernel_cost_ns = " + std::to_string(c.spatial.mps_kernel_cost_ns) + "\n";
   if (c.spatial.domains.empty()) s += "# no [[spatial.domain]]: spatial sharing off\n";
   for (const SpatialDomain& d : c.spatial.domains) {

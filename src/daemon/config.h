@@ -35,6 +35,8 @@
 //   right_size_slack_pct = 4   # right-sizing: a guaranteed tenant that asked for no size gets the
 //                              # fewest SMs that keep its measured kernel latency within this many
 //                              # percent of its default partition's (0..50; 0 = off)
+//   right_size_below_grid = false  # right-sizing may take a tenant below the block count of a
+//                              # kernel that runs one block per SM (its fit cannot see that step)
 //   mps_kernel_cost_ns = 320   # what MPS adds to each kernel of a client (0..1000000; 0 = no
 //                              # warning): gpuosd warns about a guaranteed tenant whose kernels are
 //                              # so short that this costs it more than the slack
@@ -106,6 +108,7 @@ struct SpatialConfig {
   uint32_t lend_max_kernel_ms = 10;
   uint32_t be_reserve_groups = 2;  // SM groups kept for best-effort tenants beside guaranteed ones
   uint32_t right_size_slack_pct = 4;  // right-sizing's latency allowance; 0 = no right-sizing
+  bool right_size_below_grid = false;  // right-sizing may go below a one-block-per-SM kernel's grid
   // What MPS adds to each kernel of a client (measured on the H200, driver 580: a 1B decoder's
   // decode step, a graph of 931 kernels of 3 us on average, took 10.6% longer as an MPS client).
   uint32_t mps_kernel_cost_ns = 320;

@@ -129,6 +129,7 @@ int main(int argc, char** argv) {
   co.space.lend_after_ns = uint64_t{cfg.spatial.lend_after_ms} * 1'000'000;
   co.space.lend_max_kernel_ns = uint64_t{cfg.spatial.lend_max_kernel_ms} * 1'000'000;
   co.space_sizer.slack = cfg.spatial.right_size_slack_pct / 100.0;
+  co.space_sizer.below_grid = cfg.spatial.right_size_below_grid;
   co.mps_kernel_cost_ns = cfg.spatial.mps_kernel_cost_ns;
 
   // Spatial sharing: one MPS control daemon per trust domain, supervised on a helper thread. Built

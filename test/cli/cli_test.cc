@@ -164,7 +164,7 @@ TEST_F(Cli, ConfigCheckShowsTheSpatialSection) {
                   write("s.toml", "[[spatial.domain]]\nname = \"dom\"\nusers = [\"alice\", 7]\ngpus = [1]\n")});
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("[spatial]\nmps_control = \"nvidia-cuda-mps-control\"\nmps_dir = \"\"\nlend_after_ms = 20\nlend_max_kernel_ms = 10\n"
-                       "be_reserve_groups = 2\nright_size_slack_pct = 4\nmps_kernel_cost_ns = 320\n[[spatial.domain]]\n"
+                       "be_reserve_groups = 2\nright_size_slack_pct = 4\nright_size_below_grid = false\nmps_kernel_cost_ns = 320\n[[spatial.domain]]\n"
                        "name = \"dom\"\nusers = [\"alice\", \"7\"]\ngpus = [1]\n"),
             std::string::npos)
       << r.out;

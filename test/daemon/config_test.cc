@@ -112,6 +112,7 @@ lend_after_ms = 5
 lend_max_kernel_ms = 3
 be_reserve_groups = 3
 right_size_slack_pct = 0
+right_size_below_grid = true
 
 [[spatial.domain]]
 name = "team-a"
@@ -129,6 +130,8 @@ name = "B_2.x"
   EXPECT_EQ(s.lend_max_kernel_ms, 3u);
   EXPECT_EQ(s.be_reserve_groups, 3u);
   EXPECT_EQ(s.right_size_slack_pct, 0u);
+  EXPECT_TRUE(s.right_size_below_grid);
+  EXPECT_FALSE(SpatialConfig{}.right_size_below_grid);
   EXPECT_EQ(effective_mps_dir(*r.config, "/run/gpuos/gpuosd.sock"), "/run/gpuos-mps");
   ASSERT_EQ(s.domains.size(), 2u);
   EXPECT_EQ(s.domains[0].name, "team-a");
@@ -241,6 +244,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Bad{"[spatial]\nlend_max_kernel_ms = 0\n", "lend_max_kernel_ms: value 0 out of range 1..3600000"},
                       Bad{"[spatial]\nbe_reserve_groups = 0\n", "be_reserve_groups: value 0 out of range 1..63"},
                       Bad{"[spatial]\nright_size_slack_pct = 51\n", "right_size_slack_pct: value 51 out of range 0..50"},
+                      Bad{"[spatial]\nright_size_below_grid = 1\n",
+                          "[spatial] right_size_below_grid: expected true or false, got integer"},
                       Bad{"[spatial]\nmps_control = 1\n", "test.toml:2: [spatial] mps_control: expected a string, got integer"},
                       Bad{"[spatial]\nmps_control = \"\"\n", "[spatial] mps_control: empty"},
                       Bad{"[spatial]\nmps_control = \"bin/mps\"\n",
