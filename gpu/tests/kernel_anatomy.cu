@@ -8,7 +8,8 @@
 // most blocks on one SM, median SM clock over its blocks.
 //
 //   kernel_anatomy --rate R --count N [--blocks B] [--block T] [--iters I] [--seed S]
-//                  [--events 1|2] [--atomic 1] [--driver 1] [--name X] [--json PATH]  (writes PATH and PATH's stem + .anatomy.csv)
+//                  [--events 1|2] [--atomic 1] [--driver 1] [--name X] [--json PATH]
+//   (writes PATH, and PATH's stem + .anatomy.csv: one line per kernel)
 //
 // --events 1 observes completions as gpuos-synth's open loop does: the launcher sleeps until each
 // arrival and records an event after each kernel; a waiter thread synchronizes the events in order.

@@ -133,7 +133,8 @@ constexpr const char* kUsage =
     "                     closed loop, scheduled arrival in an open one), latency in us\n"
     "  --device-trace PATH  one CSV line per timed kernel from the GPU's clock (%globaltimer): start,\n"
     "                     duration and gap after the previous kernel in us, most blocks on one SM\n"
-    "                     (real GPU only: a kernel variant the driver double does not provide)\n"
+    "                     (real GPU only: a kernel variant the driver double does not provide; at\n"
+    "                     most 1 GiB of stamps, later kernels run the plain kernel untraced)\n"
     "exit: 0 verified, 1 verification failed, 2 CUDA error, 3 other error, 64 usage error\n";
 
 template <typename T>
@@ -384,7 +385,9 @@ class Synth {
         throw std::runtime_error("--device-trace: no gpuos_fixed_work_traced kernel here (the driver double "
                                  "does not provide it: real GPU only)");
       }
-      stamp_slots_ = o_.warmup + o_.count;
+      // At most 1 GiB of stamps: kernels past that run the plain kernel, untraced.
+      const unsigned long long per_launch = static_cast<unsigned long long>(grid_) * 3 * sizeof(unsigned long long);
+      stamp_slots_ = std::min<unsigned long long>(o_.warmup + o_.count, std::max(1ull, (1ull << 30) / per_launch));
       CU_CHECK(cuMemAlloc_v2(&stamps_, stamp_slots_ * grid_ * 3 * sizeof(unsigned long long)));
     }
     CU_CHECK(cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING));
