@@ -1115,6 +1115,12 @@ uint32_t Core::right_size_tenant(Tenant& t, uint64_t now) {
     log::info("tenant %u (%s): right-sized %u -> %u SMs of %u (%s; latency %.3f of its %u-SM figure%s)", t.id, t.name,
               before, d.sms, ceiling, d.why, d.predicted, ceiling, hold);
   }
+  if (d.grid_blocks != 0 && t.space_grid_logged_sms != d.sms) {
+    t.space_grid_logged_sms = d.sms;
+    log::info("tenant %u (%s): right-sizing holds %u SMs: a main kernel of %u blocks runs one per SM there and "
+              "would put two on some SMs below (set [spatial] right_size_below_grid to go on)",
+              t.id, t.name, d.sms, d.grid_blocks);
+  }
   t.space_sized_sms = d.sms;
   t.space_default_sms = ceiling;
   if (d.sms != before) t.space_sized_latency = 0;  // a new size: nothing measured there yet

@@ -206,6 +206,7 @@ class Core final : private GateControl {
     bool space_mps_warned = false;            // said once that MPS costs it its slack (warn_if_mps_costs_slack)
     double space_sized_latency = 0;           // measured at the current size / at the ceiling (0 = none yet)
     std::string space_sizer_traced;           // the sizer's last decision in the debug log (logged on change)
+    uint32_t space_grid_logged_sms = 0;       // the size at which "stops at the grid" was logged
     // Its device ordinals -> gpuosd's GPUs (from the control block's device_uuid; identity until
     // the tenant published them). Cached: recomputed when device_count changes.
     mutable uint32_t mapped_device_count = 0;

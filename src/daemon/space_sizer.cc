@@ -250,6 +250,7 @@ SizerDecision right_size(const std::vector<ShapeSamples>& table, const std::vect
     for (const ShapeSamples* s : main) {
       if (s->blocks != 0 && s->blocks <= current && down < s->blocks) {
         d.why = "grid";
+        d.grid_blocks = s->blocks;
         state->sms = current;
         return d;
       }

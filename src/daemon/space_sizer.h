@@ -110,6 +110,7 @@ struct SizerDecision {
   double ref_ns = 0;      // L(ceiling), the figure both are relative to
   const char* why = "";   // "hold", "down", "probe", "up", "wait", "settle", "grid" (below_grid)
   uint64_t hold_ns = 0;   // "up": how long the size it left stays below the floor
+  uint32_t grid_blocks = 0;  // "grid": the block count of the shape it stopped at
 };
 
 // sizes: the partition sizes the GPU can give, ascending (SMs of 1, 2, ... groups from group 0);

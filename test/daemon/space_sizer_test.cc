@@ -144,6 +144,7 @@ TEST(SpaceSizer, StopsAtTheGridOfAKernelOfOneBlockPerSm) {
   }
   EXPECT_EQ(steps.back().sms, 64u);
   EXPECT_STREQ(steps.back().why, "grid");
+  EXPECT_EQ(steps.back().grid_blocks, 64u);
 }
 
 TEST(SpaceSizer, BelowGridGoesOnAsTheModelPredictsAndComesBack) {
