@@ -1,6 +1,7 @@
 #include "interpose/spatial.h"
 
 #include <pthread.h>
+#include <time.h>
 
 #include <atomic>
 #include <cstdint>
@@ -553,7 +554,7 @@ bool start_sample(const GpuosDriverTable& d, gpuos_control_block* cb, CachedCont
   }
   if (c->burst_left == 0) {
     if (--c->sample_countdown != 0) return false;
-    c->sample_countdown = kSamplePeriod;
+    c->sample_countdown = next_sample_gap();
   }
   if (c->sample_in_flight || c->sample_start == nullptr || sms == 0) return false;
   if (c->burst_left > 0) --c->burst_left;
@@ -686,6 +687,23 @@ void prefetch_neighbours(const GpuosDriverTable& d, gpuos_control_block* cb, CUc
 }  // namespace
 
 std::mutex& TEST_registry_mutex() { return registry().mu; }
+
+unsigned next_sample_gap() {
+  // xorshift64*, one state per thread (seeded from its address and the clock): no lock, no libc
+  // state shared with the app.
+  thread_local uint64_t state = 0;
+  if (state == 0) {
+    timespec ts{};
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    state = (reinterpret_cast<uintptr_t>(&state) ^ (static_cast<uint64_t>(ts.tv_nsec) << 20) ^
+             static_cast<uint64_t>(ts.tv_sec)) | 1;
+  }
+  state ^= state >> 12;
+  state ^= state << 25;
+  state ^= state >> 27;
+  const uint64_t r = (state * 0x2545F4914F6CDD1Dull) >> 32;
+  return 1 + static_cast<unsigned>(r % (2 * kSamplePeriod - 1));
+}
 
 Placement place_launch(const GpuosDriverTable& d, gpuos_control_block* cb, CUstream stream, bool ptsz,
                        const LaunchShape& shape, CUgraphExec graph) {

@@ -95,8 +95,15 @@ void finish_placement(const GpuosDriverTable& d, const Placement& p, bool submit
 // For tests: the lock of the process-wide tables (partitions, streams, graphs and variants).
 std::mutex& TEST_registry_mutex();
 
-// Launches per timed launch (one sample in this many per thread and context).
+// Launches per timed launch (one sample in this many per thread and context, on average: the gap
+// to the next is drawn uniformly from 1 .. 2 * kSamplePeriod - 1, see next_sample_gap).
 inline constexpr unsigned kSamplePeriod = 8;
+
+// The launches until the next timed one after one was timed. At random: a fixed period aliases
+// with an app's periodic launch sequence (any sequence of an even number of launches against 8),
+// timing only some of its kernels forever; on the e2e probe (a 2 ms kernel and a 9 us one in
+// turn) it timed only the short one, and the sizer, seeing only that, sized for it alone.
+unsigned next_sample_gap();
 // After a change of size, this many launches are timed back to back (as fast as one in flight
 // allows): the sizer then decides within a few kernels, not a few sample periods.
 inline constexpr unsigned kBurstSamples = 12;
