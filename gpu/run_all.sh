@@ -3,10 +3,11 @@
 #   1. the GPU suite (gpu/run_suite.sh): CUDA C++, PyTorch eager, CUDA graphs, Triton under gpuos;
 #   2. the launch-overhead benchmark, registered with a live gpuosd;
 #   3. memory quotas with PyTorch (default allocator and expandable segments);
-#   4. `gpuos demo` on the GPU.
+#   4. `gpuos demo` on the GPU;
+#   5. spatial sharing (gpu/spatial_test.sh): confinement, resizing under load, stream order, PyTorch.
 # Usage (repo root, build tree at ./build or GPUOS_BUILD_DIR): OUT=/results bash gpu/run_all.sh
 # Writes to $OUT: gpu_suite.json, gpu_suite.md, launch_overhead.json, quota.jsonl, demo.txt,
-# logs.tar.gz.
+# spatial.json, spatial.md, logs.tar.gz.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
 : "${OUT:?set OUT}"
@@ -36,6 +37,10 @@ kill "$dpid" 2>/dev/null; wait "$dpid" 2>/dev/null
 echo "== gpuos demo"
 timeout 240 "$BUILD/bin/gpuos" demo --seconds 3 2>&1 | tee "$OUT/demo.txt" || rc=1
 
+echo "== spatial sharing"
+OUT="$OUT" bash gpu/spatial_test.sh || rc=1
+
+find "$OUT/logs" \( -type s -o -type p \) -delete 2>/dev/null  # MPS pipes: they do not travel back
 tar -C "$OUT" -czf "$OUT/logs.tar.gz" logs && rm -rf "$OUT/logs"
-cat "$OUT/gpu_suite.md" 2>/dev/null
+cat "$OUT/gpu_suite.md" "$OUT/spatial.md" 2>/dev/null
 exit $rc
