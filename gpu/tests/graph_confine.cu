@@ -11,13 +11,9 @@
 #include <string>
 #include <vector>
 
-namespace {
+#include "probe.cuh"
 
-__device__ __forceinline__ unsigned smid() {
-  unsigned s;
-  asm volatile("mov.u32 %0, %%smid;" : "=r"(s));
-  return s;
-}
+namespace {
 
 __global__ void work(int iters, float* sink, unsigned* seen) {
   float a = threadIdx.x, b = 1.0000001f;

@@ -40,24 +40,14 @@
 #include <condition_variable>
 #include <mutex>
 
+#include "probe.cuh"
+
 namespace {
 
 struct BlockRecord {
   unsigned long long t0, t1, c0, c1;
   unsigned smid, pad;
 };
-
-__device__ __forceinline__ unsigned long long globaltimer() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-
-__device__ __forceinline__ unsigned smid() {
-  unsigned s;
-  asm volatile("mov.u32 %0, %%smid;" : "=r"(s));
-  return s;
-}
 
 // Same work as gpuos_fixed_work (tools/synth): `iters` dependent FMAs per thread.
 __global__ void fixed_work(unsigned long long iters, BlockRecord* rec, float* sink, unsigned long long* done_blocks) {
@@ -82,25 +72,6 @@ __global__ void fixed_work(unsigned long long iters, BlockRecord* rec, float* si
     r.c0 = c0;
     r.smid = smid();
   }
-}
-
-#define CK(x)                                                                          \
-  do {                                                                                 \
-    cudaError_t e_ = (x);                                                              \
-    if (e_ != cudaSuccess) {                                                           \
-      std::printf("{\"error\": \"%s: %s\"}\n", #x, cudaGetErrorString(e_));             \
-      std::exit(2);                                                                    \
-    }                                                                                  \
-  } while (0)
-
-const char* sarg(int argc, char** argv, const char* name, const char* fallback) {
-  for (int i = 1; i + 1 < argc; ++i)
-    if (!std::strcmp(argv[i], name)) return argv[i + 1];
-  return fallback;
-}
-double arg(int argc, char** argv, const char* name, double fallback) {
-  const char* s = sarg(argc, argv, name, nullptr);
-  return s ? std::atof(s) : fallback;
 }
 
 struct Kernel {

@@ -22,13 +22,9 @@
 #include <thread>
 #include <vector>
 
-namespace {
+#include "probe.cuh"
 
-__device__ __forceinline__ unsigned smid() {
-  unsigned s;
-  asm volatile("mov.u32 %0, %%smid;" : "=r"(s));
-  return s;
-}
+namespace {
 
 __global__ void work(int iters, float* sink, unsigned* sm_seen) {
   float a = threadIdx.x, b = 1.0000001f;
@@ -39,21 +35,6 @@ __global__ void work(int iters, float* sink, unsigned* sm_seen) {
 
 __global__ void fill(unsigned* dst, unsigned value, unsigned n) {
   for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) dst[i] = value ^ i;
-}
-
-#define CK(x)                                                                              \
-  do {                                                                                     \
-    cudaError_t e_ = (x);                                                                  \
-    if (e_ != cudaSuccess) {                                                               \
-      std::printf("{\"error\": \"%s: %s\"}\n", #x, cudaGetErrorString(e_));                 \
-      std::exit(2);                                                                        \
-    }                                                                                      \
-  } while (0)
-
-double arg(int argc, char** argv, const char* name, double fallback) {
-  for (int i = 1; i + 1 < argc; ++i)
-    if (!std::strcmp(argv[i], name)) return std::atof(argv[i + 1]);
-  return fallback;
 }
 
 }  // namespace
