@@ -407,6 +407,7 @@ class Runner:
                     + f'[spatial]\nmps_dir = "{self.space_mps_dir}"\n'
                     + (f'mps_control = "{self.a.space_mps_control}"\n' if self.a.space_mps_control else "")
                     + (f"lend_after_ms = {self.a.space_lend_after_ms}\n" if self.a.space_lend_after_ms >= 0 else "")
+                    + (f"lend_max_kernel_ms = {self.a.space_lend_max_kernel_ms}\n" if self.a.space_lend_max_kernel_ms > 0 else "")
                     + (f"be_reserve_groups = {self.a.space_be_reserve_groups}\n" if self.a.space_be_reserve_groups > 0 else "")
                     + f'[[spatial.domain]]\nname = "{self.SPACE_DOMAIN}"\n')
         return path
@@ -996,6 +997,8 @@ def parse_args(argv=None):
                    help="gpuos-space modes: [spatial] mps_control (a stand-in for self-tests); default MPS's own")
     o.add_argument("--space-lend-after-ms", type=int, default=-1,
                    help="gpuos-space modes: [spatial] lend_after_ms; -1 = gpuosd's default")
+    o.add_argument("--space-lend-max-kernel-ms", type=int, default=0,
+                   help="gpuos-space modes: [spatial] lend_max_kernel_ms; 0 = gpuosd's default")
     o.add_argument("--space-be-reserve-groups", type=int, default=0,
                    help="gpuos-space modes: [spatial] be_reserve_groups (SM groups HP leaves to BE); 0 = gpuosd's default")
     args = ap.parse_args(argv)
