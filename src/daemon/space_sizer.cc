@@ -145,18 +145,22 @@ SizerDecision right_size(const std::vector<ShapeSamples>& table, const std::vect
 
   // What the tenant runs now: the samples taken at the current size since the sizer moved to it
   // (shapes it no longer launches, e.g. a warm-up's, have none and do not hold it up).
+  // A shape's share is of that time (samples x mean), not of the launches: one long kernel among
+  // many short ones can be most of what the tenant waits for.
   std::vector<uint64_t> fresh(shapes.size(), 0);
-  uint64_t total = 0;
+  std::vector<double> fresh_ns(shapes.size(), 0);
+  double total_ns = 0;
   for (std::size_t i = 0; i < shapes.size(); ++i) {
     const uint64_t before = snapshot_of(shapes[i].key).count;
     const uint64_t now_count = count_at(shapes[i], current);
     fresh[i] = now_count > before ? now_count - before : 0;
-    total += fresh[i];
+    if (fresh[i] != 0) fresh_ns[i] = static_cast<double>(fresh[i]) * point_at(shapes[i], current)->mean_ns;
+    total_ns += fresh_ns[i];
   }
   std::vector<const ShapeSamples*> main;
   std::vector<uint64_t> weight;
   for (std::size_t i = 0; i < shapes.size(); ++i) {
-    if (total > 0 && static_cast<double>(fresh[i]) >= params.main_share * static_cast<double>(total)) {
+    if (fresh[i] != 0 && fresh_ns[i] >= params.main_share * total_ns) {
       main.push_back(&shapes[i]);
       weight.push_back(fresh[i]);
     }

@@ -7,7 +7,8 @@
 // space_shapes). Per shape the sizer fits LithOS's model l(t) = m/t + b over the SM counts seen
 // (weighted least squares in 1/t); the tenant's latency L(t) is the sum over its main shapes,
 // weighted by their fresh samples (those taken at the current size since the sizer moved there:
-// what the tenant runs now; a shape with at least main_share of them is main). Starting at the
+// what the tenant runs now). A shape is main when it has at least main_share of the fresh GPU
+// time (samples x mean): a rare long kernel can be most of the tenant's latency. Starting at the
 // ceiling, the sizer moves one partition size at a time, and only once every main shape has
 // min_samples fresh samples:
 //  - down one size when the model predicts L(down) <= (1 + slack) L(ceiling), or, while every
@@ -64,7 +65,7 @@ LatencyModel fit_latency(const std::vector<LatencyPoint>& points, uint64_t min_c
 struct SizerParams {
   double slack = 0.04;         // latency the tenant may lose against its ceiling
   uint64_t min_samples = 8;    // samples per main shape at a size before the sizer moves from it
-  double main_share = 0.05;    // shapes below this share of the fresh samples are ignored
+  double main_share = 0.05;    // shapes below this share of the fresh time are ignored
   uint64_t hold_ns = 30'000'000'000;  // how long a size that proved too small stays a floor ...
   uint64_t max_hold_ns = 600'000'000'000;  // ... at most, doubled each time it proves so again
   uint64_t settle_ns = 200'000'000;  // samples after a move up that are not counted
