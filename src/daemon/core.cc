@@ -1115,6 +1115,10 @@ uint32_t Core::right_size_tenant(Tenant& t, uint64_t now) {
     log::info("tenant %u (%s): right-sized %u -> %u SMs of %u (%s; latency %.3f of its %u-SM figure%s)", t.id, t.name,
               before, d.sms, ceiling, d.why, d.predicted, ceiling, hold);
   }
+  if (std::strcmp(d.why, "confirm") == 0) {
+    log::info("tenant %u (%s): %u SMs read %.3f of its %u-SM figure, a little over the slack: judged again on new "
+              "samples before moving up", t.id, t.name, d.sms, d.measured, ceiling);
+  }
   if (d.grid_blocks != 0 && t.space_grid_logged_sms != d.sms) {
     t.space_grid_logged_sms = d.sms;
     log::info("tenant %u (%s): right-sizing holds %u SMs: a main kernel of %u blocks runs one per SM there and "

@@ -135,6 +135,7 @@ SizerDecision right_size(const std::vector<ShapeSamples>& table, const std::vect
   }
   const auto moved_to = [&](uint32_t sms) {
     state->sms = sms;
+    state->confirm_sms = 0;
     state->at_move.clear();
     for (const ShapeSamples& s : shapes) {
       const LatencyPoint* p = point_at(s, sms);
@@ -229,6 +230,16 @@ SizerDecision right_size(const std::vector<ShapeSamples>& table, const std::vect
   const bool returned = current == state->floor_sms && now_ns < state->floor_until_ns;
   const double up_limit = returned ? std::max(limit, 1.0 + params.settled_slack) : limit;
   if (measured > up_limit * ref && current < ceiling) {
+    if (measured <= (1.0 + params.settled_slack) * ref && state->confirm_sms != current) {
+      // A small excess from one batch may be noise, and a move up costs a floor of hold_ns: the
+      // samples so far are left out (as after a settle) and the next batch decides.
+      state->confirm_sms = current;
+      state->settle_until_ns = std::max<uint64_t>(now_ns, 1);  // ends at the next call
+      state->sms = current;
+      d.why = "confirm";
+      return d;
+    }
+    state->confirm_sms = 0;
     const uint32_t up = sizes[pos + 1];
     // The same floor proved again (its hold had expired, or it was never left): hold it longer.
     state->floor_proofs = state->floor_sms == up ? state->floor_proofs + 1 : 0;

@@ -14,7 +14,9 @@
 //  - down one size when the model predicts L(down) <= (1 + slack) L(ceiling), or, while every
 //    main shape has been seen at one size only, as a probe (the model needs a second point); but
 //    not below the block count of a main shape that runs one block per SM (below_grid);
-//  - up one size when what was measured at the current size exceeds (1 + slack) L(ceiling); that
+//  - up one size when what was measured at the current size exceeds (1 + slack) L(ceiling) (an
+//    excess below a clear regression, settled_slack, must show again in a second batch of fresh
+//    samples first: one batch read 4.6% over on the H200 for a kernel as fast there); that
 //    size then becomes a floor for `hold_ns` (no probing back into it), doubled each time the same
 //    floor is proved again (up to max_hold_ns), so a tenant that keeps needing its SMs is probed
 //    ever more rarely: each probe costs it latency.
@@ -87,6 +89,7 @@ struct SizerState {
   uint64_t floor_until_ns = 0;  // ... until then
   uint32_t floor_proofs = 0;    // times in a row that floor_sms proved needed (the hold doubles)
   uint64_t settle_until_ns = 0; // after a move up: samples until then are not counted
+  uint32_t confirm_sms = 0;     // a small excess was read at this size: the next batch decides
   // Samples of one shape at one size (count and sum of their durations).
   struct SampleSum {
     uint64_t key = 0;
@@ -109,7 +112,9 @@ struct SizerDecision {
   double predicted = 0;   // L(sms) / L(ceiling) by the model (0 = no model yet)
   double measured = 0;    // L(current) / L(ceiling) as measured (0 = not enough samples yet)
   double ref_ns = 0;      // L(ceiling), the figure both are relative to
-  const char* why = "";   // "hold", "down", "probe", "up", "wait", "settle", "grid" (below_grid)
+  // "hold", "down", "probe", "up", "confirm" (a small excess: judged again on new samples),
+  // "wait", "settle", "grid" (below_grid)
+  const char* why = "";
   uint64_t hold_ns = 0;   // "up": how long the size it left stays below the floor
   uint32_t grid_blocks = 0;  // "grid": the block count of the shape it stopped at
 };

@@ -171,6 +171,40 @@ TEST(SpaceSizer, BelowGridGoesOnAsTheModelPredictsAndComesBack) {
   }
 }
 
+TEST(SpaceSizer, ASmallExcessInOneBatchIsJudgedAgainBeforeMovingUp) {
+  // As on the H200: the 64-block kernel read 4.6% over at its first batch on 96 SMs, as fast there
+  // as on 104; moving up on that held the tenant at 104 SMs for 30 s.
+  Simulation sim;
+  int batches_at_96 = 0;
+  sim.curves[1] = [&](uint32_t t) { return t == 96 && batches_at_96++ == 0 ? grid64(t) * 1.046 : grid64(t); };
+  sim.weights[1] = 1;
+  sim.blocks[1] = 64;
+  const auto steps = sim.run(104, 30);
+  int confirms = 0;
+  for (const SizerDecision& d : steps) {
+    confirms += std::string(d.why) == "confirm";
+    EXPECT_STRNE(d.why, "up");
+  }
+  EXPECT_EQ(confirms, 1);
+  EXPECT_EQ(steps.back().sms, 64u);
+}
+
+TEST(SpaceSizer, ASmallExcessThatShowsAgainMovesUp) {
+  // 6% slower on 96 SMs than on 104, every batch: confirmed, then up, and 104 becomes the floor.
+  Simulation sim;
+  sim.curves[1] = [](uint32_t t) { return t >= 104 ? 300'000.0 : 318'000.0; };
+  sim.weights[1] = 1;
+  const auto steps = sim.run(104, 10);
+  std::vector<std::string> whys;
+  for (const SizerDecision& d : steps) whys.push_back(d.why);
+  EXPECT_EQ(whys[0], "probe");
+  EXPECT_EQ(whys[1], "confirm");
+  EXPECT_EQ(whys[2], "wait");  // the batch that was being taken is left out with the first
+  EXPECT_EQ(whys[3], "up");
+  EXPECT_EQ(steps.back().sms, 104u);
+  EXPECT_EQ(sim.state.floor_sms, 104u);
+}
+
 TEST(SpaceSizer, TheGridStopsOnlyKernelsOfOneBlockPerSm) {
   // 528 blocks (4 per SM on 132): already several per SM at every size, where the model (m/t)
   // sees the steps, so no stop at the grid; memory-bound (flat), it gives SMs away.
