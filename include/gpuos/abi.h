@@ -173,7 +173,7 @@ typedef struct gpuos_control_block {
   uint64_t space_setup_ns;    /* time spent creating partitions and their streams */
   uint64_t space_failures;    /* launches that could not be placed and ran unconfined */
   uint32_t space_active;      /* 1 once a launch was placed on a partition */
-  uint32_t reserved6;
+  uint32_t space_devices;     /* bit o: it launched on its device ordinal o (placed or not) */
   uint64_t space_joins_skipped; /* placed launches that skipped their forward join (stream_work.h) */
   uint8_t pad6[8];
   uint64_t space_mask_in_use[GPUOS_MAX_DEVICES]; /* mask of the last placed launch, per device */

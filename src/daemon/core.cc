@@ -1015,7 +1015,17 @@ uint32_t Core::home_gpu(const Tenant& t) const {
     const uint64_t b = used_on_gpu(t, g);
     if (b > most) most = b, home = g;
   }
+  if (most == 0) {  // no memory yet: the first GPU it launched on, if any
+    for (uint32_t g = 0; g < GPUOS_MAX_DEVICES; ++g) {
+      if (launched_on_gpu(t, g)) return g;
+    }
+  }
   return home;
+}
+
+bool Core::launched_on_gpu(const Tenant& t, uint32_t gpu) const {
+  const int o = ordinal_of(t, gpu);
+  return o >= 0 && o < 32 && (load(t.cb->space_devices) >> o & 1u) != 0;
 }
 
 int Core::ordinal_of(const Tenant& t, uint32_t gpu) const {
@@ -1174,7 +1184,7 @@ void Core::run_space() {
       s.idle_ns = now - t.space_idle_since_ns;
     }
     for (uint32_t g = 0; g < GPUOS_MAX_DEVICES && g < 32; ++g) {
-      if (used_on_gpu(t, g) != 0) s.gpus |= 1u << g;
+      if (used_on_gpu(t, g) != 0 || launched_on_gpu(t, g)) s.gpus |= 1u << g;
     }
     if (s.tenant_class == GPUOS_CLASS_BEST_EFFORT && !s.domain.empty()) {
       // How long taking lent groups back from it could take (the planner lends only below a bound).

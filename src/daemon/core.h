@@ -256,8 +256,11 @@ class Core final : private GateControl {
   // each (opts_.mps_kernel_cost_ns) exceeds its latency slack, after kMpsCostMinSamples timed launches.
   void warn_if_mps_costs_slack(Tenant& t);
   static constexpr uint64_t kMpsCostMinSamples = 64;
-  // The GPU holding most of the tenant's memory (0 when it holds none).
+  // The GPU holding most of the tenant's memory; with none, the first it launched on (spatial
+  // tenants report that); else 0.
   uint32_t home_gpu(const Tenant& t) const;
+  // Whether a spatial tenant launched on GPU index `gpu` (control block space_devices).
+  bool launched_on_gpu(const Tenant& t, uint32_t gpu) const;
   // The tenant's device ordinal of GPU index `gpu` (-1: it does not see that GPU). Its per-device
   // control-block words are indexed by its ordinals, which CUDA_VISIBLE_DEVICES may reorder.
   int ordinal_of(const Tenant& t, uint32_t gpu) const;

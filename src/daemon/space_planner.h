@@ -45,7 +45,7 @@ struct SpaceTenant {
   uint32_t want_sms = 0;  // guaranteed: SMs asked for (0 = default)
   bool busy = false;
   uint64_t idle_ns = 0;   // not busy: for how long (0 while busy)
-  uint32_t gpus = 0;      // bit g: holds memory on GPU g (0: none anywhere yet: on every GPU)
+  uint32_t gpus = 0;      // bit g: holds memory or launched on GPU g (0: neither yet: on every GPU)
   uint64_t kernel_ns = 0; // best-effort: its longest kernel as measured (0 = not measured yet)
 };
 

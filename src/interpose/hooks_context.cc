@@ -84,6 +84,9 @@ CUresult cuInit(unsigned int flags) {
   // from gpuosd's view).
   if (r == CUDA_SUCCESS && std::atomic_ref<uint32_t>(cb->device_count).load(std::memory_order_acquire) == 0) {
     gi::publish_devices(cb);
+    // gpuosd planned this tenant's SMs at registration with ordinal = GPU index; let it plan again
+    // with the real map before the first launch reads its mask.
+    gi::notify_activity(cb);
   }
   return r;
 }

@@ -382,6 +382,7 @@ void carry_counters(gpuos_control_block* from, gpuos_control_block* to) {
   while (want > old && !peak.compare_exchange_weak(old, want)) {
   }
   std::atomic_ref<uint32_t>(to->untracked_work).store(std::atomic_ref<uint32_t>(from->untracked_work).load());
+  std::atomic_ref<uint32_t>(to->space_devices).fetch_or(std::atomic_ref<uint32_t>(from->space_devices).load());
 }
 
 bool g_lost_reported = false;  // monitor thread only

@@ -498,6 +498,14 @@ void record_sample(gpuos_control_block* cb, uint64_t key, uint32_t blocks, uint3
   shape_table_add(cb, key, blocks, sms, ns);
 }
 
+// Notes that the tenant launches on device ordinal dev: gpuosd plans a tenant's SMs only on the
+// GPUs it uses, and one that has allocated nothing yet is known there by its launches alone.
+void note_device(gpuos_control_block* cb, int dev) {
+  std::atomic_ref<uint32_t> bits(cb->space_devices);
+  const uint32_t bit = 1u << dev;
+  if ((bits.load(std::memory_order_relaxed) & bit) == 0) bits.fetch_or(bit, std::memory_order_relaxed);
+}
+
 // Counts a placed launch and notes the mask it used.
 void note_mask_in_use(gpuos_control_block* cb, int dev, uint64_t mask) {
   uint64_t& in_use = cb->space_mask_in_use[dev];
@@ -713,6 +721,7 @@ Placement place_launch(const GpuosDriverTable& d, gpuos_control_block* cb, CUstr
   }
   CachedContext* c = context_entry(d, ctx);
   if (c->dev < 0 || c->dev >= GPUOS_MAX_DEVICES) return unplaced(cb, stream, true);
+  note_device(cb, c->dev);
   const uint64_t mask = std::atomic_ref<uint64_t>(cb->space_mask[c->dev]).load(std::memory_order_acquire);
   if (mask == 0) {  // the whole device: nothing to place, only perhaps a launch to time
     Placement p = unplaced(cb, stream, false);

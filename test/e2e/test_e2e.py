@@ -611,7 +611,14 @@ class Spatial(unittest.TestCase):
             f.write('[spatial]\nmps_control = "%s"\nmps_dir = "%s"\nright_size_slack_pct = %d\n%s'
                     '[[spatial.domain]]\nname = "serve"\n'
                     % (os.path.join(HERE, "fake_mps_control.sh"), os.path.join(self.cfg_dir, "mps"), slack, mps_cost))
-        self.d = Daemon(["--config", self.cfg])
+        two_gpus = "two_gpus" in self._testMethodName
+        if two_gpus:
+            os.environ["GPUOS_SIM_DEVICES"] = "2"
+        try:
+            self.d = Daemon(["--config", self.cfg])
+        finally:
+            if two_gpus:
+                del os.environ["GPUOS_SIM_DEVICES"]
         self.d.env["GPUOS_CONFIG"] = self.cfg
         status = os.path.join(self.cfg_dir, "mps", "serve", "status")
         def available():
@@ -660,6 +667,29 @@ class Spatial(unittest.TestCase):
         self.assertGreater(th["space_launches"], 0)
         self.assertEqual(th["space_failures"], 0)
         self.assertEqual(th["launches"] + th["graph_launches"], rh["launches"] + rh["graph_launches"])
+
+    def test_on_two_gpus_only_tenants_of_the_same_gpu_split_it(self):
+        # GPU 1 holds HP and BE: partitions. GPU 0 holds a best-effort tenant alone: it keeps the
+        # whole GPU (every slot) while HP is busy on the other one.
+        def on_gpu(index, name, cls, ms):
+            env = dict(self.d.env, GPUOS_SIM_DEVICES="2", CUDA_VISIBLE_DEVICES=str(index))
+            return subprocess.Popen(
+                self.d.run_cmd(["--space", "serve", "--class", cls, "--name", name, "--",
+                                bin_path("gpuos-space-probe"), "--ms", str(ms)]),
+                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        # A tenant that has neither memory nor launches anywhere yet counts on every GPU (its first
+        # kernels must not run unconfined beside a busy guaranteed one), so be0 comes after HP ran.
+        be1 = on_gpu(1, "be1", "best-effort", 4000)
+        wait_for(lambda: (self.d.tenant(be1.pid) or {}).get("launches", 0) > 3, what="BE to run")
+        hp = on_gpu(1, "hp", "guaranteed", 1500)
+        wait_for(lambda: (self.d.tenant(hp.pid) or {}).get("space_launches", 0) > 3, what="HP placed")
+        be0 = on_gpu(0, "be0", "best-effort", 1000)
+        rh, r1, r0 = self.result(hp), self.result(be1), self.result(be0)
+        for r in (rh, r1, r0):
+            self.assertEqual(r["order_errors"], 0, r)
+        self.assertEqual(rh["union"], self.HP_GROUPS, rh)
+        self.assertIn(self.BE_SLOTS, r1["masks"], r1)
+        self.assertEqual(set(r0["masks"]), {self.ALL}, r0)
 
     def test_launches_queued_back_to_back_skip_the_join_but_wait_for_work_between(self):
         # HP's fills, two in a row on its stream: the second goes after the first on the partition
