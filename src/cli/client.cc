@@ -273,6 +273,13 @@ std::string human_bytes(uint64_t b) {
   return buf;
 }
 
+std::string partition_text(const gpuos_msg_tenant_info& t) {
+  if (t.space_sms == 0) return "-";
+  std::string sms = std::to_string(t.space_sms);
+  if (t.space_default_sms != 0) sms += "/" + std::to_string(t.space_default_sms);
+  return sms;
+}
+
 std::string listing_table(const Listing& l) {
   std::string s;
   char line[512];
@@ -287,9 +294,7 @@ std::string listing_table(const Listing& l) {
                 "CLASS", "STATE", "LAUNCHES", "GRAPHS", "MEM", "PEAK", "GATE-WAIT", "SMS");
   s += line;
   for (const auto& t : l.tenants) {
-    // SMS: its spatial partition ("-" when unconfined); "64/104" = right-sized to 64 of its default 104.
-    std::string sms = t.space_sms == 0 ? "-" : std::to_string(t.space_sms);
-    if (t.space_sms != 0 && t.space_default_sms != 0) sms += "/" + std::to_string(t.space_default_sms);
+    const std::string sms = partition_text(t);
     std::snprintf(line, sizeof(line), "%-5u %-8d %-20s %-12s %-12s %10llu %8llu %10s %10s %10s %8s\n", t.tenant_id,
                   t.pid, cstr(t.name, sizeof(t.name)).c_str(), class_name(t.tenant_class), display_state(t),
                   static_cast<unsigned long long>(t.launches), static_cast<unsigned long long>(t.graph_launches),

@@ -31,6 +31,9 @@ nlohmann::json listing_json(const Listing& l);
 std::string listing_table(const Listing& l);
 // "0 B", "512 B", "1.5 KiB", "12.0 MiB", "3.25 GiB".
 std::string human_bytes(uint64_t bytes);
+// The SMS column of `gpuos ps` and `gpuos top`: the tenant's spatial partition in SMs, "-" when
+// unconfined; "64/104" = right-sized to 64 of its default 104.
+std::string partition_text(const gpuos_msg_tenant_info& t);
 const char* state_name(uint32_t state);
 
 // Directory holding the running executable (from /proc/self/exe); "" if unknown.

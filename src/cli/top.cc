@@ -116,8 +116,8 @@ std::vector<std::string> render_top(const Listing* prev, const Listing& cur, dou
   }
   if (cur.gpus.empty()) lines.emplace_back("no GPUs known to gpuosd");
   lines.emplace_back("");
-  std::snprintf(buf, sizeof(buf), "%5s %8s %-20s %-12s %-8s %9s %8s %10s %10s %10s", "ID", "PID", "NAME", "CLASS",
-                "STATE", "LAUNCH/s", "GRAPH/s", "MEM", "PEAK", "GATE-WAIT%");
+  std::snprintf(buf, sizeof(buf), "%5s %8s %-20s %-12s %-8s %9s %8s %10s %10s %10s %8s", "ID", "PID", "NAME",
+                "CLASS", "STATE", "LAUNCH/s", "GRAPH/s", "MEM", "PEAK", "GATE-WAIT%", "SMS");
   lines.emplace_back(buf);
 
   std::map<uint32_t, const gpuos_msg_tenant_info*> before;
@@ -143,9 +143,10 @@ std::vector<std::string> render_top(const Listing* prev, const Listing& cur, dou
     }
     std::string name = cstr(t.name, sizeof(t.name));
     if (name.size() > 20) name = name.substr(0, 19) + "~";
-    std::snprintf(buf, sizeof(buf), "%5u %8d %-20s %-12s %-8s %9s %8s %10s %10s %10s", t.tenant_id, t.pid, name.c_str(),
-                  class_name(t.tenant_class), state_name(t.state), lps.c_str(), gps.c_str(),
-                  human_bytes(t.mem_used_bytes).c_str(), human_bytes(t.mem_peak_bytes).c_str(), gw.c_str());
+    std::snprintf(buf, sizeof(buf), "%5u %8d %-20s %-12s %-8s %9s %8s %10s %10s %10s %8s", t.tenant_id, t.pid,
+                  name.c_str(), class_name(t.tenant_class), state_name(t.state), lps.c_str(), gps.c_str(),
+                  human_bytes(t.mem_used_bytes).c_str(), human_bytes(t.mem_peak_bytes).c_str(), gw.c_str(),
+                  partition_text(t).c_str());
     lines.emplace_back(buf);
     ++rows;
   }

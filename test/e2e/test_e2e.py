@@ -769,6 +769,11 @@ class Spatial(unittest.TestCase):
         table = subprocess.run([bin_path("gpuos"), "ps", "--socket", self.d.socket], env=self.d.env,
                                capture_output=True, text=True, timeout=20).stdout
         self.assertRegex(table, r"\bhp\b.*\b\d+/112\b", table)
+        top = subprocess.run([bin_path("gpuos"), "top", "--once", "--interval", "0.2", "--socket", self.d.socket],
+                             env=self.d.env, capture_output=True, text=True, timeout=20).stdout
+        self.assertIn("SMS", top)
+        self.assertRegex(top, r"\bhp\b.*\b\d+/112\b", top)
+        self.assertRegex(top, r"\bbe\b.*best-effort.*\s\d+\n", top)  # its groups, not right-sized
         self.assertNotIn("space_default_sms", self.d.tenant(be.pid))  # best-effort: not right-sized
         rh, rb = self.result(hp), self.result(be)
         self.assertEqual(rh["order_errors"], 0, rh)
