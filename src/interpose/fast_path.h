@@ -120,6 +120,7 @@ inline CUresult governed_launch(LaunchKind kind, CUstream stream, bool ptsz, con
   Placement placed{stream, stream, nullptr, nullptr, ptsz};
   if (GPUOS_UNLIKELY(std::atomic_ref<uint32_t>(cb->space_enabled).load(std::memory_order_relaxed) != 0)) {
     placed = place_launch(*d, cb, stream, ptsz, shape, graph);
+    if (GPUOS_UNLIKELY(placed.first_on_device)) notify_activity(cb);
   }
   // A launch on the app's own stream is stream work like a copy (stream_work.h); one placed on a
   // partition stream is counted by place_launch.

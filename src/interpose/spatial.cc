@@ -500,10 +500,12 @@ void record_sample(gpuos_control_block* cb, uint64_t key, uint32_t blocks, uint3
 
 // Notes that the tenant launches on device ordinal dev: gpuosd plans a tenant's SMs only on the
 // GPUs it uses, and one that has allocated nothing yet is known there by its launches alone.
-void note_device(gpuos_control_block* cb, int dev) {
+// Returns true for the first.
+bool note_device(gpuos_control_block* cb, int dev) {
   std::atomic_ref<uint32_t> bits(cb->space_devices);
   const uint32_t bit = 1u << dev;
-  if ((bits.load(std::memory_order_relaxed) & bit) == 0) bits.fetch_or(bit, std::memory_order_relaxed);
+  if ((bits.load(std::memory_order_relaxed) & bit) != 0) return false;
+  return (bits.fetch_or(bit, std::memory_order_relaxed) & bit) == 0;
 }
 
 // Counts a placed launch and notes the mask it used.
@@ -692,36 +694,9 @@ void prefetch_neighbours(const GpuosDriverTable& d, gpuos_control_block* cb, CUc
   pthread_attr_destroy(&attr);
 }
 
-}  // namespace
-
-std::mutex& TEST_registry_mutex() { return registry().mu; }
-
-unsigned next_sample_gap() {
-  // xorshift64*, one state per thread (seeded from its address and the clock): no lock, no libc
-  // state shared with the app.
-  thread_local uint64_t state = 0;
-  if (state == 0) {
-    timespec ts{};
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    state = (reinterpret_cast<uintptr_t>(&state) ^ (static_cast<uint64_t>(ts.tv_nsec) << 20) ^
-             static_cast<uint64_t>(ts.tv_sec)) | 1;
-  }
-  state ^= state >> 12;
-  state ^= state << 25;
-  state ^= state >> 27;
-  const uint64_t r = (state * 0x2545F4914F6CDD1Dull) >> 32;
-  return 1 + static_cast<unsigned>(r % (2 * kSamplePeriod - 1));
-}
-
-Placement place_launch(const GpuosDriverTable& d, gpuos_control_block* cb, CUstream stream, bool ptsz,
-                       const LaunchShape& shape, CUgraphExec graph) {
-  CUcontext ctx = nullptr;
-  if (d.cuCtxGetCurrent == nullptr || d.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || ctx == nullptr) {
-    return unplaced(cb, stream, false);  // the launch itself will fail with the driver's error
-  }
-  CachedContext* c = context_entry(d, ctx);
-  if (c->dev < 0 || c->dev >= GPUOS_MAX_DEVICES) return unplaced(cb, stream, true);
-  note_device(cb, c->dev);
+// place_launch once the launching thread's context and device are known.
+Placement place_on_device(const GpuosDriverTable& d, gpuos_control_block* cb, CUcontext ctx, CachedContext* c,
+                          CUstream stream, bool ptsz, const LaunchShape& shape, CUgraphExec graph) {
   const uint64_t mask = std::atomic_ref<uint64_t>(cb->space_mask[c->dev]).load(std::memory_order_acquire);
   if (mask == 0) {  // the whole device: nothing to place, only perhaps a launch to time
     Placement p = unplaced(cb, stream, false);
@@ -762,6 +737,41 @@ Placement place_launch(const GpuosDriverTable& d, gpuos_control_block* cb, CUstr
   p.last_work = ps.last_work;
   p.work = work;
   if (start_sample(d, cb, c, part, false, shape, ps.sms, 1)) p.timed_end = c->sample_end;
+  return p;
+}
+
+}  // namespace
+
+std::mutex& TEST_registry_mutex() { return registry().mu; }
+
+unsigned next_sample_gap() {
+  // xorshift64*, one state per thread (seeded from its address and the clock): no lock, no libc
+  // state shared with the app.
+  thread_local uint64_t state = 0;
+  if (state == 0) {
+    timespec ts{};
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    state = (reinterpret_cast<uintptr_t>(&state) ^ (static_cast<uint64_t>(ts.tv_nsec) << 20) ^
+             static_cast<uint64_t>(ts.tv_sec)) | 1;
+  }
+  state ^= state >> 12;
+  state ^= state << 25;
+  state ^= state >> 27;
+  const uint64_t r = (state * 0x2545F4914F6CDD1Dull) >> 32;
+  return 1 + static_cast<unsigned>(r % (2 * kSamplePeriod - 1));
+}
+
+Placement place_launch(const GpuosDriverTable& d, gpuos_control_block* cb, CUstream stream, bool ptsz,
+                       const LaunchShape& shape, CUgraphExec graph) {
+  CUcontext ctx = nullptr;
+  if (d.cuCtxGetCurrent == nullptr || d.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || ctx == nullptr) {
+    return unplaced(cb, stream, false);  // the launch itself will fail with the driver's error
+  }
+  CachedContext* c = context_entry(d, ctx);
+  if (c->dev < 0 || c->dev >= GPUOS_MAX_DEVICES) return unplaced(cb, stream, true);
+  const bool first = note_device(cb, c->dev);
+  Placement p = place_on_device(d, cb, ctx, c, stream, ptsz, shape, graph);
+  p.first_on_device = first;
   return p;
 }
 

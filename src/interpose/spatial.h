@@ -65,6 +65,9 @@ struct Placement {
   // count this launch leaves (finish_placement stores it once the launch is joined back).
   std::atomic<uint64_t>* last_work = nullptr;
   uint64_t work = 0;
+  // The tenant's first launch on this device: gpuosd should plan again (space_devices changed,
+  // and a busy tenant sends no other message).
+  bool first_on_device = false;
 };
 
 // Chooses where a launch on `stream` goes (ptsz: it came through a _ptsz entry point) and whether
