@@ -42,6 +42,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 import common  # noqa: E402
+import gpu_state  # noqa: E402
 import report  # noqa: E402
 
 BASELINE_MODES = ["exclusive-hp", "exclusive-be", "time-slicing", "mps", "mps-be50"]
@@ -616,6 +617,8 @@ class Runner:
                      "estimate_s": self.estimate(spec)}
         t0 = time.monotonic()
         print(f"[run] === {spec.name} (estimate {rec['estimate_s']:.0f}s)", flush=True)
+        sampler = gpu_state.Sampler(self._file(spec.name, "gpu-state.csv"), self.a.gpu_sample_ms)
+        sampler.start()
         try:
             if spec.gpuos_kind and not os.path.exists(self.gpuos_bin):
                 rec["status"] = "skipped"
@@ -654,6 +657,9 @@ class Runner:
             rec["error"] = f"{type(e).__name__}: {e}"
             rec["traceback"] = traceback.format_exc()[-3000:]
         finally:
+            rec["gpu_state"] = sampler.stop()
+            if rec["gpu_state"]:
+                rec["notes"].append(gpu_state.describe(rec["gpu_state"]))
             if self.daemon is not None and spec.gpuos_kind:
                 rec["gpuos_ps"] = self.gpuos_ps(spec)
             for p in self.procs:
@@ -943,6 +949,9 @@ def parse_args(argv=None):
                    help="estimate margin for the first mode (cold imports on a fresh machine)")
     g.add_argument("--hp-after-be-ready", type=float, default=0.0,
                    help="torch workload: start the HP process only once BE is warm (at most this many s)")
+    g.add_argument("--gpu-sample-ms", type=int, default=1000,
+                   help="sample the GPU's SM clock, temperature and power (nvidia-smi) this often during "
+                        "each mode (0 = not)")
     g.add_argument("--dry-run", action="store_true", help="print the plan, commands and time estimate")
     g.add_argument("--workdir", default="", help="logs and per-process JSON (default: a new /tmp dir)")
     g.add_argument("--python", default=sys.executable or "python3")

@@ -37,6 +37,11 @@ def _be(mode: dict):
     return mode.get("be_rate")
 
 
+def _sm_mhz(mode: dict):
+    """The median SM clock while the mode ran (run_matrix's nvidia-smi samples), or None."""
+    return ((mode.get("gpu_state") or {}).get("sm_mhz") or {}).get("median")
+
+
 def _sized(mode: dict):
     """The guaranteed tenant gpuosd right-sized (gpuos ps at the end of the mode), or None."""
     for t in ((mode.get("gpuos_ps") or {}).get("tenants") or []):
@@ -57,6 +62,7 @@ def judge(raw: dict, source: str) -> list[dict]:
         if name.startswith("exclusive") or m.get("status") != "ok":
             continue
         row = {"source": source, "load": meta.get("load"), "mode": name,
+               "sm_mhz": _sm_mhz(m), "sm_mhz_exclusive": _sm_mhz(excl_hp),
                "hp_p99_ms": _hp(m), "hp_p99_vs_exclusive": _ratio(_hp(m), hp0),
                "be_vs_exclusive": _ratio(_be(m), be0),
                "be_target": None if busy is None else 1.0 - busy, "space": name.startswith("gpuos-space")}
@@ -87,14 +93,16 @@ def render(rows: list[dict]) -> str:
     out = ["# Spatial sharing targets (issue #5)", "",
            f"HP p99 <= {P99_LIMIT}x exclusive; BE >= (1 - HP busy) of exclusive; right-sizing saves >= "
            f"{SAVED_MIN:.0%} of the default SMs at <= {SIZED_LATENCY_MAX}x kernel latency.", "",
-           "| load | run | mode | HP p99 / excl | BE / excl | BE target | sized SMs | saved | sized latency |",
-           "|---|---|---|---|---|---|---|---|---|"]
+           "| load | run | mode | HP p99 / excl | BE / excl | BE target | sized SMs | saved | sized latency "
+           "| SM MHz (excl) |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
     for r in sorted(rows, key=lambda r: (r["load"] or 0, not r["space"], r["mode"], r["source"])):
         sized = "-" if "sized_sms" not in r else f"{r['sized_sms']}/{r['default_sms']}"
-        out.append("| {} | {} | {} | {}{} | {}{} | {} | {} | {}{} | {} |".format(
+        clock = "-" if r.get("sm_mhz") is None else f"{r['sm_mhz']:.0f} ({fmt(r.get('sm_mhz_exclusive'), '.0f')})"
+        out.append("| {} | {} | {} | {}{} | {}{} | {} | {} | {}{} | {} | {} |".format(
             fmt(r["load"], ".1f"), r["source"], r["mode"], fmt(r["hp_p99_vs_exclusive"]), mark(r.get("p99_ok")),
             fmt(r["be_vs_exclusive"]), mark(r.get("be_ok")), fmt(r["be_target"]), sized,
-            fmt(r.get("saved"), ".0%"), mark(r.get("sizing_ok")), fmt(r.get("sized_latency"))))
+            fmt(r.get("saved"), ".0%"), mark(r.get("sizing_ok")), fmt(r.get("sized_latency")), clock))
     return "\n".join(out) + "\n"
 
 
