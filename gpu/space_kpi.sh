@@ -4,6 +4,7 @@
 # bench/colocation/space_kpi.py (HP p99 <= 1.05x exclusive, BE above its idle-time share, SMs saved).
 #   OUT=/results bash gpu/space_kpi.sh          (repo root; build tree at ./build)
 # Settings: LOADS="0.3 0.5 0.7" FULL=1 (0: pairs only) REPEATS=0 WINDOW=15 HP_BLOCKS=64
+#           AGAIN=1 (each run ends with HP alone again: the drift of its exclusive latency; 0 = not)
 #           TIME_S=570 (a run that would end past this many seconds from the start is not begun)
 #           MORE= (run_matrix.py flags for every run) TRACE= (non-empty: HP's per-request traces)
 # Writes to $OUT: kpi.md, kpi.json, runs.tgz (each run's summary, raw.json, gpuosd log, traces).
@@ -20,6 +21,7 @@ start=$SECONDS
 estimate() {  # kind load
   local s=60
   if [[ $1 == full ]]; then s=150; [[ $2 == 0.7 ]] && s=200; fi
+  [[ ${AGAIN:-1} == 1 ]] && s=$(( s + 20 ))
   echo $(( s * WINDOW / 15 + 10 ))
 }
 
@@ -33,7 +35,8 @@ run() {  # name kind load
   fi
   modes=exclusive-hp,exclusive-be
   [[ $kind == full ]] && modes=exclusive-hp,exclusive-be,time-slicing,mps
-  echo "== $name: load $load, $modes + gpuos-space-priority"
+  [[ ${AGAIN:-1} == 1 ]] && modes+=,exclusive-hp-again
+  echo "== $name: load $load, $modes, gpuos-space-priority"
   MODES=$modes GPUOS=gpuos-space-priority HP_BLOCKS=${HP_BLOCKS:-64} LOAD=$load WINDOW=$WINDOW \
     BUDGET_S=$(( left < est + 30 ? left : est + 30 )) OUT="$OUT/runs/$name" MORE="${MORE:-}" \
     timeout $(( left + 5 )) bash gpu/spatial_matrix.sh >"$OUT/runs/$name.log" 2>&1

@@ -14,6 +14,8 @@ Modes (in this order):
   gpuos-space-<p>     as above, and both tenants in one spatial domain (`gpuos run --space`): gpuosd
                       starts the domain's MPS control daemon and gives each its SM partition
                       (--space-hp-sms, --space-lend-after-ms); <p> is the scheduling policy.
+  exclusive-hp-again  (only when named) HP alone once more, last, at the same rate: the drift of
+                      HP's exclusive latency over the run, beside the first figure.
 In every co-located mode BE starts first; HP loads and captures meanwhile and starts its measured
 window once BE is warm (BE's --ready-file); BE throughput is its rate over HP's measured window.
 
@@ -46,6 +48,9 @@ import gpu_state  # noqa: E402
 import report  # noqa: E402
 
 BASELINE_MODES = ["exclusive-hp", "exclusive-be", "time-slicing", "mps", "mps-be50"]
+# Asked for by name only; runs after every other mode: HP alone again at the same rate, so drift
+# over the run (a GPU warmed by the modes between) shows beside the first exclusive figure.
+AGAIN_MODE = "exclusive-hp-again"
 DEFAULT_GPUOS_MODES = ["gpuos-time-open"]
 
 
@@ -57,7 +62,7 @@ class ModeSpec:
     def __init__(self, name: str) -> None:
         self.name = name
         self.hp = name != "exclusive-be"
-        self.be = name != "exclusive-hp"
+        self.be = name not in ("exclusive-hp", AGAIN_MODE)
         self.mps = name in ("mps", "mps-be50")
         self.be50 = name == "mps-be50"
         self.gpuos_kind = None
@@ -67,7 +72,7 @@ class ModeSpec:
             if len(parts) != 3 or parts[1] not in ("time", "space") or not parts[2]:
                 raise ValueError(f"bad gpuos mode name {name!r}: gpuos-time-<policy> or gpuos-space-<policy>")
             self.gpuos_kind, self.policy = parts[1], parts[2]
-        elif name not in BASELINE_MODES:
+        elif name not in BASELINE_MODES and name != AGAIN_MODE:
             raise ValueError(f"unknown mode {name!r}")
 
 
@@ -266,7 +271,8 @@ class Runner:
             names += [m for m in a.gpuos.split(",") if m and m not in names]
         specs = [ModeSpec(n) for n in names]
         order = {n: i for i, n in enumerate(BASELINE_MODES)}
-        specs.sort(key=lambda s: order.get(s.name, len(order)))
+        order[AGAIN_MODE] = len(order) + 1  # after the gpuos modes too
+        specs.sort(key=lambda s: order.get(s.name, len(BASELINE_MODES)))
         return specs
 
     def est_hp_startup(self) -> float:
@@ -283,8 +289,8 @@ class Runner:
         """Seconds this mode takes on the H200 (model loads and captures included)."""
         a = self.a
         extra = (4.0 if spec.mps or spec.gpuos_kind == "space" else 0.0) + (4.0 if spec.gpuos_kind else 0.0)
-        if spec.name == "exclusive-hp":
-            cal = 0.0 if self.a.hp_rate else a.calibrate_s
+        if spec.name in ("exclusive-hp", AGAIN_MODE):
+            cal = 0.0 if self.a.hp_rate or spec.name == AGAIN_MODE else a.calibrate_s
             return self.est_hp_startup() + cal + a.window + 4.0
         if spec.name == "exclusive-be":
             return self.est_be_startup() + a.be_window + 3.0 + extra
@@ -643,7 +649,7 @@ class Runner:
                 self.start_daemon(spec, hp_env)
             if spec.gpuos_kind == "space":
                 self.wait_space_domain(rec)
-            if spec.name == "exclusive-hp":
+            if spec.name in ("exclusive-hp", AGAIN_MODE):
                 self.mode_exclusive_hp(spec, rec, hp_env)
             elif spec.name == "exclusive-be":
                 self.mode_exclusive_be(spec, rec, be_env)

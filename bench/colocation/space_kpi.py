@@ -9,7 +9,8 @@ the exclusive runs of the same matrix:
   - BE throughput above the idle-time share (1 - HP's busy fraction) of its exclusive throughput;
   - right-sizing (a guaranteed tenant gpuosd sized): at least 25% of its default SMs saved, at most
     4% kernel latency lost (as gpuosd measured it at the size it ended at).
-Baseline modes of the same matrices are listed beside them. Exits 0 even when a target is missed:
+Baseline modes of the same matrices are listed beside them, and exclusive-hp-again (HP alone once
+more at the end: how far its exclusive latency drifted over the run). Exits 0 even when a target is missed:
 it reports, the reader judges; 2 on unreadable input.
 """
 from __future__ import annotations
@@ -59,7 +60,8 @@ def judge(raw: dict, source: str) -> list[dict]:
     hp0, be0 = _hp(excl_hp), _be(excl_be)
     rows = []
     for name, m in modes.items():
-        if name.startswith("exclusive") or m.get("status") != "ok":
+        # exclusive-hp-again (HP alone at the end of the run) is listed: its ratio is the drift.
+        if (name.startswith("exclusive") and name != "exclusive-hp-again") or m.get("status") != "ok":
             continue
         row = {"source": source, "load": meta.get("load"), "mode": name,
                "sm_mhz": _sm_mhz(m), "sm_mhz_exclusive": _sm_mhz(excl_hp),

@@ -27,11 +27,15 @@ OUT=$out LOADS=0.5 FULL=0 REPEATS=1 WINDOW=2 \
 # (the sizer's own unit tests check where it settles).
 grep -E '^\| 0\.5 \| pair-0\.5-1 \| gpuos-space-priority \| [0-9.]+ (ok|MISS) \| [0-9.]+ (ok|MISS) \| 0\.[0-9]+ \| [0-9]+/112 \| [0-9]+% (ok|MISS) \| [0-9.]+ \| 1980 \(1980\) \|' \
   "$out/kpi.md" >/dev/null || fail "kpi.md lacks the judged space row: $(cat "$out/kpi.md")"
+grep -E '^\| 0\.5 \| pair-0\.5-1 \| exclusive-hp-again \| [0-9.]+ \|' "$out/kpi.md" >/dev/null \
+  || fail "kpi.md lacks the drift row: $(cat "$out/kpi.md")"
 python3 -c "
 import json, sys
-r = json.load(open(sys.argv[1]))
-assert len(r) == 1 and r[0]['default_sms'] == 112 and r[0]['sized_sms'] % 8 == 0, r
-assert abs(r[0]['saved'] - (112 - r[0]['sized_sms']) / 112) < 1e-9, r
+rows = {r['mode']: r for r in json.load(open(sys.argv[1]))}
+assert sorted(rows) == ['exclusive-hp-again', 'gpuos-space-priority'], rows
+r = rows['gpuos-space-priority']
+assert r['default_sms'] == 112 and r['sized_sms'] % 8 == 0, r
+assert abs(r['saved'] - (112 - r['sized_sms']) / 112) < 1e-9, r
 " "$out/kpi.json" || fail "kpi.json"
 tar tzf "$out/runs.tgz" | grep -q 'runs/pair-0.5-1/matrix/raw.json' || fail "runs.tgz lacks raw.json"
 tar tzf "$out/runs.tgz" | grep -q 'runs/pair-0.5-1/matrix/gpuos-space-priority.daemon.log' || fail "runs.tgz lacks the daemon log"
