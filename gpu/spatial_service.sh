@@ -20,6 +20,7 @@
 # Writes $OUT/service.json, $OUT/service.md, $OUT/clocks.csv (nvidia-smi, 100 ms) and logs.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
+source gpu/lib/space_domain.sh
 : "${OUT:?set OUT}"
 BUILD=${GPUOS_BUILD_DIR:-build}
 GPUOS=$PWD/$BUILD/bin/gpuos
@@ -67,21 +68,9 @@ mark "alone start"; log "alone"
 "${HP[@]}" --name hp --json "$W/alone.json" $(trace_of alone) >"$LOGS/alone.out" 2>&1
 mark "alone end"
 
-SOCK=$W/gpuosd.sock
-cat >"$W/gpuos.toml" <<EOF
-[daemon]
-log_level = "${LOG_LEVEL:-info}"
-[spatial]
-mps_dir = "$W/mps"
-[[spatial.domain]]
-name = "svc"
-EOF
-export GPUOS_CONFIG=$W/gpuos.toml GPUOS_SOCKET=$SOCK GPUOS_CLI=$GPUOS
-setsid "$GPUOS" daemon --socket "$SOCK" --policy priority >"$LOGS/gpuosd.log" 2>&1 &
-DPID=$!
-# Until gpuosd calls the domain available (its MPS control daemon answers): a tenant that asks
-# for it before then is admitted time-shared.
-for _ in $(seq 200); do [[ $(cat "$W/mps/svc/status" 2>/dev/null) == available ]] && break; sleep 0.1; done
+start_space_domain "$GPUOS" "$W" svc "$LOGS/gpuosd.log" '[daemon]' "log_level = \"${LOG_LEVEL:-info}\"" ||
+  log "domain svc not available after 20 s"
+SOCK=$GPUOS_SOCKET
 run_in() {  # run_in NAME CLASS [--sms N] -- ARGS...
   local name=$1 cls=$2
   shift 2

@@ -16,6 +16,7 @@
 # passed (no order error, no unplaced launch, partitions as planned, MPS supervised and stopped).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
+source gpu/lib/space_domain.sh
 : "${OUT:?set OUT}"
 BUILD=${GPUOS_BUILD_DIR:-build}
 GPUOS=$PWD/$BUILD/bin/gpuos
@@ -28,19 +29,9 @@ ITERS=${ITERS:-40000}
 log() { echo "[spatial $(date +%T)] $*" | tee -a "$LOGS/run.log"; }
 
 "$NVCC" -O2 -arch=sm_90 -o "$W/spatial" gpu/tests/spatial.cu >"$LOGS/nvcc.log" 2>&1 || { log "nvcc failed"; cat "$LOGS/nvcc.log"; exit 2; }
-SOCK=$W/gpuosd.sock
-cat >"$W/gpuos.toml" <<EOF
-[spatial]
-mps_dir = "$W/mps"
-[[spatial.domain]]
-name = "serve"
-EOF
-export GPUOS_CONFIG=$W/gpuos.toml GPUOS_SOCKET=$SOCK GPUOS_LOG_LEVEL=${GPUOS_LOG_LEVEL:-info} GPUOS_CLI=$GPUOS
-setsid "$GPUOS" daemon --socket "$SOCK" --policy priority >"$LOGS/gpuosd.log" 2>&1 &
-DPID=$!
-# Until gpuosd calls the domain available (its MPS control daemon answers): a tenant that asks
-# for it before then is admitted time-shared.
-for _ in $(seq 200); do [[ $(cat "$W/mps/serve/status" 2>/dev/null) == available ]] && break; sleep 0.1; done
+export GPUOS_LOG_LEVEL=${GPUOS_LOG_LEVEL:-info}
+start_space_domain "$GPUOS" "$W" serve "$LOGS/gpuosd.log" || log "domain serve not available after 20 s"
+SOCK=$GPUOS_SOCKET
 log "gpuosd $DPID up; MPS control socket: $(ls "$W/mps/serve/pipe" 2>&1 | tr '\n' ' ')"
 
 tenant() {  # tenant NAME CLASS ARGS... (runs in the domain, JSON to $W/NAME.json)
