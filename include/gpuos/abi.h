@@ -159,7 +159,8 @@ typedef struct gpuos_control_block {
   uint32_t space_epoch;       /* bumped with every change of space_mask (any device) */
   uint32_t space_group_sms;   /* SMs per partition group: the split's minimum count (8 on Hopper) */
   uint32_t space_enabled;     /* 1: the tenant is in a spatial domain; its launches follow space_mask */
-  uint32_t reserved5;
+  uint32_t space_planned_devices; /* the device_count of the tenant's device map that its masks were
+                                     last planned with (stored after them, release) */
   uint8_t pad5[48];
   /* Per device: the groups of the device's SM split (bit i = group i; the highest group of the
    * split also takes its remainder) on which this tenant's kernels may run; 0 = the whole device,

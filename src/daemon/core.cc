@@ -1061,35 +1061,57 @@ uint64_t Core::used_on_gpu(const Tenant& t, uint32_t gpu) const {
 
 uint32_t Core::right_size_tenant(Tenant& t, uint64_t now) {
   if (opts_.space_sizer.slack <= 0 || t.tenant_class != GPUOS_CLASS_GUARANTEED || t.space_domain[0] == '\0') return 0;
-  // Sized only while it shares its GPU, in its domain, with best-effort tenants and no other
-  // guaranteed one (otherwise the planner's split decides).
+  // Sized only while it shares its GPU, in its domain, with best-effort tenants: the SMs it does
+  // not need go to them. Its ceiling is the partition the planner gives it unsized: an even share,
+  // among the guaranteed tenants there that asked for no size, of the groups the others did not
+  // ask for (`gpuos run --sms`). Each guaranteed tenant is sized within its own share, so one
+  // tenant's moves never change another's ceiling.
   const uint32_t home = home_gpu(t);
   bool shared = false;
+  uint32_t unsized = 1, asked_groups = 0;
+  const uint32_t group_sms = std::max<uint32_t>(opts_.space.group_sms, 1);
   for (const auto& [id, o] : tenants_) {
     if (o.id == t.id || std::strcmp(o.space_domain, t.space_domain) != 0 || home_gpu(o) != home) continue;
-    if (o.tenant_class == GPUOS_CLASS_GUARANTEED) return 0;
-    shared = true;
+    if (o.tenant_class != GPUOS_CLASS_GUARANTEED) {
+      shared = true;
+    } else if (o.space_sms != 0) {
+      asked_groups += (o.space_sms + group_sms - 1) / group_sms;
+    } else {
+      ++unsized;
+    }
   }
   const GpuInfo* gpu = nullptr;
   for (const GpuInfo& g : opts_.gpus) {
     if (g.index == home) gpu = &g;
   }
-  if (!shared || gpu == nullptr) {
+  const auto not_sized = [&t] {
     t.space_sizer = SizerState{};
     t.space_sized_sms = 0;
     t.space_default_sms = 0;
     t.space_sized_latency = 0;
-    return 0;
-  }
+    return 0u;
+  };
+  if (!shared || gpu == nullptr) return not_sized();
   const SpaceGpu sg{gpu->index, gpu->sm_count, gpu->sm_groups};
   const uint32_t groups = space_groups(sg, opts_.space.group_sms);
   if (groups < 2) return 0;
   const uint32_t reserve = std::clamp<uint32_t>(opts_.space.be_reserve_groups, 1, groups - 1);
+  const uint32_t for_guaranteed = groups - reserve;
+  const uint32_t share = std::max<uint32_t>(1, (for_guaranteed > asked_groups ? for_guaranteed - asked_groups : 0) / unsized);
   std::vector<uint32_t> sizes;  // SMs of groups 0..g-1, g = 1 .. groups
   for (uint32_t g = 1; g <= groups; ++g) sizes.push_back(space_mask_sms(g >= 64 ? ~0ull : (1ull << g) - 1, sg, opts_.space.group_sms));
-  const uint32_t ceiling = sizes[groups - 1 - reserve];
+  const uint32_t ceiling = sizes[std::min(share, groups) - 1];
+  if (t.space_default_sms != 0 && t.space_default_sms != ceiling) {
+    // Its share changed (a guaranteed tenant came or went): everything it measured was judged
+    // against the old ceiling; start again from the new one.
+    log::info("tenant %u (%s): its default partition is now %u SMs (was %u): right-sizing starts again", t.id, t.name,
+              ceiling, t.space_default_sms);
+    not_sized();
+  }
   std::vector<ShapeSamples> shapes;
-  if (!read_shape_samples(*t.cb, &shapes)) return t.space_sized_sms;
+  // Not read (the tenant was writing them): what it had, or the ceiling (never "unsized", which
+  // the planner would read as the rest of the guaranteed groups).
+  if (!read_shape_samples(*t.cb, &shapes)) return t.space_sized_sms != 0 ? t.space_sized_sms : ceiling;
   const SizerDecision d = right_size(shapes, sizes, ceiling, opts_.space_sizer, &t.space_sizer, now);
   if (!t.space_cost_warned) {
     const double cost = partition_cost(shapes, ceiling, gpu->sm_count, opts_.space_sizer.min_samples);
@@ -1201,8 +1223,17 @@ void Core::run_space() {
     space_replan_at_ns_ = now + kSizingPeriodNs;
   }
   for (auto& [id, t] : tenants_) {
+    if (t.space_domain[0] == '\0') continue;
     auto p = plan.find(id);
-    if (p == plan.end() || t.space_domain[0] == '\0') continue;
+    // Planned with its device map as it stands (ordinal_of refreshed it while `in` was built); the
+    // tenant may wait for this at start (await_space_plan). Stored after its masks.
+    const auto planned = [&t] {
+      std::atomic_ref<uint32_t>(t.cb->space_planned_devices).store(t.mapped_device_count, std::memory_order_release);
+    };
+    if (p == plan.end()) {
+      planned();
+      continue;
+    }
     // The plan is per GPU; the control block per the tenant's device ordinals.
     uint64_t by_ordinal[GPUOS_MAX_DEVICES] = {};
     for (uint32_t g = 0; g < GPUOS_MAX_DEVICES; ++g) {
@@ -1218,6 +1249,7 @@ void Core::run_space() {
                  static_cast<unsigned long long>(by_ordinal[o]));
     }
     if (changed) std::atomic_ref<uint32_t>(t.cb->space_epoch).fetch_add(1, std::memory_order_release);
+    planned();
   }
 }
 

@@ -744,6 +744,14 @@ Placement place_on_device(const GpuosDriverTable& d, gpuos_control_block* cb, CU
 
 std::mutex& TEST_registry_mutex() { return registry().mu; }
 
+void await_space_plan(gpuos_control_block* cb, uint32_t device_count) {
+  std::atomic_ref<uint32_t> planned(cb->space_planned_devices);
+  for (int i = 0; i < 200 && planned.load(std::memory_order_acquire) != device_count; ++i) {
+    timespec ms{0, 1000 * 1000};
+    nanosleep(&ms, nullptr);
+  }
+}
+
 unsigned next_sample_gap() {
   // xorshift64*, one state per thread (seeded from its address and the clock): no lock, no libc
   // state shared with the app.

@@ -91,6 +91,12 @@ void note_graph_instantiated(const GpuosDriverTable& d, CUgraphExec exec, CUgrap
 void note_graph_updated(const GpuosDriverTable& d, CUgraphExec exec, CUgraph graph);  // graph null: edited
 void note_graph_destroyed(const GpuosDriverTable& d, CUgraphExec exec);
 
+// Waits (200 ms at most, then goes on) until gpuosd has planned the tenant's SMs with the device map
+// it published (device_count devices): planned at registration, the masks took ordinal = GPU
+// index, and under CUDA_VISIBLE_DEVICES its first kernels would otherwise run on another GPU's plan.
+// Call once, after publishing the map and waking gpuosd, only when cb->space_enabled is set.
+void await_space_plan(gpuos_control_block* cb, uint32_t device_count);
+
 // After the launch call: makes the app stream wait for the placed launch (if it was submitted)
 // and ends its timing.
 void finish_placement(const GpuosDriverTable& d, const Placement& p, bool submitted);

@@ -793,6 +793,31 @@ class Spatial(unittest.TestCase):
                       what="hp exited")
         self.assertEqual(th["space_failures"], 0, th)
 
+    def test_right_sizing_two_guaranteed_tenants_each_within_its_share(self):
+        # Two guaranteed tenants beside a best-effort one: each is sized within its even share of
+        # the guaranteed groups (7 of 14: 56 SMs), and what they give up goes to the BE. The first
+        # started alone with BE (112-SM default) and starts again from 56 when the second comes.
+        be = self.probe("be", "best-effort", 15000, "--iters", "2000000")
+        wait_for(lambda: (self.d.tenant(be.pid) or {}).get("launches", 0) > 3, what="BE to run")
+        hp1 = self.probe("hp1", "guaranteed", 12000, "--blocks", "16", "--iters", "2000000")
+        wait_for(lambda: (self.d.tenant(hp1.pid) or {}).get("space_default_sms") == 112, timeout=30,
+                 what="hp1 sized from 112 SMs")
+        hp2 = self.probe("hp2", "guaranteed", 10000, "--blocks", "16", "--iters", "2000000")
+        both = lambda: all(0 < (self.d.tenant(p.pid) or {}).get("space_sms", 0) < 56 and
+                           (self.d.tenant(p.pid) or {}).get("space_default_sms") == 56 for p in (hp1, hp2))
+        wait_for(both, timeout=40, what="both guaranteed tenants sized below their 56-SM share")
+        # One listing: the sizers keep moving, and separate ones could mix two plans.
+        by_pid = {t["pid"]: t for t in self.d.ps()["tenants"]}
+        t1, t2, tb = by_pid[hp1.pid], by_pid[hp2.pid], by_pid[be.pid]
+        self.assertEqual(t1["space_mask"] & t2["space_mask"], 0, (t1, t2))  # their own groups each
+        self.assertEqual((t1["space_mask"] | t2["space_mask"]) & tb["space_mask"], 0, (t1, t2, tb))
+        self.assertGreater(tb["space_sms"], 20, tb)  # BE has more than its 2 reserved groups
+        log = self.d.log_text()
+        self.assertIn("its default partition is now 56 SMs (was 112): right-sizing starts again", log)
+        self.assertRegex(log, r"tenant \d+ \(hp2\): right-sizing from its 56-SM default partition")
+        for p in (hp1, hp2, be):
+            self.assertEqual(self.result(p)["order_errors"], 0)
+
     def test_a_guaranteed_tenant_whose_slack_mps_costs_is_warned_about(self):
         be = self.probe("be", "best-effort", 3000)
         hp = self.probe("hp", "guaranteed", 3000)
