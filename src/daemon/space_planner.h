@@ -23,7 +23,8 @@
 //  - Best-effort tenants split the groups no guaranteed tenant holds, by weight (at least one group
 //    each while there are enough; with more tenants than groups they all share all of them), plus
 //    every lent group (shared by all of them).
-// A tenant is on a GPU when it holds memory there, or when it holds no memory anywhere yet.
+// A tenant is on a GPU when it holds memory or has launched there, or when it has done neither
+// anywhere yet.
 #pragma once
 
 #include <array>
