@@ -3,7 +3,7 @@
 # gpuos-space-priority side by side), then REPEATS more exclusive/space pairs, all judged by
 # bench/colocation/space_kpi.py (HP p99 <= 1.05x exclusive, BE above its idle-time share, SMs saved).
 #   OUT=/results bash gpu/space_kpi.sh          (repo root; build tree at ./build)
-# Settings: LOADS="0.3 0.5 0.7" FULL=1 (0: pairs only) REPEATS=0 WINDOW=15 HP_BLOCKS=64
+# Settings: LOADS="0.3 0.5 0.7" FULL=1 (0: pairs only) REPEATS=0 WINDOW=12 HP_BLOCKS=64
 #           AGAIN=1 (each run ends with HP alone again: the drift of its exclusive latency; 0 = not)
 #           TIME_S=570 (a run that would end past this many seconds from the start is not begun)
 #           MORE= (run_matrix.py flags for every run) TRACE= (non-empty: HP's per-request traces)
@@ -11,18 +11,19 @@
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
 : "${OUT:?set OUT}"
-LOADS=${LOADS:-0.3 0.5 0.7} FULL=${FULL:-1} REPEATS=${REPEATS:-0} WINDOW=${WINDOW:-15}
+LOADS=${LOADS:-0.3 0.5 0.7} FULL=${FULL:-1} REPEATS=${REPEATS:-0} WINDOW=${WINDOW:-12}
 TIME_S=${TIME_S:-570}
 mkdir -p "$OUT/runs"
 start=$SECONDS
 
-# Seconds a run takes on the H200 at WINDOW=15 (measured 2026-12-03): the full matrix is longest at
-# 0.7 load, where MPS's backlog takes a while to drain; a pair is two modes and a calibration.
+# Seconds a run takes on the H200 at 15 s windows (measured 2026-12-03), less what shorter windows
+# save: the full matrix is longest at 0.7 load, where MPS's backlog takes a while to drain; a pair
+# is exclusive HP and BE, then space. AGAIN adds a window.
 estimate() {  # kind load
-  local s=60
-  if [[ $1 == full ]]; then s=150; [[ $2 == 0.7 ]] && s=200; fi
-  [[ ${AGAIN:-1} == 1 ]] && s=$(( s + 20 ))
-  echo $(( s * WINDOW / 15 + 10 ))
+  local s=60 windows=3
+  if [[ $1 == full ]]; then s=150 windows=5; [[ $2 == 0.7 ]] && s=200; fi
+  [[ ${AGAIN:-1} == 1 ]] && s=$(( s + 20 )) windows=$(( windows + 1 ))
+  echo $(( s - (15 - WINDOW) * windows + 10 ))
 }
 
 run() {  # name kind load
