@@ -1227,8 +1227,10 @@ void Core::run_space() {
     auto p = plan.find(id);
     // Planned with its device map as it stands (ordinal_of refreshed it while `in` was built); the
     // tenant may wait for this at start (await_space_plan). Stored after its masks.
-    const auto planned = [&t] {
-      std::atomic_ref<uint32_t>(t.cb->space_planned_devices).store(t.mapped_device_count, std::memory_order_release);
+    Tenant& tenant = t;  // a structured binding cannot be captured (before C++20's P1091 in clang)
+    const auto planned = [&tenant] {
+      std::atomic_ref<uint32_t>(tenant.cb->space_planned_devices)
+          .store(tenant.mapped_device_count, std::memory_order_release);
     };
     if (p == plan.end()) {
       planned();
