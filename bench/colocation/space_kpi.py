@@ -20,22 +20,12 @@ import json
 import os
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import report  # noqa: E402
+
 P99_LIMIT = 1.05
 SAVED_MIN = 0.25
 SIZED_LATENCY_MAX = 1.04
-
-
-def _ratio(a, b):
-    return a / b if a is not None and b else None
-
-
-def _hp(mode: dict):
-    e2e = (mode.get("hp") or {}).get("e2e_ms") or {}
-    return e2e.get("p99")
-
-
-def _be(mode: dict):
-    return mode.get("be_rate")
 
 
 def _sm_mhz(mode: dict):
@@ -52,21 +42,22 @@ def _sized(mode: dict):
 
 
 def judge(raw: dict, source: str) -> list[dict]:
+    """The rows of one matrix: its summary (report.build_summary: the ratios to the exclusive
+    runs) and, from the raw results, the GPU's clock and the sizer's outcome."""
     modes = raw.get("modes") or {}
-    meta = raw.get("meta") or {}
+    summary = report.build_summary(raw)
     excl_hp = modes.get("exclusive-hp") or {}
-    excl_be = modes.get("exclusive-be") or {}
-    busy = excl_hp.get("hp_busy_fraction")
-    hp0, be0 = _hp(excl_hp), _be(excl_be)
     rows = []
-    for name, m in modes.items():
+    for r in summary["modes"]:
+        name, m = r["mode"], modes.get(r["mode"]) or {}
         # exclusive-hp-again (HP alone at the end of the run) is listed: its ratio is the drift.
-        if (name.startswith("exclusive") and name != "exclusive-hp-again") or m.get("status") != "ok":
+        if (name.startswith("exclusive") and name != "exclusive-hp-again") or r["status"] != "ok":
             continue
-        row = {"source": source, "load": meta.get("load"), "mode": name,
+        busy = r["hp_busy_fraction"]
+        row = {"source": source, "load": summary["load"], "mode": name,
                "sm_mhz": _sm_mhz(m), "sm_mhz_exclusive": _sm_mhz(excl_hp),
-               "hp_p99_ms": _hp(m), "hp_p99_vs_exclusive": _ratio(_hp(m), hp0),
-               "be_vs_exclusive": _ratio(_be(m), be0),
+               "hp_p99_ms": r["hp_p99_ms"], "hp_p99_vs_exclusive": r["hp_p99_vs_exclusive"],
+               "be_vs_exclusive": r["be_vs_exclusive"],
                "be_target": None if busy is None else 1.0 - busy, "space": name.startswith("gpuos-space")}
         if row["space"]:
             r, b = row["hp_p99_vs_exclusive"], row["be_vs_exclusive"]

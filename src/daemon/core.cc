@@ -1084,14 +1084,16 @@ uint32_t Core::right_size_tenant(Tenant& t, uint64_t now) {
   for (const GpuInfo& g : opts_.gpus) {
     if (g.index == home) gpu = &g;
   }
-  const auto not_sized = [&t] {
+  const auto reset_sizing = [&t] {
     t.space_sizer = SizerState{};
     t.space_sized_sms = 0;
     t.space_default_sms = 0;
     t.space_sized_latency = 0;
-    return 0u;
   };
-  if (!shared || gpu == nullptr) return not_sized();
+  if (!shared || gpu == nullptr) {
+    reset_sizing();
+    return 0;
+  }
   const SpaceGpu sg{gpu->index, gpu->sm_count, gpu->sm_groups};
   const uint32_t groups = space_groups(sg, opts_.space.group_sms);
   if (groups < 2) return 0;
@@ -1106,7 +1108,7 @@ uint32_t Core::right_size_tenant(Tenant& t, uint64_t now) {
     // against the old ceiling; start again from the new one.
     log::info("tenant %u (%s): its default partition is now %u SMs (was %u): right-sizing starts again", t.id, t.name,
               ceiling, t.space_default_sms);
-    not_sized();
+    reset_sizing();
   }
   std::vector<ShapeSamples> shapes;
   // Not read (the tenant was writing them): what it had, or the ceiling (never "unsized", which
@@ -1224,35 +1226,28 @@ void Core::run_space() {
   }
   for (auto& [id, t] : tenants_) {
     if (t.space_domain[0] == '\0') continue;
-    auto p = plan.find(id);
-    // Planned with its device map as it stands (ordinal_of refreshed it while `in` was built); the
+    if (auto p = plan.find(id); p != plan.end()) write_space_masks(t, p->second);
+    // Planned with its device map as it stands (ordinal_of refreshed it while `in` was built): the
     // tenant may wait for this at start (await_space_plan). Stored after its masks.
-    Tenant& tenant = t;  // a structured binding cannot be captured (before C++20's P1091 in clang)
-    const auto planned = [&tenant] {
-      std::atomic_ref<uint32_t>(tenant.cb->space_planned_devices)
-          .store(tenant.mapped_device_count, std::memory_order_release);
-    };
-    if (p == plan.end()) {
-      planned();
-      continue;
-    }
-    // The plan is per GPU; the control block per the tenant's device ordinals.
-    uint64_t by_ordinal[GPUOS_MAX_DEVICES] = {};
-    for (uint32_t g = 0; g < GPUOS_MAX_DEVICES; ++g) {
-      if (const int o = ordinal_of(t, g); o >= 0) by_ordinal[o] = p->second[g];
-    }
-    bool changed = false;
-    for (uint32_t o = 0; o < GPUOS_MAX_DEVICES; ++o) {
-      std::atomic_ref<uint64_t> word(t.cb->space_mask[o]);
-      if (word.load(std::memory_order_relaxed) == by_ordinal[o]) continue;
-      word.store(by_ordinal[o], std::memory_order_release);
-      changed = true;
-      log::debug("tenant %u: SM groups on its device %u now 0x%llx", t.id, o,
-                 static_cast<unsigned long long>(by_ordinal[o]));
-    }
-    if (changed) std::atomic_ref<uint32_t>(t.cb->space_epoch).fetch_add(1, std::memory_order_release);
-    planned();
+    std::atomic_ref<uint32_t>(t.cb->space_planned_devices).store(t.mapped_device_count, std::memory_order_release);
   }
+}
+
+void Core::write_space_masks(Tenant& t, const SpaceMasks& per_gpu) {
+  // The plan is per GPU; the control block per the tenant's device ordinals.
+  uint64_t by_ordinal[GPUOS_MAX_DEVICES] = {};
+  for (uint32_t g = 0; g < GPUOS_MAX_DEVICES; ++g) {
+    if (const int o = ordinal_of(t, g); o >= 0) by_ordinal[o] = per_gpu[g];
+  }
+  bool changed = false;
+  for (uint32_t o = 0; o < GPUOS_MAX_DEVICES; ++o) {
+    std::atomic_ref<uint64_t> word(t.cb->space_mask[o]);
+    if (word.load(std::memory_order_relaxed) == by_ordinal[o]) continue;
+    word.store(by_ordinal[o], std::memory_order_release);
+    changed = true;
+    log::debug("tenant %u: SM groups on its device %u now 0x%llx", t.id, o, static_cast<unsigned long long>(by_ordinal[o]));
+  }
+  if (changed) std::atomic_ref<uint32_t>(t.cb->space_epoch).fetch_add(1, std::memory_order_release);
 }
 
 }  // namespace gpuos::daemon

@@ -259,6 +259,9 @@ class Core final : private GateControl {
   // The GPU holding most of the tenant's memory; with none, the first it launched on (spatial
   // tenants report that); else 0.
   uint32_t home_gpu(const Tenant& t) const;
+  // Writes a tenant's planned SM groups (one mask per GPU) into its control block, by its device
+  // ordinals, and bumps space_epoch if any changed.
+  void write_space_masks(Tenant& t, const SpaceMasks& per_gpu);
   // Whether a spatial tenant launched on GPU index `gpu` (control block space_devices).
   bool launched_on_gpu(const Tenant& t, uint32_t gpu) const;
   // The tenant's device ordinal of GPU index `gpu` (-1: it does not see that GPU). Its per-device
