@@ -23,8 +23,9 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
 source gpu/lib/space_domain.sh
 : "${OUT:?set OUT}"
 BUILD=${GPUOS_BUILD_DIR:-build}
-GPUOS=$PWD/$BUILD/bin/gpuos
-SYNTH=$PWD/$BUILD/bin/gpuos-synth
+[[ $BUILD == /* ]] || BUILD=$PWD/$BUILD
+GPUOS=$BUILD/bin/gpuos
+SYNTH=$BUILD/bin/gpuos-synth
 PY=${PYTHON:-python3}
 SIZES=${SIZES-104 72}  # "" = no partitions: alone and alone in the domain only
 COUNT=${COUNT:-4000}
@@ -61,6 +62,9 @@ trace_of() {
   [[ -n ${DEVICE_TRACE:-} ]] && echo "--device-trace $W/$1.device.csv"
 }
 BE_BUSY=("$SYNTH" --iters 2500000 --blocks-per-sm 8 --block 256 --mode closed --count 10000000)
+# BE_BUSY_CMD: another busy best-effort tenant, run as given (e.g. the suite's training BE:
+# "python3 bench/colocation/be_train.py --json /dev/null"), in place of the compute-bound synth.
+if [[ -n ${BE_BUSY_CMD:-} ]]; then read -ra BE_BUSY <<<"$BE_BUSY_CMD"; fi
 BE_IDLE=("$SYNTH" --iters 1000 --blocks-per-sm 1 --block 32 --mode closed --count 10000000 --gap-us 50000)
 mark() { echo "$(date +%Y/%m/%d\ %T.%3N),$1" >>"$OUT/phases.csv"; }
 
@@ -80,10 +84,11 @@ mark "mps-alone start"; log "mps-alone"
 run_in hp guaranteed -- "${HP[@]}" --name hp --json "$W/mps-alone.json" $(trace_of mps-alone)
 mark "mps-alone end"
 for be in idle busy; do
-  if [[ $be == idle ]]; then BE=("${BE_IDLE[@]}"); else BE=("${BE_BUSY[@]}"); fi
-  run_in "be-$be" best-effort -- "${BE[@]}" --name "be-$be" --json "$W/be-$be.json" &
+  if [[ $be == idle ]]; then BE=("${BE_IDLE[@]}" --name be-idle --json "$W/be-idle.json"); else BE=("${BE_BUSY[@]}"); fi
+  [[ $be == busy && -z ${BE_BUSY_CMD:-} ]] && BE+=(--name be-busy --json "$W/be-busy.json")
+  run_in "be-$be" best-effort -- "${BE[@]}" &  # stopped below by its gpuos run (--name be-$be)
   BEP=$!
-  sleep 3
+  sleep "${BE_WARM_S:-3}"  # BE_WARM_S: a torch BE takes ~15 s to reach its steady steps
   for n in $SIZES; do
     mark "part-$n-$be-be start"; log "part-$n-$be-be"
     if [[ $n == auto ]]; then SMS=(); else SMS=(--sms "$n"); fi
