@@ -1097,9 +1097,7 @@ uint32_t Core::right_size_tenant(Tenant& t, uint64_t now) {
   const SpaceGpu sg{gpu->index, gpu->sm_count, gpu->sm_groups};
   const uint32_t groups = space_groups(sg, opts_.space.group_sms);
   if (groups < 2) return 0;
-  const uint32_t reserve = std::clamp<uint32_t>(opts_.space.be_reserve_groups, 1, groups - 1);
-  const uint32_t for_guaranteed = groups - reserve;
-  const uint32_t share = std::max<uint32_t>(1, (for_guaranteed > asked_groups ? for_guaranteed - asked_groups : 0) / unsized);
+  const uint32_t share = space_default_groups(groups, asked_groups, unsized, true, opts_.space);
   std::vector<uint32_t> sizes;  // SMs of groups 0..g-1, g = 1 .. groups
   for (uint32_t g = 1; g <= groups; ++g) sizes.push_back(space_mask_sms(g >= 64 ? ~0ull : (1ull << g) - 1, sg, opts_.space.group_sms));
   const uint32_t ceiling = sizes[std::min(share, groups) - 1];

@@ -13,6 +13,11 @@ uint64_t range_mask(uint32_t first, uint32_t count) {
   return m;
 }
 
+// Groups kept for best-effort tenants (none without them; never all).
+uint32_t reserve_groups(uint32_t groups, bool with_best_effort, const SpaceParams& params) {
+  return with_best_effort ? std::clamp<uint32_t>(params.be_reserve_groups, 1, groups - 1) : 0;
+}
+
 // Plans one domain on one GPU of `groups` groups.
 void plan_domain(uint32_t gpu, uint32_t groups, const std::vector<const SpaceTenant*>& members,
                  const SpaceParams& params, std::map<uint32_t, SpaceMasks>* out) {
@@ -26,8 +31,7 @@ void plan_domain(uint32_t gpu, uint32_t groups, const std::vector<const SpaceTen
   });
   std::sort(best_effort.begin(), best_effort.end(), [](auto* a, auto* b) { return a->id < b->id; });
 
-  const uint32_t reserve = best_effort.empty() ? 0 : std::clamp<uint32_t>(params.be_reserve_groups, 1, groups - 1);
-  const uint32_t for_guaranteed = groups - reserve;
+  const uint32_t for_guaranteed = groups - reserve_groups(groups, !best_effort.empty(), params);
   uint32_t asked = 0, unsized = 0;
   for (const SpaceTenant* t : guaranteed) {
     if (t->want_sms == 0) {
@@ -36,14 +40,13 @@ void plan_domain(uint32_t gpu, uint32_t groups, const std::vector<const SpaceTen
       asked += (t->want_sms + params.group_sms - 1) / params.group_sms;
     }
   }
-  const uint32_t left_for_unsized = for_guaranteed > asked ? for_guaranteed - asked : 0;
+  const uint32_t default_groups = space_default_groups(groups, asked, unsized, !best_effort.empty(), params);
   uint32_t next = 0;
   uint64_t lent = 0;
   uint64_t last_mask = 0;
   for (std::size_t i = 0; i < guaranteed.size(); ++i) {
     const SpaceTenant* t = guaranteed[i];
-    uint32_t want = t->want_sms ? (t->want_sms + params.group_sms - 1) / params.group_sms
-                                : std::max<uint32_t>(1, left_for_unsized / std::max<uint32_t>(unsized, 1));
+    uint32_t want = t->want_sms ? (t->want_sms + params.group_sms - 1) / params.group_sms : default_groups;
     if (t->want_sms == 0 && unsized > 0 && i + 1 == guaranteed.size()) {
       want = std::max<uint32_t>(want, for_guaranteed > next ? for_guaranteed - next : 0);  // the rest
     }
@@ -112,6 +115,14 @@ uint32_t space_mask_sms(uint64_t mask, const SpaceGpu& gpu, uint32_t group_sms) 
     }
   }
   return sms;
+}
+
+uint32_t space_default_groups(uint32_t groups, uint32_t asked, uint32_t unsized, bool with_best_effort,
+                              const SpaceParams& params) {
+  if (groups < 2) return 1;
+  const uint32_t for_guaranteed = groups - reserve_groups(groups, with_best_effort, params);
+  const uint32_t left = for_guaranteed > asked ? for_guaranteed - asked : 0;
+  return std::max<uint32_t>(1, left / std::max<uint32_t>(unsized, 1));
 }
 
 uint64_t space_next_lend_ns(const std::vector<SpaceTenant>& tenants, const SpaceParams& params) {

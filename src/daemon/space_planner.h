@@ -76,6 +76,11 @@ using SpaceMasks = std::array<uint64_t, GPUOS_MAX_DEVICES>;
 uint32_t space_groups(const SpaceGpu& gpu, uint32_t group_sms);
 // SMs of `mask` on that GPU (the last group takes the remainder).
 uint32_t space_mask_sms(uint64_t mask, const SpaceGpu& gpu, uint32_t group_sms);
+// Groups a guaranteed tenant that asked for no size gets by default on a GPU of `groups` groups:
+// an even share, among the `unsized` such tenants, of what the `asked` groups of the others and
+// (with best-effort tenants there) be_reserve_groups leave; at least 1. The right-sizer's ceiling.
+uint32_t space_default_groups(uint32_t groups, uint32_t asked, uint32_t unsized, bool with_best_effort,
+                              const SpaceParams& params);
 
 // Masks per tenant id, for every tenant of `tenants` (all zero for those not in a domain).
 std::map<uint32_t, SpaceMasks> plan_space(const std::vector<SpaceGpu>& gpus,
