@@ -9,7 +9,8 @@
 #include <string>
 #include <string_view>
 
-#include "daemon/config.h"
+#include "common/config.h"
+#include "policies/registry.h"
 
 using namespace gpuos;
 
@@ -31,10 +32,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
   const Config& c = *r.config;
   FUZZ_CHECK(c.history <= 65536);
   FUZZ_CHECK(c.max_tenants >= 1 && c.max_tenants <= 4096);
-  FUZZ_CHECK(c.scheduler.be_max_inflight <= 1024);
-  FUZZ_CHECK(c.scheduler.idle_grace_us <= 1000000);
-  FUZZ_CHECK(c.scheduler.be_slice_ms >= 1 && c.scheduler.be_slice_ms <= 10000);
-  FUZZ_CHECK(is_scheduler_policy(c.scheduler.policy));
+  // The policies check their own sections: an answer either way, and a reason when it is no.
+  std::string why;
+  if (!policies::check_policy_config(c, &why)) FUZZ_CHECK(!why.empty());
+  FUZZ_CHECK(!c.policies.time_gate.empty() && !c.policies.space.empty() && !c.policies.memory.empty());
+  for (const ConfigSection& sec : c.policy_sections) {
+    FUZZ_CHECK(c.section(sec.name) == &sec);  // one section per policy
+  }
   FUZZ_CHECK(c.on_no_daemon == "passthrough" || c.on_no_daemon == "refuse");
   FUZZ_CHECK(c.socket.empty() || (c.socket[0] == '/' && c.socket.size() < 108));
   FUZZ_CHECK(!c.spatial.mps_control.empty());

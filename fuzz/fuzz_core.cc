@@ -34,11 +34,13 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "common/config.h"
 #include "common/ipc.h"
-#include "daemon/config.h"
+#include "common/log.h"
 #include "daemon/core.h"
-#include "daemon/log.h"
-#include "policies/registry.h"
+#include "policies/partition/partition.h"
+#include "policies/priority/priority.h"
+#include "policies/swap/swap.h"
 
 using namespace gpuos;
 using namespace gpuos::daemon;
@@ -149,22 +151,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
   o.gpus.push_back(GpuInfo{1, "Sim1", "", 8, 1ull << 30, {}, 0});
   o.unix_ms = [] { return uint64_t{1700000000000}; };
   o.mono_ns = [&mono] { return mono; };
-  if (setup & 0x10) {
-    SchedulerConfig sc;
-    sc.policy = "priority";
-    sc.be_slice_ms = 5;
-    o.policy = policies::make_policy("priority", sc);
-  }
+  if (setup & 0x10) o.time_gate = std::make_unique<policies::PriorityPolicy>(policies::PriorityParams{2, 200, 5});
+  o.space_policy = std::make_unique<policies::PartitionPolicy>(policies::PartitionParams{});
+  o.memory_policy = std::make_unique<policies::SwapPolicy>();
   // Spatial domains: "serve" admits everybody, "admins" only admins, anything else is unknown.
   o.space_admit = [](const std::string& d, const Peer& peer) -> std::string {
     if (d == "serve" || (d == "admins" && peer.admin)) return "";
     return "not allowed";
   };
   if (setup & 0x40) {
-    o.swap_pool_bytes = 64ull << 20;
-    o.swap_quantum_ns = 2'000'000;
-    o.swap_headroom_bytes = 1ull << 20;
-    o.swap_prefault = false;  // no helper thread: its dup'd fd would race the fd-leak check
+    o.swap.pool_bytes = 64ull << 20;
+    o.swap.quantum_ns = 2'000'000;
+    o.swap.headroom_bytes = 1ull << 20;
+    o.swap.prefault = false;  // no helper thread: its dup'd fd would race the fd-leak check
   }
   {
     const uint32_t max_tenants = o.max_tenants, history = o.history;

@@ -7,7 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "daemon/config.h"
+#include "common/config.h"
 #include "gpuos/abi.h"
 
 namespace gpuos::cli {

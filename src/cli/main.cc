@@ -11,7 +11,8 @@
 #include "cli/client.h"
 #include "cli/commands.h"
 #include "cli/top.h"
-#include "daemon/config.h"
+#include "common/config.h"
+#include "policies/registry.h"
 
 using namespace gpuos;
 using namespace gpuos::cli;
@@ -81,11 +82,16 @@ int cmd_gate(uint32_t id, const std::string& state, const std::string& socket_op
 
 int cmd_config_check(const std::string& file) {
   ConfigResult r = load_config_file(file);
-  if (!r) {
+  std::string why;
+  if (r && !policies::check_policy_config(*r.config, &why)) r.error = why;  // the policies check their sections
+  if (!r || !why.empty()) {
     std::fprintf(stderr, "%s\n", r.error.c_str());
     return 1;
   }
-  std::printf("ok\n%s", format_config(*r.config).c_str());
+  // The effective config: the policies' sections as each policy reads them, defaults filled in.
+  Config shown = *r.config;
+  shown.policy_sections.clear();
+  std::printf("ok\n%s%s", format_config(shown).c_str(), policies::format_policy_settings(*r.config).c_str());
   return 0;
 }
 
@@ -114,7 +120,9 @@ int main(int argc, char** argv) {
   daemon->add_option("--config", config, "config file");
   daemon->add_option("--socket", socket, "control socket path");
   std::string policy;
-  daemon->add_option("--policy", policy, "scheduling policy: open | priority (overrides the config)");
+  daemon->add_option("--policy", policy,
+                     "time-gate policy: " + policies::policy_names(policies::SlotKind::kTimeGate) +
+                         " (overrides [scheduler] policy)");
   std::optional<std::string> metrics_listen;
   daemon->add_option("--metrics-listen", metrics_listen,
                      "Prometheus endpoint HOST:PORT, \"\" to disable (overrides [metrics] listen)");

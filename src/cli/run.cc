@@ -12,7 +12,7 @@
 
 #include "cli/client.h"
 #include "cli/commands.h"
-#include "daemon/config.h"
+#include "common/config.h"
 
 namespace gpuos::cli {
 

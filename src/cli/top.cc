@@ -13,7 +13,7 @@
 #include <ctime>
 #include <map>
 
-#include "daemon/config.h"
+#include "common/config.h"
 
 namespace gpuos::cli {
 namespace {

@@ -3,8 +3,10 @@
 #include <cstring>
 #include <vector>
 
+#include <atomic>
+
 #include "common/sm_split.h"
-#include "daemon/core.h"
+#include "daemon/gpus.h"
 #include "gpuos/driver_api.h"
 
 namespace gpuos::daemon {
@@ -79,6 +81,72 @@ std::vector<GpuInfo> discover_gpus(const char* library, std::string* warning) {
     out.push_back(std::move(g));
   }
   return out;
+}
+
+std::string format_gpu_uuid(const uint8_t b[16]) {
+  char buf[48];
+  std::snprintf(buf, sizeof(buf), "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
+                b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+  return buf;
+}
+
+int GpuMap::ordinal_of(const Tenant& t, uint32_t gpu) const {
+  if (gpu >= GPUOS_MAX_DEVICES) return -1;
+  const uint32_t n = std::atomic_ref<uint32_t>(t.cb->device_count).load(std::memory_order_acquire);
+  DeviceMap& m = t.devices;
+  if (n != m.mapped_device_count) {
+    // The tenant published (or re-published) its devices: match their UUIDs to gpuosd's GPUs.
+    for (uint32_t g = 0; g < GPUOS_MAX_DEVICES; ++g) m.ordinal_of_gpu[g] = n == 0 ? static_cast<int8_t>(g) : -1;
+    for (uint32_t o = 0; o < n && o < GPUOS_MAX_DEVICES; ++o) {
+      uint8_t b[16];
+      for (int i = 0; i < 16; ++i) b[i] = load(t.cb->device_uuid[o][i]);
+      const std::string text = format_gpu_uuid(b);
+      for (const GpuInfo& g : gpus_) {
+        if (g.index < GPUOS_MAX_DEVICES && g.uuid == text) m.ordinal_of_gpu[g.index] = static_cast<int8_t>(o);
+      }
+    }
+    m.mapped_device_count = n;
+  }
+  return m.ordinal_of_gpu[gpu];
+}
+
+int GpuMap::gpu_of(const Tenant& t, int ordinal) const {
+  for (uint32_t g = 0; g < GPUOS_MAX_DEVICES; ++g) {
+    if (ordinal_of(t, g) == ordinal) return static_cast<int>(g);
+  }
+  return -1;
+}
+
+uint64_t GpuMap::used_on(const Tenant& t, uint32_t gpu) const {
+  const int o = ordinal_of(t, gpu);
+  return o >= 0 ? load(t.cb->mem_used_per_device[o]) : 0;
+}
+
+bool GpuMap::launched_on(const Tenant& t, uint32_t gpu) const {
+  const int o = ordinal_of(t, gpu);
+  return o >= 0 && o < 32 && (load(t.cb->space_devices) >> o & 1u) != 0;
+}
+
+uint32_t GpuMap::home(const Tenant& t) const {
+  uint32_t home = 0;
+  uint64_t most = 0;
+  for (uint32_t g = 0; g < GPUOS_MAX_DEVICES; ++g) {
+    const uint64_t b = used_on(t, g);
+    if (b > most) most = b, home = g;
+  }
+  if (most == 0) {  // no memory yet: the first GPU it launched on, if any
+    for (uint32_t g = 0; g < GPUOS_MAX_DEVICES; ++g) {
+      if (launched_on(t, g)) return g;
+    }
+  }
+  return home;
+}
+
+const GpuInfo* GpuMap::find(uint32_t index) const {
+  for (const GpuInfo& g : gpus_) {
+    if (g.index == index) return &g;
+  }
+  return nullptr;
 }
 
 }  // namespace gpuos::daemon

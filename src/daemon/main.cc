@@ -5,13 +5,15 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <cstdlib>
 #include <optional>
 #include <string>
 
+#include "common/config.h"
 #include "common/ipc.h"
-#include "daemon/config.h"
+#include "common/log.h"
 #include "daemon/core.h"
-#include "daemon/log.h"
+#include "daemon/gpus.h"
 #include "daemon/mps.h"
 #include "daemon/server.h"
 #include "policies/registry.h"
@@ -20,13 +22,18 @@ int main(int argc, char** argv) {
   using namespace gpuos;
   gpuos::daemon::block_shutdown_signals();  // before any thread exists
   CLI::App app{"gpuosd: the gpuos node daemon"};
-  std::string config_path, socket_opt, log_level_opt, policy_opt;
+  std::string config_path, socket_opt, log_level_opt, policy_opt, space_policy_opt, memory_policy_opt;
   std::optional<std::string> metrics_opt;
   bool foreground = false;
   app.add_option("--config", config_path, "config file (default: $GPUOS_CONFIG, /etc/gpuos/gpuos.toml)");
   app.add_option("--socket", socket_opt, "control socket path (overrides the config)");
   app.add_option("--log-level", log_level_opt, "error|warn|info|debug (overrides the config)");
-  app.add_option("--policy", policy_opt, "scheduling policy: open | priority (overrides the config)");
+  app.add_option("--policy", policy_opt,
+                 "time-gate policy: " + policies::policy_names(policies::SlotKind::kTimeGate) + " (overrides [scheduler] policy)");
+  app.add_option("--space-policy", space_policy_opt,
+                 "space policy: " + policies::policy_names(policies::SlotKind::kSpace) + " (overrides [spatial] policy)");
+  app.add_option("--memory-policy", memory_policy_opt,
+                 "memory policy: " + policies::policy_names(policies::SlotKind::kMemory) + " (overrides [memory] policy)");
   app.add_option("--metrics-listen", metrics_opt,
                  "Prometheus endpoint HOST:PORT, \"\" to disable (overrides [metrics] listen)");
   app.add_flag("--foreground", foreground, "stay in the foreground (always the case)");
@@ -87,32 +94,41 @@ int main(int argc, char** argv) {
     so.admin_gid = gr.gr_gid;
   }
 
-  if (!policy_opt.empty()) cfg.scheduler.policy = policy_opt;
+  if (!policy_opt.empty()) cfg.policies.time_gate = policy_opt;
+  if (!space_policy_opt.empty()) cfg.policies.space = space_policy_opt;
+  if (!memory_policy_opt.empty()) cfg.policies.memory = memory_policy_opt;
   daemon::CoreOptions co;
-  co.policy = policies::make_policy(cfg.scheduler.policy, cfg.scheduler);
-  if (!co.policy) {
-    std::string known;
-    for (const char* n : kSchedulerPolicies) known += (known.empty() ? "" : ", ") + std::string(n);
-    log::error("unknown scheduling policy \"%s\" (known: %s)", cfg.scheduler.policy.c_str(), known.c_str());
-    return 1;
+  {
+    policies::PolicySet set;
+    std::string why;
+    if (!policies::make_policies(cfg, &set, &why)) {
+      log::error("%s", why.c_str());
+      return 1;
+    }
+    co.time_gate = std::move(set.time_gate);
+    co.space_policy = std::move(set.space);
+    co.memory_policy = std::move(set.memory);
   }
-  if (cfg.scheduler.policy == "priority") {
-    log::info("scheduling policy priority: be_max_inflight %u, idle_grace_us %u, be_slice_ms %u",
-              cfg.scheduler.be_max_inflight, cfg.scheduler.idle_grace_us, cfg.scheduler.be_slice_ms);
-  } else {
-    log::info("scheduling policy %s", cfg.scheduler.policy.c_str());
-  }
+  log::info("policies: time gate %s, space %s, memory %s", co.time_gate->name(), co.space_policy->name(),
+            co.memory_policy->name());
+  // A hook that does not return stalls the event loop: reported after 1 s; after 30 s gpuosd exits
+  // (its tenants see the connection close and go on ungoverned; systemd starts a fresh one).
+  co.watchdog.stall_ns = 1'000'000'000;
+  co.watchdog.on_hung = [](const char* slot, const char* hook, uint64_t) {
+    log::error("exiting: the %s slot's %s hook is hung (the event loop cannot serve tenants)", slot, hook);
+    std::_Exit(70);
+  };
   co.max_tenants = cfg.max_tenants;
   co.history = cfg.history;
   co.guaranteed_needs_admin = !cfg.guaranteed_for_anyone;
   co.mem_quota_cap_bytes = cfg.mem_quota_cap_bytes;
-  co.swap_pool_bytes = cfg.memory.swap_pool_bytes;
-  co.swap_quantum_ns = static_cast<uint64_t>(cfg.memory.swap_quantum_ms) * 1000000ull;
-  co.swap_headroom_bytes = cfg.memory.swap_headroom_bytes;
-  if (co.swap_pool_bytes != 0) {
+  co.swap.pool_bytes = cfg.memory.swap_pool_bytes;
+  co.swap.quantum_ns = static_cast<uint64_t>(cfg.memory.swap_quantum_ms) * 1000000ull;
+  co.swap.headroom_bytes = cfg.memory.swap_headroom_bytes;
+  if (co.swap.pool_bytes != 0) {
     log::info("memory oversubscription: swap pool %llu MiB per uid, quantum %u ms, headroom %llu MiB",
-              static_cast<unsigned long long>(co.swap_pool_bytes >> 20), cfg.memory.swap_quantum_ms,
-              static_cast<unsigned long long>(co.swap_headroom_bytes >> 20));
+              static_cast<unsigned long long>(co.swap.pool_bytes >> 20), cfg.memory.swap_quantum_ms,
+              static_cast<unsigned long long>(co.swap.headroom_bytes >> 20));
   }
   std::string warning;
   co.gpus = daemon::discover_gpus(nullptr, &warning);
@@ -124,13 +140,7 @@ int main(int argc, char** argv) {
               static_cast<unsigned long long>(g.total_mem_bytes >> 20));
   }
   // Spatial partitions are groups of the driver's minimum partition size (8 SMs on Hopper).
-  if (!co.gpus.empty() && co.gpus.front().sm_group_min != 0) co.space.group_sms = co.gpus.front().sm_group_min;
-  co.space.be_reserve_groups = cfg.spatial.be_reserve_groups;
-  co.space.lend_after_ns = uint64_t{cfg.spatial.lend_after_ms} * 1'000'000;
-  co.space.lend_max_kernel_ns = uint64_t{cfg.spatial.lend_max_kernel_ms} * 1'000'000;
-  co.space_sizer.slack = cfg.spatial.right_size_slack_pct / 100.0;
-  co.space_sizer.below_grid = cfg.spatial.right_size_below_grid;
-  co.mps_kernel_cost_ns = cfg.spatial.mps_kernel_cost_ns;
+  if (!co.gpus.empty() && co.gpus.front().sm_group_min != 0) co.space_group_sms = co.gpus.front().sm_group_min;
 
   // Spatial sharing: one MPS control daemon per trust domain, supervised on a helper thread. Built
   // before the core (which may consult it), started once the socket directory exists (so a

@@ -10,8 +10,8 @@
 #include <cstdio>
 #include <cstring>
 
-#include "daemon/config.h"
-#include "daemon/log.h"
+#include "common/config.h"
+#include "common/log.h"
 
 namespace gpuos::daemon {
 namespace {
@@ -112,8 +112,13 @@ std::string render_metrics(Core& core, const MetricsContext& ctx, uint64_t now_m
   const CoreStats& st = core.stats();
   w.family("gpuos_daemon_up", "gauge", "1 while gpuosd serves metrics.");
   w.sample("gpuos_daemon_up", "", "1");
-  w.family("gpuos_daemon_info", "gauge", "gpuosd version and scheduling policy (value 1).");
-  w.sample("gpuos_daemon_info", label("version", ctx.version) + "," + label("policy", core.policy().name()), "1");
+  w.family("gpuos_daemon_info", "gauge",
+           "gpuosd version and the policy of each slot: policy (time gate), space_policy, memory_policy (value 1).");
+  w.sample("gpuos_daemon_info",
+           label("version", ctx.version) + "," + label("policy", core.time_gate().name()) + "," +
+               label("space_policy", core.space_policy().name()) + "," +
+               label("memory_policy", core.memory_policy().name()),
+           "1");
   w.family("gpuos_daemon_start_time_seconds", "gauge", "When gpuosd started, seconds since the Unix epoch.");
   {
     char b[32];
@@ -127,8 +132,14 @@ std::string render_metrics(Core& core, const MetricsContext& ctx, uint64_t now_m
   w.family("gpuos_daemon_tenants_exited_total", "counter", "Tenants that exited since gpuosd started.");
   w.sample("gpuos_daemon_tenants_exited_total", "", u64(st.tenants_exited));
   w.family("gpuos_daemon_policy_failures_total", "counter",
-           "Scheduling policy hooks that threw (the daemon then runs the open policy).");
-  w.sample("gpuos_daemon_policy_failures_total", "", u64(core.policy_failures()));
+           "Policy failures (a hook threw or stalled, or an action was rejected), by slot; the slot then runs its "
+           "built-in policy.");
+  w.sample("gpuos_daemon_policy_failures_total", label("slot", "time_gate"), u64(core.time_gate_failures()));
+  w.sample("gpuos_daemon_policy_failures_total", label("slot", "space"), u64(core.space_failures()));
+  w.sample("gpuos_daemon_policy_failures_total", label("slot", "memory"), u64(core.memory_failures()));
+  w.family("gpuos_daemon_policy_stalls_total", "counter",
+           "Policy hooks the watchdog found running longer than its bound.");
+  w.sample("gpuos_daemon_policy_stalls_total", "", u64(core.watchdog_stalls()));
   w.family("gpuos_daemon_messages_total", "counter", "Valid control-socket messages received, by type.");
   for (uint32_t t = 1; t <= GPUOS_MSG_TYPE_MAX; ++t) {
     if (const char* n = msg_type_name(t)) w.sample("gpuos_daemon_messages_total", label("type", n), u64(st.messages[t]));

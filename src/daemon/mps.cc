@@ -16,7 +16,7 @@
 #include <cstring>
 
 #include "daemon/clock.h"
-#include "daemon/log.h"
+#include "common/log.h"
 
 extern char** environ;
 
@@ -263,11 +263,30 @@ Child spawn(const std::string& path, const std::vector<std::string>& args, const
   return c;
 }
 
-// Waits until the child exits, the deadline passes (then SIGKILL to its group) or *stop is set
-// (same). Always reaps it.
-void wait_child(Child& c, uint64_t deadline_ns, const std::atomic<bool>* stop) {
+class RealClock final : public MpsClock {
+ public:
+  uint64_t now_ns() override { return monotonic_ns(); }
+  void wait_until(std::unique_lock<std::mutex>& lk, std::condition_variable& cv, uint64_t deadline_ns,
+                  uint64_t poll_ns, const std::function<bool()>& done) override {
+    if (deadline_ns == UINT64_MAX && poll_ns == 0) {
+      cv.wait(lk, done);
+      return;
+    }
+    const uint64_t now = monotonic_ns();
+    if (now >= deadline_ns) return;
+    uint64_t ns = std::min<uint64_t>(deadline_ns - now, 86400 * 1000 * kMs);  // no chrono overflow
+    if (poll_ns > 0) ns = std::min(ns, poll_ns);
+    cv.wait_for(lk, std::chrono::nanoseconds(ns), done);
+  }
+};
+
+// Waits until the child exits, the deadline of `clock` passes (then SIGKILL to its group) or *stop
+// is set (same). Always reaps it. The pauses between polls wait on cv, so stopping wakes them.
+void wait_child(Child& c, uint64_t deadline_ns, const std::atomic<bool>* stop, MpsClock& clock, std::mutex& mu,
+                std::condition_variable& cv) {
   if (c.pid <= 0 || c.reaped) return;
-  uint64_t sleep_us = 500;
+  const auto stopping = [stop] { return stop != nullptr && stop->load(std::memory_order_relaxed); };
+  uint64_t poll_ns = 500 * 1000;
   for (;;) {
     pid_t r = ::waitpid(c.pid, &c.status, WNOHANG);
     if (r == c.pid) {
@@ -279,9 +298,9 @@ void wait_child(Child& c, uint64_t deadline_ns, const std::atomic<bool>* stop) {
       c.status = 0xff00;  // "exited with status 255"
       return;
     }
-    bool stopping = stop != nullptr && stop->load(std::memory_order_relaxed);
-    if (stopping || monotonic_ns() >= deadline_ns) {
-      (stopping ? c.interrupted : c.timed_out) = true;
+    const bool stopped = stopping();
+    if (stopped || clock.now_ns() >= deadline_ns) {
+      (stopped ? c.interrupted : c.timed_out) = true;
       ::kill(-c.pid, SIGKILL);
       ::kill(c.pid, SIGKILL);
       while (::waitpid(c.pid, &c.status, 0) < 0 && errno == EINTR) {
@@ -289,8 +308,11 @@ void wait_child(Child& c, uint64_t deadline_ns, const std::atomic<bool>* stop) {
       c.reaped = true;
       return;
     }
-    ::usleep(static_cast<useconds_t>(sleep_us));
-    sleep_us = std::min<uint64_t>(sleep_us * 2, 20000);
+    {
+      std::unique_lock<std::mutex> lk(mu);
+      clock.wait_until(lk, cv, deadline_ns, poll_ns, stopping);
+    }
+    poll_ns = std::min<uint64_t>(poll_ns * 2, 20 * kMs);
   }
 }
 
@@ -365,6 +387,7 @@ MpsOptions MpsSupervisor::options_from(const Config& cfg, const std::string& soc
 }
 
 MpsSupervisor::MpsSupervisor(MpsOptions opts) : opts_(std::move(opts)) {
+  if (!opts_.clock) opts_.clock = std::make_shared<RealClock>();
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) env_.emplace_back(*e);
   std::string inherited_cvd;
   bool have_cvd = false;
@@ -489,7 +512,7 @@ void MpsSupervisor::loop() {
         if (stop_.load()) break;
         if (d->fatal) continue;
         if (poked && d->up) d->next_ns = 0;
-        if (monotonic_ns() >= d->next_ns) step(*d);
+        if (now() >= d->next_ns) step(*d);
       }
       uint64_t next = UINT64_MAX;
       for (auto& d : doms_) {
@@ -497,14 +520,7 @@ void MpsSupervisor::loop() {
       }
       lk.lock();
       if (stopping_ || poke_) continue;
-      if (next == UINT64_MAX) {
-        cv_.wait(lk, [this] { return stopping_ || poke_; });
-      } else {
-        uint64_t now = monotonic_ns();
-        if (next > now) {
-          cv_.wait_for(lk, std::chrono::nanoseconds(next - now), [this] { return stopping_ || poke_; });
-        }
-      }
+      opts_.clock->wait_until(lk, cv_, next, 0, [this] { return stopping_ || poke_; });
     }
   } catch (const std::exception& e) {
     log::error("spatial sharing: MPS supervisor failed: %s; domains stay as they are", e.what());
@@ -514,8 +530,9 @@ void MpsSupervisor::loop() {
 }
 
 bool MpsSupervisor::nap(uint64_t ns) {
+  const uint64_t until = now() + ns;
   std::unique_lock<std::mutex> lk(mu_);
-  cv_.wait_for(lk, std::chrono::nanoseconds(ns), [this] { return stopping_; });
+  while (!stopping_ && now() < until) opts_.clock->wait_until(lk, cv_, until, 0, [this] { return stopping_; });
   return !stopping_;
 }
 
@@ -523,7 +540,7 @@ bool MpsSupervisor::probe(Dom& d, std::string* why) {
   std::string bin;
   if (!resolve_binary(opts_.mps_control, env_, &bin, why)) return false;
   Child c = spawn(bin, {}, d.env, "get_server_list\n", -1);
-  if (c.spawn_error.empty()) wait_child(c, monotonic_ns() + opts_.command_timeout_ms * kMs, &stop_);
+  if (c.spawn_error.empty()) wait_child(c, now() + opts_.command_timeout_ms * kMs, &stop_, *opts_.clock, mu_, cv_);
   if (c.ok()) return true;
   *why = c.describe(opts_.command_timeout_ms);
   return false;
@@ -534,7 +551,7 @@ void MpsSupervisor::step(Dom& d) {
     try_start(d);
     return;
   }
-  uint64_t now = monotonic_ns();
+  const uint64_t checked_ns = now();
   // Every probe_interval the pid file (no process, no line in control.log); every
   // full_probe_every-th time, or when the pid file cannot tell, the real question (a hung daemon
   // still has a pid). get_server_list adds four lines to control.log, which nothing rotates.
@@ -553,13 +570,13 @@ void MpsSupervisor::step(Dom& d) {
     alive = true;
   }
   if (alive) {
-    if (now - d.up_since_ns >= opts_.stable_ms * kMs) d.backoff_ns = 0;  // a stable run: forgive
-    d.next_ns = monotonic_ns() + opts_.probe_interval_ms * kMs;
+    if (checked_ns - d.up_since_ns >= opts_.stable_ms * kMs) d.backoff_ns = 0;  // a stable run: forgive
+    d.next_ns = now() + opts_.probe_interval_ms * kMs;
     return;
   }
   if (stop_.load()) return;  // interrupted, not dead
   set_state(d, false, "the MPS control daemon stopped answering (" + why + ")");
-  d.next_ns = monotonic_ns() + d.backoff_ns;  // 0 after a stable run: restart at once
+  d.next_ns = now() + d.backoff_ns;  // 0 after a stable run: restart at once
 }
 
 void MpsSupervisor::try_start(Dom& d) {
@@ -569,7 +586,7 @@ void MpsSupervisor::try_start(Dom& d) {
   auto fail = [&](const std::string& reason) {
     if (stop_.load()) return;
     set_state(d, false, reason);
-    d.next_ns = monotonic_ns() + d.backoff_ns;
+    d.next_ns = now() + d.backoff_ns;
   };
 
   // Directories, all 0755 and owned by gpuosd's uid (root for the system daemon). Tenants of any
@@ -597,7 +614,7 @@ void MpsSupervisor::try_start(Dom& d) {
       log::info("%s: adopting the MPS control daemon already running at %s", d.label().c_str(), d.pipe.c_str());
       d.ever_started = true;
       d.ever_up = true;
-      d.up_since_ns = monotonic_ns();
+      d.up_since_ns = now();
       d.next_ns = d.up_since_ns + opts_.probe_interval_ms * kMs;
       set_state(d, true, "");
       return;
@@ -610,23 +627,23 @@ void MpsSupervisor::try_start(Dom& d) {
   const std::string start_log = d.log + "/gpuosd-start.log";
   int out = ::open(start_log.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
   if (out < 0) return fail("cannot open " + start_log + ": " + errstr(errno));
-  const uint64_t deadline = monotonic_ns() + opts_.start_timeout_ms * kMs;
+  const uint64_t deadline = now() + opts_.start_timeout_ms * kMs;
   Child c = spawn(bin, {"-d"}, d.env, "", out);
-  if (c.spawn_error.empty()) wait_child(c, deadline, &stop_);
+  if (c.spawn_error.empty()) wait_child(c, deadline, &stop_, *opts_.clock, mu_, cv_);
   if (stop_.load()) return;
   if (!c.ok()) return fail("`" + bin + " -d` " + c.describe(opts_.start_timeout_ms));
   d.ever_started = true;
   std::string why;
   while (!probe(d, &why)) {
     if (stop_.load()) return;
-    if (monotonic_ns() >= deadline) {
+    if (now() >= deadline) {
       return fail("`" + bin + " -d` returned, but the control daemon does not answer get_server_list (" + why + ")");
     }
     if (!nap(100 * kMs)) return;
   }
   if (d.ever_up) ++d.restarts;
   d.ever_up = true;
-  d.up_since_ns = monotonic_ns();
+  d.up_since_ns = now();
   d.next_ns = d.up_since_ns + opts_.probe_interval_ms * kMs;
   set_state(d, true, "");
 }
@@ -675,10 +692,10 @@ void MpsSupervisor::shutdown(const std::set<std::string>& keep) {
   if (shut_down_) return;
   shut_down_ = true;
   {
-    std::lock_guard<std::mutex> lk(mu_);
+    std::lock_guard<std::mutex> lk(mu_);  // stop_ too: a child wait checks it under mu_
     stopping_ = true;
+    stop_.store(true);
   }
-  stop_.store(true);
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
 
@@ -699,9 +716,9 @@ void MpsSupervisor::shutdown(const std::set<std::string>& keep) {
     }
     quits.emplace_back(d.get(), spawn(bin, {}, d->env, "quit\n", -1));
   }
-  const uint64_t deadline = monotonic_ns() + opts_.command_timeout_ms * kMs;
+  const uint64_t deadline = now() + opts_.command_timeout_ms * kMs;
   for (auto& [d, c] : quits) {
-    if (c.spawn_error.empty()) wait_child(c, deadline, nullptr);
+    if (c.spawn_error.empty()) wait_child(c, deadline, nullptr, *opts_.clock, mu_, cv_);
     if (c.ok()) {
       log::info("%s: MPS control daemon told to quit", d->label().c_str());
     } else {

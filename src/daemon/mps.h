@@ -41,6 +41,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -49,7 +50,7 @@
 #include <thread>
 #include <vector>
 
-#include "daemon/config.h"
+#include "common/config.h"
 
 namespace gpuos::daemon {
 
@@ -61,6 +62,21 @@ struct SpaceDomainStatus {
   std::string log_dir;     // CUDA_MPS_LOG_DIRECTORY
   std::string reason;      // why it is unavailable ("" while available)
   uint32_t restarts = 0;   // control daemons started after the first one came up
+};
+
+// Where the supervisor's deadlines (probe interval, backoff, stable run, start and command
+// timeouts) come from and how it waits for them. The default is CLOCK_MONOTONIC with real
+// condition-variable waits; tests inject a clock they advance by hand, so nothing they check
+// depends on how fast a loaded machine runs.
+class MpsClock {
+ public:
+  virtual ~MpsClock() = default;
+  virtual uint64_t now_ns() = 0;
+  // Called with lk locked on cv's mutex (lk is unlocked while blocked). Returns once done() holds,
+  // now_ns() >= deadline_ns (UINT64_MAX: no deadline) or, with poll_ns > 0, after about poll_ns of
+  // real time: waiting for a child, whose exit notifies no one. May return early; callers recheck.
+  virtual void wait_until(std::unique_lock<std::mutex>& lk, std::condition_variable& cv, uint64_t deadline_ns,
+                          uint64_t poll_ns, const std::function<bool()>& done) = 0;
 };
 
 struct MpsOptions {
@@ -78,6 +94,7 @@ struct MpsOptions {
   uint32_t stable_ms = 60000;           // up this long: the next restart is immediate again
   uint32_t start_timeout_ms = 10000;    // `-d` to return and the new daemon to answer
   uint32_t command_timeout_ms = 5000;   // one get_server_list / quit
+  std::shared_ptr<MpsClock> clock;      // null: the real one
 };
 
 class MpsSupervisor {
@@ -115,6 +132,7 @@ class MpsSupervisor {
   void try_start(Dom& d);
   bool probe(Dom& d, std::string* why);
   bool nap(uint64_t ns);  // false: stopping
+  uint64_t now() const { return opts_.clock->now_ns(); }
   void set_state(Dom& d, bool up, const std::string& reason, bool quiet = false);
   void write_status(const Dom& d, const std::string& line);
 
@@ -122,7 +140,7 @@ class MpsSupervisor {
   std::vector<std::string> env_;  // gpuosd's environment at construction
   std::vector<std::unique_ptr<Dom>> doms_;  // helper-thread state
 
-  mutable std::mutex mu_;  // guards pub_, poke_, stopping_
+  mutable std::mutex mu_;  // guards pub_, poke_, stopping_; every wait of the helper is on cv_
   std::condition_variable cv_;
   std::vector<SpaceDomainStatus> pub_;
   bool poke_ = false;

@@ -18,7 +18,7 @@
 
 #include "common/ipc.h"
 #include "daemon/clock.h"
-#include "daemon/log.h"
+#include "common/log.h"
 #include "daemon/metrics.h"
 
 namespace gpuos::daemon {
@@ -178,8 +178,9 @@ bool Server::start(std::string* err) {
     ::unlink(path.c_str());
     return false;
   }
-  log::info("listening on %s (mode %o), %zu GPU(s), policy \"%s\"", path.c_str(), root ? 0666u : 0600u,
-            core_.gpus().size(), core_.policy().name());
+  log::info("listening on %s (mode %o), %zu GPU(s), policies \"%s\", \"%s\", \"%s\"", path.c_str(),
+            root ? 0666u : 0600u, core_.gpus().size(), core_.time_gate().name(), core_.space_policy().name(),
+            core_.memory_policy().name());
   if (!opts_.metrics_listen.empty()) {
     MetricsContext mc;
     timespec ts;

@@ -12,6 +12,7 @@
 #include <mutex>
 
 #include "common/ipc.h"
+#include "interpose/carry_over.h"
 
 namespace gpuos::interpose {
 
@@ -273,5 +274,23 @@ void inflight_after_submit(const GpuosDriverTable& d, CUstream stream, bool ptsz
   t_ring_locked = false;
   r.mu.unlock();
 }
+
+namespace {
+
+// Re-registration. busy is seeded before the switch: the monitor thread follows the new block from
+// then on, and a launch on it raises busy only on an idle-to-busy transition.
+void seed_busy(gpuos_control_block* from, gpuos_control_block* to) {
+  std::atomic_ref<uint32_t>(to->busy).store(std::atomic_ref<uint32_t>(from->busy).load());
+}
+
+void carry_activity(gpuos_control_block* from, gpuos_control_block* to) {
+  carry_add(from->busy_transitions, to->busy_transitions);
+  carry_add(from->inflight_waits, to->inflight_waits);
+  std::atomic_ref<uint32_t>(to->untracked_work).store(std::atomic_ref<uint32_t>(from->untracked_work).load());
+}
+
+}  // namespace
+
+constinit const CarryOver kActivityCarryOver{"activity", &seed_busy, &carry_activity};
 
 }  // namespace gpuos::interpose

@@ -1,11 +1,13 @@
 // The launch path of a governed kernel or graph launch. It runs on every launch of every tenant,
-// so it is lock-free and syscall-free when nothing blocks: a load of the control-block pointer, a
-// load of the gate word, a load of the capture hint, the real call, one relaxed counter increment.
+// so it is lock-free and syscall-free when nothing blocks: entering and leaving the control block's
+// users (quiescence.h), a load of the control-block pointer, a load of the gate word, a load of the
+// capture hint, the real call, one counter increment.
 #pragma once
 
 #include <atomic>
 
 #include "interpose/activity.h"
+#include "interpose/quiescence.h"
 #include "interpose/runtime.h"
 #include "interpose/spatial.h"
 #include "interpose/stream_work.h"
@@ -15,8 +17,11 @@ namespace gpuos::interpose {
 #define GPUOS_LIKELY(x) __builtin_expect(!!(x), 1)
 #define GPUOS_UNLIKELY(x) __builtin_expect(!!(x), 0)
 
+// The tenant's control block. A call that writes to it holds a ControlBlockUse from before this
+// until it is done with the block, so that re-registration carries what it wrote over; the load is
+// seq_cst for that (quiescence.h; on x86 the same plain load as acquire).
 inline gpuos_control_block* control_block() {
-  gpuos_control_block* cb = g_control.load(std::memory_order_acquire);
+  gpuos_control_block* cb = g_control.load(std::memory_order_seq_cst);
   if (GPUOS_UNLIKELY(cb == nullptr)) cb = ensure_registered();
   return cb;  // null only when refused by configuration
 }
@@ -83,6 +88,7 @@ inline CUresult governed_copy(Call&& call) {
   if (GPUOS_UNLIKELY(d == nullptr)) return CUDA_ERROR_NOT_INITIALIZED;
   StreamWorkCall work;
   if (GPUOS_LIKELY(!g_swappable.load(std::memory_order_relaxed))) return call(*d);
+  ControlBlockUse use;  // the gate wait counts into the block
   gpuos_control_block* cb = control_block();
   if (GPUOS_UNLIKELY(cb == nullptr)) return CUDA_ERROR_NOT_PERMITTED;
   DeviceAccess access(cb);
@@ -100,6 +106,7 @@ inline CUresult governed_launch(LaunchKind kind, CUstream stream, bool ptsz, con
                                 CUgraphExec graph = nullptr) {
   const GpuosDriverTable* d = real_driver();
   if (GPUOS_UNLIKELY(d == nullptr)) return CUDA_ERROR_NOT_INITIALIZED;
+  ControlBlockUse use;  // until the last counter is written into the block loaded below
   gpuos_control_block* cb = control_block();
   if (GPUOS_UNLIKELY(cb == nullptr)) return CUDA_ERROR_NOT_PERMITTED;
   if (GPUOS_UNLIKELY(launch_is_captured(*d, stream, ptsz))) {

@@ -13,6 +13,7 @@ template <typename Call>
 CUresult governed(uint64_t gpuos_control_block::*counter, Call&& call) {
   const GpuosDriverTable* d = gi::real_driver();
   if (d == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+  gi::ControlBlockUse use;  // until the count is in the block (quiescence.h)
   gpuos_control_block* cb = gi::control_block();
   if (cb == nullptr) return CUDA_ERROR_NOT_PERMITTED;
   CUresult r = call(*d);
@@ -29,6 +30,7 @@ template <typename Call>
 CUresult governed_context(CUdevice dev, Call&& call) {
   const GpuosDriverTable* d = gi::real_driver();
   if (d == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+  gi::ControlBlockUse use;  // until the count is in the block (quiescence.h)
   gpuos_control_block* cb = gi::control_block();
   if (cb == nullptr) return CUDA_ERROR_NOT_PERMITTED;
   CUresult r = call(*d);
@@ -77,7 +79,8 @@ extern "C" {
 CUresult cuInit(unsigned int flags) {
   const GpuosDriverTable* d = gi::real_driver();
   if (d == nullptr) return CUDA_ERROR_NO_DEVICE;
-  gpuos_control_block* cb = gi::ensure_registered();
+  gi::ControlBlockUse use;  // until the device map is in the block (quiescence.h)
+  gpuos_control_block* cb = gi::control_block();
   if (cb == nullptr) return CUDA_ERROR_NOT_PERMITTED;
   CUresult r = d->cuInit(flags);
   // Once: which GPU each of this process's device ordinals is (CUDA_VISIBLE_DEVICES may differ

@@ -34,6 +34,7 @@ template <typename Call, typename What>
 CUresult governed_alloc(AllocKind kind, std::size_t bytes, Call&& call, What&& made) {
   const GpuosDriverTable* d = gi::real_driver();
   if (d == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+  gi::ControlBlockUse use;  // counts into the block until the call is accounted (quiescence.h)
   gpuos_control_block* cb = gi::control_block();
   if (cb == nullptr) return CUDA_ERROR_NOT_PERMITTED;
   if (!gi::reserve_bytes(cb, bytes)) {
@@ -65,6 +66,7 @@ template <typename Call>
 CUresult governed_free(AllocKind kind, uint64_t key, Call&& call) {
   const GpuosDriverTable* d = gi::real_driver();
   if (d == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+  gi::ControlBlockUse use;  // counts into the block until the call is accounted (quiescence.h)
   gpuos_control_block* cb = gi::control_block();
   if (cb == nullptr) return CUDA_ERROR_NOT_PERMITTED;
   CUresult r = call(*d);
@@ -104,6 +106,7 @@ template <typename Call>
 CUresult governed_import(CUdeviceptr* dptr, Call&& call) {
   const GpuosDriverTable* d = gi::real_driver();
   if (d == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+  gi::ControlBlockUse use;  // counts into the block until the call is accounted (quiescence.h)
   gpuos_control_block* cb = gi::control_block();
   if (cb == nullptr) return CUDA_ERROR_NOT_PERMITTED;
   CUresult r = call(*d);
@@ -323,6 +326,7 @@ CUresult cuIpcOpenMemHandle_v2(CUdeviceptr* dptr, CUipcMemHandle handle, unsigne
 CUresult cuIpcCloseMemHandle(CUdeviceptr dptr) {
   const GpuosDriverTable* d = gi::real_driver();
   if (d == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+  gi::ControlBlockUse use;  // counts into the block until the call is accounted (quiescence.h)
   gpuos_control_block* cb = gi::control_block();
   if (cb == nullptr) return CUDA_ERROR_NOT_PERMITTED;
   CUresult r = d->cuIpcCloseMemHandle ? d->cuIpcCloseMemHandle(dptr) : CUDA_ERROR_NOT_FOUND;

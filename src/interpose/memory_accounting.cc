@@ -1,9 +1,12 @@
 #include "interpose/memory_accounting.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <mutex>
 #include <unordered_map>
+
+#include "interpose/carry_over.h"
 
 namespace gpuos::interpose {
 namespace {
@@ -232,5 +235,29 @@ void account_unimport(gpuos_control_block* cb, uint64_t key) {
   }
   std::atomic_ref<uint64_t>(cb->mem_imported_bytes).fetch_sub(bytes, std::memory_order_relaxed);
 }
+
+namespace {
+
+// Re-registration: the usage is this process's (its allocation tables stay as they are), so it is
+// added to the new block; the peak is the larger of the old peak and what is held now.
+void carry_memory(gpuos_control_block* from, gpuos_control_block* to) {
+  carry_add(from->alloc_calls, to->alloc_calls);
+  carry_add(from->free_calls, to->free_calls);
+  carry_add(from->alloc_failures, to->alloc_failures);
+  carry_add(from->mem_used_bytes, to->mem_used_bytes);
+  for (int i = 0; i < GPUOS_MAX_DEVICES; ++i) carry_add(from->mem_used_per_device[i], to->mem_used_per_device[i]);
+  carry_add(from->untracked_frees, to->untracked_frees);
+  carry_add(from->mem_imported_bytes, to->mem_imported_bytes);
+  std::atomic_ref<uint64_t> peak(to->mem_peak_bytes);
+  uint64_t want = std::max(std::atomic_ref<uint64_t>(from->mem_peak_bytes).load(),
+                           std::atomic_ref<uint64_t>(to->mem_used_bytes).load());
+  uint64_t old = peak.load();
+  while (want > old && !peak.compare_exchange_weak(old, want)) {
+  }
+}
+
+}  // namespace
+
+constinit const CarryOver kMemoryCarryOver{"memory", nullptr, &carry_memory};
 
 }  // namespace gpuos::interpose

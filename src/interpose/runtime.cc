@@ -9,7 +9,6 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <climits>
 #include <cstdarg>
 #include <cstdio>
@@ -18,9 +17,12 @@
 #include <ctime>
 #include <mutex>
 #include <new>
+#include <span>
 
 #include "common/ipc.h"
 #include "interpose/activity.h"
+#include "interpose/carry_over.h"
+#include "interpose/quiescence.h"
 #include "interpose/stream_work.h"
 #include "interpose/swap.h"
 
@@ -90,6 +92,7 @@ void after_fork_in_child() {
   g_control.store(nullptr, std::memory_order_relaxed);
   g_active_captures.store(0, std::memory_order_relaxed);
   g_monitor_running.store(false, std::memory_order_relaxed);  // threads do not survive fork
+  g_control_users.reset_after_fork();
   new (&g_init_mu) std::mutex();  // the parent may have held it at fork time
 }
 
@@ -351,41 +354,10 @@ int daemon_socket() { return g_socket.load(std::memory_order_relaxed); }
 
 namespace {
 
-// Moves this tenant's counters from the block of a daemon that is gone to the block of the one it
-// re-registered with. Counters are added (not copied), after launches already go to the new block,
-// so increments that raced with the switch on either block are kept.
-void carry_counters(gpuos_control_block* from, gpuos_control_block* to) {
-  auto add = [](uint64_t& src, uint64_t& dst) {
-    std::atomic_ref<uint64_t>(dst).fetch_add(std::atomic_ref<uint64_t>(src).load(), std::memory_order_relaxed);
-  };
-  add(from->launches, to->launches);
-  add(from->graph_launches, to->graph_launches);
-  add(from->captured_launches, to->captured_launches);
-  add(from->gate_waits, to->gate_waits);
-  add(from->gate_wait_ns, to->gate_wait_ns);
-  add(from->alloc_calls, to->alloc_calls);
-  add(from->free_calls, to->free_calls);
-  add(from->alloc_failures, to->alloc_failures);
-  add(from->mem_used_bytes, to->mem_used_bytes);
-  for (int i = 0; i < GPUOS_MAX_DEVICES; ++i) add(from->mem_used_per_device[i], to->mem_used_per_device[i]);
-  add(from->untracked_frees, to->untracked_frees);
-  add(from->mem_imported_bytes, to->mem_imported_bytes);
-  add(from->contexts_created, to->contexts_created);
-  add(from->streams_created, to->streams_created);
-  add(from->busy_transitions, to->busy_transitions);
-  add(from->inflight_waits, to->inflight_waits);
-  for (int i = 0; i < 6; ++i) add(from->gate_wait_hist[i], to->gate_wait_hist[i]);
-  std::atomic_ref<uint64_t> peak(to->mem_peak_bytes);
-  uint64_t want = std::max(std::atomic_ref<uint64_t>(from->mem_peak_bytes).load(),
-                           std::atomic_ref<uint64_t>(to->mem_used_bytes).load());
-  uint64_t old = peak.load();
-  while (want > old && !peak.compare_exchange_weak(old, want)) {
-  }
-  std::atomic_ref<uint32_t>(to->untracked_work).store(std::atomic_ref<uint32_t>(from->untracked_work).load());
-  std::atomic_ref<uint32_t>(to->space_devices).fetch_or(std::atomic_ref<uint32_t>(from->space_devices).load());
-}
-
 bool g_lost_reported = false;  // monitor thread only
+
+// How long a re-registration waits for calls that still use the old control block.
+constexpr uint64_t kCarryOverWaitNs = 5000000000ull;
 
 }  // namespace
 
@@ -408,16 +380,25 @@ void maintain_daemon_connection() {
   // Ask for the id it had, so that `gpuos ps`, metrics and admins see the same tenant.
   gpuos_control_block* cb = register_with_daemon(why, sizeof(why), &sock, old->tenant_id);
   if (cb == nullptr) return;  // still no daemon: try again later
-  std::atomic_ref<uint32_t>(cb->busy).store(std::atomic_ref<uint32_t>(old->busy).load());
-  g_control.store(cb, std::memory_order_release);
+  // Each feature carries its own state over (carry_over.h): what calls act on at once before the
+  // switch, the rest once no call uses the old block any more. The old mapping stays: a thread may
+  // still hold a pointer into it.
+  const std::span<const CarryOver* const> hooks = carry_over_hooks();
+  for (const CarryOver* h : hooks) {
+    if (h->seed != nullptr) h->seed(old, cb);
+  }
+  g_control.store(cb, std::memory_order_seq_cst);  // seq_cst: see quiescence.h
   if (int stale = g_socket.exchange(sock); stale >= 0) close(stale);
-  // Let launches that loaded the old block just before the switch finish their increments, then
-  // carry everything over. The old mapping stays: a thread may still hold a pointer into it.
-  timespec settle{0, 20 * 1000 * 1000};
-  nanosleep(&settle, nullptr);
-  carry_counters(old, cb);
-  carry_swap_state(old, cb);
-  if (std::atomic_ref<uint32_t>(old->device_count).load(std::memory_order_acquire) != 0) publish_devices(cb);
+  const unsigned retired = g_control_users.retire();
+  if (!g_control_users.wait_quiet(retired, kCarryOverWaitNs)) {
+    // Bounded: a call can be blocked in the driver for long. What it adds to the old block after
+    // this is not carried over.
+    log(LogLevel::kWarn, "re-registration: %u calls still use the old control block after %llu ms; carrying over without them",
+        g_control_users.users(retired), static_cast<unsigned long long>(kCarryOverWaitNs / 1000000));
+  }
+  for (const CarryOver* h : hooks) {
+    if (h->carry != nullptr) h->carry(old, cb);
+  }
   g_lost_reported = false;
   log(LogLevel::kWarn, "re-registered with gpuosd; counters carried over");
   notify_activity(cb);
@@ -469,5 +450,35 @@ void wait_at_gate(gpuos_control_block* cb) {
   std::atomic_ref<uint64_t>(cb->gate_wait_ns).fetch_add(ns, std::memory_order_relaxed);
   std::atomic_ref<uint64_t>(cb->gate_wait_hist[gpuos_gate_wait_bucket(ns)]).fetch_add(1, std::memory_order_relaxed);
 }
+
+namespace {
+
+// Re-registration: the gate's wait counters (wait_at_gate).
+void carry_gate_waits(gpuos_control_block* from, gpuos_control_block* to) {
+  carry_add(from->gate_waits, to->gate_waits);
+  carry_add(from->gate_wait_ns, to->gate_wait_ns);
+  for (int i = 0; i < GPUOS_GATE_WAIT_BUCKETS; ++i) carry_add(from->gate_wait_hist[i], to->gate_wait_hist[i]);
+}
+
+// Re-registration: the device map (publish_devices). A daemon restart does not change which GPU
+// each of this process's ordinals is, so it is copied, as publish_devices writes it: the UUIDs,
+// then the count (release).
+void carry_device_map(gpuos_control_block* from, gpuos_control_block* to) {
+  uint32_t count = std::atomic_ref<uint32_t>(from->device_count).load(std::memory_order_acquire);
+  if (count == 0) return;
+  if (count > GPUOS_MAX_DEVICES) count = GPUOS_MAX_DEVICES;
+  for (uint32_t i = 0; i < count; ++i) {
+    for (int b = 0; b < 16; ++b) {
+      const uint8_t v = std::atomic_ref<uint8_t>(from->device_uuid[i][b]).load(std::memory_order_relaxed);
+      std::atomic_ref<uint8_t>(to->device_uuid[i][b]).store(v, std::memory_order_relaxed);
+    }
+  }
+  std::atomic_ref<uint32_t>(to->device_count).store(count, std::memory_order_release);
+}
+
+}  // namespace
+
+constinit const CarryOver kGateCarryOver{"gate", nullptr, &carry_gate_waits};
+constinit const CarryOver kDeviceMapCarryOver{"device map", nullptr, &carry_device_map};
 
 }  // namespace gpuos::interpose

@@ -57,9 +57,11 @@ int daemon_socket();
 // True when the control socket is gone (gpuosd exited or crashed) or was never there.
 bool daemon_connection_lost();
 
-// Called by the activity monitor thread about once a second. If gpuosd went away, the tenant keeps
-// running on its last grant (a closed gate is opened locally) and tries to register again; once a
-// daemon answers, the tenant moves to the new control block with its counters carried over.
+// Called by the activity monitor thread about once a second (never from a governed call: it waits
+// for those). If gpuosd went away, the tenant keeps running on its last grant (a closed gate is
+// opened locally) and tries to register again; once a daemon answers, the tenant moves to the new
+// control block, and every feature carries its state over (carry_over.h) once no governed call
+// uses the old block any more (quiescence.h).
 void maintain_daemon_connection();
 
 // Writes the UUID of each of this process's device ordinals into the control block (device_uuid,

@@ -17,6 +17,7 @@
 
 #include "common/ipc.h"
 #include "interpose/activity.h"
+#include "interpose/carry_over.h"
 #include "interpose/fast_path.h"
 #include "interpose/runtime.h"
 
@@ -602,6 +603,10 @@ bool swap_in_locally(gpuos_control_block* cb) {
   return swap_in_locked(*d, cb, a);
 }
 
+namespace {
+
+// Re-registration: the memory is resident then (swap_in_locally ran before the old gate was opened),
+// so what moves is whether the tenant is swappable, how much of it could move, and the counters.
 void carry_swap_state(gpuos_control_block* from, gpuos_control_block* to) {
   ref(to->swappable_bytes).store(ref(from->swappable_bytes).load());
   auto add = [](uint64_t& src, uint64_t& dst) { ref(dst).fetch_add(ref(src).load()); };
@@ -616,5 +621,9 @@ void carry_swap_state(gpuos_control_block* from, gpuos_control_block* to) {
   ref(to->max_swap_in_ns).store(ref(from->max_swap_in_ns).load());
   ref(to->swappable).store(ref(from->swappable).load());
 }
+
+}  // namespace
+
+constinit const CarryOver kSwapCarryOver{"swap", nullptr, &carry_swap_state};
 
 }  // namespace gpuos::interpose

@@ -45,8 +45,6 @@ bool wait_for_room(gpuos_control_block* cb, uint64_t bytes, int device = -1);
 // tenant's memory is on the GPU (or it never swapped); false if that is not possible yet.
 bool swap_in_locally(gpuos_control_block* cb);
 
-// Moves the swap words to the block of a new daemon after a re-registration (the memory is
-// resident then: swap_in_locally ran before the old gate was opened).
-void carry_swap_state(gpuos_control_block* from, gpuos_control_block* to);
+// Re-registration carries the swap words over through kSwapCarryOver (carry_over.h).
 
 }  // namespace gpuos::interpose

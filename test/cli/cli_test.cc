@@ -163,11 +163,20 @@ TEST_F(Cli, ConfigCheckShowsTheSpatialSection) {
   Result r = run({GPUOS_CLI_BIN, "config", "check",
                   write("s.toml", "[[spatial.domain]]\nname = \"dom\"\nusers = [\"alice\", 7]\ngpus = [1]\n")});
   EXPECT_EQ(r.code, 0) << r.err;
-  EXPECT_NE(r.out.find("[spatial]\nmps_control = \"nvidia-cuda-mps-control\"\nmps_dir = \"\"\nlend_after_ms = 20\nlend_max_kernel_ms = 10\n"
-                       "be_reserve_groups = 2\nright_size_slack_pct = 4\nright_size_below_grid = false\nmps_kernel_cost_ns = 320\n[[spatial.domain]]\n"
-                       "name = \"dom\"\nusers = [\"alice\", \"7\"]\ngpus = [1]\n"),
+  EXPECT_NE(r.out.find("[spatial]\nmps_control = \"nvidia-cuda-mps-control\"\nmps_dir = \"\"\npolicy = \"partition\"\n"
+                       "[[spatial.domain]]\nname = \"dom\"\nusers = [\"alice\", \"7\"]\ngpus = [1]\n"),
             std::string::npos)
       << r.out;
+  // The space policy's settings, as it reads them (defaults filled in).
+  EXPECT_NE(r.out.find("[policy.partition]\nlend_after_ms = 20\nlend_max_kernel_ms = 10\nbe_reserve_groups = 2\n"
+                       "right_size_slack_pct = 4\nright_size_below_grid = false\nmps_kernel_cost_ns = 320\n"),
+            std::string::npos)
+      << r.out;
+  // A policy's bad setting is refused like any other bad key, by file, line, table and key.
+  Result badp = run({GPUOS_CLI_BIN, "config", "check", write("p.toml", "[spatial]\nbe_reserve_groups = 0\n")});
+  EXPECT_EQ(badp.code, 1);
+  EXPECT_NE(badp.err.find("p.toml:2: [spatial] be_reserve_groups: value 0 out of range 1..63"), std::string::npos)
+      << badp.err;
   Result bad = run({GPUOS_CLI_BIN, "config", "check",
                     write("d.toml", "[[spatial.domain]]\nname = \"x\"\n[[spatial.domain]]\nname = \"x\"\n")});
   EXPECT_EQ(bad.code, 1);

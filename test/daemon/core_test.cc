@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <map>
 #include <random>
 #include <stdexcept>
 
@@ -43,12 +44,12 @@ struct Fixture : ::testing::Test {
   std::unique_ptr<Core> core;
   Connection conn;
   void SetUp() override { make_core(4, 3); }
-  void make_core(uint32_t max_tenants, uint32_t history, std::unique_ptr<Policy> policy = nullptr) {
+  void make_core(uint32_t max_tenants, uint32_t history, std::unique_ptr<slots::TimeGate> policy = nullptr) {
     CoreOptions o;
     o.max_tenants = max_tenants;
     o.history = history;
     o.gpus.push_back(GpuInfo{0, "Sim", "GPU-0", 132, 1ull << 34, {}, 0});
-    o.policy = std::move(policy);
+    o.time_gate = std::move(policy);
     o.unix_ms = [] { return uint64_t{1700000000000}; };
     core = std::make_unique<Core>(std::move(o));
     conn = Connection{};
@@ -224,7 +225,7 @@ TEST_F(Fixture, ListReportsCountersAndGates) {
   std::atomic_ref<uint64_t>(cb->launches).fetch_add(7);
   std::atomic_ref<uint64_t>(cb->mem_used_per_device[0]).store(3 << 20);
   std::atomic_ref<uint64_t>(cb->mem_peak_bytes).store(5 << 20);
-  ASSERT_EQ(core->set_gate(1, GPUOS_GATE_CLOSED), GPUOS_OK);
+  ASSERT_EQ(core->admin_set_gate(1, GPUOS_GATE_CLOSED), GPUOS_OK);
   EXPECT_EQ(cb->grant_epoch, 1u);
 
   Connection client;
@@ -295,10 +296,10 @@ TEST(Authorisation, IsAdmin) {
   EXPECT_NE(std::find(g.begin(), g.end(), getgid()), g.end());
 }
 
-class LoweringPolicy final : public Policy {
+class LoweringPolicy final : public slots::TimeGate {
  public:
   const char* name() const override { return "test"; }
-  void on_register(const TenantView& v, Admission* a) override {
+  void admit(const slots::GateTenant& v, slots::Admission* a) override {
     if (v.name == "nope") {
       a->status = GPUOS_ERR_REFUSED;
       a->reason = "not today";
@@ -307,7 +308,8 @@ class LoweringPolicy final : public Policy {
     if (v.name == "promote") a->granted_class = GPUOS_CLASS_GUARANTEED;  // must be ignored
     if (v.name == "closed") a->initial_gate = GPUOS_GATE_CLOSED;
   }
-  void on_exit(const TenantView& v, GateControl&) override { ++exits; }
+  void on_exit(uint32_t) override { ++exits; }
+  slots::GateActions decide(const slots::GateView&) override { return {}; }
   int exits = 0;
 };
 
@@ -377,43 +379,42 @@ gpuos_msg_activity make_activity(uint32_t busy, uint32_t waiting) {
   return m;
 }
 
-// Records what the core hands to the hooks.
-class RecordingPolicy final : public Policy {
+// Records what the core hands to the time gate, and answers what the test tells it to.
+class RecordingPolicy final : public slots::TimeGate {
  public:
   const char* name() const override { return "recording"; }
-  void on_register(const TenantView& v, Admission* a) override {
+  void admit(const slots::GateTenant& v, slots::Admission* a) override {
     a->max_inflight = 5;
     a->idle_grace_us = 300;
-    if (throw_in == "on_register") throw std::runtime_error("boom");
+    if (throw_in == "admit") throw std::runtime_error("boom");
   }
-  void on_admitted(const TenantView& v, GateControl& g) override {
-    if (throw_in == "on_admitted") throw std::runtime_error("boom");
-  }
-  void on_activity(const TenantView& v, GateControl& g, uint64_t now) override {
-    ++activities;
-    last = v;
-    last_now = now;
-    std::vector<uint32_t> ids;
-    g.for_each_tenant([&](const TenantView& t) { ids.push_back(t.id); });
-    seen_ids = ids;
-    if (close_others) {
-      for (uint32_t id : ids) {
-        if (id != v.id) last_set = g.set_gate(id, GPUOS_GATE_CLOSED);
+  slots::GateActions decide(const slots::GateView& v) override {
+    events.push_back(v.event);
+    if (v.event == slots::Event::kActivity || v.event == slots::Event::kAdmin) {
+      ++activities;
+      for (const auto& t : v.tenants) {
+        if (t.id == v.tenant_id) last = t;
       }
+      last_now = v.now_ns;
     }
-    if (throw_in == "on_activity") throw 42;  // not even a std::exception
+    seen_ids.clear();
+    for (const auto& t : v.tenants) seen_ids.push_back(t.id);
+    if (throw_in == slots::event_name(v.event)) {
+      if (v.event == slots::Event::kActivity) throw 42;  // not even a std::exception
+      throw std::runtime_error("boom");
+    }
+    slots::GateActions a;
+    for (const auto& [id, gate] : gates) a.gates.push_back({id, gate});
+    a.next_tick_ns = v.now_ns + 7;
+    return a;
   }
-  void tick(uint64_t now, GateControl& g) override {
-    if (throw_in == "tick") throw std::runtime_error("boom");
-  }
-  uint64_t next_tick_ns(uint64_t now) override { return now + 7; }
   int activities = 0;
-  TenantView last;
+  std::vector<slots::Event> events;
+  slots::GateTenant last;
   uint64_t last_now = 0;
   std::vector<uint32_t> seen_ids;
-  bool close_others = false;
-  gpuos_status last_set = GPUOS_OK;
-  std::string throw_in;
+  std::map<uint32_t, uint32_t> gates;  // what decide answers
+  std::string throw_in;                // the event (or "admit") to throw in
 };
 
 struct ActivityFixture : Fixture {
@@ -424,7 +425,7 @@ struct ActivityFixture : Fixture {
     pol = p.get();
     CoreOptions o;
     o.max_tenants = 8;
-    o.policy = std::move(p);
+    o.time_gate = std::move(p);
     o.mono_ns = [this] { return mono; };
     core = std::make_unique<Core>(std::move(o));
     conn = Connection{};
@@ -451,6 +452,7 @@ TEST_F(ActivityFixture, RefusedFromAConnectionWithoutATenant) {
 TEST_F(ActivityFixture, AcceptedFromTheTenantsOwnConnectionWithoutAReply) {
   Outcome reg = send(make_register(conn.peer.pid, "be"));
   ASSERT_EQ(reg.registered, 1u);
+  EXPECT_EQ(pol->events, (std::vector<slots::Event>{slots::Event::kAdmitted}));
   gpuos_control_block* cb = map_block(reg);
   // The admission's daemon-written fields are in the block before the fd goes out.
   EXPECT_EQ(cb->max_inflight, 5u);
@@ -505,33 +507,33 @@ TEST_F(ActivityFixture, AdminPinBeatsThePolicy) {
   ASSERT_EQ(decode<gpuos_msg_reply>(core->handle_message(admin, &sg, sizeof(sg)).replies[0]).status, GPUOS_OK);
   EXPECT_TRUE(core->pinned(2));
   EXPECT_EQ(core->control_block(2)->gate, GPUOS_GATE_CLOSED);
-  // The policy cannot open a pinned gate.
-  EXPECT_EQ(core->set_gate(2, GPUOS_GATE_OPEN), GPUOS_ERR_REFUSED);
-  EXPECT_EQ(core->control_block(2)->gate, GPUOS_GATE_CLOSED);
-  // ...but may close the other one; for_each_tenant shows live tenants in id order.
-  pol->close_others = true;
+  // The policy cannot open a pinned gate, but may close the other one; the view shows live tenants
+  // in id order.
+  pol->gates = {{1, GPUOS_GATE_CLOSED}, {2, GPUOS_GATE_OPEN}};
   auto a = make_activity(0, 0);
   EXPECT_TRUE(core->handle_message(conns[1], &a, sizeof(a)).replies.empty());
   EXPECT_EQ(pol->seen_ids, (std::vector<uint32_t>{1, 2}));
   EXPECT_EQ(core->control_block(1)->gate, GPUOS_GATE_CLOSED);
+  EXPECT_EQ(core->control_block(2)->gate, GPUOS_GATE_CLOSED);
   // A store of the same value is not a grant change.
   uint32_t epoch = core->control_block(1)->grant_epoch;
-  EXPECT_EQ(core->set_gate(1, GPUOS_GATE_CLOSED), GPUOS_OK);
+  EXPECT_TRUE(core->handle_message(conns[0], &a, sizeof(a)).replies.empty());
   EXPECT_EQ(core->control_block(1)->grant_epoch, epoch);
   // The admin opens it: pin released and the policy is asked again at once.
-  pol->close_others = false;
+  pol->gates.clear();
   int before = pol->activities;
   sg.gate = GPUOS_GATE_OPEN;
   ASSERT_EQ(decode<gpuos_msg_reply>(core->handle_message(admin, &sg, sizeof(sg)).replies[0]).status, GPUOS_OK);
   EXPECT_FALSE(core->pinned(2));
   EXPECT_EQ(core->control_block(2)->gate, GPUOS_GATE_OPEN);
   EXPECT_EQ(pol->activities, before + 1);
+  EXPECT_EQ(pol->events.back(), slots::Event::kAdmin);
   EXPECT_EQ(pol->last.id, 2u);
-  EXPECT_EQ(core->set_gate(2, GPUOS_GATE_CLOSED), GPUOS_OK);
   for (auto& c : conns) core->connection_closed(c);
 }
 
 TEST_F(ActivityFixture, AThrowingPolicyFallsBackToOpen) {
+  core->tick(100);
   EXPECT_EQ(core->next_tick_ns(100), 107u);
   Outcome reg = send(make_register(conn.peer.pid));
   ASSERT_EQ(reg.registered, 1u);
@@ -540,17 +542,20 @@ TEST_F(ActivityFixture, AThrowingPolicyFallsBackToOpen) {
   c2.peer.pid = 77;
   auto m2 = make_register(77);
   ASSERT_EQ(core->handle_message(c2, &m2, sizeof(m2)).registered, 2u);
-  ASSERT_EQ(core->set_gate(1, GPUOS_GATE_CLOSED), GPUOS_OK);
+  pol->gates = {{1, GPUOS_GATE_CLOSED}};
+  core->tick(200);
+  ASSERT_EQ(core->control_block(1)->gate, GPUOS_GATE_CLOSED);
   ASSERT_EQ(core->admin_set_gate(2, GPUOS_GATE_CLOSED), GPUOS_OK);  // pinned by an admin
   EXPECT_EQ(core->policy_failures(), 0u);
-  EXPECT_STREQ(core->policy().name(), "recording");
+  EXPECT_STREQ(core->time_gate().name(), "recording");
 
-  pol->throw_in = "on_activity";
+  pol->throw_in = "activity";
   Outcome o = send(make_activity(1, 0));
   EXPECT_TRUE(o.replies.empty());  // the tenant is not punished for the policy's bug
   EXPECT_FALSE(o.close);
   EXPECT_EQ(core->policy_failures(), 1u);
-  EXPECT_STREQ(core->policy().name(), "open");
+  EXPECT_EQ(core->time_gate_failures(), 1u);
+  EXPECT_STREQ(core->time_gate().name(), "open");
   EXPECT_EQ(core->control_block(1)->gate, GPUOS_GATE_OPEN);    // opened
   EXPECT_EQ(core->control_block(1)->max_inflight, 0u);         // unbounded again
   EXPECT_EQ(core->control_block(2)->gate, GPUOS_GATE_CLOSED);  // the admin's pin stays
@@ -563,8 +568,8 @@ TEST_F(ActivityFixture, AThrowingPolicyFallsBackToOpen) {
   core->connection_closed(c2);
 }
 
-TEST_F(ActivityFixture, AThrowingOnRegisterStillAdmitsAsRequested) {
-  pol->throw_in = "on_register";
+TEST_F(ActivityFixture, AThrowingAdmitStillAdmitsAsRequested) {
+  pol->throw_in = "admit";
   Outcome reg = send(make_register(conn.peer.pid));
   ASSERT_EQ(reg.registered, 1u);
   EXPECT_EQ(decode<gpuos_msg_register_reply>(reg.replies[0]).status, GPUOS_OK);
@@ -578,7 +583,17 @@ TEST_F(ActivityFixture, AThrowingTickFallsBackToo) {
   pol->throw_in = "tick";
   core->tick(1);
   EXPECT_EQ(core->policy_failures(), 1u);
-  EXPECT_STREQ(core->policy().name(), "open");
+  EXPECT_STREQ(core->time_gate().name(), "open");
+}
+
+TEST_F(ActivityFixture, ARejectedActionFallsBackToo) {
+  ASSERT_EQ(send(make_register(conn.peer.pid)).registered, 1u);
+  pol->gates = {{1, GPUOS_GATE_CLOSED}, {9, GPUOS_GATE_CLOSED}};  // 9 is nobody
+  core->tick(1);
+  EXPECT_EQ(core->time_gate_failures(), 1u);
+  EXPECT_STREQ(core->time_gate().name(), "open");
+  EXPECT_EQ(core->control_block(1)->gate, GPUOS_GATE_OPEN);  // none of the rejected answer was applied
+  core->connection_closed(conn);
 }
 
 }  // namespace

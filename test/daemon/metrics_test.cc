@@ -9,7 +9,7 @@
 #include <string>
 
 #include "common/ipc.h"
-#include "daemon/config.h"
+#include "common/config.h"
 #include "daemon/core.h"
 #include "daemon/metrics.h"
 
@@ -164,8 +164,11 @@ TEST_F(MetricsFixture, ExpositionOfADaemonWithATenant) {
   EXPECT_EQ(m["gpuos_daemon_messages_total{type=\"list\"}"], "1");
   EXPECT_EQ(m["gpuos_daemon_bad_messages_total"], "1");
   EXPECT_EQ(m["gpuos_daemon_tenants_exited_total"], "0");
-  EXPECT_EQ(m["gpuos_daemon_policy_failures_total"], "0");
-  EXPECT_EQ(m["gpuos_daemon_info{version=\"9.9.9\",policy=\"open\"}"], "1");
+  EXPECT_EQ(m["gpuos_daemon_policy_failures_total{slot=\"time_gate\"}"], "0");
+  EXPECT_EQ(m["gpuos_daemon_policy_failures_total{slot=\"space\"}"], "0");
+  EXPECT_EQ(m["gpuos_daemon_policy_failures_total{slot=\"memory\"}"], "0");
+  EXPECT_EQ(m["gpuos_daemon_policy_stalls_total"], "0");
+  EXPECT_EQ(m["gpuos_daemon_info{version=\"9.9.9\",policy=\"open\",space_policy=\"unconfined\",memory_policy=\"resident\"}"], "1");
   EXPECT_EQ(m["gpuos_gpu_sm_count{gpu=\"0\"}"], "132");
   EXPECT_EQ(m["gpuos_gpu_memory_total_bytes{gpu=\"0\"}"], std::to_string(1ull << 34));
   EXPECT_EQ(m["gpuos_gpu_memory_used_bytes{gpu=\"0\"}"], "4096");

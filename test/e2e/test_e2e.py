@@ -247,7 +247,7 @@ class E2E(unittest.TestCase):
         time.sleep(0.5)
         self.assertIsNone(tenant.poll(), "the tenant must keep running without its daemon")
         self.d.start()  # a new daemon on the same socket
-        # Counters are carried over just after re-registration (a 20 ms settle).
+        # Counters are carried over just after re-registration (once no call uses the old block).
         wait_for(lambda: (self.d.tenant(tenant.pid) or {}).get("launches", 0) >= seen, timeout=10,
                  what="the tenant to re-register with its counters carried over")
         out, err = tenant.communicate(timeout=60)
@@ -386,8 +386,9 @@ class Swap(unittest.TestCase):
         self.cfg_dir = tempfile.mkdtemp(prefix="gpuos-swap-cfg-")
         cfg = os.path.join(self.cfg_dir, "gpuos.toml")
         with open(cfg, "w") as f:
-            # A long quantum where a signal has to cut it short.
-            quantum = 6000 if "signal" in self._testMethodName else 1000
+            # A long quantum where a signal has to cut it short: far longer than the two swaps take
+            # on a loaded machine (5 s measured), so that "did not wait for it" is not a race.
+            quantum = 20000 if "signal" in self._testMethodName else 1000
             f.write('[memory]\nswap_pool = "2GiB"\nswap_quantum_ms = %d\nswap_headroom = "64MiB"\n' % quantum)
         os.environ["GPUOS_SIM_MEM_MIB"] = "1024"
         try:
@@ -439,28 +440,30 @@ class Swap(unittest.TestCase):
         self.assertGreaterEqual(tb["mem_waits"], 1, "b's allocation should have waited for room")
 
     def test_a_signal_lets_a_swapped_out_tenant_stop_without_waiting_for_a_quantum(self):
-        # a is swapped out for b and waits at its closed gate; b's quantum is 6 s. SIGTERM to a
+        # a is swapped out for b (once a's quantum of 20 s is over) and waits at its closed gate;
+        # b's quantum is 20 s. SIGTERM to a
         # (gpuos-synth stops its loop on it, its handler installed without SA_RESTART, as Python's
         # are) wakes a's waiting thread: gpuosd swaps a in at once, and a stops, its data intact.
-        a = self.synth("swap-a", "--swap", count=6000)
+        a = self.synth("swap-a", "--swap", count=60000)  # 2 ms kernels: both run longer than the test
         b = None
         try:
             wait_for(lambda: (self.d.tenant(a.pid) or {}).get("launches", 0) > 5, what="tenant a to run")
-            b = self.synth("swap-b", "--swap", count=6000)
-            wait_for(lambda: (self.d.tenant(a.pid) or {}).get("swap_state") == "swapped-out", timeout=30,
+            b = self.synth("swap-b", "--swap", count=60000)
+            wait_for(lambda: (self.d.tenant(a.pid) or {}).get("swap_state") == "swapped-out", timeout=60,
                      what="a to be swapped out")
             # Let a's thread reach its gate: a signal that comes while it is still in a driver call
             # (its last synchronize) is not seen by gpuos, and a then waits its turn (known limit).
             time.sleep(0.5)
             t0 = time.monotonic()
             a.send_signal(signal.SIGTERM)
-            out, err = a.communicate(timeout=60)
+            out, err = a.communicate(timeout=120)
             took = time.monotonic() - t0
             self.assertEqual(a.returncode, 0, err + self.d.log_text())
             self.assertTrue(json.loads(out.strip().splitlines()[-1])["verified"])
-            self.assertLess(took, 5.0, "a waited for b's quantum:\n" + self.d.log_text())
+            # Two swaps of 600 MiB take about 5 s on the double; b's quantum would take 19.5 more.
+            self.assertLess(took, 15.0, "a waited for b's quantum:\n" + self.d.log_text())
             b.send_signal(signal.SIGTERM)
-            out, err = b.communicate(timeout=60)
+            out, err = b.communicate(timeout=120)
             self.assertEqual(b.returncode, 0, err)
             self.assertTrue(json.loads(out.strip().splitlines()[-1])["verified"])
         finally:
@@ -500,7 +503,7 @@ class Swap(unittest.TestCase):
         try:
             wait_for(lambda: (self.d.tenant(a.pid) or {}).get("launches", 0) > 5, what="tenant a to run")
             b = self.synth("swap-b", "--swap", count=1500)
-            wait_for(lambda: (self.d.tenant(a.pid) or {}).get("swap_state") == "swapped-out", timeout=30,
+            wait_for(lambda: (self.d.tenant(a.pid) or {}).get("swap_state") == "swapped-out", timeout=60,
                      what="a to be swapped out")
             self.d.proc.kill()
             self.d.proc.wait()

@@ -55,7 +55,7 @@ class PriorityDaemon : public ::testing::Test {
     dir = tmpl;
     path = dir + "/gpuosd.sock";
     daemon::CoreOptions co;
-    co.policy = std::make_unique<PriorityPolicy>(PriorityParams{2, 200, be_slice_ms});
+    co.time_gate = std::make_unique<PriorityPolicy>(PriorityParams{2, 200, be_slice_ms});
     core = std::make_unique<daemon::Core>(std::move(co));
     daemon::ServerOptions so;
     so.socket_path = path;

@@ -1,13 +1,14 @@
-// The priority policy's decision function, table-driven, and its hooks against a fake GateControl.
+// The priority policy's decision function, table-driven, and its hooks against a table of tenants.
 #include <gtest/gtest.h>
 
 #include <map>
 #include <string>
 #include <vector>
 
-#include "daemon/config.h"
+#include "common/config.h"
 #include "policies/priority/priority.h"
 #include "policies/registry.h"
+#include "gate_table.h"
 
 namespace gpuos::policies {
 namespace {
@@ -208,138 +209,100 @@ TEST(Priority, GuaranteedPausesTheSliceAndResumesWhatIsLeft) {
   EXPECT_EQ(st.granted_ns[2], 20 * kMs);  // the guaranteed time is not charged to it
 }
 
-// A GateControl over a plain table, as the core would present it.
-class FakeGates final : public daemon::GateControl {
- public:
-  struct T {
-    daemon::TenantView v;
-    std::string name;
-  };
-  std::map<uint32_t, T> live;
-  uint64_t now = 0;
-  int sets = 0;
-  void add(uint32_t id, uint32_t cls, int32_t prio, uint32_t weight, uint32_t gate = O) {
-    T t;
-    t.v.id = id;
-    t.v.tenant_class = cls;
-    t.v.priority = prio;
-    t.v.weight = weight;
-    t.v.gate = gate;
-    live[id] = t;
-  }
-  gpuos_status set_gate(uint32_t id, uint32_t gate) override {
-    auto it = live.find(id);
-    if (it == live.end()) return GPUOS_ERR_NOT_FOUND;
-    if (it->second.v.pinned) return GPUOS_ERR_REFUSED;
-    it->second.v.gate = gate;
-    ++sets;
-    return GPUOS_OK;
-  }
-  void for_each_tenant(const std::function<void(const daemon::TenantView&)>& fn) override {
-    for (auto& [id, t] : live) fn(t.v);
-  }
-  uint64_t now_mono_ns() override { return now; }
-  uint32_t gate(uint32_t id) { return live.at(id).v.gate; }
-};
+using testing::GateTable;
+using slots::Event;
 
 TEST(PriorityPolicy, AdmissionAndReactions) {
   PriorityPolicy pol(PriorityParams{3, 250, 50});
-  FakeGates g;
-  daemon::TenantView hp;
+  GateTable g;
+  slots::GateTenant hp;
   hp.id = 1;
   hp.tenant_class = GPUOS_CLASS_GUARANTEED;
-  daemon::Admission a;
-  pol.on_register(hp, &a);
+  slots::Admission a;
+  pol.admit(hp, &a);
   EXPECT_EQ(a.max_inflight, 0u);
   EXPECT_EQ(a.idle_grace_us, 250u);
   EXPECT_EQ(a.initial_gate, O);
-  g.add(1, GPUOS_CLASS_GUARANTEED, 0, 100);
-  pol.on_admitted(g.live[1].v, g);
+  g.add(1, GPUOS_CLASS_GUARANTEED);
+  g.run(pol, 0, Event::kAdmitted, 1);
 
-  daemon::TenantView be;
+  slots::GateTenant be;
   be.id = 2;
   be.tenant_class = GPUOS_CLASS_BEST_EFFORT;
-  a = daemon::Admission{};
-  pol.on_register(be, &a);
+  a = slots::Admission{};
+  pol.admit(be, &a);
   EXPECT_EQ(a.max_inflight, 3u);
   EXPECT_EQ(a.idle_grace_us, 250u);
   EXPECT_EQ(a.initial_gate, O);  // nobody busy
-  g.add(2, GPUOS_CLASS_BEST_EFFORT, 0, 100);
-  pol.on_admitted(g.live[2].v, g);
+  g.add(2, GPUOS_CLASS_BEST_EFFORT);
+  g.run(pol, 0, Event::kAdmitted, 2);
   EXPECT_EQ(g.gate(2), O);
 
   // HP busy -> ACTIVITY -> the BE closes.
-  g.live[1].v.busy = true;
-  pol.on_activity(g.live[1].v, g, 1 * kMs);
+  g.live[1].busy = true;
+  g.run(pol, 1 * kMs, Event::kActivity, 1);
   EXPECT_EQ(g.gate(2), C);
   EXPECT_EQ(g.gate(1), O);
 
   // A BE registering while HP is busy starts closed, and stays closed once admitted.
-  daemon::TenantView be2;
+  slots::GateTenant be2;
   be2.id = 3;
   be2.tenant_class = GPUOS_CLASS_BEST_EFFORT;
-  a = daemon::Admission{};
-  pol.on_register(be2, &a);
+  a = slots::Admission{};
+  pol.admit(be2, &a);
   EXPECT_EQ(a.initial_gate, C);
   g.add(3, GPUOS_CLASS_BEST_EFFORT, 0, 100, a.initial_gate);
-  pol.on_admitted(g.live[3].v, g);
+  g.run(pol, 1 * kMs, Event::kAdmitted, 3);
   EXPECT_EQ(g.gate(3), C);
 
   // The busy HP exits: the BEs are released at once.
   g.live.erase(1);
-  g.now = 2 * kMs;
-  pol.on_exit(hp, g);
+  pol.on_exit(1);
+  g.run(pol, 2 * kMs, Event::kExit, 1);
   EXPECT_EQ(g.gate(2), O);
   EXPECT_EQ(g.gate(3), O);
-  EXPECT_EQ(pol.next_tick_ns(g.now), 0u);
+  EXPECT_EQ(g.next_tick_ns, 0u);
 
   // Two BEs waiting: one owner; the tick at the slice end hands over.
-  g.live[2].v.waiting = true;
-  g.live[3].v.waiting = true;
-  pol.on_activity(g.live[3].v, g, 3 * kMs);
+  g.live[2].waiting = true;
+  g.live[3].waiting = true;
+  g.run(pol, 3 * kMs, Event::kActivity, 3);
   EXPECT_EQ(g.gate(2), O);
   EXPECT_EQ(g.gate(3), C);
-  EXPECT_EQ(pol.next_tick_ns(3 * kMs), 53 * kMs);
-  pol.tick(53 * kMs, g);
+  EXPECT_EQ(g.next_tick_ns, 53 * kMs);
+  g.run(pol, 53 * kMs);
   EXPECT_EQ(g.gate(2), C);
   EXPECT_EQ(g.gate(3), O);
 
-  // Unchanged decisions write nothing.
-  int before = g.sets;
-  pol.tick(54 * kMs, g);
-  EXPECT_EQ(g.sets, before);
+  // Unchanged decisions ask for nothing.
+  EXPECT_TRUE(pol.decide(g.view(54 * kMs, Event::kTick)).gates.empty());
 }
 
 TEST(PriorityPolicy, PinnedTenantsAreLeftAlone) {
   PriorityPolicy pol(PriorityParams{});
-  FakeGates g;
-  g.add(1, GPUOS_CLASS_GUARANTEED, 0, 100);
-  g.add(2, GPUOS_CLASS_BEST_EFFORT, 0, 100);
-  g.live[1].v.busy = true;
-  g.live[2].v.pinned = true;  // admin left it OPEN and pinned (not reachable through the core, but the
-                              // policy must not even try)
-  pol.on_activity(g.live[1].v, g, 0);
-  EXPECT_EQ(g.gate(2), O);
-  EXPECT_EQ(g.sets, 0);
+  GateTable g;
+  g.add(1, GPUOS_CLASS_GUARANTEED);
+  g.add(2, GPUOS_CLASS_BEST_EFFORT);
+  g.live[1].busy = true;
+  g.live[2].pinned = true;  // admin left it OPEN and pinned (not reachable through the core, but the
+                            // policy must not even ask)
+  EXPECT_TRUE(pol.decide(g.view(0, Event::kActivity, 1)).gates.empty());
 }
 
-TEST(Registry, EveryConfiguredNameMakesAPolicy) {
-  SchedulerConfig cfg;
-  for (const char* n : kSchedulerPolicies) {
-    auto p = make_policy(n, cfg);
-    ASSERT_NE(p, nullptr) << n;
-    EXPECT_STREQ(p->name(), n);
+TEST(PriorityPolicy, ItsSectionAndItsKeysOfBeforeTheSlots) {
+  // [policy.priority] and the [scheduler] keys of before both reach the policy.
+  for (const char* text : {"[scheduler]\npolicy = \"priority\"\n[policy.priority]\nbe_max_inflight = 7\n",
+                           "[scheduler]\npolicy = \"priority\"\nbe_max_inflight = 7\n"}) {
+    ConfigResult r = parse_config(text, "t.toml");
+    ASSERT_TRUE(r) << r.error;
+    PolicySet set;
+    std::string why;
+    ASSERT_TRUE(make_policies(*r.config, &set, &why)) << why;
+    auto* p = dynamic_cast<PriorityPolicy*>(set.time_gate.get());
+    ASSERT_NE(p, nullptr);
+    EXPECT_EQ(p->params().be_max_inflight, 7u);
+    EXPECT_EQ(p->params().be_slice_ms, 50u);  // untouched keys keep their defaults
   }
-  EXPECT_EQ(make_policy("fifo", cfg), nullptr);
-  EXPECT_EQ(make_policy("", cfg), nullptr);
-  EXPECT_FALSE(is_scheduler_policy("fifo"));
-  cfg.be_max_inflight = 7;
-  auto p = make_policy("priority", cfg);
-  daemon::TenantView be;
-  be.tenant_class = GPUOS_CLASS_BEST_EFFORT;
-  daemon::Admission a;
-  p->on_register(be, &a);
-  EXPECT_EQ(a.max_inflight, 7u);
 }
 
 }  // namespace

@@ -3,7 +3,8 @@
 #include <algorithm>
 #include <climits>
 
-#include "daemon/log.h"
+#include "common/log.h"
+#include "slots/slot.h"
 
 namespace gpuos::policies {
 namespace {
@@ -150,50 +151,38 @@ PriorityDecision decide_priority(const std::vector<PriorityTenant>& tenants, con
   return d;
 }
 
-void PriorityPolicy::on_register(const daemon::TenantView& view, daemon::Admission* a) {
+void PriorityPolicy::admit(const slots::GateTenant& t, slots::Admission* a) {
   a->idle_grace_us = params_.idle_grace_us;
-  if (view.tenant_class == GPUOS_CLASS_BEST_EFFORT) {
+  if (t.tenant_class == GPUOS_CLASS_BEST_EFFORT) {
     a->max_inflight = params_.be_max_inflight;
-    // Closed from the start while a guaranteed tenant is active or the BE slices rotate (on_admitted
-    // decides again with fresh words before the tenant gets its control block).
+    // Closed from the start while a guaranteed tenant is active or the BE slices rotate (the
+    // decision at its admission looks again with fresh words before the tenant gets its fd).
     if (state_.guaranteed_active || state_.owner != 0) a->initial_gate = GPUOS_GATE_CLOSED;
   } else {
     a->max_inflight = 0;
   }
 }
 
-void PriorityPolicy::on_admitted(const daemon::TenantView& view, daemon::GateControl& gates) {
-  apply(gates, gates.now_mono_ns(), "admitted");
-}
-
-void PriorityPolicy::on_exit(const daemon::TenantView& view, daemon::GateControl& gates) {
-  apply(gates, gates.now_mono_ns(), "exit");
-}
-
-void PriorityPolicy::on_activity(const daemon::TenantView& view, daemon::GateControl& gates, uint64_t now) {
-  apply(gates, now, "activity");
-}
-
-void PriorityPolicy::tick(uint64_t now, daemon::GateControl& gates) { apply(gates, now, "tick"); }
-
-void PriorityPolicy::apply(daemon::GateControl& gates, uint64_t now, const char* why) {
+slots::GateActions PriorityPolicy::decide(const slots::GateView& view) {
   std::vector<PriorityTenant> in;
-  std::vector<uint32_t> current;
-  gates.for_each_tenant([&](const daemon::TenantView& v) {
-    in.push_back(PriorityTenant{v.id, v.tenant_class, v.priority, v.weight, v.busy, v.waiting, v.pinned,
-                                std::string(v.space_domain), v.signalled});
-    current.push_back(v.gate);
-  });
+  in.reserve(view.tenants.size());
+  for (const slots::GateTenant& v : view.tenants) {
+    in.push_back(PriorityTenant{v.id, v.tenant_class, v.priority, v.weight, v.busy, v.waiting, v.pinned, v.space_domain,
+                                v.signalled});
+  }
   const uint32_t old_owner = state_.owner;
+  const uint64_t now = view.now_ns;
+  const char* why = slots::event_name(view.event);
   PriorityDecision d = decide_priority(in, params_, &state_, now);
-  next_tick_ns_ = d.next_tick_ns;
   if (state_.owner != old_owner && state_.owner != 0) {
     log::debug("priority (%s): best-effort slice to tenant %u until +%.1f ms", why, state_.owner,
                static_cast<double>(state_.slice_end_ns - now) / 1e6);
   }
+  slots::GateActions out;
+  out.next_tick_ns = d.next_tick_ns;
   for (std::size_t i = 0; i < d.gates.size(); ++i) {
-    if (d.gates[i].gate == current[i] || in[i].pinned) continue;
-    gates.set_gate(d.gates[i].id, d.gates[i].gate);
+    if (d.gates[i].gate == view.tenants[i].gate || in[i].pinned) continue;
+    out.gates.push_back(d.gates[i]);
     const char* reason = "";
     if (d.gates[i].gate == GPUOS_GATE_OPEN && state_.reprieve_until_ns.count(d.gates[i].id) != 0) {
       log::info("priority: tenant %u was woken by a signal at its closed gate: open for %u ms so it can act on it",
@@ -207,6 +196,41 @@ void PriorityPolicy::apply(daemon::GateControl& gates, uint64_t now, const char*
     log::debug("priority (%s): tenant %u gate %s%s%s", why, d.gates[i].id,
                d.gates[i].gate == GPUOS_GATE_OPEN ? "open" : "closed", *reason ? ": " : "", reason);
   }
+  return out;
 }
+
+bool parse_priority_params(const ConfigSection& sec, PriorityParams* out, std::string* error) {
+  PriorityParams p;
+  if (!sec.get_uint("be_max_inflight", 0, 1024, &p.be_max_inflight, error) ||
+      !sec.get_uint("idle_grace_us", 0, 1000000, &p.idle_grace_us, error) ||
+      !sec.get_uint("be_slice_ms", 1, 10000, &p.be_slice_ms, error) ||
+      !sec.get_uint("signal_grace_ms", 0, 60000, &p.signal_grace_ms, error) || !sec.all_read(error)) {
+    return false;
+  }
+  *out = p;
+  return true;
+}
+
+namespace {
+std::unique_ptr<slots::TimeGate> make_priority(const PolicyContext& ctx, std::string* error) {
+  PriorityParams p;
+  if (!parse_priority_params(ctx.section, &p, error)) return nullptr;
+  return std::make_unique<PriorityPolicy>(p);
+}
+
+
+std::string priority_settings(const ConfigSection& section) {
+  PriorityParams p;
+  std::string unused;
+  parse_priority_params(section, &p, &unused);
+  return "be_max_inflight = " + std::to_string(p.be_max_inflight) + "\nidle_grace_us = " +
+         std::to_string(p.idle_grace_us) + "\nbe_slice_ms = " + std::to_string(p.be_slice_ms) +
+         "\nsignal_grace_ms = " + std::to_string(p.signal_grace_ms) + "\n";
+}
+}  // namespace
+
+const PolicyEntry kPriorityPolicy{"priority", SlotKind::kTimeGate,
+                                  "guaranteed tenants run as if alone; best-effort ones share the rest by weight",
+                                  &make_priority, nullptr, nullptr, &priority_settings};
 
 }  // namespace gpuos::policies

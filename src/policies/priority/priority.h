@@ -45,8 +45,8 @@
 #include <string>
 #include <vector>
 
-#include "daemon/config.h"
-#include "daemon/policy.h"
+#include "policies/registry.h"
+#include "slots/time_gate.h"
 
 namespace gpuos::policies {
 
@@ -83,10 +83,7 @@ struct PriorityState {
   std::map<uint32_t, uint64_t> reprieve_until_ns;  // BE id -> its gate is open until then (a signal)
 };
 
-struct GateDecision {
-  uint32_t id = 0;
-  uint32_t gate = GPUOS_GATE_OPEN;
-};
+using GateDecision = slots::GateAction;
 
 struct PriorityDecision {
   std::vector<GateDecision> gates;  // one per input tenant, same order
@@ -100,25 +97,24 @@ uint64_t be_slice_ns(const PriorityParams& p, uint32_t weight);
 PriorityDecision decide_priority(const std::vector<PriorityTenant>& tenants, const PriorityParams& params,
                                  PriorityState* state, uint64_t now_ns);
 
-class PriorityPolicy final : public daemon::Policy {
+// Its settings: [policy.priority] (or [scheduler], their place before the slots).
+bool parse_priority_params(const ConfigSection& section, PriorityParams* out, std::string* error);
+
+class PriorityPolicy final : public slots::TimeGate {
  public:
   explicit PriorityPolicy(PriorityParams params) : params_(params) {}
   const char* name() const override { return "priority"; }
-  void on_register(const daemon::TenantView& view, daemon::Admission* admission) override;
-  void on_admitted(const daemon::TenantView& view, daemon::GateControl& gates) override;
-  void on_exit(const daemon::TenantView& view, daemon::GateControl& gates) override;
-  void on_activity(const daemon::TenantView& view, daemon::GateControl& gates, uint64_t now_mono_ns) override;
-  void tick(uint64_t now_mono_ns, daemon::GateControl& gates) override;
-  uint64_t next_tick_ns(uint64_t now_mono_ns) override { return next_tick_ns_; }
+  void admit(const slots::GateTenant& t, slots::Admission* admission) override;
+  slots::GateActions decide(const slots::GateView& view) override;
 
   const PriorityState& state() const { return state_; }
+  const PriorityParams& params() const { return params_; }
 
  private:
-  void apply(daemon::GateControl& gates, uint64_t now_ns, const char* why);
-
   PriorityParams params_;
   PriorityState state_;
-  uint64_t next_tick_ns_ = 0;
 };
+
+extern const PolicyEntry kPriorityPolicy;
 
 }  // namespace gpuos::policies

@@ -1,0 +1,70 @@
+#!/usr/bin/env python3
+"""Checks the include graph of src/: each component includes only the components below it.
+
+    common      (config, log, ABI helpers)            -> common
+    slots       (the policy slots' interface)         -> slots, common
+    policies    (time gate, space, memory policies)   -> policies, slots, common
+    daemon      (gpuosd's mechanism, server, metrics) -> daemon, policies, slots, common
+    cli         (the gpuos command)                   -> cli, policies, slots, common
+    interpose   (libgpuos.so, inside tenants)         -> interpose, common
+    driver_double (the stand-in libcuda)              -> driver_double, common
+
+include/gpuos/ (the ABI) may be included by all. Exit status 1 and one line per forbidden edge
+("FILE:LINE: cli -> daemon (#include "daemon/core.h")") when the graph breaks the rule.
+Usage: check_layering.py [SRC_DIR]   (default: the src/ next to this script's folder)
+"""
+import os
+import re
+import sys
+
+ALLOWED = {
+    "common": {"common"},
+    "slots": {"slots", "common"},
+    "policies": {"policies", "slots", "common"},
+    "daemon": {"daemon", "policies", "slots", "common"},
+    "cli": {"cli", "policies", "slots", "common"},
+    "interpose": {"interpose", "common"},
+    "driver_double": {"driver_double", "common"},
+}
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"/]+)/[^"]*"')
+
+
+def check(src):
+    bad = []
+    components = sorted(d for d in os.listdir(src) if os.path.isdir(os.path.join(src, d)))
+    for comp in components:
+        if comp not in ALLOWED:
+            bad.append(f"{src}/{comp}: component not in the layering rule (add it to {sys.argv[0]})")
+            continue
+        for root, _, files in os.walk(os.path.join(src, comp)):
+            for name in files:
+                if not name.endswith((".h", ".hpp", ".cc", ".cpp", ".c")):
+                    continue
+                path = os.path.join(root, name)
+                with open(path, encoding="utf-8", errors="replace") as f:
+                    for lineno, line in enumerate(f, 1):
+                        m = INCLUDE.match(line)
+                        if not m or m.group(1) == "gpuos":
+                            continue
+                        target = m.group(1)
+                        if target in ALLOWED and target not in ALLOWED[comp]:
+                            bad.append(f"{path}:{lineno}: {comp} -> {target} ({line.strip()})")
+    return bad
+
+
+def main():
+    src = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")
+    if not os.path.isdir(src):
+        print(f"check_layering: {src}: not a directory", file=sys.stderr)
+        return 2
+    bad = check(os.path.normpath(src))
+    for b in bad:
+        print(b)
+    if bad:
+        print(f"check_layering: {len(bad)} forbidden include(s); see the rule in {__file__}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

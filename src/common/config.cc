@@ -1,0 +1,720 @@
+#include "common/config.h"
+
+#include <algorithm>
+#include <cctype>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include <toml++/toml.h>
+
+namespace gpuos {
+namespace {
+
+std::string where(std::string_view source, const toml::source_region& r) {
+  std::string s(source.empty() ? "<config>" : source);
+  if (r.begin.line > 0) s += ":" + std::to_string(r.begin.line);
+  return s;
+}
+
+const char* type_name(const toml::node& n) {
+  switch (n.type()) {
+    case toml::node_type::table: return "table";
+    case toml::node_type::array: return "array";
+    case toml::node_type::string: return "string";
+    case toml::node_type::integer: return "integer";
+    case toml::node_type::floating_point: return "float";
+    case toml::node_type::boolean: return "boolean";
+    case toml::node_type::date: return "date";
+    case toml::node_type::time: return "time";
+    case toml::node_type::date_time: return "date-time";
+    default: return "nothing";
+  }
+}
+
+struct Ctx {
+  std::string_view source;
+  std::string error;
+  // A key of before the policy slots, read where it was and kept in its policy's section.
+  bool legacy(const toml::node& n, std::string_view table, std::string_view key, std::string_view policy,
+              Config* c) {
+    ConfigSection* sec = section(policy, c);
+    if (sec->find(key) != nullptr) {
+      return fail(n, table, key, "given twice (here and in [policy." + std::string(policy) + "])");
+    }
+    ConfigValue v;
+    if (!scalar(n, table, key, &v)) return false;
+    sec->entries.emplace_back(std::string(key), std::move(v));
+    return true;
+  }
+  static ConfigSection* section(std::string_view policy, Config* c) {
+    for (auto& sec : c->policy_sections) {
+      if (sec.name == policy) return &sec;
+    }
+    c->policy_sections.emplace_back();
+    c->policy_sections.back().name = std::string(policy);
+    return &c->policy_sections.back();
+  }
+  bool scalar(const toml::node& n, std::string_view table, std::string_view key, ConfigValue* v) {
+    v->where = where(source, n.source());
+    v->table = std::string(table);
+    if (n.is_string()) {
+      v->kind = ConfigValue::Kind::kString;
+      v->text = n.as_string()->get();
+    } else if (n.is_integer()) {
+      v->kind = ConfigValue::Kind::kInteger;
+      v->integer = n.as_integer()->get();
+    } else if (n.is_floating_point()) {
+      v->kind = ConfigValue::Kind::kFloat;
+      v->number = n.as_floating_point()->get();
+    } else if (n.is_boolean()) {
+      v->kind = ConfigValue::Kind::kBool;
+      v->boolean = n.as_boolean()->get();
+    } else {
+      return fail(n, table, key, std::string("expected a string, number or boolean, got ") + type_name(n));
+    }
+    return true;
+  }
+  bool fail(const toml::node& n, std::string_view table, std::string_view key, const std::string& what) {
+    error = where(source, n.source()) + ": [" + std::string(table) + "] " + std::string(key) + ": " + what;
+    return false;
+  }
+  bool get_string(const toml::node& n, std::string_view table, std::string_view key, std::string* out) {
+    if (!n.is_string()) return fail(n, table, key, std::string("expected a string, got ") + type_name(n));
+    *out = n.as_string()->get();
+    return true;
+  }
+  bool get_bool(const toml::node& n, std::string_view table, std::string_view key, bool* out) {
+    if (!n.is_boolean()) return fail(n, table, key, std::string("expected true or false, got ") + type_name(n));
+    *out = n.as_boolean()->get();
+    return true;
+  }
+  bool get_uint(const toml::node& n, std::string_view table, std::string_view key, int64_t lo, int64_t hi,
+                uint32_t* out) {
+    if (!n.is_integer()) return fail(n, table, key, std::string("expected an integer, got ") + type_name(n));
+    int64_t v = n.as_integer()->get();
+    if (v < lo || v > hi) {
+      return fail(n, table, key,
+                  "value " + std::to_string(v) + " out of range " + std::to_string(lo) + ".." + std::to_string(hi));
+    }
+    *out = static_cast<uint32_t>(v);
+    return true;
+  }
+};
+
+bool parse_daemon(Ctx& cx, const toml::table& t, Config* c) {
+  for (auto&& [k, v] : t) {
+    std::string_view key = k.str();
+    if (key == "socket") {
+      if (!cx.get_string(v, "daemon", key, &c->socket)) return false;
+      if (!c->socket.empty() && c->socket[0] != '/') return cx.fail(v, "daemon", key, "must be an absolute path");
+      if (c->socket.size() >= 108) return cx.fail(v, "daemon", key, "path longer than 107 bytes");
+    } else if (key == "admin_group") {
+      if (!cx.get_string(v, "daemon", key, &c->admin_group)) return false;
+    } else if (key == "log_level") {
+      std::string s;
+      if (!cx.get_string(v, "daemon", key, &s)) return false;
+      if (!log::parse_level(s, &c->log_level)) {
+        return cx.fail(v, "daemon", key, "\"" + s + "\" is not one of error, warn, info, debug");
+      }
+    } else if (key == "history") {
+      if (!cx.get_uint(v, "daemon", key, 0, 65536, &c->history)) return false;
+    } else if (key == "max_tenants") {
+      if (!cx.get_uint(v, "daemon", key, 1, 4096, &c->max_tenants)) return false;
+    } else {
+      return cx.fail(v, "daemon", key, "unknown key");
+    }
+  }
+  return true;
+}
+
+bool parse_tenants(Ctx& cx, const toml::table& t, Config* c) {
+  for (auto&& [k, v] : t) {
+    std::string_view key = k.str();
+    if (key == "on_no_daemon") {
+      std::string s;
+      if (!cx.get_string(v, "tenants", key, &s)) return false;
+      if (s != "passthrough" && s != "refuse") {
+        return cx.fail(v, "tenants", key, "\"" + s + "\" is not one of passthrough, refuse");
+      }
+      c->on_no_daemon = s;
+    } else if (key == "default_class") {
+      std::string s;
+      if (!cx.get_string(v, "tenants", key, &s)) return false;
+      if (!parse_class(s, &c->default_class)) {
+        return cx.fail(v, "tenants", key, "\"" + s + "\" is not one of guaranteed, best-effort");
+      }
+    } else if (key == "guaranteed") {
+      std::string s;
+      if (!cx.get_string(v, "tenants", key, &s)) return false;
+      if (s != "admins" && s != "anyone") {
+        return cx.fail(v, "tenants", key, "\"" + s + "\" is not one of admins, anyone");
+      }
+      c->guaranteed_for_anyone = s == "anyone";
+    } else if (key == "mem_quota_cap") {
+      std::string s;
+      if (!cx.get_string(v, "tenants", key, &s)) return false;
+      if (!s.empty() && !parse_size(s, &c->mem_quota_cap_bytes)) {
+        return cx.fail(v, "tenants", key, "\"" + s + "\" is not a size such as 512MiB or 40GiB");
+      }
+      if (s.empty()) c->mem_quota_cap_bytes = 0;
+    } else {
+      return cx.fail(v, "tenants", key, "unknown key");
+    }
+  }
+  return true;
+}
+
+bool is_policy_name(std::string_view name) {
+  if (name.empty() || name.size() > 32) return false;
+  for (char ch : name) {
+    if (!((ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '-' || ch == '_')) return false;
+  }
+  return true;
+}
+
+// `policy = "<name>"` of a slot's table.
+bool get_policy(Ctx& cx, const toml::node& v, std::string_view table, std::string* out) {
+  std::string p;
+  if (!cx.get_string(v, table, "policy", &p)) return false;
+  if (!is_policy_name(p)) return cx.fail(v, table, "policy", "\"" + p + "\" is not a policy name ([a-z0-9_-]{1,32})");
+  *out = p;
+  return true;
+}
+
+bool parse_scheduler(Ctx& cx, const toml::table& t, Config* c) {
+  for (auto&& [k, v] : t) {
+    std::string_view key = k.str();
+    if (key == "policy") {
+      if (!get_policy(cx, v, "scheduler", &c->policies.time_gate)) return false;
+    } else if (key == "be_max_inflight" || key == "idle_grace_us" || key == "be_slice_ms" || key == "signal_grace_ms") {
+      if (!cx.legacy(v, "scheduler", key, "priority", c)) return false;
+    } else {
+      return cx.fail(v, "scheduler", key, "unknown key");
+    }
+  }
+  return true;
+}
+
+// [policy.<name>] tables: kept as parsed, for their policy to check.
+bool parse_policy_tables(Ctx& cx, const toml::table& t, Config* c) {
+  for (auto&& [k, v] : t) {
+    const std::string name(k.str());
+    const std::string table = "policy." + name;
+    if (!v.is_table()) return cx.fail(v, table, "", std::string("expected a table, got ") + type_name(v));
+    if (!is_policy_name(name)) {
+      return cx.fail(v, table, "", "\"" + name + "\" is not a policy name ([a-z0-9_-]{1,32})");
+    }
+    for (auto&& [kk, vv] : *v.as_table()) {
+      std::string_view key = kk.str();
+      ConfigSection* sec = Ctx::section(name, c);
+      if (sec->find(key) != nullptr) {
+        return cx.fail(vv, table, key, "given twice (here and in its table of before the policy slots)");
+      }
+      ConfigValue cv;
+      if (!cx.scalar(vv, table, key, &cv)) return false;
+      sec->entries.emplace_back(std::string(key), std::move(cv));
+    }
+  }
+  return true;
+}
+
+bool parse_memory(Ctx& cx, const toml::table& t, Config* c) {
+  MemoryConfig& m = c->memory;
+  for (auto&& [k, v] : t) {
+    std::string_view key = k.str();
+    if (key == "swap_pool" || key == "swap_headroom") {
+      std::string s;
+      if (!cx.get_string(v, "memory", key, &s)) return false;
+      uint64_t* dst = key == "swap_pool" ? &m.swap_pool_bytes : &m.swap_headroom_bytes;
+      if (s.empty() && key == "swap_pool") {
+        *dst = 0;
+      } else if (!parse_size(s, dst)) {
+        return cx.fail(v, "memory", key, "\"" + s + "\" is not a size such as 512MiB or 84GiB");
+      }
+    } else if (key == "swap_quantum_ms") {
+      if (!cx.get_uint(v, "memory", key, 0, 3600000, &m.swap_quantum_ms)) return false;
+    } else if (key == "policy") {
+      if (!get_policy(cx, v, "memory", &c->policies.memory)) return false;
+    } else {
+      return cx.fail(v, "memory", key, "unknown key");
+    }
+  }
+  return true;
+}
+
+bool parse_metrics(Ctx& cx, const toml::table& t, Config* c) {
+  for (auto&& [k, v] : t) {
+    std::string_view key = k.str();
+    if (key == "listen") {
+      std::string s;
+      if (!cx.get_string(v, "metrics", key, &s)) return false;
+      ListenAddress a;
+      std::string why;
+      if (!s.empty() && !parse_listen_address(s, &a, &why)) return cx.fail(v, "metrics", key, why);
+      c->metrics_listen = s;
+    } else {
+      return cx.fail(v, "metrics", key, "unknown key");
+    }
+  }
+  return true;
+}
+
+bool parse_domain(Ctx& cx, const toml::node& node, std::size_t index, Config* c) {
+  static constexpr std::string_view kT = "spatial.domain";
+  if (!node.is_table()) {
+    return cx.fail(node, "spatial", "domain",
+                   "element " + std::to_string(index + 1) + ": expected a table, got " + type_name(node));
+  }
+  const toml::table& t = *node.as_table();
+  SpatialDomain d;
+  bool have_name = false;
+  for (auto&& [k, v] : t) {
+    std::string_view key = k.str();
+    if (key == "name") {
+      if (!cx.get_string(v, kT, key, &d.name)) return false;
+      if (!is_valid_domain_name(d.name)) {
+        return cx.fail(v, kT, key,
+                       "\"" + d.name + "\" is not a domain name: 1.." + std::to_string(kMaxDomainName) +
+                           " of A-Z a-z 0-9 _ . -, not \".\" or \"..\"");
+      }
+      if (c->spatial.find(d.name) != nullptr) {
+        return cx.fail(v, kT, key, "\"" + d.name + "\" names two domains");
+      }
+      have_name = true;
+    } else if (key == "users") {
+      if (!v.is_array()) return cx.fail(v, kT, key, std::string("expected an array, got ") + type_name(v));
+      for (const toml::node& u : *v.as_array()) {
+        if (u.is_integer()) {
+          int64_t uid = u.as_integer()->get();
+          if (uid < 0 || uid > 4294967294ll) {
+            return cx.fail(u, kT, key, "uid " + std::to_string(uid) + " out of range 0..4294967294");
+          }
+          d.users.push_back(std::to_string(uid));
+        } else if (u.is_string()) {
+          const std::string& name = u.as_string()->get();
+          if (name.empty() || name.size() > 64) return cx.fail(u, kT, key, "a user name has 1..64 bytes");
+          for (char ch : name) {
+            if (static_cast<unsigned char>(ch) <= 0x20 || ch == ':' || ch == '/' || ch == 0x7f) {
+              return cx.fail(u, kT, key, "\"" + name + "\" is not a user name or uid");
+            }
+          }
+          if (name.find_first_not_of("0123456789") == std::string::npos) {
+            uint64_t uid = 0;
+            if (name.size() <= 10) {
+              for (char ch : name) uid = uid * 10 + static_cast<uint64_t>(ch - '0');
+            }
+            if (name.size() > 10 || uid > 4294967294ull) {
+              return cx.fail(u, kT, key, "uid " + name + " out of range 0..4294967294");
+            }
+            d.users.push_back(std::to_string(uid));  // canonical: no leading zeros
+          } else {
+            d.users.push_back(name);
+          }
+        } else {
+          return cx.fail(u, kT, key, std::string("expected user names or uids, got ") + type_name(u));
+        }
+      }
+    } else if (key == "gpus") {
+      if (!v.is_array()) return cx.fail(v, kT, key, std::string("expected an array, got ") + type_name(v));
+      if (v.as_array()->empty()) return cx.fail(v, kT, key, "empty (leave the key out for every GPU)");
+      for (const toml::node& g : *v.as_array()) {
+        uint32_t idx = 0;
+        if (!cx.get_uint(g, kT, key, 0, 1023, &idx)) return false;
+        for (uint32_t seen : d.gpus) {
+          if (seen == idx) return cx.fail(g, kT, key, "GPU " + std::to_string(idx) + " listed twice");
+        }
+        d.gpus.push_back(idx);
+      }
+    } else {
+      return cx.fail(v, kT, key, "unknown key");
+    }
+  }
+  if (!have_name) return cx.fail(node, kT, "name", "missing (every domain needs a name)");
+  if (c->spatial.domains.size() >= kMaxSpatialDomains) {
+    return cx.fail(node, kT, "name", "more than " + std::to_string(kMaxSpatialDomains) + " domains");
+  }
+  c->spatial.domains.push_back(std::move(d));
+  return true;
+}
+
+bool parse_spatial(Ctx& cx, const toml::table& t, Config* c) {
+  SpatialConfig& s = c->spatial;
+  for (auto&& [k, v] : t) {
+    std::string_view key = k.str();
+    if (key == "mps_control") {
+      if (!cx.get_string(v, "spatial", key, &s.mps_control)) return false;
+      if (s.mps_control.empty()) return cx.fail(v, "spatial", key, "empty");
+      if (s.mps_control.find('\0') != std::string::npos) return cx.fail(v, "spatial", key, "contains a NUL byte");
+      if (s.mps_control.find('/') != std::string::npos && s.mps_control[0] != '/') {
+        return cx.fail(v, "spatial", key, "must be a command name (looked up in PATH) or an absolute path");
+      }
+    } else if (key == "lend_after_ms" || key == "lend_max_kernel_ms" || key == "be_reserve_groups" ||
+               key == "right_size_slack_pct" || key == "right_size_below_grid" || key == "mps_kernel_cost_ns") {
+      if (!cx.legacy(v, "spatial", key, "partition", c)) return false;
+    } else if (key == "policy") {
+      if (!get_policy(cx, v, "spatial", &c->policies.space)) return false;
+    } else if (key == "mps_dir") {
+      if (!cx.get_string(v, "spatial", key, &s.mps_dir)) return false;
+      if (!s.mps_dir.empty() && s.mps_dir[0] != '/') return cx.fail(v, "spatial", key, "must be an absolute path");
+      if (s.mps_dir.find('\0') != std::string::npos) return cx.fail(v, "spatial", key, "contains a NUL byte");
+      if (s.mps_dir.size() > kMaxMpsDirLength) {
+        return cx.fail(v, "spatial", key,
+                       "longer than " + std::to_string(kMaxMpsDirLength) +
+                           " bytes (the MPS sockets under <mps_dir>/<domain>/pipe must fit in 107 bytes)");
+      }
+    } else if (key == "domain") {
+      if (!v.is_array()) {
+        return cx.fail(v, "spatial", key,
+                       std::string("expected an array of tables ([[spatial.domain]]), got ") + type_name(v));
+      }
+      std::size_t i = 0;
+      for (const toml::node& d : *v.as_array()) {
+        if (!parse_domain(cx, d, i++, c)) return false;
+      }
+    } else {
+      return cx.fail(v, "spatial", key, "unknown key");
+    }
+  }
+  return true;
+}
+
+std::string quote(const std::string& s) {
+  std::string out = "\"";
+  for (char ch : s) {
+    if (ch == '"' || ch == '\\') {
+      out += '\\';
+      out += ch;
+    } else if (static_cast<unsigned char>(ch) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\u%04x", static_cast<unsigned>(ch));
+      out += buf;
+    } else {
+      out += ch;
+    }
+  }
+  return out + "\"";
+}
+
+}  // namespace
+
+bool parse_listen_address(std::string_view text, ListenAddress* out, std::string* why) {
+  std::string t(text);
+  std::size_t colon = t.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == t.size()) {
+    *why = "\"" + t + "\" is not HOST:PORT (e.g. \"127.0.0.1:9464\", \"[::1]:9464\")";
+    return false;
+  }
+  std::string host = t.substr(0, colon), port = t.substr(colon + 1);
+  if (port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos || std::stoul(port) > 65535) {
+    *why = "port \"" + port + "\" is not a number 0..65535";
+    return false;
+  }
+  ListenAddress a;
+  a.port = static_cast<uint16_t>(std::stoul(port));
+  unsigned char buf[sizeof(in6_addr)];
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    a.host = host.substr(1, host.size() - 2);
+    a.family = AF_INET6;
+    if (inet_pton(AF_INET6, a.host.c_str(), buf) != 1) {
+      *why = "\"" + a.host + "\" is not a numeric IPv6 address";
+      return false;
+    }
+  } else {
+    a.host = host == "localhost" ? "127.0.0.1" : host;
+    a.family = AF_INET;
+    if (inet_pton(AF_INET, a.host.c_str(), buf) != 1) {
+      *why = "\"" + host + "\" is not a numeric IPv4 address, [IPv6] or localhost (no name lookups)";
+      return false;
+    }
+  }
+  *out = a;
+  return true;
+}
+
+bool parse_class(std::string_view text, gpuos_class* out) {
+  if (text == "guaranteed") *out = GPUOS_CLASS_GUARANTEED;
+  else if (text == "best-effort") *out = GPUOS_CLASS_BEST_EFFORT;
+  else return false;
+  return true;
+}
+
+const char* class_name(uint32_t c) {
+  switch (c) {
+    case GPUOS_CLASS_GUARANTEED: return "guaranteed";
+    case GPUOS_CLASS_BEST_EFFORT: return "best-effort";
+    default: return "unknown";
+  }
+}
+
+ConfigResult parse_config(std::string_view text, std::string_view source_name) {
+  ConfigResult res;
+  Config c;
+  c.source = std::string(source_name);
+  Ctx cx{source_name, {}};
+  try {
+    toml::table root = toml::parse(text, source_name);
+    for (auto&& [k, v] : root) {
+      std::string_view key = k.str();
+      if (key != "daemon" && key != "tenants" && key != "scheduler" && key != "metrics" && key != "memory" &&
+          key != "spatial" && key != "policy") {
+        res.error = where(source_name, v.source()) + ": unknown " + (v.is_table() ? "table [" : "key \"") +
+                    std::string(key) + (v.is_table() ? "]" : "\"") +
+                    " (expected [daemon], [tenants], [scheduler], [memory], [metrics], [spatial] or [policy.<name>])";
+        return res;
+      }
+      if (!v.is_table()) {
+        res.error = where(source_name, v.source()) + ": " + std::string(key) + ": expected a table, got " +
+                    type_name(v);
+        return res;
+      }
+      bool ok = key == "daemon"    ? parse_daemon(cx, *v.as_table(), &c)
+                : key == "tenants" ? parse_tenants(cx, *v.as_table(), &c)
+                : key == "metrics" ? parse_metrics(cx, *v.as_table(), &c)
+                : key == "memory"  ? parse_memory(cx, *v.as_table(), &c)
+                : key == "spatial" ? parse_spatial(cx, *v.as_table(), &c)
+                : key == "policy"  ? parse_policy_tables(cx, *v.as_table(), &c)
+                                   : parse_scheduler(cx, *v.as_table(), &c);
+      if (!ok) {
+        res.error = cx.error;
+        return res;
+      }
+    }
+  } catch (const toml::parse_error& e) {
+    res.error = where(source_name, e.source()) + ": TOML syntax error: " + std::string(e.description());
+    return res;
+  } catch (const std::exception& e) {
+    res.error = std::string(source_name) + ": " + e.what();
+    return res;
+  }
+  res.config = std::move(c);
+  return res;
+}
+
+ConfigResult load_config_file(const std::string& path) {
+  ConfigResult res;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    res.error = path + ": cannot open config file: " + std::strerror(errno);
+    return res;
+  }
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) {
+    res.error = path + ": read error";
+    return res;
+  }
+  return parse_config(ss.str(), path);
+}
+
+ConfigResult load_config(const std::string& cli_path) {
+  if (!cli_path.empty()) return load_config_file(cli_path);
+  if (const char* env = std::getenv("GPUOS_CONFIG"); env != nullptr && env[0] != '\0') {
+    return load_config_file(env);
+  }
+  struct stat st;
+  if (::stat(kSystemConfigPath, &st) == 0) return load_config_file(kSystemConfigPath);
+  ConfigResult res;
+  res.config = Config{};
+  return res;
+}
+
+std::string format_config(const Config& c) {
+  std::string s;
+  s += "# source: " + (c.source.empty() ? std::string("built-in defaults") : c.source) + "\n";
+  s += "[daemon]\n";
+  s += "socket = " + quote(c.socket) + "\n";
+  s += "admin_group = " + quote(c.admin_group) + "\n";
+  s += "log_level = " + quote(log::level_name(c.log_level)) + "\n";
+  s += "history = " + std::to_string(c.history) + "\n";
+  s += "max_tenants = " + std::to_string(c.max_tenants) + "\n";
+  s += "[tenants]\n";
+  s += "on_no_daemon = " + quote(c.on_no_daemon) + "\n";
+  s += "default_class = " + quote(class_name(c.default_class)) + "\n";
+  s += "guaranteed = " + quote(c.guaranteed_for_anyone ? "anyone" : "admins") + "\n";
+  s += "mem_quota_cap = " + quote(c.mem_quota_cap_bytes ? std::to_string(c.mem_quota_cap_bytes) : "") + "\n";
+  s += "[scheduler]\n";
+  s += "policy = " + quote(c.policies.time_gate) + "\n";
+  s += "[memory]\n";
+  s += "swap_pool = " + quote(c.memory.swap_pool_bytes ? std::to_string(c.memory.swap_pool_bytes) : "") + "\n";
+  s += "swap_quantum_ms = " + std::to_string(c.memory.swap_quantum_ms) + "\n";
+  s += "swap_headroom = " + quote(std::to_string(c.memory.swap_headroom_bytes)) + "\n";
+  s += "policy = " + quote(c.policies.memory) + "\n";
+  s += "[metrics]\n";
+  s += "listen = " + quote(c.metrics_listen) + "\n";
+  s += "[spatial]\n";
+  s += "mps_control = " + quote(c.spatial.mps_control) + "\n";
+  s += "mps_dir = " + quote(c.spatial.mps_dir) + "\n";
+  s += "policy = " + quote(c.policies.space) + "\n";
+  if (c.spatial.domains.empty()) s += "# no [[spatial.domain]]: spatial sharing off\n";
+  for (const SpatialDomain& d : c.spatial.domains) {
+    s += "[[spatial.domain]]\n";
+    s += "name = " + quote(d.name) + "\n";
+    s += "users = [";
+    for (std::size_t i = 0; i < d.users.size(); ++i) s += (i ? ", " : "") + quote(d.users[i]);
+    s += "]\n";
+    if (d.gpus.empty()) {
+      s += "# gpus: all\n";
+    } else {
+      s += "gpus = [";
+      for (std::size_t i = 0; i < d.gpus.size(); ++i) s += (i ? ", " : "") + std::to_string(d.gpus[i]);
+      s += "]\n";
+    }
+  }
+  for (const ConfigSection& sec : c.policy_sections) {
+    s += "[policy." + sec.name + "]\n";
+    for (const auto& [key, v] : sec.entries) {
+      s += key + " = ";
+      switch (v.kind) {
+        case ConfigValue::Kind::kString: s += quote(v.text); break;
+        case ConfigValue::Kind::kInteger: s += std::to_string(v.integer); break;
+        case ConfigValue::Kind::kFloat: {
+          char buf[64];
+          std::snprintf(buf, sizeof(buf), "%.17g", v.number);
+          s += buf;
+          if (std::strpbrk(buf, ".eEn") == nullptr) s += ".0";  // stays a float when read back
+          break;
+        }
+        case ConfigValue::Kind::kBool: s += v.boolean ? "true" : "false"; break;
+      }
+      s += "\n";
+    }
+  }
+  return s;
+}
+
+const ConfigValue* ConfigSection::find(std::string_view key) const {
+  for (const auto& [k, v] : entries) {
+    if (k == key) return &v;
+  }
+  return nullptr;
+}
+
+namespace {
+const char* kind_name(const ConfigValue& v) {
+  switch (v.kind) {
+    case ConfigValue::Kind::kString: return "string";
+    case ConfigValue::Kind::kInteger: return "integer";
+    case ConfigValue::Kind::kFloat: return "float";
+    case ConfigValue::Kind::kBool: return "boolean";
+  }
+  return "nothing";
+}
+}  // namespace
+
+std::string ConfigSection::error_at(const std::string& key, const ConfigValue& v, const std::string& what) {
+  return v.where + ": [" + v.table + "] " + key + ": " + what;
+}
+
+bool ConfigSection::get_uint(std::string_view key, int64_t lo, int64_t hi, uint32_t* out, std::string* error) const {
+  read_.emplace_back(key);
+  const ConfigValue* v = find(key);
+  if (v == nullptr) return true;
+  if (v->kind != ConfigValue::Kind::kInteger) {
+    *error = error_at(std::string(key), *v, std::string("expected an integer, got ") + kind_name(*v));
+    return false;
+  }
+  if (v->integer < lo || v->integer > hi) {
+    *error = error_at(std::string(key), *v,
+                      "value " + std::to_string(v->integer) + " out of range " + std::to_string(lo) + ".." +
+                          std::to_string(hi));
+    return false;
+  }
+  *out = static_cast<uint32_t>(v->integer);
+  return true;
+}
+
+bool ConfigSection::get_bool(std::string_view key, bool* out, std::string* error) const {
+  read_.emplace_back(key);
+  const ConfigValue* v = find(key);
+  if (v == nullptr) return true;
+  if (v->kind != ConfigValue::Kind::kBool) {
+    *error = error_at(std::string(key), *v, std::string("expected true or false, got ") + kind_name(*v));
+    return false;
+  }
+  *out = v->boolean;
+  return true;
+}
+
+bool ConfigSection::get_string(std::string_view key, std::string* out, std::string* error) const {
+  read_.emplace_back(key);
+  const ConfigValue* v = find(key);
+  if (v == nullptr) return true;
+  if (v->kind != ConfigValue::Kind::kString) {
+    *error = error_at(std::string(key), *v, std::string("expected a string, got ") + kind_name(*v));
+    return false;
+  }
+  *out = v->text;
+  return true;
+}
+
+bool ConfigSection::all_read(std::string* error) const {
+  for (const auto& [k, v] : entries) {
+    if (std::find(read_.begin(), read_.end(), k) == read_.end()) {
+      *error = error_at(k, v, "unknown key");
+      return false;
+    }
+  }
+  return true;
+}
+
+bool is_valid_domain_name(std::string_view name) {
+  if (name.empty() || name.size() > kMaxDomainName || name == "." || name == "..") return false;
+  for (char ch : name) {
+    bool ok = (ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '_' ||
+              ch == '.' || ch == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+std::string effective_mps_dir(const Config& c, const std::string& socket_path) {
+  if (!c.spatial.mps_dir.empty()) return c.spatial.mps_dir;
+  std::size_t slash = socket_path.find_last_of('/');
+  if (slash == std::string::npos) return "mps";  // not absolute: callers reject it
+  return socket_path.substr(0, slash) + "/mps";
+}
+
+std::string mps_pipe_dir(const std::string& mps_dir, std::string_view domain) {
+  return mps_dir + "/" + std::string(domain) + "/pipe";
+}
+std::string mps_log_dir(const std::string& mps_dir, std::string_view domain) {
+  return mps_dir + "/" + std::string(domain) + "/log";
+}
+std::string mps_status_file(const std::string& mps_dir, std::string_view domain) {
+  return mps_dir + "/" + std::string(domain) + "/status";
+}
+
+bool parse_size(const std::string& text, uint64_t* bytes) {
+  std::size_t i = 0;
+  uint64_t n = 0;
+  while (i < text.size() && text[i] >= '0' && text[i] <= '9') {
+    uint64_t d = static_cast<uint64_t>(text[i] - '0');
+    if (n > (UINT64_MAX - d) / 10) return false;
+    n = n * 10 + d;
+    ++i;
+  }
+  if (i == 0) return false;
+  std::string unit;
+  for (; i < text.size(); ++i) unit += static_cast<char>(std::tolower(static_cast<unsigned char>(text[i])));
+  int shift;
+  if (unit.empty() || unit == "b") shift = 0;
+  else if (unit == "k" || unit == "kib") shift = 10;
+  else if (unit == "m" || unit == "mib") shift = 20;
+  else if (unit == "g" || unit == "gib") shift = 30;
+  else if (unit == "t" || unit == "tib") shift = 40;
+  else return false;
+  if (n == 0 || n > (UINT64_MAX >> shift)) return false;
+  *bytes = n << shift;
+  return true;
+}
+
+}  // namespace gpuos

@@ -1,0 +1,108 @@
+#include "common/log.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdarg>
+#include <cstdio>
+#include <cstring>
+
+namespace gpuos::log {
+namespace {
+
+struct State {
+  std::atomic<int> level{static_cast<int>(Level::kInfo)};
+  char ident[32] = "gpuos";
+  bool prefix = false;
+};
+
+State& state() {
+  static State s;
+  return s;
+}
+
+void vwrite(Level lvl, const char* fmt, va_list ap) {
+  if (!enabled(lvl)) return;
+  State& s = state();
+  static constexpr const char* kPrio[] = {"<3>", "<4>", "<6>", "<7>"};
+  static constexpr const char* kWord[] = {"error: ", "warning: ", "", "debug: "};
+  int li = static_cast<int>(lvl);
+  char line[1024];
+  int n;
+  if (s.prefix) {
+    n = std::snprintf(line, sizeof(line), "%s%s: ", kPrio[li], s.ident);
+  } else {
+    n = std::snprintf(line, sizeof(line), "%s: %s", s.ident, kWord[li]);
+  }
+  if (n < 0) return;
+  std::size_t off = static_cast<std::size_t>(n) < sizeof(line) ? static_cast<std::size_t>(n) : 0;
+  int m = std::vsnprintf(line + off, sizeof(line) - off - 1, fmt, ap);
+  if (m < 0) return;
+  std::size_t len = off + static_cast<std::size_t>(m);
+  if (len > sizeof(line) - 2) len = sizeof(line) - 2;
+  for (std::size_t i = off; i < len; ++i) {
+    if (line[i] == '\n' || line[i] == '\r') line[i] = ' ';
+  }
+  line[len++] = '\n';
+  int saved = errno;
+  ssize_t r;
+  do {
+    r = ::write(STDERR_FILENO, line, len);
+  } while (r < 0 && errno == EINTR);
+  errno = saved;
+}
+
+}  // namespace
+
+bool parse_level(std::string_view text, Level* out) {
+  if (text == "error") *out = Level::kError;
+  else if (text == "warn" || text == "warning") *out = Level::kWarn;
+  else if (text == "info") *out = Level::kInfo;
+  else if (text == "debug") *out = Level::kDebug;
+  else return false;
+  return true;
+}
+
+const char* level_name(Level level) {
+  switch (level) {
+    case Level::kError: return "error";
+    case Level::kWarn: return "warn";
+    case Level::kInfo: return "info";
+    case Level::kDebug: return "debug";
+  }
+  return "info";
+}
+
+void init(const char* ident, Level lvl, int force_prefix) {
+  State& s = state();
+  std::snprintf(s.ident, sizeof(s.ident), "%s", ident ? ident : "gpuos");
+  s.prefix = force_prefix < 0 ? isatty(STDERR_FILENO) == 0 : force_prefix != 0;
+  set_level(lvl);
+}
+
+void set_level(Level lvl) { state().level.store(static_cast<int>(lvl), std::memory_order_relaxed); }
+Level level() { return static_cast<Level>(state().level.load(std::memory_order_relaxed)); }
+bool enabled(Level lvl) { return static_cast<int>(lvl) <= state().level.load(std::memory_order_relaxed); }
+
+void write(Level lvl, const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vwrite(lvl, fmt, ap);
+  va_end(ap);
+}
+
+#define GPUOS_LOG_FN(fn, lvl)          \
+  void fn(const char* fmt, ...) {      \
+    va_list ap;                        \
+    va_start(ap, fmt);                 \
+    vwrite(lvl, fmt, ap);              \
+    va_end(ap);                        \
+  }
+GPUOS_LOG_FN(error, Level::kError)
+GPUOS_LOG_FN(warn, Level::kWarn)
+GPUOS_LOG_FN(info, Level::kInfo)
+GPUOS_LOG_FN(debug, Level::kDebug)
+#undef GPUOS_LOG_FN
+
+}  // namespace gpuos::log

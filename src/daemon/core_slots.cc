@@ -1,0 +1,117 @@
+// The core asks the slots (slots/slot.h): a fresh view in, the actions checked and carried out. A
+// policy that throws, stalls or breaks its slot's contract is replaced by the slot's built-in
+// policy, which is asked in its place at once.
+#include <atomic>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include "daemon/clock.h"
+#include "daemon/control_block.h"
+#include "daemon/core.h"
+
+namespace gpuos::daemon {
+namespace {
+
+// decide() of the runner's policy, checked; after a failure, the built-in's answer.
+template <typename Runner, typename View, typename Check>
+auto decide_checked(Runner& runner, const View& view, Check&& check) {
+  using Policy = std::remove_reference_t<decltype(runner.policy())>;
+  decltype(std::declval<Policy&>().decide(view)) actions{};
+  if (runner.run("decide", [&](Policy& p) { actions = p.decide(view); })) {
+    std::string why;
+    if (check(actions, &why)) return actions;
+    runner.fail("decide", "rejected: " + why);
+  }
+  actions = {};
+  runner.run("decide", [&](Policy& p) { actions = p.decide(view); });
+  return actions;
+}
+
+}  // namespace
+
+uint64_t Core::now_mono_ns() const { return opts_.mono_ns ? opts_.mono_ns() : monotonic_ns(); }
+
+std::set<std::string> Core::live_space_domains() const {
+  std::set<std::string> out;
+  for (const auto& [id, t] : tenants_) {
+    if (t.in_domain()) out.insert(t.space.domain);
+  }
+  return out;
+}
+
+slots::GateTenant Core::gate_view(const Tenant& t) const {
+  slots::GateTenant v;
+  v.id = t.id;
+  v.pid = t.pid;
+  v.uid = t.uid;
+  v.name = t.name;
+  v.space_domain = t.space.domain;
+  v.tenant_class = t.tenant_class;
+  v.priority = t.priority;
+  v.weight = t.weight;
+  v.requested_mem_bytes = t.requested_mem_bytes;
+  if (t.cb != nullptr) {  // (none yet at admission)
+    v.busy = load(t.cb->busy) != 0;
+    v.waiting = load(t.cb->waiting) != 0;
+    v.signalled = load(t.cb->signalled) != 0;
+    v.gate = std::atomic_ref<uint32_t>(t.cb->gate).load(std::memory_order_acquire);
+  }
+  v.pinned = t.gate.pinned;
+  return v;
+}
+
+void Core::run_time_gate(slots::Event e, uint32_t tenant_id, uint64_t now) {
+  slots::GateView view;
+  view.now_ns = now;
+  view.event = e;
+  view.tenant_id = tenant_id;
+  view.tenants.reserve(tenants_.size());
+  for (const auto& [id, t] : tenants_) view.tenants.push_back(gate_view(t));
+  const slots::GateActions a = decide_checked(time_, view, [&](const slots::GateActions& acts, std::string* why) {
+    for (const slots::GateAction& g : acts.gates) {
+      if (tenants_.count(g.id) == 0) {
+        *why = "a gate for tenant " + std::to_string(g.id) + ", which is not live";
+        return false;
+      }
+      if (g.gate != GPUOS_GATE_OPEN && g.gate != GPUOS_GATE_CLOSED) {
+        *why = "gate value " + std::to_string(g.gate) + " for tenant " + std::to_string(g.id);
+        return false;
+      }
+    }
+    return true;
+  });
+  for (const slots::GateAction& g : a.gates) {
+    Tenant& t = tenants_.at(g.id);
+    if (t.gate.pinned) continue;  // an admin's pin outranks the policy
+    t.gate.policy_gate = g.gate;
+    publish_gate(t);  // a held gate stays closed until the memory slot releases it
+  }
+  gate_tick_at_ns_ = a.next_tick_ns;
+}
+
+void Core::run_space(slots::Event e, uint32_t tenant_id, uint64_t now) {
+  slots::SpaceView view;
+  space_replan_at_ns_ = 0;
+  if (!space_engine_.make_view(tenants_, e, tenant_id, now, &view)) return;
+  const slots::SpaceActions a = decide_checked(space_, view, [&](const slots::SpaceActions& acts, std::string* why) {
+    return space_engine_.check(view, acts, why);
+  });
+  space_engine_.apply(tenants_, a);
+  space_replan_at_ns_ = a.next_ns;
+}
+
+void Core::run_memory(slots::Event e, uint32_t tenant_id, uint64_t now) {
+  if (!swap_engine_.enabled()) {
+    swap_engine_.refuse_all(tenants_);
+    return;
+  }
+  swap_engine_.note_done(tenants_, now);
+  const slots::MemoryView view = swap_engine_.make_view(tenants_, e, tenant_id, now);
+  const slots::MemoryActions a = decide_checked(memory_, view, [&](const slots::MemoryActions& acts, std::string* why) {
+    return swap_engine_.check(view, acts, why);
+  });
+  swap_engine_.apply(tenants_, a, now);
+}
+
+}  // namespace gpuos::daemon

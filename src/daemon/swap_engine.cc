@@ -1,0 +1,288 @@
+#include "daemon/swap_engine.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <optional>
+#include <set>
+#include <thread>
+
+#include "common/log.h"
+#include "daemon/control_block.h"
+
+namespace gpuos::daemon {
+
+using slots::SwapAction;
+
+SwapEngine::SwapEngine(const GpuMap& gpus, const std::vector<GpuInfo>& info, SwapOptions opts)
+    : gpus_(gpus), opts_(opts) {
+  for (const GpuInfo& g : info) {
+    capacity_.push_back(g.total_mem_bytes > opts_.headroom_bytes ? g.total_mem_bytes - opts_.headroom_bytes : 0);
+  }
+}
+
+SwapEngine::~SwapEngine() {
+  for (auto& [uid, pool] : pools_) close(pool.fd);
+}
+
+gpuos_status SwapEngine::pool_for(const Tenant& t, int* fd_out, uint64_t* bytes) {
+  if (!enabled()) return GPUOS_ERR_REFUSED;  // swapping is off: the tenant's memory stays resident
+  Pool& pool = pools_[t.uid];
+  if (pool.fd < 0) {
+    int fd = memfd_create("gpuos-swap-pool", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    // Sparse until used; sealed so that no tenant can shrink it under the others (SIGBUS).
+    if (fd < 0 || ftruncate(fd, static_cast<off_t>(opts_.pool_bytes)) != 0 ||
+        fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+      log::error("cannot create a %llu-byte swap pool: %s", static_cast<unsigned long long>(opts_.pool_bytes),
+                 std::strerror(errno));
+      if (fd >= 0) close(fd);
+      pools_.erase(t.uid);
+      return GPUOS_ERR_INTERNAL;
+    }
+    pool.fd = fd;
+    pool.space = std::make_unique<SwapSpace>(opts_.pool_bytes);
+    // Allocate the pool's pages now, off the event loop: the tenant that pins the pool would
+    // otherwise fault them in (zero-filled) one by one, several times slower.
+    if (int fd2 = opts_.prefault ? dup(fd) : -1; fd2 >= 0) {
+      const off_t len = static_cast<off_t>(opts_.pool_bytes);
+      std::thread([fd2, len] {
+        if (fallocate(fd2, 0, 0, len) != 0) log::warn("swap pool: fallocate: %s", std::strerror(errno));
+        close(fd2);
+      }).detach();
+    }
+    log::info("swap pool of %llu MiB created for uid %u", static_cast<unsigned long long>(opts_.pool_bytes >> 20),
+              static_cast<unsigned>(t.uid));
+  }
+  *fd_out = pool.fd;
+  *bytes = pool.space->size();
+  return GPUOS_OK;
+}
+
+void SwapEngine::send_command(Tenant& t, uint32_t cmd) {
+  std::atomic_ref<uint32_t>(t.cb->swap_command).store(cmd, std::memory_order_relaxed);
+  std::atomic_ref<uint32_t>(t.cb->swap_command_seq).fetch_add(1, std::memory_order_release);
+  futex_wake_all(&t.cb->swap_command_seq);
+  t.swap.cmd = cmd;
+}
+
+void SwapEngine::answer_room(Tenant& t, uint32_t answer, uint64_t now) {
+  const uint32_t seq = load(t.cb->mem_request_seq);
+  std::atomic_ref<uint32_t>(t.cb->mem_answer).store(answer, std::memory_order_relaxed);
+  std::atomic_ref<uint32_t>(t.cb->mem_answer_seq).store(seq, std::memory_order_release);
+  futex_wake_all(&t.cb->mem_answer_seq);
+  t.swap.room_answered_seq = seq;
+  t.swap.room_made = false;
+  // Room made: its memory is on the GPU from now, and its quantum against its peers starts now
+  // (counted from registration, a tenant that waited a quantum for room would be displaced again
+  // as soon as it got it, the two taking turns at every swap).
+  if (answer == GPUOS_MEM_RETRY) t.swap.resident_since_ns = now;
+}
+
+void SwapEngine::free_slices(Tenant& t) {
+  auto p = pools_.find(t.uid);
+  for (uint64_t off : t.swap.slices) {
+    if (p != pools_.end() && p->second.space) p->second.space->free(off);
+  }
+  t.swap.slices.clear();
+}
+
+void SwapEngine::refuse_all(std::map<uint32_t, Tenant>& tenants) {
+  for (auto& [id, t] : tenants) {
+    if (load(t.cb->mem_request_seq) != t.swap.room_answered_seq) answer_room(t, GPUOS_MEM_REFUSED, 0);
+  }
+}
+
+void SwapEngine::tenant_gone(Tenant& gone, std::map<uint32_t, Tenant>& tenants) {
+  free_slices(gone);
+  for (auto& [oid, o] : tenants) {
+    if (load(o.cb->mem_request_seq) != o.swap.room_answered_seq) o.swap.room_made = true;  // its memory is free now
+  }
+}
+
+void SwapEngine::note_done(std::map<uint32_t, Tenant>& tenants, uint64_t now) {
+  for (auto& [id, t] : tenants) {
+    SwapState& s = t.swap;
+    if (s.cmd == GPUOS_SWAP_NONE || load(t.cb->swap_done_seq) != load(t.cb->swap_command_seq)) continue;
+    const uint32_t state = load(t.cb->swap_state);
+    if (s.cmd == GPUOS_SWAP_OUT) {
+      const uint64_t swapped = load(t.cb->swapped_bytes);
+      const uint64_t moved = swapped > s.swapped_before_cmd ? swapped - s.swapped_before_cmd : 0;
+      auto p = pools_.find(t.uid);
+      if (!s.slices.empty() && p != pools_.end() && p->second.space) p->second.space->shrink(s.slices.back(), moved);
+      if (moved == 0 && !s.slices.empty()) s.slices.pop_back();
+      if (state == GPUOS_SWAP_SWAPPED_OUT && moved > 0) {
+        if (s.swapped_before_cmd == 0) s.out_since_ns = now;
+        log::info("tenant %u swapped out %llu MiB (%llu MiB out in all)", t.id,
+                  static_cast<unsigned long long>(moved >> 20), static_cast<unsigned long long>(swapped >> 20));
+        for (auto& [oid, o] : tenants) {
+          o.swap.swap_in_failed = false;
+          if (load(o.cb->mem_request_seq) != o.swap.room_answered_seq) o.swap.room_made = true;
+        }
+      } else {
+        log::warn("tenant %u did not swap out (state %u); leaving it alone for 10 s", t.id, state);
+        s.no_victim_until_ns = now + 10'000'000'000ull;
+        if (state == GPUOS_SWAP_RESIDENT) {
+          t.gate.held = false;
+          publish_gate(t);
+        }
+      }
+    } else if (s.cmd == GPUOS_SWAP_IN) {
+      if (state == GPUOS_SWAP_RESIDENT) {
+        log::info("tenant %u swapped in (longest swap-in %.1f ms)", t.id,
+                  static_cast<double>(load(t.cb->max_swap_in_ns)) / 1e6);
+        free_slices(t);
+        s.resident_since_ns = now;
+        t.gate.held = false;
+        publish_gate(t);
+      } else {
+        // No room after all (an estimate was off, or an exited tenant's memory is still being
+        // torn down): a victim goes first, or, with none, the same swap-in again a little later.
+        s.swap_in_failed = true;
+        s.swap_in_retry_ns = now + 500'000'000ull;
+      }
+    }
+    s.cmd = GPUOS_SWAP_NONE;
+  }
+}
+
+slots::MemoryView SwapEngine::make_view(std::map<uint32_t, Tenant>& tenants, slots::Event e, uint32_t tenant_id,
+                                        uint64_t now) const {
+  slots::MemoryView view;
+  view.now_ns = now;
+  view.event = e;
+  view.tenant_id = tenant_id;
+  view.params.capacity = capacity_;
+  view.params.quantum_ns = opts_.quantum_ns;
+  view.params.margin_bytes = opts_.headroom_bytes;
+  for (auto& [id, t] : tenants) {
+    const gpuos_control_block& cb = *t.cb;
+    slots::SwapTenant s;
+    s.id = t.id;
+    // Its GPU: where most of its memory is; for a request for room, the waiting allocation's.
+    s.device = gpus_.home(t);
+    s.guaranteed = t.tenant_class == GPUOS_CLASS_GUARANTEED;
+    s.swappable = load(cb.swappable) != 0;
+    const uint32_t state = load(cb.swap_state);
+    s.command_pending = t.swap.cmd != GPUOS_SWAP_NONE;
+    s.resident = state == GPUOS_SWAP_RESIDENT && !s.command_pending;
+    s.swapped_out = state == GPUOS_SWAP_SWAPPED_OUT && !s.command_pending;
+    s.waiting = load(cb.waiting) != 0;
+    s.signalled = load(cb.signalled) != 0;
+    s.busy = load(cb.busy) != 0;
+    s.wants_room = load(cb.mem_request_seq) != t.swap.room_answered_seq;
+    if (const int32_t wd = load(cb.mem_wanted_device); s.wants_room && wd >= 0 && wd < GPUOS_MAX_DEVICES) {
+      if (const int g = gpus_.gpu_of(t, wd); g >= 0) s.device = static_cast<uint32_t>(g);
+    }
+    s.wanted_bytes = load(cb.mem_wanted_bytes);
+    const uint64_t quota = load(cb.mem_quota_bytes);
+    s.room_made = t.swap.room_made;
+    s.swap_in_failed = t.swap.swap_in_failed && now < t.swap.swap_in_retry_ns;
+    const uint64_t swapped = load(cb.swapped_bytes);
+    const uint64_t movable = load(cb.swappable_bytes);
+    const uint64_t used = load(cb.mem_used_bytes);
+    s.movable_bytes = movable > swapped ? movable - swapped : 0;
+    s.swapped_bytes = swapped;
+    s.resident_bytes = used > swapped ? used - swapped : 0;
+    const uint64_t borrow = load(cb.mem_borrow_bytes);
+    s.quota_left_bytes = quota > used ? quota - used : 0;
+    s.borrowed_bytes = quota != 0 && borrow != 0 && used > quota ? used - quota : 0;
+    s.resident_since_ns = t.swap.resident_since_ns;
+    s.out_since_ns = t.swap.out_since_ns;
+    s.no_victim_until_ns = t.swap.no_victim_until_ns;
+    auto p = pools_.find(t.uid);
+    s.pool_largest_free = p != pools_.end() && p->second.space ? p->second.space->largest_free() : 0;
+    view.tenants.push_back(s);
+  }
+  return view;
+}
+
+bool SwapEngine::check(const slots::MemoryView& view, const slots::MemoryActions& actions, std::string* why) const {
+  std::set<uint32_t> commanded, answered;
+  for (const SwapAction& a : actions.actions) {
+    const slots::SwapTenant* t = nullptr;
+    for (const slots::SwapTenant& v : view.tenants) {
+      if (v.id == a.tenant_id) t = &v;
+    }
+    const std::string who = "tenant " + std::to_string(a.tenant_id);
+    if (t == nullptr) {
+      *why = "an action for " + who + ", which is not live";
+      return false;
+    }
+    switch (a.kind) {
+      case SwapAction::Kind::kSwapOut:
+      case SwapAction::Kind::kSwapIn:
+        if (t->command_pending || !commanded.insert(t->id).second) {
+          *why = "a second swap command for " + who + " while one is pending";
+          return false;
+        }
+        if (a.kind == SwapAction::Kind::kSwapOut && !t->swappable) {
+          *why = "a swap-out of " + who + ", whose memory cannot move";
+          return false;
+        }
+        if (a.kind == SwapAction::Kind::kSwapIn && t->swapped_bytes == 0) {
+          *why = "a swap-in of " + who + ", which has no memory out";
+          return false;
+        }
+        break;
+      case SwapAction::Kind::kAnswerRetry:
+      case SwapAction::Kind::kAnswerRefused:
+        if (!t->wants_room || !answered.insert(t->id).second) {
+          *why = "an answer to " + who + ", which has no request for room pending";
+          return false;
+        }
+        break;
+    }
+  }
+  return true;
+}
+
+void SwapEngine::apply(std::map<uint32_t, Tenant>& tenants, const slots::MemoryActions& actions, uint64_t now) {
+  for (const SwapAction& a : actions.actions) {
+    auto it = tenants.find(a.tenant_id);
+    if (it == tenants.end()) continue;
+    Tenant& t = it->second;
+    switch (a.kind) {
+      case SwapAction::Kind::kAnswerRetry:
+        answer_room(t, GPUOS_MEM_RETRY, now);
+        break;
+      case SwapAction::Kind::kAnswerRefused:
+        log::info("tenant %u: no tenant can make room for its allocation; it gets out-of-memory", t.id);
+        answer_room(t, GPUOS_MEM_REFUSED, now);
+        break;
+      case SwapAction::Kind::kSwapOut: {
+        // The slice can take all its movable memory (as far as the pool allows); it is cut to
+        // what actually moved when the command is done.
+        auto p = pools_.find(t.uid);
+        if (p == pools_.end() || !p->second.space) break;  // no pool yet: made on its first SWAP_POOL
+        SwapSpace& space = *p->second.space;
+        const uint64_t swapped = load(t.cb->swapped_bytes);
+        const uint64_t swappable = load(t.cb->swappable_bytes);
+        const uint64_t movable = swappable > swapped ? swappable - swapped : 0;
+        const uint64_t slice = std::min(movable, space.largest_free());
+        std::optional<uint64_t> off = slice ? space.allocate(slice) : std::nullopt;
+        if (!off) break;  // (the policy saw pool_largest_free)
+        t.swap.slices.push_back(*off);
+        t.swap.swapped_before_cmd = swapped;
+        std::atomic_ref<uint64_t>(t.cb->swap_slice_offset).store(*off, std::memory_order_relaxed);
+        std::atomic_ref<uint64_t>(t.cb->swap_slice_bytes).store(slice, std::memory_order_relaxed);
+        std::atomic_ref<uint64_t>(t.cb->swap_want_bytes).store(a.bytes, std::memory_order_relaxed);
+        log::info("tenant %u: swapping out at least %llu MiB", t.id, static_cast<unsigned long long>(a.bytes >> 20));
+        t.gate.held = true;
+        publish_gate(t);
+        send_command(t, GPUOS_SWAP_OUT);
+        break;
+      }
+      case SwapAction::Kind::kSwapIn:
+        log::info("tenant %u: swapping in %llu MiB", t.id,
+                  static_cast<unsigned long long>(load(t.cb->swapped_bytes) >> 20));
+        send_command(t, GPUOS_SWAP_IN);
+        break;
+    }
+  }
+}
+
+}  // namespace gpuos::daemon

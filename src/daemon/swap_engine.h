@@ -1,0 +1,70 @@
+// The memory slot's mechanism (memory oversubscription): each uid's swap pool, the MemoryView of
+// the live tenants, and carrying out the slot's actions: a victim's gate held closed while its
+// memory is out or moving, SWAP_OUT / SWAP_IN commands in its control block with a slice of its
+// pool, answers to requests for room; and noting the commands the tenants carried out.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "daemon/gpus.h"
+#include "daemon/swap_pool.h"
+#include "daemon/tenant.h"
+#include "slots/memory.h"
+
+namespace gpuos::daemon {
+
+struct SwapOptions {
+  // 0 = oversubscription off (requests for room are refused at once). Each uid gets its own pool
+  // of this size (a trust domain: tenants of one uid may see each other's swapped memory, as they
+  // may see each other's processes).
+  uint64_t pool_bytes = 0;
+  uint64_t quantum_ns = 5'000'000'000ull;
+  uint64_t headroom_bytes = 2ull << 30;
+  bool prefault = true;  // allocate a new pool's pages in a helper thread
+};
+
+class SwapEngine {
+ public:
+  SwapEngine(const GpuMap& gpus, const std::vector<GpuInfo>& info, SwapOptions opts);
+  ~SwapEngine();  // closes the pools
+  SwapEngine(const SwapEngine&) = delete;
+  SwapEngine& operator=(const SwapEngine&) = delete;
+
+  bool enabled() const { return opts_.pool_bytes != 0; }
+  // SWAP_POOL: the tenant's uid's pool (made at its first request): GPUOS_OK with *fd (borrowed)
+  // and *bytes, or why not.
+  gpuos_status pool_for(const Tenant& t, int* fd, uint64_t* bytes);
+  // Notes the commands carried out since the last look (slices cut to what moved, gates released).
+  void note_done(std::map<uint32_t, Tenant>& tenants, uint64_t now);
+  slots::MemoryView make_view(std::map<uint32_t, Tenant>& tenants, slots::Event e, uint32_t tenant_id,
+                              uint64_t now) const;
+  // Whether the actions keep the slot's contract: known tenants; commands only to tenants with none
+  // pending (one each), SWAP_OUT only to a swappable tenant, SWAP_IN only to one with memory out;
+  // answers only to a request for room.
+  bool check(const slots::MemoryView& view, const slots::MemoryActions& actions, std::string* why) const;
+  void apply(std::map<uint32_t, Tenant>& tenants, const slots::MemoryActions& actions, uint64_t now);
+  // Oversubscription off: every request for room is refused.
+  void refuse_all(std::map<uint32_t, Tenant>& tenants);
+  // A tenant exited: its slices go back to its pool; the others' requests may fit now.
+  void tenant_gone(Tenant& gone, std::map<uint32_t, Tenant>& tenants);
+  void answer_room(Tenant& t, uint32_t answer, uint64_t now);
+
+ private:
+  void send_command(Tenant& t, uint32_t cmd);
+  void free_slices(Tenant& t);
+  struct Pool {
+    int fd = -1;
+    std::unique_ptr<SwapSpace> space;
+  };
+  const GpuMap& gpus_;
+  std::vector<uint64_t> capacity_;
+  SwapOptions opts_;
+  std::map<uid_t, Pool> pools_;  // created on a tenant's first SWAP_POOL
+};
+
+}  // namespace gpuos::daemon

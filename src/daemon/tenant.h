@@ -1,0 +1,88 @@
+// A live tenant as gpuosd's core keeps it: who it is, its control block, and the mechanism state of
+// each concern (gate, device map, spatial masks, swap, busy time). Policies never see this record;
+// they see the views the core makes of it (slots/*.h) and keep their own per-tenant state.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <cstdint>
+#include <vector>
+
+#include "gpuos/abi.h"
+
+namespace gpuos::daemon {
+
+// A relaxed load of a control-block word the tenant may write at any time.
+template <typename T>
+T load(const T& field) {
+  return std::atomic_ref<T>(const_cast<T&>(field)).load(std::memory_order_relaxed);
+}
+
+// The gate word as the mechanisms set it: an admin's pin and the memory slot's hold override the
+// time gate's answer.
+struct GateState {
+  uint32_t policy_gate = GPUOS_GATE_OPEN;  // what the time gate (or an admin's open) asked for
+  bool pinned = false;                     // an admin closed the gate
+  bool held = false;                       // the memory slot holds it closed: memory out or moving
+  uint32_t effective() const { return pinned || held ? GPUOS_GATE_CLOSED : policy_gate; }
+};
+
+// The tenant's device ordinals -> gpuosd's GPUs (from the control block's device_uuid; identity
+// until the tenant published them). Cached: recomputed when device_count changes.
+struct DeviceMap {
+  uint32_t mapped_device_count = 0;
+  int8_t ordinal_of_gpu[GPUOS_MAX_DEVICES] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+};
+
+// Spatial sharing: the domain it was admitted to and what the space slot granted last.
+struct SpaceState {
+  char domain[GPUOS_DOMAIN_MAX] = {};  // "" = none
+  uint32_t asked_sms = 0;              // REGISTER space_sms
+  uint32_t sized_sms = 0;              // right-sized to this (0 = not sized), for LIST
+  uint32_t default_sms = 0;
+  double sized_latency = 0;
+};
+
+// Memory oversubscription: the command in flight and the facts the memory slot decides on.
+struct SwapState {
+  uint32_t cmd = GPUOS_SWAP_NONE;  // command being carried out; NONE: nothing pending
+  std::vector<uint64_t> slices;    // its slices of its uid's pool (offsets) while memory is out
+  uint64_t swapped_before_cmd = 0; // swapped_bytes when the pending SWAP_OUT was sent
+  uint64_t resident_since_ns = 0;
+  uint64_t out_since_ns = 0;
+  uint64_t no_victim_until_ns = 0;
+  bool swap_in_failed = false;
+  uint64_t swap_in_retry_ns = 0;   // after a failed swap-in: try again then, victim or not
+  uint32_t room_answered_seq = 0;  // last mem_request_seq answered
+  bool room_made = false;          // memory was freed since its pending request
+};
+
+// Busy time, integrated piecewise-constant between observations of the busy word.
+struct BusyState {
+  bool busy = false;
+  uint64_t obs_ns = 0;
+  uint64_t busy_ns = 0;
+};
+
+struct Tenant {
+  uint32_t id = 0;
+  pid_t pid = 0;
+  uid_t uid = 0;
+  uint32_t tenant_class = 0;
+  int32_t priority = 0;
+  uint32_t weight = 0;
+  uint64_t requested_mem_bytes = 0;
+  char name[GPUOS_NAME_MAX] = {};
+  uint64_t registered_unix_ms = 0;
+  int memfd = -1;
+  gpuos_control_block* cb = nullptr;
+  GateState gate;
+  mutable DeviceMap devices;
+  SpaceState space;
+  SwapState swap;
+  BusyState busy;
+  bool in_domain() const { return space.domain[0] != '\0'; }
+};
+
+}  // namespace gpuos::daemon

@@ -1,0 +1,83 @@
+// The time-gate slot: which tenants may launch now (their gate words), and how a tenant is
+// admitted. See slot.h for the hook table all slots share.
+//
+// Admin override (mechanism, not policy): an admin's SET_GATE to CLOSED pins that tenant's gate;
+// the core leaves a pinned gate closed whatever the policy answers. An admin's SET_GATE to OPEN
+// releases the pin and asks the policy again at once (Event::kAdmin). A gate the memory slot holds
+// closed (the tenant's memory is out or moving) stays closed too; the policy's answer applies when
+// it is released.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gpuos/abi.h"
+#include "slots/slot.h"
+
+namespace gpuos::slots {
+
+// What a time gate sees of a tenant. busy / waiting / signalled / gate are read from the control
+// block when the view is made (untrusted words the tenant writes: a hint of what it does, never a
+// licence to act on other tenants beyond this slot's own gates).
+struct GateTenant {
+  uint32_t id = 0;
+  pid_t pid = 0;
+  uid_t uid = 0;
+  std::string name;
+  std::string space_domain;  // spatial-sharing domain ("" = none): its tenants share in space
+  uint32_t tenant_class = 0;  // requested class in admit(), granted class elsewhere
+  int32_t priority = 0;
+  uint32_t weight = 0;
+  uint64_t requested_mem_bytes = 0;
+  bool busy = false;       // submitted work not finished (or within its idle grace)
+  bool waiting = false;    // a thread is blocked at the closed gate
+  bool signalled = false;  // a signal handler woke a thread blocked in gpuos
+  uint32_t gate = GPUOS_GATE_OPEN;  // the gate word now
+  bool pinned = false;     // an admin closed this gate: the core keeps it closed
+};
+
+struct GateView {
+  uint64_t now_ns = 0;  // CLOCK_MONOTONIC (injectable in tests)
+  Event event = Event::kTick;
+  uint32_t tenant_id = 0;  // the tenant the event is about; 0 for a tick
+  std::vector<GateTenant> tenants;  // every live tenant, in id order
+};
+
+struct GateAction {
+  uint32_t id = 0;
+  uint32_t gate = GPUOS_GATE_OPEN;
+  bool operator==(const GateAction&) const = default;
+};
+
+struct GateActions {
+  std::vector<GateAction> gates;  // tenants not named keep their gate
+  uint64_t next_tick_ns = 0;      // when to decide again (absolute); 0 = the regular tick is enough
+};
+
+// The decision of admit(). The core pre-fills it with "admit as requested, gate open, quota =
+// requested bytes, borrow = requested borrow, max_inflight 0, idle_grace_us 0"; the policy edits
+// it. A policy may lower the class, never raise it (the core clamps). The core writes gate,
+// quota, max_inflight and idle_grace_us into the control block before the tenant gets its fd.
+struct Admission {
+  gpuos_status status = GPUOS_OK;  // anything else refuses the registration with `reason`
+  uint32_t granted_class = 0;
+  uint64_t mem_quota_bytes = 0;    // 0 = unlimited
+  uint64_t mem_borrow_bytes = 0;   // with a quota: more it may hold while the GPU has room
+  uint32_t initial_gate = GPUOS_GATE_OPEN;
+  uint32_t max_inflight = 0;       // >0: the tenant keeps at most this many launches unfinished
+  uint32_t idle_grace_us = 0;      // the tenant reports idle only after this long without work
+  std::string reason;
+};
+
+class TimeGate : public Slot<GateView, GateActions> {
+ public:
+  // REGISTER passed validation; `t` is the tenant as it asked (t.id is the id it will get). The
+  // tenant is not in any view yet. Optional: the default admits as pre-filled.
+  virtual void admit(const GateTenant& t, Admission* admission) {}
+};
+
+}  // namespace gpuos::slots

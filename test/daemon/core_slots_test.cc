@@ -1,0 +1,296 @@
+// The core's slots end to end without sockets: the space slot's partitions and the memory slot's
+// swaps carried out in the control blocks, the contract checks on their actions, the fallback to
+// the built-in policy, and the watchdog on a hook that does not return. The tenants' side is a
+// second mapping of each control block, written the way libgpuos.so writes it.
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <stdexcept>
+#include <thread>
+
+#include "common/ipc.h"
+#include "daemon/core.h"
+#include "policies/partition/partition.h"
+#include "policies/swap/swap.h"
+
+namespace gpuos::daemon {
+namespace {
+
+constexpr uint64_t GiB = 1ull << 30;
+
+template <typename T>
+void put(T& word, T value) {
+  std::atomic_ref<T>(word).store(value, std::memory_order_release);
+}
+
+struct Tenant_ {
+  Connection conn;
+  gpuos_control_block* cb = nullptr;
+};
+
+struct SlotsFixture : ::testing::Test {
+  std::unique_ptr<Core> core;
+  uint64_t mono = 1'000'000'000;
+  std::vector<Tenant_> tenants;
+
+  void make_core(CoreOptions o) {
+    o.gpus.push_back(GpuInfo{0, "Sim", "GPU-0", 132, 4 * GiB, {}, 0});
+    o.space_admit = [](const std::string& d, const Peer&) { return d == "serve" ? std::string() : "no"; };
+    o.mono_ns = [this] { return mono; };
+    core = std::make_unique<Core>(std::move(o));
+  }
+  void TearDown() override {
+    for (Tenant_& t : tenants) {
+      if (t.cb != nullptr) munmap(t.cb, sizeof(gpuos_control_block));
+    }
+  }
+  // Registers tenant i (pid 100 + i); returns its index.
+  std::size_t add(uint32_t cls, const char* domain = "") {
+    Tenant_ t;
+    t.conn.id = tenants.size() + 1;
+    t.conn.peer.pid = 100 + static_cast<pid_t>(tenants.size());
+    t.conn.peer.uid = 1000;
+    gpuos_msg_register m{};
+    init_header(&m.hdr, GPUOS_MSG_REGISTER, sizeof(m), 1);
+    m.pid = t.conn.peer.pid;
+    m.tenant_class = cls;
+    m.weight = 100;
+    copy_name(m.name, sizeof(m.name), "t");
+    copy_name(m.space_domain, sizeof(m.space_domain), domain);
+    Outcome o = core->handle_message(t.conn, &m, sizeof(m));
+    EXPECT_NE(o.registered, 0u);
+    void* p = mmap(nullptr, sizeof(gpuos_control_block), PROT_READ | PROT_WRITE, MAP_SHARED, o.replies.at(0).fd, 0);
+    EXPECT_NE(p, MAP_FAILED);
+    t.cb = static_cast<gpuos_control_block*>(p);
+    tenants.push_back(t);
+    return tenants.size() - 1;
+  }
+  void activity(std::size_t i, bool busy) {
+    put(tenants[i].cb->busy, busy ? 1u : 0u);
+    gpuos_msg_activity m{};
+    init_header(&m.hdr, GPUOS_MSG_ACTIVITY, sizeof(m), 2);
+    m.busy = busy;
+    EXPECT_TRUE(core->handle_message(tenants[i].conn, &m, sizeof(m)).replies.empty());
+  }
+  uint64_t mask(std::size_t i) { return std::atomic_ref<uint64_t>(tenants[i].cb->space_mask[0]).load(); }
+};
+
+// A space policy that answers what the test says, or throws.
+class ScriptedSpace final : public slots::SpacePolicy {
+ public:
+  const char* name() const override { return "scripted"; }
+  slots::SpaceActions decide(const slots::SpaceView& v) override {
+    last = v;
+    if (throw_it) throw std::runtime_error("boom");
+    return answer;
+  }
+  slots::SpaceView last;
+  slots::SpaceActions answer;
+  bool throw_it = false;
+};
+
+TEST_F(SlotsFixture, SpaceSlotPartitionsADomainThroughTheBlocks) {
+  CoreOptions o;
+  o.space_policy = std::make_unique<policies::PartitionPolicy>(policies::PartitionParams{});
+  make_core(std::move(o));
+  const std::size_t hp = add(GPUOS_CLASS_GUARANTEED, "serve");
+  EXPECT_EQ(mask(hp), 0u);  // alone: unconfined
+  EXPECT_EQ(tenants[hp].cb->space_group_sms, 8u);
+  const std::size_t be = add(GPUOS_CLASS_BEST_EFFORT, "serve");
+  const std::size_t other = add(GPUOS_CLASS_BEST_EFFORT);  // not in a domain: never confined
+  activity(hp, true);
+  activity(be, true);
+  // 16 groups of 8 (the last takes the remainder): the guaranteed tenant all but the 2 reserved.
+  EXPECT_EQ(mask(hp), 0x3fffu);
+  EXPECT_EQ(mask(be), 0xc000u);
+  EXPECT_EQ(mask(other), 0u);
+  EXPECT_GE(tenants[hp].cb->space_epoch, 1u);
+  EXPECT_EQ(core->space_failures(), 0u);
+  // LIST shows the partition's SMs.
+  Connection client;
+  client.id = 99;
+  gpuos_msg_list l{};
+  init_header(&l.hdr, GPUOS_MSG_LIST, sizeof(l), 3);
+  Outcome out = core->handle_message(client, &l, sizeof(l));
+  gpuos_msg_tenant_info info{};
+  std::memcpy(&info, out.replies.at(1).bytes.data(), sizeof(info));
+  EXPECT_EQ(info.space_sms, 112u);
+  // The best-effort tenant leaves: the guaranteed one is alone again.
+  core->connection_closed(tenants[be].conn);
+  EXPECT_EQ(mask(hp), 0u);
+}
+
+TEST_F(SlotsFixture, ASpacePolicyBreakingItsContractFallsBackToUnconfined) {
+  auto p = std::make_unique<ScriptedSpace>();
+  ScriptedSpace* pol = p.get();
+  CoreOptions o;
+  o.space_policy = std::move(p);
+  make_core(std::move(o));
+  const std::size_t a = add(GPUOS_CLASS_GUARANTEED, "serve");
+  const std::size_t b = add(GPUOS_CLASS_BEST_EFFORT, "serve");
+  const std::size_t c = add(GPUOS_CLASS_BEST_EFFORT);
+  ASSERT_EQ(pol->last.tenants.size(), 3u);
+  EXPECT_EQ(pol->last.group_sms, 8u);
+  EXPECT_EQ(pol->last.tenants[0].domain, "serve");
+  // A good answer is carried out.
+  slots::SpaceGrant g;
+  g.id = 1;
+  g.masks[0] = 0x00ff;
+  pol->answer.grants = {g};
+  activity(a, true);
+  EXPECT_EQ(mask(a), 0x00ffu);
+  EXPECT_EQ(mask(b), 0u);  // not granted: unconfined
+  // Groups the GPU does not have (16 of them): rejected, nothing of the answer applied.
+  g.masks[0] = 0x1ff00;
+  pol->answer.grants = {g};
+  activity(b, true);
+  EXPECT_EQ(core->space_failures(), 1u);
+  EXPECT_STREQ(core->space_policy().name(), "unconfined");
+  EXPECT_EQ(mask(a), 0u);
+  (void)c;
+}
+
+TEST_F(SlotsFixture, ASpacePolicyThatThrowsOrNamesAStrangerFallsBack) {
+  for (int variant = 0; variant < 2; ++variant) {
+    auto p = std::make_unique<ScriptedSpace>();
+    ScriptedSpace* pol = p.get();
+    CoreOptions o;
+    o.space_policy = std::move(p);
+    tenants.clear();
+    make_core(std::move(o));
+    const std::size_t a = add(GPUOS_CLASS_GUARANTEED, "serve");
+    add(GPUOS_CLASS_BEST_EFFORT);  // tenant 2: not in a domain
+    if (variant == 0) {
+      pol->throw_it = true;
+    } else {
+      slots::SpaceGrant g;
+      g.id = 2;
+      g.masks[0] = 1;
+      pol->answer.grants = {g};
+    }
+    activity(a, true);
+    EXPECT_EQ(core->space_failures(), 1u) << variant;
+    EXPECT_STREQ(core->space_policy().name(), "unconfined");
+    for (Tenant_& t : tenants) munmap(t.cb, sizeof(gpuos_control_block));
+    tenants.clear();
+  }
+}
+
+// The tenants of the memory scenario: A holds 3 GiB it can move and is idle; B asks for room for
+// 2 GiB on a 4 GiB GPU.
+struct MemoryFixture : SlotsFixture {
+  std::size_t a = 0, b = 0;
+  void start(std::unique_ptr<slots::MemoryPolicy> policy) {
+    CoreOptions o;
+    o.memory_policy = std::move(policy);
+    o.swap.pool_bytes = 4 * GiB;
+    o.swap.quantum_ns = 0;
+    o.swap.headroom_bytes = 0;
+    o.swap.prefault = false;
+    make_core(std::move(o));
+    a = add(GPUOS_CLASS_BEST_EFFORT);
+    b = add(GPUOS_CLASS_BEST_EFFORT);
+    gpuos_control_block* ca = tenants[a].cb;
+    put(ca->swappable, 1u);
+    put(ca->swappable_bytes, 3 * GiB);
+    put(ca->mem_used_bytes, 3 * GiB);
+    put(ca->mem_used_per_device[0], 3 * GiB);
+    gpuos_msg_header h{};
+    init_header(&h, GPUOS_MSG_SWAP_POOL, sizeof(h), 4);
+    Outcome pool = core->handle_message(tenants[a].conn, &h, sizeof(h));
+    ASSERT_EQ(pool.replies.size(), 1u);
+    EXPECT_GE(pool.replies[0].fd, 0);
+    gpuos_control_block* cbb = tenants[b].cb;
+    put(cbb->mem_used_bytes, 2 * GiB);
+    put(cbb->mem_used_per_device[0], 2 * GiB);
+    put(cbb->mem_wanted_bytes, 2 * GiB);
+    put(cbb->mem_wanted_device, int32_t{0});
+    put(cbb->mem_request_seq, 1u);
+  }
+};
+
+TEST_F(MemoryFixture, TheSwapPolicyMovesAVictimOutAndTheRequesterRetries) {
+  start(std::make_unique<policies::SwapPolicy>());
+  activity(b, true);
+  gpuos_control_block* ca = tenants[a].cb;
+  ASSERT_EQ(ca->swap_command_seq, 1u);
+  EXPECT_EQ(ca->swap_command, static_cast<uint32_t>(GPUOS_SWAP_OUT));
+  EXPECT_EQ(ca->gate, static_cast<uint32_t>(GPUOS_GATE_CLOSED));  // held while its memory moves
+  EXPECT_GT(ca->swap_slice_bytes, 0u);
+  EXPECT_EQ(tenants[b].cb->mem_answer_seq, 0u);  // not yet: no room made
+  // A carries it out.
+  put(ca->swapped_bytes, 3 * GiB);
+  put(ca->mem_used_per_device[0], uint64_t{0});
+  put(ca->swap_state, static_cast<uint32_t>(GPUOS_SWAP_SWAPPED_OUT));
+  put(ca->swap_done_seq, 1u);
+  core->tick(mono);
+  EXPECT_EQ(tenants[b].cb->mem_answer_seq, 1u);
+  EXPECT_EQ(tenants[b].cb->mem_answer, static_cast<uint32_t>(GPUOS_MEM_RETRY));
+  EXPECT_EQ(ca->gate, static_cast<uint32_t>(GPUOS_GATE_CLOSED));  // still out: held
+  EXPECT_EQ(core->memory_failures(), 0u);
+}
+
+// Swaps a tenant whose memory cannot move: the core rejects it.
+class BadMemory final : public slots::MemoryPolicy {
+ public:
+  const char* name() const override { return "bad"; }
+  slots::MemoryActions decide(const slots::MemoryView& v) override {
+    return {{{slots::SwapAction::Kind::kSwapOut, 2, 1 * GiB}}};
+  }
+};
+
+TEST_F(MemoryFixture, AMemoryPolicyBreakingItsContractFallsBackToResident) {
+  start(std::make_unique<BadMemory>());
+  activity(b, true);
+  EXPECT_EQ(core->memory_failures(), 1u);
+  EXPECT_STREQ(core->memory_policy().name(), "resident");
+  EXPECT_EQ(tenants[b].cb->swap_command_seq, 0u);  // nothing of the bad answer was carried out
+  EXPECT_EQ(tenants[a].cb->swap_command_seq, 0u);
+  // The built-in answered in its place: no swapping out, so the request for room is refused.
+  EXPECT_EQ(tenants[b].cb->mem_answer_seq, 1u);
+  EXPECT_EQ(tenants[b].cb->mem_answer, static_cast<uint32_t>(GPUOS_MEM_REFUSED));
+}
+
+// A time gate whose decide does not return until the watchdog has reported it.
+class StuckGate final : public slots::TimeGate {
+ public:
+  explicit StuckGate(const Core** core) : core_(core) {}
+  const char* name() const override { return "stuck"; }
+  slots::GateActions decide(const slots::GateView& v) override {
+    if (v.event != slots::Event::kActivity) return {};
+    // Bounded so that a broken watchdog fails the test instead of hanging it.
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while ((*core_)->watchdog_stalls() == 0 && std::chrono::steady_clock::now() < give_up) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    slots::GateActions a;
+    for (const auto& t : v.tenants) a.gates.push_back({t.id, GPUOS_GATE_CLOSED});
+    return a;
+  }
+
+ private:
+  const Core** core_;
+};
+
+TEST_F(SlotsFixture, AStalledHookIsReportedAndItsSlotFallsBack) {
+  const Core* self = nullptr;
+  CoreOptions o;
+  o.time_gate = std::make_unique<StuckGate>(&self);
+  o.watchdog.stall_ns = 1'000'000;  // 1 ms
+  o.watchdog.check_ns = 1'000'000;
+  make_core(std::move(o));
+  self = core.get();
+  const std::size_t t = add(GPUOS_CLASS_BEST_EFFORT);
+  activity(t, true);
+  EXPECT_EQ(core->watchdog_stalls(), 1u);
+  EXPECT_EQ(core->time_gate_failures(), 1u);
+  EXPECT_STREQ(core->time_gate().name(), "open");
+  EXPECT_EQ(tenants[t].cb->gate, static_cast<uint32_t>(GPUOS_GATE_OPEN));  // the stalled answer was dropped
+}
+
+}  // namespace
+}  // namespace gpuos::daemon

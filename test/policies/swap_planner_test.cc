@@ -1,0 +1,195 @@
+// The swap policy (plan_swaps), decision by decision.
+#include "policies/swap/planner.h"
+
+#include <gtest/gtest.h>
+
+namespace gpuos::policies::swap {
+namespace {
+
+constexpr uint64_t GiB = 1ull << 30;
+constexpr uint64_t kSec = 1'000'000'000ull;
+using K = SwapAction::Kind;
+
+SwapTenant resident(uint32_t id, uint64_t bytes, bool guaranteed = false) {
+  SwapTenant t;
+  t.id = id;
+  t.guaranteed = guaranteed;
+  t.swappable = true;
+  t.movable_bytes = bytes;
+  t.resident_bytes = bytes;
+  t.pool_largest_free = 100 * GiB;
+  return t;
+}
+
+SwapTenant out(uint32_t id, uint64_t bytes, uint64_t out_since, bool waiting = true) {
+  SwapTenant t = resident(id, 0);
+  t.resident = false;
+  t.swapped_out = true;
+  t.swapped_bytes = bytes;
+  t.out_since_ns = out_since;
+  t.waiting = waiting;
+  return t;
+}
+
+SwapParams params() {
+  SwapParams p;
+  p.capacity = {138 * GiB};
+  p.quantum_ns = 4 * kSec;
+  p.margin_bytes = 2 * GiB;
+  return p;
+}
+
+TEST(SwapPlanner, RequestForRoomEvictsWhatTheRequesterStillMayAllocate) {
+  SwapTenant a = resident(1, 80 * GiB);
+  SwapTenant b = resident(2, 56 * GiB);
+  b.wants_room = true;
+  b.wanted_bytes = 1 * GiB;
+  b.quota_left_bytes = 28 * GiB;
+  auto acts = plan_swaps({a, b}, params(), 10 * kSec);
+  ASSERT_EQ(acts.size(), 1u);
+  EXPECT_EQ(acts[0].kind, K::kSwapOut);
+  EXPECT_EQ(acts[0].tenant_id, 1u);
+  // 138 - 136 = 2 GiB look free: the rest of what b may allocate, less those, plus the margin.
+  EXPECT_EQ(acts[0].bytes, 28 * GiB - 2 * GiB + 2 * GiB);
+  // When the estimate claims room the driver just denied, it is wrong: all of it plus the margin.
+  b.resident_bytes = b.movable_bytes = 10 * GiB;
+  acts = plan_swaps({a, b}, params(), 10 * kSec);
+  ASSERT_EQ(acts.size(), 1u);
+  EXPECT_EQ(acts[0].bytes, 28 * GiB + 2 * GiB);
+}
+
+TEST(SwapPlanner, RoomMadeIsAnsweredRetryAndNoVictimIsRefused) {
+  SwapTenant b = resident(2, 56 * GiB);
+  b.wants_room = true;
+  b.wanted_bytes = GiB;
+  b.room_made = true;
+  EXPECT_EQ(plan_swaps({b}, params(), 0), (std::vector<SwapAction>{{K::kAnswerRetry, 2}}));
+  b.room_made = false;
+  SwapTenant fixed = resident(1, 80 * GiB);
+  fixed.swappable = false;  // cannot move: nobody can make room
+  fixed.movable_bytes = 0;
+  b.wanted_bytes = 4 * GiB;
+  b.resident_bytes = 60 * GiB;  // 56 held + the 4 reserved for the waiting allocation; 80 + 60 > 138
+  EXPECT_EQ(plan_swaps({fixed, b}, params(), 0), (std::vector<SwapAction>{{K::kAnswerRefused, 2}}));
+  b.resident_bytes = 57 * GiB;  // it fits beside the 80 that cannot move once they are freed: wait
+  EXPECT_TRUE(plan_swaps({fixed, b}, params(), 0).empty());
+}
+
+TEST(SwapPlanner, BestEffortNeverDisplacesGuaranteedButGuaranteedDisplacesAtOnce) {
+  SwapTenant hp = resident(1, 80 * GiB, /*guaranteed=*/true);
+  hp.resident_since_ns = 9 * kSec;  // within its quantum: irrelevant, a BE may never displace it
+  SwapTenant be = resident(2, 56 * GiB);
+  be.wants_room = true;
+  be.wanted_bytes = GiB;
+  // The BE waits (no answer): the guaranteed tenant's memory could move if it exits or frees.
+  EXPECT_TRUE(plan_swaps({hp, be}, params(), 10 * kSec).empty());
+  // The other way round: the BE goes out even though it just came in.
+  hp.wants_room = true;
+  hp.wanted_bytes = 8 * GiB;
+  be.wants_room = false;
+  be.resident_since_ns = 9 * kSec;
+  auto acts = plan_swaps({hp, be}, params(), 10 * kSec);
+  ASSERT_EQ(acts.size(), 1u);
+  EXPECT_EQ(acts[0].kind, K::kSwapOut);
+  EXPECT_EQ(acts[0].tenant_id, 2u);
+}
+
+TEST(SwapPlanner, PeersKeepTheirMemoryForAQuantumAndOnlyTheDifferenceMoves) {
+  SwapTenant a = resident(1, 130 * GiB);
+  a.resident_since_ns = 8 * kSec;
+  SwapTenant b = out(2, 26 * GiB, 5 * kSec);
+  EXPECT_TRUE(plan_swaps({a, b}, params(), 10 * kSec).empty());  // a's quantum ends at 12 s
+  auto acts = plan_swaps({a, b}, params(), 12 * kSec);
+  ASSERT_EQ(acts.size(), 1u);
+  EXPECT_EQ(acts[0].kind, K::kSwapOut);
+  EXPECT_EQ(acts[0].tenant_id, 1u);
+  EXPECT_EQ(acts[0].bytes, 26 * GiB - 8 * GiB + 2 * GiB);  // b's 26 GiB less the 8 free, + margin
+  a.resident_bytes = a.movable_bytes = 80 * GiB;  // 58 GiB free: b simply comes back
+  EXPECT_EQ(plan_swaps({a, b}, params(), 10 * kSec), (std::vector<SwapAction>{{K::kSwapIn, 2}}));
+}
+
+TEST(SwapPlanner, ASignalledTenantGoesFirstAndIsNotHeldBackByAPeersQuantum) {
+  // b, swapped out for a, got SIGTERM (its thread at the gate was woken by the handler): a's
+  // quantum (until 12 s) does not keep b waiting; b is not the one out longest, and goes first.
+  SwapTenant a = resident(1, 130 * GiB);
+  a.resident_since_ns = 8 * kSec;
+  SwapTenant b = out(2, 26 * GiB, 5 * kSec);
+  SwapTenant c = out(3, 26 * GiB, 1 * kSec);
+  EXPECT_TRUE(plan_swaps({a, b, c}, params(), 10 * kSec).empty());
+  b.signalled = true;
+  auto acts = plan_swaps({a, b, c}, params(), 10 * kSec);
+  ASSERT_EQ(acts.size(), 1u);
+  EXPECT_EQ(acts[0].kind, K::kSwapOut);
+  EXPECT_EQ(acts[0].tenant_id, 1u);
+  a.resident_bytes = a.movable_bytes = 100 * GiB;  // room for one of them: b, not c
+  EXPECT_EQ(plan_swaps({a, b, c}, params(), 10 * kSec), (std::vector<SwapAction>{{K::kSwapIn, 2}}));
+  // A best-effort tenant's signal still displaces no guaranteed tenant.
+  SwapTenant hp = resident(4, 130 * GiB, /*guaranteed=*/true);
+  EXPECT_TRUE(plan_swaps({hp, b}, params(), 100 * kSec).empty());
+}
+
+TEST(SwapPlanner, SwapsInWhenItFitsTheOneOutLongestFirst) {
+  SwapTenant a = out(1, 20 * GiB, 7 * kSec);
+  SwapTenant b = out(2, 20 * GiB, 3 * kSec);  // out longer: it goes first
+  EXPECT_EQ(plan_swaps({a, b}, params(), 10 * kSec), (std::vector<SwapAction>{{K::kSwapIn, 2}}));
+  b.waiting = false;  // idle tenants stay out
+  EXPECT_EQ(plan_swaps({a, b}, params(), 10 * kSec), (std::vector<SwapAction>{{K::kSwapIn, 1}}));
+  a.swap_in_failed = true;  // no room after all and no victim: wait (the core retries later)
+  EXPECT_TRUE(plan_swaps({a, b}, params(), 10 * kSec).empty());
+}
+
+TEST(SwapPlanner, OneSwapAtATime) {
+  SwapTenant a = resident(1, 80 * GiB);
+  a.command_pending = true;
+  SwapTenant b = out(2, 20 * GiB, 0);
+  EXPECT_TRUE(plan_swaps({a, b}, params(), 100 * kSec).empty());
+}
+
+TEST(SwapPlanner, VictimsAreIdleFirstAndLimitedByTheirPool) {
+  SwapTenant busy = resident(1, 60 * GiB);
+  busy.busy = true;
+  SwapTenant idle = resident(2, 60 * GiB);
+  idle.pool_largest_free = 4 * GiB;
+  SwapTenant w = out(3, 30 * GiB, 0);
+  auto acts = plan_swaps({busy, idle, w}, params(), 100 * kSec);
+  ASSERT_EQ(acts.size(), 1u);
+  EXPECT_EQ(acts[0].tenant_id, 2u);
+  EXPECT_EQ(acts[0].bytes, 4 * GiB);  // what its pool can take; the next round finds more
+  idle.pool_largest_free = 0;
+  acts = plan_swaps({busy, idle, w}, params(), 100 * kSec);
+  ASSERT_EQ(acts.size(), 1u);
+  EXPECT_EQ(acts[0].tenant_id, 1u);
+}
+
+TEST(SwapPlanner, BorrowersGiveBackFirstEvenWithinTheirQuantum) {
+  SwapTenant lender = resident(1, 60 * GiB);
+  lender.resident_since_ns = 9 * kSec;
+  SwapTenant borrower = resident(2, 70 * GiB);
+  borrower.resident_since_ns = 9 * kSec;  // just came in: a plain peer would keep its memory
+  borrower.borrowed_bytes = 10 * GiB;
+  SwapTenant w = out(3, 20 * GiB, 0);
+  auto acts = plan_swaps({lender, borrower, w}, params(), 10 * kSec);
+  ASSERT_EQ(acts.size(), 1u);
+  EXPECT_EQ(acts[0].kind, K::kSwapOut);
+  EXPECT_EQ(acts[0].tenant_id, 2u);
+}
+
+TEST(SwapPlanner, EveryDecisionIsPerGpu) {
+  SwapParams p = params();
+  p.capacity = {138 * GiB, 138 * GiB};
+  SwapTenant on0 = resident(1, 130 * GiB);
+  SwapTenant on1 = resident(2, 130 * GiB);
+  on1.device = 1;
+  SwapTenant w = out(3, 20 * GiB, 0);  // out of GPU 1
+  w.device = 1;
+  auto acts = plan_swaps({on0, on1, w}, p, 100 * kSec);
+  ASSERT_EQ(acts.size(), 1u);
+  EXPECT_EQ(acts[0].tenant_id, 2u);  // the tenant on GPU 1 makes room, not the one on GPU 0
+  on1.device = 0;                    // now nobody holds GPU 1: w simply comes back
+  EXPECT_EQ(plan_swaps({on0, on1, w}, p, 100 * kSec), (std::vector<SwapAction>{{K::kSwapIn, 3}}));
+  w.device = 2;  // a GPU gpuosd does not know: no capacity, nothing fits, nobody there to move
+  EXPECT_TRUE(plan_swaps({on0, on1, w}, p, 100 * kSec).empty());
+}
+
+}  // namespace
+}  // namespace gpuos::policies::swap

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# scripts/check_layering.py must pass on src/ and must catch a forbidden edge in a made-up tree.
+set -euo pipefail
+py=$1; checker=$2; src=$3
+"$py" "$checker" "$src"
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+mkdir -p "$tmp/src/cli" "$tmp/src/daemon" "$tmp/src/policies"
+echo '#include "common/config.h"' > "$tmp/src/cli/ok.cc"
+echo '#include "daemon/core.h"' > "$tmp/src/policies/bad.cc"
+if out=$("$py" "$checker" "$tmp/src"); then echo "FAIL: a policies -> daemon edge passed"; exit 1; fi
+grep -q "policies -> daemon" <<<"$out" || { echo "FAIL: not reported: $out"; exit 1; }
+echo '#include "daemon/core.h"' > "$tmp/src/cli/bad.cc"; rm "$tmp/src/policies/bad.cc"
+if "$py" "$checker" "$tmp/src" >/dev/null; then echo "FAIL: a cli -> daemon edge passed"; exit 1; fi
+echo "layering: ok"
