@@ -21,18 +21,15 @@
 namespace gpuos::daemon {
 namespace {
 
-template <typename Msg>
-Outgoing encode(const Msg& m) {
-  Outgoing o;
-  o.bytes.resize(sizeof(Msg));
-  std::memcpy(o.bytes.data(), &m, sizeof(Msg));
+CoreOptions with_at_most_max_devices(CoreOptions o) {
+  if (o.gpus.size() > GPUOS_MAX_DEVICES) o.gpus.resize(GPUOS_MAX_DEVICES);
   return o;
 }
 
 }  // namespace
 
 Core::Core(CoreOptions opts)
-    : opts_(std::move(opts)),
+    : opts_(with_at_most_max_devices(std::move(opts))),
       gpu_map_(opts_.gpus),
       watchdog_(opts_.watchdog.stall_ns != 0 ? std::make_unique<Watchdog>(opts_.watchdog) : nullptr),
       time_("time gate", std::move(opts_.time_gate), [] { return policies::builtin_time_gate(); }),
@@ -40,7 +37,6 @@ Core::Core(CoreOptions opts)
       memory_("memory", std::move(opts_.memory_policy), [] { return policies::builtin_memory(); }),
       space_engine_(gpu_map_, opts_.gpus, opts_.space_group_sms),
       swap_engine_(gpu_map_, opts_.gpus, opts_.swap) {
-  if (opts_.gpus.size() > GPUOS_MAX_DEVICES) opts_.gpus.resize(GPUOS_MAX_DEVICES);
   time_.set_watchdog(watchdog_.get());
   space_.set_watchdog(watchdog_.get());
   memory_.set_watchdog(watchdog_.get());
@@ -292,7 +288,7 @@ Outcome Core::on_register(Connection& conn, const gpuos_msg_register& m) {
   r.tenant_class = t.tenant_class;
   copy_name(r.text, sizeof(r.text),
             m.space_domain[0] != '\0' && !t.in_domain() ? "registered (time-shared: spatial domain refused)"
-                                                                  : "registered");
+                                                        : "registered");
   Outcome o;
   o.replies.push_back(encode(r));
   o.replies.back().fd = fd;

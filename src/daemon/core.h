@@ -15,6 +15,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <cstring>
 #include <deque>
 #include <functional>
 #include <map>
@@ -58,6 +59,15 @@ struct Outgoing {
   std::vector<uint8_t> bytes;
   int fd = -1;
 };
+
+// A message struct as the bytes of one datagram.
+template <typename Msg>
+Outgoing encode(const Msg& m) {
+  Outgoing o;
+  o.bytes.resize(sizeof(Msg));
+  std::memcpy(o.bytes.data(), &m, sizeof(Msg));
+  return o;
+}
 
 struct Outcome {
   std::vector<Outgoing> replies;

@@ -9,18 +9,6 @@
 #include "daemon/core.h"
 
 namespace gpuos::daemon {
-namespace {
-
-template <typename Msg>
-Outgoing encode(const Msg& m) {
-  Outgoing o;
-  o.bytes.resize(sizeof(Msg));
-  std::memcpy(o.bytes.data(), &m, sizeof(Msg));
-  return o;
-}
-
-}  // namespace
-
 gpuos_msg_tenant_info Core::snapshot(const Tenant& t, uint32_t state, uint64_t exited_ms) const {
   gpuos_msg_tenant_info i{};
   init_header(&i.hdr, GPUOS_MSG_TENANT_INFO, sizeof(i), 0);
