@@ -129,6 +129,12 @@ bool parse_daemon(Ctx& cx, const toml::table& t, Config* c) {
       if (!cx.get_uint(v, "daemon", key, 0, 65536, &c->history)) return false;
     } else if (key == "max_tenants") {
       if (!cx.get_uint(v, "daemon", key, 1, 4096, &c->max_tenants)) return false;
+    } else if (key == "max_connections_per_uid") {
+      if (!cx.get_uint(v, "daemon", key, 0, 65536, &c->max_connections_per_uid)) return false;
+    } else if (key == "admin_connections") {
+      if (!cx.get_uint(v, "daemon", key, 1, 1024, &c->admin_connections)) return false;
+    } else if (key == "idle_timeout_ms") {
+      if (!cx.get_uint(v, "daemon", key, 0, 3600000, &c->idle_timeout_ms)) return false;
     } else {
       return cx.fail(v, "daemon", key, "unknown key");
     }
@@ -166,6 +172,8 @@ bool parse_tenants(Ctx& cx, const toml::table& t, Config* c) {
         return cx.fail(v, "tenants", key, "\"" + s + "\" is not a size such as 512MiB or 40GiB");
       }
       if (s.empty()) c->mem_quota_cap_bytes = 0;
+    } else if (key == "max_per_uid") {
+      if (!cx.get_uint(v, "tenants", key, 0, 4096, &c->max_tenants_per_uid)) return false;
     } else {
       return cx.fail(v, "tenants", key, "unknown key");
     }
@@ -536,11 +544,15 @@ std::string format_config(const Config& c) {
   s += "log_level = " + quote(log::level_name(c.log_level)) + "\n";
   s += "history = " + std::to_string(c.history) + "\n";
   s += "max_tenants = " + std::to_string(c.max_tenants) + "\n";
+  s += "max_connections_per_uid = " + std::to_string(c.max_connections_per_uid) + "\n";
+  s += "admin_connections = " + std::to_string(c.admin_connections) + "\n";
+  s += "idle_timeout_ms = " + std::to_string(c.idle_timeout_ms) + "\n";
   s += "[tenants]\n";
   s += "on_no_daemon = " + quote(c.on_no_daemon) + "\n";
   s += "default_class = " + quote(class_name(c.default_class)) + "\n";
   s += "guaranteed = " + quote(c.guaranteed_for_anyone ? "anyone" : "admins") + "\n";
   s += "mem_quota_cap = " + quote(c.mem_quota_cap_bytes ? std::to_string(c.mem_quota_cap_bytes) : "") + "\n";
+  s += "max_per_uid = " + std::to_string(c.max_tenants_per_uid) + "\n";
   s += "[scheduler]\n";
   s += "policy = " + quote(c.policies.time_gate) + "\n";
   s += "[memory]\n";

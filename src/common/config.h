@@ -6,11 +6,16 @@
 //   log_level = "info"     # error | warn | info | debug
 //   history = 256          # exited tenants kept for `ps --all` (0..65536)
 //   max_tenants = 256      # live tenants at once (1..4096)
+//   max_connections_per_uid = 64  # open connections of one non-admin uid (0..65536; 0 = no cap)
+//   admin_connections = 16 # connection slots beyond max_tenants + 64 that only admins may take (1..1024)
+//   idle_timeout_ms = 10000  # a connection without a tenant that sends nothing this long is closed
+//                            # (0..3600000; 0 = never)
 //   [tenants]
 //   on_no_daemon = "passthrough"  # or "refuse"
 //   default_class = "best-effort" # or "guaranteed"
 //   guaranteed = "admins"         # who may register as guaranteed: "admins" or "anyone"
 //   mem_quota_cap = ""            # largest memory quota a non-admin tenant gets, e.g. "40GiB"; "" = none
+//   max_per_uid = 32              # live tenants of one non-admin uid at once (0..4096; 0 = no cap)
 //   [scheduler]
 //   policy = "open"        # the time-gate slot's policy: "open" (no gating), "priority", "exclusive"
 //   [policy.priority]      # the priority policy's settings (also read from [scheduler], their place
@@ -164,6 +169,11 @@ struct Config {
   log::Level log_level = log::Level::kInfo;
   uint32_t history = 256;
   uint32_t max_tenants = 256;
+  // Lock-out guards of the control socket (daemon::ServerOptions): one uid cannot take every
+  // connection, admins always find a slot, silent connections do not hold theirs for ever.
+  uint32_t max_connections_per_uid = 64;  // 0 = no cap
+  uint32_t admin_connections = 16;
+  uint32_t idle_timeout_ms = 10000;  // 0 = never
   // [tenants]
   std::string on_no_daemon = "passthrough";  // "passthrough" | "refuse"
   gpuos_class default_class = GPUOS_CLASS_BEST_EFFORT;
@@ -172,6 +182,8 @@ struct Config {
   bool guaranteed_for_anyone = false;
   // Non-admin tenants get at most this memory quota (also when they ask for none); 0 = no cap.
   uint64_t mem_quota_cap_bytes = 0;
+  // Live tenants of one non-admin uid at once (0 = no cap): one user cannot fill the table.
+  uint32_t max_tenants_per_uid = 32;
   // [scheduler] policy, [spatial] policy, [memory] policy
   PolicyChoice policies;
   // [policy.<name>]: one section per policy with settings. Keys of before the slots are still read

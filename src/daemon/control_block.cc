@@ -8,6 +8,7 @@
 
 #include <cerrno>
 #include <climits>
+#include <type_traits>
 
 namespace gpuos::daemon {
 
@@ -59,6 +60,47 @@ void write_gate(gpuos_control_block* cb, uint32_t gate) {
   std::atomic_ref<uint32_t>(cb->grant_epoch).fetch_add(1, std::memory_order_relaxed);
   std::atomic_ref<uint32_t>(cb->gate).store(gate, std::memory_order_release);
   futex_wake_all(&cb->gate);
+}
+
+uint32_t restore_granted_words(Tenant& t) {
+  gpuos_control_block* cb = t.cb;
+  uint32_t bits = 0;
+  // Puts `want` back into `word` if it differs; true if it did.
+  auto keep = [](auto& word, auto want) {
+    using T = std::remove_reference_t<decltype(word)>;
+    std::atomic_ref<T> w(word);
+    if (w.load(std::memory_order_relaxed) == static_cast<T>(want)) return false;
+    w.store(static_cast<T>(want), std::memory_order_release);
+    return true;
+  };
+  const uint32_t gate = t.gate.effective();
+  if (std::atomic_ref<uint32_t>(cb->gate).load(std::memory_order_relaxed) != gate) {
+    write_gate(cb, gate);
+    bits |= kTamperedGate;
+  }
+  if (keep(cb->mem_quota_bytes, t.granted.quota_bytes) | keep(cb->mem_borrow_bytes, t.granted.borrow_bytes)) {
+    bits |= kTamperedMemory;
+  }
+  if (keep(cb->tenant_class, t.granted.tenant_class) | keep(cb->max_inflight, t.granted.max_inflight) |
+      keep(cb->idle_grace_us, t.granted.idle_grace_us) | keep(cb->tenant_id, t.id)) {
+    bits |= kTamperedAdmission;
+  }
+  bool masks = false;
+  for (uint32_t o = 0; o < GPUOS_MAX_DEVICES; ++o) masks |= keep(cb->space_mask[o], t.space.masks[o]);
+  if (masks) {
+    std::atomic_ref<uint32_t>(cb->space_epoch).fetch_add(1, std::memory_order_release);
+    bits |= kTamperedSpace;
+  }
+  return bits;
+}
+
+std::string tampered_names(uint32_t bits) {
+  std::string out;
+  const char* names[] = {"gate", "memory quota", "admission", "SM masks"};
+  for (int i = 0; i < 4; ++i) {
+    if (bits >> i & 1u) out += (out.empty() ? "" : ", ") + std::string(names[i]);
+  }
+  return out;
 }
 
 bool read_shape_samples(const gpuos_control_block& cb, std::vector<ShapeSamples>* out) {

@@ -43,6 +43,7 @@ Core::Core(CoreOptions opts)
   // A failed time gate's admission settings go with it: the built-in admits with none.
   time_.on_fallback([this] {
     for (auto& [id, t] : tenants_) {
+      t.granted.max_inflight = 0;
       std::atomic_ref<uint32_t>(t.cb->max_inflight).store(0, std::memory_order_relaxed);
       t.gate.policy_gate = GPUOS_GATE_OPEN;
       publish_gate(t);
@@ -183,6 +184,25 @@ Outcome Core::on_register(Connection& conn, const gpuos_msg_register& m) {
     log::warn("refused registration: %s", why);
     return refuse_register(seq, GPUOS_ERR_PERMISSION, why);
   }
+  // One live registration per process: a process is one tenant (a second REGISTER from the same
+  // pid, on another connection, would let it hold many slots and many gates).
+  for (const auto& [id, o] : tenants_) {
+    if (opts_.one_tenant_per_pid && o.pid == m.pid) {
+      std::snprintf(why, sizeof(why), "pid %d is already tenant %u", m.pid, id);
+      log::warn("refused registration: %s", why);
+      return refuse_register(seq, GPUOS_ERR_LIMIT, why);
+    }
+  }
+  if (opts_.max_tenants_per_uid != 0 && !conn.peer.admin) {
+    const auto of_uid = std::count_if(tenants_.begin(), tenants_.end(),
+                                      [&](const auto& e) { return e.second.uid == conn.peer.uid; });
+    if (static_cast<uint32_t>(of_uid) >= opts_.max_tenants_per_uid) {
+      std::snprintf(why, sizeof(why), "uid %u has %u live tenants (max_per_uid = %u)",
+                    static_cast<unsigned>(conn.peer.uid), opts_.max_tenants_per_uid, opts_.max_tenants_per_uid);
+      log::warn("refused registration of pid %d: %s", m.pid, why);
+      return refuse_register(seq, GPUOS_ERR_LIMIT, why);
+    }
+  }
   if (tenants_.size() >= opts_.max_tenants) {
     std::snprintf(why, sizeof(why), "tenant table full (max_tenants = %u)", opts_.max_tenants);
     log::warn("refused registration of pid %d: %s", m.pid, why);
@@ -263,6 +283,7 @@ Outcome Core::on_register(Connection& conn, const gpuos_msg_register& m) {
     log::error("registration of pid %d: %s", m.pid, why);
     return refuse_register(seq, GPUOS_ERR_INTERNAL, why);
   }
+  t.granted = Granted{t.tenant_class, adm.mem_quota_bytes, adm.mem_borrow_bytes, adm.max_inflight, adm.idle_grace_us};
   std::atomic_ref<uint32_t>(t.cb->max_inflight).store(adm.max_inflight, std::memory_order_relaxed);
   std::atomic_ref<uint32_t>(t.cb->idle_grace_us).store(adm.idle_grace_us, std::memory_order_relaxed);
   std::atomic_ref<uint64_t>(t.cb->mem_borrow_bytes).store(adm.mem_borrow_bytes, std::memory_order_relaxed);
@@ -384,6 +405,7 @@ Outcome Core::on_activity(Connection& conn, const gpuos_msg_activity& m) {
   auto it = tenants_.find(conn.tenant_id);
   if (it == tenants_.end()) return Outcome{};  // cannot happen: connection_closed clears tenant_id
   const uint64_t now = now_mono_ns();
+  check_granted_words(it->second);
   observe_busy(it->second, now);
   observe_gpus(now);
   const Tenant& t = it->second;
@@ -447,8 +469,24 @@ void Core::shutdown() {
   }
 }
 
+void Core::check_granted_words(Tenant& t) {
+  const uint32_t bits = restore_granted_words(t);
+  if (bits == 0) return;
+  ++t.violations;
+  ++stats_.violations;
+  if ((bits & ~t.violations_logged) != 0) {  // one line per kind of change and tenant
+    t.violations_logged |= bits;
+    log::warn("tenant %u (pid %d uid %u, \"%s\") changed words gpuosd owns in its control block (%s): put back; "
+              "counted in gpuos_tenant_violations_total",
+              t.id, static_cast<int>(t.pid), static_cast<unsigned>(t.uid), t.name, tampered_names(bits).c_str());
+  }
+}
+
 void Core::tick(uint64_t now_mono_ns) {
-  for (auto& [id, t] : tenants_) observe_busy(t, now_mono_ns);
+  for (auto& [id, t] : tenants_) {
+    check_granted_words(t);
+    observe_busy(t, now_mono_ns);
+  }
   observe_gpus(now_mono_ns);
   run_time_gate(slots::Event::kTick, 0, now_mono_ns);
   run_space(slots::Event::kTick, 0, now_mono_ns);

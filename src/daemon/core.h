@@ -82,6 +82,7 @@ struct CoreStats {
   uint64_t bad_messages = 0;        // malformed (failed validation, unreadable, wrong direction)
   uint64_t tenants_registered = 0;
   uint64_t tenants_exited = 0;
+  uint64_t violations = 0;          // granted control-block words found changed by their tenant
 };
 
 // A live tenant as the metrics endpoint sees it (Core::tenant_stats).
@@ -92,10 +93,17 @@ struct TenantStat {
   uint64_t busy_ns = 0;        // time the busy word was seen 1 (see Core::tenant_stats)
   uint64_t gate_wait_hist[GPUOS_GATE_WAIT_BUCKETS] = {};
   uint64_t mem_used_per_device[GPUOS_MAX_DEVICES] = {};
+  uint64_t violations = 0;     // granted words of its block it changed (put back each time)
 };
 
 struct CoreOptions {
   uint32_t max_tenants = 256;
+  // Live tenants of one non-admin uid at once (0 = no cap): one user cannot fill the table and
+  // lock the others out.
+  uint32_t max_tenants_per_uid = 0;
+  // A second registration from a pid with a live tenant is refused (a process is one tenant). Off
+  // only for tests whose fake tenants all live in the test's own process.
+  bool one_tenant_per_pid = true;
   uint32_t history = 256;
   std::vector<GpuInfo> gpus;
   // The policy of each slot; null: the slot's built-in (policies/builtin).
@@ -196,6 +204,8 @@ class Core final {
   Outcome on_shutdown(Connection& conn, const gpuos_msg_header& h);
   Outcome on_activity(Connection& conn, const gpuos_msg_activity& m);
   Outcome on_swap_pool(Connection& conn, const gpuos_msg_header& h);
+  // Puts back granted words the tenant changed (every ACTIVITY of it and every tick), counts it.
+  void check_granted_words(Tenant& t);
 
   // The slots, each asked with a fresh view and its actions carried out.
   void run_time_gate(slots::Event e, uint32_t tenant_id, uint64_t now);

@@ -26,9 +26,9 @@ gpuos_msg_tenant_info Core::snapshot(const Tenant& t, uint32_t state, uint64_t e
   i.captured_launches = load(cb.captured_launches);
   i.gate_waits = load(cb.gate_waits);
   i.gate_wait_ns = load(cb.gate_wait_ns);
-  i.mem_used_bytes = load(cb.mem_used_bytes);
-  i.mem_peak_bytes = load(cb.mem_peak_bytes);
-  i.mem_quota_bytes = load(cb.mem_quota_bytes);
+  i.mem_used_bytes = gpu_map_.at_most_all(load(cb.mem_used_bytes));  // tenant-written: bounded
+  i.mem_peak_bytes = gpu_map_.at_most_all(load(cb.mem_peak_bytes));
+  i.mem_quota_bytes = t.granted.quota_bytes;  // what gpuosd granted, whatever the word says
   i.alloc_calls = load(cb.alloc_calls);
   i.alloc_failures = load(cb.alloc_failures);
   i.registered_unix_ms = t.registered_unix_ms;
@@ -45,7 +45,7 @@ gpuos_msg_tenant_info Core::snapshot(const Tenant& t, uint32_t state, uint64_t e
   i.max_swap_in_ns = load(cb.max_swap_in_ns);
   i.mem_waits = load(cb.mem_waits);
   i.mem_wait_ns = load(cb.mem_wait_ns);
-  i.mem_borrow_bytes = load(cb.mem_borrow_bytes);
+  i.mem_borrow_bytes = t.granted.borrow_bytes;
   i.mem_imported_bytes = load(cb.mem_imported_bytes);
   copy_name(i.space_domain, sizeof(i.space_domain), t.space.domain);
   const uint32_t home = gpu_map_.home(t);
@@ -102,9 +102,9 @@ Outcome Core::on_list(Connection& conn, const gpuos_msg_list& m) {
     }
   }
   for (const auto& [id, t] : tenants_) {
-    uint32_t gate = std::atomic_ref<uint32_t>(t.cb->gate).load(std::memory_order_acquire);
+    // The gate gpuosd set, not the word the tenant may have rewritten.
     gpuos_msg_tenant_info i =
-        snapshot(t, gate == GPUOS_GATE_OPEN ? GPUOS_TENANT_RUNNING : GPUOS_TENANT_GATED, 0);
+        snapshot(t, t.gate.effective() == GPUOS_GATE_OPEN ? GPUOS_TENANT_RUNNING : GPUOS_TENANT_GATED, 0);
     i.hdr.seq = seq;
     o.replies.push_back(encode(i));
     ++count;
@@ -126,9 +126,9 @@ std::vector<TenantStat> Core::tenant_stats(uint64_t now_mono_ns) {
   out.reserve(tenants_.size());
   for (auto& [id, t] : tenants_) {
     observe_busy(t, now_mono_ns);
-    uint32_t gate = std::atomic_ref<uint32_t>(t.cb->gate).load(std::memory_order_acquire);
     TenantStat st;
-    st.info = snapshot(t, gate == GPUOS_GATE_OPEN ? GPUOS_TENANT_RUNNING : GPUOS_TENANT_GATED, 0);
+    st.info = snapshot(t, t.gate.effective() == GPUOS_GATE_OPEN ? GPUOS_TENANT_RUNNING : GPUOS_TENANT_GATED, 0);
+    st.violations = t.violations;
     st.busy = t.busy.busy;
     st.waiting = load(t.cb->waiting) != 0;
     st.busy_ns = t.busy.busy_ns;

@@ -55,8 +55,8 @@ slots::GateTenant Core::gate_view(const Tenant& t) const {
     v.busy = load(t.cb->busy) != 0;
     v.waiting = load(t.cb->waiting) != 0;
     v.signalled = load(t.cb->signalled) != 0;
-    v.gate = std::atomic_ref<uint32_t>(t.cb->gate).load(std::memory_order_acquire);
   }
+  v.gate = t.gate.effective();  // what gpuosd set (the word is put back if the tenant changed it)
   v.pinned = t.gate.pinned;
   return v;
 }

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <vector>
 
+#include <algorithm>
 #include <atomic>
 
 #include "common/sm_split.h"
@@ -119,7 +120,16 @@ int GpuMap::gpu_of(const Tenant& t, int ordinal) const {
 
 uint64_t GpuMap::used_on(const Tenant& t, uint32_t gpu) const {
   const int o = ordinal_of(t, gpu);
-  return o >= 0 ? load(t.cb->mem_used_per_device[o]) : 0;
+  if (o < 0) return 0;
+  const uint64_t used = load(t.cb->mem_used_per_device[o]);
+  const GpuInfo* g = find(gpu);
+  return g != nullptr && g->total_mem_bytes != 0 ? std::min(used, g->total_mem_bytes) : used;
+}
+
+uint64_t GpuMap::at_most_all(uint64_t bytes) const {
+  uint64_t all = 0;
+  for (const GpuInfo& g : gpus_) all += g.total_mem_bytes;
+  return all != 0 ? std::min(bytes, all) : bytes;
 }
 
 bool GpuMap::launched_on(const Tenant& t, uint32_t gpu) const {

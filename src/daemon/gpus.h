@@ -36,8 +36,11 @@ class GpuMap {
   int ordinal_of(const Tenant& t, uint32_t gpu) const;
   // The GPU index of the tenant's ordinal (-1: none of gpuosd's GPUs).
   int gpu_of(const Tenant& t, int ordinal) const;
-  // The tenant's memory on GPU index `gpu`.
+  // The tenant's memory on GPU index `gpu`, as it reports it, at most the GPU's memory (a tenant
+  // writes the word: a forged value must not poison sums, metrics or decisions).
   uint64_t used_on(const Tenant& t, uint32_t gpu) const;
+  // A byte count the tenant reports, at most the memory of all GPUs (0 GPUs: as is).
+  uint64_t at_most_all(uint64_t bytes) const;
   // Whether a spatial tenant launched on GPU index `gpu` (control block space_devices).
   bool launched_on(const Tenant& t, uint32_t gpu) const;
   // The GPU holding most of the tenant's memory; with none, the first it launched on; else 0.

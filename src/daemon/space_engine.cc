@@ -113,6 +113,7 @@ void SpaceEngine::write_masks(Tenant& t, const slots::SpaceMasks& per_gpu) const
   }
   bool changed = false;
   for (uint32_t o = 0; o < GPUOS_MAX_DEVICES; ++o) {
+    t.space.masks[o] = by_ordinal[o];  // what the tenant must find there (restore_granted_words)
     std::atomic_ref<uint64_t> word(t.cb->space_mask[o]);
     if (word.load(std::memory_order_relaxed) == by_ordinal[o]) continue;
     word.store(by_ordinal[o], std::memory_order_release);

@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -31,6 +32,9 @@ SwapEngine::~SwapEngine() {
 
 gpuos_status SwapEngine::pool_for(const Tenant& t, int* fd_out, uint64_t* bytes) {
   if (!enabled()) return GPUOS_ERR_REFUSED;  // swapping is off: the tenant's memory stays resident
+  // A pool is host memory (it is filled at once): only for a tenant that made its memory movable
+  // (gpuos run --swap sets the word before it asks).
+  if (load(t.cb->swappable) == 0) return GPUOS_ERR_REFUSED;
   Pool& pool = pools_[t.uid];
   if (pool.fd < 0) {
     int fd = memfd_create("gpuos-swap-pool", MFD_CLOEXEC | MFD_ALLOW_SEALING);
@@ -98,6 +102,14 @@ void SwapEngine::refuse_all(std::map<uint32_t, Tenant>& tenants) {
 
 void SwapEngine::tenant_gone(Tenant& gone, std::map<uint32_t, Tenant>& tenants) {
   free_slices(gone);
+  // The uid's last tenant: its pool goes (its host memory is the node's; the next swappable
+  // tenant of the uid gets a new one).
+  const bool last = std::none_of(tenants.begin(), tenants.end(), [&](const auto& e) { return e.second.uid == gone.uid; });
+  if (auto p = pools_.find(gone.uid); last && p != pools_.end()) {
+    close(p->second.fd);
+    pools_.erase(p);
+    log::info("swap pool of uid %u freed (its last tenant exited)", static_cast<unsigned>(gone.uid));
+  }
   for (auto& [oid, o] : tenants) {
     if (load(o.cb->mem_request_seq) != o.swap.room_answered_seq) o.swap.room_made = true;  // its memory is free now
   }
@@ -177,17 +189,19 @@ slots::MemoryView SwapEngine::make_view(std::map<uint32_t, Tenant>& tenants, slo
     if (const int32_t wd = load(cb.mem_wanted_device); s.wants_room && wd >= 0 && wd < GPUOS_MAX_DEVICES) {
       if (const int g = gpus_.gpu_of(t, wd); g >= 0) s.device = static_cast<uint32_t>(g);
     }
-    s.wanted_bytes = load(cb.mem_wanted_bytes);
-    const uint64_t quota = load(cb.mem_quota_bytes);
+    s.wanted_bytes = gpus_.at_most_all(load(cb.mem_wanted_bytes));
+    const uint64_t quota = t.granted.quota_bytes;  // gpuosd's, not the word the tenant can write
     s.room_made = t.swap.room_made;
     s.swap_in_failed = t.swap.swap_in_failed && now < t.swap.swap_in_retry_ns;
-    const uint64_t swapped = load(cb.swapped_bytes);
-    const uint64_t movable = load(cb.swappable_bytes);
-    const uint64_t used = load(cb.mem_used_bytes);
+    // Tenant-written: bounded by the node's memory, so that a forged value cannot look like more
+    // than a GPU can hold.
+    const uint64_t swapped = gpus_.at_most_all(load(cb.swapped_bytes));
+    const uint64_t movable = gpus_.at_most_all(load(cb.swappable_bytes));
+    const uint64_t used = gpus_.at_most_all(load(cb.mem_used_bytes));
     s.movable_bytes = movable > swapped ? movable - swapped : 0;
     s.swapped_bytes = swapped;
     s.resident_bytes = used > swapped ? used - swapped : 0;
-    const uint64_t borrow = load(cb.mem_borrow_bytes);
+    const uint64_t borrow = t.granted.borrow_bytes;
     s.quota_left_bytes = quota > used ? quota - used : 0;
     s.borrowed_bytes = quota != 0 && borrow != 0 && used > quota ? used - quota : 0;
     s.resident_since_ns = t.swap.resident_since_ns;

@@ -36,8 +36,9 @@ class SwapEngine {
   SwapEngine& operator=(const SwapEngine&) = delete;
 
   bool enabled() const { return opts_.pool_bytes != 0; }
-  // SWAP_POOL: the tenant's uid's pool (made at its first request): GPUOS_OK with *fd (borrowed)
-  // and *bytes, or why not.
+  // SWAP_POOL: the tenant's uid's pool (made at its first request, freed with the uid's last
+  // tenant; refused to a tenant that is not swappable): GPUOS_OK with *fd (borrowed) and *bytes,
+  // or why not.
   gpuos_status pool_for(const Tenant& t, int* fd, uint64_t* bytes);
   // Notes the commands carried out since the last look (slices cut to what moved, gates released).
   void note_done(std::map<uint32_t, Tenant>& tenants, uint64_t now);

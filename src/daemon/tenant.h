@@ -28,6 +28,17 @@ struct GateState {
   uint32_t effective() const { return pinned || held ? GPUOS_GATE_CLOSED : policy_gate; }
 };
 
+// What gpuosd granted the tenant: the authoritative values of the control-block words it writes.
+// The tenant can write those words too (the block is one shared page); gpuosd decides on these,
+// and puts the words back when a tenant changed them (restore_granted_words).
+struct Granted {
+  uint32_t tenant_class = 0;
+  uint64_t quota_bytes = 0;   // 0 = unlimited
+  uint64_t borrow_bytes = 0;
+  uint32_t max_inflight = 0;
+  uint32_t idle_grace_us = 0;
+};
+
 // The tenant's device ordinals -> gpuosd's GPUs (from the control block's device_uuid; identity
 // until the tenant published them). Cached: recomputed when device_count changes.
 struct DeviceMap {
@@ -39,6 +50,7 @@ struct DeviceMap {
 struct SpaceState {
   char domain[GPUOS_DOMAIN_MAX] = {};  // "" = none
   uint32_t asked_sms = 0;              // REGISTER space_sms
+  uint64_t masks[GPUOS_MAX_DEVICES] = {};  // the SM masks written, by device ordinal
   uint32_t sized_sms = 0;              // right-sized to this (0 = not sized), for LIST
   uint32_t default_sms = 0;
   double sized_latency = 0;
@@ -78,6 +90,9 @@ struct Tenant {
   int memfd = -1;
   gpuos_control_block* cb = nullptr;
   GateState gate;
+  Granted granted;
+  uint64_t violations = 0;      // times a granted word was found changed by the tenant
+  uint32_t violations_logged = 0;  // kinds of change already logged (one line per kind)
   mutable DeviceMap devices;
   SpaceState space;
   SwapState swap;

@@ -55,6 +55,7 @@ class PriorityDaemon : public ::testing::Test {
     dir = tmpl;
     path = dir + "/gpuosd.sock";
     daemon::CoreOptions co;
+    co.one_tenant_per_pid = false;  // the fake tenants are all this process
     co.time_gate = std::make_unique<PriorityPolicy>(PriorityParams{2, 200, be_slice_ms});
     core = std::make_unique<daemon::Core>(std::move(co));
     daemon::ServerOptions so;

@@ -1,0 +1,220 @@
+// Attacks of a hostile tenant on the core (issue #22), each as the review found it on the driver
+// double: the tenant rewrites words of its control block that gpuosd owns, forges the usage words
+// it writes, registers again and again, or asks for a swap pool it has no use for. Each test failed
+// on the core before the fix.
+#include <gtest/gtest.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+
+#include "common/ipc.h"
+#include "daemon/core.h"
+#include "policies/priority/priority.h"
+#include "policies/swap/swap.h"
+
+namespace gpuos::daemon {
+namespace {
+
+constexpr uint64_t GiB = 1ull << 30;
+
+template <typename T>
+void put(T& word, T value) {
+  std::atomic_ref<T>(word).store(value, std::memory_order_release);
+}
+
+struct Attacker {
+  Connection conn;
+  gpuos_control_block* cb = nullptr;  // the tenant's own, writable mapping
+  uint32_t id = 0;
+};
+
+struct SecurityFixture : ::testing::Test {
+  std::unique_ptr<Core> core;
+  std::vector<Attacker> tenants;
+  uint64_t mono = 1'000'000'000;
+
+  void make_core(CoreOptions o) {
+    o.gpus.push_back(GpuInfo{0, "Sim", "GPU-0", 132, 4 * GiB, {}, 0});
+    o.mono_ns = [this] { return mono; };
+    core = std::make_unique<Core>(std::move(o));
+  }
+  void TearDown() override {
+    for (Attacker& t : tenants) {
+      if (t.cb != nullptr) munmap(t.cb, sizeof(gpuos_control_block));
+    }
+  }
+  Outcome try_register(Connection& c, pid_t pid, uint32_t cls = GPUOS_CLASS_BEST_EFFORT, uint64_t quota = 0) {
+    gpuos_msg_register m{};
+    init_header(&m.hdr, GPUOS_MSG_REGISTER, sizeof(m), 1);
+    m.pid = pid;
+    m.tenant_class = cls;
+    m.weight = 100;
+    m.requested_mem_bytes = quota;
+    copy_name(m.name, sizeof(m.name), "t");
+    return core->handle_message(c, &m, sizeof(m));
+  }
+  std::size_t add(uid_t uid, uint32_t cls = GPUOS_CLASS_BEST_EFFORT, uint64_t quota = 0, bool admin = false) {
+    Attacker t;
+    t.conn.id = tenants.size() + 1;
+    t.conn.peer.pid = 500 + static_cast<pid_t>(tenants.size());
+    t.conn.peer.uid = uid;
+    t.conn.peer.admin = admin;
+    Outcome o = try_register(t.conn, t.conn.peer.pid, cls, quota);
+    EXPECT_NE(o.registered, 0u);
+    t.id = o.registered;
+    void* p = mmap(nullptr, sizeof(gpuos_control_block), PROT_READ | PROT_WRITE, MAP_SHARED, o.replies.at(0).fd, 0);
+    EXPECT_NE(p, MAP_FAILED);
+    t.cb = static_cast<gpuos_control_block*>(p);
+    tenants.push_back(t);
+    return tenants.size() - 1;
+  }
+  void activity(std::size_t i, bool busy) {
+    put(tenants[i].cb->busy, busy ? 1u : 0u);
+    gpuos_msg_activity m{};
+    init_header(&m.hdr, GPUOS_MSG_ACTIVITY, sizeof(m), 2);
+    m.busy = busy;
+    EXPECT_TRUE(core->handle_message(tenants[i].conn, &m, sizeof(m)).replies.empty());
+  }
+  gpuos_msg_tenant_info listed(uint32_t id) {
+    Connection client;
+    client.id = 99;
+    gpuos_msg_list l{};
+    init_header(&l.hdr, GPUOS_MSG_LIST, sizeof(l), 3);
+    for (const Outgoing& o : core->handle_message(client, &l, sizeof(l)).replies) {
+      gpuos_msg_header h;
+      std::memcpy(&h, o.bytes.data(), sizeof(h));
+      if (h.type != GPUOS_MSG_TENANT_INFO) continue;
+      gpuos_msg_tenant_info i;
+      std::memcpy(&i, o.bytes.data(), sizeof(i));
+      if (i.tenant_id == id) return i;
+    }
+    ADD_FAILURE() << "tenant " << id << " not listed";
+    return {};
+  }
+};
+
+// A best-effort tenant opens its own gate beside a busy guaranteed tenant, and one an admin pinned.
+TEST_F(SecurityFixture, AGateWordOpenedByTheTenantIsClosedAgainAndCounted) {
+  CoreOptions o;
+  o.time_gate = std::make_unique<policies::PriorityPolicy>(policies::PriorityParams{});
+  make_core(std::move(o));
+  const std::size_t hp = add(0, GPUOS_CLASS_GUARANTEED, 0, true);
+  const std::size_t be = add(65534);
+  activity(hp, true);
+  ASSERT_EQ(tenants[be].cb->gate, static_cast<uint32_t>(GPUOS_GATE_CLOSED));
+  put(tenants[be].cb->gate, static_cast<uint32_t>(GPUOS_GATE_OPEN));  // the attack
+  activity(be, true);
+  EXPECT_EQ(tenants[be].cb->gate, static_cast<uint32_t>(GPUOS_GATE_CLOSED));
+  EXPECT_EQ(core->stats().violations, 1u);
+  // Pinned by an admin: ps shows the gate gpuosd set, whatever the word says between two looks.
+  ASSERT_EQ(core->admin_set_gate(tenants[be].id, GPUOS_GATE_CLOSED), GPUOS_OK);
+  activity(hp, false);
+  put(tenants[be].cb->gate, static_cast<uint32_t>(GPUOS_GATE_OPEN));
+  EXPECT_EQ(listed(tenants[be].id).state, static_cast<uint32_t>(GPUOS_TENANT_GATED));
+  core->tick(mono);
+  EXPECT_EQ(tenants[be].cb->gate, static_cast<uint32_t>(GPUOS_GATE_CLOSED));
+  EXPECT_EQ(core->stats().violations, 2u);
+  EXPECT_EQ(core->tenant_stats(mono).at(1).violations, 2u);
+}
+
+// A tenant raises its own quota, class and in-flight bound; gpuosd reports and decides on what it
+// granted and puts the words back.
+TEST_F(SecurityFixture, AQuotaRaisedByTheTenantIsPutBack) {
+  CoreOptions o;
+  o.mem_quota_cap_bytes = 64ull << 20;
+  o.time_gate = std::make_unique<policies::PriorityPolicy>(policies::PriorityParams{});
+  make_core(std::move(o));
+  const std::size_t t = add(65534);
+  gpuos_control_block* cb = tenants[t].cb;
+  ASSERT_EQ(cb->mem_quota_bytes, 64ull << 20);
+  ASSERT_EQ(cb->max_inflight, 2u);
+  put(cb->mem_quota_bytes, uint64_t{1} << 40);
+  put(cb->mem_borrow_bytes, uint64_t{1} << 40);
+  put(cb->tenant_class, static_cast<uint32_t>(GPUOS_CLASS_GUARANTEED));
+  put(cb->max_inflight, 0u);
+  EXPECT_EQ(listed(tenants[t].id).mem_quota_bytes, 64ull << 20);  // LIST: the grant, not the word
+  activity(t, true);
+  EXPECT_EQ(cb->mem_quota_bytes, 64ull << 20);
+  EXPECT_EQ(cb->mem_borrow_bytes, 0u);
+  EXPECT_EQ(cb->tenant_class, static_cast<uint32_t>(GPUOS_CLASS_BEST_EFFORT));
+  EXPECT_EQ(cb->max_inflight, 2u);
+  EXPECT_EQ(core->stats().violations, 1u);
+}
+
+// Forged usage words do not poison the GPU's sums (the metric read 18446744073709547528).
+TEST_F(SecurityFixture, ForgedUsageIsBoundedByTheGpu) {
+  make_core(CoreOptions{});
+  const std::size_t a = add(65534);
+  const std::size_t b = add(1000);
+  put(tenants[a].cb->mem_used_per_device[0], ~uint64_t{0} - 4087);
+  put(tenants[a].cb->mem_used_bytes, ~uint64_t{0});
+  put(tenants[b].cb->mem_used_per_device[0], 1 * GiB);
+  EXPECT_EQ(core->gpu_used_bytes(0), 4 * GiB + 1 * GiB);  // each tenant at most the GPU: no wrap-around
+  EXPECT_EQ(listed(tenants[a].id).mem_used_bytes, 4 * GiB);
+}
+
+// One process is one tenant; one user cannot fill the table.
+TEST_F(SecurityFixture, OneTenantPerPidAndACapPerUid) {
+  CoreOptions o;
+  o.max_tenants = 16;
+  o.max_tenants_per_uid = 3;
+  make_core(std::move(o));
+  const std::size_t first = add(65534);
+  Connection again;
+  again.id = 50;
+  again.peer = tenants[first].conn.peer;
+  Outcome r = try_register(again, again.peer.pid);
+  EXPECT_EQ(r.registered, 0u);
+  gpuos_msg_register_reply rep;
+  std::memcpy(&rep, r.replies.at(0).bytes.data(), sizeof(rep));
+  EXPECT_EQ(rep.status, GPUOS_ERR_LIMIT);
+  EXPECT_NE(std::string(rep.text).find("already tenant"), std::string::npos) << rep.text;
+  add(65534);
+  add(65534);
+  Connection fourth;
+  fourth.id = 51;
+  fourth.peer.pid = 900;
+  fourth.peer.uid = 65534;
+  EXPECT_EQ(try_register(fourth, 900).registered, 0u);  // the uid's cap
+  fourth.peer.uid = 1000;
+  EXPECT_NE(try_register(fourth, 900).registered, 0u);  // another user still gets in
+  Connection root;
+  root.id = 52;
+  root.peer.pid = 901;
+  root.peer.uid = 0;
+  root.peer.admin = true;
+  EXPECT_NE(try_register(root, 901).registered, 0u);
+}
+
+// A swap pool is host memory: not for a tenant that cannot swap, and gone with its uid's last tenant.
+TEST_F(SecurityFixture, SwapPoolsOnlyForSwappableTenantsAndFreedWithTheUidsLast) {
+  CoreOptions o;
+  o.memory_policy = std::make_unique<policies::SwapPolicy>();
+  o.swap.pool_bytes = 64ull << 20;
+  o.swap.prefault = false;
+  make_core(std::move(o));
+  const std::size_t a = add(65534);
+  gpuos_msg_header h{};
+  init_header(&h, GPUOS_MSG_SWAP_POOL, sizeof(h), 4);
+  auto pool = [&](std::size_t i) {
+    Outcome r = core->handle_message(tenants[i].conn, &h, sizeof(h));
+    gpuos_msg_swap_pool_reply rep;
+    std::memcpy(&rep, r.replies.at(0).bytes.data(), sizeof(rep));
+    return std::make_pair(rep.status, r.replies.at(0).fd);
+  };
+  EXPECT_EQ(pool(a).first, GPUOS_ERR_REFUSED);  // not swappable
+  put(tenants[a].cb->swappable, 1u);
+  auto [st, fd] = pool(a);
+  ASSERT_EQ(st, GPUOS_OK);
+  ASSERT_GE(fd, 0);
+  ASSERT_NE(fcntl(fd, F_GETFD), -1);
+  core->connection_closed(tenants[a].conn);
+  // gpuosd's fd of the pool (the one it passes) is closed: the memory goes with the last mapping.
+  EXPECT_EQ(fcntl(fd, F_GETFD), -1);
+}
+
+}  // namespace
+}  // namespace gpuos::daemon
