@@ -36,7 +36,9 @@ Core::Core(CoreOptions opts)
       space_("space", std::move(opts_.space_policy), [] { return policies::builtin_space(); }),
       memory_("memory", std::move(opts_.memory_policy), [] { return policies::builtin_memory(); }),
       space_engine_(gpu_map_, opts_.gpus, opts_.space_group_sms),
-      swap_engine_(gpu_map_, opts_.gpus, opts_.swap) {
+      swap_engine_(gpu_map_, opts_.gpus, opts_.swap),
+      ids_(opts_.id_ledger_path, opts_.pid_start_time) {
+  ids_.load();
   time_.set_watchdog(watchdog_.get());
   space_.set_watchdog(watchdog_.get());
   memory_.set_watchdog(watchdog_.get());
@@ -212,8 +214,10 @@ Outcome Core::on_register(Connection& conn, const gpuos_msg_register& m) {
   Tenant t;
   t.id = next_id_;
   // Re-registration after a daemon restart: keep the id the tenant had if this daemon never used
-  // it (not live, not in the history), so ps, metrics and admins keep seeing the same tenant.
+  // it (not live, not in the history), so ps, metrics and admins keep seeing the same tenant; and
+  // only if the ledger says it was this very process's (another user cannot take it).
   if (const uint32_t prev = m.previous_tenant_id; prev != 0 && tenants_.count(prev) == 0 &&
+      ids_.owned_by(prev, conn.peer.uid, m.pid) &&
       std::none_of(history_.begin(), history_.end(), [&](const gpuos_msg_tenant_info& h) { return h.tenant_id == prev; }) &&
       prev >= next_id_ && prev < 0x80000000u) {  // (bounded: a lying tenant cannot wrap the ids)
     t.id = prev;
@@ -321,6 +325,7 @@ Outcome Core::on_register(Connection& conn, const gpuos_msg_register& m) {
             gate == GPUOS_GATE_OPEN ? "open" : "closed", adm.max_inflight, adm.idle_grace_us,
             t.in_domain() ? " space_domain " : "", t.space.domain);
   tenants_.emplace(t.id, t);
+  ids_.record(t.id, t.uid, t.pid);
   const uint64_t now = now_mono_ns();
   time_.run("on_admitted", [&](slots::TimeGate& p) { p.on_admitted(t.id); });
   space_.run("on_admitted", [&](slots::SpacePolicy& p) { p.on_admitted(t.id); });
@@ -434,6 +439,7 @@ void Core::connection_closed(Connection& conn) {
     while (history_.size() > opts_.history) history_.pop_front();
   }
   swap_engine_.tenant_gone(t, tenants_);
+  ids_.forget(t.id);
   char space[96] = "";  // placed launches, and those that followed the one before directly (spatial.h)
   if (fin.space_launches != 0) {
     std::snprintf(space, sizeof space, " space_launches %llu space_joins_skipped %llu",

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "daemon/gpus.h"
+#include "daemon/id_ledger.h"
 #include "daemon/slot_runner.h"
 #include "daemon/space_engine.h"
 #include "daemon/swap_engine.h"
@@ -104,6 +105,11 @@ struct CoreOptions {
   // A second registration from a pid with a live tenant is refused (a process is one tenant). Off
   // only for tests whose fake tenants all live in the test's own process.
   bool one_tenant_per_pid = true;
+  // Where gpuosd keeps which process had which tenant id (id_ledger.h), so that a tenant
+  // re-registering after a restart gets its id back and nobody else can take it. "": no ledger, a
+  // previous id is never honoured. pid_start_time: null = /proc (injectable for tests).
+  std::string id_ledger_path;
+  std::function<uint64_t(pid_t)> pid_start_time;
   uint32_t history = 256;
   std::vector<GpuInfo> gpus;
   // The policy of each slot; null: the slot's built-in (policies/builtin).
@@ -229,6 +235,7 @@ class Core final {
   SlotRunner<slots::MemoryPolicy> memory_;
   SpaceEngine space_engine_;
   SwapEngine swap_engine_;
+  IdLedger ids_;
   uint32_t next_id_ = 1;
   uint64_t gate_tick_at_ns_ = 0;    // the time gate's next_tick_ns
   uint64_t space_replan_at_ns_ = 0; // the space slot's next_ns

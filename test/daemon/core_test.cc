@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <fstream>
 #include <map>
 #include <random>
 #include <stdexcept>
@@ -700,24 +701,89 @@ TEST(MemoryQuotaCap, BorrowIsOnTopOfTheQuotaAndWithinTheCap) {
   }
 }
 
-// After a daemon restart a tenant asks for the id it had; it gets it unless that would reuse an id.
-TEST(Adoption, ReRegistrationKeepsItsIdWhenUnused) {
-  CoreOptions o;
-  o.unix_ms = [] { return uint64_t{1700000000000}; };
-  Core core(std::move(o));
-  auto reg = [&](pid_t pid, uint32_t prev) {
+// After a daemon restart a tenant asks for the id it had; it gets it if the ledger the previous
+// daemon left says the id was this very process's, and unless that would reuse an id.
+struct Adoption : ::testing::Test {
+  char dir[64] = "/tmp/gpuos-ledger-XXXXXX";
+  std::string path;
+  void SetUp() override {
+    ASSERT_NE(mkdtemp(dir), nullptr);
+    path = std::string(dir) + "/tenant-ids";
+  }
+  void TearDown() override {
+    unlink(path.c_str());
+    rmdir(dir);
+  }
+  // Processes' start times: pid * 10 (pid 999: a process started after the ledger was written).
+  static uint64_t start_of(pid_t pid) { return pid == 999 ? 1 : static_cast<uint64_t>(pid) * 10; }
+  std::unique_ptr<Core> restart() {
+    CoreOptions o;
+    o.unix_ms = [] { return uint64_t{1700000000000}; };
+    o.id_ledger_path = path;
+    o.pid_start_time = start_of;
+    return std::make_unique<Core>(std::move(o));
+  }
+  static uint32_t reg(Core& core, pid_t pid, uint32_t prev, uid_t uid = 1000) {
     Connection conn;
     conn.id = 100 + pid;
     conn.peer.pid = pid;
+    conn.peer.uid = uid;
     auto m = make_register(pid);
     m.previous_tenant_id = prev;
     return core.handle_message(conn, &m, sizeof(m)).registered;
-  };
-  EXPECT_EQ(reg(501, 5), 5u);            // fresh daemon: the old id is free
-  EXPECT_EQ(reg(502, 0), 6u);            // new tenants continue after it
-  EXPECT_EQ(reg(503, 5), 7u);            // taken (live): a new id
-  EXPECT_EQ(reg(504, 2), 8u);            // below the ids handed out: never reused
-  EXPECT_EQ(reg(505, 0xfffffff0u), 9u);  // absurd ids are not honoured (no wrap-around)
+  }
+};
+
+TEST_F(Adoption, ReRegistrationKeepsItsIdWhenUnused) {
+  {
+    std::ofstream f(path);
+    f << "5 1000 501 5010\n9 1000 509 5090\n12 1000 999 77\nnot a line\n";
+  }
+  auto core = restart();
+  EXPECT_EQ(reg(*core, 501, 5), 5u);            // its own id, free on the fresh daemon
+  EXPECT_EQ(reg(*core, 502, 0), 6u);            // new tenants continue after it
+  EXPECT_EQ(reg(*core, 503, 5), 7u);            // taken (live): a new id
+  EXPECT_EQ(reg(*core, 504, 2), 8u);            // not its own (and below the ids handed out)
+  EXPECT_EQ(reg(*core, 505, 0xfffffff0u), 9u);  // absurd ids are not honoured
+  EXPECT_EQ(reg(*core, 999, 12), 10u);          // pid 999 is another process now (start time)
+}
+
+TEST_F(Adoption, AnotherUserCannotTakeAnId) {
+  {
+    std::ofstream f(path);
+    f << "40 1000 501 5010\n";
+  }
+  auto core = restart();
+  EXPECT_NE(reg(*core, 601, 40, 65534), 40u);  // the attacker asks first: not its id
+  EXPECT_NE(reg(*core, 501, 40, 65534), 40u);  // ... not even with the victim's pid (wrong uid)
+}
+
+TEST_F(Adoption, TheLedgerFollowsRegistrationsAndExits) {
+  auto core = restart();
+  Connection conn;
+  conn.id = 1;
+  conn.peer.pid = 700;
+  conn.peer.uid = 1000;
+  auto m = make_register(700);
+  const uint32_t id = core->handle_message(conn, &m, sizeof(m)).registered;
+  ASSERT_NE(id, 0u);
+  {
+    std::ifstream f(path);
+    std::string line;
+    ASSERT_TRUE(std::getline(f, line));
+    EXPECT_EQ(line, std::to_string(id) + " 1000 700 7000");
+  }
+  auto again = restart();  // a restart while it lives: it gets its id back
+  EXPECT_EQ(reg(*again, 700, id), id);
+  core->connection_closed(conn);
+  std::ifstream f(path);
+  std::string line;
+  EXPECT_FALSE(std::getline(f, line)) << line;  // it exited: forgotten
+}
+
+TEST(ProcessStartTime, OfThisProcessAndOfNone) {
+  EXPECT_GT(process_start_time(getpid()), 0u);
+  EXPECT_EQ(process_start_time(-1), 0u);
 }
 
 }  // namespace

@@ -1,0 +1,47 @@
+// Which process had which tenant id, kept across gpuosd restarts: a tenant re-registering after a
+// restart asks for the id it had (REGISTER previous_tenant_id), and gets it only if the ledger
+// says that id was its own: same uid, same pid, same process start time (so a pid reused by
+// another process, or another user's process, cannot take it). The file lives in gpuosd's socket
+// directory, which only gpuosd's user may write; it is rewritten whole (temp file + rename) at
+// every registration and exit. Lines: "<id> <uid> <pid> <start time in clock ticks>".
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+
+namespace gpuos::daemon {
+
+// The start time of a live process (field 22 of /proc/<pid>/stat, clock ticks since boot); 0 if it
+// does not exist.
+uint64_t process_start_time(pid_t pid);
+
+class IdLedger {
+ public:
+  struct Entry {
+    uid_t uid = 0;
+    pid_t pid = 0;
+    uint64_t start = 0;
+  };
+  // path "": nothing is kept (no id is ever honoured). start_time null: process_start_time.
+  IdLedger(std::string path, std::function<uint64_t(pid_t)> start_time);
+  // Reads the file, keeping the entries whose process still runs (same pid and start time). A
+  // missing file is an empty ledger; a malformed line is skipped.
+  void load();
+  // Whether `id` was this process's (uid, pid and its start time now).
+  bool owned_by(uint32_t id, uid_t uid, pid_t pid) const;
+  void record(uint32_t id, uid_t uid, pid_t pid);
+  void forget(uint32_t id);
+  const std::map<uint32_t, Entry>& entries() const { return entries_; }
+
+ private:
+  void save() const;
+  std::string path_;
+  std::function<uint64_t(pid_t)> start_time_;
+  std::map<uint32_t, Entry> entries_;
+};
+
+}  // namespace gpuos::daemon
