@@ -13,7 +13,9 @@
 //     kind 7    the connection's tenant writes its words (next byte): bit 0 busy, bit 1 waiting;
 //               bit 2 it is swappable with (next byte) MiB of movable memory; bit 3 it asks for
 //               room; bit 4 it carries out the pending swap command (bit 5: and fails it); bits
-//               6-7 the GPU (its memory on GPU bit 6; the waiting allocation's GPU 0-3)
+//               6 the GPU of its memory; bits 6-7 the waiting allocation's GPU 0-3; bit 7 also: a
+//               hostile write (2 bytes offset, 1 byte length 0..32, the bytes) anywhere in its
+//               block, then a tick: every word gpuosd owns must be back
 // Connections: 0 an ordinary local user (pid 100, uid 1000), 1 a tenant registered before the
 // input starts (pid 200), 2 an unregistered process that may register (pid 300, uid 1001), 3 an
 // admin (pid 1, uid 0). The outcome is applied as the server would: close -> connection_closed,
@@ -22,7 +24,8 @@
 // Checked on every input beyond "no crash, no leak, no UB" (ASan/UBSan/LSan): every reply is a
 // message that validate_message accepts, of a type the daemon may send; a passed fd is open; the
 // tenant table respects max_tenants and the history its size; a connection's tenant is live; every
-// message except an accepted ACTIVITY gets a reply; and no file descriptor outlives the Core.
+// message except an accepted ACTIVITY gets a reply; words gpuosd owns that a tenant overwrote are
+// back after a tick; and no file descriptor outlives the Core.
 #include <errno.h>
 #include <fcntl.h>
 #include <unistd.h>
@@ -258,8 +261,29 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
             u64(cb->swapped_bytes).store(swapped);
             u32(cb->swap_done_seq).store(u32(cb->swap_command_seq).load());
           }
-          // The daemon never opens a held gate: a tenant whose memory is not all back is gated.
-          if (u32(cb->swap_state).load() != GPUOS_SWAP_RESIDENT) {
+          if (v & 128u) {
+            // A hostile tenant writes anything anywhere in its block (the page is writable), words
+            // gpuosd owns included: up to 32 bytes at an offset, then gpuosd looks (a tick).
+            std::size_t off = 0, n = 0;
+            if (left >= 3) {
+              off = (static_cast<std::size_t>(p[0]) | static_cast<std::size_t>(p[1]) << 8) % sizeof(gpuos_control_block);
+              n = std::min<std::size_t>({p[2] % 33u, sizeof(gpuos_control_block) - off, left - 3});
+              p += 3;
+              left -= 3;
+            }
+            std::memcpy(reinterpret_cast<uint8_t*>(cb) + off, p, n);
+            p += n;
+            left -= n;
+            core.tick(mono);
+            // Every granted word is back: the gate and the quota are what gpuosd reports.
+            for (const TenantStat& st : core.tenant_stats(mono)) {
+              const gpuos_control_block* b = core.control_block(st.info.tenant_id);
+              FUZZ_CHECK(b->mem_quota_bytes == st.info.mem_quota_bytes);
+              FUZZ_CHECK((b->gate == GPUOS_GATE_OPEN) == (st.info.state == GPUOS_TENANT_RUNNING));
+              FUZZ_CHECK(b->tenant_id == st.info.tenant_id);
+            }
+          } else if (u32(cb->swap_state).load() != GPUOS_SWAP_RESIDENT) {
+            // The daemon never opens a held gate: a tenant whose memory is not all back is gated.
             FUZZ_CHECK(u32(cb->gate).load() == GPUOS_GATE_CLOSED);
           }
         }
