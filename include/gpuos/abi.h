@@ -68,6 +68,9 @@ typedef struct gpuos_shape_latency {
   gpuos_latency_point points[GPUOS_SPACE_POINTS];
 } gpuos_shape_latency;
 
+/* How long a closed gate holds without a heartbeat from gpuosd (daemon_heartbeat_ns). */
+#define GPUOS_GATE_LEASE_NS 5000000000ull
+
 typedef struct gpuos_control_block {
   /* constant after creation (written by gpuosd before the fd is sent) */
   uint32_t magic;
@@ -88,7 +91,11 @@ typedef struct gpuos_control_block {
                                closed gate drains fast); 0 = unbounded */
   uint32_t idle_grace_us;   /* the tenant reports idle only after its work has finished and no new
                                work came for this long (bridges host gaps between steps) */
-  uint8_t pad1[32];
+  uint64_t daemon_heartbeat_ns; /* CLOCK_MONOTONIC of gpuosd's last look (every tick, 100 ms): a
+                               closed gate is a lease that ends GPUOS_GATE_LEASE_NS after it, so a
+                               stopped or hung gpuosd cannot hold a tenant forever; 0 = no lease
+                               (a daemon of before the lease) */
+  uint8_t pad1[24];
 
   /* written by the tenant, read by gpuosd (atomics, monotonic unless stated) */
   uint64_t launches;          /* kernel launches submitted to the GPU (not captured ones) */

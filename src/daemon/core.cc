@@ -297,6 +297,8 @@ Outcome Core::on_register(Connection& conn, const gpuos_msg_register& m) {
   }
   t.memfd = fd;
   t.gate.policy_gate = gate;
+  // Its lease starts now (a gate closed at admission holds until the next heartbeat is due).
+  std::atomic_ref<uint64_t>(t.cb->daemon_heartbeat_ns).store(now_mono_ns(), std::memory_order_release);
   t.registered_unix_ms = now_ms();
   t.busy.obs_ns = now_mono_ns();
   t.swap.resident_since_ns = t.busy.obs_ns;
@@ -475,9 +477,9 @@ void Core::shutdown() {
   }
 }
 
-void Core::check_granted_words(Tenant& t) {
+void Core::check_granted_words(Tenant& t, bool count) {
   const uint32_t bits = restore_granted_words(t);
-  if (bits == 0) return;
+  if (bits == 0 || !count) return;
   ++t.violations;
   ++stats_.violations;
   if ((bits & ~t.violations_logged) != 0) {  // one line per kind of change and tenant
@@ -489,10 +491,15 @@ void Core::check_granted_words(Tenant& t) {
 }
 
 void Core::tick(uint64_t now_mono_ns) {
+  // Back from a stall longer than a lease (SIGSTOP, a hung hook): gated tenants opened their gates
+  // themselves, as they may (GPUOS_GATE_LEASE_NS); the words are put back, not counted against them.
+  const bool lease_lapsed = heartbeat_ns_ != 0 && now_mono_ns > heartbeat_ns_ + GPUOS_GATE_LEASE_NS;
   for (auto& [id, t] : tenants_) {
-    check_granted_words(t);
+    check_granted_words(t, !lease_lapsed);
     observe_busy(t, now_mono_ns);
+    std::atomic_ref<uint64_t>(t.cb->daemon_heartbeat_ns).store(now_mono_ns, std::memory_order_release);
   }
+  heartbeat_ns_ = now_mono_ns;
   observe_gpus(now_mono_ns);
   run_time_gate(slots::Event::kTick, 0, now_mono_ns);
   run_space(slots::Event::kTick, 0, now_mono_ns);

@@ -210,8 +210,9 @@ class Core final {
   Outcome on_shutdown(Connection& conn, const gpuos_msg_header& h);
   Outcome on_activity(Connection& conn, const gpuos_msg_activity& m);
   Outcome on_swap_pool(Connection& conn, const gpuos_msg_header& h);
-  // Puts back granted words the tenant changed (every ACTIVITY of it and every tick), counts it.
-  void check_granted_words(Tenant& t);
+  // Puts back granted words the tenant changed (every ACTIVITY of it and every tick), counts it
+  // unless `count` is false.
+  void check_granted_words(Tenant& t, bool count = true);
 
   // The slots, each asked with a fresh view and its actions carried out.
   void run_time_gate(slots::Event e, uint32_t tenant_id, uint64_t now);
@@ -239,6 +240,7 @@ class Core final {
   uint32_t next_id_ = 1;
   uint64_t gate_tick_at_ns_ = 0;    // the time gate's next_tick_ns
   uint64_t space_replan_at_ns_ = 0; // the space slot's next_ns
+  uint64_t heartbeat_ns_ = 0;       // when the last tick wrote the tenants' heartbeats
   std::map<uint32_t, Tenant> tenants_;  // live tenants by id
   std::deque<gpuos_msg_tenant_info> history_;
   CoreStats stats_;

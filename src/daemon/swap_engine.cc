@@ -118,6 +118,17 @@ void SwapEngine::tenant_gone(Tenant& gone, std::map<uint32_t, Tenant>& tenants) 
 void SwapEngine::note_done(std::map<uint32_t, Tenant>& tenants, uint64_t now) {
   for (auto& [id, t] : tenants) {
     SwapState& s = t.swap;
+    if (s.cmd == GPUOS_SWAP_NONE && t.gate.held && load(t.cb->swap_state) == GPUOS_SWAP_RESIDENT &&
+        load(t.cb->swapped_bytes) == 0) {
+      // It brought its memory back itself: gpuosd had stopped renewing its lease (a stall longer
+      // than GPUOS_GATE_LEASE_NS) and it went on, as it may. Nothing of it is out any more.
+      log::info("tenant %u swapped itself back in while gpuosd was not looking; its gate is released", t.id);
+      free_slices(t);
+      s.resident_since_ns = now;
+      t.gate.held = false;
+      publish_gate(t);
+      continue;
+    }
     if (s.cmd == GPUOS_SWAP_NONE || load(t.cb->swap_done_seq) != load(t.cb->swap_command_seq)) continue;
     const uint32_t state = load(t.cb->swap_state);
     if (s.cmd == GPUOS_SWAP_OUT) {

@@ -432,11 +432,18 @@ void wait_at_gate(gpuos_control_block* cb) {
   std::atomic_ref<uint32_t> waiting(cb->waiting);
   waiting.store(1, std::memory_order_relaxed);
   notify_activity(cb);  // a waiting tenant is runnable: the policy may grant it time
+  std::atomic_ref<uint64_t> heartbeat(cb->daemon_heartbeat_ns);
   while (gate.load(std::memory_order_acquire) != GPUOS_GATE_OPEN) {
-    if (alive.load(std::memory_order_relaxed) == 0 || daemon_connection_lost()) {
+    // A closed gate is a lease: a gpuosd that stopped looking (SIGSTOP, hung) for longer than
+    // GPUOS_GATE_LEASE_NS no longer holds this tenant (0: a daemon without leases).
+    const uint64_t hb = heartbeat.load(std::memory_order_acquire);
+    const bool lapsed = hb != 0 && monotonic_ns() > hb + GPUOS_GATE_LEASE_NS;
+    if (alive.load(std::memory_order_relaxed) == 0 || lapsed || daemon_connection_lost()) {
       // Swapped-out memory comes back first; if there is no room for it yet, keep waiting.
       if (swap_in_locally(cb)) {
-        log(LogLevel::kWarn, "gpuosd is gone while this tenant's gate is closed; continuing");
+        log(LogLevel::kWarn, lapsed ? "gpuosd has not renewed this tenant's closed gate for %.0f s; continuing"
+                                    : "gpuosd is gone while this tenant's gate is closed; continuing",
+            GPUOS_GATE_LEASE_NS / 1e9);
         gate.store(GPUOS_GATE_OPEN, std::memory_order_release);
         break;
       }

@@ -373,6 +373,35 @@ class PriorityPolicy(unittest.TestCase):
                     p.wait()
 
 
+    def test_a_stopped_daemon_cannot_hold_a_gated_tenant(self):
+        # HP busy far longer than the test; BE waits at its closed gate; gpuosd is SIGSTOPped (it
+        # keeps its socket open, so BE does not see it gone). The closed gate is a lease of
+        # GPUOS_GATE_LEASE_NS (5 s) from gpuosd's last heartbeat: BE goes on and finishes. Without
+        # the lease it would wait until the daemon came back.
+        be = self.synth("be", "best-effort", 2_000_000, 300)
+        hp = None
+        stopped = False
+        try:
+            wait_for(lambda: self.launches(be.pid) > 5, what="BE to run")
+            hp = self.synth("hp", "guaranteed", 400_000_000, 500)  # 0.4 s kernels for 200 s
+            wait_for(lambda: self.launches(hp.pid) >= 2, what="HP to start its kernels")
+            wait_for(lambda: (self.d.tenant(be.pid) or {}).get("state") == "gated", what="BE gated")
+            self.d.proc.send_signal(signal.SIGSTOP)
+            stopped = True
+            out, err = be.communicate(timeout=90)
+            self.assertEqual(be.returncode, 0, err)
+            self.assertTrue(json.loads(out.strip().splitlines()[-1])["verified"])
+            self.assertIn("has not renewed this tenant's closed gate", err)
+            self.assertIsNone(hp.poll(), "HP should still be running (the test would prove nothing)")
+        finally:
+            if stopped:
+                self.d.proc.send_signal(signal.SIGCONT)
+            for p in (be, hp):
+                if p is not None and p.poll() is None:
+                    p.kill()
+                    p.wait()
+
+
 class Swap(unittest.TestCase):
     """[memory] swap_pool: two swappable tenants that do not fit together take turns on the GPU.
 
