@@ -12,28 +12,21 @@
 
 #include "common/ipc.h"
 #include "daemon/core.h"
+#include "tenant_side.h"
 #include "policies/priority/priority.h"
 #include "policies/swap/swap.h"
 
 namespace gpuos::daemon {
 namespace {
 
-constexpr uint64_t GiB = 1ull << 30;
-
-template <typename T>
-void put(T& word, T value) {
-  std::atomic_ref<T>(word).store(value, std::memory_order_release);
-}
-
-struct Attacker {
-  Connection conn;
-  gpuos_control_block* cb = nullptr;  // the tenant's own, writable mapping
-  uint32_t id = 0;
-};
+using tenant_side::GiB;
+using tenant_side::map_block;
+using tenant_side::put;
+using tenant_side::TenantSide;
 
 struct SecurityFixture : ::testing::Test {
   std::unique_ptr<Core> core;
-  std::vector<Attacker> tenants;
+  std::vector<TenantSide> tenants;
   uint64_t mono = 1'000'000'000;
 
   void make_core(CoreOptions o) {
@@ -42,7 +35,7 @@ struct SecurityFixture : ::testing::Test {
     core = std::make_unique<Core>(std::move(o));
   }
   void TearDown() override {
-    for (Attacker& t : tenants) {
+    for (TenantSide& t : tenants) {
       if (t.cb != nullptr) munmap(t.cb, sizeof(gpuos_control_block));
     }
   }
@@ -57,7 +50,7 @@ struct SecurityFixture : ::testing::Test {
     return core->handle_message(c, &m, sizeof(m));
   }
   std::size_t add(uid_t uid, uint32_t cls = GPUOS_CLASS_BEST_EFFORT, uint64_t quota = 0, bool admin = false) {
-    Attacker t;
+    TenantSide t;
     t.conn.id = tenants.size() + 1;
     t.conn.peer.pid = 500 + static_cast<pid_t>(tenants.size());
     t.conn.peer.uid = uid;
@@ -65,9 +58,8 @@ struct SecurityFixture : ::testing::Test {
     Outcome o = try_register(t.conn, t.conn.peer.pid, cls, quota);
     EXPECT_NE(o.registered, 0u);
     t.id = o.registered;
-    void* p = mmap(nullptr, sizeof(gpuos_control_block), PROT_READ | PROT_WRITE, MAP_SHARED, o.replies.at(0).fd, 0);
-    EXPECT_NE(p, MAP_FAILED);
-    t.cb = static_cast<gpuos_control_block*>(p);
+    t.cb = map_block(o);
+    EXPECT_NE(t.cb, nullptr);
     tenants.push_back(t);
     return tenants.size() - 1;
   }

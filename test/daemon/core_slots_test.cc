@@ -14,28 +14,22 @@
 
 #include "common/ipc.h"
 #include "daemon/core.h"
+#include "tenant_side.h"
 #include "policies/partition/partition.h"
 #include "policies/swap/swap.h"
 
 namespace gpuos::daemon {
 namespace {
 
-constexpr uint64_t GiB = 1ull << 30;
-
-template <typename T>
-void put(T& word, T value) {
-  std::atomic_ref<T>(word).store(value, std::memory_order_release);
-}
-
-struct Tenant_ {
-  Connection conn;
-  gpuos_control_block* cb = nullptr;
-};
+using tenant_side::GiB;
+using tenant_side::map_block;
+using tenant_side::put;
+using tenant_side::TenantSide;
 
 struct SlotsFixture : ::testing::Test {
   std::unique_ptr<Core> core;
   uint64_t mono = 1'000'000'000;
-  std::vector<Tenant_> tenants;
+  std::vector<TenantSide> tenants;
 
   void make_core(CoreOptions o) {
     o.gpus.push_back(GpuInfo{0, "Sim", "GPU-0", 132, 4 * GiB, {}, 0});
@@ -44,13 +38,13 @@ struct SlotsFixture : ::testing::Test {
     core = std::make_unique<Core>(std::move(o));
   }
   void TearDown() override {
-    for (Tenant_& t : tenants) {
+    for (TenantSide& t : tenants) {
       if (t.cb != nullptr) munmap(t.cb, sizeof(gpuos_control_block));
     }
   }
   // Registers tenant i (pid 100 + i); returns its index.
   std::size_t add(uint32_t cls, const char* domain = "") {
-    Tenant_ t;
+    TenantSide t;
     t.conn.id = tenants.size() + 1;
     t.conn.peer.pid = 100 + static_cast<pid_t>(tenants.size());
     t.conn.peer.uid = 1000;
@@ -63,9 +57,8 @@ struct SlotsFixture : ::testing::Test {
     copy_name(m.space_domain, sizeof(m.space_domain), domain);
     Outcome o = core->handle_message(t.conn, &m, sizeof(m));
     EXPECT_NE(o.registered, 0u);
-    void* p = mmap(nullptr, sizeof(gpuos_control_block), PROT_READ | PROT_WRITE, MAP_SHARED, o.replies.at(0).fd, 0);
-    EXPECT_NE(p, MAP_FAILED);
-    t.cb = static_cast<gpuos_control_block*>(p);
+    t.cb = map_block(o);
+    EXPECT_NE(t.cb, nullptr);
     tenants.push_back(t);
     return tenants.size() - 1;
   }
@@ -175,7 +168,7 @@ TEST_F(SlotsFixture, ASpacePolicyThatThrowsOrNamesAStrangerFallsBack) {
     activity(a, true);
     EXPECT_EQ(core->space_failures(), 1u) << variant;
     EXPECT_STREQ(core->space_policy().name(), "unconfined");
-    for (Tenant_& t : tenants) munmap(t.cb, sizeof(gpuos_control_block));
+    for (TenantSide& t : tenants) munmap(t.cb, sizeof(gpuos_control_block));
     tenants.clear();
   }
 }
