@@ -201,6 +201,11 @@ DD_API cuDeviceGetAttribute(int* pi, CUdevice_attribute attrib, CUdevice dev) {
     case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED:
     case CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY: v = 1; break;
     case CU_DEVICE_ATTRIBUTE_COMPUTE_MODE: v = CU_COMPUTEMODE_DEFAULT; break;
+    // As the H200 reports them; cuMemAllocPitch pads rows to TEXTURE_ALIGNMENT (512), not to
+    // TEXTURE_PITCH_ALIGNMENT (32, what pitch-linear textures need).
+    case CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT: v = 512; break;
+    case CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT: v = 32; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_PITCH: v = 2147483647; break;
     default:
       if (attrib < 0 || attrib >= CU_DEVICE_ATTRIBUTE_MAX) return CUDA_ERROR_INVALID_VALUE;
       v = 0;

@@ -1,6 +1,9 @@
 // Graphs: built by stream capture or cuGraphAddKernelNode, replayed by cuGraphLaunch as one unit
 // of stream work. Nodes run in insertion order (a valid topological order, since a node's
-// dependencies must exist before it is added); independent branches are not run concurrently.
+// dependencies must exist before it is added), a child graph's in its node's place; independent
+// branches are not run concurrently.
+#include <algorithm>
+
 #include "driver_double/internal.h"
 
 namespace dd {
@@ -14,26 +17,114 @@ Registry<Graph>& graphs() {
 struct GraphExec {
   Context* ctx = nullptr;
   std::vector<GraphNode> nodes;  // a snapshot: later edits of the graph do not affect it
+  uint64_t id = 0;               // unique: a graph with memory nodes names its one exec by it
+  Graph* graph = nullptr;        // instantiated from (it may be destroyed first)
+  GraphExecMemPtr mem;           // graph memory it maps and allocates
 };
 Registry<GraphExec>& execs() {
   static auto* r = new Registry<GraphExec>();
   return *r;
 }
 
-CUresult instantiate(CUgraphExec* out, CUgraph hgraph) {
+bool is_mem_node(const GraphNode& n) {
+  return n.type == GraphNode::Type::kMemAlloc || n.type == GraphNode::Type::kMemFree;
+}
+
+uint64_t round_up(uint64_t x, uint64_t to) { return (x + to - 1) / to * to; }
+
+// What an exec runs of g: its nodes, each child graph's in its node's place (under g's lock, then
+// the child's). Adds to need what the graph memory pool maps for them (internal.h): each graph's
+// allocations in whole chunks, a child graph that allocates one chunk more. Returns the devices
+// g's subtree allocates on.
+uint32_t flatten(Graph* g, bool child, std::vector<GraphNode>* out, uint64_t (&need)[kMaxDevices]) {
+  std::lock_guard<std::mutex> l(g->mu);
+  uint64_t pages[kMaxDevices] = {};
+  uint32_t allocates = 0;
+  for (auto& n : g->nodes) {
+    if (n->type == GraphNode::Type::kGraph) {
+      allocates |= flatten(n->child, true, out, need);
+      continue;
+    }
+    if (n->type == GraphNode::Type::kMemAlloc) {
+      pages[n->dev] += round_up(n->bytes, kGraphPageBytes);
+      allocates |= 1u << n->dev;
+    }
+    out->push_back(*n);
+  }
+  for (int d = 0; d < kMaxDevices; ++d) {
+    need[d] += round_up(pages[d], kGraphChunkBytes);
+    if (child && (allocates >> d & 1u)) need[d] += kGraphChunkBytes;
+  }
+  return allocates;
+}
+
+// Memory nodes anywhere in g's tree (under no lock).
+bool has_mem_nodes(Graph* g) {
+  std::lock_guard<std::mutex> l(g->mu);
+  for (auto& n : g->nodes) {
+    if (is_mem_node(*n) || (n->type == GraphNode::Type::kGraph && has_mem_nodes(n->child))) return true;
+  }
+  return false;
+}
+
+// A deep copy of g (children too), registered; null if it has memory nodes (never cloned).
+Graph* clone_graph(Graph* g) {
+  if (has_mem_nodes(g)) return nullptr;
+  Graph* c = new_graph();
+  std::lock_guard<std::mutex> l(g->mu);
+  for (auto& n : g->nodes) {
+    c->nodes.push_back(std::make_unique<GraphNode>(*n));
+    if (n->type == GraphNode::Type::kGraph) {
+      c->nodes.back()->child = clone_graph(n->child);
+      c->nodes.back()->child->owned = true;
+    }
+  }
+  return c;
+}
+
+// g and its child graphs go (g already out of the registry).
+void destroy_tree(Graph* g) {
+  for (auto& n : g->nodes) {
+    if (n->type == GraphNode::Type::kGraph && graphs().remove(n->child)) destroy_tree(n->child);
+  }
+  graph_mem_release(g);  // its addresses (allocations still allocated stay until freed)
+  delete g;
+}
+
+// upload: CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD's stream (already resolved), or null.
+CUresult instantiate(CUgraphExec* out, CUgraph hgraph, unsigned long long flags,
+                     const StreamPtr& upload = nullptr) {
   Context* c = nullptr;
   if (CUresult r = current_context(&c); r != CUDA_SUCCESS) return r;
   if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
   auto* g = reinterpret_cast<Graph*>(hgraph);
   if (!graphs().has(g)) return CUDA_ERROR_INVALID_HANDLE;
-  auto* x = new GraphExec();
+  static std::atomic<uint64_t> next_id{1};
+  auto x = std::make_unique<GraphExec>();
   x->ctx = c;
-  {
+  x->id = next_id.fetch_add(1);
+  x->graph = g;
+  if (g->owned) return CUDA_ERROR_INVALID_VALUE;  // a child graph node's
+  uint64_t need[kMaxDevices] = {};
+  flatten(g, false, &x->nodes, need);
+  if (std::any_of(x->nodes.begin(), x->nodes.end(), is_mem_node)) {
+    // Documented: a graph with memory nodes has at most one executable graph at a time.
     std::lock_guard<std::mutex> l(g->mu);
-    for (auto& n : g->nodes) x->nodes.push_back(*n);
+    if (g->mem_exec_id != 0) return CUDA_ERROR_NOT_SUPPORTED;
+    g->mem_exec_id = x->id;
   }
-  execs().add(x);
-  *out = reinterpret_cast<CUgraphExec>(x);
+  x->mem = graph_exec_mem_new(x->nodes, need);
+  x->mem->auto_free = (flags & CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH) != 0;
+  if (upload != nullptr) {
+    if (CUresult r = graph_exec_mem_map(x->mem, false); r != CUDA_SUCCESS) {
+      graph_exec_mem_destroy(x->mem);
+      std::lock_guard<std::mutex> l(g->mu);
+      if (g->mem_exec_id == x->id) g->mem_exec_id = 0;
+      return r;
+    }
+  }
+  execs().add(x.get());
+  *out = reinterpret_cast<CUgraphExec>(x.release());
   return CUDA_SUCCESS;
 }
 
@@ -86,10 +177,10 @@ CUresult add_mem_alloc_node(CUgraphNode* out, CUgraph hgraph, const CUgraphNode*
       p->accessDescCount > static_cast<size_t>(config().devices))
     return CUDA_ERROR_INVALID_VALUE;
   uint64_t dptr = 0;
-  if (CUresult r = graph_mem_alloc(p->poolProps.location.id, p->bytesize, &dptr); r != CUDA_SUCCESS)
-    return r;
+  const int dev = p->poolProps.location.id;
+  if (CUresult r = graph_mem_alloc(g, dev, p->bytesize, &dptr); r != CUDA_SUCCESS) return r;
   p->dptr = dptr;
-  *out = add_mem_node(g, GraphNode::Type::kMemAlloc, dptr);
+  *out = add_mem_node(g, GraphNode::Type::kMemAlloc, dptr, p->bytesize, dev);
   return CUDA_SUCCESS;
 }
 
@@ -102,7 +193,31 @@ CUresult add_mem_free_node(CUgraphNode* out, CUgraph hgraph, const CUgraphNode* 
   return CUDA_SUCCESS;
 }
 
-// cuGraphAddNode: kernel, empty and memory nodes; other kinds are not modelled.
+// A child graph node of `child`, cloned or (move) taken over: a graph with memory nodes can only
+// be moved (as documented; cloning it is CUDA_ERROR_NOT_SUPPORTED, as on the H200).
+CUresult add_child_node(CUgraphNode* out, CUgraph hgraph, const CUgraphNode* deps, size_t ndeps,
+                        Graph* child, bool move) {
+  Graph* g = nullptr;
+  if (CUresult r = check_add(out, hgraph, deps, ndeps, &g); r != CUDA_SUCCESS) return r;
+  if (!graphs().has(child) || child == g || child->owned) return CUDA_ERROR_INVALID_VALUE;
+  Graph* mine = child;
+  if (move) {
+    child->owned = true;
+  } else if ((mine = clone_graph(child)) == nullptr) {
+    return CUDA_ERROR_NOT_SUPPORTED;
+  } else {
+    mine->owned = true;
+  }
+  auto node = std::make_unique<GraphNode>();
+  node->type = GraphNode::Type::kGraph;
+  node->child = mine;
+  std::lock_guard<std::mutex> l(g->mu);
+  *out = reinterpret_cast<CUgraphNode>(node.get());
+  g->nodes.push_back(std::move(node));
+  return CUDA_SUCCESS;
+}
+
+// cuGraphAddNode: kernel, empty, memory and child graph nodes; other kinds are not modelled.
 CUresult add_node(CUgraphNode* out, CUgraph hgraph, const CUgraphNode* deps, size_t ndeps,
                   CUgraphNodeParams* p) {
   if (p == nullptr) return initialized() ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_NOT_INITIALIZED;
@@ -123,10 +238,24 @@ CUresult add_node(CUgraphNode* out, CUgraph hgraph, const CUgraphNode* deps, siz
       return add_mem_alloc_node(out, hgraph, deps, ndeps, &p->alloc);
     case CU_GRAPH_NODE_TYPE_MEM_FREE:
       return add_mem_free_node(out, hgraph, deps, ndeps, p->free.dptr);
+    case CU_GRAPH_NODE_TYPE_GRAPH:
+      return add_child_node(out, hgraph, deps, ndeps, reinterpret_cast<Graph*>(p->graph.graph),
+                            p->graph.ownership == CU_GRAPH_CHILD_GRAPH_OWNERSHIP_MOVE);
     default:
       return initialized() ? CUDA_ERROR_NOT_SUPPORTED : CUDA_ERROR_NOT_INITIALIZED;
   }
 }
+
+// One launch of an exec's graph memory in flight (a trim leaves its memory alone): done when the
+// launch has run, or when its op is dropped unrun.
+struct InFlight {
+  GraphExecMemPtr m;
+  std::atomic<bool> done{false};
+  void finish() {
+    if (!done.exchange(true)) graph_exec_mem_done(m);
+  }
+  ~InFlight() { finish(); }
+};
 
 CUresult impl_cuGraphLaunch(CUgraphExec hexec, CUstream h, bool ptsz) {
   Context* c = nullptr;
@@ -140,16 +269,21 @@ CUresult impl_cuGraphLaunch(CUgraphExec hexec, CUstream h, bool ptsz) {
     std::lock_guard<std::mutex> l(s->mu);
     if (s->capturing) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;  // child graphs: not modelled
   }
+  // Graph memory: mapped (and its unfreed allocations allocated) before anything is queued.
+  if (CUresult r = graph_exec_mem_map(x->mem, true); r != CUDA_SUCCESS) return r;
   std::vector<GraphNode> nodes = x->nodes;
   for (auto& n : nodes)
     if (n.type == GraphNode::Type::kKernel) n.kernel.fault = next_launch_faults();
   Context* ctx = x->ctx;  // kernel nodes run in their own context, else the instantiating one
-  enqueue(s, Op{[ctx, nodes = std::move(nodes)] {
+  auto flight = std::make_shared<InFlight>();
+  flight->m = x->mem;
+  enqueue(s, Op{[ctx, nodes = std::move(nodes), flight] {
                   for (const auto& n : nodes) {
-                    if (ctx->sticky.load() != CUDA_SUCCESS) return;
+                    if (ctx->sticky.load() != CUDA_SUCCESS) break;
                     if (n.type == GraphNode::Type::kKernel) run_kernel(n.ctx ? n.ctx : ctx, n.kernel);
                     else if (n.type == GraphNode::Type::kHost) n.host();
                   }
+                  flight->finish();  // before the stream counts it complete: a sync then sees it done
                 },
                 true});
   return CUDA_SUCCESS;
@@ -163,10 +297,12 @@ Graph* new_graph() {
   return g;
 }
 
-CUgraphNode add_mem_node(Graph* g, GraphNode::Type type, uint64_t dptr) {
+CUgraphNode add_mem_node(Graph* g, GraphNode::Type type, uint64_t dptr, uint64_t bytes, int dev) {
   auto node = std::make_unique<GraphNode>();
   node->type = type;
   node->dptr = dptr;
+  node->bytes = bytes;
+  node->dev = dev;
   std::lock_guard<std::mutex> l(g->mu);
   g->nodes.push_back(std::move(node));
   return reinterpret_cast<CUgraphNode>(g->nodes.back().get());
@@ -190,9 +326,9 @@ DD_API cuGraphDestroy(CUgraph graph) {
   return guard([&] {
     if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
     auto* g = reinterpret_cast<Graph*>(graph);
+    if (!graphs().has(g) || g->owned) return CUDA_ERROR_INVALID_VALUE;  // a child node's goes with it
     if (!graphs().remove(g)) return CUDA_ERROR_INVALID_VALUE;
-    graph_mem_release(g);  // its pool: the allocations its free nodes freed
-    delete g;
+    destroy_tree(g);
     return CUDA_SUCCESS;
   });
 }
@@ -218,8 +354,42 @@ DD_API cuGraphAddKernelNode(CUgraphNode* node, CUgraph graph, const CUgraphNode*
 }
 
 DD_API cuGraphInstantiateWithFlags(CUgraphExec* exec, CUgraph graph, unsigned long long flags) {
-  return guard([&] { return instantiate(exec, graph); });
+  return guard([&] {
+    // CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD needs a stream: cuGraphInstantiateWithParams only.
+    if (flags & CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD) return CUDA_ERROR_INVALID_VALUE;
+    return instantiate(exec, graph, flags);
+  });
 }
+
+namespace {
+CUresult impl_cuGraphInstantiateWithParams(CUgraphExec* exec, CUgraph graph,
+                                           CUDA_GRAPH_INSTANTIATE_PARAMS* p, bool ptsz) {
+  if (p == nullptr) return initialized() ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_NOT_INITIALIZED;
+  StreamPtr upload;
+  if (p->flags & CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD) {
+    if (CUresult r = resolve_stream(p->hUploadStream, ptsz, &upload); r != CUDA_SUCCESS) return r;
+  }
+  p->hErrNode_out = nullptr;
+  CUresult r = instantiate(exec, graph, p->flags, upload);
+  p->result_out = r == CUDA_SUCCESS ? CUDA_GRAPH_INSTANTIATE_SUCCESS : CUDA_GRAPH_INSTANTIATE_ERROR;
+  return r;
+}
+
+// Maps the exec's graph memory now, rather than at its first launch.
+CUresult impl_cuGraphUpload(CUgraphExec hexec, CUstream h, bool ptsz) {
+  Context* c = nullptr;
+  if (CUresult r = current_context(&c); r != CUDA_SUCCESS) return r;
+  auto* x = reinterpret_cast<GraphExec*>(hexec);
+  if (!execs().has(x)) return CUDA_ERROR_INVALID_VALUE;
+  StreamPtr s;
+  if (CUresult r = resolve_stream(h, ptsz, &s); r != CUDA_SUCCESS) return r;
+  return graph_exec_mem_map(x->mem, false);
+}
+}  // namespace
+
+DD_PTSZ_PAIR(cuGraphInstantiateWithParams,
+             (CUgraphExec * exec, CUgraph graph, CUDA_GRAPH_INSTANTIATE_PARAMS* p), exec, graph, p)
+DD_PTSZ_PAIR(cuGraphUpload, (CUgraphExec exec, CUstream h), exec, h)
 
 // The pre-12.0 signature (error node and log buffer); "cuGraphInstantiate" resolves to
 // cuGraphInstantiateWithFlags from CUDA 12.0 on, as in the real driver.
@@ -228,7 +398,7 @@ DD_API cuGraphInstantiate(CUgraphExec* exec, CUgraph graph, CUgraphNode* errNode
   return guard([&] {
     if (errNode != nullptr) *errNode = nullptr;
     if (log != nullptr && logSize > 0) log[0] = '\0';
-    return instantiate(exec, graph);
+    return instantiate(exec, graph, 0);
   });
 }
 DD_API cuGraphInstantiate_v2(CUgraphExec* exec, CUgraph graph, CUgraphNode* errNode, char* log,
@@ -243,16 +413,8 @@ DD_API cuGraphClone(CUgraph* clone, CUgraph original) {
     if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
     auto* g = reinterpret_cast<Graph*>(original);
     if (clone == nullptr || !graphs().has(g)) return CUDA_ERROR_INVALID_VALUE;
-    Graph* c = new_graph();
-    std::lock_guard<std::mutex> l(g->mu);
-    for (auto& n : g->nodes) {
-      if (n->type == GraphNode::Type::kMemAlloc) {  // memory nodes are not cloned by this double
-        graphs().remove(c);
-        delete c;
-        return CUDA_ERROR_NOT_SUPPORTED;
-      }
-      c->nodes.push_back(std::make_unique<GraphNode>(*n));
-    }
+    Graph* c = clone_graph(g);  // documented: graphs with memory nodes cannot be cloned
+    if (c == nullptr) return CUDA_ERROR_NOT_SUPPORTED;
     *clone = reinterpret_cast<CUgraph>(c);
     return CUDA_SUCCESS;
   });
@@ -300,6 +462,7 @@ DD_API cuGraphNodeGetType(CUgraphNode node, CUgraphNodeType* type) {
       case GraphNode::Type::kEmpty: *type = CU_GRAPH_NODE_TYPE_EMPTY; break;
       case GraphNode::Type::kMemAlloc: *type = CU_GRAPH_NODE_TYPE_MEM_ALLOC; break;
       case GraphNode::Type::kMemFree: *type = CU_GRAPH_NODE_TYPE_MEM_FREE; break;
+      case GraphNode::Type::kGraph: *type = CU_GRAPH_NODE_TYPE_GRAPH; break;
     }
     return CUDA_SUCCESS;
   });
@@ -355,6 +518,12 @@ DD_API cuGraphExecDestroy(CUgraphExec exec) {
     if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
     auto* x = reinterpret_cast<GraphExec*>(exec);
     if (!execs().remove(x)) return CUDA_ERROR_INVALID_VALUE;
+    graph_exec_mem_destroy(x->mem);  // its mapping stays in the pool (until a trim)
+    graphs().for_each([&](Graph* g) {
+      if (g != x->graph) return;
+      std::lock_guard<std::mutex> l(g->mu);
+      if (g->mem_exec_id == x->id) g->mem_exec_id = 0;
+    });
     delete x;  // queued launches hold their own copy of the nodes
     return CUDA_SUCCESS;
   });
@@ -386,4 +555,109 @@ DD_API cuGraphAddNode(CUgraphNode* node, CUgraph graph, const CUgraphNode* deps,
 DD_API cuGraphAddNode_v2(CUgraphNode* node, CUgraph graph, const CUgraphNode* deps,
                          const CUgraphEdgeData* edges, size_t ndeps, CUgraphNodeParams* params) {
   return guard([&] { return add_node(node, graph, deps, ndeps, params); });
+}
+
+DD_API cuGraphMemAllocNodeGetParams(CUgraphNode node, CUDA_MEM_ALLOC_NODE_PARAMS* out) {
+  return guard([&] {
+    if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+    GraphNode* n = find_node(node);
+    if (n == nullptr || out == nullptr || n->type != GraphNode::Type::kMemAlloc) return CUDA_ERROR_INVALID_VALUE;
+    *out = CUDA_MEM_ALLOC_NODE_PARAMS{};
+    out->poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    out->poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    out->poolProps.location.id = n->dev;
+    out->bytesize = n->bytes;
+    out->dptr = n->dptr;
+    return CUDA_SUCCESS;  // access descriptors are not modelled: none
+  });
+}
+
+DD_API cuGraphMemFreeNodeGetParams(CUgraphNode node, CUdeviceptr* out) {
+  return guard([&] {
+    if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+    GraphNode* n = find_node(node);
+    if (n == nullptr || out == nullptr || n->type != GraphNode::Type::kMemFree) return CUDA_ERROR_INVALID_VALUE;
+    *out = n->dptr;
+    return CUDA_SUCCESS;
+  });
+}
+
+namespace {
+CUresult check_graph_mem_device(CUdevice dev) {
+  if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  return dev >= 0 && dev < config().devices ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
+}
+}  // namespace
+
+DD_API cuDeviceGraphMemTrim(CUdevice dev) {
+  return guard([&] {
+    if (CUresult r = check_graph_mem_device(dev); r != CUDA_SUCCESS) return r;
+    graph_mem_trim(dev);
+    return CUDA_SUCCESS;
+  });
+}
+
+DD_API cuDeviceGetGraphMemAttribute(CUdevice dev, CUgraphMem_attribute attr, void* value) {
+  return guard([&] {
+    if (CUresult r = check_graph_mem_device(dev); r != CUDA_SUCCESS) return r;
+    return graph_mem_attribute(dev, attr, value, false);
+  });
+}
+
+DD_API cuDeviceSetGraphMemAttribute(CUdevice dev, CUgraphMem_attribute attr, void* value) {
+  return guard([&] {
+    if (CUresult r = check_graph_mem_device(dev); r != CUDA_SUCCESS) return r;
+    return graph_mem_attribute(dev, attr, value, true);
+  });
+}
+
+DD_API cuGraphAddChildGraphNode(CUgraphNode* node, CUgraph graph, const CUgraphNode* deps, size_t ndeps,
+                                CUgraph child) {
+  return guard([&] { return add_child_node(node, graph, deps, ndeps, reinterpret_cast<Graph*>(child), false); });
+}
+
+DD_API cuGraphChildGraphNodeGetGraph(CUgraphNode node, CUgraph* out) {
+  return guard([&] {
+    if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+    GraphNode* n = find_node(node);
+    if (n == nullptr || out == nullptr || n->type != GraphNode::Type::kGraph) return CUDA_ERROR_INVALID_VALUE;
+    *out = reinterpret_cast<CUgraph>(n->child);
+    return CUDA_SUCCESS;
+  });
+}
+
+// The exec takes the nodes of a graph of the same shape (the same count and types of nodes, child
+// graphs flattened): their parameters, and their graph memory, which is mapped anew at the next
+// launch (on the H200 an update from a 32 MiB to a 512 MiB allocation succeeds, and the launch
+// then takes 512 MiB). What the exec mapped before stays in the pool.
+DD_API cuGraphExecUpdate_v2(CUgraphExec exec, CUgraph graph, CUgraphExecUpdateResultInfo* info) {
+  return guard([&] {
+    if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+    auto* x = reinterpret_cast<GraphExec*>(exec);
+    auto* g = reinterpret_cast<Graph*>(graph);
+    if (info == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    *info = CUgraphExecUpdateResultInfo{};
+    info->result = CU_GRAPH_EXEC_UPDATE_ERROR;
+    if (!execs().has(x) || !graphs().has(g)) return CUDA_ERROR_INVALID_VALUE;
+    std::vector<GraphNode> nodes;
+    uint64_t need[kMaxDevices] = {};
+    flatten(g, false, &nodes, need);
+    if (nodes.size() != x->nodes.size()) {
+      info->result = CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED;
+      return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
+    }
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      if (nodes[i].type != x->nodes[i].type) {
+        info->result = CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED;
+        return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
+      }
+    }
+    const bool auto_free = x->mem->auto_free;
+    graph_exec_mem_destroy(x->mem);
+    x->mem = graph_exec_mem_new(nodes, need);
+    x->mem->auto_free = auto_free;
+    x->nodes = std::move(nodes);
+    info->result = CU_GRAPH_EXEC_UPDATE_SUCCESS;
+    return CUDA_SUCCESS;
+  });
 }

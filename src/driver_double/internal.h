@@ -147,6 +147,7 @@ struct Stream : std::enable_shared_from_this<Stream> {
   bool capture_invalidated = false;
   CUstreamCaptureMode capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
   Graph* capture_graph = nullptr;
+  uint64_t capture_id = 0;  // of the current capture sequence: unique in the process
 
   bool blocking() const {
     return kind == Kind::kLegacy || kind == Kind::kPerThread ||
@@ -229,9 +230,10 @@ CUresult submit_host_op(const StreamPtr& s, std::function<void()> fn, bool sync)
 
 // ---- graphs ----
 struct GraphNode {
-  // Memory alloc and free nodes do nothing at replay: their memory is allocated when the alloc node
-  // is added and released as graph_mem_free/graph_mem_release (memory.cc) say.
-  enum class Type { kKernel, kHost, kEmpty, kMemAlloc, kMemFree } type = Type::kEmpty;
+  // Memory alloc and free nodes do nothing at replay: the graph memory pool maps their memory at
+  // the launch (graph_exec_mem_map). A child graph node (kGraph) owns its graph, whose nodes an
+  // exec runs in its place.
+  enum class Type { kKernel, kHost, kEmpty, kMemAlloc, kMemFree, kGraph } type = Type::kEmpty;
   KernelLaunch kernel;
   // The context a kernel node runs in. Null: the context the graph is instantiated in, whatever
   // stream launches it (as on the H200: a captured graph replayed on a green-context stream, or one
@@ -240,29 +242,76 @@ struct GraphNode {
   Context* ctx = nullptr;
   void* arg_ptrs[3] = {nullptr, nullptr, nullptr};  // kernelParams handed out by GetParams
   std::function<void()> host;
-  uint64_t dptr = 0;  // kMemAlloc, kMemFree
+  uint64_t dptr = 0;   // kMemAlloc, kMemFree
+  uint64_t bytes = 0;  // kMemAlloc: its bytesize
+  int dev = 0;         // kMemAlloc: the device it is on
+  Graph* child = nullptr;  // kGraph: owned, destroyed with this node's graph
 };
 struct Graph {
   std::mutex mu;
   std::vector<std::unique_ptr<GraphNode>> nodes;
+  // Graphs with memory nodes have at most one executable graph at a time (as documented):
+  // mem_exec_id is the id of the one that exists, 0 when none.
+  uint64_t mem_exec_id = 0;
+  bool owned = false;  // a child graph node's: not destroyed, cloned or instantiated on its own
 };
 Graph* new_graph();
 // Appends a memory alloc or free node of dptr to g; returns the node's handle.
-CUgraphNode add_mem_node(Graph* g, GraphNode::Type type, uint64_t dptr);
+CUgraphNode add_mem_node(Graph* g, GraphNode::Type type, uint64_t dptr, uint64_t bytes = 0, int dev = 0);
 
 // ---- memory ----
 // Range check used before touching device memory on the caller's behalf: is [p, p+n) inside one
 // live allocation (device, managed, pinned host or mapped VMM range)?
 bool valid_range(uint64_t p, uint64_t n);
 void free_context_allocations(Context* ctx);
-// Graph memory (alloc nodes, and cuMemAllocAsync under capture): the allocation is made on device
-// dev when its node is added, so its address is fixed from then on, and it lives until it is freed:
-// by cuMemFree/cuMemFreeAsync, or by a free node, after which the pool of the free node's graph
-// keeps the memory until that graph is destroyed (graph_mem_release).
-CUresult graph_mem_alloc(int dev, size_t bytes, uint64_t* out);
-// A free node of dptr added to g: INVALID_VALUE unless dptr is a graph allocation not yet freed.
+// Graph memory (alloc nodes, and cuMemAllocAsync under capture), as measured on the H200 (driver
+// 13.0): adding an alloc node only fixes the allocation's address (for the node's lifetime);
+// instantiation takes nothing. Physical memory comes from the device's graph memory pool when an
+// executable graph is launched or uploaded: the pool maps the exec's allocations (each rounded to
+// kGraphPageBytes; each graph of the exec's tree rounded to kGraphChunkBytes, a child graph that
+// allocates one chunk more), growing in chunks of kGraphChunkBytes, and the exec keeps that
+// mapping between launches. Neither destroying the exec nor the graph, nor any
+// free, gives memory back: the pool keeps it (CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT) until
+// cuDeviceGraphMemTrim, which releases all of it but what executing (or queued) graphs and live
+// allocations (not freed in their graph, allocated by a launch, not freed yet) use. Graphs never
+// share mappings here (the real driver shares them between graphs that cannot run concurrently),
+// so the double reserves at least as much as the driver would.
+constexpr uint64_t kGraphPageBytes = 2ull << 20;
+constexpr uint64_t kGraphChunkBytes = 32ull << 20;
+// An alloc node of `bytes` on device dev added to g: its address (no memory yet).
+CUresult graph_mem_alloc(Graph* g, int dev, size_t bytes, uint64_t* out);
+// A free node of dptr added to g: INVALID_VALUE unless dptr is a graph allocation that no free
+// node frees yet (an allocation is freed either in its own graph or in one other graph).
 CUresult graph_mem_free(Graph* g, uint64_t dptr);
-void graph_mem_release(Graph* g);  // g is being destroyed
+void graph_mem_release(Graph* g);  // g is being destroyed: its addresses go unless still used
+// What an executable graph uses of graph memory; guarded by memory.cc's lock.
+struct GraphExecMem {
+  struct Use {
+    uint64_t dptr;
+    bool unfreed;  // not freed in its graph: a launch leaves it allocated
+  };
+  std::vector<Use> allocs;      // its alloc nodes
+  std::vector<uint64_t> frees;  // free nodes of other graphs' allocations
+  uint64_t need[kMaxDevices] = {};  // what a mapping takes from each device's pool
+  bool auto_free = false;           // CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH
+  bool mapped = false;
+  int inflight = 0;  // launches queued or running
+  bool destroyed = false;
+};
+using GraphExecMemPtr = std::shared_ptr<GraphExecMem>;
+// At instantiation: the exec's use of the graph's nodes (its addresses stay while it lives), and
+// what a mapping takes from each device's pool (computed from the graph tree by graph.cc).
+GraphExecMemPtr graph_exec_mem_new(const std::vector<GraphNode>& nodes, const uint64_t (&need)[kMaxDevices]);
+// At launch (launch = true) or upload: maps the exec's memory from the pool (OUT_OF_MEMORY when
+// the device is full); a launch also allocates its unfreed allocations (INVALID_VALUE while one is
+// still allocated, unless auto_free) and frees what its free nodes free (INVALID_VALUE unless
+// allocated). A launch counts as in flight until graph_exec_mem_done.
+CUresult graph_exec_mem_map(const GraphExecMemPtr& m, bool launch);
+void graph_exec_mem_done(const GraphExecMemPtr& m);
+void graph_exec_mem_destroy(const GraphExecMemPtr& m);  // its mapping stays in the pool
+// CU_GRAPH_MEM_ATTR_* of device dev (checked by the caller), and cuDeviceGraphMemTrim.
+CUresult graph_mem_attribute(int dev, CUgraphMem_attribute attr, void* value, bool set);
+void graph_mem_trim(int dev);
 
 // ---- misc ----
 template <class T>

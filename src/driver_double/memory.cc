@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 
@@ -27,15 +28,22 @@ struct Phys {  // one cuMemCreate allocation
 
 struct Alloc {
   // kRegistered: the caller's own host memory, registered with cuMemHostRegister (never unmapped
-  // or accounted by the double). kGraph: a graph allocation (graph_mem_alloc). kIpcImport:
-  // another process's allocation mapped in (accounted to that process).
+  // or accounted by the double). kGraph: the address of a graph allocation (graph_mem_alloc; its
+  // memory is the graph memory pool's). kIpcImport: another process's allocation mapped in
+  // (accounted to that process).
   enum class Kind { kDevice, kManaged, kHost, kVmmMap, kRegistered, kGraph, kIpcImport } kind = Kind::kDevice;
   uint64_t size = 0;      // as requested
   uint64_t map_size = 0;  // as mapped and accounted
   int dev = 0;
   Context* ctx = nullptr;
-  Phys* phys = nullptr;       // kVmmMap
-  Graph* freed_by = nullptr;  // kGraph: the graph with its free node (its pool keeps the memory)
+  Phys* phys = nullptr;  // kVmmMap
+  // kGraph: the address lives while its graph (the node) does, an exec uses it, or it is allocated.
+  Graph* graph = nullptr;       // its graph, until destroyed
+  Graph* freed_by = nullptr;    // another graph whose free node frees it
+  bool freed_in_graph = false;  // a free node of its own graph frees it
+  bool live = false;            // not freed in its graph: allocated by a launch, not freed yet
+  uint64_t held = 0;            // live, and its exec's mapping is gone: pool bytes it keeps in use
+  int execs = 0;                // executable graphs that use it
   int ipc_fd = -1;            // kDevice after cuIpcGetMemHandle: the memfd backing it
   int32_t ipc_pid = 0;        // kIpcImport: the exporter; with ipc_serial, which export
   uint64_t ipc_serial = 0;    // kDevice exported, kIpcImport
@@ -124,15 +132,19 @@ void release_alloc(uint64_t base, const Alloc& a) {
   if (a.kind == Alloc::Kind::kRegistered) return;  // the caller's memory: only forgotten
   munmap(reinterpret_cast<void*>(base), a.map_size);
   if (a.ipc_fd >= 0) close(a.ipc_fd);  // importers keep their own mappings of it
-  if (a.kind != Alloc::Kind::kHost && a.kind != Alloc::Kind::kIpcImport) mem_release(a.dev, a.map_size);
+  if (a.kind != Alloc::Kind::kHost && a.kind != Alloc::Kind::kIpcImport && a.kind != Alloc::Kind::kGraph)
+    mem_release(a.dev, a.map_size);
 }
 
-// Freeable with cuMemFree/cuMemFreeAsync: device memory, and graph allocations not freed by a
-// graph (those belong to that graph now).
+// Freeable with cuMemFree/cuMemFreeAsync: device memory, and graph allocations that a launch
+// left allocated (not freed in their graph; before the launch, or after a free, there is nothing).
 bool device_freeable(const Alloc& a) {
   return a.kind == Alloc::Kind::kDevice || a.kind == Alloc::Kind::kManaged ||
-         (a.kind == Alloc::Kind::kGraph && a.freed_by == nullptr);
+         (a.kind == Alloc::Kind::kGraph && a.live);
 }
+
+void graph_alloc_free_locked(std::map<uint64_t, Alloc>::iterator it);
+void graph_alloc_forget_locked(Alloc& a);
 
 CUresult free_memory(uint64_t p, bool host) {
   if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
@@ -148,6 +160,13 @@ CUresult free_memory(uint64_t p, bool host) {
   }
   // cuMemFree synchronises with the device: work still using the memory finishes first.
   if (context_alive(a.ctx)) sync_context(a.ctx);
+  if (a.kind == Alloc::Kind::kGraph) {  // back to the graph memory pool, which keeps it
+    std::lock_guard<std::mutex> l(mem().mu);
+    auto it = mem().allocs.find(p);
+    if (it == mem().allocs.end() || !it->second.live) return CUDA_ERROR_INVALID_VALUE;
+    graph_alloc_free_locked(it);
+    return CUDA_SUCCESS;
+  }
   {
     std::lock_guard<std::mutex> l(mem().mu);
     if (mem().allocs.erase(p) == 0) return CUDA_ERROR_INVALID_VALUE;  // freed concurrently
@@ -326,8 +345,9 @@ CUresult impl_cuMemAllocAsync(CUdeviceptr* dptr, size_t bytes, CUstream h, bool 
       if (s->capture_invalidated) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
       if (dptr == nullptr) return CUDA_ERROR_INVALID_VALUE;
       uint64_t p = 0;
-      if (CUresult r = graph_mem_alloc(s->ctx->dev, bytes, &p); r != CUDA_SUCCESS) return r;
-      add_mem_node(s->capture_graph, GraphNode::Type::kMemAlloc, p);
+      if (CUresult r = graph_mem_alloc(s->capture_graph, s->ctx->dev, bytes, &p); r != CUDA_SUCCESS)
+        return r;
+      add_mem_node(s->capture_graph, GraphNode::Type::kMemAlloc, p, bytes, s->ctx->dev);
       *dptr = p;
       return CUDA_SUCCESS;
     }
@@ -359,9 +379,15 @@ CUresult impl_cuMemFreeAsync(CUdeviceptr p, CUstream h, bool pt) {
   {
     std::lock_guard<std::mutex> l(mem().mu);
     auto it = mem().allocs.find(p);
-    if (it == mem().allocs.end() || (it->second.kind != Alloc::Kind::kDevice &&
-                                     (it->second.kind != Alloc::Kind::kGraph || it->second.freed_by)))
+    if (it == mem().allocs.end() ||
+        (it->second.kind != Alloc::Kind::kDevice && !(it->second.kind == Alloc::Kind::kGraph && it->second.live)))
       return CUDA_ERROR_INVALID_VALUE;
+    // A graph allocation goes back to the graph memory pool at the call, not in stream order (the
+    // pool keeps the memory either way).
+    if (it->second.kind == Alloc::Kind::kGraph) {
+      graph_alloc_free_locked(it);
+      return CUDA_SUCCESS;
+    }
   }
   enqueue(s, Op{[p] {
                   Alloc a;
@@ -626,6 +652,7 @@ void free_context_allocations(Context* ctx) {
     auto& a = mem().allocs;
     for (auto it = a.begin(); it != a.end();) {
       if (it->second.ctx == ctx && it->second.kind != Alloc::Kind::kVmmMap) {
+        if (it->second.kind == Alloc::Kind::kGraph) graph_alloc_forget_locked(it->second);
         gone.emplace_back(*it);
         it = a.erase(it);
       } else {
@@ -652,34 +679,258 @@ void free_context_allocations(Context* ctx) {
   }
 }
 
-CUresult graph_mem_alloc(int dev, size_t bytes, uint64_t* out) {
-  return alloc_memory(out, bytes, Alloc::Kind::kGraph, dev);
+// ---- graph memory (see internal.h) ----
+namespace {
+
+struct GraphPool {  // one device's graph memory pool; under mem().mu
+  uint64_t reserved = 0;  // taken from the device, in chunks
+  uint64_t in_use = 0;    // mapped by execs, or kept by live allocations whose exec let go
+  uint64_t reserved_high = 0, used_high = 0;
+};
+GraphPool& pool(int dev) {
+  static auto* p = new GraphPool[kMaxDevices];
+  return p[dev];
+}
+std::unordered_set<GraphExecMem*>& exec_mems() {  // live ones, for trimming
+  static auto* s = new std::unordered_set<GraphExecMem*>();
+  return *s;
+}
+
+uint64_t graph_pages(uint64_t bytes) { return round_up(bytes, kGraphPageBytes); }
+
+// Under mem().mu: the graph allocation at p, or allocs.end() (also when its context went and the
+// address now holds something else).
+std::map<uint64_t, Alloc>::iterator find_graph(uint64_t p) {
+  auto it = mem().allocs.find(p);
+  return it != mem().allocs.end() && it->second.kind == Alloc::Kind::kGraph ? it : mem().allocs.end();
+}
+
+// Under mem().mu: drops the address if nothing needs it any more.
+void graph_addr_maybe_release(std::map<uint64_t, Alloc>::iterator it) {
+  const Alloc& a = it->second;
+  if (a.graph != nullptr || a.execs > 0 || a.live) return;
+  munmap(reinterpret_cast<void*>(it->first), a.map_size);
+  mem().allocs.erase(it);
+}
+
+// Under mem().mu: the exec's mapping goes back to the pool (which keeps it). Its unfreed
+// allocations that are still allocated keep their pages in use.
+void unmap_locked(GraphExecMem& m) {
+  if (!m.mapped) return;
+  m.mapped = false;
+  for (int d = 0; d < kMaxDevices; ++d) pool(d).in_use -= m.need[d];
+  for (const auto& u : m.allocs) {
+    auto it = find_graph(u.dptr);
+    if (!u.unfreed || it == mem().allocs.end() || !it->second.live) continue;
+    it->second.held = graph_pages(it->second.size);
+    pool(it->second.dev).in_use += it->second.held;
+  }
+}
+
+// Under mem().mu: exec m is gone for good.
+void exec_mem_release_locked(GraphExecMem& m) {
+  unmap_locked(m);
+  exec_mems().erase(&m);
+  for (const auto& u : m.allocs) {
+    auto it = find_graph(u.dptr);
+    if (it == mem().allocs.end()) continue;
+    --it->second.execs;
+    graph_addr_maybe_release(it);
+  }
+}
+
+void note_highs(GraphPool& p) {
+  p.reserved_high = std::max(p.reserved_high, p.reserved);
+  p.used_high = std::max(p.used_high, p.reserved);
+}
+
+// Under mem().mu: a graph allocation goes with its context; what it kept in use goes back.
+void graph_alloc_forget_locked(Alloc& a) {
+  pool(a.dev).in_use -= a.held;
+  a.held = 0;
+}
+
+// Under mem().mu: a live graph allocation is freed (its memory stays in the pool).
+void graph_alloc_free_locked(std::map<uint64_t, Alloc>::iterator it) {
+  Alloc& a = it->second;
+  a.live = false;
+  pool(a.dev).in_use -= a.held;
+  a.held = 0;
+  graph_addr_maybe_release(it);
+}
+
+}  // namespace
+
+CUresult graph_mem_alloc(Graph* g, int dev, size_t bytes, uint64_t* out) {
+  Context* c = nullptr;
+  if (CUresult r = current_context(&c); r != CUDA_SUCCESS) return r;
+  if (out == nullptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (bytes > (1ull << 62)) return CUDA_ERROR_OUT_OF_MEMORY;  // no device has that much
+  // The address only: host memory reserved, never charged to the device (the pool is).
+  const uint64_t map_size = round_up(bytes, page());
+  void* p = mmap(nullptr, map_size, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+  Alloc a;
+  a.kind = Alloc::Kind::kGraph;
+  a.size = bytes;
+  a.map_size = map_size;
+  a.dev = dev;
+  a.ctx = c;
+  a.graph = g;
+  std::lock_guard<std::mutex> l(mem().mu);
+  mem().allocs[reinterpret_cast<uint64_t>(p)] = a;
+  *out = reinterpret_cast<uint64_t>(p);
+  return CUDA_SUCCESS;
 }
 
 CUresult graph_mem_free(Graph* g, uint64_t dptr) {
   std::lock_guard<std::mutex> l(mem().mu);
   auto it = mem().allocs.find(dptr);
-  if (it == mem().allocs.end() || it->second.kind != Alloc::Kind::kGraph || it->second.freed_by)
-    return CUDA_ERROR_INVALID_VALUE;  // not a graph allocation, or freed twice
-  it->second.freed_by = g;
+  if (it == mem().allocs.end() || it->second.kind != Alloc::Kind::kGraph ||
+      it->second.freed_in_graph || it->second.freed_by != nullptr)
+    return CUDA_ERROR_INVALID_VALUE;  // not a graph allocation, or freed by a node already
+  if (it->second.graph == g) {
+    it->second.freed_in_graph = true;
+  } else {
+    it->second.freed_by = g;
+  }
   return CUDA_SUCCESS;
 }
 
 void graph_mem_release(Graph* g) {
-  std::vector<std::pair<uint64_t, Alloc>> gone;
-  {
-    std::lock_guard<std::mutex> l(mem().mu);
-    auto& a = mem().allocs;
-    for (auto it = a.begin(); it != a.end();) {
-      if (it->second.kind == Alloc::Kind::kGraph && it->second.freed_by == g) {
-        gone.emplace_back(*it);
-        it = a.erase(it);
-      } else {
-        ++it;
+  std::lock_guard<std::mutex> l(mem().mu);
+  auto& a = mem().allocs;
+  for (auto it = a.begin(); it != a.end();) {
+    auto next = std::next(it);
+    if (it->second.kind == Alloc::Kind::kGraph) {
+      if (it->second.freed_by == g) it->second.freed_by = nullptr;
+      if (it->second.graph == g) {
+        it->second.graph = nullptr;
+        graph_addr_maybe_release(it);
       }
     }
+    it = next;
   }
-  for (auto& [base, al] : gone) release_alloc(base, al);
+}
+
+GraphExecMemPtr graph_exec_mem_new(const std::vector<GraphNode>& nodes, const uint64_t (&need)[kMaxDevices]) {
+  auto m = std::make_shared<GraphExecMem>();
+  std::copy(std::begin(need), std::end(need), m->need);
+  std::lock_guard<std::mutex> l(mem().mu);
+  for (const GraphNode& n : nodes) {
+    auto it = find_graph(n.dptr);
+    if (it == mem().allocs.end()) continue;
+    if (n.type == GraphNode::Type::kMemAlloc) {
+      m->allocs.push_back({n.dptr, !it->second.freed_in_graph});
+      ++it->second.execs;
+    } else if (n.type == GraphNode::Type::kMemFree && !it->second.freed_in_graph) {
+      m->frees.push_back(n.dptr);
+    }
+  }
+  exec_mems().insert(m.get());
+  return m;
+}
+
+CUresult graph_exec_mem_map(const GraphExecMemPtr& m, bool launch) {
+  std::lock_guard<std::mutex> l(mem().mu);
+  auto& allocs = mem().allocs;
+  if (launch) {
+    for (const auto& u : m->allocs) {
+      auto it = find_graph(u.dptr);
+      if (!u.unfreed || it == allocs.end() || !it->second.live) continue;
+      if (!m->auto_free) return CUDA_ERROR_INVALID_VALUE;  // still allocated by the last launch
+    }
+    for (uint64_t p : m->frees) {
+      auto it = find_graph(p);
+      if (it == allocs.end() || !it->second.live) return CUDA_ERROR_INVALID_VALUE;  // nothing to free
+    }
+  }
+  if (!m->mapped) {
+    uint64_t grown[kMaxDevices] = {};
+    for (int d = 0; d < kMaxDevices; ++d) {
+      GraphPool& p = pool(d);
+      if (m->need[d] == 0 || p.in_use + m->need[d] <= p.reserved) continue;
+      grown[d] = round_up(p.in_use + m->need[d] - p.reserved, kGraphChunkBytes);
+      if (mem_reserve(d, grown[d]) != CUDA_SUCCESS) {
+        for (int e = 0; e < d; ++e) {
+          if (grown[e] != 0) mem_release(e, grown[e]), pool(e).reserved -= grown[e];
+        }
+        return CUDA_ERROR_OUT_OF_MEMORY;
+      }
+      p.reserved += grown[d];
+    }
+    for (int d = 0; d < kMaxDevices; ++d) {
+      pool(d).in_use += m->need[d];
+      note_highs(pool(d));
+    }
+    m->mapped = true;
+  }
+  if (!launch) return CUDA_SUCCESS;
+  for (const auto& u : m->allocs) {
+    auto it = find_graph(u.dptr);
+    if (!u.unfreed || it == allocs.end()) continue;
+    if (it->second.live) graph_alloc_free_locked(it);  // auto_free: as if cuMemFreeAsync'd first
+    it = find_graph(u.dptr);
+    if (it != allocs.end()) it->second.live = true;
+  }
+  for (uint64_t p : m->frees) {
+    auto it = find_graph(p);
+    if (it != allocs.end()) graph_alloc_free_locked(it);
+  }
+  ++m->inflight;
+  return CUDA_SUCCESS;
+}
+
+void graph_exec_mem_done(const GraphExecMemPtr& m) {
+  std::lock_guard<std::mutex> l(mem().mu);
+  if (--m->inflight == 0 && m->destroyed) exec_mem_release_locked(*m);
+}
+
+void graph_exec_mem_destroy(const GraphExecMemPtr& m) {
+  std::lock_guard<std::mutex> l(mem().mu);
+  m->destroyed = true;
+  if (m->inflight == 0) exec_mem_release_locked(*m);  // else when its last launch is done
+}
+
+CUresult graph_mem_attribute(int dev, CUgraphMem_attribute attr, void* value, bool set) {
+  if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> l(mem().mu);
+  GraphPool& p = pool(dev);
+  auto* v = static_cast<cuuint64_t*>(value);
+  // The pool keeps freed blocks mapped, so "used" is what it holds (as the H200 reports).
+  uint64_t* high = nullptr;
+  switch (attr) {
+    case CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT:
+    case CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT:
+      if (set) return CUDA_ERROR_INVALID_VALUE;
+      *v = p.reserved;
+      return CUDA_SUCCESS;
+    case CU_GRAPH_MEM_ATTR_USED_MEM_HIGH: high = &p.used_high; break;
+    case CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH: high = &p.reserved_high; break;
+    default: return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (!set) {
+    *v = *high;
+  } else if (*v != 0) {
+    return CUDA_ERROR_INVALID_VALUE;  // a high watermark can only be reset to zero
+  } else {
+    *high = 0;
+  }
+  return CUDA_SUCCESS;
+}
+
+void graph_mem_trim(int dev) {
+  std::lock_guard<std::mutex> l(mem().mu);
+  for (GraphExecMem* m : exec_mems()) {
+    if (m->inflight == 0 && m->need[dev] != 0) unmap_locked(*m);  // idle: remapped at its next launch
+  }
+  GraphPool& p = pool(dev);
+  const uint64_t keep = round_up(p.in_use, kGraphChunkBytes);
+  if (p.reserved > keep) {
+    mem_release(dev, p.reserved - keep);
+    p.reserved = keep;
+  }
 }
 
 }  // namespace dd
@@ -715,7 +966,11 @@ DD_API cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t width, size_t
       return initialized() ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_NOT_INITIALIZED;
     }
     if (elemSize != 4 && elemSize != 8 && elemSize != 16) return CUDA_ERROR_INVALID_VALUE;
+    // Rows padded to 512 bytes whatever elemSize, as on the H200 (driver 13.0): width 1 or 512
+    // gives pitch 512, 513 gives 1024; all of pitch * height is taken.
+    if (width > UINT64_MAX - 511) return CUDA_ERROR_INVALID_VALUE;
     const size_t p = round_up(width, 512);
+    if (height > (1ull << 62) / p) return CUDA_ERROR_OUT_OF_MEMORY;  // no device has that much
     uint64_t out = 0;
     CUresult r = alloc_memory(&out, p * height, Alloc::Kind::kDevice);
     if (r == CUDA_SUCCESS) *dptr = out, *pitch = p;
@@ -761,6 +1016,8 @@ DD_API cuMemGetAddressRange_v2(CUdeviceptr* pbase, size_t* psize, CUdeviceptr dp
     std::lock_guard<std::mutex> l(mem().mu);
     auto it = find_locked(dptr, 0);
     if (it == mem().allocs.end()) return CUDA_ERROR_NOT_FOUND;
+    // A graph allocation is only one while a launch left it allocated (as on the H200).
+    if (it->second.kind == Alloc::Kind::kGraph && !it->second.live) return CUDA_ERROR_NOT_FOUND;
     if (pbase) *pbase = it->first;
     if (psize) *psize = it->second.size;
     return CUDA_SUCCESS;

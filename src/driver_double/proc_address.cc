@@ -78,6 +78,12 @@
   X(cuStreamIsCapturing, cuStreamIsCapturing, 10000, 0)                           \
   X(cuThreadExchangeStreamCaptureMode, cuThreadExchangeStreamCaptureMode, 10010, 0) \
   X(cuStreamIsCapturing, cuStreamIsCapturing_ptsz, 10000, 1)                      \
+  X(cuStreamGetCaptureInfo, cuStreamGetCaptureInfo, 10010, 0)                    \
+  X(cuStreamGetCaptureInfo, cuStreamGetCaptureInfo_ptsz, 10010, 1)               \
+  X(cuStreamGetCaptureInfo, cuStreamGetCaptureInfo_v2, 11030, 0)                 \
+  X(cuStreamGetCaptureInfo, cuStreamGetCaptureInfo_v2_ptsz, 11030, 1)            \
+  X(cuStreamGetCaptureInfo, cuStreamGetCaptureInfo_v3, 12030, 0)                 \
+  X(cuStreamGetCaptureInfo, cuStreamGetCaptureInfo_v3_ptsz, 12030, 1)            \
   X(cuStreamBeginCapture, cuStreamBeginCapture, 10000, 0)                         \
   X(cuStreamBeginCapture, cuStreamBeginCapture_ptsz, 10000, 1)                    \
   X(cuStreamBeginCapture, cuStreamBeginCapture_v2, 10010, 0)                      \
@@ -112,6 +118,18 @@
   X(cuGraphAddMemFreeNode, cuGraphAddMemFreeNode, 11040, 0)                     \
   X(cuGraphAddNode, cuGraphAddNode, 12020, 0)                                     \
   X(cuGraphAddNode, cuGraphAddNode_v2, 12030, 0)                                  \
+  X(cuGraphMemAllocNodeGetParams, cuGraphMemAllocNodeGetParams, 11040, 0)       \
+  X(cuGraphMemFreeNodeGetParams, cuGraphMemFreeNodeGetParams, 11040, 0)         \
+  X(cuDeviceGraphMemTrim, cuDeviceGraphMemTrim, 11040, 0)                       \
+  X(cuDeviceGetGraphMemAttribute, cuDeviceGetGraphMemAttribute, 11040, 0)       \
+  X(cuDeviceSetGraphMemAttribute, cuDeviceSetGraphMemAttribute, 11040, 0)       \
+  X(cuGraphInstantiateWithParams, cuGraphInstantiateWithParams, 12000, 0)       \
+  X(cuGraphInstantiateWithParams, cuGraphInstantiateWithParams_ptsz, 12000, 1)  \
+  X(cuGraphUpload, cuGraphUpload, 11010, 0)                                     \
+  X(cuGraphUpload, cuGraphUpload_ptsz, 11010, 1)                                \
+  X(cuGraphAddChildGraphNode, cuGraphAddChildGraphNode, 10000, 0)               \
+  X(cuGraphChildGraphNodeGetGraph, cuGraphChildGraphNodeGetGraph, 10000, 0)     \
+  X(cuGraphExecUpdate, cuGraphExecUpdate_v2, 12000, 0)                          \
   X(cuMemGetInfo, cuMemGetInfo_v2, 3020, 0)                                       \
   X(cuMemAlloc, cuMemAlloc_v2, 3020, 0)                                           \
   X(cuMemAllocPitch, cuMemAllocPitch_v2, 3020, 0)                                 \

@@ -408,7 +408,43 @@ CUresult impl_cuStreamBeginCapture_v2(CUstream h, CUstreamCaptureMode mode, bool
   s->capture_invalidated = false;
   s->capture_mode = mode;
   s->capture_graph = new_graph();
+  static std::atomic<uint64_t> next_capture_id{1};
+  s->capture_id = next_capture_id.fetch_add(1);
   return CUDA_SUCCESS;
+}
+
+// cuStreamGetCaptureInfo (v1), _v2 and _v3 in one: the status, and while capturing the id and
+// graph of the capture sequence. Dependency tracking is not modelled (nodes run in insertion
+// order): no dependencies are reported.
+CUresult capture_info(CUstream h, bool ptsz, CUstreamCaptureStatus* status, cuuint64_t* id,
+                      CUgraph* graph, const CUgraphNode** deps, const CUgraphEdgeData** edges,
+                      size_t* ndeps) {
+  StreamPtr s;
+  if (CUresult r = resolve_stream(h, ptsz, &s); r != CUDA_SUCCESS) return r;
+  if (status == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> l(s->mu);
+  *status = !s->capturing            ? CU_STREAM_CAPTURE_STATUS_NONE
+            : s->capture_invalidated ? CU_STREAM_CAPTURE_STATUS_INVALIDATED
+                                     : CU_STREAM_CAPTURE_STATUS_ACTIVE;
+  if (!s->capturing) return CUDA_SUCCESS;  // the other outputs are only set while capturing
+  if (id != nullptr) *id = s->capture_id;
+  if (graph != nullptr) *graph = reinterpret_cast<CUgraph>(s->capture_graph);
+  if (deps != nullptr) *deps = nullptr;
+  if (edges != nullptr) *edges = nullptr;
+  if (ndeps != nullptr) *ndeps = 0;
+  return CUDA_SUCCESS;
+}
+CUresult impl_cuStreamGetCaptureInfo(CUstream h, CUstreamCaptureStatus* st, cuuint64_t* id, bool pt) {
+  return capture_info(h, pt, st, id, nullptr, nullptr, nullptr, nullptr);
+}
+CUresult impl_cuStreamGetCaptureInfo_v2(CUstream h, CUstreamCaptureStatus* st, cuuint64_t* id, CUgraph* g,
+                                        const CUgraphNode** deps, size_t* n, bool pt) {
+  return capture_info(h, pt, st, id, g, deps, nullptr, n);
+}
+CUresult impl_cuStreamGetCaptureInfo_v3(CUstream h, CUstreamCaptureStatus* st, cuuint64_t* id, CUgraph* g,
+                                        const CUgraphNode** deps, const CUgraphEdgeData** edges, size_t* n,
+                                        bool pt) {
+  return capture_info(h, pt, st, id, g, deps, edges, n);
 }
 
 CUresult impl_cuStreamBeginCapture(CUstream h, bool ptsz) {
@@ -608,6 +644,15 @@ DD_PTSZ_PAIR(cuStreamSynchronize, (CUstream h), h)
 DD_PTSZ_PAIR(cuStreamGetPriority, (CUstream h, int* priority), h, priority)
 DD_PTSZ_PAIR(cuStreamGetFlags, (CUstream h, unsigned int* flags), h, flags)
 DD_PTSZ_PAIR(cuStreamIsCapturing, (CUstream h, CUstreamCaptureStatus* status), h, status)
+DD_PTSZ_PAIR(cuStreamGetCaptureInfo, (CUstream h, CUstreamCaptureStatus* st, cuuint64_t* id), h, st, id)
+DD_PTSZ_PAIR(cuStreamGetCaptureInfo_v2,
+             (CUstream h, CUstreamCaptureStatus* st, cuuint64_t* id, CUgraph* g, const CUgraphNode** deps,
+              size_t* n),
+             h, st, id, g, deps, n)
+DD_PTSZ_PAIR(cuStreamGetCaptureInfo_v3,
+             (CUstream h, CUstreamCaptureStatus* st, cuuint64_t* id, CUgraph* g, const CUgraphNode** deps,
+              const CUgraphEdgeData** edges, size_t* n),
+             h, st, id, g, deps, edges, n)
 DD_PTSZ_PAIR(cuStreamBeginCapture, (CUstream h), h)
 DD_PTSZ_PAIR(cuStreamBeginCapture_v2, (CUstream h, CUstreamCaptureMode mode), h, mode)
 DD_PTSZ_PAIR(cuStreamEndCapture, (CUstream h, CUgraph* graph), h, graph)

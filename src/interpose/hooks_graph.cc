@@ -1,6 +1,8 @@
-// Graph instantiation, in-place edits and destruction of executable graphs: forwarded, and noted
-// for spatial placement (spatial.h) when the tenant is in a spatial domain.
+// Graph instantiation, in-place edits and destruction of executable graphs: forwarded, noted for
+// spatial placement (spatial.h) when the tenant is in a spatial domain, and charged for the graph
+// memory an executable graph can take (graph_memory.h).
 #include "interpose/fast_path.h"
+#include "interpose/graph_memory.h"
 
 namespace gi = gpuos::interpose;
 
@@ -40,31 +42,104 @@ CUresult instantiated(CUresult r, CUgraphExec* exec, CUgraph graph, unsigned lon
   return r;
 }
 
+// An instantiation (call: the real one) is charged what the driver's graph memory pool can take
+// for the exec (its alloc nodes, graph_memory.h) from now until the exec is destroyed and a trim
+// shows the pool gave it back. The driver takes it only at the first launch or upload, but the
+// launch path is not the place to refuse: over quota, the instantiation fails with
+// CUDA_ERROR_OUT_OF_MEMORY (one of its documented errors) without calling the driver.
+template <typename Call>
+CUresult governed_instantiate(CUgraphExec* exec, CUgraph graph, Call&& call) {
+  const GpuosDriverTable* d = gi::real_driver();
+  if (d == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+  gi::ControlBlockUse use;  // counts into the block until the call is accounted (quiescence.h)
+  gpuos_control_block* cb = gi::control_block();
+  if (cb == nullptr) return CUDA_ERROR_NOT_PERMITTED;
+  gi::GraphFootprint fp;
+  if (CUresult r = gi::graph_footprint(*d, graph, &fp); r != CUDA_SUCCESS) return r;
+  const uint64_t bytes = fp.total();
+  if (bytes == 0) return call(*d);
+  if (!gi::reserve_within_quota(*d, cb, bytes)) {
+    gi::account_alloc_failure(cb);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  CUresult r = call(*d);
+  if (r != CUDA_SUCCESS || exec == nullptr) {
+    gi::cancel_bytes(cb, bytes);
+    return r;
+  }
+  gi::commit_graph_exec(cb, reinterpret_cast<uint64_t>(*exec), fp);
+  return r;
+}
+
+// An update (call: the real cuGraphExecUpdate) can give the exec other alloc nodes: on the H200 an
+// exec instantiated with 32 MiB, updated with a graph of 512 MiB, takes 512 MiB at its next
+// launch. So the new graph's memory is charged like an instantiation, before the driver is asked;
+// what the exec was charged so far is retained (the pool may still hold its old mapping).
+template <typename Call>
+CUresult governed_update(CUgraphExec exec, CUgraph graph, CUgraphExecUpdateResultInfo* info, Call&& call) {
+  const GpuosDriverTable* d = gi::real_driver();
+  if (d == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+  gi::ControlBlockUse use;  // counts into the block until the call is accounted (quiescence.h)
+  gpuos_control_block* cb = gi::control_block();
+  if (cb == nullptr) return CUDA_ERROR_NOT_PERMITTED;
+  gi::GraphFootprint fp;
+  if (CUresult r = gi::graph_footprint(*d, graph, &fp); r != CUDA_SUCCESS) return r;
+  const uint64_t bytes = fp.total();
+  if (bytes != 0 && !gi::reserve_within_quota(*d, cb, bytes)) {
+    gi::account_alloc_failure(cb);
+    if (info != nullptr) *info = CUgraphExecUpdateResultInfo{CU_GRAPH_EXEC_UPDATE_ERROR, nullptr, nullptr};
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  CUresult r = call(*d);
+  if (r != CUDA_SUCCESS) {
+    gi::cancel_bytes(cb, bytes);
+    return r;
+  }
+  gi::retire_graph_exec(cb, reinterpret_cast<uint64_t>(exec));
+  if (bytes != 0) gi::commit_graph_exec(cb, reinterpret_cast<uint64_t>(exec), fp);
+  return r;
+}
+
 }  // namespace
 
 extern "C" {
 
 CUresult cuGraphInstantiateWithFlags(CUgraphExec* exec, CUgraph graph, unsigned long long flags) {
-  return instantiated(forward(GPUOS_FORWARD(cuGraphInstantiateWithFlags, exec, graph, flags)), exec, graph, flags);
+  return instantiated(governed_instantiate(exec, graph, GPUOS_FORWARD(cuGraphInstantiateWithFlags, exec, graph, flags)),
+                      exec, graph, flags);
+}
+
+// Refused over quota before the driver saw it: the result it would have reported.
+static CUresult with_result(CUresult r, CUDA_GRAPH_INSTANTIATE_PARAMS* params) {
+  if (r == CUDA_ERROR_OUT_OF_MEMORY && params != nullptr) params->result_out = CUDA_GRAPH_INSTANTIATE_ERROR;
+  return r;
 }
 
 CUresult cuGraphInstantiateWithParams(CUgraphExec* exec, CUgraph graph, CUDA_GRAPH_INSTANTIATE_PARAMS* params) {
-  return instantiated(forward(GPUOS_FORWARD(cuGraphInstantiateWithParams, exec, graph, params)), exec, graph,
-                      params ? params->flags : 0);
+  return instantiated(
+      with_result(governed_instantiate(exec, graph, GPUOS_FORWARD(cuGraphInstantiateWithParams, exec, graph, params)),
+                  params),
+      exec, graph, params ? params->flags : 0);
 }
 
 CUresult cuGraphInstantiateWithParams_ptsz(CUgraphExec* exec, CUgraph graph, CUDA_GRAPH_INSTANTIATE_PARAMS* params) {
-  return instantiated(forward(GPUOS_FORWARD(cuGraphInstantiateWithParams_ptsz, exec, graph, params)), exec, graph,
-                      params ? params->flags : 0);
+  return instantiated(
+      with_result(governed_instantiate(exec, graph, GPUOS_FORWARD(cuGraphInstantiateWithParams_ptsz, exec, graph, params)),
+                  params),
+      exec, graph, params ? params->flags : 0);
 }
 
+// The exec's graph memory stays in the driver's pool: its charge is retained (graph_memory.h).
+// Retired before the driver frees the handle, which another thread's instantiation may get next.
 CUresult cuGraphExecDestroy(CUgraphExec exec) {
   if (const GpuosDriverTable* d = spatial_driver()) gi::note_graph_destroyed(*d, exec);
+  gi::ControlBlockUse use;  // counts into the block until the call is accounted (quiescence.h)
+  if (gpuos_control_block* cb = gi::control_block()) gi::retire_graph_exec(cb, reinterpret_cast<uint64_t>(exec));
   return forward(GPUOS_FORWARD(cuGraphExecDestroy, exec));
 }
 
 CUresult cuGraphExecUpdate_v2(CUgraphExec exec, CUgraph graph, CUgraphExecUpdateResultInfo* info) {
-  CUresult r = forward(GPUOS_FORWARD(cuGraphExecUpdate_v2, exec, graph, info));
+  CUresult r = governed_update(exec, graph, info, GPUOS_FORWARD(cuGraphExecUpdate_v2, exec, graph, info));
   if (r == CUDA_SUCCESS) {
     if (const GpuosDriverTable* d = spatial_driver()) gi::note_graph_updated(*d, exec, graph);  // now matches graph
   }

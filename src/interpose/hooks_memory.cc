@@ -1,8 +1,10 @@
 // Exported allocation entry points. They account every device allocation path (plain, pitched,
-// managed, async/pool, VMM physical handles, CUDA arrays and mipmapped arrays, graph memory nodes)
-// into the control block, and count memory imported from other processes (CUDA IPC) apart; quotas
-// and the VMM-backed address space build on exactly these hooks.
+// managed, async/pool, VMM physical handles, CUDA arrays and mipmapped arrays; graph memory is
+// charged per executable graph, hooks_graph.cc) into the control block, and count memory imported
+// from other processes (CUDA IPC) apart; quotas and the VMM-backed address space build on exactly
+// these hooks.
 #include "interpose/fast_path.h"
+#include "interpose/graph_memory.h"
 #include "interpose/memory_accounting.h"
 #include "interpose/swap.h"
 
@@ -23,21 +25,23 @@ int current_device(const GpuosDriverTable& d) {
 // Runs an allocation call of `bytes` within the tenant's quota: the bytes are reserved first (over
 // quota: CUDA_ERROR_OUT_OF_MEMORY without calling the driver), then committed under the key that
 // `made` reports once the call succeeded: {key, actual bytes, device or -1 for the current
-// context's device}. An actual size above the estimate (pitch padding) is added on top.
+// context's device}. `bytes` must be what the call can take at most, so that the quota is checked
+// before the driver allocates; should the driver still take more, the excess must fit the quota
+// too, else `undo` frees the allocation again and the call fails with CUDA_ERROR_OUT_OF_MEMORY.
 struct Made {
   uint64_t key;
   std::size_t bytes;
   int device;
 };
 
-template <typename Call, typename What>
-CUresult governed_alloc(AllocKind kind, std::size_t bytes, Call&& call, What&& made) {
+template <typename Call, typename What, typename Undo>
+CUresult governed_alloc(AllocKind kind, std::size_t bytes, Call&& call, What&& made, Undo&& undo) {
   const GpuosDriverTable* d = gi::real_driver();
   if (d == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
   gi::ControlBlockUse use;  // counts into the block until the call is accounted (quiescence.h)
   gpuos_control_block* cb = gi::control_block();
   if (cb == nullptr) return CUDA_ERROR_NOT_PERMITTED;
-  if (!gi::reserve_bytes(cb, bytes)) {
+  if (!gi::reserve_within_quota(*d, cb, bytes)) {
     gi::account_alloc_failure(cb);
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
@@ -53,14 +57,22 @@ CUresult governed_alloc(AllocKind kind, std::size_t bytes, Call&& call, What&& m
     return r;
   }
   Made m = made();
-  if (m.bytes > bytes) {
-    gi::reserve_bytes(cb, m.bytes - bytes, /*enforce_quota=*/false);  // padding the driver chose
-  } else if (m.bytes < bytes) {
+  if (m.bytes > bytes && !gi::reserve_within_quota(*d, cb, m.bytes - bytes)) {
+    undo(*d);  // it took more than it could: over quota after all
+    gi::cancel_bytes(cb, bytes);
+    gi::account_alloc_failure(cb);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  if (m.bytes < bytes) {
     gi::cancel_bytes(cb, bytes - m.bytes);
   }
   gi::commit_alloc(cb, kind, m.key, m.bytes, m.device >= 0 ? m.device : current_device(*d));
   return r;
 }
+
+// Undoing an allocation that took more than its quota allowed.
+#define GPUOS_UNDO(name, ...) \
+  [&](const GpuosDriverTable& d) { if (d.name) d.name(__VA_ARGS__); }
 
 template <typename Call>
 CUresult governed_free(AllocKind kind, uint64_t key, Call&& call) {
@@ -123,24 +135,42 @@ CUresult governed_import(CUdeviceptr* dptr, Call&& call) {
 
 // ---- graph memory nodes ----
 //
-// A graph allocation is accounted once, when its address is handed out, under that device pointer
-// (AllocKind::kPointer, the key space of every other device pointer; a graph allocation's address
-// is reserved for as long as the graph holds it, so it cannot meet another live allocation's): by
-// cuGraphAddMemAllocNode (or cuGraphAddNode of a MEM_ALLOC node) for graphs built by hand, by
-// cuMemAllocAsync for a stream capture. The driver builds a captured allocation's node itself,
-// inside the library, so that never comes through cuGraphAddMemAllocNode as well: no address is
-// counted twice. It is taken off by whichever free of it gpuos sees first: a free node added to a
-// graph (cuGraphAddMemFreeNode, cuGraphAddNode of a MEM_FREE node, a captured cuMemFreeAsync), or
-// cuMemFree / cuMemFreeAsync after a launch left it allocated. Between launches the graph's pool
-// may keep the physical memory of an allocation freed inside the graph; that is not counted.
+// Adding an alloc node (cuGraphAddMemAllocNode, cuGraphAddNode of a MEM_ALLOC node) or capturing
+// a cuMemAllocAsync only fixes an address: the driver backs it from its graph memory pool when an
+// executable graph is launched, and that is charged per executable graph from its instantiation
+// (hooks_graph.cc, graph_memory.h). The address is recorded with 0 bytes (AllocKind::kPointer:
+// it is reserved while the graph holds it, so it cannot meet another live allocation's), so that
+// its frees (free nodes, cuMemFree / cuMemFreeAsync after a launch left it allocated) are known.
 // Params: CUDA_MEM_ALLOC_NODE_PARAMS, or its twin CUDA_MEM_ALLOC_NODE_PARAMS_v2 (cuGraphAddNode).
 template <typename Params, typename Call>
 CUresult governed_graph_alloc(Params* params, Call&& call) {
   const bool on_device =
       params != nullptr && params->poolProps.location.type == CU_MEM_LOCATION_TYPE_DEVICE;
   const int device = on_device ? params->poolProps.location.id : -1;
-  return governed_alloc(AllocKind::kPointer, params != nullptr ? params->bytesize : 0, call,
-                        [&] { return Made{params->dptr, params->bytesize, device}; });
+  return governed_alloc(AllocKind::kPointer, 0, call, [&] { return Made{params->dptr, 0, device}; },
+                        [](const GpuosDriverTable&) {});
+}
+
+// A stream-ordered allocation (call: the real one). Under stream capture it is an alloc node of the
+// captured graph (above): recorded with 0 bytes. It counts as captured only if the stream was in
+// the same capture sequence before and after the call, so a capture ended (or begun) meanwhile by
+// another thread can never pass a real allocation off as captured; its bytes are reserved against
+// the quota either way until that is known.
+template <typename Call>
+CUresult governed_stream_alloc(CUdeviceptr* dptr, size_t bytes, CUstream stream, bool ptsz, Call&& call) {
+  gi::StreamWorkCall work;  // stream-ordered: later work on the stream depends on it
+  uint64_t capture = 0;
+  auto captured_call = [&](const GpuosDriverTable& d) {
+    capture = gi::capture_sequence(d, stream, ptsz);
+    return call(d);
+  };
+  return governed_alloc(
+      AllocKind::kPointer, bytes, captured_call,
+      [&] {
+        const bool captured = capture != 0 && gi::capture_sequence(*gi::real_driver(), stream, ptsz) == capture;
+        return Made{*dptr, captured ? 0 : bytes, -1};
+      },
+      [](const GpuosDriverTable&) {});  // never more than asked
 }
 
 // cuGraphAddNode: memory alloc and free nodes are accounted; every other kind is only forwarded.
@@ -160,30 +190,61 @@ CUresult governed_add_node(CUgraphNodeParams* params, Call&& call) {
 
 #define GPUOS_MADE(ptr, bytes, device) [&] { return Made{static_cast<uint64_t>(*(ptr)), (bytes), (device)}; }
 
+// What a pitched allocation can take: width rounded up to the device's pitch alignment (the
+// larger of what it reports and kPitchAlignFloor), times height.
+static std::size_t pitched_estimate(size_t width, size_t height) {
+  uint64_t align = gi::kPitchAlignFloor;
+  const GpuosDriverTable* d = gi::real_driver();
+  int reported = 0;
+  if (d != nullptr && d->cuDeviceGetAttribute != nullptr &&
+      d->cuDeviceGetAttribute(&reported, CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT,
+                              static_cast<CUdevice>(current_device(*d))) == CUDA_SUCCESS &&
+      static_cast<uint64_t>(reported) > align) {
+    align = static_cast<uint64_t>(reported);
+  }
+  return gi::pitched_bytes(width, height, align);
+}
+
 extern "C" {
 
 // A swappable tenant's allocations (but small ones) come from the arena (swap.h): the same API,
 // backed by virtual memory that can move to host and back at the same address.
 CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytes) {
   std::size_t granted = bytes;
+  bool arena = false;
   auto call = [&](const GpuosDriverTable& d) {
     gpuos_control_block* cb = gi::control_block();
-    if (bytes >= gi::kArenaMinBytes && gi::swap_requested(cb)) return gi::arena_alloc(d, cb, dptr, bytes, &granted);
+    arena = bytes >= gi::kArenaMinBytes && gi::swap_requested(cb);
+    if (arena) return gi::arena_alloc(d, cb, dptr, bytes, &granted);
     return d.cuMemAlloc_v2 ? d.cuMemAlloc_v2(dptr, bytes) : CUDA_ERROR_NOT_FOUND;
   };
-  return governed_alloc(AllocKind::kPointer, bytes, call, [&] { return Made{*dptr, granted, -1}; });
+  // The arena rounds up to its granularity (2 MiB on the H200; should a device's be coarser, the
+  // excess must still fit the quota, else the allocation is undone).
+  auto undo = [&](const GpuosDriverTable& d) {
+    CUresult r = CUDA_SUCCESS;
+    if (!(arena && gi::arena_free(d, *dptr, &r)) && d.cuMemFree_v2) d.cuMemFree_v2(*dptr);
+  };
+  constexpr std::size_t kArenaGranularity = 2u << 20;
+  const bool to_arena = bytes >= gi::kArenaMinBytes && gi::swap_requested(gi::control_block());
+  const std::size_t estimate = to_arena && bytes <= SIZE_MAX - kArenaGranularity
+                                   ? (bytes + kArenaGranularity - 1) / kArenaGranularity * kArenaGranularity
+                                   : bytes;
+  return governed_alloc(AllocKind::kPointer, estimate, call, [&] { return Made{*dptr, granted, -1}; }, undo);
 }
 
+// Rows are padded to the pitch alignment (a 1-byte row takes 512 bytes on the H200): charged, and
+// checked against the quota, for the padded rows before the driver is asked.
 CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t width, size_t height,
                             unsigned int elemSize) {
-  return governed_alloc(AllocKind::kPointer, width * height,
+  return governed_alloc(AllocKind::kPointer, pitched_estimate(width, height),
                         GPUOS_FORWARD(cuMemAllocPitch_v2, dptr, pitch, width, height, elemSize),
-                        GPUOS_MADE(dptr, *pitch * height, -1));
+                        [&] { return Made{*dptr, gi::pitched_bytes(*pitch, height, 1), -1}; },
+                        GPUOS_UNDO(cuMemFree_v2, *dptr));
 }
 
 CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t bytes, unsigned int flags) {
   return governed_alloc(AllocKind::kPointer, bytes, GPUOS_FORWARD(cuMemAllocManaged, dptr, bytes, flags),
-                        GPUOS_MADE(dptr, bytes, -1));
+                        GPUOS_MADE(dptr, bytes, -1), GPUOS_UNDO(cuMemFree_v2, *dptr));
 }
 
 CUresult cuMemFree_v2(CUdeviceptr dptr) {
@@ -195,29 +256,23 @@ CUresult cuMemFree_v2(CUdeviceptr dptr) {
 }
 
 CUresult cuMemAllocAsync(CUdeviceptr* dptr, size_t bytes, CUstream stream) {
-  gi::StreamWorkCall work;  // stream-ordered: later work on the stream depends on it
-  return governed_alloc(AllocKind::kPointer, bytes, GPUOS_FORWARD(cuMemAllocAsync, dptr, bytes, stream),
-                        GPUOS_MADE(dptr, bytes, -1));
+  return governed_stream_alloc(dptr, bytes, stream, false, GPUOS_FORWARD(cuMemAllocAsync, dptr, bytes, stream));
 }
 
 CUresult cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t bytes, CUstream stream) {
-  gi::StreamWorkCall work;  // stream-ordered: later work on the stream depends on it
-  return governed_alloc(AllocKind::kPointer, bytes, GPUOS_FORWARD(cuMemAllocAsync_ptsz, dptr, bytes, stream),
-                        GPUOS_MADE(dptr, bytes, -1));
+  return governed_stream_alloc(dptr, bytes, stream, true, GPUOS_FORWARD(cuMemAllocAsync_ptsz, dptr, bytes, stream));
 }
 
 CUresult cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytes, CUmemoryPool pool,
                                  CUstream stream) {
-  gi::StreamWorkCall work;  // stream-ordered: later work on the stream depends on it
-  return governed_alloc(AllocKind::kPointer, bytes, GPUOS_FORWARD(cuMemAllocFromPoolAsync, dptr, bytes, pool, stream),
-                        GPUOS_MADE(dptr, bytes, -1));
+  return governed_stream_alloc(dptr, bytes, stream, false,
+                               GPUOS_FORWARD(cuMemAllocFromPoolAsync, dptr, bytes, pool, stream));
 }
 
 CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t bytes, CUmemoryPool pool,
                                       CUstream stream) {
-  gi::StreamWorkCall work;  // stream-ordered: later work on the stream depends on it
-  return governed_alloc(AllocKind::kPointer, bytes, GPUOS_FORWARD(cuMemAllocFromPoolAsync_ptsz, dptr, bytes, pool, stream),
-                        GPUOS_MADE(dptr, bytes, -1));
+  return governed_stream_alloc(dptr, bytes, stream, true,
+                               GPUOS_FORWARD(cuMemAllocFromPoolAsync_ptsz, dptr, bytes, pool, stream));
 }
 
 CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream stream) {
@@ -236,7 +291,7 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t bytes,
                    ? prop->location.id
                    : -1;
   return governed_alloc(AllocKind::kVmmHandle, bytes, GPUOS_FORWARD(cuMemCreate, handle, bytes, prop, flags),
-                        GPUOS_MADE(handle, bytes, device));
+                        GPUOS_MADE(handle, bytes, device), GPUOS_UNDO(cuMemRelease, *handle));
 }
 
 CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
@@ -247,22 +302,28 @@ CUresult cuArrayCreate_v2(CUarray* handle, const CUDA_ARRAY_DESCRIPTOR* desc) {
   const CUDA_ARRAY3D_DESCRIPTOR d3 = desc != nullptr ? as_3d(desc) : CUDA_ARRAY3D_DESCRIPTOR{};
   const std::size_t estimate = desc != nullptr ? array_bytes(&d3) : 0;
   auto call = GPUOS_FORWARD(cuArrayCreate_v2, handle, desc);
-  return governed_alloc(AllocKind::kArray, estimate, call, [&] {
-    const GpuosDriverTable& d = *gi::real_driver();
-    return Made{reinterpret_cast<uint64_t>(*handle),
-                array_made_bytes(d, d.cuArrayGetMemoryRequirements, *handle, true, estimate), -1};
-  });
+  return governed_alloc(
+      AllocKind::kArray, estimate, call,
+      [&] {
+        const GpuosDriverTable& d = *gi::real_driver();
+        return Made{reinterpret_cast<uint64_t>(*handle),
+                    array_made_bytes(d, d.cuArrayGetMemoryRequirements, *handle, true, estimate), -1};
+      },
+      GPUOS_UNDO(cuArrayDestroy, *handle));
 }
 
 CUresult cuArray3DCreate_v2(CUarray* handle, const CUDA_ARRAY3D_DESCRIPTOR* desc) {
   const std::size_t estimate = array_bytes(desc);
   const bool owns = desc != nullptr && array_owns_memory(desc->Flags);
   auto call = GPUOS_FORWARD(cuArray3DCreate_v2, handle, desc);
-  return governed_alloc(AllocKind::kArray, estimate, call, [&] {
-    const GpuosDriverTable& d = *gi::real_driver();
-    return Made{reinterpret_cast<uint64_t>(*handle),
-                array_made_bytes(d, d.cuArrayGetMemoryRequirements, *handle, owns, estimate), -1};
-  });
+  return governed_alloc(
+      AllocKind::kArray, estimate, call,
+      [&] {
+        const GpuosDriverTable& d = *gi::real_driver();
+        return Made{reinterpret_cast<uint64_t>(*handle),
+                    array_made_bytes(d, d.cuArrayGetMemoryRequirements, *handle, owns, estimate), -1};
+      },
+      GPUOS_UNDO(cuArrayDestroy, *handle));
 }
 
 CUresult cuArrayDestroy(CUarray array) {
@@ -275,12 +336,15 @@ CUresult cuMipmappedArrayCreate(CUmipmappedArray* handle, const CUDA_ARRAY3D_DES
   const std::size_t estimate = mipmapped_array_bytes(desc, numMipmapLevels);
   const bool owns = desc != nullptr && array_owns_memory(desc->Flags);
   auto call = GPUOS_FORWARD(cuMipmappedArrayCreate, handle, desc, numMipmapLevels);
-  return governed_alloc(AllocKind::kMipmappedArray, estimate, call, [&] {
-    const GpuosDriverTable& d = *gi::real_driver();
-    return Made{reinterpret_cast<uint64_t>(*handle),
-                array_made_bytes(d, d.cuMipmappedArrayGetMemoryRequirements, *handle, owns, estimate),
-                -1};
-  });
+  return governed_alloc(
+      AllocKind::kMipmappedArray, estimate, call,
+      [&] {
+        const GpuosDriverTable& d = *gi::real_driver();
+        return Made{reinterpret_cast<uint64_t>(*handle),
+                    array_made_bytes(d, d.cuMipmappedArrayGetMemoryRequirements, *handle, owns, estimate),
+                    -1};
+      },
+      GPUOS_UNDO(cuMipmappedArrayDestroy, *handle));
 }
 
 CUresult cuMipmappedArrayDestroy(CUmipmappedArray mipmap) {
@@ -288,7 +352,7 @@ CUresult cuMipmappedArrayDestroy(CUmipmappedArray mipmap) {
                        GPUOS_FORWARD(cuMipmappedArrayDestroy, mipmap));
 }
 
-// Graph memory nodes: see governed_graph_alloc for what is counted when.
+// Graph memory nodes: see governed_graph_alloc for what is recorded when.
 CUresult cuGraphAddMemAllocNode(CUgraphNode* node, CUgraph graph, const CUgraphNode* deps,
                                 size_t numDeps, CUDA_MEM_ALLOC_NODE_PARAMS* params) {
   return governed_graph_alloc(
@@ -344,8 +408,10 @@ CUresult cuMemGetInfo_v2(size_t* free_bytes, size_t* total_bytes) {
   gpuos_control_block* cb = gi::control_block();
   if (cb == nullptr) return CUDA_ERROR_NOT_PERMITTED;
   if (d->cuMemGetInfo_v2 == nullptr) return CUDA_ERROR_NOT_FOUND;
-  CUresult r = d->cuMemGetInfo_v2(free_bytes, total_bytes);
   const uint64_t quota = gi::memory_limit(cb);  // quota + borrowable bytes
+  // Memory retained for destroyed graphs is what the tenant may allocate once reclaimed: shown so.
+  if (quota != 0 && gi::graph_retained_total() != 0) gi::reclaim_graph_memory(*d, cb);
+  CUresult r = d->cuMemGetInfo_v2(free_bytes, total_bytes);
   if (r != CUDA_SUCCESS || quota == 0 || free_bytes == nullptr || total_bytes == nullptr) return r;
   const uint64_t used = std::atomic_ref<uint64_t>(cb->mem_used_bytes).load(std::memory_order_relaxed);
   const uint64_t left = used >= quota ? 0 : quota - used;

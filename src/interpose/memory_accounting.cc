@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <mutex>
 #include <unordered_map>
+#include <vector>
 
 #include "interpose/carry_over.h"
 
@@ -25,6 +26,8 @@ struct Tables {
   std::mutex mu;
   std::unordered_map<uint64_t, Allocation> by_kind[kAllocKindCount];
   std::unordered_map<uint64_t, Import> imports;
+  std::unordered_map<uint64_t, GraphFootprint> graph_execs;  // live executable graphs
+  uint64_t graph_retained[GPUOS_MAX_DEVICES] = {};           // charge of destroyed ones
 };
 
 Tables& tables() {
@@ -128,6 +131,119 @@ void account_free(gpuos_control_block* cb, AllocKind kind, uint64_t key) {
   }
   std::atomic_ref<uint64_t>(cb->mem_used_per_device[a.device]).fetch_sub(a.bytes, std::memory_order_relaxed);
   std::atomic_ref<uint64_t>(cb->mem_used_bytes).fetch_sub(a.bytes, std::memory_order_relaxed);
+}
+
+// ---- pitched allocations ----
+
+uint64_t pitched_bytes(uint64_t width, uint64_t height, uint64_t align) {
+  if (align == 0) align = 1;
+  const uint64_t rows = width / align + (width % align != 0);
+  return sat_mul(sat_mul(rows, align), height);
+}
+
+// ---- CUDA graph memory ----
+
+namespace {
+uint64_t round_up(uint64_t x, uint64_t to) { return sat_mul(x / to + (x % to != 0), to); }
+
+void sub_used(gpuos_control_block* cb, int device, uint64_t bytes) {
+  std::atomic_ref<uint64_t>(cb->mem_used_per_device[device]).fetch_sub(bytes, std::memory_order_relaxed);
+  std::atomic_ref<uint64_t>(cb->mem_used_bytes).fetch_sub(bytes, std::memory_order_relaxed);
+}
+}  // namespace
+
+uint64_t graph_pages(uint64_t bytesize) { return round_up(bytesize, kGraphPageBytes); }
+
+GraphFootprint graph_tree_footprint(const GraphLevel* levels, std::size_t count) {
+  GraphFootprint fp;
+  // Bottom up: on which devices each graph's subtree allocates (a child's index is its parent's
+  // and more, so children are done first going backwards).
+  std::vector<uint32_t> allocates(count, 0);  // device bit mask
+  for (std::size_t i = count; i-- > 0;) {
+    for (int d = 0; d < GPUOS_MAX_DEVICES; ++d) {
+      if (levels[i].pages[d] != 0) allocates[i] |= 1u << d;
+    }
+    if (i != 0 && levels[i].parent < i) allocates[levels[i].parent] |= allocates[i];
+  }
+  for (std::size_t i = 0; i < count; ++i) {
+    for (int d = 0; d < GPUOS_MAX_DEVICES; ++d) {
+      fp.bytes[d] = sat_add(fp.bytes[d], round_up(levels[i].pages[d], kGraphChunkBytes));
+      if (i != 0 && (allocates[i] >> d & 1u)) fp.bytes[d] = sat_add(fp.bytes[d], kGraphChunkBytes);
+    }
+  }
+  return fp;
+}
+
+uint64_t GraphFootprint::on(int device) const {
+  return device >= 0 && device < GPUOS_MAX_DEVICES ? bytes[device] : 0;
+}
+
+uint64_t GraphFootprint::total() const {
+  uint64_t t = 0;
+  for (int i = 0; i < GPUOS_MAX_DEVICES; ++i) t = sat_add(t, on(i));
+  return t;
+}
+
+void commit_graph_exec(gpuos_control_block* cb, uint64_t exec, const GraphFootprint& fp) {
+  Tables& t = tables();
+  {
+    std::lock_guard<std::mutex> lock(t.mu);
+    auto [it, inserted] = t.graph_execs.try_emplace(exec, fp);
+    if (!inserted) {  // its destruction went by unseen: what it mapped may still be in the pool
+      for (int i = 0; i < GPUOS_MAX_DEVICES; ++i) t.graph_retained[i] += it->second.on(i);
+      it->second = fp;
+    }
+  }
+  std::atomic_ref<uint64_t>(cb->alloc_calls).fetch_add(1, std::memory_order_relaxed);
+  for (int i = 0; i < GPUOS_MAX_DEVICES; ++i) {
+    if (fp.on(i) != 0) {
+      std::atomic_ref<uint64_t>(cb->mem_used_per_device[i]).fetch_add(fp.on(i), std::memory_order_relaxed);
+    }
+  }
+}
+
+void retire_graph_exec(gpuos_control_block* cb, uint64_t exec) {
+  Tables& t = tables();
+  std::lock_guard<std::mutex> lock(t.mu);
+  auto it = t.graph_execs.find(exec);
+  if (it == t.graph_execs.end()) return;
+  for (int i = 0; i < GPUOS_MAX_DEVICES; ++i) t.graph_retained[i] += it->second.on(i);
+  t.graph_execs.erase(it);
+  std::atomic_ref<uint64_t>(cb->free_calls).fetch_add(1, std::memory_order_relaxed);
+}
+
+uint64_t graph_retained(int device) {
+  if (device < 0 || device >= GPUOS_MAX_DEVICES) return 0;
+  Tables& t = tables();
+  std::lock_guard<std::mutex> lock(t.mu);
+  return t.graph_retained[device];
+}
+
+uint64_t graph_retained_total() {
+  Tables& t = tables();
+  std::lock_guard<std::mutex> lock(t.mu);
+  uint64_t total = 0;
+  for (uint64_t r : t.graph_retained) total += r;
+  return total;
+}
+
+uint64_t settle_graph_retained(gpuos_control_block* cb, int device, uint64_t before, uint64_t reserved) {
+  if (device < 0 || device >= GPUOS_MAX_DEVICES) return 0;
+  uint64_t released = 0;
+  Tables& t = tables();
+  {
+    std::lock_guard<std::mutex> lock(t.mu);
+    uint64_t& now = t.graph_retained[device];
+    // Only what was retained when the trim began can have been released by it; retirements since
+    // (now - before) stay. Settles are serialised by the caller, so `now` only grew meanwhile.
+    const uint64_t keep = std::min(before, reserved);
+    if (now >= before && before > keep) {
+      released = before - keep;
+      now -= released;
+    }
+  }
+  if (released != 0) sub_used(cb, device, released);
+  return released;
 }
 
 // ---- CUDA arrays ----

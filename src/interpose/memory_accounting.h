@@ -21,7 +21,8 @@ namespace gpuos::interpose {
 // Each kind is its own key space: a key is only ever looked up under the kind it was committed as.
 enum class AllocKind : uint8_t {
   kPointer,         // device pointers: cuMemAlloc*, pitched, managed, stream-ordered and pool
-                    // allocations (captured ones too) and graph memory nodes
+                    // allocations; the addresses of graph allocations (0 bytes: their memory is
+                    // the graph pool's, charged per executable graph, see GraphFootprint)
   kVmmHandle,       // cuMemCreate handles
   kArray,           // CUarray handles (cuArrayCreate_v2, cuArray3DCreate_v2)
   kMipmappedArray,  // CUmipmappedArray handles
@@ -58,6 +59,56 @@ inline void account_alloc(gpuos_control_block* cb, AllocKind kind, uint64_t key,
 void account_import(gpuos_control_block* cb, uint64_t key, std::size_t bytes);
 // One cuIpcCloseMemHandle of `key`; the last one takes its bytes off. Unknown keys change nothing.
 void account_unimport(gpuos_control_block* cb, uint64_t key);
+
+// ---- pitched allocations ----
+// cuMemAllocPitch pads every row to the device's pitch alignment: 512 bytes on the H200 (driver
+// 13.0, the device's CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT; TEXTURE_PITCH_ALIGNMENT says 32), so
+// a row of 1 byte takes 512. What it can take: width rounded up to `align`, times height
+// (saturating: the quota check refuses what cannot exist).
+inline constexpr uint64_t kPitchAlignFloor = 512;
+uint64_t pitched_bytes(uint64_t width, uint64_t height, uint64_t align);
+
+// ---- CUDA graph memory (graph memory nodes, stream-ordered allocations under capture) ----
+// The driver backs them from a per-device graph memory pool, not at the node: an executable
+// graph maps its allocations when it is launched or uploaded and keeps them; the pool keeps the
+// memory after the exec (and graph) are destroyed, until cuDeviceGraphMemTrim. So an
+// instantiation is charged, from cuGraphInstantiate on, what the pool can take for it. Measured
+// on the H200 (driver 13.0; test/interpose/memory_accounting_test.cc has the table): every
+// allocation maps whole pages (kGraphPageBytes); each graph of the instantiated tree maps its own
+// allocations in whole chunks (kGraphChunkBytes: 1 byte takes 32 MiB, 3 x 17 MiB take 64), and a
+// child graph whose subtree allocates takes one chunk more (a child of 64 MiB takes 96). Graphs
+// that cannot run concurrently share memory in the driver; each exec is counted apart here, so
+// this is an upper bound. When the exec is destroyed its charge is retained (the pool still has
+// the memory) until a trim shows what the pool really still holds.
+inline constexpr uint64_t kGraphPageBytes = 2ull << 20;
+inline constexpr uint64_t kGraphChunkBytes = 32ull << 20;
+// The pages one allocation of `bytesize` maps.
+uint64_t graph_pages(uint64_t bytesize);
+struct GraphFootprint {
+  uint64_t bytes[GPUOS_MAX_DEVICES] = {};
+  uint64_t on(int device) const;  // 0 for an out-of-range device
+  uint64_t total() const;
+};
+// One graph of an instantiated tree (the graph itself, or a child graph at any depth).
+struct GraphLevel {
+  std::size_t parent = 0;                   // index of its parent graph (the root: 0)
+  uint64_t pages[GPUOS_MAX_DEVICES] = {};  // of its own alloc nodes (graph_pages), per device
+};
+// What the pool can take for an exec of the tree levels[0..count), in breadth-first order (every
+// parent before its children, the root first).
+GraphFootprint graph_tree_footprint(const GraphLevel* levels, std::size_t count);
+// Records the footprint of a successful instantiation of `exec`, its bytes already reserved
+// (reserve_bytes(fp.total())). An exec still recorded under that handle is retired first.
+void commit_graph_exec(gpuos_control_block* cb, uint64_t exec, const GraphFootprint& fp);
+// `exec` was destroyed: its charge stays, as retained charge of its devices. Unknown: nothing.
+void retire_graph_exec(gpuos_control_block* cb, uint64_t exec);
+// The retained charge of `device` (0 for an out-of-range one), and of all devices.
+uint64_t graph_retained(int device);
+uint64_t graph_retained_total();
+// `device`'s pool held `reserved` bytes after a trim that began when the retained charge was
+// `before`: the retained charge is lowered to what the pool can still hold for it, min(before,
+// reserved), keeping what was retained meanwhile (after the trim began). Returns bytes released.
+uint64_t settle_graph_retained(gpuos_control_block* cb, int device, uint64_t before, uint64_t reserved);
 
 // ---- what a CUDA array holds, estimated from its descriptor ----
 // Bytes of a width x height x depth array level (height and depth 0 mean 1) of `channels` channels

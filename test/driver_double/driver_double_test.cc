@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -16,6 +17,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -561,18 +563,18 @@ TEST_F(DriverDouble, ProcAddressVariants) {
       "cuMemPrefetchAsync_v2", "cuMemPrefetchAsync_v2_ptsz", "cuMemPrefetchBatchAsync",
       "cuMemPrefetchBatchAsync_ptsz",
       // executable-graph edits and other instantiation paths (spatial placement only forwards them)
-      "cuGraphInstantiateWithParams", "cuGraphInstantiateWithParams_ptsz", "cuGraphExecUpdate_v2",
       "cuGraphExecKernelNodeSetParams_v2", "cuGraphExecNodeSetParams", "cuGraphExecMemcpyNodeSetParams",
       "cuGraphExecMemsetNodeSetParams", "cuGraphExecHostNodeSetParams", "cuGraphExecChildGraphNodeSetParams",
       "cuGraphExecEventRecordNodeSetEvent", "cuGraphExecEventWaitNodeSetEvent", "cuGraphNodeSetEnabled",
-      "cuGraphChildGraphNodeGetGraph", "cuStreamBeginCaptureToGraph", "cuStreamBeginCaptureToGraph_ptsz"};
+      "cuStreamBeginCaptureToGraph", "cuStreamBeginCaptureToGraph_ptsz"};
   // Of the other stream work the interposer only forwards, the double models waits and host
   // functions.
   std::set<std::string> stream_work;
 #define DD_STREAM_WORK(name, params, args) stream_work.insert(#name);
   GPUOS_STREAM_WORK_FUNCS(DD_STREAM_WORK)
 #undef DD_STREAM_WORK
-  for (const char* modelled : {"cuStreamWaitEvent", "cuStreamWaitEvent_ptsz", "cuLaunchHostFunc", "cuLaunchHostFunc_ptsz"}) {
+  for (const char* modelled : {"cuStreamWaitEvent", "cuStreamWaitEvent_ptsz", "cuLaunchHostFunc", "cuLaunchHostFunc_ptsz",
+                               "cuGraphUpload", "cuGraphUpload_ptsz"}) {
     EXPECT_EQ(stream_work.erase(modelled), 1u) << modelled;
   }
   std::set<std::string> in_table;
@@ -1006,16 +1008,35 @@ CUDA_MEM_ALLOC_NODE_PARAMS alloc_params(size_t bytes) {
   return p;
 }
 
+// The graph memory pool's reservation on device 0 (CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT).
+uint64_t pool_reserved() {
+  cuuint64_t v = ~0ull;
+  EXPECT_EQ(CU(cuDeviceGetGraphMemAttribute)(0, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, &v), CUDA_SUCCESS);
+  return v;
+}
+
+// Graph memory as the H200 (driver 13.0) does it: an alloc node fixes an address, instantiation
+// takes nothing, a launch maps the exec's allocations from the device's graph memory pool (in
+// chunks of 32 MiB), and the pool keeps the memory, also after the exec and the graph are gone,
+// until cuDeviceGraphMemTrim.
 TEST_F(DriverDouble, GraphMemoryNodes) {
   const size_t free0 = free_now();
+  ASSERT_EQ(pool_reserved(), 0u);
   CUgraph g = nullptr;
   ASSERT_EQ(CU(cuGraphCreate)(&g, 0), CUDA_SUCCESS);
-  // The allocation is made (and its address fixed) when the node is added.
   CUDA_MEM_ALLOC_NODE_PARAMS ap = alloc_params(64 * kMiB);
   CUgraphNode an = nullptr, kn = nullptr, fn = nullptr, extra = nullptr;
   ASSERT_EQ(drv().cuGraphAddMemAllocNode(&an, g, nullptr, 0, &ap), CUDA_SUCCESS);
   ASSERT_NE(ap.dptr, 0u);
-  EXPECT_EQ(free0 - free_now(), 64 * kMiB);
+  EXPECT_EQ(free_now(), free0) << "an alloc node only fixes an address";
+  CUDA_MEM_ALLOC_NODE_PARAMS back{};
+  ASSERT_EQ(CU(cuGraphMemAllocNodeGetParams)(an, &back), CUDA_SUCCESS);
+  EXPECT_EQ(back.bytesize, 64 * kMiB);
+  EXPECT_EQ(back.dptr, ap.dptr);
+  EXPECT_EQ(back.poolProps.location.type, CU_MEM_LOCATION_TYPE_DEVICE);
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  EXPECT_EQ(drv().cuMemGetAddressRange_v2(&base, &size, ap.dptr), CUDA_ERROR_NOT_FOUND) << "nothing allocated yet";
   // A kernel node between the alloc and the free node writes it at replay.
   auto* dst = reinterpret_cast<unsigned int*>(ap.dptr);
   unsigned int v = 0x5a00;
@@ -1028,49 +1049,58 @@ TEST_F(DriverDouble, GraphMemoryNodes) {
   kp.kernelParams = params;
   ASSERT_EQ(CU(cuGraphAddKernelNode_v2)(&kn, g, &an, 1, &kp), CUDA_SUCCESS);
   ASSERT_EQ(drv().cuGraphAddMemFreeNode(&fn, g, &kn, 1, ap.dptr), CUDA_SUCCESS);
+  CUdeviceptr freed = 0;
+  ASSERT_EQ(CU(cuGraphMemFreeNodeGetParams)(fn, &freed), CUDA_SUCCESS);
+  EXPECT_EQ(freed, ap.dptr);
   EXPECT_EQ(drv().cuGraphAddMemFreeNode(&extra, g, &fn, 1, ap.dptr), CUDA_ERROR_INVALID_VALUE)
       << "freed twice";
   EXPECT_EQ(drv().cuMemFree_v2(ap.dptr), CUDA_ERROR_INVALID_VALUE) << "its graph frees it";
-  CUgraphExec x = nullptr;
+  CUgraph clone = nullptr;
+  EXPECT_EQ(drv().cuGraphClone(&clone, g), CUDA_ERROR_NOT_SUPPORTED) << "memory nodes cannot be cloned";
+  CUgraphExec x = nullptr, x2 = nullptr;
   ASSERT_EQ(CU(cuGraphInstantiateWithFlags)(&x, g, 0), CUDA_SUCCESS);
+  EXPECT_EQ(free_now(), free0) << "instantiation takes nothing";
+  EXPECT_EQ(CU(cuGraphInstantiateWithFlags)(&x2, g, 0), CUDA_ERROR_NOT_SUPPORTED) << "one exec at a time";
   ASSERT_EQ(drv().cuGraphLaunch(x, nullptr), CUDA_SUCCESS);
   ASSERT_EQ(CU(cuStreamSynchronize)(nullptr), CUDA_SUCCESS);
-  unsigned int got[2] = {};
-  ASSERT_EQ(CU(cuMemcpyDtoH_v2)(got, ap.dptr + 4 * 1000, sizeof got), CUDA_SUCCESS);
-  EXPECT_EQ(got[0], 0x5a00u ^ 1000u);
-  EXPECT_EQ(got[1], 0x5a00u ^ 1001u);
-  // The graph's pool keeps the memory until the graph is destroyed.
+  EXPECT_EQ(pool_reserved(), 64 * kMiB);
   EXPECT_EQ(free0 - free_now(), 64 * kMiB);
+  ASSERT_EQ(drv().cuGraphLaunch(x, nullptr), CUDA_SUCCESS);  // the exec keeps its mapping
+  ASSERT_EQ(CU(cuStreamSynchronize)(nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(pool_reserved(), 64 * kMiB);
+  // An idle exec's mapping is trimmed; its next launch maps again.
+  ASSERT_EQ(CU(cuDeviceGraphMemTrim)(0), CUDA_SUCCESS);
+  EXPECT_EQ(pool_reserved(), 0u);
+  EXPECT_EQ(free_now(), free0);
+  ASSERT_EQ(drv().cuGraphLaunch(x, nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(CU(cuStreamSynchronize)(nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(pool_reserved(), 64 * kMiB);
+  // Destroying the exec and the graph gives nothing back: the pool keeps it until a trim.
+  EXPECT_EQ(CU(cuGraphExecDestroy)(x), CUDA_SUCCESS);
+  EXPECT_EQ(pool_reserved(), 64 * kMiB);
+  ASSERT_EQ(CU(cuGraphInstantiateWithFlags)(&x2, g, 0), CUDA_SUCCESS) << "the first exec is gone";
+  EXPECT_EQ(CU(cuGraphExecDestroy)(x2), CUDA_SUCCESS);
+  EXPECT_EQ(CU(cuGraphDestroy)(g), CUDA_SUCCESS);
+  EXPECT_EQ(free0 - free_now(), 64 * kMiB);
+  ASSERT_EQ(CU(cuDeviceGraphMemTrim)(0), CUDA_SUCCESS);
+  EXPECT_EQ(pool_reserved(), 0u);
+  EXPECT_EQ(free_now(), free0);
+
+  // Small allocations take whole pages, and the pool whole chunks: 1 byte takes 32 MiB.
+  ASSERT_EQ(CU(cuGraphCreate)(&g, 0), CUDA_SUCCESS);
+  CUDA_MEM_ALLOC_NODE_PARAMS tiny = alloc_params(1);
+  ASSERT_EQ(drv().cuGraphAddMemAllocNode(&an, g, nullptr, 0, &tiny), CUDA_SUCCESS);
+  ASSERT_EQ(drv().cuGraphAddMemFreeNode(&fn, g, &an, 1, tiny.dptr), CUDA_SUCCESS);
+  ASSERT_EQ(CU(cuGraphInstantiateWithFlags)(&x, g, 0), CUDA_SUCCESS);
+  ASSERT_EQ(drv().cuGraphLaunch(x, nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(pool_reserved(), 32 * kMiB);
+  ASSERT_EQ(CU(cuStreamSynchronize)(nullptr), CUDA_SUCCESS);
   EXPECT_EQ(CU(cuGraphExecDestroy)(x), CUDA_SUCCESS);
   EXPECT_EQ(CU(cuGraphDestroy)(g), CUDA_SUCCESS);
+  ASSERT_EQ(CU(cuDeviceGraphMemTrim)(0), CUDA_SUCCESS);
   EXPECT_EQ(free_now(), free0);
 
-  // Not freed in its graph: the application frees it (cuMemFree or cuMemFreeAsync).
-  CUgraph g2 = nullptr;
-  ASSERT_EQ(CU(cuGraphCreate)(&g2, 0), CUDA_SUCCESS);
-  CUDA_MEM_ALLOC_NODE_PARAMS ap2 = alloc_params(3 * kMiB);
-  ASSERT_EQ(drv().cuGraphAddMemAllocNode(&an, g2, nullptr, 0, &ap2), CUDA_SUCCESS);
-  // The generic entry point adds the same nodes.
-  CUgraphNodeParams gp{};
-  gp.type = CU_GRAPH_NODE_TYPE_MEM_ALLOC;
-  gp.alloc.poolProps = ap2.poolProps;
-  gp.alloc.bytesize = 5 * kMiB;
-  ASSERT_EQ(drv().cuGraphAddNode_v2(&extra, g2, &an, nullptr, 1, &gp), CUDA_SUCCESS);
-  ASSERT_NE(gp.alloc.dptr, 0u);
-  EXPECT_EQ(free0 - free_now(), 8 * kMiB);
-  CUgraphNodeParams gf{};
-  gf.type = CU_GRAPH_NODE_TYPE_MEM_FREE;
-  gf.free.dptr = gp.alloc.dptr;
-  ASSERT_EQ(drv().cuGraphAddNode(&extra, g2, nullptr, 0, &gf), CUDA_SUCCESS);
-  CUgraphNodeParams other{};
-  other.type = CU_GRAPH_NODE_TYPE_WAIT_EVENT;
-  EXPECT_EQ(drv().cuGraphAddNode(&extra, g2, nullptr, 0, &other), CUDA_ERROR_NOT_SUPPORTED);
-  EXPECT_EQ(CU(cuGraphDestroy)(g2), CUDA_SUCCESS);
-  EXPECT_EQ(free0 - free_now(), 3 * kMiB) << "ap2 outlives its graph";
-  EXPECT_EQ(drv().cuMemFree_v2(ap2.dptr), CUDA_SUCCESS);
-  EXPECT_EQ(free_now(), free0);
-
-  // Misuse and out of memory.
+  // Misuse and out of memory (the pool runs out at the launch, not before).
   CUgraph g3 = nullptr;
   ASSERT_EQ(CU(cuGraphCreate)(&g3, 0), CUDA_SUCCESS);
   CUDA_MEM_ALLOC_NODE_PARAMS bad = alloc_params(0);
@@ -1084,31 +1114,391 @@ TEST_F(DriverDouble, GraphMemoryNodes) {
   EXPECT_EQ(drv().cuGraphAddMemAllocNode(&an, g3, nullptr, 0, nullptr), CUDA_ERROR_INVALID_VALUE);
   EXPECT_EQ(drv().cuGraphAddMemAllocNode(&an, reinterpret_cast<CUgraph>(&bad), nullptr, 0, &bad),
             CUDA_ERROR_INVALID_HANDLE);
-  bad = alloc_params(free_now() + kMiB);
-  EXPECT_EQ(drv().cuGraphAddMemAllocNode(&an, g3, nullptr, 0, &bad), CUDA_ERROR_OUT_OF_MEMORY);
   EXPECT_EQ(drv().cuGraphAddMemFreeNode(&fn, g3, nullptr, 0, done_), CUDA_ERROR_INVALID_VALUE)
       << "not a graph allocation";
   EXPECT_EQ(drv().cuGraphAddMemFreeNode(&fn, g3, nullptr, 0, 0x1234), CUDA_ERROR_INVALID_VALUE);
+  bad = alloc_params(free_now() + kMiB);
+  ASSERT_EQ(drv().cuGraphAddMemAllocNode(&an, g3, nullptr, 0, &bad), CUDA_SUCCESS);
+  ASSERT_EQ(CU(cuGraphInstantiateWithFlags)(&x, g3, 0), CUDA_SUCCESS);
+  EXPECT_EQ(drv().cuGraphLaunch(x, nullptr), CUDA_ERROR_OUT_OF_MEMORY);
+  EXPECT_EQ(pool_reserved(), 0u);
+  EXPECT_EQ(CU(cuGraphExecDestroy)(x), CUDA_SUCCESS);
   EXPECT_EQ(CU(cuGraphDestroy)(g3), CUDA_SUCCESS);
+  EXPECT_EQ(free_now(), free0);
+}
 
-  // Stream capture of cuMemAllocAsync / cuMemFreeAsync makes the same nodes.
+// An allocation not freed in its graph is allocated by each launch and must be freed (cuMemFree,
+// cuMemFreeAsync, another graph's free node, or auto-free on the next launch) before the next; it
+// outlives its exec and graph, and a trim leaves it alone.
+TEST_F(DriverDouble, GraphAllocationsNotFreedInTheirGraph) {
+  const size_t free0 = free_now();
   CUstream s = nullptr;
   ASSERT_EQ(drv().cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  CUgraph g = nullptr;
+  ASSERT_EQ(CU(cuGraphCreate)(&g, 0), CUDA_SUCCESS);
+  CUDA_MEM_ALLOC_NODE_PARAMS ap = alloc_params(3 * kMiB);
+  CUgraphNode an = nullptr, kn = nullptr, extra = nullptr;
+  ASSERT_EQ(drv().cuGraphAddMemAllocNode(&an, g, nullptr, 0, &ap), CUDA_SUCCESS);
+  EXPECT_EQ(drv().cuMemFree_v2(ap.dptr), CUDA_ERROR_INVALID_VALUE) << "not allocated before a launch";
+  EXPECT_EQ(drv().cuMemFreeAsync(ap.dptr, s), CUDA_ERROR_INVALID_VALUE);
+  auto* dst = reinterpret_cast<unsigned int*>(ap.dptr);
+  unsigned int v = 0x5a00;
+  unsigned long long n = 1024;
+  void* params[] = {&dst, &v, &n};
+  CUDA_KERNEL_NODE_PARAMS kp{};
+  kp.func = fill_;
+  kp.gridDimX = kp.gridDimY = kp.gridDimZ = 1;
+  kp.blockDimX = 256, kp.blockDimY = kp.blockDimZ = 1;
+  kp.kernelParams = params;
+  ASSERT_EQ(CU(cuGraphAddKernelNode_v2)(&kn, g, &an, 1, &kp), CUDA_SUCCESS);
+  // The generic entry point adds the same nodes: 5 MiB, freed in the graph.
+  CUgraphNodeParams gp{};
+  gp.type = CU_GRAPH_NODE_TYPE_MEM_ALLOC;
+  gp.alloc.poolProps = ap.poolProps;
+  gp.alloc.bytesize = 5 * kMiB;
+  ASSERT_EQ(drv().cuGraphAddNode_v2(&extra, g, &an, nullptr, 1, &gp), CUDA_SUCCESS);
+  ASSERT_NE(gp.alloc.dptr, 0u);
+  CUgraphNodeParams gf{};
+  gf.type = CU_GRAPH_NODE_TYPE_MEM_FREE;
+  gf.free.dptr = gp.alloc.dptr;
+  ASSERT_EQ(drv().cuGraphAddNode(&extra, g, nullptr, 0, &gf), CUDA_SUCCESS);
+  CUgraphNodeParams other{};
+  other.type = CU_GRAPH_NODE_TYPE_WAIT_EVENT;
+  EXPECT_EQ(drv().cuGraphAddNode(&extra, g, nullptr, 0, &other), CUDA_ERROR_NOT_SUPPORTED);
+  CUgraphExec x = nullptr;
+  ASSERT_EQ(CU(cuGraphInstantiateWithFlags)(&x, g, 0), CUDA_SUCCESS);
+  ASSERT_EQ(drv().cuGraphLaunch(x, s), CUDA_SUCCESS);
+  ASSERT_EQ(CU(cuStreamSynchronize)(s), CUDA_SUCCESS);
+  EXPECT_EQ(pool_reserved(), 32 * kMiB) << "4 + 6 MiB of pages, one chunk";
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  ASSERT_EQ(drv().cuMemGetAddressRange_v2(&base, &size, ap.dptr + 100), CUDA_SUCCESS);
+  EXPECT_EQ(base, ap.dptr);
+  EXPECT_EQ(size, 3 * kMiB);
+  unsigned int got[2] = {};
+  ASSERT_EQ(CU(cuMemcpyDtoH_v2)(got, ap.dptr + 4 * 1000, sizeof got), CUDA_SUCCESS);
+  EXPECT_EQ(got[0], 0x5a00u ^ 1000u);
+  EXPECT_EQ(got[1], 0x5a00u ^ 1001u);
+  EXPECT_EQ(drv().cuGraphLaunch(x, s), CUDA_ERROR_INVALID_VALUE) << "still allocated by the last launch";
+  ASSERT_EQ(drv().cuMemFree_v2(ap.dptr), CUDA_SUCCESS);
+  EXPECT_EQ(drv().cuMemFree_v2(ap.dptr), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(pool_reserved(), 32 * kMiB) << "a free gives back to the pool, not the device";
+  ASSERT_EQ(drv().cuGraphLaunch(x, s), CUDA_SUCCESS);
+  ASSERT_EQ(CU(cuStreamSynchronize)(s), CUDA_SUCCESS);
+  // Exec and graph destroyed, pool trimmed: the live allocation keeps its pages (in a chunk).
+  EXPECT_EQ(CU(cuGraphExecDestroy)(x), CUDA_SUCCESS);
+  EXPECT_EQ(CU(cuGraphDestroy)(g), CUDA_SUCCESS);
+  ASSERT_EQ(CU(cuDeviceGraphMemTrim)(0), CUDA_SUCCESS);
+  EXPECT_EQ(pool_reserved(), 32 * kMiB);
+  ASSERT_EQ(CU(cuMemcpyDtoH_v2)(got, ap.dptr + 4 * 1000, sizeof got), CUDA_SUCCESS);
+  EXPECT_EQ(got[0], 0x5a00u ^ 1000u) << "the allocation outlives its graph";
+  ASSERT_EQ(drv().cuMemFreeAsync(ap.dptr, s), CUDA_SUCCESS);
+  ASSERT_EQ(CU(cuStreamSynchronize)(s), CUDA_SUCCESS);
+  EXPECT_EQ(pool_reserved(), 32 * kMiB);
+  ASSERT_EQ(CU(cuDeviceGraphMemTrim)(0), CUDA_SUCCESS);
+  EXPECT_EQ(pool_reserved(), 0u);
+  EXPECT_EQ(free_now(), free0);
+
+  // Auto-free on launch; cuGraphUpload and instantiation with upload map before any launch.
+  ASSERT_EQ(CU(cuGraphCreate)(&g, 0), CUDA_SUCCESS);
+  ap = alloc_params(32 * kMiB);
+  ASSERT_EQ(drv().cuGraphAddMemAllocNode(&an, g, nullptr, 0, &ap), CUDA_SUCCESS);
+  EXPECT_EQ(CU(cuGraphInstantiateWithFlags)(&x, g, CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD), CUDA_ERROR_INVALID_VALUE)
+      << "upload needs a stream";
+  ASSERT_EQ(CU(cuGraphInstantiateWithFlags)(&x, g, CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH), CUDA_SUCCESS);
+  ASSERT_EQ(CU(cuGraphUpload)(x, s), CUDA_SUCCESS);
+  EXPECT_EQ(pool_reserved(), 32 * kMiB);
+  ASSERT_EQ(drv().cuGraphLaunch(x, s), CUDA_SUCCESS);
+  ASSERT_EQ(drv().cuGraphLaunch(x, s), CUDA_SUCCESS) << "auto-free";
+  ASSERT_EQ(CU(cuStreamSynchronize)(s), CUDA_SUCCESS);
+  ASSERT_EQ(drv().cuMemFree_v2(ap.dptr), CUDA_SUCCESS);
+  EXPECT_EQ(CU(cuGraphExecDestroy)(x), CUDA_SUCCESS);
+  ASSERT_EQ(CU(cuDeviceGraphMemTrim)(0), CUDA_SUCCESS);
+  EXPECT_EQ(pool_reserved(), 0u);
+  CUDA_GRAPH_INSTANTIATE_PARAMS ip{};
+  ip.flags = CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD;
+  ip.hUploadStream = s;
+  ASSERT_EQ(CU(cuGraphInstantiateWithParams)(&x, g, &ip), CUDA_SUCCESS);
+  EXPECT_EQ(ip.result_out, CUDA_GRAPH_INSTANTIATE_SUCCESS);
+  EXPECT_EQ(pool_reserved(), 32 * kMiB);
+  EXPECT_EQ(CU(cuGraphExecDestroy)(x), CUDA_SUCCESS);
+  EXPECT_EQ(CU(cuGraphDestroy)(g), CUDA_SUCCESS);
+
+  // Freed by another graph's free node: then not by one of its own; that graph's launch frees it,
+  // and fails while it is not allocated.
+  CUgraph ga = nullptr, gb = nullptr;
+  ASSERT_EQ(CU(cuGraphCreate)(&ga, 0), CUDA_SUCCESS);
+  ASSERT_EQ(CU(cuGraphCreate)(&gb, 0), CUDA_SUCCESS);
+  ap = alloc_params(kMiB);
+  ASSERT_EQ(drv().cuGraphAddMemAllocNode(&an, ga, nullptr, 0, &ap), CUDA_SUCCESS);
+  ASSERT_EQ(drv().cuGraphAddMemFreeNode(&extra, gb, nullptr, 0, ap.dptr), CUDA_SUCCESS);
+  EXPECT_EQ(drv().cuGraphAddMemFreeNode(&extra, ga, &an, 1, ap.dptr), CUDA_ERROR_INVALID_VALUE);
+  CUgraphExec xa = nullptr, xb = nullptr;
+  ASSERT_EQ(CU(cuGraphInstantiateWithFlags)(&xa, ga, 0), CUDA_SUCCESS);
+  ASSERT_EQ(CU(cuGraphInstantiateWithFlags)(&xb, gb, 0), CUDA_SUCCESS);
+  EXPECT_EQ(drv().cuGraphLaunch(xb, s), CUDA_ERROR_INVALID_VALUE) << "nothing to free yet";
+  ASSERT_EQ(drv().cuGraphLaunch(xa, s), CUDA_SUCCESS);
+  ASSERT_EQ(drv().cuGraphLaunch(xb, s), CUDA_SUCCESS);
+  ASSERT_EQ(drv().cuGraphLaunch(xa, s), CUDA_SUCCESS) << "freed by the other graph";
+  ASSERT_EQ(CU(cuStreamSynchronize)(s), CUDA_SUCCESS);
+  ASSERT_EQ(drv().cuMemFree_v2(ap.dptr), CUDA_SUCCESS);
+  for (CUgraphExec e : {xa, xb}) EXPECT_EQ(CU(cuGraphExecDestroy)(e), CUDA_SUCCESS);
+  for (CUgraph e : {ga, gb}) EXPECT_EQ(CU(cuGraphDestroy)(e), CUDA_SUCCESS);
+  ASSERT_EQ(CU(cuDeviceGraphMemTrim)(0), CUDA_SUCCESS);
+  EXPECT_EQ(free_now(), free0);
+  EXPECT_EQ(CU(cuStreamDestroy_v2)(s), CUDA_SUCCESS);
+}
+
+// A trim leaves the memory of queued or running graphs alone, also of a destroyed exec whose
+// launch has not finished. (The stream is held by a host function until the test lets it go.)
+TEST_F(DriverDouble, GraphMemoryTrimSparesGraphsInFlight) {
+  const size_t free0 = free_now();
+  CUstream s = nullptr;
+  ASSERT_EQ(drv().cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  CUgraph g = nullptr;
+  ASSERT_EQ(CU(cuGraphCreate)(&g, 0), CUDA_SUCCESS);
+  CUDA_MEM_ALLOC_NODE_PARAMS ap = alloc_params(40 * kMiB);
+  CUgraphNode an = nullptr, fn = nullptr;
+  ASSERT_EQ(drv().cuGraphAddMemAllocNode(&an, g, nullptr, 0, &ap), CUDA_SUCCESS);
+  ASSERT_EQ(drv().cuGraphAddMemFreeNode(&fn, g, &an, 1, ap.dptr), CUDA_SUCCESS);
+  CUgraphExec x = nullptr;
+  ASSERT_EQ(CU(cuGraphInstantiateWithFlags)(&x, g, 0), CUDA_SUCCESS);
+  std::atomic<bool> go{false};
+  ASSERT_EQ(CU(cuLaunchHostFunc)(
+                s, [](void* p) { while (!static_cast<std::atomic<bool>*>(p)->load()) std::this_thread::yield(); },
+                &go),
+            CUDA_SUCCESS);
+  ASSERT_EQ(drv().cuGraphLaunch(x, s), CUDA_SUCCESS);
+  ASSERT_EQ(CU(cuDeviceGraphMemTrim)(0), CUDA_SUCCESS);
+  EXPECT_EQ(pool_reserved(), 64 * kMiB) << "queued";
+  EXPECT_EQ(CU(cuGraphExecDestroy)(x), CUDA_SUCCESS);
+  ASSERT_EQ(CU(cuDeviceGraphMemTrim)(0), CUDA_SUCCESS);
+  EXPECT_EQ(pool_reserved(), 64 * kMiB) << "destroyed, but its launch is still queued";
+  go = true;
+  ASSERT_EQ(CU(cuStreamSynchronize)(s), CUDA_SUCCESS);
+  ASSERT_EQ(CU(cuDeviceGraphMemTrim)(0), CUDA_SUCCESS);
+  EXPECT_EQ(pool_reserved(), 0u);
+  EXPECT_EQ(free_now(), free0);
+  EXPECT_EQ(CU(cuGraphDestroy)(g), CUDA_SUCCESS);
+  EXPECT_EQ(CU(cuStreamDestroy_v2)(s), CUDA_SUCCESS);
+}
+
+// Child graph nodes: cloned (cuGraphAddChildGraphNode, cuGraphAddNode) or, for a graph with
+// memory nodes, moved into the node; an exec runs the child's nodes in its place. A child graph that
+// allocates takes a chunk more from the pool (as on the H200: a child of 64 MiB takes 96).
+TEST_F(DriverDouble, ChildGraphs) {
+  const size_t free0 = free_now();
+  // A kernel in a cloned child graph fills a buffer.
+  CUdeviceptr buf = 0;
+  ASSERT_EQ(drv().cuMemAlloc_v2(&buf, 4096), CUDA_SUCCESS);
+  CUgraph kernels = nullptr, parent = nullptr;
+  ASSERT_EQ(CU(cuGraphCreate)(&kernels, 0), CUDA_SUCCESS);
+  auto* dst = reinterpret_cast<unsigned int*>(buf);
+  unsigned int v = 0x77;
+  unsigned long long n = 1024;
+  void* params[] = {&dst, &v, &n};
+  CUDA_KERNEL_NODE_PARAMS kp{};
+  kp.func = fill_;
+  kp.gridDimX = kp.gridDimY = kp.gridDimZ = 1;
+  kp.blockDimX = 256, kp.blockDimY = kp.blockDimZ = 1;
+  kp.kernelParams = params;
+  CUgraphNode kn = nullptr, cn = nullptr;
+  ASSERT_EQ(CU(cuGraphAddKernelNode_v2)(&kn, kernels, nullptr, 0, &kp), CUDA_SUCCESS);
+  ASSERT_EQ(CU(cuGraphCreate)(&parent, 0), CUDA_SUCCESS);
+  ASSERT_EQ(CU(cuGraphAddChildGraphNode)(&cn, parent, nullptr, 0, kernels), CUDA_SUCCESS);
+  EXPECT_EQ(CU(cuGraphDestroy)(kernels), CUDA_SUCCESS) << "the node has its own copy";
+  CUgraphNodeType type{};
+  ASSERT_EQ(drv().cuGraphNodeGetType(cn, &type), CUDA_SUCCESS);
+  EXPECT_EQ(type, CU_GRAPH_NODE_TYPE_GRAPH);
+  CUgraph child = nullptr;
+  ASSERT_EQ(drv().cuGraphChildGraphNodeGetGraph(cn, &child), CUDA_SUCCESS);
+  size_t count = 0;
+  ASSERT_EQ(drv().cuGraphGetNodes(child, nullptr, &count), CUDA_SUCCESS);
+  EXPECT_EQ(count, 1u);
+  EXPECT_EQ(CU(cuGraphDestroy)(child), CUDA_ERROR_INVALID_VALUE) << "its node's";
+  CUgraph copy = nullptr;
+  ASSERT_EQ(drv().cuGraphClone(&copy, parent), CUDA_SUCCESS);
+  CUgraphExec x = nullptr;
+  ASSERT_EQ(CU(cuGraphInstantiateWithFlags)(&x, copy, 0), CUDA_SUCCESS);
+  ASSERT_EQ(drv().cuGraphLaunch(x, nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(CU(cuStreamSynchronize)(nullptr), CUDA_SUCCESS);
+  unsigned int got = 0;
+  ASSERT_EQ(CU(cuMemcpyDtoH_v2)(&got, buf + 4 * 10, sizeof got), CUDA_SUCCESS);
+  EXPECT_EQ(got, 0x77u ^ 10u);
+  EXPECT_EQ(CU(cuGraphExecDestroy)(x), CUDA_SUCCESS);
+  for (CUgraph g : {parent, copy}) EXPECT_EQ(CU(cuGraphDestroy)(g), CUDA_SUCCESS);
+  EXPECT_EQ(drv().cuMemFree_v2(buf), CUDA_SUCCESS);
+
+  // Graph memory in a child graph: moved, not cloned.
+  CUgraph mem = nullptr;
+  ASSERT_EQ(CU(cuGraphCreate)(&mem, 0), CUDA_SUCCESS);
+  CUDA_MEM_ALLOC_NODE_PARAMS ap = alloc_params(64 * kMiB);
+  CUgraphNode an = nullptr, fn = nullptr;
+  ASSERT_EQ(drv().cuGraphAddMemAllocNode(&an, mem, nullptr, 0, &ap), CUDA_SUCCESS);
+  ASSERT_EQ(drv().cuGraphAddMemFreeNode(&fn, mem, &an, 1, ap.dptr), CUDA_SUCCESS);
+  ASSERT_EQ(CU(cuGraphCreate)(&parent, 0), CUDA_SUCCESS);
+  EXPECT_EQ(CU(cuGraphAddChildGraphNode)(&cn, parent, nullptr, 0, mem), CUDA_ERROR_NOT_SUPPORTED);
+  CUgraphNodeParams np{};
+  np.type = CU_GRAPH_NODE_TYPE_GRAPH;
+  np.graph.graph = mem;
+  np.graph.ownership = CU_GRAPH_CHILD_GRAPH_OWNERSHIP_MOVE;
+  ASSERT_EQ(drv().cuGraphAddNode_v2(&cn, parent, nullptr, nullptr, 0, &np), CUDA_SUCCESS);
+  EXPECT_EQ(CU(cuGraphInstantiateWithFlags)(&x, mem, 0), CUDA_ERROR_INVALID_VALUE) << "its node's";
+  ASSERT_EQ(CU(cuGraphInstantiateWithFlags)(&x, parent, 0), CUDA_SUCCESS);
+  EXPECT_EQ(free_now(), free0);
+  ASSERT_EQ(drv().cuGraphLaunch(x, nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(CU(cuStreamSynchronize)(nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(pool_reserved(), 96 * kMiB);
+  EXPECT_EQ(CU(cuGraphExecDestroy)(x), CUDA_SUCCESS);
+  EXPECT_EQ(CU(cuGraphDestroy)(parent), CUDA_SUCCESS);  // and its child
+  ASSERT_EQ(CU(cuDeviceGraphMemTrim)(0), CUDA_SUCCESS);
+  EXPECT_EQ(free_now(), free0);
+}
+
+// cuGraphExecUpdate gives an exec the nodes of a graph of the same shape, graph memory included
+// (on the H200 an exec of 32 MiB updated with a graph of 512 MiB takes 512 MiB at its launch).
+TEST_F(DriverDouble, GraphExecUpdateTakesTheNewGraphsMemory) {
+  const size_t free0 = free_now();
+  auto alloc_free = [&](size_t bytes) {
+    CUgraph g = nullptr;
+    EXPECT_EQ(CU(cuGraphCreate)(&g, 0), CUDA_SUCCESS);
+    CUDA_MEM_ALLOC_NODE_PARAMS ap = alloc_params(bytes);
+    CUgraphNode an = nullptr, fn = nullptr;
+    EXPECT_EQ(drv().cuGraphAddMemAllocNode(&an, g, nullptr, 0, &ap), CUDA_SUCCESS);
+    EXPECT_EQ(drv().cuGraphAddMemFreeNode(&fn, g, &an, 1, ap.dptr), CUDA_SUCCESS);
+    return g;
+  };
+  CUgraph small = alloc_free(32 * kMiB), big = alloc_free(256 * kMiB), other = nullptr;
+  ASSERT_EQ(CU(cuGraphCreate)(&other, 0), CUDA_SUCCESS);
+  CUgraphExec x = nullptr;
+  ASSERT_EQ(CU(cuGraphInstantiateWithFlags)(&x, small, 0), CUDA_SUCCESS);
+  CUgraphExecUpdateResultInfo info{};
+  EXPECT_EQ(drv().cuGraphExecUpdate_v2(x, other, &info), CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE);
+  EXPECT_EQ(info.result, CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED);
+  ASSERT_EQ(drv().cuGraphExecUpdate_v2(x, big, &info), CUDA_SUCCESS);
+  EXPECT_EQ(info.result, CU_GRAPH_EXEC_UPDATE_SUCCESS);
+  ASSERT_EQ(drv().cuGraphLaunch(x, nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(CU(cuStreamSynchronize)(nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(pool_reserved(), 256 * kMiB);
+  EXPECT_EQ(CU(cuGraphExecDestroy)(x), CUDA_SUCCESS);
+  for (CUgraph g : {small, big, other}) EXPECT_EQ(CU(cuGraphDestroy)(g), CUDA_SUCCESS);
+  ASSERT_EQ(CU(cuDeviceGraphMemTrim)(0), CUDA_SUCCESS);
+  EXPECT_EQ(free_now(), free0);
+}
+
+TEST_F(DriverDouble, GraphMemoryAttributes) {
+  cuuint64_t v = 0, zero = 0, five = 5;
+  EXPECT_EQ(CU(cuDeviceSetGraphMemAttribute)(0, CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH, &zero), CUDA_SUCCESS);
+  EXPECT_EQ(CU(cuDeviceSetGraphMemAttribute)(0, CU_GRAPH_MEM_ATTR_USED_MEM_HIGH, &zero), CUDA_SUCCESS);
+  EXPECT_EQ(CU(cuDeviceSetGraphMemAttribute)(0, CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH, &five), CUDA_ERROR_INVALID_VALUE)
+      << "a high watermark is only reset to 0";
+  EXPECT_EQ(CU(cuDeviceSetGraphMemAttribute)(0, CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT, &zero), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(CU(cuDeviceGetGraphMemAttribute)(99, CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT, &v), CUDA_ERROR_INVALID_DEVICE);
+  EXPECT_EQ(CU(cuDeviceGraphMemTrim)(99), CUDA_ERROR_INVALID_DEVICE);
+  EXPECT_EQ(CU(cuDeviceGetGraphMemAttribute)(0, static_cast<CUgraphMem_attribute>(77), &v), CUDA_ERROR_INVALID_VALUE);
+  CUgraph g = nullptr;
+  ASSERT_EQ(CU(cuGraphCreate)(&g, 0), CUDA_SUCCESS);
+  CUDA_MEM_ALLOC_NODE_PARAMS ap = alloc_params(33 * kMiB);
+  CUgraphNode an = nullptr, fn = nullptr;
+  ASSERT_EQ(drv().cuGraphAddMemAllocNode(&an, g, nullptr, 0, &ap), CUDA_SUCCESS);
+  ASSERT_EQ(drv().cuGraphAddMemFreeNode(&fn, g, &an, 1, ap.dptr), CUDA_SUCCESS);
+  CUgraphExec x = nullptr;
+  ASSERT_EQ(CU(cuGraphInstantiateWithFlags)(&x, g, 0), CUDA_SUCCESS);
+  ASSERT_EQ(drv().cuGraphLaunch(x, nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(CU(cuStreamSynchronize)(nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(CU(cuGraphExecDestroy)(x), CUDA_SUCCESS);
+  EXPECT_EQ(CU(cuGraphDestroy)(g), CUDA_SUCCESS);
+  ASSERT_EQ(CU(cuDeviceGraphMemTrim)(0), CUDA_SUCCESS);
+  for (auto attr : {CU_GRAPH_MEM_ATTR_USED_MEM_HIGH, CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH}) {
+    ASSERT_EQ(CU(cuDeviceGetGraphMemAttribute)(0, attr, &v), CUDA_SUCCESS);
+    EXPECT_EQ(v, 64 * kMiB) << "33 MiB: two chunks";
+  }
+  for (auto attr : {CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT}) {
+    ASSERT_EQ(CU(cuDeviceGetGraphMemAttribute)(0, attr, &v), CUDA_SUCCESS);
+    EXPECT_EQ(v, 0u);
+  }
+  EXPECT_EQ(CU(cuDeviceSetGraphMemAttribute)(0, CU_GRAPH_MEM_ATTR_USED_MEM_HIGH, &zero), CUDA_SUCCESS);
+  ASSERT_EQ(CU(cuDeviceGetGraphMemAttribute)(0, CU_GRAPH_MEM_ATTR_USED_MEM_HIGH, &v), CUDA_SUCCESS);
+  EXPECT_EQ(v, 0u);
+}
+
+// Stream capture of cuMemAllocAsync / cuMemFreeAsync makes the same nodes; each capture sequence
+// has its own id (cuStreamGetCaptureInfo, all three versions).
+TEST_F(DriverDouble, GraphMemoryUnderCapture) {
+  const size_t free0 = free_now();
+  CUstream s = nullptr;
+  ASSERT_EQ(drv().cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+  cuuint64_t id1 = 0, id2 = 0, id3 = 0;
+  ASSERT_EQ(CU(cuStreamGetCaptureInfo)(s, &st, &id1), CUDA_SUCCESS);
+  EXPECT_EQ(st, CU_STREAM_CAPTURE_STATUS_NONE);
   ASSERT_EQ(drv().cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+  ASSERT_EQ(CU(cuStreamGetCaptureInfo)(s, &st, &id1), CUDA_SUCCESS);
+  EXPECT_EQ(st, CU_STREAM_CAPTURE_STATUS_ACTIVE);
+  CUgraph cg = nullptr;
+  size_t ndeps = 7;
+  ASSERT_EQ(CU(cuStreamGetCaptureInfo_v2)(s, &st, &id2, &cg, nullptr, &ndeps), CUDA_SUCCESS);
+  EXPECT_NE(cg, nullptr);
+  EXPECT_EQ(ndeps, 0u);
+  ASSERT_EQ(CU(cuStreamGetCaptureInfo_v3)(s, &st, &id3, nullptr, nullptr, nullptr, nullptr), CUDA_SUCCESS);
+  EXPECT_NE(id1, 0u);
+  EXPECT_EQ(id1, id2);
+  EXPECT_EQ(id1, id3);
   CUdeviceptr c1 = 0, c2 = 0;
   ASSERT_EQ(drv().cuMemAllocAsync(&c1, 2 * kMiB, s), CUDA_SUCCESS);
   ASSERT_EQ(drv().cuMemAllocAsync(&c2, 4 * kMiB, s), CUDA_SUCCESS);
-  EXPECT_EQ(free0 - free_now(), 6 * kMiB);
+  EXPECT_EQ(free_now(), free0) << "captured: addresses only";
   ASSERT_EQ(drv().cuMemFreeAsync(c1, s), CUDA_SUCCESS);
   EXPECT_EQ(drv().cuMemFreeAsync(c1, s), CUDA_ERROR_INVALID_VALUE);
-  CUgraph cg = nullptr;
   ASSERT_EQ(drv().cuStreamEndCapture(s, &cg), CUDA_SUCCESS);
+  ASSERT_EQ(drv().cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+  ASSERT_EQ(CU(cuStreamGetCaptureInfo_v3_ptsz)(s, &st, &id2, nullptr, nullptr, nullptr, nullptr), CUDA_SUCCESS);
+  EXPECT_GT(id2, id1) << "a new capture sequence";
+  CUgraph empty = nullptr;
+  ASSERT_EQ(drv().cuStreamEndCapture(s, &empty), CUDA_SUCCESS);
+  EXPECT_EQ(CU(cuGraphDestroy)(empty), CUDA_SUCCESS);
+  CUgraphExec x = nullptr;
+  ASSERT_EQ(CU(cuGraphInstantiateWithFlags)(&x, cg, 0), CUDA_SUCCESS);
+  ASSERT_EQ(drv().cuGraphLaunch(x, s), CUDA_SUCCESS);
+  ASSERT_EQ(CU(cuStreamSynchronize)(s), CUDA_SUCCESS);
+  EXPECT_EQ(pool_reserved(), 32 * kMiB);
+  EXPECT_EQ(CU(cuGraphExecDestroy)(x), CUDA_SUCCESS);
   EXPECT_EQ(CU(cuGraphDestroy)(cg), CUDA_SUCCESS);
-  EXPECT_EQ(free0 - free_now(), 4 * kMiB) << "c2 outlives the captured graph";
+  ASSERT_EQ(CU(cuDeviceGraphMemTrim)(0), CUDA_SUCCESS);
+  EXPECT_EQ(pool_reserved(), 32 * kMiB) << "c2 outlives the captured graph";
   ASSERT_EQ(drv().cuMemFreeAsync(c2, s), CUDA_SUCCESS);
   ASSERT_EQ(CU(cuStreamSynchronize)(s), CUDA_SUCCESS);
+  ASSERT_EQ(CU(cuDeviceGraphMemTrim)(0), CUDA_SUCCESS);
   EXPECT_EQ(free_now(), free0);
   EXPECT_EQ(CU(cuStreamDestroy_v2)(s), CUDA_SUCCESS);
+}
+
+// cuMemAllocPitch pads rows to 512 bytes (CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT), as the H200
+// does, and all of pitch * height is taken.
+TEST_F(DriverDouble, PitchedAllocationsArePadded) {
+  int v = 0;
+  ASSERT_EQ(drv().cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT, 0), CUDA_SUCCESS);
+  EXPECT_EQ(v, 512);
+  ASSERT_EQ(drv().cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT, 0), CUDA_SUCCESS);
+  EXPECT_EQ(v, 32);
+  const std::pair<size_t, size_t> cases[] = {{1, 512}, {512, 512}, {513, 1024}, {5000, 5120}};
+  for (auto [width, want] : cases) {
+    for (unsigned elem : {4u, 8u, 16u}) {
+      CUdeviceptr p = 0;
+      size_t pitch = 0;
+      ASSERT_EQ(drv().cuMemAllocPitch_v2(&p, &pitch, width, 3, elem), CUDA_SUCCESS);
+      EXPECT_EQ(pitch, want) << width << " x " << elem;
+      EXPECT_EQ(drv().cuMemFree_v2(p), CUDA_SUCCESS);
+    }
+  }
+  CUdeviceptr p = 0;
+  size_t pitch = 0;
+  for (unsigned elem : {1u, 2u}) EXPECT_EQ(drv().cuMemAllocPitch_v2(&p, &pitch, 64, 3, elem), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(drv().cuMemAllocPitch_v2(&p, &pitch, 0, 3, 4), CUDA_ERROR_INVALID_VALUE);
+  const size_t free0 = free_now();
+  ASSERT_EQ(drv().cuMemAllocPitch_v2(&p, &pitch, 128, 64 * 1024, 4), CUDA_SUCCESS);  // 8 MiB asked
+  EXPECT_EQ(free0 - free_now(), 32 * kMiB) << "512-byte rows";
+  EXPECT_EQ(drv().cuMemFree_v2(p), CUDA_SUCCESS);
 }
 
 TEST_F(DriverDouble, IpcMemoryBetweenProcesses) {

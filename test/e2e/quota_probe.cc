@@ -1,8 +1,10 @@
 // A tenant that tries every allocation path to exceed its memory quota (GPUOS_TENANT_MEM bytes,
-// set by `gpuos run --mem`): plain, pitched, managed, stream-ordered and pool allocations, VMM
-// handles, CUDA arrays (1D/2D, 3D, mipmapped), graph memory nodes (both entry points) and
-// allocations under stream capture. Each over-quota attempt must fail with
-// CUDA_ERROR_OUT_OF_MEMORY and leave nothing allocated, and the process keeps working;
+// set by `gpuos run --mem`): plain, pitched (with the driver's row padding), managed,
+// stream-ordered and pool allocations, VMM handles, CUDA arrays (1D/2D, 3D, mipmapped), graph
+// memory (alloc nodes through both entry points and allocations under stream capture, charged per
+// executable graph: the driver's graph pool keeps memory freed inside a graph). Each over-quota
+// attempt must fail with CUDA_ERROR_OUT_OF_MEMORY and leave nothing allocated, what the driver's
+// graph pool holds must always be covered by what the tenant is charged, and the process keeps working;
 // cuMemGetInfo must show the tenant its own view, and what succeeds is accounted exactly (what
 // the tenant sees in cuMemGetInfo; with --hold-file, gpuosd's count is checked too while it holds
 // a known amount). Memory imported from another process (CUDA IPC) must not count against the
@@ -36,6 +38,17 @@ void expect_oom(CUresult r, const char* path) {
   }
 }
 
+// The same, and what a wrongly granted attempt got is given back, so that the probe goes on.
+// (Pointers to the results: arguments are evaluated in no set order.)
+void expect_oom_ptr(CUresult r, const CUdeviceptr* p, const char* path) {
+  expect_oom(r, path);
+  if (r == CUDA_SUCCESS) cuMemFree_v2(*p);
+}
+void expect_oom_exec(CUresult r, const CUgraphExec* x, const char* path) {
+  expect_oom(r, path);
+  if (r == CUDA_SUCCESS) cuGraphExecDestroy(*x);
+}
+
 size_t free_bytes() {
   size_t free_b = 0, total_b = 0;
   CHECK_CU(cuMemGetInfo_v2(&free_b, &total_b));
@@ -57,6 +70,39 @@ CUDA_MEM_ALLOC_NODE_PARAMS graph_alloc(CUdevice dev, size_t bytes) {
   p.poolProps.location.id = dev;
   p.bytesize = bytes;
   return p;
+}
+
+// What the driver's graph memory pool holds on dev (not governed: the driver's own answer).
+size_t pool_reserved(CUdevice dev) {
+  cuuint64_t v = 0;
+  CHECK_CU(cuDeviceGetGraphMemAttribute(dev, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, &v));
+  return v;
+}
+
+// The tenant is charged at least what the graph pool holds on top of `other` (its other memory).
+void expect_pool_covered(size_t quota, CUdevice dev, size_t other, const char* what) {
+  const size_t charged = quota - free_bytes();  // first: cuMemGetInfo may trim the pool
+  const size_t pool = pool_reserved(dev);
+  if (charged < other + pool) {
+    std::fprintf(stderr, "quota_probe: %s: charged %zu, but %zu held and the graph pool has %zu\n", what, charged,
+                 other, pool);
+    ++probe::g_failures;
+  }
+}
+
+// A graph that allocates `bytes` on dev and frees them again (the review's case of issue #22).
+CUgraph alloc_free_graph(CUdevice dev, size_t bytes) {
+  CUgraph g = nullptr;
+  CHECK_CU(cuGraphCreate(&g, 0));
+  CUDA_MEM_ALLOC_NODE_PARAMS p = graph_alloc(dev, bytes);
+  CUgraphNode a = nullptr, f = nullptr;
+  // Never refused: an alloc node takes no memory, only an address.
+  if (cuGraphAddMemAllocNode(&a, g, nullptr, 0, &p) != CUDA_SUCCESS ||
+      cuGraphAddMemFreeNode(&f, g, &a, 1, p.dptr) != CUDA_SUCCESS) {
+    std::fprintf(stderr, "quota_probe: adding graph memory nodes of %zu bytes failed\n", bytes);
+    ++probe::g_failures;
+  }
+  return g;
 }
 
 CUDA_ARRAY3D_DESCRIPTOR array3d(size_t w, size_t h, size_t d, CUarray_format f, unsigned ch) {
@@ -151,6 +197,8 @@ int main(int argc, char** argv) {
   size_t pitch = 0;
   expect_oom(cuMemAlloc_v2(&p, quota + 1), "cuMemAlloc_v2");
   expect_oom(cuMemAllocPitch_v2(&p, &pitch, quota / 16 + 1, 16, 4), "cuMemAllocPitch_v2");
+  // Rows padded to 512 bytes: 128-byte rows worth exactly the quota take 4 times the quota.
+  expect_oom_ptr(cuMemAllocPitch_v2(&p, &pitch, 128, quota / 128, 4), &p, "cuMemAllocPitch_v2 (row padding)");
   expect_oom(cuMemAllocManaged(&p, quota + 1, CU_MEM_ATTACH_GLOBAL), "cuMemAllocManaged");
   expect_oom(cuMemAllocAsync(&p, quota + 1, stream), "cuMemAllocAsync");
   expect_oom(cuMemAllocAsync_ptsz(&p, quota + 1, stream), "cuMemAllocAsync_ptsz");
@@ -201,18 +249,6 @@ int main(int argc, char** argv) {
   expect_free(0, "a mipmapped array of exactly the quota");
   CHECK_CU(cuMipmappedArrayDestroy(mip));
   expect_free(quota, "the mipmapped array destroyed");
-
-  // Graph memory nodes over the quota, through both entry points.
-  CUgraph g = nullptr;
-  CHECK_CU(cuGraphCreate(&g, 0));
-  CUgraphNode node = nullptr;
-  CUDA_MEM_ALLOC_NODE_PARAMS gp = graph_alloc(dev, quota + 1);
-  expect_oom(cuGraphAddMemAllocNode(&node, g, nullptr, 0, &gp), "cuGraphAddMemAllocNode");
-  CUgraphNodeParams np{};
-  np.type = CU_GRAPH_NODE_TYPE_MEM_ALLOC;
-  np.alloc.poolProps = gp.poolProps;
-  np.alloc.bytesize = quota + 1;
-  expect_oom(cuGraphAddNode_v2(&node, g, nullptr, nullptr, 0, &np), "cuGraphAddNode_v2 (alloc)");
   // Reached through cuGetProcAddress, as the CUDA runtime reaches them: gpuos's wrappers as well.
   void* fn = nullptr;
   CHECK_CU(cuGetProcAddress_v2("cuArray3DCreate", &fn, 13000, 0, nullptr));
@@ -220,12 +256,108 @@ int main(int argc, char** argv) {
   CHECK_CU(cuGetProcAddress_v2("cuMipmappedArrayCreate", &fn, 13000, 0, nullptr));
   expect_oom(reinterpret_cast<decltype(&cuMipmappedArrayCreate)>(fn)(&mip, &md, 2),
              "cuMipmappedArrayCreate (proc address)");
-  CHECK_CU(cuGetProcAddress_v2("cuGraphAddMemAllocNode", &fn, 13000, 0, nullptr));
-  expect_oom(reinterpret_cast<decltype(&cuGraphAddMemAllocNode)>(fn)(&node, g, nullptr, 0, &gp),
-             "cuGraphAddMemAllocNode (proc address)");
-  CHECK_CU(cuGetProcAddress_v2("cuGraphAddNode", &fn, 13000, 0, nullptr));
-  expect_oom(reinterpret_cast<decltype(&cuGraphAddNode_v2)>(fn)(&node, g, nullptr, nullptr, 0, &np),
-             "cuGraphAddNode (proc address)");
+
+  // Pitched: charged with the padding the driver adds (a quarter of the quota's rows of 128 bytes
+  // take all of it), so nothing else fits beside it.
+  CHECK_CU(cuMemAllocPitch_v2(&p, &pitch, 128, quota / 512, 4));
+  probe::expect(pitch == 512, "cuMemAllocPitch pads 128-byte rows to 512");
+  expect_free(0, "a pitched allocation charged with its padding");
+  expect_oom_ptr(cuMemAlloc_v2(&half, 1 << 20), &half, "cuMemAlloc_v2 beside a padded pitched allocation");
+  CHECK_CU(cuMemFree_v2(p));
+  expect_free(quota, "the pitched allocation freed");
+
+  // Graph memory: an alloc node is only an address; the driver's graph pool backs it when an exec
+  // is launched, in 32 MiB chunks, and keeps it (also memory freed inside the graph) after the
+  // exec is gone. An exec is charged that from its instantiation; over the quota, instantiation
+  // fails, on every instantiation path.
+  constexpr size_t kChunk = 32 << 20;
+  CUgraph g = alloc_free_graph(dev, quota + 1);
+  CUgraphNode node = nullptr;
+  CUDA_MEM_ALLOC_NODE_PARAMS gp = graph_alloc(dev, quota + 1);
+  CUgraphNodeParams np{};
+  np.type = CU_GRAPH_NODE_TYPE_MEM_ALLOC;
+  np.alloc.poolProps = gp.poolProps;
+  np.alloc.bytesize = quota + 1;
+  probe::expect(cuGraphAddNode_v2(&node, g, nullptr, nullptr, 0, &np) == CUDA_SUCCESS,
+                "an alloc node over the quota is added (it is only an address)");
+  expect_free(quota, "alloc nodes are addresses only");
+  CUgraphExec x = nullptr, x2 = nullptr;
+  expect_oom_exec(cuGraphInstantiateWithFlags(&x, g, 0), &x, "cuGraphInstantiateWithFlags");
+  CUDA_GRAPH_INSTANTIATE_PARAMS ip{};
+  expect_oom_exec(cuGraphInstantiateWithParams(&x, g, &ip), &x, "cuGraphInstantiateWithParams");
+  CHECK_CU(cuGetProcAddress_v2("cuGraphInstantiate", &fn, 13000, 0, nullptr));
+  expect_oom_exec(reinterpret_cast<decltype(&cuGraphInstantiateWithFlags)>(fn)(&x, g, 0), &x,
+                  "cuGraphInstantiate (proc address)");
+  CHECK_CU(cuGetProcAddress_v2("cuGraphInstantiateWithParams", &fn, 13000,
+                               CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, nullptr));
+  expect_oom_exec(reinterpret_cast<decltype(&cuGraphInstantiateWithParams)>(fn)(&x, g, &ip), &x,
+                  "cuGraphInstantiateWithParams_ptsz (proc address)");
+  CHECK_CU(cuGraphDestroy(g));
+  expect_free(quota, "refused instantiations hold nothing");
+
+  // The review's attack: 20 MiB allocated and freed inside a graph. Its exec is charged the
+  // pool's chunk from instantiation on, so the pool's memory never comes on top of the quota.
+  g = alloc_free_graph(dev, 20 << 20);
+  CHECK_CU(cuGraphInstantiateWithFlags(&x, g, 0));
+  expect_free(quota - kChunk, "an exec charged its graph pool chunk from instantiation");
+  CHECK_CU(cuGraphLaunch(x, stream));
+  CHECK_CU(cuGraphLaunch(x, stream));
+  CHECK_CU(cuStreamSynchronize(stream));
+  probe::expect(pool_reserved(dev) == kChunk, "the launched exec's memory is in the driver's graph pool");
+  expect_pool_covered(quota, dev, 0, "after launches");
+  expect_oom_ptr(cuMemAlloc_v2(&half, quota - kChunk + 1), &half, "cuMemAlloc_v2 beside a launched graph");
+  CUgraph g2 = alloc_free_graph(dev, 20 << 20), g3 = alloc_free_graph(dev, 1);
+  CHECK_CU(cuGraphInstantiateWithFlags(&x2, g2, 0));  // exactly the quota now
+  expect_free(0, "two execs of a chunk each");
+  CUgraphExec x3 = nullptr;
+  expect_oom_exec(cuGraphInstantiateWithFlags(&x3, g3, 0), &x3, "a third exec (1 byte takes a chunk)");
+  CHECK_CU(cuGraphLaunch(x2, stream));
+  CHECK_CU(cuStreamSynchronize(stream));
+  expect_pool_covered(quota, dev, 0, "two execs launched");
+  // Destroyed, the execs' memory stays in the pool: still charged until a trim gives it back,
+  // which gpuos does when the tenant needs the room (or asks cuMemGetInfo).
+  CHECK_CU(cuGraphExecDestroy(x));
+  CHECK_CU(cuGraphExecDestroy(x2));
+  probe::expect(pool_reserved(dev) == 2 * kChunk, "the pool keeps destroyed execs' memory");
+  CHECK_CU(cuMemAlloc_v2(&half, quota));  // fits once the pool is trimmed
+  probe::expect(pool_reserved(dev) == 0, "trimmed to make room");
+  CHECK_CU(cuMemFree_v2(half));
+  for (CUgraph e : {g, g2, g3}) CHECK_CU(cuGraphDestroy(e));
+  expect_free(quota, "graphs destroyed and their pool trimmed");
+
+  // Child graphs hold alloc nodes too (moved into their node: a graph with memory nodes cannot be
+  // cloned); the pool takes a chunk more for a child graph that allocates (measured on the H200).
+  g = nullptr;
+  CHECK_CU(cuGraphCreate(&g, 0));
+  CUgraphNodeParams cp{};
+  cp.type = CU_GRAPH_NODE_TYPE_GRAPH;
+  cp.graph.graph = alloc_free_graph(dev, 1);
+  cp.graph.ownership = CU_GRAPH_CHILD_GRAPH_OWNERSHIP_MOVE;
+  CHECK_CU(cuGraphAddNode_v2(&node, g, nullptr, nullptr, 0, &cp));
+  CHECK_CU(cuGraphInstantiateWithFlags(&x, g, 0));
+  expect_free(quota - 2 * kChunk, "a child graph's allocation: its chunk and one more");
+  CHECK_CU(cuGraphLaunch(x, stream));
+  CHECK_CU(cuStreamSynchronize(stream));
+  expect_pool_covered(quota, dev, 0, "a child graph launched");
+  CHECK_CU(cuGraphExecDestroy(x));
+  CHECK_CU(cuGraphDestroy(g));
+  expect_free(quota, "the child graph's exec gone");
+
+  // An update in place can give an exec other (larger) allocations: charged before the driver
+  // takes them, over the quota refused. (The exec's old charge stays until it is destroyed.)
+  g = alloc_free_graph(dev, 1 << 20);
+  g2 = alloc_free_graph(dev, quota + 1);
+  g3 = alloc_free_graph(dev, 20 << 20);
+  CHECK_CU(cuGraphInstantiateWithFlags(&x, g, 0));
+  CUgraphExecUpdateResultInfo info{};
+  expect_oom(cuGraphExecUpdate_v2(x, g2, &info), "cuGraphExecUpdate_v2 (to a larger graph)");
+  CHECK_CU(cuGraphExecUpdate_v2(x, g3, &info));
+  CHECK_CU(cuGraphLaunch(x, stream));
+  CHECK_CU(cuStreamSynchronize(stream));
+  expect_pool_covered(quota, dev, 0, "an updated exec launched");
+  CHECK_CU(cuGraphExecDestroy(x));
+  for (CUgraph e : {g, g2, g3}) CHECK_CU(cuGraphDestroy(e));
+  expect_free(quota, "the updated exec gone");
 
   // What succeeds is accounted exactly, on every one of those paths at once.
   const size_t kArray2d = 1000 * 100 * 4, kArray3d = 64 * 64 * 16 * 4;
@@ -239,60 +371,80 @@ int main(int argc, char** argv) {
   CHECK_CU(cuArray3DCreate_v2(&deferred, &a3));
   md = array3d(1024, 1024, 0, CU_AD_FORMAT_HALF, 1);
   CHECK_CU(cuMipmappedArrayCreate(&mip, &md, 3));
+  const size_t arrays = kArray2d + kArray3d + kMipmap;
+  // A graph of two allocations: 3 MiB freed in it, 1 MiB left allocated by its launch (added
+  // through cuGraphAddNode_v2); 4 + 2 MiB of pages, one chunk.
+  CHECK_CU(cuGraphCreate(&g, 0));
   gp = graph_alloc(dev, kGraph1);
   CHECK_CU(cuGraphAddMemAllocNode(&node, g, nullptr, 0, &gp));
-  np.alloc.bytesize = kGraph2;
   CUgraphNode alloc1 = node;
+  np.alloc.bytesize = kGraph2;
   CHECK_CU(cuGraphAddNode_v2(&node, g, &alloc1, nullptr, 1, &np));
-  const size_t held = kArray2d + kArray3d + kMipmap + kGraph1 + kGraph2;
-  expect_free(quota - held, "arrays and graph allocations accounted exactly");
+  CHECK_CU(cuGraphAddMemFreeNode(&node, g, &alloc1, 1, gp.dptr));
+  CHECK_CU(cuGraphInstantiateWithFlags(&x, g, 0));
+  const size_t held = arrays + kChunk;
+  expect_free(quota - held, "arrays and an exec's graph memory accounted exactly");
+  CHECK_CU(cuGraphLaunch(x, stream));
+  CHECK_CU(cuStreamSynchronize(stream));
+  expect_pool_covered(quota, dev, arrays, "with arrays");
   // Over what is left, on each path; exactly what is left fits.
   ad.Width = quota - held + 1, ad.Height = 0, ad.Format = CU_AD_FORMAT_UNSIGNED_INT8;
   expect_oom(cuArrayCreate_v2(&arr, &ad), "1D array after held");
-  CUDA_MEM_ALLOC_NODE_PARAMS rest = graph_alloc(dev, quota - held + 1);
-  expect_oom(cuGraphAddMemAllocNode(&node, g, nullptr, 0, &rest), "graph alloc after held");
-  rest.bytesize = quota - held;
-  CUgraphNode rest_node = nullptr;
-  CHECK_CU(cuGraphAddMemAllocNode(&rest_node, g, nullptr, 0, &rest));
-  expect_free(0, "the rest of the quota in a graph allocation");
-  CHECK_CU(cuGraphAddMemFreeNode(&node, g, &rest_node, 1, rest.dptr));
-  expect_free(quota - held, "a free node gives it back");
+  g2 = alloc_free_graph(dev, 1);
+  expect_oom_exec(cuGraphInstantiateWithFlags(&x2, g2, 0), &x2, "an exec after held");
+  CHECK_CU(cuGraphDestroy(g2));
+  ad.Width = quota - held;
+  CUarray rest = nullptr;
+  CHECK_CU(cuArrayCreate_v2(&rest, &ad));
+  expect_free(0, "the rest of the quota in a 1D array");
+  CHECK_CU(cuArrayDestroy(rest));
+  expect_free(quota - held, "and back");
   if (hold_file != nullptr) {  // gpuosd must count the same
     std::printf("{\"held\": %zu}\n", held);
     std::fflush(stdout);
     wait_for_file(hold_file);
   }
-  CHECK_CU(cuGraphAddMemFreeNode(&node, g, &alloc1, 1, gp.dptr));
-  CUgraphNodeParams fp{};
-  fp.type = CU_GRAPH_NODE_TYPE_MEM_FREE;
-  fp.free.dptr = np.alloc.dptr;
-  CHECK_CU(cuGraphAddNode_v2(&node, g, nullptr, nullptr, 0, &fp));
-  expect_free(quota - kArray2d - kArray3d - kMipmap, "graph allocations freed by free nodes");
+  // The 1 MiB allocation outlives the exec and the graph: its pages keep a chunk of the pool.
+  CHECK_CU(cuGraphExecDestroy(x));
   CHECK_CU(cuGraphDestroy(g));
+  expect_pool_covered(quota, dev, arrays, "a graph allocation outlives its exec");
+  probe::expect(pool_reserved(dev) == kChunk, "the live allocation's chunk stays in the pool");
+  CHECK_CU(cuMemFree_v2(np.alloc.dptr));
   CHECK_CU(cuArrayDestroy(a2d));
   CHECK_CU(cuArrayDestroy(a3d));
   CHECK_CU(cuArrayDestroy(deferred));
   CHECK_CU(cuMipmappedArrayDestroy(mip));
-  expect_free(quota, "arrays destroyed");
+  expect_free(quota, "arrays destroyed, the graph allocation freed");
+  probe::expect(pool_reserved(dev) == 0, "the pool trimmed once nothing uses it");
 
-  // Stream capture: a captured cuMemAllocAsync is the graph's alloc node, accounted once (here,
-  // not again as a graph node); its free may come from the capture or from another graph.
+  // Stream capture: a captured cuMemAllocAsync is an alloc node of the captured graph, charged
+  // with it at instantiation (refused up front when it cannot fit at all); its free may come from
+  // the capture or from another graph.
   CUdeviceptr c1 = 0, c2 = 0;
   CHECK_CU(cuStreamBeginCapture_v2(stream, CU_STREAM_CAPTURE_MODE_GLOBAL));
   expect_oom(cuMemAllocAsync(&c1, quota + 1, stream), "captured cuMemAllocAsync");
   CHECK_CU(cuMemAllocAsync(&c1, 2 << 20, stream));
   CHECK_CU(cuMemAllocAsync(&c2, 1 << 20, stream));
-  expect_free(quota - (3 << 20), "captured allocations accounted once");
+  expect_free(quota, "captured allocations are addresses only");
   CHECK_CU(cuMemFreeAsync(c1, stream));
-  expect_free(quota - (1 << 20), "a captured free");
   CUgraph captured = nullptr;
   CHECK_CU(cuStreamEndCapture(stream, &captured));
+  CHECK_CU(cuGraphInstantiateWithFlags(&x, captured, 0));
+  expect_free(quota - kChunk, "the captured graph's memory from its instantiation");
+  CHECK_CU(cuGraphLaunch(x, stream));
   CUgraph frees = nullptr;
   CHECK_CU(cuGraphCreate(&frees, 0));
   CHECK_CU(cuGraphAddMemFreeNode(&node, frees, nullptr, 0, c2));
-  expect_free(quota, "a captured allocation freed by another graph's free node");
+  CHECK_CU(cuGraphInstantiateWithFlags(&x2, frees, 0));  // no allocations: nothing to charge
+  expect_free(quota - kChunk, "a graph that only frees is charged nothing");
+  CHECK_CU(cuGraphLaunch(x2, stream));
+  CHECK_CU(cuStreamSynchronize(stream));
+  expect_pool_covered(quota, dev, 0, "captured graph launched");
+  CHECK_CU(cuGraphExecDestroy(x));
+  CHECK_CU(cuGraphExecDestroy(x2));
   CHECK_CU(cuGraphDestroy(captured));
   CHECK_CU(cuGraphDestroy(frees));
+  expect_free(quota, "captured graph's memory back once its exec is gone");
 
   // CUDA IPC: another tenant maps 3 MiB of ours in; it is charged here only.
   CUdeviceptr shared = 0;

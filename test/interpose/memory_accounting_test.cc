@@ -196,6 +196,150 @@ CUDA_ARRAY3D_DESCRIPTOR desc(size_t w, size_t h, size_t d, CUarray_format f, uns
   return a;
 }
 
+// cuMemAllocPitch pads rows (to 512 bytes on the H200): what it can take is checked up front.
+TEST(PitchEstimateTest, RowsArePaddedToTheAlignment) {
+  EXPECT_EQ(pitched_bytes(1, 10, kPitchAlignFloor), 5120u);
+  EXPECT_EQ(pitched_bytes(512, 1, 512), 512u);
+  EXPECT_EQ(pitched_bytes(513, 2, 512), 2048u);
+  EXPECT_EQ(pitched_bytes(128, 1u << 19, 512), 256ull << 20) << "4x what width * height asks";
+  EXPECT_EQ(pitched_bytes(0, 10, 512), 0u);
+  EXPECT_EQ(pitched_bytes(1000, 3, 1), 3000u);
+  EXPECT_EQ(pitched_bytes(UINT64_MAX, 2, 512), UINT64_MAX) << "saturates";
+  EXPECT_EQ(pitched_bytes(1ull << 40, 1ull << 40, 512), UINT64_MAX);
+}
+
+constexpr uint64_t kMiB = 1ull << 20;
+
+// A tree of graphs: each level's parent and its allocations on device 0, breadth first.
+struct Level {
+  std::size_t parent;
+  std::vector<uint64_t> allocs;
+};
+GraphFootprint tree_footprint(const std::vector<Level>& levels) {
+  std::vector<GraphLevel> tree(levels.size());
+  for (std::size_t i = 0; i < levels.size(); ++i) {
+    tree[i].parent = levels[i].parent;
+    for (uint64_t a : levels[i].allocs) tree[i].pages[0] += graph_pages(a);
+  }
+  return graph_tree_footprint(tree.data(), tree.size());
+}
+std::vector<uint64_t> times(int n, uint64_t bytes) { return std::vector<uint64_t>(n, bytes); }
+
+// What an exec makes the H200's graph pool reserve (driver 13.0, CU_GRAPH_MEM_ATTR_RESERVED_MEM_
+// CURRENT after one launch, all allocations of a graph live at once): the footprint is never less,
+// and equal where the driver packs no tighter than whole pages.
+TEST(GraphFootprintTest, CoversWhatTheH200Reserves) {
+  struct Case {
+    const char* what;
+    std::vector<Level> tree;
+    uint64_t measured_mib;
+    bool exact;
+  };
+  const Case cases[] = {
+      {"1 x 64 MiB", {{0, {64 * kMiB}}}, 64, true},
+      {"1 byte", {{0, {1}}}, 32, true},
+      {"2 x 20 MiB", {{0, times(2, 20 * kMiB)}}, 64, true},
+      {"3 x 17 MiB", {{0, times(3, 17 * kMiB)}}, 64, true},
+      {"16 x 1 MiB", {{0, times(16, kMiB)}}, 32, true},
+      {"40 x 1 MiB", {{0, times(40, kMiB)}}, 64, false},     // packed below a page each
+      {"100 x 3 MiB", {{0, times(100, 3 * kMiB)}}, 320, false},
+      {"5 x 31 MiB", {{0, times(5, 31 * kMiB)}}, 160, true},
+      {"1 x 100 MiB", {{0, {100 * kMiB}}}, 128, true},
+      {"1 x 1000 MiB", {{0, {1000 * kMiB}}}, 1024, true},
+      {"2 x 32 MiB", {{0, times(2, 32 * kMiB)}}, 64, true},
+      {"child 1 byte", {{0, {}}, {0, {1}}}, 64, true},
+      {"child 30 MiB", {{0, {}}, {0, {30 * kMiB}}}, 64, true},
+      {"child 64 MiB", {{0, {}}, {0, {64 * kMiB}}}, 96, true},
+      {"child 100 MiB", {{0, {}}, {0, {100 * kMiB}}}, 160, true},
+      {"child 3 x 17 MiB", {{0, {}}, {0, times(3, 17 * kMiB)}}, 96, true},
+      {"10 MiB + child 64 MiB", {{0, {10 * kMiB}}, {0, {64 * kMiB}}}, 128, true},
+      {"two children of 20 MiB", {{0, {}}, {0, {20 * kMiB}}, {0, {20 * kMiB}}}, 128, true},
+      {"grandchild 20 MiB", {{0, {}}, {0, {}}, {1, {20 * kMiB}}}, 96, true},
+  };
+  for (const Case& c : cases) {
+    const GraphFootprint fp = tree_footprint(c.tree);
+    EXPECT_GE(fp.total(), c.measured_mib * kMiB) << c.what;
+    if (c.exact) EXPECT_EQ(fp.total(), c.measured_mib * kMiB) << c.what;
+    EXPECT_EQ(fp.on(0), fp.total()) << c.what;
+  }
+  EXPECT_EQ(tree_footprint({{0, {}}, {0, {}}}).total(), 0u) << "a child graph without allocations";
+}
+
+TEST(GraphFootprintTest, PerDeviceAndSaturating) {
+  GraphLevel tree[2];
+  tree[0].pages[1] = graph_pages(1);
+  tree[1].parent = 0;
+  tree[1].pages[2] = graph_pages(33 * kMiB);
+  GraphFootprint fp = graph_tree_footprint(tree, 2);
+  EXPECT_EQ(fp.on(0), 0u);
+  EXPECT_EQ(fp.on(1), 32 * kMiB);
+  EXPECT_EQ(fp.on(2), 96 * kMiB);  // 34 MiB of pages in two chunks, one more as a child
+  EXPECT_EQ(fp.on(-1), 0u);
+  EXPECT_EQ(fp.on(GPUOS_MAX_DEVICES), 0u);
+  EXPECT_EQ(fp.total(), 128 * kMiB);
+  tree[0].pages[0] = graph_pages(UINT64_MAX);
+  tree[1].pages[0] = UINT64_MAX;
+  EXPECT_EQ(graph_tree_footprint(tree, 2).total(), UINT64_MAX) << "saturates: the quota check refuses it";
+}
+
+// A footprint of dev0 chunks on device 0 and dev1 on device 1.
+GraphFootprint chunks(uint64_t dev0, uint64_t dev1) {
+  GraphFootprint fp;
+  fp.bytes[0] = dev0 * kGraphChunkBytes;
+  fp.bytes[1] = dev1 * kGraphChunkBytes;
+  return fp;
+}
+
+// An exec's charge lives from instantiation (reserved, then committed) until it is destroyed, and
+// then on as retained charge of its devices until a trim shows the driver's pool gave it back.
+TEST_F(MemoryAccountingTest, GraphExecChargeIsRetainedUntilThePoolGivesItBack) {
+  GraphFootprint fp = chunks(1, 2);
+  ASSERT_TRUE(reserve_bytes(&cb_, fp.total()));
+  commit_graph_exec(&cb_, 0x77, fp);
+  EXPECT_EQ(cb_.mem_used_bytes, 96 * kMiB);
+  EXPECT_EQ(cb_.mem_used_per_device[0], 32 * kMiB);
+  EXPECT_EQ(cb_.mem_used_per_device[1], 64 * kMiB);
+  retire_graph_exec(&cb_, 0x77);
+  EXPECT_EQ(cb_.mem_used_bytes, 96 * kMiB) << "destroyed: the pool still has it";
+  EXPECT_EQ(graph_retained(0), 32 * kMiB);
+  EXPECT_EQ(graph_retained(1), 64 * kMiB);
+  EXPECT_EQ(graph_retained_total(), 96 * kMiB);
+  retire_graph_exec(&cb_, 0x77);  // unknown now: nothing
+  EXPECT_EQ(graph_retained_total(), 96 * kMiB);
+  // A trim that left the pool with all of it releases nothing; one that emptied it, all.
+  EXPECT_EQ(settle_graph_retained(&cb_, 0, 32 * kMiB, 32 * kMiB), 0u);
+  EXPECT_EQ(settle_graph_retained(&cb_, 0, 32 * kMiB, 0), 32 * kMiB);
+  EXPECT_EQ(cb_.mem_used_per_device[0], 0u);
+  EXPECT_EQ(cb_.mem_used_bytes, 64 * kMiB);
+  // An exec retired while a trim was under way keeps its charge: the trim began before it.
+  GraphFootprint late = chunks(0, 1);
+  ASSERT_TRUE(reserve_bytes(&cb_, late.total()));
+  commit_graph_exec(&cb_, 0x88, late);
+  retire_graph_exec(&cb_, 0x88);
+  EXPECT_EQ(settle_graph_retained(&cb_, 1, 64 * kMiB, 0), 64 * kMiB);
+  EXPECT_EQ(graph_retained(1), 32 * kMiB);
+  // What the pool still holds (a live allocation) stays charged.
+  EXPECT_EQ(settle_graph_retained(&cb_, 1, 32 * kMiB, 40 * kMiB), 0u);
+  EXPECT_EQ(settle_graph_retained(&cb_, 1, 32 * kMiB, 0), 32 * kMiB);
+  EXPECT_EQ(cb_.mem_used_bytes, 0u);
+  EXPECT_EQ(cb_.mem_used_per_device[1], 0u);
+  EXPECT_EQ(graph_retained_total(), 0u);
+  EXPECT_EQ(settle_graph_retained(&cb_, 99, 1, 0), 0u);
+}
+
+// A handle committed again (its destruction went by unseen): the old charge is retained, not lost.
+TEST_F(MemoryAccountingTest, GraphExecCommittedAgainRetainsTheOldCharge) {
+  GraphFootprint fp = chunks(1, 0);
+  ASSERT_TRUE(reserve_bytes(&cb_, 2 * fp.total()));
+  commit_graph_exec(&cb_, 0x99, fp);
+  commit_graph_exec(&cb_, 0x99, fp);
+  EXPECT_EQ(graph_retained(0), 32 * kMiB);
+  EXPECT_EQ(cb_.mem_used_bytes, 64 * kMiB);
+  retire_graph_exec(&cb_, 0x99);
+  EXPECT_EQ(settle_graph_retained(&cb_, 0, 64 * kMiB, 0), 64 * kMiB);
+  EXPECT_EQ(cb_.mem_used_bytes, 0u);
+}
+
 TEST(ArrayEstimateTest, ElementsTimesChannelsTimesFormat) {
   auto d = desc(1000, 0, 0, CU_AD_FORMAT_FLOAT, 1);  // 1D: height and depth count as 1
   EXPECT_EQ(array_bytes(&d), 4000u);
