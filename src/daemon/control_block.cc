@@ -78,15 +78,17 @@ uint32_t restore_granted_words(Tenant& t) {
     write_gate(cb, gate);
     bits |= kTamperedGate;
   }
-  if (keep(cb->mem_quota_bytes, t.granted.quota_bytes) | keep(cb->mem_borrow_bytes, t.granted.borrow_bytes)) {
-    bits |= kTamperedMemory;
-  }
-  if (keep(cb->tenant_class, t.granted.tenant_class) | keep(cb->max_inflight, t.granted.max_inflight) |
-      keep(cb->idle_grace_us, t.granted.idle_grace_us) | keep(cb->tenant_id, t.id)) {
-    bits |= kTamperedAdmission;
-  }
-  bool masks = false;
-  for (uint32_t o = 0; o < GPUOS_MAX_DEVICES; ++o) masks |= keep(cb->space_mask[o], t.space.masks[o]);
+  // Every word is checked (no short cut): each one changed is put back.
+  int memory = 0, admission = 0, masks = 0;
+  memory += keep(cb->mem_quota_bytes, t.granted.quota_bytes);
+  memory += keep(cb->mem_borrow_bytes, t.granted.borrow_bytes);
+  if (memory != 0) bits |= kTamperedMemory;
+  admission += keep(cb->tenant_class, t.granted.tenant_class);
+  admission += keep(cb->max_inflight, t.granted.max_inflight);
+  admission += keep(cb->idle_grace_us, t.granted.idle_grace_us);
+  admission += keep(cb->tenant_id, t.id);
+  if (admission != 0) bits |= kTamperedAdmission;
+  for (uint32_t o = 0; o < GPUOS_MAX_DEVICES; ++o) masks += keep(cb->space_mask[o], t.space.masks[o]);
   if (masks) {
     std::atomic_ref<uint32_t>(cb->space_epoch).fetch_add(1, std::memory_order_release);
     bits |= kTamperedSpace;

@@ -117,7 +117,11 @@ struct CoreOptions {
   std::unique_ptr<slots::SpacePolicy> space_policy;
   std::unique_ptr<slots::MemoryPolicy> memory_policy;
   // The hooks' stall watchdog (stall_ns 0: none; gpuosd sets it, tests opt in).
-  WatchdogOptions watchdog{.stall_ns = 0};
+  WatchdogOptions watchdog = [] {
+    WatchdogOptions w;
+    w.stall_ns = 0;
+    return w;
+  }();
   // True: a non-admin peer asking for GUARANTEED is admitted as BEST_EFFORT (config
   // `[tenants] guaranteed = "admins"`, gpuosd's default). False here so tests opt in.
   bool guaranteed_needs_admin = false;
