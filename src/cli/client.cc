@@ -15,8 +15,17 @@ namespace {
 constexpr int kReplyTimeoutMs = 5000;
 
 int connect_or_explain(const std::string& socket, std::string* err) {
-  int fd = connect_control_socket(socket.c_str());
-  if (fd < 0) {
+  if (socket.empty()) {
+    *err = "no control socket path (XDG_RUNTIME_DIR is not set?); pass --socket or set GPUOS_SOCKET";
+    return -EINVAL;
+  }
+  char why[400];
+  // Checks the socket directory and that the daemon is root's or ours: another user's daemon could
+  // answer with anything.
+  int fd = connect_to_daemon(socket.c_str(), why, sizeof(why));
+  if (fd == -EACCES || fd == -EPERM) {
+    *err = why;
+  } else if (fd < 0) {
     *err = "no gpuosd answering on " + socket + " (" + std::strerror(-fd) +
            "); start one with `gpuos daemon`, or pass --socket";
   }
@@ -46,21 +55,42 @@ uint32_t receive_valid(int fd, unsigned char* buf, std::size_t cap, long* len, s
 }
 
 std::string reply_error(const gpuos_msg_reply& r) {
-  static constexpr const char* kNames[] = {"ok", "bad message", "version mismatch", "permission denied",
-                                           "not found", "limit reached", "internal error", "refused"};
-  std::string s = (r.status >= 0 && r.status <= 7) ? kNames[r.status] : "error " + std::to_string(r.status);
+  std::string s = status_name(r.status);
+  if (s == "error") s += " " + std::to_string(r.status);
   char text[GPUOS_TEXT_MAX + 1] = {};
   std::memcpy(text, r.text, GPUOS_TEXT_MAX);
-  if (text[0] != '\0') s += std::string(": ") + text;
+  if (text[0] != '\0') s += std::string(": ") + printable(text);  // may quote what a tenant sent
   return s;
+}
+
+// Sends a request. A daemon that refused the connection itself (limit reached) has already replied
+// and closed, so a failed send reads that reply to say why.
+bool send_or_explain(int fd, const void* msg, std::size_t len, std::string* err) {
+  int r = send_message(fd, msg, len);
+  if (r == 0) return true;
+  alignas(8) unsigned char buf[GPUOS_MSG_MAX_SIZE + 1];
+  long n = receive_message(fd, buf, sizeof(buf), nullptr, 0);
+  char why[GPUOS_TEXT_MAX];
+  gpuos_msg_header h{};
+  if (n > 0 && validate_message(buf, static_cast<std::size_t>(n), why, sizeof(why)) == GPUOS_OK) {
+    std::memcpy(&h, buf, sizeof(h));
+  }
+  if (h.type == GPUOS_MSG_REPLY) {
+    gpuos_msg_reply rep;
+    std::memcpy(&rep, buf, sizeof(rep));
+    *err = "gpuosd: " + reply_error(rep);
+  } else {
+    *err = std::string("send: ") + std::strerror(-r);
+  }
+  return false;
 }
 
 bool simple_request(const std::string& socket, const void* msg, std::size_t len, std::string* err) {
   int fd = connect_or_explain(socket, err);
   if (fd < 0) return false;
   bool ok = false;
-  if (int r = send_message(fd, msg, len); r != 0) {
-    *err = std::string("send: ") + std::strerror(-r);
+  if (!send_or_explain(fd, msg, len, err)) {
+    // *err says why
   } else {
     alignas(8) unsigned char buf[GPUOS_MSG_MAX_SIZE + 1];
     long n = 0;
@@ -98,12 +128,76 @@ std::string duration(uint64_t ns) {
 
 }  // namespace
 
-std::string resolve_socket(const std::string& socket_opt, const Config& cfg) {
+std::string resolve_socket(const std::string& socket_opt, const Config& cfg, std::string* why) {
   if (!socket_opt.empty()) return socket_opt;
   if (!cfg.socket.empty()) return cfg.socket;
   char buf[128];
-  if (!socket_path(buf, sizeof(buf))) return "";
+  char reason[256];
+  if (!socket_path(buf, sizeof(buf), reason, sizeof(reason))) {
+    if (why != nullptr) *why = reason;
+    return "";
+  }
   return buf;
+}
+
+std::string printable(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  char esc[16];
+  auto hex = [&](unsigned char c) {
+    std::snprintf(esc, sizeof(esc), "\\x%02x", c);
+    out += esc;
+  };
+  std::size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c == '\\') {
+      out += "\\\\";
+      ++i;
+      continue;
+    }
+    if (c < 0x20 || c == 0x7f) {
+      hex(c);
+      ++i;
+      continue;
+    }
+    if (c < 0x80) {
+      out += static_cast<char>(c);
+      ++i;
+      continue;
+    }
+    // A UTF-8 sequence: its length and the code point, or an invalid byte (escaped alone).
+    std::size_t len = c >= 0xf0 && c <= 0xf4 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 && c <= 0xdf ? 2 : 0;
+    if (c >= 0xf5) len = 0;
+    uint32_t cp = len == 2 ? c & 0x1fu : len == 3 ? c & 0x0fu : c & 0x07u;
+    bool ok = len != 0 && i + len <= s.size();
+    for (std::size_t k = 1; ok && k < len; ++k) {
+      const auto cc = static_cast<unsigned char>(s[i + k]);
+      if ((cc & 0xc0) != 0x80) ok = false;
+      cp = (cp << 6) | (cc & 0x3fu);
+    }
+    // Overlong forms, surrogates and values past U+10FFFF are not UTF-8.
+    if (ok && ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
+               (cp >= 0xd800 && cp <= 0xdfff))) {
+      ok = false;
+    }
+    if (!ok) {
+      hex(c);
+      ++i;
+      continue;
+    }
+    // C1 controls (0x9b is CSI on some terminals) and the bidi/format controls that reorder or hide
+    // text: shown as \uXXXX.
+    if ((cp >= 0x80 && cp <= 0x9f) || (cp >= 0x202a && cp <= 0x202e) || (cp >= 0x2066 && cp <= 0x2069) ||
+        cp == 0x200e || cp == 0x200f || cp == 0x061c || cp == 0x2028 || cp == 0x2029) {
+      std::snprintf(esc, sizeof(esc), "\\u%04x", static_cast<unsigned>(cp));
+      out += esc;
+    } else {
+      out.append(s.data() + i, len);
+    }
+    i += len;
+  }
+  return out;
 }
 
 bool list_tenants(const std::string& socket, bool include_exited, Listing* out, std::string* err) {
@@ -113,8 +207,7 @@ bool list_tenants(const std::string& socket, bool include_exited, Listing* out, 
   init_header(&m.hdr, GPUOS_MSG_LIST, sizeof(m), 1);
   m.flags = include_exited ? GPUOS_LIST_INCLUDE_EXITED : 0;
   bool ok = false;
-  if (int r = send_message(fd, &m, sizeof(m)); r != 0) {
-    *err = std::string("send: ") + std::strerror(-r);
+  if (!send_or_explain(fd, &m, sizeof(m), err)) {
     close(fd);
     return false;
   }
@@ -282,10 +375,10 @@ std::string partition_text(const gpuos_msg_tenant_info& t) {
 
 std::string listing_table(const Listing& l) {
   std::string s;
-  char line[512];
+  char line[1024];
   for (const auto& g : l.gpus) {
     std::snprintf(line, sizeof(line), "GPU %u: %s  %s  %u SMs  %s / %s used by gpuos tenants\n", g.index,
-                  cstr(g.name, sizeof(g.name)).c_str(), gpu_uuid(g).c_str(), g.sm_count,
+                  printable(cstr(g.name, sizeof(g.name))).c_str(), printable(gpu_uuid(g)).c_str(), g.sm_count,
                   human_bytes(g.used_mem_bytes).c_str(), human_bytes(g.total_mem_bytes).c_str());
     s += line;
   }
@@ -295,8 +388,10 @@ std::string listing_table(const Listing& l) {
   s += line;
   for (const auto& t : l.tenants) {
     const std::string sms = partition_text(t);
+    // The name is the tenant's own choice: escaped, so it cannot drive the terminal.
+    const std::string name = printable(cstr(t.name, sizeof(t.name)));
     std::snprintf(line, sizeof(line), "%-5u %-8d %-20s %-12s %-12s %10llu %8llu %10s %10s %10s %8s\n", t.tenant_id,
-                  t.pid, cstr(t.name, sizeof(t.name)).c_str(), class_name(t.tenant_class), display_state(t),
+                  t.pid, name.c_str(), class_name(t.tenant_class), display_state(t),
                   static_cast<unsigned long long>(t.launches), static_cast<unsigned long long>(t.graph_launches),
                   human_bytes(t.mem_used_bytes).c_str(), human_bytes(t.mem_peak_bytes).c_str(),
                   duration(t.gate_wait_ns).c_str(), sms.c_str());

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -17,8 +18,14 @@ struct Listing {
   std::vector<gpuos_msg_tenant_info> tenants;
 };
 
-// --socket if given, else the config's [daemon] socket, else gpuos::socket_path().
-std::string resolve_socket(const std::string& socket_opt, const Config& cfg);
+// --socket if given, else the config's [daemon] socket, else gpuos::socket_path(); "" if there is
+// none (then *why, when given, says why: XDG_RUNTIME_DIR unset, path too long).
+std::string resolve_socket(const std::string& socket_opt, const Config& cfg, std::string* why = nullptr);
+
+// A tenant-provided string made safe for a terminal: C0 controls, DEL, C1 controls, bidi overrides
+// and bytes that are not UTF-8 become visible escapes (\x1b, \u202e), a backslash becomes \\, so no
+// name can move the cursor, retitle the window or hide text. Valid printable UTF-8 is kept.
+std::string printable(std::string_view s);
 
 // Each returns false with a one-line reason in *err (no daemon, refused, malformed reply...).
 bool list_tenants(const std::string& socket, bool include_exited, Listing* out, std::string* err);

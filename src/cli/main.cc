@@ -46,16 +46,28 @@ bool load_cfg(const std::string& path, const char* cmd, Config* out) {
   return true;
 }
 
+// The socket a command talks to; "" after saying why there is none (XDG_RUNTIME_DIR unset).
+std::string socket_for(const char* cmd, const std::string& socket_opt, const Config& cfg) {
+  std::string why;
+  std::string s = resolve_socket(socket_opt, cfg, &why);
+  if (s.empty()) std::fprintf(stderr, "gpuos %s: %s\n", cmd, why.c_str());
+  return s;
+}
+
 int cmd_ps(bool all, bool json, const std::string& socket_opt, const std::string& config) {
   Config cfg;
   if (!load_cfg(config, "ps", &cfg)) return 1;
+  std::string socket = socket_for("ps", socket_opt, cfg);
+  if (socket.empty()) return 1;
   Listing l;
   std::string err;
-  if (!list_tenants(resolve_socket(socket_opt, cfg), all, &l, &err)) {
+  if (!list_tenants(socket, all, &l, &err)) {
     std::fprintf(stderr, "gpuos ps: %s\n", err.c_str());
     return 1;
   }
-  if (json) std::printf("%s\n", listing_json(l).dump(2).c_str());
+  // Names are the tenants' bytes: JSON escapes control characters exactly; bytes that are not UTF-8
+  // become U+FFFD instead of making dump() throw.
+  if (json) std::printf("%s\n", listing_json(l).dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   else std::fputs(listing_table(l).c_str(), stdout);
   return 0;
 }
@@ -63,16 +75,18 @@ int cmd_ps(bool all, bool json, const std::string& socket_opt, const std::string
 int cmd_top(TopOptions o, const std::string& socket_opt, const std::string& config) {
   Config cfg;
   if (!load_cfg(config, "top", &cfg)) return 1;
-  o.socket = resolve_socket(socket_opt, cfg);
+  o.socket = socket_for("top", socket_opt, cfg);
+  if (o.socket.empty()) return 1;
   return top_command(o);
 }
 
 int cmd_gate(uint32_t id, const std::string& state, const std::string& socket_opt, const std::string& config) {
   Config cfg;
   if (!load_cfg(config, "gate", &cfg)) return 1;
+  std::string socket = socket_for("gate", socket_opt, cfg);
+  if (socket.empty()) return 1;
   std::string err;
-  if (!set_gate(resolve_socket(socket_opt, cfg), id, state == "open" ? GPUOS_GATE_OPEN : GPUOS_GATE_CLOSED,
-                &err)) {
+  if (!set_gate(socket, id, state == "open" ? GPUOS_GATE_OPEN : GPUOS_GATE_CLOSED, &err)) {
     std::fprintf(stderr, "gpuos gate: %s\n", err.c_str());
     return 1;
   }

@@ -47,9 +47,10 @@ int run_command(const RunOptions& o, const std::vector<std::string>& cmd) {
   std::string ld = abs;
   if (const char* old = std::getenv("LD_PRELOAD"); old != nullptr && old[0] != '\0') ld += std::string(":") + old;
 
-  std::string socket = resolve_socket(o.socket, cfg);
+  std::string why;
+  std::string socket = resolve_socket(o.socket, cfg, &why);
   if (socket.empty()) {
-    std::fprintf(stderr, "gpuos run: cannot determine the control socket path\n");
+    std::fprintf(stderr, "gpuos run: %s\n", why.empty() ? "cannot determine the control socket path" : why.c_str());
     return 2;
   }
 

@@ -96,7 +96,7 @@ std::string rate(uint64_t now, uint64_t before, double dt) {
 std::vector<std::string> render_top(const Listing* prev, const Listing& cur, double dt_s, const std::string& socket,
                                     double interval, std::size_t width, std::size_t height) {
   std::vector<std::string> lines;
-  char buf[512];
+  char buf[1024];
   time_t now = time(nullptr);
   tm lt{};
   localtime_r(&now, &lt);
@@ -110,7 +110,7 @@ std::vector<std::string> render_top(const Listing* prev, const Listing& cur, dou
   for (const auto& g : cur.gpus) {
     double pct = g.total_mem_bytes ? 100.0 * static_cast<double>(g.used_mem_bytes) / static_cast<double>(g.total_mem_bytes) : 0;
     std::snprintf(buf, sizeof(buf), "GPU %u  %-36s %4u SMs  mem %s / %s (%.0f%%) by gpuos tenants", g.index,
-                  cstr(g.name, sizeof(g.name)).c_str(), g.sm_count, human_bytes(g.used_mem_bytes).c_str(),
+                  printable(cstr(g.name, sizeof(g.name))).c_str(), g.sm_count, human_bytes(g.used_mem_bytes).c_str(),
                   human_bytes(g.total_mem_bytes).c_str(), pct);
     lines.emplace_back(buf);
   }
@@ -141,8 +141,14 @@ std::vector<std::string> render_top(const Listing* prev, const Listing& cur, dou
       std::snprintf(b, sizeof(b), "%.1f", 100.0 * static_cast<double>(t.gate_wait_ns - p->gate_wait_ns) / (dt_s * 1e9));
       gw = b;
     }
-    std::string name = cstr(t.name, sizeof(t.name));
-    if (name.size() > 20) name = name.substr(0, 19) + "~";
+    // The tenant's own bytes: escaped first (no terminal control gets through), then cut to the
+    // column without splitting a UTF-8 sequence.
+    std::string name = printable(cstr(t.name, sizeof(t.name)));
+    if (name.size() > 20) {
+      std::size_t cut = 19;
+      while (cut > 0 && (static_cast<unsigned char>(name[cut]) & 0xc0) == 0x80) --cut;
+      name = name.substr(0, cut) + "~";
+    }
     std::snprintf(buf, sizeof(buf), "%5u %8d %-20s %-12s %-8s %9s %8s %10s %10s %10s %8s", t.tenant_id, t.pid,
                   name.c_str(), class_name(t.tenant_class), state_name(t.state), lps.c_str(), gps.c_str(),
                   human_bytes(t.mem_used_bytes).c_str(), human_bytes(t.mem_peak_bytes).c_str(), gw.c_str(),

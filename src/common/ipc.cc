@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -12,7 +13,7 @@
 
 namespace gpuos {
 
-bool socket_path(char* buf, std::size_t len) {
+bool socket_path(char* buf, std::size_t len, char* why, std::size_t why_len) {
   const char* env = std::getenv("GPUOS_SOCKET");
   int n;
   if (env != nullptr && env[0] != '\0') {
@@ -22,9 +23,106 @@ bool socket_path(char* buf, std::size_t len) {
   } else if (const char* xdg = std::getenv("XDG_RUNTIME_DIR"); xdg != nullptr && xdg[0] == '/') {
     n = std::snprintf(buf, len, "%s/gpuos/gpuosd.sock", xdg);
   } else {
-    n = std::snprintf(buf, len, "/tmp/gpuos-%u/gpuosd.sock", static_cast<unsigned>(geteuid()));
+    // No shared-directory fallback: any name under /tmp can be taken by another user first.
+    if (why != nullptr && why_len != 0) {
+      std::snprintf(why, why_len,
+                    "no control socket path: XDG_RUNTIME_DIR is not set; set XDG_RUNTIME_DIR (your "
+                    "login session's runtime directory) or GPUOS_SOCKET (e.g. /run/gpuos/gpuosd.sock)");
+    }
+    return false;
   }
-  return n > 0 && static_cast<std::size_t>(n) < len && static_cast<std::size_t>(n) < sizeof(sockaddr_un::sun_path);
+  if (n > 0 && static_cast<std::size_t>(n) < len && static_cast<std::size_t>(n) < sizeof(sockaddr_un::sun_path)) {
+    return true;
+  }
+  if (why != nullptr && why_len != 0) std::snprintf(why, why_len, "control socket path is longer than 107 bytes");
+  return false;
+}
+
+bool check_socket_dir(const char* socket_path, uid_t uid, char* why, std::size_t why_len) {
+  char dir[sizeof(sockaddr_un::sun_path) + 1];
+  const char* slash = std::strrchr(socket_path, '/');
+  if (slash == nullptr) {
+    std::snprintf(dir, sizeof(dir), ".");
+  } else if (slash == socket_path) {
+    std::snprintf(dir, sizeof(dir), "/");
+  } else {
+    std::size_t n = static_cast<std::size_t>(slash - socket_path);
+    if (n >= sizeof(dir)) {
+      std::snprintf(why, why_len, "socket path %s is too long", socket_path);
+      return false;
+    }
+    std::memcpy(dir, socket_path, n);
+    dir[n] = '\0';
+  }
+  struct stat st;
+  if (lstat(dir, &st) != 0) {
+    std::snprintf(why, why_len, "socket directory %s: %s", dir, std::strerror(errno));
+    return false;
+  }
+  if (S_ISLNK(st.st_mode)) {
+    std::snprintf(why, why_len, "socket directory %s is a symlink; refusing it (use the real directory)", dir);
+    return false;
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    std::snprintf(why, why_len, "socket directory %s is not a directory", dir);
+    return false;
+  }
+  if (st.st_uid != 0 && st.st_uid != uid) {
+    std::snprintf(why, why_len, "socket directory %s is owned by uid %u, not by root or uid %u; refusing it",
+                  dir, static_cast<unsigned>(st.st_uid), static_cast<unsigned>(uid));
+    return false;
+  }
+  if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+    std::snprintf(why, why_len,
+                  "socket directory %s is writable by %s (mode %04o); refusing it: others could replace the "
+                  "socket (make it 0755 or 0700)",
+                  dir, (st.st_mode & S_IWOTH) ? "others" : "its group", static_cast<unsigned>(st.st_mode & 07777));
+    return false;
+  }
+  return true;
+}
+
+bool trusted_daemon_uid(uid_t peer_uid) { return peer_uid == 0 || peer_uid == geteuid(); }
+
+int connect_to_daemon(const char* path, char* why, std::size_t why_len) {
+  if (!check_socket_dir(path, geteuid(), why, why_len)) return -EACCES;
+  int fd = connect_control_socket(path);
+  if (fd < 0) {
+    std::snprintf(why, why_len, "no gpuosd at %s (%s)", path, std::strerror(-fd));
+    return fd;
+  }
+  // The uid the listening process had at listen(): a daemon of another user would see (and could
+  // gate, or read the swapped memory of) whatever we register with it.
+  ucred cred{};
+  socklen_t len = sizeof(cred);
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+    int e = errno;
+    std::snprintf(why, why_len, "cannot check the gpuosd at %s: SO_PEERCRED: %s", path, std::strerror(e));
+    close(fd);
+    return -e;
+  }
+  if (!trusted_daemon_uid(cred.uid)) {
+    std::snprintf(why, why_len,
+                  "refusing the gpuosd at %s: it runs as uid %u (pid %d), not as root or as uid %u (you)", path,
+                  static_cast<unsigned>(cred.uid), static_cast<int>(cred.pid), static_cast<unsigned>(geteuid()));
+    close(fd);
+    return -EPERM;
+  }
+  return fd;
+}
+
+const char* status_name(int32_t status) {
+  switch (status) {
+    case GPUOS_OK: return "ok";
+    case GPUOS_ERR_BAD_MESSAGE: return "bad message";
+    case GPUOS_ERR_VERSION: return "version mismatch";
+    case GPUOS_ERR_PERMISSION: return "permission denied";
+    case GPUOS_ERR_NOT_FOUND: return "not found";
+    case GPUOS_ERR_LIMIT: return "limit reached";
+    case GPUOS_ERR_INTERNAL: return "internal error";
+    case GPUOS_ERR_REFUSED: return "refused";
+    default: return "error";
+  }
 }
 
 void init_header(gpuos_msg_header* hdr, gpuos_msg_type type, uint32_t size, uint32_t seq) {
@@ -151,6 +249,16 @@ long receive_message(int sock, void* buf, std::size_t cap, int* received_fd, int
   do {
     n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
   } while (n < 0 && errno == EINTR);
+  if (n < 0 && errno == ECONNRESET) {
+    // The peer closed while something we sent was unread: that error is reported first, but what
+    // the peer sent before closing (e.g. the reason it refused us) is still queued. Read it.
+    mh.msg_controllen = sizeof(ctrl);
+    mh.msg_flags = 0;
+    do {
+      n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+    } while (n < 0 && errno == EINTR);
+    if (n < 0) return -ECONNRESET;
+  }
   if (n < 0) return -errno;
   // Take every passed fd so none leaks; keep the first if the caller wants one.
   for (cmsghdr* c = CMSG_FIRSTHDR(&mh); c != nullptr; c = CMSG_NXTHDR(&mh, c)) {

@@ -13,9 +13,29 @@
 namespace gpuos {
 
 // Resolves the control-socket path into buf: $GPUOS_SOCKET if set; else /run/gpuos/gpuosd.sock
-// for root; else $XDG_RUNTIME_DIR/gpuos/gpuosd.sock; else /tmp/gpuos-<uid>/gpuosd.sock.
-// Returns false if the path does not fit (sun_path is 108 bytes).
-bool socket_path(char* buf, std::size_t len);
+// for root; else $XDG_RUNTIME_DIR/gpuos/gpuosd.sock. There is no fallback under /tmp: another user
+// could create /tmp/gpuos-<uid> first and serve a daemon of their own there. Returns false, with
+// the reason in why (when given), if XDG_RUNTIME_DIR is needed and unset or the path does not fit
+// (sun_path is 108 bytes).
+bool socket_path(char* buf, std::size_t len, char* why = nullptr, std::size_t why_len = 0);
+
+// Whether the directory holding socket_path may hold a control socket that `uid` trusts: a
+// directory itself (lstat: not a symlink), owned by root or by uid, not writable by group or
+// others (anyone who can write there can replace the socket). False with a reason otherwise.
+bool check_socket_dir(const char* socket_path, uid_t uid, char* why, std::size_t why_len);
+
+// Whether a daemon whose process runs as peer_uid is trusted by this process: root or its own
+// effective uid.
+bool trusted_daemon_uid(uid_t peer_uid);
+
+// What every client (interposer, CLI) uses to reach gpuosd: checks the socket directory
+// (check_socket_dir for our euid), connects, then checks the uid of the process listening on the
+// other end (SO_PEERCRED): root or our own, else it is refused. Returns the fd, or -errno with a
+// one-line reason in why: -EACCES untrusted directory, -EPERM untrusted daemon, else connect's.
+int connect_to_daemon(const char* path, char* why, std::size_t why_len);
+
+// "limit reached", "permission denied", ... for a gpuos_status; "error" for unknown values.
+const char* status_name(int32_t status);
 
 // Fills a header for a message of `type` whose whole size is `size`.
 void init_header(gpuos_msg_header* hdr, gpuos_msg_type type, uint32_t size, uint32_t seq);
@@ -41,6 +61,7 @@ int send_message(int sock, const void* msg, std::size_t len, int fd_to_send = -1
 // Receives one datagram into buf (cap bytes). Waits up to timeout_ms (-1: forever).
 // Returns its length; 0 on orderly close; -ETIMEDOUT; -EMSGSIZE if it did not fit; other -errno.
 // A passed fd, if any, is stored in *received_fd (else -1); it is closed if received_fd is null.
+// A message the peer sent before closing is returned even if its close reset the connection.
 long receive_message(int sock, void* buf, std::size_t cap, int* received_fd, int timeout_ms);
 
 }  // namespace gpuos

@@ -1,9 +1,11 @@
 // gpuosd: the gpuos node daemon. Never daemonizes itself (run it under systemd or `gpuos daemon`);
 // --foreground is accepted for symmetry with `gpuos daemon`.
 #include <grp.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <optional>
@@ -64,8 +66,9 @@ int main(int argc, char** argv) {
     so.socket_path = cfg.socket;
   } else {
     char buf[128];
-    if (!socket_path(buf, sizeof(buf))) {
-      log::error("cannot determine the control socket path (too long?)");
+    char why[256];
+    if (!socket_path(buf, sizeof(buf), why, sizeof(why))) {
+      log::error("%s (or pass --socket, or set [daemon] socket)", why);
       return 1;
     }
     so.socket_path = buf;
@@ -82,6 +85,18 @@ int main(int argc, char** argv) {
     }
   }
   so.max_connections = cfg.max_tenants + 64;
+  so.max_connections_per_uid = cfg.max_connections_per_uid;
+  so.admin_connections = cfg.admin_connections;
+  so.idle_timeout_ms = cfg.idle_timeout_ms;
+  // Every connection, pidfd and control block is an fd: the soft limit (often 1024) goes up to the
+  // hard one, so the connection limits, not EMFILE, decide who gets in.
+  if (rlimit rl{}; getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+    const rlim_t want = std::min<rlim_t>(rl.rlim_max, 65536);
+    if (want > rl.rlim_cur) {
+      rl.rlim_cur = want;
+      setrlimit(RLIMIT_NOFILE, &rl);
+    }
+  }
   if (!cfg.admin_group.empty()) {
     group gr;
     group* res = nullptr;

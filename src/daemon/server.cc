@@ -96,6 +96,15 @@ bool Server::start(std::string* err) {
     std::string dir = path.substr(0, slash);
     if (!make_dirs(dir, dir == "/run/gpuos" ? 0755 : 0700, err)) return false;
   }
+  // The clients check the same (check_socket_dir): a directory others can write to, or one of
+  // another user's, lets them put their own socket, and so their own daemon, in our place.
+  {
+    char why[400];
+    if (!check_socket_dir(path.c_str(), geteuid(), why, sizeof(why))) {
+      *err = why;
+      return false;
+    }
+  }
 
   struct stat st;
   if (::lstat(path.c_str(), &st) == 0) {
@@ -230,6 +239,12 @@ int Server::run() {
       uint64_t left = wake > now ? wake - now : 0;
       timeout_ms = static_cast<int>(std::min<uint64_t>((left + 999999) / 1000000, 60000));  // round up
     }
+    if (next_idle_check_ns_ != UINT64_MAX) {  // on its own clock (idle_clock)
+      const uint64_t inow = idle_now();
+      uint64_t left = next_idle_check_ns_ > inow ? next_idle_check_ns_ - inow : 0;
+      int idle_ms = static_cast<int>(std::min<uint64_t>((left + 999999) / 1000000, 60000));
+      timeout_ms = timeout_ms < 0 ? idle_ms : std::min(timeout_ms, idle_ms);
+    }
     int n = epoll_wait(epoll_fd_, evs, 64, timeout_ms);
     if (n < 0) {
       if (errno == EINTR) continue;
@@ -265,6 +280,10 @@ int Server::run() {
     }
     now = monotonic_ns();
     if (metrics_) metrics_->expire(now);
+    if (!stopping_ && next_idle_check_ns_ != UINT64_MAX) {
+      const uint64_t inow = idle_now();
+      if (inow >= next_idle_check_ns_) next_idle_check_ns_ = expire_idle(inow);
+    }
     if (!stopping_ && deadline != UINT64_MAX && now >= deadline) {
       core_.tick(now);
       next_periodic = now + period_ns;
@@ -274,12 +293,66 @@ int Server::run() {
   return 0;
 }
 
+uint64_t Server::idle_now() const { return opts_.idle_clock ? opts_.idle_clock() : monotonic_ns(); }
+
+uint64_t Server::expire_idle(uint64_t now) {
+  const uint64_t limit = static_cast<uint64_t>(opts_.idle_timeout_ms) * 1000000ull;
+  uint64_t next = UINT64_MAX;
+  std::vector<int> idle;
+  for (const auto& [fd, c] : conns_) {
+    if (c.c.tenant_id != 0) continue;  // a tenant's connection is quiet by design
+    const uint64_t due = c.last_message_ns + limit;
+    if (due <= now) idle.push_back(fd);
+    else next = std::min(next, due);
+  }
+  for (int fd : idle) {
+    auto it = conns_.find(fd);
+    log::info("closing connection %llu of pid %d uid %u: nothing received for %u ms",
+              static_cast<unsigned long long>(it->second.c.id), static_cast<int>(it->second.c.peer.pid),
+              static_cast<unsigned>(it->second.c.peer.uid), opts_.idle_timeout_ms);
+    close_conn(fd);
+  }
+  return next;
+}
+
+std::string Server::refusal(uid_t uid, bool admin) const {
+  const std::size_t open = conns_.size();
+  if (admin) {
+    // Admins may also take the reserved slots that nobody else can fill.
+    if (open >= static_cast<std::size_t>(opts_.max_connections) + opts_.admin_connections) {
+      return "too many connections (" + std::to_string(open) + " open, admin slots included)";
+    }
+    return "";
+  }
+  if (opts_.max_connections_per_uid != 0) {
+    auto it = conns_per_uid_.find(uid);
+    if (it != conns_per_uid_.end() && it->second >= opts_.max_connections_per_uid) {
+      return "too many connections from uid " + std::to_string(uid) + " (" + std::to_string(it->second) +
+             " open; max_connections_per_uid)";
+    }
+  }
+  if (open >= opts_.max_connections) {
+    return "too many connections (" + std::to_string(open) + " open; the rest are reserved for admins)";
+  }
+  return "";
+}
+
 void Server::on_accept() {
   for (;;) {
     int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EINTR) continue;
-      if (errno != EAGAIN && errno != EWOULDBLOCK) log::warn("accept: %s", std::strerror(errno));
+      if (errno == EMFILE || errno == ENFILE) {
+        // Out of fds: the pending connection stays queued and the listening socket readable. Stop
+        // polling it (no busy loop) until a connection closes and frees an fd.
+        log::warn("accept: %s; not accepting until a connection closes", std::strerror(errno));
+        epoll_event ev{};
+        ev.data.fd = listen_fd_;
+        epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, listen_fd_, &ev);
+        accept_paused_ = true;
+      } else if (errno != EAGAIN && errno != EWOULDBLOCK) {
+        log::warn("accept: %s", std::strerror(errno));
+      }
       return;
     }
     ucred cred{};
@@ -289,12 +362,28 @@ void Server::on_accept() {
       close(fd);
       continue;
     }
-    if (conns_.size() >= opts_.max_connections) {
-      Outgoing o = Core::make_reply(GPUOS_MSG_REPLY, 0, GPUOS_ERR_LIMIT, 0, "too many connections");
+    std::vector<gid_t> groups;
+    if (opts_.admin_gid && cred.uid != 0 && cred.uid != opts_.daemon_uid) {
+      groups = peer_groups(cred.pid, cred.uid, cred.gid);
+    }
+    const bool admin = is_admin(cred.uid, opts_.daemon_uid, groups, opts_.admin_gid);
+    // Limits per uid and a reserve for admins: no user can take every slot and lock out the others
+    // (or root's `gpuos ps`). The refusal is a reply, so the client can say why.
+    if (std::string why = refusal(cred.uid, admin); !why.empty()) {
+      Outgoing o = Core::make_reply(GPUOS_MSG_REPLY, 0, GPUOS_ERR_LIMIT, 0, why.c_str());
       send_message(fd, o.bytes.data(), o.bytes.size());
       close(fd);
-      log::warn("refused a connection from pid %d: %zu connections open", static_cast<int>(cred.pid),
-                conns_.size());
+      // At most one line a second: a client retrying in a loop must not flood the journal.
+      const uint64_t now = monotonic_ns();
+      if (now >= next_refusal_log_ns_) {
+        log::warn("refused a connection from pid %d uid %u: %s%s", static_cast<int>(cred.pid),
+                  static_cast<unsigned>(cred.uid), why.c_str(),
+                  refusals_unlogged_ ? (" (and " + std::to_string(refusals_unlogged_) + " more not logged)").c_str() : "");
+        refusals_unlogged_ = 0;
+        next_refusal_log_ns_ = now + 1000000000ull;
+      } else {
+        ++refusals_unlogged_;
+      }
       continue;
     }
     Conn c;
@@ -303,11 +392,7 @@ void Server::on_accept() {
     c.c.peer.pid = cred.pid;
     c.c.peer.uid = cred.uid;
     c.c.peer.gid = cred.gid;
-    std::vector<gid_t> groups;
-    if (opts_.admin_gid && cred.uid != 0 && cred.uid != opts_.daemon_uid) {
-      groups = peer_groups(cred.pid, cred.uid, cred.gid);
-    }
-    c.c.peer.admin = is_admin(cred.uid, opts_.daemon_uid, groups, opts_.admin_gid);
+    c.c.peer.admin = admin;
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.fd = fd;
@@ -318,6 +403,12 @@ void Server::on_accept() {
     }
     log::debug("connection %llu from pid %d uid %u%s", static_cast<unsigned long long>(c.c.id),
                static_cast<int>(cred.pid), static_cast<unsigned>(cred.uid), c.c.peer.admin ? " (admin)" : "");
+    if (opts_.idle_timeout_ms != 0) {
+      c.last_message_ns = idle_now();
+      next_idle_check_ns_ =
+          std::min<uint64_t>(next_idle_check_ns_, c.last_message_ns + static_cast<uint64_t>(opts_.idle_timeout_ms) * 1000000ull);
+    }
+    if (!admin) ++conns_per_uid_[cred.uid];
     conns_.emplace(fd, std::move(c));
   }
 }
@@ -345,6 +436,7 @@ void Server::on_readable(int fd) {
       close_conn(fd);
       return;
     }
+    if (opts_.idle_timeout_ms != 0) conn.last_message_ns = idle_now();
     apply(conn, core_.handle_message(conn.c, buf, static_cast<std::size_t>(n)));
     if (stopping_) return;
   }
@@ -435,8 +527,19 @@ void Server::close_conn(int fd) {
     pidfd_to_conn_.erase(pfd);
     close(pfd);
   }
+  if (!c.peer.admin) {
+    auto u = conns_per_uid_.find(c.peer.uid);
+    if (u != conns_per_uid_.end() && --u->second == 0) conns_per_uid_.erase(u);
+  }
   conns_.erase(it);  // drops queued replies (they may borrow the tenant's memfd) before it closes
   close(fd);
+  if (accept_paused_ && listen_fd_ >= 0) {  // an fd is free again
+    accept_paused_ = false;
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.fd = listen_fd_;
+    epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, listen_fd_, &ev);
+  }
   core_.connection_closed(c);
 }
 

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -25,6 +26,13 @@ struct ServerOptions {
   std::optional<gid_t> admin_gid;      // members are admins
   bool handle_signals = false;         // SIGTERM/SIGINT via signalfd
   uint32_t max_connections = 320;      // tenants + clients at once; more are refused (ERR_LIMIT)
+  // Lock-out guards: one uid's non-admin connections at most (0 = no cap); slots beyond
+  // max_connections that only admins may take, so `gpuos ps`/`gate` as root always get in; a
+  // connection without a tenant that sends nothing for idle_timeout_ms is closed (0 = never).
+  uint32_t max_connections_per_uid = 64;
+  uint32_t admin_connections = 16;
+  uint32_t idle_timeout_ms = 10000;
+  std::function<uint64_t()> idle_clock;  // the idle timeout's clock (tests); empty = monotonic_ns
   int tick_ms = 100;                   // Policy::tick period while a tenant is live (0 = none); the
                                        // policy may ask for earlier ticks (Policy::next_tick_ns)
   std::size_t max_queued_replies = 4096;  // per connection; a peer that never reads is dropped
@@ -61,6 +69,7 @@ class Server {
     std::deque<Outgoing> out;
     bool closing = false;
     bool want_out = false;
+    uint64_t last_message_ns = 0;  // idle_clock at accept, then at each message received
   };
 
   void on_accept();
@@ -71,6 +80,12 @@ class Server {
   void close_conn(int fd);
   void update_events(Conn& conn);
   void shutdown_all();
+  uint64_t idle_now() const;
+  // Closes connections without a tenant that sent nothing for idle_timeout_ms; returns the next
+  // time one may be due (UINT64_MAX: none).
+  uint64_t expire_idle(uint64_t now);
+  // Why a new connection from this peer is refused ("" = it is accepted).
+  std::string refusal(uid_t uid, bool admin) const;
 
   Core& core_;
   ServerOptions opts_;
@@ -85,6 +100,11 @@ class Server {
   uint64_t next_conn_id_ = 1;
   std::map<int, Conn> conns_;         // by socket fd
   std::map<int, int> pidfd_to_conn_;  // pidfd -> socket fd
+  std::map<uid_t, uint32_t> conns_per_uid_;  // open non-admin connections by uid
+  uint64_t next_idle_check_ns_ = UINT64_MAX;  // idle_clock time of the next expire_idle
+  bool accept_paused_ = false;
+  uint64_t next_refusal_log_ns_ = 0;  // refusals are logged at most once a second
+  uint64_t refusals_unlogged_ = 0;  // out of fds: the listening socket is not polled until one closes
   std::unique_ptr<MetricsHttp> metrics_;
 };
 

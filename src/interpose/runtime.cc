@@ -139,15 +139,11 @@ void default_name(char* buf, std::size_t len) {
 gpuos_control_block* register_with_daemon(char* why, std::size_t why_len, int* sock_out,
                                           uint32_t previous_id = 0) {
   char path[108];
-  if (!socket_path(path, sizeof(path))) {
-    std::snprintf(why, why_len, "control socket path too long");
-    return nullptr;
-  }
-  int sock = connect_control_socket(path);
-  if (sock < 0) {
-    std::snprintf(why, why_len, "no gpuosd at %s (%s)", path, std::strerror(-sock));
-    return nullptr;
-  }
+  if (!socket_path(path, sizeof(path), why, why_len)) return nullptr;
+  // Checks the socket directory and that the daemon runs as root or as us: registering with another
+  // user's daemon would let it gate us and read our swapped memory.
+  int sock = connect_to_daemon(path, why, why_len);
+  if (sock < 0) return nullptr;
   gpuos_msg_register req{};
   init_header(&req.hdr, GPUOS_MSG_REGISTER, sizeof(req), 1);
   req.pid = getpid();
@@ -166,17 +162,18 @@ gpuos_control_block* register_with_daemon(char* why, std::size_t why_len, int* s
   if (env_long("GPUOS_SPACE_ALWAYS_JOIN", 0, 0, 1) == 1) g_stream_work_unseen.store(true, std::memory_order_seq_cst);
   req.space_sms = static_cast<uint32_t>(env_long("GPUOS_TENANT_SMS", 0, 0, 1 << 20));
   int rc = send_message(sock, &req, sizeof(req));
-  if (rc != 0) {
-    std::snprintf(why, why_len, "sending REGISTER to %s: %s", path, std::strerror(-rc));
-    close(sock);
-    return nullptr;
-  }
   alignas(8) char buf[GPUOS_MSG_MAX_SIZE + 1];
   int fd = -1;
-  long n = receive_message(sock, buf, sizeof(buf), &fd, 5000);
+  // A daemon that refuses the connection itself (limit reached) replies at once and closes, so the
+  // send may fail: its reply is still queued, and says why.
+  long n = receive_message(sock, buf, sizeof(buf), &fd, rc == 0 ? 5000 : 0);
   if (n <= 0) {
-    std::snprintf(why, why_len, "no REGISTER reply from %s: %s", path,
-                  n == 0 ? "connection closed" : std::strerror(static_cast<int>(-n)));
+    if (rc != 0) {
+      std::snprintf(why, why_len, "sending REGISTER to %s: %s", path, std::strerror(-rc));
+    } else {
+      std::snprintf(why, why_len, "no REGISTER reply from %s: %s", path,
+                    n == 0 ? "connection closed" : std::strerror(static_cast<int>(-n)));
+    }
     close(sock);
     return nullptr;
   }
@@ -190,7 +187,7 @@ gpuos_control_block* register_with_daemon(char* why, std::size_t why_len, int* s
       gpuos_msg_reply r;
       std::memcpy(&r, buf, sizeof(r));
       r.text[sizeof(r.text) - 1] = '\0';
-      std::snprintf(why, why_len, "gpuosd refused registration: %s", r.text);
+      std::snprintf(why, why_len, "gpuosd refused registration (%s): %s", status_name(r.status), r.text);
     } else {
       std::snprintf(why, why_len, "bad REGISTER reply: %s", reason);
     }
@@ -201,7 +198,7 @@ gpuos_control_block* register_with_daemon(char* why, std::size_t why_len, int* s
   std::memcpy(&rep, buf, sizeof(rep));
   rep.text[sizeof(rep.text) - 1] = '\0';
   if (rep.status != GPUOS_OK || fd < 0 || rep.control_block_size != sizeof(gpuos_control_block)) {
-    std::snprintf(why, why_len, "gpuosd refused registration (status %d): %s", rep.status,
+    std::snprintf(why, why_len, "gpuosd refused registration (%s): %s", status_name(rep.status),
                   rep.status != GPUOS_OK ? rep.text : "no control block passed");
     if (fd >= 0) close(fd);
     close(sock);
@@ -323,7 +320,7 @@ gpuos_control_block* ensure_registered() {
     pthread_atfork(nullptr, nullptr, &after_fork_in_child);
     g_atfork_installed = true;
   }
-  char why[256];
+  char why[400];
   int sock = -1;
   cb = register_with_daemon(why, sizeof(why), &sock);
   if (cb == nullptr) {
@@ -375,7 +372,7 @@ void maintain_daemon_connection() {
     std::atomic_ref<uint32_t>(old->gate).store(GPUOS_GATE_OPEN, std::memory_order_release);
     syscall(SYS_futex, &old->gate, FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
   }
-  char why[256];
+  char why[400];
   int sock = -1;
   // Ask for the id it had, so that `gpuos ps`, metrics and admins see the same tenant.
   gpuos_control_block* cb = register_with_daemon(why, sizeof(why), &sock, old->tenant_id);

@@ -1,11 +1,13 @@
 // The gpuos CLI as a user runs it: real processes, exit codes and output.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <grp.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <climits>
 #include <cstring>
@@ -363,6 +365,175 @@ TEST_F(Cli, PsJsonGateAndSigtermAgainstALiveDaemon) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
   struct stat st;
   EXPECT_NE(::stat(sock.c_str(), &st), 0) << "socket not removed";
+}
+
+// --- Issue #22: other local users are untrusted ---
+
+// Starts gpuosd on sock (zero GPUs, no metrics), as uid when non-zero; waits until it answers.
+pid_t start_gpuosd(const std::string& sock, const std::string& cfg, uid_t uid = 0) {
+  pid_t d = fork();
+  if (d == 0) {
+    if (uid != 0 && (setgroups(0, nullptr) != 0 || setgid(uid) != 0 || setuid(uid) != 0)) _exit(98);
+    setenv("GPUOS_DRIVER_LIBRARY", "/nonexistent/libcuda.so.1", 1);
+    int null = open("/dev/null", O_WRONLY);
+    dup2(null, 1);
+    dup2(null, 2);
+    execl(GPUOSD_BIN, GPUOSD_BIN, "--socket", sock.c_str(), "--config", cfg.c_str(), "--metrics-listen", "",
+          nullptr);
+    _exit(99);
+  }
+  for (int i = 0; i < 1000; ++i) {  // a raw connect: no trust checks, only "is it up"
+    int fd = gpuos::connect_control_socket(sock.c_str());
+    if (fd >= 0) {
+      close(fd);
+      return d;
+    }
+    int st = 0;
+    if (waitpid(d, &st, WNOHANG) == d) return -1;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  kill(d, SIGKILL);
+  waitpid(d, nullptr, 0);
+  return -1;
+}
+
+// Stops the daemon when the test ends, also on a failed ASSERT.
+struct DaemonGuard {
+  pid_t pid;
+  ~DaemonGuard() {
+    if (pid <= 0) return;
+    kill(pid, SIGTERM);
+    waitpid(pid, nullptr, 0);
+  }
+};
+
+// Another user's gpuosd must not be believed: the CLI refuses a socket directory that user owns,
+// and a daemon that runs as that user even when its socket sits in a directory of ours.
+TEST_F(Cli, PsAndGateRefuseADaemonOfAnotherUser) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to run a daemon as another user";
+  ASSERT_EQ(chmod(dir.c_str(), 0755), 0);  // the other user must reach its directory below
+  std::string theirs = dir + "/theirs";
+  ASSERT_EQ(mkdir(theirs.c_str(), 0700), 0);
+  ASSERT_EQ(chown(theirs.c_str(), 65534, 65534), 0);
+  std::string cfg = write("d.toml", "[daemon]\nlog_level = \"warn\"\n");
+  chmod(cfg.c_str(), 0644);
+  std::string sock = theirs + "/gpuosd.sock";
+  DaemonGuard d{start_gpuosd(sock, cfg, 65534)};
+  ASSERT_GT(d.pid, 0) << "the other user's gpuosd did not come up";
+
+  Result ps = run({GPUOS_CLI_BIN, "ps", "--socket", sock}, base_env());
+  EXPECT_EQ(ps.code, 1);
+  EXPECT_NE(ps.err.find("socket directory " + theirs + " is owned by uid 65534, not by root or uid 0"),
+            std::string::npos)
+      << ps.err;
+
+  // Its socket moved into a directory of ours that passes the directory check: the daemon's uid
+  // (SO_PEERCRED) still gives it away.
+  std::string ours = dir + "/ours";
+  ASSERT_EQ(mkdir(ours.c_str(), 0755), 0);
+  ASSERT_EQ(rename(sock.c_str(), (ours + "/gpuosd.sock").c_str()), 0);
+  ps = run({GPUOS_CLI_BIN, "ps", "--json", "--socket", ours + "/gpuosd.sock"}, base_env());
+  EXPECT_EQ(ps.code, 1);
+  EXPECT_EQ(ps.out, "");
+  EXPECT_NE(ps.err.find("refusing the gpuosd at " + ours + "/gpuosd.sock: it runs as uid 65534"), std::string::npos)
+      << ps.err;
+  Result gate = run({GPUOS_CLI_BIN, "gate", "1", "close", "--socket", ours + "/gpuosd.sock"}, base_env());
+  EXPECT_EQ(gate.code, 1);
+  EXPECT_NE(gate.err.find("it runs as uid 65534"), std::string::npos) << gate.err;
+}
+
+// Without GPUOS_SOCKET and XDG_RUNTIME_DIR a non-root user has no default socket (no /tmp fallback
+// that another user could create first): the CLI says what to set.
+TEST_F(Cli, NoTmpFallbackWithoutXdgRuntimeDir) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to run the CLI as another user";
+  ASSERT_EQ(chmod(dir.c_str(), 0755), 0);
+  std::string cfg = write("empty.toml", "");  // not /etc/gpuos/gpuos.toml, which may name a socket
+  chmod(cfg.c_str(), 0644);
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(fds[1], 2);
+    dup2(fds[1], 1);
+    if (setgroups(0, nullptr) != 0 || setgid(65534) != 0 || setuid(65534) != 0) _exit(98);
+    unsetenv("XDG_RUNTIME_DIR");
+    unsetenv("GPUOS_SOCKET");
+    unsetenv("GPUOS_CONFIG");
+    execl(GPUOS_CLI_BIN, GPUOS_CLI_BIN, "ps", "--config", cfg.c_str(), nullptr);
+    _exit(99);
+  }
+  close(fds[1]);
+  std::string out;
+  char buf[512];
+  for (ssize_t n; (n = read(fds[0], buf, sizeof(buf))) > 0;) out.append(buf, static_cast<std::size_t>(n));
+  close(fds[0]);
+  int st = 0;
+  waitpid(pid, &st, 0);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 1) << st << " " << out;
+  EXPECT_NE(out.find("XDG_RUNTIME_DIR is not set; set XDG_RUNTIME_DIR"), std::string::npos) << out;
+  EXPECT_NE(out.find("GPUOS_SOCKET"), std::string::npos) << out;
+  EXPECT_EQ(out.find("/tmp/gpuos-65534"), std::string::npos) << out;
+}
+
+// Registers this process as a tenant named `name` over a connection kept open; returns it.
+int register_self(const std::string& sock, const std::string& name) {
+  int s = gpuos::connect_control_socket(sock.c_str());
+  EXPECT_GE(s, 0);
+  gpuos_msg_register m{};
+  gpuos::init_header(&m.hdr, GPUOS_MSG_REGISTER, sizeof(m), 1);
+  m.pid = getpid();
+  m.tenant_class = GPUOS_CLASS_BEST_EFFORT;
+  m.weight = 100;
+  std::memcpy(m.name, name.data(), std::min(name.size(), sizeof(m.name) - 1));
+  EXPECT_EQ(gpuos::send_message(s, &m, sizeof(m)), 0);
+  alignas(8) unsigned char buf[GPUOS_MSG_MAX_SIZE + 1];
+  int fd = -1;
+  long n = gpuos::receive_message(s, buf, sizeof(buf), &fd, 10000);
+  EXPECT_EQ(n, static_cast<long>(sizeof(gpuos_msg_register_reply)));
+  gpuos_msg_register_reply r{};
+  std::memcpy(&r, buf, sizeof(r));
+  EXPECT_EQ(r.status, GPUOS_OK) << r.text;
+  if (fd >= 0) close(fd);
+  return s;
+}
+
+// A tenant chooses its name; `gpuos ps` and `gpuos top` must not pass its escape sequences to the
+// terminal (retitle, clear the screen, hide rows), while --json keeps the exact name.
+TEST_F(Cli, PsAndTopEscapeTenantNames) {
+  std::string sock = dir + "/gpuosd.sock";
+  DaemonGuard d{start_gpuosd(sock, write("d.toml", "[daemon]\nlog_level = \"warn\"\n"))};
+  ASSERT_GT(d.pid, 0);
+  const std::string evil = "ev\x1b]0;owned\x07il\x1b[2J\r\x9b" "1m\xe2\x80\xae" "x";  // OSC, CSI, CR, C1, RLO
+  int s = register_self(sock, evil);
+  struct Closer {
+    int fd;
+    ~Closer() { close(fd); }
+  } closer{s};
+  const std::string shown = "ev\\x1b]0;owned\\x07il\\x1b[2J\\x0d\\x9b1m\\u202ex";
+
+  Result ps = run({GPUOS_CLI_BIN, "ps", "--socket", sock}, base_env());
+  ASSERT_EQ(ps.code, 0) << ps.err;
+  EXPECT_EQ(ps.out.find('\x1b'), std::string::npos) << ps.out;
+  EXPECT_EQ(ps.out.find('\r'), std::string::npos) << ps.out;
+  EXPECT_EQ(ps.out.find('\x07'), std::string::npos) << ps.out;
+  EXPECT_NE(ps.out.find(shown), std::string::npos) << ps.out;
+
+  Result top = run({GPUOS_CLI_BIN, "top", "--once", "--interval", "0.1", "--socket", sock}, base_env());
+  ASSERT_EQ(top.code, 0) << top.err;
+  EXPECT_EQ(top.out.find('\x1b'), std::string::npos) << top.out;
+  EXPECT_EQ(top.out.find('\x07'), std::string::npos) << top.out;
+  EXPECT_NE(top.out.find(shown.substr(0, 19) + "~"), std::string::npos) << top.out;  // the column's width
+
+  Result js = run({GPUOS_CLI_BIN, "ps", "--json", "--socket", sock}, base_env());
+  ASSERT_EQ(js.code, 0) << js.err;
+  EXPECT_EQ(js.out.find('\x1b'), std::string::npos);
+  // The JSON name is exact, except bytes that are not UTF-8 (the lone 0x9b) become U+FFFD.
+  std::string expect = evil;
+  expect.replace(expect.find('\x9b'), 1, "\xef\xbf\xbd");
+  nlohmann::json j;
+  ASSERT_NO_THROW(j = nlohmann::json::parse(js.out)) << js.out;
+  ASSERT_EQ(j["tenants"].size(), 1u);
+  EXPECT_EQ(j["tenants"][0]["name"].get<std::string>(), expect);
 }
 
 }  // namespace

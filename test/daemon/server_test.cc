@@ -1,6 +1,7 @@
 // The daemon core and server in a thread, over a real socket.
 #include <gtest/gtest.h>
 #include <linux/futex.h>
+#include <poll.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -74,6 +75,7 @@ class LiveDaemon : public ::testing::Test {
     so.daemon_uid = geteuid();
     so.max_connections = 16;
     so.tick_ms = 20;
+    configure(so);
     server = std::make_unique<Server>(*core, so);
     std::string err;
     ASSERT_TRUE(server->start(&err)) << err;
@@ -88,6 +90,8 @@ class LiveDaemon : public ::testing::Test {
     core.reset();
     std::filesystem::remove_all(dir);
   }
+
+  virtual void configure(ServerOptions&) {}
 
   int connect() {
     int fd = connect_control_socket(path.c_str());
@@ -357,6 +361,218 @@ TEST_F(LiveDaemon, ShutdownReleasesTenantsAndRemovesTheSocket) {
   EXPECT_NE(::stat(path.c_str(), &st), 0);
   EXPECT_EQ(recv_reply(s).len, 0);  // the tenant's connection was closed
   close(s);
+  munmap(cb, sizeof(*cb));
+}
+
+}  // namespace
+}  // namespace gpuos::daemon
+
+namespace gpuos::daemon {
+namespace {
+
+// --- Socket directory and lock-out (issue #22: other local users are untrusted) ---
+
+// gpuosd refuses a socket directory in which someone else could put their own socket: writable by
+// group or others, a symlink, or another user's.
+TEST(Server, RefusesAnUnsafeSocketDirectory) {
+  char tmpl[] = "/tmp/gpuosd-dir-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string base = tmpl;
+  CoreOptions co;
+  Core core(std::move(co));
+  auto start_in = [&](const std::string& dir, std::string* err) {
+    ServerOptions so;
+    so.socket_path = dir + "/gpuosd.sock";
+    Server s(core, so);
+    return s.start(err);
+  };
+  std::string err;
+  ASSERT_EQ(mkdir((base + "/open").c_str(), 0700), 0);
+  ASSERT_EQ(chmod((base + "/open").c_str(), 0777), 0);
+  EXPECT_FALSE(start_in(base + "/open", &err));
+  EXPECT_NE(err.find("writable by others"), std::string::npos) << err;
+  ASSERT_EQ(mkdir((base + "/group").c_str(), 0700), 0);
+  ASSERT_EQ(chmod((base + "/group").c_str(), 0770), 0);
+  EXPECT_FALSE(start_in(base + "/group", &err));
+  EXPECT_NE(err.find("writable by its group"), std::string::npos) << err;
+  ASSERT_EQ(mkdir((base + "/good").c_str(), 0755), 0);
+  ASSERT_EQ(symlink((base + "/good").c_str(), (base + "/link").c_str()), 0);
+  EXPECT_FALSE(start_in(base + "/link", &err));
+  EXPECT_NE(err.find("is a symlink"), std::string::npos) << err;
+  if (geteuid() == 0) {  // another user's directory (only root can make one here)
+    ASSERT_EQ(mkdir((base + "/theirs").c_str(), 0755), 0);
+    ASSERT_EQ(chown((base + "/theirs").c_str(), 65534, 65534), 0);
+    EXPECT_FALSE(start_in(base + "/theirs", &err));
+    EXPECT_NE(err.find("owned by uid 65534"), std::string::npos) << err;
+  }
+  EXPECT_TRUE(start_in(base + "/good", &err)) << err;
+  std::filesystem::remove_all(base);
+}
+
+// While alive, the calling thread acts as another user: the raw setresuid syscall changes only this
+// thread's credentials (glibc's wrapper would change every thread's, the server's too). Sockets it
+// opens carry that uid in SO_PEERCRED for their whole life.
+class AsUser {
+ public:
+  explicit AsUser(uid_t uid) { ok_ = syscall(SYS_setresuid, -1, uid, -1) == 0; }
+  ~AsUser() {
+    if (ok_) syscall(SYS_setresuid, -1, 0, -1);
+  }
+  bool ok() const { return ok_; }
+
+ private:
+  bool ok_ = false;
+};
+
+class LockOut : public LiveDaemon {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "needs root to act as a second user";
+    LiveDaemon::SetUp();
+    // The other user must reach the socket: the directories stay root's and 0755 (check_socket_dir).
+    chmod(dir.c_str(), 0755);
+    chmod((dir + "/run").c_str(), 0755);
+  }
+  // Opens n connections as uid, each asking for a listing: an accepted one gets it and stays open,
+  // a refused one gets ERR_LIMIT (its reason in *why) and is closed.
+  std::vector<int> open_as(uid_t uid, int n, int* refused, std::string* why) {
+    std::vector<int> held;
+    AsUser as(uid);
+    EXPECT_TRUE(as.ok());
+    for (int i = 0; i < n; ++i) {
+      int s = connect_control_socket(path.c_str());
+      EXPECT_GE(s, 0) << std::strerror(-s);
+      gpuos_msg_list m{};
+      init_header(&m.hdr, GPUOS_MSG_LIST, sizeof(m), 1);
+      send_message(s, &m, sizeof(m));  // may fail (EPIPE) once refused: the reply is queued anyway
+      bool accepted = false;
+      for (;;) {
+        Reply r = recv_reply(s, 10000);
+        if (r.len <= 0) break;
+        if (r.type() == GPUOS_MSG_LIST_END) {
+          accepted = true;
+          break;
+        }
+        if (r.type() == GPUOS_MSG_REPLY) {
+          EXPECT_EQ(r.as<gpuos_msg_reply>().status, GPUOS_ERR_LIMIT);
+          *why = r.as<gpuos_msg_reply>().text;
+          break;
+        }
+      }
+      if (accepted) {
+        held.push_back(s);
+      } else {
+        ++*refused;
+        close(s);
+      }
+    }
+    return held;
+  }
+};
+
+class PerUidCap : public LockOut {
+  void configure(ServerOptions& so) override {
+    so.max_connections = 16;
+    so.max_connections_per_uid = 4;
+    so.admin_connections = 2;
+  }
+};
+
+// One user opening many idle connections gets only its share; the others (root here) still get in.
+TEST_F(PerUidCap, OneUidGetsAtMostItsShare) {
+  int refused = 0;
+  std::string why;
+  std::vector<int> held = open_as(65534, 10, &refused, &why);
+  EXPECT_EQ(held.size(), 4u);
+  EXPECT_EQ(refused, 6);
+  EXPECT_NE(why.find("from uid 65534"), std::string::npos) << why;
+  EXPECT_EQ(list(false).gpus.size(), 1u);  // root is served
+  for (int s : held) close(s);
+  // Its slots are free again once the daemon has seen those closes (asynchronously: retried).
+  std::vector<int> more;
+  for (int i = 0; i < 1000 && more.empty(); ++i) {
+    int again = 0;
+    more = open_as(65534, 1, &again, &why);
+    if (more.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(more.size(), 1u);
+  for (int s : more) close(s);
+}
+
+class AdminReserve : public LockOut {
+  void configure(ServerOptions& so) override {
+    so.max_connections = 8;
+    so.max_connections_per_uid = 0;  // no cap: one user can take every ordinary slot
+    so.admin_connections = 2;
+  }
+};
+
+// Non-admins holding every ordinary slot do not lock out root: `gpuos ps` and `gpuos gate` still work.
+TEST_F(AdminReserve, AdminsGetInWhenOthersHoldEverySlot) {
+  int refused = 0;
+  std::string why;
+  std::vector<int> held = open_as(65534, 10, &refused, &why);
+  EXPECT_EQ(held.size(), 8u);
+  EXPECT_EQ(refused, 2);
+  EXPECT_NE(why.find("reserved for admins"), std::string::npos) << why;
+  EXPECT_EQ(list(false).gpus.size(), 1u);
+  gpuos_msg_set_gate g{};
+  init_header(&g.hdr, GPUOS_MSG_SET_GATE, sizeof(g), 3);
+  g.tenant_id = 12345;
+  g.gate = GPUOS_GATE_CLOSED;
+  EXPECT_EQ(request(&g, sizeof(g), true).status, GPUOS_ERR_NOT_FOUND);  // served, not refused
+  // The reserve is bounded too: admins hold both reserved slots, a third admin connection is refused.
+  int a = connect(), b = connect();
+  int c = connect_control_socket(path.c_str());
+  ASSERT_GE(c, 0);
+  gpuos_msg_list m{};
+  init_header(&m.hdr, GPUOS_MSG_LIST, sizeof(m), 1);
+  send_message(c, &m, sizeof(m));
+  Reply r = recv_reply(c, 10000);
+  ASSERT_GT(r.len, 0);
+  EXPECT_EQ(r.type(), static_cast<uint32_t>(GPUOS_MSG_REPLY));
+  EXPECT_EQ(r.as<gpuos_msg_reply>().status, GPUOS_ERR_LIMIT);
+  close(a);
+  close(b);
+  close(c);
+  for (int s : held) close(s);
+}
+
+std::atomic<uint64_t> g_fake_idle_ns{1000000000ull};
+
+class IdleTimeout : public LiveDaemon {
+  void configure(ServerOptions& so) override {
+    so.idle_timeout_ms = 10000;
+    so.idle_clock = [] { return g_fake_idle_ns.load(); };  // advanced by the test, not by waiting
+  }
+};
+
+bool still_open(int s) {
+  pollfd p{s, POLLIN, 0};
+  return poll(&p, 1, 0) == 0;
+}
+
+// A connection that never registers nor sends anything is closed after the idle timeout; a tenant's
+// connection (quiet by design) is not.
+TEST_F(IdleTimeout, SilentConnectionsAreClosedTenantsAreNot) {
+  int silent = connect();
+  uint32_t id = 0;
+  gpuos_control_block* cb = nullptr;
+  int tenant = register_tenant("quiet", &id, &cb);
+  list(false);  // served after both were accepted (in order)
+  g_fake_idle_ns += 9000000000ull;
+  list(false);
+  list(false);  // a loop turn after the one that served the first: any sweep has run
+  EXPECT_TRUE(still_open(silent));
+  g_fake_idle_ns += 1000000001ull;
+  list(false);  // wakes the loop; the sweep after it closes the silent one
+  EXPECT_EQ(recv_reply(silent, 10000).len, 0) << "the silent connection was not closed";
+  EXPECT_TRUE(still_open(tenant));
+  Listed l = list(false);
+  ASSERT_EQ(l.tenants.size(), 1u);
+  EXPECT_EQ(l.tenants[0].tenant_id, id);
+  close(silent);
+  close(tenant);
   munmap(cb, sizeof(*cb));
 }
 

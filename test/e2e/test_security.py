@@ -1,0 +1,334 @@
+#!/usr/bin/env python3
+"""Security end to end (issue #22: the tenant and other local users are untrusted).
+
+The attacks of the security review, on the driver test double: gpuosd runs as root (as in CI),
+the attacker as uid 65534 (and a second victim user as another uid), started with subprocess's
+user/group (setuid/setgid before exec). Every test cleans up its processes, sockets and /dev/shm
+segments. Usage: test_security.py BUILD_DIR [test-name ...]
+"""
+import json
+import os
+import shutil
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import test_e2e as e2e  # noqa: E402
+from test_e2e import Daemon, bin_path, wait_for  # noqa: E402
+
+ATTACKER = 65534
+# A second non-root user (needs no passwd entry); per run, so that concurrent runs do not share the
+# /tmp/gpuos-<uid> the first test squats.
+VICTIM = 60000 + os.getpid() % 5000
+
+# The attacker's side of the lock-out: opens N connections, asks each for a listing (LIST) and
+# reports how many were served (and stay open) and how many were refused, with the reason. Holds
+# the open ones until its stdin closes.
+HOLDER = r'''
+import json, socket, struct, sys
+path, n = sys.argv[1], int(sys.argv[2])
+LIST = struct.pack("<IHHII", 0x534f5047, 1, 3, 24, 1) + struct.pack("<II", 0, 0)
+held, refused, why = [], 0, ""
+for _ in range(n):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    s.settimeout(60)
+    s.connect(path)
+    try:
+        s.send(LIST)
+    except OSError:
+        pass  # refused and closed already: its reply is still queued
+    served = False
+    while True:
+        try:
+            m = s.recv(1024)
+        except ConnectionResetError:
+            continue  # reported before the refusal still queued; read that next
+        if not m:
+            break
+        t = struct.unpack_from("<H", m, 6)[0]
+        if t == 6:  # LIST_END
+            served = True
+            break
+        if t == 8:  # REPLY: a refusal
+            status = struct.unpack_from("<i", m, 16)[0]
+            why = "status %d: %s" % (status, m[24:].split(b"\0")[0].decode(errors="replace"))
+            break
+    if served:
+        held.append(s)
+    else:
+        refused += 1
+        s.close()
+print(json.dumps({"accepted": len(held), "refused": refused, "why": why}), flush=True)
+sys.stdin.read()
+'''
+
+
+def as_user(uid):
+    # cwd "/": the test's own directory may be closed to that user.
+    return {"user": uid, "group": uid, "extra_groups": [], "cwd": "/"}
+
+
+def unlink_shm(name):
+    try:
+        os.unlink("/dev/shm/" + name.lstrip("/"))
+    except FileNotFoundError:
+        pass
+
+
+class Security(unittest.TestCase):
+    def setUp(self):
+        if os.geteuid() != 0:
+            self.skipTest("needs root: the attacks come from another uid")
+        self.tmp = tempfile.mkdtemp(prefix="gpuos-sec-")
+        os.chmod(self.tmp, 0o755)  # the other users reach their directories below it
+        self.procs = []
+        self.shm = []
+        self.paths = []
+        self.daemons = []
+
+    def tearDown(self):
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+            for f in (p.stdin, p.stdout, p.stderr):
+                if f:
+                    f.close()
+        for d in self.daemons:
+            d.stop()
+            unlink_shm(d.env["GPUOS_SIM_SHM"])
+        for name in self.shm:
+            unlink_shm(name)
+        for path in self.paths:
+            shutil.rmtree(path, ignore_errors=True)
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    # --- helpers ---
+
+    def daemon(self, config=""):
+        cfg = os.path.join(self.tmp, "gpuosd-%d.toml" % len(self.daemons))
+        with open(cfg, "w") as f:
+            f.write(config)
+        d = Daemon(["--config", cfg])
+        self.daemons.append(d)
+        os.chmod(d.dir, 0o755)  # still root's and not writable by others: other users may connect
+        return d
+
+    def user_daemon(self, uid, sock):
+        """A gpuosd of another user on sock (zero GPUs, no metrics); returns once it listens."""
+        cfg = os.path.join(self.tmp, "user-%d.toml" % uid)
+        with open(cfg, "w") as f:
+            f.write("[daemon]\nlog_level = \"warn\"\n")
+        os.chmod(cfg, 0o644)
+        env = dict(os.environ, GPUOS_DRIVER_LIBRARY="/nonexistent/libcuda.so.1")
+        p = subprocess.Popen([bin_path("gpuosd"), "--socket", sock, "--config", cfg, "--metrics-listen", ""],
+                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, **as_user(uid))
+        self.procs.append(p)
+
+        def up():
+            if p.poll() is not None:
+                self.fail("the user's gpuosd exited: " + p.stdout.read().decode())
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            try:
+                s.connect(sock)
+                return True
+            except OSError:
+                return False
+            finally:
+                s.close()
+        wait_for(up, what="the user's gpuosd to listen")
+        return p
+
+    def user_ps(self, uid, sock):
+        """`gpuos ps --json --all` as uid (its own daemon: trusted)."""
+        r = subprocess.run([bin_path("gpuos"), "ps", "--json", "--all", "--socket", sock], capture_output=True,
+                           text=True, timeout=30, env=dict(os.environ, GPUOS_CONFIG=""), **as_user(uid))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return json.loads(r.stdout)
+
+    def tenant_env(self, d, socket_path=None, uid=None):
+        """Environment of a probe under libgpuos.so (run without `gpuos run`: it is the library that is
+        attacked). A non-root probe gets its own simulated GPU segment."""
+        env = dict(d.env if d else os.environ)
+        double_dir = os.path.join(e2e.BUILD, "lib", "driver_double")
+        env.update({"LD_PRELOAD": os.path.join(e2e.BUILD, "lib", "libgpuos.so"),
+                    "GPUOS_DRIVER_LIBRARY": os.path.join(double_dir, "libcuda.so.1"),
+                    "LD_LIBRARY_PATH": double_dir, "GPUOS_LOG_LEVEL": "warn"})
+        env.pop("GPUOS_ON_NO_DAEMON", None)
+        if socket_path is None:
+            env.pop("GPUOS_SOCKET", None)
+        else:
+            env["GPUOS_SOCKET"] = socket_path
+        if d is None or uid is not None:  # its own simulated GPU, removed at the end
+            name = "/gpuos-sec-%d-%d-%d" % (os.getpid(), uid or 0, len(self.shm))
+            self.shm.append(name)
+            env["GPUOS_SIM_SHM"] = name
+        return env
+
+    def probe(self, env, uid=None, *args):
+        kw = as_user(uid) if uid is not None else {}
+        return subprocess.run([bin_path("gpuos-interpose-probe"), "--launches", "2", "--graph-replays", "1"]
+                              + list(args), env=env, capture_output=True, text=True, timeout=60, **kw)
+
+    def assert_ungoverned(self, env, uid, reason):
+        """passthrough: runs, one warning giving the reason; refuse: cuInit fails."""
+        r = self.probe(env, uid)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stderr.count("pass-through"), 1, r.stderr)
+        self.assertIn(reason, r.stderr)
+        env = dict(env, GPUOS_ON_NO_DAEMON="refuse")
+        r = self.probe(env, uid)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("CUDA_ERROR_NOT_PERMITTED", r.stderr)
+        self.assertIn(reason, r.stderr)
+
+    def hold_connections(self, sock, n, uid=ATTACKER):
+        # An interpreter the other user can run (sys.executable may sit under root's 0700 home).
+        py = next((x for x in ("/usr/bin/python3", "/usr/local/bin/python3", sys.executable)
+                   if os.access(x, os.X_OK)), sys.executable)
+        p = subprocess.Popen([py, "-c", HOLDER, sock, str(n)], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **as_user(uid))
+        self.procs.append(p)
+        line = p.stdout.readline()
+        if not line:
+            self.fail("the connection holder failed: " + p.stderr.read())
+        return p, json.loads(line)
+
+    def root_tenant(self, d, name):
+        p = subprocess.Popen(d.run_cmd(["--name", name, "--", bin_path("gpuos-interpose-probe"), "--launches", "1",
+                                        "--hold-ms", "60000"]),
+                             env=d.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.procs.append(p)
+        return p, wait_for(lambda: d.tenant(p.pid), timeout=30, what="the root tenant to register")
+
+    def gate(self, d, tid, state):
+        return subprocess.run([bin_path("gpuos"), "gate", str(tid), state, "--socket", d.socket], env=d.env,
+                              capture_output=True, text=True, timeout=30)
+
+    # --- 1. daemon impersonation ---
+
+    def test_no_tmp_fallback_when_xdg_runtime_dir_is_unset(self):
+        # The attacker serves a daemon where the victim's tenants used to look without XDG_RUNTIME_DIR.
+        squat = "/tmp/gpuos-%d" % VICTIM
+        shutil.rmtree(squat, ignore_errors=True)
+        os.mkdir(squat, 0o755)
+        os.chown(squat, ATTACKER, ATTACKER)
+        self.paths.append(squat)
+        sock = os.path.join(squat, "gpuosd.sock")
+        self.user_daemon(ATTACKER, sock)
+        os.chmod(sock, 0o666)  # the attacker opens its socket to the victim
+        env = self.tenant_env(None, socket_path=None, uid=VICTIM)
+        env.pop("XDG_RUNTIME_DIR", None)
+        self.assert_ungoverned(env, VICTIM, "XDG_RUNTIME_DIR is not set; set XDG_RUNTIME_DIR")
+        self.assertEqual(self.user_ps(ATTACKER, sock)["tenants"], [], "the victim registered with the attacker")
+
+    def test_tenant_refuses_a_daemon_of_another_user(self):
+        theirs = os.path.join(self.tmp, "theirs")
+        os.mkdir(theirs)
+        os.chown(theirs, ATTACKER, ATTACKER)
+        sock = os.path.join(theirs, "gpuosd.sock")
+        self.user_daemon(ATTACKER, sock)
+        os.chmod(sock, 0o666)  # the attacker opens its socket to the victim
+        # The attacker's directory (also when the victim is root).
+        for uid in (None, VICTIM):
+            self.assert_ungoverned(self.tenant_env(None, sock, uid), uid,
+                                   "socket directory %s is owned by uid %d" % (theirs, ATTACKER))
+        # Its socket in a directory that passes the check (a stand-in for any way of getting one
+        # there): the daemon's uid (SO_PEERCRED) gives it away.
+        ours = os.path.join(self.tmp, "ours")
+        os.mkdir(ours, 0o755)
+        os.rename(sock, os.path.join(ours, "gpuosd.sock"))
+        for uid in (None, VICTIM):
+            self.assert_ungoverned(self.tenant_env(None, os.path.join(ours, "gpuosd.sock"), uid), uid,
+                                   "it runs as uid %d" % ATTACKER)
+        os.rename(os.path.join(ours, "gpuosd.sock"), sock)
+        self.assertEqual(self.user_ps(ATTACKER, sock)["tenants"], [], "a victim registered with the attacker")
+
+    def test_gpuosd_refuses_a_socket_directory_others_can_write(self):
+        for owner, why in ((ATTACKER, "owned by uid %d" % ATTACKER), (0, "writable by others")):
+            d = os.path.join(self.tmp, "open-%d" % owner)
+            os.mkdir(d)
+            os.chown(d, owner, owner)
+            os.chmod(d, 0o777)
+            r = subprocess.run([bin_path("gpuosd"), "--socket", os.path.join(d, "gpuosd.sock"), "--metrics-listen", ""],
+                               env=dict(os.environ, GPUOS_DRIVER_LIBRARY="/nonexistent/libcuda.so.1"),
+                               capture_output=True, text=True, timeout=30)
+            self.assertEqual(r.returncode, 1, r.stderr)
+            self.assertIn("socket directory %s is %s" % (d, why), r.stderr)
+            self.assertEqual(os.listdir(d), [])
+
+    # --- 2. lock-out ---
+
+    def test_idle_connections_of_one_user_do_not_lock_out_others(self):
+        # No idle timeout here: the test must not depend on how fast it runs.
+        d = self.daemon("[daemon]\nidle_timeout_ms = 0\n")
+        holder, got = self.hold_connections(d.socket, 400)
+        self.assertEqual(got["accepted"], 64, got)  # max_connections_per_uid
+        self.assertEqual(got["refused"], 336, got)
+        self.assertIn("status 5: too many connections from uid %d" % ATTACKER, got["why"])
+        # Root: ps, a governed tenant, gate.
+        self.assertIsNotNone(d.ps())
+        p, t = self.root_tenant(d, "governed")
+        self.assertEqual(self.gate(d, t["id"], "close").returncode, 0)
+        wait_for(lambda: d.tenant(p.pid)["state"] == "gated", what="the gate to close")
+        self.assertEqual(self.gate(d, t["id"], "open").returncode, 0)
+        # The attacker's own tenant is refused with the reason, handled as "no daemon".
+        self.assert_ungoverned(self.tenant_env(d, d.socket, ATTACKER), ATTACKER, "limit reached")
+        holder.stdin.close()
+        holder.wait(timeout=30)
+
+    def test_admins_get_in_when_others_hold_every_ordinary_slot(self):
+        d = self.daemon("[daemon]\nidle_timeout_ms = 0\nmax_connections_per_uid = 0\n")
+        holder, got = self.hold_connections(d.socket, 400)
+        self.assertEqual(got["accepted"], 256 + 64, got)  # every ordinary slot
+        self.assertIn("reserved for admins", got["why"])
+        self.assertIsNotNone(d.ps())  # root's ps
+        p, t = self.root_tenant(d, "governed")  # root's tenants too
+        self.assertEqual(self.gate(d, t["id"], "close").returncode, 0)
+        self.assertEqual(self.gate(d, t["id"], "open").returncode, 0)
+        holder.stdin.close()
+        holder.wait(timeout=30)
+
+    def test_silent_connections_are_closed(self):
+        d = self.daemon("[daemon]\nidle_timeout_ms = 200\n")
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        s.settimeout(30)  # generous: only the closing matters
+        s.connect(d.socket)
+        self.assertEqual(s.recv(1024), b"")
+        s.close()
+        self.assertIn("nothing received for 200 ms", d.log_text())
+
+    # --- 3. terminal escapes in tenant names ---
+
+    def test_tenant_names_cannot_drive_the_terminal(self):
+        d = self.daemon()
+        evil = "ev\x1b]0;owned\x07il\x1b[2J\rx"
+        p, t = self.root_tenant(d, evil)
+        self.assertEqual(t["name"], evil)  # --json: exact
+        shown = "ev\\x1b]0;owned\\x07il\\x1b[2J\\x0dx"
+        ps = subprocess.run([bin_path("gpuos"), "ps", "--socket", d.socket], env=d.env, capture_output=True,
+                            timeout=30)
+        self.assertEqual(ps.returncode, 0, ps.stderr)
+        for c in (b"\x1b", b"\x07", b"\r"):
+            self.assertNotIn(c, ps.stdout)
+        self.assertIn(shown.encode(), ps.stdout)
+        top = subprocess.run([bin_path("gpuos"), "top", "--once", "--interval", "0.2", "--socket", d.socket],
+                             env=d.env, capture_output=True, timeout=30)
+        self.assertEqual(top.returncode, 0, top.stderr)
+        for c in (b"\x1b", b"\x07", b"\r"):
+            self.assertNotIn(c, top.stdout)
+        self.assertIn(shown[:19].encode() + b"~", top.stdout)
+
+
+def main():
+    e2e.BUILD = os.path.abspath(sys.argv[1])
+    unittest.main(argv=[sys.argv[0]] + sys.argv[2:], verbosity=2)
+
+
+if __name__ == "__main__":
+    main()
