@@ -7,6 +7,7 @@ out=$(GPUOS_DRIVER_LIBRARY="$b/lib/driver_double/libcuda.so.1" LD_LIBRARY_PATH="
   GPUOS_SIM_SHM="/gpuos-bench-smoke-$$" GPUOS_BENCH_QUICK=1 GPUOS_ON_NO_DAEMON=passthrough GPUOS_SOCKET="/nonexistent/$$.sock" \
   "$b/bin/gpuos-bench-launch" 2>&1)
 rc=$?
+rm -f "/dev/shm/gpuos-bench-smoke-$$"  # the simulated GPU's segment
 echo "$out"
 [ $rc -eq 0 ] || exit 1
 echo "$out" | grep -q "ERROR OCCURRED" && exit 1

@@ -5,6 +5,7 @@ Each test starts its own daemon on a private socket and a private simulated GPU,
 processes under `gpuos run`, and checks what the daemon counted against what the tenants issued.
 Usage: test_e2e.py BUILD_DIR [test-name ...]
 """
+import glob
 import json
 import os
 import re
@@ -99,6 +100,12 @@ class Daemon:
                 self.proc.wait()
         self.log.close()
         shutil.rmtree(self.dir, ignore_errors=True)
+        # The simulated GPU's shared memory (the driver double's), once no process uses it.
+        for path in glob.glob("/dev/shm" + self.env["GPUOS_SIM_SHM"] + "*"):
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
 
 
 def wait_for(pred, timeout=10.0, what="condition"):

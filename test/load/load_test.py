@@ -246,6 +246,10 @@ class Load:
             print("gpuosd log (tail):\n" + self.log.read()[-3000:], file=sys.stderr)
         self.log.close()
         shutil.rmtree(self.dir, ignore_errors=True)
+        try:  # the simulated GPU's shared memory (the driver double's)
+            os.unlink("/dev/shm/gpuos-load-%d" % os.getpid())
+        except OSError:
+            pass
 
 
 def main():
