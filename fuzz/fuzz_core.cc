@@ -103,7 +103,9 @@ struct Harness {
       gpuos_msg_header h;
       std::memcpy(&h, out.bytes.data(), sizeof(h));
       FUZZ_CHECK(valid_reply_type(h.type));
-      if (out.fd >= 0) FUZZ_CHECK(fcntl(out.fd, F_GETFD) != -1);
+      for (int fd : out.fds) {
+        if (fd >= 0) FUZZ_CHECK(fcntl(fd, F_GETFD) != -1);
+      }
     }
     if (o.registered != 0) FUZZ_CHECK(conns[i].tenant_id == o.registered);
     if (o.shutdown) {
@@ -173,7 +175,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
   {
     const uint32_t max_tenants = o.max_tenants, history = o.history;
     Core core(std::move(o));
-    Harness h{core, {}, 10, max_tenants, history};
+    Harness h{core, {}, 10, max_tenants, history, false, {}};
     for (int i = 0; i < 4; ++i) h.fresh(i);
 
     // Connection 1 registers before the input starts.
@@ -231,6 +233,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
         }
         if (h.conns[ci].tenant_id != 0) {
           auto* cb = const_cast<gpuos_control_block*>(core.control_block(h.conns[ci].tenant_id));
+          // The tenant reads its grant block only (sealed: core_security_test proves it cannot write it).
+          auto* g = const_cast<gpuos_grant_block*>(core.grant_block(h.conns[ci].tenant_id));
           auto u32 = [](uint32_t& w) { return std::atomic_ref<uint32_t>(w); };
           auto u64 = [](uint64_t& w) { return std::atomic_ref<uint64_t>(w); };
           u32(cb->busy).store(v & 1u);
@@ -247,26 +251,26 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
             u64(cb->mem_wanted_bytes).store(uint64_t{mib + 1u} << 20);
             u32(cb->mem_request_seq).fetch_add(1);
           }
-          if ((v & 16u) && u32(cb->swap_done_seq).load() != u32(cb->swap_command_seq).load()) {
+          if ((v & 16u) && u32(cb->swap_done_seq).load() != u32(g->swap_command_seq).load()) {
             const bool fail = (v & 32u) != 0;
-            const uint32_t cmd = u32(cb->swap_command).load();
+            const uint32_t cmd = u32(g->swap_command).load();
             uint64_t swapped = u64(cb->swapped_bytes).load();
             const uint64_t movable = u64(cb->swappable_bytes).load();
             if (cmd == GPUOS_SWAP_OUT && !fail) {
-              swapped = std::min(movable, swapped + std::min(u64(cb->swap_slice_bytes).load(),
-                                                             u64(cb->swap_want_bytes).load()));
+              swapped = std::min(movable, swapped + std::min(u64(g->swap_slice_bytes).load(),
+                                                             u64(g->swap_want_bytes).load()));
               u32(cb->swap_state).store(GPUOS_SWAP_SWAPPED_OUT);
             } else if (cmd == GPUOS_SWAP_IN && !fail) {
               swapped = 0;
               u32(cb->swap_state).store(GPUOS_SWAP_RESIDENT);
             }
             u64(cb->swapped_bytes).store(swapped);
-            u32(cb->swap_done_seq).store(u32(cb->swap_command_seq).load());
+            u32(cb->swap_done_seq).store(u32(g->swap_command_seq).load());
           }
           if (v & 128u) {
             h.hostile.insert(h.conns[ci].tenant_id);
-            // A hostile tenant writes anything anywhere in its block (the page is writable), words
-            // gpuosd owns included: up to 32 bytes at an offset, then gpuosd looks (a tick).
+            // A hostile tenant writes anything anywhere in its control block (up to 32 bytes at an
+            // offset), then gpuosd looks (a tick).
             std::size_t off = 0, n = 0;
             if (left >= 3) {
               off = (static_cast<std::size_t>(p[0]) | static_cast<std::size_t>(p[1]) << 8) % sizeof(gpuos_control_block);
@@ -278,9 +282,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
             p += n;
             left -= n;
             core.tick(mono);
-            // Every granted word is back: the gate and the quota are what gpuosd reports.
+            // Nothing it wrote moved a grant: the gate and the quota are what gpuosd reports.
             for (const TenantStat& st : core.tenant_stats(mono)) {
-              const gpuos_control_block* b = core.control_block(st.info.tenant_id);
+              const gpuos_grant_block* b = core.grant_block(st.info.tenant_id);
               FUZZ_CHECK(b->mem_quota_bytes == st.info.mem_quota_bytes);
               FUZZ_CHECK((b->gate == GPUOS_GATE_OPEN) == (st.info.state == GPUOS_TENANT_RUNNING));
               FUZZ_CHECK(b->tenant_id == st.info.tenant_id);
@@ -289,7 +293,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
                      u32(cb->swap_state).load() != GPUOS_SWAP_RESIDENT) {
             // The daemon never opens a held gate: an honest tenant whose memory is not all back is
             // gated (a hostile one may have written any swap state itself).
-            FUZZ_CHECK(u32(cb->gate).load() == GPUOS_GATE_CLOSED);
+            FUZZ_CHECK(u32(g->gate).load() == GPUOS_GATE_CLOSED);
           }
         }
       }

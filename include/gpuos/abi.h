@@ -1,12 +1,13 @@
-/* gpuos ABI v1: the shared-memory control block and the control-socket messages exchanged by
- * libgpuos.so (inside tenant processes), gpuosd and the gpuos CLI.
+/* gpuos ABI v2: the shared-memory blocks (grant block, control block) and the control-socket
+ * messages exchanged by libgpuos.so (inside tenant processes), gpuosd and the gpuos CLI.
  *
  * Contract:
- *  - Plain C structs with fixed sizes; every message and the control block start with magic,
- *    ABI version and size. A peer that sees another version or a wrong size refuses the message
- *    with GPUOS_ERR_VERSION / GPUOS_ERR_BAD_MESSAGE; it never "logs and carries on".
- *  - Once released, v1 is frozen: fields are only ever added in a new version, and gpuosd adapts
- *    older versions in a thin shim.
+ *  - Plain C structs with fixed sizes; every message and block start with magic, ABI version and
+ *    size. A peer that sees another version or a wrong size refuses the message with
+ *    GPUOS_ERR_VERSION / GPUOS_ERR_BAD_MESSAGE; it never "logs and carries on".
+ *  - A released version is frozen: fields are only ever added in a new version. v1 (one block the
+ *    tenant could write whole) is refused with GPUOS_ERR_VERSION: serving it would hand a tenant
+ *    its own gate and quota again, so a v1 tenant runs as its on_no_daemon setting says.
  *  - Strings are NUL-terminated within their arrays; a receiver treats an array with no NUL as
  *    malformed.
  *  - Control-block counters are accessed only through atomics (std::atomic_ref in C++).
@@ -21,7 +22,7 @@ extern "C" {
 #endif
 
 #define GPUOS_ABI_MAGIC 0x534f5047u /* "GPOS" little-endian */
-#define GPUOS_ABI_VERSION 1u
+#define GPUOS_ABI_VERSION 2u /* 2: the grant block split off the control block, sealed */
 #define GPUOS_MAX_DEVICES 16
 #define GPUOS_NAME_MAX 64
 #define GPUOS_TEXT_MAX 160
@@ -50,9 +51,9 @@ typedef enum gpuos_status {
 #define GPUOS_GATE_CLOSED 1u
 
 /* ---------------------------------------------------------------------------------------------
- * Control block: one per tenant, in a memfd created by gpuosd and passed to the tenant with
- * SCM_RIGHTS in the REGISTER reply. Both map it MAP_SHARED. The first cache line is constant after
- * creation; the daemon-written and tenant-written parts live on separate cache lines.
+ * Shared memory: two blocks per tenant, each in a memfd created by gpuosd and passed to the tenant
+ * with SCM_RIGHTS in the REGISTER reply (first the grant block, then the control block). Words are
+ * accessed only through atomics.
  * ------------------------------------------------------------------------------------------- */
 /* Right-sizing samples of one launch shape: its mean duration at each SM count it ran on. */
 #define GPUOS_SPACE_SHAPES 8
@@ -71,33 +72,76 @@ typedef struct gpuos_shape_latency {
 /* How long a closed gate holds without a heartbeat from gpuosd (daemon_heartbeat_ns). */
 #define GPUOS_GATE_LEASE_NS 5000000000ull
 
+/* ---------------------------------------------------------------------------------------------
+ * Grant block: what gpuosd decides for the tenant (gate, quota, borrow, class, admission bounds,
+ * swap commands, SM masks). In its own memfd that gpuosd maps writable, then seals with
+ * F_SEAL_FUTURE_WRITE before passing it: the tenant can map it only read-only (a writable
+ * mapping, mprotect to write and write(2) all fail), so no tenant can change what was granted to
+ * it. Futex waits work on the read-only mapping; gpuosd wakes them through its own.
+ * ------------------------------------------------------------------------------------------- */
+typedef struct gpuos_grant_block {
+  /* constant after creation */
+  uint32_t magic;
+  uint32_t abi_version;
+  uint32_t size;         /* sizeof(gpuos_grant_block) */
+  uint32_t tenant_id;
+  uint32_t tenant_class; /* gpuos_class granted */
+  uint32_t reserved0;
+  uint8_t pad0[40];
+
+  /* admission and memory */
+  uint32_t gate;        /* GPUOS_GATE_OPEN / GPUOS_GATE_CLOSED; futex word */
+  uint32_t grant_epoch; /* bumped by the daemon on every grant change */
+  uint32_t daemon_alive;/* 1 while gpuosd holds this tenant; 0 after an orderly daemon exit */
+  uint32_t max_inflight;    /* >0: at most this many submitted launches may be unfinished (so a
+                               closed gate drains fast); 0 = unbounded */
+  uint64_t mem_quota_bytes; /* 0 = unlimited */
+  uint64_t mem_borrow_bytes;/* with a quota: it may hold this much more while the GPU has room;
+                               borrowers are the first to be swapped out when room is needed */
+  uint64_t daemon_heartbeat_ns; /* CLOCK_MONOTONIC of gpuosd's last look (every tick, 100 ms): a
+                               closed gate is a lease that ends GPUOS_GATE_LEASE_NS after it, so a
+                               stopped or hung gpuosd cannot hold a tenant forever */
+  uint32_t idle_grace_us;   /* the tenant reports idle only after its work has finished and no new
+                               work came for this long (bridges host gaps between steps) */
+  uint32_t reserved1;
+  uint8_t pad1[16];
+
+  /* memory oversubscription (swap) */
+  uint32_t swap_command;      /* gpuos_swap_command: what the daemon asks for */
+  uint32_t swap_command_seq;  /* bumped with every command; futex word the tenant's swapper waits on */
+  uint32_t mem_answer_seq;    /* bumped when the daemon answered a memory request (mem_request_seq) */
+  uint32_t mem_answer;        /* gpuos_mem_answer of that answer */
+  uint64_t swap_slice_offset; /* SWAP_OUT: where in the swap pool the tenant puts its memory */
+  uint64_t swap_slice_bytes;  /* SWAP_OUT: size of that slice */
+  uint64_t swap_want_bytes;   /* SWAP_OUT: move at least this much (as far as the slice allows) */
+  uint8_t pad2[24];
+
+  /* spatial sharing (SM partitions) */
+  uint32_t space_epoch;       /* bumped with every change of space_mask (any device) */
+  uint32_t space_group_sms;   /* SMs per partition group: the split's minimum count (8 on Hopper) */
+  uint32_t space_enabled;     /* 1: the tenant is in a spatial domain; its launches follow space_mask */
+  uint32_t space_planned_devices; /* the device_count of the tenant's device map that its masks were
+                                     last planned with (stored after them, release) */
+  uint8_t pad3[48];
+  /* Per device: the groups of the device's SM split (bit i = group i; the highest group of the
+   * split also takes its remainder) on which this tenant's kernels may run; 0 = the whole device,
+   * unconfined (its own streams, no placement). */
+  uint64_t space_mask[GPUOS_MAX_DEVICES];
+} gpuos_grant_block;
+
+/* ---------------------------------------------------------------------------------------------
+ * Control block: what the tenant reports (counters, usage, busy, swap progress, its devices,
+ * latency samples). In a second memfd that both map writable. gpuosd reads it as untrusted input:
+ * every word is clamped or checked before it counts, and none of it can move another tenant. The
+ * header is written by gpuosd at creation, for the tenant to check.
+ * ------------------------------------------------------------------------------------------- */
 typedef struct gpuos_control_block {
-  /* constant after creation (written by gpuosd before the fd is sent) */
   uint32_t magic;
   uint32_t abi_version;
   uint32_t size; /* sizeof(gpuos_control_block) */
   uint32_t tenant_id;
-  uint32_t tenant_class; /* gpuos_class */
-  uint32_t reserved0;
-  uint8_t pad0[40];
+  uint8_t pad0[48];
 
-  /* written by gpuosd, read by the tenant (atomics) */
-  uint32_t gate;        /* GPUOS_GATE_OPEN / GPUOS_GATE_CLOSED; futex word */
-  uint32_t grant_epoch; /* bumped by the daemon on every grant change */
-  uint32_t daemon_alive;/* 1 while gpuosd holds this tenant; 0 after an orderly daemon exit */
-  uint32_t reserved1;
-  uint64_t mem_quota_bytes; /* 0 = unlimited (enforced from ABI v1 by the memory feature) */
-  uint32_t max_inflight;    /* >0: at most this many submitted launches may be unfinished (so a
-                               closed gate drains fast); 0 = unbounded */
-  uint32_t idle_grace_us;   /* the tenant reports idle only after its work has finished and no new
-                               work came for this long (bridges host gaps between steps) */
-  uint64_t daemon_heartbeat_ns; /* CLOCK_MONOTONIC of gpuosd's last look (every tick, 100 ms): a
-                               closed gate is a lease that ends GPUOS_GATE_LEASE_NS after it, so a
-                               stopped or hung gpuosd cannot hold a tenant forever; 0 = no lease
-                               (a daemon of before the lease) */
-  uint8_t pad1[24];
-
-  /* written by the tenant, read by gpuosd (atomics, monotonic unless stated) */
   uint64_t launches;          /* kernel launches submitted to the GPU (not captured ones) */
   uint64_t graph_launches;    /* CUDA graph launches (one each, whatever the graph holds) */
   uint64_t captured_launches; /* kernel launches recorded into a graph under stream capture */
@@ -119,26 +163,13 @@ typedef struct gpuos_control_block {
   uint64_t busy_transitions;  /* idle->busy transitions */
   uint64_t inflight_waits;    /* launches that waited for max_inflight */
   /* Gate waits by duration, counted when a wait ends (with gate_wait_ns): [i] counts waits of at
-   * most gpuos_gate_wait_bound_ns(i) for i < 5, [5] the longer ones. Added in v1's tail padding: a
-   * tenant built before it leaves them 0 (the daemon then sees waits without a distribution). */
+   * most gpuos_gate_wait_bound_ns(i) for i < 5, [5] the longer ones. */
   uint64_t gate_wait_hist[6];
   /* 1 while a thread blocked in gpuos (at the closed gate, or waiting for room for an allocation)
    * was woken by a signal handler: the program has a signal to act on (SIGTERM, Ctrl-C), which it
    * can only once the CUDA call returns, so gpuosd lets it run soon. Cleared when the wait ends. */
   uint32_t signalled;
   uint32_t reserved8;
-
-  /* ---- memory oversubscription (swap), written by gpuosd, read by the tenant ---- */
-  uint32_t swap_command;      /* gpuos_swap_command: what the daemon asks for */
-  uint32_t swap_command_seq;  /* bumped with every command; futex word the tenant's swapper waits on */
-  uint32_t mem_answer_seq;    /* bumped when the daemon answered a memory request (mem_request_seq) */
-  uint32_t mem_answer;        /* gpuos_mem_answer of that answer */
-  uint64_t swap_slice_offset; /* SWAP_OUT: where in the swap pool the tenant puts its memory */
-  uint64_t swap_slice_bytes;  /* SWAP_OUT: size of that slice */
-  uint64_t swap_want_bytes;   /* SWAP_OUT: move at least this much (as far as the slice allows) */
-  uint64_t mem_borrow_bytes;  /* with a quota: it may hold this much more while the GPU has room;
-                                 borrowers are the first to be swapped out when room is needed */
-  uint8_t pad3[16];
 
   /* ---- memory oversubscription (swap), written by the tenant, read by gpuosd ---- */
   uint32_t swappable;         /* 1: the tenant's device memory can be swapped (gpuos run --swap) */
@@ -161,18 +192,6 @@ typedef struct gpuos_control_block {
                                  accounted to its owner, so not part of mem_used_bytes or the quota */
   int32_t mem_wanted_device;  /* device of the allocation waiting for room (mem_request_seq) */
   uint32_t reserved4;
-
-  /* ---- spatial sharing (SM partitions), written by gpuosd, read by the tenant ---- */
-  uint32_t space_epoch;       /* bumped with every change of space_mask (any device) */
-  uint32_t space_group_sms;   /* SMs per partition group: the split's minimum count (8 on Hopper) */
-  uint32_t space_enabled;     /* 1: the tenant is in a spatial domain; its launches follow space_mask */
-  uint32_t space_planned_devices; /* the device_count of the tenant's device map that its masks were
-                                     last planned with (stored after them, release) */
-  uint8_t pad5[48];
-  /* Per device: the groups of the device's SM split (bit i = group i; the highest group of the
-   * split also takes its remainder) on which this tenant's kernels may run; 0 = the whole device,
-   * unconfined (its own streams, no placement). */
-  uint64_t space_mask[GPUOS_MAX_DEVICES];
 
   /* ---- spatial sharing, written by the tenant, read by gpuosd ---- */
   uint64_t space_launches;    /* launches placed on a partition (green-context) stream */
@@ -254,7 +273,8 @@ static inline unsigned gpuos_gate_wait_bucket(uint64_t ns) {
  * ------------------------------------------------------------------------------------------- */
 typedef enum gpuos_msg_type {
   GPUOS_MSG_REGISTER = 1,       /* tenant -> daemon: gpuos_msg_register */
-  GPUOS_MSG_REGISTER_REPLY = 2, /* daemon -> tenant: gpuos_msg_register_reply (+ control-block fd) */
+  GPUOS_MSG_REGISTER_REPLY = 2, /* daemon -> tenant: gpuos_msg_register_reply (+ 2 fds: grant block,
+                                   control block) */
   GPUOS_MSG_LIST = 3,           /* client -> daemon: gpuos_msg_list */
   GPUOS_MSG_GPU_INFO = 4,       /* daemon -> client: one per GPU, before the tenants */
   GPUOS_MSG_TENANT_INFO = 5,    /* daemon -> client: one per tenant */
@@ -297,9 +317,11 @@ typedef struct gpuos_msg_register_reply {
   gpuos_msg_header hdr;
   int32_t status; /* gpuos_status */
   uint32_t tenant_id;
-  uint32_t control_block_size;
+  uint32_t control_block_size; /* sizeof(gpuos_control_block) */
   uint32_t tenant_class; /* class granted */
-  char text[GPUOS_TEXT_MAX];
+  uint32_t grant_block_size;   /* sizeof(gpuos_grant_block) */
+  uint32_t reserved;
+  char text[GPUOS_TEXT_MAX - 8];
 } gpuos_msg_register_reply;
 
 typedef struct gpuos_msg_list {
@@ -418,27 +440,29 @@ typedef struct gpuos_msg_reply {
 } /* extern "C" */
 
 #include <cstddef>
-static_assert(sizeof(gpuos_msg_header) == 16, "ABI v1 frozen");
+static_assert(sizeof(gpuos_msg_header) == 16, "ABI v2 frozen");
+static_assert(sizeof(gpuos_grant_block) % 64 == 0, "grant block is whole cache lines");
+static_assert(sizeof(gpuos_grant_block) == 384, "ABI v2 frozen at release (fields only ever replace padding)");
+static_assert(offsetof(gpuos_grant_block, gate) == 64, "admission line");
+static_assert(offsetof(gpuos_grant_block, swap_command) == 128, "swap line");
+static_assert(offsetof(gpuos_grant_block, space_epoch) == 192, "spatial lines");
 static_assert(sizeof(gpuos_control_block) % 64 == 0, "control block is whole cache lines");
-static_assert(offsetof(gpuos_control_block, gate) == 64, "daemon-written line");
-static_assert(offsetof(gpuos_control_block, launches) == 128, "tenant-written lines");
 static_assert(sizeof(gpuos_control_block) <= 4096, "control block fits one page");
-static_assert(sizeof(gpuos_control_block) == 2304, "ABI v1 frozen at release (fields only ever replace padding)");
-static_assert(offsetof(gpuos_control_block, device_count) == 1024, "tenant-written device map");
-static_assert(offsetof(gpuos_control_block, space_epoch) == 640, "daemon-written spatial lines");
-static_assert(offsetof(gpuos_control_block, space_sample_seq) == 1344, "tenant-written sizing lines");
+static_assert(sizeof(gpuos_control_block) == 1984, "ABI v2 frozen at release (fields only ever replace padding)");
+static_assert(offsetof(gpuos_control_block, launches) == 64, "counters");
+static_assert(offsetof(gpuos_control_block, gate_wait_hist) == 328, "ABI v2 frozen");
+static_assert(offsetof(gpuos_control_block, swappable) == 384, "memory lines");
+static_assert(offsetof(gpuos_control_block, space_launches) == 512, "spatial lines");
+static_assert(offsetof(gpuos_control_block, device_count) == 704, "device map");
+static_assert(offsetof(gpuos_control_block, space_sample_seq) == 1024, "sizing lines");
 static_assert(sizeof(gpuos_shape_latency) == 112, "shape entries");
-static_assert(offsetof(gpuos_control_block, space_launches) == 832, "tenant-written spatial lines");
-static_assert(offsetof(gpuos_control_block, swap_command) == 448, "daemon-written memory line");
-static_assert(offsetof(gpuos_control_block, swappable) == 512, "tenant-written memory lines");
-static_assert(offsetof(gpuos_control_block, gate_wait_hist) == 392, "ABI v1 frozen");
-static_assert(sizeof(gpuos_msg_register) == 160, "ABI v1 frozen");
-static_assert(sizeof(gpuos_msg_register_reply) == 192, "ABI v1 frozen");
-static_assert(sizeof(gpuos_msg_tenant_info) == 392, "ABI v1 frozen");
-static_assert(sizeof(gpuos_msg_gpu_info) == 176, "ABI v1 frozen");
-static_assert(sizeof(gpuos_msg_reply) == 184, "ABI v1 frozen");
-static_assert(sizeof(gpuos_msg_activity) == 24, "ABI v1 frozen");
-static_assert(sizeof(gpuos_msg_swap_pool_reply) == 32, "ABI v1 frozen");
+static_assert(sizeof(gpuos_msg_register) == 160, "ABI v2 frozen");
+static_assert(sizeof(gpuos_msg_register_reply) == 192, "ABI v2 frozen");
+static_assert(sizeof(gpuos_msg_tenant_info) == 392, "ABI v2 frozen");
+static_assert(sizeof(gpuos_msg_gpu_info) == 176, "ABI v2 frozen");
+static_assert(sizeof(gpuos_msg_reply) == 184, "ABI v2 frozen");
+static_assert(sizeof(gpuos_msg_activity) == 24, "ABI v2 frozen");
+static_assert(sizeof(gpuos_msg_swap_pool_reply) == 32, "ABI v2 frozen");
 static_assert(sizeof(gpuos_msg_tenant_info) <= GPUOS_MSG_MAX_SIZE, "fits the receive buffer");
 #endif
 

@@ -205,20 +205,25 @@ int connect_control_socket(const char* path) {
 }
 
 int send_message(int sock, const void* msg, std::size_t len, int fd_to_send) {
+  return send_message_fds(sock, msg, len, &fd_to_send, fd_to_send >= 0 ? 1 : 0);
+}
+
+int send_message_fds(int sock, const void* msg, std::size_t len, const int* fds, int nfds) {
+  if (nfds < 0 || nfds > kMaxPassedFds) return -EINVAL;
   iovec iov{const_cast<void*>(msg), len};
   msghdr mh{};
   mh.msg_iov = &iov;
   mh.msg_iovlen = 1;
-  alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(int))];
-  if (fd_to_send >= 0) {
+  alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(int) * kMaxPassedFds)];
+  if (nfds > 0) {
     std::memset(ctrl, 0, sizeof(ctrl));
     mh.msg_control = ctrl;
-    mh.msg_controllen = sizeof(ctrl);
+    mh.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
     cmsghdr* c = CMSG_FIRSTHDR(&mh);
     c->cmsg_level = SOL_SOCKET;
     c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    std::memcpy(CMSG_DATA(c), &fd_to_send, sizeof(int));
+    c->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
+    std::memcpy(CMSG_DATA(c), fds, sizeof(int) * nfds);
   }
   for (;;) {
     ssize_t n = sendmsg(sock, &mh, MSG_NOSIGNAL);
@@ -228,7 +233,21 @@ int send_message(int sock, const void* msg, std::size_t len, int fd_to_send) {
 }
 
 long receive_message(int sock, void* buf, std::size_t cap, int* received_fd, int timeout_ms) {
-  if (received_fd) *received_fd = -1;
+  int count = 0;
+  return receive_message_fds(sock, buf, cap, received_fd, received_fd != nullptr ? 1 : 0, &count, timeout_ms);
+}
+
+long receive_message_fds(int sock, void* buf, std::size_t cap, int* fds, int max_fds, int* nfds,
+                         int timeout_ms) {
+  *nfds = 0;
+  for (int i = 0; i < max_fds; ++i) fds[i] = -1;
+  auto close_kept = [&] {
+    for (int i = 0; i < *nfds; ++i) {
+      close(fds[i]);
+      fds[i] = -1;
+    }
+    *nfds = 0;
+  };
   if (timeout_ms >= 0) {
     pollfd p{sock, POLLIN, 0};
     for (;;) {
@@ -260,25 +279,22 @@ long receive_message(int sock, void* buf, std::size_t cap, int* received_fd, int
     if (n < 0) return -ECONNRESET;
   }
   if (n < 0) return -errno;
-  // Take every passed fd so none leaks; keep the first if the caller wants one.
+  // Take every passed fd so none leaks; keep the first max_fds, in order, if the caller wants them.
   for (cmsghdr* c = CMSG_FIRSTHDR(&mh); c != nullptr; c = CMSG_NXTHDR(&mh, c)) {
     if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-    std::size_t nfds = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-    for (std::size_t i = 0; i < nfds; ++i) {
+    std::size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (std::size_t i = 0; i < count; ++i) {
       int fd;
       std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-      if (received_fd != nullptr && *received_fd < 0) {
-        *received_fd = fd;
+      if (*nfds < max_fds) {
+        fds[(*nfds)++] = fd;
       } else {
         close(fd);
       }
     }
   }
   if (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) {
-    if (received_fd != nullptr && *received_fd >= 0) {
-      close(*received_fd);
-      *received_fd = -1;
-    }
+    close_kept();
     return -EMSGSIZE;
   }
   return n;

@@ -57,11 +57,18 @@ int connect_control_socket(const char* path);
 
 // Sends one message; passes fd_to_send with SCM_RIGHTS when >= 0. Returns 0 or -errno.
 int send_message(int sock, const void* msg, std::size_t len, int fd_to_send = -1);
+// Sends one message passing nfds (0..kMaxPassedFds) fds with SCM_RIGHTS, in order.
+constexpr int kMaxPassedFds = 2;
+int send_message_fds(int sock, const void* msg, std::size_t len, const int* fds, int nfds);
 
 // Receives one datagram into buf (cap bytes). Waits up to timeout_ms (-1: forever).
 // Returns its length; 0 on orderly close; -ETIMEDOUT; -EMSGSIZE if it did not fit; other -errno.
 // A passed fd, if any, is stored in *received_fd (else -1); it is closed if received_fd is null.
 // A message the peer sent before closing is returned even if its close reset the connection.
 long receive_message(int sock, void* buf, std::size_t cap, int* received_fd, int timeout_ms);
+// As receive_message, keeping up to max_fds passed fds in fds[0..*nfds) (in the order sent; the
+// rest are closed; all are closed on -EMSGSIZE). Unused entries of fds are -1.
+long receive_message_fds(int sock, void* buf, std::size_t cap, int* fds, int max_fds, int* nfds,
+                         int timeout_ms);
 
 }  // namespace gpuos

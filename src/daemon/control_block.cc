@@ -8,46 +8,86 @@
 
 #include <cerrno>
 #include <climits>
-#include <type_traits>
+#include <cstddef>
 
 namespace gpuos::daemon {
 
 using slots::LatencyPoint;
 using slots::ShapeSamples;
 
-int create_control_block(uint32_t tenant_id, uint32_t tenant_class, uint64_t mem_quota_bytes,
-                         uint32_t initial_gate, gpuos_control_block** out) {
-  int fd = memfd_create("gpuos-tenant", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+namespace {
+
+// Linux >= 5.1; older C libraries lack the name.
+#ifndef F_SEAL_FUTURE_WRITE
+#define F_SEAL_FUTURE_WRITE 0x0010
+#endif
+
+// A zero-filled memfd of `bytes`, mapped writable, with `seals` added once mapped. -errno on failure.
+int make_block(const char* name, std::size_t bytes, int seals, void** mapped) {
+  int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0) return -errno;
-  if (ftruncate(fd, sizeof(gpuos_control_block)) != 0) {
-    int e = errno;
+  void* p = MAP_FAILED;
+  if (ftruncate(fd, static_cast<off_t>(bytes)) == 0) {
+    p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  }
+  // After the mapping: F_SEAL_FUTURE_WRITE keeps ours writable and refuses every writable mapping,
+  // mprotect to write and write(2) from then on. SHRINK/GROW: nobody can cut the file under a
+  // mapping (SIGBUS). SEAL: nobody can change the seals.
+  if (p == MAP_FAILED || fcntl(fd, F_ADD_SEALS, seals) != 0) {
+    const int e = errno;
+    if (p != MAP_FAILED) munmap(p, bytes);
     close(fd);
     return -e;
   }
-  void* p = mmap(nullptr, sizeof(gpuos_control_block), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (p == MAP_FAILED) {
-    int e = errno;
-    close(fd);
-    return -e;
+  *mapped = p;
+  return fd;
+}
+
+}  // namespace
+
+int create_tenant_blocks(Tenant& t, uint64_t mem_quota_bytes, uint32_t initial_gate, uint64_t now_ns) {
+  void* gp = nullptr;
+  void* cp = nullptr;
+  const int grant_fd = make_block("gpuos-grants", sizeof(gpuos_grant_block),
+                                  F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL, &gp);
+  if (grant_fd < 0) return grant_fd;
+  const int control_fd =
+      make_block("gpuos-tenant", sizeof(gpuos_control_block), F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL, &cp);
+  if (control_fd < 0) {
+    munmap(gp, sizeof(gpuos_grant_block));
+    close(grant_fd);
+    return control_fd;
   }
-  // A tenant must not be able to shrink the file under the daemon's mapping (SIGBUS) or grow it.
-  if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
-    int e = errno;
-    munmap(p, sizeof(gpuos_control_block));
-    close(fd);
-    return -e;
-  }
-  auto* cb = static_cast<gpuos_control_block*>(p);  // zero-filled by ftruncate
+  auto* g = static_cast<gpuos_grant_block*>(gp);
+  g->magic = GPUOS_ABI_MAGIC;
+  g->abi_version = GPUOS_ABI_VERSION;
+  g->size = sizeof(gpuos_grant_block);
+  g->tenant_id = t.id;
+  g->tenant_class = t.tenant_class;
+  g->mem_quota_bytes = mem_quota_bytes;
+  g->daemon_heartbeat_ns = now_ns;  // its lease starts now
+  std::atomic_ref<uint32_t>(g->daemon_alive).store(1, std::memory_order_relaxed);
+  std::atomic_ref<uint32_t>(g->gate).store(initial_gate, std::memory_order_release);
+  auto* cb = static_cast<gpuos_control_block*>(cp);
   cb->magic = GPUOS_ABI_MAGIC;
   cb->abi_version = GPUOS_ABI_VERSION;
   cb->size = sizeof(gpuos_control_block);
-  cb->tenant_id = tenant_id;
-  cb->tenant_class = tenant_class;
-  cb->mem_quota_bytes = mem_quota_bytes;
-  std::atomic_ref<uint32_t>(cb->daemon_alive).store(1, std::memory_order_relaxed);
-  std::atomic_ref<uint32_t>(cb->gate).store(initial_gate, std::memory_order_release);
-  *out = cb;
-  return fd;
+  cb->tenant_id = t.id;
+  t.grant_fd = grant_fd;
+  t.control_fd = control_fd;
+  t.grants = g;
+  t.cb = cb;
+  return 0;
+}
+
+void destroy_tenant_blocks(Tenant& t) {
+  if (t.grants != nullptr) munmap(t.grants, sizeof(gpuos_grant_block));
+  if (t.cb != nullptr) munmap(t.cb, sizeof(gpuos_control_block));
+  if (t.grant_fd >= 0) close(t.grant_fd);
+  if (t.control_fd >= 0) close(t.control_fd);
+  t.grants = nullptr;
+  t.cb = nullptr;
+  t.grant_fd = t.control_fd = -1;
 }
 
 void futex_wake_all(uint32_t* word) {
@@ -55,54 +95,11 @@ void futex_wake_all(uint32_t* word) {
   syscall(SYS_futex, word, FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
 }
 
-void write_gate(gpuos_control_block* cb, uint32_t gate) {
-  if (std::atomic_ref<uint32_t>(cb->gate).load(std::memory_order_relaxed) == gate) return;
-  std::atomic_ref<uint32_t>(cb->grant_epoch).fetch_add(1, std::memory_order_relaxed);
-  std::atomic_ref<uint32_t>(cb->gate).store(gate, std::memory_order_release);
-  futex_wake_all(&cb->gate);
-}
-
-uint32_t restore_granted_words(Tenant& t) {
-  gpuos_control_block* cb = t.cb;
-  uint32_t bits = 0;
-  // Puts `want` back into `word` if it differs; true if it did.
-  auto keep = [](auto& word, auto want) {
-    using T = std::remove_reference_t<decltype(word)>;
-    std::atomic_ref<T> w(word);
-    if (w.load(std::memory_order_relaxed) == static_cast<T>(want)) return false;
-    w.store(static_cast<T>(want), std::memory_order_release);
-    return true;
-  };
-  const uint32_t gate = t.gate.effective();
-  if (std::atomic_ref<uint32_t>(cb->gate).load(std::memory_order_relaxed) != gate) {
-    write_gate(cb, gate);
-    bits |= kTamperedGate;
-  }
-  // Every word is checked (no short cut): each one changed is put back.
-  int memory = 0, admission = 0, masks = 0;
-  memory += keep(cb->mem_quota_bytes, t.granted.quota_bytes);
-  memory += keep(cb->mem_borrow_bytes, t.granted.borrow_bytes);
-  if (memory != 0) bits |= kTamperedMemory;
-  admission += keep(cb->tenant_class, t.granted.tenant_class);
-  admission += keep(cb->max_inflight, t.granted.max_inflight);
-  admission += keep(cb->idle_grace_us, t.granted.idle_grace_us);
-  admission += keep(cb->tenant_id, t.id);
-  if (admission != 0) bits |= kTamperedAdmission;
-  for (uint32_t o = 0; o < GPUOS_MAX_DEVICES; ++o) masks += keep(cb->space_mask[o], t.space.masks[o]);
-  if (masks) {
-    std::atomic_ref<uint32_t>(cb->space_epoch).fetch_add(1, std::memory_order_release);
-    bits |= kTamperedSpace;
-  }
-  return bits;
-}
-
-std::string tampered_names(uint32_t bits) {
-  std::string out;
-  const char* names[] = {"gate", "memory quota", "admission", "SM masks"};
-  for (int i = 0; i < 4; ++i) {
-    if (bits >> i & 1u) out += (out.empty() ? "" : ", ") + std::string(names[i]);
-  }
-  return out;
+void write_gate(gpuos_grant_block* g, uint32_t gate) {
+  if (std::atomic_ref<uint32_t>(g->gate).load(std::memory_order_relaxed) == gate) return;
+  std::atomic_ref<uint32_t>(g->grant_epoch).fetch_add(1, std::memory_order_relaxed);
+  std::atomic_ref<uint32_t>(g->gate).store(gate, std::memory_order_release);
+  futex_wake_all(&g->gate);
 }
 
 bool read_shape_samples(const gpuos_control_block& cb, std::vector<ShapeSamples>* out) {

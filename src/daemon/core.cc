@@ -46,7 +46,7 @@ Core::Core(CoreOptions opts)
   time_.on_fallback([this] {
     for (auto& [id, t] : tenants_) {
       t.granted.max_inflight = 0;
-      std::atomic_ref<uint32_t>(t.cb->max_inflight).store(0, std::memory_order_relaxed);
+      std::atomic_ref<uint32_t>(t.grants->max_inflight).store(0, std::memory_order_relaxed);
       t.gate.policy_gate = GPUOS_GATE_OPEN;
       publish_gate(t);
     }
@@ -56,10 +56,7 @@ Core::Core(CoreOptions opts)
 }
 
 Core::~Core() {
-  for (auto& [id, t] : tenants_) {
-    munmap(t.cb, sizeof(gpuos_control_block));
-    close(t.memfd);
-  }
+  for (auto& [id, t] : tenants_) destroy_tenant_blocks(t);
 }
 
 uint64_t Core::now_ms() const {
@@ -90,6 +87,7 @@ Outcome Core::refuse_register(uint32_t seq, gpuos_status st, const char* why) {
   init_header(&r.hdr, GPUOS_MSG_REGISTER_REPLY, sizeof(r), seq);
   r.status = st;
   r.control_block_size = sizeof(gpuos_control_block);
+  r.grant_block_size = sizeof(gpuos_grant_block);
   copy_name(r.text, sizeof(r.text), why);
   Outcome o;
   o.replies.push_back(encode(r));
@@ -281,24 +279,21 @@ Outcome Core::on_register(Connection& conn, const gpuos_msg_register& m) {
   if (adm.mem_borrow_bytes > UINT64_MAX - adm.mem_quota_bytes) adm.mem_borrow_bytes = UINT64_MAX - adm.mem_quota_bytes;
   uint32_t gate = adm.initial_gate == GPUOS_GATE_CLOSED ? GPUOS_GATE_CLOSED : GPUOS_GATE_OPEN;
 
-  int fd = create_control_block(t.id, t.tenant_class, adm.mem_quota_bytes, gate, &t.cb);
-  if (fd < 0) {
-    std::snprintf(why, sizeof(why), "cannot create control block: %s", std::strerror(-fd));
+  if (int r = create_tenant_blocks(t, adm.mem_quota_bytes, gate, now_mono_ns()); r < 0) {
+    std::snprintf(why, sizeof(why), "cannot create the tenant's shared blocks: %s%s", std::strerror(-r),
+                  r == -EINVAL ? " (sealing them needs Linux 5.1 or later)" : "");
     log::error("registration of pid %d: %s", m.pid, why);
     return refuse_register(seq, GPUOS_ERR_INTERNAL, why);
   }
   t.granted = Granted{t.tenant_class, adm.mem_quota_bytes, adm.mem_borrow_bytes, adm.max_inflight, adm.idle_grace_us};
-  std::atomic_ref<uint32_t>(t.cb->max_inflight).store(adm.max_inflight, std::memory_order_relaxed);
-  std::atomic_ref<uint32_t>(t.cb->idle_grace_us).store(adm.idle_grace_us, std::memory_order_relaxed);
-  std::atomic_ref<uint64_t>(t.cb->mem_borrow_bytes).store(adm.mem_borrow_bytes, std::memory_order_relaxed);
+  std::atomic_ref<uint32_t>(t.grants->max_inflight).store(adm.max_inflight, std::memory_order_relaxed);
+  std::atomic_ref<uint32_t>(t.grants->idle_grace_us).store(adm.idle_grace_us, std::memory_order_relaxed);
+  std::atomic_ref<uint64_t>(t.grants->mem_borrow_bytes).store(adm.mem_borrow_bytes, std::memory_order_relaxed);
   if (t.in_domain()) {
-    std::atomic_ref<uint32_t>(t.cb->space_group_sms).store(opts_.space_group_sms, std::memory_order_relaxed);
-    std::atomic_ref<uint32_t>(t.cb->space_enabled).store(1, std::memory_order_release);
+    std::atomic_ref<uint32_t>(t.grants->space_group_sms).store(opts_.space_group_sms, std::memory_order_relaxed);
+    std::atomic_ref<uint32_t>(t.grants->space_enabled).store(1, std::memory_order_release);
   }
-  t.memfd = fd;
   t.gate.policy_gate = gate;
-  // Its lease starts now (a gate closed at admission holds until the next heartbeat is due).
-  std::atomic_ref<uint64_t>(t.cb->daemon_heartbeat_ns).store(now_mono_ns(), std::memory_order_release);
   t.registered_unix_ms = now_ms();
   t.busy.obs_ns = now_mono_ns();
   t.swap.resident_since_ns = t.busy.obs_ns;
@@ -312,13 +307,14 @@ Outcome Core::on_register(Connection& conn, const gpuos_msg_register& m) {
   r.status = GPUOS_OK;
   r.tenant_id = t.id;
   r.control_block_size = sizeof(gpuos_control_block);
+  r.grant_block_size = sizeof(gpuos_grant_block);
   r.tenant_class = t.tenant_class;
   copy_name(r.text, sizeof(r.text),
             m.space_domain[0] != '\0' && !t.in_domain() ? "registered (time-shared: spatial domain refused)"
                                                         : "registered");
   Outcome o;
   o.replies.push_back(encode(r));
-  o.replies.back().fd = fd;
+  o.replies.back().fds = {t.grant_fd, t.control_fd};
   o.registered = t.id;
 
   log::info("tenant %u registered: pid %d uid %u name \"%s\" class %s priority %d weight %u gate %s "
@@ -412,7 +408,6 @@ Outcome Core::on_activity(Connection& conn, const gpuos_msg_activity& m) {
   auto it = tenants_.find(conn.tenant_id);
   if (it == tenants_.end()) return Outcome{};  // cannot happen: connection_closed clears tenant_id
   const uint64_t now = now_mono_ns();
-  check_granted_words(it->second);
   observe_busy(it->second, now);
   observe_gpus(now);
   const Tenant& t = it->second;
@@ -421,7 +416,7 @@ Outcome Core::on_activity(Connection& conn, const gpuos_msg_activity& m) {
   run_time_gate(slots::Event::kActivity, t.id, now);
   run_space(slots::Event::kActivity, t.id, now);
   run_memory(slots::Event::kActivity, t.id, now);
-  return Outcome{};  // no reply: the tenant never reads one  // no reply: the tenant never reads one
+  return Outcome{};  // no reply: the tenant never reads one
 }
 
 void Core::connection_closed(Connection& conn) {
@@ -448,9 +443,7 @@ void Core::connection_closed(Connection& conn) {
                   static_cast<unsigned long long>(fin.space_launches),
                   static_cast<unsigned long long>(load(t.cb->space_joins_skipped)));
   }
-  munmap(t.cb, sizeof(gpuos_control_block));
-  close(t.memfd);
-  t.cb = nullptr;
+  destroy_tenant_blocks(t);
   log::info(
       "tenant %u exited: pid %d name \"%s\" launches %llu graph_launches %llu captured %llu gate_waits %llu "
       "gate_wait_ms %.3f mem_peak_bytes %llu alloc_calls %llu alloc_failures %llu%s",
@@ -469,37 +462,21 @@ void Core::connection_closed(Connection& conn) {
 
 void Core::shutdown() {
   for (auto& [id, t] : tenants_) {
-    std::atomic_ref<uint32_t>(t.cb->daemon_alive).store(0, std::memory_order_release);
-    std::atomic_ref<uint32_t>(t.cb->grant_epoch).fetch_add(1, std::memory_order_relaxed);
+    std::atomic_ref<uint32_t>(t.grants->daemon_alive).store(0, std::memory_order_release);
+    std::atomic_ref<uint32_t>(t.grants->grant_epoch).fetch_add(1, std::memory_order_relaxed);
     // A held tenant's memory is out or moving: it opens its gate itself once the memory is back.
-    if (!t.gate.held) std::atomic_ref<uint32_t>(t.cb->gate).store(GPUOS_GATE_OPEN, std::memory_order_release);
-    futex_wake_all(&t.cb->gate);
-  }
-}
-
-void Core::check_granted_words(Tenant& t, bool count) {
-  const uint32_t bits = restore_granted_words(t);
-  if (bits == 0 || !count) return;
-  ++t.violations;
-  ++stats_.violations;
-  if ((bits & ~t.violations_logged) != 0) {  // one line per kind of change and tenant
-    t.violations_logged |= bits;
-    log::warn("tenant %u (pid %d uid %u, \"%s\") changed words gpuosd owns in its control block (%s): put back; "
-              "counted in gpuos_tenant_violations_total",
-              t.id, static_cast<int>(t.pid), static_cast<unsigned>(t.uid), t.name, tampered_names(bits).c_str());
+    if (!t.gate.held) std::atomic_ref<uint32_t>(t.grants->gate).store(GPUOS_GATE_OPEN, std::memory_order_release);
+    futex_wake_all(&t.grants->gate);
   }
 }
 
 void Core::tick(uint64_t now_mono_ns) {
-  // Back from a stall longer than a lease (SIGSTOP, a hung hook): gated tenants opened their gates
-  // themselves, as they may (GPUOS_GATE_LEASE_NS); the words are put back, not counted against them.
-  const bool lease_lapsed = heartbeat_ns_ != 0 && now_mono_ns > heartbeat_ns_ + GPUOS_GATE_LEASE_NS;
+  // Renews every closed gate's lease (GPUOS_GATE_LEASE_NS): after a stall longer than that
+  // (SIGSTOP, a hung hook) gated tenants ran on their own; from now they obey their gates again.
   for (auto& [id, t] : tenants_) {
-    check_granted_words(t, !lease_lapsed);
     observe_busy(t, now_mono_ns);
-    std::atomic_ref<uint64_t>(t.cb->daemon_heartbeat_ns).store(now_mono_ns, std::memory_order_release);
+    std::atomic_ref<uint64_t>(t.grants->daemon_heartbeat_ns).store(now_mono_ns, std::memory_order_release);
   }
-  heartbeat_ns_ = now_mono_ns;
   observe_gpus(now_mono_ns);
   run_time_gate(slots::Event::kTick, 0, now_mono_ns);
   run_space(slots::Event::kTick, 0, now_mono_ns);
@@ -517,6 +494,11 @@ const gpuos_control_block* Core::control_block(uint32_t tenant_id) const {
   return it == tenants_.end() ? nullptr : it->second.cb;
 }
 
+const gpuos_grant_block* Core::grant_block(uint32_t tenant_id) const {
+  auto it = tenants_.find(tenant_id);
+  return it == tenants_.end() ? nullptr : it->second.grants;
+}
+
 Outcome Core::on_swap_pool(Connection& conn, const gpuos_msg_header& h) {
   if (conn.tenant_id == 0) {
     return refuse(h.seq, GPUOS_ERR_PERMISSION, "SWAP_POOL is accepted only on the connection that registered a tenant");
@@ -530,7 +512,7 @@ Outcome Core::on_swap_pool(Connection& conn, const gpuos_msg_header& h) {
   r.status = it == tenants_.end() ? GPUOS_ERR_REFUSED : swap_engine_.pool_for(it->second, &fd, &bytes);
   r.pool_bytes = r.status == GPUOS_OK ? bytes : 0;
   o.replies.push_back(encode(r));
-  if (r.status == GPUOS_OK) o.replies.back().fd = fd;
+  if (r.status == GPUOS_OK) o.replies.back().fds[0] = fd;
   return o;
 }
 

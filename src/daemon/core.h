@@ -14,6 +14,7 @@
 
 #include <sys/types.h>
 
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <deque>
@@ -54,11 +55,11 @@ struct Connection {
   uint32_t tenant_id = 0;  // non-zero once this connection registered a tenant
 };
 
-// One datagram to send. fd (borrowed from the core; valid while the tenant lives) is passed with
-// SCM_RIGHTS when >= 0.
+// One datagram to send. The fds >= 0 (borrowed from the core; valid while the tenant lives) are
+// passed with SCM_RIGHTS, in order.
 struct Outgoing {
   std::vector<uint8_t> bytes;
-  int fd = -1;
+  std::array<int, 2> fds{-1, -1};
 };
 
 // A message struct as the bytes of one datagram.
@@ -83,7 +84,7 @@ struct CoreStats {
   uint64_t bad_messages = 0;        // malformed (failed validation, unreadable, wrong direction)
   uint64_t tenants_registered = 0;
   uint64_t tenants_exited = 0;
-  uint64_t violations = 0;          // granted control-block words found changed by their tenant
+  uint64_t violations = 0;          // findings of the usage check (usage_verifier.h), all tenants
 };
 
 // A live tenant as the metrics endpoint sees it (Core::tenant_stats).
@@ -94,7 +95,7 @@ struct TenantStat {
   uint64_t busy_ns = 0;        // time the busy word was seen 1 (see Core::tenant_stats)
   uint64_t gate_wait_hist[GPUOS_GATE_WAIT_BUCKETS] = {};
   uint64_t mem_used_per_device[GPUOS_MAX_DEVICES] = {};
-  uint64_t violations = 0;     // granted words of its block it changed (put back each time)
+  uint64_t violations = 0;     // findings of the usage check against it
 };
 
 struct CoreOptions {
@@ -166,7 +167,9 @@ class Core final {
   // The spatial domains live tenants are in (their MPS servers must outlive a gpuosd restart).
   std::set<std::string> live_space_domains() const;
   const std::deque<gpuos_msg_tenant_info>& history() const { return history_; }
+  // A live tenant's blocks as gpuosd maps them (null: no such tenant).
   const gpuos_control_block* control_block(uint32_t tenant_id) const;
+  const gpuos_grant_block* grant_block(uint32_t tenant_id) const;
   const std::vector<GpuInfo>& gpus() const { return opts_.gpus; }
   const slots::TimeGate& time_gate() const { return time_.policy(); }
   const slots::SpacePolicy& space_policy() const { return space_.policy(); }
@@ -214,9 +217,6 @@ class Core final {
   Outcome on_shutdown(Connection& conn, const gpuos_msg_header& h);
   Outcome on_activity(Connection& conn, const gpuos_msg_activity& m);
   Outcome on_swap_pool(Connection& conn, const gpuos_msg_header& h);
-  // Puts back granted words the tenant changed (every ACTIVITY of it and every tick), counts it
-  // unless `count` is false.
-  void check_granted_words(Tenant& t, bool count = true);
 
   // The slots, each asked with a fresh view and its actions carried out.
   void run_time_gate(slots::Event e, uint32_t tenant_id, uint64_t now);
@@ -244,7 +244,6 @@ class Core final {
   uint32_t next_id_ = 1;
   uint64_t gate_tick_at_ns_ = 0;    // the time gate's next_tick_ns
   uint64_t space_replan_at_ns_ = 0; // the space slot's next_ns
-  uint64_t heartbeat_ns_ = 0;       // when the last tick wrote the tenants' heartbeats
   std::map<uint32_t, Tenant> tenants_;  // live tenants by id
   std::deque<gpuos_msg_tenant_info> history_;
   CoreStats stats_;

@@ -50,7 +50,7 @@ gpuos_msg_tenant_info Core::snapshot(const Tenant& t, uint32_t state, uint64_t e
   copy_name(i.space_domain, sizeof(i.space_domain), t.space.domain);
   const uint32_t home = gpu_map_.home(t);
   const int home_ordinal = gpu_map_.ordinal_of(t, home);
-  i.space_mask = home_ordinal >= 0 ? load(cb.space_mask[home_ordinal]) : 0;
+  i.space_mask = home_ordinal >= 0 ? t.space.masks[home_ordinal] : 0;
   i.space_sms = space_engine_.mask_sms(i.space_mask, home);
   i.space_active = load(cb.space_active);
   i.space_launches = load(cb.space_launches);

@@ -141,7 +141,7 @@ std::string render_metrics(Core& core, const MetricsContext& ctx, uint64_t now_m
            "Policy hooks the watchdog found running longer than its bound.");
   w.sample("gpuos_daemon_policy_stalls_total", "", u64(core.watchdog_stalls()));
   w.family("gpuos_daemon_violations_total", "counter",
-           "Granted control-block words (gate, quota, class, SM masks) found changed by their tenant and put back.");
+           "Findings of the usage check (NVML) against tenants: over their quota, launching while gated.");
   w.sample("gpuos_daemon_violations_total", "", u64(st.violations));
   w.family("gpuos_daemon_messages_total", "counter", "Valid control-socket messages received, by type.");
   for (uint32_t t = 1; t <= GPUOS_MSG_TYPE_MAX; ++t) {
@@ -217,8 +217,7 @@ std::string render_metrics(Core& core, const MetricsContext& ctx, uint64_t now_m
   per_tenant("gpuos_tenant_memory_quota_bytes", "gauge", "The tenant's device memory quota (0 = unlimited).",
         [](const TenantStat& t) { return u64(t.info.mem_quota_bytes); });
   per_tenant("gpuos_tenant_violations_total", "counter",
-        "Times gpuosd found words it owns in the tenant's control block (gate, quota, class, SM masks) changed "
-        "by the tenant, and put them back.",
+        "Findings of the usage check (NVML) against the tenant: over its quota, launching while gated.",
         [](const TenantStat& t) { return u64(t.violations); });
   per_tenant("gpuos_tenant_alloc_calls_total", "counter", "Device memory allocation calls.",
         [](const TenantStat& t) { return u64(t.info.alloc_calls); });

@@ -479,7 +479,8 @@ void Server::flush(Conn& conn) {
   int fd = conn.fd;
   while (!conn.out.empty()) {
     const Outgoing& m = conn.out.front();
-    int r = send_message(fd, m.bytes.data(), m.bytes.size(), m.fd);
+    const int nfds = m.fds[1] >= 0 ? 2 : m.fds[0] >= 0 ? 1 : 0;
+    int r = send_message_fds(fd, m.bytes.data(), m.bytes.size(), m.fds.data(), nfds);
     if (r == -EAGAIN || r == -EWOULDBLOCK) {
       if (!conn.want_out) {
         conn.want_out = true;

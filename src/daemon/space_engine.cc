@@ -100,27 +100,27 @@ void SpaceEngine::apply(std::map<uint32_t, Tenant>& tenants, const slots::SpaceA
     t.space.sized_latency = grant != nullptr ? grant->sized_latency : 0;
     // Planned with its device map as it stands (the view refreshed it): the tenant may wait for
     // this at start (await_space_plan). Stored after its masks.
-    std::atomic_ref<uint32_t>(t.cb->space_planned_devices).store(t.devices.mapped_device_count,
+    std::atomic_ref<uint32_t>(t.grants->space_planned_devices).store(t.devices.mapped_device_count,
                                                                  std::memory_order_release);
   }
 }
 
 void SpaceEngine::write_masks(Tenant& t, const slots::SpaceMasks& per_gpu) const {
-  // The plan is per GPU; the control block per the tenant's device ordinals.
+  // The plan is per GPU; the grant block per the tenant's device ordinals.
   uint64_t by_ordinal[GPUOS_MAX_DEVICES] = {};
   for (uint32_t g = 0; g < GPUOS_MAX_DEVICES; ++g) {
     if (const int o = gpus_.ordinal_of(t, g); o >= 0) by_ordinal[o] = per_gpu[g];
   }
   bool changed = false;
   for (uint32_t o = 0; o < GPUOS_MAX_DEVICES; ++o) {
-    t.space.masks[o] = by_ordinal[o];  // what the tenant must find there (restore_granted_words)
-    std::atomic_ref<uint64_t> word(t.cb->space_mask[o]);
+    t.space.masks[o] = by_ordinal[o];
+    std::atomic_ref<uint64_t> word(t.grants->space_mask[o]);
     if (word.load(std::memory_order_relaxed) == by_ordinal[o]) continue;
     word.store(by_ordinal[o], std::memory_order_release);
     changed = true;
     log::debug("tenant %u: SM groups on its device %u now 0x%llx", t.id, o, static_cast<unsigned long long>(by_ordinal[o]));
   }
-  if (changed) std::atomic_ref<uint32_t>(t.cb->space_epoch).fetch_add(1, std::memory_order_release);
+  if (changed) std::atomic_ref<uint32_t>(t.grants->space_epoch).fetch_add(1, std::memory_order_release);
 }
 
 }  // namespace gpuos::daemon

@@ -67,17 +67,17 @@ gpuos_status SwapEngine::pool_for(const Tenant& t, int* fd_out, uint64_t* bytes)
 }
 
 void SwapEngine::send_command(Tenant& t, uint32_t cmd) {
-  std::atomic_ref<uint32_t>(t.cb->swap_command).store(cmd, std::memory_order_relaxed);
-  std::atomic_ref<uint32_t>(t.cb->swap_command_seq).fetch_add(1, std::memory_order_release);
-  futex_wake_all(&t.cb->swap_command_seq);
+  std::atomic_ref<uint32_t>(t.grants->swap_command).store(cmd, std::memory_order_relaxed);
+  std::atomic_ref<uint32_t>(t.grants->swap_command_seq).fetch_add(1, std::memory_order_release);
+  futex_wake_all(&t.grants->swap_command_seq);
   t.swap.cmd = cmd;
 }
 
 void SwapEngine::answer_room(Tenant& t, uint32_t answer, uint64_t now) {
   const uint32_t seq = load(t.cb->mem_request_seq);
-  std::atomic_ref<uint32_t>(t.cb->mem_answer).store(answer, std::memory_order_relaxed);
-  std::atomic_ref<uint32_t>(t.cb->mem_answer_seq).store(seq, std::memory_order_release);
-  futex_wake_all(&t.cb->mem_answer_seq);
+  std::atomic_ref<uint32_t>(t.grants->mem_answer).store(answer, std::memory_order_relaxed);
+  std::atomic_ref<uint32_t>(t.grants->mem_answer_seq).store(seq, std::memory_order_release);
+  futex_wake_all(&t.grants->mem_answer_seq);
   t.swap.room_answered_seq = seq;
   t.swap.room_made = false;
   // Room made: its memory is on the GPU from now, and its quantum against its peers starts now
@@ -129,7 +129,7 @@ void SwapEngine::note_done(std::map<uint32_t, Tenant>& tenants, uint64_t now) {
       publish_gate(t);
       continue;
     }
-    if (s.cmd == GPUOS_SWAP_NONE || load(t.cb->swap_done_seq) != load(t.cb->swap_command_seq)) continue;
+    if (s.cmd == GPUOS_SWAP_NONE || load(t.cb->swap_done_seq) != load(t.grants->swap_command_seq)) continue;
     const uint32_t state = load(t.cb->swap_state);
     if (s.cmd == GPUOS_SWAP_OUT) {
       const uint64_t swapped = load(t.cb->swapped_bytes);
@@ -292,9 +292,9 @@ void SwapEngine::apply(std::map<uint32_t, Tenant>& tenants, const slots::MemoryA
         if (!off) break;  // (the policy saw pool_largest_free)
         t.swap.slices.push_back(*off);
         t.swap.swapped_before_cmd = swapped;
-        std::atomic_ref<uint64_t>(t.cb->swap_slice_offset).store(*off, std::memory_order_relaxed);
-        std::atomic_ref<uint64_t>(t.cb->swap_slice_bytes).store(slice, std::memory_order_relaxed);
-        std::atomic_ref<uint64_t>(t.cb->swap_want_bytes).store(a.bytes, std::memory_order_relaxed);
+        std::atomic_ref<uint64_t>(t.grants->swap_slice_offset).store(*off, std::memory_order_relaxed);
+        std::atomic_ref<uint64_t>(t.grants->swap_slice_bytes).store(slice, std::memory_order_relaxed);
+        std::atomic_ref<uint64_t>(t.grants->swap_want_bytes).store(a.bytes, std::memory_order_relaxed);
         log::info("tenant %u: swapping out at least %llu MiB", t.id, static_cast<unsigned long long>(a.bytes >> 20));
         t.gate.held = true;
         publish_gate(t);

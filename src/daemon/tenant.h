@@ -28,9 +28,8 @@ struct GateState {
   uint32_t effective() const { return pinned || held ? GPUOS_GATE_CLOSED : policy_gate; }
 };
 
-// What gpuosd granted the tenant: the authoritative values of the control-block words it writes.
-// The tenant can write those words too (the block is one shared page); gpuosd decides on these,
-// and puts the words back when a tenant changed them (restore_granted_words).
+// What gpuosd granted the tenant, as it wrote it into the grant block (which the tenant can only
+// read): the core decides on these, never on words read back from shared memory.
 struct Granted {
   uint32_t tenant_class = 0;
   uint64_t quota_bytes = 0;   // 0 = unlimited
@@ -87,12 +86,15 @@ struct Tenant {
   uint64_t requested_mem_bytes = 0;
   char name[GPUOS_NAME_MAX] = {};
   uint64_t registered_unix_ms = 0;
-  int memfd = -1;
-  gpuos_control_block* cb = nullptr;
+  // Its two shared blocks (include/gpuos/abi.h; control_block.h makes them), both mapped writable
+  // here. The grant block's memfd is sealed against new writable mappings: the tenant reads it.
+  int grant_fd = -1;
+  int control_fd = -1;
+  gpuos_grant_block* grants = nullptr;  // what gpuosd decided (it alone writes it)
+  gpuos_control_block* cb = nullptr;    // what the tenant reports (untrusted input)
   GateState gate;
   Granted granted;
-  uint64_t violations = 0;      // times a granted word was found changed by the tenant
-  uint32_t violations_logged = 0;  // kinds of change already logged (one line per kind)
+  uint64_t violations = 0;      // findings of the usage check against it (usage_verifier.h)
   mutable DeviceMap devices;
   SpaceState space;
   SwapState swap;

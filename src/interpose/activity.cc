@@ -97,7 +97,7 @@ void follow_until_idle(const GpuosDriverTable& d, gpuos_control_block* cb, CUeve
       if (g_control.load(std::memory_order_acquire) != cb) return;  // moved to a new daemon's block
       next_check = monotonic_ns() + 1000000000ull;
     }
-    const uint32_t grace = std::atomic_ref<uint32_t>(cb->idle_grace_us).load(std::memory_order_relaxed);
+    const uint32_t grace = grant_load(grants_of(cb)->idle_grace_us, std::memory_order_relaxed);
     // Work we cannot fence (per-thread default streams): idle is inferred from a quiet period long
     // enough to cover a typical kernel.
     const bool untracked = std::atomic_ref<uint32_t>(cb->untracked_work).load(std::memory_order_relaxed) != 0;

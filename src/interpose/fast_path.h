@@ -70,9 +70,12 @@ class DeviceAccess {
   static void enter(gpuos_control_block* cb) {
     for (;;) {
       g_device_access.fetch_add(1, std::memory_order_seq_cst);
-      if (std::atomic_ref<uint32_t>(cb->gate).load(std::memory_order_seq_cst) == GPUOS_GATE_OPEN) return;
+      if (grant_load(grants_of(cb)->gate, std::memory_order_seq_cst) == GPUOS_GATE_OPEN) return;
       g_device_access.fetch_sub(1, std::memory_order_seq_cst);
-      wait_at_gate(cb);
+      if (wait_at_gate(cb)) {  // the gate no longer binds (gpuosd gone) and the memory is back
+        g_device_access.fetch_add(1, std::memory_order_seq_cst);
+        return;
+      }
     }
   }
   bool tracked_;
@@ -116,16 +119,16 @@ inline CUresult governed_launch(LaunchKind kind, CUstream stream, bool ptsz, con
     return r;
   }
   DeviceAccess access(cb);  // swappable tenants only: waits at the gate itself
-  if (GPUOS_UNLIKELY(std::atomic_ref<uint32_t>(cb->gate).load(std::memory_order_acquire) !=
+  if (GPUOS_UNLIKELY(grant_load(grants_of(cb)->gate, std::memory_order_acquire) !=
                      GPUOS_GATE_OPEN)) {
     wait_at_gate(cb);
   }
   // Best-effort tenants get a bound on unfinished launches so that a closed gate drains fast.
-  const uint32_t max_inflight = std::atomic_ref<uint32_t>(cb->max_inflight).load(std::memory_order_relaxed);
+  const uint32_t max_inflight = grant_load(grants_of(cb)->max_inflight, std::memory_order_relaxed);
   if (GPUOS_UNLIKELY(max_inflight != 0)) inflight_before_submit(*d, cb, max_inflight);
   // Spatial sharing: one relaxed load when the tenant is in no spatial domain.
   Placement placed{stream, stream, nullptr, nullptr, ptsz};
-  if (GPUOS_UNLIKELY(std::atomic_ref<uint32_t>(cb->space_enabled).load(std::memory_order_relaxed) != 0)) {
+  if (GPUOS_UNLIKELY(grant_load(grants_of(cb)->space_enabled, std::memory_order_relaxed) != 0)) {
     placed = place_launch(*d, cb, stream, ptsz, shape, graph);
     if (GPUOS_UNLIKELY(placed.first_on_device)) notify_activity(cb);
   }

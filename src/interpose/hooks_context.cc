@@ -91,7 +91,7 @@ CUresult cuInit(unsigned int flags) {
     // with the real map before the first launch reads its mask.
     gi::notify_activity(cb);
     const uint32_t n = std::atomic_ref<uint32_t>(cb->device_count).load(std::memory_order_acquire);
-    if (n != 0 && std::atomic_ref<uint32_t>(cb->space_enabled).load(std::memory_order_acquire) != 0) {
+    if (n != 0 && gi::grant_load(gi::grants_of(cb)->space_enabled, std::memory_order_acquire) != 0) {
       gi::await_space_plan(cb, n);
     }
   }

@@ -13,7 +13,7 @@ const GpuosDriverTable* spatial_driver() {
   const GpuosDriverTable* d = gi::real_driver();
   if (d == nullptr) return nullptr;
   gpuos_control_block* cb = gi::control_block();
-  if (cb == nullptr || std::atomic_ref<uint32_t>(cb->space_enabled).load(std::memory_order_relaxed) == 0) return nullptr;
+  if (cb == nullptr || gi::grant_load(gi::grants_of(cb)->space_enabled, std::memory_order_relaxed) == 0) return nullptr;
   return d;
 }
 

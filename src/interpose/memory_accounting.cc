@@ -7,6 +7,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "interpose/blocks.h"
 #include "interpose/carry_over.h"
 
 namespace gpuos::interpose {
@@ -51,12 +52,10 @@ uint64_t sat_add(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MA
 }  // namespace
 
 uint64_t memory_limit(const gpuos_control_block* cb) {
-  auto load = [](const uint64_t& w) {
-    return std::atomic_ref<uint64_t>(const_cast<uint64_t&>(w)).load(std::memory_order_relaxed);
-  };
-  const uint64_t quota = load(cb->mem_quota_bytes);
+  const gpuos_grant_block* g = grants_of(cb);
+  const uint64_t quota = grant_load(g->mem_quota_bytes, std::memory_order_relaxed);
   if (quota == 0) return 0;
-  const uint64_t borrow = load(cb->mem_borrow_bytes);
+  const uint64_t borrow = grant_load(g->mem_borrow_bytes, std::memory_order_relaxed);
   return borrow > UINT64_MAX - quota ? UINT64_MAX : quota + borrow;
 }
 

@@ -44,7 +44,7 @@ bool g_driver_failed = false;
 std::atomic<DlsymFn> g_real_dlsym{nullptr};
 std::atomic<bool> g_refused{false};
 std::atomic<int> g_socket{-1};       // connection to gpuosd; kept open for the tenant's life
-gpuos_control_block g_local_block;   // used when running without a daemon (gate always open)
+LocalBlocks g_local;  // used when running without a daemon (gate always open, no limits)
 bool g_atfork_installed = false;
 
 int log_level() {
@@ -75,19 +75,20 @@ long env_long(const char* name, long fallback, long lo, long hi) {
   return v;
 }
 
-void init_local_block() {
-  std::memset(&g_local_block, 0, sizeof(g_local_block));
-  g_local_block.magic = GPUOS_ABI_MAGIC;
-  g_local_block.abi_version = GPUOS_ABI_VERSION;
-  g_local_block.size = sizeof(g_local_block);
-  g_local_block.gate = GPUOS_GATE_OPEN;
+void init_local_blocks() {
+  std::memset(&g_local, 0, sizeof(g_local));
+  g_local.grants.magic = g_local.cb.magic = GPUOS_ABI_MAGIC;
+  g_local.grants.abi_version = g_local.cb.abi_version = GPUOS_ABI_VERSION;
+  g_local.grants.size = sizeof(g_local.grants);
+  g_local.cb.size = sizeof(g_local.cb);
+  g_local.grants.gate = GPUOS_GATE_OPEN;
 }
 
 // After fork() the child shares the parent's mapping and socket: it must not report into the
 // parent's block. It starts unregistered and registers on its own first governed call.
 void after_fork_in_child() {
   gpuos_control_block* cb = g_control.load(std::memory_order_relaxed);
-  if (cb != nullptr && cb != &g_local_block) munmap(cb, sizeof(*cb));
+  if (cb != nullptr && cb != &g_local.cb) unmap_blocks(cb);
   if (int fd = g_socket.exchange(-1); fd >= 0) close(fd);
   g_control.store(nullptr, std::memory_order_relaxed);
   g_active_captures.store(0, std::memory_order_relaxed);
@@ -163,10 +164,17 @@ gpuos_control_block* register_with_daemon(char* why, std::size_t why_len, int* s
   req.space_sms = static_cast<uint32_t>(env_long("GPUOS_TENANT_SMS", 0, 0, 1 << 20));
   int rc = send_message(sock, &req, sizeof(req));
   alignas(8) char buf[GPUOS_MSG_MAX_SIZE + 1];
-  int fd = -1;
+  int fds[2] = {-1, -1};  // the grant block, the control block
+  int nfds = 0;
+  auto close_fds = [&] {
+    for (int& fd : fds) {
+      if (fd >= 0) close(fd);
+      fd = -1;
+    }
+  };
   // A daemon that refuses the connection itself (limit reached) replies at once and closes, so the
   // send may fail: its reply is still queued, and says why.
-  long n = receive_message(sock, buf, sizeof(buf), &fd, rc == 0 ? 5000 : 0);
+  long n = receive_message_fds(sock, buf, sizeof(buf), fds, 2, &nfds, rc == 0 ? 5000 : 0);
   if (n <= 0) {
     if (rc != 0) {
       std::snprintf(why, why_len, "sending REGISTER to %s: %s", path, std::strerror(-rc));
@@ -191,32 +199,35 @@ gpuos_control_block* register_with_daemon(char* why, std::size_t why_len, int* s
     } else {
       std::snprintf(why, why_len, "bad REGISTER reply: %s", reason);
     }
-    if (fd >= 0) close(fd);
+    close_fds();
     close(sock);
     return nullptr;
   }
   std::memcpy(&rep, buf, sizeof(rep));
   rep.text[sizeof(rep.text) - 1] = '\0';
-  if (rep.status != GPUOS_OK || fd < 0 || rep.control_block_size != sizeof(gpuos_control_block)) {
+  if (rep.status != GPUOS_OK || nfds != 2 || rep.control_block_size != sizeof(gpuos_control_block) ||
+      rep.grant_block_size != sizeof(gpuos_grant_block)) {
     std::snprintf(why, why_len, "gpuosd refused registration (%s): %s", status_name(rep.status),
-                  rep.status != GPUOS_OK ? rep.text : "no control block passed");
-    if (fd >= 0) close(fd);
+                  rep.status != GPUOS_OK ? rep.text : "its blocks were not passed, or have other sizes");
+    close_fds();
     close(sock);
     return nullptr;
   }
-  void* p = mmap(nullptr, sizeof(gpuos_control_block), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  close(fd);
-  if (p == MAP_FAILED) {
-    std::snprintf(why, why_len, "mapping control block: %s", std::strerror(errno));
+  gpuos_control_block* cb = map_blocks(fds[0], fds[1]);
+  const int map_errno = errno;
+  close_fds();
+  if (cb == nullptr) {
+    std::snprintf(why, why_len, "mapping the grant and control blocks: %s", std::strerror(map_errno));
     close(sock);
     return nullptr;
   }
-  auto* cb = static_cast<gpuos_control_block*>(p);
-  if (cb->magic != GPUOS_ABI_MAGIC || cb->abi_version != GPUOS_ABI_VERSION ||
-      cb->size != sizeof(gpuos_control_block)) {
-    std::snprintf(why, why_len, "control block has ABI %u/size %u, this library speaks %u/%zu",
-                  cb->abi_version, cb->size, GPUOS_ABI_VERSION, sizeof(gpuos_control_block));
-    munmap(p, sizeof(gpuos_control_block));
+  const gpuos_grant_block* g = grants_of(cb);
+  if (g->magic != GPUOS_ABI_MAGIC || g->abi_version != GPUOS_ABI_VERSION || g->size != sizeof(gpuos_grant_block) ||
+      cb->magic != GPUOS_ABI_MAGIC || cb->abi_version != GPUOS_ABI_VERSION || cb->size != sizeof(gpuos_control_block)) {
+    std::snprintf(why, why_len, "blocks have ABI %u/%u, sizes %u/%u; this library speaks %u, %zu/%zu",
+                  g->abi_version, cb->abi_version, g->size, cb->size, GPUOS_ABI_VERSION,
+                  sizeof(gpuos_grant_block), sizeof(gpuos_control_block));
+    unmap_blocks(cb);
     close(sock);
     return nullptr;
   }
@@ -249,7 +260,7 @@ uint64_t monotonic_ns() {
   return static_cast<uint64_t>(t.tv_sec) * 1000000000ull + static_cast<uint64_t>(t.tv_nsec);
 }
 
-bool futex_wait(uint32_t* word, uint32_t expected, long timeout_ms) {
+bool futex_wait(const uint32_t* word, uint32_t expected, long timeout_ms) {
   timespec t{timeout_ms / 1000, (timeout_ms % 1000) * 1000000};
   const int saved = errno;
   const bool interrupted = syscall(SYS_futex, word, FUTEX_WAIT, expected, &t, nullptr, 0) != 0 && errno == EINTR;
@@ -331,8 +342,8 @@ gpuos_control_block* ensure_registered() {
       return nullptr;
     }
     log(LogLevel::kWarn, "%s; running ungoverned (pass-through)", why);
-    init_local_block();
-    cb = &g_local_block;
+    init_local_blocks();
+    cb = &g_local.cb;
     g_control.store(cb, std::memory_order_release);
   } else {
     g_socket.store(sock, std::memory_order_relaxed);
@@ -360,22 +371,20 @@ constexpr uint64_t kCarryOverWaitNs = 5000000000ull;
 
 void maintain_daemon_connection() {
   gpuos_control_block* old = g_control.load(std::memory_order_acquire);
-  if (old == nullptr || old == &g_local_block || !daemon_connection_lost()) return;
+  if (old == nullptr || old == &g_local.cb || !daemon_connection_lost()) return;
   if (!g_lost_reported) {
     log(LogLevel::kWarn, "lost gpuosd; running on the last grant and re-registering every second");
     g_lost_reported = true;
   }
-  // Keep running on the last grant, never hang: a closed gate is opened locally, once swapped-out
-  // memory is back on the GPU (until then the tenant waits: its data is in the pool it mapped).
+  // Keep running on the last grant, never hang: a closed gate no longer binds (gate_binds), once
+  // swapped-out memory is back on the GPU (until then the tenant waits: its data is in the pool it
+  // mapped). Waiters notice within their futex timeout; the wake makes it at once.
   if (!swap_in_locally(old)) return;
-  if (std::atomic_ref<uint32_t>(old->gate).load() != GPUOS_GATE_OPEN) {
-    std::atomic_ref<uint32_t>(old->gate).store(GPUOS_GATE_OPEN, std::memory_order_release);
-    syscall(SYS_futex, &old->gate, FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
-  }
+  syscall(SYS_futex, &grants_of(old)->gate, FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
   char why[400];
   int sock = -1;
   // Ask for the id it had, so that `gpuos ps`, metrics and admins see the same tenant.
-  gpuos_control_block* cb = register_with_daemon(why, sizeof(why), &sock, old->tenant_id);
+  gpuos_control_block* cb = register_with_daemon(why, sizeof(why), &sock, grants_of(old)->tenant_id);
   if (cb == nullptr) return;  // still no daemon: try again later
   // Each feature carries its own state over (carry_over.h): what calls act on at once before the
   // switch, the rest once no call uses the old block any more. The old mapping stays: a thread may
@@ -421,31 +430,34 @@ void publish_devices(gpuos_control_block* cb) {
   std::atomic_ref<uint32_t>(cb->device_count).store(static_cast<uint32_t>(count), std::memory_order_release);
 }
 
-void wait_at_gate(gpuos_control_block* cb) {
-  std::atomic_ref<uint32_t> gate(cb->gate);
-  std::atomic_ref<uint32_t> alive(cb->daemon_alive);
+bool gate_binds(const gpuos_control_block* cb) {
+  const gpuos_grant_block* g = grants_of(cb);
+  // A closed gate is a lease: a gpuosd that stopped looking (SIGSTOP, hung) for longer than
+  // GPUOS_GATE_LEASE_NS no longer holds this tenant (0: no lease).
+  const uint64_t hb = grant_load(g->daemon_heartbeat_ns);
+  const bool lapsed = hb != 0 && monotonic_ns() > hb + GPUOS_GATE_LEASE_NS;
+  return grant_load(g->daemon_alive, std::memory_order_relaxed) != 0 && !lapsed && !daemon_connection_lost();
+}
+
+bool wait_at_gate(gpuos_control_block* cb) {
+  const gpuos_grant_block* g = grants_of(cb);
+  // Released (gpuosd gone or its lease lapsed) with the memory back: run on, no wait to count.
+  if (!gate_binds(cb) && swap_in_locally(cb)) return true;
   const uint64_t t0 = monotonic_ns();
   std::atomic_ref<uint64_t>(cb->gate_waits).fetch_add(1, std::memory_order_relaxed);
   std::atomic_ref<uint32_t> waiting(cb->waiting);
   waiting.store(1, std::memory_order_relaxed);
   notify_activity(cb);  // a waiting tenant is runnable: the policy may grant it time
-  std::atomic_ref<uint64_t> heartbeat(cb->daemon_heartbeat_ns);
-  while (gate.load(std::memory_order_acquire) != GPUOS_GATE_OPEN) {
-    // A closed gate is a lease: a gpuosd that stopped looking (SIGSTOP, hung) for longer than
-    // GPUOS_GATE_LEASE_NS no longer holds this tenant (0: a daemon without leases).
-    const uint64_t hb = heartbeat.load(std::memory_order_acquire);
-    const bool lapsed = hb != 0 && monotonic_ns() > hb + GPUOS_GATE_LEASE_NS;
-    if (alive.load(std::memory_order_relaxed) == 0 || lapsed || daemon_connection_lost()) {
-      // Swapped-out memory comes back first; if there is no room for it yet, keep waiting.
-      if (swap_in_locally(cb)) {
-        log(LogLevel::kWarn, lapsed ? "gpuosd has not renewed this tenant's closed gate for %.0f s; continuing"
-                                    : "gpuosd is gone while this tenant's gate is closed; continuing",
-            GPUOS_GATE_LEASE_NS / 1e9);
-        gate.store(GPUOS_GATE_OPEN, std::memory_order_release);
-        break;
-      }
+  bool released = false;
+  while (grant_load(g->gate) != GPUOS_GATE_OPEN) {
+    // Swapped-out memory comes back first; if there is no room for it yet, keep waiting.
+    if (!gate_binds(cb) && swap_in_locally(cb)) {
+      log(LogLevel::kWarn, "gpuosd is gone or has not renewed this tenant's closed gate for %.0f s; continuing",
+          GPUOS_GATE_LEASE_NS / 1e9);
+      released = true;
+      break;
     }
-    if (futex_wait(&cb->gate, GPUOS_GATE_CLOSED, 50)) note_signalled(cb);
+    if (futex_wait(&g->gate, GPUOS_GATE_CLOSED, 50)) note_signalled(cb);
   }
   std::atomic_ref<uint32_t>(cb->signalled).store(0, std::memory_order_relaxed);
   waiting.store(0, std::memory_order_relaxed);
@@ -453,6 +465,7 @@ void wait_at_gate(gpuos_control_block* cb) {
   const uint64_t ns = monotonic_ns() - t0;
   std::atomic_ref<uint64_t>(cb->gate_wait_ns).fetch_add(ns, std::memory_order_relaxed);
   std::atomic_ref<uint64_t>(cb->gate_wait_hist[gpuos_gate_wait_bucket(ns)]).fetch_add(1, std::memory_order_relaxed);
+  return released;
 }
 
 namespace {

@@ -8,6 +8,7 @@
 
 #include "gpuos/abi.h"
 #include "gpuos/driver_api.h"
+#include "interpose/blocks.h"
 
 namespace gpuos::interpose {
 
@@ -23,9 +24,10 @@ const GpuosDriverTable* real_driver();
 // The dlsym of the C library (not ours). Never null after the first call.
 DlsymFn real_dlsym();
 
-// The control block this process reports into and obeys. Before registration it is null; after
-// registration (or a decision to pass through) it is never null: when gpuosd is absent it points
-// to a process-local block whose gate is always open.
+// The control block this process reports into; grants_of(it) is the grant block it obeys
+// (blocks.h). Before registration it is null; after registration (or a decision to pass through)
+// it is never null: when gpuosd is absent it points to process-local blocks whose gate is always
+// open.
 extern std::atomic<gpuos_control_block*> g_control;
 
 // Registers with gpuosd if not done yet (thread-safe, idempotent) and returns the control block.
@@ -37,15 +39,19 @@ gpuos_control_block* ensure_registered();
 bool refused();
 
 // Blocks while the gate is closed (slow path of the launch gate). Gives up waiting, and says so,
-// when the daemon disappears: a tenant keeps running on its last grant rather than hang.
-void wait_at_gate(gpuos_control_block* cb);
+// when the gate no longer binds (gate_binds): a tenant keeps running on its last grant rather than
+// hang. Returns true when it returned for that reason (the gate word may still say closed).
+bool wait_at_gate(gpuos_control_block* cb);
+// Whether the grant block's closed gate holds this tenant: gpuosd is alive, connected, and renewed
+// the lease within GPUOS_GATE_LEASE_NS. The gate word is gpuosd's; this is the tenant's own bound.
+bool gate_binds(const gpuos_control_block* cb);
 
 // CLOCK_MONOTONIC in ns.
 uint64_t monotonic_ns();
 // Waits on a control-block word until it no longer holds `expected`, a wake-up, or timeout_ms.
 // Shared (not private) futex: gpuosd wakes it through its own mapping of the same memfd.
 // True when a signal handler interrupted the wait (EINTR): see note_signalled.
-bool futex_wait(uint32_t* word, uint32_t expected, long timeout_ms);
+bool futex_wait(const uint32_t* word, uint32_t expected, long timeout_ms);
 
 // A wait of this tenant in gpuos was interrupted by a signal handler: the program has a signal to
 // act on (SIGTERM, Ctrl-C; Python runs its handlers only once the call returns). Marks it in the

@@ -129,7 +129,7 @@ void note_mask_in_use(gpuos_control_block* cb, int dev, uint64_t mask) {
 // place_launch once the launching thread's context and device are known.
 Placement place_on_device(const GpuosDriverTable& d, gpuos_control_block* cb, CUcontext ctx, CachedContext* c,
                           CUstream stream, bool ptsz, const LaunchShape& shape, CUgraphExec graph) {
-  const uint64_t mask = std::atomic_ref<uint64_t>(cb->space_mask[c->dev]).load(std::memory_order_acquire);
+  const uint64_t mask = grant_load(grants_of(cb)->space_mask[c->dev], std::memory_order_acquire);
   if (mask == 0) {  // the whole device: nothing to place, only perhaps a launch to time
     Placement p = unplaced(cb, stream, false);
     if (start_sample(d, cb, &c->sample, stream, ptsz, shape, c->device_sms, graph == nullptr ? 1 : 0, graph)) {
@@ -184,8 +184,8 @@ void carry_devices(gpuos_control_block* from, gpuos_control_block* to) {
 constinit const CarryOver kSpatialCarryOver{"spatial", nullptr, &spatial::carry_devices};
 
 void await_space_plan(gpuos_control_block* cb, uint32_t device_count) {
-  std::atomic_ref<uint32_t> planned(cb->space_planned_devices);
-  for (int i = 0; i < 200 && planned.load(std::memory_order_acquire) != device_count; ++i) {
+  const uint32_t& planned = grants_of(cb)->space_planned_devices;
+  for (int i = 0; i < 200 && grant_load(planned) != device_count; ++i) {
     timespec ms{0, 1000 * 1000};
     nanosleep(&ms, nullptr);
   }

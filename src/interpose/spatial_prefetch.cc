@@ -34,7 +34,7 @@ void* prefetch_main(void* arg) {
   const GpuosDriverTable& d = *job.d;
   // Graph work (cloning, instantiating) happens in the current context, as on the launching thread.
   if (d.cuCtxSetCurrent == nullptr || d.cuCtxSetCurrent(job.ctx) != CUDA_SUCCESS) return nullptr;
-  const uint32_t group_sms = std::atomic_ref<uint32_t>(job.cb->space_group_sms).load(std::memory_order_relaxed);
+  const uint32_t group_sms = grant_load(grants_of(job.cb)->space_group_sms, std::memory_order_relaxed);
   SmSplit split;
   if (split_sms(d, job.dev, group_sms, &split) != CUDA_SUCCESS) return nullptr;
   Registry& r = registry();

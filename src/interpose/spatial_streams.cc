@@ -43,7 +43,7 @@ Partition make_partition(const GpuosDriverTable& d, gpuos_control_block* cb, int
     return {};
   }
   const uint64_t t0 = monotonic_ns();
-  const uint32_t group_sms = std::atomic_ref<uint32_t>(cb->space_group_sms).load(std::memory_order_relaxed);
+  const uint32_t group_sms = grant_load(grants_of(cb)->space_group_sms, std::memory_order_relaxed);
   SmSplit split;
   CUresult r = split_sms(d, dev, group_sms, &split);
   std::vector<CUdevResource> chosen;

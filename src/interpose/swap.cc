@@ -294,7 +294,7 @@ void swap_out_locked(const GpuosDriverTable& d, gpuos_control_block* cb, Arena& 
   auto state = ref(cb->swap_state);
   const uint32_t before = state.load();
   if (before != GPUOS_SWAP_RESIDENT && before != GPUOS_SWAP_SWAPPED_OUT) return;
-  if (ref(cb->gate).load(std::memory_order_seq_cst) == GPUOS_GATE_OPEN) {
+  if (grant_load(grants_of(cb)->gate, std::memory_order_seq_cst) == GPUOS_GATE_OPEN) {
     log(LogLevel::kWarn, "swap: SWAP_OUT with the gate open; ignored");
     return;
   }
@@ -309,7 +309,7 @@ void swap_out_locked(const GpuosDriverTable& d, gpuos_control_block* cb, Arena& 
   };
   // 1. No governed call is still on its way into the driver (they wait at the closed gate now).
   while (g_device_access.load(std::memory_order_seq_cst) != 0) {
-    if (ref(cb->gate).load(std::memory_order_seq_cst) == GPUOS_GATE_OPEN) return abort("gate reopened", CUDA_SUCCESS);
+    if (grant_load(grants_of(cb)->gate, std::memory_order_seq_cst) == GPUOS_GATE_OPEN) return abort("gate reopened", CUDA_SUCCESS);
     std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
   // 2. Everything submitted has finished.
@@ -322,9 +322,9 @@ void swap_out_locked(const GpuosDriverTable& d, gpuos_control_block* cb, Arena& 
     if (r != CUDA_SUCCESS) return abort("cannot drain the tenant's context", r);
   }
   // 3. Choose, copy into our slice of the pool, then release the physical memory.
-  const uint64_t slice_off = ref(cb->swap_slice_offset).load();
-  const uint64_t slice_bytes = ref(cb->swap_slice_bytes).load();
-  const uint64_t want = ref(cb->swap_want_bytes).load();
+  const uint64_t slice_off = grant_load(grants_of(cb)->swap_slice_offset);
+  const uint64_t slice_bytes = grant_load(grants_of(cb)->swap_slice_bytes);
+  const uint64_t want = grant_load(grants_of(cb)->swap_want_bytes);
   if (slice_off > a.pool_bytes || slice_bytes > a.pool_bytes - slice_off) {
     return abort("the pool slice lies outside the pool", CUDA_ERROR_INVALID_VALUE);
   }
@@ -436,7 +436,7 @@ void* swapper_main(void*) {
   Arena& a = arena();
   for (;;) {
     gpuos_control_block* cb = g_control.load(std::memory_order_acquire);
-    const uint32_t seq = ref(cb->swap_command_seq).load(std::memory_order_acquire);
+    const uint32_t seq = grant_load(grants_of(cb)->swap_command_seq, std::memory_order_acquire);
     CUcontext ctx = nullptr;
     {
       std::lock_guard<std::mutex> lock(a.mu);
@@ -445,10 +445,10 @@ void* swapper_main(void*) {
     // Best-effort tenants are the likely victims: pin the pool in the background right away, so
     // their first swap-out is fast. A guaranteed tenant is swapped out only for another guaranteed
     // one; it pins the pool when first asked (pinning tens of GiB slows its own start-up).
-    const bool eager = ref(cb->tenant_class).load() != GPUOS_CLASS_GUARANTEED;
+    const bool eager = grant_load(grants_of(cb)->tenant_class) != GPUOS_CLASS_GUARANTEED;
     if (ctx != nullptr && eager) ensure_pool(*d, ctx);
     if (seq != ref(cb->swap_done_seq).load()) {
-      const uint32_t cmd = ref(cb->swap_command).load(std::memory_order_acquire);
+      const uint32_t cmd = grant_load(grants_of(cb)->swap_command, std::memory_order_acquire);
       if (ctx != nullptr && cmd == GPUOS_SWAP_OUT) ensure_pool(*d, ctx);
       {
         std::lock_guard<std::mutex> lock(a.mu);
@@ -459,7 +459,7 @@ void* swapper_main(void*) {
       notify_activity(cb);
       continue;
     }
-    futex_wait(&cb->swap_command_seq, seq, 200);
+    futex_wait(&grants_of(cb)->swap_command_seq, seq, 200);
   }
 }
 
@@ -467,7 +467,7 @@ void* swapper_main(void*) {
 void wait_resident(gpuos_control_block* cb, std::unique_lock<std::mutex>& lock) {
   while (ref(cb->swap_state).load() != GPUOS_SWAP_RESIDENT) {
     lock.unlock();
-    if (ref(cb->gate).load(std::memory_order_acquire) != GPUOS_GATE_OPEN) {
+    if (grant_load(grants_of(cb)->gate, std::memory_order_acquire) != GPUOS_GATE_OPEN) {
       wait_at_gate(cb);  // says "waiting": the daemon brings the memory back before it opens the gate
     } else {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -568,7 +568,7 @@ bool arena_free(const GpuosDriverTable& d, CUdeviceptr ptr, CUresult* result) {
 }
 
 bool wait_for_room(gpuos_control_block* cb, uint64_t bytes, int device) {
-  if (cb == nullptr || daemon_socket() < 0 || ref(cb->daemon_alive).load() == 0) return false;
+  if (cb == nullptr || daemon_socket() < 0 || grant_load(grants_of(cb)->daemon_alive) == 0) return false;
   const uint64_t t0 = monotonic_ns();
   ref(cb->mem_wanted_bytes).store(bytes);
   CUdevice dev = device;
@@ -579,18 +579,18 @@ bool wait_for_room(gpuos_control_block* cb, uint64_t bytes, int device) {
   notify_activity(cb);
   bool answered = false;
   for (;;) {
-    const uint32_t ans = ref(cb->mem_answer_seq).load(std::memory_order_acquire);
+    const uint32_t ans = grant_load(grants_of(cb)->mem_answer_seq, std::memory_order_acquire);
     if (static_cast<int32_t>(ans - seq) >= 0) {
       answered = true;
       break;
     }
-    if (ref(cb->daemon_alive).load() == 0 || daemon_connection_lost()) break;
-    if (futex_wait(&cb->mem_answer_seq, ans, 100)) note_signalled(cb);
+    if (grant_load(grants_of(cb)->daemon_alive) == 0 || daemon_connection_lost()) break;
+    if (futex_wait(&grants_of(cb)->mem_answer_seq, ans, 100)) note_signalled(cb);
   }
   ref(cb->signalled).store(0);
   ref(cb->mem_waits).fetch_add(1);
   ref(cb->mem_wait_ns).fetch_add(monotonic_ns() - t0);
-  return answered && ref(cb->mem_answer).load(std::memory_order_acquire) == GPUOS_MEM_RETRY;
+  return answered && grant_load(grants_of(cb)->mem_answer, std::memory_order_acquire) == GPUOS_MEM_RETRY;
 }
 
 bool swap_in_locally(gpuos_control_block* cb) {

@@ -1,14 +1,19 @@
 // Attacks of a hostile tenant on the core (issue #22), each as the review found it on the driver
-// double: the tenant rewrites words of its control block that gpuosd owns, forges the usage words
-// it writes, registers again and again, or asks for a swap pool it has no use for. Each test failed
+// double: the tenant rewrites words gpuosd owns (now in the sealed grant block), forges the usage
+// words it writes, registers again and again, or asks for a swap pool it has no use for. Each test failed
 // on the core before the fix.
 #include <gtest/gtest.h>
 #include <fcntl.h>
+#include <linux/futex.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
+#include <cstddef>
 #include <cstring>
+#include <string>
 
 #include "common/ipc.h"
 #include "daemon/core.h"
@@ -35,9 +40,7 @@ struct SecurityFixture : ::testing::Test {
     core = std::make_unique<Core>(std::move(o));
   }
   void TearDown() override {
-    for (TenantSide& t : tenants) {
-      if (t.cb != nullptr) munmap(t.cb, sizeof(gpuos_control_block));
-    }
+    for (TenantSide& t : tenants) tenant_side::unmap(t);
   }
   Outcome try_register(Connection& c, pid_t pid, uint32_t cls = GPUOS_CLASS_BEST_EFFORT, uint64_t quota = 0) {
     gpuos_msg_register m{};
@@ -49,7 +52,9 @@ struct SecurityFixture : ::testing::Test {
     copy_name(m.name, sizeof(m.name), "t");
     return core->handle_message(c, &m, sizeof(m));
   }
-  std::size_t add(uid_t uid, uint32_t cls = GPUOS_CLASS_BEST_EFFORT, uint64_t quota = 0, bool admin = false) {
+  // Registers a tenant and maps its control block; *registered (when given) gets the reply.
+  std::size_t add(uid_t uid, uint32_t cls = GPUOS_CLASS_BEST_EFFORT, uint64_t quota = 0, bool admin = false,
+                  Outcome* registered = nullptr) {
     TenantSide t;
     t.conn.id = tenants.size() + 1;
     t.conn.peer.pid = 500 + static_cast<pid_t>(tenants.size());
@@ -59,8 +64,11 @@ struct SecurityFixture : ::testing::Test {
     EXPECT_NE(o.registered, 0u);
     t.id = o.registered;
     t.cb = map_block(o);
+    t.grants = tenant_side::map_grants(o);
     EXPECT_NE(t.cb, nullptr);
+    EXPECT_NE(t.grants, nullptr);
     tenants.push_back(t);
+    if (registered != nullptr) *registered = std::move(o);
     return tenants.size() - 1;
   }
   void activity(std::size_t i, bool busy) {
@@ -88,52 +96,59 @@ struct SecurityFixture : ::testing::Test {
   }
 };
 
-// A best-effort tenant opens its own gate beside a busy guaranteed tenant, and one an admin pinned.
-TEST_F(SecurityFixture, AGateWordOpenedByTheTenantIsClosedAgainAndCounted) {
-  CoreOptions o;
-  o.time_gate = std::make_unique<policies::PriorityPolicy>(policies::PriorityParams{});
-  make_core(std::move(o));
-  const std::size_t hp = add(0, GPUOS_CLASS_GUARANTEED, 0, true);
-  const std::size_t be = add(65534);
-  activity(hp, true);
-  ASSERT_EQ(tenants[be].cb->gate, static_cast<uint32_t>(GPUOS_GATE_CLOSED));
-  put(tenants[be].cb->gate, static_cast<uint32_t>(GPUOS_GATE_OPEN));  // the attack
-  activity(be, true);
-  EXPECT_EQ(tenants[be].cb->gate, static_cast<uint32_t>(GPUOS_GATE_CLOSED));
-  EXPECT_EQ(core->stats().violations, 1u);
-  // Pinned by an admin: ps shows the gate gpuosd set, whatever the word says between two looks.
-  ASSERT_EQ(core->admin_set_gate(tenants[be].id, GPUOS_GATE_CLOSED), GPUOS_OK);
-  activity(hp, false);
-  put(tenants[be].cb->gate, static_cast<uint32_t>(GPUOS_GATE_OPEN));
-  EXPECT_EQ(listed(tenants[be].id).state, static_cast<uint32_t>(GPUOS_TENANT_GATED));
-  core->tick(mono);
-  EXPECT_EQ(tenants[be].cb->gate, static_cast<uint32_t>(GPUOS_GATE_CLOSED));
-  EXPECT_EQ(core->stats().violations, 2u);
-  EXPECT_EQ(core->tenant_stats(mono).at(1).violations, 2u);
-}
-
-// A tenant raises its own quota, class and in-flight bound; gpuosd reports and decides on what it
-// granted and puts the words back.
-TEST_F(SecurityFixture, AQuotaRaisedByTheTenantIsPutBack) {
+// A best-effort tenant tries to open its own gate beside a busy guaranteed tenant (the review's
+// attack wrote the word and got 2362 launches against 972), to raise its quota from 64 MiB to
+// 1 TiB, its class and its in-flight bound: the words are in the grant block, whose memfd gpuosd
+// sealed. Every way a process can get write access to it fails, while it can read and futex-wait.
+TEST_F(SecurityFixture, TheGrantBlockCannotBeWrittenByItsTenant) {
   CoreOptions o;
   o.mem_quota_cap_bytes = 64ull << 20;
   o.time_gate = std::make_unique<policies::PriorityPolicy>(policies::PriorityParams{});
   make_core(std::move(o));
-  const std::size_t t = add(65534);
-  gpuos_control_block* cb = tenants[t].cb;
-  ASSERT_EQ(cb->mem_quota_bytes, 64ull << 20);
-  ASSERT_EQ(cb->max_inflight, 2u);
-  put(cb->mem_quota_bytes, uint64_t{1} << 40);
-  put(cb->mem_borrow_bytes, uint64_t{1} << 40);
-  put(cb->tenant_class, static_cast<uint32_t>(GPUOS_CLASS_GUARANTEED));
-  put(cb->max_inflight, 0u);
-  EXPECT_EQ(listed(tenants[t].id).mem_quota_bytes, 64ull << 20);  // LIST: the grant, not the word
-  activity(t, true);
-  EXPECT_EQ(cb->mem_quota_bytes, 64ull << 20);
-  EXPECT_EQ(cb->mem_borrow_bytes, 0u);
-  EXPECT_EQ(cb->tenant_class, static_cast<uint32_t>(GPUOS_CLASS_BEST_EFFORT));
-  EXPECT_EQ(cb->max_inflight, 2u);
-  EXPECT_EQ(core->stats().violations, 1u);
+  const std::size_t hp = add(0, GPUOS_CLASS_GUARANTEED, 0, true);
+  Outcome reg;
+  const std::size_t be = add(65534, GPUOS_CLASS_BEST_EFFORT, 0, false, &reg);
+  activity(hp, true);
+  const int fd = tenant_side::grant_fd(reg);
+  ASSERT_GE(fd, 0);
+  const std::size_t bytes = sizeof(gpuos_grant_block);
+  // 1. A writable shared mapping.
+  errno = 0;
+  EXPECT_EQ(mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0), MAP_FAILED);
+  EXPECT_EQ(errno, EPERM);
+  // 2. A read-only mapping made writable afterwards.
+  void* ro = mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd, 0);
+  ASSERT_NE(ro, MAP_FAILED);
+  EXPECT_NE(mprotect(ro, bytes, PROT_READ | PROT_WRITE), 0);
+  // 3. write(2), through this fd and through a fresh open of it (/proc/self/fd).
+  const uint32_t open_gate = GPUOS_GATE_OPEN;
+  EXPECT_EQ(pwrite(fd, &open_gate, sizeof(open_gate), offsetof(gpuos_grant_block, gate)), -1);
+  const std::string proc = "/proc/self/fd/" + std::to_string(fd);
+  const int reopened = open(proc.c_str(), O_RDWR | O_CLOEXEC);
+  if (reopened >= 0) {
+    EXPECT_EQ(pwrite(reopened, &open_gate, sizeof(open_gate), offsetof(gpuos_grant_block, gate)), -1);
+    EXPECT_EQ(mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, reopened, 0), MAP_FAILED);
+    close(reopened);
+  }
+  // 4. Shrinking it under gpuosd's mapping, or taking the seals off.
+  EXPECT_NE(ftruncate(fd, 0), 0);
+  EXPECT_NE(fcntl(fd, F_ADD_SEALS, 0), 0);
+  // What it can do: read its grants and wait on its gate (a futex wait on the read-only mapping).
+  const auto* g = static_cast<const gpuos_grant_block*>(ro);
+  EXPECT_EQ(g->gate, static_cast<uint32_t>(GPUOS_GATE_CLOSED));
+  EXPECT_EQ(g->mem_quota_bytes, 64ull << 20);
+  EXPECT_EQ(g->tenant_class, static_cast<uint32_t>(GPUOS_CLASS_BEST_EFFORT));
+  EXPECT_EQ(g->max_inflight, 2u);
+  timespec ms{0, 1000000};
+  errno = 0;
+  EXPECT_EQ(syscall(SYS_futex, &g->gate, FUTEX_WAIT, GPUOS_GATE_CLOSED, &ms, nullptr, 0), -1);
+  EXPECT_EQ(errno, ETIMEDOUT);  // it waited (EFAULT would mean the wait needs write access)
+  // gpuosd's own writes still reach it: each tick renews the lease.
+  mono += 1'000'000;
+  core->tick(mono);
+  EXPECT_EQ(std::atomic_ref<uint64_t>(const_cast<uint64_t&>(g->daemon_heartbeat_ns)).load(), mono);
+  EXPECT_EQ(listed(tenants[be].id).mem_quota_bytes, 64ull << 20);
+  munmap(ro, bytes);
 }
 
 // Forged usage words do not poison the GPU's sums (the metric read 18446744073709547528).
@@ -195,7 +210,7 @@ TEST_F(SecurityFixture, SwapPoolsOnlyForSwappableTenantsAndFreedWithTheUidsLast)
     Outcome r = core->handle_message(tenants[i].conn, &h, sizeof(h));
     gpuos_msg_swap_pool_reply rep;
     std::memcpy(&rep, r.replies.at(0).bytes.data(), sizeof(rep));
-    return std::make_pair(rep.status, r.replies.at(0).fd);
+    return std::make_pair(rep.status, r.replies.at(0).fds[0]);
   };
   EXPECT_EQ(pool(a).first, GPUOS_ERR_REFUSED);  // not swappable
   put(tenants[a].cb->swappable, 1u);

@@ -38,9 +38,7 @@ struct SlotsFixture : ::testing::Test {
     core = std::make_unique<Core>(std::move(o));
   }
   void TearDown() override {
-    for (TenantSide& t : tenants) {
-      if (t.cb != nullptr) munmap(t.cb, sizeof(gpuos_control_block));
-    }
+    for (TenantSide& t : tenants) tenant_side::unmap(t);
   }
   // Registers tenant i (pid 100 + i); returns its index.
   std::size_t add(uint32_t cls, const char* domain = "") {
@@ -58,7 +56,9 @@ struct SlotsFixture : ::testing::Test {
     Outcome o = core->handle_message(t.conn, &m, sizeof(m));
     EXPECT_NE(o.registered, 0u);
     t.cb = map_block(o);
+    t.grants = tenant_side::map_grants(o);
     EXPECT_NE(t.cb, nullptr);
+    EXPECT_NE(t.grants, nullptr);
     tenants.push_back(t);
     return tenants.size() - 1;
   }
@@ -69,7 +69,9 @@ struct SlotsFixture : ::testing::Test {
     m.busy = busy;
     EXPECT_TRUE(core->handle_message(tenants[i].conn, &m, sizeof(m)).replies.empty());
   }
-  uint64_t mask(std::size_t i) { return std::atomic_ref<uint64_t>(tenants[i].cb->space_mask[0]).load(); }
+  uint64_t mask(std::size_t i) {
+    return std::atomic_ref<uint64_t>(const_cast<uint64_t&>(tenants[i].grants->space_mask[0])).load();
+  }
 };
 
 // A space policy that answers what the test says, or throws.
@@ -92,7 +94,7 @@ TEST_F(SlotsFixture, SpaceSlotPartitionsADomainThroughTheBlocks) {
   make_core(std::move(o));
   const std::size_t hp = add(GPUOS_CLASS_GUARANTEED, "serve");
   EXPECT_EQ(mask(hp), 0u);  // alone: unconfined
-  EXPECT_EQ(tenants[hp].cb->space_group_sms, 8u);
+  EXPECT_EQ(tenants[hp].grants->space_group_sms, 8u);
   const std::size_t be = add(GPUOS_CLASS_BEST_EFFORT, "serve");
   const std::size_t other = add(GPUOS_CLASS_BEST_EFFORT);  // not in a domain: never confined
   activity(hp, true);
@@ -101,7 +103,7 @@ TEST_F(SlotsFixture, SpaceSlotPartitionsADomainThroughTheBlocks) {
   EXPECT_EQ(mask(hp), 0x3fffu);
   EXPECT_EQ(mask(be), 0xc000u);
   EXPECT_EQ(mask(other), 0u);
-  EXPECT_GE(tenants[hp].cb->space_epoch, 1u);
+  EXPECT_GE(tenants[hp].grants->space_epoch, 1u);
   EXPECT_EQ(core->space_failures(), 0u);
   // LIST shows the partition's SMs.
   Connection client;
@@ -196,7 +198,7 @@ struct MemoryFixture : SlotsFixture {
     init_header(&h, GPUOS_MSG_SWAP_POOL, sizeof(h), 4);
     Outcome pool = core->handle_message(tenants[a].conn, &h, sizeof(h));
     ASSERT_EQ(pool.replies.size(), 1u);
-    EXPECT_GE(pool.replies[0].fd, 0);
+    EXPECT_GE(pool.replies[0].fds[0], 0);
     gpuos_control_block* cbb = tenants[b].cb;
     put(cbb->mem_used_bytes, 2 * GiB);
     put(cbb->mem_used_per_device[0], 2 * GiB);
@@ -210,20 +212,20 @@ TEST_F(MemoryFixture, TheSwapPolicyMovesAVictimOutAndTheRequesterRetries) {
   start(std::make_unique<policies::SwapPolicy>());
   activity(b, true);
   gpuos_control_block* ca = tenants[a].cb;
-  ASSERT_EQ(ca->swap_command_seq, 1u);
-  EXPECT_EQ(ca->swap_command, static_cast<uint32_t>(GPUOS_SWAP_OUT));
-  EXPECT_EQ(ca->gate, static_cast<uint32_t>(GPUOS_GATE_CLOSED));  // held while its memory moves
-  EXPECT_GT(ca->swap_slice_bytes, 0u);
-  EXPECT_EQ(tenants[b].cb->mem_answer_seq, 0u);  // not yet: no room made
+  ASSERT_EQ(tenants[a].grants->swap_command_seq, 1u);
+  EXPECT_EQ(tenants[a].grants->swap_command, static_cast<uint32_t>(GPUOS_SWAP_OUT));
+  EXPECT_EQ(tenants[a].grants->gate, static_cast<uint32_t>(GPUOS_GATE_CLOSED));  // held while its memory moves
+  EXPECT_GT(tenants[a].grants->swap_slice_bytes, 0u);
+  EXPECT_EQ(tenants[b].grants->mem_answer_seq, 0u);  // not yet: no room made
   // A carries it out.
   put(ca->swapped_bytes, 3 * GiB);
   put(ca->mem_used_per_device[0], uint64_t{0});
   put(ca->swap_state, static_cast<uint32_t>(GPUOS_SWAP_SWAPPED_OUT));
   put(ca->swap_done_seq, 1u);
   core->tick(mono);
-  EXPECT_EQ(tenants[b].cb->mem_answer_seq, 1u);
-  EXPECT_EQ(tenants[b].cb->mem_answer, static_cast<uint32_t>(GPUOS_MEM_RETRY));
-  EXPECT_EQ(ca->gate, static_cast<uint32_t>(GPUOS_GATE_CLOSED));  // still out: held
+  EXPECT_EQ(tenants[b].grants->mem_answer_seq, 1u);
+  EXPECT_EQ(tenants[b].grants->mem_answer, static_cast<uint32_t>(GPUOS_MEM_RETRY));
+  EXPECT_EQ(tenants[a].grants->gate, static_cast<uint32_t>(GPUOS_GATE_CLOSED));  // still out: held
   EXPECT_EQ(core->memory_failures(), 0u);
 }
 
@@ -241,11 +243,11 @@ TEST_F(MemoryFixture, AMemoryPolicyBreakingItsContractFallsBackToResident) {
   activity(b, true);
   EXPECT_EQ(core->memory_failures(), 1u);
   EXPECT_STREQ(core->memory_policy().name(), "resident");
-  EXPECT_EQ(tenants[b].cb->swap_command_seq, 0u);  // nothing of the bad answer was carried out
-  EXPECT_EQ(tenants[a].cb->swap_command_seq, 0u);
+  EXPECT_EQ(tenants[b].grants->swap_command_seq, 0u);  // nothing of the bad answer was carried out
+  EXPECT_EQ(tenants[a].grants->swap_command_seq, 0u);
   // The built-in answered in its place: no swapping out, so the request for room is refused.
-  EXPECT_EQ(tenants[b].cb->mem_answer_seq, 1u);
-  EXPECT_EQ(tenants[b].cb->mem_answer, static_cast<uint32_t>(GPUOS_MEM_REFUSED));
+  EXPECT_EQ(tenants[b].grants->mem_answer_seq, 1u);
+  EXPECT_EQ(tenants[b].grants->mem_answer, static_cast<uint32_t>(GPUOS_MEM_REFUSED));
 }
 
 // A time gate whose decide does not return until the watchdog has reported it.
@@ -282,7 +284,7 @@ TEST_F(SlotsFixture, AStalledHookIsReportedAndItsSlotFallsBack) {
   EXPECT_EQ(core->watchdog_stalls(), 1u);
   EXPECT_EQ(core->time_gate_failures(), 1u);
   EXPECT_STREQ(core->time_gate().name(), "open");
-  EXPECT_EQ(tenants[t].cb->gate, static_cast<uint32_t>(GPUOS_GATE_OPEN));  // the stalled answer was dropped
+  EXPECT_EQ(tenants[t].grants->gate, static_cast<uint32_t>(GPUOS_GATE_OPEN));  // the stalled answer was dropped
 }
 
 }  // namespace

@@ -76,7 +76,8 @@ struct Fixture : ::testing::Test {
       auto r = decode<gpuos_msg_register_reply>(o.replies[0]);
       status = r.status;
       text = r.text;
-      EXPECT_EQ(o.replies[0].fd, -1);
+      EXPECT_EQ(o.replies[0].fds[0], -1);
+      EXPECT_EQ(o.replies[0].fds[1], -1);
     } else {
       ASSERT_EQ(t, static_cast<uint32_t>(GPUOS_MSG_REPLY));
       auto r = decode<gpuos_msg_reply>(o.replies[0]);
@@ -103,7 +104,10 @@ TEST_F(Fixture, MalformedDatagrams) {
   bad.hdr.magic = 0xdeadbeef;
   expect_refused(send(bad), GPUOS_ERR_VERSION, "magic");
   bad = l;
-  bad.hdr.abi_version = 2;
+  bad.hdr.abi_version = 3;
+  expect_refused(send(bad), GPUOS_ERR_VERSION, "version");
+  // A tenant of ABI v1 (one block it could write whole) is refused: it runs as on_no_daemon says.
+  bad.hdr.abi_version = 1;
   expect_refused(send(bad), GPUOS_ERR_VERSION, "version");
   bad = l;
   bad.hdr.type = 0;
@@ -166,22 +170,31 @@ TEST_F(Fixture, RegisterCreatesSealedControlBlockAndRefusesTwice) {
   EXPECT_EQ(r.tenant_id, 1u);
   EXPECT_EQ(r.tenant_class, static_cast<uint32_t>(GPUOS_CLASS_GUARANTEED));
   EXPECT_EQ(r.control_block_size, sizeof(gpuos_control_block));
+  EXPECT_EQ(r.grant_block_size, sizeof(gpuos_grant_block));
   EXPECT_EQ(o.registered, 1u);
-  int fd = o.replies[0].fd;
-  ASSERT_GE(fd, 0);
-  // The seals hold: the tenant cannot shrink or grow the file.
-  EXPECT_NE(ftruncate(fd, 0), 0);
-  EXPECT_NE(ftruncate(fd, 8192), 0);
+  // Both blocks go out, the grant block first. The seals hold: the tenant cannot shrink or grow
+  // either file (core_security_test: nor write the grant block).
+  for (int fd : o.replies[0].fds) {
+    ASSERT_GE(fd, 0);
+    EXPECT_NE(ftruncate(fd, 0), 0);
+    EXPECT_NE(ftruncate(fd, 8192), 0);
+  }
   const gpuos_control_block* cb = core->control_block(1);
   ASSERT_NE(cb, nullptr);
   EXPECT_EQ(cb->magic, GPUOS_ABI_MAGIC);
   EXPECT_EQ(cb->abi_version, GPUOS_ABI_VERSION);
   EXPECT_EQ(cb->size, sizeof(gpuos_control_block));
   EXPECT_EQ(cb->tenant_id, 1u);
-  EXPECT_EQ(cb->tenant_class, static_cast<uint32_t>(GPUOS_CLASS_GUARANTEED));
-  EXPECT_EQ(cb->gate, GPUOS_GATE_OPEN);
-  EXPECT_EQ(cb->daemon_alive, 1u);
-  EXPECT_EQ(cb->mem_quota_bytes, 1u << 20);
+  const gpuos_grant_block* g = core->grant_block(1);
+  ASSERT_NE(g, nullptr);
+  EXPECT_EQ(g->magic, GPUOS_ABI_MAGIC);
+  EXPECT_EQ(g->abi_version, GPUOS_ABI_VERSION);
+  EXPECT_EQ(g->size, sizeof(gpuos_grant_block));
+  EXPECT_EQ(g->tenant_id, 1u);
+  EXPECT_EQ(g->tenant_class, static_cast<uint32_t>(GPUOS_CLASS_GUARANTEED));
+  EXPECT_EQ(g->gate, GPUOS_GATE_OPEN);
+  EXPECT_EQ(g->daemon_alive, 1u);
+  EXPECT_EQ(g->mem_quota_bytes, 1u << 20);
 
   // REGISTER again on the same connection.
   expect_refused(send(make_register(conn.peer.pid)), GPUOS_ERR_BAD_MESSAGE, "already registered");
@@ -219,15 +232,16 @@ TEST_F(Fixture, ListReportsCountersAndGates) {
   auto m = make_register(conn.peer.pid, "be");
   Outcome reg = send(m);
   ASSERT_EQ(reg.registered, 1u);
-  // The tenant's side: a second mapping of the passed fd.
+  // The tenant's side: a second mapping of the passed control block.
   auto* cb = static_cast<gpuos_control_block*>(
-      mmap(nullptr, sizeof(gpuos_control_block), PROT_READ | PROT_WRITE, MAP_SHARED, reg.replies[0].fd, 0));
+      mmap(nullptr, sizeof(gpuos_control_block), PROT_READ | PROT_WRITE, MAP_SHARED, reg.replies[0].fds[1], 0));
   ASSERT_NE(cb, MAP_FAILED);
+  const gpuos_grant_block* grants = core->grant_block(1);
   std::atomic_ref<uint64_t>(cb->launches).fetch_add(7);
   std::atomic_ref<uint64_t>(cb->mem_used_per_device[0]).store(3 << 20);
   std::atomic_ref<uint64_t>(cb->mem_peak_bytes).store(5 << 20);
   ASSERT_EQ(core->admin_set_gate(1, GPUOS_GATE_CLOSED), GPUOS_OK);
-  EXPECT_EQ(cb->grant_epoch, 1u);
+  EXPECT_EQ(grants->grant_epoch, 1u);
 
   Connection client;
   client.id = 2;
@@ -254,8 +268,8 @@ TEST_F(Fixture, ListReportsCountersAndGates) {
 
   // Orderly shutdown: daemon_alive 0 and gate open.
   core->shutdown();
-  EXPECT_EQ(cb->daemon_alive, 0u);
-  EXPECT_EQ(cb->gate, GPUOS_GATE_OPEN);
+  EXPECT_EQ(grants->daemon_alive, 0u);
+  EXPECT_EQ(grants->gate, GPUOS_GATE_OPEN);
   munmap(cb, sizeof(*cb));
 }
 
@@ -280,7 +294,7 @@ TEST_F(Fixture, AdminOnlyMessages) {
   ASSERT_EQ(ok.replies.size(), 1u);
   EXPECT_FALSE(ok.close);
   EXPECT_EQ(decode<gpuos_msg_reply>(ok.replies[0]).status, GPUOS_OK);
-  EXPECT_EQ(core->control_block(1)->gate, GPUOS_GATE_CLOSED);
+  EXPECT_EQ(core->grant_block(1)->gate, GPUOS_GATE_CLOSED);
   Outcome down = send(sd);
   EXPECT_TRUE(down.shutdown);
   EXPECT_EQ(decode<gpuos_msg_reply>(down.replies[0]).status, GPUOS_OK);
@@ -335,7 +349,7 @@ TEST_F(Fixture, PolicyHooks) {
 
   o = send(make_register(conn.peer.pid, "closed"));
   ASSERT_NE(o.registered, 0u);
-  EXPECT_EQ(core->control_block(o.registered)->gate, GPUOS_GATE_CLOSED);
+  EXPECT_EQ(core->grant_block(o.registered)->gate, GPUOS_GATE_CLOSED);
 }
 
 // A poor man's fuzz pass: random bytes, and random bodies behind valid headers, never crash and
@@ -435,7 +449,7 @@ struct ActivityFixture : Fixture {
     conn.peer.uid = 1000;
   }
   gpuos_control_block* map_block(const Outcome& reg) {
-    void* p = mmap(nullptr, sizeof(gpuos_control_block), PROT_READ | PROT_WRITE, MAP_SHARED, reg.replies[0].fd, 0);
+    void* p = mmap(nullptr, sizeof(gpuos_control_block), PROT_READ | PROT_WRITE, MAP_SHARED, reg.replies[0].fds[1], 0);
     EXPECT_NE(p, MAP_FAILED);
     return static_cast<gpuos_control_block*>(p);
   }
@@ -455,9 +469,9 @@ TEST_F(ActivityFixture, AcceptedFromTheTenantsOwnConnectionWithoutAReply) {
   ASSERT_EQ(reg.registered, 1u);
   EXPECT_EQ(pol->events, (std::vector<slots::Event>{slots::Event::kAdmitted}));
   gpuos_control_block* cb = map_block(reg);
-  // The admission's daemon-written fields are in the block before the fd goes out.
-  EXPECT_EQ(cb->max_inflight, 5u);
-  EXPECT_EQ(cb->idle_grace_us, 300u);
+  // The admission's daemon-written fields are in the grant block before the fds go out.
+  EXPECT_EQ(core->grant_block(1)->max_inflight, 5u);
+  EXPECT_EQ(core->grant_block(1)->idle_grace_us, 300u);
 
   std::atomic_ref<uint32_t>(cb->busy).store(1);
   Outcome o = send(make_activity(1, 0));
@@ -507,26 +521,26 @@ TEST_F(ActivityFixture, AdminPinBeatsThePolicy) {
   sg.gate = GPUOS_GATE_CLOSED;
   ASSERT_EQ(decode<gpuos_msg_reply>(core->handle_message(admin, &sg, sizeof(sg)).replies[0]).status, GPUOS_OK);
   EXPECT_TRUE(core->pinned(2));
-  EXPECT_EQ(core->control_block(2)->gate, GPUOS_GATE_CLOSED);
+  EXPECT_EQ(core->grant_block(2)->gate, GPUOS_GATE_CLOSED);
   // The policy cannot open a pinned gate, but may close the other one; the view shows live tenants
   // in id order.
   pol->gates = {{1, GPUOS_GATE_CLOSED}, {2, GPUOS_GATE_OPEN}};
   auto a = make_activity(0, 0);
   EXPECT_TRUE(core->handle_message(conns[1], &a, sizeof(a)).replies.empty());
   EXPECT_EQ(pol->seen_ids, (std::vector<uint32_t>{1, 2}));
-  EXPECT_EQ(core->control_block(1)->gate, GPUOS_GATE_CLOSED);
-  EXPECT_EQ(core->control_block(2)->gate, GPUOS_GATE_CLOSED);
+  EXPECT_EQ(core->grant_block(1)->gate, GPUOS_GATE_CLOSED);
+  EXPECT_EQ(core->grant_block(2)->gate, GPUOS_GATE_CLOSED);
   // A store of the same value is not a grant change.
-  uint32_t epoch = core->control_block(1)->grant_epoch;
+  uint32_t epoch = core->grant_block(1)->grant_epoch;
   EXPECT_TRUE(core->handle_message(conns[0], &a, sizeof(a)).replies.empty());
-  EXPECT_EQ(core->control_block(1)->grant_epoch, epoch);
+  EXPECT_EQ(core->grant_block(1)->grant_epoch, epoch);
   // The admin opens it: pin released and the policy is asked again at once.
   pol->gates.clear();
   int before = pol->activities;
   sg.gate = GPUOS_GATE_OPEN;
   ASSERT_EQ(decode<gpuos_msg_reply>(core->handle_message(admin, &sg, sizeof(sg)).replies[0]).status, GPUOS_OK);
   EXPECT_FALSE(core->pinned(2));
-  EXPECT_EQ(core->control_block(2)->gate, GPUOS_GATE_OPEN);
+  EXPECT_EQ(core->grant_block(2)->gate, GPUOS_GATE_OPEN);
   EXPECT_EQ(pol->activities, before + 1);
   EXPECT_EQ(pol->events.back(), slots::Event::kAdmin);
   EXPECT_EQ(pol->last.id, 2u);
@@ -545,7 +559,7 @@ TEST_F(ActivityFixture, AThrowingPolicyFallsBackToOpen) {
   ASSERT_EQ(core->handle_message(c2, &m2, sizeof(m2)).registered, 2u);
   pol->gates = {{1, GPUOS_GATE_CLOSED}};
   core->tick(200);
-  ASSERT_EQ(core->control_block(1)->gate, GPUOS_GATE_CLOSED);
+  ASSERT_EQ(core->grant_block(1)->gate, GPUOS_GATE_CLOSED);
   ASSERT_EQ(core->admin_set_gate(2, GPUOS_GATE_CLOSED), GPUOS_OK);  // pinned by an admin
   EXPECT_EQ(core->policy_failures(), 0u);
   EXPECT_STREQ(core->time_gate().name(), "recording");
@@ -557,9 +571,9 @@ TEST_F(ActivityFixture, AThrowingPolicyFallsBackToOpen) {
   EXPECT_EQ(core->policy_failures(), 1u);
   EXPECT_EQ(core->time_gate_failures(), 1u);
   EXPECT_STREQ(core->time_gate().name(), "open");
-  EXPECT_EQ(core->control_block(1)->gate, GPUOS_GATE_OPEN);    // opened
-  EXPECT_EQ(core->control_block(1)->max_inflight, 0u);         // unbounded again
-  EXPECT_EQ(core->control_block(2)->gate, GPUOS_GATE_CLOSED);  // the admin's pin stays
+  EXPECT_EQ(core->grant_block(1)->gate, GPUOS_GATE_OPEN);    // opened
+  EXPECT_EQ(core->grant_block(1)->max_inflight, 0u);         // unbounded again
+  EXPECT_EQ(core->grant_block(2)->gate, GPUOS_GATE_CLOSED);  // the admin's pin stays
   EXPECT_EQ(core->next_tick_ns(100), 0u);
   // Everything goes on under the open policy.
   send(make_activity(0, 0));
@@ -575,8 +589,8 @@ TEST_F(ActivityFixture, AThrowingAdmitStillAdmitsAsRequested) {
   ASSERT_EQ(reg.registered, 1u);
   EXPECT_EQ(decode<gpuos_msg_register_reply>(reg.replies[0]).status, GPUOS_OK);
   EXPECT_EQ(core->policy_failures(), 1u);
-  EXPECT_EQ(core->control_block(1)->max_inflight, 0u);  // the pre-filled admission, not the half-made one
-  EXPECT_EQ(core->control_block(1)->gate, GPUOS_GATE_OPEN);
+  EXPECT_EQ(core->grant_block(1)->max_inflight, 0u);  // the pre-filled admission, not the half-made one
+  EXPECT_EQ(core->grant_block(1)->gate, GPUOS_GATE_OPEN);
   core->connection_closed(conn);
 }
 
@@ -593,7 +607,7 @@ TEST_F(ActivityFixture, ARejectedActionFallsBackToo) {
   core->tick(1);
   EXPECT_EQ(core->time_gate_failures(), 1u);
   EXPECT_STREQ(core->time_gate().name(), "open");
-  EXPECT_EQ(core->control_block(1)->gate, GPUOS_GATE_OPEN);  // none of the rejected answer was applied
+  EXPECT_EQ(core->grant_block(1)->gate, GPUOS_GATE_OPEN);  // none of the rejected answer was applied
   core->connection_closed(conn);
 }
 
@@ -624,7 +638,7 @@ TEST(GuaranteedClass, OnlyAdminsMayRegisterAsGuaranteed) {
     EXPECT_EQ(r.status, GPUOS_OK);
     const uint32_t want = admin ? GPUOS_CLASS_GUARANTEED : GPUOS_CLASS_BEST_EFFORT;
     EXPECT_EQ(r.tenant_class, want) << (admin ? "admin" : "non-admin");
-    EXPECT_EQ(core.control_block(out.registered)->tenant_class, want);
+    EXPECT_EQ(core.grant_block(out.registered)->tenant_class, want);
   }
 }
 
@@ -660,7 +674,7 @@ TEST(MemoryQuotaCap, NonAdminQuotaIsCapped) {
     m.requested_mem_bytes = c.asked;
     Outcome out = core.handle_message(conn, &m, sizeof(m));
     ASSERT_NE(out.registered, 0u);
-    EXPECT_EQ(core.control_block(out.registered)->mem_quota_bytes, c.want)
+    EXPECT_EQ(core.grant_block(out.registered)->mem_quota_bytes, c.want)
         << "admin " << c.admin << " asked " << c.asked;
   }
 }
@@ -695,9 +709,9 @@ TEST(MemoryQuotaCap, BorrowIsOnTopOfTheQuotaAndWithinTheCap) {
     m.requested_borrow_bytes = c.borrow;
     Outcome out = core.handle_message(conn, &m, sizeof(m));
     ASSERT_NE(out.registered, 0u);
-    const gpuos_control_block* cb = core.control_block(out.registered);
-    EXPECT_EQ(cb->mem_quota_bytes, c.want_quota) << "case " << i;
-    EXPECT_EQ(cb->mem_borrow_bytes, c.want_borrow) << "case " << i;
+    const gpuos_grant_block* g = core.grant_block(out.registered);
+    EXPECT_EQ(g->mem_quota_bytes, c.want_quota) << "case " << i;
+    EXPECT_EQ(g->mem_borrow_bytes, c.want_borrow) << "case " << i;
   }
 }
 

@@ -25,7 +25,9 @@ namespace {
 
 struct Reply {
   long len = 0;
-  int fd = -1;
+  int fd = -1;          // the first fd passed (fds[0])
+  int fds[2] = {-1, -1};
+  int nfds = 0;
   unsigned char buf[GPUOS_MSG_MAX_SIZE + 1] = {};
   uint32_t type() const {
     gpuos_msg_header h;
@@ -42,7 +44,8 @@ struct Reply {
 
 Reply recv_reply(int sock, int timeout_ms = 2000) {
   Reply r;
-  r.len = receive_message(sock, r.buf, sizeof(r.buf), &r.fd, timeout_ms);
+  r.len = receive_message_fds(sock, r.buf, sizeof(r.buf), r.fds, 2, &r.nfds, timeout_ms);
+  r.fd = r.fds[0];
   return r;
 }
 
@@ -99,8 +102,10 @@ class LiveDaemon : public ::testing::Test {
     return fd;
   }
 
-  // Registers over a fresh connection; returns the socket, fills tenant id and mapped block.
-  int register_tenant(const char* name, uint32_t* id, gpuos_control_block** cb) {
+  // Registers over a fresh connection; returns the socket, fills tenant id and the mapped blocks
+  // (the grant block read-only, as a tenant can; unmap both).
+  int register_tenant(const char* name, uint32_t* id, gpuos_control_block** cb,
+                      const gpuos_grant_block** grants) {
     int s = connect();
     gpuos_msg_register m{};
     init_header(&m.hdr, GPUOS_MSG_REGISTER, sizeof(m), 7);
@@ -114,11 +119,14 @@ class LiveDaemon : public ::testing::Test {
     EXPECT_EQ(r.type(), static_cast<uint32_t>(GPUOS_MSG_REGISTER_REPLY));
     auto rr = r.as<gpuos_msg_register_reply>();
     EXPECT_EQ(rr.status, GPUOS_OK) << rr.text;
-    EXPECT_GE(r.fd, 0);
+    EXPECT_EQ(r.nfds, 2);
     *id = rr.tenant_id;
-    void* p = mmap(nullptr, sizeof(gpuos_control_block), PROT_READ | PROT_WRITE, MAP_SHARED, r.fd, 0);
+    void* g = mmap(nullptr, sizeof(gpuos_grant_block), PROT_READ, MAP_SHARED, r.fds[0], 0);
+    EXPECT_NE(g, MAP_FAILED);
+    void* p = mmap(nullptr, sizeof(gpuos_control_block), PROT_READ | PROT_WRITE, MAP_SHARED, r.fds[1], 0);
     EXPECT_NE(p, MAP_FAILED);
-    close(r.fd);
+    for (int fd : r.fds) close(fd);
+    *grants = static_cast<const gpuos_grant_block*>(g);
     *cb = static_cast<gpuos_control_block*>(p);
     return s;
   }
@@ -175,12 +183,14 @@ TEST_F(LiveDaemon, SocketModeAndDirectory) {
 TEST_F(LiveDaemon, RegisterCountListExit) {
   uint32_t id = 0;
   gpuos_control_block* cb = nullptr;
-  int s = register_tenant("hp", &id, &cb);
+  const gpuos_grant_block* grants = nullptr;
+  int s = register_tenant("hp", &id, &cb, &grants);
   ASSERT_NE(cb, nullptr);
   EXPECT_EQ(cb->magic, GPUOS_ABI_MAGIC);
   EXPECT_EQ(cb->tenant_id, id);
-  EXPECT_EQ(cb->daemon_alive, 1u);
-  EXPECT_EQ(cb->gate, GPUOS_GATE_OPEN);
+  EXPECT_EQ(grants->tenant_id, id);
+  EXPECT_EQ(grants->daemon_alive, 1u);
+  EXPECT_EQ(grants->gate, GPUOS_GATE_OPEN);
   std::atomic_ref<uint64_t>(cb->launches).fetch_add(41, std::memory_order_relaxed);
   std::atomic_ref<uint64_t>(cb->graph_launches).fetch_add(2, std::memory_order_relaxed);
   std::atomic_ref<uint64_t>(cb->mem_used_per_device[0]).store(64 << 20, std::memory_order_relaxed);
@@ -220,27 +230,29 @@ TEST_F(LiveDaemon, RegisterCountListExit) {
   EXPECT_EQ(list(false).tenants.size(), 0u);
   EXPECT_EQ(list(false).gpus[0].used_mem_bytes, 0u);
   munmap(cb, sizeof(*cb));
+  munmap(const_cast<gpuos_grant_block*>(grants), sizeof(*grants));
 }
 
 TEST_F(LiveDaemon, SetGateWakesAFutexWaiter) {
   uint32_t id = 0;
   gpuos_control_block* cb = nullptr;
-  int s = register_tenant("be", &id, &cb);
+  const gpuos_grant_block* grants = nullptr;
+  int s = register_tenant("be", &id, &cb, &grants);
   gpuos_msg_set_gate g{};
   init_header(&g.hdr, GPUOS_MSG_SET_GATE, sizeof(g), 3);
   g.tenant_id = id;
   g.gate = GPUOS_GATE_CLOSED;
   EXPECT_EQ(request(&g, sizeof(g), false).status, GPUOS_OK);
-  EXPECT_EQ(std::atomic_ref<uint32_t>(cb->gate).load(), GPUOS_GATE_CLOSED);
-  EXPECT_EQ(std::atomic_ref<uint32_t>(cb->grant_epoch).load(), 1u);
+  EXPECT_EQ(std::atomic_ref<uint32_t>(const_cast<uint32_t&>(grants->gate)).load(), GPUOS_GATE_CLOSED);
+  EXPECT_EQ(std::atomic_ref<uint32_t>(const_cast<uint32_t&>(grants->grant_epoch)).load(), 1u);
   EXPECT_EQ(list(false).tenants.at(0).state, static_cast<uint32_t>(GPUOS_TENANT_GATED));
 
   // A tenant thread waits at the closed gate (shared futex, its own mapping); opening wakes it.
   std::atomic<bool> woke{false};
   std::thread waiter([&] {
-    while (std::atomic_ref<uint32_t>(cb->gate).load(std::memory_order_acquire) == GPUOS_GATE_CLOSED) {
+    while (std::atomic_ref<uint32_t>(const_cast<uint32_t&>(grants->gate)).load(std::memory_order_acquire) == GPUOS_GATE_CLOSED) {
       timespec ts{5, 0};
-      syscall(SYS_futex, &cb->gate, FUTEX_WAIT, GPUOS_GATE_CLOSED, &ts, nullptr, 0);
+      syscall(SYS_futex, &grants->gate, FUTEX_WAIT, GPUOS_GATE_CLOSED, &ts, nullptr, 0);
     }
     woke = true;
   });
@@ -257,6 +269,7 @@ TEST_F(LiveDaemon, SetGateWakesAFutexWaiter) {
   EXPECT_EQ(request(&g, sizeof(g), true).status, GPUOS_ERR_NOT_FOUND);
   close(s);
   munmap(cb, sizeof(*cb));
+  munmap(const_cast<gpuos_grant_block*>(grants), sizeof(*grants));
 }
 
 TEST_F(LiveDaemon, GarbageIsRefusedAndOthersAreStillServed) {
@@ -345,7 +358,8 @@ TEST(Server, RemovesAStaleSocketButNotOtherFiles) {
 TEST_F(LiveDaemon, ShutdownReleasesTenantsAndRemovesTheSocket) {
   uint32_t id = 0;
   gpuos_control_block* cb = nullptr;
-  int s = register_tenant("x", &id, &cb);
+  const gpuos_grant_block* grants = nullptr;
+  int s = register_tenant("x", &id, &cb, &grants);
   gpuos_msg_set_gate g{};
   init_header(&g.hdr, GPUOS_MSG_SET_GATE, sizeof(g), 3);
   g.tenant_id = id;
@@ -355,13 +369,14 @@ TEST_F(LiveDaemon, ShutdownReleasesTenantsAndRemovesTheSocket) {
   init_header(&h, GPUOS_MSG_SHUTDOWN, sizeof(h), 5);
   EXPECT_EQ(request(&h, sizeof(h), false).status, GPUOS_OK);
   loop.join();
-  EXPECT_EQ(std::atomic_ref<uint32_t>(cb->daemon_alive).load(), 0u);
-  EXPECT_EQ(std::atomic_ref<uint32_t>(cb->gate).load(), GPUOS_GATE_OPEN);
+  EXPECT_EQ(std::atomic_ref<uint32_t>(const_cast<uint32_t&>(grants->daemon_alive)).load(), 0u);
+  EXPECT_EQ(std::atomic_ref<uint32_t>(const_cast<uint32_t&>(grants->gate)).load(), GPUOS_GATE_OPEN);
   struct stat st;
   EXPECT_NE(::stat(path.c_str(), &st), 0);
   EXPECT_EQ(recv_reply(s).len, 0);  // the tenant's connection was closed
   close(s);
   munmap(cb, sizeof(*cb));
+  munmap(const_cast<gpuos_grant_block*>(grants), sizeof(*grants));
 }
 
 }  // namespace
@@ -558,7 +573,8 @@ TEST_F(IdleTimeout, SilentConnectionsAreClosedTenantsAreNot) {
   int silent = connect();
   uint32_t id = 0;
   gpuos_control_block* cb = nullptr;
-  int tenant = register_tenant("quiet", &id, &cb);
+  const gpuos_grant_block* grants = nullptr;
+  int tenant = register_tenant("quiet", &id, &cb, &grants);
   list(false);  // served after both were accepted (in order)
   g_fake_idle_ns += 9000000000ull;
   list(false);
@@ -574,6 +590,7 @@ TEST_F(IdleTimeout, SilentConnectionsAreClosedTenantsAreNot) {
   close(silent);
   close(tenant);
   munmap(cb, sizeof(*cb));
+  munmap(const_cast<gpuos_grant_block*>(grants), sizeof(*grants));
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
-// The tenant's side of a control block in the core's tests: a second, writable mapping of the fd
-// gpuosd passed, written the way libgpuos.so (or a hostile tenant) writes it.
+// The tenant's side of its blocks in the core's tests: mappings of the fds gpuosd passed, made the
+// way libgpuos.so (or a hostile tenant) makes them: the control block writable, the grant block
+// only readable (its memfd is sealed: a writable mapping is refused).
 #pragma once
 
 #include <sys/mman.h>
@@ -20,16 +21,40 @@ void put(T& word, T value) {
 
 struct TenantSide {
   Connection conn;
-  gpuos_control_block* cb = nullptr;  // the tenant's own mapping (unmap it)
+  gpuos_control_block* cb = nullptr;      // the tenant's own mappings (unmap them)
+  const gpuos_grant_block* grants = nullptr;
   uint32_t id = 0;
 };
 
-// Maps the control block a REGISTER_REPLY passed (its first reply's fd); null on failure.
+// The fds a REGISTER_REPLY passed (its first reply's): [0] the grant block, [1] the control block.
+inline int grant_fd(const Outcome& registered) {
+  return registered.replies.empty() ? -1 : registered.replies[0].fds[0];
+}
+inline int control_fd(const Outcome& registered) {
+  return registered.replies.empty() ? -1 : registered.replies[0].fds[1];
+}
+
+// Maps the control block a REGISTER_REPLY passed, writable; null on failure.
 inline gpuos_control_block* map_block(const Outcome& registered) {
-  if (registered.replies.empty() || registered.replies[0].fd < 0) return nullptr;
+  if (control_fd(registered) < 0) return nullptr;
   void* p = mmap(nullptr, sizeof(gpuos_control_block), PROT_READ | PROT_WRITE, MAP_SHARED,
-                 registered.replies[0].fd, 0);
+                 control_fd(registered), 0);
   return p == MAP_FAILED ? nullptr : static_cast<gpuos_control_block*>(p);
+}
+
+// Maps the grant block a REGISTER_REPLY passed, read-only (all a tenant can); null on failure.
+inline const gpuos_grant_block* map_grants(const Outcome& registered) {
+  if (grant_fd(registered) < 0) return nullptr;
+  void* p = mmap(nullptr, sizeof(gpuos_grant_block), PROT_READ, MAP_SHARED, grant_fd(registered), 0);
+  return p == MAP_FAILED ? nullptr : static_cast<const gpuos_grant_block*>(p);
+}
+
+// Unmaps what map_block and map_grants mapped for t.
+inline void unmap(TenantSide& t) {
+  if (t.cb != nullptr) munmap(t.cb, sizeof(gpuos_control_block));
+  if (t.grants != nullptr) munmap(const_cast<gpuos_grant_block*>(t.grants), sizeof(gpuos_grant_block));
+  t.cb = nullptr;
+  t.grants = nullptr;
 }
 
 }  // namespace gpuos::daemon::tenant_side

@@ -32,7 +32,7 @@ VICTIM = 60000 + os.getpid() % 5000
 HOLDER = r'''
 import json, socket, struct, sys
 path, n = sys.argv[1], int(sys.argv[2])
-LIST = struct.pack("<IHHII", 0x534f5047, 1, 3, 24, 1) + struct.pack("<II", 0, 0)
+LIST = struct.pack("<IHHII", 0x534f5047, 2, 3, 24, 1) + struct.pack("<II", 0, 0)  # ABI v2 (gpuos/abi.h)
 held, refused, why = [], 0, ""
 for _ in range(n):
     s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)

@@ -72,6 +72,7 @@ class StandInDaemon {
     unlink(path_.c_str());
     if (!dir_.empty()) rmdir(dir_.c_str());
     for (gpuos_control_block* b : blocks_) munmap(b, sizeof(*b));
+    for (gpuos_grant_block* g : grants_) munmap(g, sizeof(*g));
   }
   bool ok() const { return ok_; }
   const std::string& path() const { return path_; }
@@ -106,33 +107,51 @@ class StandInDaemon {
     }
     std::memcpy(&req, buf, sizeof(req));
     previous_id_ = req.previous_tenant_id;
-    const int fd = memfd_create("gpuos-carry-over-test", MFD_CLOEXEC);
-    void* m = fd >= 0 && ftruncate(fd, sizeof(gpuos_control_block)) == 0
-                  ? mmap(nullptr, sizeof(gpuos_control_block), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
-                  : MAP_FAILED;
-    if (m == MAP_FAILED) {
-      ADD_FAILURE() << "no control block: " << std::strerror(errno);
-      if (fd >= 0) close(fd);
+    // Its two blocks, as gpuosd makes them: the grant block (the tenant maps it read-only) and
+    // the control block.
+    int fds[2] = {memfd_create("gpuos-carry-over-grants", MFD_CLOEXEC),
+                  memfd_create("gpuos-carry-over-test", MFD_CLOEXEC)};
+    const std::size_t sizes[2] = {sizeof(gpuos_grant_block), sizeof(gpuos_control_block)};
+    void* m[2] = {MAP_FAILED, MAP_FAILED};
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i] >= 0 && ftruncate(fds[i], static_cast<off_t>(sizes[i])) == 0) {
+        m[i] = mmap(nullptr, sizes[i], PROT_READ | PROT_WRITE, MAP_SHARED, fds[i], 0);
+      }
+    }
+    if (m[0] == MAP_FAILED || m[1] == MAP_FAILED) {
+      ADD_FAILURE() << "no blocks: " << std::strerror(errno);
+      for (int i = 0; i < 2; ++i) {
+        if (m[i] != MAP_FAILED) munmap(m[i], sizes[i]);
+        if (fds[i] >= 0) close(fds[i]);
+      }
       close(c);
       return;
     }
-    auto* cb = static_cast<gpuos_control_block*>(m);
+    auto* g = static_cast<gpuos_grant_block*>(m[0]);
+    g->magic = GPUOS_ABI_MAGIC;
+    g->abi_version = GPUOS_ABI_VERSION;
+    g->size = sizeof(gpuos_grant_block);
+    g->tenant_id = id;
+    g->tenant_class = req.tenant_class;
+    g->gate = GPUOS_GATE_OPEN;
+    g->daemon_alive = 1;
+    auto* cb = static_cast<gpuos_control_block*>(m[1]);
     cb->magic = GPUOS_ABI_MAGIC;
     cb->abi_version = GPUOS_ABI_VERSION;
     cb->size = sizeof(gpuos_control_block);
     cb->tenant_id = id;
-    cb->tenant_class = req.tenant_class;
-    cb->gate = GPUOS_GATE_OPEN;
-    cb->daemon_alive = 1;
+    grants_.push_back(g);
     blocks_.push_back(cb);
     gpuos_msg_register_reply rep{};
     init_header(&rep.hdr, GPUOS_MSG_REGISTER_REPLY, sizeof(rep), req.hdr.seq);
     rep.status = GPUOS_OK;
     rep.tenant_id = id;
     rep.control_block_size = sizeof(gpuos_control_block);
+    rep.grant_block_size = sizeof(gpuos_grant_block);
     rep.tenant_class = req.tenant_class;
-    EXPECT_EQ(send_message(c, &rep, sizeof(rep), fd), 0);
-    close(fd);
+    EXPECT_EQ(send_message_fds(c, &rep, sizeof(rep), fds, 2), 0);
+    close(fds[0]);
+    close(fds[1]);
     conn_ = c;
   }
 
@@ -142,6 +161,7 @@ class StandInDaemon {
   bool ok_ = false;
   uint32_t previous_id_ = 0;
   std::vector<gpuos_control_block*> blocks_;
+  std::vector<gpuos_grant_block*> grants_;
   std::thread server_;
 };
 

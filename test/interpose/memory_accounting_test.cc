@@ -1,5 +1,7 @@
 #include "interpose/memory_accounting.h"
 
+#include "interpose/blocks.h"
+
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -13,8 +15,9 @@ namespace {
 
 class MemoryAccountingTest : public ::testing::Test {
  protected:
-  void SetUp() override { std::memset(&cb_, 0, sizeof(cb_)); }
-  gpuos_control_block cb_;
+  void SetUp() override { std::memset(&blocks_, 0, sizeof(blocks_)); }
+  LocalBlocks blocks_;  // the quota is in the grant block, reached through grants_of
+  gpuos_control_block& cb_ = blocks_.cb;
 };
 
 TEST_F(MemoryAccountingTest, AllocAndFreeBalance) {
@@ -82,7 +85,7 @@ TEST_F(MemoryAccountingTest, AKeyCommittedAgainReplacesTheStaleEntry) {
 }
 
 TEST_F(MemoryAccountingTest, ImportsAreCountedApartAndByReference) {
-  cb_.mem_quota_bytes = 100;
+  blocks_.grants.mem_quota_bytes = 100;
   account_import(&cb_, 0x5000, 4096);
   account_import(&cb_, 0x5000, 4096);  // opened again: same mapping, one more reference
   account_import(&cb_, 0x9000, 50);
@@ -143,9 +146,9 @@ namespace gpuos::interpose {
 namespace {
 
 TEST(MemoryQuotaTest, ReservationsNeverExceedTheQuota) {
-  gpuos_control_block cb;
-  std::memset(&cb, 0, sizeof(cb));
-  cb.mem_quota_bytes = 1000;
+  LocalBlocks blocks{};
+  gpuos_control_block& cb = blocks.cb;
+  blocks.grants.mem_quota_bytes = 1000;
   EXPECT_TRUE(reserve_bytes(&cb, 600));
   EXPECT_FALSE(reserve_bytes(&cb, 401));
   EXPECT_EQ(cb.mem_used_bytes, 600u);
@@ -158,9 +161,9 @@ TEST(MemoryQuotaTest, ReservationsNeverExceedTheQuota) {
 }
 
 TEST(MemoryQuotaTest, ConcurrentReservationsStayWithinQuota) {
-  gpuos_control_block cb;
-  std::memset(&cb, 0, sizeof(cb));
-  cb.mem_quota_bytes = 64 * 100;
+  LocalBlocks blocks{};
+  gpuos_control_block& cb = blocks.cb;
+  blocks.grants.mem_quota_bytes = 64 * 100;
   std::atomic<int> granted{0};
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t) {
@@ -177,8 +180,8 @@ TEST(MemoryQuotaTest, ConcurrentReservationsStayWithinQuota) {
 }
 
 TEST(MemoryQuotaTest, ZeroQuotaMeansUnlimitedButNoOverflow) {
-  gpuos_control_block cb;
-  std::memset(&cb, 0, sizeof(cb));
+  LocalBlocks blocks{};
+  gpuos_control_block& cb = blocks.cb;
   EXPECT_TRUE(reserve_bytes(&cb, UINT64_MAX - 1));
   EXPECT_FALSE(reserve_bytes(&cb, 2));
 }
@@ -397,9 +400,9 @@ TEST(ArrayEstimateTest, HugeDescriptorsSaturateInsteadOfWrapping) {
   EXPECT_EQ(mipmapped_array_bytes(&d, 3), UINT64_MAX);
   EXPECT_EQ(array_level_bytes(UINT64_MAX, 3, 1, CU_AD_FORMAT_NV12, 3), UINT64_MAX);
   EXPECT_EQ(array_level_bytes(UINT64_MAX, UINT64_MAX, 1, CU_AD_FORMAT_BC1_UNORM, 4), UINT64_MAX);
-  gpuos_control_block cb;
-  std::memset(&cb, 0, sizeof(cb));
-  cb.mem_quota_bytes = 1ull << 50;  // any quota refuses it
+  LocalBlocks blocks{};
+  gpuos_control_block& cb = blocks.cb;
+  blocks.grants.mem_quota_bytes = 1ull << 50;  // any quota refuses it
   EXPECT_FALSE(reserve_bytes(&cb, array_bytes(&d)));
 }
 

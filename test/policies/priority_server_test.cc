@@ -26,7 +26,10 @@ struct FakeTenant {
   int sock = -1;
   uint32_t id = 0;
   gpuos_control_block* cb = nullptr;
-  uint32_t gate() const { return std::atomic_ref<uint32_t>(cb->gate).load(std::memory_order_acquire); }
+  const gpuos_grant_block* grants = nullptr;  // mapped read-only, as a tenant can
+  uint32_t gate() const {
+    return std::atomic_ref<uint32_t>(const_cast<uint32_t&>(grants->gate)).load(std::memory_order_acquire);
+  }
   void set_words(bool busy, bool waiting) {
     std::atomic_ref<uint32_t>(cb->busy).store(busy ? 1 : 0, std::memory_order_release);
     std::atomic_ref<uint32_t>(cb->waiting).store(waiting ? 1 : 0, std::memory_order_release);
@@ -74,6 +77,7 @@ class PriorityDaemon : public ::testing::Test {
     }
     for (FakeTenant& t : tenants) {
       if (t.cb) munmap(t.cb, sizeof(gpuos_control_block));
+      if (t.grants) munmap(const_cast<gpuos_grant_block*>(t.grants), sizeof(gpuos_grant_block));
       if (t.sock >= 0) close(t.sock);
     }
     server.reset();
@@ -94,17 +98,21 @@ class PriorityDaemon : public ::testing::Test {
     copy_name(m.name, sizeof(m.name), name);
     EXPECT_EQ(send_message(t.sock, &m, sizeof(m)), 0);
     unsigned char buf[GPUOS_MSG_MAX_SIZE + 1];
-    int fd = -1;
-    long n = receive_message(t.sock, buf, sizeof(buf), &fd, 2000);
+    int fds[2] = {-1, -1};
+    int nfds = 0;
+    long n = receive_message_fds(t.sock, buf, sizeof(buf), fds, 2, &nfds, 2000);
     EXPECT_EQ(n, static_cast<long>(sizeof(gpuos_msg_register_reply)));
     gpuos_msg_register_reply r{};
     std::memcpy(&r, buf, sizeof(r));
     EXPECT_EQ(r.status, GPUOS_OK) << r.text;
-    EXPECT_GE(fd, 0);
+    EXPECT_EQ(nfds, 2);
     t.id = r.tenant_id;
-    void* p = mmap(nullptr, sizeof(gpuos_control_block), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    void* g = mmap(nullptr, sizeof(gpuos_grant_block), PROT_READ, MAP_SHARED, fds[0], 0);
+    EXPECT_NE(g, MAP_FAILED);
+    void* p = mmap(nullptr, sizeof(gpuos_control_block), PROT_READ | PROT_WRITE, MAP_SHARED, fds[1], 0);
     EXPECT_NE(p, MAP_FAILED);
-    close(fd);
+    for (int fd : fds) close(fd);
+    t.grants = static_cast<const gpuos_grant_block*>(g);
     t.cb = static_cast<gpuos_control_block*>(p);
     tenants.push_back(t);
     return t;
@@ -124,10 +132,10 @@ TEST_F(PriorityDaemon, GuaranteedActivityGatesTheBestEffortAtOnce) {
   FakeTenant hp = reg("hp", GPUOS_CLASS_GUARANTEED, 10);
   FakeTenant be = reg("be", GPUOS_CLASS_BEST_EFFORT, 0);
   EXPECT_EQ(be.gate(), GPUOS_GATE_OPEN);
-  EXPECT_EQ(be.cb->max_inflight, 2u);
-  EXPECT_EQ(be.cb->idle_grace_us, 200u);
-  EXPECT_EQ(hp.cb->max_inflight, 0u);
-  EXPECT_EQ(hp.cb->idle_grace_us, 200u);
+  EXPECT_EQ(be.grants->max_inflight, 2u);
+  EXPECT_EQ(be.grants->idle_grace_us, 200u);
+  EXPECT_EQ(hp.grants->max_inflight, 0u);
+  EXPECT_EQ(hp.grants->idle_grace_us, 200u);
 
   hp.activity(true, false);
   auto took = wait_until([&] { return be.gate() == GPUOS_GATE_CLOSED; });
