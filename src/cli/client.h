@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/config.h"
+#include "common/text.h"
 #include "gpuos/abi.h"
 
 namespace gpuos::cli {
@@ -22,10 +23,6 @@ struct Listing {
 // none (then *why, when given, says why: XDG_RUNTIME_DIR unset, path too long).
 std::string resolve_socket(const std::string& socket_opt, const Config& cfg, std::string* why = nullptr);
 
-// A tenant-provided string made safe for a terminal: C0 controls, DEL, C1 controls, bidi overrides
-// and bytes that are not UTF-8 become visible escapes (\x1b, \u202e), a backslash becomes \\, so no
-// name can move the cursor, retitle the window or hide text. Valid printable UTF-8 is kept.
-std::string printable(std::string_view s);
 
 // Each returns false with a one-line reason in *err (no daemon, refused, malformed reply...).
 bool list_tenants(const std::string& socket, bool include_exited, Listing* out, std::string* err);

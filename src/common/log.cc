@@ -2,11 +2,15 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
+#include <string>
+
+#include "common/text.h"
 
 namespace gpuos::log {
 namespace {
@@ -37,13 +41,13 @@ void vwrite(Level lvl, const char* fmt, va_list ap) {
   }
   if (n < 0) return;
   std::size_t off = static_cast<std::size_t>(n) < sizeof(line) ? static_cast<std::size_t>(n) : 0;
-  int m = std::vsnprintf(line + off, sizeof(line) - off - 1, fmt, ap);
-  if (m < 0) return;
-  std::size_t len = off + static_cast<std::size_t>(m);
-  if (len > sizeof(line) - 2) len = sizeof(line) - 2;
-  for (std::size_t i = off; i < len; ++i) {
-    if (line[i] == '\n' || line[i] == '\r') line[i] = ' ';
-  }
+  char msg[1024];
+  if (std::vsnprintf(msg, sizeof(msg), fmt, ap) < 0) return;
+  // Messages quote what tenants chose (names, domains): escaped, so no line can carry terminal
+  // controls into an admin's journal view or forge a line of its own with a newline.
+  const std::string safe = printable(msg);
+  std::size_t len = off + std::min(safe.size(), sizeof(line) - off - 2);
+  std::memcpy(line + off, safe.data(), len - off);
   line[len++] = '\n';
   int saved = errno;
   ssize_t r;

@@ -100,6 +100,21 @@ void SwapEngine::refuse_all(std::map<uint32_t, Tenant>& tenants) {
   }
 }
 
+void SwapEngine::refuse_beyond_grant(std::map<uint32_t, Tenant>& tenants, uint64_t now) {
+  for (auto& [id, t] : tenants) {
+    const uint64_t quota = t.granted.quota_bytes;
+    if (quota == 0 || load(t.cb->mem_request_seq) == t.swap.room_answered_seq) continue;
+    const uint64_t limit = t.granted.borrow_bytes > UINT64_MAX - quota ? UINT64_MAX : quota + t.granted.borrow_bytes;
+    const uint64_t held = std::max(gpus_.at_most_all(load(t.cb->mem_used_bytes)), t.verified_mem_bytes);
+    const uint64_t wanted = load(t.cb->mem_wanted_bytes);
+    if (held <= limit && wanted <= limit - held) continue;
+    log::warn("tenant %u asked for room for %llu MiB holding %llu MiB of a %llu MiB grant: refused (beyond its grant)",
+              t.id, static_cast<unsigned long long>(wanted >> 20), static_cast<unsigned long long>(held >> 20),
+              static_cast<unsigned long long>(limit >> 20));
+    answer_room(t, GPUOS_MEM_REFUSED, now);
+  }
+}
+
 void SwapEngine::tenant_gone(Tenant& gone, std::map<uint32_t, Tenant>& tenants) {
   free_slices(gone);
   // The uid's last tenant: its pool goes (its host memory is the node's; the next swappable

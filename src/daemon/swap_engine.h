@@ -49,6 +49,10 @@ class SwapEngine {
   // answers only to a request for room.
   bool check(const slots::MemoryView& view, const slots::MemoryActions& actions, std::string* why) const;
   void apply(std::map<uint32_t, Tenant>& tenants, const slots::MemoryActions& actions, uint64_t now);
+  // Refuses every pending request for room beyond the requester's own grant (quota + borrow - what
+  // it holds, the larger of what it reports and what NVML measured): the interposer never asks for
+  // more than its quota allows, so such a request is forged, and must not displace anybody.
+  void refuse_beyond_grant(std::map<uint32_t, Tenant>& tenants, uint64_t now);
   // Oversubscription off: every request for room is refused.
   void refuse_all(std::map<uint32_t, Tenant>& tenants);
   // A tenant exited: its slices go back to its pool; the others' requests may fit now.

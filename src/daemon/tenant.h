@@ -94,6 +94,7 @@ struct Tenant {
   gpuos_control_block* cb = nullptr;    // what the tenant reports (untrusted input)
   GateState gate;
   Granted granted;
+  uint64_t verified_mem_bytes = 0;  // its GPU memory as NVML measured it last (0 = not measured)
   uint64_t violations = 0;      // findings of the usage check against it (usage_verifier.h)
   mutable DeviceMap devices;
   SpaceState space;

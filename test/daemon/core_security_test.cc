@@ -163,6 +163,40 @@ TEST_F(SecurityFixture, ForgedUsageIsBoundedByTheGpu) {
   EXPECT_EQ(listed(tenants[a].id).mem_used_bytes, 4 * GiB);
 }
 
+// A tenant with a 1 GiB quota forges a request for 2 GiB of room (the review's victim was swapped
+// out and held for 15 s): a request beyond the requester's own grant is refused and displaces
+// nobody; one within it goes to the memory policy as before.
+TEST_F(SecurityFixture, ARequestForRoomBeyondItsGrantDisplacesNobody) {
+  CoreOptions o;
+  o.memory_policy = std::make_unique<policies::SwapPolicy>();
+  o.swap.pool_bytes = 64ull << 20;
+  o.swap.prefault = false;
+  make_core(std::move(o));
+  const std::size_t victim = add(1000);
+  put(tenants[victim].cb->swappable, 1u);
+  put(tenants[victim].cb->swappable_bytes, 3 * GiB);
+  put(tenants[victim].cb->mem_used_bytes, 3 * GiB);
+  put(tenants[victim].cb->mem_used_per_device[0], 3 * GiB);
+  const std::size_t forger = add(65534, GPUOS_CLASS_BEST_EFFORT, 1 * GiB);
+  ASSERT_EQ(tenants[forger].grants->mem_quota_bytes, 1 * GiB);
+  put(tenants[forger].cb->mem_used_bytes, GiB / 2);
+  put(tenants[forger].cb->mem_used_per_device[0], GiB / 2);
+  put(tenants[forger].cb->mem_wanted_bytes, 2 * GiB);
+  put(tenants[forger].cb->mem_wanted_device, int32_t{0});
+  put(tenants[forger].cb->mem_request_seq, 1u);
+  activity(forger, true);
+  EXPECT_EQ(tenants[forger].grants->mem_answer_seq, 1u);
+  EXPECT_EQ(tenants[forger].grants->mem_answer, static_cast<uint32_t>(GPUOS_MEM_REFUSED));
+  EXPECT_EQ(tenants[victim].grants->swap_command_seq, 0u);  // nobody moved
+  EXPECT_EQ(tenants[victim].grants->gate, static_cast<uint32_t>(GPUOS_GATE_OPEN));
+  // Within its grant (the last 512 MiB of its quota): the check lets it through, to the memory
+  // policy, which makes room when a victim's quantum allows (core_slots_test); not refused here.
+  put(tenants[forger].cb->mem_wanted_bytes, GiB / 2);
+  put(tenants[forger].cb->mem_request_seq, 2u);
+  activity(forger, true);
+  EXPECT_EQ(tenants[forger].grants->mem_answer_seq, 1u);  // still pending
+}
+
 // One process is one tenant; one user cannot fill the table.
 TEST_F(SecurityFixture, OneTenantPerPidAndACapPerUid) {
   CoreOptions o;

@@ -1,0 +1,46 @@
+// Tenant-chosen text shown to people: printable() and the daemon's log lines (issue #22: names with
+// terminal escape sequences reached `gpuos ps`, `top` and gpuosd's journal raw).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+
+#include "common/log.h"
+#include "common/text.h"
+
+namespace gpuos {
+namespace {
+
+TEST(Printable, EscapesControlsAndKeepsUtf8) {
+  EXPECT_EQ(printable("plain name"), "plain name");
+  EXPECT_EQ(printable("\x1b]0;pwned\x07"), "\\x1b]0;pwned\\x07");
+  EXPECT_EQ(printable("a\\b"), "a\\\\b");
+  EXPECT_EQ(printable("caf\xc3\xa9"), "caf\xc3\xa9");                 // valid UTF-8 kept
+  EXPECT_EQ(printable("\xe2\x80\xae" "evil"), "\\u202eevil");           // bidi override
+  EXPECT_EQ(printable("\xc2\x9b" "31m"), "\\u009b31m");                 // C1 CSI
+  EXPECT_EQ(printable("\xff\xc3"), "\\xff\\xc3");                       // not UTF-8
+}
+
+// A log line quoting a tenant's name carries neither its escape sequences nor its newlines.
+TEST(Log, EscapesWhatTenantsChose) {
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  const int saved = dup(STDERR_FILENO);
+  ASSERT_GE(saved, 0);
+  ASSERT_EQ(dup2(fds[1], STDERR_FILENO), STDERR_FILENO);
+  log::init("gpuosd-test", log::Level::kInfo, 0);
+  log::info("tenant 7 registered: name \"%s\"", "x\x1b[2J\ngpuosd: error: forged line");
+  dup2(saved, STDERR_FILENO);
+  close(saved);
+  close(fds[1]);
+  char buf[512] = {};
+  const ssize_t n = read(fds[0], buf, sizeof(buf) - 1);
+  close(fds[0]);
+  ASSERT_GT(n, 0);
+  const std::string line(buf, static_cast<std::size_t>(n));
+  EXPECT_EQ(line, "gpuosd-test: tenant 7 registered: name \"x\\x1b[2J\\x0agpuosd: error: forged line\"\n");
+}
+
+}  // namespace
+}  // namespace gpuos
