@@ -5,12 +5,14 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build build-gpu --target gpuos_cli gpuosd gpuos gpuos-synth gpuos-bench-launch
+cmake --build build-gpu --target gpuos_cli gpuosd gpuos gpuos-synth gpuos-bench-launch gpuos-bypass-probe
 rm -rf .gpucarry && mkdir -p .gpucarry/bin .gpucarry/lib
-for b in gpuos gpuosd gpuos-synth gpuos-bench-launch; do strip -o ".gpucarry/bin/$b" "build-gpu/bin/$b"; done
+for b in gpuos gpuosd gpuos-synth gpuos-bench-launch gpuos-bypass-probe; do strip -o ".gpucarry/bin/$b" "build-gpu/bin/$b"; done
 strip -o .gpucarry/lib/libgpuos.so build-gpu/lib/libgpuos.so
 bench_so=$(ldd build-gpu/bin/gpuos-bench-launch | awk '/libbenchmark/ {print $3}')
 [[ -n $bench_so ]] && cp -L "$bench_so" .gpucarry/lib/
 # GPU probes that run as tenants (nvcc: the device machine's is the same toolkit).
 nvcc -O2 -arch=sm_90 -o .gpucarry/bin/kernel_anatomy gpu/tests/kernel_anatomy.cu -lcuda
+# What a bypassing tenant hides from libgpuos.so (dlmopen'd by gpuos-bypass-probe: verify_nvml.sh).
+nvcc -O2 -arch=sm_90 -shared -Xcompiler -fPIC -cudart static -o .gpucarry/lib/libbypass_gate.so gpu/tests/bypass_gate.cu
 du -sh .gpucarry

@@ -398,6 +398,10 @@ typedef struct gpuos_msg_tenant_info {
   uint32_t space_default_sms;      /* SMs of its default partition; 0 = not being right-sized */
   uint32_t space_sized_permille;   /* its latency at space_sms, per mille of that at the default
                                       size, as last measured; 0 = not measured yet */
+  /* the usage check (NVML), independent of the tenant: its memory on the GPUs (context included;
+     0 = not measured), and the findings against it (over quota, launching while gated) */
+  uint64_t verified_mem_bytes;
+  uint64_t violations;
 } gpuos_msg_tenant_info;
 
 typedef struct gpuos_msg_set_gate {
@@ -458,7 +462,7 @@ static_assert(offsetof(gpuos_control_block, space_sample_seq) == 1024, "sizing l
 static_assert(sizeof(gpuos_shape_latency) == 112, "shape entries");
 static_assert(sizeof(gpuos_msg_register) == 160, "ABI v2 frozen");
 static_assert(sizeof(gpuos_msg_register_reply) == 192, "ABI v2 frozen");
-static_assert(sizeof(gpuos_msg_tenant_info) == 392, "ABI v2 frozen");
+static_assert(sizeof(gpuos_msg_tenant_info) == 408, "ABI v2 frozen");
 static_assert(sizeof(gpuos_msg_gpu_info) == 176, "ABI v2 frozen");
 static_assert(sizeof(gpuos_msg_reply) == 184, "ABI v2 frozen");
 static_assert(sizeof(gpuos_msg_activity) == 24, "ABI v2 frozen");

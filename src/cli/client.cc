@@ -259,6 +259,8 @@ nlohmann::json listing_json(const Listing& l) {
     o["mem_quota_bytes"] = t.mem_quota_bytes;
     o["mem_borrow_bytes"] = t.mem_borrow_bytes;
     o["mem_imported_bytes"] = t.mem_imported_bytes;
+    o["verified_mem_bytes"] = t.verified_mem_bytes;  // NVML's measure (0: not measured)
+    o["violations"] = t.violations;
     o["space_domain"] = std::string(t.space_domain, strnlen(t.space_domain, sizeof(t.space_domain)));
     o["space_sms"] = t.space_sms;
     o["space_mask"] = t.space_mask;

@@ -259,6 +259,36 @@ bool parse_memory(Ctx& cx, const toml::table& t, Config* c) {
   return true;
 }
 
+bool parse_verify(Ctx& cx, const toml::table& t, Config* c) {
+  VerifyConfig& vc = c->verify;
+  for (auto&& [k, v] : t) {
+    std::string_view key = k.str();
+    if (key == "enabled") {
+      if (!cx.get_bool(v, "verify", key, &vc.enabled)) return false;
+    } else if (key == "interval_ms") {
+      if (!cx.get_uint(v, "verify", key, 100, 60000, &vc.interval_ms)) return false;
+    } else if (key == "enforce") {
+      if (!cx.get_string(v, "verify", key, &vc.enforce)) return false;
+      if (vc.enforce != "report" && vc.enforce != "freeze" && vc.enforce != "kill") {
+        return cx.fail(v, "verify", key, "\"" + vc.enforce + "\": expected \"report\", \"freeze\" or \"kill\"");
+      }
+    } else if (key == "memory_slack") {
+      std::string sz;
+      if (!cx.get_string(v, "verify", key, &sz)) return false;
+      if (!parse_size(sz, &vc.memory_slack_bytes)) {
+        return cx.fail(v, "verify", key, "\"" + sz + "\" is not a size such as 512MiB or 1GiB");
+      }
+    } else if (key == "gated_sm_util_percent") {
+      if (!cx.get_uint(v, "verify", key, 1, 100, &vc.gated_sm_util_percent)) return false;
+    } else if (key == "grace_rounds") {
+      if (!cx.get_uint(v, "verify", key, 1, 100, &vc.grace_rounds)) return false;
+    } else {
+      return cx.fail(v, "verify", key, "unknown key");
+    }
+  }
+  return true;
+}
+
 bool parse_metrics(Ctx& cx, const toml::table& t, Config* c) {
   for (auto&& [k, v] : t) {
     std::string_view key = k.str();
@@ -473,10 +503,11 @@ ConfigResult parse_config(std::string_view text, std::string_view source_name) {
     for (auto&& [k, v] : root) {
       std::string_view key = k.str();
       if (key != "daemon" && key != "tenants" && key != "scheduler" && key != "metrics" && key != "memory" &&
-          key != "spatial" && key != "policy") {
+          key != "spatial" && key != "policy" && key != "verify") {
         res.error = where(source_name, v.source()) + ": unknown " + (v.is_table() ? "table [" : "key \"") +
                     std::string(key) + (v.is_table() ? "]" : "\"") +
-                    " (expected [daemon], [tenants], [scheduler], [memory], [metrics], [spatial] or [policy.<name>])";
+                    " (expected [daemon], [tenants], [scheduler], [memory], [metrics], [spatial], [verify] or "
+                    "[policy.<name>])";
         return res;
       }
       if (!v.is_table()) {
@@ -488,6 +519,7 @@ ConfigResult parse_config(std::string_view text, std::string_view source_name) {
                 : key == "tenants" ? parse_tenants(cx, *v.as_table(), &c)
                 : key == "metrics" ? parse_metrics(cx, *v.as_table(), &c)
                 : key == "memory"  ? parse_memory(cx, *v.as_table(), &c)
+                : key == "verify"  ? parse_verify(cx, *v.as_table(), &c)
                 : key == "spatial" ? parse_spatial(cx, *v.as_table(), &c)
                 : key == "policy"  ? parse_policy_tables(cx, *v.as_table(), &c)
                                    : parse_scheduler(cx, *v.as_table(), &c);
@@ -560,6 +592,13 @@ std::string format_config(const Config& c) {
   s += "swap_quantum_ms = " + std::to_string(c.memory.swap_quantum_ms) + "\n";
   s += "swap_headroom = " + quote(std::to_string(c.memory.swap_headroom_bytes)) + "\n";
   s += "policy = " + quote(c.policies.memory) + "\n";
+  s += "[verify]\n";
+  s += std::string("enabled = ") + (c.verify.enabled ? "true" : "false") + "\n";
+  s += "interval_ms = " + std::to_string(c.verify.interval_ms) + "\n";
+  s += "enforce = " + quote(c.verify.enforce) + "\n";
+  s += "memory_slack = " + quote(std::to_string(c.verify.memory_slack_bytes)) + "\n";
+  s += "gated_sm_util_percent = " + std::to_string(c.verify.gated_sm_util_percent) + "\n";
+  s += "grace_rounds = " + std::to_string(c.verify.grace_rounds) + "\n";
   s += "[metrics]\n";
   s += "listen = " + quote(c.metrics_listen) + "\n";
   s += "[spatial]\n";

@@ -132,6 +132,17 @@ struct MemoryConfig {
   uint64_t swap_headroom_bytes = 2ull << 30;
 };
 
+// [verify]: gpuosd's check of each process's real GPU memory and activity through NVML, independent
+// of what tenants report (daemon/usage_verifier.h).
+struct VerifyConfig {
+  bool enabled = true;             // on when NVML loads; off: no check at all
+  uint32_t interval_ms = 1000;     // 100..60000
+  std::string enforce = "report";  // "report" | "freeze" (cgroup v2) | "kill"
+  uint64_t memory_slack_bytes = 1ull << 30;  // NVML counts the CUDA context (~0.5 GiB on an H200)
+  uint32_t gated_sm_util_percent = 20;       // SM use of a tenant gated the whole interval
+  uint32_t grace_rounds = 2;                 // findings in a row before enforce acts (1..100)
+};
+
 // One trust domain of [[spatial.domain]]: tenants in it may share GPUs in space (as clients of one
 // MPS control daemon), so a GPU fault of one of them takes down the others.
 struct SpatialDomain {
@@ -199,6 +210,8 @@ struct Config {
   }
   // [memory]
   MemoryConfig memory;
+  // [verify]
+  VerifyConfig verify;
   // [metrics]
   std::string metrics_listen = kDefaultMetricsListen;  // "" = no metrics endpoint
   // [spatial]

@@ -481,6 +481,10 @@ void Core::tick(uint64_t now_mono_ns) {
   run_time_gate(slots::Event::kTick, 0, now_mono_ns);
   run_space(slots::Event::kTick, 0, now_mono_ns);
   run_memory(slots::Event::kTick, 0, now_mono_ns);
+  if (opts_.verify.sample && now_mono_ns >= verify_at_ns_) {
+    verify_usage(now_mono_ns);
+    verify_at_ns_ = now_mono_ns + opts_.verify.interval_ns;
+  }
 }
 
 uint64_t Core::next_tick_ns(uint64_t now_mono_ns) {

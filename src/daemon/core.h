@@ -26,14 +26,17 @@
 #include <string>
 #include <vector>
 
+#include "daemon/enforcer.h"
 #include "daemon/gpus.h"
 #include "daemon/id_ledger.h"
 #include "daemon/slot_runner.h"
 #include "daemon/space_engine.h"
 #include "daemon/swap_engine.h"
 #include "daemon/tenant.h"
+#include "daemon/usage_verifier.h"
 #include "daemon/watchdog.h"
 #include "gpuos/abi.h"
+#include "policies/enforce/enforce.h"
 #include "slots/memory.h"
 #include "slots/space.h"
 #include "slots/time_gate.h"
@@ -85,6 +88,13 @@ struct CoreStats {
   uint64_t tenants_registered = 0;
   uint64_t tenants_exited = 0;
   uint64_t violations = 0;          // findings of the usage check (usage_verifier.h), all tenants
+  // The usage check (NVML): rounds run, time spent in NVML, processes on the GPUs that are no
+  // tenant (last round), unregistered findings, and freezes or kills carried out.
+  uint64_t usage_rounds = 0;
+  uint64_t usage_check_ns = 0;
+  uint64_t unregistered_processes = 0;
+  uint64_t unregistered_findings = 0;
+  uint64_t enforcements = 0;
 };
 
 // A live tenant as the metrics endpoint sees it (Core::tenant_stats).
@@ -96,6 +106,18 @@ struct TenantStat {
   uint64_t gate_wait_hist[GPUOS_GATE_WAIT_BUCKETS] = {};
   uint64_t mem_used_per_device[GPUOS_MAX_DEVICES] = {};
   uint64_t violations = 0;     // findings of the usage check against it
+  uint64_t verified_mem_bytes = 0;  // its GPU memory as NVML measured it (0: not measured)
+};
+
+// gpuosd's usage check (usage_verifier.h): off unless `sample` is set (gpuosd sets it when NVML
+// loads; tests pass fakes).
+struct VerifyOptions {
+  std::function<UsageSample()> sample;
+  uint64_t interval_ns = 1'000'000'000;
+  CheckParams check;
+  policies::EnforceParams enforce;
+  Enforcer* enforcer = nullptr;  // null: findings are only reported
+  std::set<pid_t> ignored;       // processes that are no tenant by design (gpuosd itself)
 };
 
 struct CoreOptions {
@@ -133,6 +155,7 @@ struct CoreOptions {
   // it may not (it is then admitted time-shared only). Null: no domain exists (config [spatial]).
   std::function<std::string(const std::string& domain, const Peer& peer)> space_admit;
   uint32_t space_group_sms = 8;  // the driver's minimum partition (written into spatial tenants' blocks)
+  VerifyOptions verify;
   std::function<uint64_t()> unix_ms;            // null: CLOCK_REALTIME in ms (injectable for tests)
   std::function<uint64_t()> mono_ns;            // null: CLOCK_MONOTONIC in ns (injectable for tests)
 };
@@ -225,6 +248,9 @@ class Core final {
   slots::GateTenant gate_view(const Tenant& t) const;
   // A time gate's answer applies unless an admin pinned the gate or the memory slot holds it.
   bool apply_gates(const slots::GateActions& a, std::string* why);
+  // One round of the usage check (core_verify.cc): NVML's sample against the grants, findings
+  // counted, logged and enforced.
+  void verify_usage(uint64_t now);
 
   Outcome refuse(uint32_t seq, gpuos_status st, const char* why);
   Outcome refuse_register(uint32_t seq, gpuos_status st, const char* why);
@@ -244,6 +270,9 @@ class Core final {
   uint32_t next_id_ = 1;
   uint64_t gate_tick_at_ns_ = 0;    // the time gate's next_tick_ns
   uint64_t space_replan_at_ns_ = 0; // the space slot's next_ns
+  uint64_t verify_at_ns_ = 0;       // the usage check's next round
+  uint64_t verified_at_ns_ = 0;     // its last round
+  std::set<pid_t> unregistered_logged_;  // processes already reported as unregistered
   std::map<uint32_t, Tenant> tenants_;  // live tenants by id
   std::deque<gpuos_msg_tenant_info> history_;
   CoreStats stats_;

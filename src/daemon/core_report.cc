@@ -47,6 +47,8 @@ gpuos_msg_tenant_info Core::snapshot(const Tenant& t, uint32_t state, uint64_t e
   i.mem_wait_ns = load(cb.mem_wait_ns);
   i.mem_borrow_bytes = t.granted.borrow_bytes;
   i.mem_imported_bytes = load(cb.mem_imported_bytes);
+  i.verified_mem_bytes = t.verified_mem_bytes;
+  i.violations = t.violations;
   copy_name(i.space_domain, sizeof(i.space_domain), t.space.domain);
   const uint32_t home = gpu_map_.home(t);
   const int home_ordinal = gpu_map_.ordinal_of(t, home);
@@ -129,6 +131,7 @@ std::vector<TenantStat> Core::tenant_stats(uint64_t now_mono_ns) {
     TenantStat st;
     st.info = snapshot(t, t.gate.effective() == GPUOS_GATE_OPEN ? GPUOS_TENANT_RUNNING : GPUOS_TENANT_GATED, 0);
     st.violations = t.violations;
+    st.verified_mem_bytes = t.verified_mem_bytes;
     st.busy = t.busy.busy;
     st.waiting = load(t.cb->waiting) != 0;
     st.busy_ns = t.busy.busy_ns;

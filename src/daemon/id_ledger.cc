@@ -13,8 +13,8 @@
 
 namespace gpuos::daemon {
 
-uint64_t process_start_time(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+uint64_t process_start_time(pid_t pid, const std::string& proc_root) {
+  std::ifstream in(proc_root + "/" + std::to_string(pid) + "/stat");
   std::string stat;
   if (!std::getline(in, stat)) return 0;
   // The command name (field 2) may hold spaces and parentheses: count fields after the last ')'.
@@ -29,7 +29,7 @@ uint64_t process_start_time(pid_t pid) {
 }
 
 IdLedger::IdLedger(std::string path, std::function<uint64_t(pid_t)> start_time)
-    : path_(std::move(path)), start_time_(start_time ? std::move(start_time) : process_start_time) {}
+    : path_(std::move(path)), start_time_(start_time ? std::move(start_time) : [](pid_t p) { return process_start_time(p); }) {}
 
 void IdLedger::load() {
   entries_.clear();

@@ -17,7 +17,7 @@ namespace gpuos::daemon {
 
 // The start time of a live process (field 22 of /proc/<pid>/stat, clock ticks since boot); 0 if it
 // does not exist.
-uint64_t process_start_time(pid_t pid);
+uint64_t process_start_time(pid_t pid, const std::string& proc_root = "/proc");
 
 class IdLedger {
  public:

@@ -141,8 +141,18 @@ std::string render_metrics(Core& core, const MetricsContext& ctx, uint64_t now_m
            "Policy hooks the watchdog found running longer than its bound.");
   w.sample("gpuos_daemon_policy_stalls_total", "", u64(core.watchdog_stalls()));
   w.family("gpuos_daemon_violations_total", "counter",
-           "Findings of the usage check (NVML) against tenants: over their quota, launching while gated.");
+           "Findings of the usage check (NVML): tenants over their quota or launching while gated, and "
+           "processes using a GPU without being tenants.");
   w.sample("gpuos_daemon_violations_total", "", u64(st.violations));
+  w.family("gpuos_daemon_usage_checks_total", "counter", "Rounds of the usage check (NVML).");
+  w.sample("gpuos_daemon_usage_checks_total", "", u64(st.usage_rounds));
+  w.family("gpuos_daemon_usage_check_seconds_total", "counter", "Time spent in NVML by the usage check.");
+  w.sample("gpuos_daemon_usage_check_seconds_total", "", seconds(st.usage_check_ns));
+  w.family("gpuos_daemon_unregistered_gpu_processes", "gauge",
+           "Processes the last usage check found on a GPU without being gpuos tenants.");
+  w.sample("gpuos_daemon_unregistered_gpu_processes", "", u64(st.unregistered_processes));
+  w.family("gpuos_daemon_enforcements_total", "counter", "Tenants frozen or killed by the usage check.");
+  w.sample("gpuos_daemon_enforcements_total", "", u64(st.enforcements));
   w.family("gpuos_daemon_messages_total", "counter", "Valid control-socket messages received, by type.");
   for (uint32_t t = 1; t <= GPUOS_MSG_TYPE_MAX; ++t) {
     if (const char* n = msg_type_name(t)) w.sample("gpuos_daemon_messages_total", label("type", n), u64(st.messages[t]));
@@ -214,6 +224,9 @@ std::string render_metrics(Core& core, const MetricsContext& ctx, uint64_t now_m
         [](const TenantStat& t) { return u64(t.info.mem_used_bytes); });
   per_tenant("gpuos_tenant_memory_peak_bytes", "gauge", "Most device memory the tenant held at once.",
         [](const TenantStat& t) { return u64(t.info.mem_peak_bytes); });
+  per_tenant("gpuos_tenant_verified_memory_bytes", "gauge",
+        "The tenant's GPU memory as NVML measures it, context included (0 = not measured).",
+        [](const TenantStat& t) { return u64(t.verified_mem_bytes); });
   per_tenant("gpuos_tenant_memory_quota_bytes", "gauge", "The tenant's device memory quota (0 = unlimited).",
         [](const TenantStat& t) { return u64(t.info.mem_quota_bytes); });
   per_tenant("gpuos_tenant_violations_total", "counter",

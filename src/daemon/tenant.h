@@ -94,8 +94,17 @@ struct Tenant {
   gpuos_control_block* cb = nullptr;    // what the tenant reports (untrusted input)
   GateState gate;
   Granted granted;
-  uint64_t verified_mem_bytes = 0;  // its GPU memory as NVML measured it last (0 = not measured)
-  uint64_t violations = 0;      // findings of the usage check against it (usage_verifier.h)
+  // The usage check (usage_verifier.h): its GPU memory as NVML measured it last (0 = not
+  // measured), findings against it (all, and rounds in a row), kinds already logged, whether it
+  // was frozen or killed, and its gate at the last round (closed, and the grant epoch then: the
+  // same epoch now means the gate did not move in between).
+  uint64_t verified_mem_bytes = 0;
+  uint64_t violations = 0;
+  uint32_t findings_in_a_row = 0;
+  uint32_t finding_kinds_logged = 0;
+  bool enforced = false;
+  bool verify_gate_closed = false;
+  uint32_t verify_grant_epoch = 0;
   mutable DeviceMap devices;
   SpaceState space;
   SwapState swap;

@@ -20,37 +20,10 @@
 #include <cstring>
 
 #include "driver_double/internal.h"
+#include "driver_double/segment.h"
 
 namespace dd {
 namespace {
-
-constexpr uint64_t kMagic = 0x6770756f7353494dull;  // "gpuosSIM"
-constexpr uint32_t kLayoutVersion = 2;  // 2: SM count and one engine per SM slot
-constexpr int kSlots = 256;
-
-struct PidSlot {
-  std::atomic<int32_t> pid;  // 0 = free
-  std::atomic<uint64_t> used[kMaxDevices];
-};
-
-struct Engine {  // one SM slot
-  pthread_mutex_t mu;               // robust, process-shared: held while a kernel slice runs
-  std::atomic<uint32_t> waiters;    // slices waiting for mu (a hint for fair hand-over)
-  std::atomic<uint64_t> handovers;  // bumped by every acquisition
-};
-
-struct Segment {
-  std::atomic<uint64_t> magic;  // set last by the creator: the segment is initialised
-  uint32_t layout_version;
-  uint32_t size;
-  pthread_mutex_t mu;  // robust, process-shared: guards accounting below
-  int32_t devices;
-  int32_t sms;  // SMs per device, so all processes agree on the slots
-  uint64_t total[kMaxDevices];
-  uint64_t used[kMaxDevices];
-  PidSlot slots[kSlots];
-  Engine engine[kMaxDevices][kMaxSlots];
-};
 
 // Leaked on purpose (see internal.h).
 Config* g_config = nullptr;
@@ -97,12 +70,7 @@ Config* read_config() {
   c->timeslice_ns =
       static_cast<uint64_t>(env_long("GPUOS_SIM_TIMESLICE_US", 2000, 10, 10'000'000)) * 1000;
   c->fault_after = env_long("GPUOS_SIM_FAULT_AFTER_LAUNCHES", 0, 0, 1L << 40);
-  const char* shm = std::getenv("GPUOS_SIM_SHM");
-  if (shm != nullptr && *shm != '\0') {
-    c->shm_name = shm[0] == '/' ? shm : std::string("/") + shm;
-  } else {
-    c->shm_name = "/gpuos-sim-" + std::to_string(getuid());
-  }
+  c->shm_name = segment_name();
   return c;
 }
 
@@ -116,6 +84,7 @@ void reclaim_dead_locked() {
     for (int d = 0; d < kMaxDevices; ++d) {
       uint64_t u = s.used[d].exchange(0);
       g_seg->used[d] -= u < g_seg->used[d] ? u : g_seg->used[d];
+      s.busy_ns[d].store(0);
     }
     s.pid.store(0);
   }
@@ -145,7 +114,7 @@ Segment* open_segment(const std::string& name) {
       for (auto& dev : s->engine)
         for (auto& e : dev) init_robust_mutex(&e.mu);
       s->devices = 0;  // totals are set by the first registering process (see init_once)
-      s->magic.store(kMagic, std::memory_order_release);
+      s->magic.store(kSegmentMagic, std::memory_order_release);
       return s;
     }
     if (errno != EEXIST) return nullptr;
@@ -156,9 +125,9 @@ Segment* open_segment(const std::string& name) {
     if (fstat(fd, &st) == 0 && st.st_size == static_cast<off_t>(sizeof(Segment))) s = map_fd(fd);
     close(fd);
     if (s != nullptr) {
-      for (int i = 0; i < 100 && s->magic.load(std::memory_order_acquire) != kMagic; ++i)
+      for (int i = 0; i < 100 && s->magic.load(std::memory_order_acquire) != kSegmentMagic; ++i)
         sleep_ns(1'000'000);
-      if (s->magic.load(std::memory_order_acquire) == kMagic &&
+      if (s->magic.load(std::memory_order_acquire) == kSegmentMagic &&
           s->layout_version == kLayoutVersion && s->size == sizeof(Segment))
         return s;
       munmap(s, sizeof(Segment));
@@ -222,7 +191,7 @@ CUresult do_init() {
     }
   }
   const int32_t me = getpid();
-  for (int i = 0; i < kSlots; ++i) {
+  for (int i = 0; i < kPidSlots; ++i) {
     if (g_seg->slots[i].pid.load() == 0) {
       g_seg->slots[i].pid.store(me);
       for (auto& u : g_seg->slots[i].used) u.store(0);
@@ -245,23 +214,6 @@ CUresult do_init() {
 }
 
 }  // namespace
-
-void sim_uuid(int physical, unsigned char out[16]) {
-  static const char kPrefix[] = "gpuos-simgpu-";
-  std::memset(out, 0, 16);
-  std::memcpy(out, kPrefix, sizeof(kPrefix) - 1);
-  out[15] = static_cast<unsigned char>(physical);
-}
-
-std::string sim_uuid_text(int physical) {
-  unsigned char b[16];
-  sim_uuid(physical, b);
-  char buf[48];
-  std::snprintf(buf, sizeof(buf), "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
-                b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
-  return buf;
-}
-
 
 bool initialized() { return g_initialized.load(std::memory_order_acquire); }
 
@@ -360,6 +312,7 @@ void engine_run(int dev, uint64_t slots, uint64_t ns, const std::function<void()
     uint64_t slice = remaining < g_config->timeslice_ns ? remaining : g_config->timeslice_ns;
     if (slice > 0) sleep_ns(slice);
     remaining -= slice;
+    if (g_slot >= 0) g_seg->slots[g_slot].busy_ns[dev].fetch_add(slice);  // what NVML reports
     if (remaining == 0 && !body_done) {
       body();  // the kernel's effect happens at its end, while it still owns its SMs
       body_done = true;

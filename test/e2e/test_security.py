@@ -16,6 +16,7 @@ import sys
 import tempfile
 import time
 import unittest
+import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import test_e2e as e2e  # noqa: E402
@@ -302,6 +303,46 @@ class Security(unittest.TestCase):
         self.assertEqual(s.recv(1024), b"")
         s.close()
         self.assertIn("nothing received for 200 ms", d.log_text())
+
+    # --- 4. trust but verify: NVML (the double's stand-in) against the grants ---
+
+    def bypass_probe(self, env, mib, *run_args, d=None):
+        cmd = [bin_path("gpuos-bypass-probe"), "--mib", str(mib), "--hold-ms", "60000",
+               "--lib", os.path.join(e2e.BUILD, "lib", "libgpuos-bypass.so")]
+        p = subprocess.Popen(d.run_cmd(list(run_args) + ["--"] + cmd) if d else cmd, env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.procs.append(p)
+        line = p.stdout.readline()
+        self.assertIn('"result": 0', line, p.stderr.read() if p.poll() is not None else line)
+        return p
+
+    def test_the_usage_check_sees_a_tenant_that_bypasses_the_interposer(self):
+        d = self.daemon('[verify]\ninterval_ms = 200\n')
+        self.assertIn("usage check on", d.log_text())
+        # A tenant with a 64 MiB quota allocates 2 GiB through a driver copy of its own (dlmopen).
+        p = self.bypass_probe(d.env, 2048, "--name", "sly", "--mem", "64MiB", d=d)
+        t = wait_for(lambda: (lambda t: t if t and t["violations"] > 0 else None)(d.tenant(p.pid)),
+                     timeout=60, what="the usage check to find the tenant over its quota")
+        self.assertGreaterEqual(t["verified_mem_bytes"], 2 << 30)
+        self.assertLess(t["mem_used_bytes"], 64 << 20)  # what it reported: the interposer saw 1 MiB
+        self.assertIn("over its 1088 MiB", d.log_text())
+        self.assertIsNone(p.poll())  # enforce = "report": it runs on
+        # A process on the GPU that never registered (no interposer at all).
+        env = dict(d.env)
+        env.pop("LD_PRELOAD", None)
+        q = self.bypass_probe(env, 512)
+        wait_for(lambda: "pid %d uses GPU 0" % q.pid in d.log_text(), timeout=60,
+                 what="the usage check to report the unregistered process")
+        url = "http://127.0.0.1:%d/metrics" % d.metrics_port()
+        metrics = urllib.request.urlopen(url, timeout=30).read().decode()
+        self.assertIn("gpuos_daemon_unregistered_gpu_processes 1", metrics)
+        self.assertRegex(metrics, r'gpuos_tenant_violations_total\{[^}]*tenant="sly"[^}]*\} [1-9]')
+
+    def test_the_usage_check_kills_a_bypassing_tenant_when_told_to(self):
+        d = self.daemon('[verify]\ninterval_ms = 200\nenforce = "kill"\ngrace_rounds = 2\n')
+        p = self.bypass_probe(d.env, 2048, "--name", "sly", "--mem", "64MiB", d=d)
+        self.assertEqual(p.wait(timeout=60), -9)  # `gpuos run` became the probe (exec)
+        self.assertIn("enforced: killed (SIGKILL)", d.log_text())
 
     # --- 3. terminal escapes in tenant names ---
 

@@ -1,0 +1,80 @@
+// The one boundary between gpuosd and NVML (libnvidia-ml.so.1), as driver_api.h is for the driver.
+//
+// gpuosd checks what each process really holds and runs on its GPUs through NVML, independently of
+// the tenant's own reports (usage_verifier.h). The few NVML types and entry points it needs are
+// declared here from NVIDIA's public NVML reference (no NVML header is needed to build); the real
+// library and the driver double's stand-in (src/driver_double/nvml.cc) export the same names.
+// GPUOS_NVML_FUNCS is the single list: X(name, parameter declarations).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+extern "C" {
+
+typedef int nvmlReturn_t;
+enum : int {
+  NVML_SUCCESS = 0,
+  NVML_ERROR_UNINITIALIZED = 1,
+  NVML_ERROR_INVALID_ARGUMENT = 2,
+  NVML_ERROR_NOT_SUPPORTED = 3,
+  NVML_ERROR_NO_PERMISSION = 4,
+  NVML_ERROR_NOT_FOUND = 6,
+  NVML_ERROR_INSUFFICIENT_SIZE = 7,
+  NVML_ERROR_UNKNOWN = 999,
+};
+typedef struct nvmlDevice_st* nvmlDevice_t;
+
+// usedGpuMemory when the driver cannot say (e.g. without permission, or for MPS clients on some
+// drivers).
+#define GPUOS_NVML_VALUE_NOT_AVAILABLE (~0ull)
+
+// nvmlProcessInfo_t of the _v3 entry points (NVML 11.x+).
+typedef struct nvmlProcessInfo_st {
+  unsigned int pid;
+  unsigned long long usedGpuMemory;  // bytes, or GPUOS_NVML_VALUE_NOT_AVAILABLE
+  unsigned int gpuInstanceId;        // MIG; 0xFFFFFFFF otherwise
+  unsigned int computeInstanceId;
+} nvmlProcessInfo_t;
+
+typedef struct nvmlProcessUtilizationSample_st {
+  unsigned int pid;
+  unsigned long long timeStamp;  // CPU timestamp in microseconds
+  unsigned int smUtil;           // percent of the sample period with this process's kernels on SMs
+  unsigned int memUtil;
+  unsigned int encUtil;
+  unsigned int decUtil;
+} nvmlProcessUtilizationSample_t;
+
+}  // extern "C"
+
+#define GPUOS_NVML_FUNCS(X)                                                                         \
+  X(nvmlInit_v2, (void))                                                                           \
+  X(nvmlShutdown, (void))                                                                          \
+  X(nvmlDeviceGetCount_v2, (unsigned int* count))                                                  \
+  X(nvmlDeviceGetHandleByIndex_v2, (unsigned int index, nvmlDevice_t* device))                     \
+  X(nvmlDeviceGetUUID, (nvmlDevice_t device, char* uuid, unsigned int length))                     \
+  X(nvmlDeviceGetComputeRunningProcesses_v3,                                                       \
+    (nvmlDevice_t device, unsigned int* count, nvmlProcessInfo_t* infos))                          \
+  X(nvmlDeviceGetMPSComputeRunningProcesses_v3,                                                    \
+    (nvmlDevice_t device, unsigned int* count, nvmlProcessInfo_t* infos))                          \
+  X(nvmlDeviceGetProcessUtilization,                                                               \
+    (nvmlDevice_t device, nvmlProcessUtilizationSample_t* samples, unsigned int* count,            \
+     unsigned long long last_seen_us))                                                             \
+  X(nvmlSystemGetDriverVersion, (char* version, unsigned int length))
+
+struct GpuosNvmlTable {
+#define GPUOS_NVML_MEMBER(name, params) nvmlReturn_t (*name) params;
+  GPUOS_NVML_FUNCS(GPUOS_NVML_MEMBER)
+#undef GPUOS_NVML_MEMBER
+  void* handle;  // dlopen handle of the library the table was resolved from
+};
+
+namespace gpuos {
+
+// Loads `library` (null: $GPUOS_NVML_LIBRARY, else "libnvidia-ml.so.1") and fills *table; entry
+// points the library lacks are null. False, with a reason, when it cannot be loaded or has no
+// nvmlInit_v2.
+bool load_nvml(GpuosNvmlTable* table, const char* library, char* err, std::size_t err_len);
+
+}  // namespace gpuos

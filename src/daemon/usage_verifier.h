@@ -1,0 +1,93 @@
+// Trust but verify: what each process really holds and runs on the GPUs, read from NVML, checked
+// against what gpuosd granted, independently of anything a tenant writes or says. A tenant that
+// bypasses libgpuos.so (dlmopen of its own libcuda, a patched interposer) is caught here: over its
+// quota, launching while its gate is closed, or using a GPU without ever registering.
+//
+// Mechanism (NvmlReader: one sample of every GPU) and check (check_usage: a pure function of a
+// sample and the tenants' grants) are separate; what to do about a finding is policy
+// (policies/enforce).
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "daemon/gpus.h"
+#include "gpuos/nvml_api.h"
+
+namespace gpuos::daemon {
+
+// One process on one GPU, as NVML reports it.
+struct ObservedProcess {
+  pid_t pid = 0;
+  uint32_t gpu = 0;                 // gpuosd's GPU index (matched by UUID)
+  bool mem_known = false;           // NVML said how much (not GPUOS_NVML_VALUE_NOT_AVAILABLE)
+  uint64_t mem_bytes = 0;
+  int32_t sm_util = -1;             // highest SM use (percent) over the round; -1 = no sample
+};
+
+struct UsageSample {
+  bool ok = false;                  // NVML answered for every GPU it was asked about
+  uint64_t cost_ns = 0;             // time spent in NVML for this sample
+  std::vector<ObservedProcess> processes;
+};
+
+// Reads NVML through its table (the real library, the double's stand-in or a test's fakes).
+class NvmlReader {
+ public:
+  // gpus: gpuosd's GPUs; each is matched to an NVML device by UUID (index order differs).
+  NvmlReader(const GpuosNvmlTable& table, const std::vector<GpuInfo>& gpus);
+  // Whether nvmlInit_v2 succeeded and at least one GPU was matched; else why not.
+  bool available() const { return !devices_.empty(); }
+  const std::string& why_not() const { return why_not_; }
+  UsageSample read();
+
+ private:
+  GpuosNvmlTable t_;
+  std::vector<std::pair<uint32_t, nvmlDevice_t>> devices_;  // gpuosd GPU index, NVML handle
+  unsigned long long last_seen_us_ = 0;                     // newest utilization sample seen
+  std::string why_not_;
+};
+
+// What gpuosd knows of a live tenant for the check (never the tenant's own words).
+struct TenantGrant {
+  uint32_t id = 0;
+  pid_t pid = 0;
+  uint64_t limit_bytes = 0;         // quota + borrow; 0 = unlimited
+  bool gated_all_round = false;     // its gate was closed (and drained) the whole round
+};
+
+enum class FindingKind { kOverQuota, kLaunchedWhileGated, kUnregistered };
+const char* finding_name(FindingKind k);
+
+struct Finding {
+  FindingKind kind;
+  pid_t pid = 0;
+  uint32_t tenant_id = 0;           // 0: the process is not a registered tenant
+  uint32_t gpu = 0;
+  uint64_t measured = 0;            // bytes (over quota, unregistered), SM percent (gated)
+  uint64_t limit = 0;               // bytes allowed (over quota), SM percent threshold (gated)
+};
+
+struct CheckParams {
+  uint64_t memory_slack_bytes = 1ull << 30;
+  uint32_t gated_sm_util_percent = 20;
+};
+
+// The findings of one sample: a tenant whose NVML memory (all GPUs) exceeds its limit plus the
+// slack; a tenant gated the whole round whose SM use exceeds the threshold on a GPU; a process with
+// GPU memory or activity that is no tenant and not in `ignored` (gpuosd itself, MPS servers).
+std::vector<Finding> check_usage(const UsageSample& sample, const std::vector<TenantGrant>& tenants,
+                                 const CheckParams& p, const std::set<pid_t>& ignored);
+
+// Whether pid is an MPS server (its comm is nvidia-cuda-mps-server): it holds its clients'
+// contexts, so NVML lists it; it is no tenant by design.
+bool is_mps_server(pid_t pid);
+
+// NVML memory of each pid over all GPUs (unknown amounts count 0).
+uint64_t measured_bytes(const UsageSample& sample, pid_t pid);
+
+}  // namespace gpuos::daemon
