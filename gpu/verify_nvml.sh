@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # gpuosd's usage check (issue #22, "trust but verify") on a real GPU, with the real NVML: it must
 # catch tenants that bypass libgpuos.so and processes that never registered, and say what it costs.
-#   1. time-shared: a tenant (quota 1 GiB) that allocates 4 GiB through a driver copy of its own
-#      (dlmopen, gpu/tests/bypass_gate.cu); a tenant whose gate an admin closed that keeps the SMs
-#      busy through that copy; a process on the GPU without the interposer;
+#   1. time-shared: a tenant (quota 1 GiB) that allocates 4 GiB through the driver's real entry
+#      points (test/e2e/bypass_probe.cc: libc's dlsym, around libgpuos.so); a tenant whose gate an
+#      admin closed that keeps the SMs busy the same way (gpu/tests/spin_kernel.cu); a process on
+#      the GPU without the interposer;
 #   2. the same bypassing tenant inside a spatial domain (MPS client), if MPS is installed.
 # For each: whether it was caught, and how long after the offence (polling `gpuos ps` / metrics
 # every 50 ms; the check runs every 200 ms here). The check's cost: NVML time per round (metrics).
-# Usage (repo root, build tree at ./build with bin/gpuos-bypass-probe and lib/libbypass_gate.so,
+# Usage (repo root, build tree at ./build with bin/gpuos-bypass-probe and lib/spin.cubin,
 # see scripts/gpu_carry.sh): OUT=/results bash gpu/verify_nvml.sh. Writes $OUT/verify_nvml.json.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
@@ -15,7 +16,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
 BUILD=${GPUOS_BUILD_DIR:-build}
 GPUOS=$PWD/$BUILD/bin/gpuos
 PROBE=$PWD/$BUILD/bin/gpuos-bypass-probe
-LIB=$PWD/$BUILD/lib/libbypass_gate.so
+CUBIN=$PWD/$BUILD/lib/spin.cubin
 W=$(mktemp -d /tmp/gpuos-verify.XXXXXX)
 mkdir -p "$OUT/logs"
 log() { echo "[verify $(date +%T)] $*"; }
@@ -50,6 +51,7 @@ start_probe() {  # args: env-prefix... -- probe args
   "$@" >"$out" 2>"$out.err" &
   local p=$!
   for _ in $(seq 400); do grep -q result "$out" && break; sleep 0.05; done
+  cat "$out" "$out.err" >&2
   echo "$p $(now_ms)"
 }
 
@@ -58,14 +60,14 @@ start_daemon "$OUT/logs/verify-gpuosd.log"
 log "gpuosd $DPID up, metrics port $PORT"
 
 # 1a. over quota through a hidden driver
-read -r P T0 < <(start_probe "$GPUOS" run --socket "$SOCK" --name sly --mem 1GiB -- "$PROBE" --lib "$LIB" --mib 4096 --hold-ms 15000)
+read -r P T0 < <(start_probe "$GPUOS" run --socket "$SOCK" --name sly --mem 1GiB -- "$PROBE" --mib 4096 --hold-ms 15000)
 read -r MS BYTES < <(wait_violation "$P" "$T0")
 log "over quota: caught after $MS ms, NVML saw $BYTES bytes"
 results+=("\"over_quota\": {\"caught\": $([[ $MS -ge 0 ]] && echo true || echo false), \"detect_ms\": $MS, \"verified_mem_bytes\": $BYTES, \"quota_bytes\": 1073741824, \"bypassed_bytes\": 4294967296}")
 kill "$P" 2>/dev/null; wait "$P" 2>/dev/null
 
 # 1b. launching while gated through a hidden driver: the admin closes its gate, it keeps the SMs busy
-read -r P T0 < <(start_probe "$GPUOS" run --socket "$SOCK" --name spin -- "$PROBE" --lib "$LIB" --mib 64 --spin-s 12 --hold-ms 0)
+read -r P T0 < <(start_probe "$GPUOS" run --socket "$SOCK" --name spin -- "$PROBE" --cubin "$CUBIN" --mib 64 --spin-s 12 --hold-ms 0)
 ID=$("$GPUOS" ps --json --socket "$SOCK" | python3 -c "import json,sys; print([t['id'] for t in json.load(sys.stdin)['tenants'] if t['pid']==$P][0])")
 "$GPUOS" gate "$ID" close --socket "$SOCK" >/dev/null
 T0=$(now_ms)
@@ -76,7 +78,7 @@ results+=("\"launched_while_gated\": {\"caught\": $([[ $MS -ge 0 ]] && echo true
 kill "$P" 2>/dev/null; wait "$P" 2>/dev/null
 
 # 1c. a process on the GPU that never registered
-read -r P T0 < <(start_probe env -u LD_PRELOAD "$PROBE" --lib "$LIB" --mib 2048 --hold-ms 15000)
+read -r P T0 < <(start_probe env -u LD_PRELOAD "$PROBE" --mib 2048 --hold-ms 15000)
 MS=-1
 for _ in $(seq 400); do
   if [[ $(metric gpuos_daemon_unregistered_gpu_processes) -ge 1 ]] 2>/dev/null; then MS=$(( $(now_ms) - T0 )); break; fi
@@ -98,7 +100,7 @@ if command -v nvidia-cuda-mps-control >/dev/null; then
   start_space_domain "$GPUOS" "$W" serve "$OUT/logs/verify-mps-gpuosd.log" '[verify]' 'interval_ms = 200'
   SOCK=$GPUOS_SOCKET
   PORT=$(sed -n 's/.*(port \([0-9]*\)).*/\1/p' "$OUT/logs/verify-mps-gpuosd.log" | head -1)
-  read -r P T0 < <(start_probe "$GPUOS" run --socket "$SOCK" --space serve --name sly-mps --mem 1GiB -- "$PROBE" --lib "$LIB" --mib 4096 --hold-ms 15000)
+  read -r P T0 < <(start_probe "$GPUOS" run --socket "$SOCK" --space serve --name sly-mps --mem 1GiB -- "$PROBE" --mib 4096 --hold-ms 15000)
   read -r MS BYTES < <(wait_violation "$P" "$T0")
   log "under MPS, over quota: caught after $MS ms, NVML saw $BYTES bytes"
   "$GPUOS" ps --socket "$SOCK" | tail -3

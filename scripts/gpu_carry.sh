@@ -13,6 +13,6 @@ bench_so=$(ldd build-gpu/bin/gpuos-bench-launch | awk '/libbenchmark/ {print $3}
 [[ -n $bench_so ]] && cp -L "$bench_so" .gpucarry/lib/
 # GPU probes that run as tenants (nvcc: the device machine's is the same toolkit).
 nvcc -O2 -arch=sm_90 -o .gpucarry/bin/kernel_anatomy gpu/tests/kernel_anatomy.cu -lcuda
-# What a bypassing tenant hides from libgpuos.so (dlmopen'd by gpuos-bypass-probe: verify_nvml.sh).
-nvcc -O2 -arch=sm_90 -shared -Xcompiler -fPIC -cudart static -o .gpucarry/lib/libbypass_gate.so gpu/tests/bypass_gate.cu
+# The kernel a bypassing tenant launches around libgpuos.so (gpuos-bypass-probe --cubin: verify_nvml.sh).
+nvcc -O2 -arch=sm_90 -cubin -o .gpucarry/lib/spin.cubin gpu/tests/spin_kernel.cu
 du -sh .gpucarry

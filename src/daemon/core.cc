@@ -490,6 +490,11 @@ void Core::tick(uint64_t now_mono_ns) {
 uint64_t Core::next_tick_ns(uint64_t now_mono_ns) {
   uint64_t next = gate_tick_at_ns_;
   if (space_replan_at_ns_ != 0 && (next == 0 || space_replan_at_ns_ < next)) next = space_replan_at_ns_;
+  // The usage check runs with no tenant too: a process on a GPU that never registered is a finding.
+  if (opts_.verify.sample) {
+    const uint64_t v = std::max<uint64_t>(verify_at_ns_, 1);
+    if (next == 0 || v < next) next = v;
+  }
   return next;
 }
 

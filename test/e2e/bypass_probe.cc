@@ -1,11 +1,10 @@
-// A tenant that bypasses libgpuos.so (issue #22, "trust but verify"): it registers like any tenant
-// (its own cuInit goes through the interposer when LD_PRELOAD is set) and allocates 1 MiB there,
-// then loads bypass_lib with dlmopen(LM_ID_NEWLM), which LD_PRELOAD does not reach, and allocates
-// --mib MiB through that second copy of the driver: far over its quota, unseen by the interposer.
-// With --spin-s it then keeps the SMs busy through that copy (the lib must export
-// gpuos_bypass_spin: gpu/tests/bypass_gate.cu), whatever its gate says. Without LD_PRELOAD it is
-// simply a process on the GPU that is no tenant. Prints one JSON line, then holds its memory for
-// --hold-ms (or until killed).
+// A tenant that goes around libgpuos.so (issue #22, "trust but verify"). It registers like any
+// tenant (its cuInit goes through the interposer when LD_PRELOAD is set) and allocates 1 MiB that
+// way, then takes the C library's own dlsym (dlsym(RTLD_NEXT, "dlsym") from inside the interposer
+// is libc's) and with it the driver's real entry points, which the interposer never sees: it
+// allocates --mib MiB far past its quota, and with --cubin/--spin-s keeps the SMs busy with that
+// cubin's gpuos_spin kernel whatever its gate says. Without LD_PRELOAD it is simply a process on
+// the GPU that is no tenant. Prints one JSON line, then holds its memory for --hold-ms.
 #include <cuda.h>
 #include <dlfcn.h>
 #include <unistd.h>
@@ -14,18 +13,31 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <fstream>
+#include <iterator>
 #include <string>
+
+namespace {
+
+using DlsymFn = void* (*)(void*, const char*);
+
+template <typename F>
+F real(DlsymFn libc_dlsym, void* cuda, const char* name) {
+  return reinterpret_cast<F>(libc_dlsym(cuda, name));
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   unsigned long long mib = 2048;
   long hold_ms = 60000;
-  unsigned spin_s = 0;  // then also keep the SMs busy this long through the hidden driver
-  std::string lib = "libgpuos-bypass.so";
+  unsigned spin_s = 0;
+  std::string cubin;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--mib")) mib = std::strtoull(argv[i + 1], nullptr, 10);
     else if (!std::strcmp(argv[i], "--hold-ms")) hold_ms = std::strtol(argv[i + 1], nullptr, 10);
-    else if (!std::strcmp(argv[i], "--lib")) lib = argv[i + 1];
     else if (!std::strcmp(argv[i], "--spin-s")) spin_s = static_cast<unsigned>(std::strtoul(argv[i + 1], nullptr, 10));
+    else if (!std::strcmp(argv[i], "--cubin")) cubin = argv[i + 1];
   }
   CUdevice dev = 0;
   CUcontext ctx = nullptr;
@@ -36,21 +48,39 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "bypass_probe: the ordinary CUDA path failed\n");
     return 2;
   }
-  void* h = dlmopen(LM_ID_NEWLM, lib.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (h == nullptr) {
-    std::fprintf(stderr, "bypass_probe: dlmopen %s: %s\n", lib.c_str(), dlerror());
+  auto libc_dlsym = reinterpret_cast<DlsymFn>(dlsym(RTLD_NEXT, "dlsym"));
+  void* cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  auto mem_alloc = libc_dlsym && cuda ? real<CUresult (*)(CUdeviceptr*, size_t)>(libc_dlsym, cuda, "cuMemAlloc_v2") : nullptr;
+  if (mem_alloc == nullptr) {
+    std::fprintf(stderr, "bypass_probe: no way around the interposer (%s)\n", dlerror());
     return 3;
   }
-  auto fn = reinterpret_cast<int (*)(unsigned long long)>(dlsym(h, "gpuos_bypass_alloc"));
-  const int r = fn != nullptr ? fn(mib) : -1;
-  std::printf("{\"pid\": %d, \"bypassed_mib\": %llu, \"result\": %d}\n", static_cast<int>(getpid()), r == 0 ? mib : 0ull, r);
+  CUdeviceptr big = 0;
+  const CUresult r = mem_alloc(&big, static_cast<size_t>(mib) << 20);
+  std::printf("{\"pid\": %d, \"bypassed_mib\": %llu, \"result\": %d}\n", static_cast<int>(getpid()),
+              r == CUDA_SUCCESS ? mib : 0ull, static_cast<int>(r));
   std::fflush(stdout);
-  if (r != 0) return 4;
+  if (r != CUDA_SUCCESS) return 4;
   if (spin_s != 0) {
-    auto spin = reinterpret_cast<int (*)(unsigned)>(dlsym(h, "gpuos_bypass_spin"));
-    if (spin == nullptr || spin(spin_s) != 0) {
-      std::fprintf(stderr, "bypass_probe: %s cannot spin\n", lib.c_str());
+    std::ifstream f(cubin, std::ios::binary);
+    const std::string image((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    auto load = real<CUresult (*)(CUmodule*, const void*)>(libc_dlsym, cuda, "cuModuleLoadData");
+    auto get = real<CUresult (*)(CUfunction*, CUmodule, const char*)>(libc_dlsym, cuda, "cuModuleGetFunction");
+    auto launch = real<CUresult (*)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                                    CUstream, void**, void**)>(libc_dlsym, cuda, "cuLaunchKernel");
+    auto sync = real<CUresult (*)()>(libc_dlsym, cuda, "cuCtxSynchronize");
+    CUmodule mod = nullptr;
+    CUfunction fn = nullptr;
+    if (image.empty() || load(&mod, image.data()) != CUDA_SUCCESS || get(&fn, mod, "gpuos_spin") != CUDA_SUCCESS) {
+      std::fprintf(stderr, "bypass_probe: cannot load gpuos_spin from %s\n", cubin.c_str());
       return 5;
+    }
+    int iters = 200000;
+    void* params[] = {&big, &iters};
+    const time_t end = std::time(nullptr) + spin_s;
+    while (std::time(nullptr) < end) {
+      for (int k = 0; k < 20; ++k) launch(fn, 132 * 4, 1, 1, 256, 1, 1, 0, nullptr, params, nullptr);
+      if (sync() != CUDA_SUCCESS) return 6;
     }
   }
   timespec t{hold_ms / 1000, (hold_ms % 1000) * 1000000};

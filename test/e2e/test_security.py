@@ -307,8 +307,7 @@ class Security(unittest.TestCase):
     # --- 4. trust but verify: NVML (the double's stand-in) against the grants ---
 
     def bypass_probe(self, env, mib, *run_args, d=None):
-        cmd = [bin_path("gpuos-bypass-probe"), "--mib", str(mib), "--hold-ms", "60000",
-               "--lib", os.path.join(e2e.BUILD, "lib", "libgpuos-bypass.so")]
+        cmd = [bin_path("gpuos-bypass-probe"), "--mib", str(mib), "--hold-ms", "60000"]
         p = subprocess.Popen(d.run_cmd(list(run_args) + ["--"] + cmd) if d else cmd, env=env,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.procs.append(p)
@@ -319,7 +318,7 @@ class Security(unittest.TestCase):
     def test_the_usage_check_sees_a_tenant_that_bypasses_the_interposer(self):
         d = self.daemon('[verify]\ninterval_ms = 200\n')
         self.assertIn("usage check on", d.log_text())
-        # A tenant with a 64 MiB quota allocates 2 GiB through a driver copy of its own (dlmopen).
+        # A tenant with a 64 MiB quota allocates 2 GiB through the driver's real entry points.
         p = self.bypass_probe(d.env, 2048, "--name", "sly", "--mem", "64MiB", d=d)
         t = wait_for(lambda: (lambda t: t if t and t["violations"] > 0 else None)(d.tenant(p.pid)),
                      timeout=60, what="the usage check to find the tenant over its quota")
