@@ -182,6 +182,16 @@ TEST(Priority, ASignalledBestEffortGetsAGraceToActOnIt) {
   d = decide_priority(t, params(), &st, 1010 * kMs);
   EXPECT_EQ(gates_of(d)[2], C);
   EXPECT_EQ(d.next_tick_ns, 0u);
+  // A tenant that keeps saying "signalled" (the word is its own) gets one grace per 20 graces
+  // (20 s here), not graces end to end beside the guaranteed tenant.
+  t[1] = B(2, 100, false, true);
+  t[1].signalled = true;
+  d = decide_priority(t, params(), &st, 1020 * kMs);
+  EXPECT_EQ(gates_of(d)[2], C);
+  d = decide_priority(t, params(), &st, 19000 * kMs);
+  EXPECT_EQ(gates_of(d)[2], C);
+  d = decide_priority(t, params(), &st, 20020 * kMs);
+  EXPECT_EQ(gates_of(d)[2], O) << "the cooldown is over";
   // Off (0), or pinned by an admin: no grace.
   PriorityState st2;
   t[1] = B(2, 100, false, true);

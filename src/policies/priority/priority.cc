@@ -110,12 +110,20 @@ PriorityDecision decide_priority(const std::vector<PriorityTenant>& tenants, con
     return std::any_of(tenants.begin(), tenants.end(), [id](const PriorityTenant& t) { return t.id == id; });
   };
   // Signalled BE: a reprieve from the gate. The next decision after it ends closes the gate again.
+  // At most one per cooldown (10 s, or 20 graces if longer): a program acting on Ctrl-C or SIGTERM
+  // needs one; a tenant that keeps writing `signalled` gets no more than that.
+  const uint64_t grace_ns = static_cast<uint64_t>(params.signal_grace_ms) * 1000000ull;
+  const uint64_t cooldown_ns = std::max<uint64_t>(10'000'000'000ull, 20 * grace_ns);
   for (const PriorityTenant& t : tenants) {
     if (!is_guaranteed(t) && !t.pinned && t.signalled && t.waiting && params.signal_grace_ms != 0 &&
         st->reprieve_until_ns.count(t.id) == 0) {
-      st->reprieve_until_ns[t.id] = now + static_cast<uint64_t>(params.signal_grace_ms) * 1000000ull;
+      auto last = st->reprieve_granted_ns.find(t.id);
+      if (last != st->reprieve_granted_ns.end() && now < last->second + cooldown_ns) continue;
+      st->reprieve_until_ns[t.id] = now + grace_ns;
+      st->reprieve_granted_ns[t.id] = now;
     }
   }
+  std::erase_if(st->reprieve_granted_ns, [&](const auto& e) { return !live(e.first); });
   for (auto it = st->reprieve_until_ns.begin(); it != st->reprieve_until_ns.end();) {
     if (!live(it->first) || now >= it->second) {
       it = st->reprieve_until_ns.erase(it);

@@ -81,6 +81,9 @@ struct PriorityState {
   bool guaranteed_active = false;   // as of the last decision
   std::map<uint32_t, uint64_t> granted_ns;  // BE id -> total time it held a slice
   std::map<uint32_t, uint64_t> reprieve_until_ns;  // BE id -> its gate is open until then (a signal)
+  // BE id -> when its last reprieve began. `signalled` is the tenant's own word: one that keeps it
+  // set must not run beside a guaranteed tenant on reprieves end to end (kReprieveCooldown).
+  std::map<uint32_t, uint64_t> reprieve_granted_ns;
 };
 
 using GateDecision = slots::GateAction;
