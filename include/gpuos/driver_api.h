@@ -570,9 +570,20 @@
                                    CUDA_GRAPH_INSTANTIATE_PARAMS * params), (exec, graph, params)) \
   X(cuGraphInstantiateWithParams_ptsz, (CUgraphExec * exec, CUgraph graph,                         \
                                         CUDA_GRAPH_INSTANTIATE_PARAMS * params), (exec, graph, params)) \
+  /* the pre-12.0 signatures, still exported and handed out by cuGetProcAddress ("cuGraphInstantiate": \
+     _v2 at every version from 11.0 on, 13.0 included; "cuGraphExecUpdate": below 12.0) */        \
+  X(cuGraphInstantiate,                                                                            \
+    (CUgraphExec * exec, CUgraph graph, CUgraphNode * errNode, char* log, size_t logSize),         \
+    (exec, graph, errNode, log, logSize))                                                          \
+  X(cuGraphInstantiate_v2,                                                                         \
+    (CUgraphExec * exec, CUgraph graph, CUgraphNode * errNode, char* log, size_t logSize),         \
+    (exec, graph, errNode, log, logSize))                                                          \
   X(cuGraphExecDestroy, (CUgraphExec exec), (exec))                                                \
   X(cuGraphExecUpdate_v2, (CUgraphExec exec, CUgraph graph, CUgraphExecUpdateResultInfo * info),   \
     (exec, graph, info))                                                                           \
+  X(cuGraphExecUpdate,                                                                             \
+    (CUgraphExec exec, CUgraph graph, CUgraphNode * errNode, CUgraphExecUpdateResult * result),    \
+    (exec, graph, errNode, result))                                                                \
   X(cuGraphExecKernelNodeSetParams_v2, (CUgraphExec exec, CUgraphNode node,                        \
                                         const CUDA_KERNEL_NODE_PARAMS* p), (exec, node, p))        \
   X(cuGraphExecNodeSetParams, (CUgraphExec exec, CUgraphNode node, CUgraphNodeParams * p),         \

@@ -4,7 +4,13 @@
 // the tenant's own reports (usage_verifier.h). The few NVML types and entry points it needs are
 // declared here from NVIDIA's public NVML reference (no NVML header is needed to build); the real
 // library and the driver double's stand-in (src/driver_double/nvml.cc) export the same names.
-// GPUOS_NVML_FUNCS is the single list: X(name, parameter declarations).
+// GPUOS_NVML_FUNCS is the single list: X(return type, name, parameter declarations).
+//
+// Semantics callers rely on (as documented by NVIDIA): the process queries take an in/out count and
+// answer NVML_ERROR_INSUFFICIENT_SIZE, with the count needed, when the array is too small (a null
+// array with count 0 asks for the count); usedGpuMemory may be GPUOS_NVML_VALUE_NOT_AVAILABLE;
+// nvmlDeviceGetProcessUtilization returns the samples newer than last_seen_us (CPU time in
+// microseconds, normally the newest timeStamp seen before) and NVML_ERROR_NOT_FOUND when none is.
 #pragma once
 
 #include <cstddef>
@@ -21,6 +27,9 @@ enum : int {
   NVML_ERROR_NO_PERMISSION = 4,
   NVML_ERROR_NOT_FOUND = 6,
   NVML_ERROR_INSUFFICIENT_SIZE = 7,
+  NVML_ERROR_DRIVER_NOT_LOADED = 9,
+  NVML_ERROR_FUNCTION_NOT_FOUND = 13,
+  NVML_ERROR_GPU_IS_LOST = 15,
   NVML_ERROR_UNKNOWN = 999,
 };
 typedef struct nvmlDevice_st* nvmlDevice_t;
@@ -48,23 +57,28 @@ typedef struct nvmlProcessUtilizationSample_st {
 
 }  // extern "C"
 
-#define GPUOS_NVML_FUNCS(X)                                                                         \
-  X(nvmlInit_v2, (void))                                                                           \
-  X(nvmlShutdown, (void))                                                                          \
-  X(nvmlDeviceGetCount_v2, (unsigned int* count))                                                  \
-  X(nvmlDeviceGetHandleByIndex_v2, (unsigned int index, nvmlDevice_t* device))                     \
-  X(nvmlDeviceGetUUID, (nvmlDevice_t device, char* uuid, unsigned int length))                     \
-  X(nvmlDeviceGetComputeRunningProcesses_v3,                                                       \
+// The layouts NVML's ABI fixes (x86-64 and aarch64): a mismatch would misread every entry.
+static_assert(sizeof(nvmlProcessInfo_t) == 24, "nvmlProcessInfo_t (v2/v3) is 24 bytes");
+static_assert(sizeof(nvmlProcessUtilizationSample_t) == 32, "nvmlProcessUtilizationSample_t is 32 bytes");
+
+#define GPUOS_NVML_FUNCS(X)                                                                        \
+  X(nvmlReturn_t, nvmlInit_v2, (void))                                                             \
+  X(nvmlReturn_t, nvmlShutdown, (void))                                                            \
+  X(const char*, nvmlErrorString, (nvmlReturn_t result))                                           \
+  X(nvmlReturn_t, nvmlDeviceGetCount_v2, (unsigned int* count))                                    \
+  X(nvmlReturn_t, nvmlDeviceGetHandleByIndex_v2, (unsigned int index, nvmlDevice_t* device))       \
+  X(nvmlReturn_t, nvmlDeviceGetUUID, (nvmlDevice_t device, char* uuid, unsigned int length))       \
+  X(nvmlReturn_t, nvmlDeviceGetComputeRunningProcesses_v3,                                         \
     (nvmlDevice_t device, unsigned int* count, nvmlProcessInfo_t* infos))                          \
-  X(nvmlDeviceGetMPSComputeRunningProcesses_v3,                                                    \
+  X(nvmlReturn_t, nvmlDeviceGetMPSComputeRunningProcesses_v3,                                      \
     (nvmlDevice_t device, unsigned int* count, nvmlProcessInfo_t* infos))                          \
-  X(nvmlDeviceGetProcessUtilization,                                                               \
+  X(nvmlReturn_t, nvmlDeviceGetProcessUtilization,                                                 \
     (nvmlDevice_t device, nvmlProcessUtilizationSample_t* samples, unsigned int* count,            \
      unsigned long long last_seen_us))                                                             \
-  X(nvmlSystemGetDriverVersion, (char* version, unsigned int length))
+  X(nvmlReturn_t, nvmlSystemGetDriverVersion, (char* version, unsigned int length))
 
 struct GpuosNvmlTable {
-#define GPUOS_NVML_MEMBER(name, params) nvmlReturn_t (*name) params;
+#define GPUOS_NVML_MEMBER(ret, name, params) ret (*name) params;
   GPUOS_NVML_FUNCS(GPUOS_NVML_MEMBER)
 #undef GPUOS_NVML_MEMBER
   void* handle;  // dlopen handle of the library the table was resolved from
@@ -73,8 +87,12 @@ struct GpuosNvmlTable {
 namespace gpuos {
 
 // Loads `library` (null: $GPUOS_NVML_LIBRARY, else "libnvidia-ml.so.1") and fills *table; entry
-// points the library lacks are null. False, with a reason, when it cannot be loaded or has no
-// nvmlInit_v2.
+// points the library lacks are null (callers check). False, with a reason, when it cannot be loaded
+// or has no nvmlInit_v2 (then the table is zeroed). dlopen RTLD_LOCAL: NVML's symbols never
+// interfere with anything else in the process. Call nvmlInit_v2 through the table afterwards.
 bool load_nvml(GpuosNvmlTable* table, const char* library, char* err, std::size_t err_len);
+
+// "NVML_ERROR_NOT_FOUND"-style name of a return code, without calling the library.
+const char* nvml_return_name(nvmlReturn_t r);
 
 }  // namespace gpuos

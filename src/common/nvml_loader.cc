@@ -20,7 +20,8 @@ bool load_nvml(GpuosNvmlTable* table, const char* library, char* err, std::size_
     std::snprintf(err, err_len, "cannot load NVML %s: %s", library, why ? why : "unknown");
     return false;
   }
-#define GPUOS_NVML_RESOLVE(name, params) table->name = reinterpret_cast<decltype(table->name)>(dlsym(handle, #name));
+#define GPUOS_NVML_RESOLVE(ret, name, params) \
+  table->name = reinterpret_cast<decltype(table->name)>(dlsym(handle, #name));
   GPUOS_NVML_FUNCS(GPUOS_NVML_RESOLVE)
 #undef GPUOS_NVML_RESOLVE
   if (table->nvmlInit_v2 == nullptr) {
@@ -31,6 +32,23 @@ bool load_nvml(GpuosNvmlTable* table, const char* library, char* err, std::size_
   }
   table->handle = handle;
   return true;
+}
+
+const char* nvml_return_name(nvmlReturn_t r) {
+  switch (r) {
+    case NVML_SUCCESS: return "NVML_SUCCESS";
+    case NVML_ERROR_UNINITIALIZED: return "NVML_ERROR_UNINITIALIZED";
+    case NVML_ERROR_INVALID_ARGUMENT: return "NVML_ERROR_INVALID_ARGUMENT";
+    case NVML_ERROR_NOT_SUPPORTED: return "NVML_ERROR_NOT_SUPPORTED";
+    case NVML_ERROR_NO_PERMISSION: return "NVML_ERROR_NO_PERMISSION";
+    case NVML_ERROR_NOT_FOUND: return "NVML_ERROR_NOT_FOUND";
+    case NVML_ERROR_INSUFFICIENT_SIZE: return "NVML_ERROR_INSUFFICIENT_SIZE";
+    case NVML_ERROR_DRIVER_NOT_LOADED: return "NVML_ERROR_DRIVER_NOT_LOADED";
+    case NVML_ERROR_FUNCTION_NOT_FOUND: return "NVML_ERROR_FUNCTION_NOT_FOUND";
+    case NVML_ERROR_GPU_IS_LOST: return "NVML_ERROR_GPU_IS_LOST";
+    case NVML_ERROR_UNKNOWN: return "NVML_ERROR_UNKNOWN";
+    default: return "NVML_ERROR_OTHER";
+  }
 }
 
 }  // namespace gpuos

@@ -5,8 +5,10 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include "daemon/id_ledger.h"
 
@@ -50,25 +52,38 @@ bool SystemEnforcer::freeze(pid_t pid, uid_t uid, unsigned long long start, cons
     return false;
   }
   const std::string dir = cgroup_ + cg;
-  std::ifstream procs(dir + "/cgroup.procs");
-  if (!procs) {
-    *why = "cannot read " + dir + "/cgroup.procs";
+  // Everything in that cgroup and the cgroups below it would stop: only the offender's own
+  // processes may be there.
+  std::vector<std::string> lists{dir + "/cgroup.procs"};
+  std::error_code ec;
+  for (auto it = std::filesystem::recursive_directory_iterator(dir, ec);
+       !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+    if (it->is_directory(ec) && !it->is_symlink(ec)) lists.push_back(it->path().string() + "/cgroup.procs");
+  }
+  if (ec) {
+    *why = "cannot walk " + dir + ": " + ec.message();
     return false;
   }
-  // Everything in that cgroup would stop: only the offender's own processes may be there.
-  for (long other; procs >> other;) {
-    const auto p = static_cast<pid_t>(other);
-    if (p == getpid()) {
-      *why = "its cgroup " + cg + " also holds gpuosd";
+  for (const std::string& list : lists) {
+    std::ifstream procs(list);
+    if (!procs) {
+      *why = "cannot read " + list;
       return false;
     }
-    if (others.count(p) != 0) {
-      *why = "its cgroup " + cg + " also holds tenant pid " + std::to_string(p);
-      return false;
-    }
-    if (uid_of(proc_, p) != static_cast<long>(uid)) {
-      *why = "its cgroup " + cg + " also holds pid " + std::to_string(p) + " of another user";
-      return false;
+    for (long other; procs >> other;) {
+      const auto p = static_cast<pid_t>(other);
+      if (p == getpid()) {
+        *why = "its cgroup " + cg + " also holds gpuosd";
+        return false;
+      }
+      if (others.count(p) != 0) {
+        *why = "its cgroup " + cg + " also holds tenant pid " + std::to_string(p);
+        return false;
+      }
+      if (uid_of(proc_, p) != static_cast<long>(uid)) {
+        *why = "its cgroup " + cg + " also holds pid " + std::to_string(p) + " of another user";
+        return false;
+      }
     }
   }
   std::ofstream freeze(dir + "/cgroup.freeze");
@@ -79,6 +94,23 @@ bool SystemEnforcer::freeze(pid_t pid, uid_t uid, unsigned long long start, cons
     return false;
   }
   *why = "froze cgroup " + cg + " (thaw: echo 0 > " + dir + "/cgroup.freeze)";
+  return true;
+}
+
+bool SystemEnforcer::thaw(pid_t pid, std::string* why) {
+  const std::string cg = cgroup_of(proc_, pid);
+  if (cg.empty() || cg == "/") {
+    *why = "it has no cgroup v2 of its own";
+    return false;
+  }
+  std::ofstream thaw(cgroup_ + cg + "/cgroup.freeze");
+  thaw << "0\n";
+  thaw.flush();
+  if (!thaw) {
+    *why = "cannot write " + cgroup_ + cg + "/cgroup.freeze";
+    return false;
+  }
+  *why = "thawed cgroup " + cg;
   return true;
 }
 

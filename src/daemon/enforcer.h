@@ -30,6 +30,9 @@ class SystemEnforcer final : public Enforcer {
   bool freeze(pid_t pid, uid_t uid, unsigned long long start_time, const std::set<pid_t>& others,
               std::string* why) override;
   bool kill(pid_t pid, unsigned long long start_time, std::string* why) override;
+  // Thaws the cgroup v2 of `pid` (what an admin does once the case is settled; freezing is never
+  // undone by gpuosd on its own). False, with why, when it has no cgroup or the write fails.
+  bool thaw(pid_t pid, std::string* why);
   // The process's start time (field 22 of /proc/<pid>/stat); 0 when it is gone.
   unsigned long long start_time(pid_t pid) const;
 

@@ -1,9 +1,11 @@
 #include "daemon/usage_verifier.h"
 
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
-#include <fstream>
+#include <cstring>
 #include <map>
 
 namespace gpuos::daemon {
@@ -28,10 +30,12 @@ const char* finding_name(FindingKind k) {
 }
 
 NvmlReader::NvmlReader(const GpuosNvmlTable& table, const std::vector<GpuInfo>& gpus) : t_(table) {
-  if (t_.nvmlInit_v2 == nullptr || t_.nvmlInit_v2() != NVML_SUCCESS) {
-    why_not_ = "nvmlInit_v2 failed";
+  const nvmlReturn_t r = t_.nvmlInit_v2 != nullptr ? t_.nvmlInit_v2() : NVML_ERROR_FUNCTION_NOT_FOUND;
+  if (r != NVML_SUCCESS) {
+    why_not_ = std::string("nvmlInit_v2: ") + nvml_return_name(r);
     return;
   }
+  initialized_ = true;
   unsigned count = 0;
   if (t_.nvmlDeviceGetCount_v2 == nullptr || t_.nvmlDeviceGetHandleByIndex_v2 == nullptr ||
       t_.nvmlDeviceGetUUID == nullptr || t_.nvmlDeviceGetComputeRunningProcesses_v3 == nullptr ||
@@ -53,70 +57,96 @@ NvmlReader::NvmlReader(const GpuosNvmlTable& table, const std::vector<GpuInfo>& 
   if (devices_.empty()) why_not_ = "no NVML device matches gpuosd's GPUs by UUID";
 }
 
+NvmlReader::~NvmlReader() {
+  if (initialized_ && t_.nvmlShutdown != nullptr) t_.nvmlShutdown();
+}
+
 UsageSample NvmlReader::read() {
   UsageSample s;
   const uint64_t t0 = mono_ns();
   s.ok = true;
   unsigned long long newest = last_seen_us_;
-  std::vector<nvmlProcessInfo_t> infos(64);
-  std::vector<nvmlProcessUtilizationSample_t> util(64);
+  // Times one call into NVML for the per-call figures.
+  auto timed = [&s](const char* name, uint32_t gpu, auto&& call) {
+    const uint64_t c0 = mono_ns();
+    const nvmlReturn_t r = call();
+    s.calls.push_back(NvmlCall{name, gpu, r, mono_ns() - c0});
+    return r;
+  };
   for (const auto& [gpu, dev] : devices_) {
     std::map<pid_t, ObservedProcess> seen;
     // Ordinary and MPS clients: the array grows until it holds every process (the count says how
     // many there are when it was too small).
-    for (auto query : {t_.nvmlDeviceGetComputeRunningProcesses_v3, t_.nvmlDeviceGetMPSComputeRunningProcesses_v3}) {
+    const std::pair<const char*, decltype(t_.nvmlDeviceGetComputeRunningProcesses_v3)> queries[] = {
+        {"nvmlDeviceGetComputeRunningProcesses_v3", t_.nvmlDeviceGetComputeRunningProcesses_v3},
+        {"nvmlDeviceGetMPSComputeRunningProcesses_v3", t_.nvmlDeviceGetMPSComputeRunningProcesses_v3}};
+    for (const auto& [name, query] : queries) {
       if (query == nullptr) continue;
-      nvmlReturn_t r;
-      unsigned n;
+      nvmlReturn_t r = NVML_SUCCESS;
+      unsigned n = 0;
       for (int attempt = 0; attempt < 4; ++attempt) {
-        n = static_cast<unsigned>(infos.size());
-        r = query(dev, &n, infos.data());
+        n = static_cast<unsigned>(infos_.size());
+        r = timed(name, gpu, [&] { return query(dev, &n, infos_.data()); });
         if (r != NVML_ERROR_INSUFFICIENT_SIZE) break;
-        infos.resize(std::max<std::size_t>(n + 16, infos.size() * 2));
+        infos_.resize(std::max<std::size_t>(n + 16, infos_.size() * 2));
       }
+      // No MPS on this GPU or driver: nothing to list, not a failure.
+      if (r == NVML_ERROR_NOT_SUPPORTED && query == t_.nvmlDeviceGetMPSComputeRunningProcesses_v3) continue;
       if (r != NVML_SUCCESS) {
         s.ok = false;
         continue;
       }
-      for (unsigned i = 0; i < n && i < infos.size(); ++i) {
-        ObservedProcess& p = seen[static_cast<pid_t>(infos[i].pid)];
-        p.pid = static_cast<pid_t>(infos[i].pid);
+      for (unsigned i = 0; i < n && i < infos_.size(); ++i) {
+        ObservedProcess& p = seen[static_cast<pid_t>(infos_[i].pid)];
+        p.pid = static_cast<pid_t>(infos_[i].pid);
         p.gpu = gpu;
-        if (infos[i].usedGpuMemory != GPUOS_NVML_VALUE_NOT_AVAILABLE) {
+        p.listed = true;
+        if (infos_[i].usedGpuMemory != GPUOS_NVML_VALUE_NOT_AVAILABLE) {
           p.mem_known = true;
-          p.mem_bytes = std::max<uint64_t>(p.mem_bytes, infos[i].usedGpuMemory);
+          p.mem_bytes = std::max<uint64_t>(p.mem_bytes, infos_[i].usedGpuMemory);
         }
       }
     }
     if (t_.nvmlDeviceGetProcessUtilization != nullptr) {
-      unsigned n = static_cast<unsigned>(util.size());
-      nvmlReturn_t r = t_.nvmlDeviceGetProcessUtilization(dev, util.data(), &n, last_seen_us_);
-      if (r == NVML_ERROR_INSUFFICIENT_SIZE) {
-        util.resize(n + 16);
-        n = static_cast<unsigned>(util.size());
-        r = t_.nvmlDeviceGetProcessUtilization(dev, util.data(), &n, last_seen_us_);
+      nvmlReturn_t r = NVML_SUCCESS;
+      unsigned n = 0;
+      for (int attempt = 0; attempt < 4; ++attempt) {
+        n = static_cast<unsigned>(util_.size());
+        r = timed("nvmlDeviceGetProcessUtilization", gpu,
+                  [&] { return t_.nvmlDeviceGetProcessUtilization(dev, util_.data(), &n, last_seen_us_); });
+        if (r != NVML_ERROR_INSUFFICIENT_SIZE) break;
+        util_.resize(std::max<std::size_t>(n + 16, util_.size() * 2));
       }
       if (r == NVML_SUCCESS) {
-        for (unsigned i = 0; i < n && i < util.size(); ++i) {
-          ObservedProcess& p = seen[static_cast<pid_t>(util[i].pid)];
-          p.pid = static_cast<pid_t>(util[i].pid);
+        for (unsigned i = 0; i < n && i < util_.size(); ++i) {
+          ObservedProcess& p = seen[static_cast<pid_t>(util_[i].pid)];
+          p.pid = static_cast<pid_t>(util_[i].pid);
           p.gpu = gpu;
-          p.sm_util = std::max<int32_t>(p.sm_util, static_cast<int32_t>(std::min(util[i].smUtil, 100u)));
-          newest = std::max(newest, util[i].timeStamp);
+          p.sm_util = std::max<int32_t>(p.sm_util, static_cast<int32_t>(std::min(util_[i].smUtil, 100u)));
+          newest = std::max(newest, util_[i].timeStamp);
         }
-      }  // NOT_FOUND: no sample since the last round (nothing ran)
+      }  // NOT_FOUND: no sample since the last round (nothing ran); others: no figure this round
     }
-    for (auto& [pid, p] : seen) s.processes.push_back(p);
+    for (auto& [pid, p] : seen) {
+      p.mps_server = p.listed && is_mps_server(pid);
+      s.processes.push_back(p);
+    }
   }
   last_seen_us_ = newest;
   s.cost_ns = mono_ns() - t0;
   return s;
 }
 
-bool is_mps_server(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/comm");
-  std::string comm;
-  return std::getline(in, comm) && comm == "nvidia-cuda-mps-server";
+bool is_mps_server(pid_t pid, const std::string& proc_root, uid_t trusted_uid) {
+  const std::string exe = proc_root + "/" + std::to_string(pid) + "/exe";
+  char path[4096];
+  const ssize_t n = readlink(exe.c_str(), path, sizeof(path) - 1);
+  if (n <= 0) return false;
+  path[n] = '\0';
+  const char* slash = std::strrchr(path, '/');
+  if (std::strcmp(slash != nullptr ? slash + 1 : path, "nvidia-cuda-mps-server") != 0) return false;
+  struct stat st {};
+  return stat(exe.c_str(), &st) == 0 && st.st_uid == trusted_uid && (st.st_mode & (S_IWGRP | S_IWOTH)) == 0;
 }
 
 uint64_t measured_bytes(const UsageSample& sample, pid_t pid) {
@@ -142,10 +172,11 @@ std::vector<Finding> check_usage(const UsageSample& sample, const std::vector<Te
   for (const ObservedProcess& o : sample.processes) {
     auto it = by_pid.find(o.pid);
     if (it == by_pid.end()) {
-      if (ignored.count(o.pid) != 0 || !unregistered_reported.insert(o.pid).second) continue;
-      if ((o.mem_known && o.mem_bytes > 0) || o.sm_util > 0 || !o.mem_known) {
-        out.push_back(Finding{FindingKind::kUnregistered, o.pid, 0, o.gpu, measured_bytes(sample, o.pid), 0});
-      }
+      // Memory, activity, or a context NVML cannot size (MPS clients, no permission). A process
+      // only in utilization samples at 0% is no evidence (it may have just exited). One finding per pid.
+      const bool uses = (o.mem_known && o.mem_bytes > 0) || o.sm_util > 0 || (o.listed && !o.mem_known);
+      if (!uses || o.mps_server || ignored.count(o.pid) != 0 || !unregistered_reported.insert(o.pid).second) continue;
+      out.push_back(Finding{FindingKind::kUnregistered, o.pid, 0, o.gpu, measured_bytes(sample, o.pid), 0});
       continue;
     }
     const TenantGrant& t = *it->second;

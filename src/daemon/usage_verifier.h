@@ -27,12 +27,26 @@ struct ObservedProcess {
   bool mem_known = false;           // NVML said how much (not GPUOS_NVML_VALUE_NOT_AVAILABLE)
   uint64_t mem_bytes = 0;
   int32_t sm_util = -1;             // highest SM use (percent) over the round; -1 = no sample
+  bool listed = false;              // in a process list (else only in utilization samples)
+  // An MPS server (is_mps_server): no tenant by design. On the H200 (driver 580) NVML lists each
+  // MPS client with its own bytes but puts all their SM use on the server's pid: its sm_util is its
+  // clients' together, and theirs is never sampled.
+  bool mps_server = false;
+};
+
+// One NVML call of a sample and what it cost (gpuos-nvml-probe prints them).
+struct NvmlCall {
+  const char* name;
+  uint32_t gpu;
+  nvmlReturn_t result;
+  uint64_t ns;
 };
 
 struct UsageSample {
   bool ok = false;                  // NVML answered for every GPU it was asked about
   uint64_t cost_ns = 0;             // time spent in NVML for this sample
-  std::vector<ObservedProcess> processes;
+  std::vector<ObservedProcess> processes;  // one per (pid, GPU)
+  std::vector<NvmlCall> calls;      // in call order; their ns add up to cost_ns at most
 };
 
 // Reads NVML through its table (the real library, the double's stand-in or a test's fakes).
@@ -40,6 +54,9 @@ class NvmlReader {
  public:
   // gpus: gpuosd's GPUs; each is matched to an NVML device by UUID (index order differs).
   NvmlReader(const GpuosNvmlTable& table, const std::vector<GpuInfo>& gpus);
+  ~NvmlReader();  // nvmlShutdown, if nvmlInit_v2 succeeded (NVML counts them)
+  NvmlReader(const NvmlReader&) = delete;
+  NvmlReader& operator=(const NvmlReader&) = delete;
   // Whether nvmlInit_v2 succeeded and at least one GPU was matched; else why not.
   bool available() const { return !devices_.empty(); }
   const std::string& why_not() const { return why_not_; }
@@ -48,8 +65,11 @@ class NvmlReader {
  private:
   GpuosNvmlTable t_;
   std::vector<std::pair<uint32_t, nvmlDevice_t>> devices_;  // gpuosd GPU index, NVML handle
+  std::vector<nvmlProcessInfo_t> infos_ = std::vector<nvmlProcessInfo_t>(64);  // grown, kept
+  std::vector<nvmlProcessUtilizationSample_t> util_ = std::vector<nvmlProcessUtilizationSample_t>(64);
   unsigned long long last_seen_us_ = 0;                     // newest utilization sample seen
   std::string why_not_;
+  bool initialized_ = false;
 };
 
 // What gpuosd knows of a live tenant for the check (never the tenant's own words).
@@ -79,13 +99,16 @@ struct CheckParams {
 
 // The findings of one sample: a tenant whose NVML memory (all GPUs) exceeds its limit plus the
 // slack; a tenant gated the whole round whose SM use exceeds the threshold on a GPU; a process with
-// GPU memory or activity that is no tenant and not in `ignored` (gpuosd itself, MPS servers).
+// GPU memory or activity that is no tenant, no MPS server and not in `ignored` (gpuosd itself).
 std::vector<Finding> check_usage(const UsageSample& sample, const std::vector<TenantGrant>& tenants,
                                  const CheckParams& p, const std::set<pid_t>& ignored);
 
-// Whether pid is an MPS server (its comm is nvidia-cuda-mps-server): it holds its clients'
-// contexts, so NVML lists it; it is no tenant by design.
-bool is_mps_server(pid_t pid);
+// Whether pid is an MPS server: it holds its clients' contexts, so NVML lists it (66 MiB on the
+// H200, beside each client with its own bytes); it is no tenant by design. Decided by the binary it
+// runs: /proc/<pid>/exe named nvidia-cuda-mps-server, owned by `trusted_uid` (root) and writable by
+// nobody else. Not by its comm, which the kernel cuts to 15 characters ("nvidia-cuda-mps", as the
+// control daemon's), nor by argv[0]: any process can rename itself, none can make a root-owned file.
+bool is_mps_server(pid_t pid, const std::string& proc_root = "/proc", uid_t trusted_uid = 0);
 
 // NVML memory of each pid over all GPUs (unknown amounts count 0).
 uint64_t measured_bytes(const UsageSample& sample, pid_t pid);

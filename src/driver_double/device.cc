@@ -193,8 +193,14 @@ CUresult do_init() {
   const int32_t me = getpid();
   for (int i = 0; i < kPidSlots; ++i) {
     if (g_seg->slots[i].pid.load() == 0) {
-      g_seg->slots[i].pid.store(me);
+      // The NVML stand-in reads slots without the lock: fill the slot before naming its pid.
       for (auto& u : g_seg->slots[i].used) u.store(0);
+      for (auto& b : g_seg->slots[i].busy_ns) b.store(0);
+      timespec now{};
+      clock_gettime(CLOCK_REALTIME, &now);  // NVML's timestamps are CPU time in microseconds
+      g_seg->slots[i].since_us.store(static_cast<uint64_t>(now.tv_sec) * 1000000u +
+                                     static_cast<uint64_t>(now.tv_nsec) / 1000u);
+      g_seg->slots[i].pid.store(me);
       g_slot = i;
       break;
     }

@@ -391,8 +391,10 @@ DD_PTSZ_PAIR(cuGraphInstantiateWithParams,
              (CUgraphExec * exec, CUgraph graph, CUDA_GRAPH_INSTANTIATE_PARAMS* p), exec, graph, p)
 DD_PTSZ_PAIR(cuGraphUpload, (CUgraphExec exec, CUstream h), exec, h)
 
-// The pre-12.0 signature (error node and log buffer); "cuGraphInstantiate" resolves to
-// cuGraphInstantiateWithFlags from CUDA 12.0 on, as in the real driver.
+// The pre-12.0 signature (error node and log buffer). cuGetProcAddress hands out
+// cuGraphInstantiate_v2 for "cuGraphInstantiate" at every version from 11.0 on, 12.0 and 13.0
+// included (measured on the H200, driver 580.159.04), although cuda.h maps the name to
+// cuGraphInstantiateWithFlags from CUDA 12.0 on.
 DD_API cuGraphInstantiate(CUgraphExec* exec, CUgraph graph, CUgraphNode* errNode, char* log,
                           size_t logSize) {
   return guard([&] {
@@ -630,34 +632,54 @@ DD_API cuGraphChildGraphNodeGetGraph(CUgraphNode node, CUgraph* out) {
 // graphs flattened): their parameters, and their graph memory, which is mapped anew at the next
 // launch (on the H200 an update from a 32 MiB to a 512 MiB allocation succeeds, and the launch
 // then takes 512 MiB). What the exec mapped before stays in the pool.
+namespace {
+CUresult exec_update(CUgraphExec exec, CUgraph graph, CUgraphExecUpdateResultInfo* info) {
+  *info = CUgraphExecUpdateResultInfo{};
+  info->result = CU_GRAPH_EXEC_UPDATE_ERROR;
+  auto* x = reinterpret_cast<GraphExec*>(exec);
+  auto* g = reinterpret_cast<Graph*>(graph);
+  if (!execs().has(x) || !graphs().has(g)) return CUDA_ERROR_INVALID_VALUE;
+  std::vector<GraphNode> nodes;
+  uint64_t need[kMaxDevices] = {};
+  flatten(g, false, &nodes, need);
+  if (nodes.size() != x->nodes.size()) {
+    info->result = CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED;
+    return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
+  }
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (nodes[i].type != x->nodes[i].type) {
+      info->result = CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED;
+      return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
+    }
+  }
+  const bool auto_free = x->mem->auto_free;
+  graph_exec_mem_destroy(x->mem);
+  x->mem = graph_exec_mem_new(nodes, need);
+  x->mem->auto_free = auto_free;
+  x->nodes = std::move(nodes);
+  info->result = CU_GRAPH_EXEC_UPDATE_SUCCESS;
+  return CUDA_SUCCESS;
+}
+}  // namespace
+
 DD_API cuGraphExecUpdate_v2(CUgraphExec exec, CUgraph graph, CUgraphExecUpdateResultInfo* info) {
   return guard([&] {
     if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
-    auto* x = reinterpret_cast<GraphExec*>(exec);
-    auto* g = reinterpret_cast<Graph*>(graph);
     if (info == nullptr) return CUDA_ERROR_INVALID_VALUE;
-    *info = CUgraphExecUpdateResultInfo{};
-    info->result = CU_GRAPH_EXEC_UPDATE_ERROR;
-    if (!execs().has(x) || !graphs().has(g)) return CUDA_ERROR_INVALID_VALUE;
-    std::vector<GraphNode> nodes;
-    uint64_t need[kMaxDevices] = {};
-    flatten(g, false, &nodes, need);
-    if (nodes.size() != x->nodes.size()) {
-      info->result = CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED;
-      return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
-    }
-    for (size_t i = 0; i < nodes.size(); ++i) {
-      if (nodes[i].type != x->nodes[i].type) {
-        info->result = CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED;
-        return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
-      }
-    }
-    const bool auto_free = x->mem->auto_free;
-    graph_exec_mem_destroy(x->mem);
-    x->mem = graph_exec_mem_new(nodes, need);
-    x->mem->auto_free = auto_free;
-    x->nodes = std::move(nodes);
-    info->result = CU_GRAPH_EXEC_UPDATE_SUCCESS;
-    return CUDA_SUCCESS;
+    return exec_update(exec, graph, info);
+  });
+}
+
+// The pre-12.0 signature (CUDA 10.2; "cuGraphExecUpdate" below version 12000): the same update
+// and result codes, the error node and result as separate outputs (the error node may be null).
+DD_API cuGraphExecUpdate(CUgraphExec exec, CUgraph graph, CUgraphNode* errNode, CUgraphExecUpdateResult* result) {
+  return guard([&] {
+    if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+    if (result == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    CUgraphExecUpdateResultInfo info{};
+    CUresult r = exec_update(exec, graph, &info);
+    *result = info.result;
+    if (errNode != nullptr) *errNode = info.errorNode;
+    return r;
   });
 }

@@ -104,7 +104,6 @@
   X(cuGraphAddKernelNode, cuGraphAddKernelNode_v2, 12030, 0)                      \
   X(cuGraphInstantiate, cuGraphInstantiate, 10000, 0)                             \
   X(cuGraphInstantiate, cuGraphInstantiate_v2, 11000, 0)                          \
-  X(cuGraphInstantiate, cuGraphInstantiateWithFlags, 12000, 0)                    \
   X(cuGraphInstantiateWithFlags, cuGraphInstantiateWithFlags, 11040, 0)           \
   X(cuGraphExecDestroy, cuGraphExecDestroy, 10000, 0)                             \
   X(cuGraphClone, cuGraphClone, 10000, 0)                                         \
@@ -129,6 +128,7 @@
   X(cuGraphUpload, cuGraphUpload_ptsz, 11010, 1)                                \
   X(cuGraphAddChildGraphNode, cuGraphAddChildGraphNode, 10000, 0)               \
   X(cuGraphChildGraphNodeGetGraph, cuGraphChildGraphNodeGetGraph, 10000, 0)     \
+  X(cuGraphExecUpdate, cuGraphExecUpdate, 10020, 0)                             \
   X(cuGraphExecUpdate, cuGraphExecUpdate_v2, 12000, 0)                          \
   X(cuMemGetInfo, cuMemGetInfo_v2, 3020, 0)                                       \
   X(cuMemAlloc, cuMemAlloc_v2, 3020, 0)                                           \

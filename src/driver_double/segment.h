@@ -14,13 +14,15 @@
 namespace dd {
 
 constexpr uint64_t kSegmentMagic = 0x6770756f7353494dull;  // "gpuosSIM"
-constexpr uint32_t kLayoutVersion = 3;  // 2: SM count and one engine per SM slot; 3: busy time per pid
+// 2: SM count and one engine per SM slot; 3: busy time per pid; 4: when the pid took its slot
+constexpr uint32_t kLayoutVersion = 4;
 constexpr int kPidSlots = 256;
 
 struct PidSlot {
   std::atomic<int32_t> pid;  // 0 = free
   std::atomic<uint64_t> used[kMaxDevices];
   std::atomic<uint64_t> busy_ns[kMaxDevices];  // simulated kernel time run on each device
+  std::atomic<uint64_t> since_us;  // CLOCK_REALTIME at cuInit: busy_ns counts from here
 };
 
 struct Engine {  // one SM slot

@@ -1,6 +1,8 @@
 // Graph instantiation, in-place edits and destruction of executable graphs: forwarded, noted for
 // spatial placement (spatial.h) when the tenant is in a spatial domain, and charged for the graph
 // memory an executable graph can take (graph_memory.h).
+#include <cstdio>
+
 #include "interpose/fast_path.h"
 #include "interpose/graph_memory.h"
 
@@ -74,9 +76,10 @@ CUresult governed_instantiate(CUgraphExec* exec, CUgraph graph, Call&& call) {
 // An update (call: the real cuGraphExecUpdate) can give the exec other alloc nodes: on the H200 an
 // exec instantiated with 32 MiB, updated with a graph of 512 MiB, takes 512 MiB at its next
 // launch. So the new graph's memory is charged like an instantiation, before the driver is asked;
-// what the exec was charged so far is retained (the pool may still hold its old mapping).
-template <typename Call>
-CUresult governed_update(CUgraphExec exec, CUgraph graph, CUgraphExecUpdateResultInfo* info, Call&& call) {
+// what the exec was charged so far is retained (the pool may still hold its old mapping). Over
+// quota, `refused` writes the outputs the driver would have for a failed update.
+template <typename Call, typename Refused>
+CUresult governed_update(CUgraphExec exec, CUgraph graph, Call&& call, Refused&& refused) {
   const GpuosDriverTable* d = gi::real_driver();
   if (d == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
   gi::ControlBlockUse use;  // counts into the block until the call is accounted (quiescence.h)
@@ -87,7 +90,7 @@ CUresult governed_update(CUgraphExec exec, CUgraph graph, CUgraphExecUpdateResul
   const uint64_t bytes = fp.total();
   if (bytes != 0 && !gi::reserve_within_quota(*d, cb, bytes)) {
     gi::account_alloc_failure(cb);
-    if (info != nullptr) *info = CUgraphExecUpdateResultInfo{CU_GRAPH_EXEC_UPDATE_ERROR, nullptr, nullptr};
+    refused();
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   CUresult r = call(*d);
@@ -98,6 +101,33 @@ CUresult governed_update(CUgraphExec exec, CUgraph graph, CUgraphExecUpdateResul
   gi::retire_graph_exec(cb, reinterpret_cast<uint64_t>(exec));
   if (bytes != 0) gi::commit_graph_exec(cb, reinterpret_cast<uint64_t>(exec), fp);
   return r;
+}
+
+// The pre-12.0 instantiations (error node and log buffer) when gpuos answered without asking the
+// driver: no error node, and the log says why (an over-quota refusal) or is left empty.
+void answered_here(CUresult r, CUgraphNode* err_node, char* log, size_t log_size) {
+  if (err_node != nullptr) *err_node = nullptr;
+  if (log == nullptr || log_size == 0) return;
+  log[0] = '\0';
+  if (r == CUDA_ERROR_OUT_OF_MEMORY) {
+    std::snprintf(log, log_size, "gpuos: the graph's memory nodes exceed the tenant's memory quota");
+  }
+}
+
+// cuGraphInstantiate (CUDA 10.0) and cuGraphInstantiate_v2 (11.0): what programs built against
+// CUDA 11 headers call, and what cuGetProcAddress hands out for "cuGraphInstantiate" (_v2 at every
+// version from 11.0 on, 13.0 included, on the H200 with driver 580.159.04). Charged exactly as
+// cuGraphInstantiateWithFlags(.., 0), else they would be a way around the quota.
+template <typename Call>
+CUresult instantiate_pre12(CUgraphExec* exec, CUgraph graph, CUgraphNode* err_node, char* log, size_t log_size,
+                           Call&& call) {
+  bool asked = false;
+  CUresult r = governed_instantiate(exec, graph, [&](const GpuosDriverTable& d) {
+    asked = true;
+    return call(d);
+  });
+  if (!asked && r != CUDA_SUCCESS) answered_here(r, err_node, log, log_size);
+  return instantiated(r, exec, graph, 0);
 }
 
 }  // namespace
@@ -129,6 +159,16 @@ CUresult cuGraphInstantiateWithParams_ptsz(CUgraphExec* exec, CUgraph graph, CUD
       exec, graph, params ? params->flags : 0);
 }
 
+CUresult cuGraphInstantiate(CUgraphExec* exec, CUgraph graph, CUgraphNode* errNode, char* log, size_t logSize) {
+  return instantiate_pre12(exec, graph, errNode, log, logSize,
+                           GPUOS_FORWARD(cuGraphInstantiate, exec, graph, errNode, log, logSize));
+}
+
+CUresult cuGraphInstantiate_v2(CUgraphExec* exec, CUgraph graph, CUgraphNode* errNode, char* log, size_t logSize) {
+  return instantiate_pre12(exec, graph, errNode, log, logSize,
+                           GPUOS_FORWARD(cuGraphInstantiate_v2, exec, graph, errNode, log, logSize));
+}
+
 // The exec's graph memory stays in the driver's pool: its charge is retained (graph_memory.h).
 // Retired before the driver frees the handle, which another thread's instantiation may get next.
 CUresult cuGraphExecDestroy(CUgraphExec exec) {
@@ -139,7 +179,21 @@ CUresult cuGraphExecDestroy(CUgraphExec exec) {
 }
 
 CUresult cuGraphExecUpdate_v2(CUgraphExec exec, CUgraph graph, CUgraphExecUpdateResultInfo* info) {
-  CUresult r = governed_update(exec, graph, info, GPUOS_FORWARD(cuGraphExecUpdate_v2, exec, graph, info));
+  CUresult r = governed_update(exec, graph, GPUOS_FORWARD(cuGraphExecUpdate_v2, exec, graph, info), [&] {
+    if (info != nullptr) *info = CUgraphExecUpdateResultInfo{CU_GRAPH_EXEC_UPDATE_ERROR, nullptr, nullptr};
+  });
+  if (r == CUDA_SUCCESS) {
+    if (const GpuosDriverTable* d = spatial_driver()) gi::note_graph_updated(*d, exec, graph);  // now matches graph
+  }
+  return r;
+}
+
+// The pre-12.0 update (CUDA 10.2; cuGetProcAddress below 12000): charged like cuGraphExecUpdate_v2.
+CUresult cuGraphExecUpdate(CUgraphExec exec, CUgraph graph, CUgraphNode* errNode, CUgraphExecUpdateResult* result) {
+  CUresult r = governed_update(exec, graph, GPUOS_FORWARD(cuGraphExecUpdate, exec, graph, errNode, result), [&] {
+    if (errNode != nullptr) *errNode = nullptr;
+    if (result != nullptr) *result = CU_GRAPH_EXEC_UPDATE_ERROR;
+  });
   if (r == CUDA_SUCCESS) {
     if (const GpuosDriverTable* d = spatial_driver()) gi::note_graph_updated(*d, exec, graph);  // now matches graph
   }

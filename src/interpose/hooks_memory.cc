@@ -87,18 +87,69 @@ CUresult governed_free(AllocKind kind, uint64_t key, Call&& call) {
 }
 
 // ---- CUDA arrays ----
+//
+// The driver pads an array (its rows, and the whole), so the descriptor understates what it takes
+// (on the H200 a row of a 1-byte-wide 2D or 3D array takes 64 bytes: a layered array described as
+// 64 MiB takes 4 GiB; the double pads rows to 512 bytes). The driver tells an array's size only for arrays made with
+// CUDA_ARRAY3D_DEFERRED_MAPPING (cu[Mipmapped]ArrayGetMemoryRequirements, CUDA 11.6; any other
+// array is documented to get CUDA_ERROR_INVALID_VALUE), and those own no memory. So, before an
+// array that owns memory is made, a deferred-mapping twin of its descriptor is made, asked and
+// destroyed: its size is what the array is checked against the quota with and charged. 0 when the
+// driver cannot tell (older drivers, devices without deferred mapping, a descriptor it refuses
+// with that flag); the descriptor's estimate is used then. Not a fast path: arrays are made rarely.
+std::size_t array_twin_bytes(const GpuosDriverTable& d, const CUDA_ARRAY3D_DESCRIPTOR& desc) {
+  if (d.cuArray3DCreate_v2 == nullptr || d.cuArrayGetMemoryRequirements == nullptr || d.cuArrayDestroy == nullptr) {
+    return 0;
+  }
+  CUDA_ARRAY3D_DESCRIPTOR twin = desc;
+  twin.Flags |= CUDA_ARRAY3D_DEFERRED_MAPPING;
+  CUarray a = nullptr;
+  if (d.cuArray3DCreate_v2(&a, &twin) != CUDA_SUCCESS) return 0;
+  CUDA_ARRAY_MEMORY_REQUIREMENTS req{};
+  const bool told =
+      d.cuArrayGetMemoryRequirements(&req, a, static_cast<CUdevice>(current_device(d))) == CUDA_SUCCESS;
+  d.cuArrayDestroy(a);
+  return told ? req.size : 0;
+}
 
-// What an array that owns memory holds: the driver's exact size where it tells (today's drivers
-// only answer for deferred-mapping arrays, which own none), else the estimate it was reserved with.
+std::size_t mipmapped_twin_bytes(const GpuosDriverTable& d, const CUDA_ARRAY3D_DESCRIPTOR& desc, unsigned levels) {
+  if (d.cuMipmappedArrayCreate == nullptr || d.cuMipmappedArrayGetMemoryRequirements == nullptr ||
+      d.cuMipmappedArrayDestroy == nullptr) {
+    return 0;
+  }
+  CUDA_ARRAY3D_DESCRIPTOR twin = desc;
+  twin.Flags |= CUDA_ARRAY3D_DEFERRED_MAPPING;
+  CUmipmappedArray m = nullptr;
+  if (d.cuMipmappedArrayCreate(&m, &twin, levels) != CUDA_SUCCESS) return 0;
+  CUDA_ARRAY_MEMORY_REQUIREMENTS req{};
+  const bool told =
+      d.cuMipmappedArrayGetMemoryRequirements(&req, m, static_cast<CUdevice>(current_device(d))) == CUDA_SUCCESS;
+  d.cuMipmappedArrayDestroy(m);
+  return told ? req.size : 0;
+}
+
+// What an array that owns memory is checked against the quota with, before it is made: what the
+// driver says (its twin's size), else the descriptor's estimate. 0 for one that owns none.
+template <typename Twin>
+std::size_t array_reserve_bytes(std::size_t estimate, bool owns, Twin&& twin) {
+  if (!owns) return 0;
+  const GpuosDriverTable* d = gi::real_driver();
+  const std::size_t told = d != nullptr ? twin(*d) : 0;
+  return told != 0 ? told : estimate;
+}
+
+// What the array made holds: the driver's size of the array itself where it tells (no driver does
+// for arrays that own memory today), else what it was reserved with. Should that be more, the
+// excess must fit the quota too, else the array is destroyed again (governed_alloc).
 template <typename Query, typename Handle>
 std::size_t array_made_bytes(const GpuosDriverTable& d, Query query, Handle h, bool owns,
-                             std::size_t estimate) {
-  if (!owns || query == nullptr) return owns ? estimate : 0;
+                             std::size_t reserved) {
+  if (!owns || query == nullptr) return owns ? reserved : 0;
   CUDA_ARRAY_MEMORY_REQUIREMENTS req{};
   if (query(&req, h, static_cast<CUdevice>(current_device(d))) == CUDA_SUCCESS && req.size != 0) {
     return req.size;
   }
-  return estimate;
+  return reserved;
 }
 
 CUDA_ARRAY3D_DESCRIPTOR as_3d(const CUDA_ARRAY_DESCRIPTOR* desc) {
@@ -300,28 +351,30 @@ CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
 
 CUresult cuArrayCreate_v2(CUarray* handle, const CUDA_ARRAY_DESCRIPTOR* desc) {
   const CUDA_ARRAY3D_DESCRIPTOR d3 = desc != nullptr ? as_3d(desc) : CUDA_ARRAY3D_DESCRIPTOR{};
-  const std::size_t estimate = desc != nullptr ? array_bytes(&d3) : 0;
+  const std::size_t bytes = array_reserve_bytes(desc != nullptr ? array_bytes(&d3) : 0, desc != nullptr,
+                                                [&](const GpuosDriverTable& d) { return array_twin_bytes(d, d3); });
   auto call = GPUOS_FORWARD(cuArrayCreate_v2, handle, desc);
   return governed_alloc(
-      AllocKind::kArray, estimate, call,
+      AllocKind::kArray, bytes, call,
       [&] {
         const GpuosDriverTable& d = *gi::real_driver();
         return Made{reinterpret_cast<uint64_t>(*handle),
-                    array_made_bytes(d, d.cuArrayGetMemoryRequirements, *handle, true, estimate), -1};
+                    array_made_bytes(d, d.cuArrayGetMemoryRequirements, *handle, true, bytes), -1};
       },
       GPUOS_UNDO(cuArrayDestroy, *handle));
 }
 
 CUresult cuArray3DCreate_v2(CUarray* handle, const CUDA_ARRAY3D_DESCRIPTOR* desc) {
-  const std::size_t estimate = array_bytes(desc);
   const bool owns = desc != nullptr && array_owns_memory(desc->Flags);
+  const std::size_t bytes = array_reserve_bytes(array_bytes(desc), owns,
+                                                [&](const GpuosDriverTable& d) { return array_twin_bytes(d, *desc); });
   auto call = GPUOS_FORWARD(cuArray3DCreate_v2, handle, desc);
   return governed_alloc(
-      AllocKind::kArray, estimate, call,
+      AllocKind::kArray, bytes, call,
       [&] {
         const GpuosDriverTable& d = *gi::real_driver();
         return Made{reinterpret_cast<uint64_t>(*handle),
-                    array_made_bytes(d, d.cuArrayGetMemoryRequirements, *handle, owns, estimate), -1};
+                    array_made_bytes(d, d.cuArrayGetMemoryRequirements, *handle, owns, bytes), -1};
       },
       GPUOS_UNDO(cuArrayDestroy, *handle));
 }
@@ -333,16 +386,17 @@ CUresult cuArrayDestroy(CUarray array) {
 
 CUresult cuMipmappedArrayCreate(CUmipmappedArray* handle, const CUDA_ARRAY3D_DESCRIPTOR* desc,
                                 unsigned int numMipmapLevels) {
-  const std::size_t estimate = mipmapped_array_bytes(desc, numMipmapLevels);
   const bool owns = desc != nullptr && array_owns_memory(desc->Flags);
+  const std::size_t bytes =
+      array_reserve_bytes(mipmapped_array_bytes(desc, numMipmapLevels), owns,
+                          [&](const GpuosDriverTable& d) { return mipmapped_twin_bytes(d, *desc, numMipmapLevels); });
   auto call = GPUOS_FORWARD(cuMipmappedArrayCreate, handle, desc, numMipmapLevels);
   return governed_alloc(
-      AllocKind::kMipmappedArray, estimate, call,
+      AllocKind::kMipmappedArray, bytes, call,
       [&] {
         const GpuosDriverTable& d = *gi::real_driver();
         return Made{reinterpret_cast<uint64_t>(*handle),
-                    array_made_bytes(d, d.cuMipmappedArrayGetMemoryRequirements, *handle, owns, estimate),
-                    -1};
+                    array_made_bytes(d, d.cuMipmappedArrayGetMemoryRequirements, *handle, owns, bytes), -1};
       },
       GPUOS_UNDO(cuMipmappedArrayDestroy, *handle));
 }

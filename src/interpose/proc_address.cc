@@ -30,6 +30,7 @@ namespace gi = gpuos::interpose;
   X(cuGraphLaunch) X(cuGraphLaunch_ptsz)                                                        \
   X(cuGraphInstantiateWithFlags) X(cuGraphInstantiateWithParams)                                 \
   X(cuGraphInstantiateWithParams_ptsz) X(cuGraphExecDestroy) X(cuGraphExecUpdate_v2)              \
+  X(cuGraphInstantiate) X(cuGraphInstantiate_v2) X(cuGraphExecUpdate) /* pre-12.0 signatures */   \
   X(cuGraphExecKernelNodeSetParams_v2) X(cuGraphExecNodeSetParams)                               \
   X(cuGraphExecMemcpyNodeSetParams) X(cuGraphExecMemsetNodeSetParams)                            \
   X(cuGraphExecHostNodeSetParams) X(cuGraphExecChildGraphNodeSetParams)                          \

@@ -115,6 +115,38 @@ on = true
   EXPECT_EQ(again.config->memory.swap_headroom_bytes, 512ull << 20);
 }
 
+// [verify]: the usage check through NVML (daemon/usage_verifier.h).
+TEST(Config, VerifyDefaultsAndValues) {
+  ConfigResult d = parse("");
+  ASSERT_TRUE(d) << d.error;
+  EXPECT_TRUE(d.config->verify.enabled);  // on wherever NVML loads
+  EXPECT_EQ(d.config->verify.interval_ms, 1000u);
+  EXPECT_EQ(d.config->verify.enforce, "report");
+  EXPECT_EQ(d.config->verify.memory_slack_bytes, 1ull << 30);
+  EXPECT_EQ(d.config->verify.gated_sm_util_percent, 20u);
+  EXPECT_EQ(d.config->verify.grace_rounds, 2u);
+  ConfigResult r = parse(
+      "[verify]\nenabled = false\ninterval_ms = 100\nenforce = \"freeze\"\nmemory_slack = \"768MiB\"\n"
+      "gated_sm_util_percent = 50\ngrace_rounds = 1\n");
+  ASSERT_TRUE(r) << r.error;
+  EXPECT_FALSE(r.config->verify.enabled);
+  EXPECT_EQ(r.config->verify.interval_ms, 100u);
+  EXPECT_EQ(r.config->verify.enforce, "freeze");
+  EXPECT_EQ(r.config->verify.memory_slack_bytes, 768ull << 20);
+  EXPECT_EQ(r.config->verify.gated_sm_util_percent, 50u);
+  EXPECT_EQ(r.config->verify.grace_rounds, 1u);
+  // The effective config round-trips.
+  ConfigResult again = parse(format_config(*r.config));
+  ASSERT_TRUE(again) << again.error;
+  EXPECT_FALSE(again.config->verify.enabled);
+  EXPECT_EQ(again.config->verify.interval_ms, 100u);
+  EXPECT_EQ(again.config->verify.enforce, "freeze");
+  EXPECT_EQ(again.config->verify.memory_slack_bytes, 768ull << 20);
+  EXPECT_EQ(again.config->verify.gated_sm_util_percent, 50u);
+  EXPECT_EQ(again.config->verify.grace_rounds, 1u);
+  EXPECT_TRUE(parse("[verify]\nenforce = \"kill\"\ninterval_ms = 60000\n"));
+}
+
 TEST(Config, SpatialDefaultsOff) {
   ConfigResult r = parse("");
   ASSERT_TRUE(r) << r.error;
@@ -279,6 +311,18 @@ INSTANTIATE_TEST_SUITE_P(
                       Bad{"[memory]\nswap_headroom = \"\"\n", "[memory] swap_headroom: \"\" is not a size"},
                       Bad{"[memory]\nswap_quantum_ms = 3600001\n", "swap_quantum_ms: value 3600001 out of range 0..3600000"},
                       Bad{"[memory]\nswap = 1\n", "test.toml:2: [memory] swap: unknown key"},
+                      Bad{"[verify]\nslack = 1\n", "test.toml:2: [verify] slack: unknown key"},
+                      Bad{"[verify]\nenforce = \"nuke\"\n", "test.toml:2: [verify] enforce: \"nuke\": expected"},
+                      Bad{"[verify]\nenforce = 1\n", "[verify] enforce: expected a string, got integer"},
+                      Bad{"[verify]\nenabled = \"yes\"\n", "[verify] enabled: expected true or false, got string"},
+                      Bad{"[verify]\ninterval_ms = 99\n", "[verify] interval_ms: value 99 out of range 100..60000"},
+                      Bad{"[verify]\ninterval_ms = 60001\n", "interval_ms: value 60001 out of range"},
+                      Bad{"[verify]\nmemory_slack = \"lots\"\n", "test.toml:2: [verify] memory_slack: \"lots\" is not a size"},
+                      Bad{"[verify]\nmemory_slack = 1073741824\n", "[verify] memory_slack: expected a string, got integer"},
+                      Bad{"[verify]\ngated_sm_util_percent = 0\n", "gated_sm_util_percent: value 0 out of range 1..100"},
+                      Bad{"[verify]\ngated_sm_util_percent = 101\n", "gated_sm_util_percent: value 101 out of range"},
+                      Bad{"[verify]\ngrace_rounds = 0\n", "[verify] grace_rounds: value 0 out of range 1..100"},
+                      Bad{"verify = true\n", "test.toml:1: verify: expected a table, got boolean"},
                       Bad{"[spatial]\nmps = 1\n", "test.toml:2: [spatial] mps: unknown key"},
                       Bad{"[spatial]\nmps_control = 1\n", "test.toml:2: [spatial] mps_control: expected a string, got integer"},
                       Bad{"[spatial]\nmps_control = \"\"\n", "[spatial] mps_control: empty"},

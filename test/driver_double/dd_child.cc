@@ -84,6 +84,26 @@ int main(int argc, char** argv) {
     }
     _exit(0);
   }
+  if (mode == "serve" && argc == 3) {  // hold N MiB; each stdin line "k MS" runs an MS kernel; EOF: exit
+    CUdeviceptr p = 0;
+    std::printf("alloc=%d\nready\n", drv().cuMemAlloc_v2(&p, std::stoull(argv[2]) << 20));
+    std::fflush(stdout);
+    std::string line;
+    for (char c; read(0, &c, 1) > 0;) {
+      if (c != '\n') {
+        line += c;
+        continue;
+      }
+      if (line.rfind("k ", 0) == 0) {
+        CUresult l = launch_fixed(g_fixed, nullptr, std::stoull(line.substr(2)) * kItersPerMs, g_done);
+        CUresult s = CU(cuStreamSynchronize)(nullptr);
+        std::printf("done launch=%d sync=%d\n", l, s);
+        std::fflush(stdout);
+      }
+      line.clear();
+    }
+    _exit(0);
+  }
   if (mode == "kernel" && argc == 3) {  // one fixed-work kernel: wall time from launch to sync
     auto t0 = std::chrono::steady_clock::now();
     CUresult l = launch_fixed(g_fixed, nullptr, std::stoull(argv[2]) * kItersPerMs, g_done);

@@ -515,8 +515,15 @@ TEST_F(DriverDouble, ProcAddressVariants) {
   EXPECT_EQ(get("cuStreamDestroy", 4000, 0), dl("cuStreamDestroy_v2"));
   EXPECT_EQ(get("cuEventElapsedTime", 12000, 0), dl("cuEventElapsedTime"));
   EXPECT_EQ(get("cuEventElapsedTime", 12080, 0), dl("cuEventElapsedTime_v2"));
+  EXPECT_EQ(get("cuGraphInstantiate", 10000, 0), dl("cuGraphInstantiate"));
   EXPECT_EQ(get("cuGraphInstantiate", 11000, 0), dl("cuGraphInstantiate_v2"));
-  EXPECT_EQ(get("cuGraphInstantiate", 12000, 0), dl("cuGraphInstantiateWithFlags"));
+  // Also from 12.0 on: the H200 (driver 580.159.04) hands out the five-argument _v2, not WithFlags.
+  EXPECT_EQ(get("cuGraphInstantiate", 12000, 0), dl("cuGraphInstantiate_v2"));
+  EXPECT_EQ(get("cuGraphInstantiate", 13000, 0), dl("cuGraphInstantiate_v2"));
+  EXPECT_EQ(get("cuGraphInstantiateWithFlags", 13000, 0), dl("cuGraphInstantiateWithFlags"));
+  EXPECT_EQ(get("cuGraphExecUpdate", 10020, 0), dl("cuGraphExecUpdate"));
+  EXPECT_EQ(get("cuGraphExecUpdate", 11080, 0), dl("cuGraphExecUpdate"));
+  EXPECT_EQ(get("cuGraphExecUpdate", 12000, 0), dl("cuGraphExecUpdate_v2"));
   EXPECT_EQ(get("cuGraphAddKernelNode", 12030, 0), dl("cuGraphAddKernelNode_v2"));
   EXPECT_EQ(get("cuGraphLaunch", 12000, pt), dl("cuGraphLaunch_ptsz"));
   EXPECT_EQ(get("cuMemAlloc_v2", 13000, 0), nullptr);  // versioned names are not base names
@@ -1375,6 +1382,15 @@ TEST_F(DriverDouble, GraphExecUpdateTakesTheNewGraphsMemory) {
   CUgraphExecUpdateResultInfo info{};
   EXPECT_EQ(drv().cuGraphExecUpdate_v2(x, other, &info), CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE);
   EXPECT_EQ(info.result, CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED);
+  // The pre-12.0 signature: the same update and result codes, result and error node apart.
+  CUgraphExecUpdateResult result = CU_GRAPH_EXEC_UPDATE_SUCCESS;
+  CUgraphNode err = reinterpret_cast<CUgraphNode>(&err);
+  EXPECT_EQ(drv().cuGraphExecUpdate(x, other, &err, &result), CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE);
+  EXPECT_EQ(result, CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED);
+  EXPECT_EQ(err, nullptr);
+  EXPECT_EQ(drv().cuGraphExecUpdate(x, small, &err, nullptr), CUDA_ERROR_INVALID_VALUE);
+  ASSERT_EQ(drv().cuGraphExecUpdate(x, small, nullptr, &result), CUDA_SUCCESS);
+  EXPECT_EQ(result, CU_GRAPH_EXEC_UPDATE_SUCCESS);
   ASSERT_EQ(drv().cuGraphExecUpdate_v2(x, big, &info), CUDA_SUCCESS);
   EXPECT_EQ(info.result, CU_GRAPH_EXEC_UPDATE_SUCCESS);
   ASSERT_EQ(drv().cuGraphLaunch(x, nullptr), CUDA_SUCCESS);

@@ -1,8 +1,10 @@
 // A tenant that tries every allocation path to exceed its memory quota (GPUOS_TENANT_MEM bytes,
 // set by `gpuos run --mem`): plain, pitched (with the driver's row padding), managed,
-// stream-ordered and pool allocations, VMM handles, CUDA arrays (1D/2D, 3D, mipmapped), graph
-// memory (alloc nodes through both entry points and allocations under stream capture, charged per
-// executable graph: the driver's graph pool keeps memory freed inside a graph). Each over-quota
+// stream-ordered and pool allocations, VMM handles, CUDA arrays (1D/2D, 3D, mipmapped; charged
+// with the driver's padding), graph memory (alloc nodes through both entry points and allocations
+// under stream capture, charged per executable graph: the driver's graph pool keeps memory freed
+// inside a graph; instantiated and updated through every entry point, the pre-12.0 ones of CUDA 11
+// programs included). Each over-quota
 // attempt must fail with CUDA_ERROR_OUT_OF_MEMORY and leave nothing allocated, what the driver's
 // graph pool holds must always be covered by what the tenant is charged, and the process keeps working;
 // cuMemGetInfo must show the tenant its own view, and what succeeds is accounted exactly (what
@@ -47,6 +49,14 @@ void expect_oom_ptr(CUresult r, const CUdeviceptr* p, const char* path) {
 void expect_oom_exec(CUresult r, const CUgraphExec* x, const char* path) {
   expect_oom(r, path);
   if (r == CUDA_SUCCESS) cuGraphExecDestroy(*x);
+}
+void expect_oom_array(CUresult r, const CUarray* a, const char* path) {
+  expect_oom(r, path);
+  if (r == CUDA_SUCCESS) cuArrayDestroy(*a);
+}
+void expect_oom_mipmap(CUresult r, const CUmipmappedArray* m, const char* path) {
+  expect_oom(r, path);
+  if (r == CUDA_SUCCESS) cuMipmappedArrayDestroy(*m);
 }
 
 size_t free_bytes() {
@@ -109,6 +119,37 @@ CUDA_ARRAY3D_DESCRIPTOR array3d(size_t w, size_t h, size_t d, CUarray_format f, 
   CUDA_ARRAY3D_DESCRIPTOR a{};
   a.Width = w, a.Height = h, a.Depth = d, a.Format = f, a.NumChannels = ch;
   return a;
+}
+
+// What the driver takes for an array (levels 0) or mipmapped array of `desc`, in its own words:
+// the size it reports for a deferred-mapping array of that descriptor (it tells no other kind's).
+// The double pads rows to 512 bytes and the whole to 64 KiB and takes exactly that.
+size_t driver_array_bytes(CUDA_ARRAY3D_DESCRIPTOR desc, unsigned levels) {
+  desc.Flags |= CUDA_ARRAY3D_DEFERRED_MAPPING;
+  CUDA_ARRAY_MEMORY_REQUIREMENTS req{};
+  CUdevice dev;
+  CHECK_CU(cuCtxGetDevice(&dev));
+  if (levels == 0) {
+    CUarray a = nullptr;
+    CHECK_CU(cuArray3DCreate_v2(&a, &desc));
+    CHECK_CU(cuArrayGetMemoryRequirements(&req, a, dev));
+    CHECK_CU(cuArrayDestroy(a));
+  } else {
+    CUmipmappedArray m = nullptr;
+    CHECK_CU(cuMipmappedArrayCreate(&m, &desc, levels));
+    CHECK_CU(cuMipmappedArrayGetMemoryRequirements(&req, m, dev));
+    CHECK_CU(cuMipmappedArrayDestroy(m));
+  }
+  return req.size;
+}
+
+// Bytes of a mipmapped array's levels as its descriptor says (2D, one channel of `elem` bytes).
+size_t mipmap_estimate(size_t w, size_t h, unsigned levels, size_t elem) {
+  size_t total = 0;
+  for (unsigned i = 0; i < levels; ++i) {
+    total += (w >> i ? w >> i : 1) * (h >> i ? h >> i : 1) * elem;
+  }
+  return total;
 }
 
 void context(CUdevice* dev) {
@@ -233,8 +274,9 @@ int main(int argc, char** argv) {
   CHECK_CU(cuMemGetInfo_v2(&free_b, &total_b));
   probe::expect(free_b == quota, "everything freed: the whole quota is free again");
 
-  // CUDA arrays over the quota: accounted from the descriptor (width x height x depth x channels
-  // x format bytes; a mipmapped array is the sum of its levels).
+  // CUDA arrays over the quota: accounted with what the driver takes (rows and the whole padded;
+  // at least width x height x depth x channels x format bytes; a mipmapped array is the sum of its
+  // levels).
   CUarray arr = nullptr;
   CUmipmappedArray mip = nullptr;
   CUDA_ARRAY_DESCRIPTOR ad{};
@@ -256,6 +298,47 @@ int main(int argc, char** argv) {
   CHECK_CU(cuGetProcAddress_v2("cuMipmappedArrayCreate", &fn, 13000, 0, nullptr));
   expect_oom(reinterpret_cast<decltype(&cuMipmappedArrayCreate)>(fn)(&mip, &md, 2),
              "cuMipmappedArrayCreate (proc address)");
+
+  // The driver pads an array's rows (512 bytes in the double), so an array of narrow rows takes
+  // many times what its descriptor says: charged, and refused, with what the driver takes. Each
+  // of these fits the quota by its descriptor and exceeds it padded.
+  {
+    CUDA_ARRAY_DESCRIPTOR narrow{};
+    narrow.Width = 64, narrow.Height = quota / 256, narrow.Format = CU_AD_FORMAT_UNSIGNED_INT8, narrow.NumChannels = 1;
+    const CUDA_ARRAY3D_DESCRIPTOR narrow3 = array3d(64, quota / 256, 0, CU_AD_FORMAT_UNSIGNED_INT8, 1);
+    probe::expect(64 * (quota / 256) <= quota && driver_array_bytes(narrow3, 0) > quota,
+                  "a 2D array of 64-byte rows fits by its descriptor, not padded");
+    expect_oom_array(cuArrayCreate_v2(&arr, &narrow), &arr, "cuArrayCreate_v2 (row padding)");
+    CUDA_ARRAY3D_DESCRIPTOR thin = array3d(16, 256, quota / 8192, CU_AD_FORMAT_UNSIGNED_INT8, 1);
+    probe::expect(16 * 256 * (quota / 8192) <= quota && driver_array_bytes(thin, 0) > quota,
+                  "a 3D array of 16-byte rows fits by its descriptor, not padded");
+    expect_oom_array(cuArray3DCreate_v2(&arr, &thin), &arr, "cuArray3DCreate_v2 (row padding)");
+    CUDA_ARRAY3D_DESCRIPTOR tall = array3d(64, quota / 512, 0, CU_AD_FORMAT_UNSIGNED_INT8, 1);
+    probe::expect(mipmap_estimate(64, quota / 512, 2, 1) <= quota && driver_array_bytes(tall, 2) > quota,
+                  "a mipmapped array of 64-byte rows fits by its descriptor, not padded");
+    expect_oom_mipmap(cuMipmappedArrayCreate(&mip, &tall, 2), &mip, "cuMipmappedArrayCreate (row padding)");
+    expect_free(quota, "refused arrays hold nothing");
+    // What fits is charged padded, on every path: rows of 64 bytes take 8 times their bytes, rows
+    // of 16 bytes 32 times.
+    narrow.Height = quota / 4096;
+    const size_t padded = driver_array_bytes(array3d(64, quota / 4096, 0, CU_AD_FORMAT_UNSIGNED_INT8, 1), 0);
+    probe::expect(padded >= 512 * (quota / 4096), "the double pads rows to 512 bytes");
+    CHECK_CU(cuArrayCreate_v2(&arr, &narrow));
+    expect_free(quota - padded, "a 2D array charged with its padded rows");
+    CHECK_CU(cuArrayDestroy(arr));
+    expect_free(quota, "the padded 2D array destroyed");
+    thin.Depth = quota / (2 * 512 * 256);  // half the quota padded, a 64th of it described
+    const size_t padded3 = driver_array_bytes(thin, 0);
+    CHECK_CU(cuArray3DCreate_v2(&arr, &thin));
+    expect_free(quota - padded3, "a 3D array charged with its padded rows");
+    CHECK_CU(cuArrayDestroy(arr));
+    tall.Height = quota / 4096;
+    const size_t padded_mip = driver_array_bytes(tall, 2);
+    CHECK_CU(cuMipmappedArrayCreate(&mip, &tall, 2));
+    expect_free(quota - padded_mip, "a mipmapped array charged with its padded rows");
+    CHECK_CU(cuMipmappedArrayDestroy(mip));
+    expect_free(quota, "the padded arrays destroyed");
+  }
 
   // Pitched: charged with the padding the driver adds (a quarter of the quota's rows of 128 bytes
   // take all of it), so nothing else fits beside it.
@@ -285,9 +368,14 @@ int main(int argc, char** argv) {
   expect_oom_exec(cuGraphInstantiateWithFlags(&x, g, 0), &x, "cuGraphInstantiateWithFlags");
   CUDA_GRAPH_INSTANTIATE_PARAMS ip{};
   expect_oom_exec(cuGraphInstantiateWithParams(&x, g, &ip), &x, "cuGraphInstantiateWithParams");
-  CHECK_CU(cuGetProcAddress_v2("cuGraphInstantiate", &fn, 13000, 0, nullptr));
+  CHECK_CU(cuGetProcAddress_v2("cuGraphInstantiateWithFlags", &fn, 13000, 0, nullptr));
   expect_oom_exec(reinterpret_cast<decltype(&cuGraphInstantiateWithFlags)>(fn)(&x, g, 0), &x,
-                  "cuGraphInstantiate (proc address)");
+                  "cuGraphInstantiateWithFlags (proc address)");
+  // "cuGraphInstantiate" is the five-argument cuGraphInstantiate_v2 at every version from 11.0 on,
+  // 13.0 included (measured on the H200), though cuda.h maps the name to WithFlags from 12.0 on.
+  CHECK_CU(cuGetProcAddress_v2("cuGraphInstantiate", &fn, 13000, 0, nullptr));
+  expect_oom_exec(reinterpret_cast<decltype(&cuGraphInstantiate_v2)>(fn)(&x, g, nullptr, nullptr, 0), &x,
+                  "cuGraphInstantiate (proc address 13000)");
   CHECK_CU(cuGetProcAddress_v2("cuGraphInstantiateWithParams", &fn, 13000,
                                CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, nullptr));
   expect_oom_exec(reinterpret_cast<decltype(&cuGraphInstantiateWithParams)>(fn)(&x, g, &ip), &x,
@@ -359,18 +447,122 @@ int main(int argc, char** argv) {
   for (CUgraph e : {g, g2, g3}) CHECK_CU(cuGraphDestroy(e));
   expect_free(quota, "the updated exec gone");
 
+  // The pre-12.0 entry points, which programs built against CUDA 11 headers call and which
+  // cuGetProcAddress hands out (cuGraphInstantiate: 10000, _v2: 11000 and on; cuGraphExecUpdate:
+  // 10020 to 11080), exported or looked up: the same charge, the same refusals.
+  {
+    using Instantiate5 = decltype(&cuGraphInstantiate);
+    using UpdateV1 = decltype(&cuGraphExecUpdate);
+    void* cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    probe::expect(cuda != nullptr, "libcuda.so.1 is loaded");
+    struct Path {
+      const char* name;
+      void* fn;
+    };
+    void* v1 = nullptr;
+    void* v2 = nullptr;
+    CHECK_CU(cuGetProcAddress_v2("cuGraphInstantiate", &v1, 10000, 0, nullptr));
+    CHECK_CU(cuGetProcAddress_v2("cuGraphInstantiate", &v2, 11000, 0, nullptr));
+    const Path instantiates[] = {
+        {"cuGraphInstantiate", reinterpret_cast<void*>(&cuGraphInstantiate)},
+        {"cuGraphInstantiate_v2", reinterpret_cast<void*>(&cuGraphInstantiate_v2)},
+        {"cuGraphInstantiate (proc address 10000)", v1},
+        {"cuGraphInstantiate (proc address 11000)", v2},
+        {"cuGraphInstantiate (dlsym)", dlsym(RTLD_DEFAULT, "cuGraphInstantiate")},
+        {"cuGraphInstantiate_v2 (dlsym)", dlsym(RTLD_DEFAULT, "cuGraphInstantiate_v2")},
+        {"cuGraphInstantiate (dlsym on libcuda)", cuda ? dlsym(cuda, "cuGraphInstantiate") : nullptr},
+        {"cuGraphInstantiate_v2 (dlsym on libcuda)", cuda ? dlsym(cuda, "cuGraphInstantiate_v2") : nullptr},
+    };
+    g = alloc_free_graph(dev, quota + 1);
+    g2 = alloc_free_graph(dev, 20 << 20);
+    for (const Path& path : instantiates) {
+      if (path.fn == nullptr) {
+        std::fprintf(stderr, "quota_probe: %s not found\n", path.name);
+        ++probe::g_failures;
+        continue;
+      }
+      auto instantiate = reinterpret_cast<Instantiate5>(path.fn);
+      CUgraphNode err = reinterpret_cast<CUgraphNode>(&err);  // garbage the call must overwrite
+      char log[128];
+      std::memset(log, 'x', sizeof log);
+      expect_oom_exec(instantiate(&x, g, &err, log, sizeof log), &x, path.name);
+      probe::expect(err == nullptr && std::memchr(log, '\0', sizeof log) != nullptr,
+                    "a refused pre-12.0 instantiation names no node and leaves a terminated log");
+      CHECK_CU(instantiate(&x, g2, &err, log, sizeof log));
+      expect_free(quota - kChunk, path.name);  // its graph pool chunk from instantiation on
+      CHECK_CU(cuGraphLaunch(x, stream));
+      CHECK_CU(cuStreamSynchronize(stream));
+      expect_pool_covered(quota, dev, 0, path.name);
+      CHECK_CU(cuGraphExecDestroy(x));
+      expect_free(quota, "a pre-12.0 exec gone");
+    }
+    CHECK_CU(cuGraphDestroy(g));
+    CHECK_CU(cuGraphDestroy(g2));
+
+    // cuGraphExecUpdate v1: an exec of 1 MiB (a chunk) updated to 40 MiB of graph memory (two
+    // chunks more: over the quota beside its own) is refused; to 20 MiB (one chunk) it fits.
+    void* u1 = nullptr;
+    void* u11 = nullptr;
+    CHECK_CU(cuGetProcAddress_v2("cuGraphExecUpdate", &u1, 10020, 0, nullptr));
+    CHECK_CU(cuGetProcAddress_v2("cuGraphExecUpdate", &u11, 11080, 0, nullptr));
+    const Path updates[] = {
+        {"cuGraphExecUpdate", reinterpret_cast<void*>(&cuGraphExecUpdate)},
+        {"cuGraphExecUpdate (proc address 10020)", u1},
+        {"cuGraphExecUpdate (proc address 11080)", u11},
+        {"cuGraphExecUpdate (dlsym)", dlsym(RTLD_DEFAULT, "cuGraphExecUpdate")},
+        {"cuGraphExecUpdate (dlsym on libcuda)", cuda ? dlsym(cuda, "cuGraphExecUpdate") : nullptr},
+    };
+    g = alloc_free_graph(dev, 1 << 20);
+    g2 = alloc_free_graph(dev, 40 << 20);
+    g3 = alloc_free_graph(dev, 20 << 20);
+    CHECK_CU(cuGraphInstantiateWithFlags(&x, g, 0));
+    for (const Path& path : updates) {
+      if (path.fn == nullptr) {
+        std::fprintf(stderr, "quota_probe: %s not found\n", path.name);
+        ++probe::g_failures;
+        continue;
+      }
+      CUgraphNode err = reinterpret_cast<CUgraphNode>(&err);
+      CUgraphExecUpdateResult result = CU_GRAPH_EXEC_UPDATE_SUCCESS;
+      expect_oom(reinterpret_cast<UpdateV1>(path.fn)(x, g2, &err, &result), path.name);
+      probe::expect(result == CU_GRAPH_EXEC_UPDATE_ERROR && err == nullptr,
+                    "a refused cuGraphExecUpdate reports CU_GRAPH_EXEC_UPDATE_ERROR and no node");
+      expect_free(quota - kChunk, "a refused update charges nothing");
+    }
+    CUgraphNode err = nullptr;
+    CUgraphExecUpdateResult result = CU_GRAPH_EXEC_UPDATE_ERROR;
+    CHECK_CU(cuGraphExecUpdate(x, g3, &err, &result));
+    probe::expect(result == CU_GRAPH_EXEC_UPDATE_SUCCESS, "cuGraphExecUpdate v1 within the quota succeeds");
+    // Its old chunk is retained until a trim shows the pool holds none of it (never launched).
+    expect_free(quota - kChunk, "the updated exec charged its new chunk");
+    CHECK_CU(cuGraphLaunch(x, stream));
+    CHECK_CU(cuStreamSynchronize(stream));
+    expect_pool_covered(quota, dev, 0, "an exec updated through v1 launched");
+    CHECK_CU(cuGraphExecDestroy(x));
+    for (CUgraph e : {g, g2, g3}) CHECK_CU(cuGraphDestroy(e));
+    expect_free(quota, "the v1-updated exec gone");
+    if (cuda != nullptr) dlclose(cuda);
+  }
+
   // What succeeds is accounted exactly, on every one of those paths at once.
-  const size_t kArray2d = 1000 * 100 * 4, kArray3d = 64 * 64 * 16 * 4;
-  const size_t kMipmap = (1024 * 1024 + 512 * 512 + 256 * 256) * 2, kGraph1 = 3 << 20, kGraph2 = 1 << 20;
+  // Arrays as the driver takes them (rows padded to 512 bytes, the whole to 64 KiB in the double):
+  // 1000 x 100 floats 458752 bytes (400000 described), 64 x 64 x 16 of 4 bytes 524288 (262144),
+  // 3 levels from 1024 x 1024 halves 2752512 (the same: rows of 512 bytes and more).
+  const size_t kGraph1 = 3 << 20, kGraph2 = 1 << 20;
   CUarray a2d = nullptr, a3d = nullptr, deferred = nullptr;
   ad.Width = 1000, ad.Height = 100;
+  const size_t kArray2d = driver_array_bytes(array3d(1000, 100, 0, CU_AD_FORMAT_FLOAT, 1), 0);
   CHECK_CU(cuArrayCreate_v2(&a2d, &ad));
   a3 = array3d(64, 64, 16, CU_AD_FORMAT_UNSIGNED_INT8, 4);
+  const size_t kArray3d = driver_array_bytes(a3, 0);
   CHECK_CU(cuArray3DCreate_v2(&a3d, &a3));
   a3.Flags = CUDA_ARRAY3D_DEFERRED_MAPPING;  // owns no memory: it is mapped in from cuMemCreate
   CHECK_CU(cuArray3DCreate_v2(&deferred, &a3));
   md = array3d(1024, 1024, 0, CU_AD_FORMAT_HALF, 1);
+  const size_t kMipmap = driver_array_bytes(md, 3);
   CHECK_CU(cuMipmappedArrayCreate(&mip, &md, 3));
+  probe::expect(kArray2d == 458752 && kArray3d == 524288 && kMipmap == 2752512,
+                "the double takes arrays with their rows padded to 512 bytes, the whole to 64 KiB");
   const size_t arrays = kArray2d + kArray3d + kMipmap;
   // A graph of two allocations: 3 MiB freed in it, 1 MiB left allocated by its launch (added
   // through cuGraphAddNode_v2); 4 + 2 MiB of pages, one chunk.
