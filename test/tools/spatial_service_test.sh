@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # gpu/spatial_service.sh end to end on the driver test double (a stand-in MPS control daemon): every
 # condition timed, and BE_BUSY_CMD (another best-effort tenant in place of the compute-bound synth)
-# run in the domain as best-effort and stopped at the end of its phase.
+# run in the domain as best-effort and stopped at the end of its phase. Its kernels are short and
+# the HP phase long enough that some of them start while the HP holds its partition (then they are
+# placed), also on a loaded 2-core machine (CI saw 20 long BE kernels, none placed).
 #   spatial_service_test.sh <build dir> <dir holding the double's libcuda.so.1>
 set -euo pipefail
 build=$1
@@ -21,8 +23,8 @@ cleanup() { pkill -f -- "--name $marker" 2>/dev/null || true; rm -rf "$out"; rm 
 trap cleanup EXIT
 
 OUT=$out GPUOS_BUILD_DIR=$build SPATIAL_TOML="mps_control = \"$repo/test/e2e/fake_mps_control.sh\"" \
-  COUNT=40 SIZES=64 HP_BLOCKS=64 BE_WARM_S=1 \
-  BE_BUSY_CMD="$build/bin/gpuos-synth --iters 200000 --blocks-per-sm 8 --block 256 --mode closed --count 10000000 --name $marker --json $out/be-busy.json" \
+  COUNT=80 SIZES=64 HP_BLOCKS=64 BE_WARM_S=1 \
+  BE_BUSY_CMD="$build/bin/gpuos-synth --iters 50000 --blocks-per-sm 8 --block 256 --mode closed --count 10000000 --name $marker --json $out/be-busy.json" \
   timeout 150 bash "$repo/gpu/spatial_service.sh" >"$out/run.log" 2>&1 || fail "spatial_service.sh exited $?: $(tail -20 "$out/run.log")"
 
 python3 - "$out" "$marker" <<'PYEOF' || fail "results: $(cat "$out/service.md" 2>/dev/null)"
