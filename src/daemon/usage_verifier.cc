@@ -73,14 +73,18 @@ UsageSample NvmlReader::read() {
     s.calls.push_back(NvmlCall{name, gpu, r, mono_ns() - c0});
     return r;
   };
-  for (const auto& [gpu, dev] : devices_) {
+  for (const auto& device : devices_) {
+    const uint32_t gpu = device.first;
+    const nvmlDevice_t dev = device.second;  // named, not bound: lambdas below capture it
     std::map<pid_t, ObservedProcess> seen;
     // Ordinary and MPS clients: the array grows until it holds every process (the count says how
     // many there are when it was too small).
     const std::pair<const char*, decltype(t_.nvmlDeviceGetComputeRunningProcesses_v3)> queries[] = {
         {"nvmlDeviceGetComputeRunningProcesses_v3", t_.nvmlDeviceGetComputeRunningProcesses_v3},
         {"nvmlDeviceGetMPSComputeRunningProcesses_v3", t_.nvmlDeviceGetMPSComputeRunningProcesses_v3}};
-    for (const auto& [name, query] : queries) {
+    for (const auto& entry : queries) {
+      const char* name = entry.first;
+      const auto query = entry.second;
       if (query == nullptr) continue;
       nvmlReturn_t r = NVML_SUCCESS;
       unsigned n = 0;
