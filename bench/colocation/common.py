@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import random
 import signal
 import tempfile
 import time
@@ -56,6 +57,115 @@ def cdf_points(vals: Iterable[float], max_points: int = 2000) -> list:
         idx = round(i * (n - 1) / (max_points - 1))
         out.append(round(float(s[idx]), 4))
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Arrivals, the load step and per-window latency
+
+def poisson_arrivals(rate: float, t0: float, duration: float, n_max: int, seed: int,
+                     step: Optional[Sequence[float]] = None) -> list:
+    """Arrival times (perf_counter seconds) of a Poisson process starting at t0.
+
+    Stops at n_max arrivals if n_max > 0, else at t0 + duration. step = (at_s, rate2): from
+    t0 + at_s on the rate is rate2. Gaps are memoryless, so a gap that crosses the step is cut
+    there and drawn anew at rate2: the process is exactly Poisson on each side."""
+    rng = random.Random(seed)
+    out = []
+    t = t0
+    t_step = t0 + step[0] if step else float("inf")
+    while True:
+        gap = rng.expovariate(rate if t < t_step else step[1])
+        if t < t_step <= t + gap:
+            t = t_step
+            continue
+        t += gap
+        if n_max > 0:
+            if len(out) >= n_max:
+                break
+        elif t > t0 + duration:
+            break
+        out.append(t)
+    return out
+
+
+def parse_load_step(text: str) -> tuple:
+    """'T:R2' -> (T, R2, False): at T s into the measured window the rate becomes R2 req/s.
+    'T:Kx' -> (T, K, True): it becomes K times the starting rate (for a server that learns its
+    rate from its own calibration). ValueError on anything else."""
+    at, sep, r = text.partition(":")
+    factor = r.endswith("x")
+    try:
+        at_s, val = float(at), float(r[:-1] if factor else r)
+    except ValueError:
+        raise ValueError(f"bad load step {text!r}: T:R2 (seconds:req/s) or T:Kx") from None
+    if not sep or not (math.isfinite(at_s) and at_s >= 0) or not (math.isfinite(val) and val > 0):
+        raise ValueError(f"bad load step {text!r}: T >= 0 seconds, R2 > 0 req/s (or K > 0)")
+    return at_s, val, factor
+
+
+def load_step_for(text: str, rate: float) -> Optional[tuple]:
+    """(at_s, rate2 req/s) of a --load-step value at starting rate `rate`; None for ''."""
+    if not text:
+        return None
+    at_s, val, factor = parse_load_step(text)
+    return at_s, val * rate if factor else val
+
+
+def request_windows(log: dict, t_from: float, width: float = 1.0) -> list:
+    """Latency per `width`-s window by arrival, from t_from on (seconds since the window start).
+
+    log: hp_server's request_log (columns arrival_s, ttft_ms, tpot_ms; None latencies = request
+    unfinished at the drain deadline). One {t_s, requests (finished), unfinished, ttft_p99_ms,
+    tpot_p99_ms} per window up to the last arrival; with a few dozen requests a window's p99 is
+    about its max."""
+    arr = log.get("arrival_s") or []
+    ttft = log.get("ttft_ms") or []
+    tpot = log.get("tpot_ms") or []
+    if not arr or max(arr) < t_from:
+        return []
+    n_win = int((max(arr) - t_from) // width) + 1
+    wins = [([], [], [0]) for _ in range(n_win)]
+    for a, f, p in zip(arr, ttft, tpot):
+        k = int((a - t_from) // width)
+        if not 0 <= k < n_win:
+            continue
+        if f is None:
+            wins[k][2][0] += 1
+            continue
+        wins[k][0].append(f)
+        if p is not None:
+            wins[k][1].append(p)
+    out = []
+    for k, (f, p, unf) in enumerate(wins):
+        out.append({"t_s": round(t_from + k * width, 3), "requests": len(f), "unfinished": unf[0],
+                    "ttft_p99_ms": stats(f)["p99"], "tpot_p99_ms": stats(p)["p99"]})
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Mode names
+
+def slo_budget(policy: str) -> Optional[float]:
+    """B of a gpuos mode's policy part 'slo-B' (the guaranteed tenant's --max-slowdown); None for
+    any other policy; ValueError for a B that is not a finite number >= 1."""
+    if not policy.startswith("slo-"):
+        return None
+    try:
+        b = float(policy[4:])
+    except ValueError:
+        raise ValueError(f"bad latency budget in {policy!r}: slo-B with B a number >= 1, "
+                         "e.g. slo-1.25") from None
+    if not math.isfinite(b) or b < 1.0:
+        raise ValueError(f"bad latency budget in {policy!r}: B must be >= 1 (a slowdown), e.g. slo-1.25")
+    return b
+
+
+def mode_budget(name: str) -> Optional[float]:
+    """B of a mode named gpuos-<kind>-slo-B; None for every other mode."""
+    parts = name.split("-", 2)
+    if len(parts) != 3 or parts[0] != "gpuos":
+        return None
+    return slo_budget(parts[2])
 
 
 # ---------------------------------------------------------------------------------------------

@@ -25,6 +25,7 @@ def hp(argv) -> int:
     ap.add_argument("--calibrate-s", type=float, default=1.0)
     ap.add_argument("--duration", type=float, default=2.0)
     ap.add_argument("--start-file", default="")
+    ap.add_argument("--load-step", default="")
     ap.add_argument("--json", required=True)
     a, _ = ap.parse_known_args(argv)
     stop = common.StopFlag()
@@ -40,6 +41,9 @@ def hp(argv) -> int:
         out["calibration"] = {"capacity_rps": 800.0, "busy_fraction_at_saturation": 0.9}
         rate = a.calibrate_load * 800.0
     out["rate_rps"] = rate
+    step = common.load_step_for(a.load_step, rate)
+    if step:
+        out["load_step"] = {"at_s": step[0], "rate_rps": step[1]}
     if a.start_file and not common.wait_for_file(a.start_file, 60):
         out["error"] = "start file never appeared"
         common.write_json_atomic(a.json, out)
@@ -51,15 +55,19 @@ def hp(argv) -> int:
         time.sleep(0.05)
     t1 = time.perf_counter()
     rng = random.Random(1)
-    n = int(rate * (t1 - t0))
+    arr = common.poisson_arrivals(rate, 0.0, t1 - t0, 0, 1, step)
+    n = len(arr)
     scale = 3.0 if co else 1.0
     e2e = [rng.lognormvariate(3.3, 0.25 * scale) * (1.5 if co else 1.0) for _ in range(n)]
+    ttft, tpot = [x * 0.05 for x in e2e], [x / 33 for x in e2e]
     out.update({"window": {"t0": clock.wall(t0), "t1": clock.wall(t1), "seconds": t1 - t0},
                 "requests": n, "unfinished": 0, "aborted": stop.stop, "achieved_rps": n / (t1 - t0),
                 "offered": n, "offered_rps": rate,
-                "e2e_ms": common.stats(e2e), "ttft_ms": common.stats([x * 0.05 for x in e2e]),
-                "tpot_ms": common.stats([x / 33 for x in e2e]), "e2e_cdf_ms": common.cdf_points(e2e),
+                "e2e_ms": common.stats(e2e), "ttft_ms": common.stats(ttft),
+                "tpot_ms": common.stats(tpot), "e2e_cdf_ms": common.cdf_points(e2e),
                 "busy_fraction": 0.62, "ok": True})
+    if step:
+        out["request_log"] = {"arrival_s": arr, "ttft_ms": ttft, "tpot_ms": tpot}
     common.write_json_atomic(a.json, out)
     return 0
 

@@ -19,6 +19,8 @@ Modes:
   --calibrate-load L : first a closed-loop run at saturation (max-batch requests always in flight)
                        gives the capacity (req/s); then the open-loop run uses rate = L * capacity.
   --rate R           : open-loop run at R req/s.
+--load-step T:R2 changes the arrival rate to R2 req/s T seconds into the measured window (a load
+step; warm-up keeps the first rate) and records every request's arrival time and latency.
 --start-file F makes the server wait (after loading, capture and warm-up) until F exists, so the
 measured window starts only once a co-runner is warm.
 """
@@ -28,7 +30,6 @@ import argparse
 import collections
 import gc
 import os
-import random
 import sys
 import time
 import traceback
@@ -45,24 +46,6 @@ class Req:
         self.first = None
         self.done = None
         self.ntok = 0
-
-
-def poisson_arrivals(rate: float, t0: float, duration: float, n_max: int, seed: int) -> list:
-    """Arrival times (perf_counter seconds) of a Poisson process starting at t0.
-
-    Stops at n_max arrivals if n_max > 0, else at t0 + duration."""
-    rng = random.Random(seed)
-    out = []
-    t = t0
-    while True:
-        t += rng.expovariate(rate)
-        if n_max > 0:
-            if len(out) >= n_max:
-                break
-        elif t > t0 + duration:
-            break
-        out.append(t)
-    return out
 
 
 class Scheduler:
@@ -181,7 +164,22 @@ class Scheduler:
         }
 
 
-def summarize(res: dict, t_start: float, t_end: float, clock: common.WallClock, T: int) -> dict:
+def request_log(res: dict, t_start: float, t_end: float, T: int) -> dict:
+    """Every request that arrived in the window, by arrival (s since t_start), with its TTFT and
+    TPOT (None: unfinished at the drain deadline): latency per window after a load step."""
+    rows = [(r.arr, (r.first - r.arr) * 1e3, (r.done - r.first) * 1e3 / (T - 1) if T > 1 else None)
+            for r in res["done"]]
+    rows += [(r.arr, None, None) for r in res["unfinished"] if r.arr <= t_end]
+    rows.sort(key=lambda x: x[0])
+
+    def r4(v):
+        return None if v is None else round(v, 4)
+    return {"arrival_s": [round(a - t_start, 4) for a, _, _ in rows],
+            "ttft_ms": [r4(f) for _, f, _ in rows], "tpot_ms": [r4(p) for _, _, p in rows]}
+
+
+def summarize(res: dict, t_start: float, t_end: float, clock: common.WallClock, T: int,
+              log_requests: bool = False) -> dict:
     done = res["done"]
     e2e = [(r.done - r.arr) * 1e3 for r in done]
     ttft = [(r.first - r.arr) * 1e3 for r in done]
@@ -203,7 +201,17 @@ def summarize(res: dict, t_start: float, t_end: float, clock: common.WallClock, 
         "busy_fraction": min(1.0, res["busy_ms"] / 1e3 / wall),
         "steps": {k: res[k] for k in ("decode_steps", "prefill_steps", "mean_decode_batch",
                                       "mean_decode_step_ms", "mean_prefill_step_ms")},
+        **({"request_log": request_log(res, t_start, t_end, T)} if log_requests else {}),
     }
+
+
+def _load_step_arg(text: str) -> str:
+    try:
+        if text:
+            common.parse_load_step(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
 
 
 def main() -> int:
@@ -221,6 +229,10 @@ def main() -> int:
     ap.add_argument("--calibrate-s", type=float, default=8.0, help="closed-loop calibration seconds")
     ap.add_argument("--duration", type=float, default=45.0, help="arrival window, seconds")
     ap.add_argument("--requests", type=int, default=0, help="number of requests (overrides --duration)")
+    ap.add_argument("--load-step", default="", type=_load_step_arg, metavar="T:R2",
+                    help="T s into the measured window the arrival rate becomes R2 req/s (T:Kx: K times "
+                         "the starting rate); the result then has every request's arrival and latency "
+                         "(request_log)")
     ap.add_argument("--drain-s", type=float, default=10.0, help="max seconds to finish after the last arrival")
     ap.add_argument("--warmup", type=float, default=2.0, help="seconds of unmeasured traffic first")
     ap.add_argument("--start-file", default="", help="wait for this file before the measured window")
@@ -299,10 +311,13 @@ def main() -> int:
         if rate <= 0:
             raise ValueError("need --rate > 0 or --calibrate-load > 0")
         out["rate_rps"] = rate
+        step = common.load_step_for(args.load_step, rate)
+        if step:
+            out["load_step"] = {"at_s": step[0], "rate_rps": step[1]}
 
         if args.warmup > 0:
             t0 = time.perf_counter()
-            arr = poisson_arrivals(rate, t0, args.warmup, 0, args.seed + 1000)
+            arr = common.poisson_arrivals(rate, t0, args.warmup, 0, args.seed + 1000)
             sched.run(arrivals=arr, hard_deadline=t0 + args.warmup + 10)
         if args.start_file:
             print(f"[hp] waiting for {args.start_file}", flush=True)
@@ -319,12 +334,12 @@ def main() -> int:
         gc.freeze()
         gc.disable()
         t_start = time.perf_counter()
-        arr = poisson_arrivals(rate, t_start, args.duration, args.requests, args.seed)
+        arr = common.poisson_arrivals(rate, t_start, args.duration, args.requests, args.seed, step)
         last_arr = arr[-1] if arr else t_start
         res = sched.run(arrivals=arr, hard_deadline=last_arr + args.drain_s)
         t_end = time.perf_counter()
         gc.enable()
-        out.update(summarize(res, t_start, t_end, clock, args.out_tokens))
+        out.update(summarize(res, t_start, t_end, clock, args.out_tokens, log_requests=bool(step)))
         out["offered"] = len(arr)
         out["offered_rps"] = len(arr) / max(1e-9, last_arr - t_start)
         out["ok"] = not res["aborted"] or out["requests"] > 0

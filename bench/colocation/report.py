@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Co-location report: summary.json, summary.md, cdf.png and be.png from the runner's raw.json.
+"""Co-location report: summary.json, summary.md, frontier.json, cdf.png, be.png and frontier.png
+from the runner's raw.json.
 
   python3 bench/colocation/report.py RESULTS_DIR/raw.json [--out DIR]
 
@@ -16,8 +17,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 
 SUMMARY_FIELDS = ["mode", "hp_p50_ms", "hp_p99_ms", "hp_p99_vs_exclusive", "hp_ttft_p50_ms",
-                  "hp_ttft_p99_ms", "hp_tpot_p50_ms", "hp_tpot_p99_ms", "hp_requests", "be_throughput",
-                  "be_unit", "be_vs_exclusive", "hp_busy_fraction"]
+                  "hp_ttft_p99_ms", "hp_tpot_p50_ms", "hp_tpot_p99_ms", "hp_ttft_p99_vs_exclusive",
+                  "hp_tpot_p99_vs_exclusive", "hp_requests", "be_throughput", "be_unit", "be_vs_exclusive",
+                  "hp_busy_fraction", "budget", "hp_slo_ok"]
+# A 1 s window after the load step with fewer requests than this says nothing about a p99: skipped.
+STEP_MIN_REQUESTS = 5
 
 
 def _get(d: Optional[dict], *path):
@@ -34,6 +38,41 @@ def _ratio(a, b):
     return a / b
 
 
+def hp_slowdown(row: dict) -> Optional[float]:
+    """HP's slowdown against exclusive for the latency budget: the worse of TTFT p99 and TPOT p99
+    over exclusive; e2e p99 over exclusive where there is neither (the synthetic workload)."""
+    r = [v for v in (row.get("hp_ttft_p99_vs_exclusive"), row.get("hp_tpot_p99_vs_exclusive")) if v is not None]
+    return max(r) if r else row.get("hp_p99_vs_exclusive")
+
+
+def _budget(name: str) -> Optional[float]:
+    try:
+        return common.mode_budget(name)
+    except ValueError:
+        return None
+
+
+def step_check(wins: list, ref: list, budget: float) -> tuple:
+    """(ok, skipped) of a load step: ok = in every 1 s window TTFT p99 and TPOT p99 <= budget x
+    exclusive-hp's in the same window (same seed, so the same arrivals) and no request unfinished;
+    windows with < STEP_MIN_REQUESTS requests here or there are skipped. ok None: nothing compared."""
+    by_t = {w["t_s"]: w for w in ref}
+    ok, checked, skipped = True, 0, 0
+    for w in wins:
+        r = by_t.get(w["t_s"])
+        n = w["requests"] + w["unfinished"]
+        if r is None or n < STEP_MIN_REQUESTS or r["requests"] < STEP_MIN_REQUESTS:
+            skipped += 1
+            continue
+        checked += 1
+        if w["unfinished"]:
+            ok = False
+        for k in ("ttft_p99_ms", "tpot_p99_ms"):
+            if w[k] is not None and r[k] is not None and w[k] > budget * r[k]:
+                ok = False
+    return (ok if checked else None), skipped
+
+
 def build_summary(raw: dict) -> dict:
     meta = raw.get("meta", {})
     modes = raw.get("modes", {})
@@ -41,6 +80,9 @@ def build_summary(raw: dict) -> dict:
     excl_hp = modes.get("exclusive-hp", {})
     excl_be = modes.get("exclusive-be", {})
     hp_p99_excl = _get(excl_hp, "hp", "e2e_ms", "p99")
+    ttft_excl = _get(excl_hp, "hp", "ttft_ms", "p99")
+    tpot_excl = _get(excl_hp, "hp", "tpot_ms", "p99")
+    step = meta.get("load_step")
     be_excl = excl_be.get("be_rate")
     busy = excl_hp.get("hp_busy_fraction")
     be_unit = excl_be.get("be_unit")
@@ -65,6 +107,8 @@ def build_summary(raw: dict) -> dict:
             "hp_ttft_p99_ms": _get(hp, "ttft_ms", "p99"),
             "hp_tpot_p50_ms": _get(hp, "tpot_ms", "p50"),
             "hp_tpot_p99_ms": _get(hp, "tpot_ms", "p99"),
+            "hp_ttft_p99_vs_exclusive": _ratio(_get(hp, "ttft_ms", "p99"), ttft_excl),
+            "hp_tpot_p99_vs_exclusive": _ratio(_get(hp, "tpot_ms", "p99"), tpot_excl),
             "hp_requests": hp.get("requests"),
             "be_throughput": rec.get("be_rate"),
             "be_unit": rec.get("be_unit") or (be_unit if rec.get("be_rate") is not None else None),
@@ -78,7 +122,19 @@ def build_summary(raw: dict) -> dict:
             "error": rec.get("error"),
             "notes": rec.get("notes") or [],
         }
+        row["budget"] = _budget(name)
+        slow = hp_slowdown(row)
+        row["hp_slo_ok"] = None if row["budget"] is None or slow is None else slow <= row["budget"]
+        if step and hp.get("request_log"):
+            at_s = (hp.get("load_step") or {}).get("at_s", 0.0)
+            row["hp_windows"] = common.request_windows(hp["request_log"], at_s)
         rows.append(row)
+    if step:
+        ref = next((r.get("hp_windows") for r in rows if r["mode"] == "exclusive-hp"), None) or []
+        for r in rows:
+            if r["budget"] is not None:
+                r["hp_step_ok"], r["hp_step_windows_skipped"] = (
+                    step_check(r.get("hp_windows") or [], ref, r["budget"]) if ref else (None, None))
     hp_rows = [r for r in rows if r["hp_requests"] is not None]
     all_ok = bool(hp_rows) and all(r["hp_requests_ok"] for r in hp_rows)
     if hp_rows:
@@ -103,6 +159,7 @@ def build_summary(raw: dict) -> dict:
         "driver_version": _get(meta, "gpu", "driver_version"),
         "torch_version": torch_v,
         "load": meta.get("load"),
+        "load_step": step,
         "capacity_rps": raw.get("capacity_rps"),
         "hp_rate_rps": raw.get("hp_rate_rps"),
         "workload": {"kind": meta.get("workload"), "be": meta.get("be"), "hp": hp_cfg, "be_config": be_cfg},
@@ -114,6 +171,43 @@ def build_summary(raw: dict) -> dict:
         "notes": notes,
         "modes": rows,
     }
+
+
+def _group(name: str) -> str:
+    """gpuos-time / gpuos-space for the latency-budget modes, gpuos for other gpuos modes, else baseline."""
+    if not name.startswith("gpuos-"):
+        return "baseline"
+    return "gpuos-" + name.split("-")[1] if _budget(name) is not None else "gpuos"
+
+
+def frontier(s: dict) -> dict:
+    """frontier.json: BE throughput against HP's slowdown (hp_slowdown) for every co-located mode,
+    and per latency budget B the gpuos modes of that B against every baseline that meets the same
+    bound: a gpuos mode dominates when it meets the bound and gives BE at least as much as each of
+    them."""
+    points = []
+    for r in s.get("modes", []):
+        if r["mode"].startswith("exclusive-"):
+            continue
+        points.append({"mode": r["mode"], "group": _group(r["mode"]), "budget": r.get("budget"),
+                       "hp_slowdown": hp_slowdown(r), "be_vs_exclusive": r.get("be_vs_exclusive")})
+    measured = [p for p in points if p["hp_slowdown"] is not None and p["be_vs_exclusive"] is not None]
+    budgets = []
+    for b in sorted({p["budget"] for p in points if p["budget"] is not None}):
+        base = [p for p in measured if p["group"] == "baseline" and p["hp_slowdown"] <= b]
+        best = max((p["be_vs_exclusive"] for p in base), default=None)
+        gp = []
+        for p in points:
+            if p["budget"] != b:
+                continue
+            meets = p["hp_slowdown"] is not None and p["be_vs_exclusive"] is not None and p["hp_slowdown"] <= b
+            gp.append({**p, "meets_bound": meets,
+                       "dominates": meets and (best is None or p["be_vs_exclusive"] >= best)})
+        budgets.append({"budget": b, "gpuos": gp, "baselines_meeting_bound": base, "best_baseline_be": best})
+    verdicts = [g["dominates"] for e in budgets for g in e["gpuos"]]
+    return {"y": "hp_slowdown = max(hp_ttft_p99_vs_exclusive, hp_tpot_p99_vs_exclusive)",
+            "x": "be_vs_exclusive", "points": points, "budgets": budgets,
+            "all_dominate": all(verdicts) if verdicts else None}
 
 
 def markdown(s: dict) -> str:
@@ -134,18 +228,44 @@ def markdown(s: dict) -> str:
         out.append("BE (" + str(wl.get("be")) + "): " + ", ".join(f"{k} {v}" for k, v in bec.items()
                                                                if not isinstance(v, dict)) + ".")
     out.append("")
-    out.append("| mode | HP p50 ms | HP p99 ms | p99 / excl | TTFT p99 ms | TPOT p99 ms | HP requests "
-               "| BE throughput | BE / excl | status |")
-    out.append("|---|---|---|---|---|---|---|---|---|---|")
+    out.append("| mode | HP p50 ms | HP p99 ms | p99 / excl | TTFT p99 ms | TPOT p99 ms | TTFT p99/excl "
+               "| TPOT p99/excl | budget | HP requests | BE throughput | BE / excl | status |")
+    out.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in s.get("modes", []):
         be = f(r["be_throughput"]) + (f" {r['be_unit']}" if r["be_throughput"] is not None else "")
         st = r.get("status") or ""
         if r.get("error"):
             st += ": " + str(r["error"]).replace("|", "/").replace("\n", " ")[:120]
+        bud = "-" if r.get("budget") is None else (
+            f"{r['budget']:g}" + {True: " met", False: " MISSED", None: ""}[r.get("hp_slo_ok")])
         out.append(f"| {r['mode']} | {f(r['hp_p50_ms'])} | {f(r['hp_p99_ms'])} | "
                    f"{f(r['hp_p99_vs_exclusive'])} | {f(r['hp_ttft_p99_ms'])} | {f(r['hp_tpot_p99_ms'])} | "
+                   f"{f(r.get('hp_ttft_p99_vs_exclusive'))} | {f(r.get('hp_tpot_p99_vs_exclusive'))} | {bud} | "
                    f"{f(r['hp_requests'])} | {be} | {f(r['be_vs_exclusive'])} | {st} |")
     out.append("")
+    for e in frontier(s)["budgets"]:
+        for g in e["gpuos"]:
+            if g["hp_slowdown"] is None or g["be_vs_exclusive"] is None:
+                out.append(f"- frontier at {e['budget']:g}x: {g['mode']} not measured")
+                continue
+            out.append(f"- frontier at {e['budget']:g}x: {g['mode']} "
+                       + ("dominates" if g["dominates"] else "does not dominate")
+                       + f" (BE {f(g['be_vs_exclusive'])} of exclusive at {f(g['hp_slowdown'])}x; "
+                       + f"best baseline within {e['budget']:g}x: {f(e['best_baseline_be'])})")
+    st = s.get("load_step")
+    if st:
+        out.append(f"- load step: HP from {s.get('load')} to {st.get('to')} of capacity {f(st.get('at_s'))} s "
+                   "into the window; latency per 1 s window after it in summary.json (hp_windows)")
+        for r in s.get("modes", []):
+            if "hp_step_ok" not in r:
+                continue
+            if r["hp_step_ok"] is None:
+                out.append(f"- load step, {r['mode']}: not checked (no windows to compare with exclusive-hp's)")
+                continue
+            verdict = "within" if r["hp_step_ok"] else "NOT within"
+            out.append(f"- load step, {r['mode']}: {verdict} {r['budget']:g}x exclusive in every 1 s window "
+                       f"after the step ({r['hp_step_windows_skipped']} windows with < {STEP_MIN_REQUESTS} "
+                       "requests skipped)")
     for n in s.get("notes", []):
         out.append(f"- {n}")
     for r in s.get("modes", []):
@@ -158,7 +278,7 @@ def markdown(s: dict) -> str:
 
 
 def plot(raw: dict, s: dict, out_dir: str) -> list:
-    """cdf.png and be.png; returns the files written (none without matplotlib)."""
+    """cdf.png, be.png and frontier.png; returns the files written (none without matplotlib)."""
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -227,13 +347,78 @@ def plot(raw: dict, s: dict, out_dir: str) -> list:
     fig.savefig(p, dpi=120)
     plt.close(fig)
     written.append(p)
+    written.append(plot_frontier(s, frontier(s), out_dir, plt))
     return written
+
+
+def plot_frontier(s: dict, fr: dict, out_dir: str, plt) -> str:
+    """frontier.png: BE throughput (x) against HP's slowdown (y, log), one point per co-located
+    mode; the latency-budget modes joined per kind (labelled with their B), a dotted line at each
+    budget. With budgets the y axis stops at 4x the largest: a point above it (a baseline 100x
+    slower) sits on the top edge with its value in its label, so the budgets stay readable."""
+    fig, ax = plt.subplots(figsize=(8, 6))
+    pts = [p for p in fr["points"] if p["hp_slowdown"] is not None and p["be_vs_exclusive"] is not None]
+    budgets = [e["budget"] for e in fr["budgets"]]
+    ys = [p["hp_slowdown"] for p in pts] + budgets + [1.0]
+    lo, hi = min(ys) / 1.05, max(ys) * 1.1
+    if budgets:
+        hi = min(hi, 4 * max(budgets))
+
+    def y(p):
+        return min(p["hp_slowdown"], hi / 1.03)
+    colors = {"gpuos-time": "tab:blue", "gpuos-space": "tab:orange"}
+    for grp in ("gpuos-time", "gpuos-space"):
+        line = sorted((p for p in pts if p["group"] == grp), key=lambda p: p["budget"])
+        if line:
+            ax.plot([p["be_vs_exclusive"] for p in line], [y(p) for p in line], marker="o",
+                    color=colors[grp], label=f"{grp}-slo-B (label: B)")
+    # Baselines each with their own marker and a colour the two gpuos lines do not use.
+    marks = ["s", "^", "v", "D", "P", "X", "*", "h"]
+    shades = ["tab:green", "tab:red", "tab:purple", "tab:brown", "tab:gray", "tab:olive"]
+    n_base = 0
+    for p in pts:
+        if p["group"] == "baseline":
+            ax.plot(p["be_vs_exclusive"], y(p), marker=marks[n_base % len(marks)],
+                    color=shades[n_base % len(shades)], ls="", ms=8, label=p["mode"])
+            n_base += 1
+        elif p["group"] == "gpuos":
+            ax.plot(p["be_vs_exclusive"], y(p), marker="o", mfc="none", color="black", ls="", ms=8,
+                    label=p["mode"])
+        text = f"{p['budget']:g}" if p["budget"] is not None else p["mode"].replace("gpuos-", "")
+        if p["hp_slowdown"] > y(p):
+            text += f" ({common.fmt(p['hp_slowdown'])}x)"
+        # time labels above, space labels below their line: the two lines often run close.
+        off = (4, -11) if p["group"] == "gpuos-space" else (4, 4)
+        ax.annotate(text, (p["be_vs_exclusive"], y(p)), textcoords="offset points", xytext=off, fontsize=7)
+    for b in budgets:
+        ax.axhline(b, color="grey", lw=0.8, ls=":")
+    ax.axhline(1.0, color="black", lw=0.5)
+    ax.set_yscale("log")
+    ax.set_ylim(lo, hi)
+    # Plain numbers at the budgets and a few round slowdowns: a log axis' 10^k labels say nothing here.
+    ticks = sorted({t for t in [1, 2, 3, 5, 10, 20, 50, 100, 1000, 10000] + budgets if lo <= t <= hi})
+    ax.set_yticks(ticks)
+    ax.set_yticklabels([f"{t:g}" for t in ticks])
+    ax.minorticks_off()
+    ax.set_xlim(0, max([1.05] + [p["be_vs_exclusive"] * 1.1 for p in pts]))
+    ax.set_xlabel("BE throughput / exclusive")
+    ax.set_ylabel("HP slowdown: max(TTFT p99, TPOT p99) / exclusive (log)")
+    ax.set_title(f"Latency budget frontier (load {s.get('load')}, {s.get('gpu')})")
+    ax.grid(True, alpha=0.3)
+    if pts:
+        ax.legend(fontsize=7, loc="upper left")
+    fig.tight_layout()
+    p = os.path.join(out_dir, "frontier.png")
+    fig.savefig(p, dpi=120)
+    plt.close(fig)
+    return p
 
 
 def write_all(raw: dict, out_dir: str, plots: bool = True) -> dict:
     os.makedirs(out_dir, exist_ok=True)
     s = build_summary(raw)
     common.write_json_atomic(os.path.join(out_dir, "summary.json"), s)
+    common.write_json_atomic(os.path.join(out_dir, "frontier.json"), frontier(s))
     with open(os.path.join(out_dir, "summary.md"), "w") as f:
         f.write(markdown(s))
     if plots:

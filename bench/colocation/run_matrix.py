@@ -9,19 +9,27 @@ Modes (in this order):
   time-slicing        HP + BE as two plain processes (the driver's default time-slicing).
   mps                 HP + BE as clients of one MPS server (private pipe/log dirs under /tmp).
   mps-be50            as mps, with CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50 for the BE client only.
+  mps-prio1[-tN]      as mps, the BE client at CUDA_MPS_CLIENT_PRIORITY=1 (and with -tN also
+                      CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=N); only when named.
   gpuos-time-<p>      HP + BE under `gpuos run` (guaranteed / best-effort) with the gpuos daemon
                       running policy <p>; gpuos-time-open = no gating (interposer overhead only).
   gpuos-space-<p>     as above, and both tenants in one spatial domain (`gpuos run --space`): gpuosd
                       starts the domain's MPS control daemon and gives each its SM partition
                       (--space-hp-sms, --space-lend-after-ms); <p> is the scheduling policy.
+  gpuos-<kind>-slo-B  <kind> time or space with the daemon's policy 'budget' and HP declaring its
+                      latency budget (gpuos run --max-slowdown B, B >= 1): BE gets GPU time while
+                      HP stays within B x its exclusive latency.
   exclusive-hp-again  (only when named) HP alone once more, last, at the same rate: the drift of
                       HP's exclusive latency over the run, beside the first figure.
 In every co-located mode BE starts first; HP loads and captures meanwhile and starts its measured
 window once BE is warm (BE's --ready-file); BE throughput is its rate over HP's measured window.
+--load-step-to L2 makes every HP run step from --load to L2 x capacity at --load-step-at seconds
+into its window; the summary then has HP's latency per 1 s window after the step.
 
 Output (--out, default bench/results/<date>-<label>): summary.json, summary.md, cdf.png, be.png,
-raw.json (all per-mode raw results). summary.json/summary.md/raw.json are rewritten after every
-mode, so a run cut short still leaves what it measured.
+frontier.png, frontier.json (BE throughput against HP's slowdown, gpuos against the baselines per
+latency budget), raw.json (all per-mode raw results). summary.json/summary.md/raw.json are
+rewritten after every mode, so a run cut short still leaves what it measured.
 
 --dry-run prints the plan, every command and the time estimate, and starts nothing.
 """
@@ -63,15 +71,30 @@ class ModeSpec:
         self.name = name
         self.hp = name != "exclusive-be"
         self.be = name not in ("exclusive-hp", AGAIN_MODE)
-        self.mps = name in ("mps", "mps-be50")
-        self.be50 = name == "mps-be50"
+        self.mps = name == "mps" or name.startswith("mps-")
+        self.be_env: Dict[str, str] = {}     # extra environment of the BE client only
         self.gpuos_kind = None
         self.policy = None
+        self.budget: Optional[float] = None  # gpuos-<kind>-slo-B: HP's --max-slowdown B
         if name.startswith("gpuos-"):
             parts = name.split("-", 2)
             if len(parts) != 3 or parts[1] not in ("time", "space") or not parts[2]:
                 raise ValueError(f"bad gpuos mode name {name!r}: gpuos-time-<policy> or gpuos-space-<policy>")
             self.gpuos_kind, self.policy = parts[1], parts[2]
+            self.budget = common.slo_budget(self.policy)
+            if self.budget is not None:
+                self.policy = "budget"  # the daemon's time gate that keeps HP within its budget
+        elif name == "mps-be50":
+            self.be_env = {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "50"}
+        elif name == "mps-prio1" or name.startswith("mps-prio1-t"):
+            # MPS's own answer to co-location: the BE client at the lower scheduling priority (1),
+            # optionally also held to N% of the SMs.
+            self.be_env = {"CUDA_MPS_CLIENT_PRIORITY": "1"}
+            if name != "mps-prio1":
+                n = name[len("mps-prio1-t"):]
+                if not n.isdigit() or not 1 <= int(n) <= 100:
+                    raise ValueError(f"bad mode {name!r}: mps-prio1-tN with N in 1..100 (BE's SM percentage)")
+                self.be_env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(int(n))
         elif name not in BASELINE_MODES and name != AGAIN_MODE:
             raise ValueError(f"unknown mode {name!r}")
 
@@ -264,15 +287,28 @@ class Runner:
 
     # --- plan -----------------------------------------------------------------------------
 
-    def _modes(self) -> List[ModeSpec]:
-        a = self.a
+    @staticmethod
+    def mode_names(a, check: bool = False) -> List[str]:
+        """Mode names asked for by --modes and --gpuos; check: ValueError for a bad one."""
         names = [m for m in a.modes.split(",") if m] if a.modes else list(BASELINE_MODES)
         if a.gpuos and a.gpuos != "none":
             names += [m for m in a.gpuos.split(",") if m and m not in names]
-        specs = [ModeSpec(n) for n in names]
+        if check:
+            for n in names:
+                ModeSpec(n)
+        return names
+
+    def _modes(self) -> List[ModeSpec]:
+        specs = [ModeSpec(n) for n in self.mode_names(self.a)]
         order = {n: i for i, n in enumerate(BASELINE_MODES)}
         order[AGAIN_MODE] = len(order) + 1  # after the gpuos modes too
-        specs.sort(key=lambda s: order.get(s.name, len(BASELINE_MODES)))
+
+        def rank(s: ModeSpec) -> float:
+            if s.name in order:
+                return order[s.name]
+            # other MPS baselines (mps-prio1*) right after mps-be50, gpuos modes after them
+            return order["mps-be50"] + 0.5 if s.mps else len(BASELINE_MODES)
+        specs.sort(key=rank)
         return specs
 
     def est_hp_startup(self) -> float:
@@ -336,10 +372,19 @@ class Runner:
             cmd += ["--calibrate-load", str(a.load), "--calibrate-s", str(a.calibrate_s)]
         else:
             cmd += ["--rate", rate_s]
+        if a.load_step_to:
+            # rate2 = L2 x capacity = rate x L2 / L1; a calibrating run learns its rate only then.
+            k = a.load_step_to / a.load
+            r2 = f"{k:.10g}x" if calibrate else f"{rate * k:.3f}" if rate else "<load-step-to*capacity>"
+            cmd += ["--load-step", f"{self.load_step_at():g}:{r2}"]
         if start_file:
             cmd += ["--start-file", start_file]
         cmd += shlex.split(a.hp_args)
         return [self._fake(cmd, "hp")]
+
+    def load_step_at(self) -> float:
+        """Seconds into HP's measured window of the load step (default: its middle)."""
+        return self.a.load_step_at if self.a.load_step_at is not None else self.a.window / 2
 
     def be_cmd(self, spec: ModeSpec, ready_file: str, count: Optional[int] = None) -> List[str]:
         a = self.a
@@ -381,10 +426,14 @@ class Runner:
 
     def gpuos_wrap(self, spec: ModeSpec, cmd: List[str], cls: str, name: str) -> List[str]:
         t = shlex.split(self.a.gpuos_run_args.format(cls=cls, name=name, socket=self.socket_path(spec)))
-        if spec.gpuos_kind == "space" and t and t[0] == "run":
-            extra = ["--space", self.SPACE_DOMAIN]
+        extra = []
+        if spec.budget is not None and cls == "guaranteed":
+            extra += ["--max-slowdown", f"{spec.budget:g}"]  # the HP's declared latency budget
+        if spec.gpuos_kind == "space":
+            extra += ["--space", self.SPACE_DOMAIN]
             if cls == "guaranteed" and self.a.space_hp_sms > 0:
                 extra += ["--sms", str(self.a.space_hp_sms)]
+        if extra and t and t[0] == "run":
             t = t[:1] + extra + t[1:]
         return [self.gpuos_bin] + t + cmd
 
@@ -441,8 +490,7 @@ class Runner:
             env = mps_env or Mps.env_for(self.workdir, spec.name)
             hp.update(env)
             be.update(env)
-        if spec.be50:
-            be["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = "50"
+        be.update(spec.be_env)
         if spec.gpuos_kind:
             g = {"GPUOS_SOCKET": self.socket_path(spec), "GPUOS_ON_NO_DAEMON": "refuse"}
             hp.update(g)
@@ -463,6 +511,9 @@ class Runner:
             else:
                 print(f"  BE: Llama ~{a.params_b}B offline inference, batch {a.be_infer_batch}, "
                       f"prompt {a.be_infer_prompt}, gen {a.be_infer_gen}")
+        if a.load_step_to:
+            print(f"  load step: HP from {a.load} to {a.load_step_to} of capacity, {self.load_step_at():g}s "
+                  "into every HP window")
         print(f"  work dir (logs, per-process JSON): {self.workdir}")
         print()
         total = 0.0
@@ -477,6 +528,8 @@ class Runner:
                 est = self.estimate(s)
             else:
                 est = self.estimate(s) + (a.cold_start_s if i == 0 else 0.0)
+                if total + est > a.budget_s:
+                    note = f"OVER BUDGET: skipped unless --budget-s >= {total + est:.0f}"
             total += est
             rows.append((s.name, est, total, note))
         print(f"{'mode':<22}{'est s':>8}{'cum s':>8}  note")
@@ -574,6 +627,7 @@ class Runner:
             "label": a.label, "load": a.load, "workload": a.workload, "be": a.be,
             "gpu": self.gpu_info(), "argv": sys.argv[1:], "workdir": self.workdir,
             "min_requests": a.min_requests, "budget_s": a.budget_s,
+            "load_step": ({"to": a.load_step_to, "at_s": self.load_step_at()} if a.load_step_to else None),
             "modes_planned": [s.name for s in self.modes],
         }
         print(f"[run] GPU {self.meta['gpu']}; out {out}; workdir {self.workdir}", flush=True)
@@ -936,10 +990,18 @@ def parse_args(argv=None):
     g.add_argument("--load", type=float, default=0.5, help="HP rate as a fraction of its capacity (0.3/0.5/0.7)")
     g.add_argument("--label", default="baseline", help="results folder suffix")
     g.add_argument("--out", default="", help="output folder (default bench/results/<date>-<label>)")
-    g.add_argument("--modes", default="", help=f"comma list of baseline modes (default: {','.join(BASELINE_MODES)})")
+    g.add_argument("--modes", default="",
+                   help=f"comma list of baseline modes (default: {','.join(BASELINE_MODES)}; also "
+                        "mps-prio1, mps-prio1-tN and exclusive-hp-again)")
     g.add_argument("--gpuos", default=",".join(DEFAULT_GPUOS_MODES),
-                   help="comma list of gpuos modes (gpuos-time-<p>, gpuos-space-<p>), or 'none'; "
-                        "skipped with a note when build/bin/gpuos is missing")
+                   help="comma list of gpuos modes (gpuos-time-<p>, gpuos-space-<p>; <p> = slo-B: policy "
+                        "'budget', HP under --max-slowdown B), or 'none'; skipped with a note when "
+                        "build/bin/gpuos is missing")
+    g.add_argument("--load-step-to", type=float, default=0.0, metavar="L2",
+                   help="load step: HP's arrival rate changes from --load to L2 x capacity at "
+                        "--load-step-at in every HP run (latency per 1 s window in the summary)")
+    g.add_argument("--load-step-at", type=float, default=None, metavar="S",
+                   help="seconds into HP's measured window of the load step (default: --window / 2)")
     g.add_argument("--workload", choices=["torch", "synthetic"], default="torch")
     g.add_argument("--be", choices=["train", "infer"], default="train", help="which BE (torch workload)")
     g.add_argument("--hp-rate", type=float, default=0.0, help="skip calibration; HP rate in req/s")
@@ -1019,6 +1081,19 @@ def parse_args(argv=None):
     args = ap.parse_args(argv)
     if not 0 < args.load < 1:
         ap.error("--load must be in (0, 1)")
+    if args.load_step_to:
+        if args.load_step_to < 0:
+            ap.error("--load-step-to must be > 0")
+        if args.workload != "torch":
+            ap.error("--load-step-to needs --workload torch (gpuos-synth has no load step)")
+    if args.load_step_at is not None and not args.load_step_to:
+        ap.error("--load-step-at needs --load-step-to")
+    if args.load_step_at is not None and not 0 < args.load_step_at < args.window:
+        ap.error("--load-step-at must lie inside the window (0 < S < --window)")
+    try:
+        Runner.mode_names(args, check=True)
+    except ValueError as e:
+        ap.error(str(e))
     return args
 
 

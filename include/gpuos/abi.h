@@ -69,6 +69,13 @@ typedef struct gpuos_shape_latency {
   gpuos_latency_point points[GPUOS_SPACE_POINTS];
 } gpuos_shape_latency;
 
+/* One timed launch (control block timing_ring). */
+#define GPUOS_TIMING_RING 128
+typedef struct gpuos_timed_launch {
+  uint64_t key; /* shape (as in gpuos_shape_latency) */
+  uint64_t ns;  /* its duration on the GPU, from its stream reaching it to its end */
+} gpuos_timed_launch;
+
 /* How long a closed gate holds without a heartbeat from gpuosd (daemon_heartbeat_ns). */
 #define GPUOS_GATE_LEASE_NS 5000000000ull
 
@@ -103,8 +110,18 @@ typedef struct gpuos_grant_block {
                                stopped or hung gpuosd cannot hold a tenant forever */
   uint32_t idle_grace_us;   /* the tenant reports idle only after its work has finished and no new
                                work came for this long (bridges host gaps between steps) */
-  uint32_t reserved1;
-  uint8_t pad1[16];
+  uint32_t sample_period;   /* >0: time one launch in about this many, also outside a spatial
+                               domain, into timing_ring (a latency budget needs them); a graph
+                               launch is timed whenever no timed launch of its thread is in flight */
+  uint32_t pace_permille;   /* best-effort: >0 while a guaranteed tenant with a latency budget runs:
+                               its launches keep its GPU time to this share of wall time (each
+                               waits until the one before has had its expected duration / share);
+                               futex word, gpuosd wakes it when it changes */
+  uint32_t pace_max_kernel_us; /* with pacing: a launch expected to run longer than this waits until
+                               pacing ends (a gap of the guaranteed tenant); 0 = no such bound */
+  uint32_t pace_burst_us;   /* with pacing: GPU time it may use back to back before its gaps begin
+                               (fewer switches between the tenants' contexts); 0 = one launch */
+  uint8_t pad1[4];
 
   /* memory oversubscription (swap) */
   uint32_t swap_command;      /* gpuos_swap_command: what the daemon asks for */
@@ -228,6 +245,16 @@ typedef struct gpuos_control_block {
   uint32_t space_shape_blocks[GPUOS_SPACE_SHAPES]; /* blocks in the grid of space_shapes[i]'s
                                    launches; 0 = not known (a graph). Written with the entry. */
   gpuos_shape_latency space_shapes[GPUOS_SPACE_SHAPES];
+
+  /* ---- latency samples, written by the tenant while sample_period > 0 (or in a spatial domain),
+   * read by gpuosd: every timed launch, its shape and duration, in the order they finished. The
+   * tenant writes entry timing_head % GPUOS_TIMING_RING, then bumps timing_head (release); gpuosd
+   * reads the entries it has not seen, at most a ring's worth (untrusted: durations are clamped). */
+  uint64_t timing_head;
+  uint64_t pace_waits;   /* best-effort: launches that waited for pacing (pace_permille) */
+  uint64_t pace_wait_ns; /* and how long in all */
+  uint8_t pad8[40];
+  gpuos_timed_launch timing_ring[GPUOS_TIMING_RING];
 } gpuos_control_block;
 
 /* swap_command values */
@@ -310,7 +337,9 @@ typedef struct gpuos_msg_register {
   uint32_t reserved;
   char space_domain[GPUOS_DOMAIN_MAX]; /* spatial-sharing domain (gpuos run --space), "" = none */
   uint32_t space_sms;          /* SMs it asks for in its domain (guaranteed tenants); 0 = default */
-  uint32_t reserved2;
+  uint32_t max_slowdown_permille; /* latency budget (gpuos run --max-slowdown): its GPU work may take
+                                     this many thousandths of its time alone, 1001..100000; 0 = the
+                                     class's default from the config */
 } gpuos_msg_register;
 
 typedef struct gpuos_msg_register_reply {
@@ -402,6 +431,13 @@ typedef struct gpuos_msg_tenant_info {
      0 = not measured), and the findings against it (over quota, launching while gated) */
   uint64_t verified_mem_bytes;
   uint64_t violations;
+  /* latency budget (guaranteed tenants with --max-slowdown): the budget, the slowdown of its GPU
+     work against its solo time as measured now (p99 over the time gate's window; 0 = not measured
+     yet), and the share of the GPU's time best-effort tenants are granted beside it */
+  uint32_t max_slowdown_permille;
+  uint32_t slowdown_permille;
+  uint32_t be_share_permille;
+  uint32_t reserved9;
 } gpuos_msg_tenant_info;
 
 typedef struct gpuos_msg_set_gate {
@@ -452,7 +488,8 @@ static_assert(offsetof(gpuos_grant_block, swap_command) == 128, "swap line");
 static_assert(offsetof(gpuos_grant_block, space_epoch) == 192, "spatial lines");
 static_assert(sizeof(gpuos_control_block) % 64 == 0, "control block is whole cache lines");
 static_assert(sizeof(gpuos_control_block) <= 4096, "control block fits one page");
-static_assert(sizeof(gpuos_control_block) == 1984, "ABI v2 frozen at release (fields only ever replace padding)");
+static_assert(sizeof(gpuos_control_block) == 4096, "ABI v2 frozen at release (fields only ever replace padding)");
+static_assert(offsetof(gpuos_control_block, timing_head) == 1984, "timing lines");
 static_assert(offsetof(gpuos_control_block, launches) == 64, "counters");
 static_assert(offsetof(gpuos_control_block, gate_wait_hist) == 328, "ABI v2 frozen");
 static_assert(offsetof(gpuos_control_block, swappable) == 384, "memory lines");
@@ -462,7 +499,7 @@ static_assert(offsetof(gpuos_control_block, space_sample_seq) == 1024, "sizing l
 static_assert(sizeof(gpuos_shape_latency) == 112, "shape entries");
 static_assert(sizeof(gpuos_msg_register) == 160, "ABI v2 frozen");
 static_assert(sizeof(gpuos_msg_register_reply) == 192, "ABI v2 frozen");
-static_assert(sizeof(gpuos_msg_tenant_info) == 408, "ABI v2 frozen");
+static_assert(sizeof(gpuos_msg_tenant_info) == 424, "ABI v2 frozen");
 static_assert(sizeof(gpuos_msg_gpu_info) == 176, "ABI v2 frozen");
 static_assert(sizeof(gpuos_msg_reply) == 184, "ABI v2 frozen");
 static_assert(sizeof(gpuos_msg_activity) == 24, "ABI v2 frozen");

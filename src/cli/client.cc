@@ -261,6 +261,11 @@ nlohmann::json listing_json(const Listing& l) {
     o["mem_imported_bytes"] = t.mem_imported_bytes;
     o["verified_mem_bytes"] = t.verified_mem_bytes;  // NVML's measure (0: not measured)
     o["violations"] = t.violations;
+    if (t.max_slowdown_permille != 0) {  // a latency budget: its slowdown as measured (null: not yet)
+      o["max_slowdown"] = t.max_slowdown_permille / 1000.0;
+      o["slowdown"] = t.slowdown_permille != 0 ? nlohmann::json(t.slowdown_permille / 1000.0) : nlohmann::json();
+      o["be_share"] = t.be_share_permille / 1000.0;
+    }
     o["space_domain"] = std::string(t.space_domain, strnlen(t.space_domain, sizeof(t.space_domain)));
     o["space_sms"] = t.space_sms;
     o["space_mask"] = t.space_mask;
@@ -316,6 +321,19 @@ std::string partition_text(const gpuos_msg_tenant_info& t) {
   return sms;
 }
 
+std::string budget_text(const gpuos_msg_tenant_info& t) {
+  if (t.max_slowdown_permille == 0) return "-";
+  char b[48];
+  const std::string measured = t.slowdown_permille == 0 ? "?" : [&] {
+    char m[16];
+    std::snprintf(m, sizeof(m), "%.2f", t.slowdown_permille / 1000.0);
+    return std::string(m);
+  }();
+  std::snprintf(b, sizeof(b), "%s/%.2f be %u%%", measured.c_str(), t.max_slowdown_permille / 1000.0,
+                (t.be_share_permille + 5) / 10);
+  return b;
+}
+
 std::string listing_table(const Listing& l) {
   std::string s;
   char line[1024];
@@ -326,18 +344,18 @@ std::string listing_table(const Listing& l) {
     s += line;
   }
   if (l.gpus.empty()) s += "no GPUs known to gpuosd\n";
-  std::snprintf(line, sizeof(line), "%-5s %-8s %-20s %-12s %-12s %10s %8s %10s %10s %10s %8s\n", "ID", "PID", "NAME",
-                "CLASS", "STATE", "LAUNCHES", "GRAPHS", "MEM", "PEAK", "GATE-WAIT", "SMS");
+  std::snprintf(line, sizeof(line), "%-5s %-8s %-20s %-12s %-12s %10s %8s %10s %10s %10s %8s %s\n", "ID", "PID",
+                "NAME", "CLASS", "STATE", "LAUNCHES", "GRAPHS", "MEM", "PEAK", "GATE-WAIT", "SMS", "BUDGET");
   s += line;
   for (const auto& t : l.tenants) {
     const std::string sms = partition_text(t);
     // The name is the tenant's own choice: escaped, so it cannot drive the terminal.
     const std::string name = printable(cstr(t.name, sizeof(t.name)));
-    std::snprintf(line, sizeof(line), "%-5u %-8d %-20s %-12s %-12s %10llu %8llu %10s %10s %10s %8s\n", t.tenant_id,
-                  t.pid, name.c_str(), class_name(t.tenant_class), display_state(t),
+    std::snprintf(line, sizeof(line), "%-5u %-8d %-20s %-12s %-12s %10llu %8llu %10s %10s %10s %8s %s\n",
+                  t.tenant_id, t.pid, name.c_str(), class_name(t.tenant_class), display_state(t),
                   static_cast<unsigned long long>(t.launches), static_cast<unsigned long long>(t.graph_launches),
                   human_bytes(t.mem_used_bytes).c_str(), human_bytes(t.mem_peak_bytes).c_str(),
-                  duration(t.gate_wait_ns).c_str(), sms.c_str());
+                  duration(t.gate_wait_ns).c_str(), sms.c_str(), budget_text(t).c_str());
     s += line;
   }
   return s;

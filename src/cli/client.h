@@ -38,6 +38,9 @@ std::string human_bytes(uint64_t bytes);
 // The SMS column of `gpuos ps` and `gpuos top`: the tenant's spatial partition in SMs, "-" when
 // unconfined; "64/104" = right-sized to 64 of its default 104.
 std::string partition_text(const gpuos_msg_tenant_info& t);
+// A guaranteed tenant's latency budget: "1.08/1.25 be 20%" (its slowdown as measured, "?" before
+// the first measure, its budget, the share best-effort tenants have beside it); "-" without one.
+std::string budget_text(const gpuos_msg_tenant_info& t);
 const char* state_name(uint32_t state);
 
 // Directory holding the running executable (from /proc/self/exe); "" if unknown.

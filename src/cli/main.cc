@@ -168,6 +168,12 @@ int main(int argc, char** argv) {
                   "of 8); default: all but the best-effort tenants' reserve")
       ->check(CLI::Range(1u, 1u << 20))
       ->type_name("N");
+  run->add_option("--max-slowdown", ro.max_slowdown,
+                  "latency budget of a guaranteed tenant: its kernels and graph replays may take up to this "
+                  "many times as long as alone (p99 over gpuosd's window), e.g. 1.25; best-effort tenants get "
+                  "the rest of the GPU (time policy \"budget\"). Default: [tenants] max_slowdown")
+      ->check(CLI::Range(1.001, 100.0))
+      ->type_name("X");
   run->add_option("--socket", ro.socket, "control socket path");
   run->add_option("--config", ro.config, "config file");
   run->prefix_command();  // without "--": the first positional starts the command

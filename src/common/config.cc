@@ -16,6 +16,8 @@
 
 #include <toml++/toml.h>
 
+#include "common/slowdown.h"
+
 namespace gpuos {
 namespace {
 
@@ -174,6 +176,22 @@ bool parse_tenants(Ctx& cx, const toml::table& t, Config* c) {
       if (s.empty()) c->mem_quota_cap_bytes = 0;
     } else if (key == "max_per_uid") {
       if (!cx.get_uint(v, "tenants", key, 0, 4096, &c->max_tenants_per_uid)) return false;
+    } else if (key == "max_slowdown") {
+      // A number (1.25) or a string ("1.25"): the default latency budget of guaranteed tenants.
+      std::string text;
+      if (v.is_floating_point() || v.is_integer()) {
+        char buf[64];
+        std::snprintf(buf, sizeof(buf), "%.3f", v.is_integer() ? static_cast<double>(v.as_integer()->get())
+                                                                : v.as_floating_point()->get());
+        text = buf;
+      } else if (!cx.get_string(v, "tenants", key, &text)) {
+        return false;
+      }
+      if (text == "0" || text == "0.000" || text.empty()) {
+        c->max_slowdown_permille = 0;
+      } else if (!parse_slowdown_permille(text, &c->max_slowdown_permille)) {
+        return cx.fail(v, "tenants", key, text + " is not a slowdown above 1 and at most 100 (e.g. 1.25; 0 = none)");
+      }
     } else {
       return cx.fail(v, "tenants", key, "unknown key");
     }
@@ -585,6 +603,11 @@ std::string format_config(const Config& c) {
   s += "guaranteed = " + quote(c.guaranteed_for_anyone ? "anyone" : "admins") + "\n";
   s += "mem_quota_cap = " + quote(c.mem_quota_cap_bytes ? std::to_string(c.mem_quota_cap_bytes) : "") + "\n";
   s += "max_per_uid = " + std::to_string(c.max_tenants_per_uid) + "\n";
+  {
+    char b[32];
+    std::snprintf(b, sizeof(b), "%u.%03u", c.max_slowdown_permille / 1000, c.max_slowdown_permille % 1000);
+    s += std::string("max_slowdown = ") + (c.max_slowdown_permille != 0 ? b : "0") + "\n";
+  }
   s += "[scheduler]\n";
   s += "policy = " + quote(c.policies.time_gate) + "\n";
   s += "[memory]\n";

@@ -16,6 +16,9 @@
 //   guaranteed = "admins"         # who may register as guaranteed: "admins" or "anyone"
 //   mem_quota_cap = ""            # largest memory quota a non-admin tenant gets, e.g. "40GiB"; "" = none
 //   max_per_uid = 32              # live tenants of one non-admin uid at once (0..4096; 0 = no cap)
+//   max_slowdown = 0              # latency budget of guaranteed tenants that declare none (gpuos run
+//                                 # --max-slowdown), e.g. 1.25; 0 = none (as if alone). Spent on
+//                                 # best-effort tenants by the time policy "budget"
 //   [scheduler]
 //   policy = "open"        # the time-gate slot's policy: "open" (no gating), "priority", "exclusive"
 //   [policy.priority]      # the priority policy's settings (also read from [scheduler], their place
@@ -195,6 +198,9 @@ struct Config {
   uint64_t mem_quota_cap_bytes = 0;
   // Live tenants of one non-admin uid at once (0 = no cap): one user cannot fill the table.
   uint32_t max_tenants_per_uid = 32;
+  // Latency budget of a guaranteed tenant that declares none (gpuos run --max-slowdown), per mille
+  // of its time alone; 0 = none (guaranteed means as if alone). Best-effort tenants have none.
+  uint32_t max_slowdown_permille = 0;
   // [scheduler] policy, [spatial] policy, [memory] policy
   PolicyChoice policies;
   // [policy.<name>]: one section per policy with settings. Keys of before the slots are still read

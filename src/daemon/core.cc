@@ -14,6 +14,7 @@
 #include "common/config.h"
 #include "common/ipc.h"
 #include "common/log.h"
+#include "common/slowdown.h"
 #include "daemon/clock.h"
 #include "daemon/control_block.h"
 #include "policies/registry.h"
@@ -248,6 +249,15 @@ Outcome Core::on_register(Connection& conn, const gpuos_msg_register& m) {
               t.name, static_cast<unsigned>(conn.peer.uid));
     t.tenant_class = GPUOS_CLASS_BEST_EFFORT;
   }
+  // A latency budget is what a guaranteed tenant may lose to best-effort tenants; the tenant's own
+  // word, bounded (a best-effort tenant has none: it is not guaranteed anything).
+  if (m.max_slowdown_permille != 0 &&
+      (m.max_slowdown_permille < kMinSlowdownPermille || m.max_slowdown_permille > kMaxSlowdownPermille)) {
+    std::snprintf(why, sizeof(why), "max_slowdown_permille %u is out of range %u..%u", m.max_slowdown_permille,
+                  kMinSlowdownPermille, kMaxSlowdownPermille);
+    log::warn("refused registration of pid %d: %s", m.pid, why);
+    return refuse_register(seq, GPUOS_ERR_BAD_MESSAGE, why);
+  }
   slots::Admission prefilled;
   prefilled.granted_class = t.tenant_class;
   prefilled.mem_quota_bytes = m.requested_mem_bytes;
@@ -261,6 +271,10 @@ Outcome Core::on_register(Connection& conn, const gpuos_msg_register& m) {
     a.mem_borrow_bytes = std::min(a.mem_borrow_bytes, cap - a.mem_quota_bytes);
   };
   apply_cap(prefilled);
+  if (t.tenant_class == GPUOS_CLASS_GUARANTEED) {  // (admit sees it; dropped below if the class is lowered)
+    t.granted.max_slowdown_permille =
+        m.max_slowdown_permille != 0 ? m.max_slowdown_permille : opts_.default_max_slowdown_permille;
+  }
   slots::Admission adm = prefilled;
   if (!time_.run("admit", [&](slots::TimeGate& p) { p.admit(gate_view(t), &adm); })) adm = prefilled;
   if (adm.status != GPUOS_OK) {
@@ -285,7 +299,11 @@ Outcome Core::on_register(Connection& conn, const gpuos_msg_register& m) {
     log::error("registration of pid %d: %s", m.pid, why);
     return refuse_register(seq, GPUOS_ERR_INTERNAL, why);
   }
+  const uint32_t budget = t.tenant_class == GPUOS_CLASS_GUARANTEED ? t.granted.max_slowdown_permille : 0;
   t.granted = Granted{t.tenant_class, adm.mem_quota_bytes, adm.mem_borrow_bytes, adm.max_inflight, adm.idle_grace_us};
+  t.granted.sample_period = adm.sample_period;
+  t.granted.max_slowdown_permille = budget;
+  std::atomic_ref<uint32_t>(t.grants->sample_period).store(adm.sample_period, std::memory_order_relaxed);
   std::atomic_ref<uint32_t>(t.grants->max_inflight).store(adm.max_inflight, std::memory_order_relaxed);
   std::atomic_ref<uint32_t>(t.grants->idle_grace_us).store(adm.idle_grace_us, std::memory_order_relaxed);
   std::atomic_ref<uint64_t>(t.grants->mem_borrow_bytes).store(adm.mem_borrow_bytes, std::memory_order_relaxed);
@@ -318,9 +336,10 @@ Outcome Core::on_register(Connection& conn, const gpuos_msg_register& m) {
   o.registered = t.id;
 
   log::info("tenant %u registered: pid %d uid %u name \"%s\" class %s priority %d weight %u gate %s "
-            "max_inflight %u idle_grace_us %u%s%s",
+            "max_inflight %u idle_grace_us %u max_slowdown %u.%03u%s%s",
             t.id, t.pid, static_cast<unsigned>(t.uid), t.name, class_name(t.tenant_class), t.priority, t.weight,
             gate == GPUOS_GATE_OPEN ? "open" : "closed", adm.max_inflight, adm.idle_grace_us,
+            t.granted.max_slowdown_permille / 1000, t.granted.max_slowdown_permille % 1000,
             t.in_domain() ? " space_domain " : "", t.space.domain);
   tenants_.emplace(t.id, t);
   ids_.record(t.id, t.uid, t.pid);

@@ -150,6 +150,8 @@ struct CoreOptions {
   bool guaranteed_needs_admin = false;
   // Non-zero: a non-admin tenant's memory quota is at most this (also when it asked for none).
   uint64_t mem_quota_cap_bytes = 0;
+  // The latency budget of a guaranteed tenant that declares none (config [tenants] max_slowdown).
+  uint32_t default_max_slowdown_permille = 0;
   SwapOptions swap;
   // Spatial sharing: may this peer's tenant join spatial domain `domain`? "" = yes, else the reason
   // it may not (it is then admitted time-shared only). Null: no domain exists (config [spatial]).
@@ -246,6 +248,10 @@ class Core final {
   void run_space(slots::Event e, uint32_t tenant_id, uint64_t now);
   void run_memory(slots::Event e, uint32_t tenant_id, uint64_t now);
   slots::GateTenant gate_view(const Tenant& t) const;
+  // The launches a timed tenant reported since the last call (its timing_ring), checked.
+  std::vector<slots::TimedLaunch> read_timed_launches(Tenant& t);
+  // Writes a time gate's pacing of t into its grant block (and wakes its paced launches).
+  void publish_pacing(Tenant& t, slots::Pacing pacing);
   // A time gate's answer applies unless an admin pinned the gate or the memory slot holds it.
   bool apply_gates(const slots::GateActions& a, std::string* why);
   // One round of the usage check (core_verify.cc): NVML's sample against the grants, findings

@@ -49,6 +49,9 @@ gpuos_msg_tenant_info Core::snapshot(const Tenant& t, uint32_t state, uint64_t e
   i.mem_imported_bytes = load(cb.mem_imported_bytes);
   i.verified_mem_bytes = t.verified_mem_bytes;
   i.violations = t.violations;
+  i.max_slowdown_permille = t.granted.max_slowdown_permille;
+  i.slowdown_permille = t.budget.slowdown_permille;
+  i.be_share_permille = t.budget.be_share_permille;
   copy_name(i.space_domain, sizeof(i.space_domain), t.space.domain);
   const uint32_t home = gpu_map_.home(t);
   const int home_ordinal = gpu_map_.ordinal_of(t, home);

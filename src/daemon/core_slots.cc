@@ -58,7 +58,38 @@ slots::GateTenant Core::gate_view(const Tenant& t) const {
   }
   v.gate = t.gate.effective();  // what gpuosd set (the word is put back if the tenant changed it)
   v.pinned = t.gate.pinned;
+  v.max_slowdown_permille = t.granted.max_slowdown_permille;
   return v;
+}
+
+std::vector<slots::TimedLaunch> Core::read_timed_launches(Tenant& t) {
+  std::vector<slots::TimedLaunch> out;
+  if (t.cb == nullptr || t.granted.sample_period == 0) return out;
+  const uint64_t head = std::atomic_ref<uint64_t>(t.cb->timing_head).load(std::memory_order_acquire);
+  uint64_t from = t.budget.timing_read;
+  if (head < from) from = head;  // the tenant moved its head back: nothing to read
+  if (head - from > GPUOS_TIMING_RING) from = head - GPUOS_TIMING_RING;  // lapped: the newest ring's worth
+  out.reserve(head - from);
+  constexpr uint64_t kMaxNs = 60'000'000'000ull;
+  for (uint64_t i = from; i < head; ++i) {
+    const gpuos_timed_launch& e = t.cb->timing_ring[i % GPUOS_TIMING_RING];
+    slots::TimedLaunch l{load(e.key), load(e.ns)};
+    if (l.key != 0 && l.ns != 0 && l.ns <= kMaxNs) out.push_back(l);
+  }
+  t.budget.timing_read = head;
+  return out;
+}
+
+void Core::publish_pacing(Tenant& t, slots::Pacing p) {
+  if (p.permille == 0) p = {};
+  if (t.granted.pacing == p) return;
+  std::atomic_ref<uint32_t>(t.grants->pace_max_kernel_us).store(p.max_kernel_us, std::memory_order_relaxed);
+  std::atomic_ref<uint32_t>(t.grants->pace_burst_us).store(p.burst_us, std::memory_order_relaxed);
+  if (t.granted.pacing.permille != p.permille) {
+    std::atomic_ref<uint32_t>(t.grants->pace_permille).store(p.permille, std::memory_order_release);
+    futex_wake_all(&t.grants->pace_permille);  // a paced launch waits on it
+  }
+  t.granted.pacing = p;
 }
 
 void Core::run_time_gate(slots::Event e, uint32_t tenant_id, uint64_t now) {
@@ -67,7 +98,10 @@ void Core::run_time_gate(slots::Event e, uint32_t tenant_id, uint64_t now) {
   view.event = e;
   view.tenant_id = tenant_id;
   view.tenants.reserve(tenants_.size());
-  for (const auto& [id, t] : tenants_) view.tenants.push_back(gate_view(t));
+  for (auto& [id, t] : tenants_) {
+    view.tenants.push_back(gate_view(t));
+    view.tenants.back().timed = read_timed_launches(t);
+  }
   const slots::GateActions a = decide_checked(time_, view, [&](const slots::GateActions& acts, std::string* why) {
     for (const slots::GateAction& g : acts.gates) {
       if (tenants_.count(g.id) == 0) {
@@ -78,14 +112,34 @@ void Core::run_time_gate(slots::Event e, uint32_t tenant_id, uint64_t now) {
         *why = "gate value " + std::to_string(g.gate) + " for tenant " + std::to_string(g.id);
         return false;
       }
+      if (g.pacing.permille > 1000) {
+        *why = "pace " + std::to_string(g.pacing.permille) + " per mille for tenant " + std::to_string(g.id);
+        return false;
+      }
+      if (g.pacing.permille != 0 && tenants_.at(g.id).tenant_class == GPUOS_CLASS_GUARANTEED) {
+        *why = "pacing of guaranteed tenant " + std::to_string(g.id);
+        return false;
+      }
+    }
+    for (const slots::BudgetReport& b : acts.budgets) {
+      if (tenants_.count(b.id) == 0) {
+        *why = "a budget report of tenant " + std::to_string(b.id) + ", which is not live";
+        return false;
+      }
     }
     return true;
   });
   for (const slots::GateAction& g : a.gates) {
     Tenant& t = tenants_.at(g.id);
+    publish_pacing(t, g.gate == GPUOS_GATE_OPEN ? g.pacing : slots::Pacing{});
     if (t.gate.pinned) continue;  // an admin's pin outranks the policy
     t.gate.policy_gate = g.gate;
     publish_gate(t);  // a held gate stays closed until the memory slot releases it
+  }
+  for (const slots::BudgetReport& b : a.budgets) {
+    Tenant& t = tenants_.at(b.id);
+    t.budget.slowdown_permille = b.slowdown_permille;
+    t.budget.be_share_permille = b.be_share_permille;
   }
   gate_tick_at_ns_ = a.next_tick_ns;
 }

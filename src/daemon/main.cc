@@ -144,6 +144,7 @@ int main(int argc, char** argv) {
   co.history = cfg.history;
   co.guaranteed_needs_admin = !cfg.guaranteed_for_anyone;
   co.mem_quota_cap_bytes = cfg.mem_quota_cap_bytes;
+  co.default_max_slowdown_permille = cfg.max_slowdown_permille;
   co.swap.pool_bytes = cfg.memory.swap_pool_bytes;
   co.swap.quantum_ns = static_cast<uint64_t>(cfg.memory.swap_quantum_ms) * 1000000ull;
   co.swap.headroom_bytes = cfg.memory.swap_headroom_bytes;

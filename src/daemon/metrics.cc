@@ -28,6 +28,12 @@ std::string seconds(uint64_t ns) {
 }
 
 std::string u64(uint64_t v) { return std::to_string(v); }
+// A per-mille figure as a ratio: 1250 -> "1.250".
+std::string permille(uint32_t v) {
+  char b[16];
+  std::snprintf(b, sizeof(b), "%u.%03u", v / 1000, v % 1000);
+  return b;
+}
 
 const char* msg_type_name(uint32_t t) {
   switch (t) {
@@ -260,14 +266,22 @@ std::string render_metrics(Core& core, const MetricsContext& ctx, uint64_t now_m
         [](const TenantStat& t) {
           return u64(t.info.space_default_sms > t.info.space_sms ? t.info.space_default_sms - t.info.space_sms : 0);
         });
+  per_tenant("gpuos_tenant_max_slowdown_ratio", "gauge",
+        "Latency budget of a guaranteed tenant (gpuos run --max-slowdown): its GPU work may take this many "
+        "times as long as alone; 0 = none",
+        [](const TenantStat& t) { return permille(t.info.max_slowdown_permille); });
+  per_tenant("gpuos_tenant_slowdown_ratio", "gauge",
+        "A budgeted tenant's slowdown as the time gate measures it: p99 over its window of its timed launches' "
+        "duration over their time alone; 0 = not measured",
+        [](const TenantStat& t) { return permille(t.info.slowdown_permille); });
+  per_tenant("gpuos_tenant_best_effort_share_ratio", "gauge",
+        "The share of the GPU's time best-effort tenants are granted beside a budgeted tenant now (0 while it "
+        "is measured alone, or over its budget)",
+        [](const TenantStat& t) { return permille(t.info.be_share_permille); });
   per_tenant("gpuos_tenant_space_sized_latency_ratio", "gauge",
         "Right-sizing: the tenant's kernel latency at its current partition over that at its default one, as "
         "last measured; 0 = not measured",
-        [](const TenantStat& t) {
-          char b[16];
-          std::snprintf(b, sizeof(b), "%u.%03u", t.info.space_sized_permille / 1000, t.info.space_sized_permille % 1000);
-          return std::string(b);
-        });
+        [](const TenantStat& t) { return permille(t.info.space_sized_permille); });
   per_tenant("gpuos_tenant_space_kernel_seconds", "gauge",
         "Spatial tenant: the mean time of its kernels in its timed launches (a graph counts its kernel nodes); "
         "MPS adds a fixed time to each ([spatial] mps_kernel_cost_ns); 0 = not timed yet",

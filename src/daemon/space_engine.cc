@@ -40,6 +40,7 @@ bool SpaceEngine::make_view(const std::map<uint32_t, Tenant>& tenants, slots::Ev
     s.priority = t.priority;
     s.weight = t.weight;
     s.asked_sms = t.space.asked_sms;
+    s.max_slowdown_permille = t.granted.max_slowdown_permille;
     s.busy = load(t.cb->busy) != 0 || load(t.cb->waiting) != 0;
     for (uint32_t g = 0; g < GPUOS_MAX_DEVICES && g < 32; ++g) {
       if (gpus_.used_on(t, g) != 0 || gpus_.launched_on(t, g)) s.gpus |= 1u << g;

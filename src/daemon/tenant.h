@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "gpuos/abi.h"
+#include "slots/time_gate.h"
 
 namespace gpuos::daemon {
 
@@ -36,6 +37,17 @@ struct Granted {
   uint64_t borrow_bytes = 0;
   uint32_t max_inflight = 0;
   uint32_t idle_grace_us = 0;
+  uint32_t sample_period = 0;
+  uint32_t max_slowdown_permille = 0;  // its latency budget (guaranteed tenants; 0 = none)
+  slots::Pacing pacing;                // best-effort: the pacing written last (grant block)
+};
+
+// A latency budget as the time gate measured it (GateActions::budgets), and how far gpuosd has
+// read the tenant's timing_ring.
+struct BudgetState {
+  uint64_t timing_read = 0;
+  uint32_t slowdown_permille = 0;
+  uint32_t be_share_permille = 0;
 };
 
 // The tenant's device ordinals -> gpuosd's GPUs (from the control block's device_uuid; identity
@@ -109,6 +121,7 @@ struct Tenant {
   SpaceState space;
   SwapState swap;
   BusyState busy;
+  BudgetState budget;
   bool in_domain() const { return space.domain[0] != '\0'; }
 };
 

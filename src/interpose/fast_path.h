@@ -7,6 +7,7 @@
 #include <atomic>
 
 #include "interpose/activity.h"
+#include "interpose/pacing.h"
 #include "interpose/quiescence.h"
 #include "interpose/runtime.h"
 #include "interpose/spatial.h"
@@ -123,12 +124,19 @@ inline CUresult governed_launch(LaunchKind kind, CUstream stream, bool ptsz, con
                      GPUOS_GATE_OPEN)) {
     wait_at_gate(cb);
   }
+  // A best-effort tenant beside a guaranteed tenant's latency budget spreads its launches out.
+  if (const uint32_t pace = grant_load(grants_of(cb)->pace_permille, std::memory_order_relaxed);
+      GPUOS_UNLIKELY(pace != 0)) {
+    pace_before_launch(cb, shape_key(shape), pace);
+  }
   // Best-effort tenants get a bound on unfinished launches so that a closed gate drains fast.
   const uint32_t max_inflight = grant_load(grants_of(cb)->max_inflight, std::memory_order_relaxed);
   if (GPUOS_UNLIKELY(max_inflight != 0)) inflight_before_submit(*d, cb, max_inflight);
-  // Spatial sharing: one relaxed load when the tenant is in no spatial domain.
+  // Spatial sharing, or the timing of a latency budget (an unconfined placement only times): two
+  // relaxed loads when the tenant has neither.
   Placement placed{stream, stream, nullptr, nullptr, ptsz};
-  if (GPUOS_UNLIKELY(grant_load(grants_of(cb)->space_enabled, std::memory_order_relaxed) != 0)) {
+  if (GPUOS_UNLIKELY(grant_load(grants_of(cb)->space_enabled, std::memory_order_relaxed) != 0 ||
+                     grant_load(grants_of(cb)->sample_period, std::memory_order_relaxed) != 0)) {
     placed = place_launch(*d, cb, stream, ptsz, shape, graph);
     if (GPUOS_UNLIKELY(placed.first_on_device)) notify_activity(cb);
   }

@@ -20,6 +20,7 @@
 #include <span>
 
 #include "common/ipc.h"
+#include "common/slowdown.h"
 #include "interpose/activity.h"
 #include "interpose/carry_over.h"
 #include "interpose/quiescence.h"
@@ -162,6 +163,10 @@ gpuos_control_block* register_with_daemon(char* why, std::size_t why_len, int* s
   // a program suspected of issuing stream work past gpuos.
   if (env_long("GPUOS_SPACE_ALWAYS_JOIN", 0, 0, 1) == 1) g_stream_work_unseen.store(true, std::memory_order_seq_cst);
   req.space_sms = static_cast<uint32_t>(env_long("GPUOS_TENANT_SMS", 0, 0, 1 << 20));
+  if (const char* b = std::getenv("GPUOS_TENANT_MAX_SLOWDOWN"); b != nullptr && *b != '\0' &&
+      !parse_slowdown_permille(b, &req.max_slowdown_permille)) {
+    log(LogLevel::kWarn, "ignoring GPUOS_TENANT_MAX_SLOWDOWN=%s (want a number such as 1.25, above 1 and at most 100)", b);
+  }
   int rc = send_message(sock, &req, sizeof(req));
   alignas(8) char buf[GPUOS_MSG_MAX_SIZE + 1];
   int fds[2] = {-1, -1};  // the grant block, the control block
@@ -261,7 +266,11 @@ uint64_t monotonic_ns() {
 }
 
 bool futex_wait(const uint32_t* word, uint32_t expected, long timeout_ms) {
-  timespec t{timeout_ms / 1000, (timeout_ms % 1000) * 1000000};
+  return futex_wait_ns(word, expected, static_cast<uint64_t>(timeout_ms) * 1000000u);
+}
+
+bool futex_wait_ns(const uint32_t* word, uint32_t expected, uint64_t timeout_ns) {
+  timespec t{static_cast<time_t>(timeout_ns / 1000000000u), static_cast<long>(timeout_ns % 1000000000u)};
   const int saved = errno;
   const bool interrupted = syscall(SYS_futex, word, FUTEX_WAIT, expected, &t, nullptr, 0) != 0 && errno == EINTR;
   errno = saved;  // inside the application's CUDA call: leave its errno as it was

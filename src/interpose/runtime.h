@@ -52,6 +52,8 @@ uint64_t monotonic_ns();
 // Shared (not private) futex: gpuosd wakes it through its own mapping of the same memfd.
 // True when a signal handler interrupted the wait (EINTR): see note_signalled.
 bool futex_wait(const uint32_t* word, uint32_t expected, long timeout_ms);
+// The same with a timeout in ns (the pacing of a best-effort tenant waits fractions of a ms).
+bool futex_wait_ns(const uint32_t* word, uint32_t expected, uint64_t timeout_ns);
 
 // A wait of this tenant in gpuos was interrupted by a signal handler: the program has a signal to
 // act on (SIGTERM, Ctrl-C; Python runs its handlers only once the call returns). Marks it in the

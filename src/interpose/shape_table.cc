@@ -80,4 +80,13 @@ void shape_table_add(gpuos_control_block* cb, uint64_t key, uint32_t blocks, uin
   std::atomic_ref<uint64_t>(cb->space_samples).fetch_add(1, std::memory_order_relaxed);
 }
 
+void timing_ring_add(gpuos_control_block* cb, uint64_t key, uint64_t ns) {
+  std::atomic_ref<uint64_t> head(cb->timing_head);
+  const uint64_t h = head.load(std::memory_order_relaxed);
+  gpuos_timed_launch& e = cb->timing_ring[h % GPUOS_TIMING_RING];
+  std::atomic_ref<uint64_t>(e.key).store(key, std::memory_order_relaxed);
+  std::atomic_ref<uint64_t>(e.ns).store(ns, std::memory_order_relaxed);
+  head.store(h + 1, std::memory_order_release);
+}
+
 }  // namespace gpuos::interpose

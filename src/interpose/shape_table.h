@@ -21,4 +21,8 @@ namespace gpuos::interpose {
 // readers see space_sample_seq odd while an update is in progress.
 void shape_table_add(gpuos_control_block* cb, uint64_t key, uint32_t blocks, uint32_t sms, uint64_t ns);
 
+// Appends one timed launch to the control block's timing_ring (gpuosd measures a latency budget on
+// it): the entry first, then timing_head (release). The caller serialises writers.
+void timing_ring_add(gpuos_control_block* cb, uint64_t key, uint64_t ns);
+
 }  // namespace gpuos::interpose

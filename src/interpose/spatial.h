@@ -53,6 +53,9 @@ struct LaunchShape {
   unsigned block[3] = {0, 0, 0};
 };
 
+// The key of a shape in the control block's tables (never 0).
+uint64_t shape_key(const LaunchShape& s);
+
 // A launch redirected to a partition stream: what finish_placement needs to join it back.
 struct Placement {
   CUstream target = nullptr;  // the stream to launch on (the app's own when not placed)
@@ -112,7 +115,8 @@ inline constexpr unsigned kSamplePeriod = 8;
 // with an app's periodic launch sequence (any sequence of an even number of launches against 8),
 // timing only some of its kernels forever; on the e2e probe (a 2 ms kernel and a 9 us one in
 // turn) it timed only the short one, and the sizer, seeing only that, sized for it alone.
-unsigned next_sample_gap();
+// period: the mean gap (kSamplePeriod, or the grant block's sample_period for a latency budget).
+unsigned next_sample_gap(unsigned period = kSamplePeriod);
 // After a change of size, this many launches are timed back to back (as fast as one in flight
 // allows): the sizer then decides within a few kernels, not a few sample periods.
 inline constexpr unsigned kBurstSamples = 12;

@@ -5,6 +5,8 @@
 #include <climits>
 #include <mutex>
 
+#include "interpose/blocks.h"
+#include "interpose/launch_durations.h"
 #include "interpose/shape_table.h"
 #include "interpose/spatial_graphs.h"
 #include "interpose/spatial_registry.h"
@@ -15,19 +17,13 @@ namespace {
 
 thread_local SampleSlot* t_timing = nullptr;  // start_sample -> end_sample of one launch
 
-uint64_t shape_key(const LaunchShape& s) {
-  uint64_t h = reinterpret_cast<uintptr_t>(s.fn) * 0x9E3779B97F4A7C15ull;
-  for (unsigned v : {s.grid[0], s.grid[1], s.grid[2], s.block[0], s.block[1], s.block[2]}) {
-    h ^= v + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
-  }
-  return h != 0 ? h : 1;  // 0 marks an unused slot
-}
-
 // Adds one timed launch to the control block's shape table (shape_table.h); one writer at a time
 // in the process.
-void record_sample(gpuos_control_block* cb, uint64_t key, uint32_t blocks, uint32_t sms, uint64_t ns) {
+void record_sample(gpuos_control_block* cb, uint64_t key, uint32_t blocks, uint32_t sms, uint64_t ns, bool paced) {
   std::lock_guard<std::mutex> lock(registry().sample_mu);
   shape_table_add(cb, key, blocks, sms, ns);
+  timing_ring_add(cb, key, ns);
+  note_launch_duration(key, ns, paced);
 }
 
 // Collects this thread's timed launch in slot s once it has finished (never waits).
@@ -42,7 +38,7 @@ void collect_sample(const GpuosDriverTable& d, gpuos_control_block* cb, SampleSl
     return;
   }
   const uint64_t ns = static_cast<uint64_t>(static_cast<double>(ms) * 1e6);
-  record_sample(cb, s->key, s->blocks, s->sms, ns);
+  record_sample(cb, s->key, s->blocks, s->sms, ns, s->paced);
   uint32_t kernels = s->kernels;
   if (kernels == 0 && s->graph != nullptr) kernels = kernels_of(s->graph);
   if (kernels != 0) {
@@ -69,9 +65,13 @@ bool start_sample(const GpuosDriverTable& d, gpuos_control_block* cb, SampleSlot
     s->last_sms = sms;
     s->burst_left = kBurstSamples;
   }
-  if (s->burst_left == 0) {
+  // A latency budget (sample_period > 0) times a graph launch whenever none of the thread's is in
+  // flight: a replay is long against two event records, and one decode step is one graph.
+  const uint32_t period = grant_load(grants_of(cb)->sample_period, std::memory_order_relaxed);
+  const bool every_graph = period != 0 && kernels == 0;
+  if (s->burst_left == 0 && !every_graph) {
     if (--s->countdown != 0) return false;
-    s->countdown = next_sample_gap();
+    s->countdown = next_sample_gap(period != 0 ? period : kSamplePeriod);
   }
   if (s->in_flight || s->start == nullptr || sms == 0) return false;
   if (s->burst_left > 0) --s->burst_left;
@@ -81,6 +81,7 @@ bool start_sample(const GpuosDriverTable& d, gpuos_control_block* cb, SampleSlot
     std::atomic_ref<uint32_t>(cb->space_sample_period).store(kSamplePeriod, std::memory_order_relaxed);
   }
   s->key = shape_key(shape);
+  s->paced = grant_load(grants_of(cb)->pace_permille, std::memory_order_relaxed) != 0;
   const uint64_t blocks = uint64_t{shape.grid[0]} * shape.grid[1] * shape.grid[2];
   s->blocks = blocks > UINT32_MAX ? UINT32_MAX : static_cast<uint32_t>(blocks);
   s->sms = sms;
@@ -101,7 +102,15 @@ void end_sample(const GpuosDriverTable& d, const Placement& p, bool submitted) {
 
 }  // namespace spatial
 
-unsigned next_sample_gap() {
+uint64_t shape_key(const LaunchShape& s) {
+  uint64_t h = reinterpret_cast<uintptr_t>(s.fn) * 0x9E3779B97F4A7C15ull;
+  for (unsigned v : {s.grid[0], s.grid[1], s.grid[2], s.block[0], s.block[1], s.block[2]}) {
+    h ^= v + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
+  }
+  return h != 0 ? h : 1;  // 0 marks an unused slot
+}
+
+unsigned next_sample_gap(unsigned period) {
   // xorshift64*, one state per thread (seeded from its address and the clock): no lock, no libc
   // state shared with the app.
   thread_local uint64_t state = 0;
@@ -115,7 +124,8 @@ unsigned next_sample_gap() {
   state ^= state << 25;
   state ^= state >> 27;
   const uint64_t r = (state * 0x2545F4914F6CDD1Dull) >> 32;
-  return 1 + static_cast<unsigned>(r % (2 * kSamplePeriod - 1));
+  if (period <= 1) return 1;
+  return 1 + static_cast<unsigned>(r % (2 * period - 1));
 }
 
 }  // namespace gpuos::interpose

@@ -18,6 +18,7 @@ struct SampleSlot {
   uint64_t key = 0;
   uint32_t blocks = 0;  // blocks in its grid (0: a graph)
   uint32_t sms = 0;
+  bool paced = false;    // pacing (pacing.h) was on when it was launched
   uint32_t kernels = 0;  // kernels in the timed launch (a graph's kernel nodes); 0 = not known
   CUgraphExec graph = nullptr;  // ... then, the graph whose nodes to count once it is done
   unsigned countdown = kSamplePeriod;

@@ -3,6 +3,7 @@
 #include <iterator>
 #include <type_traits>
 
+#include "policies/budget/budget.h"
 #include "policies/builtin/builtin.h"
 #include "policies/exclusive/exclusive.h"
 #include "policies/partition/partition.h"
@@ -14,7 +15,7 @@ namespace {
 
 // The one list of the policies gpuos has.
 constexpr const PolicyEntry* kPolicies[] = {
-    &kOpenPolicy,      &kPriorityPolicy, &kExclusivePolicy,  // time gate
+    &kOpenPolicy,      &kPriorityPolicy, &kBudgetPolicy, &kExclusivePolicy,  // time gate
     &kPartitionPolicy, &kUnconfinedPolicy,                    // space
     &kSwapPolicy,      &kResidentPolicy,                      // memory
 };

@@ -38,7 +38,7 @@ struct PolicyEntry {
 
 std::span<const PolicyEntry* const> all_policies();
 const PolicyEntry* find_policy(std::string_view name);
-// "open, priority, exclusive": the names of a slot's policies.
+// "open, priority, budget, exclusive": the names of a slot's policies.
 std::string policy_names(SlotKind slot);
 
 // One policy per slot, as a config chooses them.

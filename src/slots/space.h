@@ -57,6 +57,7 @@ struct SpaceTenant {
   int32_t priority = 0;
   uint32_t weight = 100;
   uint32_t asked_sms = 0;  // SMs it asked for (gpuos run --sms); 0 = none
+  uint32_t max_slowdown_permille = 0;  // its latency budget (guaranteed tenants; 0 = none)
   bool busy = false;       // busy or waiting words
   uint32_t gpus = 0;       // bit g: holds memory or launched on GPU g (0: neither yet: on every GPU)
   uint32_t home_gpu = 0;   // the GPU of most of its memory, else the first it launched on, else 0

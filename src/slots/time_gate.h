@@ -20,6 +20,13 @@
 
 namespace gpuos::slots {
 
+// One launch the tenant timed (control block timing_ring): its shape's key and its duration.
+struct TimedLaunch {
+  uint64_t key = 0;
+  uint64_t ns = 0;
+  bool operator==(const TimedLaunch&) const = default;
+};
+
 // What a time gate sees of a tenant. busy / waiting / signalled / gate are read from the control
 // block when the view is made (untrusted words the tenant writes: a hint of what it does, never a
 // licence to act on other tenants beyond this slot's own gates).
@@ -38,6 +45,11 @@ struct GateTenant {
   bool signalled = false;  // a signal handler woke a thread blocked in gpuos
   uint32_t gate = GPUOS_GATE_OPEN;  // the gate word now
   bool pinned = false;     // an admin closed this gate: the core keeps it closed
+  // Latency budget of a guaranteed tenant (per mille of its time alone; 0 = none: as if alone).
+  uint32_t max_slowdown_permille = 0;
+  // Its launches timed since the last view (Admission::sample_period > 0; the tenant's own
+  // report: durations are clamped to (0, 60 s], at most a ring's worth per view).
+  std::vector<TimedLaunch> timed;
 };
 
 struct GateView {
@@ -47,21 +59,43 @@ struct GateView {
   std::vector<GateTenant> tenants;  // every live tenant, in id order
 };
 
+// How a best-effort tenant with an open gate spreads its launches (grant block pace_*,
+// interpose/pacing.h): the share of wall time its GPU work may take (per mille, 1..1000; 0 = not
+// paced), the longest launch it may start while paced (us; 0 = any), and the GPU time it may use
+// back to back (us; 0 = one launch at a time).
+struct Pacing {
+  uint32_t permille = 0;
+  uint32_t max_kernel_us = 0;
+  uint32_t burst_us = 0;
+  bool operator==(const Pacing&) const = default;
+};
+
 struct GateAction {
   uint32_t id = 0;
   uint32_t gate = GPUOS_GATE_OPEN;
+  Pacing pacing;  // only with an open gate, only for best-effort tenants
   bool operator==(const GateAction&) const = default;
 };
 
+// What the policy measured of a guaranteed tenant's latency budget (for LIST, ps, top, metrics).
+struct BudgetReport {
+  uint32_t id = 0;
+  uint32_t slowdown_permille = 0;  // its slowdown against its time alone (0 = not measured yet)
+  uint32_t be_share_permille = 0;  // the share of the GPU's time best-effort tenants are granted beside it
+  bool operator==(const BudgetReport&) const = default;
+};
+
 struct GateActions {
-  std::vector<GateAction> gates;  // tenants not named keep their gate
+  std::vector<GateAction> gates;  // tenants not named keep their gate (and their pacing)
   uint64_t next_tick_ns = 0;      // when to decide again (absolute); 0 = the regular tick is enough
+  std::vector<BudgetReport> budgets;  // tenants not named keep their last report
 };
 
 // The decision of admit(). The core pre-fills it with "admit as requested, gate open, quota =
-// requested bytes, borrow = requested borrow, max_inflight 0, idle_grace_us 0"; the policy edits
-// it. A policy may lower the class, never raise it (the core clamps). The core writes gate,
-// quota, max_inflight and idle_grace_us into the control block before the tenant gets its fd.
+// requested bytes, borrow = requested borrow, max_inflight 0, idle_grace_us 0, sample_period 0";
+// the policy edits it. A policy may lower the class, never raise it (the core clamps). The core
+// writes gate, quota, max_inflight, idle_grace_us and sample_period into the grant block before the
+// tenant gets its fd.
 struct Admission {
   gpuos_status status = GPUOS_OK;  // anything else refuses the registration with `reason`
   uint32_t granted_class = 0;
@@ -70,6 +104,7 @@ struct Admission {
   uint32_t initial_gate = GPUOS_GATE_OPEN;
   uint32_t max_inflight = 0;       // >0: the tenant keeps at most this many launches unfinished
   uint32_t idle_grace_us = 0;      // the tenant reports idle only after this long without work
+  uint32_t sample_period = 0;      // >0: it times one launch in about this many (GateTenant::timed)
   std::string reason;
 };
 

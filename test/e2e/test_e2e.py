@@ -409,6 +409,46 @@ class PriorityPolicy(unittest.TestCase):
                     p.wait()
 
 
+class BudgetPolicy(unittest.TestCase):
+    """gpuosd --policy budget: a guaranteed tenant's latency budget, measured from its timed launches."""
+
+    def setUp(self):
+        self.d = Daemon(["--policy", "budget"])
+
+    def tearDown(self):
+        self.d.stop()
+
+    def synth(self, name, run_args, iters, count):
+        return subprocess.Popen(
+            self.d.run_cmd(["--name", name] + run_args + ["--", bin_path("gpuos-synth"), "--name", name,
+                                                          "--iters", str(iters), "--count", str(count),
+                                                          "--warmup", "0", "--json", "-"]),
+            env=self.d.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def test_a_budget_is_declared_measured_and_shown(self):
+        # HP: 200 us kernels back to back for a few seconds, alone: its slowdown is measured (~1).
+        hp = self.synth("hp", ["--class", "guaranteed", "--max-slowdown", "1.5"], 20_000_000, 20000)
+        try:
+            t = wait_for(lambda: (lambda t: t if t and t.get("slowdown") else None)(self.d.tenant(hp.pid)),
+                         timeout=60, what="HP's slowdown to be measured")
+            self.assertEqual(t["max_slowdown"], 1.5, t)
+            self.assertGreater(t["slowdown"], 0.5, t)
+            self.assertLess(t["slowdown"], 1.5, t)  # alone: no slower than its own spread
+            table = subprocess.run([bin_path("gpuos"), "ps", "--socket", self.d.socket], env=self.d.env,
+                                   capture_output=True, text=True, timeout=10).stdout
+            self.assertRegex(table, r"\bhp\b.*guaranteed.*\d\.\d\d/1\.50 be \d+%", table)
+        finally:
+            hp.kill()
+            hp.communicate()
+
+    def test_a_bad_budget_is_refused_by_the_cli(self):
+        for bad in ("0.5", "1", "abc", "1000"):
+            r = subprocess.run(self.d.run_cmd(["--class", "guaranteed", "--max-slowdown", bad, "--", "true"]),
+                               env=self.d.env, capture_output=True, text=True, timeout=20)
+            self.assertNotEqual(r.returncode, 0, bad)
+            self.assertIn("max-slowdown", r.stderr, bad)
+
+
 class Swap(unittest.TestCase):
     """[memory] swap_pool: two swappable tenants that do not fit together take turns on the GPU.
 
@@ -818,7 +858,7 @@ class Spatial(unittest.TestCase):
                              env=self.d.env, capture_output=True, text=True, timeout=20).stdout
         self.assertIn("SMS", top)
         self.assertRegex(top, r"\bhp\b.*\b\d+/112\b", top)
-        self.assertRegex(top, r"\bbe\b.*best-effort.*\s\d+\n", top)  # its groups, not right-sized
+        self.assertRegex(top, r"\bbe\b.*best-effort.*\s\d+ -\n", top)  # its groups, not right-sized; no budget
         self.assertNotIn("space_default_sms", self.d.tenant(be.pid))  # best-effort: not right-sized
         rh, rb = self.result(hp), self.result(be)
         self.assertEqual(rh["order_errors"], 0, rh)

@@ -46,7 +46,7 @@ TEST(Registry, EveryPolicyBuildsFromAnEmptySectionInItsSlot) {
     }
   }
   EXPECT_EQ(find_policy("fifo"), nullptr);
-  EXPECT_EQ(policy_names(SlotKind::kTimeGate), "open, priority, exclusive");
+  EXPECT_EQ(policy_names(SlotKind::kTimeGate), "open, priority, budget, exclusive");
   EXPECT_EQ(policy_names(SlotKind::kSpace), "partition, unconfined");
   EXPECT_EQ(policy_names(SlotKind::kMemory), "swap, resident");
   // The built-ins are the ones of the list.
@@ -86,7 +86,7 @@ INSTANTIATE_TEST_SUITE_P(
     All, PolicyConfigBad,
     ::testing::Values(
         Bad{"[scheduler]\npolicy = \"fifo\"\n",
-            "test.toml: [scheduler] policy: \"fifo\" is not a time gate policy (known: open, priority, exclusive)"},
+            "test.toml: [scheduler] policy: \"fifo\" is not a time gate policy (known: open, priority, budget, exclusive)"},
         Bad{"[scheduler]\npolicy = \"partition\"\n", "\"partition\" is not a time gate policy"},
         Bad{"[spatial]\npolicy = \"priority\"\n", "[spatial] policy: \"priority\" is not a space policy"},
         Bad{"[memory]\npolicy = \"unconfined\"\n", "[memory] policy: \"unconfined\" is not a memory policy"},

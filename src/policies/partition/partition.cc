@@ -20,7 +20,10 @@ using slots::SpaceGpu;
 
 uint32_t PartitionPolicy::right_size(const slots::SpaceTenant& t, const slots::SpaceView& view, const SpaceParams& p,
                                      TenantState& st) {
-  const partition::SizerParams& sp = params_.sizer;
+  partition::SizerParams sp = params_.sizer;
+  // A latency budget sets the slack: half of what it allows over running alone, the other half
+  // left to MPS's own cost and to the best-effort tenants' use of the memory system beside it.
+  if (t.max_slowdown_permille > 1000) sp.slack = budget_slack(t.max_slowdown_permille);
   if (sp.slack <= 0 || t.tenant_class != GPUOS_CLASS_GUARANTEED || t.domain.empty()) return 0;
   // Sized only while it shares its GPU, in its domain, with best-effort tenants: the SMs it does
   // not need go to them. Its ceiling is the partition the planner gives it unsized: an even share,
@@ -130,7 +133,8 @@ void PartitionPolicy::warn_if_mps_costs_slack(const slots::SpaceTenant& t, Tenan
   if (st.mps_warned || t.tenant_class != GPUOS_CLASS_GUARANTEED || t.domain.empty()) return;
   if (t.samples < kMpsCostMinSamples) return;
   const double cost = partition::mps_cost(t.timed_kernels, t.timed_ns, params_.mps_kernel_cost_ns);
-  const double slack = params_.sizer.slack > 0 ? params_.sizer.slack : partition::SizerParams{}.slack;
+  double slack = params_.sizer.slack > 0 ? params_.sizer.slack : partition::SizerParams{}.slack;
+  if (t.max_slowdown_permille > 1000) slack = t.max_slowdown_permille / 1000.0 - 1.0;  // its whole budget
   if (cost <= slack) return;
   st.mps_warned = true;
   log::warn("tenant %u (%s): its kernels take %.1f us on average, and an MPS client's kernel about %.2f us more: "

@@ -207,16 +207,24 @@ slots::GateActions PriorityPolicy::decide(const slots::GateView& view) {
   return out;
 }
 
+bool read_priority_keys(const ConfigSection& sec, PriorityParams* p, std::string* error) {
+  return sec.get_uint("be_max_inflight", 0, 1024, &p->be_max_inflight, error) &&
+         sec.get_uint("idle_grace_us", 0, 1000000, &p->idle_grace_us, error) &&
+         sec.get_uint("be_slice_ms", 1, 10000, &p->be_slice_ms, error) &&
+         sec.get_uint("signal_grace_ms", 0, 60000, &p->signal_grace_ms, error);
+}
+
 bool parse_priority_params(const ConfigSection& sec, PriorityParams* out, std::string* error) {
   PriorityParams p;
-  if (!sec.get_uint("be_max_inflight", 0, 1024, &p.be_max_inflight, error) ||
-      !sec.get_uint("idle_grace_us", 0, 1000000, &p.idle_grace_us, error) ||
-      !sec.get_uint("be_slice_ms", 1, 10000, &p.be_slice_ms, error) ||
-      !sec.get_uint("signal_grace_ms", 0, 60000, &p.signal_grace_ms, error) || !sec.all_read(error)) {
-    return false;
-  }
+  if (!read_priority_keys(sec, &p, error) || !sec.all_read(error)) return false;
   *out = p;
   return true;
+}
+
+std::string format_priority_params(const PriorityParams& p) {
+  return "be_max_inflight = " + std::to_string(p.be_max_inflight) + "\nidle_grace_us = " +
+         std::to_string(p.idle_grace_us) + "\nbe_slice_ms = " + std::to_string(p.be_slice_ms) +
+         "\nsignal_grace_ms = " + std::to_string(p.signal_grace_ms) + "\n";
 }
 
 namespace {
@@ -231,9 +239,7 @@ std::string priority_settings(const ConfigSection& section) {
   PriorityParams p;
   std::string unused;
   parse_priority_params(section, &p, &unused);
-  return "be_max_inflight = " + std::to_string(p.be_max_inflight) + "\nidle_grace_us = " +
-         std::to_string(p.idle_grace_us) + "\nbe_slice_ms = " + std::to_string(p.be_slice_ms) +
-         "\nsignal_grace_ms = " + std::to_string(p.signal_grace_ms) + "\n";
+  return format_priority_params(p);
 }
 }  // namespace
 

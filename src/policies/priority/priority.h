@@ -102,6 +102,9 @@ PriorityDecision decide_priority(const std::vector<PriorityTenant>& tenants, con
 
 // Its settings: [policy.priority] (or [scheduler], their place before the slots).
 bool parse_priority_params(const ConfigSection& section, PriorityParams* out, std::string* error);
+// Its keys alone, for a policy that adds its own (budget.h); and its settings as TOML lines.
+bool read_priority_keys(const ConfigSection& section, PriorityParams* p, std::string* error);
+std::string format_priority_params(const PriorityParams& p);
 
 class PriorityPolicy final : public slots::TimeGate {
  public:

@@ -1,0 +1,62 @@
+#include "interpose/launch_durations.h"
+
+#include <atomic>
+
+namespace gpuos::interpose {
+namespace {
+
+// Expected durations by shape: open addressing over a fixed table, written under the sample lock
+// (spatial_registry.h: sample_mu), read lock-free. A shape that finds no slot is not remembered.
+constexpr int kDurationSlots = 64;
+struct DurationSlot {
+  std::atomic<uint64_t> key{0};
+  std::atomic<uint64_t> solo_ns{0};   // moving average of its unpaced timings
+  std::atomic<uint64_t> paced_ns{0};  // ... and of its paced ones
+};
+DurationSlot g_durations[kDurationSlots];
+
+DurationSlot* find_slot(uint64_t key, bool insert) {
+  for (int i = 0; i < kDurationSlots; ++i) {
+    DurationSlot& s = g_durations[(key + static_cast<uint64_t>(i)) % kDurationSlots];
+    const uint64_t k = s.key.load(std::memory_order_acquire);
+    if (k == key) return &s;
+    if (k == 0) {
+      if (!insert) return nullptr;
+      s.key.store(key, std::memory_order_release);
+      return &s;
+    }
+  }
+  return nullptr;
+}
+
+void average_in(std::atomic<uint64_t>& avg, uint64_t ns) {
+  const uint64_t old = avg.load(std::memory_order_relaxed);
+  avg.store(old == 0 ? ns : (3 * old + ns) / 4, std::memory_order_relaxed);
+}
+
+}  // namespace
+
+void note_launch_duration(uint64_t key, uint64_t ns, bool paced) {
+  if (key == 0 || ns == 0) return;
+  if (DurationSlot* s = find_slot(key, true)) average_in(paced ? s->paced_ns : s->solo_ns, ns);
+}
+
+uint64_t expected_launch_ns(const gpuos_control_block* cb, uint64_t key) {
+  if (const DurationSlot* s = find_slot(key, false)) {
+    if (uint64_t ns = s->solo_ns.load(std::memory_order_relaxed); ns != 0) return ns;
+    if (uint64_t ns = s->paced_ns.load(std::memory_order_relaxed); ns != 0) return ns;
+  }
+  const uint64_t kernels = std::atomic_ref<const uint64_t>(cb->space_timed_kernels).load(std::memory_order_relaxed);
+  const uint64_t ns = std::atomic_ref<const uint64_t>(cb->space_timed_ns).load(std::memory_order_relaxed);
+  return kernels != 0 && ns / kernels != 0 ? ns / kernels : kDefaultExpectedNs;
+}
+
+void TEST_reset_launch_durations() {
+  for (DurationSlot& s : g_durations) {
+    s.key.store(0);
+    s.solo_ns.store(0);
+    s.paced_ns.store(0);
+  }
+}
+
+}  // namespace gpuos::interpose

@@ -1,0 +1,27 @@
+// What a launch of a given shape is expected to take on the GPU, from the tenant's own timed
+// launches (spatial_samples.h): pacing (pacing.h) spreads a best-effort tenant's launches by it.
+// Per shape, preferably the launches timed while unpaced (alone on the GPU, or beside idle
+// tenants), since a paced kernel's time includes the guaranteed tenant's time slices; else the
+// paced figure (which only makes pacing more cautious); else the mean of its timed kernels; else
+// kDefaultExpectedNs. Writers are serialised by the caller (the sample lock); readers are
+// lock-free.
+#pragma once
+
+#include <cstdint>
+
+#include "gpuos/abi.h"
+
+namespace gpuos::interpose {
+
+inline constexpr uint64_t kDefaultExpectedNs = 100'000;
+
+// A timed launch of shape `key` took ns; paced: pacing was on when it was launched.
+void note_launch_duration(uint64_t key, uint64_t ns, bool paced);
+
+// The duration expected of a launch of shape `key`.
+uint64_t expected_launch_ns(const gpuos_control_block* cb, uint64_t key);
+
+// For tests: forget every duration.
+void TEST_reset_launch_durations();
+
+}  // namespace gpuos::interpose

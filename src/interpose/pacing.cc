@@ -1,0 +1,57 @@
+#include "interpose/pacing.h"
+
+#include <algorithm>
+#include <atomic>
+
+#include "interpose/blocks.h"
+#include "interpose/launch_durations.h"
+#include "interpose/runtime.h"
+
+namespace gpuos::interpose {
+namespace {
+
+// When the next paced launch may go (CLOCK_MONOTONIC): one clock for the process, since the
+// share is the process's.
+std::atomic<uint64_t> g_next_launch_ns{0};
+
+}  // namespace
+
+void pace_before_launch(gpuos_control_block* cb, uint64_t key, uint32_t pace) {
+  const gpuos_grant_block* g = grants_of(cb);
+  const uint64_t expected = expected_launch_ns(cb, key);
+  uint64_t waited_from = 0;
+  const uint32_t max_us = grant_load(g->pace_max_kernel_us, std::memory_order_relaxed);
+  if (max_us != 0 && expected > uint64_t{max_us} * 1000u) {
+    // Too long to fit between the guaranteed tenant's steps: wait for it to go idle.
+    waited_from = monotonic_ns();
+    while ((pace = grant_load(g->pace_permille)) != 0 && gate_binds(cb)) futex_wait(&g->pace_permille, pace, 50);
+  }
+  // A token bucket in virtual time: g_next_launch_ns is when the tenant's launches so far will have
+  // had their share of wall time; a launch may go while that is at most `ahead` in the future (the
+  // burst it may run back to back), and moves it on by its expected duration / share.
+  while (pace != 0) {
+    pace = std::min<uint32_t>(pace, 1000u);
+    const uint64_t burst_ns = uint64_t{grant_load(g->pace_burst_us, std::memory_order_relaxed)} * 1000u;
+    const uint64_t ahead = burst_ns * 1000u / pace;
+    const uint64_t now = monotonic_ns();
+    uint64_t next = g_next_launch_ns.load(std::memory_order_acquire);
+    if (next > now + ahead) {
+      if (!gate_binds(cb)) break;  // gpuosd is gone: nobody paces this tenant any more
+      if (waited_from == 0) waited_from = now;
+      futex_wait_ns(&g->pace_permille, pace, std::min<uint64_t>(next - now - ahead, 50'000'000));
+      pace = grant_load(g->pace_permille);
+      continue;
+    }
+    // An idle tenant saves no more than one burst.
+    const uint64_t from = std::max(next, now > ahead ? now - ahead : 0);
+    if (g_next_launch_ns.compare_exchange_weak(next, from + expected * 1000u / pace, std::memory_order_acq_rel)) break;
+  }
+  if (waited_from != 0) {
+    std::atomic_ref<uint64_t>(cb->pace_waits).fetch_add(1, std::memory_order_relaxed);
+    std::atomic_ref<uint64_t>(cb->pace_wait_ns).fetch_add(monotonic_ns() - waited_from, std::memory_order_relaxed);
+  }
+}
+
+void TEST_reset_pacing() { g_next_launch_ns.store(0); }
+
+}  // namespace gpuos::interpose

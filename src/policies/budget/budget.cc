@@ -1,0 +1,238 @@
+#include "policies/budget/budget.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "common/log.h"
+
+namespace gpuos::policies::budget {
+namespace {
+
+bool budgeted(const slots::GateTenant& t) {
+  return t.tenant_class == GPUOS_CLASS_GUARANTEED && t.max_slowdown_permille != 0;
+}
+bool active(const slots::GateTenant& t) { return t.busy || (t.waiting && !t.pinned); }
+// A best-effort tenant this gate governs (one in a spatial domain shares in space instead).
+bool gated_be(const slots::GateTenant& t) {
+  return t.tenant_class != GPUOS_CLASS_GUARANTEED && t.space_domain.empty();
+}
+
+}  // namespace
+
+void BudgetPolicy::admit(const slots::GateTenant& t, slots::Admission* a) {
+  a->idle_grace_us = params_.priority.idle_grace_us;
+  if (t.tenant_class == GPUOS_CLASS_BEST_EFFORT) {
+    a->max_inflight = params_.priority.be_max_inflight;
+    a->sample_period = params_.be_sample_period;
+    // Closed from the start unless the GPU is lent now (the decision at its admission looks again).
+    if (state_.priority.guaranteed_active || state_.priority.owner != 0 || state_.share == 0) {
+      if (state_.priority.guaranteed_active || state_.priority.owner != 0) a->initial_gate = GPUOS_GATE_CLOSED;
+    }
+  } else {
+    a->max_inflight = 0;
+    if (t.max_slowdown_permille != 0) a->sample_period = params_.sample_period;
+  }
+}
+
+slots::GateActions BudgetPolicy::decide(const slots::GateView& view) {
+  const uint64_t now = view.now_ns;
+  BudgetState& st = state_;
+  const bool any_be = std::any_of(view.tenants.begin(), view.tenants.end(), gated_be);
+
+  // 1. The budgeted tenants' timings, solo when no BE work can have run beside them.
+  const bool solo = !any_be || (st.be_quiet_since_ns != 0 && now >= st.be_quiet_since_ns + params_.settle_ns);
+  for (const slots::GateTenant& t : view.tenants) {
+    if (!budgeted(t)) continue;
+    TenantBudget& b = st.tenants.try_emplace(t.id, TenantBudget{SlowdownMeter(params_.meter)}).first->second;
+    for (const slots::TimedLaunch& l : t.timed) b.meter.add(l.key, l.ns, solo, now);
+    if (st.share > 0) b.lent += t.timed.size();  // timed while the last decision lent
+  }
+
+  // 2. The controller, once per control period.
+  if (now >= st.next_control_ns) {
+    for (const slots::GateTenant& t : view.tenants) {
+      auto it = st.tenants.find(t.id);
+      if (it == st.tenants.end() || !budgeted(t)) continue;
+      TenantBudget& b = it->second;
+      const double before = b.share;
+      if (!b.meter.has_solo()) {
+        b.share = 0;
+      } else {
+        Measure m;
+        const uint64_t span = b.last_control_ns != 0 && now > b.last_control_ns ? now - b.last_control_ns : params_.control_ns;
+        m.recent_p90 = b.meter.slowdown(0.9, now, span, &m.recent);
+        m.window_p99 = b.meter.window_p99(now, &m.window);
+        m.lent = b.lent;
+        // Sharing in time, the tenant has the GPU 1 - share of the time at best: a share beyond
+        // 1 - 1/budget cannot keep it within its budget, whatever its timings say.
+        const double budget = t.max_slowdown_permille / 1000.0;
+        ControllerParams cp = params_.controller;
+        cp.max_share = std::min(cp.max_share, 1.0 - 1.0 / budget);
+        b.share = next_share(cp, b.share, budget, m);
+        if (b.share != before) b.lent = 0;
+        if (b.share < before * 0.75) {
+          log::debug("budget: tenant %u over its target (p90 %.3f, p99 %.3f of %.3f): best-effort share %.3f -> %.3f",
+                     t.id, m.recent_p90, m.window_p99, t.max_slowdown_permille / 1000.0, before, b.share);
+        }
+      }
+      b.last_control_ns = now;
+    }
+    st.next_control_ns = now + params_.control_ns;
+  }
+
+  // 3. Lend the GPU while every active guaranteed tenant has a budget, and no probe runs.
+  bool budget_active = false, strict_active = false;
+  double share = 1.0, burst_ns = 1e12;
+  for (const slots::GateTenant& t : view.tenants) {
+    if (t.tenant_class != GPUOS_CLASS_GUARANTEED || !active(t)) continue;
+    if (budgeted(t)) {
+      budget_active = true;
+      auto it = st.tenants.find(t.id);
+      share = std::min(share, it != st.tenants.end() ? it->second.share : 0.0);
+      const double typical = it != st.tenants.end() ? it->second.meter.typical_solo_ns() : 0;
+      burst_ns = std::min(burst_ns, params_.burst_fraction * (t.max_slowdown_permille / 1000.0 - 1.0) * typical);
+    } else {
+      strict_active = true;
+    }
+  }
+  if (budget_active && now >= st.next_probe_ns) {
+    st.probe_end_ns = now + params_.probe_ns;
+    st.next_probe_ns = now + params_.probe_every_ns;
+    for (const auto& [id, b] : st.tenants) {  // one line per probe period: what the budget did
+      std::size_t n = 0;
+      const double p99 = b.meter.window_p99(now, &n);
+      log::info("budget: tenant %u slowdown p99 %.3f over %zu launches, best-effort share %.3f; probing %.0f ms",
+                id, p99, n, b.share, params_.probe_ns / 1e6);
+    }
+  }
+  const bool probing = now < st.probe_end_ns;
+  const bool lend = budget_active && !strict_active && !probing && share > 0;
+  slots::Pacing pacing;
+  if (lend) {
+    pacing.permille = std::clamp<uint32_t>(static_cast<uint32_t>(std::lround(share * 1000)), 1, 1000);
+    pacing.max_kernel_us = params_.pace_max_kernel_us;
+    pacing.burst_us = static_cast<uint32_t>(std::clamp(burst_ns / 1000.0, 0.0, 1e6));
+  }
+
+  // 4. Priority's rules; while lending, as if the budgeted tenants were idle.
+  std::vector<PriorityTenant> in;
+  in.reserve(view.tenants.size());
+  for (const slots::GateTenant& v : view.tenants) {
+    const bool hide = lend && budgeted(v);
+    in.push_back(PriorityTenant{v.id, v.tenant_class, v.priority, v.weight, v.busy && !hide, v.waiting && !hide, v.pinned,
+                                v.space_domain, v.signalled});
+  }
+  const PriorityDecision d = decide_priority(in, params_.priority, &st.priority, now);
+
+  // 5. Gates, and the pacing of the BE tenants that run beside a budgeted tenant.
+  slots::GateActions out;
+  bool be_open = false;
+  for (std::size_t i = 0; i < d.gates.size(); ++i) {
+    const slots::GateTenant& v = view.tenants[i];
+    slots::GateAction a = d.gates[i];
+    if (gated_be(v)) {
+      if (a.gate == GPUOS_GATE_OPEN) a.pacing = pacing;
+      if (a.gate == GPUOS_GATE_OPEN || v.pinned) be_open = be_open || a.gate == GPUOS_GATE_OPEN;
+    }
+    out.gates.push_back(a);
+  }
+  if (be_open) {
+    st.be_quiet_since_ns = 0;
+  } else if (st.be_quiet_since_ns == 0) {
+    st.be_quiet_since_ns = now;
+  }
+  st.share = lend ? share : 0;
+
+  // 6. What was measured, and when to look again.
+  uint64_t next = d.next_tick_ns;
+  auto sooner = [&](uint64_t t) {
+    if (t > now && (next == 0 || t < next)) next = t;
+  };
+  for (const slots::GateTenant& t : view.tenants) {
+    auto it = st.tenants.find(t.id);
+    if (it == st.tenants.end() || !budgeted(t)) continue;
+    const double p99 = it->second.meter.window_p99(now);
+    out.budgets.push_back(slots::BudgetReport{t.id, static_cast<uint32_t>(std::lround(std::min(p99, 1e6) * 1000)),
+                                              pacing.permille});
+    sooner(st.next_control_ns);
+  }
+  if (probing) sooner(st.probe_end_ns);
+  if (budget_active) sooner(st.next_probe_ns);
+  if (st.be_quiet_since_ns != 0) sooner(st.be_quiet_since_ns + params_.settle_ns);
+  out.next_tick_ns = next;
+  return out;
+}
+
+bool parse_budget_params(const ConfigSection& sec, BudgetParams* out, std::string* error) {
+  BudgetParams p;
+  uint32_t window_ms = 1000, control_ms = 100, probe_every_ms = 5000, probe_ms = 150, settle_ms = 30;
+  uint32_t target_pct = 70, increase_permille = 5, growth_pct = 10, max_share_pct = 90, burst_pct = 50;
+  if (!read_priority_keys(sec, &p.priority, error) || !sec.get_uint("window_ms", 100, 600000, &window_ms, error) ||
+      !sec.get_uint("control_ms", 10, 10000, &control_ms, error) ||
+      !sec.get_uint("probe_every_ms", 100, 3600000, &probe_every_ms, error) ||
+      !sec.get_uint("probe_ms", 10, 10000, &probe_ms, error) ||
+      !sec.get_uint("settle_ms", 0, 10000, &settle_ms, error) ||
+      !sec.get_uint("target_pct", 10, 100, &target_pct, error) ||
+      !sec.get_uint("increase_permille", 1, 500, &increase_permille, error) ||
+      !sec.get_uint("growth_pct", 0, 100, &growth_pct, error) ||
+      !sec.get_uint("max_share_pct", 1, 100, &max_share_pct, error) ||
+      !sec.get_uint("sample_period", 1, 64, &p.sample_period, error) ||
+      !sec.get_uint("be_sample_period", 1, 64, &p.be_sample_period, error) ||
+      !sec.get_uint("pace_max_kernel_us", 0, 10000000, &p.pace_max_kernel_us, error) ||
+      !sec.get_uint("burst_pct", 0, 100, &burst_pct, error) || !sec.all_read(error)) {
+    return false;
+  }
+  if (probe_ms >= probe_every_ms) {
+    *error = "[policy.budget] probe_ms (" + std::to_string(probe_ms) + ") must be below probe_every_ms (" +
+             std::to_string(probe_every_ms) + ")";
+    return false;
+  }
+  p.meter.window_ns = uint64_t{window_ms} * 1'000'000;
+  p.control_ns = uint64_t{control_ms} * 1'000'000;
+  p.probe_every_ns = uint64_t{probe_every_ms} * 1'000'000;
+  p.probe_ns = uint64_t{probe_ms} * 1'000'000;
+  p.settle_ns = uint64_t{settle_ms} * 1'000'000;
+  p.controller.target_fraction = target_pct / 100.0;
+  p.controller.increase = increase_permille / 1000.0;
+  p.controller.growth = growth_pct / 100.0;
+  p.burst_fraction = burst_pct / 100.0;
+  p.controller.max_share = max_share_pct / 100.0;
+  *out = p;
+  return true;
+}
+
+namespace {
+
+std::unique_ptr<slots::TimeGate> make_budget(const PolicyContext& ctx, std::string* error) {
+  BudgetParams p;
+  if (!parse_budget_params(ctx.section, &p, error)) return nullptr;
+  return std::make_unique<BudgetPolicy>(p);
+}
+
+std::string budget_settings(const ConfigSection& section) {
+  BudgetParams p;
+  std::string unused;
+  parse_budget_params(section, &p, &unused);
+  auto ms = [](uint64_t ns) { return std::to_string(ns / 1'000'000); };
+  return format_priority_params(p.priority) + "window_ms = " + ms(p.meter.window_ns) +
+         "\ncontrol_ms = " + ms(p.control_ns) + "\nprobe_every_ms = " + ms(p.probe_every_ns) +
+         "\nprobe_ms = " + ms(p.probe_ns) + "\nsettle_ms = " + ms(p.settle_ns) +
+         "\ntarget_pct = " + std::to_string(std::lround(p.controller.target_fraction * 100)) +
+         "\nincrease_permille = " + std::to_string(std::lround(p.controller.increase * 1000)) +
+         "\ngrowth_pct = " + std::to_string(std::lround(p.controller.growth * 100)) +
+         "\nmax_share_pct = " + std::to_string(std::lround(p.controller.max_share * 100)) +
+         "\nsample_period = " + std::to_string(p.sample_period) +
+         "\nbe_sample_period = " + std::to_string(p.be_sample_period) +
+         "\npace_max_kernel_us = " + std::to_string(p.pace_max_kernel_us) +
+         "\nburst_pct = " + std::to_string(std::lround(p.burst_fraction * 100)) + "\n";
+}
+
+}  // namespace
+}  // namespace gpuos::policies::budget
+
+namespace gpuos::policies {
+const PolicyEntry kBudgetPolicy{"budget", SlotKind::kTimeGate,
+                                "guaranteed tenants with a latency budget (--max-slowdown) lend best-effort ones "
+                                "as much GPU time as keeps them within it; the rest as priority",
+                                &budget::make_budget, nullptr, nullptr, &budget::budget_settings};
+}  // namespace gpuos::policies

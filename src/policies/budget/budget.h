@@ -1,0 +1,95 @@
+// The `budget` time-gate policy: latency budgets. A guaranteed tenant that declared one (gpuos run
+// --max-slowdown 1.25) lends best-effort (BE) tenants as much of the GPU's time as keeps its own GPU
+// work within the budget; a guaranteed tenant without one runs as if alone, as under `priority`,
+// whose rules this policy otherwise keeps (priority.h: BE rotation by weight, signal reprieves,
+// spatial domains).
+//
+// Mechanism it drives: while a budgeted guaranteed tenant is active, the BE tenants the priority
+// rules would let run if it were idle get an open gate and pacing at the share (grant block
+// pace_permille, interpose/pacing.h): each spreads its launches so that its GPU work takes at most
+// that share of wall time, a few of its kernels between each two of the guaranteed tenant's steps.
+// The share comes from a feedback controller (controller.h) on the guaranteed tenant's measured
+// slowdown (slowdown_meter.h), which needs its solo times: they are learned while no BE work runs
+// (no BE tenant, or every BE gate closed for settle_ms), and kept fresh by probes: every
+// probe_every_ms the BE gates close for probe_ms (BE pays for the probes, not the guaranteed
+// tenant). Until a tenant has solo times its share is 0 (priority's rules). Sharing in time, the
+// share never exceeds 1 - 1/budget (the tenant then has the GPU 1/budget of the time at best).
+//
+// Several budgeted tenants: the smallest share of the active ones. An active guaranteed tenant
+// without a budget: BE is gated as under priority.
+//
+// The tenants' timings are their own word: a guaranteed tenant that reports itself slower than it
+// is only gets less BE work beside it, which it could have had by declaring no budget; a BE tenant
+// that ignores its pacing slows the guaranteed tenant, and the controller then takes its share to 0,
+// which closes its gate (SECURITY.md).
+#pragma once
+
+#include <cstdint>
+#include <map>
+
+#include "policies/budget/controller.h"
+#include "policies/budget/slowdown_meter.h"
+#include "policies/priority/priority.h"
+#include "policies/registry.h"
+#include "slots/time_gate.h"
+
+namespace gpuos::policies::budget {
+
+struct BudgetParams {
+  PriorityParams priority;
+  MeterParams meter;
+  ControllerParams controller;
+  uint64_t control_ns = 100'000'000;   // how often the controller moves the share
+  uint64_t probe_every_ns = 5'000'000'000;
+  uint64_t probe_ns = 150'000'000;
+  uint64_t settle_ns = 30'000'000;     // after the BE gates close, until timings count as solo
+  uint32_t sample_period = 2;          // budgeted tenants time one launch in about this many
+  uint32_t be_sample_period = 8;       // BE tenants too (pacing needs their kernels' durations)
+  uint32_t pace_max_kernel_us = 0;     // a BE launch expected longer waits for a gap (0 = no bound)
+  // BE may run this fraction of the budget's excess of one typical launch of the guaranteed tenant
+  // back to back (pacing's burst): fewer switches between the two contexts, each of which costs the
+  // guaranteed tenant time, for a step no slower than half its budget allows.
+  double burst_fraction = 0.5;
+};
+
+// What the policy keeps of one budgeted tenant.
+struct TenantBudget {
+  SlowdownMeter meter;
+  double share = 0;
+  uint64_t last_control_ns = 0;
+  std::size_t lent = 0;  // launches timed at the current share since it was set
+};
+
+struct BudgetState {
+  PriorityState priority;
+  std::map<uint32_t, TenantBudget> tenants;  // budgeted guaranteed tenants by id
+  uint64_t next_control_ns = 0;
+  uint64_t next_probe_ns = 0;  // 0: at the next activity of a budgeted tenant
+  uint64_t probe_end_ns = 0;
+  uint64_t be_quiet_since_ns = 1;  // every BE gate closed since (0 = one is open)
+  double share = 0;                // granted now (0 while probing or nobody budgeted is active)
+};
+
+class BudgetPolicy final : public slots::TimeGate {
+ public:
+  explicit BudgetPolicy(BudgetParams params) : params_(params) {}
+  const char* name() const override { return "budget"; }
+  void admit(const slots::GateTenant& t, slots::Admission* admission) override;
+  void on_exit(uint32_t tenant_id) override { state_.tenants.erase(tenant_id); }
+  slots::GateActions decide(const slots::GateView& view) override;
+
+  const BudgetState& state() const { return state_; }
+
+ private:
+  BudgetParams params_;
+  BudgetState state_;
+};
+
+// [policy.budget]: priority's keys and its own.
+bool parse_budget_params(const ConfigSection& section, BudgetParams* out, std::string* error);
+
+}  // namespace gpuos::policies::budget
+
+namespace gpuos::policies {
+extern const PolicyEntry kBudgetPolicy;
+}

@@ -1,0 +1,45 @@
+// The feedback controller of a latency budget: how much of the GPU's time best-effort tenants may
+// have beside a guaranteed tenant (its share), from what the guaranteed tenant's slowdown measures
+// (slowdown_meter.h). A pure function, asked every control period: AIMD, like TCP's congestion
+// window, since the GPU's capacity for best-effort work beside the tenant moves with the tenant's
+// load and is only found by trying.
+//  - Over the budget in the last control period (its p90): the share halves at once, so a rise of
+//    the guaranteed tenant's load backs best-effort work off within one or two periods (100 ms).
+//  - Above the target (1 + target_fraction x (budget - 1)) over the window (p99): the share shrinks
+//    a little (hold_decrease), staying clear of the budget.
+//  - Below the target over a window of at least min_samples launches: the share grows, by
+//    `increase` plus `growth` of itself (from nothing, slowly; from a share that proved harmless, by
+//    a tenth), but only once min_lent launches were timed at the current share (evidence that it is
+//    harmless, not launches from before it was lent). Best-effort tenants lose throughput first;
+//    the guaranteed tenant never waits for them to be proved harmless.
+//  - Too few launches timed (an idle tenant): the share is kept.
+#pragma once
+
+#include <cstddef>
+
+namespace gpuos::policies::budget {
+
+struct ControllerParams {
+  double target_fraction = 0.7;  // aim at this fraction of the budget's excess over 1
+  double increase = 0.005;       // share added per period below the target ...
+  double growth = 0.1;           // ... and this fraction of the share itself
+  double decrease = 0.5;         // factor on the share when the budget was exceeded
+  double hold_decrease = 0.9;    // factor on the share when above the target
+  double max_share = 0.9;
+  std::size_t min_samples = 8;   // launches in the window before the share may grow
+  std::size_t min_lent = 4;      // launches timed at the current share before it may grow
+};
+
+// What the meter says now.
+struct Measure {
+  double recent_p90 = 0;      // over the last control period
+  std::size_t recent = 0;     // launches in it
+  double window_p99 = 0;      // over the meter's window
+  std::size_t window = 0;
+  std::size_t lent = 0;       // launches timed while best-effort tenants had the current share
+};
+
+// The share (0..max_share) for the next period. budget: e.g. 1.25.
+double next_share(const ControllerParams& p, double share, double budget, const Measure& m);
+
+}  // namespace gpuos::policies::budget

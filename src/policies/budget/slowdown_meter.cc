@@ -1,0 +1,93 @@
+#include "policies/budget/slowdown_meter.h"
+
+#include <algorithm>
+
+namespace gpuos::policies::budget {
+namespace {
+
+double median_of(std::vector<uint64_t> v) {
+  if (v.empty()) return 0;
+  const std::size_t mid = v.size() / 2;
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid), v.end());
+  return static_cast<double>(v[mid]);
+}
+
+}  // namespace
+
+void SlowdownMeter::add(uint64_t key, uint64_t ns, bool solo, uint64_t now) {
+  if (ns == 0) return;
+  auto it = shapes_.find(key);
+  if (it == shapes_.end()) {
+    if (shapes_.size() >= p_.max_shapes) forget_oldest_shape();
+    it = shapes_.emplace(key, Shape{}).first;
+  }
+  Shape& s = it->second;
+  s.seen_ns = now;
+  if (solo) {
+    s.solo.push_back(ns);
+    if (s.solo.size() > p_.solo_keep) s.solo.pop_front();
+    s.median = s.solo.size() >= p_.min_solo ? median_of({s.solo.begin(), s.solo.end()}) : 0;
+  }
+  if (s.median <= 0 || s.median < static_cast<double>(p_.min_judged_ns)) return;
+  const Ratio r{now, static_cast<double>(ns) / s.median, s.median};
+  window_.push_back(r);
+  while (!window_.empty() && (window_.size() > p_.max_window || window_.front().at_ns + p_.window_ns < now)) {
+    window_.pop_front();
+  }
+  if (solo) {
+    solo_ref_.push_back(r);
+    if (solo_ref_.size() > p_.solo_ref_keep) solo_ref_.pop_front();
+  }
+}
+
+double weighted_quantile(std::vector<std::pair<double, double>> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  double total = 0;
+  for (const auto& [value, weight] : v) total += weight;
+  double below = 0;
+  for (const auto& [value, weight] : v) {
+    below += weight;
+    if (below >= q * total) return value;
+  }
+  return v.back().first;
+}
+
+double SlowdownMeter::slowdown(double q, uint64_t now, uint64_t span_ns, std::size_t* count) const {
+  std::vector<std::pair<double, double>> recent;
+  for (auto it = window_.rbegin(); it != window_.rend() && it->at_ns + span_ns > now; ++it) {
+    recent.emplace_back(it->ratio, it->weight);
+  }
+  if (count != nullptr) *count = recent.size();
+  if (recent.empty()) return 0;
+  std::vector<std::pair<double, double>> alone;
+  for (const Ratio& r : solo_ref_) alone.emplace_back(r.ratio, r.weight);
+  const double reference = weighted_quantile(std::move(alone), q);
+  const double value = weighted_quantile(std::move(recent), q);
+  return reference > 0 ? value / reference : value;
+}
+
+double SlowdownMeter::solo_ns(uint64_t key) const {
+  auto it = shapes_.find(key);
+  return it == shapes_.end() ? 0 : it->second.median;
+}
+
+bool SlowdownMeter::has_solo() const {
+  return std::any_of(shapes_.begin(), shapes_.end(), [](const auto& e) { return e.second.median > 0; });
+}
+
+double SlowdownMeter::typical_solo_ns() const {
+  std::vector<uint64_t> v;
+  for (const auto& [key, s] : shapes_) {
+    if (s.median >= static_cast<double>(p_.min_judged_ns)) v.push_back(static_cast<uint64_t>(s.median));
+  }
+  return median_of(std::move(v));
+}
+
+void SlowdownMeter::forget_oldest_shape() {
+  auto oldest = std::min_element(shapes_.begin(), shapes_.end(),
+                                 [](const auto& a, const auto& b) { return a.second.seen_ns < b.second.seen_ns; });
+  if (oldest != shapes_.end()) shapes_.erase(oldest);
+}
+
+}  // namespace gpuos::policies::budget

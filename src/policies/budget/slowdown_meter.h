@@ -1,0 +1,77 @@
+// How much slower a guaranteed tenant's GPU work runs than alone: the measure its latency budget is
+// judged on. A pure data structure, fed the tenant's timed launches (slots::TimedLaunch).
+//
+// Definition. Every timed launch (a kernel, or a graph replay: one decode step) has a shape (kernel
+// and grid, or graph). Its solo time is the median of the last `solo_keep` launches of that shape
+// timed while no best-effort work could run beside it (the time gate says which: every other
+// tenant's gate closed for at least the settle time); its ratio is its duration over that. Launches
+// of one shape vary alone too (a decode step's attention grows with the context), so the ratios are
+// judged against their own spread alone: the tenant's slowdown at quantile q is the q-quantile of
+// the ratios of its launches timed in the window over the q-quantile of the ratios of its last
+// `solo_ref_keep` solo launches. Quantiles are weighted by solo time, so that they speak of the
+// tenant's GPU time (a 4 ms decode step counts 400 times a 10 us kernel); shapes whose solo time is
+// below `min_judged_ns` are not judged at all (their timing is mostly the launch's own latency).
+// The budget holds when the slowdown at p99 over the window is at most the budget.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <vector>
+
+namespace gpuos::policies::budget {
+
+struct MeterParams {
+  uint64_t window_ns = 1'000'000'000;
+  uint32_t solo_keep = 16;   // solo timings kept per shape (their median is the solo time)
+  uint32_t min_solo = 3;     // a shape has a solo time once this many were timed
+  uint32_t max_shapes = 64;  // beyond, the shape seen least recently is forgotten
+  uint32_t max_window = 4096;  // ratios kept in the window at most (the oldest go first)
+  uint32_t solo_ref_keep = 1024;  // solo ratios kept as the reference of the spread alone
+  uint64_t min_judged_ns = 50'000;
+};
+
+class SlowdownMeter {
+ public:
+  explicit SlowdownMeter(MeterParams p = {}) : p_(p) {}
+
+  // One timed launch that ended by `now`; solo: no best-effort work can have run beside it.
+  void add(uint64_t key, uint64_t ns, bool solo, uint64_t now);
+
+  // The slowdown at quantile q of the launches added in (now - span_ns, now] (see above); 0 when
+  // there are none. *count: how many there were.
+  double slowdown(double q, uint64_t now, uint64_t span_ns, std::size_t* count = nullptr) const;
+  double window_p99(uint64_t now, std::size_t* count = nullptr) const {
+    return slowdown(0.99, now, p_.window_ns, count);
+  }
+
+  // A shape's solo time (0 = not known yet), and whether any shape has one.
+  double solo_ns(uint64_t key) const;
+  bool has_solo() const;
+  // The median solo time over the judged shapes that have one (what one launch of the tenant is).
+  double typical_solo_ns() const;
+
+ private:
+  struct Shape {
+    std::deque<uint64_t> solo;  // the last solo_keep solo timings
+    double median = 0;
+    uint64_t seen_ns = 0;
+  };
+  void forget_oldest_shape();
+
+  struct Ratio {
+    uint64_t at_ns = 0;  // when it was added
+    double ratio = 0;
+    double weight = 0;   // its shape's solo time
+  };
+  MeterParams p_;
+  std::map<uint64_t, Shape> shapes_;
+  std::deque<Ratio> window_;    // oldest first
+  std::deque<Ratio> solo_ref_;  // the last solo ratios
+};
+
+// The weighted q-quantile of values (the smallest value with at least q of the weight at or
+// below it); 0 for none.
+double weighted_quantile(std::vector<std::pair<double, double>> value_weight, double q);
+
+}  // namespace gpuos::policies::budget

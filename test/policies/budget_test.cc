@@ -1,0 +1,273 @@
+// The budget policy (policies/budget): its slowdown measure, its controller, and its decisions
+// against views of tenants, with the timings a real tenant would report.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/slowdown.h"
+#include "policies/budget/budget.h"
+#include "policies/budget/controller.h"
+#include "policies/budget/slowdown_meter.h"
+
+namespace gpuos::policies::budget {
+namespace {
+
+constexpr uint64_t kMs = 1'000'000;
+constexpr uint64_t kShape = 42;
+
+TEST(SlowdownPermille, ParsesTheDeclaredForm) {
+  uint32_t v = 0;
+  EXPECT_TRUE(parse_slowdown_permille("1.25", &v));
+  EXPECT_EQ(v, 1250u);
+  EXPECT_TRUE(parse_slowdown_permille("2", &v));
+  EXPECT_EQ(v, 2000u);
+  EXPECT_TRUE(parse_slowdown_permille("1.005", &v));
+  EXPECT_EQ(v, 1005u);
+  EXPECT_TRUE(parse_slowdown_permille("100", &v));
+  EXPECT_EQ(v, 100000u);
+  for (const char* bad : {"", "1", "1.0", "0.9", "1.2345", "-1.5", "1,25", "1.", ".5", "1e2", "101", "abc", "1.25x",
+                          "99999999999999"}) {
+    EXPECT_FALSE(parse_slowdown_permille(bad, &v)) << bad;
+  }
+}
+
+TEST(SlowdownMeter, SoloTimeIsTheMedianOfSoloTimings) {
+  SlowdownMeter m;
+  EXPECT_EQ(m.solo_ns(kShape), 0);
+  m.add(kShape, 1000, true, 1 * kMs);
+  m.add(kShape, 5000, true, 2 * kMs);  // one outlier among the solo timings
+  EXPECT_EQ(m.solo_ns(kShape), 0) << "fewer than min_solo";
+  m.add(kShape, 1100, true, 3 * kMs);
+  EXPECT_EQ(m.solo_ns(kShape), 1100);
+  EXPECT_TRUE(m.has_solo());
+}
+
+TEST(SlowdownMeter, SlowdownIsTheP99OfTheWindow) {
+  MeterParams p;
+  p.window_ns = 100 * kMs;
+  SlowdownMeter m(p);
+  for (int i = 0; i < 3; ++i) m.add(kShape, 100'000, true, 1 * kMs);
+  // 99 launches at 1.1x and one at 3x, all inside the window.
+  for (int i = 0; i < 99; ++i) m.add(kShape, 110'000, false, 50 * kMs);
+  m.add(kShape, 300'000, false, 50 * kMs);
+  std::size_t n = 0;
+  EXPECT_NEAR(m.window_p99(60 * kMs, &n), 1.1, 1e-9);
+  EXPECT_EQ(n, 101u);  // the first two solo timings came before the shape had a solo time
+  m.add(kShape, 300'000, false, 60 * kMs);  // two slow ones in 102: the p99 is slow
+  EXPECT_NEAR(m.window_p99(60 * kMs), 3.0, 1e-9);
+  // Outside the window they are forgotten.
+  EXPECT_EQ(m.window_p99(300 * kMs, &n), 0);
+  EXPECT_EQ(n, 0u);
+}
+
+TEST(SlowdownMeter, TheSpreadAloneIsNotASlowdown) {
+  SlowdownMeter m;
+  // A decode step that takes 1.0 or 1.3 ms alone, by context length: the same beside best-effort work.
+  for (int i = 0; i < 200; ++i) m.add(kShape, i % 2 ? 1'300'000 : 1'000'000, true, (1 + i) * kMs);
+  for (int i = 0; i < 200; ++i) m.add(kShape, i % 2 ? 1'300'000 : 1'000'000, false, (300 + i) * kMs);
+  EXPECT_NEAR(m.window_p99(500 * kMs), 1.0, 1e-9);
+  // 20% slower beside it.
+  for (int i = 0; i < 200; ++i) m.add(kShape, i % 2 ? 1'560'000 : 1'200'000, false, (2000 + i) * kMs);
+  EXPECT_NEAR(m.window_p99(2200 * kMs), 1.2, 1e-9);
+}
+
+TEST(SlowdownMeter, ShortKernelsAreNotJudgedAndLongOnesWeighMore) {
+  SlowdownMeter m;
+  constexpr uint64_t kTiny = 7, kSmall = 8;
+  for (int i = 0; i < 5; ++i) {
+    m.add(kShape, 2'000'000, true, 1 * kMs);
+    m.add(kTiny, 10'000, true, 1 * kMs);
+    m.add(kSmall, 100'000, true, 1 * kMs);
+  }
+  // The 10 us kernel at 5x is launch latency, not the tenant's time; the 100 us one at 2x is 0.5%
+  // of the time and the 2 ms step at 1.1x the rest: the p99 of the tenant's time is 1.1x.
+  for (int i = 0; i < 100; ++i) {
+    m.add(kShape, 2'200'000, false, 10 * kMs);
+    m.add(kTiny, 50'000, false, 10 * kMs);
+  }
+  m.add(kSmall, 200'000, false, 10 * kMs);
+  EXPECT_NEAR(m.window_p99(10 * kMs), 1.1, 1e-9);
+  EXPECT_NEAR(weighted_quantile({{1.0, 1}, {2.0, 3}}, 0.5), 2.0, 1e-9);
+  EXPECT_NEAR(weighted_quantile({{1.0, 3}, {2.0, 1}}, 0.5), 1.0, 1e-9);
+  EXPECT_EQ(weighted_quantile({}, 0.5), 0);
+}
+
+TEST(SlowdownMeter, ShapesWithoutSoloTimeAreNotJudged) {
+  SlowdownMeter m;
+  m.add(7, 9000, false, 1 * kMs);
+  std::size_t n = 1;
+  EXPECT_EQ(m.window_p99(1 * kMs, &n), 0);
+  EXPECT_EQ(n, 0u);
+}
+
+TEST(Controller, BacksOffAtOnceGrowsSlowlyHoldsWhenUnmeasured) {
+  ControllerParams p;
+  Measure good{1.05, 10, 1.1, 50, 10};
+  EXPECT_NEAR(next_share(p, 0.2, 1.25, good), 0.225, 1e-9);
+  Measure unproved{1.05, 10, 1.1, 50, 2};  // too few launches at this share yet
+  EXPECT_NEAR(next_share(p, 0.2, 1.25, unproved), 0.2, 1e-9);
+  EXPECT_NEAR(next_share(p, 0, 1.25, unproved), 0.005, 1e-9) << "from nothing, the window is evidence enough";
+  Measure over{1.4, 10, 1.4, 50};
+  EXPECT_NEAR(next_share(p, 0.2, 1.25, over), 0.1, 1e-9);
+  Measure near{1.1, 10, 1.2, 50};  // below the budget, above the target 1.175
+  EXPECT_NEAR(next_share(p, 0.2, 1.25, near), 0.18, 1e-9);
+  Measure none{0, 0, 0, 0};
+  EXPECT_NEAR(next_share(p, 0.2, 1.25, none), 0.2, 1e-9);
+  EXPECT_NEAR(next_share(p, 0.85, 1.25, good), 0.9, 1e-9) << "capped";
+  EXPECT_EQ(next_share(p, 0.002, 1.25, over), 0) << "too small to keep";
+}
+
+// A view of a budgeted guaranteed tenant (id 1, budget 1.25) and a best-effort one (id 2).
+slots::GateTenant hp(bool busy, std::vector<slots::TimedLaunch> timed = {}) {
+  slots::GateTenant t;
+  t.id = 1;
+  t.tenant_class = GPUOS_CLASS_GUARANTEED;
+  t.max_slowdown_permille = 1250;
+  t.busy = busy;
+  t.timed = std::move(timed);
+  return t;
+}
+slots::GateTenant be(bool busy, uint32_t gate) {
+  slots::GateTenant t;
+  t.id = 2;
+  t.tenant_class = GPUOS_CLASS_BEST_EFFORT;
+  t.weight = 100;
+  t.busy = busy;
+  t.gate = gate;
+  return t;
+}
+// n launches of one shape at us microseconds each.
+std::vector<slots::TimedLaunch> launches(int n, uint64_t us) {
+  return std::vector<slots::TimedLaunch>(n, {kShape, us * 1000});
+}
+
+const slots::GateAction* action_of(const slots::GateActions& a, uint32_t id) {
+  for (const auto& g : a.gates) {
+    if (g.id == id) return &g;
+  }
+  return nullptr;
+}
+
+struct Sim {
+  BudgetPolicy policy{BudgetParams{}};
+  uint64_t now = 1000 * kMs;
+  uint32_t be_gate = GPUOS_GATE_OPEN;
+  // One decision every 10 ms with `n` launches of the guaranteed tenant at `us` each.
+  slots::GateActions step(int n, uint64_t us, bool hp_busy = true) {
+    now += 10 * kMs;
+    slots::GateView v;
+    v.now_ns = now;
+    v.tenants = {hp(hp_busy, launches(n, us)), be(true, be_gate)};
+    slots::GateActions a = policy.decide(v);
+    if (const slots::GateAction* g = action_of(a, 2)) be_gate = g->gate;
+    return a;
+  }
+};
+
+TEST(BudgetPolicy, LearnsSoloTimesFirstThenLendsAPacedShare) {
+  Sim s;
+  // No solo times yet: best-effort is gated as under priority.
+  slots::GateActions a = s.step(4, 1000);
+  ASSERT_NE(action_of(a, 2), nullptr);
+  EXPECT_EQ(action_of(a, 2)->gate, GPUOS_GATE_CLOSED);
+  // Closed for longer than the settle time: timings are solo, the tenant meets its budget, and
+  // the share grows: best-effort runs paced.
+  for (int i = 0; i < 40; ++i) a = s.step(4, 1000);
+  const slots::GateAction* g = action_of(a, 2);
+  ASSERT_NE(g, nullptr);
+  EXPECT_EQ(g->gate, GPUOS_GATE_OPEN);
+  EXPECT_GT(g->pacing.permille, 0u);
+  EXPECT_LE(g->pacing.permille, 200u);  // 1 - 1/1.25: in time, no more can keep the budget
+  ASSERT_EQ(a.budgets.size(), 1u);
+  EXPECT_EQ(a.budgets[0].id, 1u);
+  EXPECT_EQ(a.budgets[0].be_share_permille, g->pacing.permille);
+  EXPECT_NEAR(a.budgets[0].slowdown_permille, 1000, 1);
+  EXPECT_GT(s.policy.state().share, 0);
+}
+
+TEST(BudgetPolicy, OverTheBudgetTheShareFallsWithinTwoControlPeriods) {
+  Sim s;
+  for (int i = 0; i < 200; ++i) s.step(4, 1050);  // 1.05x: share grows
+  const double before = s.policy.state().share;
+  ASSERT_GT(before, 0.1);
+  // The guaranteed tenant's load rises: its launches now take 1.6x.
+  slots::GateActions a;
+  for (int i = 0; i < 21; ++i) a = s.step(4, 1600);  // two control periods (100 ms each)
+  EXPECT_LT(s.policy.state().share, before / 2);
+  EXPECT_GT(a.budgets.at(0).slowdown_permille, 1250u);
+}
+
+TEST(BudgetPolicy, ProbesCloseTheGateAndRefreshSoloTimes) {
+  Sim s;
+  for (int i = 0; i < 100; ++i) s.step(4, 1000);
+  ASSERT_EQ(s.be_gate, GPUOS_GATE_OPEN);
+  // Within probe_every (5 s) a probe closes best-effort's gate for probe_ms.
+  int closed = 0;
+  for (int i = 0; i < 600; ++i) {
+    s.step(4, 1000);
+    if (s.be_gate == GPUOS_GATE_CLOSED) ++closed;
+  }
+  EXPECT_GE(closed, 10);   // 150 ms probes in 6 s
+  EXPECT_LE(closed, 60);
+}
+
+TEST(BudgetPolicy, IdleGuaranteedTenantLeavesBestEffortUnpaced) {
+  Sim s;
+  for (int i = 0; i < 100; ++i) s.step(4, 1000);
+  slots::GateActions a = s.step(0, 0, /*hp_busy=*/false);
+  const slots::GateAction* g = action_of(a, 2);
+  ASSERT_NE(g, nullptr);
+  EXPECT_EQ(g->gate, GPUOS_GATE_OPEN);
+  EXPECT_EQ(g->pacing.permille, 0u);
+}
+
+TEST(BudgetPolicy, GuaranteedTenantWithoutBudgetGatesBestEffort) {
+  BudgetPolicy p{BudgetParams{}};
+  slots::GateTenant strict = hp(true);
+  strict.max_slowdown_permille = 0;
+  slots::GateView v;
+  for (int i = 0; i < 100; ++i) {
+    v.now_ns = (1000 + 10 * i) * kMs;
+    v.tenants = {strict, be(true, GPUOS_GATE_OPEN)};
+    const slots::GateActions a = p.decide(v);
+    ASSERT_NE(action_of(a, 2), nullptr);
+    EXPECT_EQ(action_of(a, 2)->gate, GPUOS_GATE_CLOSED);
+    EXPECT_EQ(action_of(a, 2)->pacing.permille, 0u);
+    EXPECT_TRUE(a.budgets.empty());
+  }
+}
+
+TEST(BudgetPolicy, AdmissionTimesBudgetedAndBestEffortTenants) {
+  BudgetPolicy p{BudgetParams{}};
+  slots::Admission a;
+  p.admit(hp(false), &a);
+  EXPECT_EQ(a.sample_period, 2u);
+  slots::Admission b;
+  p.admit(be(false, GPUOS_GATE_OPEN), &b);
+  EXPECT_EQ(b.sample_period, 8u);
+  EXPECT_EQ(b.max_inflight, 2u);
+  slots::GateTenant strict = hp(false);
+  strict.max_slowdown_permille = 0;
+  slots::Admission c;
+  p.admit(strict, &c);
+  EXPECT_EQ(c.sample_period, 0u);
+}
+
+TEST(BudgetPolicy, ConfigRejectsAProbeLongerThanItsPeriod) {
+  ConfigSection sec;
+  sec.name = "budget";
+  ConfigValue v;
+  v.kind = ConfigValue::Kind::kInteger;
+  v.integer = 6000;
+  v.where = "x.toml:3";
+  sec.entries.push_back({"probe_ms", v});
+  BudgetParams p;
+  std::string error;
+  EXPECT_FALSE(parse_budget_params(sec, &p, &error));
+  EXPECT_NE(error.find("probe_ms"), std::string::npos) << error;
+}
+
+}  // namespace
+}  // namespace gpuos::policies::budget

@@ -1,0 +1,187 @@
+#!/usr/bin/env python3
+"""bench/colocation: the latency-budget modes, the MPS priority baselines, the load step and the
+frontier verdict (mode parsing, commands, windows, summary; no GPU, no torch, no matplotlib)."""
+import contextlib
+import io
+import os
+import random
+import sys
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "bench", "colocation"))
+import common  # noqa: E402
+import report  # noqa: E402
+import run_matrix  # noqa: E402
+
+
+def runner(*argv):
+    return run_matrix.Runner(run_matrix.parse_args(["--dry-run", "--workdir", "/tmp/w", *argv]))
+
+
+class Arrivals(unittest.TestCase):
+    def test_without_a_step_the_draws_are_those_of_before(self):
+        rng, t, old = random.Random(7), 0.0, []
+        while True:
+            t += rng.expovariate(50.0)
+            if t > 3.0:
+                break
+            old.append(t)
+        self.assertEqual(common.poisson_arrivals(50.0, 0.0, 3.0, 0, 7), old)
+
+    def test_the_rate_changes_at_the_step(self):
+        arr = common.poisson_arrivals(100.0, 10.0, 40.0, 0, 1, (20.0, 400.0))
+        before = sum(1 for a in arr if a < 30.0) / 20.0
+        after = sum(1 for a in arr if a >= 30.0) / 20.0
+        self.assertAlmostEqual(before, 100.0, delta=10.0)
+        self.assertAlmostEqual(after, 400.0, delta=25.0)
+        self.assertEqual(arr, sorted(arr))
+
+    def test_load_step_values(self):
+        self.assertEqual(common.parse_load_step("12.5:300"), (12.5, 300.0, False))
+        self.assertEqual(common.load_step_for("2:2.5x", 40.0), (2.0, 100.0))
+        self.assertIsNone(common.load_step_for("", 40.0))
+        for bad in ("5", "a:3", "5:-1", "-1:3", "5:0x", "5:inf"):
+            with self.assertRaises(ValueError, msg=bad):
+                common.parse_load_step(bad)
+
+    def test_windows_by_arrival(self):
+        log = {"arrival_s": [0.5, 2.1, 2.2, 2.9, 3.0, 4.5],
+               "ttft_ms": [1.0, 2.0, 4.0, None, 8.0, 3.0], "tpot_ms": [1.0, 1.0, 2.0, None, 3.0, 1.0]}
+        w = common.request_windows(log, 2.0)
+        self.assertEqual([x["t_s"] for x in w], [2.0, 3.0, 4.0])
+        self.assertEqual((w[0]["requests"], w[0]["unfinished"]), (2, 1))
+        self.assertAlmostEqual(w[0]["ttft_p99_ms"], 3.98)
+        self.assertEqual(w[1]["tpot_p99_ms"], 3.0)
+        self.assertEqual(common.request_windows(log, 9.0), [])
+
+
+class Modes(unittest.TestCase):
+    def test_slo_modes(self):
+        s = run_matrix.ModeSpec("gpuos-space-slo-1.25")
+        self.assertEqual((s.gpuos_kind, s.policy, s.budget), ("space", "budget", 1.25))
+        self.assertEqual(common.mode_budget("gpuos-time-slo-1.05"), 1.05)
+        self.assertIsNone(common.mode_budget("gpuos-time-priority"))
+        self.assertIsNone(run_matrix.ModeSpec("gpuos-time-priority").budget)
+        for bad in ("gpuos-time-slo-0.9", "gpuos-time-slo-x", "gpuos-time-slo-inf"):
+            with self.assertRaises(ValueError, msg=bad):
+                run_matrix.ModeSpec(bad)
+
+    def test_mps_priority_baselines(self):
+        s = run_matrix.ModeSpec("mps-prio1-t25")
+        self.assertTrue(s.mps)
+        self.assertEqual(s.be_env, {"CUDA_MPS_CLIENT_PRIORITY": "1", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "25"})
+        self.assertEqual(run_matrix.ModeSpec("mps-prio1").be_env, {"CUDA_MPS_CLIENT_PRIORITY": "1"})
+        self.assertEqual(run_matrix.ModeSpec("mps-be50").be_env, {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "50"})
+        for bad in ("mps-prio1-t0", "mps-prio1-t101", "mps-prio1-tx", "mps-prio2"):
+            with self.assertRaises(ValueError, msg=bad):
+                run_matrix.ModeSpec(bad)
+
+    def test_bad_names_are_a_usage_error(self):
+        with contextlib.redirect_stderr(io.StringIO()) as err, self.assertRaises(SystemExit):
+            run_matrix.parse_args(["--gpuos", "gpuos-time-slo-0.5"])
+        self.assertIn("B must be >= 1", err.getvalue())
+
+    def test_order_and_commands(self):
+        r = runner("--modes", "exclusive-hp,exclusive-be,mps-prio1-t25,time-slicing",
+                   "--gpuos", "gpuos-time-slo-1.25,gpuos-space-slo-1.5")
+        self.assertEqual([s.name for s in r.modes], ["exclusive-hp", "exclusive-be", "time-slicing",
+                                                     "mps-prio1-t25", "gpuos-time-slo-1.25",
+                                                     "gpuos-space-slo-1.5"])
+        t, sp = r.modes[4], r.modes[5]
+        self.assertEqual(r.gpuos_daemon_cmd(t)[1:], ["daemon", "--socket", "/tmp/w/gpuos-time-slo-1.25.sock",
+                                                     "--policy", "budget"])
+        hp = r.gpuos_wrap(t, ["x"], "guaranteed", "hp")
+        self.assertEqual(hp[1:4], ["run", "--max-slowdown", "1.25"])
+        self.assertNotIn("--max-slowdown", r.gpuos_wrap(t, ["x"], "best-effort", "be"))
+        self.assertEqual(r.gpuos_wrap(sp, ["x"], "guaranteed", "hp")[1:6],
+                         ["run", "--max-slowdown", "1.5", "--space", "bench"])
+        hp_env, be_env = r.envs(r.modes[3])
+        self.assertNotIn("CUDA_MPS_CLIENT_PRIORITY", hp_env)
+        self.assertEqual(be_env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"], "25")
+
+    def test_load_step_command(self):
+        r = runner("--modes", "exclusive-hp,time-slicing", "--gpuos", "none", "--load", "0.3",
+                   "--load-step-to", "0.6", "--window", "20")
+        cal = r.hp_cmd(r.modes[0], True, None, "")[0]
+        self.assertEqual(cal[cal.index("--load-step") + 1], "10:2x")
+        run = r.hp_cmd(r.modes[1], False, 30.0, "")[0]
+        self.assertEqual(run[run.index("--load-step") + 1], "10:60.000")
+        with contextlib.redirect_stderr(io.StringIO()), self.assertRaises(SystemExit):
+            run_matrix.parse_args(["--load-step-to", "0.6", "--load-step-at", "30", "--window", "20"])
+
+
+def hp(ttft, tpot, log=None):
+    d = {"requests": 400, "e2e_ms": {"p50": 1.0, "p99": 2 * ttft}, "ttft_ms": {"p99": ttft},
+         "tpot_ms": {"p99": tpot}, "load_step": {"at_s": 1.0}}
+    if log:
+        d["request_log"] = log
+    return d
+
+
+def step_log(ttft):
+    """Ten requests per 1 s window over [1, 3) with the given TTFT, TPOT 1 ms."""
+    arr = [1.0 + i / 10 for i in range(20)]
+    return {"arrival_s": arr, "ttft_ms": [ttft] * 20, "tpot_ms": [1.0] * 20}
+
+
+class Summary(unittest.TestCase):
+    def raw(self, step=False):
+        modes = {
+            "exclusive-hp": {"hp": hp(10.0, 2.0, step_log(10.0) if step else None), "status": "ok"},
+            "exclusive-be": {"be_rate": 10.0, "status": "ok"},
+            "mps-prio1-t25": {"hp": hp(11.0, 2.2), "be_rate": 3.0, "status": "ok"},
+            "mps": {"hp": hp(100.0, 5.0), "be_rate": 9.0, "status": "ok"},
+            "gpuos-time-slo-1.25": {"hp": hp(12.0, 2.6, step_log(12.0) if step else None), "be_rate": 4.0,
+                                    "status": "ok"},
+            "gpuos-space-slo-1.25": {"hp": hp(12.0, 2.4, step_log(14.0) if step else None), "be_rate": 2.0,
+                                     "status": "ok"},
+            "gpuos-time-slo-1.5": {"status": "skipped"},
+        }
+        meta = {"modes_planned": list(modes), "load_step": {"to": 0.7, "at_s": 1.0} if step else None}
+        return {"meta": meta, "modes": modes}
+
+    def test_ratios_budget_and_verdict(self):
+        rows = {r["mode"]: r for r in report.build_summary(self.raw())["modes"]}
+        t = rows["gpuos-time-slo-1.25"]
+        self.assertAlmostEqual(t["hp_ttft_p99_vs_exclusive"], 1.2)
+        self.assertAlmostEqual(t["hp_tpot_p99_vs_exclusive"], 1.3)
+        self.assertEqual(t["budget"], 1.25)
+        self.assertFalse(t["hp_slo_ok"])                  # TPOT 1.3x > 1.25
+        self.assertTrue(rows["gpuos-space-slo-1.25"]["hp_slo_ok"])
+        self.assertIsNone(rows["mps"]["hp_slo_ok"])
+        self.assertIsNone(rows["gpuos-time-slo-1.5"]["hp_slo_ok"])
+        for f in report.SUMMARY_FIELDS:
+            self.assertIn(f, t)
+
+    def test_frontier(self):
+        fr = report.frontier(report.build_summary(self.raw()))
+        by_b = {e["budget"]: e for e in fr["budgets"]}
+        e = by_b[1.25]
+        self.assertEqual([p["mode"] for p in e["baselines_meeting_bound"]], ["mps-prio1-t25"])
+        verdict = {g["mode"]: g["dominates"] for g in e["gpuos"]}
+        self.assertEqual(verdict, {"gpuos-time-slo-1.25": False,     # misses its bound
+                                   "gpuos-space-slo-1.25": False})   # BE 0.2 < mps-prio1-t25's 0.3
+        self.assertEqual(by_b[1.5]["gpuos"][0]["dominates"], False)  # not measured
+        self.assertFalse(fr["all_dominate"])
+        self.assertIn("frontier at 1.25x", report.markdown(report.build_summary(self.raw())))
+
+    def test_load_step_windows(self):
+        rows = {r["mode"]: r for r in report.build_summary(self.raw(step=True))["modes"]}
+        self.assertEqual([w["t_s"] for w in rows["exclusive-hp"]["hp_windows"]], [1.0, 2.0])
+        self.assertTrue(rows["gpuos-time-slo-1.25"]["hp_step_ok"])    # 12 <= 1.25 x 10 in each window
+        self.assertFalse(rows["gpuos-space-slo-1.25"]["hp_step_ok"])  # 14 > 12.5
+        self.assertEqual(rows["gpuos-time-slo-1.25"]["hp_step_windows_skipped"], 0)
+        self.assertIsNone(rows["gpuos-time-slo-1.5"]["hp_step_ok"])
+        self.assertNotIn("hp_step_ok", rows["mps"])
+
+    def test_thin_windows_are_skipped_and_counted(self):
+        ref = [{"t_s": 1.0, "requests": 10, "unfinished": 0, "ttft_p99_ms": 1.0, "tpot_p99_ms": 1.0},
+               {"t_s": 2.0, "requests": 3, "unfinished": 0, "ttft_p99_ms": 1.0, "tpot_p99_ms": 1.0}]
+        wins = [dict(ref[0], ttft_p99_ms=1.1), dict(ref[1], ttft_p99_ms=9.0)]
+        self.assertEqual(report.step_check(wins, ref, 1.25), (True, 1))
+        self.assertEqual(report.step_check([dict(ref[0], unfinished=2)], ref, 1.25), (False, 0))
+
+
+if __name__ == "__main__":
+    unittest.main()
