@@ -4,6 +4,7 @@
 
 #include <climits>
 #include <mutex>
+#include <utility>
 
 #include "interpose/blocks.h"
 #include "interpose/launch_durations.h"
@@ -16,6 +17,12 @@ namespace spatial {
 namespace {
 
 thread_local SampleSlot* t_timing = nullptr;  // start_sample -> end_sample of one launch
+
+uint64_t clock_ns() {
+  timespec t{};
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return static_cast<uint64_t>(t.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(t.tv_nsec);
+}
 
 // Adds one timed launch to the control block's shape table (shape_table.h); one writer at a time
 // in the process.
@@ -32,13 +39,20 @@ void collect_sample(const GpuosDriverTable& d, gpuos_control_block* cb, SampleSl
   const CUresult q = d.cuEventQuery(s->end);
   if (q == CUDA_ERROR_NOT_READY) return;
   s->in_flight = false;
+  s->prev_ok = false;
   float ms = 0;
   if (q != CUDA_SUCCESS || d.cuEventElapsedTime_v2 == nullptr ||
-      d.cuEventElapsedTime_v2(&ms, s->start, s->end) != CUDA_SUCCESS || ms < 0) {
+      d.cuEventElapsedTime_v2(&ms, s->chained ? s->prev_end : s->start, s->end) != CUDA_SUCCESS || ms < 0) {
     return;
   }
   const uint64_t ns = static_cast<uint64_t>(static_cast<double>(ms) * 1e6);
   record_sample(cb, s->key, s->blocks, s->sms, ns, s->paced);
+  // Its end is where the next step may be timed from.
+  if (s->prev_end != nullptr) {
+    std::swap(s->end, s->prev_end);
+    s->prev_ok = true;
+    s->prev_ns = ns;
+  }
   uint32_t kernels = s->kernels;
   if (kernels == 0 && s->graph != nullptr) kernels = kernels_of(s->graph);
   if (kernels != 0) {
@@ -53,6 +67,8 @@ void make_sample_events(const GpuosDriverTable& d, SampleSlot* s) {
   if (d.cuEventCreate(&s->start, CU_EVENT_DEFAULT) != CUDA_SUCCESS ||
       d.cuEventCreate(&s->end, CU_EVENT_DEFAULT) != CUDA_SUCCESS) {
     s->start = s->end = nullptr;
+  } else if (d.cuEventCreate(&s->prev_end, CU_EVENT_DEFAULT) != CUDA_SUCCESS) {
+    s->prev_end = nullptr;  // steps are then timed from their own start
   }
 }
 
@@ -75,12 +91,17 @@ bool start_sample(const GpuosDriverTable& d, gpuos_control_block* cb, SampleSlot
   }
   if (s->in_flight || s->start == nullptr || sms == 0) return false;
   if (s->burst_left > 0) --s->burst_left;
+  const uint64_t now = every_graph ? clock_ns() : 0;
+  s->chained = every_graph && s->prev_ok && s->stream == target &&
+               now - s->submit_ns <= kChainFactor * s->prev_ns + kChainSlackNs;
   auto record = ptsz && d.cuEventRecord_ptsz ? d.cuEventRecord_ptsz : d.cuEventRecord;
-  if (record(s->start, target) != CUDA_SUCCESS) return false;
+  if (!s->chained && record(s->start, target) != CUDA_SUCCESS) return false;
+  s->stream = target;
+  s->submit_ns = now;
   if (std::atomic_ref<uint32_t>(cb->space_sample_period).load(std::memory_order_relaxed) != kSamplePeriod) {
     std::atomic_ref<uint32_t>(cb->space_sample_period).store(kSamplePeriod, std::memory_order_relaxed);
   }
-  s->key = shape_key(shape);
+  s->key = s->chained ? shape_key(shape) ^ kChainedKey : shape_key(shape);
   s->paced = grant_load(grants_of(cb)->pace_permille, std::memory_order_relaxed) != 0;
   const uint64_t blocks = uint64_t{shape.grid[0]} * shape.grid[1] * shape.grid[2];
   s->blocks = blocks > UINT32_MAX ? UINT32_MAX : static_cast<uint32_t>(blocks);
