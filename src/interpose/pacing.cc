@@ -26,25 +26,23 @@ void pace_before_launch(gpuos_control_block* cb, uint64_t key, uint32_t pace) {
     waited_from = monotonic_ns();
     while ((pace = grant_load(g->pace_permille)) != 0 && gate_binds(cb)) futex_wait(&g->pace_permille, pace, 50);
   }
-  // A token bucket in virtual time: g_next_launch_ns is when the tenant's launches so far will have
-  // had their share of wall time; a launch may go while that is at most `ahead` in the future (the
-  // burst it may run back to back), and moves it on by its expected duration / share.
+  // The token bucket (pace_step), its clock shared by the process's threads.
   while (pace != 0) {
-    pace = std::min<uint32_t>(pace, 1000u);
-    const uint64_t burst_ns = uint64_t{grant_load(g->pace_burst_us, std::memory_order_relaxed)} * 1000u;
-    const uint64_t ahead = burst_ns * 1000u / pace;
     const uint64_t now = monotonic_ns();
     uint64_t next = g_next_launch_ns.load(std::memory_order_acquire);
-    if (next > now + ahead) {
+    const PaceStep step =
+        pace_step(next, now, expected, pace, grant_load(g->pace_burst_us, std::memory_order_relaxed));
+    if (step.wait_ns != 0) {
       if (!gate_binds(cb)) break;  // gpuosd is gone: nobody paces this tenant any more
       if (waited_from == 0) waited_from = now;
-      futex_wait_ns(&g->pace_permille, pace, std::min<uint64_t>(next - now - ahead, 50'000'000));
+      if (futex_wait_ns(&g->pace_permille, pace, std::min<uint64_t>(step.wait_ns, 50'000'000))) {
+        note_signalled(cb);  // the program has a signal to act on once this call returns: let it go
+        break;
+      }
       pace = grant_load(g->pace_permille);
       continue;
     }
-    // An idle tenant saves no more than one burst.
-    const uint64_t from = std::max(next, now > ahead ? now - ahead : 0);
-    if (g_next_launch_ns.compare_exchange_weak(next, from + expected * 1000u / pace, std::memory_order_acq_rel)) break;
+    if (g_next_launch_ns.compare_exchange_weak(next, step.next_ns, std::memory_order_acq_rel)) break;
   }
   if (waited_from != 0) {
     std::atomic_ref<uint64_t>(cb->pace_waits).fetch_add(1, std::memory_order_relaxed);
