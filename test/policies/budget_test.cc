@@ -102,7 +102,7 @@ TEST(SlowdownMeter, ShapesWithoutSoloTimeAreNotJudged) {
   EXPECT_EQ(n, 0u);
 }
 
-TEST(Controller, BacksOffAtOnceGrowsSlowlyHoldsWhenUnmeasured) {
+TEST(Controller, BacksOffAtOnceGrowsSlowlyDecaysWhenIdle) {
   ControllerParams p;
   Measure good{1.05, 10, 1.1, 50, 10};
   EXPECT_NEAR(next_share(p, 0.2, 1.25, good), 0.225, 1e-9);
@@ -113,8 +113,10 @@ TEST(Controller, BacksOffAtOnceGrowsSlowlyHoldsWhenUnmeasured) {
   EXPECT_NEAR(next_share(p, 0.2, 1.25, over), 0.1, 1e-9);
   Measure near{1.1, 10, 1.2, 50};  // below the budget, above the target 1.175
   EXPECT_NEAR(next_share(p, 0.2, 1.25, near), 0.18, 1e-9);
-  Measure none{0, 0, 0, 0};
-  EXPECT_NEAR(next_share(p, 0.2, 1.25, none), 0.2, 1e-9);
+  Measure few{1.0, 1, 1.0, 3};  // too few launches to judge
+  EXPECT_NEAR(next_share(p, 0.2, 1.25, few), 0.2, 1e-9);
+  Measure none{0, 0, 0, 0};  // idle for a whole window
+  EXPECT_NEAR(next_share(p, 0.2, 1.25, none), 0.1, 1e-9);
   EXPECT_NEAR(next_share(p, 0.85, 1.25, good), 0.9, 1e-9) << "capped";
   EXPECT_EQ(next_share(p, 0.002, 1.25, over), 0) << "too small to keep";
 }
@@ -154,12 +156,14 @@ struct Sim {
   BudgetPolicy policy{BudgetParams{}};
   uint64_t now = 1000 * kMs;
   uint32_t be_gate = GPUOS_GATE_OPEN;
-  // One decision every 10 ms with `n` launches of the guaranteed tenant at `us` each.
-  slots::GateActions step(int n, uint64_t us, bool hp_busy = true) {
+  // One decision every 10 ms with `n` launches of the guaranteed tenant at `us` each (when
+  // lent_only: only while best-effort's gate is open; 1000 us alone).
+  slots::GateActions step(int n, uint64_t us, bool hp_busy = true, bool lent_only = false) {
     now += 10 * kMs;
     slots::GateView v;
     v.now_ns = now;
-    v.tenants = {hp(hp_busy, launches(n, us)), be(true, be_gate)};
+    const uint64_t took = lent_only && be_gate != GPUOS_GATE_OPEN ? 1000 : us;
+    v.tenants = {hp(hp_busy, launches(n, took)), be(true, be_gate)};
     slots::GateActions a = policy.decide(v);
     if (const slots::GateAction* g = action_of(a, 2)) be_gate = g->gate;
     return a;
@@ -194,9 +198,19 @@ TEST(BudgetPolicy, OverTheBudgetTheShareFallsWithinTwoControlPeriods) {
   ASSERT_GT(before, 0.1);
   // The guaranteed tenant's load rises: its launches now take 1.6x.
   slots::GateActions a;
-  for (int i = 0; i < 21; ++i) a = s.step(4, 1600);  // two control periods (100 ms each)
+  for (int i = 0; i < 21; ++i) a = s.step(4, 1600, true, /*lent_only=*/true);  // two control periods
   EXPECT_LT(s.policy.state().share, before / 2);
   EXPECT_GT(a.budgets.at(0).slowdown_permille, 1250u);
+}
+
+TEST(BudgetPolicy, OverTheBudgetTheShareHalvesWithinAFewSteps) {
+  Sim s;
+  for (int i = 0; i < 200; ++i) s.step(4, 1050);
+  const double before = s.policy.state().share;
+  ASSERT_GT(before, 0.1);
+  // Two decisions 10 ms apart with launches at 1.6x: halved at once, not at the next control period.
+  for (int i = 0; i < 3; ++i) s.step(4, 1600, true, /*lent_only=*/true);
+  EXPECT_LE(s.policy.state().share, before / 2 + 1e-9);
 }
 
 TEST(BudgetPolicy, ProbesCloseTheGateAndRefreshSoloTimes) {

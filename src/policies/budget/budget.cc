@@ -48,7 +48,20 @@ slots::GateActions BudgetPolicy::decide(const slots::GateView& view) {
     if (st.share > 0) b.lent += t.timed.size();  // timed while the last decision lent
   }
 
-  // 2. The controller, once per control period.
+  // 2. The controller: at once over the budget, else once per control period.
+  for (const slots::GateTenant& t : view.tenants) {
+    auto it = st.tenants.find(t.id);
+    if (it == st.tenants.end() || !budgeted(t) || it->second.share == 0) continue;
+    TenantBudget& b = it->second;
+    if (now < b.last_react_ns + params_.react_ns) continue;
+    std::size_t n = 0;
+    if (b.meter.slowdown(0.9, now, params_.react_ns, &n) > t.max_slowdown_permille / 1000.0 && n >= 2) {
+      b.share *= params_.controller.decrease;
+      if (b.share < params_.controller.increase / 4) b.share = 0;
+      b.lent = 0;
+      b.last_react_ns = now;
+    }
+  }
   if (now >= st.next_control_ns) {
     for (const slots::GateTenant& t : view.tenants) {
       auto it = st.tenants.find(t.id);
@@ -165,10 +178,11 @@ slots::GateActions BudgetPolicy::decide(const slots::GateView& view) {
 
 bool parse_budget_params(const ConfigSection& sec, BudgetParams* out, std::string* error) {
   BudgetParams p;
-  uint32_t window_ms = 1000, control_ms = 100, probe_every_ms = 5000, probe_ms = 150, settle_ms = 30;
+  uint32_t window_ms = 1000, control_ms = 100, react_ms = 20, probe_every_ms = 5000, probe_ms = 150, settle_ms = 30;
   uint32_t target_pct = 70, increase_permille = 5, growth_pct = 10, max_share_pct = 90, burst_pct = 50;
   if (!read_priority_keys(sec, &p.priority, error) || !sec.get_uint("window_ms", 100, 600000, &window_ms, error) ||
       !sec.get_uint("control_ms", 10, 10000, &control_ms, error) ||
+      !sec.get_uint("react_ms", 1, 10000, &react_ms, error) ||
       !sec.get_uint("probe_every_ms", 100, 3600000, &probe_every_ms, error) ||
       !sec.get_uint("probe_ms", 10, 10000, &probe_ms, error) ||
       !sec.get_uint("settle_ms", 0, 10000, &settle_ms, error) ||
@@ -189,6 +203,7 @@ bool parse_budget_params(const ConfigSection& sec, BudgetParams* out, std::strin
   }
   p.meter.window_ns = uint64_t{window_ms} * 1'000'000;
   p.control_ns = uint64_t{control_ms} * 1'000'000;
+  p.react_ns = uint64_t{react_ms} * 1'000'000;
   p.probe_every_ns = uint64_t{probe_every_ms} * 1'000'000;
   p.probe_ns = uint64_t{probe_ms} * 1'000'000;
   p.settle_ns = uint64_t{settle_ms} * 1'000'000;
@@ -215,7 +230,7 @@ std::string budget_settings(const ConfigSection& section) {
   parse_budget_params(section, &p, &unused);
   auto ms = [](uint64_t ns) { return std::to_string(ns / 1'000'000); };
   return format_priority_params(p.priority) + "window_ms = " + ms(p.meter.window_ns) +
-         "\ncontrol_ms = " + ms(p.control_ns) + "\nprobe_every_ms = " + ms(p.probe_every_ns) +
+         "\ncontrol_ms = " + ms(p.control_ns) + "\nreact_ms = " + ms(p.react_ns) + "\nprobe_every_ms = " + ms(p.probe_every_ns) +
          "\nprobe_ms = " + ms(p.probe_ns) + "\nsettle_ms = " + ms(p.settle_ns) +
          "\ntarget_pct = " + std::to_string(std::lround(p.controller.target_fraction * 100)) +
          "\nincrease_permille = " + std::to_string(std::lround(p.controller.increase * 1000)) +

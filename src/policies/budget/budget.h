@@ -40,6 +40,10 @@ struct BudgetParams {
   MeterParams meter;
   ControllerParams controller;
   uint64_t control_ns = 100'000'000;   // how often the controller moves the share
+  // Between control periods: the share halves at once when the launches of the last react_ns read
+  // over the budget (p90), at most once per react_ns, so a rise of the tenant's load costs it a
+  // few of its steps, not a control period's worth.
+  uint64_t react_ns = 20'000'000;
   uint64_t probe_every_ns = 5'000'000'000;
   uint64_t probe_ns = 150'000'000;
   uint64_t settle_ns = 30'000'000;     // after the BE gates close, until timings count as solo
@@ -57,6 +61,7 @@ struct TenantBudget {
   SlowdownMeter meter;
   double share = 0;
   uint64_t last_control_ns = 0;
+  uint64_t last_react_ns = 0;
   std::size_t lent = 0;  // launches timed at the current share since it was set
 };
 

@@ -12,7 +12,9 @@
 //    a tenth), but only once min_lent launches were timed at the current share (evidence that it is
 //    harmless, not launches from before it was lent). Best-effort tenants lose throughput first;
 //    the guaranteed tenant never waits for them to be proved harmless.
-//  - Too few launches timed (an idle tenant): the share is kept.
+//  - Too few launches timed: the share is kept; none in the whole window (an idle tenant): it
+//    halves, since what it proved harmless is stale by the time the tenant's load comes back (on
+//    the H200 a server back from an idle pause met a share earned before it, and paid at TTFT p99).
 #pragma once
 
 #include <cstddef>
