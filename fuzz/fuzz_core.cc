@@ -3,7 +3,8 @@
 // Input format (so that REGISTER-then-ACTIVITY/LIST/SET_GATE sequences are reachable):
 //   byte 0      setup: bits 0-1 max_tenants-1, bits 2-3 history, bit 4 priority policy (else open),
 //               bit 5 the pre-registered tenant is guaranteed (else best-effort), bit 6 a 64 MiB
-//               swap pool (memory oversubscription on)
+//               swap pool (memory oversubscription on), bit 7 the budget policy (guaranteed
+//               tenants get a latency budget of 1.25; their timing rings are read)
 //   then events, each starting with an op byte: bits 0-1 = connection, bits 2-4 = kind
 //     kind 0-3  a datagram: 2 bytes little-endian length (clamped to what is left, at most 600),
 //               then that many bytes, handed to handle_message as one received datagram
@@ -42,6 +43,7 @@
 #include "common/ipc.h"
 #include "common/log.h"
 #include "daemon/core.h"
+#include "policies/budget/budget.h"
 #include "policies/partition/partition.h"
 #include "policies/priority/priority.h"
 #include "policies/swap/swap.h"
@@ -158,7 +160,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
   o.gpus.push_back(GpuInfo{1, "Sim1", "", 8, 1ull << 30, {}, 0});
   o.unix_ms = [] { return uint64_t{1700000000000}; };
   o.mono_ns = [&mono] { return mono; };
-  if (setup & 0x10) o.time_gate = std::make_unique<policies::PriorityPolicy>(policies::PriorityParams{2, 200, 5});
+  if (setup & 0x80) {  // latency budgets: guaranteed tenants get one, the timing ring is read
+    o.time_gate = std::make_unique<policies::budget::BudgetPolicy>(policies::budget::BudgetParams{});
+    o.default_max_slowdown_permille = 1250;
+  } else if (setup & 0x10) {
+    o.time_gate = std::make_unique<policies::PriorityPolicy>(policies::PriorityParams{2, 200, 5});
+  }
   o.space_policy = std::make_unique<policies::PartitionPolicy>(policies::PartitionParams{});
   o.memory_policy = std::make_unique<policies::SwapPolicy>();
   // Spatial domains: "serve" admits everybody, "admins" only admins, anything else is unknown.

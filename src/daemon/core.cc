@@ -300,9 +300,8 @@ Outcome Core::on_register(Connection& conn, const gpuos_msg_register& m) {
     return refuse_register(seq, GPUOS_ERR_INTERNAL, why);
   }
   const uint32_t budget = t.tenant_class == GPUOS_CLASS_GUARANTEED ? t.granted.max_slowdown_permille : 0;
-  t.granted = Granted{t.tenant_class, adm.mem_quota_bytes, adm.mem_borrow_bytes, adm.max_inflight, adm.idle_grace_us};
-  t.granted.sample_period = adm.sample_period;
-  t.granted.max_slowdown_permille = budget;
+  t.granted = Granted{t.tenant_class, adm.mem_quota_bytes, adm.mem_borrow_bytes, adm.max_inflight, adm.idle_grace_us,
+                      adm.sample_period, budget, {}};
   std::atomic_ref<uint32_t>(t.grants->sample_period).store(adm.sample_period, std::memory_order_relaxed);
   std::atomic_ref<uint32_t>(t.grants->max_inflight).store(adm.max_inflight, std::memory_order_relaxed);
   std::atomic_ref<uint32_t>(t.grants->idle_grace_us).store(adm.idle_grace_us, std::memory_order_relaxed);

@@ -35,7 +35,7 @@ slots::GateActions ExclusivePolicy::decide(const slots::GateView& view) {
   slots::GateActions out;
   for (const slots::GateTenant& t : ts) {
     const uint32_t gate = holder_ == 0 || t.id == holder_ ? GPUOS_GATE_OPEN : GPUOS_GATE_CLOSED;
-    if (gate != t.gate) out.gates.push_back({t.id, gate});
+    if (gate != t.gate) out.gates.push_back({t.id, gate, {}});
   }
   if (holder_ != 0 && n_active > 1) out.next_tick_ns = hold_until_ns_;
   return out;

@@ -150,7 +150,7 @@ PriorityDecision decide_priority(const std::vector<PriorityTenant>& tenants, con
       gate = GPUOS_GATE_CLOSED;
     }
     if (gate == GPUOS_GATE_CLOSED && st->reprieve_until_ns.count(t.id) != 0) gate = GPUOS_GATE_OPEN;
-    d.gates.push_back(GateDecision{t.id, gate});
+    d.gates.push_back(GateDecision{t.id, gate, {}});
   }
   // Forget the granted time of tenants that are gone.
   for (auto it = st->granted_ns.begin(); it != st->granted_ns.end();) {
