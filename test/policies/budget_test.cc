@@ -2,6 +2,7 @@
 // against views of tenants, with the timings a real tenant would report.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <vector>
@@ -251,6 +252,50 @@ TEST(BudgetPolicy, GuaranteedTenantWithoutBudgetGatesBestEffort) {
     EXPECT_EQ(action_of(a, 2)->pacing.permille, 0u);
     EXPECT_TRUE(a.budgets.empty());
   }
+}
+
+TEST(BudgetPolicy, BestEffortOfTheBudgetedTenantsDomainIsPacedAndHeldForProbes) {
+  BudgetPolicy p{BudgetParams{}};
+  slots::GateTenant g = hp(true);
+  g.space_domain = "serve";
+  slots::GateTenant b = be(true, GPUOS_GATE_OPEN);
+  b.space_domain = "serve";
+  int open = 0, closed = 0;
+  uint32_t max_pace = 0;
+  for (int i = 0; i < 700; ++i) {
+    slots::GateView v;
+    v.now_ns = (1000 + 10 * i) * kMs;
+    g.timed = launches(4, 1000);
+    v.tenants = {g, b};
+    const slots::GateActions a = p.decide(v);
+    const slots::GateAction* act = action_of(a, 2);
+    ASSERT_NE(act, nullptr);
+    b.gate = act->gate;
+    if (i < 3) {
+      EXPECT_EQ(act->gate, GPUOS_GATE_CLOSED) << "no share before its solo times";
+    }
+    if (act->gate == GPUOS_GATE_OPEN) {
+      ++open;
+      EXPECT_GT(act->pacing.permille, 0u) << i;
+      max_pace = std::max(max_pace, act->pacing.permille);
+    } else {
+      ++closed;
+      EXPECT_EQ(act->pacing.permille, 0u);
+    }
+  }
+  EXPECT_GT(open, 500);   // lent, paced, most of the time
+  EXPECT_GT(closed, 10);  // held for the first solo times and the probes
+  EXPECT_LE(max_pace, 200u);
+  // Idle guaranteed tenant: its domain's best-effort tenant runs unpaced.
+  g.busy = false;
+  g.timed = {};
+  slots::GateView v;
+  v.now_ns = 9000 * kMs;
+  v.tenants = {g, b};
+  const slots::GateAction* act = action_of(p.decide(v), 2);
+  ASSERT_NE(act, nullptr);
+  EXPECT_EQ(act->gate, GPUOS_GATE_OPEN);
+  EXPECT_EQ(act->pacing.permille, 0u);
 }
 
 TEST(BudgetPolicy, AdmissionTimesBudgetedAndBestEffortTenants) {

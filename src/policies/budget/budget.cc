@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
+#include <string>
 
 #include "common/log.h"
 
@@ -12,9 +14,11 @@ bool budgeted(const slots::GateTenant& t) {
   return t.tenant_class == GPUOS_CLASS_GUARANTEED && t.max_slowdown_permille != 0;
 }
 bool active(const slots::GateTenant& t) { return t.busy || (t.waiting && !t.pinned); }
-// A best-effort tenant this gate governs (one in a spatial domain shares in space instead).
-bool gated_be(const slots::GateTenant& t) {
-  return t.tenant_class != GPUOS_CLASS_GUARANTEED && t.space_domain.empty();
+// A best-effort tenant a budget paces: one time-shared, or one in the spatial domain of a budgeted
+// tenant (it runs beside that tenant on SMs of its own, and still takes from its memory system).
+bool paced_be(const slots::GateTenant& t, const std::set<std::string>& budget_domains) {
+  return t.tenant_class != GPUOS_CLASS_GUARANTEED &&
+         (t.space_domain.empty() || budget_domains.count(t.space_domain) != 0);
 }
 
 }  // namespace
@@ -24,10 +28,8 @@ void BudgetPolicy::admit(const slots::GateTenant& t, slots::Admission* a) {
   if (t.tenant_class == GPUOS_CLASS_BEST_EFFORT) {
     a->max_inflight = params_.priority.be_max_inflight;
     a->sample_period = params_.be_sample_period;
-    // Closed from the start unless the GPU is lent now (the decision at its admission looks again).
-    if (state_.priority.guaranteed_active || state_.priority.owner != 0 || state_.share == 0) {
-      if (state_.priority.guaranteed_active || state_.priority.owner != 0) a->initial_gate = GPUOS_GATE_CLOSED;
-    }
+    // As under priority (the decision at its admission, with fresh words, looks again at once).
+    if (state_.priority.guaranteed_active || state_.priority.owner != 0) a->initial_gate = GPUOS_GATE_CLOSED;
   } else {
     a->max_inflight = 0;
     if (t.max_slowdown_permille != 0) a->sample_period = params_.sample_period;
@@ -37,7 +39,12 @@ void BudgetPolicy::admit(const slots::GateTenant& t, slots::Admission* a) {
 slots::GateActions BudgetPolicy::decide(const slots::GateView& view) {
   const uint64_t now = view.now_ns;
   BudgetState& st = state_;
-  const bool any_be = std::any_of(view.tenants.begin(), view.tenants.end(), gated_be);
+  std::set<std::string> budget_domains;
+  for (const slots::GateTenant& t : view.tenants) {
+    if (budgeted(t) && !t.space_domain.empty()) budget_domains.insert(t.space_domain);
+  }
+  auto paced = [&](const slots::GateTenant& t) { return paced_be(t, budget_domains); };
+  const bool any_be = std::any_of(view.tenants.begin(), view.tenants.end(), paced);
 
   // 1. The budgeted tenants' timings, solo when no BE work can have run beside them.
   const bool solo = !any_be || (st.be_quiet_since_ns != 0 && now >= st.be_quiet_since_ns + params_.settle_ns);
@@ -143,9 +150,14 @@ slots::GateActions BudgetPolicy::decide(const slots::GateView& view) {
   for (std::size_t i = 0; i < d.gates.size(); ++i) {
     const slots::GateTenant& v = view.tenants[i];
     slots::GateAction a = d.gates[i];
-    if (gated_be(v)) {
-      if (a.gate == GPUOS_GATE_OPEN) a.pacing = pacing;
-      if (a.gate == GPUOS_GATE_OPEN || v.pinned) be_open = be_open || a.gate == GPUOS_GATE_OPEN;
+    if (paced(v)) {
+      // Priority never gates a domain's best-effort tenant for its guaranteed ones: a budget does,
+      // while it lends nothing (a probe, or no share yet) and a budgeted tenant is active.
+      if (!v.space_domain.empty() && budget_active && !lend) a.gate = GPUOS_GATE_CLOSED;
+      if (a.gate == GPUOS_GATE_OPEN) {
+        a.pacing = pacing;
+        be_open = true;
+      }
     }
     out.gates.push_back(a);
   }

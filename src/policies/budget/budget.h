@@ -18,6 +18,13 @@
 // Several budgeted tenants: the smallest share of the active ones. An active guaranteed tenant
 // without a budget: BE is gated as under priority.
 //
+// In a spatial domain the best-effort tenants of a budgeted tenant's domain run beside it on SM
+// partitions of their own (no context switch between them under MPS), and are paced the same way:
+// what they still cost it is the memory system's and MPS's, which SMs do not partition. They are
+// held for its probes and while it has no share. Its solo times are then its times alone under MPS,
+// so MPS's own cost (about 10% of a graph-replayed decode step on the H200) is outside what the
+// budget sees.
+//
 // The tenants' timings are their own word: a guaranteed tenant that reports itself slower than it
 // is only gets less BE work beside it, which it could have had by declaring no budget; a BE tenant
 // that ignores its pacing slows the guaranteed tenant, and the controller then takes its share to 0,
