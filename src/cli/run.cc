@@ -145,6 +145,11 @@ int run_command(const RunOptions& o, const std::vector<std::string>& cmd) {
   if (!borrow.empty()) setenv("GPUOS_TENANT_MEM_BORROW", borrow.c_str(), 1);
   setenv("GPUOS_ON_NO_DAEMON", cfg.on_no_daemon.c_str(), 1);
   if (o.swap) setenv("GPUOS_SWAP", "1", 1);
+  if (o.max_slowdown != 0 && klass != "guaranteed") {
+    std::fprintf(stderr, "gpuos run: --max-slowdown is a guaranteed tenant's budget (--class guaranteed); a %s "
+                 "tenant is guaranteed nothing\n", klass.c_str());
+    return 2;
+  }
   if (o.max_slowdown != 0) {
     char text[32];
     std::snprintf(text, sizeof(text), "%.3f", o.max_slowdown);

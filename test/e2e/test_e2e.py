@@ -447,6 +447,10 @@ class BudgetPolicy(unittest.TestCase):
                                env=self.d.env, capture_output=True, text=True, timeout=20)
             self.assertNotEqual(r.returncode, 0, bad)
             self.assertIn("max-slowdown", r.stderr, bad)
+        r = subprocess.run(self.d.run_cmd(["--class", "best-effort", "--max-slowdown", "1.5", "--", "true"]),
+                           env=self.d.env, capture_output=True, text=True, timeout=20)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("guaranteed", r.stderr)
 
 
 class Swap(unittest.TestCase):
