@@ -209,8 +209,10 @@ bool parse_budget_params(const ConfigSection& sec, BudgetParams* out, std::strin
     return false;
   }
   if (probe_ms >= probe_every_ms) {
-    *error = "[policy.budget] probe_ms (" + std::to_string(probe_ms) + ") must be below probe_every_ms (" +
-             std::to_string(probe_every_ms) + ")";
+    const std::string what = "must be below probe_every_ms (" + std::to_string(probe_every_ms) + ")";
+    const char* key = sec.find("probe_ms") != nullptr ? "probe_ms" : "probe_every_ms";
+    const ConfigValue* v = sec.find(key);
+    *error = v != nullptr ? ConfigSection::error_at(key, *v, what) : "[policy.budget] probe_ms " + what;
     return false;
   }
   p.meter.window_ns = uint64_t{window_ms} * 1'000'000;
