@@ -147,16 +147,18 @@ def request_windows(log: dict, t_from: float, width: float = 1.0) -> list:
 
 def slo_budget(policy: str) -> Optional[float]:
     """B of a gpuos mode's policy part 'slo-B' (the guaranteed tenant's --max-slowdown); None for
-    any other policy; ValueError for a B that is not a finite number >= 1."""
+    any other policy; ValueError for a B that gpuos run would refuse (a number above 1, at most 100,
+    at most three decimals: common/slowdown.h)."""
     if not policy.startswith("slo-"):
         return None
     try:
         b = float(policy[4:])
     except ValueError:
-        raise ValueError(f"bad latency budget in {policy!r}: slo-B with B a number >= 1, "
+        raise ValueError(f"bad latency budget in {policy!r}: slo-B with B a number above 1, "
                          "e.g. slo-1.25") from None
-    if not math.isfinite(b) or b < 1.0:
-        raise ValueError(f"bad latency budget in {policy!r}: B must be >= 1 (a slowdown), e.g. slo-1.25")
+    if not math.isfinite(b) or round(b * 1000) <= 1000 or b > 100:
+        raise ValueError(f"bad latency budget in {policy!r}: B must be above 1 and at most 100 "
+                         "(a slowdown, as gpuos run --max-slowdown takes it), e.g. slo-1.25")
     return b
 
 

@@ -17,7 +17,7 @@ Modes (in this order):
                       starts the domain's MPS control daemon and gives each its SM partition
                       (--space-hp-sms, --space-lend-after-ms); <p> is the scheduling policy.
   gpuos-<kind>-slo-B  <kind> time or space with the daemon's policy 'budget' and HP declaring its
-                      latency budget (gpuos run --max-slowdown B, B >= 1): BE gets GPU time while
+                      latency budget (gpuos run --max-slowdown B, 1 < B <= 100): BE gets GPU time while
                       HP stays within B x its exclusive latency.
   exclusive-hp-again  (only when named) HP alone once more, last, at the same rate: the drift of
                       HP's exclusive latency over the run, beside the first figure.

@@ -78,9 +78,10 @@ class Modes(unittest.TestCase):
                 run_matrix.ModeSpec(bad)
 
     def test_bad_names_are_a_usage_error(self):
-        with contextlib.redirect_stderr(io.StringIO()) as err, self.assertRaises(SystemExit):
-            run_matrix.parse_args(["--gpuos", "gpuos-time-slo-0.5"])
-        self.assertIn("B must be >= 1", err.getvalue())
+        for bad in ("gpuos-time-slo-0.5", "gpuos-time-slo-1", "gpuos-space-slo-1.0", "gpuos-time-slo-101"):
+            with contextlib.redirect_stderr(io.StringIO()) as err, self.assertRaises(SystemExit):
+                run_matrix.parse_args(["--gpuos", bad])
+            self.assertIn("B must be above 1", err.getvalue())
 
     def test_order_and_commands(self):
         r = runner("--modes", "exclusive-hp,exclusive-be,mps-prio1-t25,time-slicing",
