@@ -126,6 +126,7 @@ int main(int argc, char** argv) {
   }
 
   CLI::App app{"gpuos: GPU multitasking for unchanged programs"};
+  app.set_version_flag("--version", std::string("gpuos ") + GPUOS_VERSION);
   app.require_subcommand(1);
 
   std::string config, socket;

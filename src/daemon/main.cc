@@ -28,6 +28,7 @@ int main(int argc, char** argv) {
   using namespace gpuos;
   gpuos::daemon::block_shutdown_signals();  // before any thread exists
   CLI::App app{"gpuosd: the gpuos node daemon"};
+  app.set_version_flag("--version", std::string("gpuosd ") + GPUOS_VERSION);
   std::string config_path, socket_opt, log_level_opt, policy_opt, space_policy_opt, memory_policy_opt;
   std::optional<std::string> metrics_opt;
   bool foreground = false;

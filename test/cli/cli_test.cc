@@ -128,6 +128,16 @@ TEST_F(Cli, RunPrependsToAnExistingPreloadAndTakesOptions) {
   EXPECT_NE(badclass.code, 0);
 }
 
+TEST_F(Cli, BothBinariesTellTheirVersion) {
+  for (const char* bin : {GPUOS_CLI_BIN, GPUOSD_BIN}) {
+    Result r = run({bin, "--version"});
+    EXPECT_EQ(r.code, 0) << bin << ": " << r.err;
+    const std::string name = std::string(bin).substr(std::string(bin).find_last_of('/') + 1);
+    EXPECT_EQ(r.out.rfind(name + " ", 0), 0u) << r.out;
+    EXPECT_NE(r.out.find(GPUOS_VERSION), std::string::npos) << r.out;
+  }
+}
+
 TEST_F(Cli, RunMissingCommandIs127) {
   std::string cfg = write("c.toml", "");
   Result r = run({GPUOS_CLI_BIN, "run", "--config", cfg, "--", "/nonexistent"}, base_env());
