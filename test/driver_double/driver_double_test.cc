@@ -1,11 +1,7 @@
 // Tests of the driver test double through its exported C API, loaded with dlopen exactly as
 // gpuos loads a driver. Child-process cases run dd_child (a fresh process with the same
 // GPUOS_SIM_SHM, i.e. the same simulated GPU).
-#include <fcntl.h>
-#include <signal.h>
-#include <spawn.h>
 #include <sys/mman.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -22,9 +18,9 @@
 
 #include <gtest/gtest.h>
 
+#include "dd_child_process.h"
 #include "dd_test_util.h"
 
-extern char** environ;
 
 using namespace ddtest;
 using Clock = std::chrono::steady_clock;
@@ -55,63 +51,7 @@ class Env : public ::testing::Environment {
 };
 const auto* const kEnv = ::testing::AddGlobalTestEnvironment(new Env);
 
-// A running dd_child with pipes to its stdin and stdout.
-struct Child {
-  pid_t pid = -1;
-  int in = -1;   // write end of the child's stdin
-  int out = -1;  // read end of the child's stdout
-
-  Child(std::vector<std::string> args, std::vector<std::string> env_extra = {}) {
-    int pin[2], pout[2];
-    if (pipe2(pin, O_CLOEXEC) != 0 || pipe2(pout, O_CLOEXEC) != 0) return;
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, pin[0], 0);
-    posix_spawn_file_actions_adddup2(&fa, pout[1], 1);
-    args.insert(args.begin(), GPUOS_DD_CHILD_PATH);
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    std::vector<std::string> env_strings;
-    for (char** e = environ; *e != nullptr; ++e) env_strings.emplace_back(*e);
-    for (auto& e : env_extra) env_strings.push_back(e);
-    std::vector<char*> envp;
-    for (auto& e : env_strings) envp.push_back(e.data());
-    envp.push_back(nullptr);
-    if (posix_spawn(&pid, GPUOS_DD_CHILD_PATH, &fa, nullptr, argv.data(), envp.data()) != 0)
-      pid = -1;
-    posix_spawn_file_actions_destroy(&fa);
-    close(pin[0]);
-    close(pout[1]);
-    in = pin[1];
-    out = pout[0];
-  }
-  // Reads one line of the child's output ("" at EOF).
-  std::string line() {
-    std::string s;
-    char c;
-    while (read(out, &c, 1) == 1 && c != '\n') s += c;
-    return s;
-  }
-  std::string rest() {
-    std::string s;
-    char buf[256];
-    ssize_t n;
-    while ((n = read(out, buf, sizeof buf)) > 0) s.append(buf, static_cast<size_t>(n));
-    return s;
-  }
-  int wait() {
-    if (in >= 0) close(in), in = -1;
-    int status = 0;
-    if (pid > 0) waitpid(pid, &status, 0);
-    pid = -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  }
-  ~Child() {
-    if (pid > 0) kill(pid, SIGKILL), wait();
-    if (out >= 0) close(out);
-  }
-};
+using Child = ddtest::ChildProcess;
 
 // Runs dd_child to completion; returns its output.
 std::string run_child(std::vector<std::string> args, std::vector<std::string> env = {},

@@ -3,11 +3,7 @@
 // in that process itself and the time its kernels ran; gpuosd's reader (daemon/usage_verifier.h)
 // sees it through the stand-in and finds it. No assertion depends on how fast this machine is: a
 // kernel's busy time is exact in the double, and a share is only checked to be above zero.
-#include <fcntl.h>
-#include <signal.h>
-#include <spawn.h>
 #include <sys/mman.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -18,9 +14,9 @@
 #include <gtest/gtest.h>
 
 #include "daemon/usage_verifier.h"
+#include "dd_child_process.h"
 #include "gpuos/nvml_api.h"
 
-extern char** environ;
 
 namespace {
 
@@ -51,53 +47,7 @@ class Env : public ::testing::Environment {
 };
 const auto* const kEnv = ::testing::AddGlobalTestEnvironment(new Env);
 
-// dd_child (the double loaded by path, nothing else) with pipes to its stdin and stdout.
-struct Child {
-  pid_t pid = -1;
-  int in = -1, out = -1;
-  explicit Child(std::vector<std::string> args) {
-    int pin[2], pout[2];
-    if (pipe2(pin, O_CLOEXEC) != 0 || pipe2(pout, O_CLOEXEC) != 0) return;
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, pin[0], 0);
-    posix_spawn_file_actions_adddup2(&fa, pout[1], 1);
-    args.insert(args.begin(), GPUOS_DD_CHILD_PATH);
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    if (posix_spawn(&pid, GPUOS_DD_CHILD_PATH, &fa, nullptr, argv.data(), environ) != 0) pid = -1;
-    posix_spawn_file_actions_destroy(&fa);
-    close(pin[0]);
-    close(pout[1]);
-    in = pin[1];
-    out = pout[0];
-  }
-  std::string line() {
-    std::string s;
-    char c;
-    while (read(out, &c, 1) == 1 && c != '\n') s += c;
-    return s;
-  }
-  // Runs one kernel of `ms` simulated milliseconds in the child; its answer.
-  std::string kernel(int ms) {
-    const std::string cmd = "k " + std::to_string(ms) + "\n";
-    if (write(in, cmd.data(), cmd.size()) != static_cast<ssize_t>(cmd.size())) return "write failed";
-    return line();
-  }
-  int wait() {  // closing stdin ends the child (without freeing: the double reclaims)
-    if (in >= 0) close(in), in = -1;
-    int status = 0;
-    if (pid > 0) waitpid(pid, &status, 0);
-    pid = -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  }
-  ~Child() {
-    if (pid > 0) kill(pid, SIGKILL), wait();
-    if (in >= 0) close(in);
-    if (out >= 0) close(out);
-  }
-};
+using Child = ddtest::ChildProcess;
 
 nvmlDevice_t device0() {
   nvmlDevice_t d = nullptr;
