@@ -15,7 +15,6 @@ namespace gpuos::daemon {
 namespace {
 
 using tenant_side::GiB;
-using tenant_side::map_block;
 using tenant_side::put;
 using tenant_side::TenantSide;
 
@@ -45,17 +44,11 @@ struct BudgetFixture : ::testing::Test {
     t.conn.id = tenants.size() + 1;
     t.conn.peer.pid = 100 + static_cast<pid_t>(tenants.size());
     t.conn.peer.uid = 1000;
-    gpuos_msg_register m{};
-    init_header(&m.hdr, GPUOS_MSG_REGISTER, sizeof(m), 1);
-    m.pid = t.conn.peer.pid;
-    m.tenant_class = cls;
-    m.weight = 100;
+    gpuos_msg_register m = tenant_side::registration(t.conn.peer.pid, cls);
     m.max_slowdown_permille = budget;
-    copy_name(m.name, sizeof(m.name), "t");
     Outcome o = core->handle_message(t.conn, &m, sizeof(m));
     if (o.registered != 0) {
-      t.cb = map_block(o);
-      t.grants = tenant_side::map_grants(o);
+      tenant_side::adopt(t, o);
       tenants.push_back(t);
     }
     return o;

@@ -25,7 +25,6 @@ namespace gpuos::daemon {
 namespace {
 
 using tenant_side::GiB;
-using tenant_side::map_block;
 using tenant_side::put;
 using tenant_side::TenantSide;
 
@@ -43,13 +42,8 @@ struct SecurityFixture : ::testing::Test {
     for (TenantSide& t : tenants) tenant_side::unmap(t);
   }
   Outcome try_register(Connection& c, pid_t pid, uint32_t cls = GPUOS_CLASS_BEST_EFFORT, uint64_t quota = 0) {
-    gpuos_msg_register m{};
-    init_header(&m.hdr, GPUOS_MSG_REGISTER, sizeof(m), 1);
-    m.pid = pid;
-    m.tenant_class = cls;
-    m.weight = 100;
+    gpuos_msg_register m = tenant_side::registration(pid, cls);
     m.requested_mem_bytes = quota;
-    copy_name(m.name, sizeof(m.name), "t");
     return core->handle_message(c, &m, sizeof(m));
   }
   // Registers a tenant and maps its control block; *registered (when given) gets the reply.
@@ -62,9 +56,7 @@ struct SecurityFixture : ::testing::Test {
     t.conn.peer.admin = admin;
     Outcome o = try_register(t.conn, t.conn.peer.pid, cls, quota);
     EXPECT_NE(o.registered, 0u);
-    t.id = o.registered;
-    t.cb = map_block(o);
-    t.grants = tenant_side::map_grants(o);
+    tenant_side::adopt(t, o);
     EXPECT_NE(t.cb, nullptr);
     EXPECT_NE(t.grants, nullptr);
     tenants.push_back(t);

@@ -12,6 +12,7 @@
 #include "common/config.h"
 #include "daemon/core.h"
 #include "daemon/metrics.h"
+#include "tenant_side.h"
 
 using namespace gpuos;
 using namespace gpuos::daemon;
@@ -72,12 +73,7 @@ struct MetricsFixture : ::testing::Test {
   }
   gpuos_control_block* register_tenant(const char* name) { return register_tenant_on(conn, name); }
   gpuos_control_block* register_tenant_on(Connection& c, const char* name) {
-    gpuos_msg_register m{};
-    init_header(&m.hdr, GPUOS_MSG_REGISTER, sizeof(m), 1);
-    m.pid = c.peer.pid;
-    m.tenant_class = GPUOS_CLASS_GUARANTEED;
-    m.weight = 100;
-    copy_name(m.name, sizeof(m.name), name);
+    const gpuos_msg_register m = tenant_side::registration(c.peer.pid, GPUOS_CLASS_GUARANTEED, name);
     Outcome o = core->handle_message(c, &m, sizeof(m));
     EXPECT_NE(o.registered, 0u);
     return const_cast<gpuos_control_block*>(core->control_block(o.registered));

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstdint>
 
+#include "common/ipc.h"
 #include "daemon/core.h"
 
 namespace gpuos::daemon::tenant_side {
@@ -25,6 +26,17 @@ struct TenantSide {
   const gpuos_grant_block* grants = nullptr;
   uint32_t id = 0;
 };
+
+// A REGISTER as libgpuos.so sends it (pid, class, weight 100, name); set the rest before sending.
+inline gpuos_msg_register registration(pid_t pid, uint32_t tenant_class, const char* name = "t") {
+  gpuos_msg_register m{};
+  init_header(&m.hdr, GPUOS_MSG_REGISTER, sizeof(m), 1);
+  m.pid = pid;
+  m.tenant_class = tenant_class;
+  m.weight = 100;
+  copy_name(m.name, sizeof(m.name), name);
+  return m;
+}
 
 // The fds a REGISTER_REPLY passed (its first reply's): [0] the grant block, [1] the control block.
 inline int grant_fd(const Outcome& registered) {
@@ -47,6 +59,13 @@ inline const gpuos_grant_block* map_grants(const Outcome& registered) {
   if (grant_fd(registered) < 0) return nullptr;
   void* p = mmap(nullptr, sizeof(gpuos_grant_block), PROT_READ, MAP_SHARED, grant_fd(registered), 0);
   return p == MAP_FAILED ? nullptr : static_cast<const gpuos_grant_block*>(p);
+}
+
+// Maps both blocks a REGISTER_REPLY passed into t, as its tenant does, and notes its id.
+inline void adopt(TenantSide& t, const Outcome& registered) {
+  t.id = registered.registered;
+  t.cb = map_block(registered);
+  t.grants = map_grants(registered);
 }
 
 // Unmaps what map_block and map_grants mapped for t.

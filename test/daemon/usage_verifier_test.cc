@@ -209,13 +209,8 @@ TEST(CoreUsageCheck, CountsReportsAndEnforces) {
     c.id = static_cast<uint64_t>(pid);
     c.peer.pid = pid;
     c.peer.uid = 1000;
-    gpuos_msg_register m{};
-    init_header(&m.hdr, GPUOS_MSG_REGISTER, sizeof(m), 1);
-    m.pid = pid;
-    m.tenant_class = GPUOS_CLASS_BEST_EFFORT;
-    m.weight = 100;
+    gpuos_msg_register m = tenant_side::registration(pid, GPUOS_CLASS_BEST_EFFORT);
     m.requested_mem_bytes = quota;
-    copy_name(m.name, sizeof(m.name), "t");
     return core.handle_message(c, &m, sizeof(m)).registered;
   };
   const uint32_t cheat = reg(700, 1 * GiB);
