@@ -277,6 +277,15 @@ def markdown(s: dict) -> str:
     return "\n".join(out)
 
 
+def _save(fig, plt, out_dir: str, name: str) -> str:
+    """Writes a finished figure as out_dir/name and closes it; its path."""
+    fig.tight_layout()
+    p = os.path.join(out_dir, name)
+    fig.savefig(p, dpi=120)
+    plt.close(fig)
+    return p
+
+
 def plot(raw: dict, s: dict, out_dir: str) -> list:
     """cdf.png, be.png and frontier.png; returns the files written (none without matplotlib)."""
     try:
@@ -316,11 +325,7 @@ def plot(raw: dict, s: dict, out_dir: str) -> list:
     ax.set_title(f"HP latency CDF per mode (load {s.get('load')}, {s.get('gpu')})")
     if any_line:
         ax.legend(fontsize=8, loc="lower right")
-    fig.tight_layout()
-    p = os.path.join(out_dir, "cdf.png")
-    fig.savefig(p, dpi=120)
-    plt.close(fig)
-    written.append(p)
+    written.append(_save(fig, plt, out_dir, "cdf.png"))
 
     fig, ax = plt.subplots(figsize=(8, 4.5))
     be_rows = [r for r in s["modes"] if r["be_vs_exclusive"] is not None]
@@ -342,11 +347,7 @@ def plot(raw: dict, s: dict, out_dir: str) -> list:
     ax.set_ylim(0, max([1.35] + [v * 1.25 for v in vals]))
     ax.set_title("BE throughput per mode")
     ax.grid(True, axis="y", alpha=0.3)
-    fig.tight_layout()
-    p = os.path.join(out_dir, "be.png")
-    fig.savefig(p, dpi=120)
-    plt.close(fig)
-    written.append(p)
+    written.append(_save(fig, plt, out_dir, "be.png"))
     written.append(plot_frontier(s, frontier(s), out_dir, plt))
     return written
 
@@ -407,11 +408,7 @@ def plot_frontier(s: dict, fr: dict, out_dir: str, plt) -> str:
     ax.grid(True, alpha=0.3)
     if pts:
         ax.legend(fontsize=7, loc="upper left")
-    fig.tight_layout()
-    p = os.path.join(out_dir, "frontier.png")
-    fig.savefig(p, dpi=120)
-    plt.close(fig)
-    return p
+    return _save(fig, plt, out_dir, "frontier.png")
 
 
 def write_all(raw: dict, out_dir: str, plots: bool = True) -> dict:

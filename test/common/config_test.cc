@@ -129,21 +129,19 @@ TEST(Config, VerifyDefaultsAndValues) {
       "[verify]\nenabled = false\ninterval_ms = 100\nenforce = \"freeze\"\nmemory_slack = \"768MiB\"\n"
       "gated_sm_util_percent = 50\ngrace_rounds = 1\n");
   ASSERT_TRUE(r) << r.error;
-  EXPECT_FALSE(r.config->verify.enabled);
-  EXPECT_EQ(r.config->verify.interval_ms, 100u);
-  EXPECT_EQ(r.config->verify.enforce, "freeze");
-  EXPECT_EQ(r.config->verify.memory_slack_bytes, 768ull << 20);
-  EXPECT_EQ(r.config->verify.gated_sm_util_percent, 50u);
-  EXPECT_EQ(r.config->verify.grace_rounds, 1u);
+  auto expect_set = [](const Config& c) {
+    EXPECT_FALSE(c.verify.enabled);
+    EXPECT_EQ(c.verify.interval_ms, 100u);
+    EXPECT_EQ(c.verify.enforce, "freeze");
+    EXPECT_EQ(c.verify.memory_slack_bytes, 768ull << 20);
+    EXPECT_EQ(c.verify.gated_sm_util_percent, 50u);
+    EXPECT_EQ(c.verify.grace_rounds, 1u);
+  };
+  expect_set(*r.config);
   // The effective config round-trips.
   ConfigResult again = parse(format_config(*r.config));
   ASSERT_TRUE(again) << again.error;
-  EXPECT_FALSE(again.config->verify.enabled);
-  EXPECT_EQ(again.config->verify.interval_ms, 100u);
-  EXPECT_EQ(again.config->verify.enforce, "freeze");
-  EXPECT_EQ(again.config->verify.memory_slack_bytes, 768ull << 20);
-  EXPECT_EQ(again.config->verify.gated_sm_util_percent, 50u);
-  EXPECT_EQ(again.config->verify.grace_rounds, 1u);
+  expect_set(*again.config);
   EXPECT_TRUE(parse("[verify]\nenforce = \"kill\"\ninterval_ms = 60000\n"));
 }
 
