@@ -13,6 +13,7 @@
 #include <ctime>
 #include <map>
 
+#include "common/clock.h"
 #include "common/config.h"
 
 namespace gpuos::cli {
@@ -24,11 +25,7 @@ volatile sig_atomic_t g_resized = 0;
 void on_quit_signal(int) { g_quit = 1; }
 void on_winch(int) { g_resized = 1; }
 
-double mono_s() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
-}
+double mono_s() { return static_cast<double>(monotonic_ns()) / 1e9; }
 
 std::string cstr(const char* a, std::size_t n) { return std::string(a, strnlen(a, n)); }
 

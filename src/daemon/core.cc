@@ -15,7 +15,7 @@
 #include "common/ipc.h"
 #include "common/log.h"
 #include "common/slowdown.h"
-#include "daemon/clock.h"
+#include "common/clock.h"
 #include "daemon/control_block.h"
 #include "policies/registry.h"
 

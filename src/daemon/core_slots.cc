@@ -6,7 +6,7 @@
 #include <type_traits>
 #include <utility>
 
-#include "daemon/clock.h"
+#include "common/clock.h"
 #include "daemon/control_block.h"
 #include "daemon/core.h"
 

@@ -15,7 +15,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "daemon/clock.h"
+#include "common/clock.h"
 #include "common/log.h"
 
 extern char** environ;

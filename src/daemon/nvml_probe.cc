@@ -21,21 +21,17 @@
 #include <string>
 #include <vector>
 
+#include "common/clock.h"
 #include "daemon/id_ledger.h"
 #include "daemon/usage_verifier.h"
 #include "gpuos/nvml_api.h"
 
 namespace {
 
+using gpuos::clock_ns;
 using gpuos::daemon::GpuInfo;
 using gpuos::daemon::NvmlReader;
 using gpuos::daemon::UsageSample;
-
-uint64_t clock_ns(clockid_t c) {
-  timespec t;
-  clock_gettime(c, &t);
-  return static_cast<uint64_t>(t.tv_sec) * 1000000000ull + static_cast<uint64_t>(t.tv_nsec);
-}
 
 // How long pid has existed (ms; -1 when it is gone): /proc start time is in clock ticks since boot.
 double age_ms(pid_t pid) {

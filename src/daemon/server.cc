@@ -17,7 +17,7 @@
 #include <ctime>
 
 #include "common/ipc.h"
-#include "daemon/clock.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "daemon/metrics.h"
 

@@ -1,24 +1,15 @@
 #include "daemon/usage_verifier.h"
 
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
 #include <map>
 
+#include "common/clock.h"
+
 namespace gpuos::daemon {
-
-namespace {
-
-uint64_t mono_ns() {
-  timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return static_cast<uint64_t>(t.tv_sec) * 1000000000ull + static_cast<uint64_t>(t.tv_nsec);
-}
-
-}  // namespace
 
 const char* finding_name(FindingKind k) {
   switch (k) {
@@ -63,14 +54,14 @@ NvmlReader::~NvmlReader() {
 
 UsageSample NvmlReader::read() {
   UsageSample s;
-  const uint64_t t0 = mono_ns();
+  const uint64_t t0 = monotonic_ns();
   s.ok = true;
   unsigned long long newest = last_seen_us_;
   // Times one call into NVML for the per-call figures.
   auto timed = [&s](const char* name, uint32_t gpu, auto&& call) {
-    const uint64_t c0 = mono_ns();
+    const uint64_t c0 = monotonic_ns();
     const nvmlReturn_t r = call();
-    s.calls.push_back(NvmlCall{name, gpu, r, mono_ns() - c0});
+    s.calls.push_back(NvmlCall{name, gpu, r, monotonic_ns() - c0});
     return r;
   };
   for (const auto& device : devices_) {
@@ -137,7 +128,7 @@ UsageSample NvmlReader::read() {
     }
   }
   last_seen_us_ = newest;
-  s.cost_ns = mono_ns() - t0;
+  s.cost_ns = monotonic_ns() - t0;
   return s;
 }
 

@@ -4,7 +4,7 @@
 #include <chrono>
 
 #include "common/log.h"
-#include "daemon/clock.h"
+#include "common/clock.h"
 
 namespace gpuos::daemon {
 

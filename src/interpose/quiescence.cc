@@ -1,19 +1,14 @@
 #include "interpose/quiescence.h"
 
 #include <sched.h>
-#include <time.h>
+
+#include "common/clock.h"
 
 namespace gpuos::interpose {
 
 constinit Quiescence g_control_users;
 
 namespace {
-
-uint64_t now_ns() {
-  timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return static_cast<uint64_t>(t.tv_sec) * 1000000000ull + static_cast<uint64_t>(t.tv_nsec);
-}
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -34,9 +29,9 @@ bool Quiescence::wait_quiet(unsigned slot, uint64_t timeout_ns) const {
     if (n.load(std::memory_order_seq_cst) == 0) return true;
     cpu_relax();
   }
-  const uint64_t deadline = now_ns() + timeout_ns;
+  const uint64_t deadline = monotonic_ns() + timeout_ns;
   for (unsigned round = 0; n.load(std::memory_order_seq_cst) != 0; ++round) {
-    if (now_ns() >= deadline) return false;
+    if (monotonic_ns() >= deadline) return false;
     if (round < 100) {
       sched_yield();
     } else {

@@ -259,12 +259,6 @@ void report_at_exit() {
 
 }  // namespace
 
-uint64_t monotonic_ns() {
-  timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return static_cast<uint64_t>(t.tv_sec) * 1000000000ull + static_cast<uint64_t>(t.tv_nsec);
-}
-
 bool futex_wait(const uint32_t* word, uint32_t expected, long timeout_ms) {
   return futex_wait_ns(word, expected, static_cast<uint64_t>(timeout_ms) * 1000000u);
 }

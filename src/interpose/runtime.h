@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdint>
 
+#include "common/clock.h"
 #include "gpuos/abi.h"
 #include "gpuos/driver_api.h"
 #include "interpose/blocks.h"
@@ -46,8 +47,6 @@ bool wait_at_gate(gpuos_control_block* cb);
 // the lease within GPUOS_GATE_LEASE_NS. The gate word is gpuosd's; this is the tenant's own bound.
 bool gate_binds(const gpuos_control_block* cb);
 
-// CLOCK_MONOTONIC in ns.
-uint64_t monotonic_ns();
 // Waits on a control-block word until it no longer holds `expected`, a wake-up, or timeout_ms.
 // Shared (not private) futex: gpuosd wakes it through its own mapping of the same memfd.
 // True when a signal handler interrupted the wait (EINTR): see note_signalled.

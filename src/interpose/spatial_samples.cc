@@ -6,6 +6,7 @@
 #include <mutex>
 #include <utility>
 
+#include "common/clock.h"
 #include "interpose/blocks.h"
 #include "interpose/launch_durations.h"
 #include "interpose/shape_table.h"
@@ -18,11 +19,6 @@ namespace {
 
 thread_local SampleSlot* t_timing = nullptr;  // start_sample -> end_sample of one launch
 
-uint64_t clock_ns() {
-  timespec t{};
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return static_cast<uint64_t>(t.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(t.tv_nsec);
-}
 
 // Adds one timed launch to the control block's shape table (shape_table.h); one writer at a time
 // in the process.
@@ -91,7 +87,7 @@ bool start_sample(const GpuosDriverTable& d, gpuos_control_block* cb, SampleSlot
   }
   if (s->in_flight || s->start == nullptr || sms == 0) return false;
   if (s->burst_left > 0) --s->burst_left;
-  const uint64_t now = every_graph ? clock_ns() : 0;
+  const uint64_t now = every_graph ? monotonic_ns() : 0;
   s->chained = every_graph && s->prev_ok && s->stream == target &&
                now - s->submit_ns <= kChainFactor * s->prev_ns + kChainSlackNs;
   auto record = ptsz && d.cuEventRecord_ptsz ? d.cuEventRecord_ptsz : d.cuEventRecord;
