@@ -90,42 +90,43 @@ CUresult governed_free(AllocKind kind, uint64_t key, Call&& call) {
 //
 // The driver pads an array (its rows, and the whole), so the descriptor understates what it takes
 // (on the H200 a row of a 1-byte-wide 2D or 3D array takes 64 bytes: a layered array described as
-// 64 MiB takes 4 GiB; the double pads rows to 512 bytes). The driver tells an array's size only for arrays made with
-// CUDA_ARRAY3D_DEFERRED_MAPPING (cu[Mipmapped]ArrayGetMemoryRequirements, CUDA 11.6; any other
+// 64 MiB takes 4 GiB; the double pads rows to 512 bytes). The driver tells an array's size only for
+// arrays made with CUDA_ARRAY3D_DEFERRED_MAPPING (cu[Mipmapped]ArrayGetMemoryRequirements, CUDA 11.6; any other
 // array is documented to get CUDA_ERROR_INVALID_VALUE), and those own no memory. So, before an
 // array that owns memory is made, a deferred-mapping twin of its descriptor is made, asked and
 // destroyed: its size is what the array is checked against the quota with and charged. 0 when the
 // driver cannot tell (older drivers, devices without deferred mapping, a descriptor it refuses
 // with that flag); the descriptor's estimate is used then. Not a fast path: arrays are made rarely.
-std::size_t array_twin_bytes(const GpuosDriverTable& d, const CUDA_ARRAY3D_DESCRIPTOR& desc) {
-  if (d.cuArray3DCreate_v2 == nullptr || d.cuArrayGetMemoryRequirements == nullptr || d.cuArrayDestroy == nullptr) {
-    return 0;
-  }
+
+// The size the driver gives the twin: `create(&handle, &twin)` makes it (false: it could not),
+// `query` asks, `destroy` frees it; 0 when the driver cannot tell.
+template <typename Handle, typename Create, typename Query, typename Destroy>
+std::size_t twin_bytes(const GpuosDriverTable& d, const CUDA_ARRAY3D_DESCRIPTOR& desc, Create create, Query query,
+                       Destroy destroy) {
+  if (query == nullptr || destroy == nullptr) return 0;
   CUDA_ARRAY3D_DESCRIPTOR twin = desc;
   twin.Flags |= CUDA_ARRAY3D_DEFERRED_MAPPING;
-  CUarray a = nullptr;
-  if (d.cuArray3DCreate_v2(&a, &twin) != CUDA_SUCCESS) return 0;
+  Handle h = nullptr;
+  if (!create(&h, &twin)) return 0;
   CUDA_ARRAY_MEMORY_REQUIREMENTS req{};
-  const bool told =
-      d.cuArrayGetMemoryRequirements(&req, a, static_cast<CUdevice>(current_device(d))) == CUDA_SUCCESS;
-  d.cuArrayDestroy(a);
+  const bool told = query(&req, h, static_cast<CUdevice>(current_device(d))) == CUDA_SUCCESS;
+  destroy(h);
   return told ? req.size : 0;
 }
 
+std::size_t array_twin_bytes(const GpuosDriverTable& d, const CUDA_ARRAY3D_DESCRIPTOR& desc) {
+  auto create = [&](CUarray* a, const CUDA_ARRAY3D_DESCRIPTOR* t) {
+    return d.cuArray3DCreate_v2 != nullptr && d.cuArray3DCreate_v2(a, t) == CUDA_SUCCESS;
+  };
+  return twin_bytes<CUarray>(d, desc, create, d.cuArrayGetMemoryRequirements, d.cuArrayDestroy);
+}
+
 std::size_t mipmapped_twin_bytes(const GpuosDriverTable& d, const CUDA_ARRAY3D_DESCRIPTOR& desc, unsigned levels) {
-  if (d.cuMipmappedArrayCreate == nullptr || d.cuMipmappedArrayGetMemoryRequirements == nullptr ||
-      d.cuMipmappedArrayDestroy == nullptr) {
-    return 0;
-  }
-  CUDA_ARRAY3D_DESCRIPTOR twin = desc;
-  twin.Flags |= CUDA_ARRAY3D_DEFERRED_MAPPING;
-  CUmipmappedArray m = nullptr;
-  if (d.cuMipmappedArrayCreate(&m, &twin, levels) != CUDA_SUCCESS) return 0;
-  CUDA_ARRAY_MEMORY_REQUIREMENTS req{};
-  const bool told =
-      d.cuMipmappedArrayGetMemoryRequirements(&req, m, static_cast<CUdevice>(current_device(d))) == CUDA_SUCCESS;
-  d.cuMipmappedArrayDestroy(m);
-  return told ? req.size : 0;
+  auto create = [&](CUmipmappedArray* m, const CUDA_ARRAY3D_DESCRIPTOR* t) {
+    return d.cuMipmappedArrayCreate != nullptr && d.cuMipmappedArrayCreate(m, t, levels) == CUDA_SUCCESS;
+  };
+  return twin_bytes<CUmipmappedArray>(d, desc, create, d.cuMipmappedArrayGetMemoryRequirements,
+                                      d.cuMipmappedArrayDestroy);
 }
 
 // What an array that owns memory is checked against the quota with, before it is made: what the
