@@ -36,6 +36,14 @@ long uid_of(const std::string& proc, pid_t pid) {
   return -1;
 }
 
+// Freezes (or thaws) the cgroup at directory `dir`; false if its freezer cannot be written.
+bool write_freeze(const std::string& dir, bool frozen) {
+  std::ofstream f(dir + "/cgroup.freeze");
+  f << (frozen ? "1\n" : "0\n");
+  f.flush();
+  return static_cast<bool>(f);
+}
+
 }  // namespace
 
 unsigned long long SystemEnforcer::start_time(pid_t pid) const { return process_start_time(pid, proc_); }
@@ -86,10 +94,7 @@ bool SystemEnforcer::freeze(pid_t pid, uid_t uid, unsigned long long start, cons
       }
     }
   }
-  std::ofstream freeze(dir + "/cgroup.freeze");
-  freeze << "1\n";
-  freeze.flush();
-  if (!freeze) {
+  if (!write_freeze(dir, true)) {
     *why = "cannot write " + dir + "/cgroup.freeze (no cgroup v2 freezer, or no permission)";
     return false;
   }
@@ -103,10 +108,7 @@ bool SystemEnforcer::thaw(pid_t pid, std::string* why) {
     *why = "it has no cgroup v2 of its own";
     return false;
   }
-  std::ofstream thaw(cgroup_ + cg + "/cgroup.freeze");
-  thaw << "0\n";
-  thaw.flush();
-  if (!thaw) {
+  if (!write_freeze(cgroup_ + cg, false)) {
     *why = "cannot write " + cgroup_ + cg + "/cgroup.freeze";
     return false;
   }
