@@ -13,6 +13,7 @@
 
 #include "common/ipc.h"
 #include "daemon/core.h"
+#include "tenant_side.h"
 
 namespace gpuos::daemon {
 namespace {
@@ -32,12 +33,8 @@ uint32_t type_of(const Outgoing& o) {
 }
 
 gpuos_msg_register make_register(pid_t pid, const char* name = "t") {
-  gpuos_msg_register m{};
-  init_header(&m.hdr, GPUOS_MSG_REGISTER, sizeof(m), 42);
-  m.pid = pid;
-  m.tenant_class = GPUOS_CLASS_BEST_EFFORT;
-  m.weight = 100;
-  copy_name(m.name, sizeof(m.name), name);
+  gpuos_msg_register m = tenant_side::registration(pid, GPUOS_CLASS_BEST_EFFORT, name);
+  m.hdr.seq = 42;
   return m;
 }
 
