@@ -4,6 +4,7 @@
 // path hands out gpuos's wrapper of exactly the variant asked for, and checks the data every copy
 // moved. Exit status 0: all good; 1: an expectation failed; 2: a driver call failed.
 #include <dlfcn.h>
+#include <sys/mman.h>
 
 #include <cstdint>
 #include <cstdio>
@@ -163,6 +164,10 @@ CopyFns by_proc_address(cuuint64_t flags, bool pt, const char* path) {
 }  // namespace
 
 int main() {
+  // The simulated GPU is this probe's own (GPUOS_SIM_SHM, set by ctest): its name goes with it.
+  std::atexit([] {
+    if (const char* shm = std::getenv("GPUOS_SIM_SHM"); shm != nullptr && shm[0] == '/') shm_unlink(shm);
+  });
   CHECK_CU(cuInit(0));
   CUdevice dev = 0;
   CHECK_CU(cuDeviceGet(&dev, 0));
