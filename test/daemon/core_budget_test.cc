@@ -118,7 +118,8 @@ TEST_F(BudgetFixture, TimedLaunchesReachThePolicyAndBestEffortIsPacedInItsGrantB
     mono += 10 * kMs;
     for (int k = 0; k < 4; ++k) timed(hp, 42, 1'000'000);
     put(tenants[hp].cb->busy, 1u);
-    put(tenants[be].cb->busy, 1u);
+    // Best-effort's work drains while its gate is closed (max_inflight): busy only while open.
+    put(tenants[be].cb->busy, word(tenants[be].grants->gate) == GPUOS_GATE_OPEN ? 1u : 0u);
     core->tick(mono);
   }
   const gpuos_msg_tenant_info i = info(hp);

@@ -11,6 +11,7 @@
 #include "policies/budget/budget.h"
 #include "policies/budget/controller.h"
 #include "policies/budget/slowdown_meter.h"
+#include "policies/budget_split.h"
 
 namespace gpuos::policies::budget {
 namespace {
@@ -164,7 +165,8 @@ struct Sim {
     slots::GateView v;
     v.now_ns = now;
     const uint64_t took = lent_only && be_gate != GPUOS_GATE_OPEN ? 1000 : us;
-    v.tenants = {hp(hp_busy, launches(n, took)), be(true, be_gate)};
+    // Best-effort's work drains once its gate closes (max_inflight): busy only while open.
+    v.tenants = {hp(hp_busy, launches(n, took)), be(be_gate == GPUOS_GATE_OPEN, be_gate)};
     slots::GateActions a = policy.decide(v);
     if (const slots::GateAction* g = action_of(a, 2)) be_gate = g->gate;
     return a;
@@ -271,6 +273,7 @@ TEST(BudgetPolicy, BestEffortOfTheBudgetedTenantsDomainIsPacedAndHeldForProbes) 
     const slots::GateAction* act = action_of(a, 2);
     ASSERT_NE(act, nullptr);
     b.gate = act->gate;
+    b.busy = act->gate == GPUOS_GATE_OPEN;
     if (i < 3) {
       EXPECT_EQ(act->gate, GPUOS_GATE_CLOSED) << "no share before its solo times";
     }
@@ -296,6 +299,78 @@ TEST(BudgetPolicy, BestEffortOfTheBudgetedTenantsDomainIsPacedAndHeldForProbes) 
   ASSERT_NE(act, nullptr);
   EXPECT_EQ(act->gate, GPUOS_GATE_OPEN);
   EXPECT_EQ(act->pacing.permille, 0u);
+}
+
+TEST(BudgetPolicy, TimingsAreNotSoloWhileBestEffortWorkIsStillInFlight) {
+  // Under MPS a closed gate stops best-effort's launches, not the kernels it queued: while it is
+  // busy, the budgeted tenant's timings are not its times alone, and nothing is lent.
+  BudgetPolicy p{BudgetParams{}};
+  slots::GateTenant g = hp(true);
+  g.space_domain = "serve";
+  slots::GateTenant b = be(true, GPUOS_GATE_CLOSED);
+  b.space_domain = "serve";
+  for (int i = 0; i < 100; ++i) {
+    slots::GateView v;
+    v.now_ns = (1000 + 10 * i) * kMs;
+    g.timed = launches(4, 1000);
+    v.tenants = {g, b};
+    const slots::GateAction* act = action_of(p.decide(v), 2);
+    ASSERT_NE(act, nullptr);
+    EXPECT_EQ(act->gate, GPUOS_GATE_CLOSED) << i;
+  }
+  EXPECT_FALSE(p.state().tenants.at(1).meter.has_solo());
+  // Drained: its times now count as solo, and a share follows.
+  b.busy = false;
+  uint32_t gate = GPUOS_GATE_CLOSED;
+  for (int i = 100; i < 200 && gate == GPUOS_GATE_CLOSED; ++i) {
+    slots::GateView v;
+    v.now_ns = (1000 + 10 * i) * kMs;
+    g.timed = launches(4, 1000);
+    v.tenants = {g, b};
+    gate = action_of(p.decide(v), 2)->gate;
+  }
+  EXPECT_TRUE(p.state().tenants.at(1).meter.has_solo());
+  EXPECT_EQ(gate, GPUOS_GATE_OPEN);
+}
+
+TEST(BudgetSplit, PartitionAndMpsTakeTheirPartsOfASpatialTenantsBudget) {
+  using policies::budget_slack;
+  using policies::interference_budget;
+  EXPECT_DOUBLE_EQ(budget_slack(1000), 0.0);
+  EXPECT_DOUBLE_EQ(budget_slack(1500), 0.125);
+  // (1 + slack) x (1 + mps) x interference = B.
+  const double i = interference_budget(1500, 0.08);
+  EXPECT_NEAR((1 + budget_slack(1500)) * 1.08 * i, 1.5, 1e-9);
+  EXPECT_DOUBLE_EQ(interference_budget(1500, 0.0), 1.5 / 1.125);
+  // A budget MPS alone exceeds leaves nothing to lend, and never more than B.
+  EXPECT_DOUBLE_EQ(interference_budget(1050, 0.08), 1.0);
+  EXPECT_DOUBLE_EQ(interference_budget(2000, -1.0), 2.0 / 1.25);
+}
+
+TEST(BudgetPolicy, InADomainTheMeterIsHeldToWhatPartitionAndMpsLeave) {
+  // 1.15x beside best-effort is within a budget of 1.25 time-shared, but not in a spatial domain,
+  // where MPS and the partition already took most of it: there the share falls to nothing.
+  auto run = [](const std::string& domain) {
+    BudgetPolicy p{BudgetParams{}};
+    slots::GateTenant g = hp(true);
+    g.space_domain = domain;
+    slots::GateTenant b = be(false, GPUOS_GATE_CLOSED);
+    b.space_domain = domain;
+    double share = 0;
+    for (int i = 0; i < 600; ++i) {
+      slots::GateView v;
+      v.now_ns = (1000 + 10 * i) * kMs;
+      g.timed = launches(4, b.gate == GPUOS_GATE_OPEN ? 1150 : 1000);
+      v.tenants = {g, b};
+      const slots::GateAction* act = action_of(p.decide(v), 2);
+      b.gate = act->gate;
+      b.busy = act->gate == GPUOS_GATE_OPEN;
+      if (i >= 500) share = std::max(share, p.state().share);
+    }
+    return share;
+  };
+  EXPECT_GT(run(""), 0.05);
+  EXPECT_LT(run("serve"), 0.02);
 }
 
 TEST(BudgetPolicy, AdmissionTimesBudgetedAndBestEffortTenants) {

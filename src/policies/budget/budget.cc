@@ -6,6 +6,7 @@
 #include <string>
 
 #include "common/log.h"
+#include "policies/budget_split.h"
 
 namespace gpuos::policies::budget {
 namespace {
@@ -14,6 +15,11 @@ bool budgeted(const slots::GateTenant& t) {
   return t.tenant_class == GPUOS_CLASS_GUARANTEED && t.max_slowdown_permille != 0;
 }
 bool active(const slots::GateTenant& t) { return t.busy || (t.waiting && !t.pinned); }
+// The slowdown the meter may allow a budgeted tenant: its whole budget time-shared; in a spatial
+// domain what its partition and MPS leave of it (budget_split.h).
+double meter_limit(const slots::GateTenant& t, double mps_cost) {
+  return t.space_domain.empty() ? t.max_slowdown_permille / 1000.0 : interference_budget(t.max_slowdown_permille, mps_cost);
+}
 // A best-effort tenant a budget paces: one time-shared, or one in the spatial domain of a budgeted
 // tenant (it runs beside that tenant on SMs of its own, and still takes from its memory system).
 bool paced_be(const slots::GateTenant& t, const std::set<std::string>& budget_domains) {
@@ -46,8 +52,12 @@ slots::GateActions BudgetPolicy::decide(const slots::GateView& view) {
   auto paced = [&](const slots::GateTenant& t) { return paced_be(t, budget_domains); };
   const bool any_be = std::any_of(view.tenants.begin(), view.tenants.end(), paced);
 
-  // 1. The budgeted tenants' timings, solo when no BE work can have run beside them.
-  const bool solo = !any_be || (st.be_quiet_since_ns != 0 && now >= st.be_quiet_since_ns + params_.settle_ns);
+  // 1. The budgeted tenants' timings, solo when no BE work can have run beside them: every BE gate
+  // closed for the settle time, and no BE work left in flight (under MPS a closed gate stops a
+  // tenant's launches, not the kernels it queued before).
+  const bool be_drained = std::none_of(view.tenants.begin(), view.tenants.end(),
+                                       [&](const slots::GateTenant& t) { return paced(t) && t.busy; });
+  const bool solo = !any_be || (st.be_quiet_since_ns != 0 && now >= st.be_quiet_since_ns + params_.settle_ns && be_drained);
   for (const slots::GateTenant& t : view.tenants) {
     if (!budgeted(t)) continue;
     TenantBudget& b = st.tenants.try_emplace(t.id, TenantBudget{SlowdownMeter(params_.meter)}).first->second;
@@ -61,8 +71,10 @@ slots::GateActions BudgetPolicy::decide(const slots::GateView& view) {
     if (it == st.tenants.end() || !budgeted(t) || it->second.share == 0) continue;
     TenantBudget& b = it->second;
     if (now < b.last_react_ns + params_.react_ns) continue;
+    // The median of the last react_ns: a rise of the tenant's load slows most of its steps, while
+    // one step that met a long BE kernel is the control period's to judge.
     std::size_t n = 0;
-    if (b.meter.slowdown(0.9, now, params_.react_ns, &n) > t.max_slowdown_permille / 1000.0 && n >= 2) {
+    if (b.meter.slowdown(0.5, now, params_.react_ns, &n) > meter_limit(t, params_.mps_cost) && n >= kReactMinLaunches) {
       b.share *= params_.controller.decrease;
       if (b.share < params_.controller.increase / 4) b.share = 0;
       b.lent = 0;
@@ -85,14 +97,14 @@ slots::GateActions BudgetPolicy::decide(const slots::GateView& view) {
         m.lent = b.lent;
         // Sharing in time, the tenant has the GPU 1 - share of the time at best: a share beyond
         // 1 - 1/budget cannot keep it within its budget, whatever its timings say.
-        const double budget = t.max_slowdown_permille / 1000.0;
+        const double budget = meter_limit(t, params_.mps_cost);
         ControllerParams cp = params_.controller;
         cp.max_share = std::min(cp.max_share, 1.0 - 1.0 / budget);
-        b.share = next_share(cp, b.share, budget, m);
+        b.share = budget > 1.0 ? next_share(cp, b.share, budget, m) : 0.0;
         if (b.share != before) b.lent = 0;
         if (b.share < before * 0.75) {
           log::debug("budget: tenant %u over its target (p90 %.3f, p99 %.3f of %.3f): best-effort share %.3f -> %.3f",
-                     t.id, m.recent_p90, m.window_p99, t.max_slowdown_permille / 1000.0, before, b.share);
+                     t.id, m.recent_p90, m.window_p99, budget, before, b.share);
         }
       }
       b.last_control_ns = now;
@@ -110,7 +122,7 @@ slots::GateActions BudgetPolicy::decide(const slots::GateView& view) {
       auto it = st.tenants.find(t.id);
       share = std::min(share, it != st.tenants.end() ? it->second.share : 0.0);
       const double typical = it != st.tenants.end() ? it->second.meter.typical_solo_ns() : 0;
-      burst_ns = std::min(burst_ns, params_.burst_fraction * (t.max_slowdown_permille / 1000.0 - 1.0) * typical);
+      burst_ns = std::min(burst_ns, params_.burst_fraction * (meter_limit(t, params_.mps_cost) - 1.0) * typical);
     } else {
       strict_active = true;
     }
@@ -191,7 +203,7 @@ slots::GateActions BudgetPolicy::decide(const slots::GateView& view) {
 bool parse_budget_params(const ConfigSection& sec, BudgetParams* out, std::string* error) {
   BudgetParams p;
   uint32_t window_ms = 1000, control_ms = 100, react_ms = 20, probe_every_ms = 5000, probe_ms = 150, settle_ms = 30;
-  uint32_t target_pct = 70, increase_permille = 5, growth_pct = 10, max_share_pct = 90, burst_pct = 50;
+  uint32_t target_pct = 70, increase_permille = 5, growth_pct = 10, max_share_pct = 90, burst_pct = 50, mps_cost_pct = 8;
   if (!read_priority_keys(sec, &p.priority, error) || !sec.get_uint("window_ms", 100, 600000, &window_ms, error) ||
       !sec.get_uint("control_ms", 10, 10000, &control_ms, error) ||
       !sec.get_uint("react_ms", 1, 10000, &react_ms, error) ||
@@ -205,7 +217,8 @@ bool parse_budget_params(const ConfigSection& sec, BudgetParams* out, std::strin
       !sec.get_uint("sample_period", 1, 64, &p.sample_period, error) ||
       !sec.get_uint("be_sample_period", 1, 64, &p.be_sample_period, error) ||
       !sec.get_uint("pace_max_kernel_us", 0, 10000000, &p.pace_max_kernel_us, error) ||
-      !sec.get_uint("burst_pct", 0, 100, &burst_pct, error) || !sec.all_read(error)) {
+      !sec.get_uint("burst_pct", 0, 100, &burst_pct, error) || !sec.get_uint("mps_cost_pct", 0, 100, &mps_cost_pct, error) ||
+      !sec.all_read(error)) {
     return false;
   }
   if (probe_ms >= probe_every_ms) {
@@ -225,6 +238,7 @@ bool parse_budget_params(const ConfigSection& sec, BudgetParams* out, std::strin
   p.controller.increase = increase_permille / 1000.0;
   p.controller.growth = growth_pct / 100.0;
   p.burst_fraction = burst_pct / 100.0;
+  p.mps_cost = mps_cost_pct / 100.0;
   p.controller.max_share = max_share_pct / 100.0;
   *out = p;
   return true;
@@ -253,7 +267,8 @@ std::string budget_settings(const ConfigSection& section) {
          "\nsample_period = " + std::to_string(p.sample_period) +
          "\nbe_sample_period = " + std::to_string(p.be_sample_period) +
          "\npace_max_kernel_us = " + std::to_string(p.pace_max_kernel_us) +
-         "\nburst_pct = " + std::to_string(std::lround(p.burst_fraction * 100)) + "\n";
+         "\nburst_pct = " + std::to_string(std::lround(p.burst_fraction * 100)) +
+         "\nmps_cost_pct = " + std::to_string(std::lround(p.mps_cost * 100)) + "\n";
 }
 
 }  // namespace

@@ -22,8 +22,7 @@
 // partitions of their own (no context switch between them under MPS), and are paced the same way:
 // what they still cost it is the memory system's and MPS's, which SMs do not partition. They are
 // held for its probes and while it has no share. Its solo times are then its times alone under MPS,
-// so MPS's own cost (about 10% of a graph-replayed decode step on the H200) is outside what the
-// budget sees.
+// on its partition: the meter may allow it only what those two leave of its budget (budget_split.h).
 //
 // The tenants' timings are their own word: a guaranteed tenant that reports itself slower than it
 // is only gets less BE work beside it, which it could have had by declaring no budget; a BE tenant
@@ -48,7 +47,7 @@ struct BudgetParams {
   ControllerParams controller;
   uint64_t control_ns = 100'000'000;   // how often the controller moves the share
   // Between control periods: the share halves at once when the launches of the last react_ns read
-  // over the budget (p90), at most once per react_ns, so a rise of the tenant's load costs it a
+  // over the budget (their median), at most once per react_ns, so a rise of the tenant's load costs it a
   // few of its steps, not a control period's worth.
   uint64_t react_ns = 20'000'000;
   uint64_t probe_every_ns = 5'000'000'000;
@@ -61,7 +60,13 @@ struct BudgetParams {
   // back to back (pacing's burst): fewer switches between the two contexts, each of which costs the
   // guaranteed tenant time, for a step no slower than half its budget allows.
   double burst_fraction = 0.5;
+  // MPS's own cost to a guaranteed tenant in a spatial domain, as a fraction of its GPU time: a part
+  // of its budget its meter cannot see (its times alone are under MPS too; budget_split.h).
+  double mps_cost = 0.08;
 };
+
+// Launches the reactive back-off needs in its span before it judges.
+inline constexpr std::size_t kReactMinLaunches = 3;
 
 // What the policy keeps of one budgeted tenant.
 struct TenantBudget {

@@ -21,8 +21,8 @@ using slots::SpaceGpu;
 uint32_t PartitionPolicy::right_size(const slots::SpaceTenant& t, const slots::SpaceView& view, const SpaceParams& p,
                                      TenantState& st) {
   partition::SizerParams sp = params_.sizer;
-  // A latency budget sets the slack: half of what it allows over running alone, the other half
-  // left to MPS's own cost and to the best-effort tenants' use of the memory system beside it.
+  // A latency budget sets the slack: its partition's part of what it allows over running alone
+  // (budget_split.h).
   if (t.max_slowdown_permille > 1000) sp.slack = budget_slack(t.max_slowdown_permille);
   if (sp.slack <= 0 || t.tenant_class != GPUOS_CLASS_GUARANTEED || t.domain.empty()) return 0;
   // Sized only while it shares its GPU, in its domain, with best-effort tenants: the SMs it does

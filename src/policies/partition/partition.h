@@ -11,19 +11,13 @@
 #include <map>
 #include <string>
 
+#include "policies/budget_split.h"
 #include "policies/partition/planner.h"
 #include "policies/partition/sizer.h"
 #include "policies/registry.h"
 #include "slots/space.h"
 
 namespace gpuos::policies {
-
-// A guaranteed tenant with a latency budget B (gpuos run --max-slowdown) is right-sized with a slack
-// of this share of B - 1 rather than right_size_slack_pct.
-inline constexpr double kBudgetSlackShare = 0.5;
-inline double budget_slack(uint32_t max_slowdown_permille) {
-  return kBudgetSlackShare * (max_slowdown_permille / 1000.0 - 1.0);
-}
 
 struct PartitionParams {
   partition::SpaceParams space;  // group_sms comes from each view
