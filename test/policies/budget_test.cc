@@ -113,7 +113,7 @@ TEST(Controller, BacksOffAtOnceGrowsSlowlyDecaysWhenIdle) {
   EXPECT_NEAR(next_share(p, 0, 1.25, unproved), 0.005, 1e-9) << "from nothing, the window is evidence enough";
   Measure over{1.4, 10, 1.4, 50};
   EXPECT_NEAR(next_share(p, 0.2, 1.25, over), 0.1, 1e-9);
-  Measure near{1.1, 10, 1.2, 50};  // below the budget, above the target 1.175
+  Measure near{1.1, 10, 1.2, 50};  // below the budget, above the target 1.125
   EXPECT_NEAR(next_share(p, 0.2, 1.25, near), 0.18, 1e-9);
   Measure few{1.0, 1, 1.0, 3};  // too few launches to judge
   EXPECT_NEAR(next_share(p, 0.2, 1.25, few), 0.2, 1e-9);
@@ -348,7 +348,7 @@ TEST(BudgetSplit, PartitionAndMpsTakeTheirPartsOfASpatialTenantsBudget) {
 }
 
 TEST(BudgetPolicy, InADomainTheMeterIsHeldToWhatPartitionAndMpsLeave) {
-  // 1.15x beside best-effort is within a budget of 1.25 time-shared, but not in a spatial domain,
+  // 1.1x beside best-effort is within a budget of 1.25 time-shared, but not in a spatial domain,
   // where MPS and the partition already took most of it: there the share falls to nothing.
   auto run = [](const std::string& domain) {
     BudgetPolicy p{BudgetParams{}};
@@ -360,7 +360,7 @@ TEST(BudgetPolicy, InADomainTheMeterIsHeldToWhatPartitionAndMpsLeave) {
     for (int i = 0; i < 600; ++i) {
       slots::GateView v;
       v.now_ns = (1000 + 10 * i) * kMs;
-      g.timed = launches(4, b.gate == GPUOS_GATE_OPEN ? 1150 : 1000);
+      g.timed = launches(4, b.gate == GPUOS_GATE_OPEN ? 1100 : 1000);
       v.tenants = {g, b};
       const slots::GateAction* act = action_of(p.decide(v), 2);
       b.gate = act->gate;

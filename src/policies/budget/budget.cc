@@ -71,10 +71,8 @@ slots::GateActions BudgetPolicy::decide(const slots::GateView& view) {
     if (it == st.tenants.end() || !budgeted(t) || it->second.share == 0) continue;
     TenantBudget& b = it->second;
     if (now < b.last_react_ns + params_.react_ns) continue;
-    // The median of the last react_ns: a rise of the tenant's load slows most of its steps, while
-    // one step that met a long BE kernel is the control period's to judge.
     std::size_t n = 0;
-    if (b.meter.slowdown(0.5, now, params_.react_ns, &n) > meter_limit(t, params_.mps_cost) && n >= kReactMinLaunches) {
+    if (b.meter.slowdown(0.9, now, params_.react_ns, &n) > meter_limit(t, params_.mps_cost) && n >= kReactMinLaunches) {
       b.share *= params_.controller.decrease;
       if (b.share < params_.controller.increase / 4) b.share = 0;
       b.lent = 0;
@@ -203,7 +201,7 @@ slots::GateActions BudgetPolicy::decide(const slots::GateView& view) {
 bool parse_budget_params(const ConfigSection& sec, BudgetParams* out, std::string* error) {
   BudgetParams p;
   uint32_t window_ms = 1000, control_ms = 100, react_ms = 20, probe_every_ms = 5000, probe_ms = 150, settle_ms = 30;
-  uint32_t target_pct = 70, increase_permille = 5, growth_pct = 10, max_share_pct = 90, burst_pct = 50, mps_cost_pct = 8;
+  uint32_t target_pct = 50, increase_permille = 5, growth_pct = 10, max_share_pct = 90, burst_pct = 50, mps_cost_pct = 8;
   if (!read_priority_keys(sec, &p.priority, error) || !sec.get_uint("window_ms", 100, 600000, &window_ms, error) ||
       !sec.get_uint("control_ms", 10, 10000, &control_ms, error) ||
       !sec.get_uint("react_ms", 1, 10000, &react_ms, error) ||

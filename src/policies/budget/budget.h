@@ -47,7 +47,7 @@ struct BudgetParams {
   ControllerParams controller;
   uint64_t control_ns = 100'000'000;   // how often the controller moves the share
   // Between control periods: the share halves at once when the launches of the last react_ns read
-  // over the budget (their median), at most once per react_ns, so a rise of the tenant's load costs it a
+  // over the budget (p90), at most once per react_ns, so a rise of the tenant's load costs it a
   // few of its steps, not a control period's worth.
   uint64_t react_ns = 20'000'000;
   uint64_t probe_every_ns = 5'000'000'000;
@@ -66,7 +66,7 @@ struct BudgetParams {
 };
 
 // Launches the reactive back-off needs in its span before it judges.
-inline constexpr std::size_t kReactMinLaunches = 3;
+inline constexpr std::size_t kReactMinLaunches = 2;
 
 // What the policy keeps of one budgeted tenant.
 struct TenantBudget {
