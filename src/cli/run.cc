@@ -12,6 +12,7 @@
 
 #include "cli/client.h"
 #include "cli/commands.h"
+#include "cli/simulate.h"
 #include "common/config.h"
 
 namespace gpuos::cli {
@@ -92,6 +93,9 @@ int run_command(const RunOptions& o, const std::vector<std::string>& cmd) {
   }
   std::string ld = abs;
   if (const char* old = std::getenv("LD_PRELOAD"); old != nullptr && old[0] != '\0') ld += std::string(":") + old;
+  // The simulated GPUs are the daemon's (`gpuos daemon --simulate N`): the double's shared segment
+  // keeps the count of the first process, so the tenant sets none of its own.
+  if (o.simulate && !use_simulated_device("run", 0)) return 2;
 
   std::string why;
   std::string socket = resolve_socket(o.socket, cfg, &why);
