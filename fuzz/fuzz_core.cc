@@ -69,7 +69,8 @@ int lowest_free_fd() {
 
 bool valid_reply_type(uint32_t t) {
   return t == GPUOS_MSG_REGISTER_REPLY || t == GPUOS_MSG_GPU_INFO || t == GPUOS_MSG_TENANT_INFO ||
-         t == GPUOS_MSG_LIST_END || t == GPUOS_MSG_REPLY || t == GPUOS_MSG_SWAP_POOL_REPLY;
+         t == GPUOS_MSG_LIST_END || t == GPUOS_MSG_REPLY || t == GPUOS_MSG_SWAP_POOL_REPLY ||
+         t == GPUOS_MSG_SPACE_INFO;
 }
 
 struct Harness {

@@ -312,7 +312,11 @@ typedef enum gpuos_msg_type {
   GPUOS_MSG_ACTIVITY = 10,      /* tenant -> daemon: gpuos_msg_activity; no reply */
   GPUOS_MSG_SWAP_POOL = 11,     /* tenant -> daemon: gpuos_msg_header only; asks for the swap pool */
   GPUOS_MSG_SWAP_POOL_REPLY = 12, /* daemon -> tenant: gpuos_msg_swap_pool_reply (+ pool memfd) */
-  GPUOS_MSG_TYPE_MAX = 12,
+  /* Added in v2 (types are only ever added; a daemon that predates one refuses it with
+     GPUOS_ERR_BAD_MESSAGE "unknown message type N", which a client reads as "not supported"): */
+  GPUOS_MSG_SPACE_QUERY = 13,   /* client -> daemon: gpuos_msg_space_query (any local user) */
+  GPUOS_MSG_SPACE_INFO = 14,    /* daemon -> client: gpuos_msg_space_info */
+  GPUOS_MSG_TYPE_MAX = 14,
 } gpuos_msg_type;
 
 typedef struct gpuos_msg_header {
@@ -437,8 +441,12 @@ typedef struct gpuos_msg_tenant_info {
   uint32_t max_slowdown_permille;
   uint32_t slowdown_permille;
   uint32_t be_share_permille;
-  uint32_t reserved9;
+  uint32_t gate_by; /* why a live tenant's gate is closed: GPUOS_GATE_BY_* bits (0 = open, or a
+                       daemon that predates the field) */
 } gpuos_msg_tenant_info;
+#define GPUOS_GATE_BY_ADMIN 1u  /* an admin holds it (gpuos gate ID close); survives a restart */
+#define GPUOS_GATE_BY_POLICY 2u /* the time-gate policy closed it */
+#define GPUOS_GATE_BY_MEMORY 4u /* the memory slot holds it: the tenant's memory is out or moving */
 
 typedef struct gpuos_msg_set_gate {
   gpuos_msg_header hdr;
@@ -464,6 +472,26 @@ typedef struct gpuos_msg_swap_pool_reply {
   uint32_t reserved;
   uint64_t pool_bytes;
 } gpuos_msg_swap_pool_reply;
+
+/* `gpuos run --space DOMAIN` asks gpuosd (which owns the config) about a trust domain before it
+ * runs the program. The answer: status GPUOS_OK (the domain exists and the asking uid may join it),
+ * GPUOS_ERR_NOT_FOUND (no such domain; text names the known ones) or GPUOS_ERR_PERMISSION (the uid
+ * may not join: its tenant would run time-shared); with a domain that exists, its MPS directories
+ * (absolute paths) and whether its MPS control daemon answers (text says why not). */
+typedef struct gpuos_msg_space_query {
+  gpuos_msg_header hdr;
+  char domain[GPUOS_DOMAIN_MAX];
+} gpuos_msg_space_query;
+
+#define GPUOS_PATH_MAX 128
+typedef struct gpuos_msg_space_info {
+  gpuos_msg_header hdr;
+  int32_t status;     /* gpuos_status */
+  uint32_t available; /* 1: the domain's MPS control daemon answers; 0: not (text says why) */
+  char mps_pipe_dir[GPUOS_PATH_MAX]; /* CUDA_MPS_PIPE_DIRECTORY for its tenants ("" if none) */
+  char mps_log_dir[GPUOS_PATH_MAX];  /* CUDA_MPS_LOG_DIRECTORY */
+  char text[GPUOS_TEXT_MAX];
+} gpuos_msg_space_info;
 
 typedef struct gpuos_msg_reply {
   gpuos_msg_header hdr;
@@ -504,6 +532,9 @@ static_assert(sizeof(gpuos_msg_gpu_info) == 176, "ABI v2 frozen");
 static_assert(sizeof(gpuos_msg_reply) == 184, "ABI v2 frozen");
 static_assert(sizeof(gpuos_msg_activity) == 24, "ABI v2 frozen");
 static_assert(sizeof(gpuos_msg_swap_pool_reply) == 32, "ABI v2 frozen");
+static_assert(sizeof(gpuos_msg_space_query) == 48, "ABI v2 frozen");
+static_assert(sizeof(gpuos_msg_space_info) == 440, "ABI v2 frozen");
+static_assert(sizeof(gpuos_msg_space_info) <= GPUOS_MSG_MAX_SIZE, "fits the receive buffer");
 static_assert(sizeof(gpuos_msg_tenant_info) <= GPUOS_MSG_MAX_SIZE, "fits the receive buffer");
 #endif
 

@@ -2,10 +2,12 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstdio>
 #include <cstring>
+#include <string_view>
 
 #include "common/ipc.h"
 
@@ -202,6 +204,75 @@ bool shutdown_daemon(const std::string& socket, std::string* err) {
   return simple_request(socket, &h, sizeof(h), err);
 }
 
+SpaceQuery query_space_domain(const std::string& socket, const std::string& domain, SpaceDomainInfo* out,
+                              std::string* err) {
+  if (domain.empty() || domain.size() >= GPUOS_DOMAIN_MAX) {
+    *err = "a domain name has 1.." + std::to_string(GPUOS_DOMAIN_MAX - 1) + " bytes";
+    return SpaceQuery::kFailed;
+  }
+  int fd = connect_or_explain(socket, err);
+  if (fd < 0) return SpaceQuery::kNoDaemon;
+  gpuos_msg_space_query m{};
+  init_header(&m.hdr, GPUOS_MSG_SPACE_QUERY, sizeof(m), 1);
+  copy_name(m.domain, sizeof(m.domain), domain.c_str());
+  SpaceQuery result = SpaceQuery::kFailed;
+  alignas(8) unsigned char buf[GPUOS_MSG_MAX_SIZE + 1];
+  long n = 0;
+  uint32_t type = send_or_explain(fd, &m, sizeof(m), err) ? receive_valid(fd, buf, sizeof(buf), &n, err) : 0;
+  close(fd);
+  if (type == GPUOS_MSG_REPLY) {
+    gpuos_msg_reply r;
+    std::memcpy(&r, buf, sizeof(r));
+    *err = "gpuosd: " + reply_error(r);
+    // A daemon that predates the message refuses it as unknown (validate_message's wording).
+    if (r.status == GPUOS_ERR_BAD_MESSAGE && strnlen(r.text, sizeof(r.text)) < sizeof(r.text) &&
+        std::strncmp(r.text, "unknown message type", 20) == 0) {
+      result = SpaceQuery::kNotSupported;
+    }
+    return result;
+  }
+  if (type != GPUOS_MSG_SPACE_INFO) {
+    if (type != 0) *err = "unexpected reply type " + std::to_string(type) + " to SPACE_QUERY";
+    return result;
+  }
+  gpuos_msg_space_info r;
+  std::memcpy(&r, buf, sizeof(r));
+  // Everything from the wire is checked before it becomes the program's environment.
+  if (!has_nul(r.mps_pipe_dir, sizeof(r.mps_pipe_dir)) || !has_nul(r.mps_log_dir, sizeof(r.mps_log_dir)) ||
+      !has_nul(r.text, sizeof(r.text)) || r.available > 1) {
+    *err = "malformed SPACE_INFO from gpuosd";
+    return result;
+  }
+  const bool has_dirs = r.status == GPUOS_OK || r.status == GPUOS_ERR_PERMISSION;
+  if (!has_dirs && r.status != GPUOS_ERR_NOT_FOUND && r.status != GPUOS_ERR_INTERNAL) {
+    *err = "SPACE_INFO with unknown status " + std::to_string(r.status);
+    return result;
+  }
+  auto plain_absolute = [](const char* p) {
+    std::string_view v(p);
+    if (v.empty() || v[0] != '/' || v.find("/../") != std::string_view::npos || v.ends_with("/..")) return false;
+    return std::none_of(v.begin(), v.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; });
+  };
+  if (has_dirs && (!plain_absolute(r.mps_pipe_dir) || !plain_absolute(r.mps_log_dir))) {
+    *err = "SPACE_INFO names MPS directories that are not plain absolute paths";
+    return result;
+  }
+  out->status = static_cast<gpuos_status>(r.status);
+  out->available = r.available != 0;
+  out->pipe_dir = has_dirs ? r.mps_pipe_dir : "";
+  out->log_dir = has_dirs ? r.mps_log_dir : "";
+  out->text = printable(r.text);
+  return SpaceQuery::kAnswered;
+}
+
+const char* gated_by_name(const gpuos_msg_tenant_info& t) {
+  if (t.state == GPUOS_TENANT_EXITED) return "";
+  if (t.gate_by & GPUOS_GATE_BY_ADMIN) return "admin";
+  if (t.gate_by & GPUOS_GATE_BY_MEMORY) return "memory";
+  if (t.gate_by & GPUOS_GATE_BY_POLICY) return "policy";
+  return "";
+}
+
 const char* state_name(uint32_t state) {
   switch (state) {
     case GPUOS_TENANT_RUNNING: return "running";
@@ -221,9 +292,9 @@ const char* swap_state_name(uint32_t state) {
   }
 }
 
-// The STATE column: a live tenant whose memory is not on the GPU shows that instead of "gated".
 const char* display_state(const gpuos_msg_tenant_info& t) {
   if (t.state != GPUOS_TENANT_EXITED && t.swap_state != GPUOS_SWAP_RESIDENT) return swap_state_name(t.swap_state);
+  if (t.state == GPUOS_TENANT_GATED && std::strcmp(gated_by_name(t), "admin") == 0) return "held";
   return state_name(t.state);
 }
 
@@ -247,6 +318,10 @@ nlohmann::json listing_json(const Listing& l) {
     o["name"] = cstr(t.name, sizeof(t.name));
     o["class"] = class_name(t.tenant_class);
     o["state"] = state_name(t.state);
+    // Who holds a closed gate: "admin" (gpuos gate ID close; kept across a gpuosd restart), "memory"
+    // or "policy"; null while open (or from a daemon that does not say).
+    const char* by = gated_by_name(t);
+    o["gated_by"] = by[0] != '\0' ? nlohmann::json(by) : nlohmann::json();
     o["priority"] = t.priority;
     o["weight"] = t.weight;
     o["launches"] = t.launches;

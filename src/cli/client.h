@@ -29,6 +29,23 @@ bool list_tenants(const std::string& socket, bool include_exited, Listing* out, 
 bool set_gate(const std::string& socket, uint32_t tenant_id, uint32_t gate, std::string* err);
 bool shutdown_daemon(const std::string& socket, std::string* err);
 
+// gpuosd's word on a spatial trust domain (SPACE_QUERY), for `gpuos run --space`: the daemon owns
+// the config, so the client does not guess from a file of its own.
+struct SpaceDomainInfo {
+  gpuos_status status = GPUOS_ERR_NOT_FOUND;  // OK, NOT_FOUND, PERMISSION (may not join), INTERNAL
+  bool available = false;                     // its MPS control daemon answers
+  std::string pipe_dir, log_dir;              // absolute; set unless NOT_FOUND/INTERNAL
+  std::string text;                           // why not (printable)
+};
+enum class SpaceQuery {
+  kAnswered,      // *out holds gpuosd's answer
+  kNoDaemon,      // nobody (trustworthy) answers on the socket
+  kNotSupported,  // a gpuosd that predates SPACE_QUERY
+  kFailed,        // a malformed or unexpected answer
+};
+SpaceQuery query_space_domain(const std::string& socket, const std::string& domain, SpaceDomainInfo* out,
+                              std::string* err);
+
 // The `gpuos ps --json` schema of docs/CONTRACTS.md.
 nlohmann::json listing_json(const Listing& l);
 // The `gpuos ps` table (GPU lines, then one row per tenant).
@@ -42,6 +59,14 @@ std::string partition_text(const gpuos_msg_tenant_info& t);
 // the first measure, its budget, the share best-effort tenants have beside it); "-" without one.
 std::string budget_text(const gpuos_msg_tenant_info& t);
 const char* state_name(uint32_t state);
+// Who holds a live tenant's gate closed (TENANT_INFO gate_by): "admin" (gpuos gate ID close; it
+// outranks the rest), "memory" (its memory is out or moving), "policy"; "" when the gate is open or
+// the daemon does not say.
+const char* gated_by_name(const gpuos_msg_tenant_info& t);
+// The STATE column of ps and top: a live tenant whose memory is not on the GPU shows its swap state
+// instead of "gated", and one an admin holds shows "held" (a policy's gate opens by itself; a hold
+// waits for an admin).
+const char* display_state(const gpuos_msg_tenant_info& t);
 
 // Directory holding the running executable (from /proc/self/exe); "" if unknown.
 std::string exe_dir();

@@ -23,13 +23,14 @@
 
 #include "cli/client.h"
 #include "cli/commands.h"
+#include "cli/simulate.h"
 #include "common/ipc.h"
 #include "gpuos/driver_api.h"
 
 namespace gpuos::cli {
 namespace {
 
-using Env = std::vector<std::pair<std::string, std::string>>;
+using Env = EnvVars;
 
 bool exists(const std::string& p) {
   struct stat st;
@@ -158,17 +159,15 @@ int demo_command(const DemoOptions& o) {
   std::string sim_shm;
   if (!real_gpu_present()) {
     simulated = true;
-    std::string dd = dir + "/../lib/driver_double";
-    if (!exists(dd + "/libcuda.so.1")) {
-      std::fprintf(stderr, "gpuos demo: no GPU found and no driver double at %s/libcuda.so.1\n", dd.c_str());
+    std::string why;
+    const std::string dd = find_driver_double(&why);
+    if (dd.empty()) {
+      std::fprintf(stderr, "gpuos demo: no GPU found, and %s\n", why.c_str());
       std::filesystem::remove_all(tmp);
       return 2;
     }
-    char real[PATH_MAX];
-    if (realpath(dd.c_str(), real) != nullptr) dd = real;
-    const char* old = std::getenv("LD_LIBRARY_PATH");
-    env.emplace_back("LD_LIBRARY_PATH", dd + (old && old[0] ? std::string(":") + old : ""));
-    env.emplace_back("GPUOS_DRIVER_LIBRARY", dd + "/libcuda.so.1");
+    const EnvVars sim = simulated_device_env(dd, 0);
+    env.insert(env.end(), sim.begin(), sim.end());
     sim_shm = "/gpuos-sim-demo-" + std::to_string(getpid());
     env.emplace_back("GPUOS_SIM_SHM", sim_shm);
     if (!o.json) std::printf("no GPU found: running on the simulated device (driver test double)\n");

@@ -10,6 +10,7 @@
 
 #include "cli/client.h"
 #include "cli/commands.h"
+#include "cli/simulate.h"
 #include "cli/top.h"
 #include "common/config.h"
 #include "policies/registry.h"
@@ -142,6 +143,14 @@ int main(int argc, char** argv) {
   daemon->add_option("--metrics-listen", metrics_listen,
                      "Prometheus endpoint HOST:PORT, \"\" to disable (overrides [metrics] listen)");
   daemon->add_flag("--foreground", foreground, "stay in the foreground (always)");
+  unsigned simulate_gpus = 0;
+  daemon->add_option("--simulate", simulate_gpus,
+                     "no GPU needed: run on N simulated GPUs (default 1; the driver test double, built next to "
+                     "gpuos); start tenants with `gpuos run --simulate`")
+      ->expected(0, 1)
+      ->default_str("1")
+      ->check(CLI::Range(1, 16))
+      ->type_name("N");
 
   RunOptions ro;
   auto* run = app.add_subcommand("run", "run a command as a gpuos tenant: gpuos run [options] -- CMD [ARGS...]");
@@ -175,6 +184,8 @@ int main(int argc, char** argv) {
                   "the rest of the GPU (time policy \"budget\"). Default: [tenants] max_slowdown")
       ->check(CLI::Range(1.001, 100.0))
       ->type_name("X");
+  run->add_flag("--simulate", ro.simulate,
+                "run on the simulated device of `gpuos daemon --simulate N` (the driver test double)");
   run->add_option("--socket", ro.socket, "control socket path");
   run->add_option("--config", ro.config, "config file");
   run->prefix_command();  // without "--": the first positional starts the command
@@ -222,6 +233,7 @@ int main(int argc, char** argv) {
     return app.exit(e);
   }
 
+  if (*daemon && simulate_gpus != 0 && !use_simulated_device("daemon", simulate_gpus)) return 2;
   if (*daemon) return cmd_daemon(config, socket, policy, metrics_listen, foreground);
   if (*run) {
     if (command.empty()) command = run->remaining();

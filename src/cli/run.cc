@@ -12,9 +12,56 @@
 
 #include "cli/client.h"
 #include "cli/commands.h"
+#include "cli/simulate.h"
 #include "common/config.h"
 
 namespace gpuos::cli {
+namespace {
+
+// --space DOMAIN without a gpuosd to ask (`no_daemon` says why): the domain's MPS directories from
+// our own config, under the mps_dir of the daemon this run would talk to. False after saying why
+// on stderr.
+bool space_from_config(const std::string& space, const Config& cfg, const std::string& socket,
+                       const std::string& no_daemon, std::string* mps_pipe, std::string* mps_log) {
+  if (cfg.spatial.find(space) == nullptr) {
+    std::string known;
+    for (const auto& d : cfg.spatial.domains) known += (known.empty() ? "" : ", ") + d.name;
+    std::string src = cfg.source.empty() ? std::string("the built-in defaults") : cfg.source;
+    if (known.empty()) {
+      std::fprintf(stderr,
+                   "gpuos run: --space %s: no such trust domain: %s defines no [[spatial.domain]] (spatial "
+                   "sharing is off), and gpuosd could not be asked (%s)\n",
+                   space.c_str(), src.c_str(), no_daemon.c_str());
+    } else {
+      std::fprintf(stderr, "gpuos run: --space %s: no such trust domain in %s (known: %s), and gpuosd could not be "
+                   "asked (%s)\n", space.c_str(), src.c_str(), known.c_str(), no_daemon.c_str());
+    }
+    return false;
+  }
+  std::string dir = effective_mps_dir(cfg, socket);
+  *mps_pipe = mps_pipe_dir(dir, space);
+  *mps_log = mps_log_dir(dir, space);
+  // gpuosd keeps <mps_dir>/<domain>/status: say so when the program would not share in space.
+  std::string status;
+  if (FILE* f = std::fopen(mps_status_file(dir, space).c_str(), "re")) {
+    char line[512];
+    if (std::fgets(line, sizeof(line), f) != nullptr) status = line;
+    std::fclose(f);
+    while (!status.empty() && (status.back() == '\n' || status.back() == '\r')) status.pop_back();
+  }
+  if (status.empty()) {
+    std::fprintf(stderr,
+                 "gpuos run: warning: trust domain %s has no MPS control daemon (no status in %s: is gpuosd "
+                 "running with this config?); the program runs time-shared\n",
+                 space.c_str(), dir.c_str());
+  } else if (status != "available") {
+    std::fprintf(stderr, "gpuos run: warning: trust domain %s: %s; the program runs time-shared\n", space.c_str(),
+                 status.c_str());
+  }
+  return true;
+}
+
+}  // namespace
 
 int run_command(const RunOptions& o, const std::vector<std::string>& cmd) {
   if (cmd.empty()) {
@@ -46,6 +93,9 @@ int run_command(const RunOptions& o, const std::vector<std::string>& cmd) {
   }
   std::string ld = abs;
   if (const char* old = std::getenv("LD_PRELOAD"); old != nullptr && old[0] != '\0') ld += std::string(":") + old;
+  // The simulated GPUs are the daemon's (`gpuos daemon --simulate N`): the double's shared segment
+  // keeps the count of the first process, so the tenant sets none of its own.
+  if (o.simulate && !use_simulated_device("run", 0)) return 2;
 
   std::string why;
   std::string socket = resolve_socket(o.socket, cfg, &why);
@@ -61,40 +111,38 @@ int run_command(const RunOptions& o, const std::vector<std::string>& cmd) {
     return 2;
   }
   if (!o.space.empty()) {
-    if (cfg.spatial.find(o.space) == nullptr) {
-      std::string known;
-      for (const auto& d : cfg.spatial.domains) known += (known.empty() ? "" : ", ") + d.name;
-      std::string src = cfg.source.empty() ? std::string("the built-in defaults") : cfg.source;
-      if (known.empty()) {
-        std::fprintf(stderr,
-                     "gpuos run: --space %s: no such trust domain: %s defines no [[spatial.domain]] (spatial "
-                     "sharing is off)\n",
-                     o.space.c_str(), src.c_str());
-      } else {
-        std::fprintf(stderr, "gpuos run: --space %s: no such trust domain in %s (known: %s)\n", o.space.c_str(),
-                     src.c_str(), known.c_str());
-      }
+    // gpuosd owns the config: it says whether the domain exists, whether this user may join it, where
+    // its MPS directories are and whether its MPS control daemon is up. Only a daemon that cannot be
+    // asked (none running, or one that predates the question) leaves the answer to our config.
+    if (o.space.size() >= GPUOS_DOMAIN_MAX) {
+      std::fprintf(stderr, "gpuos run: --space %s: a trust domain's name has at most %u bytes\n", o.space.c_str(),
+                   GPUOS_DOMAIN_MAX - 1);
       return 2;
     }
-    std::string dir = effective_mps_dir(cfg, socket);
-    mps_pipe = mps_pipe_dir(dir, o.space);
-    mps_log = mps_log_dir(dir, o.space);
-    // gpuosd keeps <mps_dir>/<domain>/status: say so when the program would not share in space.
-    std::string status;
-    if (FILE* f = std::fopen(mps_status_file(dir, o.space).c_str(), "re")) {
-      char line[512];
-      if (std::fgets(line, sizeof(line), f) != nullptr) status = line;
-      std::fclose(f);
-      while (!status.empty() && (status.back() == '\n' || status.back() == '\r')) status.pop_back();
+    SpaceDomainInfo info;
+    std::string asked;
+    const SpaceQuery q = query_space_domain(socket, o.space, &info, &asked);
+    if (q == SpaceQuery::kFailed) {
+      std::fprintf(stderr, "gpuos run: --space %s: asking gpuosd on %s: %s\n", o.space.c_str(), socket.c_str(),
+                   asked.c_str());
+      return 2;
     }
-    if (status.empty()) {
-      std::fprintf(stderr,
-                   "gpuos run: warning: trust domain %s has no MPS control daemon (no status in %s: is gpuosd "
-                   "running with this config?); the program runs time-shared\n",
-                   o.space.c_str(), dir.c_str());
-    } else if (status != "available") {
-      std::fprintf(stderr, "gpuos run: warning: trust domain %s: %s; the program runs time-shared\n",
-                   o.space.c_str(), status.c_str());
+    if (q == SpaceQuery::kAnswered) {
+      if (info.status == GPUOS_ERR_NOT_FOUND || info.status == GPUOS_ERR_INTERNAL) {
+        std::fprintf(stderr, "gpuos run: --space %s: %s\n", o.space.c_str(), info.text.c_str());
+        return 2;
+      }
+      mps_pipe = info.pipe_dir;
+      mps_log = info.log_dir;
+      if (info.status == GPUOS_ERR_PERMISSION) {
+        std::fprintf(stderr, "gpuos run: warning: trust domain %s: %s; the program runs time-shared\n",
+                     o.space.c_str(), info.text.c_str());
+      } else if (!info.available) {
+        std::fprintf(stderr, "gpuos run: warning: trust domain %s: unavailable%s%s; the program runs time-shared\n",
+                     o.space.c_str(), info.text.empty() ? "" : ": ", info.text.c_str());
+      }
+    } else if (!space_from_config(o.space, cfg, socket, asked, &mps_pipe, &mps_log)) {
+      return 2;
     }
   }
 

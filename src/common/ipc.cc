@@ -147,6 +147,8 @@ std::size_t message_size(uint32_t type) {
     case GPUOS_MSG_ACTIVITY: return sizeof(gpuos_msg_activity);
     case GPUOS_MSG_SWAP_POOL: return sizeof(gpuos_msg_header);
     case GPUOS_MSG_SWAP_POOL_REPLY: return sizeof(gpuos_msg_swap_pool_reply);
+    case GPUOS_MSG_SPACE_QUERY: return sizeof(gpuos_msg_space_query);
+    case GPUOS_MSG_SPACE_INFO: return sizeof(gpuos_msg_space_info);
     default: return 0;
   }
 }

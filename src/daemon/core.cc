@@ -153,6 +153,11 @@ Outcome Core::handle_message(Connection& conn, const void* data, std::size_t len
     }
     case GPUOS_MSG_SWAP_POOL:
       return on_swap_pool(conn, h);
+    case GPUOS_MSG_SPACE_QUERY: {
+      gpuos_msg_space_query m;
+      std::memcpy(&m, data, sizeof(m));
+      return on_space_query(conn, m);
+    }
     default:
       std::snprintf(why, sizeof(why), "message type %u is sent by the daemon, not to it",
                     static_cast<unsigned>(h.type));
@@ -214,14 +219,17 @@ Outcome Core::on_register(Connection& conn, const gpuos_msg_register& m) {
   t.id = next_id_;
   // Re-registration after a daemon restart: keep the id the tenant had if this daemon never used
   // it (not live, not in the history), so ps, metrics and admins keep seeing the same tenant; and
-  // only if the ledger says it was this very process's (another user cannot take it).
+  // only if the ledger says it was this very process's (another user cannot take it). New tenants
+  // skip the ids the ledger keeps (below), so such an id was never given to anyone else here.
   if (const uint32_t prev = m.previous_tenant_id; prev != 0 && tenants_.count(prev) == 0 &&
       ids_.owned_by(prev, conn.peer.uid, m.pid) &&
       std::none_of(history_.begin(), history_.end(), [&](const gpuos_msg_tenant_info& h) { return h.tenant_id == prev; }) &&
-      prev >= next_id_ && prev < 0x80000000u) {  // (bounded: a lying tenant cannot wrap the ids)
+      prev < 0x80000000u) {  // (bounded: a lying tenant cannot wrap the ids)
     t.id = prev;
   }
-  while (tenants_.count(t.id) != 0 || t.id == 0) ++t.id;  // never two live tenants with one id
+  // Never two live tenants with one id, and not the id of a survivor of the previous daemon that has
+  // yet to re-register (the ledger keeps it, and its hold, for that process).
+  while (tenants_.count(t.id) != 0 || t.id == 0 || ids_.kept_for_another(t.id, conn.peer.uid, m.pid)) ++t.id;
   t.pid = m.pid;
   t.uid = conn.peer.uid;
   t.tenant_class = m.tenant_class;
@@ -292,8 +300,11 @@ Outcome Core::on_register(Connection& conn, const gpuos_msg_register& m) {
   if (adm.mem_quota_bytes == 0) adm.mem_borrow_bytes = 0;  // borrowing is on top of a quota
   if (adm.mem_borrow_bytes > UINT64_MAX - adm.mem_quota_bytes) adm.mem_borrow_bytes = UINT64_MAX - adm.mem_quota_bytes;
   uint32_t gate = adm.initial_gate == GPUOS_GATE_CLOSED ? GPUOS_GATE_CLOSED : GPUOS_GATE_OPEN;
+  // An admin's hold outlives the daemon: a tenant held before a restart is held again from its first
+  // launch under this one (the policy's initial gate is still what it answered, for the release).
+  const bool held = ids_.held(conn.peer.uid, m.pid);
 
-  if (int r = create_tenant_blocks(t, adm.mem_quota_bytes, gate, now_mono_ns()); r < 0) {
+  if (int r = create_tenant_blocks(t, adm.mem_quota_bytes, held ? GPUOS_GATE_CLOSED : gate, now_mono_ns()); r < 0) {
     std::snprintf(why, sizeof(why), "cannot create the tenant's shared blocks: %s%s", std::strerror(-r),
                   r == -EINVAL ? " (sealing them needs Linux 5.1 or later)" : "");
     log::error("registration of pid %d: %s", m.pid, why);
@@ -311,6 +322,7 @@ Outcome Core::on_register(Connection& conn, const gpuos_msg_register& m) {
     std::atomic_ref<uint32_t>(t.grants->space_enabled).store(1, std::memory_order_release);
   }
   t.gate.policy_gate = gate;
+  t.gate.pinned = held;
   t.registered_unix_ms = now_ms();
   t.busy.obs_ns = now_mono_ns();
   t.swap.resident_since_ns = t.busy.obs_ns;
@@ -337,11 +349,12 @@ Outcome Core::on_register(Connection& conn, const gpuos_msg_register& m) {
   log::info("tenant %u registered: pid %d uid %u name \"%s\" class %s priority %d weight %u gate %s "
             "max_inflight %u idle_grace_us %u max_slowdown %u.%03u%s%s",
             t.id, t.pid, static_cast<unsigned>(t.uid), t.name, class_name(t.tenant_class), t.priority, t.weight,
-            gate == GPUOS_GATE_OPEN ? "open" : "closed", adm.max_inflight, adm.idle_grace_us,
+            held ? "held (an admin's hold from before gpuosd restarted)" : gate == GPUOS_GATE_OPEN ? "open" : "closed",
+            adm.max_inflight, adm.idle_grace_us,
             t.granted.max_slowdown_permille / 1000, t.granted.max_slowdown_permille % 1000,
             t.in_domain() ? " space_domain " : "", t.space.domain);
   tenants_.emplace(t.id, t);
-  ids_.record(t.id, t.uid, t.pid);
+  ids_.record(t.id, t.uid, t.pid, held);
   const uint64_t now = now_mono_ns();
   time_.run("on_admitted", [&](slots::TimeGate& p) { p.on_admitted(t.id); });
   space_.run("on_admitted", [&](slots::SpacePolicy& p) { p.on_admitted(t.id); });
@@ -359,6 +372,7 @@ gpuos_status Core::admin_set_gate(uint32_t tenant_id, uint32_t gate) {
   t.gate.pinned = gate == GPUOS_GATE_CLOSED;
   if (!t.gate.pinned) t.gate.policy_gate = GPUOS_GATE_OPEN;
   publish_gate(t);
+  ids_.set_held(tenant_id, t.gate.pinned);  // durable: a restarted gpuosd holds it again
   // The pin is gone: the time gate decides about this tenant again now, not at its next event.
   if (!t.gate.pinned) run_time_gate(slots::Event::kAdmin, tenant_id, now_mono_ns());
   return GPUOS_OK;
@@ -540,6 +554,34 @@ Outcome Core::on_swap_pool(Connection& conn, const gpuos_msg_header& h) {
   r.pool_bytes = r.status == GPUOS_OK ? bytes : 0;
   o.replies.push_back(encode(r));
   if (r.status == GPUOS_OK) o.replies.back().fds[0] = fd;
+  return o;
+}
+
+Outcome Core::on_space_query(Connection& conn, const gpuos_msg_space_query& m) {
+  if (!has_nul(m.domain, sizeof(m.domain))) {
+    return refuse(m.hdr.seq, GPUOS_ERR_BAD_MESSAGE, "SPACE_QUERY domain is not NUL-terminated");
+  }
+  SpaceDomainAnswer a;
+  if (opts_.space_query) {
+    a = opts_.space_query(m.domain, conn.peer);
+  } else {
+    a.text = "gpuosd's config defines no [[spatial.domain]] (spatial sharing is off)";
+  }
+  gpuos_msg_space_info r{};
+  init_header(&r.hdr, GPUOS_MSG_SPACE_INFO, sizeof(r), m.hdr.seq);
+  r.status = a.status;
+  // Paths that do not fit are not sent cut: the client would set a wrong directory.
+  if (a.pipe_dir.size() < sizeof(r.mps_pipe_dir) && a.log_dir.size() < sizeof(r.mps_log_dir)) {
+    r.available = a.available ? 1 : 0;
+    copy_name(r.mps_pipe_dir, sizeof(r.mps_pipe_dir), a.pipe_dir.c_str());
+    copy_name(r.mps_log_dir, sizeof(r.mps_log_dir), a.log_dir.c_str());
+  } else if (r.status != GPUOS_ERR_NOT_FOUND) {
+    r.status = GPUOS_ERR_INTERNAL;
+    a.text = "the domain's MPS directories are longer than the protocol carries";
+  }
+  copy_name(r.text, sizeof(r.text), a.text.c_str());
+  Outcome o;
+  o.replies.push_back(encode(r));
   return o;
 }
 

@@ -120,6 +120,14 @@ struct VerifyOptions {
   std::set<pid_t> ignored;       // processes that are no tenant by design (gpuosd itself)
 };
 
+// gpuosd's answer to SPACE_QUERY (`gpuos run --space DOMAIN` asks before it runs the program).
+struct SpaceDomainAnswer {
+  gpuos_status status = GPUOS_ERR_NOT_FOUND;  // OK, NOT_FOUND (no such domain), PERMISSION (may not join)
+  bool available = false;                     // its MPS control daemon answers
+  std::string pipe_dir, log_dir;              // its MPS directories ("" for an unknown domain)
+  std::string text;                           // why not (known domains, who may join, MPS state)
+};
+
 struct CoreOptions {
   uint32_t max_tenants = 256;
   // Live tenants of one non-admin uid at once (0 = no cap): one user cannot fill the table and
@@ -156,6 +164,9 @@ struct CoreOptions {
   // Spatial sharing: may this peer's tenant join spatial domain `domain`? "" = yes, else the reason
   // it may not (it is then admitted time-shared only). Null: no domain exists (config [spatial]).
   std::function<std::string(const std::string& domain, const Peer& peer)> space_admit;
+  // SPACE_QUERY: what gpuosd's config and MPS supervisor say about a domain for this peer. Null: no
+  // domain exists (every query is NOT_FOUND).
+  std::function<SpaceDomainAnswer(const std::string& domain, const Peer& peer)> space_query;
   uint32_t space_group_sms = 8;  // the driver's minimum partition (written into spatial tenants' blocks)
   VerifyOptions verify;
   std::function<uint64_t()> unix_ms;            // null: CLOCK_REALTIME in ms (injectable for tests)
@@ -242,6 +253,7 @@ class Core final {
   Outcome on_shutdown(Connection& conn, const gpuos_msg_header& h);
   Outcome on_activity(Connection& conn, const gpuos_msg_activity& m);
   Outcome on_swap_pool(Connection& conn, const gpuos_msg_header& h);
+  Outcome on_space_query(Connection& conn, const gpuos_msg_space_query& m);
 
   // The slots, each asked with a fresh view and its actions carried out.
   void run_time_gate(slots::Event e, uint32_t tenant_id, uint64_t now);

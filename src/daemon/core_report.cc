@@ -52,6 +52,11 @@ gpuos_msg_tenant_info Core::snapshot(const Tenant& t, uint32_t state, uint64_t e
   i.max_slowdown_permille = t.granted.max_slowdown_permille;
   i.slowdown_permille = t.budget.slowdown_permille;
   i.be_share_permille = t.budget.be_share_permille;
+  if (state != GPUOS_TENANT_EXITED) {  // who holds the gate closed, so ps can tell a hold from gating
+    i.gate_by = (t.gate.pinned ? GPUOS_GATE_BY_ADMIN : 0u) |
+                (t.gate.policy_gate == GPUOS_GATE_CLOSED ? GPUOS_GATE_BY_POLICY : 0u) |
+                (t.gate.held ? GPUOS_GATE_BY_MEMORY : 0u);
+  }
   copy_name(i.space_domain, sizeof(i.space_domain), t.space.domain);
   const uint32_t home = gpu_map_.home(t);
   const int home_ordinal = gpu_map_.ordinal_of(t, home);

@@ -41,7 +41,9 @@ void IdLedger::load() {
     unsigned long long id = 0, uid = 0, start = 0;
     long long pid = 0;
     if (!(ss >> id >> uid >> pid >> start) || id == 0 || id > UINT32_MAX || pid <= 0) continue;
-    const Entry e{static_cast<uid_t>(uid), static_cast<pid_t>(pid), start};
+    std::string flag;
+    const bool held = ss >> flag && flag == "held";
+    const Entry e{static_cast<uid_t>(uid), static_cast<pid_t>(pid), start, held};
     if (start != 0 && start_time_(e.pid) == start) entries_[static_cast<uint32_t>(id)] = e;
   }
 }
@@ -53,9 +55,29 @@ bool IdLedger::owned_by(uint32_t id, uid_t uid, pid_t pid) const {
   return e.uid == uid && e.pid == pid && e.start != 0 && e.start == start_time_(pid);
 }
 
-void IdLedger::record(uint32_t id, uid_t uid, pid_t pid) {
+bool IdLedger::kept_for_another(uint32_t id, uid_t uid, pid_t pid) const {
+  auto it = entries_.find(id);
+  return it != entries_.end() && !owned_by(id, uid, pid);
+}
+
+bool IdLedger::held(uid_t uid, pid_t pid) const {
+  for (const auto& [id, e] : entries_) {
+    if (e.held && e.uid == uid && e.pid == pid && e.start != 0 && e.start == start_time_(pid)) return true;
+  }
+  return false;
+}
+
+void IdLedger::record(uint32_t id, uid_t uid, pid_t pid, bool held) {
   if (path_.empty()) return;
-  entries_[id] = Entry{uid, pid, start_time_(pid)};
+  std::erase_if(entries_, [&](const auto& kv) { return kv.second.uid == uid && kv.second.pid == pid; });
+  entries_[id] = Entry{uid, pid, start_time_(pid), held};
+  save();
+}
+
+void IdLedger::set_held(uint32_t id, bool held) {
+  auto it = entries_.find(id);
+  if (path_.empty() || it == entries_.end() || it->second.held == held) return;
+  it->second.held = held;
   save();
 }
 
@@ -72,8 +94,8 @@ void IdLedger::save() const {
     return;
   }
   for (const auto& [id, e] : entries_) {
-    std::fprintf(f, "%u %u %d %llu\n", id, static_cast<unsigned>(e.uid), static_cast<int>(e.pid),
-                 static_cast<unsigned long long>(e.start));
+    std::fprintf(f, "%u %u %d %llu%s\n", id, static_cast<unsigned>(e.uid), static_cast<int>(e.pid),
+                 static_cast<unsigned long long>(e.start), e.held ? " held" : "");
   }
   const bool ok = std::fflush(f) == 0;
   std::fclose(f);

@@ -3,7 +3,12 @@
 // says that id was its own: same uid, same pid, same process start time (so a pid reused by
 // another process, or another user's process, cannot take it). The file lives in gpuosd's socket
 // directory, which only gpuosd's user may write; it is rewritten whole (temp file + rename) at
-// every registration and exit. Lines: "<id> <uid> <pid> <start time in clock ticks>".
+// every registration and exit. Lines: "<id> <uid> <pid> <start time in clock ticks>[ held]".
+//
+// It also keeps gpuosd's one piece of authoritative per-tenant state that must outlive the daemon:
+// an admin's hold (`gpuos gate ID close`, "held"). A process whose entry is held is held again when
+// it re-registers with a new gpuosd, whatever id it gets. (A daemon that predates the flag ignores
+// the trailing word.)
 #pragma once
 
 #include <sys/types.h>
@@ -25,6 +30,7 @@ class IdLedger {
     uid_t uid = 0;
     pid_t pid = 0;
     uint64_t start = 0;
+    bool held = false;  // an admin holds the tenant's gate closed
   };
   // path "": nothing is kept (no id is ever honoured). start_time null: process_start_time.
   IdLedger(std::string path, std::function<uint64_t(pid_t)> start_time);
@@ -33,7 +39,15 @@ class IdLedger {
   void load();
   // Whether `id` was this process's (uid, pid and its start time now).
   bool owned_by(uint32_t id, uid_t uid, pid_t pid) const;
-  void record(uint32_t id, uid_t uid, pid_t pid);
+  // Whether `id` is kept for another process than this one (a tenant of the previous daemon that
+  // has not re-registered yet): a new tenant does not get it.
+  bool kept_for_another(uint32_t id, uid_t uid, pid_t pid) const;
+  // Whether an admin held this process's tenant (same uid, pid and start time) under any id.
+  bool held(uid_t uid, pid_t pid) const;
+  // Records `id` as this process's (replacing any other entry of the process), held or not.
+  void record(uint32_t id, uid_t uid, pid_t pid, bool held = false);
+  // Sets or clears the hold of `id`'s entry (none: nothing).
+  void set_held(uint32_t id, bool held);
   void forget(uint32_t id);
   const std::map<uint32_t, Entry>& entries() const { return entries_; }
 

@@ -186,6 +186,33 @@ int main(int argc, char** argv) {
     if (!st->available) return "its MPS control daemon is not running (" + st->reason + ")";
     return "";
   };
+  // `gpuos run --space DOMAIN` asks here rather than reading a config file of its own, which may
+  // not be the one this daemon runs with.
+  std::string known_domains;
+  for (const auto& d : cfg.spatial.domains) known_domains += (known_domains.empty() ? "" : ", ") + d.name;
+  const std::string config_name = cfg.source.empty() ? std::string("built-in defaults") : cfg.source;
+  co.space_query = [&mps, known_domains, config_name](const std::string& domain, const daemon::Peer& peer) {
+    daemon::SpaceDomainAnswer a;
+    std::optional<daemon::SpaceDomainStatus> st = mps.query(domain);
+    if (!st) {
+      a.status = GPUOS_ERR_NOT_FOUND;
+      a.text = known_domains.empty()
+                   ? "gpuosd's config (" + config_name + ") defines no [[spatial.domain]] (spatial sharing is off)"
+                   : "no such trust domain in gpuosd's config (known: " + known_domains + ")";
+      return a;
+    }
+    a.pipe_dir = st->pipe_dir;
+    a.log_dir = st->log_dir;
+    a.available = st->available;
+    if (!mps.allows(domain, peer.uid, peer.admin)) {
+      a.status = GPUOS_ERR_PERMISSION;
+      a.text = "uid " + std::to_string(peer.uid) + " may not join it (its [[spatial.domain]] users)";
+    } else {
+      a.status = GPUOS_OK;
+      a.text = st->available ? "" : st->reason;
+    }
+    return a;
+  };
 
   // The usage check: NVML's view of every GPU against the grants, independent of the tenants.
   GpuosNvmlTable nvml{};

@@ -42,6 +42,7 @@ const char* msg_type_name(uint32_t t) {
     case GPUOS_MSG_SET_GATE: return "set_gate";
     case GPUOS_MSG_SHUTDOWN: return "shutdown";
     case GPUOS_MSG_ACTIVITY: return "activity";
+    case GPUOS_MSG_SPACE_QUERY: return "space_query";
     default: return nullptr;  // types only the daemon sends: counted as bad messages
   }
 }
@@ -223,6 +224,9 @@ std::string render_metrics(Core& core, const MetricsContext& ctx, uint64_t now_m
         [](const TenantStat& t) { return std::string(t.waiting ? "1" : "0"); });
   per_tenant("gpuos_tenant_gated", "gauge", "1 while the tenant's gate is closed.",
         [](const TenantStat& t) { return std::string(t.info.state == GPUOS_TENANT_GATED ? "1" : "0"); });
+  per_tenant("gpuos_tenant_held", "gauge",
+        "1 while an admin holds the tenant's gate closed (gpuos gate ID close; kept across a gpuosd restart).",
+        [](const TenantStat& t) { return std::string((t.info.gate_by & GPUOS_GATE_BY_ADMIN) != 0 ? "1" : "0"); });
   per_tenant("gpuos_tenant_busy_seconds_total", "counter",
         "Time the tenant's busy word was 1, integrated by gpuosd at activity events and 100 ms ticks.",
         [](const TenantStat& t) { return seconds(t.busy_ns); });

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <grp.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -544,6 +545,53 @@ TEST_F(Cli, PsAndTopEscapeTenantNames) {
   ASSERT_NO_THROW(j = nlohmann::json::parse(js.out)) << js.out;
   ASSERT_EQ(j["tenants"].size(), 1u);
   EXPECT_EQ(j["tenants"][0]["name"].get<std::string>(), expect);
+}
+
+// `--simulate`: the driver test double beside the binary (bin/../lib/driver_double) for gpuosd and
+// its tenants, so gpuos runs by hand without a GPU (README "Try it without a GPU").
+TEST_F(Cli, SimulateSelectsTheDriverDoubleBesideTheBinary) {
+  const std::string bin = GPUOS_CLI_BIN;
+  char dd[PATH_MAX];
+  ASSERT_NE(realpath((bin.substr(0, bin.find_last_of('/')) + "/../lib/driver_double").c_str(), dd), nullptr);
+  auto env = base_env();
+  env.push_back({"LD_LIBRARY_PATH", "/opt/mine"});
+  env.push_back({"GPUOS_SIM_DEVICES", nullptr});
+  Result r = run({GPUOS_CLI_BIN, "run", "--simulate", "--config", write("c.toml", ""), "--", "env"}, env);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(has_line(r.out, std::string("LD_LIBRARY_PATH=") + dd + ":/opt/mine")) << r.out;
+  EXPECT_TRUE(has_line(r.out, std::string("GPUOS_DRIVER_LIBRARY=") + dd + "/libcuda.so.1")) << r.out;
+  EXPECT_EQ(r.out.find("GPUOS_SIM_DEVICES="), std::string::npos) << r.out;  // the daemon's count holds
+
+  // gpuos daemon --simulate 2: gpuosd finds two simulated GPUs (through the double's libcuda).
+  std::string sock = dir + "/gpuosd.sock";
+  std::string cfg = write("d.toml", "[daemon]\nlog_level = \"warn\"\n[metrics]\nlisten = \"\"\n");
+  const std::string shm = "/gpuos-cli-sim-" + std::to_string(getpid());
+  pid_t d = fork();
+  if (d == 0) {
+    setenv("GPUOS_SIM_SHM", shm.c_str(), 1);
+    unsetenv("GPUOS_SIM_DEVICES");
+    unsetenv("GPUOS_DRIVER_LIBRARY");
+    int null = open("/dev/null", O_WRONLY);
+    dup2(null, 1);
+    dup2(null, 2);
+    execl(GPUOS_CLI_BIN, GPUOS_CLI_BIN, "daemon", "--simulate", "2", "--socket", sock.c_str(), "--config",
+          cfg.c_str(), nullptr);
+    _exit(99);
+  }
+  DaemonGuard guard{d};
+  Result ps;
+  for (int i = 0; i < 1000; ++i) {  // up to 10 s: gpuosd loads the double and counts its GPUs first
+    ps = run({GPUOS_CLI_BIN, "ps", "--json", "--socket", sock}, base_env());
+    if (ps.code == 0 || waitpid(d, nullptr, WNOHANG) == d) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(ps.code, 0) << ps.err;
+  nlohmann::json j = nlohmann::json::parse(ps.out);
+  EXPECT_EQ(j["gpus"].size(), 2u) << ps.out;
+  kill(d, SIGTERM);
+  waitpid(d, nullptr, 0);
+  guard.pid = 0;
+  shm_unlink(shm.c_str());
 }
 
 }  // namespace

@@ -349,6 +349,95 @@ TEST_F(Fixture, PolicyHooks) {
   EXPECT_EQ(core->grant_block(o.registered)->gate, GPUOS_GATE_CLOSED);
 }
 
+// LIST says who holds a closed gate: the policy, an admin (gpuos gate ID close), or both.
+TEST_F(Fixture, ListTellsAnAdminHoldFromAPolicyGate) {
+  make_core(8, 8, std::make_unique<LoweringPolicy>());
+  const uint32_t id = send(make_register(conn.peer.pid, "closed")).registered;  // the policy closes it
+  ASSERT_NE(id, 0u);
+  auto listed = [&] {
+    Connection client;
+    client.id = 2;
+    gpuos_msg_list l{};
+    init_header(&l.hdr, GPUOS_MSG_LIST, sizeof(l), 9);
+    Outcome o = core->handle_message(client, &l, sizeof(l));
+    EXPECT_EQ(o.replies.size(), 3u);  // GPU_INFO, TENANT_INFO, LIST_END
+    return decode<gpuos_msg_tenant_info>(o.replies.at(1));
+  };
+  gpuos_msg_tenant_info t = listed();
+  EXPECT_EQ(t.state, static_cast<uint32_t>(GPUOS_TENANT_GATED));
+  EXPECT_EQ(t.gate_by, GPUOS_GATE_BY_POLICY);
+  ASSERT_EQ(core->admin_set_gate(id, GPUOS_GATE_CLOSED), GPUOS_OK);
+  t = listed();
+  EXPECT_EQ(t.state, static_cast<uint32_t>(GPUOS_TENANT_GATED));
+  EXPECT_EQ(t.gate_by, GPUOS_GATE_BY_ADMIN | GPUOS_GATE_BY_POLICY);
+  ASSERT_EQ(core->admin_set_gate(id, GPUOS_GATE_OPEN), GPUOS_OK);  // released: the policy (open) decides
+  t = listed();
+  EXPECT_EQ(t.state, static_cast<uint32_t>(GPUOS_TENANT_RUNNING));
+  EXPECT_EQ(t.gate_by, 0u);
+  core->connection_closed(conn);
+  EXPECT_EQ(core->history().back().gate_by, 0u);  // an exited tenant has no gate
+}
+
+// SPACE_QUERY: `gpuos run --space` asks gpuosd, which owns the config, about a domain.
+TEST_F(Fixture, SpaceQueryAnswersFromTheDaemonsConfig) {
+  auto query = [&](const char* domain) {
+    gpuos_msg_space_query q{};
+    init_header(&q.hdr, GPUOS_MSG_SPACE_QUERY, sizeof(q), 5);
+    std::strncpy(q.domain, domain, sizeof(q.domain) - 1);
+    return send(q);
+  };
+  Outcome o = query("vision");  // no domains at all
+  ASSERT_EQ(o.replies.size(), 1u);
+  EXPECT_FALSE(o.close);
+  ASSERT_EQ(type_of(o.replies[0]), static_cast<uint32_t>(GPUOS_MSG_SPACE_INFO));
+  auto none = decode<gpuos_msg_space_info>(o.replies[0]);
+  EXPECT_EQ(none.hdr.seq, 5u);
+  EXPECT_EQ(none.status, GPUOS_ERR_NOT_FOUND);
+  EXPECT_NE(std::string(none.text).find("defines no [[spatial.domain]]"), std::string::npos) << none.text;
+  EXPECT_EQ(none.mps_pipe_dir[0], '\0');
+
+  CoreOptions opts;
+  std::string asked;
+  opts.space_query = [&](const std::string& domain, const Peer& peer) {
+    asked = domain + " uid " + std::to_string(peer.uid);
+    SpaceDomainAnswer a;
+    if (domain == "long") {
+      a.status = GPUOS_OK;
+      a.pipe_dir = "/" + std::string(200, 'x');
+      return a;
+    }
+    if (domain != "vision") {
+      a.text = "no such trust domain in gpuosd's config (known: vision)";
+      return a;
+    }
+    a.status = peer.uid == 1000 ? GPUOS_OK : GPUOS_ERR_PERMISSION;
+    a.pipe_dir = "/run/gpuos/mps/vision/pipe";
+    a.log_dir = "/run/gpuos/mps/vision/log";
+    a.text = "unavailable: not started yet";
+    return a;
+  };
+  core = std::make_unique<Core>(std::move(opts));
+  auto vision = decode<gpuos_msg_space_info>(query("vision").replies.at(0));
+  EXPECT_EQ(asked, "vision uid 1000");
+  EXPECT_EQ(vision.status, GPUOS_OK);
+  EXPECT_EQ(vision.available, 0u);
+  EXPECT_STREQ(vision.mps_pipe_dir, "/run/gpuos/mps/vision/pipe");
+  EXPECT_STREQ(vision.mps_log_dir, "/run/gpuos/mps/vision/log");
+  EXPECT_STREQ(vision.text, "unavailable: not started yet");
+  EXPECT_EQ(decode<gpuos_msg_space_info>(query("other").replies.at(0)).status, GPUOS_ERR_NOT_FOUND);
+  // Paths the message cannot carry whole are not sent cut.
+  auto cut = decode<gpuos_msg_space_info>(query("long").replies.at(0));
+  EXPECT_EQ(cut.status, GPUOS_ERR_INTERNAL);
+  EXPECT_EQ(cut.mps_pipe_dir[0], '\0');
+  conn.peer.uid = 1001;
+  EXPECT_EQ(decode<gpuos_msg_space_info>(query("vision").replies.at(0)).status, GPUOS_ERR_PERMISSION);
+
+  gpuos_msg_space_query bad{};
+  init_header(&bad.hdr, GPUOS_MSG_SPACE_QUERY, sizeof(bad), 6);
+  std::memset(bad.domain, 'a', sizeof(bad.domain));
+  expect_refused(send(bad), GPUOS_ERR_BAD_MESSAGE, "NUL");
+}
+
 // A poor man's fuzz pass: random bytes, and random bodies behind valid headers, never crash and
 // always get at least one well-formed reply.
 TEST_F(Fixture, RandomInputNeverCrashes) {
@@ -755,8 +844,73 @@ TEST_F(Adoption, ReRegistrationKeepsItsIdWhenUnused) {
   EXPECT_EQ(reg(*core, 502, 0), 6u);            // new tenants continue after it
   EXPECT_EQ(reg(*core, 503, 5), 7u);            // taken (live): a new id
   EXPECT_EQ(reg(*core, 504, 2), 8u);            // not its own (and below the ids handed out)
-  EXPECT_EQ(reg(*core, 505, 0xfffffff0u), 9u);  // absurd ids are not honoured
-  EXPECT_EQ(reg(*core, 999, 12), 10u);          // pid 999 is another process now (start time)
+  EXPECT_EQ(reg(*core, 505, 0xfffffff0u), 10u); // absurd ids are not honoured (9 is kept for pid 509)
+  EXPECT_EQ(reg(*core, 999, 12), 11u);          // pid 999 is another process now (start time)
+  EXPECT_EQ(reg(*core, 509, 9), 9u);            // its id was kept for it
+}
+
+TEST_F(Adoption, ANewTenantDoesNotTakeTheIdOfASurvivorYetToReRegister) {
+  {
+    std::ofstream f(path);
+    f << "1 1000 501 5010\n";
+  }
+  auto core = restart();
+  EXPECT_EQ(reg(*core, 600, 0), 2u);
+  EXPECT_EQ(reg(*core, 501, 1), 1u);
+}
+
+// An admin's hold (gpuos gate ID close) is gpuosd's own state: a restarted gpuosd holds the tenant
+// again when it re-registers, until an admin releases it.
+TEST_F(Adoption, AnAdminHoldOutlivesTheDaemon) {
+  auto core = restart();
+  const uint32_t id = reg(*core, 700, 0);
+  ASSERT_NE(id, 0u);
+  ASSERT_EQ(core->admin_set_gate(id, GPUOS_GATE_CLOSED), GPUOS_OK);
+  {
+    std::ifstream f(path);
+    std::string line;
+    ASSERT_TRUE(std::getline(f, line));
+    EXPECT_EQ(line, std::to_string(id) + " 1000 700 7000 held");
+  }
+  auto again = restart();  // gpuosd died and came back; the tenant re-registers
+  ASSERT_EQ(reg(*again, 700, id), id);
+  EXPECT_TRUE(again->pinned(id));
+  EXPECT_EQ(again->grant_block(id)->gate, GPUOS_GATE_CLOSED);
+  EXPECT_FALSE(again->pinned(reg(*again, 701, 0)));  // nobody else is held
+  ASSERT_EQ(again->admin_set_gate(id, GPUOS_GATE_OPEN), GPUOS_OK);
+  auto third = restart();  // released: not held after the next restart
+  ASSERT_EQ(reg(*third, 700, id), id);
+  EXPECT_FALSE(third->pinned(id));
+  EXPECT_EQ(third->grant_block(id)->gate, GPUOS_GATE_OPEN);
+}
+
+TEST_F(Adoption, AHoldFollowsTheProcessWhateverIdItGets) {
+  {
+    std::ofstream f(path);
+    f << "3 1000 503 5030 held\n5 1000 505 5050\n7 1000 507 5070 held\n";
+  }
+  auto core = restart();
+  EXPECT_EQ(reg(*core, 505, 5), 5u);
+  EXPECT_EQ(reg(*core, 503, 3), 3u);  // below the ids handed out, but kept for it
+  EXPECT_TRUE(core->pinned(3));
+  EXPECT_FALSE(core->pinned(5));
+  const uint32_t id = reg(*core, 507, 0);  // does not ask for its id (a new id), still held
+  EXPECT_EQ(id, 6u);
+  EXPECT_TRUE(core->pinned(id));
+  std::ifstream f(path);
+  std::string text((std::istreambuf_iterator<char>(f)), {});
+  EXPECT_EQ(text, "3 1000 503 5030 held\n5 1000 505 5050\n6 1000 507 5070 held\n");  // one entry per process
+}
+
+TEST_F(Adoption, AHoldIsNotTakenByAnotherUser) {
+  {
+    std::ofstream f(path);
+    f << "3 1000 503 5030 held\n";
+  }
+  auto core = restart();
+  const uint32_t id = reg(*core, 503, 3, 65534);  // the same pid, another uid: not that process
+  EXPECT_NE(id, 3u);
+  EXPECT_FALSE(core->pinned(id));
 }
 
 TEST_F(Adoption, AnotherUserCannotTakeAnId) {

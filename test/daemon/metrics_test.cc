@@ -179,6 +179,7 @@ TEST_F(MetricsFixture, ExpositionOfADaemonWithATenant) {
   EXPECT_EQ(m["gpuos_tenant_memory_quota_bytes" + L], "0");
   EXPECT_EQ(m["gpuos_tenant_busy" + L], "0");
   EXPECT_EQ(m["gpuos_tenant_gated" + L], "0");
+  EXPECT_EQ(m["gpuos_tenant_held" + L], "0");
   EXPECT_EQ(m["gpuos_tenant_busy_seconds_total" + L], "0");
   EXPECT_EQ(m["gpuos_tenant_space_sms" + L], "0");  // not in a spatial domain
   EXPECT_EQ(m["gpuos_tenant_space_sms_saved" + L], "0");
