@@ -10,6 +10,8 @@
 
 #include "cli/client.h"
 #include "cli/commands.h"
+#include "cli/conventions.h"
+#include "cli/docgen.h"
 #include "cli/top.h"
 #include "common/config.h"
 #include "policies/registry.h"
@@ -20,14 +22,14 @@ using namespace gpuos::cli;
 namespace {
 
 int cmd_daemon(const std::string& config, const std::string& socket, const std::string& policy,
-               const std::optional<std::string>& metrics_listen, bool foreground) {
+               const std::optional<std::string>& metrics_listen, const std::string& log_level) {
   std::string gpuosd = exe_dir() + "/gpuosd";
   std::vector<std::string> args = {gpuosd};
   if (!config.empty()) args.insert(args.end(), {"--config", config});
   if (!socket.empty()) args.insert(args.end(), {"--socket", socket});
   if (!policy.empty()) args.insert(args.end(), {"--policy", policy});
   if (metrics_listen) args.insert(args.end(), {"--metrics-listen", *metrics_listen});
-  if (foreground) args.push_back("--foreground");
+  if (!log_level.empty()) args.insert(args.end(), {"--log-level", log_level});
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -97,7 +99,10 @@ int cmd_gate(uint32_t id, const std::string& state, const std::string& socket_op
 int cmd_config_check(const std::string& file) {
   ConfigResult r = load_config_file(file);
   std::string why;
-  if (r && !policies::check_policy_config(*r.config, &why)) r.error = why;  // the policies check their sections
+  // gpuosd's own start-up check (host names, the policies and their sections), not a weaker copy.
+  HostConfig host;
+  policies::PolicySet unused;
+  if (r && !policies::check_startup_config(*r.config, &host, &unused, &why)) r.error = why;
   if (!r || !why.empty()) {
     std::fprintf(stderr, "%s\n", r.error.c_str());
     return 1;
@@ -125,37 +130,56 @@ int main(int argc, char** argv) {
     }
   }
 
-  CLI::App app{"gpuos: GPU multitasking for unchanged programs"};
+  CLI::App app{"gpuos: GPU multitasking for unchanged programs", "gpuos"};
+  app.formatter(std::make_shared<Formatter>());  // before the subcommands: they copy it
   app.set_version_flag("--version", std::string("gpuos ") + GPUOS_VERSION);
-  app.require_subcommand(1);
+  app.require_subcommand(0, 1);  // one command; none only with --generate (checked below)
+  // Hidden (empty group): what the build runs to write the shell completion and the man page.
+  std::string generate;
+  app.add_option("--generate", generate, "write bash-completion or man to stdout")
+      ->check(CLI::IsMember({"bash-completion", "man"}))
+      ->group("");
 
   std::string config, socket;
-  bool foreground = false;
-  auto* daemon = app.add_subcommand("daemon", "run the gpuos node daemon (gpuosd)");
-  daemon->add_option("--config", config, "config file");
-  daemon->add_option("--socket", socket, "control socket path");
+  // gpuosd never forks into the background: `gpuos daemon` runs it in the foreground (a service
+  // manager such as systemd puts it in the background), so there is no --foreground.
+  auto* daemon = app.add_subcommand("daemon", "run the gpuos node daemon (gpuosd) in the foreground");
+  metavar(daemon->add_option("--config", config, "config file"), "FILE");
+  metavar(daemon->add_option("--socket", socket, "control socket path"), "PATH");
   std::string policy;
-  daemon->add_option("--policy", policy,
-                     "time-gate policy: " + policies::policy_names(policies::SlotKind::kTimeGate) +
-                         " (overrides [scheduler] policy)");
+  metavar(daemon->add_option("--policy", policy,
+                             "time-gate policy: " + policies::policy_names(policies::SlotKind::kTimeGate) +
+                                 " (overrides [scheduler] policy)"),
+          "POLICY");
   std::optional<std::string> metrics_listen;
-  daemon->add_option("--metrics-listen", metrics_listen,
-                     "Prometheus endpoint HOST:PORT, \"\" to disable (overrides [metrics] listen)");
-  daemon->add_flag("--foreground", foreground, "stay in the foreground (always)");
+  metavar(daemon->add_option("--metrics-listen", metrics_listen,
+                             "Prometheus endpoint HOST:PORT, \"\" to disable (overrides [metrics] listen)"),
+          "HOST:PORT");
+  std::string daemon_log_level;
+  metavar(daemon->add_option("--log-level", daemon_log_level, "error | warn | info | debug (overrides [daemon] log_level)")
+              ->check(CLI::IsMember({"error", "warn", "info", "debug"})),
+          "LEVEL");
 
   RunOptions ro;
   auto* run = app.add_subcommand("run", "run a command as a gpuos tenant: gpuos run [options] -- CMD [ARGS...]");
-  run->add_option("--name", ro.name, "tenant name (default: the command's basename)");
-  run->add_option("--class", ro.tenant_class, "guaranteed | best-effort (default: config default_class)")
-      ->check(CLI::IsMember({"guaranteed", "best-effort"}));
-  run->add_option("--priority", ro.priority, "priority (guaranteed tenants; larger = more important)")
-      ->check(CLI::Number);
-  run->add_option("--weight", ro.weight, "fair-share weight 1..10000 (best-effort tenants)")
-      ->check(CLI::Range(1, 10000));
-  run->add_option("--mem", ro.mem, "device-memory quota, e.g. 512MiB or 8GiB (default: unlimited)");
-  run->add_option("--borrow", ro.borrow,
-                  "device memory it may hold beyond --mem while the GPU has room, e.g. 8GiB; "
-                  "borrowers are swapped out first when others need room");
+  metavar(run->add_option("--name", ro.name, "tenant name (default: the command's basename)"), "NAME");
+  metavar(run->add_option("--class", ro.tenant_class, "guaranteed | best-effort (default: config default_class)")
+              ->check(CLI::IsMember({"guaranteed", "best-effort"})),
+          "CLASS");
+  metavar(run->add_option("--priority", ro.priority, "priority (guaranteed tenants; larger = more important)")
+              ->check(CLI::Number),
+          "N");
+  metavar(run->add_option("--weight", ro.weight, "fair-share weight 1..10000 (best-effort tenants)")
+              ->check(CLI::Range(1, 10000)),
+          "N");
+  metavar(run->add_option("--mem", ro.mem,
+                          "device-memory quota, e.g. 512MiB, 8G, 1.5GiB or bytes; units are binary (8G = 8GB = "
+                          "8GiB = 8*2^30 bytes) (default: unlimited)"),
+          "SIZE");
+  metavar(run->add_option("--borrow", ro.borrow,
+                          "device memory it may hold beyond --mem while the GPU has room, e.g. 8GiB; "
+                          "borrowers are swapped out first when others need room"),
+          "SIZE");
   run->add_flag("--swap", ro.swap,
                 "swappable memory: gpuosd may move this tenant's memory to host while others need the GPU "
                 "(needs [memory] swap_pool in gpuosd's config)");
@@ -163,44 +187,50 @@ int main(int argc, char** argv) {
                   "spatial sharing: run as a client of trust domain DOMAIN's MPS server (a [[spatial.domain]] "
                   "of the config; sets CUDA_MPS_PIPE_DIRECTORY, CUDA_MPS_LOG_DIRECTORY, GPUOS_SPACE_DOMAIN). "
                   "Tenants of one domain share the GPU in space and its fate: a GPU fault in one ends all")
-      ->type_name("DOMAIN");
+      ->option_text("DOMAIN");
   run->add_option("--sms", ro.sms,
                   "with --space, a guaranteed tenant's SM partition: this many SMs (rounded up to whole groups "
                   "of 8); default: all but the best-effort tenants' reserve")
       ->check(CLI::Range(1u, 1u << 20))
-      ->type_name("N");
+      ->option_text("N");
   run->add_option("--max-slowdown", ro.max_slowdown,
                   "latency budget of a guaranteed tenant: its kernels and graph replays may take up to this "
                   "many times as long as alone (p99 over gpuosd's window), e.g. 1.25; best-effort tenants get "
                   "the rest of the GPU (time policy \"budget\"). Default: [tenants] max_slowdown")
       ->check(CLI::Range(1.001, 100.0))
-      ->type_name("X");
-  run->add_option("--socket", ro.socket, "control socket path");
-  run->add_option("--config", ro.config, "config file");
+      ->option_text("X");
+  metavar(run->add_option("--socket", ro.socket, "control socket path"), "PATH");
+  metavar(run->add_option("--config", ro.config, "config file"), "FILE");
   run->prefix_command();  // without "--": the first positional starts the command
 
   bool all = false, json = false;
   auto* ps = app.add_subcommand("ps", "list GPUs and tenants");
   ps->add_flag("--all,-a", all, "include exited tenants");
   ps->add_flag("--json", json, "machine-readable output");
-  ps->add_option("--socket", socket, "control socket path");
-  ps->add_option("--config", config, "config file");
+  metavar(ps->add_option("--socket", socket, "control socket path"), "PATH");
+  metavar(ps->add_option("--config", config, "config file"), "FILE");
 
   TopOptions topt;
   auto* top = app.add_subcommand("top", "live view of GPUs and tenants (q or Ctrl-C quits)");
-  top->add_option("--interval,-n", topt.interval, "seconds between refreshes (default 1)")
-      ->check(CLI::Range(0.1, 3600.0));
-  top->add_flag("--once", topt.once, "print one frame (rates over one interval) and exit");
-  top->add_option("--socket", socket, "control socket path");
-  top->add_option("--config", config, "config file");
+  // As procps top: -d is the delay between frames, -n the number of frames.
+  metavar(top->add_option("--interval,-d", topt.interval, "seconds between refreshes (default 1)")
+              ->check(CLI::Range(0.1, 3600.0)),
+          "SECONDS");
+  metavar(top->add_option("-n,--iterations", topt.iterations,
+                          "print N frames as plain text (each with rates over one interval), then exit")
+              ->check(CLI::Range(1u, 1000000u)),
+          "N");
+  top->add_flag("--once", topt.once, "print one frame (rates over one interval) and exit: -n 1");
+  metavar(top->add_option("--socket", socket, "control socket path"), "PATH");
+  metavar(top->add_option("--config", config, "config file"), "FILE");
 
   uint32_t tenant_id = 0;
   std::string gate_state;
   auto* gate = app.add_subcommand("gate", "open or close a tenant's gate (admin)");
   gate->add_option("TENANT_ID", tenant_id, "tenant id")->required();
   gate->add_option("STATE", gate_state, "open | close")->required()->check(CLI::IsMember({"open", "close"}));
-  gate->add_option("--socket", socket, "control socket path");
-  gate->add_option("--config", config, "config file");
+  metavar(gate->add_option("--socket", socket, "control socket path"), "PATH");
+  metavar(gate->add_option("--config", config, "config file"), "FILE");
 
   std::string check_file;
   auto* cfgcmd = app.add_subcommand("config", "configuration tools");
@@ -210,19 +240,19 @@ int main(int argc, char** argv) {
 
   DemoOptions dopt;
   auto* demo = app.add_subcommand("demo", "run a latency-critical and a best-effort tenant under a private gpuosd");
-  demo->add_option("--seconds", dopt.seconds, "approximate duration")->check(CLI::Range(0.1, 3600.0));
+  metavar(demo->add_option("--seconds", dopt.seconds, "approximate duration")->check(CLI::Range(0.1, 3600.0)),
+          "SECONDS");
   demo->add_flag("--json", dopt.json, "machine-readable output");
-  demo->add_option("--policy", dopt.policy, "gpuosd scheduling policy (default: priority)")
-      ->check(CLI::IsMember({"open", "priority"}));
+  metavar(demo->add_option("--policy", dopt.policy, "gpuosd scheduling policy (default: priority)")
+              ->check(CLI::IsMember({"open", "priority"})),
+          "POLICY");
   demo->add_flag("--keep", dopt.keep, "keep the temporary directory with the logs");
 
-  try {
-    app.parse(parse_argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
+  if (int rc = parse_command_line(app, parse_argc, argv, "gpuos"); rc >= 0) return rc;
 
-  if (*daemon) return cmd_daemon(config, socket, policy, metrics_listen, foreground);
+  if (generate == "bash-completion") return std::fputs(bash_completion(app).c_str(), stdout) >= 0 ? 0 : 1;
+  if (generate == "man") return std::fputs(man_page(app, GPUOS_VERSION).c_str(), stdout) >= 0 ? 0 : 1;
+  if (*daemon) return cmd_daemon(config, socket, policy, metrics_listen, daemon_log_level);
   if (*run) {
     if (command.empty()) command = run->remaining();
     return run_command(ro, command);
@@ -232,5 +262,7 @@ int main(int argc, char** argv) {
   if (*gate) return cmd_gate(tenant_id, gate_state, socket, config);
   if (*check) return cmd_config_check(check_file);
   if (*demo) return demo_command(dopt);
-  return 2;
+  std::fprintf(stderr, "gpuos: a command is required (commands: daemon, run, ps, top, gate, config, demo; see "
+               "gpuos --help)\n");
+  return kExitUsage;
 }

@@ -164,9 +164,11 @@ std::vector<std::string> render_top(const Listing* prev, const Listing& cur, dou
 }
 
 int top_command(const TopOptions& o) {
+  const unsigned frames = o.once ? 1 : o.iterations;  // 0: until quit
+  const bool counted = frames != 0;
   const bool tty_out = isatty(STDOUT_FILENO) != 0;
-  const bool interactive = !o.once && tty_out;
-  const bool keys = !o.once && isatty(STDIN_FILENO) != 0;
+  const bool interactive = !counted && tty_out;
+  const bool keys = !counted && isatty(STDIN_FILENO) != 0;
 
   struct sigaction sa{};
   sa.sa_handler = on_quit_signal;  // no SA_RESTART: a signal ends the wait at once
@@ -184,19 +186,19 @@ int top_command(const TopOptions& o) {
     Listing prev;
     bool have_prev = false;
     double t_prev = 0;
-    std::string last_error;
+    unsigned drawn = 0;
     for (int frame = 0; !g_quit; ++frame) {
       Listing cur;
       std::string err;
       bool ok = list_tenants(o.socket, false, &cur, &err);
       double t_now = mono_s();
-      if (!ok && o.once) {
+      if (!ok && counted) {
         std::fprintf(stderr, "gpuos top: %s\n", err.c_str());
         rc = 1;
         break;
       }
-      // --once: the first snapshot only primes the rates; the frame comes one interval later.
-      if (!(o.once && frame == 0)) {
+      // -n: the first snapshot only primes the rates; every frame printed has them.
+      if (!(counted && frame == 0)) {
         std::size_t w = 0, h = 0;
         if (interactive) terminal_size(&w, &h);
         std::vector<std::string> lines;
@@ -212,10 +214,10 @@ int top_command(const TopOptions& o) {
           out += "\x1b[J";
         } else {
           for (const auto& l : lines) out += l + "\n";
-          if (!o.once) out += "\n";
+          if (frames != 1) out += "\n";
         }
         write_all(STDOUT_FILENO, out);
-        if (o.once) break;
+        if (counted && ++drawn == frames) break;
       }
       if (ok) {
         prev = std::move(cur);
