@@ -437,7 +437,11 @@ typedef struct gpuos_msg_tenant_info {
   uint32_t max_slowdown_permille;
   uint32_t slowdown_permille;
   uint32_t be_share_permille;
-  uint32_t reserved9;
+  /* how long the tenant has been blocked at its closed gate now, in ms (0 = not waiting): gate_wait_ns
+     counts finished waits only. gpuosd's own clock, from when it first saw the tenant's waiting word
+     set while it held the gate closed (the word alone cannot make a wait longer, or one at an open
+     gate). Was reserved (0) before. */
+  uint32_t gate_waiting_ms;
 } gpuos_msg_tenant_info;
 
 typedef struct gpuos_msg_set_gate {

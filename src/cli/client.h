@@ -42,6 +42,9 @@ std::string partition_text(const gpuos_msg_tenant_info& t);
 // the first measure, its budget, the share best-effort tenants have beside it); "-" without one.
 std::string budget_text(const gpuos_msg_tenant_info& t);
 const char* state_name(uint32_t state);
+// Time at the closed gate including the wait in progress (gate_wait_ns counts finished waits only):
+// the GATE-WAIT of `gpuos ps` and the rate behind `gpuos top`'s GATE-WAIT%.
+uint64_t gate_wait_with_current_ns(const gpuos_msg_tenant_info& t);
 
 // Directory holding the running executable (from /proc/self/exe); "" if unknown.
 std::string exe_dir();

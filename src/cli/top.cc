@@ -133,9 +133,11 @@ std::vector<std::string> render_top(const Listing* prev, const Listing& cur, dou
     std::string lps = p ? rate(t.launches, p->launches, dt_s) : "-";
     std::string gps = p ? rate(t.graph_launches, p->graph_launches, dt_s) : "-";
     std::string gw = "-";
-    if (p && dt_s > 0 && t.gate_wait_ns >= p->gate_wait_ns) {
+    // With the wait in progress: a tenant blocked the whole interval shows 100, not 0.
+    const uint64_t waited = gate_wait_with_current_ns(t), waited_before = p ? gate_wait_with_current_ns(*p) : 0;
+    if (p && dt_s > 0 && waited >= waited_before) {
       char b[32];
-      std::snprintf(b, sizeof(b), "%.1f", 100.0 * static_cast<double>(t.gate_wait_ns - p->gate_wait_ns) / (dt_s * 1e9));
+      std::snprintf(b, sizeof(b), "%.1f", 100.0 * static_cast<double>(waited - waited_before) / (dt_s * 1e9));
       gw = b;
     }
     // The tenant's own bytes: escaped first (no terminal control gets through), then cut to the

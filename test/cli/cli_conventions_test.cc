@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <regex>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -221,6 +222,31 @@ TEST_F(CliConventions, GeneratedCompletionAndManPage) {
     EXPECT_EQ(g.code, 0) << g.err;
     EXPECT_EQ(g.err, "");
   }
+}
+
+// Item 6: the demo shows hp alone (the baseline) against hp shared, and a one-line verdict. No
+// assertion on the numbers: they depend on the machine's load.
+TEST_F(CliConventions, DemoShowsTheBaselineAndAVerdict) {
+  Result r = run({GPUOS_CLI_BIN, "demo", "--seconds", "0.3"},
+                 {{"GPUOS_PRELOAD", nullptr}, {"GPUOS_CONFIG", nullptr}, {"GPUOS_SOCKET", nullptr}, {"LD_PRELOAD", nullptr}});
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  std::vector<std::string> rows;
+  std::stringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);) rows.push_back(line);
+  auto row = [&](const std::string& start) {
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      if (rows[i].rfind(start, 0) == 0) return static_cast<int>(i);
+    }
+    return -1;
+  };
+  const int alone = row("hp alone "), shared = row("hp shared "), be = row("be shared "), verdict = row("verdict: ");
+  ASSERT_GE(alone, 0) << r.out;
+  EXPECT_GT(shared, alone) << r.out;
+  EXPECT_GT(be, alone) << r.out;
+  EXPECT_EQ(verdict, static_cast<int>(rows.size()) - 1) << r.out;  // one line, last
+  EXPECT_EQ(rows[verdict].find("verdict: beside be ("), 0u) << r.out;
+  EXPECT_NE(rows[verdict].find("x its latency alone at the median ("), std::string::npos) << r.out;
+  EXPECT_NE(rows[verdict].find("x at p99 ("), std::string::npos) << r.out;
 }
 
 }  // namespace
