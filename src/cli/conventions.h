@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <string>
 
 namespace gpuos::cli {
@@ -15,10 +16,13 @@ inline constexpr int kExitFailure = 1;  // the command ran and failed (no daemon
 inline constexpr int kExitUsage = 2;    // the command line is wrong (unknown command or option, bad value)
 
 // Help that names each option's value by what it means (--mem SIZE) instead of CLI11's type and
-// validator text (TEXT:NUMBER, UINT:INT in [1 - 10000]), and that shows `-- CMD [ARGS...]` in the
+// validator text (TEXT:NUMBER, UINT:INT in [1 - 10000]), and that shows `[--] CMD [ARGS...]` in the
 // usage of a command that runs one.
 class Formatter : public CLI::Formatter {
  public:
+  using ValueNames = std::map<std::string, std::string>;  // long option name -> its value's name
+  explicit Formatter(ValueNames names = {}) : names_(std::move(names)) {}
+
   std::string make_option_opts(const CLI::Option* opt) const override {
     if (!opt->get_option_text().empty() || is_flag(opt)) return CLI::Formatter::make_option_opts(opt);
     const std::string required = opt->get_required() ? " REQUIRED" : "";
@@ -34,20 +38,24 @@ class Formatter : public CLI::Formatter {
     return usage;
   }
   static bool is_flag(const CLI::Option* opt) { return opt->get_expected_max() == 0; }
-  // An option's value placeholder: the option text when set, else its type name before any
-  // validator text ("TEXT:{a,b}" -> "TEXT").
-  static std::string metavar(const CLI::Option* opt) {
+  // An option's value placeholder: its option text, else the name given for its long name, else its
+  // type name before any validator text, CLI11's own names made plain (TEXT: VALUE, INT: N).
+  std::string metavar(const CLI::Option* opt) const {
     if (!opt->get_option_text().empty()) return opt->get_option_text();
+    for (const std::string& l : opt->get_lnames()) {
+      if (auto it = names_.find(l); it != names_.end()) return it->second;
+    }
     std::string t = opt->get_type_name();
-    return t.substr(0, t.find(':'));
+    t = t.substr(0, t.find(':'));
+    if (t == "TEXT" || t.empty()) return "VALUE";
+    if (t == "INT" || t == "UINT") return "N";
+    if (t == "FLOAT" || t == "NUMBER") return "X";
+    return t;
   }
-};
 
-// Names an option's value in help: --mem SIZE, --weight N.
-inline CLI::Option* metavar(CLI::Option* opt, const std::string& name) {
-  opt->option_text(name);
-  return opt;
-}
+ private:
+  ValueNames names_;
+};
 
 // The leading command words of argv (before the first option) must name commands: CLI11 would say
 // "A subcommand is required" or "The following arguments were not expected" for a typo. Returns

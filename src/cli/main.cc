@@ -131,7 +131,11 @@ int main(int argc, char** argv) {
   }
 
   CLI::App app{"gpuos: GPU multitasking for unchanged programs", "gpuos"};
-  app.formatter(std::make_shared<Formatter>());  // before the subcommands: they copy it
+  // Before the subcommands (they copy it): help names values by what they mean (--mem SIZE).
+  app.formatter(std::make_shared<Formatter>(Formatter::ValueNames{
+      {"config", "FILE"}, {"socket", "PATH"}, {"policy", "POLICY"}, {"metrics-listen", "HOST:PORT"},
+      {"log-level", "LEVEL"}, {"name", "NAME"}, {"class", "CLASS"}, {"priority", "N"}, {"weight", "N"},
+      {"mem", "SIZE"}, {"borrow", "SIZE"}, {"interval", "SECONDS"}, {"seconds", "SECONDS"}}));
   app.set_version_flag("--version", std::string("gpuos ") + GPUOS_VERSION);
   app.require_subcommand(0, 1);  // one command; none only with --generate (checked below)
   // Hidden (empty group): what the build runs to write the shell completion and the man page.
@@ -144,42 +148,34 @@ int main(int argc, char** argv) {
   // gpuosd never forks into the background: `gpuos daemon` runs it in the foreground (a service
   // manager such as systemd puts it in the background), so there is no --foreground.
   auto* daemon = app.add_subcommand("daemon", "run the gpuos node daemon (gpuosd) in the foreground");
-  metavar(daemon->add_option("--config", config, "config file"), "FILE");
-  metavar(daemon->add_option("--socket", socket, "control socket path"), "PATH");
+  daemon->add_option("--config", config, "config file");
+  daemon->add_option("--socket", socket, "control socket path");
   std::string policy;
-  metavar(daemon->add_option("--policy", policy,
-                             "time-gate policy: " + policies::policy_names(policies::SlotKind::kTimeGate) +
-                                 " (overrides [scheduler] policy)"),
-          "POLICY");
+  daemon->add_option("--policy", policy,
+                     "time-gate policy: " + policies::policy_names(policies::SlotKind::kTimeGate) +
+                         " (overrides [scheduler] policy)");
   std::optional<std::string> metrics_listen;
-  metavar(daemon->add_option("--metrics-listen", metrics_listen,
-                             "Prometheus endpoint HOST:PORT, \"\" to disable (overrides [metrics] listen)"),
-          "HOST:PORT");
+  daemon->add_option("--metrics-listen", metrics_listen,
+                     "Prometheus endpoint HOST:PORT, \"\" to disable (overrides [metrics] listen)");
   std::string daemon_log_level;
-  metavar(daemon->add_option("--log-level", daemon_log_level, "error | warn | info | debug (overrides [daemon] log_level)")
-              ->check(CLI::IsMember({"error", "warn", "info", "debug"})),
-          "LEVEL");
+  daemon->add_option("--log-level", daemon_log_level, "error | warn | info | debug (overrides [daemon] log_level)")
+      ->check(CLI::IsMember({"error", "warn", "info", "debug"}));
 
   RunOptions ro;
   auto* run = app.add_subcommand("run", "run a command as a gpuos tenant: gpuos run [options] -- CMD [ARGS...]");
-  metavar(run->add_option("--name", ro.name, "tenant name (default: the command's basename)"), "NAME");
-  metavar(run->add_option("--class", ro.tenant_class, "guaranteed | best-effort (default: config default_class)")
-              ->check(CLI::IsMember({"guaranteed", "best-effort"})),
-          "CLASS");
-  metavar(run->add_option("--priority", ro.priority, "priority (guaranteed tenants; larger = more important)")
-              ->check(CLI::Number),
-          "N");
-  metavar(run->add_option("--weight", ro.weight, "fair-share weight 1..10000 (best-effort tenants)")
-              ->check(CLI::Range(1, 10000)),
-          "N");
-  metavar(run->add_option("--mem", ro.mem,
-                          "device-memory quota, e.g. 512MiB, 8G, 1.5GiB or bytes; units are binary (8G = 8GB = "
-                          "8GiB = 8*2^30 bytes) (default: unlimited)"),
-          "SIZE");
-  metavar(run->add_option("--borrow", ro.borrow,
-                          "device memory it may hold beyond --mem while the GPU has room, e.g. 8GiB; "
-                          "borrowers are swapped out first when others need room"),
-          "SIZE");
+  run->add_option("--name", ro.name, "tenant name (default: the command's basename)");
+  run->add_option("--class", ro.tenant_class, "guaranteed | best-effort (default: config default_class)")
+      ->check(CLI::IsMember({"guaranteed", "best-effort"}));
+  run->add_option("--priority", ro.priority, "priority (guaranteed tenants; larger = more important)")
+      ->check(CLI::Number);
+  run->add_option("--weight", ro.weight, "fair-share weight 1..10000 (best-effort tenants)")
+      ->check(CLI::Range(1, 10000));
+  run->add_option("--mem", ro.mem,
+                  "device-memory quota, e.g. 512MiB, 8G, 1.5GiB or bytes; units are binary (8G = 8GB = 8GiB = "
+                  "8*2^30 bytes) (default: unlimited)");
+  run->add_option("--borrow", ro.borrow,
+                  "device memory it may hold beyond --mem while the GPU has room, e.g. 8GiB; "
+                  "borrowers are swapped out first when others need room");
   run->add_flag("--swap", ro.swap,
                 "swappable memory: gpuosd may move this tenant's memory to host while others need the GPU "
                 "(needs [memory] swap_pool in gpuosd's config)");
@@ -187,50 +183,49 @@ int main(int argc, char** argv) {
                   "spatial sharing: run as a client of trust domain DOMAIN's MPS server (a [[spatial.domain]] "
                   "of the config; sets CUDA_MPS_PIPE_DIRECTORY, CUDA_MPS_LOG_DIRECTORY, GPUOS_SPACE_DOMAIN). "
                   "Tenants of one domain share the GPU in space and its fate: a GPU fault in one ends all")
-      ->option_text("DOMAIN");
+      ->type_name("DOMAIN");
   run->add_option("--sms", ro.sms,
                   "with --space, a guaranteed tenant's SM partition: this many SMs (rounded up to whole groups "
                   "of 8); default: all but the best-effort tenants' reserve")
       ->check(CLI::Range(1u, 1u << 20))
-      ->option_text("N");
+      ->type_name("N");
   run->add_option("--max-slowdown", ro.max_slowdown,
                   "latency budget of a guaranteed tenant: its kernels and graph replays may take up to this "
                   "many times as long as alone (p99 over gpuosd's window), e.g. 1.25; best-effort tenants get "
                   "the rest of the GPU (time policy \"budget\"). Default: [tenants] max_slowdown")
       ->check(CLI::Range(1.001, 100.0))
-      ->option_text("X");
-  metavar(run->add_option("--socket", ro.socket, "control socket path"), "PATH");
-  metavar(run->add_option("--config", ro.config, "config file"), "FILE");
+      ->type_name("X");
+  run->add_option("--socket", ro.socket, "control socket path");
+  run->add_option("--config", ro.config, "config file");
   run->prefix_command();  // without "--": the first positional starts the command
 
   bool all = false, json = false;
   auto* ps = app.add_subcommand("ps", "list GPUs and tenants");
   ps->add_flag("--all,-a", all, "include exited tenants");
   ps->add_flag("--json", json, "machine-readable output");
-  metavar(ps->add_option("--socket", socket, "control socket path"), "PATH");
-  metavar(ps->add_option("--config", config, "config file"), "FILE");
+  ps->add_option("--socket", socket, "control socket path");
+  ps->add_option("--config", config, "config file");
 
   TopOptions topt;
   auto* top = app.add_subcommand("top", "live view of GPUs and tenants (q or Ctrl-C quits)");
   // As procps top: -d is the delay between frames, -n the number of frames.
-  metavar(top->add_option("--interval,-d", topt.interval, "seconds between refreshes (default 1)")
-              ->check(CLI::Range(0.1, 3600.0)),
-          "SECONDS");
-  metavar(top->add_option("-n,--iterations", topt.iterations,
-                          "print N frames as plain text (each with rates over one interval), then exit")
-              ->check(CLI::Range(1u, 1000000u)),
-          "N");
+  top->add_option("--interval,-d", topt.interval, "seconds between refreshes (default 1)")
+      ->check(CLI::Range(0.1, 3600.0));
+  top->add_option("-n,--iterations", topt.iterations,
+                  "print N frames as plain text (each with rates over one interval), then exit")
+      ->check(CLI::Range(1u, 1000000u))
+      ->type_name("N");
   top->add_flag("--once", topt.once, "print one frame (rates over one interval) and exit: -n 1");
-  metavar(top->add_option("--socket", socket, "control socket path"), "PATH");
-  metavar(top->add_option("--config", config, "config file"), "FILE");
+  top->add_option("--socket", socket, "control socket path");
+  top->add_option("--config", config, "config file");
 
   uint32_t tenant_id = 0;
   std::string gate_state;
   auto* gate = app.add_subcommand("gate", "open or close a tenant's gate (admin)");
   gate->add_option("TENANT_ID", tenant_id, "tenant id")->required();
   gate->add_option("STATE", gate_state, "open | close")->required()->check(CLI::IsMember({"open", "close"}));
-  metavar(gate->add_option("--socket", socket, "control socket path"), "PATH");
-  metavar(gate->add_option("--config", config, "config file"), "FILE");
+  gate->add_option("--socket", socket, "control socket path");
+  gate->add_option("--config", config, "config file");
 
   std::string check_file;
   auto* cfgcmd = app.add_subcommand("config", "configuration tools");
@@ -240,12 +235,10 @@ int main(int argc, char** argv) {
 
   DemoOptions dopt;
   auto* demo = app.add_subcommand("demo", "run a latency-critical and a best-effort tenant under a private gpuosd");
-  metavar(demo->add_option("--seconds", dopt.seconds, "approximate duration")->check(CLI::Range(0.1, 3600.0)),
-          "SECONDS");
+  demo->add_option("--seconds", dopt.seconds, "approximate duration")->check(CLI::Range(0.1, 3600.0));
   demo->add_flag("--json", dopt.json, "machine-readable output");
-  metavar(demo->add_option("--policy", dopt.policy, "gpuosd scheduling policy (default: priority)")
-              ->check(CLI::IsMember({"open", "priority"})),
-          "POLICY");
+  demo->add_option("--policy", dopt.policy, "gpuosd scheduling policy (default: priority)")
+      ->check(CLI::IsMember({"open", "priority"}));
   demo->add_flag("--keep", dopt.keep, "keep the temporary directory with the logs");
 
   if (int rc = parse_command_line(app, parse_argc, argv, "gpuos"); rc >= 0) return rc;

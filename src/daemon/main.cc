@@ -28,21 +28,23 @@ int main(int argc, char** argv) {
   using namespace gpuos;
   gpuos::daemon::block_shutdown_signals();  // before any thread exists
   CLI::App app{"gpuosd: the gpuos node daemon (runs in the foreground)", "gpuosd"};
-  app.formatter(std::make_shared<cli::Formatter>());
+  app.formatter(std::make_shared<cli::Formatter>(cli::Formatter::ValueNames{
+      {"config", "FILE"}, {"socket", "PATH"}, {"log-level", "LEVEL"}, {"policy", "POLICY"},
+      {"space-policy", "POLICY"}, {"memory-policy", "POLICY"}, {"metrics-listen", "HOST:PORT"}}));
   app.set_version_flag("--version", std::string("gpuosd ") + GPUOS_VERSION);
   std::string config_path, socket_opt, log_level_opt, policy_opt, space_policy_opt, memory_policy_opt;
   std::optional<std::string> metrics_opt;
-  app.add_option("--config", config_path, "config file (default: $GPUOS_CONFIG, /etc/gpuos/gpuos.toml)")->option_text("FILE");
-  app.add_option("--socket", socket_opt, "control socket path (overrides the config)")->option_text("PATH");
-  app.add_option("--log-level", log_level_opt, "error|warn|info|debug (overrides the config)")->option_text("LEVEL");
+  app.add_option("--config", config_path, "config file (default: $GPUOS_CONFIG, /etc/gpuos/gpuos.toml)");
+  app.add_option("--socket", socket_opt, "control socket path (overrides the config)");
+  app.add_option("--log-level", log_level_opt, "error|warn|info|debug (overrides the config)");
   app.add_option("--policy", policy_opt,
-                 "time-gate policy: " + policies::policy_names(policies::SlotKind::kTimeGate) + " (overrides [scheduler] policy)")->option_text("POLICY");
+                 "time-gate policy: " + policies::policy_names(policies::SlotKind::kTimeGate) + " (overrides [scheduler] policy)");
   app.add_option("--space-policy", space_policy_opt,
-                 "space policy: " + policies::policy_names(policies::SlotKind::kSpace) + " (overrides [spatial] policy)")->option_text("POLICY");
+                 "space policy: " + policies::policy_names(policies::SlotKind::kSpace) + " (overrides [spatial] policy)");
   app.add_option("--memory-policy", memory_policy_opt,
-                 "memory policy: " + policies::policy_names(policies::SlotKind::kMemory) + " (overrides [memory] policy)")->option_text("POLICY");
+                 "memory policy: " + policies::policy_names(policies::SlotKind::kMemory) + " (overrides [memory] policy)");
   app.add_option("--metrics-listen", metrics_opt,
-                 "Prometheus endpoint HOST:PORT, \"\" to disable (overrides [metrics] listen)")->option_text("HOST:PORT");
+                 "Prometheus endpoint HOST:PORT, \"\" to disable (overrides [metrics] listen)");
   if (int rc = cli::parse_command_line(app, argc, argv, "gpuosd"); rc >= 0) return rc;
 
   log::init("gpuosd", log::Level::kInfo);
