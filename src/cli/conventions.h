@@ -1,4 +1,4 @@
-// The command-line conventions gpuos and gpuosd share (docs/OPERATIONS.md, "Exit codes"):
+// The command-line conventions gpuos and gpuosd share (docs/OPERATIONS.md, "The command line"):
 // one exit-code scheme, an unknown command named as such, and help without CLI11's type noise.
 // Header-only: both binaries include it, neither links the other's code.
 #pragma once
