@@ -3,7 +3,8 @@
 #include <sstream>
 #include <vector>
 
-#include "cli/conventions.h"
+#include "common/command_line.h"
+
 
 namespace gpuos::cli {
 namespace {

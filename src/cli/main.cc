@@ -10,9 +10,9 @@
 
 #include "cli/client.h"
 #include "cli/commands.h"
-#include "cli/conventions.h"
 #include "cli/docgen.h"
 #include "cli/top.h"
+#include "common/command_line.h"
 #include "common/config.h"
 #include "policies/registry.h"
 

@@ -11,7 +11,7 @@
 #include <optional>
 #include <string>
 
-#include "cli/conventions.h"
+#include "common/command_line.h"
 #include "common/config.h"
 #include "common/ipc.h"
 #include "common/log.h"
@@ -28,7 +28,7 @@ int main(int argc, char** argv) {
   using namespace gpuos;
   gpuos::daemon::block_shutdown_signals();  // before any thread exists
   CLI::App app{"gpuosd: the gpuos node daemon (runs in the foreground)", "gpuosd"};
-  app.formatter(std::make_shared<cli::Formatter>(cli::Formatter::ValueNames{
+  app.formatter(std::make_shared<Formatter>(Formatter::ValueNames{
       {"config", "FILE"}, {"socket", "PATH"}, {"log-level", "LEVEL"}, {"policy", "POLICY"},
       {"space-policy", "POLICY"}, {"memory-policy", "POLICY"}, {"metrics-listen", "HOST:PORT"}}));
   app.set_version_flag("--version", std::string("gpuosd ") + GPUOS_VERSION);
@@ -45,7 +45,7 @@ int main(int argc, char** argv) {
                  "memory policy: " + policies::policy_names(policies::SlotKind::kMemory) + " (overrides [memory] policy)");
   app.add_option("--metrics-listen", metrics_opt,
                  "Prometheus endpoint HOST:PORT, \"\" to disable (overrides [metrics] listen)");
-  if (int rc = cli::parse_command_line(app, argc, argv, "gpuosd"); rc >= 0) return rc;
+  if (int rc = parse_command_line(app, argc, argv, "gpuosd"); rc >= 0) return rc;
 
   log::init("gpuosd", log::Level::kInfo);
   ConfigResult cr = load_config(config_path);

@@ -1,6 +1,7 @@
 // The command-line conventions gpuos and gpuosd share (docs/OPERATIONS.md, "The command line"):
 // one exit-code scheme, an unknown command named as such, and help without CLI11's type noise.
-// Header-only: both binaries include it, neither links the other's code.
+// Header-only (CLI11 is header-only): both binaries include it; nothing else does (the interposer,
+// which links common/, never).
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -9,7 +10,7 @@
 #include <map>
 #include <string>
 
-namespace gpuos::cli {
+namespace gpuos {
 
 inline constexpr int kExitOk = 0;       // done (also --help, --version)
 inline constexpr int kExitFailure = 1;  // the command ran and failed (no daemon, refused, bad config)
@@ -98,4 +99,4 @@ inline int parse_command_line(CLI::App& app, int argc, char** argv, const std::s
   return -1;
 }
 
-}  // namespace gpuos::cli
+}  // namespace gpuos
