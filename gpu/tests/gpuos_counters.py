@@ -126,4 +126,4 @@ if __name__ == "__main__":
     if len(sys.argv) == 4 and sys.argv[1] == "wait-exited":
         sys.exit(_wait_exited(sys.argv[2], sys.argv[3]))
     print(__doc__, file=sys.stderr)
-    sys.exit(64)
+    sys.exit(2)  # usage error (gpuos exit-code scheme: docs/OPERATIONS.md)

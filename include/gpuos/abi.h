@@ -443,6 +443,12 @@ typedef struct gpuos_msg_tenant_info {
   uint32_t be_share_permille;
   uint32_t gate_by; /* why a live tenant's gate is closed: GPUOS_GATE_BY_* bits (0 = open, or a
                        daemon that predates the field) */
+  /* how long the tenant has been blocked at its closed gate now, in ms (0 = not waiting): gate_wait_ns
+     counts finished waits only. gpuosd's own clock, from when it first saw the tenant's waiting word
+     set while it held the gate closed (the word alone cannot make a wait longer, or one at an open
+     gate). */
+  uint32_t gate_waiting_ms;
+  uint32_t reserved10;
 } gpuos_msg_tenant_info;
 #define GPUOS_GATE_BY_ADMIN 1u  /* an admin holds it (gpuos gate ID close); survives a restart */
 #define GPUOS_GATE_BY_POLICY 2u /* the time-gate policy closed it */
@@ -527,7 +533,7 @@ static_assert(offsetof(gpuos_control_block, space_sample_seq) == 1024, "sizing l
 static_assert(sizeof(gpuos_shape_latency) == 112, "shape entries");
 static_assert(sizeof(gpuos_msg_register) == 160, "ABI v2 frozen");
 static_assert(sizeof(gpuos_msg_register_reply) == 192, "ABI v2 frozen");
-static_assert(sizeof(gpuos_msg_tenant_info) == 424, "ABI v2 frozen");
+static_assert(sizeof(gpuos_msg_tenant_info) == 432, "ABI v2 frozen");
 static_assert(sizeof(gpuos_msg_gpu_info) == 176, "ABI v2 frozen");
 static_assert(sizeof(gpuos_msg_reply) == 184, "ABI v2 frozen");
 static_assert(sizeof(gpuos_msg_activity) == 24, "ABI v2 frozen");

@@ -329,6 +329,7 @@ nlohmann::json listing_json(const Listing& l) {
     o["captured_launches"] = t.captured_launches;
     o["gate_waits"] = t.gate_waits;
     o["gate_wait_ns"] = t.gate_wait_ns;
+    o["gate_waiting_ms"] = t.gate_waiting_ms;  // the wait in progress (gate_wait_ns: finished ones)
     o["mem_used_bytes"] = t.mem_used_bytes;
     o["mem_peak_bytes"] = t.mem_peak_bytes;
     o["mem_quota_bytes"] = t.mem_quota_bytes;
@@ -409,6 +410,11 @@ std::string budget_text(const gpuos_msg_tenant_info& t) {
   return b;
 }
 
+uint64_t gate_wait_with_current_ns(const gpuos_msg_tenant_info& t) {
+  const uint64_t current = uint64_t{t.gate_waiting_ms} * 1000000ull;
+  return t.gate_wait_ns > UINT64_MAX - current ? UINT64_MAX : t.gate_wait_ns + current;
+}
+
 std::string listing_table(const Listing& l) {
   std::string s;
   char line[1024];
@@ -430,7 +436,7 @@ std::string listing_table(const Listing& l) {
                   t.tenant_id, t.pid, name.c_str(), class_name(t.tenant_class), display_state(t),
                   static_cast<unsigned long long>(t.launches), static_cast<unsigned long long>(t.graph_launches),
                   human_bytes(t.mem_used_bytes).c_str(), human_bytes(t.mem_peak_bytes).c_str(),
-                  duration(t.gate_wait_ns).c_str(), sms.c_str(), budget_text(t).c_str());
+                  duration(gate_wait_with_current_ns(t)).c_str(), sms.c_str(), budget_text(t).c_str());
     s += line;
   }
   return s;

@@ -67,6 +67,9 @@ const char* gated_by_name(const gpuos_msg_tenant_info& t);
 // instead of "gated", and one an admin holds shows "held" (a policy's gate opens by itself; a hold
 // waits for an admin).
 const char* display_state(const gpuos_msg_tenant_info& t);
+// Time at the closed gate including the wait in progress (gate_wait_ns counts finished waits only):
+// the GATE-WAIT of `gpuos ps` and the rate behind `gpuos top`'s GATE-WAIT%.
+uint64_t gate_wait_with_current_ns(const gpuos_msg_tenant_info& t);
 
 // Directory holding the running executable (from /proc/self/exe); "" if unknown.
 std::string exe_dir();

@@ -1,5 +1,6 @@
-// `gpuos demo`: a private gpuosd plus two tenants (latency-critical "hp", best-effort "be") running
-// gpuos-synth under `gpuos run`, then a summary table.
+// `gpuos demo`: a private gpuosd and gpuos-synth tenants under `gpuos run`: first the latency-critical
+// "hp" alone (the baseline), then "hp" beside the best-effort "be"; a summary table, and a verdict
+// that compares hp shared with hp alone (what gpuos bought).
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -31,6 +32,9 @@ namespace gpuos::cli {
 namespace {
 
 using Env = EnvVars;
+
+// hp shared within this factor of hp alone counts as kept near alone in the verdict.
+constexpr double kKeptLatencyRatio = 1.5;
 
 bool exists(const std::string& p) {
   struct stat st;
@@ -108,6 +112,8 @@ std::string tail_of(const std::string& path, std::size_t max = 2000) {
 
 struct Tenant {
   std::string name, klass;
+  std::string label;  // the table's: "hp alone", "hp shared", "be shared"
+  int phase = 0;      // 0: the baseline (hp alone), 1: shared
   std::vector<std::string> synth_args;
   pid_t pid = -1;
   int exit_code = -1;
@@ -200,34 +206,51 @@ int demo_command(const DemoOptions& o) {
     return 1;
   }
 
-  // HP: small kernels with gaps (latency-critical); BE: big kernels back to back.
+  // HP: small kernels with gaps (latency-critical); BE: big kernels back to back. HP runs twice: alone
+  // (the baseline, half as many kernels: enough for its percentiles) and beside BE.
   auto count = [&](double per_s) { return std::to_string(std::max(10L, std::lround(per_s * seconds))); };
-  std::vector<Tenant> tenants(2);
+  const std::vector<std::string> hp_args = {"--iters", "200000", "--blocks-per-sm", "1", "--block", "256",
+                                            "--gap-us", "2000", "--mem-mib", "256"};
+  std::vector<Tenant> tenants(3);
   tenants[0].name = "hp";
+  tenants[0].label = "hp alone";
   tenants[0].klass = "guaranteed";
-  tenants[0].synth_args = {"--iters", "200000", "--blocks-per-sm", "1", "--block", "256", "--count", count(300),
-                           "--gap-us", "2000", "--mem-mib", "256"};
-  tenants[1].name = "be";
-  tenants[1].klass = "best-effort";
-  tenants[1].synth_args = {"--iters", "2000000", "--blocks-per-sm", "8", "--block", "256", "--count", count(150),
+  tenants[0].synth_args = hp_args;
+  tenants[0].synth_args.insert(tenants[0].synth_args.end(), {"--count", count(150)});
+  tenants[1].name = "hp";
+  tenants[1].label = "hp shared";
+  tenants[1].phase = 1;
+  tenants[1].klass = "guaranteed";
+  tenants[1].synth_args = hp_args;
+  tenants[1].synth_args.insert(tenants[1].synth_args.end(), {"--count", count(300)});
+  tenants[2].name = "be";
+  tenants[2].label = "be shared";
+  tenants[2].phase = 1;
+  tenants[2].klass = "best-effort";
+  tenants[2].synth_args = {"--iters", "2000000", "--blocks-per-sm", "8", "--block", "256", "--count", count(150),
                            "--gap-us", "0", "--mem-mib", "1024"};
-  for (Tenant& t : tenants) {
-    t.json_path = tmp + "/" + t.name + ".json";
-    t.log_path = tmp + "/" + t.name + ".log";
-    std::vector<std::string> args = {self, "run", "--socket", sock, "--config", cfg_path, "--class", t.klass,
-                                     "--name", t.name, "--", synth, "--name", t.name};
-    args.insert(args.end(), t.synth_args.begin(), t.synth_args.end());
-    args.insert(args.end(), {"--json", t.json_path});
-    t.pid = spawn(args, env, t.log_path);
-  }
-  double limit = 60.0 + 20.0 * seconds;
-  auto start = std::chrono::steady_clock::now();
-  for (Tenant& t : tenants) {
-    double left = limit - std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    t.exit_code = wait_for(t.pid, std::max(left, 0.0));
-    if (t.exit_code < 0) {
-      t.problem = "timed out";
-      stop_process(t.pid);
+  const double limit = 60.0 + 20.0 * seconds;
+  const auto start = std::chrono::steady_clock::now();
+  for (int phase : {0, 1}) {
+    for (std::size_t i = 0; i < tenants.size(); ++i) {
+      Tenant& t = tenants[i];
+      if (t.phase != phase) continue;
+      t.json_path = tmp + "/" + t.name + "-" + std::to_string(i) + ".json";
+      t.log_path = tmp + "/" + t.name + "-" + std::to_string(i) + ".log";
+      std::vector<std::string> args = {self, "run", "--socket", sock, "--config", cfg_path, "--class", t.klass,
+                                       "--name", t.name, "--", synth, "--name", t.name};
+      args.insert(args.end(), t.synth_args.begin(), t.synth_args.end());
+      args.insert(args.end(), {"--json", t.json_path});
+      t.pid = spawn(args, env, t.log_path);
+    }
+    for (Tenant& t : tenants) {
+      if (t.phase != phase) continue;
+      double left = limit - std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      t.exit_code = wait_for(t.pid, std::max(left, 0.0));
+      if (t.exit_code < 0) {
+        t.problem = "timed out";
+        stop_process(t.pid);
+      }
     }
   }
 
@@ -261,15 +284,46 @@ int demo_command(const DemoOptions& o) {
   auto num = [](const nlohmann::json& j, const char* k) {
     return j.is_object() && j.contains(k) && j[k].is_number() ? j[k].get<double>() : 0.0;
   };
+  // The verdict: hp shared against hp alone, at the median and the tail, and what be got done beside it.
+  const double alone_p50 = num(tenants[0].result, "p50_us"), shared_p50 = num(tenants[1].result, "p50_us");
+  const double alone_p99 = num(tenants[0].result, "p99_us"), shared_p99 = num(tenants[1].result, "p99_us");
+  const double be_rate = num(tenants[2].result, "throughput_per_s");
+  const double p50_ratio = alone_p50 > 0 ? shared_p50 / alone_p50 : 0;
+  const double p99_ratio = alone_p99 > 0 ? shared_p99 / alone_p99 : 0;
+  std::string verdict;
+  if (!ok || p50_ratio <= 0 || p99_ratio <= 0) {
+    verdict = "no verdict: a run failed (see below)";
+  } else {
+    const bool median_kept = p50_ratio <= kKeptLatencyRatio, tail_kept = p99_ratio <= kKeptLatencyRatio;
+    const char* meaning =
+        median_kept && tail_kept ? "gpuos kept hp as fast as it runs alone"
+        : o.policy == "open"     ? "policy open gates nothing; the default, priority, holds be back while hp works"
+        : median_kept            ? "gpuos kept hp's typical latency near alone; its tail is be's kernels already "
+                                   "running when hp's came (a GPU finishes their time slice first)"
+                                 : "hp was slowed more than gpuos should allow: is the machine busy with other work?";
+    char line[640];
+    std::snprintf(line, sizeof line,
+                  "beside be (%.1f kernels/s) hp's latency was %.2fx its latency alone at the median (%.1f vs %.1f "
+                  "us) and %.2fx at p99 (%.1f vs %.1f us): %s",
+                  be_rate, p50_ratio, shared_p50, alone_p50, p99_ratio, shared_p99, alone_p99, meaning);
+    verdict = line;
+  }
   if (o.json) {
     nlohmann::json out;
     out["simulated"] = simulated;
     out["device"] = device;
     out["ok"] = ok;
     out["policy"] = o.policy;
+    out["hp_alone"] = {{"p50_us", alone_p50}, {"p99_us", alone_p99}};
+    out["hp_shared"] = {{"p50_us", shared_p50}, {"p99_us", shared_p99}};
+    out["hp_p50_ratio"] = p50_ratio;
+    out["hp_p99_ratio"] = p99_ratio;
+    out["be_kernels_per_s"] = be_rate;
+    out["verdict"] = verdict;
     out["tenants"] = nlohmann::json::array();
     for (const Tenant& t : tenants) {
       out["tenants"].push_back({{"name", t.name},
+                                {"phase", t.phase == 0 ? "alone" : "shared"},
                                 {"class", t.klass},
                                 {"exit_code", t.exit_code},
                                 {"result", t.result},
@@ -282,19 +336,20 @@ int demo_command(const DemoOptions& o) {
   } else {
     std::printf("device: %s%s, policy: %s\n", device.empty() ? "?" : device.c_str(),
                 simulated ? " (simulated)" : "", o.policy.c_str());
-    std::printf("%-6s %-12s %8s %10s %10s %12s %10s %10s %12s %9s\n", "TENANT", "CLASS", "KERNELS", "P50(us)",
+    std::printf("%-10s %-12s %8s %10s %10s %12s %10s %10s %12s %9s\n", "TENANT", "CLASS", "KERNELS", "P50(us)",
                 "P99(us)", "KERNELS/S", "LAUNCHES", "PEAK-MEM", "GATE-WAIT", "VERIFIED");
     for (const Tenant& t : tenants) {
       char gate_wait[32];
       std::snprintf(gate_wait, sizeof gate_wait, "%.1f ms",
                     t.daemon_view ? static_cast<double>(t.daemon_view->gate_wait_ns) / 1e6 : 0.0);
-      std::printf("%-6s %-12s %8.0f %10.1f %10.1f %12.1f %10llu %10s %12s %9s\n", t.name.c_str(), t.klass.c_str(),
+      std::printf("%-10s %-12s %8.0f %10.1f %10.1f %12.1f %10llu %10s %12s %9s\n", t.label.c_str(), t.klass.c_str(),
                   num(t.result, "kernels"), num(t.result, "p50_us"), num(t.result, "p99_us"),
                   num(t.result, "throughput_per_s"),
                   static_cast<unsigned long long>(t.daemon_view ? t.daemon_view->launches : 0),
                   human_bytes(t.daemon_view ? t.daemon_view->mem_peak_bytes : 0).c_str(), gate_wait,
                   t.result.is_object() && t.result.value("verified", false) ? "yes" : "NO");
     }
+    std::printf("verdict: %s\n", verdict.c_str());
   }
   for (const Tenant& t : tenants) {
     if (!t.problem.empty()) {

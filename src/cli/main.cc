@@ -10,8 +10,10 @@
 
 #include "cli/client.h"
 #include "cli/commands.h"
+#include "cli/docgen.h"
 #include "cli/simulate.h"
 #include "cli/top.h"
+#include "common/command_line.h"
 #include "common/config.h"
 #include "policies/registry.h"
 
@@ -21,14 +23,14 @@ using namespace gpuos::cli;
 namespace {
 
 int cmd_daemon(const std::string& config, const std::string& socket, const std::string& policy,
-               const std::optional<std::string>& metrics_listen, bool foreground) {
+               const std::optional<std::string>& metrics_listen, const std::string& log_level) {
   std::string gpuosd = exe_dir() + "/gpuosd";
   std::vector<std::string> args = {gpuosd};
   if (!config.empty()) args.insert(args.end(), {"--config", config});
   if (!socket.empty()) args.insert(args.end(), {"--socket", socket});
   if (!policy.empty()) args.insert(args.end(), {"--policy", policy});
   if (metrics_listen) args.insert(args.end(), {"--metrics-listen", *metrics_listen});
-  if (foreground) args.push_back("--foreground");
+  if (!log_level.empty()) args.insert(args.end(), {"--log-level", log_level});
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -98,7 +100,10 @@ int cmd_gate(uint32_t id, const std::string& state, const std::string& socket_op
 int cmd_config_check(const std::string& file) {
   ConfigResult r = load_config_file(file);
   std::string why;
-  if (r && !policies::check_policy_config(*r.config, &why)) r.error = why;  // the policies check their sections
+  // gpuosd's own start-up check (host names, the policies and their sections), not a weaker copy.
+  HostConfig host;
+  policies::PolicySet unused;
+  if (r && !policies::check_startup_config(*r.config, &host, &unused, &why)) r.error = why;
   if (!r || !why.empty()) {
     std::fprintf(stderr, "%s\n", r.error.c_str());
     return 1;
@@ -126,13 +131,24 @@ int main(int argc, char** argv) {
     }
   }
 
-  CLI::App app{"gpuos: GPU multitasking for unchanged programs"};
+  CLI::App app{"gpuos: GPU multitasking for unchanged programs", "gpuos"};
+  // Before the subcommands (they copy it): help names values by what they mean (--mem SIZE).
+  app.formatter(std::make_shared<Formatter>(Formatter::ValueNames{
+      {"config", "FILE"}, {"socket", "PATH"}, {"policy", "POLICY"}, {"metrics-listen", "HOST:PORT"},
+      {"log-level", "LEVEL"}, {"name", "NAME"}, {"class", "CLASS"}, {"priority", "N"}, {"weight", "N"},
+      {"mem", "SIZE"}, {"borrow", "SIZE"}, {"interval", "SECONDS"}, {"seconds", "SECONDS"}}));
   app.set_version_flag("--version", std::string("gpuos ") + GPUOS_VERSION);
-  app.require_subcommand(1);
+  app.require_subcommand(0, 1);  // one command; none only with --generate (checked below)
+  // Hidden (empty group): what the build runs to write the shell completion and the man page.
+  std::string generate;
+  app.add_option("--generate", generate, "write bash-completion or man to stdout")
+      ->check(CLI::IsMember({"bash-completion", "man"}))
+      ->group("");
 
   std::string config, socket;
-  bool foreground = false;
-  auto* daemon = app.add_subcommand("daemon", "run the gpuos node daemon (gpuosd)");
+  // gpuosd never forks into the background: `gpuos daemon` runs it in the foreground (a service
+  // manager such as systemd puts it in the background), so there is no --foreground.
+  auto* daemon = app.add_subcommand("daemon", "run the gpuos node daemon (gpuosd) in the foreground");
   daemon->add_option("--config", config, "config file");
   daemon->add_option("--socket", socket, "control socket path");
   std::string policy;
@@ -142,7 +158,9 @@ int main(int argc, char** argv) {
   std::optional<std::string> metrics_listen;
   daemon->add_option("--metrics-listen", metrics_listen,
                      "Prometheus endpoint HOST:PORT, \"\" to disable (overrides [metrics] listen)");
-  daemon->add_flag("--foreground", foreground, "stay in the foreground (always)");
+  std::string daemon_log_level;
+  daemon->add_option("--log-level", daemon_log_level, "error | warn | info | debug (overrides [daemon] log_level)")
+      ->check(CLI::IsMember({"error", "warn", "info", "debug"}));
   unsigned simulate_gpus = 0;
   daemon->add_option("--simulate", simulate_gpus,
                      "no GPU needed: run on N simulated GPUs (default 1; the driver test double, built next to "
@@ -161,7 +179,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Number);
   run->add_option("--weight", ro.weight, "fair-share weight 1..10000 (best-effort tenants)")
       ->check(CLI::Range(1, 10000));
-  run->add_option("--mem", ro.mem, "device-memory quota, e.g. 512MiB or 8GiB (default: unlimited)");
+  run->add_option("--mem", ro.mem,
+                  "device-memory quota, e.g. 512MiB, 8G, 1.5GiB or bytes; units are binary (8G = 8GB = 8GiB = "
+                  "8*2^30 bytes) (default: unlimited)");
   run->add_option("--borrow", ro.borrow,
                   "device memory it may hold beyond --mem while the GPU has room, e.g. 8GiB; "
                   "borrowers are swapped out first when others need room");
@@ -199,9 +219,14 @@ int main(int argc, char** argv) {
 
   TopOptions topt;
   auto* top = app.add_subcommand("top", "live view of GPUs and tenants (q or Ctrl-C quits)");
-  top->add_option("--interval,-n", topt.interval, "seconds between refreshes (default 1)")
+  // As procps top: -d is the delay between frames, -n the number of frames.
+  top->add_option("--interval,-d", topt.interval, "seconds between refreshes (default 1)")
       ->check(CLI::Range(0.1, 3600.0));
-  top->add_flag("--once", topt.once, "print one frame (rates over one interval) and exit");
+  top->add_option("-n,--iterations", topt.iterations,
+                  "print N frames as plain text (each with rates over one interval), then exit")
+      ->check(CLI::Range(1u, 1000000u))
+      ->type_name("N");
+  top->add_flag("--once", topt.once, "print one frame (rates over one interval) and exit: -n 1");
   top->add_option("--socket", socket, "control socket path");
   top->add_option("--config", config, "config file");
 
@@ -227,14 +252,12 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"open", "priority"}));
   demo->add_flag("--keep", dopt.keep, "keep the temporary directory with the logs");
 
-  try {
-    app.parse(parse_argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
+  if (int rc = parse_command_line(app, parse_argc, argv, "gpuos"); rc >= 0) return rc;
 
+  if (generate == "bash-completion") return std::fputs(bash_completion(app).c_str(), stdout) >= 0 ? 0 : 1;
+  if (generate == "man") return std::fputs(man_page(app, GPUOS_VERSION).c_str(), stdout) >= 0 ? 0 : 1;
   if (*daemon && simulate_gpus != 0 && !use_simulated_device("daemon", simulate_gpus)) return 2;
-  if (*daemon) return cmd_daemon(config, socket, policy, metrics_listen, foreground);
+  if (*daemon) return cmd_daemon(config, socket, policy, metrics_listen, daemon_log_level);
   if (*run) {
     if (command.empty()) command = run->remaining();
     return run_command(ro, command);
@@ -244,5 +267,7 @@ int main(int argc, char** argv) {
   if (*gate) return cmd_gate(tenant_id, gate_state, socket, config);
   if (*check) return cmd_config_check(check_file);
   if (*demo) return demo_command(dopt);
-  return 2;
+  std::fprintf(stderr, "gpuos: a command is required (commands: daemon, run, ps, top, gate, config, demo; see "
+               "gpuos --help)\n");
+  return kExitUsage;
 }

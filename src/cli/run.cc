@@ -162,11 +162,15 @@ int run_command(const RunOptions& o, const std::vector<std::string>& cmd) {
   std::string priority = inherited("GPUOS_TENANT_PRIORITY", o.priority, "0");
   std::string weight = inherited("GPUOS_TENANT_WEIGHT", o.weight, "100");
   // --mem / --borrow as byte counts; unset: inherited from the environment.
-  auto size_option = [](const std::string& text, const char* flag, const char* var, std::string* out) {
+  auto size_option = [](const std::string& text, const char* flag, const char* var, const char* if_left_out,
+                        std::string* out) {
     if (!text.empty()) {
       uint64_t bytes = 0;
-      if (!gpuos::parse_size(text, &bytes)) {
-        std::fprintf(stderr, "gpuos run: %s %s: want a size such as 512MiB or 8GiB\n", flag, text.c_str());
+      std::string why;
+      if (!gpuos::parse_size(text, &bytes, &why)) {
+        // Zero bytes is no grant at all: leaving the option out says what the user most likely meant.
+        if (why.ends_with("is zero bytes")) why += std::string(" (leave ") + flag + " out " + if_left_out + ")";
+        std::fprintf(stderr, "gpuos run: %s %s\n", flag, why.c_str());
         return false;
       }
       *out = std::to_string(bytes);
@@ -176,8 +180,8 @@ int run_command(const RunOptions& o, const std::vector<std::string>& cmd) {
     return true;
   };
   std::string mem, borrow;
-  if (!size_option(o.mem, "--mem", "GPUOS_TENANT_MEM", &mem)) return 2;
-  if (!size_option(o.borrow, "--borrow", "GPUOS_TENANT_MEM_BORROW", &borrow)) return 2;
+  if (!size_option(o.mem, "--mem", "GPUOS_TENANT_MEM", "for no quota", &mem)) return 2;
+  if (!size_option(o.borrow, "--borrow", "GPUOS_TENANT_MEM_BORROW", "to borrow nothing", &borrow)) return 2;
   if (!o.borrow.empty() && mem.empty()) {
     std::fprintf(stderr, "gpuos run: --borrow needs --mem (borrowed memory is on top of a quota)\n");
     return 2;

@@ -133,9 +133,11 @@ std::vector<std::string> render_top(const Listing* prev, const Listing& cur, dou
     std::string lps = p ? rate(t.launches, p->launches, dt_s) : "-";
     std::string gps = p ? rate(t.graph_launches, p->graph_launches, dt_s) : "-";
     std::string gw = "-";
-    if (p && dt_s > 0 && t.gate_wait_ns >= p->gate_wait_ns) {
+    // With the wait in progress: a tenant blocked the whole interval shows 100, not 0.
+    const uint64_t waited = gate_wait_with_current_ns(t), waited_before = p ? gate_wait_with_current_ns(*p) : 0;
+    if (p && dt_s > 0 && waited >= waited_before) {
       char b[32];
-      std::snprintf(b, sizeof(b), "%.1f", 100.0 * static_cast<double>(t.gate_wait_ns - p->gate_wait_ns) / (dt_s * 1e9));
+      std::snprintf(b, sizeof(b), "%.1f", 100.0 * static_cast<double>(waited - waited_before) / (dt_s * 1e9));
       gw = b;
     }
     // The tenant's own bytes: escaped first (no terminal control gets through), then cut to the
@@ -147,7 +149,7 @@ std::vector<std::string> render_top(const Listing* prev, const Listing& cur, dou
       name = name.substr(0, cut) + "~";
     }
     std::snprintf(buf, sizeof(buf), "%5u %8d %-20s %-12s %-8s %9s %8s %10s %10s %10s %8s %s", t.tenant_id, t.pid,
-                  name.c_str(), class_name(t.tenant_class), state_name(t.state), lps.c_str(), gps.c_str(),
+                  name.c_str(), class_name(t.tenant_class), display_state(t), lps.c_str(), gps.c_str(),
                   human_bytes(t.mem_used_bytes).c_str(), human_bytes(t.mem_peak_bytes).c_str(), gw.c_str(),
                   partition_text(t).c_str(), budget_text(t).c_str());
     lines.emplace_back(buf);
@@ -164,9 +166,11 @@ std::vector<std::string> render_top(const Listing* prev, const Listing& cur, dou
 }
 
 int top_command(const TopOptions& o) {
+  const unsigned frames = o.once ? 1 : o.iterations;  // 0: until quit
+  const bool counted = frames != 0;
   const bool tty_out = isatty(STDOUT_FILENO) != 0;
-  const bool interactive = !o.once && tty_out;
-  const bool keys = !o.once && isatty(STDIN_FILENO) != 0;
+  const bool interactive = !counted && tty_out;
+  const bool keys = !counted && isatty(STDIN_FILENO) != 0;
 
   struct sigaction sa{};
   sa.sa_handler = on_quit_signal;  // no SA_RESTART: a signal ends the wait at once
@@ -184,19 +188,19 @@ int top_command(const TopOptions& o) {
     Listing prev;
     bool have_prev = false;
     double t_prev = 0;
-    std::string last_error;
+    unsigned drawn = 0;
     for (int frame = 0; !g_quit; ++frame) {
       Listing cur;
       std::string err;
       bool ok = list_tenants(o.socket, false, &cur, &err);
       double t_now = mono_s();
-      if (!ok && o.once) {
+      if (!ok && counted) {
         std::fprintf(stderr, "gpuos top: %s\n", err.c_str());
         rc = 1;
         break;
       }
-      // --once: the first snapshot only primes the rates; the frame comes one interval later.
-      if (!(o.once && frame == 0)) {
+      // -n: the first snapshot only primes the rates; every frame printed has them.
+      if (!(counted && frame == 0)) {
         std::size_t w = 0, h = 0;
         if (interactive) terminal_size(&w, &h);
         std::vector<std::string> lines;
@@ -212,10 +216,10 @@ int top_command(const TopOptions& o) {
           out += "\x1b[J";
         } else {
           for (const auto& l : lines) out += l + "\n";
-          if (!o.once) out += "\n";
+          if (frames != 1) out += "\n";
         }
         write_all(STDOUT_FILENO, out);
-        if (o.once) break;
+        if (counted && ++drawn == frames) break;
       }
       if (ok) {
         prev = std::move(cur);

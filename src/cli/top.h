@@ -6,8 +6,9 @@
 // the tenant's threads, so it can exceed 100 with several waiting threads).
 //
 // On a terminal it uses the alternate screen, hides the cursor and reads keys without echo; `q` (or
-// Ctrl-C, SIGTERM, SIGHUP) quits and restores the terminal. --once draws a single frame (rates over
-// one interval) as plain text and exits.
+// Ctrl-C, SIGTERM, SIGHUP) quits and restores the terminal. -n N (as procps top) prints N frames as
+// plain text, each with rates over one interval (the first snapshot only primes them), and exits;
+// --once is -n 1.
 #pragma once
 
 #include <string>
@@ -19,7 +20,8 @@ namespace gpuos::cli {
 
 struct TopOptions {
   double interval = 1.0;  // seconds between frames (0.1..3600)
-  bool once = false;
+  bool once = false;      // = iterations 1
+  unsigned iterations = 0;  // -n: frames to print (plain text, each with rates), then exit; 0 = until quit
   std::string socket;     // resolved control socket
 };
 int top_command(const TopOptions& o);

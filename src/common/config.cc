@@ -6,6 +6,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <grp.h>
 #include <sys/stat.h>
 
 #include <cerrno>
@@ -170,8 +171,8 @@ bool parse_tenants(Ctx& cx, const toml::table& t, Config* c) {
     } else if (key == "mem_quota_cap") {
       std::string s;
       if (!cx.get_string(v, "tenants", key, &s)) return false;
-      if (!s.empty() && !parse_size(s, &c->mem_quota_cap_bytes)) {
-        return cx.fail(v, "tenants", key, "\"" + s + "\" is not a size such as 512MiB or 40GiB");
+      if (std::string why; !s.empty() && !parse_size(s, &c->mem_quota_cap_bytes, &why)) {
+        return cx.fail(v, "tenants", key, why);
       }
       if (s.empty()) c->mem_quota_cap_bytes = 0;
     } else if (key == "max_per_uid") {
@@ -263,8 +264,8 @@ bool parse_memory(Ctx& cx, const toml::table& t, Config* c) {
       uint64_t* dst = key == "swap_pool" ? &m.swap_pool_bytes : &m.swap_headroom_bytes;
       if (s.empty() && key == "swap_pool") {
         *dst = 0;
-      } else if (!parse_size(s, dst)) {
-        return cx.fail(v, "memory", key, "\"" + s + "\" is not a size such as 512MiB or 84GiB");
+      } else if (std::string why; !parse_size(s, dst, &why)) {
+        return cx.fail(v, "memory", key, why);
       }
     } else if (key == "swap_quantum_ms") {
       if (!cx.get_uint(v, "memory", key, 0, 3600000, &m.swap_quantum_ms)) return false;
@@ -293,8 +294,8 @@ bool parse_verify(Ctx& cx, const toml::table& t, Config* c) {
     } else if (key == "memory_slack") {
       std::string sz;
       if (!cx.get_string(v, "verify", key, &sz)) return false;
-      if (!parse_size(sz, &vc.memory_slack_bytes)) {
-        return cx.fail(v, "verify", key, "\"" + sz + "\" is not a size such as 512MiB or 1GiB");
+      if (std::string why; !parse_size(sz, &vc.memory_slack_bytes, &why)) {
+        return cx.fail(v, "verify", key, why);
       }
     } else if (key == "gated_sm_util_percent") {
       if (!cx.get_uint(v, "verify", key, 1, 100, &vc.gated_sm_util_percent)) return false;
@@ -559,6 +560,11 @@ ConfigResult parse_config(std::string_view text, std::string_view source_name) {
 
 ConfigResult load_config_file(const std::string& path) {
   ConfigResult res;
+  // A directory opens and reads as empty, which would parse as the defaults: refuse it by name.
+  if (struct stat st; ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    res.error = path + ": is a directory, not a config file";
+    return res;
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     res.error = path + ": cannot open config file: " + std::strerror(errno);
@@ -583,6 +589,28 @@ ConfigResult load_config(const std::string& cli_path) {
   ConfigResult res;
   res.config = Config{};
   return res;
+}
+
+bool resolve_host_config(const Config& c, HostConfig* out, std::string* why) {
+  HostConfig h;
+  if (!c.admin_group.empty()) {
+    group gr;
+    group* res = nullptr;
+    std::vector<char> buf(16384);
+    int rc;
+    while ((rc = getgrnam_r(c.admin_group.c_str(), &gr, buf.data(), buf.size(), &res)) == ERANGE && buf.size() < (1u << 22)) {
+      buf.resize(buf.size() * 2);
+    }
+    if (rc != 0 || res == nullptr) {
+      *why = (c.source.empty() ? std::string("<config>") : c.source) + ": [daemon] admin_group: \"" + c.admin_group +
+             "\": " + (rc != 0 ? std::string("cannot look up the group: ") + std::strerror(rc) : "no such group on this host");
+      return false;
+    }
+    h.has_admin_gid = true;
+    h.admin_gid = gr.gr_gid;
+  }
+  *out = h;
+  return true;
 }
 
 std::string format_config(const Config& c) {
@@ -767,27 +795,56 @@ std::string mps_status_file(const std::string& mps_dir, std::string_view domain)
   return mps_dir + "/" + std::string(domain) + "/status";
 }
 
-bool parse_size(const std::string& text, uint64_t* bytes) {
+bool parse_size(std::string_view text, uint64_t* bytes, std::string* why) {
+  auto fail = [&](const std::string& what) {
+    if (why != nullptr) *why = what;
+    return false;
+  };
+  const std::string kWant = "want a size such as 8GiB, 8G, 1.5GiB, 512MiB or a byte count";
   std::size_t i = 0;
-  uint64_t n = 0;
+  uint64_t whole = 0;
   while (i < text.size() && text[i] >= '0' && text[i] <= '9') {
-    uint64_t d = static_cast<uint64_t>(text[i] - '0');
-    if (n > (UINT64_MAX - d) / 10) return false;
-    n = n * 10 + d;
+    const uint64_t d = static_cast<uint64_t>(text[i] - '0');
+    if (whole > (UINT64_MAX - d) / 10) return fail("\"" + std::string(text) + "\" is too large");
+    whole = whole * 10 + d;
     ++i;
   }
-  if (i == 0) return false;
+  if (i == 0) return fail("\"" + std::string(text) + "\" is not a size (" + kWant + ")");
+  // A decimal fraction of up to 6 digits, exact: 1.5GiB is 1610612736 bytes.
+  uint64_t frac = 0, frac_scale = 1;
+  if (i < text.size() && text[i] == '.') {
+    ++i;
+    const std::size_t start = i;
+    while (i < text.size() && text[i] >= '0' && text[i] <= '9') {
+      if (i - start >= 6) return fail("\"" + std::string(text) + "\": at most 6 digits after the point");
+      frac = frac * 10 + static_cast<uint64_t>(text[i] - '0');
+      frac_scale *= 10;
+      ++i;
+    }
+    if (i == start) return fail("\"" + std::string(text) + "\" is not a size (" + kWant + ")");
+  }
+  while (i < text.size() && text[i] == ' ') ++i;  // "8 GiB"
   std::string unit;
   for (; i < text.size(); ++i) unit += static_cast<char>(std::tolower(static_cast<unsigned char>(text[i])));
-  int shift;
-  if (unit.empty() || unit == "b") shift = 0;
-  else if (unit == "k" || unit == "kib") shift = 10;
-  else if (unit == "m" || unit == "mib") shift = 20;
-  else if (unit == "g" || unit == "gib") shift = 30;
-  else if (unit == "t" || unit == "tib") shift = 40;
-  else return false;
-  if (n == 0 || n > (UINT64_MAX >> shift)) return false;
-  *bytes = n << shift;
+  // Every unit is binary (K = KB = KiB = 1024 bytes), as GPU memory is counted: 8G = 8GB = 8GiB.
+  static constexpr std::pair<const char*, int> kUnits[] = {
+      {"", 0},     {"b", 0},     {"k", 10},  {"kb", 10}, {"ki", 10}, {"kib", 10}, {"m", 20},  {"mb", 20},
+      {"mi", 20},  {"mib", 20},  {"g", 30},  {"gb", 30}, {"gi", 30}, {"gib", 30}, {"t", 40},  {"tb", 40},
+      {"ti", 40},  {"tib", 40}};
+  int shift = -1;
+  for (const auto& [name, sh] : kUnits) {
+    if (unit == name) shift = sh;
+  }
+  if (shift < 0) {
+    return fail("\"" + std::string(text) + "\": unknown unit \"" + unit + "\" (B, K/KB/KiB, M/MB/MiB, G/GB/GiB, T/TB/TiB)");
+  }
+  if (frac_scale > 1 && shift == 0) return fail("\"" + std::string(text) + "\": a byte count is a whole number");
+  if (whole > (UINT64_MAX >> shift)) return fail("\"" + std::string(text) + "\" is too large");
+  const uint64_t from_frac = (frac << shift) / frac_scale;  // frac < 10^6, shift <= 40: no overflow
+  const uint64_t n = whole << shift;
+  if (n > UINT64_MAX - from_frac) return fail("\"" + std::string(text) + "\" is too large");
+  if (n + from_frac == 0) return fail("\"" + std::string(text) + "\" is zero bytes");
+  *bytes = n + from_frac;
   return true;
 }
 

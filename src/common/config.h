@@ -242,6 +242,15 @@ ConfigResult load_config_file(const std::string& path);
 ConfigResult load_config(const std::string& cli_path);
 inline constexpr const char* kSystemConfigPath = "/etc/gpuos/gpuos.toml";
 
+// What a config names on this host, resolved: the checks a parsed config can still fail on the
+// machine that runs it. policies::check_startup_config runs them for gpuosd and `gpuos config check`.
+struct HostConfig {
+  bool has_admin_gid = false;  // [daemon] admin_group is set (and names a group)
+  uint32_t admin_gid = 0;
+};
+// False with *why ("FILE: [daemon] admin_group: ...") when admin_group names no group here.
+bool resolve_host_config(const Config& c, HostConfig* out, std::string* why);
+
 // The effective configuration as TOML text (every key, with its value).
 std::string format_config(const Config& c);
 
@@ -262,8 +271,12 @@ std::string mps_status_file(const std::string& mps_dir, std::string_view domain)
 bool parse_class(std::string_view text, gpuos_class* out);
 const char* class_name(uint32_t tenant_class);
 
-// Parses a size: a decimal number with an optional binary unit (B, KiB/K, MiB/M, GiB/G, TiB/T;
-// case-insensitive). Returns false for anything else, zero, or an overflow.
-bool parse_size(const std::string& text, uint64_t* bytes);
+// Parses a size: a decimal number (up to 6 digits after a point) and an optional unit, B, K, M, G or
+// T, each also as KB/KiB/Ki and so on, case-insensitive, a space allowed before it. Every unit is
+// binary, as GPU memory is counted: 8G = 8GB = 8GiB = 8 * 2^30 bytes; 1.5GiB = 1610612736 (a
+// fraction of a byte rounds down). The one size parser of gpuos: the config's sizes and `gpuos run
+// --mem/--borrow`. False (and *why, if given: the text quoted and what is wrong) for anything else,
+// zero bytes, or more than 2^64 - 1.
+bool parse_size(std::string_view text, uint64_t* bytes, std::string* why = nullptr);
 
 }  // namespace gpuos

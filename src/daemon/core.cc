@@ -251,11 +251,16 @@ Outcome Core::on_register(Connection& conn, const gpuos_msg_register& m) {
     }
   }
 
+  // Why a tenant that asked for guaranteed got less: the REGISTER reply's text tells the tenant, which
+  // tells its user (its class alone would not say why).
+  std::string lowered_why;
   if (m.tenant_class == GPUOS_CLASS_GUARANTEED && opts_.guaranteed_needs_admin && !conn.peer.admin) {
     // A tenant never raises its own class: guaranteed is granted to admins only.
     log::warn("pid %d (%s, uid %u) asked for guaranteed; admitted as best-effort (not an admin)", m.pid,
               t.name, static_cast<unsigned>(conn.peer.uid));
     t.tenant_class = GPUOS_CLASS_BEST_EFFORT;
+    lowered_why = "guaranteed is for admins and uid " + std::to_string(conn.peer.uid) +
+                  " is not one, see [tenants] guaranteed";
   }
   // A latency budget is what a guaranteed tenant may lose to best-effort tenants; the tenant's own
   // word, bounded (a best-effort tenant has none: it is not guaranteed anything).
@@ -293,6 +298,9 @@ Outcome Core::on_register(Connection& conn, const gpuos_msg_register& m) {
   // Lower only: GUARANTEED(1) is above BEST_EFFORT(2).
   if (adm.granted_class == GPUOS_CLASS_GUARANTEED || adm.granted_class == GPUOS_CLASS_BEST_EFFORT) {
     if (!(t.tenant_class == GPUOS_CLASS_BEST_EFFORT && adm.granted_class == GPUOS_CLASS_GUARANTEED)) {
+      if (t.tenant_class != adm.granted_class) {
+        lowered_why = std::string("so admitted by the time policy ") + time_.policy().name();
+      }
       t.tenant_class = adm.granted_class;
     }
   }
@@ -338,9 +346,12 @@ Outcome Core::on_register(Connection& conn, const gpuos_msg_register& m) {
   r.control_block_size = sizeof(gpuos_control_block);
   r.grant_block_size = sizeof(gpuos_grant_block);
   r.tenant_class = t.tenant_class;
-  copy_name(r.text, sizeof(r.text),
-            m.space_domain[0] != '\0' && !t.in_domain() ? "registered (time-shared: spatial domain refused)"
-                                                        : "registered");
+  std::string text = m.space_domain[0] != '\0' && !t.in_domain() ? "registered (time-shared: spatial domain refused)"
+                                                                 : "registered";
+  if (m.tenant_class == GPUOS_CLASS_GUARANTEED && t.tenant_class != GPUOS_CLASS_GUARANTEED) {
+    text += "; best-effort: " + (lowered_why.empty() ? std::string("lowered by gpuosd") : lowered_why);
+  }
+  copy_name(r.text, sizeof(r.text), text.c_str());
   Outcome o;
   o.replies.push_back(encode(r));
   o.replies.back().fds = {t.grant_fd, t.control_fd};

@@ -221,8 +221,9 @@ class Core final {
   const CoreStats& stats() const { return stats_; }
   // Every live tenant's counters, after integrating its busy word up to now_mono_ns. Busy time is
   // integrated piecewise-constant between observations of the word: every ACTIVITY message (sent on
-  // each busy change), every tick (100 ms while a tenant lives), every call of this function and the
-  // tenant's exit; an interval counts as busy when the word was 1 at its start.
+  // each busy change), every tick (100 ms while a tenant lives), every LIST, every call of this
+  // function and the tenant's exit; an interval counts as busy when the word was 1 at its start.
+  // The same observations date a gate wait in progress (BusyState::waiting_since_ns).
   std::vector<TenantStat> tenant_stats(uint64_t now_mono_ns);
   // Bytes held on GPU `index` by live tenants (sum of their per-device counters).
   uint64_t gpu_used_bytes(uint32_t index) const;

@@ -57,6 +57,9 @@ gpuos_msg_tenant_info Core::snapshot(const Tenant& t, uint32_t state, uint64_t e
                 (t.gate.policy_gate == GPUOS_GATE_CLOSED ? GPUOS_GATE_BY_POLICY : 0u) |
                 (t.gate.held ? GPUOS_GATE_BY_MEMORY : 0u);
   }
+  if (state != GPUOS_TENANT_EXITED && t.busy.waiting_since_ns != 0 && t.busy.obs_ns > t.busy.waiting_since_ns) {
+    i.gate_waiting_ms = static_cast<uint32_t>(std::min<uint64_t>((t.busy.obs_ns - t.busy.waiting_since_ns) / 1000000, UINT32_MAX));
+  }
   copy_name(i.space_domain, sizeof(i.space_domain), t.space.domain);
   const uint32_t home = gpu_map_.home(t);
   const int home_ordinal = gpu_map_.ordinal_of(t, home);
@@ -111,7 +114,9 @@ Outcome Core::on_list(Connection& conn, const gpuos_msg_list& m) {
       ++count;
     }
   }
-  for (const auto& [id, t] : tenants_) {
+  const uint64_t now = now_mono_ns();
+  for (auto& [id, t] : tenants_) {
+    observe_busy(t, now);  // the gate wait in progress up to now
     // The gate gpuosd set, not the word the tenant may have rewritten.
     gpuos_msg_tenant_info i =
         snapshot(t, t.gate.effective() == GPUOS_GATE_OPEN ? GPUOS_TENANT_RUNNING : GPUOS_TENANT_GATED, 0);
@@ -119,6 +124,7 @@ Outcome Core::on_list(Connection& conn, const gpuos_msg_list& m) {
     o.replies.push_back(encode(i));
     ++count;
   }
+  observe_gpus(now);
   o.replies.push_back(make_reply(GPUOS_MSG_LIST_END, seq, GPUOS_OK, count, "end"));
   return o;
 }
@@ -129,6 +135,13 @@ void Core::observe_busy(Tenant& t, uint64_t now) {
   if (now > b.obs_ns && b.busy) b.busy_ns += now - b.obs_ns;
   if (now >= b.obs_ns) b.obs_ns = now;
   b.busy = load(t.cb->busy) != 0;
+  // A wait counts only at a gate gpuosd holds closed and from when gpuosd saw it: the tenant's word
+  // (untrusted) can neither lengthen a wait nor claim one at an open gate.
+  if (load(t.cb->waiting) == 0 || t.gate.effective() != GPUOS_GATE_CLOSED) {
+    b.waiting_since_ns = 0;
+  } else if (b.waiting_since_ns == 0) {
+    b.waiting_since_ns = std::max<uint64_t>(b.obs_ns, 1);
+  }
 }
 
 std::vector<TenantStat> Core::tenant_stats(uint64_t now_mono_ns) {

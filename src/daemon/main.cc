@@ -1,6 +1,5 @@
-// gpuosd: the gpuos node daemon. Never daemonizes itself (run it under systemd or `gpuos daemon`);
-// --foreground is accepted for symmetry with `gpuos daemon`.
-#include <grp.h>
+// gpuosd: the gpuos node daemon. Never daemonizes itself: it runs in the foreground under systemd or
+// `gpuos daemon` (so neither has a --foreground).
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -12,6 +11,7 @@
 #include <optional>
 #include <string>
 
+#include "common/command_line.h"
 #include "common/config.h"
 #include "common/ipc.h"
 #include "common/log.h"
@@ -27,11 +27,13 @@
 int main(int argc, char** argv) {
   using namespace gpuos;
   gpuos::daemon::block_shutdown_signals();  // before any thread exists
-  CLI::App app{"gpuosd: the gpuos node daemon"};
+  CLI::App app{"gpuosd: the gpuos node daemon (runs in the foreground)", "gpuosd"};
+  app.formatter(std::make_shared<Formatter>(Formatter::ValueNames{
+      {"config", "FILE"}, {"socket", "PATH"}, {"log-level", "LEVEL"}, {"policy", "POLICY"},
+      {"space-policy", "POLICY"}, {"memory-policy", "POLICY"}, {"metrics-listen", "HOST:PORT"}}));
   app.set_version_flag("--version", std::string("gpuosd ") + GPUOS_VERSION);
   std::string config_path, socket_opt, log_level_opt, policy_opt, space_policy_opt, memory_policy_opt;
   std::optional<std::string> metrics_opt;
-  bool foreground = false;
   app.add_option("--config", config_path, "config file (default: $GPUOS_CONFIG, /etc/gpuos/gpuos.toml)");
   app.add_option("--socket", socket_opt, "control socket path (overrides the config)");
   app.add_option("--log-level", log_level_opt, "error|warn|info|debug (overrides the config)");
@@ -43,8 +45,7 @@ int main(int argc, char** argv) {
                  "memory policy: " + policies::policy_names(policies::SlotKind::kMemory) + " (overrides [memory] policy)");
   app.add_option("--metrics-listen", metrics_opt,
                  "Prometheus endpoint HOST:PORT, \"\" to disable (overrides [metrics] listen)");
-  app.add_flag("--foreground", foreground, "stay in the foreground (always the case)");
-  CLI11_PARSE(app, argc, argv);
+  if (int rc = parse_command_line(app, argc, argv, "gpuosd"); rc >= 0) return rc;
 
   log::init("gpuosd", log::Level::kInfo);
   ConfigResult cr = load_config(config_path);
@@ -102,29 +103,20 @@ int main(int argc, char** argv) {
       setrlimit(RLIMIT_NOFILE, &rl);
     }
   }
-  if (!cfg.admin_group.empty()) {
-    group gr;
-    group* res = nullptr;
-    char buf[16384];
-    if (getgrnam_r(cfg.admin_group.c_str(), &gr, buf, sizeof(buf), &res) != 0 || res == nullptr) {
-      log::error("admin_group \"%s\" (%s): no such group", cfg.admin_group.c_str(),
-                 cfg.source.empty() ? "config" : cfg.source.c_str());
-      return 1;
-    }
-    so.admin_gid = gr.gr_gid;
-  }
-
   if (!policy_opt.empty()) cfg.policies.time_gate = policy_opt;
   if (!space_policy_opt.empty()) cfg.policies.space = space_policy_opt;
   if (!memory_policy_opt.empty()) cfg.policies.memory = memory_policy_opt;
   daemon::CoreOptions co;
   {
+    // The same check as `gpuos config check` (one function: the two cannot drift apart).
+    HostConfig host;
     policies::PolicySet set;
     std::string why;
-    if (!policies::make_policies(cfg, &set, &why)) {
+    if (!policies::check_startup_config(cfg, &host, &set, &why)) {
       log::error("%s", why.c_str());
       return 1;
     }
+    if (host.has_admin_gid) so.admin_gid = host.admin_gid;
     co.time_gate = std::move(set.time_gate);
     co.space_policy = std::move(set.space);
     co.memory_policy = std::move(set.memory);

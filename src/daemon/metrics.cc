@@ -175,7 +175,11 @@ std::string render_metrics(Core& core, const MetricsContext& ctx, uint64_t now_m
   auto gl = [](const GpuInfo& g) { return label("gpu", std::to_string(g.index)); };
   w.family("gpuos_gpu_info", "gauge", "A GPU gpuosd manages (value 1).");
   for (const GpuInfo& g : gpus) w.sample("gpuos_gpu_info", gl(g) + "," + label("name", g.name) + "," + label("uuid", g.uuid), "1");
-  w.family("gpuos_gpu_sm_count", "gauge", "Streaming multiprocessors of the GPU.");
+  w.family("gpuos_gpu_streaming_multiprocessors", "gauge", "Streaming multiprocessors (SMs) of the GPU.");
+  for (const GpuInfo& g : gpus) w.sample("gpuos_gpu_streaming_multiprocessors", gl(g), u64(g.sm_count));
+  // Its name before 0.2 (a gauge must not end in _count: promtool check metrics), kept one release.
+  w.family("gpuos_gpu_sm_count", "gauge",
+           "DEPRECATED, removed after 0.1: use gpuos_gpu_streaming_multiprocessors (same value).");
   for (const GpuInfo& g : gpus) w.sample("gpuos_gpu_sm_count", gl(g), u64(g.sm_count));
   w.family("gpuos_gpu_memory_total_bytes", "gauge", "Device memory of the GPU.");
   for (const GpuInfo& g : gpus) w.sample("gpuos_gpu_memory_total_bytes", gl(g), u64(g.total_mem_bytes));
@@ -222,6 +226,10 @@ std::string render_metrics(Core& core, const MetricsContext& ctx, uint64_t now_m
         [](const TenantStat& t) { return std::string(t.busy ? "1" : "0"); });
   per_tenant("gpuos_tenant_waiting", "gauge", "1 while a thread of the tenant is blocked at its closed gate.",
         [](const TenantStat& t) { return std::string(t.waiting ? "1" : "0"); });
+  per_tenant("gpuos_tenant_gate_waiting_seconds", "gauge",
+        "How long the tenant has been blocked at its closed gate now (0 when not waiting); "
+        "gate_wait_seconds_total counts finished waits only.",
+        [](const TenantStat& t) { return seconds(uint64_t{t.info.gate_waiting_ms} * 1000000ull); });
   per_tenant("gpuos_tenant_gated", "gauge", "1 while the tenant's gate is closed.",
         [](const TenantStat& t) { return std::string(t.info.state == GPUOS_TENANT_GATED ? "1" : "0"); });
   per_tenant("gpuos_tenant_held", "gauge",

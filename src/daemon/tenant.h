@@ -81,11 +81,14 @@ struct SwapState {
   bool room_made = false;          // memory was freed since its pending request
 };
 
-// Busy time, integrated piecewise-constant between observations of the busy word.
+// Busy time, integrated piecewise-constant between observations of the busy word; and the gate
+// wait in progress, which the tenant's counters show only once it ends.
 struct BusyState {
   bool busy = false;
   uint64_t obs_ns = 0;
   uint64_t busy_ns = 0;
+  // When gpuosd first saw the waiting word set while it held the gate closed (0 = not waiting).
+  uint64_t waiting_since_ns = 0;
 };
 
 struct Tenant {

@@ -47,6 +47,7 @@ std::atomic<bool> g_refused{false};
 std::atomic<int> g_socket{-1};       // connection to gpuosd; kept open for the tenant's life
 LocalBlocks g_local;  // used when running without a daemon (gate always open, no limits)
 bool g_atfork_installed = false;
+std::atomic<bool> g_told_class_lowered{false};  // the lowered class is said once per process
 
 int log_level() {
   int lvl = g_log_level.load(std::memory_order_relaxed);
@@ -210,10 +211,13 @@ gpuos_control_block* register_with_daemon(char* why, std::size_t why_len, int* s
   }
   std::memcpy(&rep, buf, sizeof(rep));
   rep.text[sizeof(rep.text) - 1] = '\0';
+  const bool known_class = rep.tenant_class == GPUOS_CLASS_GUARANTEED || rep.tenant_class == GPUOS_CLASS_BEST_EFFORT;
   if (rep.status != GPUOS_OK || nfds != 2 || rep.control_block_size != sizeof(gpuos_control_block) ||
-      rep.grant_block_size != sizeof(gpuos_grant_block)) {
+      rep.grant_block_size != sizeof(gpuos_grant_block) || !known_class) {
     std::snprintf(why, why_len, "gpuosd refused registration (%s): %s", status_name(rep.status),
-                  rep.status != GPUOS_OK ? rep.text : "its blocks were not passed, or have other sizes");
+                  rep.status != GPUOS_OK ? rep.text
+                  : !known_class         ? "its reply grants an unknown class"
+                                         : "its blocks were not passed, or have other sizes");
     close_fds();
     close(sock);
     return nullptr;
@@ -238,6 +242,13 @@ gpuos_control_block* register_with_daemon(char* why, std::size_t why_len, int* s
   }
   *sock_out = sock;
   log(LogLevel::kInfo, "registered with gpuosd as tenant %u (%s)", rep.tenant_id, req.name);
+  // `gpuos run --class guaranteed` that gpuosd lowered: the user sees it here (gpuos run has exec'd
+  // the program), once per process, with gpuosd's reason.
+  if (req.tenant_class == GPUOS_CLASS_GUARANTEED && rep.tenant_class != GPUOS_CLASS_GUARANTEED &&
+      !g_told_class_lowered.exchange(true, std::memory_order_relaxed)) {
+    log(LogLevel::kWarn, "warning: asked for class guaranteed, gpuosd admitted tenant %u as best-effort (%s)",
+        rep.tenant_id, rep.text);
+  }
   return cb;
 }
 

@@ -120,4 +120,8 @@ bool check_policy_config(const Config& config, std::string* error) {
   return make_policies(config, &unused, error);
 }
 
+bool check_startup_config(const Config& config, HostConfig* host, PolicySet* policies, std::string* error) {
+  return resolve_host_config(config, host, error) && make_policies(config, policies, error);
+}
+
 }  // namespace gpuos::policies

@@ -53,6 +53,10 @@ struct PolicySet {
 bool make_policies(const Config& config, PolicySet* out, std::string* error);
 // make_policies without keeping them: `gpuos config check`.
 bool check_policy_config(const Config& config, std::string* error);
+// Everything gpuosd checks of a parsed config before it serves: what it names on this host
+// (resolve_host_config) and its policies (make_policies). gpuosd's start-up and `gpuos config check`
+// both run this one function, so a config that passes the check starts the daemon.
+bool check_startup_config(const Config& config, HostConfig* host, PolicySet* policies, std::string* error);
 // Every policy's effective settings, one [policy.<name>] table each (defaults filled in), for
 // `gpuos config check`. The config must have passed check_policy_config.
 std::string format_policy_settings(const Config& config);

@@ -379,11 +379,74 @@ TEST(Config, FileAndLocationRules) {
   EXPECT_EQ(env.config->history, 7u);
   ConfigResult explicit_missing = load_config(std::string(dir) + "/nope.toml");
   EXPECT_FALSE(explicit_missing);
+  // A directory reads as empty: it must not pass for a file of defaults (issue #25), named or by
+  // $GPUOS_CONFIG.
+  ConfigResult directory = load_config(dir);
+  EXPECT_FALSE(directory);
+  EXPECT_EQ(directory.error, std::string(dir) + ": is a directory, not a config file");
+  setenv("GPUOS_CONFIG", dir, 1);
+  EXPECT_FALSE(load_config(""));
   unsetenv("GPUOS_CONFIG");
   unlink(good.c_str());
   rmdir(dir);
 }
 
+// The one size parser (config sizes, gpuos run --mem/--borrow): binary units in every spelling.
+TEST(Config, SizesAreBinaryInEverySpelling) {
+  const std::pair<const char*, uint64_t> good[] = {
+      {"123", 123},          {"123B", 123},         {"1k", 1024},          {"1KB", 1024},
+      {"1KiB", 1024},        {"512M", 512ull << 20}, {"512MiB", 512ull << 20}, {"8G", 8ull << 30},
+      {"8Gi", 8ull << 30},   {"8GB", 8ull << 30},    {"8gib", 8ull << 30},   {"8 GiB", 8ull << 30},
+      {"1.5GiB", 1610612736}, {"0.5K", 512},         {"1T", 1ull << 40},     {"0.001K", 1}};
+  for (const auto& [text, bytes] : good) {
+    uint64_t got = 0;
+    std::string why;
+    EXPECT_TRUE(parse_size(text, &got, &why)) << text << ": " << why;
+    EXPECT_EQ(got, bytes) << text;
+  }
+  const std::pair<const char*, const char*> bad[] = {
+      {"", "\"\" is not a size"},
+      {"lots", "\"lots\" is not a size (want a size such as 8GiB"},
+      {"-1", "\"-1\" is not a size"},
+      {"0", "\"0\" is zero bytes"},
+      {"0GiB", "\"0GiB\" is zero bytes"},
+      {"8Q", "\"8Q\": unknown unit \"q\""},
+      {"8GiBs", "unknown unit \"gibs\""},
+      {"1.5", "\"1.5\": a byte count is a whole number"},
+      {"1.", "\"1.\" is not a size"},
+      {"1.2345678G", "at most 6 digits after the point"},
+      {"16777216T", "\"16777216T\" is too large"},
+      {"18446744073709551616", "is too large"}};
+  for (const auto& [text, want] : bad) {
+    uint64_t got = 7;
+    std::string why;
+    EXPECT_FALSE(parse_size(text, &got, &why)) << text;
+    EXPECT_NE(why.find(want), std::string::npos) << text << ": " << why;
+    EXPECT_EQ(got, 7u) << text;
+  }
+  ConfigResult r = parse("[memory]\nswap_pool = \"1.5GB\"\n");
+  ASSERT_TRUE(r) << r.error;
+  EXPECT_EQ(r.config->memory.swap_pool_bytes, 1610612736u);
+}
+
+// What start-up resolves on the host: admin_group must name a group (gpuosd would not start).
+TEST(Config, HostChecksResolveTheAdminGroup) {
+  HostConfig host;
+  std::string why;
+  ConfigResult none = parse("");
+  ASSERT_TRUE(none);
+  EXPECT_TRUE(resolve_host_config(*none.config, &host, &why)) << why;
+  EXPECT_FALSE(host.has_admin_gid);
+  ConfigResult root = parse("[daemon]\nadmin_group = \"root\"\n");
+  ASSERT_TRUE(root);
+  EXPECT_TRUE(resolve_host_config(*root.config, &host, &why)) << why;
+  EXPECT_TRUE(host.has_admin_gid);
+  EXPECT_EQ(host.admin_gid, 0u);
+  ConfigResult missing = parse("[daemon]\nadmin_group = \"gpuos-no-such-group\"\n");
+  ASSERT_TRUE(missing);
+  EXPECT_FALSE(resolve_host_config(*missing.config, &host, &why));
+  EXPECT_EQ(why, "test.toml: [daemon] admin_group: \"gpuos-no-such-group\": no such group on this host");
+}
 
 // Regression (found by fuzz/fuzz_config.cc): toml++ 3.3.0 reached __builtin_unreachable when it
 // asked whether some non-ASCII code points are whitespace. gpuos builds against its headers with the

@@ -633,6 +633,57 @@ TEST_F(ActivityFixture, AdminPinBeatsThePolicy) {
   for (auto& c : conns) core->connection_closed(c);
 }
 
+// Issue #25: a tenant blocked at its closed gate the whole time shows the wait in progress (its
+// own counter grows only when a wait ends), by gpuosd's clock and only while gpuosd holds the gate
+// closed: the tenant's waiting word alone proves nothing.
+TEST_F(ActivityFixture, ListShowsTheGateWaitInProgress) {
+  Outcome reg = send(make_register(conn.peer.pid, "be"));
+  ASSERT_EQ(reg.registered, 1u);
+  gpuos_control_block* cb = map_block(reg);
+  auto listed = [&] {
+    Connection client;
+    client.id = 2;
+    gpuos_msg_list l{};
+    init_header(&l.hdr, GPUOS_MSG_LIST, sizeof(l), 9);
+    Outcome o = core->handle_message(client, &l, sizeof(l));
+    EXPECT_GE(o.replies.size(), 2u);
+    return decode<gpuos_msg_tenant_info>(o.replies.at(o.replies.size() - 2));  // the last before LIST_END
+  };
+  // Waiting at an open gate: not believed.
+  std::atomic_ref<uint32_t>(cb->waiting).store(1);
+  EXPECT_TRUE(send(make_activity(0, 1)).replies.empty());
+  mono += 2'000'000'000;
+  EXPECT_EQ(listed().gate_waiting_ms, 0u);
+
+  // gpuosd closes the gate; the tenant's ACTIVITY says it waits: counted from then.
+  ASSERT_EQ(core->admin_set_gate(1, GPUOS_GATE_CLOSED), GPUOS_OK);
+  EXPECT_TRUE(send(make_activity(0, 1)).replies.empty());
+  mono += 5'000'000'000;
+  gpuos_msg_tenant_info t = listed();
+  EXPECT_EQ(t.gate_waiting_ms, 5000u);
+  EXPECT_EQ(t.gate_wait_ns, 0u);  // no wait has ended
+  EXPECT_EQ(t.state, static_cast<uint32_t>(GPUOS_TENANT_GATED));
+  mono += 1'500'000'000;
+  EXPECT_EQ(listed().gate_waiting_ms, 6500u);
+
+  // Open, the wait is over whatever the word says; closed again, a new wait starts at the first
+  // observation (a LIST here: the tenant sent nothing).
+  ASSERT_EQ(core->admin_set_gate(1, GPUOS_GATE_OPEN), GPUOS_OK);
+  mono += 1'000'000'000;
+  EXPECT_EQ(listed().gate_waiting_ms, 0u);
+  ASSERT_EQ(core->admin_set_gate(1, GPUOS_GATE_CLOSED), GPUOS_OK);
+  EXPECT_EQ(listed().gate_waiting_ms, 0u);
+  mono += 250'000'000;
+  EXPECT_EQ(listed().gate_waiting_ms, 250u);
+  // The tenant stops waiting (its wait then counts in gate_wait_ns, which it writes).
+  std::atomic_ref<uint32_t>(cb->waiting).store(0);
+  EXPECT_TRUE(send(make_activity(0, 0)).replies.empty());
+  mono += 1'000'000'000;
+  EXPECT_EQ(listed().gate_waiting_ms, 0u);
+  core->connection_closed(conn);
+  munmap(cb, sizeof(*cb));
+}
+
 TEST_F(ActivityFixture, AThrowingPolicyFallsBackToOpen) {
   core->tick(100);
   EXPECT_EQ(core->next_tick_ns(100), 107u);
@@ -725,6 +776,10 @@ TEST(GuaranteedClass, OnlyAdminsMayRegisterAsGuaranteed) {
     const uint32_t want = admin ? GPUOS_CLASS_GUARANTEED : GPUOS_CLASS_BEST_EFFORT;
     EXPECT_EQ(r.tenant_class, want) << (admin ? "admin" : "non-admin");
     EXPECT_EQ(core.grant_block(out.registered)->tenant_class, want);
+    // The reply says why, for the tenant to tell its user (issue #25).
+    EXPECT_STREQ(r.text, admin ? "registered"
+                               : "registered; best-effort: guaranteed is for admins and uid 1000 is not one, see "
+                                 "[tenants] guaranteed");
   }
 }
 

@@ -165,7 +165,9 @@ TEST_F(MetricsFixture, ExpositionOfADaemonWithATenant) {
   EXPECT_EQ(m["gpuos_daemon_policy_failures_total{slot=\"memory\"}"], "0");
   EXPECT_EQ(m["gpuos_daemon_policy_stalls_total"], "0");
   EXPECT_EQ(m["gpuos_daemon_info{version=\"9.9.9\",policy=\"open\",space_policy=\"unconfined\",memory_policy=\"resident\"}"], "1");
-  EXPECT_EQ(m["gpuos_gpu_sm_count{gpu=\"0\"}"], "132");
+  EXPECT_EQ(m["gpuos_gpu_streaming_multiprocessors{gpu=\"0\"}"], "132");
+  EXPECT_EQ(m["gpuos_gpu_sm_count{gpu=\"0\"}"], "132");  // the deprecated name, one release
+  EXPECT_NE(text.find("# HELP gpuos_gpu_sm_count DEPRECATED"), std::string::npos);
   EXPECT_EQ(m["gpuos_gpu_memory_total_bytes{gpu=\"0\"}"], std::to_string(1ull << 34));
   EXPECT_EQ(m["gpuos_gpu_memory_used_bytes{gpu=\"0\"}"], "4096");
   EXPECT_EQ(m["gpuos_gpu_info{gpu=\"0\",name=\"Sim \\\"GPU\\\"\",uuid=\"GPU-0\"}"], "1");
@@ -232,6 +234,26 @@ TEST_F(MetricsFixture, BusyTimeIsIntegratedBetweenObservations) {
   clock.ns += 500'000'000;
   EXPECT_EQ(busy_ns(), 310'000'000u);
   EXPECT_FALSE(core->tenant_stats(clock.ns).at(0).busy);
+}
+
+// Issue #25: a wait at the closed gate shows while it lasts (gate_wait_seconds_total only when it ends).
+TEST_F(MetricsFixture, TheGateWaitInProgressIsAGauge) {
+  gpuos_control_block* cb = register_tenant("blocked");
+  ASSERT_EQ(core->admin_set_gate(1, GPUOS_GATE_CLOSED), GPUOS_OK);
+  std::atomic_ref<uint32_t>(cb->waiting).store(1);
+  gpuos_msg_activity a{};
+  init_header(&a.hdr, GPUOS_MSG_ACTIVITY, sizeof(a), 2);
+  a.waiting = 1;
+  core->handle_message(conn, &a, sizeof(a));
+  clock.ns += 2'500'000'000;
+  const std::string L = "{tenant_id=\"1\",tenant=\"blocked\",class=\"guaranteed\",pid=\"1234\"}";
+  auto m = parse_exposition(render_metrics(*core, MetricsContext{}, clock.ns));
+  EXPECT_EQ(m["gpuos_tenant_gate_waiting_seconds" + L], "2.5");
+  EXPECT_EQ(m["gpuos_tenant_gate_wait_seconds_total" + L], "0");
+  EXPECT_EQ(m["gpuos_tenant_waiting" + L], "1");
+  ASSERT_EQ(core->admin_set_gate(1, GPUOS_GATE_OPEN), GPUOS_OK);
+  m = parse_exposition(render_metrics(*core, MetricsContext{}, clock.ns));
+  EXPECT_EQ(m["gpuos_tenant_gate_waiting_seconds" + L], "0");
 }
 
 TEST_F(MetricsFixture, GpuBusyTimeIsTheUnionOfItsTenantsBusyTime) {

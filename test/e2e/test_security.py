@@ -295,6 +295,21 @@ class Security(unittest.TestCase):
         holder.stdin.close()
         holder.wait(timeout=30)
 
+    def test_a_user_asking_for_guaranteed_is_told_it_got_best_effort(self):
+        # Issue #25: gpuosd lowers a non-admin's guaranteed to best-effort; the user hears it, once.
+        d = self.daemon()
+        env = dict(self.tenant_env(d, d.socket, ATTACKER), GPUOS_TENANT_CLASS="guaranteed")
+        r = self.probe(env, ATTACKER)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        want = "as best-effort (registered; best-effort: guaranteed is for admins and uid %d is not one" % ATTACKER
+        self.assertIn("warning: asked for class guaranteed, gpuosd admitted tenant", r.stderr)
+        self.assertIn(want, r.stderr)
+        self.assertEqual(r.stderr.count("asked for class guaranteed"), 1, r.stderr)
+        # Asking for best-effort (the default) says nothing.
+        r = self.probe(dict(env, GPUOS_TENANT_CLASS="best-effort"), ATTACKER)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertNotIn("asked for class", r.stderr)
+
     def test_silent_connections_are_closed(self):
         d = self.daemon("[daemon]\nidle_timeout_ms = 200\n")
         s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)

@@ -1,0 +1,253 @@
+// The command-line conventions of gpuos and gpuosd (issue #25): config check as strict as start-up,
+// one exit-code scheme, sizes, help text, `top -n`, the generated completion and man page.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli_process.h"
+
+namespace gpuos::clitest {
+namespace {
+
+class CliConventions : public ::testing::Test {
+ protected:
+  std::string dir;
+  void SetUp() override {
+    char tmpl[] = "/tmp/gpuos-cli-conv-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir = tmpl;
+  }
+  void TearDown() override { std::filesystem::remove_all(dir); }
+  std::string write(const std::string& name, const std::string& text) {
+    std::string p = dir + "/" + name;
+    std::ofstream(p) << text;
+    return p;
+  }
+  // gpuos run needs an interposer file to exist; any shared library does for these tests.
+  std::vector<std::pair<std::string, const char*>> run_env() {
+    return {{"GPUOS_PRELOAD", TEST_PRELOAD_LIB}, {"GPUOS_CONFIG", nullptr}, {"GPUOS_SOCKET", nullptr},
+            {"LD_PRELOAD", nullptr}, {"GPUOS_TENANT_MEM", nullptr}};
+  }
+};
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// Item 4: what stops gpuosd is refused by `gpuos config check` with the same words.
+TEST_F(CliConventions, ConfigCheckIsAsStrictAsDaemonStartUp) {
+  const std::string cfg = write("g.toml", "[daemon]\nadmin_group = \"gpuos-no-such-group\"\n");
+  const std::string why = cfg + ": [daemon] admin_group: \"gpuos-no-such-group\": no such group on this host";
+  Result check = run({GPUOS_CLI_BIN, "config", "check", cfg});
+  EXPECT_EQ(check.code, 1);
+  EXPECT_NE(check.err.find(why), std::string::npos) << check.err;
+  EXPECT_EQ(check.out.find("ok"), std::string::npos) << check.out;
+  Result daemon = run({GPUOSD_BIN, "--config", cfg, "--socket", dir + "/d.sock", "--metrics-listen", ""},
+                      {{"GPUOS_DRIVER_LIBRARY", "/nonexistent"}});
+  EXPECT_EQ(daemon.code, 1);
+  EXPECT_NE(daemon.err.find(why), std::string::npos) << daemon.err;
+
+  // A directory is no config file, for either (gpuosd used to run on the defaults).
+  const std::string subdir = dir + "/conf.d";
+  ASSERT_EQ(mkdir(subdir.c_str(), 0700), 0);
+  Result check_dir = run({GPUOS_CLI_BIN, "config", "check", subdir});
+  EXPECT_EQ(check_dir.code, 1);
+  EXPECT_NE(check_dir.err.find(subdir + ": is a directory, not a config file"), std::string::npos) << check_dir.err;
+  Result daemon_dir = run({GPUOSD_BIN, "--config", subdir, "--socket", dir + "/d.sock", "--metrics-listen", ""},
+                          {{"GPUOS_DRIVER_LIBRARY", "/nonexistent"}});
+  EXPECT_EQ(daemon_dir.code, 1);
+  EXPECT_NE(daemon_dir.err.find("is a directory"), std::string::npos) << daemon_dir.err;
+
+  // A group that exists passes both.
+  Result root = run({GPUOS_CLI_BIN, "config", "check", write("r.toml", "[daemon]\nadmin_group = \"root\"\n")});
+  EXPECT_EQ(root.code, 0) << root.err;
+}
+
+// Item 5: 0 ok, 1 failure, 2 usage error, in both binaries; an unknown command is named.
+TEST_F(CliConventions, OneExitCodeSchemeAndUnknownCommandsNamed) {
+  Result foo = run({GPUOS_CLI_BIN, "foo"});
+  EXPECT_EQ(foo.code, 2);
+  EXPECT_NE(foo.err.find("gpuos: unknown command \"foo\" (commands: daemon, run, ps, top, gate, config, demo; "
+                         "see gpuos --help)"),
+            std::string::npos)
+      << foo.err;
+  EXPECT_EQ(foo.err.find("A subcommand is required"), std::string::npos) << foo.err;
+  Result sub = run({GPUOS_CLI_BIN, "config", "chek", "x.toml"});
+  EXPECT_EQ(sub.code, 2);
+  EXPECT_NE(sub.err.find("gpuos config: unknown command \"chek\" (commands: check;"), std::string::npos) << sub.err;
+  Result none = run({GPUOS_CLI_BIN});
+  EXPECT_EQ(none.code, 2);
+  EXPECT_NE(none.err.find("a command is required"), std::string::npos) << none.err;
+
+  // CLI11's own errors (104..114 before) are usage errors: 2.
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{GPUOS_CLI_BIN, "ps", "--bogus"}, {GPUOS_CLI_BIN, "run", "--weight", "0", "--", "true"},
+        {GPUOS_CLI_BIN, "gate", "1"}, {GPUOS_CLI_BIN, "gate", "x", "open"}, {GPUOS_CLI_BIN, "top", "-n", "0"},
+        {GPUOS_CLI_BIN, "daemon", "--foreground"}, {GPUOS_CLI_BIN, "daemon", "--log-level", "loud"},
+        {GPUOSD_BIN, "--bogus"}, {GPUOSD_BIN, "--foreground"}}) {
+    Result r = run(args);
+    EXPECT_EQ(r.code, 2) << args[1] << " " << (args.size() > 2 ? args[2] : "") << ": " << r.err;
+  }
+  for (const char* bin : {GPUOS_CLI_BIN, GPUOSD_BIN}) {
+    Result help = run({bin, "--help"});
+    EXPECT_EQ(help.code, 0) << help.err;
+  }
+  // A failure that is no usage error: 1.
+  Result ps = run({GPUOS_CLI_BIN, "ps", "--socket", dir + "/nobody.sock"});
+  EXPECT_EQ(ps.code, 1) << ps.err;
+}
+
+// Item 5: sizes in every common spelling, all binary; zero and garbage refused in words.
+TEST_F(CliConventions, RunMemTakesSizesAndRefusesZeroClearly) {
+  const std::string cfg = write("c.toml", "");
+  const std::pair<const char*, const char*> good[] = {{"8Gi", "8589934592"}, {"8GB", "8589934592"},
+                                                      {"8G", "8589934592"},  {"1.5GiB", "1610612736"},
+                                                      {"512M", "536870912"}, {"4096", "4096"}};
+  for (const auto& [size, bytes] : good) {
+    Result r = run({GPUOS_CLI_BIN, "run", "--config", cfg, "--mem", size, "--", "sh", "-c", "echo $GPUOS_TENANT_MEM"},
+                   run_env());
+    EXPECT_EQ(r.code, 0) << size << ": " << r.err;
+    EXPECT_EQ(r.out, std::string(bytes) + "\n") << size;
+  }
+  Result zero = run({GPUOS_CLI_BIN, "run", "--config", cfg, "--mem", "0", "--", "true"}, run_env());
+  EXPECT_EQ(zero.code, 2);
+  EXPECT_NE(zero.err.find("gpuos run: --mem \"0\" is zero bytes (leave --mem out for no quota)"), std::string::npos)
+      << zero.err;
+  Result junk = run({GPUOS_CLI_BIN, "run", "--config", cfg, "--mem", "8 bananas", "--", "true"}, run_env());
+  EXPECT_EQ(junk.code, 2);
+  EXPECT_NE(junk.err.find("--mem \"8 bananas\": unknown unit \"bananas\""), std::string::npos) << junk.err;
+}
+
+// Item 5: help names values by meaning, without CLI11's type and validator noise, and `run` shows
+// its command.
+TEST_F(CliConventions, HelpShowsNoTypeNoiseAndRunShowsItsCommand) {
+  const std::regex noise(R"(\b(TEXT|UINT|INT|FLOAT|NUMBER|BOOLEAN)\b|:\{|in \[)");
+  for (const char* cmd : {"daemon", "run", "ps", "top", "gate", "config", "demo"}) {
+    Result r = run({GPUOS_CLI_BIN, cmd, "--help"});
+    EXPECT_EQ(r.code, 0) << cmd;
+    EXPECT_FALSE(std::regex_search(r.out, noise)) << cmd << ":\n" << r.out;
+  }
+  Result d = run({GPUOSD_BIN, "--help"});
+  EXPECT_FALSE(std::regex_search(d.out, noise)) << d.out;
+  Result r = run({GPUOS_CLI_BIN, "run", "--help"});
+  EXPECT_NE(r.out.find("Usage: gpuos run [OPTIONS] [--] CMD [ARGS...]\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--mem SIZE"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--class CLASS"), std::string::npos) << r.out;
+  Result daemon = run({GPUOS_CLI_BIN, "daemon", "--help"});
+  EXPECT_NE(daemon.out.find("--log-level LEVEL"), std::string::npos) << daemon.out;
+  EXPECT_EQ(daemon.out.find("--foreground"), std::string::npos) << daemon.out;
+}
+
+// Item 5: `gpuos daemon --log-level` reaches gpuosd: at "error" its start-up info line is gone.
+TEST_F(CliConventions, DaemonPassesTheLogLevel) {
+  const std::string cfg = write("g.toml", "[daemon]\nadmin_group = \"gpuos-no-such-group\"\n");
+  const std::vector<std::pair<std::string, const char*>> env = {{"GPUOS_DRIVER_LIBRARY", "/nonexistent"}};
+  Result info = run({GPUOS_CLI_BIN, "daemon", "--config", cfg, "--socket", dir + "/d.sock"}, env);
+  EXPECT_EQ(info.code, 1);
+  EXPECT_NE(info.err.find("config from " + cfg), std::string::npos) << info.err;
+  Result quiet = run({GPUOS_CLI_BIN, "daemon", "--log-level", "error", "--config", cfg, "--socket", dir + "/d.sock"}, env);
+  EXPECT_EQ(quiet.code, 1);
+  EXPECT_EQ(quiet.err.find("config from"), std::string::npos) << quiet.err;
+  EXPECT_NE(quiet.err.find("no such group"), std::string::npos) << quiet.err;
+}
+
+// Item 5: `top -n N` prints N frames and exits, as procps top; -d is the delay.
+TEST_F(CliConventions, TopDashNCountsFrames) {
+  const std::string sock = dir + "/gpuosd.sock";
+  const std::string cfg = write("d.toml", "[daemon]\nlog_level = \"warn\"\n");
+  DaemonGuard daemon{start_daemon({GPUOSD_BIN, "--socket", sock, "--config", cfg, "--metrics-listen", ""}, sock)};
+  ASSERT_GT(daemon.pid, 0);
+  Result r = run({GPUOS_CLI_BIN, "top", "-n", "3", "-d", "0.1", "--socket", sock});
+  EXPECT_EQ(r.code, 0) << r.err;
+  std::size_t frames = 0;
+  for (std::size_t at = r.out.find("gpuos top - "); at != std::string::npos; at = r.out.find("gpuos top - ", at + 1)) {
+    ++frames;
+  }
+  EXPECT_EQ(frames, 3u) << r.out;
+  EXPECT_NE(r.out.find("every 0.1s"), std::string::npos) << r.out;
+  Result once = run({GPUOS_CLI_BIN, "top", "--once", "-d", "0.1", "--socket", sock});
+  EXPECT_EQ(once.code, 0) << once.err;
+  EXPECT_EQ(once.out.find("gpuos top - "), once.out.rfind("gpuos top - ")) << once.out;
+}
+
+// Item 5: the installed completion and man page are what the binary generates, and they work.
+TEST_F(CliConventions, GeneratedCompletionAndManPage) {
+  Result gen = run({GPUOS_CLI_BIN, "--generate", "bash-completion"});
+  ASSERT_EQ(gen.code, 0) << gen.err;
+  EXPECT_EQ(read_file(GPUOS_COMPLETION_FILE), gen.out) << "the build's completion is stale";
+  Result syntax = run({"/bin/bash", "-n", GPUOS_COMPLETION_FILE});
+  EXPECT_EQ(syntax.code, 0) << syntax.err;
+
+  // Completes as bash would: COMP_WORDS up to the cursor, then what _gpuos offers.
+  auto complete = [&](const std::string& words, int cword) {
+    const std::string script = "source '" + std::string(GPUOS_COMPLETION_FILE) + "'; COMP_WORDS=(" + words +
+                               "); COMP_CWORD=" + std::to_string(cword) +
+                               "; _gpuos; for w in \"${COMPREPLY[@]}\"; do echo \"$w\"; done | sort";
+    Result r = run({"/bin/bash", "-c", script});
+    EXPECT_EQ(r.code, 0) << r.err;
+    return r.out;
+  };
+  EXPECT_EQ(complete("gpuos t", 1), "top\n");
+  EXPECT_EQ(complete("gpuos ''", 1),
+            "--help\n--version\n-h\nconfig\ndaemon\ndemo\ngate\nps\nrun\ntop\n");
+  EXPECT_EQ(complete("gpuos config c", 2), "check\n");
+  EXPECT_EQ(complete("gpuos run --class ''", 3), "best-effort\nguaranteed\n");
+  EXPECT_EQ(complete("gpuos run --mem 8G --swa", 4), "--swap\n");
+  EXPECT_EQ(complete("gpuos top --i", 2), "--interval\n--iterations\n");
+  EXPECT_EQ(complete("gpuos gate 3 ''", 3).find("close\n") != std::string::npos, true);
+  EXPECT_EQ(complete("gpuos daemon --log-level w", 3), "warn\n");
+  // After `run [OPTIONS] --` the word is a command (compgen -c), not an option of gpuos.
+  EXPECT_NE(complete("gpuos run -- bas", 3).find("bash\n"), std::string::npos);
+  EXPECT_EQ(complete("gpuos run -- bash --swa", 4), "");
+
+  Result man = run({GPUOS_CLI_BIN, "--generate", "man"});
+  ASSERT_EQ(man.code, 0) << man.err;
+  EXPECT_EQ(read_file(GPUOS_MAN_FILE), man.out) << "the build's man page is stale";
+  for (const char* want : {".TH GPUOS 1", ".SH EXIT STATUS", "gpuos run [OPTIONS] [\\-\\-] CMD [ARGS...]",
+                           "\\fB\\-\\-mem\\fR \\fISIZE\\fR", "\\fB\\-n\\fR, \\fB\\-\\-iterations\\fR \\fIN\\fR",
+                           "gpuos config check [OPTIONS] FILE", ".SH SIZES"}) {
+    EXPECT_NE(man.out.find(want), std::string::npos) << want;
+  }
+  // groff finds nothing to warn about (when it is installed).
+  if (access("/usr/bin/groff", X_OK) == 0) {
+    Result g = run({"/usr/bin/groff", "-man", "-ww", "-z", GPUOS_MAN_FILE});
+    EXPECT_EQ(g.code, 0) << g.err;
+    EXPECT_EQ(g.err, "");
+  }
+}
+
+// Item 6: the demo shows hp alone (the baseline) against hp shared, and a one-line verdict. No
+// assertion on the numbers: they depend on the machine's load.
+TEST_F(CliConventions, DemoShowsTheBaselineAndAVerdict) {
+  Result r = run({GPUOS_CLI_BIN, "demo", "--seconds", "0.3"},
+                 {{"GPUOS_PRELOAD", nullptr}, {"GPUOS_CONFIG", nullptr}, {"GPUOS_SOCKET", nullptr}, {"LD_PRELOAD", nullptr}});
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  std::vector<std::string> rows;
+  std::stringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);) rows.push_back(line);
+  auto row = [&](const std::string& start) {
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      if (rows[i].rfind(start, 0) == 0) return static_cast<int>(i);
+    }
+    return -1;
+  };
+  const int alone = row("hp alone "), shared = row("hp shared "), be = row("be shared "), verdict = row("verdict: ");
+  ASSERT_GE(alone, 0) << r.out;
+  EXPECT_GT(shared, alone) << r.out;
+  EXPECT_GT(be, alone) << r.out;
+  EXPECT_EQ(verdict, static_cast<int>(rows.size()) - 1) << r.out;  // one line, last
+  EXPECT_EQ(rows[verdict].find("verdict: beside be ("), 0u) << r.out;
+  EXPECT_NE(rows[verdict].find("x its latency alone at the median ("), std::string::npos) << r.out;
+  EXPECT_NE(rows[verdict].find("x at p99 ("), std::string::npos) << r.out;
+}
+
+}  // namespace
+}  // namespace gpuos::clitest
