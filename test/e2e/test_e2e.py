@@ -231,13 +231,17 @@ class E2E(unittest.TestCase):
         self.assert_counted(issued, "probe", "guaranteed")
 
     def test_concurrent_tenants_are_counted_apart(self):
+        # All four registered and live at once (each waits for the flag before its launches), then
+        # they run side by side.
+        go = os.path.join(self.d.dir, "go")
         procs = []
         for i in range(4):
             procs.append(spawn(self, self.d.run_cmd(["--name", "t%d" % i, "--class", "best-effort", "--",
                                                      bin_path("gpuos-interpose-probe"), "--launches", str(5 + i),
-                                                     "--hold-ms", "700"]), self.d.env))
+                                                     "--wait-file", go, "--hold-ms", "700"]), self.d.env))
         wait_for(lambda: len([t for t in self.d.ps(all_tenants=False)["tenants"]
                               if t["state"] != "exited"]) == 4, what="4 live tenants")
+        open(go, "w").close()
         for i, p in enumerate(procs):
             out, err = p.communicate(timeout=60)
             self.assertEqual(p.returncode, 0, err)
