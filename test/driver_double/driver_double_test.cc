@@ -105,8 +105,8 @@ TEST_F(DriverDouble, LaunchIsAsynchronous) {
   ASSERT_EQ(drv().cuStreamCreate(&s, 0), CUDA_SUCCESS);
   auto t0 = Clock::now();
   ASSERT_EQ(launch_fixed(fixed_, s, 300 * kItersPerMs, done_, 4), CUDA_SUCCESS);
-  EXPECT_LT(ms_since(t0), 50.0) << "cuLaunchKernel must not wait for the kernel";
-  EXPECT_EQ(CU(cuStreamQuery)(s), CUDA_ERROR_NOT_READY);
+  // Returned with the kernel still running: cuLaunchKernel did not wait for it (order, not speed).
+  EXPECT_EQ(CU(cuStreamQuery)(s), CUDA_ERROR_NOT_READY) << "cuLaunchKernel must not wait for the kernel";
   ASSERT_EQ(CU(cuStreamSynchronize)(s), CUDA_SUCCESS);
   EXPECT_GE(ms_since(t0), 290.0);
   EXPECT_EQ(CU(cuStreamQuery)(s), CUDA_SUCCESS);
@@ -204,6 +204,7 @@ TEST_F(DriverDouble, EventsMeasureSimulatedWork) {
   float ms = -1;
   EXPECT_EQ(CU(cuEventQuery)(a), CUDA_SUCCESS);  // never recorded
   EXPECT_EQ(CU(cuEventElapsedTime_v2)(&ms, a, b), CUDA_ERROR_INVALID_HANDLE);
+  const auto before_a = Clock::now();
   ASSERT_EQ(CU(cuEventRecord)(a, nullptr), CUDA_SUCCESS);
   ASSERT_EQ(launch_fixed(fixed_, nullptr, 200 * kItersPerMs, done_), CUDA_SUCCESS);
   ASSERT_EQ(CU(cuEventRecord)(b, nullptr), CUDA_SUCCESS);
@@ -211,10 +212,11 @@ TEST_F(DriverDouble, EventsMeasureSimulatedWork) {
   EXPECT_EQ(CU(cuEventQuery)(b), CUDA_ERROR_NOT_READY);
   EXPECT_EQ(CU(cuEventElapsedTime_v2)(&ms, a, b), CUDA_ERROR_NOT_READY);
   ASSERT_EQ(CU(cuEventSynchronize)(b), CUDA_SUCCESS);
+  const double host_ms = ms_since(before_a);  // the host saw both events happen within this
   EXPECT_EQ(CU(cuEventQuery)(b), CUDA_SUCCESS);
   ASSERT_EQ(CU(cuEventElapsedTime_v2)(&ms, a, b), CUDA_SUCCESS);
   EXPECT_GE(ms, 195.0f);
-  EXPECT_LE(ms, 400.0f);
+  EXPECT_LE(ms, host_ms + 0.5) << "the events' interval lies within the host's wait for them";
   ASSERT_EQ(CU(cuEventElapsedTime)(&ms, a, b), CUDA_SUCCESS);  // v1: same answer
   EXPECT_GE(ms, 195.0f);
   ASSERT_EQ(CU(cuEventSynchronize)(untimed), CUDA_SUCCESS);
@@ -366,17 +368,17 @@ TEST_F(DriverDouble, ProcessesContendForTheEngine) {
   ASSERT_NE(alone.find("launch=0 sync=0"), std::string::npos) << alone;
   const double alone_ms = field(alone, "elapsed_ms");
   EXPECT_GE(alone_ms, 245.0) << alone;
-  EXPECT_LT(alone_ms, 500.0) << alone;
-  // While this process runs a long kernel, the child's kernel gets about half the engine.
+  // While this process runs a long kernel, the child's kernel gets about half the engine. (Long:
+  // the child's start on a loaded machine must not outlast it.)
   auto t0 = Clock::now();
-  ASSERT_EQ(launch_fixed(fixed_, nullptr, 1000 * kItersPerMs, done_), CUDA_SUCCESS);
+  ASSERT_EQ(launch_fixed(fixed_, nullptr, 3000 * kItersPerMs, done_), CUDA_SUCCESS);
   std::string shared = run_child({"kernel", "250"});
   ASSERT_NE(shared.find("launch=0 sync=0"), std::string::npos) << shared;
   const double shared_ms = field(shared, "elapsed_ms");
   ASSERT_EQ(CU(cuStreamSynchronize)(nullptr), CUDA_SUCCESS);
   const double mine_ms = ms_since(t0);
   EXPECT_GE(shared_ms, 1.5 * alone_ms) << alone << " / " << shared;
-  EXPECT_GE(mine_ms, 1150.0) << "the other process's kernel did not delay this one";
+  EXPECT_GE(mine_ms, 3100.0) << "the other process's kernel did not delay this one";
 }
 
 TEST_F(DriverDouble, ManyThreadsAndHostFunctions) {
@@ -558,7 +560,7 @@ TEST_F(DriverDouble, GraphCaptureAndReplay) {
   auto t0 = Clock::now();
   ASSERT_EQ(drv().cuGraphLaunch(x, s), CUDA_SUCCESS);
   ASSERT_EQ(drv().cuGraphLaunch(x, s), CUDA_SUCCESS);
-  EXPECT_LT(ms_since(t0), 30.0);
+  EXPECT_EQ(CU(cuStreamQuery)(s), CUDA_ERROR_NOT_READY) << "cuGraphLaunch must not wait for the graph";
   ASSERT_EQ(CU(cuStreamSynchronize)(s), CUDA_SUCCESS);
   EXPECT_GE(ms_since(t0), 115.0);  // 2 replays x 3 kernels x 20 ms
   EXPECT_EQ(done(), 12u);
@@ -1909,7 +1911,7 @@ TEST_F(GreenContexts, FewerSmsTakeMoreWaves) {
   const float on64 = run(g64), on132 = run(plain);
   EXPECT_GE(on64, 195.0f);
   EXPECT_GE(on132, 95.0f);
-  EXPECT_LT(on132, 190.0f);
+  EXPECT_LT(on132, on64) << "one wave on 132 SMs, two on 64";  // relative: the host's load moves both
   EXPECT_EQ(done(), 512u);
   for (CUevent e : {e0, e1}) EXPECT_EQ(CU(cuEventDestroy_v2)(e), CUDA_SUCCESS);
 }
@@ -2029,22 +2031,25 @@ TEST_F(GreenContexts, ProcAddressResolvesGreenContextCalls) {
 }
 
 TEST_F(GreenContexts, PartitionsAreSharedBetweenProcesses) {
-  // This process runs a long kernel on groups 0-7. A child's kernel on groups 8-15 runs beside
-  // it at full speed; one on groups 0-7 gets about half of those SMs.
+  // This process runs a long kernel on groups 0-7 (long: two children's start on a loaded machine
+  // must not outlast it). A child's kernel on groups 8-15 runs beside it at full speed; one on
+  // groups 0-7 gets about half of those SMs.
   CUstream sa = green_stream(green(0, 8));
   auto t0 = Clock::now();
-  ASSERT_EQ(launch_fixed(fixed_, sa, 1500 * kItersPerMs, done_), CUDA_SUCCESS);
+  ASSERT_EQ(launch_fixed(fixed_, sa, 4000 * kItersPerMs, done_), CUDA_SUCCESS);
   std::string beside = run_child({"green", "8", "8", "250"});
   ASSERT_NE(beside.find("launch=0 sync=0"), std::string::npos) << beside;
   std::string sharing = run_child({"green", "0", "8", "250"});
   ASSERT_NE(sharing.find("launch=0 sync=0"), std::string::npos) << sharing;
-  EXPECT_LT(ms_since(t0), 1400.0) << "the children ran while this kernel was still running";
+  // Both children ran while this kernel was still running (order: it has not finished yet).
+  EXPECT_EQ(CU(cuStreamQuery)(sa), CUDA_ERROR_NOT_READY) << "the children ran after this kernel";
   ASSERT_EQ(CU(cuStreamSynchronize)(sa), CUDA_SUCCESS);
   const double mine = ms_since(t0);
   EXPECT_GE(field(beside, "elapsed_ms"), 245.0) << beside;
-  EXPECT_LT(field(beside, "elapsed_ms"), 400.0) << beside;
+  // Beside it at full speed: faster than the one that shares its SMs (the same host load on both).
+  EXPECT_LT(field(beside, "elapsed_ms"), field(sharing, "elapsed_ms")) << beside << " / " << sharing;
   EXPECT_GE(field(sharing, "elapsed_ms"), 375.0) << sharing;
-  EXPECT_GE(mine, 1700.0) << "the child on the same SMs delayed this kernel";
+  EXPECT_GE(mine, 4200.0) << "the child on the same SMs delayed this kernel";
 }
 
 }  // namespace

@@ -6,6 +6,7 @@ processes under `gpuos run`, and checks what the daemon counted against what the
 Usage: test_e2e.py BUILD_DIR [test-name ...]
 """
 import glob
+import itertools
 import json
 import os
 import re
@@ -16,9 +17,13 @@ import sys
 import tempfile
 import time
 import unittest
+import urllib.request
 
 BUILD = None
 HERE = os.path.dirname(os.path.abspath(__file__))
+SWAP_SIGNAL_QUANTUM_S = 60  # Swap's signal test: see there
+START_TIMEOUT_S = 30  # gpuosd comes up in well under a second; this is for a loaded CI machine
+_daemon_serial = itertools.count(1)
 
 
 def bin_path(name):
@@ -26,9 +31,15 @@ def bin_path(name):
 
 
 class Daemon:
-    """A gpuosd on a private socket and simulated GPU; stopped on exit."""
+    """A gpuosd on a private socket and simulated GPU; stop() ends it (and any child of it) and unlinks
+    the simulated GPU's /dev/shm segment. stop() may be called any number of times.
 
-    def __init__(self, extra_args=()):
+    Tests get theirs from start_daemon(), which registers stop() with addCleanup before gpuosd starts,
+    so that a setUp or test that fails anywhere still leaves no gpuosd and no segment behind.
+    daemon_env: variables for gpuosd alone (e.g. the simulated GPU's size), not for the tenants.
+    """
+
+    def __init__(self, extra_args=(), daemon_env=None, start=True):
         self.dir = tempfile.mkdtemp(prefix="gpuos-e2e-")
         self.socket = os.path.join(self.dir, "gpuosd.sock")
         self.env = dict(os.environ)
@@ -37,20 +48,28 @@ class Daemon:
             "GPUOS_SOCKET": self.socket,
             "GPUOS_DRIVER_LIBRARY": os.path.join(double_dir, "libcuda.so.1"),
             "LD_LIBRARY_PATH": double_dir,
-            "GPUOS_SIM_SHM": "/gpuos-e2e-%d-%d" % (os.getpid(), id(self) % 100000),
+            "GPUOS_SIM_SHM": "/gpuos-e2e-%d-%d" % (os.getpid(), next(_daemon_serial)),
             "GPUOS_LOG_LEVEL": "info",
         })
+        self.daemon_env = dict(daemon_env or {})
         self.log = open(os.path.join(self.dir, "gpuosd.log"), "w+")
+        self.log_copy = ""  # the log's text once stop() removed the file
+        self.proc = None
+        self.groups = []  # process groups of every gpuosd started (their MPS control daemons too)
         extra_args = list(extra_args)
         if not any(a.startswith("--metrics-listen") for a in extra_args):
             extra_args += ["--metrics-listen", "127.0.0.1:0"]  # never the shared default port
         self.args = [bin_path("gpuosd"), "--socket", self.socket] + extra_args
-        self.start()
+        if start:
+            self.start()
 
     def start(self):
-        self.proc = subprocess.Popen(self.args, env=self.env, stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.time() + 10
-        while time.time() < deadline:
+        # Its own process group: stop() also ends what it started (a fake MPS control daemon).
+        self.proc = subprocess.Popen(self.args, env=dict(self.env, **self.daemon_env), stdout=self.log,
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+        self.groups.append(self.proc.pid)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
             if self.ps(check=False) is not None:
                 return
             if self.proc.poll() is not None:
@@ -61,6 +80,8 @@ class Daemon:
         raise RuntimeError("gpuosd did not come up:\n" + text)
 
     def log_text(self):
+        if self.log.closed:
+            return self.log_copy
         self.log.flush()
         self.log.seek(0)
         return self.log.read()
@@ -70,11 +91,23 @@ class Daemon:
         m = re.search(r"metrics on http://\S+ \(port (\d+)\)", self.log_text())
         return int(m.group(1)) if m else None
 
+    def metric(self, name, **labels):
+        """The values of one metric's series whose labels include `labels` (a scrape of /metrics)."""
+        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % self.metrics_port(), timeout=10) as r:
+            text = r.read().decode()
+        want = ['%s="%s"' % (k, v) for k, v in labels.items()]
+        out = []
+        for line in text.splitlines():
+            m = re.match(r"^%s(\{(.*)\})? (\S+)$" % re.escape(name), line)
+            if m and all(w in (m.group(2) or "").split(",") for w in want):
+                out.append(float(m.group(3)))
+        return out
+
     def ps(self, all_tenants=True, check=True):
         cmd = [bin_path("gpuos"), "ps", "--json", "--socket", self.socket]
         if all_tenants:
             cmd.append("--all")
-        r = subprocess.run(cmd, env=self.env, capture_output=True, text=True, timeout=10)
+        r = subprocess.run(cmd, env=self.env, capture_output=True, text=True, timeout=30)
         if r.returncode != 0:
             if check:
                 raise AssertionError("gpuos ps failed: " + r.stderr)
@@ -91,26 +124,75 @@ class Daemon:
         return [bin_path("gpuos"), "run", "--socket", self.socket] + args
 
     def stop(self):
-        if self.proc.poll() is None:
+        if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
             try:
-                self.proc.wait(timeout=10)
+                self.proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-        self.log.close()
+        for group in self.groups:
+            kill_group(group)
+        self.groups = []
+        if not self.log.closed:
+            self.log_copy = self.log_text()
+            self.log.close()
         shutil.rmtree(self.dir, ignore_errors=True)
-        # The simulated GPU's shared memory (the driver double's), once no process uses it.
-        for path in glob.glob("/dev/shm" + self.env["GPUOS_SIM_SHM"] + "*"):
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
+        # The simulated GPU's shared memory (the driver double's): its tenants are gone by now.
+        unlink_segments(self.env["GPUOS_SIM_SHM"])
 
 
-def wait_for(pred, timeout=10.0, what="condition"):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
+def unlink_segments(name):
+    """Unlinks the /dev/shm segment `name` (as in GPUOS_SIM_SHM) and any named after it."""
+    for path in glob.glob("/dev/shm" + name + "*"):
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+
+
+def kill_group(pgid):
+    """SIGKILL to a process group that may be gone already."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def reap(p):
+    """Ends a process started by spawn(): its whole group (children it forked too), then its pipes."""
+    kill_group(p.pid)
+    p.wait()
+    for f in (p.stdin, p.stdout, p.stderr):
+        if f:
+            f.close()
+
+
+def start_daemon(test, extra_args=(), daemon_env=None):
+    """A started Daemon whose stop() test.addCleanup registered before it started."""
+    d = Daemon(extra_args, daemon_env=daemon_env, start=False)
+    test.addCleanup(d.stop)
+    if os.environ.get("GPUOS_E2E_VERBOSE"):
+        test.addCleanup(lambda: print(d.log_text()))  # runs first (cleanups are last in, first out)
+    d.start()
+    return d
+
+
+def spawn(test, cmd, env, text=True, **kw):
+    """Popen in a process group of its own, piped, ended (group and all) by a cleanup that
+    test.addCleanup registered before anything else can fail."""
+    kw.setdefault("stdout", subprocess.PIPE)
+    kw.setdefault("stderr", subprocess.PIPE)
+    p = subprocess.Popen(cmd, env=env, text=text, start_new_session=True, **kw)
+    test.addCleanup(reap, p)
+    return p
+
+
+def wait_for(pred, timeout=30.0, what="condition"):
+    """Polls pred until it returns something true. The timeout is a ceiling for a loaded machine,
+    not a claim about speed: no test asserts how fast something happens."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
         v = pred()
         if v:
             return v
@@ -120,13 +202,7 @@ def wait_for(pred, timeout=10.0, what="condition"):
 
 class E2E(unittest.TestCase):
     def setUp(self):
-        self.d = Daemon()
-
-    def tearDown(self):
-        log = self.d.log_text() if not self.d.log.closed else ""
-        self.d.stop()
-        if hasattr(self, "_outcome") and log and os.environ.get("GPUOS_E2E_VERBOSE"):
-            print(log)
+        self.d = start_daemon(self)
 
     def run_probe(self, name, klass, *extra, env_extra=None):
         env = dict(self.d.env)
@@ -155,15 +231,17 @@ class E2E(unittest.TestCase):
         self.assert_counted(issued, "probe", "guaranteed")
 
     def test_concurrent_tenants_are_counted_apart(self):
+        # All four registered and live at once (each waits for the flag before its launches), then
+        # they run side by side.
+        go = os.path.join(self.d.dir, "go")
         procs = []
         for i in range(4):
-            procs.append(subprocess.Popen(
-                self.d.run_cmd(["--name", "t%d" % i, "--class", "best-effort", "--",
-                                bin_path("gpuos-interpose-probe"), "--launches", str(5 + i),
-                                "--hold-ms", "700"]),
-                env=self.d.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+            procs.append(spawn(self, self.d.run_cmd(["--name", "t%d" % i, "--class", "best-effort", "--",
+                                                     bin_path("gpuos-interpose-probe"), "--launches", str(5 + i),
+                                                     "--wait-file", go, "--hold-ms", "700"]), self.d.env))
         wait_for(lambda: len([t for t in self.d.ps(all_tenants=False)["tenants"]
                               if t["state"] != "exited"]) == 4, what="4 live tenants")
+        open(go, "w").close()
         for i, p in enumerate(procs):
             out, err = p.communicate(timeout=60)
             self.assertEqual(p.returncode, 0, err)
@@ -172,13 +250,16 @@ class E2E(unittest.TestCase):
 
     def test_closed_gate_holds_launches_until_opened(self):
         flag = os.path.join(self.d.dir, "go")
-        p = subprocess.Popen(self.d.run_cmd(["--name", "gated", "--", bin_path("gpuos-interpose-probe"),
-                                             "--launches", "3", "--wait-file", flag]),
-                             env=self.d.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        p = spawn(self, self.d.run_cmd(["--name", "gated", "--", bin_path("gpuos-interpose-probe"),
+                                        "--launches", "3", "--wait-file", flag]), self.d.env)
         t = wait_for(lambda: self.d.tenant(p.pid), what="registration")
         gate = [bin_path("gpuos"), "gate", str(t["id"]), "close", "--socket", self.d.socket]
         subprocess.run(gate, env=self.d.env, check=True, capture_output=True)
         open(flag, "w").close()
+        # Its thread blocked at the gate (gpuosd's gauge), then held there for at least 0.5 s: however
+        # slow the machine, the wait gpuosd counts is at least that long.
+        wait_for(lambda: self.d.metric("gpuos_tenant_waiting", tenant_id=t["id"]) == [1.0],
+                 what="the tenant to block at its closed gate")
         time.sleep(0.5)
         t = self.d.tenant(p.pid)
         self.assertIsNone(p.poll(), "tenant finished although its gate was closed")
@@ -190,7 +271,7 @@ class E2E(unittest.TestCase):
         self.assertEqual(p.returncode, 0, err)
         t = self.assert_counted(json.loads(out.strip().splitlines()[-1]), "gated", "best-effort")
         self.assertGreaterEqual(t["gate_waits"], 1)
-        self.assertGreaterEqual(t["gate_wait_ns"], 400_000_000)
+        self.assertGreaterEqual(t["gate_wait_ns"], 500_000_000)
 
     def test_without_daemon_passthrough_warns_once_and_refuse_refuses(self):
         env = dict(self.d.env)
@@ -207,9 +288,8 @@ class E2E(unittest.TestCase):
 
     def test_memory_quota_holds_on_every_allocation_path(self):
         hold = os.path.join(self.d.dir, "quota-release")
-        p = subprocess.Popen(self.d.run_cmd(["--name", "quota", "--mem", "64MiB", "--",
-                                             bin_path("gpuos-quota-probe"), "--hold-file", hold]),
-                             env=self.d.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        p = spawn(self, self.d.run_cmd(["--name", "quota", "--mem", "64MiB", "--",
+                                        bin_path("gpuos-quota-probe"), "--hold-file", hold]), self.d.env)
         try:
             # While it holds arrays and graph allocations, gpuosd counts exactly what it accounted.
             line = p.stdout.readline()
@@ -239,12 +319,12 @@ class E2E(unittest.TestCase):
 
     def test_tenant_survives_daemon_restart_and_is_adopted(self):
         # A first tenant takes id 1, so the survivor has id 2 and a new daemon would start at 1.
+        # The survivor runs until told to stop (SIGTERM: it finishes its kernel, verifies and
+        # reports), so that it cannot end before the new daemon is up, however slow the machine.
         first, _ = self.run_probe("first", "best-effort")
-        tenant = subprocess.Popen(
-            self.d.run_cmd(["--name", "survivor", "--class", "guaranteed", "--", bin_path("gpuos-synth"),
-                            "--name", "survivor", "--iters", "100000", "--count", "2500", "--gap-us", "1000",
-                            "--warmup", "0", "--json", "-"]),
-            env=self.d.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        tenant = spawn(self, self.d.run_cmd(["--name", "survivor", "--class", "guaranteed", "--", bin_path("gpuos-synth"),
+                                             "--name", "survivor", "--iters", "100000", "--count", "10000000",
+                                             "--gap-us", "1000", "--warmup", "0", "--json", "-"]), self.d.env)
         wait_for(lambda: (self.d.tenant(tenant.pid) or {}).get("launches", 0) > 50, what="tenant to run")
         seen = self.d.tenant(tenant.pid)["launches"]
         old_id = self.d.tenant(tenant.pid)["id"]
@@ -255,8 +335,9 @@ class E2E(unittest.TestCase):
         self.assertIsNone(tenant.poll(), "the tenant must keep running without its daemon")
         self.d.start()  # a new daemon on the same socket
         # Counters are carried over just after re-registration (once no call uses the old block).
-        wait_for(lambda: (self.d.tenant(tenant.pid) or {}).get("launches", 0) >= seen, timeout=10,
+        wait_for(lambda: (self.d.tenant(tenant.pid) or {}).get("launches", 0) >= seen,
                  what="the tenant to re-register with its counters carried over")
+        tenant.send_signal(signal.SIGTERM)
         out, err = tenant.communicate(timeout=60)
         self.assertEqual(tenant.returncode, 0, err)
         issued = json.loads(out)
@@ -275,110 +356,88 @@ class E2E(unittest.TestCase):
         shutil.copy(bin_path("gpuos"), cli)
         os.chmod(cli, 0o755)
         flag = os.path.join(self.d.dir, "never")
-        p = subprocess.Popen(self.d.run_cmd(["--name", "victim", "--", bin_path("gpuos-interpose-probe"),
-                                             "--wait-file", flag]),
-                             env=self.d.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        try:
-            t = wait_for(lambda: self.d.tenant(p.pid), what="registration")
-            as_nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--"]
-            ps = subprocess.run(as_nobody + [cli, "ps", "--json", "--socket", self.d.socket],
-                                env=self.d.env, capture_output=True, text=True, timeout=10)
-            self.assertEqual(ps.returncode, 0, ps.stderr)
-            self.assertIn(p.pid, [x["pid"] for x in json.loads(ps.stdout)["tenants"]])
-            gate = subprocess.run(as_nobody + [cli, "gate", str(t["id"]), "close",
-                                               "--socket", self.d.socket],
-                                  env=self.d.env, capture_output=True, text=True, timeout=10)
-            self.assertNotEqual(gate.returncode, 0)
-            self.assertIn("needs an admin", gate.stderr + gate.stdout)  # refused by gpuosd itself
-            self.assertEqual(self.d.tenant(p.pid)["state"], "running", "a non-admin closed a gate")
-        finally:
-            p.kill()
-            p.wait()
+        p = spawn(self, self.d.run_cmd(["--name", "victim", "--", bin_path("gpuos-interpose-probe"),
+                                        "--wait-file", flag]), self.d.env)
+        t = wait_for(lambda: self.d.tenant(p.pid), what="registration")
+        as_nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--"]
+        ps = subprocess.run(as_nobody + [cli, "ps", "--json", "--socket", self.d.socket],
+                            env=self.d.env, capture_output=True, text=True, timeout=10)
+        self.assertEqual(ps.returncode, 0, ps.stderr)
+        self.assertIn(p.pid, [x["pid"] for x in json.loads(ps.stdout)["tenants"]])
+        gate = subprocess.run(as_nobody + [cli, "gate", str(t["id"]), "close",
+                                           "--socket", self.d.socket],
+                              env=self.d.env, capture_output=True, text=True, timeout=10)
+        self.assertNotEqual(gate.returncode, 0)
+        self.assertIn("needs an admin", gate.stderr + gate.stdout)  # refused by gpuosd itself
+        self.assertEqual(self.d.tenant(p.pid)["state"], "running", "a non-admin closed a gate")
 
     def test_killed_tenant_is_reclaimed(self):
         flag = os.path.join(self.d.dir, "never")
-        p = subprocess.Popen(self.d.run_cmd(["--name", "victim", "--", bin_path("gpuos-interpose-probe"),
-                                             "--wait-file", flag]),
-                             env=self.d.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        p = spawn(self, self.d.run_cmd(["--name", "victim", "--", bin_path("gpuos-interpose-probe"),
+                                        "--wait-file", flag]), self.d.env)
         wait_for(lambda: self.d.tenant(p.pid), what="registration")
-        t0 = time.time()
         p.kill()
         p.wait()
-        wait_for(lambda: (self.d.tenant(p.pid) or {}).get("state") == "exited", timeout=1.0,
-                 what="the daemon to notice the kill within 1 s")
-        self.assertLess(time.time() - t0, 1.0)
+        # gpuosd learns of the death from the tenant's connection and pidfd, not from a poll: how
+        # soon is a latency (a benchmark's business); here, that it is reclaimed at all.
+        t = wait_for(lambda: (lambda x: x if x and x["state"] == "exited" else None)(self.d.tenant(p.pid)),
+                     what="the daemon to notice the kill")
+        self.assertEqual(t["mem_used_bytes"], 0)
 
 
 class PriorityPolicy(unittest.TestCase):
     """gpuosd --policy priority: a busy guaranteed tenant holds best-effort tenants at the gate."""
 
     def setUp(self):
-        self.d = Daemon(["--policy", "priority"])
-
-    def tearDown(self):
-        self.d.stop()
+        self.d = start_daemon(self, ["--policy", "priority"])
 
     def synth(self, name, klass, iters, count):
-        return subprocess.Popen(
-            self.d.run_cmd(["--name", name, "--class", klass, "--", bin_path("gpuos-synth"),
-                            "--name", name, "--iters", str(iters), "--count", str(count),
-                            "--warmup", "0", "--json", "-"]),
-            env=self.d.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        return spawn(self, self.d.run_cmd(["--name", name, "--class", klass, "--", bin_path("gpuos-synth"),
+                                           "--name", name, "--iters", str(iters), "--count", str(count),
+                                           "--warmup", "0", "--json", "-"]), self.d.env)
 
     def launches(self, pid):
         t = self.d.tenant(pid)
         return t["launches"] if t else 0
 
     def test_best_effort_is_gated_while_guaranteed_is_busy(self):
-        be = self.synth("be", "best-effort", 2_000_000, 100000)  # 2 ms kernels, back to back
-        try:
-            wait_for(lambda: self.launches(be.pid) > 20, what="BE to run")
-            hp = self.synth("hp", "guaranteed", 400_000_000, 3)  # three 0.4 s kernels
-            wait_for(lambda: self.launches(hp.pid) >= 2, what="HP to start its kernels")
-            time.sleep(0.1)  # the gate is closed within ms of HP's first launch
-            before = self.launches(be.pid)
-            time.sleep(0.5)
-            during = self.launches(be.pid) - before
-            out, err = hp.communicate(timeout=60)
-            self.assertEqual(hp.returncode, 0, err)
-            self.assertLessEqual(during, 1, "BE kept launching while HP was busy")
-            after0 = self.launches(be.pid)
-            wait_for(lambda: self.launches(be.pid) > after0 + 10, timeout=5,
-                     what="BE to resume once HP is idle")
-            t = self.d.tenant(be.pid)
-            self.assertGreaterEqual(t["gate_waits"], 1)
-        finally:
-            be.kill()
-            be.wait()
-
+        be = self.synth("be", "best-effort", 2_000_000, 10_000_000)  # 2 ms kernels, back to back
+        wait_for(lambda: self.launches(be.pid) > 20, what="BE to run")
+        hp = self.synth("hp", "guaranteed", 6_000_000_000, 1)  # one 6 s kernel: busy without a gap
+        wait_for(lambda: self.launches(hp.pid) == 1, what="HP to launch its kernel")
+        wait_for(lambda: (self.d.tenant(be.pid) or {}).get("state") == "gated", what="BE gated")
+        before = self.launches(be.pid)
+        time.sleep(0.5)
+        during = self.launches(be.pid) - before
+        # The window lay inside HP's one kernel if HP is still busy after it (order, not time).
+        hp_id = self.d.tenant(hp.pid)["id"]
+        self.assertEqual(self.d.metric("gpuos_tenant_busy", tenant_id=hp_id), [1.0],
+                         "HP's kernel ended before the window did: nothing was checked")
+        self.assertLessEqual(during, 1, "BE kept launching while HP was busy")
+        out, err = hp.communicate(timeout=120)
+        self.assertEqual(hp.returncode, 0, err)
+        after0 = self.launches(be.pid)
+        wait_for(lambda: self.launches(be.pid) > after0 + 10, what="BE to resume once HP is idle")
+        self.assertGreaterEqual(self.d.tenant(be.pid)["gate_waits"], 1)
 
     def test_a_signal_lets_a_gated_best_effort_tenant_act_on_it(self):
-        # HP busy for seconds; BE waits at its closed gate. SIGTERM to BE (gpuos-synth's handler
-        # only sets a flag, without SA_RESTART, as Python's do) wakes its thread at the gate:
-        # gpuosd opens BE's gate for signal_grace_ms, BE stops its loop and exits with its result.
-        be = self.synth("be", "best-effort", 2_000_000, 100000)
-        hp = None
-        try:
-            wait_for(lambda: self.launches(be.pid) > 20, what="BE to run")
-            hp = self.synth("hp", "guaranteed", 400_000_000, 25)  # 0.4 s kernels for 10 s
-            wait_for(lambda: self.launches(hp.pid) >= 2, what="HP to start its kernels")
-            wait_for(lambda: (self.d.tenant(be.pid) or {}).get("state") == "gated", what="BE gated")
-            time.sleep(0.2)
-            t0 = time.monotonic()
-            be.send_signal(signal.SIGTERM)
-            out, err = be.communicate(timeout=30)
-            took = time.monotonic() - t0
-            self.assertEqual(be.returncode, 0, err + self.d.log_text())
-            self.assertTrue(json.loads(out.strip().splitlines()[-1])["verified"])
-            self.assertLess(took, 4.0, "BE waited for HP:\n" + self.d.log_text())
-            self.assertIsNone(hp.poll(), "HP should still be running (the test would prove nothing)")
-            self.assertIn("woken by a signal at its closed gate", self.d.log_text())
-        finally:
-            for p in (be, hp):
-                if p is not None and p.poll() is None:
-                    p.kill()
-                    p.wait()
-
+        # HP busy far longer than the test; BE waits at its closed gate. SIGTERM to BE (gpuos-synth's
+        # handler only sets a flag, without SA_RESTART, as Python's do) wakes its thread at the gate:
+        # gpuosd opens BE's gate for signal_grace_ms, BE stops its loop and exits with its result
+        # while HP still runs. Without the reprieve BE would wait for HP (200 s), past the timeout.
+        be = self.synth("be", "best-effort", 2_000_000, 10_000_000)
+        wait_for(lambda: self.launches(be.pid) > 20, what="BE to run")
+        hp = self.synth("hp", "guaranteed", 400_000_000, 500)  # 0.4 s kernels for 200 s
+        wait_for(lambda: self.launches(hp.pid) >= 2, what="HP to start its kernels")
+        be_id = self.d.tenant(be.pid)["id"]
+        wait_for(lambda: self.d.metric("gpuos_tenant_waiting", tenant_id=be_id) == [1.0],
+                 what="BE's thread to block at its closed gate")
+        be.send_signal(signal.SIGTERM)
+        out, err = be.communicate(timeout=90)
+        self.assertEqual(be.returncode, 0, err + self.d.log_text())
+        self.assertTrue(json.loads(out.strip().splitlines()[-1])["verified"])
+        self.assertIsNone(hp.poll(), "HP should still be running (the test would prove nothing)")
+        self.assertIn("woken by a signal at its closed gate", self.d.log_text())
 
     def test_a_stopped_daemon_cannot_hold_a_gated_tenant(self):
         # HP busy far longer than the test; BE waits at its closed gate; gpuosd is SIGSTOPped (it
@@ -386,60 +445,42 @@ class PriorityPolicy(unittest.TestCase):
         # GPUOS_GATE_LEASE_NS (5 s) from gpuosd's last heartbeat: BE goes on and finishes. Without
         # the lease it would wait until the daemon came back.
         be = self.synth("be", "best-effort", 2_000_000, 300)
-        hp = None
-        stopped = False
-        try:
-            wait_for(lambda: self.launches(be.pid) > 5, what="BE to run")
-            hp = self.synth("hp", "guaranteed", 400_000_000, 500)  # 0.4 s kernels for 200 s
-            wait_for(lambda: self.launches(hp.pid) >= 2, what="HP to start its kernels")
-            wait_for(lambda: (self.d.tenant(be.pid) or {}).get("state") == "gated", what="BE gated")
-            self.d.proc.send_signal(signal.SIGSTOP)
-            stopped = True
-            out, err = be.communicate(timeout=90)
-            self.assertEqual(be.returncode, 0, err)
-            self.assertTrue(json.loads(out.strip().splitlines()[-1])["verified"])
-            self.assertIn("has not renewed this tenant's closed gate", err)
-            self.assertIsNone(hp.poll(), "HP should still be running (the test would prove nothing)")
-        finally:
-            if stopped:
-                self.d.proc.send_signal(signal.SIGCONT)
-            for p in (be, hp):
-                if p is not None and p.poll() is None:
-                    p.kill()
-                    p.wait()
+        wait_for(lambda: self.launches(be.pid) > 5, what="BE to run")
+        hp = self.synth("hp", "guaranteed", 400_000_000, 500)  # 0.4 s kernels for 200 s
+        wait_for(lambda: self.launches(hp.pid) >= 2, what="HP to start its kernels")
+        wait_for(lambda: (self.d.tenant(be.pid) or {}).get("state") == "gated", what="BE gated")
+        self.addCleanup(self.d.proc.send_signal, signal.SIGCONT)  # before the daemon's stop
+        self.d.proc.send_signal(signal.SIGSTOP)
+        out, err = be.communicate(timeout=90)
+        self.assertEqual(be.returncode, 0, err)
+        self.assertTrue(json.loads(out.strip().splitlines()[-1])["verified"])
+        self.assertIn("has not renewed this tenant's closed gate", err)
+        self.assertIsNone(hp.poll(), "HP should still be running (the test would prove nothing)")
 
 
 class BudgetPolicy(unittest.TestCase):
     """gpuosd --policy budget: a guaranteed tenant's latency budget, measured from its timed launches."""
 
     def setUp(self):
-        self.d = Daemon(["--policy", "budget"])
-
-    def tearDown(self):
-        self.d.stop()
+        self.d = start_daemon(self, ["--policy", "budget"])
 
     def synth(self, name, run_args, iters, count):
-        return subprocess.Popen(
-            self.d.run_cmd(["--name", name] + run_args + ["--", bin_path("gpuos-synth"), "--name", name,
-                                                          "--iters", str(iters), "--count", str(count),
-                                                          "--warmup", "0", "--json", "-"]),
-            env=self.d.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        return spawn(self, self.d.run_cmd(["--name", name] + run_args + ["--", bin_path("gpuos-synth"), "--name", name,
+                                                                         "--iters", str(iters), "--count", str(count),
+                                                                         "--warmup", "0", "--json", "-"]), self.d.env)
 
     def test_a_budget_is_declared_measured_and_shown(self):
         # HP: 200 us kernels back to back for a few seconds, alone: its slowdown is measured (~1).
-        hp = self.synth("hp", ["--class", "guaranteed", "--max-slowdown", "1.5"], 20_000_000, 20000)
-        try:
-            t = wait_for(lambda: (lambda t: t if t and t.get("slowdown") else None)(self.d.tenant(hp.pid)),
-                         timeout=60, what="HP's slowdown to be measured")
-            self.assertEqual(t["max_slowdown"], 1.5, t)
-            self.assertGreater(t["slowdown"], 0.5, t)
-            self.assertLess(t["slowdown"], 1.5, t)  # alone: no slower than its own spread
-            table = subprocess.run([bin_path("gpuos"), "ps", "--socket", self.d.socket], env=self.d.env,
-                                   capture_output=True, text=True, timeout=10).stdout
-            self.assertRegex(table, r"\bhp\b.*guaranteed.*\d\.\d\d/1\.50 be \d+%", table)
-        finally:
-            hp.kill()
-            hp.communicate()
+        # How close to 1 it reads alone is the slowdown meter's accuracy: its unit tests check that
+        # with given timings; the double's timings here carry the host's scheduling noise.
+        hp = self.synth("hp", ["--class", "guaranteed", "--max-slowdown", "1.5"], 20_000_000, 10_000_000)
+        t = wait_for(lambda: (lambda t: t if t and t.get("slowdown") else None)(self.d.tenant(hp.pid)),
+                     timeout=60, what="HP's slowdown to be measured")
+        self.assertEqual(t["max_slowdown"], 1.5, t)
+        self.assertGreater(t["slowdown"], 0, t)
+        table = subprocess.run([bin_path("gpuos"), "ps", "--socket", self.d.socket], env=self.d.env,
+                               capture_output=True, text=True, timeout=30).stdout
+        self.assertRegex(table, r"\bhp\b.*guaranteed.*\d+\.\d\d/1\.50 be \d+%", table)
 
     def test_a_bad_budget_is_refused_by_the_cli(self):
         for bad in ("0.5", "1", "abc", "1000"):
@@ -464,31 +505,19 @@ class Swap(unittest.TestCase):
 
     def setUp(self):
         self.cfg_dir = tempfile.mkdtemp(prefix="gpuos-swap-cfg-")
+        self.addCleanup(shutil.rmtree, self.cfg_dir, ignore_errors=True)
         cfg = os.path.join(self.cfg_dir, "gpuos.toml")
         with open(cfg, "w") as f:
-            # A long quantum where a signal has to cut it short: far longer than the two swaps take
-            # on a loaded machine (5 s measured alone, 21 s with a CI build beside it), so that "did
-            # not wait for it" is not a race.
-            quantum = 40000 if "signal" in self._testMethodName else 1000
+            # Where a signal has to cut a quantum short: a minute, three times what the two swaps
+            # take on a loaded machine.
+            quantum = SWAP_SIGNAL_QUANTUM_S * 1000 if "signal" in self._testMethodName else 1000
             f.write('[memory]\nswap_pool = "2GiB"\nswap_quantum_ms = %d\nswap_headroom = "64MiB"\n' % quantum)
-        os.environ["GPUOS_SIM_MEM_MIB"] = "1024"
-        try:
-            self.d = Daemon(["--config", cfg])
-        finally:
-            del os.environ["GPUOS_SIM_MEM_MIB"]
-
-    def tearDown(self):
-        if os.environ.get("GPUOS_E2E_VERBOSE"):
-            print(self.d.log_text())
-        self.d.stop()
-        shutil.rmtree(self.cfg_dir, ignore_errors=True)
+        self.d = start_daemon(self, ["--config", cfg], daemon_env={"GPUOS_SIM_MEM_MIB": "1024"})
 
     def synth(self, name, *run_flags, count=800):
-        return subprocess.Popen(
-            self.d.run_cmd(["--name", name] + list(run_flags) + ["--", bin_path("gpuos-synth"),
-                            "--name", name, "--iters", "2000000", "--count", str(count),
-                            "--warmup", "0", "--mem-mib", "600", "--json", "-"]),
-            env=self.d.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        return spawn(self, self.d.run_cmd(["--name", name] + list(run_flags) + ["--", bin_path("gpuos-synth"),
+                                           "--name", name, "--iters", "2000000", "--count", str(count),
+                                           "--warmup", "0", "--mem-mib", "600", "--json", "-"]), self.d.env)
 
     def test_two_tenants_that_do_not_fit_take_turns_without_losing_data(self):
         a = self.synth("swap-a", "--swap")
@@ -497,9 +526,8 @@ class Swap(unittest.TestCase):
         outs = {}
         for name, p in (("a", a), ("b", b)):
             try:
-                out, err = p.communicate(timeout=120)
+                out, err = p.communicate(timeout=180)
             except subprocess.TimeoutExpired:
-                a.kill(), b.kill()
                 self.fail("tenants did not finish:\n" + self.d.log_text())
             self.assertEqual(p.returncode, 0, "tenant %s: %s\n%s" % (name, err, self.d.log_text()))
             outs[name] = json.loads(out.strip().splitlines()[-1])
@@ -521,41 +549,36 @@ class Swap(unittest.TestCase):
         self.assertGreaterEqual(tb["mem_waits"], 1, "b's allocation should have waited for room")
 
     def test_a_signal_lets_a_swapped_out_tenant_stop_without_waiting_for_a_quantum(self):
-        # a is swapped out for b (once a's quantum of 40 s is over) and waits at its closed gate;
-        # b's quantum is 40 s. SIGTERM to a
-        # (gpuos-synth stops its loop on it, its handler installed without SA_RESTART, as Python's
-        # are) wakes a's waiting thread: gpuosd swaps a in at once, and a stops, its data intact.
-        a = self.synth("swap-a", "--swap", count=60000)  # 2 ms kernels: both run longer than the test
-        b = None
-        try:
-            wait_for(lambda: (self.d.tenant(a.pid) or {}).get("launches", 0) > 5, what="tenant a to run")
-            b = self.synth("swap-b", "--swap", count=60000)
-            wait_for(lambda: (self.d.tenant(a.pid) or {}).get("swap_state") == "swapped-out", timeout=120,
-                     what="a to be swapped out")
-            out_at = time.monotonic()  # b got its memory before this: its quantum ends 40 s after
-            # Let a's thread reach its gate: a signal that comes while it is still in a driver call
-            # (its last synchronize) is not seen by gpuos, and a then waits its turn (known limit).
-            time.sleep(0.5)
-            t0 = time.monotonic()
-            a.send_signal(signal.SIGTERM)
-            out, err = a.communicate(timeout=120)
-            took = time.monotonic() - t0
-            self.assertEqual(a.returncode, 0, err + self.d.log_text())
-            self.assertTrue(json.loads(out.strip().splitlines()[-1])["verified"])
-            # Two swaps of 600 MiB take 5 s on the double (21 s on a machine loaded by a CI build
-            # and tests beside it); waiting for b's quantum, a could not stop before it ends, 40 s
-            # after b got its memory.
-            self.assertLess(time.monotonic() - out_at, 38.0,
-                            "a waited for b's quantum (%.1f s after the signal):\n%s" % (took, self.d.log_text()))
-            b.send_signal(signal.SIGTERM)
-            out, err = b.communicate(timeout=120)
-            self.assertEqual(b.returncode, 0, err)
-            self.assertTrue(json.loads(out.strip().splitlines()[-1])["verified"])
-        finally:
-            for p in (a, b):
-                if p is not None and p.poll() is None:
-                    p.kill()
-                    p.wait()
+        # a is swapped out for b once a's quantum (60 s) is over, and waits at its closed gate; b's
+        # quantum then keeps a out for 60 s. SIGTERM to a (gpuos-synth stops its loop on it, its
+        # handler installed without SA_RESTART, as Python's are) wakes a's waiting thread: gpuosd
+        # swaps a in at once, past b's quantum, and a stops, its data intact, while b still runs.
+        # The one time bound left in these tests, and it is gpuosd's own: a's exit comes before
+        # b's quantum ends (the two swaps take 5 s alone, 21 s measured beside a CI build).
+        # (A borrowing a would give way at once and spare the minute, but then, signalled and
+        # swapped in, it is swapped out again for b, over and over: reported with issue #25.)
+        a = self.synth("swap-a", "--swap", count=10_000_000)  # 2 ms kernels: both run until stopped
+        wait_for(lambda: (self.d.tenant(a.pid) or {}).get("launches", 0) > 5, what="tenant a to run")
+        b = self.synth("swap-b", "--swap", count=10_000_000)
+        a_id = wait_for(lambda: (lambda t: t["id"] if t and t["swap_state"] == "swapped-out" else None)(
+            self.d.tenant(a.pid)), timeout=180, what="a to be swapped out")
+        out_at = time.monotonic()  # b got its memory before this: its quantum ends 60 s after
+        # A signal that comes while a's thread is still in a driver call (its last synchronize) is
+        # not seen by gpuos (known limit): signal it once it is blocked at its gate.
+        wait_for(lambda: self.d.metric("gpuos_tenant_waiting", tenant_id=a_id) == [1.0],
+                 what="a's thread to block at its gate")
+        a.send_signal(signal.SIGTERM)
+        out, err = a.communicate(timeout=180)
+        stopped_after = time.monotonic() - out_at
+        self.assertEqual(a.returncode, 0, err + self.d.log_text())
+        self.assertTrue(json.loads(out.strip().splitlines()[-1])["verified"])
+        self.assertIsNone(b.poll(), "b should still be running (the test would prove nothing)")
+        self.assertLess(stopped_after, SWAP_SIGNAL_QUANTUM_S,
+                        "a waited for b's quantum (%.1f s):\n%s" % (stopped_after, self.d.log_text()))
+        b.send_signal(signal.SIGTERM)
+        out, err = b.communicate(timeout=180)
+        self.assertEqual(b.returncode, 0, err)
+        self.assertTrue(json.loads(out.strip().splitlines()[-1])["verified"])
 
     def test_borrowed_memory_is_on_top_of_the_quota(self):
         # 400 MiB: over a 256 MiB quota, within 256 MiB quota + 256 MiB borrowable.
@@ -584,61 +607,42 @@ class Swap(unittest.TestCase):
         # a is swapped out for b when gpuosd is killed: a brings its memory back itself once b is
         # done with the GPU, and both finish with every word verified.
         a = self.synth("swap-a", "--swap", count=1500)
-        b = None
-        try:
-            wait_for(lambda: (self.d.tenant(a.pid) or {}).get("launches", 0) > 5, what="tenant a to run")
-            b = self.synth("swap-b", "--swap", count=1500)
-            wait_for(lambda: (self.d.tenant(a.pid) or {}).get("swap_state") == "swapped-out", timeout=60,
-                     what="a to be swapped out")
-            out_at = time.monotonic()  # b got its memory before this: its quantum ends 20 s after
-            self.d.proc.kill()
-            self.d.proc.wait()
-            for name, p in (("a", a), ("b", b)):
-                out, err = p.communicate(timeout=120)
-                self.assertEqual(p.returncode, 0, "tenant %s: %s" % (name, err))
-                self.assertTrue(json.loads(out.strip().splitlines()[-1])["verified"], name)
-        finally:
-            for p in (a, b):
-                if p is not None and p.poll() is None:
-                    p.kill()
-                    p.wait()
+        wait_for(lambda: (self.d.tenant(a.pid) or {}).get("launches", 0) > 5, what="tenant a to run")
+        b = self.synth("swap-b", "--swap", count=1500)
+        wait_for(lambda: (self.d.tenant(a.pid) or {}).get("swap_state") == "swapped-out", timeout=120,
+                 what="a to be swapped out")
+        self.d.proc.kill()
+        self.d.proc.wait()
+        for name, p in (("a", a), ("b", b)):
+            out, err = p.communicate(timeout=180)
+            self.assertEqual(p.returncode, 0, "tenant %s: %s" % (name, err))
+            self.assertTrue(json.loads(out.strip().splitlines()[-1])["verified"], name)
 
     def test_swapping_works_after_a_daemon_restart(self):
         # a re-registers with a new gpuosd (new control block, new swap pool); b then needs room.
         a = self.synth("swap-a", "--swap", count=1500)
-        b = None
-        try:
-            wait_for(lambda: (self.d.tenant(a.pid) or {}).get("launches", 0) > 5, what="tenant a to run")
-            self.d.proc.kill()
-            self.d.proc.wait()
-            self.d.start()
-            wait_for(lambda: self.d.tenant(a.pid) is not None, timeout=10, what="a to re-register")
-            b = self.synth("swap-b", "--swap", count=300)
-            for name, p in (("a", a), ("b", b)):
-                out, err = p.communicate(timeout=120)
-                self.assertEqual(p.returncode, 0, "tenant %s: %s" % (name, err))
-                self.assertTrue(json.loads(out.strip().splitlines()[-1])["verified"], name)
-            ta = wait_for(lambda: (lambda t: t if t and t["state"] == "exited" else None)(self.d.tenant(a.pid)),
-                          what="a exited")
-            self.assertGreaterEqual(ta["swap_outs"], 1, self.d.log_text())
-        finally:
-            for p in (a, b):
-                if p is not None and p.poll() is None:
-                    p.kill()
-                    p.wait()
+        wait_for(lambda: (self.d.tenant(a.pid) or {}).get("launches", 0) > 5, what="tenant a to run")
+        self.d.proc.kill()
+        self.d.proc.wait()
+        self.d.start()
+        wait_for(lambda: self.d.tenant(a.pid) is not None, what="a to re-register")
+        b = self.synth("swap-b", "--swap", count=300)
+        for name, p in (("a", a), ("b", b)):
+            out, err = p.communicate(timeout=180)
+            self.assertEqual(p.returncode, 0, "tenant %s: %s" % (name, err))
+            self.assertTrue(json.loads(out.strip().splitlines()[-1])["verified"], name)
+        ta = wait_for(lambda: (lambda t: t if t and t["state"] == "exited" else None)(self.d.tenant(a.pid)),
+                      what="a exited")
+        self.assertGreaterEqual(ta["swap_outs"], 1, self.d.log_text())
 
     def test_without_a_victim_the_allocation_fails_cleanly(self):
         # A non-swappable tenant holds 600 MiB; a second one cannot get room: out of memory, at once.
-        a = self.synth("fixed-a", count=2000)
-        try:
-            wait_for(lambda: (self.d.tenant(a.pid) or {}).get("launches", 0) > 5, what="tenant a to run")
-            b = self.synth("fixed-b", "--swap", count=5)
-            out, err = b.communicate(timeout=60)
-            self.assertNotEqual(b.returncode, 0)
-            self.assertIn("OUT_OF_MEMORY", err)
-        finally:
-            a.kill()
-            a.wait()
+        a = self.synth("fixed-a", count=10_000_000)  # until the cleanup ends it
+        wait_for(lambda: (self.d.tenant(a.pid) or {}).get("launches", 0) > 5, what="tenant a to run")
+        b = self.synth("fixed-b", "--swap", count=5)
+        out, err = b.communicate(timeout=60)
+        self.assertNotEqual(b.returncode, 0)
+        self.assertIn("OUT_OF_MEMORY", err)
 
 
 
@@ -648,31 +652,20 @@ class VisibleDevices(unittest.TestCase):
     device ordinals and gpuosd maps them."""
 
     def setUp(self):
-        os.environ["GPUOS_SIM_DEVICES"] = "2"
-        try:
-            self.d = Daemon()
-        finally:
-            del os.environ["GPUOS_SIM_DEVICES"]
-
-    def tearDown(self):
-        self.d.stop()
+        self.d = start_daemon(self, daemon_env={"GPUOS_SIM_DEVICES": "2"})
 
     def test_memory_is_accounted_on_the_gpu_the_tenant_really_uses(self):
         env = dict(self.d.env, GPUOS_SIM_DEVICES="2", CUDA_VISIBLE_DEVICES="1")
-        p = subprocess.Popen(
-            self.d.run_cmd(["--name", "vis", "--", bin_path("gpuos-synth"), "--name", "vis", "--iters", "1000",
-                            "--count", "100000", "--gap-us", "2000", "--mem-mib", "96", "--json", "-"]),
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        try:
-            def on_gpu1():
-                ps = self.d.ps(all_tenants=False)
-                used = {g["index"]: g["used_mem_bytes"] for g in ps["gpus"]}
-                return used if used.get(1, 0) >= 96 << 20 else None
-            used = wait_for(on_gpu1, timeout=20, what="the tenant's memory on GPU 1")
-            self.assertEqual(used.get(0), 0, used)
-        finally:
-            p.kill()
-            p.communicate()
+        p = spawn(self, self.d.run_cmd(["--name", "vis", "--", bin_path("gpuos-synth"), "--name", "vis",
+                                        "--iters", "1000", "--count", "100000", "--gap-us", "2000",
+                                        "--mem-mib", "96", "--json", "-"]), env)
+
+        def on_gpu1():
+            ps = self.d.ps(all_tenants=False)
+            used = {g["index"]: g["used_mem_bytes"] for g in ps["gpus"]}
+            return used if used.get(1, 0) >= 96 << 20 else None
+        used = wait_for(on_gpu1, what="the tenant's memory on GPU 1")
+        self.assertEqual(used.get(0), 0, used)
 
 
 class Spatial(unittest.TestCase):
@@ -690,6 +683,7 @@ class Spatial(unittest.TestCase):
 
     def setUp(self):
         self.cfg_dir = tempfile.mkdtemp(prefix="gsp-")
+        self.addCleanup(shutil.rmtree, self.cfg_dir, ignore_errors=True)  # after the daemon's stop
         self.cfg = os.path.join(self.cfg_dir, "gpuos.toml")
         with open(self.cfg, "w") as f:
             # Right-sizing is off except in its own test (it would resize the partitions others check).
@@ -701,13 +695,7 @@ class Spatial(unittest.TestCase):
                     '[[spatial.domain]]\nname = "serve"\n'
                     % (os.path.join(HERE, "fake_mps_control.sh"), os.path.join(self.cfg_dir, "mps"), slack, mps_cost))
         two_gpus = "two_gpus" in self._testMethodName
-        if two_gpus:
-            os.environ["GPUOS_SIM_DEVICES"] = "2"
-        try:
-            self.d = Daemon(["--config", self.cfg])
-        finally:
-            if two_gpus:
-                del os.environ["GPUOS_SIM_DEVICES"]
+        self.d = start_daemon(self, ["--config", self.cfg], daemon_env={"GPUOS_SIM_DEVICES": "2"} if two_gpus else None)
         self.d.env["GPUOS_CONFIG"] = self.cfg
         status = os.path.join(self.cfg_dir, "mps", "serve", "status")
         def available():
@@ -718,19 +706,12 @@ class Spatial(unittest.TestCase):
                 return False
         wait_for(available, what="the domain's MPS control daemon")
 
-    def tearDown(self):
-        if os.environ.get("GPUOS_E2E_VERBOSE"):
-            print(self.d.log_text())
-        self.d.stop()
-        shutil.rmtree(self.cfg_dir, ignore_errors=True)
-
     def probe(self, name, cls, ms, *extra):
-        return subprocess.Popen(
-            self.d.run_cmd(["--space", "serve", "--class", cls, "--name", name, "--",
-                            bin_path("gpuos-space-probe"), "--ms", str(ms)] + list(extra)),
-            env=self.d.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        return spawn(self, self.d.run_cmd(["--space", "serve", "--class", cls, "--name", name, "--",
+                                           bin_path("gpuos-space-probe"), "--ms", str(ms)] + list(extra)),
+                     self.d.env)
 
-    def result(self, p, timeout=60):
+    def result(self, p, timeout=120):
         out, err = p.communicate(timeout=timeout)
         self.assertEqual(p.returncode, 0, err + self.d.log_text())
         return json.loads(out.strip().splitlines()[-1])
@@ -762,10 +743,8 @@ class Spatial(unittest.TestCase):
         # whole GPU (every slot) while HP is busy on the other one.
         def on_gpu(index, name, cls, ms):
             env = dict(self.d.env, GPUOS_SIM_DEVICES="2", CUDA_VISIBLE_DEVICES=str(index))
-            return subprocess.Popen(
-                self.d.run_cmd(["--space", "serve", "--class", cls, "--name", name, "--",
-                                bin_path("gpuos-space-probe"), "--ms", str(ms)]),
-                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            return spawn(self, self.d.run_cmd(["--space", "serve", "--class", cls, "--name", name, "--",
+                                               bin_path("gpuos-space-probe"), "--ms", str(ms)]), env)
         # A tenant that has neither memory nor launches anywhere yet counts on every GPU (its first
         # kernels must not run unconfined beside a busy guaranteed one), so be0 comes after HP ran.
         be1 = on_gpu(1, "be1", "best-effort", 4000)
@@ -818,7 +797,7 @@ class Spatial(unittest.TestCase):
         wait_for(lambda: (self.d.tenant(be.pid) or {}).get("space_mask") == 0xFFFF, what="groups lent to BE")
         self.assertEqual(self.d.tenant(hp.pid)["space_sms"], 112)
         open(go, "w").close()
-        wait_for(lambda: (self.d.tenant(be.pid) or {}).get("space_mask") == 0xC000, timeout=5,
+        wait_for(lambda: (self.d.tenant(be.pid) or {}).get("space_mask") == 0xC000,
                  what="HP's groups taken back from BE")
         self.assertEqual(self.d.tenant(be.pid)["space_sms"], 20)
         self.result(hp)
@@ -827,10 +806,9 @@ class Spatial(unittest.TestCase):
     def test_a_guaranteed_tenant_gets_the_sms_it_asks_for(self):
         go = os.path.join(self.cfg_dir, "go")
         be = self.probe("be", "best-effort", 4000)
-        hp = subprocess.Popen(
-            self.d.run_cmd(["--space", "serve", "--sms", "60", "--class", "guaranteed", "--name", "hp", "--",
-                            bin_path("gpuos-space-probe"), "--ms", "800", "--wait-file", go]),
-            env=self.d.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        hp = spawn(self, self.d.run_cmd(["--space", "serve", "--sms", "60", "--class", "guaranteed", "--name", "hp",
+                                         "--", bin_path("gpuos-space-probe"), "--ms", "800", "--wait-file", go]),
+                   self.d.env)
         wait_for(lambda: (self.d.tenant(hp.pid) or {}).get("space_mask") == 0xFF, what="8 groups for 60 SMs")
         self.assertEqual(self.d.tenant(hp.pid)["space_sms"], 64)
         open(go, "w").close()
@@ -849,7 +827,7 @@ class Spatial(unittest.TestCase):
         hp = self.probe("hp", "guaranteed", 10000, "--blocks", "64", "--iters", "2000000")  # ~2 ms a wave
         wait_for(lambda: 0 < (self.d.tenant(hp.pid) or {}).get("space_sms", 0) < 112, timeout=30,
                  what="HP right-sized below its 112-SM default")
-        wait_for(lambda: (self.d.tenant(be.pid) or {}).get("space_sms", 0) > 20, timeout=5,
+        wait_for(lambda: (self.d.tenant(be.pid) or {}).get("space_sms", 0) > 20,
                  what="BE given the SMs HP does not need")
         # The capacity it gave back is reported: `gpuos ps --json` and the table's SMS column.
         t = self.d.tenant(hp.pid)

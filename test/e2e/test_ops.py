@@ -20,7 +20,7 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import test_e2e as e2e  # noqa: E402
-from test_e2e import Daemon, bin_path, wait_for  # noqa: E402
+from test_e2e import bin_path, spawn, start_daemon, wait_for  # noqa: E402
 
 SOURCE = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
@@ -85,12 +85,11 @@ def free_port():
 class HoldingTenant:
     """gpuos-interpose-probe under `gpuos run`: issues its launches, then stays alive (--hold-ms)."""
 
-    def __init__(self, d, name="held", hold_ms=25000):
+    def __init__(self, test, d, name="held", hold_ms=120000):
         self.d = d
-        self.p = subprocess.Popen(d.run_cmd(["--name", name, "--class", "guaranteed", "--",
-                                             bin_path("gpuos-interpose-probe"), "--launches", "3",
-                                             "--graph-replays", "2", "--hold-ms", str(hold_ms)]),
-                                  env=d.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.p = spawn(test, d.run_cmd(["--name", name, "--class", "guaranteed", "--",
+                                        bin_path("gpuos-interpose-probe"), "--launches", "3",
+                                        "--graph-replays", "2", "--hold-ms", str(hold_ms)]), d.env, text=False)
         # Live, and its counters settled (the probe prints its JSON line before holding).
         self.t = wait_for(lambda: (lambda t: t if t and t["launches"] >= 12 and t["graph_launches"] >= 2 else None)(
             d.tenant(self.p.pid)), what="the probe's launches")
@@ -104,15 +103,12 @@ class HoldingTenant:
 
 class MetricsEndpoint(unittest.TestCase):
     def setUp(self):
-        self.d = Daemon()
+        self.d = start_daemon(self)
         self.port = self.d.metrics_port()
         self.assertIsNotNone(self.port, self.d.log_text())
 
-    def tearDown(self):
-        self.d.stop()
-
     def test_series_of_a_live_tenant_match_ps(self):
-        h = HoldingTenant(self.d)
+        h = HoldingTenant(self, self.d)
         try:
             headers, text = scrape(self.port)
             self.assertEqual(headers["content-type"], "text/plain; version=0.0.4; charset=utf-8")
@@ -162,9 +158,9 @@ class MetricsEndpoint(unittest.TestCase):
 
     def test_gate_wait_histogram_and_gauges_follow_a_closed_gate(self):
         flag = os.path.join(self.d.dir, "go")
-        p = subprocess.Popen(self.d.run_cmd(["--name", "gated", "--", bin_path("gpuos-interpose-probe"),
-                                             "--launches", "2", "--wait-file", flag, "--hold-ms", "20000"]),
-                             env=self.d.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        p = spawn(self, self.d.run_cmd(["--name", "gated", "--", bin_path("gpuos-interpose-probe"),
+                                        "--launches", "2", "--wait-file", flag, "--hold-ms", "120000"]),
+                  self.d.env, text=False)
         try:
             t = wait_for(lambda: self.d.tenant(p.pid), what="registration")
             gate = [bin_path("gpuos"), "gate", str(t["id"]), "close", "--socket", self.d.socket]
@@ -223,12 +219,14 @@ class MetricsEndpoint(unittest.TestCase):
         noread.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         for _ in range(3):
             noread.sendall(b"GET /metrics HTTP/1.1\r\n\r\n")
-        t0 = time.time()
+        # Order, not speed: the control socket answers while the half-request client is still open,
+        # i.e. before gpuosd's 5 s deadline for it (a daemon blocked on that client would answer
+        # only once it had dropped it).
         self.assertIsNotNone(self.d.ps())
+        self.assertFalse(self._closed(half), "gpuosd answered only after dropping the silent client")
         self.assertTrue(self._scrape_ok())  # over the limit, the oldest connections are dropped
-        self.assertLess(time.time() - t0, 2)
         # Every silent client is closed by the daemon within its 5 s deadline.
-        wait_for(lambda: self._closed(half), timeout=10, what="the half-request client to be closed")
+        wait_for(lambda: self._closed(half), what="the half-request client to be closed")
         for s in idle + [half, noread]:
             s.close()
         self.assertIsNone(self.d.proc.poll(), "gpuosd died")
@@ -247,29 +245,24 @@ class MetricsEndpoint(unittest.TestCase):
 
     def _scrape_ok(self):
         try:
-            return http(self.port, b"GET /metrics HTTP/1.0\r\n\r\n", read_timeout=1)[0] == 200
+            return http(self.port, b"GET /metrics HTTP/1.0\r\n\r\n", read_timeout=10)[0] == 200
         except OSError:
             return False
 
     def test_disabled_and_bad_address(self):
-        d = Daemon(["--metrics-listen", ""])
-        try:
-            self.assertIsNone(d.metrics_port())
-            self.assertNotIn("metrics", d.log_text())
-        finally:
-            d.stop()
+        d = start_daemon(self, ["--metrics-listen", ""])
+        self.assertIsNone(d.metrics_port())
+        self.assertNotIn("metrics", d.log_text())
+        d.stop()
         r = subprocess.run([bin_path("gpuosd"), "--socket", "/tmp/unused.sock", "--metrics-listen", "nowhere:1"],
-                           capture_output=True, text=True, timeout=10)
+                           capture_output=True, text=True, timeout=30)
         self.assertEqual(r.returncode, 1)
         self.assertIn("not a numeric IPv4 address", r.stderr)
         # Port taken: logged, and the daemon runs on without metrics.
-        d = Daemon(["--metrics-listen", "127.0.0.1:%d" % self.port])
-        try:
-            self.assertIsNone(d.metrics_port())
-            self.assertIn("cannot listen on", d.log_text())
-            self.assertIsNotNone(d.ps())
-        finally:
-            d.stop()
+        d = start_daemon(self, ["--metrics-listen", "127.0.0.1:%d" % self.port])
+        self.assertIsNone(d.metrics_port())
+        self.assertIn("cannot listen on", d.log_text())
+        self.assertIsNotNone(d.ps())
 
 
 class PrometheusScrape(unittest.TestCase):
@@ -279,12 +272,12 @@ class PrometheusScrape(unittest.TestCase):
         prom = "/usr/bin/prometheus"
         if not os.access(prom, os.X_OK):
             self.skipTest("/usr/bin/prometheus is absent (Debian package `prometheus`; .ci/run installs it)")
-        d = Daemon()
+        d = start_daemon(self)
         tmp = tempfile.mkdtemp(prefix="gpuos-prom-")
         proc = None
         h = None
         try:
-            h = HoldingTenant(d, name="prom-tenant")
+            h = HoldingTenant(self, d, name="prom-tenant")
             web = free_port()
             cfg = os.path.join(tmp, "prometheus.yml")
             with open(cfg, "w") as f:
@@ -314,7 +307,7 @@ class PrometheusScrape(unittest.TestCase):
                 return what + "\nprometheus log:\n" + log.read()[-3000:]
 
             try:
-                got = wait_for(tenant_series, timeout=20, what="Prometheus to scrape the tenant's series")
+                got = wait_for(tenant_series, timeout=60, what="Prometheus to scrape the tenant's series")
             except AssertionError:
                 raise AssertionError(fail("no series"))
             t = d.tenant(h.p.pid)
@@ -353,22 +346,17 @@ class TopInTmux(unittest.TestCase):
         self.tmux = shutil.which("tmux")
         if not self.tmux:
             self.skipTest("tmux is absent (Debian package `tmux`; .ci/run installs it)")
-        self.d = Daemon()
+        self.d = start_daemon(self)
         self.sock_name = "gpuos-top-test-%d" % os.getpid()
-        self.synth = subprocess.Popen(
-            self.d.run_cmd(["--name", "topsynth", "--", bin_path("gpuos-synth"), "--name", "topsynth",
-                            "--iters", "2000000", "--count", "100000", "--warmup", "0"]),
-            env=self.d.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.addCleanup(subprocess.run, [self.tmux, "-L", self.sock_name, "kill-server"], capture_output=True)
+        self.synth = spawn(self, self.d.run_cmd(["--name", "topsynth", "--", bin_path("gpuos-synth"), "--name",
+                                                 "topsynth", "--iters", "2000000", "--count", "10000000",
+                                                 "--warmup", "0"]),
+                           self.d.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         wait_for(lambda: (self.d.tenant(self.synth.pid) or {}).get("launches", 0) > 5, what="synth to run")
 
-    def tearDown(self):
-        subprocess.run([self.tmux, "-L", self.sock_name, "kill-server"], capture_output=True)
-        self.synth.kill()
-        self.synth.wait()
-        self.d.stop()
-
     def t(self, *args):
-        r = subprocess.run([self.tmux, "-L", self.sock_name] + list(args), capture_output=True, text=True, timeout=10)
+        r = subprocess.run([self.tmux, "-L", self.sock_name] + list(args), capture_output=True, text=True, timeout=30)
         self.assertEqual(r.returncode, 0, r.stderr)
         return r.stdout
 
@@ -393,18 +381,18 @@ class TopInTmux(unittest.TestCase):
             m = row.search(s)
             return s if m and m.group(1) not in ("-", "0.0") and "LAUNCH/s" in s else None
 
-        s1 = wait_for(frame_with_rate, timeout=10, what="top to show the tenant with a launch rate")
+        s1 = wait_for(frame_with_rate, what="top to show the tenant with a launch rate")
         self.assertIn("GATE-WAIT%", s1)
         self.assertIn("GPU 0", s1)
         self.assertNotIn("BEFORE-TOP", s1)  # alternate screen
         self.assertEqual(self.flags(), (True, False))  # alternate screen on, cursor hidden
         clock1 = re.search(r"gpuos top - (\d\d:\d\d:\d\d)", s1).group(1)
-        wait_for(lambda: re.search(r"gpuos top - (\d\d:\d\d:\d\d)", self.screen()).group(1) != clock1, timeout=5,
+        wait_for(lambda: re.search(r"gpuos top - (\d\d:\d\d:\d\d)", self.screen()).group(1) != clock1,
                  what="the frame to refresh")
         self.t("send-keys", "-t", "ops", "q")
         after = lambda tag: lambda: re.search(tag + r"=(\d+)\n(.*icanon.*)\n", self.screen())
         try:
-            m = wait_for(after("TOP1-EXIT"), timeout=5, what="top to exit on q")
+            m = wait_for(after("TOP1-EXIT"), what="top to exit on q")
         except AssertionError:
             raise AssertionError("top did not exit on q; screen:\n" + self.screen())
         self.assertEqual(m.group(1), "0")
@@ -412,10 +400,10 @@ class TopInTmux(unittest.TestCase):
         self.assertIn("BEFORE-TOP", self.screen())  # the main screen is back
         # Second run: Ctrl-C.
         self.t("send-keys", "-t", "ops", "again", "Enter")
-        wait_for(lambda: row.search(self.screen()), timeout=10, what="top again")
+        wait_for(lambda: row.search(self.screen()), what="top again")
         self.assertEqual(self.flags(), (True, False))
         self.t("send-keys", "-t", "ops", "C-c")
-        m = wait_for(after("TOP2-EXIT"), timeout=5, what="top to exit on Ctrl-C")
+        m = wait_for(after("TOP2-EXIT"), what="top to exit on Ctrl-C")
         self.assertEqual(m.group(1), "0")
         self.assertEqual(sorted(m.group(2).split()), ["echo", "icanon"])
         self.assertEqual(self.flags(), (False, True))  # main screen, cursor visible
@@ -423,12 +411,12 @@ class TopInTmux(unittest.TestCase):
 
     def test_once_prints_one_plain_frame(self):
         r = subprocess.run([bin_path("gpuos"), "top", "--once", "--interval", "0.3", "--socket", self.d.socket],
-                           capture_output=True, text=True, timeout=10)
+                           capture_output=True, text=True, timeout=30)
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertNotIn("\x1b", r.stdout)
         self.assertRegex(r.stdout, r"\n\s*\d+\s+%d\s+topsynth\s+best-effort\s+running\s+\d" % self.synth.pid)
         r = subprocess.run([bin_path("gpuos"), "top", "--once", "--socket", self.d.socket + ".none"],
-                           capture_output=True, text=True, timeout=10)
+                           capture_output=True, text=True, timeout=30)
         self.assertEqual(r.returncode, 1)
         self.assertIn("no gpuosd answering", r.stderr)
 

@@ -65,6 +65,7 @@ class Load:
         self.ps_lat = []  # seconds per `gpuos ps`
         self.samples = []  # (time, total launches counted by the daemon)
         self.stop_poll = threading.Event()
+        self.procs = []
 
     def bin(self, name):
         return os.path.join(self.build, "bin", name)
@@ -117,6 +118,7 @@ class Load:
                "--weight", str(50 + 50 * (i % 3)), "--", self.bin("gpuos-synth"), "--name", name,
                "--iters", os.environ.get("GPUOS_LOAD_ITERS", "0"), "--count", str(int(self.seconds * 40000) + 1000), "--warmup", "1", "--json", "-"]
         p = subprocess.Popen(cmd, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.procs.append(p)  # cleanup() ends whatever is still running, whatever failed
         p.name, p.klass = name, klass
         return p
 
@@ -166,8 +168,8 @@ class Load:
         t_done = time.monotonic()
         self.stop_poll.set()
         poller.join()
-        # Nobody left registered; counts equal.
-        deadline = time.time() + 5
+        # Nobody left registered; counts equal. (30 s: a ceiling for a loaded machine.)
+        deadline = time.time() + 30
         live = None
         while time.time() < deadline:
             live = self.ps()
@@ -237,6 +239,10 @@ class Load:
         return summary
 
     def cleanup(self):
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+            p.communicate()
         if self.daemon and self.daemon.poll() is None:
             self.daemon.kill()
             self.daemon.wait()

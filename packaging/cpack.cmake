@@ -1,0 +1,50 @@
+# The Debian package: `cpack -G DEB --config build/CPackConfig.cmake` (or `cmake --build build
+# --target package`) writes gpuos_<version>_<arch>.deb. Included at the end of the top-level
+# CMakeLists.txt, so that the package holds whatever install() rule any folder declares
+# (packaging/CMakeLists.txt lists today's), installed under /usr, plus /etc/gpuos/gpuos.toml as a
+# conffile (dpkg keeps an admin's edits; plain `cmake --install` never writes /etc).
+# packaging/deb_test.sh builds, installs and checks it (ctest packaging.deb, and .ci/run for real).
+set(CPACK_GENERATOR "DEB" CACHE STRING "CPack generators")
+set(CPACK_PACKAGE_NAME "gpuos")
+set(CPACK_PACKAGE_VERSION "${PROJECT_VERSION}")
+set(CPACK_PACKAGE_VENDOR "gpuos")
+set(CPACK_PACKAGE_CONTACT "gpuos maintainers <maintainers@users.noreply.a-seed-7c699984.example>")
+set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "GPU multitasking for unmodified CUDA programs")
+set(CPACK_PACKAGE_DESCRIPTION
+    "gpuosd, the node daemon, shares a node's GPUs among unmodified CUDA
+programs (priorities, memory quotas and swapping, spatial partitions); gpuos
+is its command line and libgpuos.so the interposer it preloads into each
+program. The driver test double (/usr/lib/driver_double) lets `gpuos demo`
+run on a machine without a GPU.")
+set(CPACK_PACKAGING_INSTALL_PREFIX "/usr")
+set(CPACK_STRIP_FILES ON)
+set(CPACK_DEBIAN_FILE_NAME "DEB-DEFAULT")  # gpuos_<version>_<arch>.deb
+set(CPACK_DEBIAN_PACKAGE_SECTION "admin")
+set(CPACK_DEBIAN_PACKAGE_PRIORITY "optional")
+# Dependencies from the binaries themselves (dpkg-shlibdeps, package dpkg-dev). libcuda.so.1 comes
+# from the NVIDIA driver (not a Debian dependency) or, for the demo, from the double shipped here.
+find_program(GPUOS_DPKG_SHLIBDEPS dpkg-shlibdeps)
+if(GPUOS_DPKG_SHLIBDEPS)
+  set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
+  set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS_PRIVATE_DIRS "${GPUOS_DRIVER_DOUBLE_DIR}")
+else()
+  set(CPACK_DEBIAN_PACKAGE_DEPENDS "libc6 (>= 2.34), libstdc++6 (>= 12), libgcc-s1")
+endif()
+
+# /etc/gpuos/gpuos.toml (the packaged defaults) is added to the staging tree just before the
+# package is built, and marked a conffile; the maintainer scripts reload systemd and stop gpuosd on
+# removal.
+set(_gpuos_deb_dir "${CMAKE_BINARY_DIR}/packaging/deb")
+file(MAKE_DIRECTORY "${_gpuos_deb_dir}")
+file(WRITE "${_gpuos_deb_dir}/conffiles" "/etc/gpuos/gpuos.toml\n")
+foreach(script postinst prerm postrm)
+  configure_file("${CMAKE_SOURCE_DIR}/packaging/debian/${script}" "${_gpuos_deb_dir}/${script}" COPYONLY
+                 FILE_PERMISSIONS OWNER_READ OWNER_WRITE OWNER_EXECUTE GROUP_READ GROUP_EXECUTE
+                                  WORLD_READ WORLD_EXECUTE)
+endforeach()
+set(CPACK_DEBIAN_PACKAGE_CONTROL_EXTRA
+    "${_gpuos_deb_dir}/conffiles;${_gpuos_deb_dir}/postinst;${_gpuos_deb_dir}/prerm;${_gpuos_deb_dir}/postrm")
+set(CPACK_DEBIAN_PACKAGE_CONTROL_STRICT_PERMISSION ON)
+set(CPACK_GPUOS_DEFAULT_CONFIG "${CMAKE_SOURCE_DIR}/packaging/gpuos.toml")  # for the script below
+set(CPACK_PRE_BUILD_SCRIPTS "${CMAKE_SOURCE_DIR}/packaging/deb_conffiles.cmake")
+include(CPack)
