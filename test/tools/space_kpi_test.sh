@@ -40,8 +40,11 @@ r = rows['gpuos-space-priority']
 assert r['default_sms'] == 112 and r['sized_sms'] % 8 == 0, r
 assert abs(r['saved'] - (112 - r['sized_sms']) / 112) < 1e-9, r
 " "$out/kpi.json" || fail "kpi.json"
-tar tzf "$out/runs.tgz" | grep -q 'runs/pair-0.5-1/matrix/raw.json' || fail "runs.tgz lacks raw.json"
-tar tzf "$out/runs.tgz" | grep -q 'runs/pair-0.5-1/matrix/gpuos-space-priority.daemon.log' || fail "runs.tgz lacks the daemon log"
+# The listing first, then grep: `tar | grep -q` under pipefail fails when grep's early exit cuts
+# tar off with SIGPIPE (it did, now and then, on a busy machine).
+tar tzf "$out/runs.tgz" >"$out/runs.list" || fail "runs.tgz is unreadable"
+grep -q 'runs/pair-0.5-1/matrix/raw.json' "$out/runs.list" || fail "runs.tgz lacks raw.json"
+grep -q 'runs/pair-0.5-1/matrix/gpuos-space-priority.daemon.log' "$out/runs.list" || fail "runs.tgz lacks the daemon log"
 
 # Bad input: a folder without raw.json is a clear error (exit 2), not a traceback.
 set +e
