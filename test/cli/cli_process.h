@@ -3,6 +3,7 @@
 #pragma once
 
 #include <fcntl.h>
+#include <grp.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/wait.h>
@@ -63,12 +64,14 @@ inline Result run(const std::vector<std::string>& args,
   return r;
 }
 
-// Starts `argv` (gpuosd, or gpuos daemon) with zero GPUs and waits until sock answers; -1 when it
-// exited or never answered (then it is gone). stderr goes to err_path ("" = /dev/null).
+// Starts `argv` (gpuosd, or gpuos daemon) with zero GPUs, as uid when non-zero, and waits until
+// sock answers; -1 when it exited or never answered (then it is gone). stderr goes to err_path
+// ("" = /dev/null).
 inline pid_t start_daemon(const std::vector<std::string>& args, const std::string& sock,
-                          const std::string& err_path = "") {
+                          const std::string& err_path = "", uid_t uid = 0) {
   pid_t d = fork();
   if (d == 0) {
+    if (uid != 0 && (setgroups(0, nullptr) != 0 || setgid(uid) != 0 || setuid(uid) != 0)) _exit(98);
     setenv("GPUOS_DRIVER_LIBRARY", "/nonexistent/libcuda.so.1", 1);
     int null = open("/dev/null", O_WRONLY);
     int err = err_path.empty() ? null : open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);

@@ -19,51 +19,14 @@
 #include <thread>
 #include <vector>
 
+#include "cli_process.h"
 #include "common/ipc.h"
 
 namespace {
 
-struct Result {
-  int code = -1;
-  std::string out, err;
-};
-
-// Runs argv with extra environment (value nullptr = unset), capturing stdout and stderr.
-Result run(const std::vector<std::string>& args, const std::vector<std::pair<std::string, const char*>>& env = {}) {
-  char out_tmpl[] = "/tmp/gpuos-cli-out-XXXXXX";
-  char err_tmpl[] = "/tmp/gpuos-cli-err-XXXXXX";
-  int out_fd = mkstemp(out_tmpl);
-  int err_fd = mkstemp(err_tmpl);
-  pid_t pid = fork();
-  if (pid == 0) {
-    for (const auto& [k, v] : env) {
-      if (v) setenv(k.c_str(), v, 1);
-      else unsetenv(k.c_str());
-    }
-    dup2(out_fd, 1);
-    dup2(err_fd, 2);
-    std::vector<char*> argv;
-    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    execv(argv[0], argv.data());
-    _exit(99);
-  }
-  int status = 0;
-  waitpid(pid, &status, 0);
-  Result r;
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  auto slurp = [](const char* p) {
-    std::ifstream in(p);
-    return std::string(std::istreambuf_iterator<char>(in), {});
-  };
-  r.out = slurp(out_tmpl);
-  r.err = slurp(err_tmpl);
-  close(out_fd);
-  close(err_fd);
-  unlink(out_tmpl);
-  unlink(err_tmpl);
-  return r;
-}
+using gpuos::clitest::DaemonGuard;
+using gpuos::clitest::Result;
+using gpuos::clitest::run;
 
 class Cli : public ::testing::Test {
  protected:
@@ -382,41 +345,9 @@ TEST_F(Cli, PsJsonGateAndSigtermAgainstALiveDaemon) {
 
 // Starts gpuosd on sock (zero GPUs, no metrics), as uid when non-zero; waits until it answers.
 pid_t start_gpuosd(const std::string& sock, const std::string& cfg, uid_t uid = 0) {
-  pid_t d = fork();
-  if (d == 0) {
-    if (uid != 0 && (setgroups(0, nullptr) != 0 || setgid(uid) != 0 || setuid(uid) != 0)) _exit(98);
-    setenv("GPUOS_DRIVER_LIBRARY", "/nonexistent/libcuda.so.1", 1);
-    int null = open("/dev/null", O_WRONLY);
-    dup2(null, 1);
-    dup2(null, 2);
-    execl(GPUOSD_BIN, GPUOSD_BIN, "--socket", sock.c_str(), "--config", cfg.c_str(), "--metrics-listen", "",
-          nullptr);
-    _exit(99);
-  }
-  for (int i = 0; i < 1000; ++i) {  // a raw connect: no trust checks, only "is it up"
-    int fd = gpuos::connect_control_socket(sock.c_str());
-    if (fd >= 0) {
-      close(fd);
-      return d;
-    }
-    int st = 0;
-    if (waitpid(d, &st, WNOHANG) == d) return -1;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  kill(d, SIGKILL);
-  waitpid(d, nullptr, 0);
-  return -1;
+  return gpuos::clitest::start_daemon({GPUOSD_BIN, "--socket", sock, "--config", cfg, "--metrics-listen", ""}, sock,
+                                      "", uid);
 }
-
-// Stops the daemon when the test ends, also on a failed ASSERT.
-struct DaemonGuard {
-  pid_t pid;
-  ~DaemonGuard() {
-    if (pid <= 0) return;
-    kill(pid, SIGTERM);
-    waitpid(pid, nullptr, 0);
-  }
-};
 
 // Another user's gpuosd must not be believed: the CLI refuses a socket directory that user owns,
 // and a daemon that runs as that user even when its socket sits in a directory of ours.
