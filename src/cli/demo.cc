@@ -211,24 +211,26 @@ int demo_command(const DemoOptions& o) {
   auto count = [&](double per_s) { return std::to_string(std::max(10L, std::lround(per_s * seconds))); };
   const std::vector<std::string> hp_args = {"--iters", "200000", "--blocks-per-sm", "1", "--block", "256",
                                             "--gap-us", "2000", "--mem-mib", "256"};
-  std::vector<Tenant> tenants(3);
-  tenants[0].name = "hp";
-  tenants[0].label = "hp alone";
-  tenants[0].klass = "guaranteed";
-  tenants[0].synth_args = hp_args;
-  tenants[0].synth_args.insert(tenants[0].synth_args.end(), {"--count", count(150)});
-  tenants[1].name = "hp";
-  tenants[1].label = "hp shared";
-  tenants[1].phase = 1;
-  tenants[1].klass = "guaranteed";
-  tenants[1].synth_args = hp_args;
-  tenants[1].synth_args.insert(tenants[1].synth_args.end(), {"--count", count(300)});
-  tenants[2].name = "be";
-  tenants[2].label = "be shared";
-  tenants[2].phase = 1;
-  tenants[2].klass = "best-effort";
-  tenants[2].synth_args = {"--iters", "2000000", "--blocks-per-sm", "8", "--block", "256", "--count", count(150),
-                           "--gap-us", "0", "--mem-mib", "1024"};
+  auto tenant = [](const char* name, const char* label, int phase, const char* klass, std::vector<std::string> args) {
+    Tenant t;
+    t.name = name;
+    t.label = label;
+    t.phase = phase;
+    t.klass = klass;
+    t.synth_args = std::move(args);
+    return t;
+  };
+  auto hp = [&](const std::string& n) {
+    std::vector<std::string> a = hp_args;
+    a.insert(a.end(), {"--count", n});
+    return a;
+  };
+  std::vector<Tenant> tenants = {
+      tenant("hp", "hp alone", 0, "guaranteed", hp(count(150))),
+      tenant("hp", "hp shared", 1, "guaranteed", hp(count(300))),
+      tenant("be", "be shared", 1, "best-effort",
+             {"--iters", "2000000", "--blocks-per-sm", "8", "--block", "256", "--count", count(150), "--gap-us", "0",
+              "--mem-mib", "1024"})};
   const double limit = 60.0 + 20.0 * seconds;
   const auto start = std::chrono::steady_clock::now();
   for (int phase : {0, 1}) {
