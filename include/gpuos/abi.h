@@ -131,7 +131,14 @@ typedef struct gpuos_grant_block {
   uint64_t swap_slice_offset; /* SWAP_OUT: where in the swap pool the tenant puts its memory */
   uint64_t swap_slice_bytes;  /* SWAP_OUT: size of that slice */
   uint64_t swap_want_bytes;   /* SWAP_OUT: move at least this much (as far as the slice allows) */
-  uint8_t pad2[24];
+  /* KV pools (include/gpuos/kv.h): while kv_target_on, the tenant should keep its pools' resident
+   * bytes at most kv_target_bytes, reached within kv_deadline_ms of the change (else gpuosd swaps the
+   * rest out). kv_target_seq is bumped with every change; futex word the tenant's watcher waits on. */
+  uint64_t kv_target_bytes;
+  uint32_t kv_target_seq;
+  uint32_t kv_target_on;
+  uint32_t kv_deadline_ms;
+  uint8_t pad2[4];
 
   /* spatial sharing (SM partitions) */
   uint32_t space_epoch;       /* bumped with every change of space_mask (any device) */
@@ -228,7 +235,15 @@ typedef struct gpuos_control_block {
    * ordinal lets gpuosd map them to its GPUs. device_count is stored last (release). */
   uint32_t device_count;      /* devices the tenant sees; 0 = not published yet (ordinal = GPU index) */
   uint32_t reserved7;
-  uint8_t pad7[56];
+  /* ---- KV pools (include/gpuos/kv.h), written by the tenant ---- */
+  uint64_t kv_resident_bytes; /* GPU memory its pools hold (part of mem_used_bytes) */
+  uint64_t kv_reserved_bytes; /* virtual range its pools reserved */
+  uint64_t kv_grow_ns;        /* time spent growing pools (creating and mapping chunks) */
+  uint64_t kv_grown_bytes;    /* bytes those grows mapped */
+  uint64_t kv_pages_unmapped; /* pages its engine unmapped (gave back) in all */
+  uint32_t kv_target_seen_seq;/* the grant block's kv_target_seq its pressure callback was told */
+  uint32_t kv_queue_depth;    /* requests its engine has waiting (gpuos_kv_report_queue) */
+  uint8_t pad7[8];
   uint8_t device_uuid[GPUOS_MAX_DEVICES][16];
 
   /* ---- right-sizing samples, written by the tenant (spatial tenants only), read by gpuosd ----
@@ -448,7 +463,10 @@ typedef struct gpuos_msg_tenant_info {
      set while it held the gate closed (the word alone cannot make a wait longer, or one at an open
      gate). */
   uint32_t gate_waiting_ms;
-  uint32_t reserved10;
+  uint32_t kv_queue_depth;     /* KV pools: the control block's words (see there), and gpuosd's */
+  uint64_t kv_resident_bytes;  /* target (UINT64_MAX: none) */
+  uint64_t kv_reserved_bytes;
+  uint64_t kv_target_bytes;
 } gpuos_msg_tenant_info;
 #define GPUOS_GATE_BY_ADMIN 1u  /* an admin holds it (gpuos gate ID close); survives a restart */
 #define GPUOS_GATE_BY_POLICY 2u /* the time-gate policy closed it */
@@ -519,6 +537,7 @@ static_assert(sizeof(gpuos_grant_block) % 64 == 0, "grant block is whole cache l
 static_assert(sizeof(gpuos_grant_block) == 384, "ABI v2 frozen at release (fields only ever replace padding)");
 static_assert(offsetof(gpuos_grant_block, gate) == 64, "admission line");
 static_assert(offsetof(gpuos_grant_block, swap_command) == 128, "swap line");
+static_assert(offsetof(gpuos_grant_block, kv_target_bytes) == 168, "swap line");
 static_assert(offsetof(gpuos_grant_block, space_epoch) == 192, "spatial lines");
 static_assert(sizeof(gpuos_control_block) % 64 == 0, "control block is whole cache lines");
 static_assert(sizeof(gpuos_control_block) <= 4096, "control block fits one page");
@@ -529,11 +548,12 @@ static_assert(offsetof(gpuos_control_block, gate_wait_hist) == 328, "ABI v2 froz
 static_assert(offsetof(gpuos_control_block, swappable) == 384, "memory lines");
 static_assert(offsetof(gpuos_control_block, space_launches) == 512, "spatial lines");
 static_assert(offsetof(gpuos_control_block, device_count) == 704, "device map");
+static_assert(offsetof(gpuos_control_block, device_uuid) == 768, "device map");
 static_assert(offsetof(gpuos_control_block, space_sample_seq) == 1024, "sizing lines");
 static_assert(sizeof(gpuos_shape_latency) == 112, "shape entries");
 static_assert(sizeof(gpuos_msg_register) == 160, "ABI v2 frozen");
 static_assert(sizeof(gpuos_msg_register_reply) == 192, "ABI v2 frozen");
-static_assert(sizeof(gpuos_msg_tenant_info) == 432, "ABI v2 frozen");
+static_assert(sizeof(gpuos_msg_tenant_info) == 456, "ABI v2 frozen");
 static_assert(sizeof(gpuos_msg_gpu_info) == 176, "ABI v2 frozen");
 static_assert(sizeof(gpuos_msg_reply) == 184, "ABI v2 frozen");
 static_assert(sizeof(gpuos_msg_activity) == 24, "ABI v2 frozen");

@@ -42,19 +42,32 @@ struct SwapTenant {
   uint64_t out_since_ns = 0;        // when its memory started to be out (swapped_out)
   uint64_t no_victim_until_ns = 0;  // a swap-out of it failed: leave it alone until then
   uint64_t pool_largest_free = 0;   // the largest slice its swap pool can give now
+  // KV pools (include/gpuos/kv.h): what it can give back by freeing blocks, before any swap.
+  int32_t priority = 0;             // gpuos run --priority (higher runs first)
+  uint64_t guaranteed_bytes = 0;    // its quota without what it may borrow (0: no quota)
+  uint64_t kv_bytes = 0;            // GPU memory its KV pools hold (part of resident_bytes)
+  uint32_t kv_queue_depth = 0;      // requests its engine has waiting (tenant-written, clamped)
+  bool kv_target_on = false;        // gpuosd set its pools a target ...
+  uint64_t kv_target_bytes = 0;     // ... of this many resident bytes
+  uint64_t kv_target_since_ns = 0;  // ... at this time (the last change)
+  bool kv_target_overdue = false;   // ... and its deadline passed with kv_bytes still above it
 };
 
 struct SwapParams {
   std::vector<uint64_t> capacity;  // per GPU: memory tenants may hold (total minus headroom)
   uint64_t quantum_ns = 0;         // a tenant keeps its memory at least this long against peers
   uint64_t margin_bytes = 0;       // made free on top of what is needed (estimates are rough)
+  uint64_t kv_hold_ns = 0;         // a KV target stays at least this long before it is raised
 };
 
 struct SwapAction {
-  enum class Kind { kSwapOut, kSwapIn, kAnswerRetry, kAnswerRefused };
+  // kSetKvTarget: the tenant's KV pools should come down to (or may grow up to) `bytes`, within
+  // the deadline; kLiftKvTarget: no target any more (its pools may grow up to its quota).
+  enum class Kind { kSwapOut, kSwapIn, kAnswerRetry, kAnswerRefused, kSetKvTarget, kLiftKvTarget };
   Kind kind;
   uint32_t tenant_id;
-  uint64_t bytes = 0;  // kSwapOut: how much to move (whole allocations, at least this much)
+  uint64_t bytes = 0;  // kSwapOut: how much to move (whole allocations, at least this much);
+                       // kSetKvTarget: the target
   bool operator==(const SwapAction&) const = default;
 };
 
