@@ -128,8 +128,8 @@ int gpuos_kv_set_pressure_callback(gpuos_kv_pressure_fn fn, void* user);
 int gpuos_kv_report_queue(uint32_t waiting_requests);
 
 /* ---- between libgpuos_kv.so and the interposer (not for engines) ----------------------------
- * libgpuos.so exports gpuos_kv_interface(): the functions above, for the ABI version asked (NULL if
- * it does not speak it). libgpuos_kv.so finds it with dlsym(RTLD_DEFAULT). */
+ * libgpuos.so exports gpuos_kv_get_interface(): the functions above, for the ABI version asked
+ * (NULL if it does not speak it). libgpuos_kv.so finds it with dlsym(RTLD_DEFAULT). */
 typedef struct gpuos_kv_interface {
   uint32_t abi_version;
   uint32_t size;
@@ -144,7 +144,8 @@ typedef struct gpuos_kv_interface {
   int (*set_pressure_callback)(gpuos_kv_pressure_fn, void*);
   int (*report_queue)(uint32_t);
 } gpuos_kv_interface;
-typedef const gpuos_kv_interface* (*gpuos_kv_interface_fn)(uint32_t abi_version);
+typedef const gpuos_kv_interface* (*gpuos_kv_get_interface_fn)(uint32_t abi_version);
+#define GPUOS_KV_GET_INTERFACE_SYMBOL "gpuos_kv_get_interface"
 
 #ifdef __cplusplus
 } /* extern "C" */

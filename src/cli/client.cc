@@ -336,6 +336,13 @@ nlohmann::json listing_json(const Listing& l) {
     o["mem_borrow_bytes"] = t.mem_borrow_bytes;
     o["mem_imported_bytes"] = t.mem_imported_bytes;
     o["verified_mem_bytes"] = t.verified_mem_bytes;  // NVML's measure (0: not measured)
+    if (t.kv_reserved_bytes != 0 || t.kv_resident_bytes != 0) {  // KV pools (include/gpuos/kv.h)
+      o["kv_resident_bytes"] = t.kv_resident_bytes;
+      o["kv_reserved_bytes"] = t.kv_reserved_bytes;
+      o["kv_queue_depth"] = t.kv_queue_depth;
+      // gpuosd's target for them (null: none; they may grow up to the quota)
+      o["kv_target_bytes"] = t.kv_target_bytes != UINT64_MAX ? nlohmann::json(t.kv_target_bytes) : nlohmann::json();
+    }
     o["violations"] = t.violations;
     if (t.max_slowdown_permille != 0) {  // a latency budget: its slowdown as measured (null: not yet)
       o["max_slowdown"] = t.max_slowdown_permille / 1000.0;

@@ -52,6 +52,10 @@ gpuos_msg_tenant_info Core::snapshot(const Tenant& t, uint32_t state, uint64_t e
   i.max_slowdown_permille = t.granted.max_slowdown_permille;
   i.slowdown_permille = t.budget.slowdown_permille;
   i.be_share_permille = t.budget.be_share_permille;
+  i.kv_resident_bytes = swap_engine_.kv_bytes(t);
+  i.kv_reserved_bytes = load(cb.kv_reserved_bytes);
+  i.kv_queue_depth = load(cb.kv_queue_depth);
+  i.kv_target_bytes = t.swap.kv_target_on ? t.swap.kv_target_bytes : UINT64_MAX;
   if (state != GPUOS_TENANT_EXITED) {  // who holds the gate closed, so ps can tell a hold from gating
     i.gate_by = (t.gate.pinned ? GPUOS_GATE_BY_ADMIN : 0u) |
                 (t.gate.policy_gate == GPUOS_GATE_CLOSED ? GPUOS_GATE_BY_POLICY : 0u) |

@@ -257,6 +257,14 @@ std::string render_metrics(Core& core, const MetricsContext& ctx, uint64_t now_m
   per_tenant("gpuos_tenant_memory_swapped_bytes", "gauge",
         "Device memory of the tenant now held in host memory (swapped out).",
         [](const TenantStat& t) { return u64(t.info.swapped_bytes); });
+  per_tenant("gpuos_tenant_kv_resident_bytes", "gauge",
+        "GPU memory the tenant's KV pools hold (part of its device memory).",
+        [](const TenantStat& t) { return u64(t.info.kv_resident_bytes); });
+  per_tenant("gpuos_tenant_kv_target_bytes", "gauge",
+        "The most gpuosd asks the tenant's KV pools to hold (-1 = no target: up to its quota).",
+        [](const TenantStat& t) { return t.info.kv_target_bytes == UINT64_MAX ? std::string("-1") : u64(t.info.kv_target_bytes); });
+  per_tenant("gpuos_tenant_kv_queue_depth", "gauge", "Requests the tenant's engine has waiting, as it reports them.",
+        [](const TenantStat& t) { return u64(t.info.kv_queue_depth); });
   per_tenant("gpuos_tenant_swap_out_bytes_total", "counter", "Bytes copied from the GPU to the swap pool.",
         [](const TenantStat& t) { return u64(t.info.swap_out_bytes); });
   per_tenant("gpuos_tenant_swap_in_bytes_total", "counter", "Bytes copied from the swap pool back to the GPU.",

@@ -19,6 +19,12 @@ namespace gpuos::daemon {
 
 using slots::SwapAction;
 
+namespace {
+// A queue this long already says "starved": more only lets a tenant outbid others by writing.
+constexpr uint32_t kMaxKvQueueDepth = 1u << 20;
+constexpr uint32_t kDefaultKvDeadlineMs = 1000;
+}  // namespace
+
 SwapEngine::SwapEngine(const GpuMap& gpus, const std::vector<GpuInfo>& info, SwapOptions opts)
     : gpus_(gpus), opts_(opts) {
   for (const GpuInfo& g : info) {
@@ -73,6 +79,45 @@ void SwapEngine::send_command(Tenant& t, uint32_t cmd) {
   t.swap.cmd = cmd;
 }
 
+void SwapEngine::set_kv_target(Tenant& t, bool on, uint64_t bytes, uint32_t deadline_ms, uint64_t now) {
+  SwapState& s = t.swap;
+  s.kv_target_on = on;
+  s.kv_target_bytes = on ? bytes : 0;
+  s.kv_target_since_ns = now;
+  s.kv_deadline_ms = deadline_ms;
+  std::atomic_ref<uint64_t>(t.grants->kv_target_bytes).store(s.kv_target_bytes, std::memory_order_relaxed);
+  std::atomic_ref<uint32_t>(t.grants->kv_deadline_ms).store(deadline_ms, std::memory_order_relaxed);
+  std::atomic_ref<uint32_t>(t.grants->kv_target_on).store(on ? 1 : 0, std::memory_order_release);
+  std::atomic_ref<uint32_t>(t.grants->kv_target_seq).fetch_add(1, std::memory_order_release);
+  futex_wake_all(&t.grants->kv_target_seq);
+  if (on) {
+    log::info("tenant %u: its KV pools (%llu MiB) are to hold at most %llu MiB within %u ms", t.id,
+              static_cast<unsigned long long>(kv_bytes(t) >> 20), static_cast<unsigned long long>(bytes >> 20),
+              deadline_ms);
+  } else {
+    log::info("tenant %u: the target of its KV pools is lifted", t.id);
+  }
+}
+
+uint64_t SwapEngine::kv_bytes(const Tenant& t) const {
+  // Tenant-written: never more than the memory it holds (so a forged value cannot make it look
+  // like a donor of memory it does not have).
+  return std::min(load(t.cb->kv_resident_bytes), gpus_.at_most_all(load(t.cb->mem_used_bytes)));
+}
+
+void SwapEngine::note_kv_release(std::map<uint32_t, Tenant>& tenants) {
+  bool released = false;
+  for (auto& [id, t] : tenants) {
+    const uint64_t now_bytes = kv_bytes(t);
+    if (now_bytes < t.swap.kv_seen_bytes) released = true;
+    t.swap.kv_seen_bytes = now_bytes;
+  }
+  if (!released) return;
+  for (auto& [id, t] : tenants) {
+    if (load(t.cb->mem_request_seq) != t.swap.room_answered_seq) t.swap.room_made = true;
+  }
+}
+
 void SwapEngine::answer_room(Tenant& t, uint32_t answer, uint64_t now) {
   const uint32_t seq = load(t.cb->mem_request_seq);
   std::atomic_ref<uint32_t>(t.grants->mem_answer).store(answer, std::memory_order_relaxed);
@@ -105,9 +150,12 @@ void SwapEngine::refuse_beyond_grant(std::map<uint32_t, Tenant>& tenants, uint64
     const uint64_t quota = t.granted.quota_bytes;
     if (quota == 0 || load(t.cb->mem_request_seq) == t.swap.room_answered_seq) continue;
     const uint64_t limit = t.granted.borrow_bytes > UINT64_MAX - quota ? UINT64_MAX : quota + t.granted.borrow_bytes;
-    const uint64_t held = std::max(gpus_.at_most_all(load(t.cb->mem_used_bytes)), t.verified_mem_bytes);
-    const uint64_t wanted = load(t.cb->mem_wanted_bytes);
-    if (held <= limit && wanted <= limit - held) continue;
+    // The waiting allocation's bytes are in mem_used_bytes already (reserved before the driver was
+    // asked), not in what NVML measured.
+    const uint64_t wanted = gpus_.at_most_all(load(t.cb->mem_wanted_bytes));
+    const uint64_t used = gpus_.at_most_all(load(t.cb->mem_used_bytes));
+    const uint64_t held = std::max(used, t.verified_mem_bytes + wanted);
+    if (held <= limit) continue;
     log::warn("tenant %u asked for room for %llu MiB holding %llu MiB of a %llu MiB grant: refused (beyond its grant)",
               t.id, static_cast<unsigned long long>(wanted >> 20), static_cast<unsigned long long>(held >> 20),
               static_cast<unsigned long long>(limit >> 20));
@@ -235,6 +283,15 @@ slots::MemoryView SwapEngine::make_view(std::map<uint32_t, Tenant>& tenants, slo
     s.no_victim_until_ns = t.swap.no_victim_until_ns;
     auto p = pools_.find(t.uid);
     s.pool_largest_free = p != pools_.end() && p->second.space ? p->second.space->largest_free() : 0;
+    s.priority = t.priority;
+    s.guaranteed_bytes = quota;
+    s.kv_bytes = std::min(kv_bytes(t), s.resident_bytes);
+    s.kv_queue_depth = std::min<uint32_t>(load(cb.kv_queue_depth), kMaxKvQueueDepth);
+    s.kv_target_on = t.swap.kv_target_on;
+    s.kv_target_bytes = t.swap.kv_target_bytes;
+    s.kv_target_since_ns = t.swap.kv_target_since_ns;
+    s.kv_target_overdue = t.swap.kv_target_on && s.kv_bytes > t.swap.kv_target_bytes &&
+                          now >= t.swap.kv_target_since_ns + uint64_t{t.swap.kv_deadline_ms} * 1'000'000ull;
     view.tenants.push_back(s);
   }
   return view;
@@ -265,6 +322,13 @@ bool SwapEngine::check(const slots::MemoryView& view, const slots::MemoryActions
         }
         if (a.kind == SwapAction::Kind::kSwapIn && t->swapped_bytes == 0) {
           *why = "a swap-in of " + who + ", which has no memory out";
+          return false;
+        }
+        break;
+      case SwapAction::Kind::kSetKvTarget:
+      case SwapAction::Kind::kLiftKvTarget:
+        if (t->kv_bytes == 0 && !t->kv_target_on) {
+          *why = "a KV target for " + who + ", which has no KV pool";
           return false;
         }
         break;
@@ -316,6 +380,12 @@ void SwapEngine::apply(std::map<uint32_t, Tenant>& tenants, const slots::MemoryA
         send_command(t, GPUOS_SWAP_OUT);
         break;
       }
+      case SwapAction::Kind::kSetKvTarget:
+        set_kv_target(t, true, a.bytes, a.deadline_ms != 0 ? a.deadline_ms : kDefaultKvDeadlineMs, now);
+        break;
+      case SwapAction::Kind::kLiftKvTarget:
+        set_kv_target(t, false, 0, 0, now);
+        break;
       case SwapAction::Kind::kSwapIn:
         log::info("tenant %u: swapping in %llu MiB", t.id,
                   static_cast<unsigned long long>(load(t.cb->swapped_bytes) >> 20));

@@ -42,6 +42,10 @@ class SwapEngine {
   gpuos_status pool_for(const Tenant& t, int* fd, uint64_t* bytes);
   // Notes the commands carried out since the last look (slices cut to what moved, gates released).
   void note_done(std::map<uint32_t, Tenant>& tenants, uint64_t now);
+  // KV pools that gave memory back (their engine unmapped pages) made room for whoever waits.
+  void note_kv_release(std::map<uint32_t, Tenant>& tenants);
+  // A tenant's KV pool bytes as gpuosd believes them: its word, bounded by what it holds.
+  uint64_t kv_bytes(const Tenant& t) const;
   slots::MemoryView make_view(std::map<uint32_t, Tenant>& tenants, slots::Event e, uint32_t tenant_id,
                               uint64_t now) const;
   // Whether the actions keep the slot's contract: known tenants; commands only to tenants with none
@@ -61,6 +65,7 @@ class SwapEngine {
 
  private:
   void send_command(Tenant& t, uint32_t cmd);
+  void set_kv_target(Tenant& t, bool on, uint64_t bytes, uint32_t deadline_ms, uint64_t now);
   void free_slices(Tenant& t);
   struct Pool {
     int fd = -1;

@@ -79,6 +79,12 @@ struct SwapState {
   uint64_t swap_in_retry_ns = 0;   // after a failed swap-in: try again then, victim or not
   uint32_t room_answered_seq = 0;  // last mem_request_seq answered
   bool room_made = false;          // memory was freed since its pending request
+  // KV pools (include/gpuos/kv.h): the target gpuosd set them, and their size when last seen.
+  bool kv_target_on = false;
+  uint64_t kv_target_bytes = 0;
+  uint64_t kv_target_since_ns = 0;
+  uint32_t kv_deadline_ms = 0;
+  uint64_t kv_seen_bytes = 0;
 };
 
 // Busy time, integrated piecewise-constant between observations of the busy word; and the gate

@@ -17,7 +17,7 @@ void carry_launch_counters(gpuos_control_block* from, gpuos_control_block* to) {
 // writes the words, declare it in carry_over.h and list it here.
 constinit const CarryOver* const kHooks[] = {
     &kLaunchCountersCarryOver, &kGateCarryOver,    &kMemoryCarryOver,   &kActivityCarryOver,
-    &kSpatialCarryOver,        &kSwapCarryOver,    &kDeviceMapCarryOver,
+    &kSpatialCarryOver,        &kSwapCarryOver,    &kKvCarryOver,    &kDeviceMapCarryOver,
 };
 
 }  // namespace

@@ -36,6 +36,7 @@ extern const CarryOver kMemoryCarryOver;          // memory_accounting.cc: usage
 extern const CarryOver kActivityCarryOver;        // activity.cc: busy, in-flight waits
 extern const CarryOver kSpatialCarryOver;         // spatial.cc: devices launched on
 extern const CarryOver kSwapCarryOver;            // swap.cc: swap words and counters
+extern const CarryOver kKvCarryOver;              // kv_pool.cc: KV pool words and counters
 
 // For hooks: adds counter `from` to `to`.
 inline void carry_add(uint64_t& from, uint64_t& to) {

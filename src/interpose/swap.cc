@@ -41,6 +41,8 @@ struct Allocation {
   CUcontext ctx = nullptr;
   CUmemGenericAllocationHandle handle = 0;  // 0 while swapped out
   uint64_t pool_offset = 0;                 // while swapped out: where its bytes are in the pool
+  bool owns_va = true;                      // false: a KV pool's chunk, at an address the pool
+                                            // reserved (never returned to free_va, never cuMemFree'd)
 };
 
 struct Reservation {
@@ -478,6 +480,22 @@ void wait_resident(gpuos_control_block* cb, std::unique_lock<std::mutex>& lock) 
 
 std::size_t round_up(std::size_t x, std::size_t to) { return (x + to - 1) / to * to; }
 
+// The first movable allocation: from now on every call that touches device memory is bracketed
+// (fast_path.h), and the daemon may command swaps.
+void enable_locked(Arena& a, gpuos_control_block* cb) {
+  if (a.enabled) return;
+  a.enabled = true;
+  g_swappable.store(true, std::memory_order_seq_cst);
+  ref(cb->swappable).store(1);
+  pthread_t thread;
+  if (pthread_create(&thread, nullptr, &swapper_main, nullptr) == 0) {
+    pthread_detach(thread);
+  } else {
+    log(LogLevel::kError, "swap: cannot start the swapper thread; this tenant's memory stays resident");
+  }
+  notify_activity(cb);
+}
+
 }  // namespace
 
 bool swap_requested(const gpuos_control_block* cb) {
@@ -523,20 +541,7 @@ CUresult arena_alloc(const GpuosDriverTable& d, gpuos_control_block* cb, CUdevic
   }
   a.allocs.emplace(va, al);
   ref(cb->swappable_bytes).fetch_add(size);
-  if (!a.enabled) {
-    // From now on every call that touches device memory is bracketed (fast_path.h), and the
-    // daemon may command swaps.
-    a.enabled = true;
-    g_swappable.store(true, std::memory_order_seq_cst);
-    ref(cb->swappable).store(1);
-    pthread_t thread;
-    if (pthread_create(&thread, nullptr, &swapper_main, nullptr) == 0) {
-      pthread_detach(thread);
-    } else {
-      log(LogLevel::kError, "swap: cannot start the swapper thread; this tenant's memory stays resident");
-    }
-    notify_activity(cb);
-  }
+  enable_locked(a, cb);
   *dptr = va;
   *granted = size;
   return CUDA_SUCCESS;
@@ -546,7 +551,7 @@ bool arena_free(const GpuosDriverTable& d, CUdeviceptr ptr, CUresult* result) {
   Arena& a = arena();
   std::unique_lock<std::mutex> lock(a.mu);
   auto it = a.allocs.find(ptr);
-  if (it == a.allocs.end()) return false;
+  if (it == a.allocs.end() || !it->second.owns_va) return false;
   Allocation al = it->second;
   gpuos_control_block* cb = g_control.load(std::memory_order_acquire);
   if (al.handle != 0) {
@@ -565,6 +570,98 @@ bool arena_free(const GpuosDriverTable& d, CUdeviceptr ptr, CUresult* result) {
   give_va(a, ptr, al.bytes);
   *result = CUDA_SUCCESS;
   return true;
+}
+
+CUresult arena_map_at(const GpuosDriverTable& d, gpuos_control_block* cb, CUcontext ctx, int device,
+                      const CUdeviceptr* vas, std::size_t count, std::size_t bytes_each) {
+  if (!vmm_available(d)) return CUDA_ERROR_NOT_SUPPORTED;
+  if (count == 0) return CUDA_SUCCESS;
+  Arena& a = arena();
+  std::unique_lock<std::mutex> lock(a.mu);
+  wait_resident(cb, lock);
+  // Batched: every handle first, then every mapping, then one cuMemSetAccess per contiguous run of
+  // addresses (the driver's cost is per physical allocation either way; batching saves the calls).
+  std::vector<CUmemGenericAllocationHandle> handles(count, 0);
+  CUmemAllocationProp prop = device_prop(device);
+  std::size_t mapped = 0;
+  auto unwind = [&](CUresult r) {
+    for (std::size_t i = 0; i < count; ++i) {
+      if (i < mapped) d.cuMemUnmap(vas[i], bytes_each);
+      if (handles[i] != 0) d.cuMemRelease(handles[i]);
+    }
+    return r;
+  };
+  return in_context(d, ctx, [&]() -> CUresult {
+    for (std::size_t i = 0; i < count; ++i) {
+      if (CUresult r = d.cuMemCreate(&handles[i], bytes_each, &prop, 0); r != CUDA_SUCCESS) {
+        handles[i] = 0;
+        return unwind(r);
+      }
+    }
+    for (; mapped < count; ++mapped) {
+      if (CUresult r = d.cuMemMap(vas[mapped], bytes_each, 0, handles[mapped], 0); r != CUDA_SUCCESS) return unwind(r);
+    }
+    CUmemAccessDesc access{};
+    access.location = prop.location;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    for (std::size_t i = 0; i < count;) {
+      std::size_t j = i + 1;
+      while (j < count && vas[j] == vas[j - 1] + bytes_each) ++j;
+      if (CUresult r = d.cuMemSetAccess(vas[i], (j - i) * bytes_each, &access, 1); r != CUDA_SUCCESS) return unwind(r);
+      i = j;
+    }
+    for (std::size_t i = 0; i < count; ++i) {
+      Allocation al;
+      al.bytes = bytes_each;
+      al.device = device;
+      al.ctx = ctx;
+      al.handle = handles[i];
+      al.owns_va = false;
+      a.allocs[vas[i]] = al;
+    }
+    ref(cb->swappable_bytes).fetch_add(count * bytes_each);
+    enable_locked(a, cb);
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult arena_unmap_at(const GpuosDriverTable& d, gpuos_control_block* cb, const CUdeviceptr* vas, std::size_t count) {
+  Arena& a = arena();
+  std::lock_guard<std::mutex> lock(a.mu);
+  std::vector<CUcontext> synced;
+  for (std::size_t i = 0; i < count; ++i) {
+    auto it = a.allocs.find(vas[i]);
+    if (it == a.allocs.end() || it->second.owns_va) return CUDA_ERROR_INVALID_VALUE;
+    const Allocation& al = it->second;
+    // Like cuMemFree: work still queued may read the memory; wait for it before unmapping (once
+    // per context).
+    if (al.handle != 0 && std::find(synced.begin(), synced.end(), al.ctx) == synced.end()) {
+      if (CUresult r = in_context(d, al.ctx, [&] { return d.cuCtxSynchronize(); }); r != CUDA_SUCCESS) return r;
+      synced.push_back(al.ctx);
+    }
+  }
+  for (std::size_t i = 0; i < count; ++i) {
+    auto it = a.allocs.find(vas[i]);
+    const Allocation al = it->second;
+    if (al.handle != 0) {
+      unmap_physical(d, vas[i], al);
+    } else {
+      ref(cb->swapped_bytes).fetch_sub(al.bytes);  // its bytes in the pool are simply dropped
+    }
+    ref(cb->swappable_bytes).fetch_sub(al.bytes);
+    a.allocs.erase(it);
+  }
+  return CUDA_SUCCESS;
+}
+
+uint64_t arena_swapped_in(CUdeviceptr base, std::size_t size) {
+  Arena& a = arena();
+  std::lock_guard<std::mutex> lock(a.mu);
+  uint64_t out = 0;
+  for (auto it = a.allocs.lower_bound(base); it != a.allocs.end() && it->first < base + size; ++it) {
+    if (it->second.handle == 0) out += it->second.bytes;
+  }
+  return out;
 }
 
 bool wait_for_room(gpuos_control_block* cb, uint64_t bytes, int device) {

@@ -36,6 +36,19 @@ CUresult arena_alloc(const GpuosDriverTable& d, gpuos_control_block* cb, CUdevic
 // Frees an arena allocation. Returns false (and does nothing) if ptr is not one; else *result.
 bool arena_free(const GpuosDriverTable& d, CUdeviceptr ptr, CUresult* result);
 
+// KV pools (kv_pool.h): physical memory of `bytes_each` on `device` at each of vas[0..count), which
+// the pool reserved, mapped read-write in one batch and movable like arena allocations (from now
+// on the tenant is swappable). All or nothing: the driver's error (CUDA_ERROR_OUT_OF_MEMORY when
+// the GPU is full) and nothing mapped. Waits while the tenant's memory is swapped out.
+CUresult arena_map_at(const GpuosDriverTable& d, gpuos_control_block* cb, CUcontext ctx, int device,
+                      const CUdeviceptr* vas, std::size_t count, std::size_t bytes_each);
+// Releases the memory at vas[0..count) (mapped by arena_map_at; swapped-out memory is dropped)
+// after the device finished the work queued so far. CUDA_ERROR_INVALID_VALUE, and nothing
+// released, if one of them is not such memory.
+CUresult arena_unmap_at(const GpuosDriverTable& d, gpuos_control_block* cb, const CUdeviceptr* vas, std::size_t count);
+// Bytes of [base, base + size) that are swapped out now.
+uint64_t arena_swapped_in(CUdeviceptr base, std::size_t size);
+
 // An allocation failed with CUDA_ERROR_OUT_OF_MEMORY: asks gpuosd to make room for `bytes` on
 // `device` (-1: the current context's) by swapping another tenant out, and waits for its answer.
 // True: try again. False: no daemon, or it cannot make room; the allocation fails.

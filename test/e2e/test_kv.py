@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""End-to-end tests of KV pools (include/gpuos/kv.h, issue #24) on the driver test double.
+
+gpuos-kv-probe tenants grow pools, fill every page with its number and check it at the end. The
+simulated GPU has 1 GiB, so two tenants that want 640 + 512 MiB do not fit: gpuosd sets the one that
+borrowed a target (its engine unmaps pages), or swaps its pool out when it ignores the target past
+the deadline. No test asserts how fast anything happens; they wait for states, with ceilings for a
+loaded machine.
+Usage: test_kv.py BUILD_DIR [test-name ...]
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import test_e2e
+from test_e2e import bin_path, spawn, start_daemon, wait_for
+
+MIB = 1 << 20
+
+
+def events(out):
+    return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+
+
+class KvPools(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="gpuos-kv-")
+        self.addCleanup(shutil.rmtree, self.dir, ignore_errors=True)
+        cfg = os.path.join(self.dir, "gpuos.toml")
+        with open(cfg, "w") as f:
+            f.write('[memory]\nswap_pool = "2GiB"\nswap_quantum_ms = 1000\nswap_headroom = "64MiB"\n')
+        self.d = start_daemon(self, ["--config", cfg], daemon_env={"GPUOS_SIM_MEM_MIB": "1024"})
+
+    def probe(self, name, run_flags, *args):
+        cmd = self.d.run_cmd(["--name", name] + list(run_flags) + ["--", bin_path("gpuos-kv-probe")] + list(args))
+        return spawn(self, cmd, self.d.env)
+
+    def finish(self, p, name):
+        try:
+            out, err = p.communicate(timeout=180)
+        except subprocess.TimeoutExpired:
+            self.fail("%s did not finish:\n%s" % (name, self.d.log_text()))
+        return p.returncode, events(out), err
+
+    def file(self, name):
+        return os.path.join(self.dir, name)
+
+    def touch(self, name):
+        open(self.file(name), "w").close()
+
+    def exited(self, pid):
+        return wait_for(lambda: (lambda t: t if t and t["state"] == "exited" else None)(self.d.tenant(pid)),
+                        what="tenant %d to exit" % pid)
+
+    def test_a_pool_grows_is_shown_and_keeps_its_data(self):
+        a = self.probe("kv-a", ["--mem", "512MiB"], "--grow-mib", "256", "--max-mib", "1024",
+                       "--hold-until", self.file("stop"))
+        t = wait_for(lambda: (lambda t: t if t and t.get("kv_resident_bytes") == 256 * MIB else None)(
+            self.d.tenant(a.pid)), what="the pool in ps")
+        self.assertEqual(t["kv_reserved_bytes"], 1024 * MIB)
+        self.assertIsNone(t["kv_target_bytes"])
+        self.assertGreaterEqual(t["mem_used_bytes"], 256 * MIB)  # pool pages count toward the quota
+        self.assertEqual(self.d.metric("gpuos_tenant_kv_resident_bytes", tenant_id=t["id"]), [256.0 * MIB])
+        self.touch("stop")
+        rc, ev, err = self.finish(a, "a")
+        self.assertEqual(rc, 0, err)
+        self.assertTrue(ev[-1]["verified"])
+        self.assertEqual(ev[0]["chunks_created"], 8)  # 256 MiB in chunks of 32 MiB: one batch
+        self.assertEqual(ev[-1]["chunks_released"], 0)
+        done = self.exited(a.pid)
+        self.assertEqual(done["alloc_failures"], 0)
+
+    def test_the_quota_bounds_a_pool(self):
+        a = self.probe("kv-quota", ["--mem", "128MiB"], "--grow-mib", "256")
+        rc, ev, err = self.finish(a, "a")
+        self.assertEqual(rc, 1)
+        self.assertFalse(ev[0]["ok"])
+        self.assertIn("out of memory", ev[0]["result"])
+        self.assertEqual(ev[0]["resident_bytes"], 0)  # all or nothing
+        self.assertTrue(ev[-1]["verified"])
+
+    def test_outside_gpuos_there_is_no_pool(self):
+        env = dict(self.d.env)
+        env.pop("LD_PRELOAD", None)
+        r = subprocess.run([bin_path("gpuos-kv-probe"), "--grow-mib", "64"], env=env, capture_output=True,
+                           text=True, timeout=60)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("not running under gpuos", r.stderr)
+
+    def borrower_and_requester(self, on_pressure):
+        # a borrows (640 MiB on a 128 MiB guarantee) and holds; b's 512 MiB are within its own
+        # guarantee but do not fit beside a's pool on the 1 GiB GPU.
+        a = self.probe("kv-borrower", ["--mem", "128MiB", "--borrow", "1GiB"], "--grow-mib", "640",
+                       "--on-pressure", on_pressure, "--hold-until", self.file("a-stop"))
+        wait_for(lambda: (self.d.tenant(a.pid) or {}).get("kv_resident_bytes") == 640 * MIB, what="a's pool")
+        b = self.probe("kv-requester", ["--mem", "512MiB"], "--grow-mib", "512")
+        rc, bev, err = self.finish(b, "b")
+        self.assertEqual(rc, 0, err + self.d.log_text())
+        self.assertTrue(bev[0]["ok"])
+        self.assertGreaterEqual(bev[0]["room_waits"], 1, "b should have waited for room")
+        self.touch("a-stop")
+        rc, aev, err = self.finish(a, "a")
+        self.assertEqual(rc, 0, err + self.d.log_text())
+        self.assertTrue(aev[-1]["verified"], "a's remaining pages lost their data")
+        return aev, self.exited(a.pid), self.exited(b.pid)
+
+    def test_a_borrower_that_frees_blocks_meets_its_target_without_a_swap(self):
+        aev, ta, tb = self.borrower_and_requester("obey")
+        targets = [e for e in aev if e["event"] == "target" and e["target_bytes"] >= 0]
+        self.assertTrue(targets, "a was never given a target:\n" + self.d.log_text())
+        shrunk = [e for e in aev if e["event"] == "shrunk"]
+        self.assertTrue(shrunk and shrunk[0]["resident_bytes"] <= targets[0]["target_bytes"])
+        self.assertEqual(ta["swap_outs"], 0, "a met its target: nothing should have been swapped")
+        self.assertEqual(ta["alloc_failures"] + tb["alloc_failures"], 0)
+
+    def test_a_borrower_that_ignores_its_target_loses_the_pages_by_swap(self):
+        aev, ta, tb = self.borrower_and_requester("ignore")
+        self.assertTrue([e for e in aev if e["event"] == "target"], "a was never given a target")
+        self.assertFalse([e for e in aev if e["event"] == "shrunk"])
+        self.assertGreaterEqual(ta["swap_outs"], 1, self.d.log_text())
+        self.assertEqual(ta["swap_ins"], ta["swap_outs"])  # it came back, every byte (verified above)
+        self.assertEqual(aev[-1]["resident_bytes"], 640 * MIB)
+
+
+def main():
+    test_e2e.BUILD = os.path.abspath(sys.argv[1])
+    unittest.main(argv=[sys.argv[0]] + sys.argv[2:], verbosity=2)
+
+
+if __name__ == "__main__":
+    main()
