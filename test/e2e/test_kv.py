@@ -91,6 +91,23 @@ class KvPools(unittest.TestCase):
         self.assertEqual(r.returncode, 1)
         self.assertIn("not running under gpuos", r.stderr)
 
+    def test_misuse_of_the_api_gets_an_error_and_changes_nothing(self):
+        r = subprocess.run(self.d.run_cmd(["--name", "kv-misuse", "--", bin_path("gpuos-kv-probe"), "--misuse"]),
+                           env=self.d.env, capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        m = events(r.stdout)[-1]
+        invalid, version = "invalid argument", "the gpuos in this process does not speak this KV ABI version"
+        self.assertEqual(m["wrong_version"], version)
+        for k in ("short_options", "page_below_granularity", "chunk_not_whole_pages", "no_such_device",
+                  "null_options", "map_beyond_range", "map_null_pages", "unknown_pool", "stats_size_too_small",
+                  "destroy_again"):
+            self.assertEqual(m[k], invalid, k)
+        for k in ("unmap_twice_in_one_batch", "unmap_not_mapped"):
+            self.assertEqual(m[k], "page not mapped", k)
+        self.assertEqual(m["map"], "ok")
+        self.assertEqual(m["destroy"], "ok")
+        self.assertEqual(m["mapped_pages_after"], 2)  # the failed calls changed nothing
+
     def borrower_and_requester(self, on_pressure):
         # a borrows (640 MiB on a 128 MiB guarantee) and holds; b's 512 MiB are within its own
         # guarantee but do not fit beside a's pool on the 1 GiB GPU.

@@ -6,6 +6,7 @@
 //   gpuos-kv-probe --grow-mib N [--max-mib M] [--page-kib P] [--chunk-mib C] [--device D]
 //                  [--on-pressure obey|ignore] [--hold-until FILE] [--queue N]
 //                  [--then-grow-mib N2] [--after FILE2]
+//   gpuos-kv-probe --misuse      every misuse of the API an engine could make, and what it got back
 // Prints JSON lines: {"event": "grown" | "target" | "shrunk" | "done", ...}. Exit status 0 when
 // every step asked for succeeded and every mapped page held its number, 1 otherwise, 2 for usage.
 #include <cuda.h>
@@ -148,9 +149,70 @@ void print_stats(const char* event, const gpuos_kv_stats& s, const char* extra) 
   std::fflush(stdout);
 }
 
+// Every kind of misuse gets its error and changes nothing: one JSON object, result text by case.
+int misuse(const gpuos_kv_interface* kv, int device) {
+  std::string out = "{\"event\": \"misuse\"";
+  auto note = [&](const char* what, int r) { out += std::string(", \"") + what + "\": \"" + kv->result_text(r) + "\""; };
+  gpuos_kv_pool_options o{};
+  o.abi_version = GPUOS_KV_ABI_VERSION;
+  o.size = sizeof(o);
+  o.device = device;
+  o.max_bytes = 64ull << 20;
+  gpuos_kv_pool* pool = nullptr;
+  gpuos_kv_pool_options bad = o;
+  bad.abi_version = 99;
+  note("wrong_version", kv->pool_create(&bad, &pool, nullptr));
+  bad = o;
+  bad.size = 8;
+  note("short_options", kv->pool_create(&bad, &pool, nullptr));
+  bad = o;
+  bad.page_bytes = 4096;
+  note("page_below_granularity", kv->pool_create(&bad, &pool, nullptr));
+  bad = o;
+  bad.chunk_bytes = 3ull << 20;
+  note("chunk_not_whole_pages", kv->pool_create(&bad, &pool, nullptr));
+  bad = o;
+  bad.device = 999;
+  note("no_such_device", kv->pool_create(&bad, &pool, nullptr));
+  note("null_options", kv->pool_create(nullptr, &pool, nullptr));
+  if (int r = kv->pool_create(&o, &pool, nullptr); r != GPUOS_KV_OK) return 1;
+  const uint64_t first[] = {0, 1};
+  note("map", kv->map(pool, first, 2));
+  const uint64_t beyond[] = {2, 32};  // 64 MiB = pages 0..31
+  note("map_beyond_range", kv->map(pool, beyond, 2));
+  const uint64_t twice[] = {1, 1};
+  note("unmap_twice_in_one_batch", kv->unmap(pool, twice, 2));
+  const uint64_t unmapped[] = {0, 5};
+  note("unmap_not_mapped", kv->unmap(pool, unmapped, 2));
+  note("map_null_pages", kv->map(pool, nullptr, 3));
+  note("unknown_pool", kv->map(reinterpret_cast<gpuos_kv_pool*>(&o), first, 1));
+  gpuos_kv_stats s{};
+  s.size = 4;
+  note("stats_size_too_small", kv->stats_get(pool, &s));
+  s.size = sizeof(s);
+  kv->stats_get(pool, &s);
+  out += ", \"mapped_pages_after\": " + std::to_string(s.mapped_pages);  // still the 2 of "map"
+  note("destroy", kv->pool_destroy(pool));
+  note("destroy_again", kv->pool_destroy(pool));
+  out += "}";
+  std::printf("%s\n", out.c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc == 2 && std::strcmp(argv[1], "--misuse") == 0) {
+    CUdevice dev;
+    CUcontext ctx;
+    if (cuInit(0) != CUDA_SUCCESS || cuDeviceGet(&dev, 0) != CUDA_SUCCESS ||
+        cuDevicePrimaryCtxRetain(&ctx, dev) != CUDA_SUCCESS || cuCtxSetCurrent(ctx) != CUDA_SUCCESS) {
+      return 1;
+    }
+    auto get = reinterpret_cast<gpuos_kv_get_interface_fn>(dlsym(RTLD_DEFAULT, GPUOS_KV_GET_INTERFACE_SYMBOL));
+    const gpuos_kv_interface* kv = get != nullptr ? get(GPUOS_KV_ABI_VERSION) : nullptr;
+    return kv != nullptr ? misuse(kv, 0) : 1;
+  }
   const Args a = parse(argc, argv);
   CUdevice dev;
   CUcontext ctx;
