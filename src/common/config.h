@@ -34,6 +34,13 @@
 //                          # oversubscription (tenants of `gpuos run --swap` then stay resident)
 //   swap_quantum_ms = 5000 # a tenant keeps its memory at least this long against its peers (0..3600000)
 //   swap_headroom = "2GiB" # GPU memory kept free of tenants' allocations (contexts, libraries)
+//   [policy.swap]          # the swap policy's settings: KV pools shrink to targets before swaps
+//   kv_rule = "fair"       # which pools shrink: "fair" (largest first, levelled), "priority"
+//                          # (best-effort, then low --priority, then large) or "queue" (fewest
+//                          # waiting requests per GiB first)
+//   kv_deadline_ms = 1000  # an engine's time to meet its target; then the rest is swapped out
+//                          # (10..600000)
+//   kv_hold_ms = 5000      # a target stays this long before it rises or is lifted (0..3600000)
 //   [metrics]
 //   listen = "127.0.0.1:9464"  # Prometheus /metrics over HTTP: "IPV4:PORT", "[IPV6]:PORT" or
 //                              # "localhost:PORT"; "" disables

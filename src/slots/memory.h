@@ -68,7 +68,8 @@ struct SwapAction {
   uint32_t tenant_id;
   uint64_t bytes = 0;  // kSwapOut: how much to move (whole allocations, at least this much);
                        // kSetKvTarget: the target
-  uint32_t deadline_ms = 0;  // kSetKvTarget: time to meet it before a swap (0: the daemon's default)
+  uint32_t deadline_ms = 0;  // kSetKvTarget: the time the tenant has to come down to the target
+                             // (the policy's kv_deadline_ms); then kv_target_overdue
   bool operator==(const SwapAction&) const = default;
 };
 

@@ -7,6 +7,7 @@
 
 #include "common/config.h"
 #include "policies/registry.h"
+#include "policies/swap/swap.h"
 
 namespace gpuos::policies {
 namespace {
@@ -109,7 +110,51 @@ INSTANTIATE_TEST_SUITE_P(
         Bad{"[scheduler]\npolicy = \"open\"\n[policy.exclusive]\nmax_hold = 5\n",
             "test.toml:4: [policy.exclusive] max_hold: unknown key"},
         Bad{"[policy.open]\nanything = 1\n", "[policy.open] anything: unknown key"},
-        Bad{"[policy.swap]\nquantum = 1\n", "[policy.swap] quantum: unknown key"}));
+        Bad{"[policy.swap]\nquantum = 1\n", "[policy.swap] quantum: unknown key"},
+        Bad{"[policy.swap]\nkv_rule = \"lifo\"\n",
+            "test.toml:2: [policy.swap] kv_rule: \"lifo\" is not a rule (known: fair, priority, queue)"},
+        Bad{"[policy.swap]\nkv_rule = 1\n", "test.toml:2: [policy.swap] kv_rule: expected a string, got integer"},
+        Bad{"[policy.swap]\nkv_deadline_ms = 9\n", "[policy.swap] kv_deadline_ms: value 9 out of range 10..600000"},
+        Bad{"[policy.swap]\nkv_deadline_ms = 600001\n", "kv_deadline_ms: value 600001 out of range 10..600000"},
+        Bad{"[policy.swap]\nkv_hold_ms = -1\n", "[policy.swap] kv_hold_ms: value -1 out of range 0..3600000"},
+        // Not chosen, still checked.
+        Bad{"[memory]\npolicy = \"resident\"\n[policy.swap]\n\nkv_rule = \"Fair\"\n",
+            "test.toml:5: [policy.swap] kv_rule: \"Fair\" is not a rule"}));
+
+TEST(Registry, TheSwapPolicyReadsItsKvSettings) {
+  // Defaults, as `gpuos config check` shows them.
+  ConfigResult none = parse_config("", "t.toml");
+  ASSERT_TRUE(none);
+  EXPECT_NE(format_policy_settings(*none.config).find("[policy.swap]\nkv_rule = \"fair\"\nkv_deadline_ms = 1000\n"
+                                                      "kv_hold_ms = 5000\n"),
+            std::string::npos)
+      << format_policy_settings(*none.config);
+  ConfigResult r = parse_config("[policy.swap]\nkv_rule = \"queue\"\nkv_deadline_ms = 250\nkv_hold_ms = 0\n", "t.toml");
+  ASSERT_TRUE(r) << r.error;
+  EXPECT_NE(format_policy_settings(*r.config).find("[policy.swap]\nkv_rule = \"queue\"\nkv_deadline_ms = 250\n"
+                                                   "kv_hold_ms = 0\n"),
+            std::string::npos);
+  PolicySet set;
+  std::string why;
+  ASSERT_TRUE(make_policies(*r.config, &set, &why)) << why;
+  auto* swap = dynamic_cast<SwapPolicy*>(set.memory.get());
+  ASSERT_NE(swap, nullptr);
+  EXPECT_EQ(swap->kv_deadline_ms(), 250u);
+  EXPECT_EQ(swap->settings().kv_rule, kv::KvRule::kQueue);
+  // Its hold (0 here) is what decides, whatever the view says: a target rises at once.
+  slots::MemoryView view;
+  view.now_ns = 1;
+  view.params.capacity = {100ull << 30};
+  view.params.kv_hold_ns = 1'000'000'000'000;
+  slots::SwapTenant t;
+  t.id = 1;
+  t.kv_bytes = t.resident_bytes = 40ull << 30;
+  t.kv_target_on = true;
+  t.kv_target_bytes = 40ull << 30;
+  t.kv_target_since_ns = 1;
+  view.tenants = {t};
+  EXPECT_EQ(swap->decide(view).actions, (std::vector<slots::SwapAction>{{slots::SwapAction::Kind::kLiftKvTarget, 1}}));
+}
 
 }  // namespace
 }  // namespace gpuos::policies

@@ -191,5 +191,153 @@ TEST(SwapPlanner, EveryDecisionIsPerGpu) {
   EXPECT_TRUE(plan_swaps({on0, on1, w}, p, 100 * kSec).empty());
 }
 
+// KV pools: a swappable tenant on GPU 0 holding `resident` bytes, `kv` of them in its KV pools.
+SwapTenant with_kv(uint32_t id, uint64_t resident_bytes, uint64_t kv) {
+  SwapTenant t = resident(id, resident_bytes);
+  t.kv_bytes = kv;
+  return t;
+}
+
+SwapTenant asking(uint32_t id, uint64_t bytes, uint64_t quota_left) {
+  SwapTenant t = resident(id, bytes);
+  t.wants_room = true;
+  t.wanted_bytes = GiB;
+  t.quota_left_bytes = quota_left;
+  return t;
+}
+
+TEST(SwapPlannerKv, DonorsShrinkToTargetsBeforeAnyoneIsSwapped) {
+  SwapTenant a = with_kv(1, 80 * GiB, 60 * GiB);  // a perfect victim too: it is not swapped
+  SwapTenant b = asking(2, 56 * GiB, 28 * GiB);
+  // As a swap would free: 28 GiB b may still allocate, less the 2 free, plus the 2 GiB margin.
+  EXPECT_EQ(plan_swaps({a, b}, params(), 10 * kSec),
+            (std::vector<SwapAction>{{K::kSetKvTarget, 1, 32 * GiB, 1000}}));
+  // The rule and the deadline are the policy's.
+  SwapTenant c = with_kv(3, 2 * GiB, 2 * GiB);
+  c.priority = -1;
+  a.resident_bytes = a.movable_bytes = 78 * GiB;
+  auto acts = plan_swaps({a, b, c}, params(), 10 * kSec, {kv::KvRule::kPriority, 250});
+  EXPECT_EQ(acts, (std::vector<SwapAction>{{K::kSetKvTarget, 3, 0, 250}, {K::kSetKvTarget, 1, 34 * GiB, 250}}));
+}
+
+TEST(SwapPlannerKv, ARequestWaitsForATargetNotMetYet) {
+  SwapTenant a = with_kv(1, 80 * GiB, 60 * GiB);
+  a.kv_target_on = true;
+  a.kv_target_bytes = 32 * GiB;
+  a.kv_target_since_ns = 9 * kSec;
+  SwapTenant b = asking(2, 56 * GiB, 28 * GiB);
+  SwapTenant w = out(3, 10 * GiB, 0);  // nothing else either, not even a swap-in
+  w.device = 0;
+  EXPECT_TRUE(plan_swaps({a, b, w}, params(), 10 * kSec).empty());
+  // Met (its pools came down): no waiting; the memory it freed answers b (the core marks room made).
+  a.kv_bytes = 32 * GiB;
+  a.resident_bytes = a.movable_bytes = 52 * GiB;
+  b.room_made = true;
+  EXPECT_EQ(plan_swaps({a, b}, params(), 10 * kSec), (std::vector<SwapAction>{{K::kAnswerRetry, 2}}));
+  // Met, and still no room: b is served again rather than kept waiting.
+  b.room_made = false;
+  EXPECT_FALSE(plan_swaps({a, b}, params(), 10 * kSec).empty());
+  // A target on another GPU does not hold b.
+  SwapParams p = params();
+  p.capacity = {138 * GiB, 138 * GiB};
+  a.kv_bytes = 60 * GiB;
+  a.device = 1;
+  SwapTenant v = resident(4, 80 * GiB);
+  EXPECT_EQ(plan_swaps({a, b, v}, p, 10 * kSec), (std::vector<SwapAction>{{K::kSwapOut, 4, 28 * GiB}}));
+}
+
+TEST(SwapPlannerKv, PastTheDeadlineTheRestIsSwappedOut) {
+  SwapTenant a = with_kv(1, 80 * GiB, 60 * GiB);
+  a.kv_target_on = true;
+  a.kv_target_bytes = 32 * GiB;
+  a.kv_target_overdue = true;
+  a.resident_since_ns = 9 * kSec;  // within its quantum: the deadline counts, not the quantum
+  SwapTenant b = asking(2, 56 * GiB, 28 * GiB);
+  b.resident_since_ns = 9 * kSec;
+  EXPECT_EQ(plan_swaps({a, b}, params(), 10 * kSec),
+            (std::vector<SwapAction>{{K::kSwapOut, 1, 60 * GiB - 32 * GiB + 2 * GiB}}));
+  a.pool_largest_free = 4 * GiB;  // as far as its swap pool takes it
+  EXPECT_EQ(plan_swaps({a, b}, params(), 10 * kSec), (std::vector<SwapAction>{{K::kSwapOut, 1, 4 * GiB}}));
+  // One that cannot be swapped out is not waited for, nor asked again: the others give.
+  a.swappable = false;
+  SwapTenant c = with_kv(3, 20 * GiB, 20 * GiB);
+  EXPECT_EQ(plan_swaps({a, b, c}, params(), 10 * kSec), (std::vector<SwapAction>{{K::kSetKvTarget, 3, 0, 1000}}));
+  // Nor is a guaranteed one swapped out for a best-effort requester.
+  a.swappable = true;
+  a.guaranteed = true;
+  EXPECT_EQ(plan_swaps({a, b, c}, params(), 10 * kSec), (std::vector<SwapAction>{{K::kSetKvTarget, 3, 0, 1000}}));
+}
+
+TEST(SwapPlannerKv, WithoutADonorTheSwapPathServes) {
+  SwapTenant a = with_kv(1, 80 * GiB, 60 * GiB);
+  a.guaranteed_bytes = 80 * GiB;  // its pools are all within its guarantee
+  SwapTenant b = asking(2, 56 * GiB, 28 * GiB);
+  EXPECT_EQ(plan_swaps({a, b}, params(), 10 * kSec), (std::vector<SwapAction>{{K::kSwapOut, 1, 28 * GiB}}));
+}
+
+TEST(SwapPlannerKv, ATargetRisesAfterItsHoldWhenNothingWantsMemory) {
+  SwapParams p = params();
+  p.kv_hold_ns = 5 * kSec;
+  SwapTenant a = with_kv(1, 70 * GiB, 50 * GiB);
+  a.kv_target_on = true;
+  a.kv_target_bytes = 50 * GiB;
+  a.kv_target_since_ns = 10 * kSec;
+  SwapTenant b = resident(2, 40 * GiB);
+  EXPECT_TRUE(plan_swaps({a, b}, p, 14 * kSec).empty());  // held 4 s of 5
+  // 28 GiB free, less the margin: up to 76 GiB (its pools could not double: a target, not a lift).
+  EXPECT_EQ(plan_swaps({a, b}, p, 15 * kSec), (std::vector<SwapAction>{{K::kSetKvTarget, 1, 76 * GiB, 1000}}));
+  // Less than a margin above the old target: left as it is.
+  a.kv_target_bytes = 75 * GiB;
+  EXPECT_TRUE(plan_swaps({a, b}, p, 15 * kSec).empty());
+  // Lifted when that would not limit it: its quota allows 20 GiB more, 26 are spare.
+  a.kv_target_bytes = 50 * GiB;
+  a.guaranteed_bytes = 60 * GiB;
+  a.quota_left_bytes = 20 * GiB;
+  EXPECT_EQ(plan_swaps({a, b}, p, 15 * kSec), (std::vector<SwapAction>{{K::kLiftKvTarget, 1}}));
+  a.quota_left_bytes = 30 * GiB;
+  EXPECT_EQ(plan_swaps({a, b}, p, 15 * kSec), (std::vector<SwapAction>{{K::kSetKvTarget, 1, 76 * GiB, 1000}}));
+  // No quota: lifted when the spare memory could double its pools.
+  a.guaranteed_bytes = a.quota_left_bytes = 0;
+  a.kv_bytes = 20 * GiB;
+  a.kv_target_bytes = 20 * GiB;
+  EXPECT_EQ(plan_swaps({a, b}, p, 15 * kSec), (std::vector<SwapAction>{{K::kLiftKvTarget, 1}}));
+}
+
+TEST(SwapPlannerKv, TargetsStayWhileMemoryIsWantedOrASwapRuns) {
+  SwapParams p = params();
+  p.capacity = {138 * GiB, 138 * GiB};
+  p.kv_hold_ns = 5 * kSec;
+  SwapTenant a = with_kv(1, 70 * GiB, 50 * GiB);
+  a.kv_target_on = true;
+  a.kv_target_bytes = 50 * GiB;
+  SwapTenant b = asking(2, 40 * GiB, 0);
+  b.room_made = true;  // answered this round; no raise beside it
+  EXPECT_EQ(plan_swaps({a, b}, p, 100 * kSec), (std::vector<SwapAction>{{K::kAnswerRetry, 2}}));
+  // A swapped-out tenant waiting to come back (no room, no victim) wants the memory too.
+  a.swappable = false;
+  SwapTenant w = out(3, 80 * GiB, 0);  // 68 GiB free
+  EXPECT_TRUE(plan_swaps({a, w}, p, 100 * kSec).empty());
+  // A swap pending anywhere, even on another GPU: one action at a time.
+  SwapTenant other = resident(4, 10 * GiB);
+  other.device = 1;
+  other.command_pending = true;
+  EXPECT_TRUE(plan_swaps({a, other}, p, 100 * kSec).empty());
+  other.command_pending = false;
+  EXPECT_EQ(plan_swaps({a, other}, p, 100 * kSec), (std::vector<SwapAction>{{K::kLiftKvTarget, 1}}));
+}
+
+TEST(SwapPlannerKv, TargetsRaisedTogetherShareTheFreeMemory) {
+  SwapParams p = params();
+  SwapTenant a = with_kv(1, 50 * GiB, 40 * GiB);
+  SwapTenant c = with_kv(2, 50 * GiB, 40 * GiB);
+  for (SwapTenant* t : {&a, &c}) {
+    t->kv_target_on = true;
+    t->kv_target_bytes = 40 * GiB;
+  }
+  // 38 GiB free, 36 spare: 18 each.
+  EXPECT_EQ(plan_swaps({a, c}, p, 100 * kSec),
+            (std::vector<SwapAction>{{K::kSetKvTarget, 1, 58 * GiB, 1000}, {K::kSetKvTarget, 2, 58 * GiB, 1000}}));
+}
+
 }  // namespace
 }  // namespace gpuos::policies::swap

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "policies/kv/shrink_rules.h"
 #include "slots/memory.h"
 
 namespace gpuos::policies::swap {
@@ -32,7 +33,23 @@ using slots::SwapTenant;
 //    never displaces a guaranteed one; peers (same class) only after the victim held its memory
 //    for a quantum, unless it holds borrowed memory (beyond its quota): borrowers give it back
 //    first, quantum or not. Then idle victims, then best-effort, then the one resident longest.
+// KV pools (include/gpuos/kv.h) give memory back by shrinking before anyone is swapped:
+//  - A request for room first waits for the KV targets on its GPU that are not met yet (kv_bytes
+//    above the target) and not overdue. A donor past its deadline has the rest (kv_bytes - target,
+//    plus the margin) moved out by a swap-out, if it is a victim this requester may have. Else the
+//    need (as a swap would free it) is spread over the KV donors by the rule (kv/shrink_rules.h):
+//    kSetKvTarget for each, with the deadline. Only when no donor can give does a victim swap.
+//  - A target is raised once it held params.kv_hold_ns and nothing on its GPU wants memory (no
+//    request for room, no swapped-out tenant waiting to come back): to kv_bytes plus its share of
+//    the free memory less the margin, only if that is at least a margin above the old target (no
+//    churn). It is lifted instead when that would not limit it: with a quota (guaranteed_bytes or
+//    quota_left_bytes > 0) when its share covers what its quota still allows (quota_left_bytes);
+//    with none when its share is at least what its pools hold (they could double).
+struct KvSettings {
+  kv::KvRule rule = kv::KvRule::kFair;
+  uint32_t deadline_ms = 1000;  // put in each kSetKvTarget: the daemon sets the deadline from it
+};
 std::vector<SwapAction> plan_swaps(const std::vector<SwapTenant>& tenants, const SwapParams& params,
-                                   uint64_t now_ns);
+                                   uint64_t now_ns, const KvSettings& kv = {});
 
 }  // namespace gpuos::policies::swap
