@@ -109,7 +109,9 @@ _lock = threading.Lock()
 _lib: Optional[ctypes.CDLL] = None
 _lib_path: Optional[str] = None
 _lib_error: Optional[KvError] = None  # why it cannot be used, once that is known
-_pressure_callback = None  # the ctypes function gpuos holds: kept alive here
+# Every ctypes function handed to gpuos as a pressure callback, kept alive for the process's life:
+# a call on a gpuos thread may still be running the previous one while on_pressure replaces it.
+_pressure_callbacks: List[object] = []
 
 
 def _candidates() -> List[str]:
@@ -225,7 +227,6 @@ def on_pressure(fn: Optional[Callable[[Optional[int], int], None]]) -> None:
     fn runs on a gpuos thread: keep it short (set a flag for the engine's loop, which frees blocks
     and unmaps their pages); it may call target() and Pool.stats(), not Pool.map(). An exception
     in fn is printed and ignored."""
-    global _pressure_callback
     lib = _load()
     if fn is None:
         c_fn = _PressureFn()  # a null function pointer: none
@@ -234,8 +235,9 @@ def on_pressure(fn: Optional[Callable[[Optional[int], int], None]]) -> None:
             fn(None if target_bytes == _NO_TARGET else int(target_bytes), int(deadline_ms))
         c_fn = _PressureFn(trampoline)
     with _lock:
+        if fn is not None:
+            _pressure_callbacks.append(c_fn)
         _check(lib.gpuos_kv_set_pressure_callback(c_fn, None))
-        _pressure_callback = c_fn if fn is not None else None
 
 
 def target_and_deadline() -> Tuple[Optional[int], int]:
