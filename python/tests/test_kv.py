@@ -246,6 +246,110 @@ class PageAllocatorTest(FakeTestCase):
             self.assertEqual(alloc.pages_to_release(0), [0, 9])
 
 
+class _StubTorch:
+    """Just enough of torch for Pool.tensor's own logic (dtype to typestr, the bfloat16 view, the
+    device check) without a GPU: as_tensor reads __cuda_array_interface__ like torch does and
+    records it."""
+
+    class dtype:
+        def __init__(self, name, size):
+            self.name, self.size = name, size
+
+        def __str__(self):
+            return "torch." + self.name
+
+    class device:
+        def __init__(self, kind, index):
+            self.kind, self.index = kind, index
+
+        def __eq__(self, other):
+            return (self.kind, self.index) == (other.kind, other.index)
+
+    class Tensor:
+        def __init__(self, torch, cai, dtype, device):
+            self.torch, self.cai, self.dtype, self.device = torch, cai, dtype, device
+
+        def element_size(self):
+            return self.dtype.size
+
+        def numel(self):
+            n = 1
+            for d in self.cai["shape"]:
+                n *= d
+            return n
+
+        def data_ptr(self):
+            return self.cai["data"][0]
+
+        def view(self, dtype):
+            assert dtype.size == self.dtype.size
+            return _StubTorch.Tensor(self.torch, self.cai, dtype, self.device)
+
+    def __init__(self):
+        sizes = {"float16": 2, "bfloat16": 2, "float32": 4, "int16": 2, "int32": 4, "int64": 8, "uint8": 1,
+                 "float8_e4m3fn": 1}
+        for name, size in sizes.items():
+            setattr(self, name, self.dtype(name, size))
+        self.of_typestr = {"<f2": self.float16, "<f4": self.float32, "<i2": self.int16, "<i4": self.int32,
+                           "<i8": self.int64, "|u1": self.uint8}
+        self.current_device = 0
+        stub = self
+
+        class cuda:
+            class device:
+                def __init__(self, index):
+                    self.index = index
+
+                def __enter__(self):
+                    self.previous, stub.current_device = stub.current_device, self.index
+
+                def __exit__(self, *exc):
+                    stub.current_device = self.previous
+        self.cuda = cuda
+
+    def empty(self, shape, dtype):
+        return self.Tensor(self, {"shape": shape, "data": (0, False)}, dtype, None)
+
+    def as_tensor(self, obj):
+        cai = obj.__cuda_array_interface__
+        return self.Tensor(self, cai, self.of_typestr[cai["typestr"]], self.device("cuda", self.current_device))
+
+
+class TensorLogicTest(FakeTestCase):
+    def setUp(self):
+        super().setUp()
+        self.torch = _StubTorch()  # in place of torch, installed or not, for this test only
+        real = sys.modules.get("torch")
+        sys.modules["torch"] = self.torch
+        self.addCleanup(lambda: sys.modules.__setitem__("torch", real) if real else sys.modules.pop("torch"))
+
+    def test_dtypes_offsets_and_devices(self):
+        torch = self.torch
+        with kv.Pool(64 * MiB, device=0) as pool:
+            t = pool.tensor(torch.float16, (4, 8), offset_bytes=4096)
+            self.assertEqual((t.dtype, t.cai["typestr"], t.cai["shape"], t.data_ptr()),
+                             (torch.float16, "<f2", (4, 8), pool.base + 4096))
+            t = pool.tensor(torch.bfloat16, 16)   # no typestr: an int16 view, reinterpreted
+            self.assertEqual((t.dtype, t.cai["typestr"]), (torch.bfloat16, "<i2"))
+            t = pool.tensor(torch.float8_e4m3fn, 16)
+            self.assertEqual((t.dtype, t.cai["typestr"]), (torch.float8_e4m3fn, "|u1"))
+            with self.assertRaises(ValueError):
+                pool.tensor(torch.float32, (pool.reserved_bytes,))
+        with kv.Pool(64 * MiB, device=1) as pool:
+            self.assertEqual(pool.tensor(torch.float32, 4).device, torch.device("cuda", 1))
+            self.torch.cuda.device = lambda index: _NoDeviceSwitch()  # torch put it elsewhere
+            with self.assertRaises(kv.KvError):
+                pool.tensor(torch.float32, 4)
+
+
+class _NoDeviceSwitch:
+    def __enter__(self):
+        pass
+
+    def __exit__(self, *exc):
+        pass
+
+
 def _torch_cuda():
     try:
         import torch
