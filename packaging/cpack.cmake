@@ -14,7 +14,8 @@ set(CPACK_PACKAGE_DESCRIPTION
     "gpuosd, the node daemon, shares a node's GPUs among unmodified CUDA
 programs (priorities, memory quotas and swapping, spatial partitions); gpuos
 is its command line and libgpuos.so the interposer it preloads into each
-program. The driver test double (/usr/lib/driver_double) lets `gpuos demo`
+program; libgpuos_kv.so (and gpuos/kv.h) gives LLM engines elastic KV cache
+pools. The driver test double (/usr/lib/driver_double) lets `gpuos demo`
 run on a machine without a GPU.")
 set(CPACK_PACKAGING_INSTALL_PREFIX "/usr")
 set(CPACK_STRIP_FILES ON)

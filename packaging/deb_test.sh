@@ -56,6 +56,8 @@ unit=$out/root/usr/lib/systemd/system/gpuosd.service
 grep -qx 'ExecStart=/usr/bin/gpuosd --config /etc/gpuos/gpuos.toml' "$unit" || fail "unit: $(grep ExecStart "$unit")"
 ! grep -q "$out\|$build" "$unit" || fail "the unit names a build or staging path"
 cmp -s "$out/root/etc/gpuos/gpuos.toml" "$out/root/usr/share/gpuos/gpuos.toml" || fail "/etc config differs from share/"
+# The KV pool library engines load, with its header, beside the interposer.
+[[ -f $out/root/usr/lib/libgpuos_kv.so && -f $out/root/usr/include/gpuos/kv.h ]] || fail "no libgpuos_kv.so or gpuos/kv.h"
 
 check_binaries() {  # root: where usr/ and etc/ are ("" for the installed package)
   local root=$1 v

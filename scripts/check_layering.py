@@ -6,7 +6,8 @@
     policies    (time gate, space, memory policies)   -> policies, slots, common
     daemon      (gpuosd's mechanism, server, metrics) -> daemon, policies, slots, common
     cli         (the gpuos command)                   -> cli, policies, slots, common
-    interpose   (libgpuos.so, inside tenants)         -> interpose, common
+    kv          (libgpuos_kv.so, KV pools' C ABI)     -> kv, common
+    interpose   (libgpuos.so, inside tenants)         -> interpose, kv (result_text.h), common
     driver_double (the stand-in libcuda)              -> driver_double, common
 
 include/gpuos/ (the ABI) may be included by all. Exit status 1 and one line per forbidden edge
@@ -23,7 +24,8 @@ ALLOWED = {
     "policies": {"policies", "slots", "common"},
     "daemon": {"daemon", "policies", "slots", "common"},
     "cli": {"cli", "policies", "slots", "common"},
-    "interpose": {"interpose", "common"},
+    "kv": {"kv", "common"},
+    "interpose": {"interpose", "kv", "common"},
     "driver_double": {"driver_double", "common"},
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"/]+)/[^"]*"')

@@ -114,7 +114,7 @@ class KvPools(unittest.TestCase):
                            env=self.d.env, capture_output=True, text=True, timeout=60)
         self.assertEqual(r.returncode, 0, r.stderr)
         m = events(r.stdout)[-1]
-        invalid, version = "invalid argument", "the gpuos in this process does not speak this KV ABI version"
+        invalid, version = "invalid argument", "gpuos in this process does not speak this KV ABI version"
         self.assertEqual(m["wrong_version"], version)
         for k in ("short_options", "page_below_granularity", "chunk_not_whole_pages", "no_such_device",
                   "null_options", "map_beyond_range", "map_null_pages", "unknown_pool", "stats_size_too_small",

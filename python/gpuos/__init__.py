@@ -1,0 +1,6 @@
+"""gpuos: Python access to gpuos, the GPU multitasking layer.
+
+gpuos.kv: KV pools, elastic GPU memory for LLM engines (libgpuos_kv.so through ctypes).
+"""
+
+__version__ = "0.1.0"
