@@ -1,7 +1,8 @@
 // gpuos-kv-probe: a tenant that grows a KV pool (include/gpuos/kv.h), fills every page with its
 // number, answers (or ignores) gpuosd's targets, and checks at the end that every page it still
 // maps holds its number: what a paged-KV engine does with its pool, without the model. Used by the
-// end-to-end tests on the driver test double and by the GPU suite on the H200.
+// end-to-end tests on the driver test double and by the GPU suite on the H200. It calls the public
+// ABI of libgpuos_kv.so, as an engine would.
 //
 //   gpuos-kv-probe --grow-mib N [--max-mib M] [--page-kib P] [--chunk-mib C] [--device D]
 //                  [--on-pressure obey|ignore] [--hold-until FILE] [--queue N]
@@ -10,7 +11,6 @@
 // Prints JSON lines: {"event": "grown" | "target" | "shrunk" | "done", ...}. Exit status 0 when
 // every step asked for succeeded and every mapped page held its number, 1 otherwise, 2 for usage.
 #include <cuda.h>
-#include <dlfcn.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -78,6 +78,13 @@ bool exists(const std::string& path) { return !path.empty() && access(path.c_str
 double now_ms() {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
+
+// The public functions, as a table (the probe's code reads like the interface it exercises).
+const gpuos_kv_interface kPublic{
+    GPUOS_KV_ABI_VERSION, sizeof(gpuos_kv_interface), &gpuos_kv_result_text, &gpuos_kv_pool_create,
+    &gpuos_kv_pool_destroy, &gpuos_kv_map, &gpuos_kv_unmap, &gpuos_kv_is_mapped, &gpuos_kv_stats_get,
+    &gpuos_kv_target, &gpuos_kv_set_pressure_callback, &gpuos_kv_report_queue,
+};
 
 std::atomic<uint32_t> g_pressure_seq{0};
 void on_pressure(void*, uint64_t, uint32_t) { g_pressure_seq.fetch_add(1); }
@@ -209,9 +216,7 @@ int main(int argc, char** argv) {
         cuDevicePrimaryCtxRetain(&ctx, dev) != CUDA_SUCCESS || cuCtxSetCurrent(ctx) != CUDA_SUCCESS) {
       return 1;
     }
-    auto get = reinterpret_cast<gpuos_kv_get_interface_fn>(dlsym(RTLD_DEFAULT, GPUOS_KV_GET_INTERFACE_SYMBOL));
-    const gpuos_kv_interface* kv = get != nullptr ? get(GPUOS_KV_ABI_VERSION) : nullptr;
-    return kv != nullptr ? misuse(kv, 0) : 1;
+    return misuse(&kPublic, 0);
   }
   const Args a = parse(argc, argv);
   CUdevice dev;
@@ -221,13 +226,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "gpuos-kv-probe: no CUDA device %d\n", a.device);
     return 1;
   }
-  auto get = reinterpret_cast<gpuos_kv_get_interface_fn>(dlsym(RTLD_DEFAULT, GPUOS_KV_GET_INTERFACE_SYMBOL));
   Probe p;
-  p.kv = get != nullptr ? get(GPUOS_KV_ABI_VERSION) : nullptr;
-  if (p.kv == nullptr) {
-    std::fprintf(stderr, "gpuos-kv-probe: not running under gpuos (no KV pools)\n");
-    return 1;
-  }
+  p.kv = &kPublic;
   gpuos_kv_pool_options o{};
   o.abi_version = GPUOS_KV_ABI_VERSION;
   o.size = sizeof(o);
@@ -235,7 +235,7 @@ int main(int argc, char** argv) {
   o.max_bytes = a.max_mib << 20;
   o.page_bytes = a.page_kib << 10;
   o.chunk_bytes = a.chunk_mib << 20;
-  if (int r = p.kv->pool_create(&o, &p.pool, &p.base); r != GPUOS_KV_OK) {
+  if (int r = p.kv->pool_create(&o, &p.pool, &p.base); r != GPUOS_KV_OK) {  // e.g. not under gpuos
     std::fprintf(stderr, "gpuos-kv-probe: pool: %s\n", p.kv->result_text(r));
     return 1;
   }
