@@ -361,8 +361,10 @@ int stats_get(gpuos_kv_pool* pool, gpuos_kv_stats* out) {
 
 int target(uint64_t* bytes, uint32_t* deadline_ms) {
   if (bytes == nullptr) return GPUOS_KV_ERR_INVALID;
-  gpuos_control_block* cb = g_control.load(std::memory_order_acquire);
-  if (cb == nullptr) return GPUOS_KV_ERR_NOT_GOVERNED;
+  // Registers if this is the process's first gpuos call: gpuos.kv.available() asks this before any
+  // CUDA call, and pools work from then on.
+  gpuos_control_block* cb = ensure_registered();
+  if (cb == nullptr || refused()) return GPUOS_KV_ERR_NOT_GOVERNED;
   *bytes = current_target(cb, deadline_ms);
   return GPUOS_KV_OK;
 }
