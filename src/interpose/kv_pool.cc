@@ -48,11 +48,12 @@ std::atomic_ref<T> ref(T& x) {
 }
 
 struct Pools {
-  std::mutex mu;
+  std::mutex mu;  // the pools (a map may hold it while the tenant waits to be swapped back in)
   std::vector<gpuos_kv_pool*> live;
+  bool watcher_started = false;
+  std::mutex callback_mu;  // apart, so that the watcher never waits for a map
   gpuos_kv_pressure_fn callback = nullptr;
   void* callback_user = nullptr;
-  bool watcher_started = false;
 };
 
 // Never destroyed: the watcher thread may still run while the process exits.
@@ -95,7 +96,7 @@ void* watcher_main(void*) {
       gpuos_kv_pressure_fn fn = nullptr;
       void* user = nullptr;
       {
-        std::lock_guard<std::mutex> lock(ps.mu);
+        std::lock_guard<std::mutex> lock(ps.callback_mu);
         fn = ps.callback;
         user = ps.callback_user;
       }
@@ -371,7 +372,7 @@ int target(uint64_t* bytes, uint32_t* deadline_ms) {
 
 int set_pressure_callback(gpuos_kv_pressure_fn fn, void* user) {
   Pools& ps = pools();
-  std::lock_guard<std::mutex> lock(ps.mu);
+  std::lock_guard<std::mutex> lock(ps.callback_mu);
   ps.callback = fn;
   ps.callback_user = user;
   return GPUOS_KV_OK;
