@@ -4,10 +4,11 @@
 #   2. the launch-overhead benchmark, registered with a live gpuosd;
 #   3. memory quotas with PyTorch (default allocator and expandable segments);
 #   4. `gpuos demo` on the GPU;
-#   5. spatial sharing (gpu/spatial_test.sh): confinement, resizing under load, stream order, PyTorch.
+#   5. spatial sharing (gpu/spatial_test.sh): confinement, resizing under load, stream order, PyTorch;
+#   6. KV pools (gpu/kv_test.sh): growth cost, a borrower that meets its target, one swapped out.
 # Usage (repo root, build tree at ./build or GPUOS_BUILD_DIR): OUT=/results bash gpu/run_all.sh
 # Writes to $OUT: gpu_suite.json, gpu_suite.md, launch_overhead.json, quota.jsonl, demo.txt,
-# spatial.json, spatial.md, logs.tar.gz.
+# spatial.json, spatial.md, kv.json, kv.md, logs.tar.gz.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
 : "${OUT:?set OUT}"
@@ -40,7 +41,10 @@ timeout 240 "$BUILD/bin/gpuos" demo --seconds 3 2>&1 | tee "$OUT/demo.txt" || rc
 echo "== spatial sharing"
 OUT="$OUT" bash gpu/spatial_test.sh || rc=1
 
+echo "== KV pools"
+OUT="$OUT" bash gpu/kv_test.sh || rc=1
+
 find "$OUT/logs" \( -type s -o -type p \) -delete 2>/dev/null  # MPS pipes: they do not travel back
 tar -C "$OUT" -czf "$OUT/logs.tar.gz" logs && rm -rf "$OUT/logs"
-cat "$OUT/gpu_suite.md" "$OUT/spatial.md" 2>/dev/null
+cat "$OUT/gpu_suite.md" "$OUT/spatial.md" "$OUT/kv.md" 2>/dev/null
 exit $rc
