@@ -223,7 +223,7 @@ int pool_destroy(gpuos_kv_pool* pool) {
 
 int map_pages(gpuos_kv_pool* pool, const uint64_t* pages, size_t count) {
   Pools& ps = pools();
-  std::unique_lock<std::mutex> lock(ps.mu);
+  std::lock_guard<std::mutex> lock(ps.mu);
   if (!known(ps, pool) || (pages == nullptr && count != 0)) return GPUOS_KV_ERR_INVALID;
   const uint64_t per_chunk = pool->chunk / pool->page;
   std::vector<uint64_t> new_chunks;
@@ -253,22 +253,20 @@ int map_pages(gpuos_kv_pool* pool, const uint64_t* pages, size_t count) {
     const uint64_t t0 = monotonic_ns();
     uint64_t waited = 0;
     CUresult r = arena_map_at(*d, cb, pool->ctx, pool->device, vas.data(), vas.size(), pool->chunk);
-    // The GPU is full: gpuosd may make room (a target for another tenant's pools, or a swap).
+    // The GPU is full: gpuosd may make room (a target for another tenant's pools, or a swap). The
+    // pools stay locked meanwhile (the watcher does not need the lock, and a pool must not change
+    // under a map), so other pool calls of this process wait too.
     for (int tries = 0; r == CUDA_ERROR_OUT_OF_MEMORY && tries < 16; ++tries) {
-      lock.unlock();  // the watcher and other pools go on while we wait
       const uint64_t w0 = monotonic_ns();
       const bool retry = wait_for_room(cb, bytes, pool->device);
       waited += monotonic_ns() - w0;
-      lock.lock();
       pool->counters.room_waits += 1;
-      if (!retry || !known(ps, pool)) break;
+      if (!retry) break;
       r = arena_map_at(*d, cb, pool->ctx, pool->device, vas.data(), vas.size(), pool->chunk);
     }
-    if (r != CUDA_SUCCESS || !known(ps, pool)) {
-      if (r == CUDA_SUCCESS) arena_unmap_at(*d, cb, vas.data(), vas.size());  // destroyed meanwhile
+    if (r != CUDA_SUCCESS) {
       cancel_bytes(cb, bytes);
       account_alloc_failure(cb);
-      if (!known(ps, pool)) return GPUOS_KV_ERR_INVALID;
       return r == CUDA_ERROR_OUT_OF_MEMORY ? GPUOS_KV_ERR_OUT_OF_MEMORY : GPUOS_KV_ERR_DRIVER;
     }
     const uint64_t ns = monotonic_ns() - t0 - waited;

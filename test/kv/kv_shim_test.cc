@@ -189,7 +189,7 @@ TEST(KvShim, PressureCallbackTargetAndQueue) {
 
 // No interposer in the process: every call answers NOT_GOVERNED (is_mapped -1), nothing crashes.
 TEST(KvShimNoInterposer, EverythingIsNotGoverned) {
-  ASSERT_EQ(dlsym(RTLD_DEFAULT, "gpuos_kv_interface"), nullptr) << "run without the fake preloaded";
+  ASSERT_EQ(dlsym(RTLD_DEFAULT, GPUOS_KV_GET_INTERFACE_SYMBOL), nullptr) << "run without the fake preloaded";
   gpuos_kv_pool* pool = reinterpret_cast<gpuos_kv_pool*>(0x1);  // must be cleared
   uint64_t base = 0;
   const auto o = options(64 * kMiB);
@@ -217,7 +217,7 @@ TEST(KvShimNoInterposer, EverythingIsNotGoverned) {
 // An interposer that returns no table for version 1 (GPUOS_KV_FAKE_MODE=null) or one too short
 // (=old): VERSION, and the short table's functions are never called.
 TEST(KvShimVersion, ATableItCannotUseIsRefused) {
-  ASSERT_NE(dlsym(RTLD_DEFAULT, "gpuos_kv_interface"), nullptr) << "run with the fake preloaded";
+  ASSERT_NE(dlsym(RTLD_DEFAULT, GPUOS_KV_GET_INTERFACE_SYMBOL), nullptr) << "run with the fake preloaded";
   gpuos_kv_pool* pool = nullptr;
   const auto o = options(64 * kMiB);
   EXPECT_EQ(gpuos_kv_pool_create(&o, &pool, nullptr), GPUOS_KV_ERR_VERSION);
