@@ -163,6 +163,11 @@ def serve(engine, batcher: kv_logic.Batcher, backing, arrivals: List[kv_logic.Re
                         batcher.retire(r)
                         done.append(r)
 
+        if not admitted and not batcher.running:
+            # The queue head waits for blocks that only a target's lift or a refused map's
+            # backoff can give: do not spin.
+            clock.sleep_until(clock.now() + 0.001)
+
         # Decode: every running request gets its next block, then one step.
         if batcher.running:
             before = {id(r): len(r.blocks) for r in batcher.running}
