@@ -93,6 +93,9 @@ class GpuosBacking(KvBacking):
         if self.pool.page_bytes != page_bytes:
             raise RuntimeError(f"gpuos.kv pool pages are {self.pool.page_bytes} bytes, asked for {page_bytes}")
         self.page_bytes = page_bytes
+        # torch asks the driver which device the view's address is on: page 0 must be mapped first
+        # (the allocator hands out the lowest blocks first, so it is used anyway).
+        self.pool.map([0])
         self.flat = self.pool.tensor(dtype, (num_elems,))                # [num_elems], zero-copy
         self.pressure_calls = 0
         self.last_pressure = None
