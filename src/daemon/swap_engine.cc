@@ -106,10 +106,14 @@ uint64_t SwapEngine::kv_bytes(const Tenant& t) const {
 }
 
 void SwapEngine::note_kv_release(std::map<uint32_t, Tenant>& tenants) {
+  // Room counts once a pool gave back all it was asked for (or freed memory unasked): an engine
+  // that unmaps chunk by chunk would otherwise wake the waiting tenant for each one, and its
+  // allocation gives up after 16 rounds.
   bool released = false;
   for (auto& [id, t] : tenants) {
     const uint64_t now_bytes = kv_bytes(t);
-    if (now_bytes < t.swap.kv_seen_bytes) released = true;
+    const bool asked_for_more = t.swap.kv_target_on && now_bytes > t.swap.kv_target_bytes;
+    if (now_bytes < t.swap.kv_seen_bytes && !asked_for_more) released = true;
     t.swap.kv_seen_bytes = now_bytes;
   }
   if (!released) return;
