@@ -226,6 +226,10 @@ void SwapEngine::note_done(std::map<uint32_t, Tenant>& tenants, uint64_t now) {
                   static_cast<double>(load(t.cb->max_swap_in_ns)) / 1e6);
         free_slices(t);
         s.resident_since_ns = now;
+        // Back for a signal: its wait ends (and the word clears) as its gate opens, before the
+        // program got to act on it. It keeps its memory for a quantum, borrower or not, so that it
+        // can (a borrower is otherwise the first victim at once).
+        if (load(t.cb->signalled) != 0) s.no_victim_until_ns = std::max(s.no_victim_until_ns, now + opts_.quantum_ns);
         t.gate.held = false;
         publish_gate(t);
       } else {

@@ -555,8 +555,7 @@ class Swap(unittest.TestCase):
         # swaps a in at once, past b's quantum, and a stops, its data intact, while b still runs.
         # The one time bound left in these tests, and it is gpuosd's own: a's exit comes before
         # b's quantum ends (the two swaps take 5 s alone, 21 s measured beside a CI build).
-        # (A borrowing a would give way at once and spare the minute, but then, signalled and
-        # swapped in, it is swapped out again for b, over and over: reported with issue #25.)
+        # (A borrowing a gives way at once and spares the minute: the next test.)
         a = self.synth("swap-a", "--swap", count=10_000_000)  # 2 ms kernels: both run until stopped
         wait_for(lambda: (self.d.tenant(a.pid) or {}).get("launches", 0) > 5, what="tenant a to run")
         b = self.synth("swap-b", "--swap", count=10_000_000)
@@ -575,6 +574,30 @@ class Swap(unittest.TestCase):
         self.assertIsNone(b.poll(), "b should still be running (the test would prove nothing)")
         self.assertLess(stopped_after, SWAP_SIGNAL_QUANTUM_S,
                         "a waited for b's quantum (%.1f s):\n%s" % (stopped_after, self.d.log_text()))
+        b.send_signal(signal.SIGTERM)
+        out, err = b.communicate(timeout=180)
+        self.assertEqual(b.returncode, 0, err)
+        self.assertTrue(json.loads(out.strip().splitlines()[-1])["verified"])
+
+    def test_a_signalled_borrower_stops_after_one_swap(self):
+        # a borrows (256 MiB its own, 600 MiB held): b's allocation swaps it out at once. SIGTERM
+        # to a, blocked at its gate: it comes back past b's quantum (b goes out for it), and is
+        # then no victim for b until it acted on the signal, borrower or not (before: the two
+        # took turns, a swapped out again as soon as its gate opened). No time is asserted.
+        a = self.synth("swap-a", "--swap", "--mem", "256MiB", "--borrow", "1GiB", count=10_000_000)
+        wait_for(lambda: (self.d.tenant(a.pid) or {}).get("launches", 0) > 5, what="tenant a to run")
+        b = self.synth("swap-b", "--swap", count=10_000_000)
+        a_id = wait_for(lambda: (lambda t: t["id"] if t and t["swap_state"] == "swapped-out" else None)(
+            self.d.tenant(a.pid)), timeout=180, what="a to be swapped out")
+        wait_for(lambda: self.d.metric("gpuos_tenant_waiting", tenant_id=a_id) == [1.0],
+                 what="a's thread to block at its gate")
+        a.send_signal(signal.SIGTERM)
+        out, err = a.communicate(timeout=180)
+        self.assertEqual(a.returncode, 0, err + self.d.log_text())
+        self.assertTrue(json.loads(out.strip().splitlines()[-1])["verified"])
+        self.assertIsNone(b.poll(), "b should still be running (the test would prove nothing)")
+        ta = self.d.tenant(a.pid)
+        self.assertEqual((ta["swap_outs"], ta["swap_ins"]), (1, 1), self.d.log_text())
         b.send_signal(signal.SIGTERM)
         out, err = b.communicate(timeout=180)
         self.assertEqual(b.returncode, 0, err)

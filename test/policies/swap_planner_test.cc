@@ -128,6 +128,18 @@ TEST(SwapPlanner, ASignalledTenantGoesFirstAndIsNotHeldBackByAPeersQuantum) {
   EXPECT_TRUE(plan_swaps({hp, b}, params(), 100 * kSec).empty());
 }
 
+TEST(SwapPlanner, ASignalledTenantIsNoVictimEvenWhenItBorrows) {
+  // a borrowed, was swapped out for b, got SIGTERM and came back (its signal still pending): b,
+  // out for it and waiting, must not swap it out again before it acted (they would take turns).
+  SwapTenant a = resident(1, 100 * GiB);
+  a.borrowed_bytes = 40 * GiB;
+  a.signalled = true;
+  SwapTenant b = out(2, 60 * GiB, 5 * kSec);
+  EXPECT_TRUE(plan_swaps({a, b}, params(), 10 * kSec).empty());
+  a.signalled = false;  // it acted (or had no signal): a borrower gives way at once
+  EXPECT_EQ(plan_swaps({a, b}, params(), 10 * kSec), (std::vector<SwapAction>{{K::kSwapOut, 1, 22 * GiB + 2 * GiB}}));
+}
+
 TEST(SwapPlanner, SwapsInWhenItFitsTheOneOutLongestFirst) {
   SwapTenant a = out(1, 20 * GiB, 7 * kSec);
   SwapTenant b = out(2, 20 * GiB, 3 * kSec);  // out longer: it goes first

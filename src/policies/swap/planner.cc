@@ -26,6 +26,9 @@ const SwapTenant* pick_victim(const std::vector<SwapTenant>& tenants, const Swap
   for (const SwapTenant& v : tenants) {
     if (!could_displace(v, for_whom)) continue;
     if (now < v.no_victim_until_ns) continue;
+    // It has a signal to act on, which it can only while it runs: moving it out again would
+    // leave it (and the tenant it made way for) taking turns without either ever acting.
+    if (v.signalled) continue;
     const bool peer = v.guaranteed == for_whom.guaranteed;
     if (peer && v.borrowed_bytes == 0 && !for_whom.signalled && now < v.resident_since_ns + p.quantum_ns) continue;
     if (v.pool_largest_free == 0) continue;

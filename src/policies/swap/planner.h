@@ -27,7 +27,8 @@ using slots::SwapTenant;
 //    a victim's memory does not come back before the tenant it made room for.
 //  - A signalled tenant (a signal to act on, which it can only once gpuos lets its call return)
 //    goes first, and its peers' quantum does not hold it back: stopping a swapped-out job with
-//    SIGTERM or Ctrl-C takes a swap, not the rest of another tenant's quantum.
+//    SIGTERM or Ctrl-C takes a swap, not the rest of another tenant's quantum. It is no victim
+//    itself while signalled (and gpuosd spares it for a quantum once it came back for its signal).
 //  - Everything is per GPU: only a tenant on the beneficiary's GPU can make room there.
 //  - Victims: swappable, with movable memory on the GPU, not the beneficiary; a best-effort tenant
 //    never displaces a guaranteed one; peers (same class) only after the victim held its memory
