@@ -9,11 +9,19 @@ package=$(cd "${2:?usage: python_install_test.sh PYTHON PACKAGE_DIR}" && pwd)
 fail() { echo "FAIL: $*" >&2; exit 1; }
 # setuptools < 70.1 builds wheels with the wheel package (Debian 12: python3-pip brings both).
 # (Each import alone: Debian's setuptools refuses to load after pip imported distutils.)
-if ! "$python" -m pip --version >/dev/null 2>&1 ||
-   ! { "$python" -c 'import setuptools, wheel' 2>/dev/null ||
-       "$python" -c 'from setuptools.command import bdist_wheel' 2>/dev/null; }; then
-  echo "skipped: $python has no pip, setuptools or wheel (Debian: apt-get install python3-pip)"
-  exit 77
+can_build() {
+  "$1" -m pip --version >/dev/null 2>&1 &&
+    { "$1" -c 'import setuptools, wheel' 2>/dev/null || "$1" -c 'from setuptools.command import bdist_wheel' 2>/dev/null; }
+}
+# The Python CMake found may be a user's (pyenv) without wheel; the system's has it with python3-pip.
+if ! can_build "$python"; then
+  if [[ -x /usr/bin/python3 ]] && can_build /usr/bin/python3; then
+    echo "$python cannot build wheels; using /usr/bin/python3"
+    python=/usr/bin/python3
+  else
+    echo "skipped: $python has no pip, setuptools or wheel (Debian: apt-get install python3-pip)"
+    exit 77
+  fi
 fi
 work=$(mktemp -d /tmp/gpuos-python-install.XXXXXX)
 trap 'rm -rf "$work"' EXIT
