@@ -440,35 +440,6 @@ class Batcher:
         return self.give_back_idle(low_watermark_chunks)
 
 
-# ---------------------------------------------------------------------------------------------
-# Llama shapes without torch (mirrors bench/colocation/llama.config_for_params, which imports
-# torch; test_kv_logic.py checks the two agree when torch is present)
-
-_PRESETS = [
-    (2.0, dict(hidden=2048, heads=32, kv_heads=8, ffn=5632, vocab=32000)),
-    (5.5, dict(hidden=3072, heads=24, kv_heads=8, ffn=8192, vocab=32000)),
-    (1e9, dict(hidden=4096, heads=32, kv_heads=8, ffn=14336, vocab=32000)),
-]
-
-
-def _per_layer_params(c: dict) -> int:
-    hd = c["hidden"] // c["heads"]
-    attn = c["hidden"] * (c["heads"] + 2 * c["kv_heads"]) * hd + c["heads"] * hd * c["hidden"]
-    return attn + 3 * c["hidden"] * c["ffn"] + 2 * c["hidden"]
-
-
-def llama_shape(params_b: float) -> dict:
-    """{hidden, heads, kv_heads, ffn, vocab, layers, head_dim, params} for params_b > 0."""
-    if params_b <= 0:
-        raise ValueError("params_b must be > 0")
-    c = dict(next(s for limit, s in _PRESETS if params_b <= limit))
-    emb = 2 * c["vocab"] * c["hidden"]
-    c["layers"] = max(1, round((params_b * 1e9 - emb) / _per_layer_params(c)))
-    c["head_dim"] = c["hidden"] // c["heads"]
-    c["params"] = c["layers"] * _per_layer_params(c) + emb + c["hidden"]
-    return c
-
-
 def sequence_bytes(cfg: dict, seq_tokens: int, page_bytes: int = DEFAULT_PAGE_BYTES) -> dict:
     """Block geometry of a bf16 model with default blocks, and what one sequence costs."""
     bpt = kv_bytes_per_token(cfg, 2)

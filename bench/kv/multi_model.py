@@ -58,6 +58,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "colocation"))
 import common  # noqa: E402
 import kv_logic  # noqa: E402
 import kv_summary  # noqa: E402
+import llama_shapes  # noqa: E402
 
 GIB = kv_logic.GIB
 GPU_GIB = 140.0
@@ -101,7 +102,7 @@ def server_plan(a) -> List[dict]:
     n = len(params)
     out = []
     for i, (p, r) in enumerate(zip(params, rates)):
-        cfg = kv_logic.llama_shape(p)
+        cfg = llama_shapes.config_for_params(p)
         seq = kv_logic.sequence_bytes(cfg, a.prompt + a.out_tokens)
         out.append({"name": f"m{i}-{p:g}b", "params_b": p, "cfg": cfg, "weights_gib": cfg["params"] * 2 / GIB,
                     "seq": seq, "on_rate": r * a.rate_scale, "off_rate": r * a.rate_scale * a.off_ratio,

@@ -11,8 +11,10 @@ import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "colocation"))
 import kv_logic  # noqa: E402
 import kv_summary  # noqa: E402
+import llama_shapes  # noqa: E402
 import multi_model  # noqa: E402
 import onoff  # noqa: E402
 import paged_server  # noqa: E402
@@ -61,23 +63,11 @@ def req(i, prompt=32, new=4, arr=0.0):
 class Geometry(unittest.TestCase):
     def test_default_blocks_fill_a_page(self):
         for params, bt in ((1, 53), (3, 18), (8, 14)):
-            cfg = kv_logic.llama_shape(params)
+            cfg = llama_shapes.config_for_params(params)
             s = kv_logic.sequence_bytes(cfg, 1280)
             self.assertEqual(s["block_tokens"], bt)
             self.assertEqual(s["stride_bytes"], PAGE)
             self.assertLessEqual(s["bytes_per_token"] * bt, PAGE)
-
-    def test_llama_shapes_match_llama_py(self):
-        try:
-            import torch  # noqa: F401
-        except ImportError:
-            self.skipTest("no torch: llama.py cannot be imported")
-        sys.path.insert(0, os.path.join(HERE, "..", "colocation"))
-        import llama
-        for p in (1.0, 3.0, 8.0):
-            want = llama.config_for_params(p)
-            got = kv_logic.llama_shape(p)
-            self.assertEqual({k: got[k] for k in want}, want)
 
     def test_stride_divides_or_is_a_multiple_of_the_page(self):
         self.assertEqual(kv_logic.block_stride_bytes(600 * 1024), 1 * MIB)
