@@ -24,6 +24,7 @@ ALLOWED = {
     "policies": {"policies", "slots", "common"},
     "daemon": {"daemon", "policies", "slots", "common"},
     "cli": {"cli", "policies", "slots", "common"},
+    "dra": {"dra", "cli", "common"},  # the kubelet plugin: a gpuosd client like the CLI
     "kv": {"kv", "common"},
     "interpose": {"interpose", "kv", "common"},
     "driver_double": {"driver_double", "common"},

@@ -27,6 +27,11 @@ extern "C" {
 #define GPUOS_NAME_MAX 64
 #define GPUOS_TEXT_MAX 160
 #define GPUOS_DOMAIN_MAX 32
+/* Kubernetes names as gpuosd keeps them: a namespace is a DNS label (63), an object name a DNS
+ * subdomain (253: longer ones are refused, not cut), a uid a UUID (36); each NUL-terminated. */
+#define GPUOS_K8S_NAMESPACE_MAX 64
+#define GPUOS_K8S_NAME_MAX 256
+#define GPUOS_K8S_UID_MAX 40
 
 /* Scheduling class of a tenant. */
 typedef enum gpuos_class {
@@ -331,7 +336,10 @@ typedef enum gpuos_msg_type {
      GPUOS_ERR_BAD_MESSAGE "unknown message type N", which a client reads as "not supported"): */
   GPUOS_MSG_SPACE_QUERY = 13,   /* client -> daemon: gpuos_msg_space_query (any local user) */
   GPUOS_MSG_SPACE_INFO = 14,    /* daemon -> client: gpuos_msg_space_info */
-  GPUOS_MSG_TYPE_MAX = 14,
+  GPUOS_MSG_CLAIM_PREPARE = 15, /* admin -> daemon: gpuos_msg_claim_prepare; REPLY (text: the claim's
+                                   socket directory) */
+  GPUOS_MSG_CLAIM_UNPREPARE = 16, /* admin -> daemon: gpuos_msg_claim_unprepare; REPLY */
+  GPUOS_MSG_TYPE_MAX = 16,
 } gpuos_msg_type;
 
 typedef struct gpuos_msg_header {
@@ -467,6 +475,13 @@ typedef struct gpuos_msg_tenant_info {
   uint64_t kv_resident_bytes;  /* target (UINT64_MAX: none) */
   uint64_t kv_reserved_bytes;
   uint64_t kv_target_bytes;
+  /* Kubernetes: the pod the tenant runs in ("" = none known) and the ResourceClaim it was admitted
+     under ("" = none: it came by gpuosd's own socket). From the claim gpuosd admitted (the DRA
+     plugin's word, an admin's), or the pod uid alone from the process's cgroup path. */
+  char pod_namespace[GPUOS_K8S_NAMESPACE_MAX];
+  char pod_name[GPUOS_K8S_NAME_MAX];
+  char pod_uid[GPUOS_K8S_UID_MAX];
+  char claim_uid[GPUOS_K8S_UID_MAX];
 } gpuos_msg_tenant_info;
 #define GPUOS_GATE_BY_ADMIN 1u  /* an admin holds it (gpuos gate ID close); survives a restart */
 #define GPUOS_GATE_BY_POLICY 2u /* the time-gate policy closed it */
@@ -517,6 +532,38 @@ typedef struct gpuos_msg_space_info {
   char text[GPUOS_TEXT_MAX];
 } gpuos_msg_space_info;
 
+/* CLAIM_PREPARE (admin only; the DRA plugin, gpuos-dra): admit a Kubernetes ResourceClaim's gpuos
+ * share. gpuosd keeps the claim (across restarts) and serves it a socket of its own,
+ * <socket dir>/claims/<claim_uid>/gpuosd.sock, named in the reply's text: a connection there is
+ * bound to the claim (never an admin; REGISTER, ACTIVITY and SWAP_POOL only) and its tenants get
+ * the claim's settings below, whatever they ask, and its pod's labels. Idempotent: the same claim
+ * again is OK; the same uid with other settings is GPUOS_ERR_BAD_MESSAGE. Strings NUL-terminated. */
+typedef struct gpuos_msg_claim_prepare {
+  gpuos_msg_header hdr;
+  char claim_uid[GPUOS_K8S_UID_MAX]; /* [0-9a-z-], 1..36 characters: it names a directory */
+  char claim_namespace[GPUOS_K8S_NAMESPACE_MAX]; /* also the pod's namespace */
+  char claim_name[GPUOS_K8S_NAME_MAX];
+  char pod_name[GPUOS_K8S_NAME_MAX]; /* "" = not reserved for a pod yet */
+  char pod_uid[GPUOS_K8S_UID_MAX];
+  char gpu_uuid[40];                 /* the GPU of the share (bare 36-character form); "" = any */
+  char space_domain[GPUOS_DOMAIN_MAX]; /* "" = time-shared */
+  uint32_t tenant_class;             /* gpuos_class */
+  int32_t priority;
+  uint32_t weight;                   /* 1..10000 */
+  uint32_t space_sms;
+  uint64_t mem_bytes;                /* quota; 0 = none */
+  uint64_t borrow_bytes;
+  uint32_t max_slowdown_permille;    /* 0 = the config's default */
+  uint32_t reserved;
+} gpuos_msg_claim_prepare;
+
+/* CLAIM_UNPREPARE (admin only): gpuosd forgets the claim and closes and removes its socket; its
+ * live tenants keep running. An unknown claim is OK (idempotent). */
+typedef struct gpuos_msg_claim_unprepare {
+  gpuos_msg_header hdr;
+  char claim_uid[GPUOS_K8S_UID_MAX];
+} gpuos_msg_claim_unprepare;
+
 typedef struct gpuos_msg_reply {
   gpuos_msg_header hdr;
   int32_t status; /* gpuos_status */
@@ -526,7 +573,7 @@ typedef struct gpuos_msg_reply {
 
 /* Largest message any peer may send; receivers read into a buffer of this size plus one byte so
  * that an oversized datagram is detected (MSG_TRUNC) and refused. */
-#define GPUOS_MSG_MAX_SIZE 512u
+#define GPUOS_MSG_MAX_SIZE 1024u
 
 #ifdef __cplusplus
 } /* extern "C" */
@@ -553,7 +600,7 @@ static_assert(offsetof(gpuos_control_block, space_sample_seq) == 1024, "sizing l
 static_assert(sizeof(gpuos_shape_latency) == 112, "shape entries");
 static_assert(sizeof(gpuos_msg_register) == 160, "ABI v2 frozen");
 static_assert(sizeof(gpuos_msg_register_reply) == 192, "ABI v2 frozen");
-static_assert(sizeof(gpuos_msg_tenant_info) == 456, "ABI v2 frozen");
+static_assert(sizeof(gpuos_msg_tenant_info) == 856, "ABI v2 frozen");
 static_assert(sizeof(gpuos_msg_gpu_info) == 176, "ABI v2 frozen");
 static_assert(sizeof(gpuos_msg_reply) == 184, "ABI v2 frozen");
 static_assert(sizeof(gpuos_msg_activity) == 24, "ABI v2 frozen");
@@ -561,6 +608,9 @@ static_assert(sizeof(gpuos_msg_swap_pool_reply) == 32, "ABI v2 frozen");
 static_assert(sizeof(gpuos_msg_space_query) == 48, "ABI v2 frozen");
 static_assert(sizeof(gpuos_msg_space_info) == 440, "ABI v2 frozen");
 static_assert(sizeof(gpuos_msg_space_info) <= GPUOS_MSG_MAX_SIZE, "fits the receive buffer");
+static_assert(sizeof(gpuos_msg_claim_prepare) == 784, "ABI v2 frozen");
+static_assert(sizeof(gpuos_msg_claim_unprepare) == 56, "ABI v2 frozen");
+static_assert(sizeof(gpuos_msg_claim_prepare) <= GPUOS_MSG_MAX_SIZE, "fits the receive buffer");
 static_assert(sizeof(gpuos_msg_tenant_info) <= GPUOS_MSG_MAX_SIZE, "fits the receive buffer");
 #endif
 

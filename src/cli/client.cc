@@ -87,7 +87,11 @@ bool send_or_explain(int fd, const void* msg, std::size_t len, std::string* err)
   return false;
 }
 
-bool simple_request(const std::string& socket, const void* msg, std::size_t len, std::string* err) {
+std::string cstr(const char* a, std::size_t n) { return std::string(a, strnlen(a, n)); }
+
+// A request answered by one REPLY; its text (when OK) in *text.
+bool simple_request(const std::string& socket, const void* msg, std::size_t len, std::string* err,
+                    std::string* text = nullptr) {
   int fd = connect_or_explain(socket, err);
   if (fd < 0) return false;
   bool ok = false;
@@ -100,8 +104,12 @@ bool simple_request(const std::string& socket, const void* msg, std::size_t len,
     if (type == GPUOS_MSG_REPLY) {
       gpuos_msg_reply r;
       std::memcpy(&r, buf, sizeof(r));
-      if (r.status == GPUOS_OK) ok = true;
-      else *err = "gpuosd: " + reply_error(r);
+      if (r.status == GPUOS_OK) {
+        ok = true;
+        if (text != nullptr) *text = cstr(r.text, sizeof(r.text));
+      } else {
+        *err = "gpuosd: " + reply_error(r);
+      }
     } else if (type != 0) {
       *err = "unexpected reply type " + std::to_string(type);
     }
@@ -110,7 +118,6 @@ bool simple_request(const std::string& socket, const void* msg, std::size_t len,
   return ok;
 }
 
-std::string cstr(const char* a, std::size_t n) { return std::string(a, strnlen(a, n)); }
 
 // The daemon sends the bare 36-char UUID (the ABI field has no room for the prefix).
 std::string gpu_uuid(const gpuos_msg_gpu_info& g) {
@@ -195,6 +202,22 @@ bool set_gate(const std::string& socket, uint32_t tenant_id, uint32_t gate, std:
   init_header(&m.hdr, GPUOS_MSG_SET_GATE, sizeof(m), 1);
   m.tenant_id = tenant_id;
   m.gate = gate;
+  return simple_request(socket, &m, sizeof(m), err);
+}
+
+bool prepare_claim(const std::string& socket, const gpuos_msg_claim_prepare& m, std::string* socket_dir,
+                   std::string* err) {
+  return simple_request(socket, &m, sizeof(m), err, socket_dir);
+}
+
+bool unprepare_claim(const std::string& socket, const std::string& claim_uid, std::string* err) {
+  gpuos_msg_claim_unprepare m{};
+  init_header(&m.hdr, GPUOS_MSG_CLAIM_UNPREPARE, sizeof(m), 1);
+  if (claim_uid.size() >= sizeof(m.claim_uid)) {
+    *err = "claim uid \"" + printable(claim_uid) + "\" is too long";
+    return false;
+  }
+  std::memcpy(m.claim_uid, claim_uid.data(), claim_uid.size());
   return simple_request(socket, &m, sizeof(m), err);
 }
 
@@ -324,6 +347,15 @@ nlohmann::json listing_json(const Listing& l) {
     o["gated_by"] = by[0] != '\0' ? nlohmann::json(by) : nlohmann::json();
     o["priority"] = t.priority;
     o["weight"] = t.weight;
+    // Kubernetes: its pod and the claim it came by (null when none).
+    auto text_or_null = [](const char* p, std::size_t n) {
+      const std::string v = cstr(p, n);
+      return v.empty() ? nlohmann::json() : nlohmann::json(v);
+    };
+    o["pod_namespace"] = text_or_null(t.pod_namespace, sizeof(t.pod_namespace));
+    o["pod_name"] = text_or_null(t.pod_name, sizeof(t.pod_name));
+    o["pod_uid"] = text_or_null(t.pod_uid, sizeof(t.pod_uid));
+    o["claim_uid"] = text_or_null(t.claim_uid, sizeof(t.claim_uid));
     o["launches"] = t.launches;
     o["graph_launches"] = t.graph_launches;
     o["captured_launches"] = t.captured_launches;
@@ -422,6 +454,15 @@ uint64_t gate_wait_with_current_ns(const gpuos_msg_tenant_info& t) {
   return t.gate_wait_ns > UINT64_MAX - current ? UINT64_MAX : t.gate_wait_ns + current;
 }
 
+// "namespace/name" of a tenant's pod, its uid alone when only that is known, "-" for none.
+std::string pod_text(const gpuos_msg_tenant_info& t) {
+  const std::string ns = cstr(t.pod_namespace, sizeof(t.pod_namespace));
+  const std::string name = cstr(t.pod_name, sizeof(t.pod_name));
+  const std::string uid = cstr(t.pod_uid, sizeof(t.pod_uid));
+  if (!name.empty()) return printable(ns + "/" + name);
+  return uid.empty() ? "-" : "pod " + printable(uid);
+}
+
 std::string listing_table(const Listing& l) {
   std::string s;
   char line[1024];
@@ -432,18 +473,26 @@ std::string listing_table(const Listing& l) {
     s += line;
   }
   if (l.gpus.empty()) s += "no GPUs known to gpuosd\n";
-  std::snprintf(line, sizeof(line), "%-5s %-8s %-20s %-12s %-12s %10s %8s %10s %10s %10s %8s %s\n", "ID", "PID",
-                "NAME", "CLASS", "STATE", "LAUNCHES", "GRAPHS", "MEM", "PEAK", "GATE-WAIT", "SMS", "BUDGET");
+  // The POD column only when some tenant runs in a Kubernetes pod.
+  const bool pods = std::any_of(l.tenants.begin(), l.tenants.end(), [](const gpuos_msg_tenant_info& t) {
+    return cstr(t.pod_uid, sizeof(t.pod_uid)) != "";
+  });
+  // (BUDGET is the last column, unpadded, unless POD follows it.)
+  const char* row_format = pods ? "%-5s %-8s %-20s %-12s %-12s %10s %8s %10s %10s %10s %8s %-18s %s\n"
+                                : "%-5s %-8s %-20s %-12s %-12s %10s %8s %10s %10s %10s %8s %s%s\n";
+  std::snprintf(line, sizeof(line), row_format, "ID", "PID", "NAME", "CLASS", "STATE", "LAUNCHES", "GRAPHS", "MEM",
+                "PEAK", "GATE-WAIT", "SMS", "BUDGET", pods ? "POD" : "");
   s += line;
   for (const auto& t : l.tenants) {
     const std::string sms = partition_text(t);
     // The name is the tenant's own choice: escaped, so it cannot drive the terminal.
     const std::string name = printable(cstr(t.name, sizeof(t.name)));
-    std::snprintf(line, sizeof(line), "%-5u %-8d %-20s %-12s %-12s %10llu %8llu %10s %10s %10s %8s %s\n",
-                  t.tenant_id, t.pid, name.c_str(), class_name(t.tenant_class), display_state(t),
-                  static_cast<unsigned long long>(t.launches), static_cast<unsigned long long>(t.graph_launches),
-                  human_bytes(t.mem_used_bytes).c_str(), human_bytes(t.mem_peak_bytes).c_str(),
-                  duration(gate_wait_with_current_ns(t)).c_str(), sms.c_str(), budget_text(t).c_str());
+    const std::string pod = pods ? pod_text(t) : "";
+    std::snprintf(line, sizeof(line), row_format, std::to_string(t.tenant_id).c_str(), std::to_string(t.pid).c_str(),
+                  name.c_str(), class_name(t.tenant_class), display_state(t), std::to_string(t.launches).c_str(),
+                  std::to_string(t.graph_launches).c_str(), human_bytes(t.mem_used_bytes).c_str(),
+                  human_bytes(t.mem_peak_bytes).c_str(), duration(gate_wait_with_current_ns(t)).c_str(), sms.c_str(),
+                  budget_text(t).c_str(), pod.c_str());
     s += line;
   }
   return s;

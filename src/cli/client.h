@@ -28,6 +28,11 @@ std::string resolve_socket(const std::string& socket_opt, const Config& cfg, std
 bool list_tenants(const std::string& socket, bool include_exited, Listing* out, std::string* err);
 bool set_gate(const std::string& socket, uint32_t tenant_id, uint32_t gate, std::string* err);
 bool shutdown_daemon(const std::string& socket, std::string* err);
+// Kubernetes claims (admin; gpuos-dra): CLAIM_PREPARE, whose reply names the claim's socket
+// directory (*socket_dir), and CLAIM_UNPREPARE.
+bool prepare_claim(const std::string& socket, const gpuos_msg_claim_prepare& m, std::string* socket_dir,
+                   std::string* err);
+bool unprepare_claim(const std::string& socket, const std::string& claim_uid, std::string* err);
 
 // gpuosd's word on a spatial trust domain (SPACE_QUERY), for `gpuos run --space`: the daemon owns
 // the config, so the client does not guess from a file of its own.

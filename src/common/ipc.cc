@@ -149,6 +149,8 @@ std::size_t message_size(uint32_t type) {
     case GPUOS_MSG_SWAP_POOL_REPLY: return sizeof(gpuos_msg_swap_pool_reply);
     case GPUOS_MSG_SPACE_QUERY: return sizeof(gpuos_msg_space_query);
     case GPUOS_MSG_SPACE_INFO: return sizeof(gpuos_msg_space_info);
+    case GPUOS_MSG_CLAIM_PREPARE: return sizeof(gpuos_msg_claim_prepare);
+    case GPUOS_MSG_CLAIM_UNPREPARE: return sizeof(gpuos_msg_claim_unprepare);
     default: return 0;
   }
 }

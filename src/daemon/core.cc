@@ -38,8 +38,10 @@ Core::Core(CoreOptions opts)
       memory_("memory", std::move(opts_.memory_policy), [] { return policies::builtin_memory(); }),
       space_engine_(gpu_map_, opts_.gpus, opts_.space_group_sms),
       swap_engine_(gpu_map_, opts_.gpus, opts_.swap),
-      ids_(opts_.id_ledger_path, opts_.pid_start_time) {
+      ids_(opts_.id_ledger_path, opts_.pid_start_time),
+      claims_(opts_.claims_path) {
   ids_.load();
+  claims_.load();
   time_.set_watchdog(watchdog_.get());
   space_.set_watchdog(watchdog_.get());
   memory_.set_watchdog(watchdog_.get());
@@ -127,6 +129,14 @@ Outcome Core::handle_message(Connection& conn, const void* data, std::size_t len
   gpuos_msg_header h;
   std::memcpy(&h, data, sizeof(h));
   if (h.type <= GPUOS_MSG_TYPE_MAX) ++stats_.messages[h.type];
+  // A claim's socket is its tenants' only way in: nothing there is an admin's or another tenant's
+  // business (a container's root is not gpuosd's).
+  if (!conn.claim_uid.empty() && h.type != GPUOS_MSG_REGISTER && h.type != GPUOS_MSG_ACTIVITY &&
+      h.type != GPUOS_MSG_SWAP_POOL) {
+    std::snprintf(why, sizeof(why), "message type %u is not served on a claim's socket (tenants only)",
+                  static_cast<unsigned>(h.type));
+    return refuse(seq, GPUOS_ERR_PERMISSION, why);
+  }
   // Copy into properly aligned structs (the buffer may be anything).
   switch (h.type) {
     case GPUOS_MSG_REGISTER: {
@@ -158,6 +168,16 @@ Outcome Core::handle_message(Connection& conn, const void* data, std::size_t len
       std::memcpy(&m, data, sizeof(m));
       return on_space_query(conn, m);
     }
+    case GPUOS_MSG_CLAIM_PREPARE: {
+      gpuos_msg_claim_prepare m;
+      std::memcpy(&m, data, sizeof(m));
+      return on_claim_prepare(conn, m);
+    }
+    case GPUOS_MSG_CLAIM_UNPREPARE: {
+      gpuos_msg_claim_unprepare m;
+      std::memcpy(&m, data, sizeof(m));
+      return on_claim_unprepare(conn, m);
+    }
     default:
       std::snprintf(why, sizeof(why), "message type %u is sent by the daemon, not to it",
                     static_cast<unsigned>(h.type));
@@ -166,9 +186,25 @@ Outcome Core::handle_message(Connection& conn, const void* data, std::size_t len
   }
 }
 
-Outcome Core::on_register(Connection& conn, const gpuos_msg_register& m) {
+Outcome Core::on_register(Connection& conn, const gpuos_msg_register& asked) {
   char why[GPUOS_TEXT_MAX];
-  const uint32_t seq = m.hdr.seq;
+  const uint32_t seq = asked.hdr.seq;
+  // A claim's tenant gets the claim's settings (an admin's word), whatever it asked for.
+  gpuos_msg_register m = asked;
+  const Claim* claim = nullptr;
+  if (!conn.claim_uid.empty()) {
+    claim = claims_.find(conn.claim_uid);
+    if (claim == nullptr) return refuse_register(seq, GPUOS_ERR_NOT_FOUND, "this claim is no longer prepared");
+    m.tenant_class = claim->tenant_class;
+    m.priority = claim->priority;
+    m.weight = claim->weight;
+    m.requested_mem_bytes = claim->mem_bytes;
+    m.requested_borrow_bytes = claim->borrow_bytes;
+    m.max_slowdown_permille = claim->max_slowdown_permille;
+    m.space_sms = claim->space_sms;
+    std::memset(m.space_domain, 0, sizeof(m.space_domain));
+    copy_name(m.space_domain, sizeof(m.space_domain), claim->space_domain.c_str());
+  }
   if (conn.tenant_id != 0) {
     return refuse_register(seq, GPUOS_ERR_BAD_MESSAGE, "this connection already registered a tenant");
   }
@@ -184,11 +220,17 @@ Outcome Core::on_register(Connection& conn, const gpuos_msg_register& m) {
     std::snprintf(why, sizeof(why), "weight %u out of range 1..10000", m.weight);
     return refuse_register(seq, GPUOS_ERR_BAD_MESSAGE, why);
   }
+  // A tenant in a container knows its pid in its own pid namespace, gpuosd the host's: the REGISTER
+  // pid is checked against the peer's innermost pid, and gpuosd keeps the host's.
   if (m.pid != conn.peer.pid) {
-    std::snprintf(why, sizeof(why), "pid %d does not match the socket peer (pid %d)", m.pid,
-                  static_cast<int>(conn.peer.pid));
-    log::warn("refused registration: %s", why);
-    return refuse_register(seq, GPUOS_ERR_PERMISSION, why);
+    const pid_t inner = opts_.innermost_pid ? opts_.innermost_pid(conn.peer.pid) : innermost_pid(conn.peer.pid);
+    if (inner != m.pid || inner == 0) {
+      std::snprintf(why, sizeof(why), "pid %d does not match the socket peer (pid %d)", m.pid,
+                    static_cast<int>(conn.peer.pid));
+      log::warn("refused registration: %s", why);
+      return refuse_register(seq, GPUOS_ERR_PERMISSION, why);
+    }
+    m.pid = conn.peer.pid;
   }
   // One live registration per process: a process is one tenant (a second REGISTER from the same
   // pid, on another connection, would let it hold many slots and many gates).
@@ -200,8 +242,11 @@ Outcome Core::on_register(Connection& conn, const gpuos_msg_register& m) {
     }
   }
   if (opts_.max_tenants_per_uid != 0 && !conn.peer.admin) {
-    const auto of_uid = std::count_if(tenants_.begin(), tenants_.end(),
-                                      [&](const auto& e) { return e.second.uid == conn.peer.uid; });
+    // A claim's tenants are counted by claim (containers' uids say nothing across pods).
+    const auto of_uid = std::count_if(tenants_.begin(), tenants_.end(), [&](const auto& e) {
+      return claim != nullptr ? e.second.claim_uid == claim->uid
+                              : e.second.claim_uid.empty() && e.second.uid == conn.peer.uid;
+    });
     if (static_cast<uint32_t>(of_uid) >= opts_.max_tenants_per_uid) {
       std::snprintf(why, sizeof(why), "uid %u has %u live tenants (max_per_uid = %u)",
                     static_cast<unsigned>(conn.peer.uid), opts_.max_tenants_per_uid, opts_.max_tenants_per_uid);
@@ -237,10 +282,28 @@ Outcome Core::on_register(Connection& conn, const gpuos_msg_register& m) {
   t.weight = m.weight;
   t.requested_mem_bytes = m.requested_mem_bytes;
   copy_name(t.name, sizeof(t.name), m.name);
+  if (claim != nullptr) {
+    t.claim_uid = claim->uid;
+    t.pod_namespace = claim->claim_namespace;
+    t.pod_name = claim->pod_name;
+    t.pod_uid = claim->pod_uid;
+  } else {
+    // A process in a pod that came by gpuosd's own socket: its cgroup path names the pod.
+    t.pod_uid = opts_.pod_uid_of ? opts_.pod_uid_of(m.pid) : pod_uid_of_process(m.pid);
+    for (const auto& [uid, c] : claims_.all()) {
+      if (!t.pod_uid.empty() && c.pod_uid == t.pod_uid) {
+        t.pod_namespace = c.claim_namespace;
+        t.pod_name = c.pod_name;
+      }
+    }
+  }
   if (m.space_domain[0] != '\0') {
     // Spatial sharing is only among tenants of one trust domain (MPS gives no fault isolation):
     // the config says who may join. A tenant that may not is admitted, time-shared.
-    std::string no = opts_.space_admit ? opts_.space_admit(m.space_domain, conn.peer)
+    // (A claim's domain was an admin's choice: only whether the domain exists is asked.)
+    Peer asker = conn.peer;
+    if (claim != nullptr) asker.admin = true;
+    std::string no = opts_.space_admit ? opts_.space_admit(m.space_domain, asker)
                                        : std::string("no spatial domains are configured");
     if (no.empty()) {
       copy_name(t.space.domain, sizeof(t.space.domain), m.space_domain);
@@ -254,7 +317,8 @@ Outcome Core::on_register(Connection& conn, const gpuos_msg_register& m) {
   // Why a tenant that asked for guaranteed got less: the REGISTER reply's text tells the tenant, which
   // tells its user (its class alone would not say why).
   std::string lowered_why;
-  if (m.tenant_class == GPUOS_CLASS_GUARANTEED && opts_.guaranteed_needs_admin && !conn.peer.admin) {
+  if (m.tenant_class == GPUOS_CLASS_GUARANTEED && opts_.guaranteed_needs_admin && !conn.peer.admin &&
+      claim == nullptr) {
     // A tenant never raises its own class: guaranteed is granted to admins only.
     log::warn("pid %d (%s, uid %u) asked for guaranteed; admitted as best-effort (not an admin)", m.pid,
               t.name, static_cast<unsigned>(conn.peer.uid));
@@ -279,7 +343,7 @@ Outcome Core::on_register(Connection& conn, const gpuos_msg_register& m) {
   // A tenant never grants itself more memory than the config allows: for a non-admin, quota and
   // borrowable bytes together stay within the cap.
   auto apply_cap = [&](slots::Admission& a) {
-    if (cap == 0 || conn.peer.admin) return;
+    if (cap == 0 || conn.peer.admin || claim != nullptr) return;  // (a claim was checked against it)
     if (a.mem_quota_bytes == 0 || a.mem_quota_bytes > cap) a.mem_quota_bytes = cap;
     a.mem_borrow_bytes = std::min(a.mem_borrow_bytes, cap - a.mem_quota_bytes);
   };
@@ -364,6 +428,11 @@ Outcome Core::on_register(Connection& conn, const gpuos_msg_register& m) {
             adm.max_inflight, adm.idle_grace_us,
             t.granted.max_slowdown_permille / 1000, t.granted.max_slowdown_permille % 1000,
             t.in_domain() ? " space_domain " : "", t.space.domain);
+  if (!t.pod_uid.empty()) {
+    log::info("tenant %u is in pod %s/%s (uid %s)%s%s", t.id, t.pod_namespace.empty() ? "?" : t.pod_namespace.c_str(),
+              t.pod_name.empty() ? "?" : t.pod_name.c_str(), t.pod_uid.c_str(), claim ? ", claim " : "",
+              claim ? claim->uid.c_str() : "");
+  }
   tenants_.emplace(t.id, t);
   ids_.record(t.id, t.uid, t.pid, held);
   const uint64_t now = now_mono_ns();
@@ -433,6 +502,107 @@ Outcome Core::on_shutdown(Connection& conn, const gpuos_msg_header& h) {
   o.replies.push_back(make_reply(GPUOS_MSG_REPLY, h.seq, GPUOS_OK, 0, "shutting down"));
   o.close = true;
   o.shutdown = true;
+  return o;
+}
+
+std::string Core::check_claim(const Claim& c) const {
+  const GpuInfo* gpu = nullptr;
+  if (!c.gpu_uuid.empty()) {
+    for (const GpuInfo& g : opts_.gpus) {
+      if (g.uuid == "GPU-" + c.gpu_uuid || g.uuid == c.gpu_uuid) gpu = &g;
+    }
+    if (gpu == nullptr) return "no GPU " + c.gpu_uuid + " on this node";
+  }
+  // The node's cap on a quota: the GPU's memory (any GPU's when the claim names none), and the
+  // config's [tenants] cap, which a claim may not pass either.
+  uint64_t largest = 0;
+  for (const GpuInfo& g : opts_.gpus) largest = std::max(largest, g.total_mem_bytes);
+  const uint64_t gpu_mem = gpu != nullptr ? gpu->total_mem_bytes : largest;
+  if (gpu_mem != 0 && c.mem_bytes > gpu_mem) {
+    return "memory quota " + std::to_string(c.mem_bytes) + " bytes is more than the GPU has (" +
+           std::to_string(gpu_mem) + ")";
+  }
+  if (opts_.mem_quota_cap_bytes != 0 && c.mem_bytes + c.borrow_bytes > opts_.mem_quota_cap_bytes) {
+    return "memory quota + borrow " + std::to_string(c.mem_bytes + c.borrow_bytes) +
+           " bytes is more than this node's cap ([tenants] mem_quota_cap, " +
+           std::to_string(opts_.mem_quota_cap_bytes) + ")";
+  }
+  if (!c.space_domain.empty()) {
+    Peer admin;
+    admin.admin = true;
+    std::string no = opts_.space_admit ? opts_.space_admit(c.space_domain, admin)
+                                       : std::string("no spatial domains are configured");
+    if (!no.empty()) return "spatial domain \"" + c.space_domain + "\": " + no;
+  }
+  return "";
+}
+
+Outcome Core::on_claim_prepare(Connection& conn, const gpuos_msg_claim_prepare& m) {
+  char why[GPUOS_TEXT_MAX];
+  if (!conn.peer.admin) {
+    std::snprintf(why, sizeof(why), "CLAIM_PREPARE needs an admin (uid %u is not)", static_cast<unsigned>(conn.peer.uid));
+    log::warn("refused: %s", why);
+    return refuse(m.hdr.seq, GPUOS_ERR_PERMISSION, why);
+  }
+  Claim c;
+  if (std::string no = claim_from_message(m, &c); !no.empty()) {
+    log::warn("refused a claim: %s", no.c_str());
+    return refuse(m.hdr.seq, GPUOS_ERR_BAD_MESSAGE, no.c_str());
+  }
+  if (claim_sockets_ == nullptr || opts_.claim_socket_root.empty()) {
+    return refuse(m.hdr.seq, GPUOS_ERR_REFUSED, "this gpuosd serves no claims (no socket directory)");
+  }
+  const std::string dir = claim_socket_dir(opts_.claim_socket_root, c.uid);
+  Outcome o;
+  if (const Claim* have = claims_.find(c.uid)) {  // the plugin (or the kubelet) asks again
+    if (!(*have == c)) {
+      std::snprintf(why, sizeof(why), "claim %s is prepared already, with other settings", c.uid.c_str());
+      log::warn("refused: %s", why);
+      return refuse(m.hdr.seq, GPUOS_ERR_BAD_MESSAGE, why);
+    }
+    o.replies.push_back(make_reply(GPUOS_MSG_REPLY, m.hdr.seq, GPUOS_OK, 0, dir.c_str()));
+    return o;
+  }
+  if (std::string no = check_claim(c); !no.empty()) {
+    log::warn("refused claim %s (%s/%s): %s", c.uid.c_str(), c.claim_namespace.c_str(), c.claim_name.c_str(), no.c_str());
+    return refuse(m.hdr.seq, GPUOS_ERR_REFUSED, no.c_str());
+  }
+  if (std::string no = claim_sockets_->open_claim_socket(c.uid); !no.empty()) {
+    log::error("claim %s: %s", c.uid.c_str(), no.c_str());
+    return refuse(m.hdr.seq, GPUOS_ERR_INTERNAL, no.c_str());
+  }
+  if (std::string no; !claims_.put(c, &no)) {
+    claim_sockets_->close_claim_socket(c.uid);
+    log::error("claim %s: %s", c.uid.c_str(), no.c_str());
+    return refuse(m.hdr.seq, GPUOS_ERR_INTERNAL, no.c_str());
+  }
+  log::info("claim %s prepared: %s/%s for pod %s (uid %s), class %s, mem %llu borrow %llu%s%s", c.uid.c_str(),
+            c.claim_namespace.c_str(), c.claim_name.c_str(), c.pod_name.empty() ? "-" : c.pod_name.c_str(),
+            c.pod_uid.empty() ? "-" : c.pod_uid.c_str(), class_name(c.tenant_class),
+            static_cast<unsigned long long>(c.mem_bytes), static_cast<unsigned long long>(c.borrow_bytes),
+            c.space_domain.empty() ? "" : ", domain ", c.space_domain.c_str());
+  o.replies.push_back(make_reply(GPUOS_MSG_REPLY, m.hdr.seq, GPUOS_OK, 0, dir.c_str()));
+  return o;
+}
+
+Outcome Core::on_claim_unprepare(Connection& conn, const gpuos_msg_claim_unprepare& m) {
+  char why[GPUOS_TEXT_MAX];
+  if (!conn.peer.admin) {
+    std::snprintf(why, sizeof(why), "CLAIM_UNPREPARE needs an admin (uid %u is not)", static_cast<unsigned>(conn.peer.uid));
+    log::warn("refused: %s", why);
+    return refuse(m.hdr.seq, GPUOS_ERR_PERMISSION, why);
+  }
+  if (!has_nul(m.claim_uid, sizeof(m.claim_uid)) || !valid_claim_uid(m.claim_uid)) {
+    return refuse(m.hdr.seq, GPUOS_ERR_BAD_MESSAGE, "claim uid is not 1..36 of [0-9a-z-]");
+  }
+  const std::string uid = m.claim_uid;
+  if (claims_.find(uid) != nullptr) {
+    if (claim_sockets_ != nullptr) claim_sockets_->close_claim_socket(uid);
+    claims_.erase(uid);
+    log::info("claim %s unprepared", uid.c_str());
+  }
+  Outcome o;
+  o.replies.push_back(make_reply(GPUOS_MSG_REPLY, m.hdr.seq, GPUOS_OK, 0, "unprepared"));
   return o;
 }
 

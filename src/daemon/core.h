@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "daemon/claims.h"
 #include "daemon/enforcer.h"
 #include "daemon/gpus.h"
 #include "daemon/id_ledger.h"
@@ -56,6 +57,17 @@ struct Connection {
   uint64_t id = 0;
   Peer peer;
   uint32_t tenant_id = 0;  // non-zero once this connection registered a tenant
+  std::string claim_uid;   // accepted on this claim's socket (claims.h); "" = gpuosd's own socket
+};
+
+// The server's side of claims: a listening socket per claim (Core asks, the server owns the fds).
+class ClaimSockets {
+ public:
+  virtual ~ClaimSockets() = default;
+  // Listens on the claim's socket (its directory made); "" or why not.
+  virtual std::string open_claim_socket(const std::string& claim_uid) = 0;
+  // Stops listening there and removes the socket and its directory.
+  virtual void close_claim_socket(const std::string& claim_uid) = 0;
 };
 
 // One datagram to send. The fds >= 0 (borrowed from the core; valid while the tenant lives) are
@@ -141,6 +153,15 @@ struct CoreOptions {
   // previous id is never honoured. pid_start_time: null = /proc (injectable for tests).
   std::string id_ledger_path;
   std::function<uint64_t(pid_t)> pid_start_time;
+  // Where gpuosd keeps the Kubernetes claims it admitted (claims.h); "" = in memory only. Their
+  // sockets' directories are under claim_socket_root (the control socket's path; "" = claims are
+  // refused).
+  std::string claims_path;
+  std::string claim_socket_root;
+  // Facts about a peer process (injectable for tests): its pid inside its own pid namespace, and
+  // the pod uid its cgroup path names. Null: /proc.
+  std::function<pid_t(pid_t)> innermost_pid;
+  std::function<std::string(pid_t)> pod_uid_of;
   uint32_t history = 256;
   std::vector<GpuInfo> gpus;
   // The policy of each slot; null: the slot's built-in (policies/builtin).
@@ -232,6 +253,10 @@ class Core final {
   // counts for GPU 0). Up to the latest observation; tenant_stats() observes up to its argument.
   uint64_t gpu_busy_ns(uint32_t index) const;
 
+  // Claims (claims.h): the server listens for each; set once before serving.
+  void set_claim_sockets(ClaimSockets* s) { claim_sockets_ = s; }
+  const ClaimStore& claims() const { return claims_; }
+
   // Builds a REPLY (or LIST_END) message.
   static Outgoing make_reply(uint32_t type, uint32_t seq, gpuos_status status, uint32_t count,
                              const char* text);
@@ -255,6 +280,11 @@ class Core final {
   Outcome on_activity(Connection& conn, const gpuos_msg_activity& m);
   Outcome on_swap_pool(Connection& conn, const gpuos_msg_header& h);
   Outcome on_space_query(Connection& conn, const gpuos_msg_space_query& m);
+  Outcome on_claim_prepare(Connection& conn, const gpuos_msg_claim_prepare& m);
+  Outcome on_claim_unprepare(Connection& conn, const gpuos_msg_claim_unprepare& m);
+  // What gpuosd itself checks of a claim (its GPU, its quota against the GPU and the config's cap,
+  // its domain): "" or why not.
+  std::string check_claim(const Claim& c) const;
 
   // The slots, each asked with a fresh view and its actions carried out.
   void run_time_gate(slots::Event e, uint32_t tenant_id, uint64_t now);
@@ -286,6 +316,8 @@ class Core final {
   SpaceEngine space_engine_;
   SwapEngine swap_engine_;
   IdLedger ids_;
+  ClaimStore claims_;
+  ClaimSockets* claim_sockets_ = nullptr;
   uint32_t next_id_ = 1;
   uint64_t gate_tick_at_ns_ = 0;    // the time gate's next_tick_ns
   uint64_t space_replan_at_ns_ = 0; // the space slot's next_ns

@@ -21,6 +21,10 @@ gpuos_msg_tenant_info Core::snapshot(const Tenant& t, uint32_t state, uint64_t e
   i.priority = t.priority;
   i.weight = t.weight;
   copy_name(i.name, sizeof(i.name), t.name);
+  copy_name(i.pod_namespace, sizeof(i.pod_namespace), t.pod_namespace.c_str());
+  copy_name(i.pod_name, sizeof(i.pod_name), t.pod_name.c_str());
+  copy_name(i.pod_uid, sizeof(i.pod_uid), t.pod_uid.c_str());
+  copy_name(i.claim_uid, sizeof(i.claim_uid), t.claim_uid.c_str());
   i.launches = load(cb.launches);
   i.graph_launches = load(cb.graph_launches);
   i.captured_launches = load(cb.captured_launches);

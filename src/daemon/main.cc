@@ -134,6 +134,9 @@ int main(int argc, char** argv) {
   co.max_tenants_per_uid = cfg.max_tenants_per_uid;
   // Beside the socket, in gpuosd's own directory (only its user may write there).
   co.id_ledger_path = so.socket_path.substr(0, so.socket_path.find_last_of('/') + 1) + "tenant-ids";
+  // Kubernetes claims (gpuos-dra): kept beside the ledger, their sockets under <socket dir>/claims/.
+  co.claims_path = so.socket_path.substr(0, so.socket_path.find_last_of('/') + 1) + "claims.txt";
+  co.claim_socket_root = so.socket_path;
   co.history = cfg.history;
   co.guaranteed_needs_admin = !cfg.guaranteed_for_anyone;
   co.mem_quota_cap_bytes = cfg.mem_quota_cap_bytes;

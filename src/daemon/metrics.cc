@@ -192,11 +192,17 @@ std::string render_metrics(Core& core, const MetricsContext& ctx, uint64_t now_m
   }
 
   // Tenants
-  w.family("gpuos_tenant_info", "gauge", "A live tenant (value 1), with its uid, priority and weight.");
+  w.family("gpuos_tenant_info", "gauge",
+           "A live tenant (value 1), with its uid, priority and weight, and its Kubernetes pod (\"\" when none; "
+           "join on tenant_id).");
   for (std::size_t i = 0; i < ts.size(); ++i) {
+    const gpuos_msg_tenant_info& t = ts[i].info;
     w.sample("gpuos_tenant_info",
-             tl[i] + "," + label("uid", u64(ts[i].info.uid)) + "," + label("priority", std::to_string(ts[i].info.priority)) +
-                 "," + label("weight", u64(ts[i].info.weight)),
+             tl[i] + "," + label("uid", u64(t.uid)) + "," + label("priority", std::to_string(t.priority)) +
+                 "," + label("weight", u64(t.weight)) + "," +
+                 label("pod_namespace", cstr(t.pod_namespace, sizeof(t.pod_namespace))) + "," +
+                 label("pod", cstr(t.pod_name, sizeof(t.pod_name))) + "," +
+                 label("pod_uid", cstr(t.pod_uid, sizeof(t.pod_uid))),
              "1");
   }
   per_tenant("gpuos_tenant_start_time_seconds", "gauge", "When the tenant registered, seconds since the Unix epoch.",

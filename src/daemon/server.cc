@@ -70,12 +70,14 @@ void block_shutdown_signals() {
 Server::Server(Core& core, ServerOptions opts) : core_(core), opts_(std::move(opts)) {}
 
 Server::~Server() {
+  core_.set_claim_sockets(nullptr);
   metrics_.reset();
   for (auto& [fd, c] : conns_) {
     if (c.pidfd >= 0) close(c.pidfd);
     close(fd);
   }
   if (listen_fd_ >= 0) close(listen_fd_);
+  for (auto& [fd, l] : claim_listeners_) close(fd);
   if (epoll_fd_ >= 0) close(epoll_fd_);
   if (stop_fd_ >= 0) close(stop_fd_);
   if (signal_fd_ >= 0) close(signal_fd_);
@@ -187,6 +189,11 @@ bool Server::start(std::string* err) {
     ::unlink(path.c_str());
     return false;
   }
+  // The claims a previous gpuosd admitted: their tenants come back to the same sockets.
+  core_.set_claim_sockets(this);
+  for (const auto& [uid, claim] : core_.claims().all()) {
+    if (std::string no = open_claim_socket(uid); !no.empty()) log::error("claim %s: %s", uid.c_str(), no.c_str());
+  }
   log::info("listening on %s (mode %o), %zu GPU(s), policies \"%s\", \"%s\", \"%s\"", path.c_str(),
             root ? 0666u : 0600u, core_.gpus().size(), core_.time_gate().name(), core_.space_policy().name(),
             core_.memory_policy().name());
@@ -209,6 +216,71 @@ bool Server::start(std::string* err) {
     }
   }
   return true;
+}
+
+std::string Server::open_claim_socket(const std::string& claim_uid) {
+  for (const auto& [fd, l] : claim_listeners_) {
+    if (l.uid == claim_uid) return "";  // listening already
+  }
+  const std::string dir = claim_socket_dir(opts_.socket_path, claim_uid);
+  const std::string path = dir + "/gpuosd.sock";
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.size() >= sizeof(addr.sun_path)) return "claim socket path " + path + " is longer than 107 bytes";
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  // Containers of any uid reach it (the socket, not the peer's uid, says whose tenant it is).
+  std::string err;
+  if (!make_dirs(dir, 0755, &err)) return err;
+  struct stat st;
+  if (::lstat(path.c_str(), &st) == 0) {  // a previous gpuosd's: it no longer answers (we own the dir)
+    if (!S_ISSOCK(st.st_mode)) return path + " exists and is not a socket; not touching it";
+    if (::unlink(path.c_str()) != 0) return "cannot remove stale socket " + path + ": " + errstr(errno);
+  }
+  int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return "socket: " + errstr(errno);
+  mode_t old = umask(0177);
+  int rc = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  int bind_errno = errno;
+  umask(old);
+  if (rc != 0) {
+    close(fd);
+    return "bind " + path + ": " + errstr(bind_errno);
+  }
+  ClaimListener l;
+  l.uid = claim_uid;
+  l.path = path;
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = fd;
+  if (::chmod(path.c_str(), 0666) != 0 || ::stat(path.c_str(), &st) != 0 || listen(fd, 64) != 0 ||
+      epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
+    err = "claim socket " + path + ": " + errstr(errno);
+    close(fd);
+    ::unlink(path.c_str());
+    return err;
+  }
+  l.ino = st.st_ino;
+  l.dev = st.st_dev;
+  claim_listeners_.emplace(fd, std::move(l));
+  log::info("claim %s: listening on %s", claim_uid.c_str(), path.c_str());
+  return "";
+}
+
+void Server::close_claim_socket(const std::string& claim_uid) {
+  for (auto it = claim_listeners_.begin(); it != claim_listeners_.end(); ++it) {
+    if (it->second.uid != claim_uid) continue;
+    epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, it->first, nullptr);
+    close(it->first);
+    paused_listeners_.erase(it->first);
+    struct stat st;
+    const std::string path = it->second.path;
+    if (::lstat(path.c_str(), &st) == 0 && st.st_ino == it->second.ino && st.st_dev == it->second.dev) {
+      ::unlink(path.c_str());
+    }
+    ::rmdir(path.substr(0, path.find_last_of('/')).c_str());  // (only if empty)
+    claim_listeners_.erase(it);
+    return;
+  }
 }
 
 uint16_t Server::metrics_port() const { return metrics_ ? metrics_->port() : 0; }
@@ -254,8 +326,8 @@ int Server::run() {
     for (int i = 0; i < n && !stopping_; ++i) {
       int fd = evs[i].data.fd;
       uint32_t e = evs[i].events;
-      if (fd == listen_fd_) {
-        on_accept();
+      if (fd == listen_fd_ || claim_listeners_.count(fd) != 0) {
+        on_accept(fd);
       } else if (fd == stop_fd_) {
         log::info("stop requested");
         stopping_ = true;
@@ -337,9 +409,11 @@ std::string Server::refusal(uid_t uid, bool admin) const {
   return "";
 }
 
-void Server::on_accept() {
+void Server::on_accept(int listen_fd) {
+  std::string claim_uid;
+  if (auto cl = claim_listeners_.find(listen_fd); cl != claim_listeners_.end()) claim_uid = cl->second.uid;
   for (;;) {
-    int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    int fd = accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EINTR) continue;
       if (errno == EMFILE || errno == ENFILE) {
@@ -347,9 +421,9 @@ void Server::on_accept() {
         // polling it (no busy loop) until a connection closes and frees an fd.
         log::warn("accept: %s; not accepting until a connection closes", std::strerror(errno));
         epoll_event ev{};
-        ev.data.fd = listen_fd_;
-        epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, listen_fd_, &ev);
-        accept_paused_ = true;
+        ev.data.fd = listen_fd;
+        epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, listen_fd, &ev);
+        paused_listeners_.insert(listen_fd);
       } else if (errno != EAGAIN && errno != EWOULDBLOCK) {
         log::warn("accept: %s", std::strerror(errno));
       }
@@ -366,7 +440,8 @@ void Server::on_accept() {
     if (opts_.admin_gid && cred.uid != 0 && cred.uid != opts_.daemon_uid) {
       groups = peer_groups(cred.pid, cred.uid, cred.gid);
     }
-    const bool admin = is_admin(cred.uid, opts_.daemon_uid, groups, opts_.admin_gid);
+    // Nobody is an admin on a claim's socket: a container's root is not the node's.
+    const bool admin = claim_uid.empty() && is_admin(cred.uid, opts_.daemon_uid, groups, opts_.admin_gid);
     // Limits per uid and a reserve for admins: no user can take every slot and lock out the others
     // (or root's `gpuos ps`). The refusal is a reply, so the client can say why.
     if (std::string why = refusal(cred.uid, admin); !why.empty()) {
@@ -393,6 +468,7 @@ void Server::on_accept() {
     c.c.peer.uid = cred.uid;
     c.c.peer.gid = cred.gid;
     c.c.peer.admin = admin;
+    c.c.claim_uid = claim_uid;
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.fd = fd;
@@ -534,13 +610,13 @@ void Server::close_conn(int fd) {
   }
   conns_.erase(it);  // drops queued replies (they may borrow the tenant's memfd) before it closes
   close(fd);
-  if (accept_paused_ && listen_fd_ >= 0) {  // an fd is free again
-    accept_paused_ = false;
+  for (int lfd : paused_listeners_) {  // an fd is free again
     epoll_event ev{};
     ev.events = EPOLLIN;
-    ev.data.fd = listen_fd_;
-    epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, listen_fd_, &ev);
+    ev.data.fd = lfd;
+    epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, lfd, &ev);
   }
+  paused_listeners_.clear();
   core_.connection_closed(c);
 }
 
@@ -557,6 +633,15 @@ void Server::shutdown_all() {
     close(listen_fd_);
     listen_fd_ = -1;
   }
+  // Claims stay prepared (the file keeps them) and their directories stay for the containers that
+  // bind-mount them; only the sockets go, as the main one does.
+  for (auto& [fd, l] : claim_listeners_) {
+    epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
+    close(fd);
+    if (::lstat(l.path.c_str(), &st) == 0 && st.st_ino == l.ino && st.st_dev == l.dev) ::unlink(l.path.c_str());
+  }
+  claim_listeners_.clear();
+  core_.set_claim_sockets(nullptr);
   log::info("stopped");
 }
 

@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "daemon/core.h"
@@ -45,7 +46,7 @@ class MetricsHttp;
 // Blocks SIGTERM and SIGINT in the calling thread (call in main before starting any thread).
 void block_shutdown_signals();
 
-class Server {
+class Server final : public ClaimSockets {
  public:
   Server(Core& core, ServerOptions opts);
   ~Server();
@@ -61,6 +62,10 @@ class Server {
   // The metrics endpoint's TCP port once start() returned, 0 if there is none.
   uint16_t metrics_port() const;
 
+  // ClaimSockets (core.h): a listening socket per Kubernetes claim, <socket dir>/claims/<uid>/.
+  std::string open_claim_socket(const std::string& claim_uid) override;
+  void close_claim_socket(const std::string& claim_uid) override;
+
  private:
   struct Conn {
     Connection c;
@@ -72,7 +77,7 @@ class Server {
     uint64_t last_message_ns = 0;  // idle_clock at accept, then at each message received
   };
 
-  void on_accept();
+  void on_accept(int listen_fd);
   void on_readable(int fd);
   void on_writable(int fd);
   void apply(Conn& conn, Outcome&& o);
@@ -102,10 +107,18 @@ class Server {
   std::map<int, int> pidfd_to_conn_;  // pidfd -> socket fd
   std::map<uid_t, uint32_t> conns_per_uid_;  // open non-admin connections by uid
   uint64_t next_idle_check_ns_ = UINT64_MAX;  // idle_clock time of the next expire_idle
-  bool accept_paused_ = false;
   uint64_t next_refusal_log_ns_ = 0;  // refusals are logged at most once a second
   uint64_t refusals_unlogged_ = 0;  // out of fds: the listening socket is not polled until one closes
   std::unique_ptr<MetricsHttp> metrics_;
+  // Claims' sockets. Their directories outlive gpuosd (containers bind-mount them: a restarted
+  // gpuosd's new socket must appear where the old one was); only unpreparing removes one.
+  struct ClaimListener {
+    std::string uid, path;
+    ino_t ino = 0;
+    dev_t dev = 0;
+  };
+  std::map<int, ClaimListener> claim_listeners_;  // by listening fd
+  std::set<int> paused_listeners_;                // out of fds: not polled until a connection closes
 };
 
 }  // namespace gpuos::daemon

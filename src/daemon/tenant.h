@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "gpuos/abi.h"
@@ -131,6 +132,10 @@ struct Tenant {
   SwapState swap;
   BusyState busy;
   BudgetState budget;
+  // Kubernetes: the claim it was admitted under ("" = none) and its pod ("" = not known; the uid
+  // alone when only the process's cgroup path named it).
+  std::string claim_uid;
+  std::string pod_namespace, pod_name, pod_uid;
   bool in_domain() const { return space.domain[0] != '\0'; }
 };
 

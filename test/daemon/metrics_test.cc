@@ -201,7 +201,7 @@ TEST_F(MetricsFixture, ExpositionOfADaemonWithATenant) {
   EXPECT_EQ(m["gpuos_tenant_gate_wait_duration_seconds_count" + L], "4");
   EXPECT_EQ(m["gpuos_tenant_gate_wait_duration_seconds_sum" + L], "1.5");
   EXPECT_EQ(m["gpuos_tenant_info{tenant_id=\"1\",tenant=\"a\\\"b\",class=\"guaranteed\",pid=\"1234\",uid=\"1000\","
-              "priority=\"0\",weight=\"100\"}"],
+              "priority=\"0\",weight=\"100\",pod_namespace=\"\",pod=\"\",pod_uid=\"\"}"],
             "1");
 
   // Exit: the tenant's series go, the exit counter moves.

@@ -1,0 +1,314 @@
+// Kubernetes claims in gpuosd's core: CLAIM_PREPARE / UNPREPARE, a claim's socket binding its
+// tenants to the claim's settings and pod, and what is kept across a restart. No sockets: a fake
+// ClaimSockets records what the server would listen on.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "common/ipc.h"
+#include "daemon/claims.h"
+#include "daemon/core.h"
+#include "tenant_side.h"
+
+namespace gpuos::daemon {
+namespace {
+
+constexpr const char* kGpu = "0b1c2d3e-4f50-6172-8394-a5b6c7d8e9f0";
+constexpr const char* kClaim = "5f0e7c6a-1b2c-4d3e-8f90-a1b2c3d4e5f6";
+constexpr const char* kPod = "9a8b7c6d-5e4f-4a3b-9c2d-1e0f9a8b7c6d";
+
+template <typename M>
+M decode(const Outgoing& o) {
+  M m{};
+  EXPECT_EQ(o.bytes.size(), sizeof(M));
+  std::memcpy(&m, o.bytes.data(), std::min(o.bytes.size(), sizeof(M)));
+  return m;
+}
+
+void set(char* dst, std::size_t n, const std::string& v) {
+  std::memset(dst, 0, n);
+  std::memcpy(dst, v.data(), std::min(v.size(), n - 1));
+}
+
+gpuos_msg_claim_prepare prepare_msg() {
+  gpuos_msg_claim_prepare m{};
+  init_header(&m.hdr, GPUOS_MSG_CLAIM_PREPARE, sizeof(m), 7);
+  set(m.claim_uid, sizeof(m.claim_uid), kClaim);
+  set(m.claim_namespace, sizeof(m.claim_namespace), "inference");
+  set(m.claim_name, sizeof(m.claim_name), "llm-0-gpu");
+  set(m.pod_name, sizeof(m.pod_name), "llm-0");
+  set(m.pod_uid, sizeof(m.pod_uid), kPod);
+  set(m.gpu_uuid, sizeof(m.gpu_uuid), kGpu);
+  m.tenant_class = GPUOS_CLASS_GUARANTEED;
+  m.priority = 10;
+  m.weight = 100;
+  m.mem_bytes = 8ull << 30;
+  m.borrow_bytes = 2ull << 30;
+  m.max_slowdown_permille = 1250;
+  return m;
+}
+
+class FakeSockets final : public ClaimSockets {
+ public:
+  std::string open_claim_socket(const std::string& uid) override {
+    if (fail) return "no room";
+    open.insert(uid);
+    return "";
+  }
+  void close_claim_socket(const std::string& uid) override { open.erase(uid); }
+  std::set<std::string> open;
+  bool fail = false;
+};
+
+struct Claims : ::testing::Test {
+  std::string dir;
+  FakeSockets sockets;
+  std::unique_ptr<Core> core;
+  Connection admin, outsider;
+
+  void SetUp() override {
+    char tmpl[] = "/tmp/gpuos-claims-test-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir = tmpl;
+    make_core();
+    admin.id = 1;
+    admin.peer = Peer{getpid(), 0, 0, true};
+    outsider.id = 2;
+    outsider.peer = Peer{4321, 1000, 1000, false};
+  }
+  void TearDown() override { std::filesystem::remove_all(dir); }
+  void make_core(uint64_t cap = 0) {
+    core.reset();
+    CoreOptions o;
+    o.gpus.push_back(GpuInfo{0, "Sim", std::string("GPU-") + kGpu, 132, 16ull << 30, {}, 0});
+    o.claims_path = dir + "/claims.txt";
+    o.claim_socket_root = dir + "/gpuosd.sock";
+    o.mem_quota_cap_bytes = cap;
+    o.guaranteed_needs_admin = true;
+    o.one_tenant_per_pid = false;
+    // A container's tenant: its pid in its namespace is 7, whatever its host pid.
+    o.innermost_pid = [](pid_t) { return pid_t{7}; };
+    o.pod_uid_of = [](pid_t pid) { return pid == 5555 ? std::string(kPod) : std::string(); };
+    core = std::make_unique<Core>(std::move(o));
+    core->set_claim_sockets(&sockets);
+  }
+  template <typename M>
+  Outcome send(Connection& c, const M& m) {
+    return core->handle_message(c, &m, sizeof(m));
+  }
+  static gpuos_msg_reply reply(const Outcome& o) {
+    EXPECT_EQ(o.replies.size(), 1u);
+    return o.replies.empty() ? gpuos_msg_reply{} : decode<gpuos_msg_reply>(o.replies[0]);
+  }
+  std::vector<gpuos_msg_tenant_info> list() {
+    gpuos_msg_list l{};
+    init_header(&l.hdr, GPUOS_MSG_LIST, sizeof(l), 1);
+    Outcome o = send(admin, l);
+    std::vector<gpuos_msg_tenant_info> out;
+    for (const Outgoing& r : o.replies) {
+      gpuos_msg_header h;
+      std::memcpy(&h, r.bytes.data(), sizeof(h));
+      if (h.type == GPUOS_MSG_TENANT_INFO) out.push_back(decode<gpuos_msg_tenant_info>(r));
+    }
+    return out;
+  }
+};
+
+TEST_F(Claims, PrepareIsForAdminsAndIdempotent) {
+  auto m = prepare_msg();
+  gpuos_msg_reply r = reply(send(outsider, m));
+  EXPECT_EQ(r.status, GPUOS_ERR_PERMISSION);
+  EXPECT_TRUE(sockets.open.empty());
+
+  r = reply(send(admin, m));
+  ASSERT_EQ(r.status, GPUOS_OK) << r.text;
+  EXPECT_EQ(std::string(r.text), dir + "/claims/" + kClaim);
+  EXPECT_EQ(sockets.open, std::set<std::string>{kClaim});
+  ASSERT_NE(core->claims().find(kClaim), nullptr);
+
+  // The same claim again (a kubelet retry): OK, nothing new. Other settings: refused, kept as was.
+  r = reply(send(admin, m));
+  EXPECT_EQ(r.status, GPUOS_OK) << r.text;
+  auto other = m;
+  other.mem_bytes = 4ull << 30;
+  r = reply(send(admin, other));
+  EXPECT_EQ(r.status, GPUOS_ERR_BAD_MESSAGE);
+  EXPECT_NE(std::string(r.text).find("other settings"), std::string::npos) << r.text;
+  EXPECT_EQ(core->claims().find(kClaim)->mem_bytes, 8ull << 30);
+}
+
+TEST_F(Claims, BadClaimsAreRefusedAndLeaveNothing) {
+  struct Case {
+    const char* what;
+    void (*edit)(gpuos_msg_claim_prepare&);
+    gpuos_status status;
+  };
+  const Case cases[] = {
+      {"is not 1..36", [](gpuos_msg_claim_prepare& m) { set(m.claim_uid, sizeof(m.claim_uid), "../etc"); },
+       GPUOS_ERR_BAD_MESSAGE},
+      {"not NUL-terminated", [](gpuos_msg_claim_prepare& m) { std::memset(m.claim_name, 'a', sizeof(m.claim_name)); },
+       GPUOS_ERR_BAD_MESSAGE},
+      {"not a DNS label", [](gpuos_msg_claim_prepare& m) { set(m.claim_namespace, sizeof(m.claim_namespace), "Big_NS"); },
+       GPUOS_ERR_BAD_MESSAGE},
+      {"unknown tenant class", [](gpuos_msg_claim_prepare& m) { m.tenant_class = 9; }, GPUOS_ERR_BAD_MESSAGE},
+      {"weight", [](gpuos_msg_claim_prepare& m) { m.weight = 0; }, GPUOS_ERR_BAD_MESSAGE},
+      {"borrow needs", [](gpuos_msg_claim_prepare& m) { m.mem_bytes = 0; }, GPUOS_ERR_BAD_MESSAGE},
+      {"guaranteed tenants only",
+       [](gpuos_msg_claim_prepare& m) { m.tenant_class = GPUOS_CLASS_BEST_EFFORT; }, GPUOS_ERR_BAD_MESSAGE},
+      {"SMs need", [](gpuos_msg_claim_prepare& m) { m.space_sms = 16; }, GPUOS_ERR_BAD_MESSAGE},
+      {"more than the GPU has", [](gpuos_msg_claim_prepare& m) { m.mem_bytes = 17ull << 30; }, GPUOS_ERR_REFUSED},
+      {"no GPU", [](gpuos_msg_claim_prepare& m) { set(m.gpu_uuid, sizeof(m.gpu_uuid), "00000000-0000-0000-0000-000000000000"); },
+       GPUOS_ERR_REFUSED},
+      {"no spatial domains", [](gpuos_msg_claim_prepare& m) { set(m.space_domain, sizeof(m.space_domain), "inference"); },
+       GPUOS_ERR_REFUSED},
+  };
+  for (const Case& c : cases) {
+    auto m = prepare_msg();
+    c.edit(m);
+    gpuos_msg_reply r = reply(send(admin, m));
+    EXPECT_EQ(r.status, c.status) << c.what << ": " << r.text;
+    EXPECT_NE(std::string(r.text).find(c.what), std::string::npos) << r.text;
+  }
+  // The node's cap ([tenants] mem_quota_cap) binds a claim too.
+  make_core(4ull << 30);
+  gpuos_msg_reply r = reply(send(admin, prepare_msg()));
+  EXPECT_EQ(r.status, GPUOS_ERR_REFUSED);
+  EXPECT_NE(std::string(r.text).find("cap"), std::string::npos) << r.text;
+  // A socket that cannot be made: refused, not kept.
+  make_core();
+  sockets.fail = true;
+  r = reply(send(admin, prepare_msg()));
+  EXPECT_EQ(r.status, GPUOS_ERR_INTERNAL);
+  EXPECT_NE(std::string(r.text).find("no room"), std::string::npos) << r.text;
+  EXPECT_TRUE(core->claims().all().empty());
+  EXPECT_TRUE(sockets.open.empty());
+  std::ifstream f(dir + "/claims.txt");
+  std::string content((std::istreambuf_iterator<char>(f)), {});
+  EXPECT_EQ(content, "");
+}
+
+TEST_F(Claims, AClaimsTenantGetsTheClaimsSettingsAndPod) {
+  ASSERT_EQ(reply(send(admin, prepare_msg())).status, GPUOS_OK);
+  Connection tenant;
+  tenant.id = 9;
+  tenant.peer = Peer{31337, 0, 0, false};  // a container's root: no admin here
+  tenant.claim_uid = kClaim;
+  // It asks for best-effort without a quota, from pid 7 (its own namespace's).
+  gpuos_msg_register m = tenant_side::registration(7, GPUOS_CLASS_BEST_EFFORT, "server");
+  Outcome o = send(tenant, m);
+  ASSERT_EQ(o.registered, 1u);
+  auto rr = decode<gpuos_msg_register_reply>(o.replies[0]);
+  EXPECT_EQ(rr.tenant_class, static_cast<uint32_t>(GPUOS_CLASS_GUARANTEED));
+  auto tenants = list();
+  ASSERT_EQ(tenants.size(), 1u);
+  const auto& t = tenants[0];
+  EXPECT_EQ(t.pid, 31337);  // the host's pid
+  EXPECT_EQ(t.mem_quota_bytes, 8ull << 30);
+  EXPECT_EQ(t.mem_borrow_bytes, 2ull << 30);
+  EXPECT_EQ(t.priority, 10);
+  EXPECT_EQ(t.max_slowdown_permille, 1250u);
+  EXPECT_STREQ(t.pod_namespace, "inference");
+  EXPECT_STREQ(t.pod_name, "llm-0");
+  EXPECT_STREQ(t.pod_uid, kPod);
+  EXPECT_STREQ(t.claim_uid, kClaim);
+
+  // Only a tenant's messages are served on a claim's socket.
+  gpuos_msg_list l{};
+  init_header(&l.hdr, GPUOS_MSG_LIST, sizeof(l), 2);
+  EXPECT_EQ(reply(send(tenant, l)).status, GPUOS_ERR_PERMISSION);
+  gpuos_msg_set_gate g{};
+  init_header(&g.hdr, GPUOS_MSG_SET_GATE, sizeof(g), 3);
+  g.tenant_id = 1;
+  EXPECT_EQ(reply(send(tenant, g)).status, GPUOS_ERR_PERMISSION);
+  auto again = prepare_msg();
+  EXPECT_EQ(reply(send(tenant, again)).status, GPUOS_ERR_PERMISSION);
+
+  // A pid that is neither the peer's nor its namespace's is refused.
+  Connection liar = tenant;
+  liar.id = 10;
+  Outcome bad = send(liar, tenant_side::registration(8, GPUOS_CLASS_BEST_EFFORT, "x"));
+  EXPECT_EQ(bad.registered, 0u);
+}
+
+TEST_F(Claims, AProcessOfAPodFoundByItsCgroup) {
+  ASSERT_EQ(reply(send(admin, prepare_msg())).status, GPUOS_OK);
+  Connection c;
+  c.id = 11;
+  c.peer = Peer{5555, 1000, 1000, false};
+  ASSERT_EQ(send(c, tenant_side::registration(5555, GPUOS_CLASS_BEST_EFFORT, "by-hand")).registered, 1u);
+  auto t = list();
+  ASSERT_EQ(t.size(), 1u);
+  EXPECT_STREQ(t[0].pod_uid, kPod);
+  EXPECT_STREQ(t[0].pod_name, "llm-0");  // (from the claim of the same pod)
+  EXPECT_STREQ(t[0].claim_uid, "");
+  EXPECT_EQ(t[0].tenant_class, static_cast<uint32_t>(GPUOS_CLASS_BEST_EFFORT));
+}
+
+TEST_F(Claims, KeptAcrossARestartAndForgottenWhenUnprepared) {
+  ASSERT_EQ(reply(send(admin, prepare_msg())).status, GPUOS_OK);
+  make_core();  // a new gpuosd over the same directory
+  const Claim* c = core->claims().find(kClaim);
+  ASSERT_NE(c, nullptr);
+  Claim want;
+  ASSERT_EQ(claim_from_message(prepare_msg(), &want), "");
+  EXPECT_EQ(*c, want);
+
+  gpuos_msg_claim_unprepare u{};
+  init_header(&u.hdr, GPUOS_MSG_CLAIM_UNPREPARE, sizeof(u), 8);
+  set(u.claim_uid, sizeof(u.claim_uid), kClaim);
+  sockets.open.insert(kClaim);
+  EXPECT_EQ(reply(send(outsider, u)).status, GPUOS_ERR_PERMISSION);
+  EXPECT_EQ(reply(send(admin, u)).status, GPUOS_OK);
+  EXPECT_TRUE(sockets.open.empty());
+  EXPECT_EQ(core->claims().find(kClaim), nullptr);
+  EXPECT_EQ(reply(send(admin, u)).status, GPUOS_OK);  // unknown: fine (idempotent)
+  make_core();
+  EXPECT_TRUE(core->claims().all().empty());
+}
+
+TEST(ClaimFacts, PodUidFromCgroupPaths) {
+  // cgroupfs driver, systemd driver (underscores), cgroup v1 lines, and none.
+  EXPECT_EQ(pod_uid_from_cgroup_text("0::/kubepods/burstable/pod9a8b7c6d-5e4f-4a3b-9c2d-1e0f9a8b7c6d/abc123\n"), kPod);
+  EXPECT_EQ(pod_uid_from_cgroup_text("0::/kubepods.slice/kubepods-besteffort.slice/"
+                                     "kubepods-besteffort-pod9a8b7c6d_5e4f_4a3b_9c2d_1e0f9a8b7c6d.slice/"
+                                     "cri-containerd-0123.scope\n"),
+            kPod);
+  EXPECT_EQ(pod_uid_from_cgroup_text("4:memory:/kubepods/pod9a8b7c6d-5e4f-4a3b-9c2d-1e0f9a8b7c6d/x\n"), kPod);
+  EXPECT_EQ(pod_uid_from_cgroup_text("0::/user.slice/user-1000.slice/session-2.scope\n"), "");
+  EXPECT_EQ(pod_uid_from_cgroup_text("0::/podcast/9a8b7c6d\n"), "");
+}
+
+TEST(ClaimFacts, InnermostPidOfThisProcessIsItsOwn) {
+  EXPECT_EQ(innermost_pid(getpid()), getpid());
+  EXPECT_EQ(innermost_pid(-5), 0);
+}
+
+TEST(ClaimFacts, AMalformedLineOfTheFileIsSkipped) {
+  char tmpl[] = "/tmp/gpuos-claims-file-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string path = std::string(tmpl) + "/claims.txt";
+  {
+    ClaimStore s(path);
+    Claim c;
+    ASSERT_EQ(claim_from_message(prepare_msg(), &c), "");
+    std::string why;
+    ASSERT_TRUE(s.put(c, &why)) << why;
+  }
+  {
+    std::ofstream f(path, std::ios::app);
+    f << "uid=../../x\tnamespace=a\n" << "garbage\n" << "uid=abc\tclass=99999999999999999999999\n";
+  }
+  ClaimStore s(path);
+  s.load();
+  EXPECT_EQ(s.all().size(), 1u);
+  EXPECT_NE(s.find(kClaim), nullptr);
+  std::filesystem::remove_all(tmpl);
+}
+
+}  // namespace
+}  // namespace gpuos::daemon
