@@ -764,6 +764,60 @@ def check_pod(pod, path, ns, index, ctx, hostpath_same=False):
                             ctx.error(cpath + (field, j), f"$({ref}) is not an env variable of the container")
 
 
+def str_list(v):
+    return [x for x in v if isinstance(x, str)] if isinstance(v, list) else []
+
+
+def flag_value(args, flag):
+    """The value after `flag` (or of `flag=VALUE`) in a list of arguments, else None."""
+    args = str_list(args)
+    for i, a in enumerate(args):
+        if a == flag and i + 1 < len(args):
+            return args[i + 1]
+        if a.startswith(flag + "="):
+            return a[len(flag) + 1:]
+    return None
+
+
+def host_mount_of(pod, container, file_path):
+    """The hostPath volume a container sees file_path through, or None."""
+    volumes = {s(v.get("name")): v for _, v in items(pod, "volumes")}
+    for _, m in items(container, "volumeMounts"):
+        mp = (s(m.get("mountPath")) or "").rstrip("/")
+        if mp and (file_path == mp or file_path.startswith(mp + "/")) and g(volumes.get(s(m.get("name"))), "hostPath"):
+            return m
+    return None
+
+
+def check_gpuos_daemonset(pod, path, ctx):
+    """What gpuos-dra and gpuosd need from their containers (deploy/daemonset.yaml)."""
+    containers = {s(c.get("name")): (i, c) for i, c in items(pod, "containers")}
+    for name in ("gpuosd", "gpuos-dra"):
+        if name not in containers:
+            ctx.error(path + ("containers",), f"no container {name!r}")
+    if not pod.get("hostPID"):
+        ctx.error(path, "gpuosd needs hostPID: true (tenants' host pids, pidfds, /proc/<pid>/cgroup)")
+    if "gpuos-dra" in containers:
+        i, c = containers["gpuos-dra"]
+        args = str_list(g(c, "command")) + str_list(g(c, "args"))
+        if flag_value(args, "--node-name") is None:
+            ctx.error(path + ("containers", i), "gpuos-dra needs --node-name")
+        lib = flag_value(args, "--interposer") or "/usr/lib/gpuos/libgpuos.so"
+        if not host_mount_of(pod, c, lib):
+            ctx.error(path + ("containers", i), f"--interposer {lib} is not on a host path mounted in gpuos-dra: "
+                                                "CDI specs bind it from the host")
+    if "gpuosd" in containers:
+        i, c = containers["gpuosd"]
+        args = str_list(g(c, "command")) + str_list(g(c, "args"))
+        config = flag_value(args, "--config")
+        volumes = {s(v.get("name")): v for _, v in items(pod, "volumes")}
+        mounted = any(g(volumes.get(s(m.get("name"))), "configMap") and config
+                      and config.startswith((s(m.get("mountPath")) or "").rstrip("/") + "/")
+                      for _, m in items(c, "volumeMounts"))
+        if not mounted:
+            ctx.error(path + ("containers", i), f"gpuosd --config {config} is not in a mounted ConfigMap")
+
+
 def check_workload(b, index, ctx):
     ns = s(g(b, "metadata", "namespace"))
     match = g(b, "spec", "selector", "matchLabels")
@@ -777,6 +831,8 @@ def check_workload(b, index, ctx):
         # gpuos's DaemonSet writes CDI specs that the runtime reads on the host.
         hostpath_same = b.get("kind") == "DaemonSet" and s(g(b, "metadata", "name")) == "gpuos"
         check_pod(pod, ("spec", "template", "spec"), ns, index, ctx, hostpath_same)
+        if hostpath_same:
+            check_gpuos_daemonset(pod, ("spec", "template", "spec"), ctx)
 
 
 def device_class_of(name):
@@ -1010,6 +1066,12 @@ def targeted_cases(docs, gpuos_cli=None):
          "no ConfigMap"),
         ("ServiceAccount not defined", ds, pod + ("serviceAccountName",), "gpuos", "no ServiceAccount"),
         ("hostPID as a string", ds, pod + ("hostPID",), "true", "expected true or false"),
+        ("without hostPID", ds, pod + ("hostPID",), False, "needs hostPID"),
+        ("interposer in the image, not on the host", ds, pod + ("containers", 1, "args", 3),
+         "/usr/lib/libgpuos.so", "not on a host path"),
+        ("gpuos-dra without --node-name", ds, pod + ("containers", 1, "args", 0), "--node", "needs --node-name"),
+        ("gpuosd config outside the ConfigMap", ds, pod + ("containers", 0, "command", 2), "/etc/gpuos.toml",
+         "not in a mounted ConfigMap"),
         ("container name not a DNS label", ds, pod + ("containers", 0, "name"), "gpuosD", "DNS-1123 label"),
         ("TenantConfig of another apiVersion", rct, tc + ("apiVersion",), "gpuos.io/v2", "not one of gpuos.io/v1"),
         ("TenantConfig of another kind", rct, tc + ("kind",), "Tenant", "not one of TenantConfig"),
