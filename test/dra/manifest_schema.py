@@ -13,8 +13,9 @@ Beyond the shapes it checks what the API server, the kubelet or gpuos-dra would 
 claims that name a pod claim, claim templates, device classes, ConfigMaps and ServiceAccounts that
 exist among the manifests, the gpuos TenantConfig in opaque claim config (apiVersion gpuos.io/v1,
 kind TenantConfig, known fields, types and ranges), CEL selectors that select driver gpuos.io, the
-DaemonSet's host paths mounted where they are on the host (CDI specs name host paths), and that
-each kustomization.yaml lists every manifest beside it. With --gpuos-cli, gpuosd's config in the
+DaemonSet's host paths mounted where they are on the host (CDI specs name host paths) with the
+interposer on one of them, hostPID, gpuosd's --config in its ConfigMap, and that each
+kustomization.yaml lists every manifest beside it. With --gpuos-cli, gpuosd's config in the
 ConfigMap gpuos-config must pass `gpuos config check`.
 
 Then it proves it can fail: every field of every manifest is in turn misspelt, every required
