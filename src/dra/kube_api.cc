@@ -19,6 +19,8 @@ namespace {
 using json = nlohmann::json;
 
 constexpr std::size_t kMaxBody = 64u << 20;
+// A GPU's product name is whatever NVML says: invalid UTF-8 is replaced, never thrown about.
+constexpr auto kReplace = json::error_handler_t::replace;
 constexpr int kMaxPublishRounds = 5;
 constexpr const char* kServiceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount";
 
@@ -231,7 +233,7 @@ bool SlicePublisher::publish_locked(const std::vector<GpuShareInfo>& gpus, std::
     const KubeApi::Response got = api_.get(path);
     if (got.status == 404) {
       const int64_t generation = generation_ + 1;
-      const KubeApi::Response made = api_.post(resource_slices_path(), resource_slice(options_, gpus, generation, "").dump());
+      const KubeApi::Response made = api_.post(resource_slices_path(), resource_slice(options_, gpus, generation, "").dump(-1, ' ', false, kReplace));
       if (made.status == 200 || made.status == 201) {
         generation_ = generation;
         return true;
@@ -266,7 +268,7 @@ bool SlicePublisher::publish_locked(const std::vector<GpuShareInfo>& gpus, std::
       resource_version = meta["resourceVersion"].get<std::string>();
     }
     const int64_t generation = std::max(generation_, server_generation) + 1;
-    const KubeApi::Response put = api_.put(path, resource_slice(options_, gpus, generation, resource_version).dump());
+    const KubeApi::Response put = api_.put(path, resource_slice(options_, gpus, generation, resource_version).dump(-1, ' ', false, kReplace));
     if (put.status == 200 || put.status == 201) {
       generation_ = generation;
       return true;

@@ -58,12 +58,45 @@ bool parse_u32(std::string_view text, uint32_t* out) {
   return true;
 }
 
-// At most max bytes, not cutting a UTF-8 sequence.
-std::string cut_utf8(std::string_view text, std::size_t max) {
-  if (text.size() <= max) return std::string(text);
-  std::size_t end = max;
-  while (end > 0 && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) --end;
-  return std::string(text.substr(0, end));
+// Length of the valid UTF-8 sequence at text[i] (1..4), 0 if there is none.
+std::size_t utf8_sequence(std::string_view text, std::size_t i) {
+  const unsigned char c = static_cast<unsigned char>(text[i]);
+  std::size_t n = 0;
+  uint32_t cp = 0;
+  if (c < 0x80) return 1;
+  if (c >= 0xC2 && c <= 0xDF) n = 2, cp = c & 0x1F;
+  else if (c >= 0xE0 && c <= 0xEF) n = 3, cp = c & 0x0F;
+  else if (c >= 0xF0 && c <= 0xF4) n = 4, cp = c & 0x07;
+  else return 0;
+  if (i + n > text.size()) return 0;
+  for (std::size_t k = 1; k < n; ++k) {
+    const unsigned char cc = static_cast<unsigned char>(text[i + k]);
+    if ((cc & 0xC0) != 0x80) return 0;
+    cp = (cp << 6) | (cc & 0x3F);
+  }
+  const bool overlong = (n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000);
+  if (overlong || (cp >= 0xD800 && cp <= 0xDFFF) || cp > 0x10FFFF) return 0;
+  return n;
+}
+
+// An attribute string: valid UTF-8 (a byte that is not, or a control character, becomes '?', so the
+// slice can be written as JSON and compares equal to what the server gives back), at most max bytes
+// without cutting a character.
+std::string attribute_string(std::string_view text, std::size_t max) {
+  std::string out;
+  for (std::size_t i = 0; i < text.size();) {
+    const std::size_t n = utf8_sequence(text, i);
+    const bool control = n == 1 && (static_cast<unsigned char>(text[i]) < 0x20 || text[i] == 0x7f);
+    const std::size_t take = n == 0 || control ? 1 : n;
+    if (out.size() + take > max) break;
+    if (n == 0 || control) {
+      out += '?';
+    } else {
+      out.append(text.substr(i, n));
+    }
+    i += take;
+  }
+  return out;
 }
 
 json device_json(const GpuShareInfo& gpu, std::string_view tenant_class, uint32_t share) {
@@ -72,10 +105,10 @@ json device_json(const GpuShareInfo& gpu, std::string_view tenant_class, uint32_
   attributes["index"] = {{"int", static_cast<int64_t>(gpu.index)}};
   if (!gpu.uuid.empty()) {
     const std::string uuid = gpu.uuid.starts_with("GPU-") ? gpu.uuid : "GPU-" + gpu.uuid;
-    attributes["uuid"] = {{"string", cut_utf8(uuid, kMaxAttributeStringBytes)}};
+    attributes["uuid"] = {{"string", attribute_string(uuid, kMaxAttributeStringBytes)}};
   }
   if (!gpu.product_name.empty()) {
-    attributes["productName"] = {{"string", cut_utf8(gpu.product_name, kMaxAttributeStringBytes)}};
+    attributes["productName"] = {{"string", attribute_string(gpu.product_name, kMaxAttributeStringBytes)}};
   }
   attributes["sms"] = {{"int", static_cast<int64_t>(gpu.sm_count)}};
   attributes["share"] = {{"int", static_cast<int64_t>(share)}};

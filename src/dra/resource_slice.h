@@ -6,7 +6,9 @@
 // and per GPU i, `guaranteed` devices "gpu-<i>-guaranteed-<k>" then `best_effort` devices
 // "gpu-<i>-best-effort-<k>" (k from 0), each with the attributes (the driver's domain, unqualified)
 //   class {string: "guaranteed"|"best-effort"}, index {int: i}, uuid {string: "GPU-<uuid>"},
-//   productName {string} (cut to the API's 64 bytes), sms {int}, share {int: k}
+//   productName {string}, sms {int}, share {int: k}
+// (strings cut to the API's 64 bytes at a character boundary, invalid UTF-8 and control characters
+// written as '?')
 // and the capacity memory {value: "<the GPU's total bytes>"}; an empty uuid or product name leaves
 // its attribute out. No GPU: devices [] (nothing new is scheduled on the node while the slice says
 // so). A GPU index given twice is offered once.

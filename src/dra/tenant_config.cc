@@ -40,6 +40,13 @@ std::string quote_text(std::string_view text) {
   return out + "\"";
 }
 
+// A JSON value in a message: never throws (invalid UTF-8 replaced), at most 64 bytes.
+std::string json_text(const json& v) {
+  std::string text = v.dump(-1, ' ', false, json::error_handler_t::replace);
+  if (text.size() > 64) text = text.substr(0, 64) + "...";
+  return text;
+}
+
 enum class QuantityParse { kOk, kNotQuantity, kBad };
 
 // resource.Quantity's grammar: [+-] (digits [. digits] | . digits) [suffix], suffix one of
@@ -423,7 +430,8 @@ bool parse_quantity_bytes(std::string_view text, uint64_t* bytes, std::string* w
                        " is neither a Kubernetes quantity (40Gi, 512Mi, 1G, 1073741824) nor a gpuos size (8GiB)");
 }
 
-bool parse_tenant_config(const nlohmann::json& params, TenantSpec* out, std::string* why) {
+// parse_tenant_config without its exception guard.
+static bool parse_tenant_config_object(const nlohmann::json& params, TenantSpec* out, std::string* why) {
   *out = TenantSpec{};
   if (!params.is_object()) {
     return fail(why, std::string("TenantConfig: the parameters are not a JSON object (got ") + params.type_name() + ")");
@@ -431,13 +439,13 @@ bool parse_tenant_config(const nlohmann::json& params, TenantSpec* out, std::str
   const auto api = params.find("apiVersion");
   if (api == params.end()) return fail(why, "TenantConfig: apiVersion missing (want \"gpuos.io/v1\")");
   if (!api->is_string() || api->get_ref<const std::string&>() != kTenantConfigApiVersion) {
-    return fail(why, "TenantConfig: apiVersion " + (api->is_string() ? quote_text(api->get<std::string>()) : api->dump()) +
+    return fail(why, "TenantConfig: apiVersion " + (api->is_string() ? quote_text(api->get<std::string>()) : json_text(*api)) +
                          " is not supported (want \"gpuos.io/v1\")");
   }
   const auto kind = params.find("kind");
   if (kind == params.end()) return fail(why, "TenantConfig: kind missing (want \"TenantConfig\")");
   if (!kind->is_string() || kind->get_ref<const std::string&>() != kTenantConfigKind) {
-    return fail(why, "TenantConfig: kind " + (kind->is_string() ? quote_text(kind->get<std::string>()) : kind->dump()) +
+    return fail(why, "TenantConfig: kind " + (kind->is_string() ? quote_text(kind->get<std::string>()) : json_text(*kind)) +
                          " is not supported (want \"TenantConfig\")");
   }
   for (const auto& [key, value] : params.items()) {
@@ -452,6 +460,14 @@ bool parse_tenant_config(const nlohmann::json& params, TenantSpec* out, std::str
     if (!config_field(key, value, out, &what)) return fail(why, "TenantConfig: " + key + ": " + what);
   }
   return true;
+}
+
+bool parse_tenant_config(const nlohmann::json& params, TenantSpec* out, std::string* why) {
+  try {
+    return parse_tenant_config_object(params, out, why);
+  } catch (const std::exception& e) {  // no JSON error or allocation failure escapes: a refusal
+    return fail(why, std::string("TenantConfig: malformed: ") + e.what());
+  }
 }
 
 void merge_tenant_spec(const TenantSpec& later, TenantSpec* into) {

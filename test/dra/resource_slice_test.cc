@@ -146,8 +146,12 @@ TEST(ResourceSlice, AttributesWithinApiLimits) {
   gpus[1].product_name = std::string(63, 'y') + "\xc3\xa9";  // é across the 64-byte line
   gpus[1].uuid.clear();
   gpus.push_back(gpus[0]);                   // index 0 again: offered once
+  gpus.push_back(h200s(3)[2]);
+  gpus[3].product_name = "H\xff\xc3(200\n";      // not UTF-8, a control character
   const json devices = gpuos::dra::resource_slice_spec(node(), gpus, 1)["devices"];
-  ASSERT_EQ(devices.size(), 24u);
+  ASSERT_EQ(devices.size(), 36u);
+  EXPECT_EQ(devices[24]["attributes"]["productName"]["string"], "H?" "?(200?");
+  EXPECT_NO_THROW(gpuos::dra::resource_slice_spec(node(), gpus, 1).dump());
   EXPECT_EQ(devices[0]["attributes"]["productName"]["string"], std::string(64, 'x'));
   EXPECT_EQ(devices[0]["attributes"]["uuid"]["string"], "GPU-0d1e2f3a-4b5c-6d7e-8f90-000000000000");
   EXPECT_EQ(devices[12]["attributes"]["productName"]["string"], std::string(63, 'y'));
