@@ -148,7 +148,10 @@ KubeApi::Response KubeApi::request(const char* method, const std::string& path, 
   }
   curl_slist* raw = nullptr;
   raw = curl_slist_append(raw, "Accept: application/json");
-  if (body != nullptr) raw = curl_slist_append(raw, "Content-Type: application/json");
+  if (body != nullptr) {
+    raw = curl_slist_append(raw, "Content-Type: application/json");
+    raw = curl_slist_append(raw, "Expect:");  // no 100-continue round trip for bodies over 1 KiB
+  }
   if (!options_.token_file.empty()) {
     std::string token;
     if (!read_token(options_.token_file, &token, &r.error)) {

@@ -95,7 +95,8 @@ struct ClaimAllocation {
 //    and whose requests are empty or name the result's request ("<main>" also covers "<main>/<sub>");
 //    entries of other drivers, or without opaque config, are skipped;
 //  - the pod is the first status.reservedFor entry with resource "pods" (apiGroup "").
-// Then finish_tenant_spec with the class the device name carries. Never throws; bad input → false +
+// Then finish_tenant_spec with the class the device name carries. share.pool is returned as the
+// claim says: whether it is this node's pool is the caller's check. Never throws; bad input → false +
 // *why naming the claim (when known) and what is wrong. *out is unspecified on failure.
 bool parse_claim(std::string_view claim_json, std::string_view driver, std::string_view expected_uid,
                  ClaimAllocation* out, std::string* why);
