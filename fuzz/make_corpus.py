@@ -4,6 +4,7 @@
 Re-run after an ABI change: python3 fuzz/make_corpus.py
 Formats: see the comments at the top of fuzz/fuzz_core.cc and fuzz/fuzz_validate.cc.
 """
+import json
 import os
 import struct
 
@@ -184,6 +185,61 @@ name = "b.2"
 }
 
 
+# fuzz_dra_claim: ResourceClaims (resource.k8s.io/v1, compact JSON under the 1024-byte max_len) whose
+# metadata.uid is "fuzz-uid", TenantConfig objects, sizes and device names.
+def tenant(**fields):
+    d = {"apiVersion": "gpuos.io/v1", "kind": "TenantConfig"}
+    d.update(fields)
+    return d
+
+
+def claim(device="gpu-0-guaranteed-1", configs=(), results=None, uid="fuzz-uid", reserved=True):
+    results = results if results is not None else [
+        {"request": "gpu", "driver": "gpuos.io", "pool": "node-a", "device": device}]
+    status = {"allocation": {"devices": {"results": results, "config": list(configs)}}}
+    if reserved:
+        status["reservedFor"] = [{"resource": "pods", "name": "p", "uid": "pod-uid"}]
+    c = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+         "metadata": {"name": "c", "namespace": "ns", "uid": uid}, "status": status}
+    return json.dumps(c, separators=(",", ":")).encode()
+
+
+def opaque(source, params, requests=None, driver="gpuos.io"):
+    e = {"source": source, "opaque": {"driver": driver, "parameters": params}}
+    if requests is not None:
+        e["requests"] = requests
+    return e
+
+
+dra_claim = {
+    "claim_plain": claim(),
+    "claim_best_effort": claim("gpu-3-best-effort-7", reserved=False),
+    "claim_full_config": claim(configs=[opaque("FromClass", tenant(priority=5, mem="4Gi")),
+                                        opaque("FromClaim", tenant(**{"class": "guaranteed", "mem": "40Gi",
+                                                                       "borrow": "8Gi", "space": "inference",
+                                                                       "sms": 64, "maxSlowdown": "1.25"}),
+                                               ["gpu"])]),
+    "claim_numbers": claim(configs=[opaque("FromClaim", tenant(mem=1073741824, maxSlowdown=1.5, weight=10))]),
+    "claim_other_driver": claim(configs=[opaque("FromClaim", {"x": 1}, driver="other.io"),
+                                         opaque("FromClaim", tenant(weight=3), ["other"])]),
+    "claim_wrong_class": claim("gpu-0-best-effort-0", [opaque("FromClaim", tenant(**{"class": "guaranteed"}))]),
+    "claim_unknown_field": claim(configs=[opaque("FromClaim", tenant(gpus=2))]),
+    "claim_two_results": claim(results=[{"request": "a", "driver": "gpuos.io", "pool": "n", "device": "gpu-0-guaranteed-0"},
+                                        {"request": "b", "driver": "gpuos.io", "pool": "n", "device": "gpu-0-guaranteed-1"}]),
+    "claim_subrequest": claim(results=[{"request": "gpu/small", "driver": "gpuos.io", "pool": "n",
+                                        "device": "gpu-1-guaranteed-0"}],
+                              configs=[opaque("FromClaim", tenant(sms=8, space="s"), ["gpu"])]),
+    "claim_wrong_uid": claim(uid="other"),
+    "tenant_full": json.dumps(tenant(**{"class": "best-effort", "weight": 100, "mem": "512Mi", "borrow": "1G"})).encode(),
+    "tenant_bad": json.dumps(tenant(mem="-1", priority=1.5, maxSlowdown="100.5")).encode(),
+    "size_quantities": b"1.5Gi",
+    "size_exponent": b"1e9",
+    "size_milli": b"512m",
+    "size_gpuos": b"8 GiB",
+    "device_name": b"gpu-12-best-effort-3",
+}
+
+
 def write(name, files):
     """Rewrites the generated seeds of a corpus; reproducers of bugs found (regress_*) are kept."""
     d = os.path.join(HERE, "corpus", name)
@@ -200,4 +256,5 @@ if __name__ == "__main__":
     write("core", core)
     write("validate", validate)
     write("config", config)
-    print("wrote %d + %d + %d seeds" % (len(core), len(validate), len(config)))
+    write("dra_claim", dra_claim)
+    print("wrote %d + %d + %d + %d seeds" % (len(core), len(validate), len(config), len(dra_claim)))

@@ -9,6 +9,7 @@
     kv          (libgpuos_kv.so, KV pools' C ABI)     -> kv, common
     interpose   (libgpuos.so, inside tenants)         -> interpose, kv (result_text.h), common
     driver_double (the stand-in libcuda)              -> driver_double, common
+    dra         (gpuos-dra, the Kubernetes DRA plugin) -> dra, common
 
 include/gpuos/ (the ABI) may be included by all. Exit status 1 and one line per forbidden edge
 ("FILE:LINE: cli -> daemon (#include "daemon/core.h")") when the graph breaks the rule.
@@ -28,6 +29,7 @@ ALLOWED = {
     "kv": {"kv", "common"},
     "interpose": {"interpose", "kv", "common"},
     "driver_double": {"driver_double", "common"},
+    "dra": {"dra", "common"},
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"/]+)/[^"]*"')
 
