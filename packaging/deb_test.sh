@@ -61,7 +61,7 @@ cmp -s "$out/root/etc/gpuos/gpuos.toml" "$out/root/usr/share/gpuos/gpuos.toml" |
 
 check_binaries() {  # root: where usr/ and etc/ are ("" for the installed package)
   local root=$1 v
-  for b in gpuos gpuosd; do
+  for b in gpuos gpuosd gpuos-dra; do
     v=$("$root/usr/bin/$b" --version 2>&1) || fail "$root/usr/bin/$b --version exited $?: $v"
     [[ $v == *"$version"* ]] || fail "$b --version says '$v', the package is $version"
   done

@@ -1,0 +1,313 @@
+// gpuos-dra: the Kubernetes DRA kubelet plugin of gpuos (docs/KUBERNETES.md). It registers with
+// the kubelet (plugin registration v1), serves the DRA node service (v1 and v1beta1) on its
+// socket, publishes this node's gpuos shares as a ResourceSlice, and prepares claims through
+// gpuosd (plugin.h). Runs in the foreground until SIGTERM/SIGINT.
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "cli/client.h"
+#include "common/command_line.h"
+#include "common/log.h"
+#include "dra/kube_api.h"
+#include "dra/plugin.h"
+#include "dra/dra_api.h"
+#include "dra/proto/pluginregistration_v1.grpc.pb.h"
+
+namespace gpuos::dra {
+namespace {
+
+
+namespace reg = pluginregistration;
+
+// gpuosd over its control socket (as an admin: the plugin runs as root beside it).
+class GpuosdNode final : public NodeDaemon {
+ public:
+  explicit GpuosdNode(std::string socket) : socket_(std::move(socket)) {}
+  bool prepare(const gpuos_msg_claim_prepare& m, std::string* dir, std::string* why) override {
+    return cli::prepare_claim(socket_, m, dir, why);
+  }
+  bool unprepare(const std::string& uid, std::string* why) override { return cli::unprepare_claim(socket_, uid, why); }
+  bool gpus(std::vector<GpuShareInfo>* out, std::string* why) override {
+    cli::Listing l;
+    if (!cli::list_tenants(socket_, false, &l, why)) return false;
+    out->clear();
+    for (const gpuos_msg_gpu_info& g : l.gpus) {
+      GpuShareInfo s;
+      s.index = g.index;
+      s.uuid = std::string(g.uuid, strnlen(g.uuid, sizeof(g.uuid)));
+      s.product_name = std::string(g.name, strnlen(g.name, sizeof(g.name)));
+      s.sm_count = g.sm_count;
+      s.total_mem_bytes = g.total_mem_bytes;
+      out->push_back(std::move(s));
+    }
+    return true;
+  }
+  bool space_domain(const std::string& domain, std::string* pipe, std::string* logs, std::string* why) override {
+    cli::SpaceDomainInfo info;
+    if (cli::query_space_domain(socket_, domain, &info, why) != cli::SpaceQuery::kAnswered) return false;
+    if (info.status != GPUOS_OK) {
+      *why = info.text;
+      return false;
+    }
+    *pipe = info.pipe_dir;
+    *logs = info.log_dir;
+    return true;
+  }
+
+ private:
+  std::string socket_;
+};
+
+class ApiServerClaims final : public ClaimSource {
+ public:
+  explicit ApiServerClaims(KubeApi& api) : api_(api) {}
+  bool fetch(const std::string& ns, const std::string& name, std::string* json, std::string* why) override {
+    KubeApi::Response r = api_.get("/apis/resource.k8s.io/v1/namespaces/" + ns + "/resourceclaims/" + name);
+    if (!r.error.empty()) {
+      *why = "API server: " + r.error;
+      return false;
+    }
+    if (r.status != 200) {
+      *why = "API server answered " + std::to_string(r.status) + ": " + r.body.substr(0, 300);
+      return false;
+    }
+    *json = std::move(r.body);
+    return true;
+  }
+
+ private:
+  KubeApi& api_;
+};
+
+// The two DRA versions differ only in their package: one template serves both.
+template <typename Api>
+class DraService final : public Api::DRAPlugin::Service {
+ public:
+  explicit DraService(Plugin& p) : plugin_(p) {}
+  grpc::Status NodePrepareResources(grpc::ServerContext*, const typename Api::NodePrepareResourcesRequest* req,
+                                    typename Api::NodePrepareResourcesResponse* resp) override {
+    for (const auto& c : req->claims()) {
+      PrepareResult r = plugin_.prepare(ClaimRef{c.namespace_(), c.uid(), c.name()});
+      auto& out = (*resp->mutable_claims())[c.uid()];
+      out.set_error(r.error);
+      for (const PreparedDevice& d : r.devices) {
+        auto* dev = out.add_devices();
+        for (const auto& n : d.request_names) dev->add_request_names(n);
+        dev->set_pool_name(d.pool);
+        dev->set_device_name(d.device);
+        for (const auto& id : d.cdi_device_ids) dev->add_cdi_device_ids(id);
+      }
+    }
+    return grpc::Status::OK;
+  }
+  grpc::Status NodeUnprepareResources(grpc::ServerContext*, const typename Api::NodeUnprepareResourcesRequest* req,
+                                      typename Api::NodeUnprepareResourcesResponse* resp) override {
+    for (const auto& c : req->claims()) {
+      (*resp->mutable_claims())[c.uid()].set_error(plugin_.unprepare(ClaimRef{c.namespace_(), c.uid(), c.name()}));
+    }
+    return grpc::Status::OK;
+  }
+
+ private:
+  Plugin& plugin_;
+};
+
+class RegistrationService final : public reg::Registration::Service {
+ public:
+  RegistrationService(std::string driver, std::string endpoint) : driver_(std::move(driver)), endpoint_(std::move(endpoint)) {}
+  grpc::Status GetInfo(grpc::ServerContext*, const reg::InfoRequest*, reg::PluginInfo* info) override {
+    info->set_type("DRAPlugin");
+    info->set_name(driver_);
+    info->set_endpoint(endpoint_);
+    info->add_supported_versions("v1.DRAPlugin");
+    info->add_supported_versions("v1beta1.DRAPlugin");
+    return grpc::Status::OK;
+  }
+  grpc::Status NotifyRegistrationStatus(grpc::ServerContext*, const reg::RegistrationStatus* s,
+                                        reg::RegistrationStatusResponse*) override {
+    if (s->plugin_registered()) {
+      log::info("the kubelet registered %s", driver_.c_str());
+    } else {
+      log::error("the kubelet did not register %s: %s", driver_.c_str(), s->error().c_str());
+    }
+    registered_ = s->plugin_registered();
+    return grpc::Status::OK;
+  }
+  bool registered() const { return registered_; }
+
+ private:
+  std::string driver_, endpoint_;
+  std::atomic<bool> registered_{false};
+};
+
+bool make_dir(const std::string& dir) {
+  std::string cur;
+  for (std::size_t i = 0; i <= dir.size(); ++i) {
+    if (i == dir.size() || (dir[i] == '/' && i != 0)) {
+      cur = dir.substr(0, i);
+      if (::mkdir(cur.c_str(), 0750) != 0 && errno != EEXIST) return false;
+    }
+  }
+  return true;
+}
+
+std::unique_ptr<grpc::Server> serve(const std::string& socket, std::vector<grpc::Service*> services, std::string* why) {
+  ::unlink(socket.c_str());  // a previous plugin's (the kubelet finds plugins by these files)
+  grpc::ServerBuilder b;
+  int port = 0;
+  b.AddListeningPort("unix://" + socket, grpc::InsecureServerCredentials(), &port);
+  for (grpc::Service* s : services) b.RegisterService(s);
+  std::unique_ptr<grpc::Server> server = b.BuildAndStart();
+  if (!server) *why = "cannot serve on " + socket;
+  return server;
+}
+
+}  // namespace
+}  // namespace gpuos::dra
+
+int main(int argc, char** argv) {
+  using namespace gpuos;
+  using namespace gpuos::dra;
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGTERM);
+  sigaddset(&sigs, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);  // before gRPC's threads: they inherit it
+
+  CLI::App app{"gpuos-dra: the Kubernetes DRA kubelet plugin of gpuos (runs in the foreground)", "gpuos-dra"};
+  app.formatter(std::make_shared<Formatter>(Formatter::ValueNames{
+      {"node-name", "NODE"}, {"driver-name", "NAME"}, {"gpuos-socket", "PATH"}, {"plugin-dir", "DIR"},
+      {"registry-dir", "DIR"}, {"cdi-dir", "DIR"}, {"interposer", "PATH"}, {"gpu-cdi-device", "ID"},
+      {"kube-api", "URL"}, {"kube-token-file", "FILE"}, {"kube-ca-file", "FILE"}, {"log-level", "LEVEL"}}));
+  app.set_version_flag("--version", std::string("gpuos-dra ") + GPUOS_VERSION);
+  PluginOptions po;
+  SliceOptions so;
+  std::string gpuos_socket = "/run/gpuos/gpuosd.sock", plugin_dir, registry_dir = "/var/lib/kubelet/plugins_registry";
+  std::string kube_api, token_file, ca_file, log_level = "info";
+  uint32_t publish_interval_s = 10;
+  app.add_option("--node-name", po.node_name, "this node's name (the downward API's spec.nodeName)")->required();
+  app.add_option("--driver-name", po.driver, "the DRA driver name (default gpuos.io)");
+  app.add_option("--gpuos-socket", gpuos_socket, "gpuosd's control socket (default /run/gpuos/gpuosd.sock)");
+  app.add_option("--plugin-dir", plugin_dir, "where the DRA service socket lives (default /var/lib/kubelet/plugins/DRIVER)");
+  app.add_option("--registry-dir", registry_dir, "the kubelet's plugin registry directory (default /var/lib/kubelet/plugins_registry)");
+  app.add_option("--cdi-dir", po.cdi_dir, "where CDI specs are written, the runtime's CDI directory (default /var/run/cdi)");
+  app.add_option("--interposer", po.interposer, "libgpuos.so's path on the host (default /usr/lib/libgpuos.so)");
+  app.add_option("--gpu-cdi-device", po.gpu_cdi_device,
+                 "the GPU's own CDI device added to each claim, {index} and {uuid} replaced "
+                 "(e.g. nvidia.com/gpu={uuid}); none by default");
+  app.add_option("--guaranteed-shares", so.guaranteed_shares, "guaranteed shares per GPU (default 4)");
+  app.add_option("--best-effort-shares", so.best_effort_shares, "best-effort shares per GPU (default 8)");
+  app.add_option("--publish-interval-s", publish_interval_s, "seconds between checks of the ResourceSlice (default 10)")
+      ->check(CLI::Range(1u, 3600u));
+  app.add_option("--kube-api", kube_api, "API server URL (default: in-cluster)");
+  app.add_option("--kube-token-file", token_file, "bearer token file (default: the service account's)");
+  app.add_option("--kube-ca-file", ca_file, "CA bundle of the API server (default: the service account's)");
+  app.add_option("--log-level", log_level, "error|warn|info|debug (default info)");
+  if (int rc = parse_command_line(app, argc, argv, "gpuos-dra"); rc >= 0) return rc;
+
+  log::init("gpuos-dra", log::Level::kInfo);
+  if (log::Level l; log::parse_level(log_level, &l)) {
+    log::set_level(l);
+  } else {
+    log::error("--log-level %s: not one of error, warn, info, debug", log_level.c_str());
+    return kExitUsage;
+  }
+  so.driver = po.driver;
+  so.node_name = po.node_name;
+  if (plugin_dir.empty()) plugin_dir = "/var/lib/kubelet/plugins/" + po.driver;
+  KubeApiOptions ko = in_cluster_options();
+  if (!kube_api.empty()) ko.base_url = kube_api;
+  if (!token_file.empty()) ko.token_file = token_file;
+  if (!ca_file.empty()) ko.ca_file = ca_file;
+  if (ko.base_url.empty()) {
+    log::error("no API server: not in a cluster (KUBERNETES_SERVICE_HOST unset) and no --kube-api");
+    return kExitFailure;
+  }
+  for (const std::string& d : {plugin_dir, registry_dir, po.cdi_dir}) {
+    if (!make_dir(d)) {
+      log::error("cannot create %s: %s", d.c_str(), std::strerror(errno));
+      return kExitFailure;
+    }
+  }
+
+  KubeApi api(ko);
+  ApiServerClaims claims(api);
+  GpuosdNode node(gpuos_socket);
+  Plugin plugin(po, claims, node);
+  DraService<DraV1> dra_v1(plugin);
+  DraService<DraV1beta1> dra_v1beta1(plugin);
+  const std::string dra_socket = plugin_dir + "/dra.sock";
+  const std::string reg_socket = registry_dir + "/" + po.driver + "-reg.sock";
+  RegistrationService registration(po.driver, dra_socket);
+  std::string why;
+  // The service first: the kubelet calls it as soon as it has read the registration.
+  auto dra_server = serve(dra_socket, {&dra_v1, &dra_v1beta1}, &why);
+  if (!dra_server) {
+    log::error("%s", why.c_str());
+    return kExitFailure;
+  }
+  auto reg_server = serve(reg_socket, {&registration}, &why);
+  if (!reg_server) {
+    log::error("%s", why.c_str());
+    dra_server->Shutdown();
+    ::unlink(dra_socket.c_str());
+    return kExitFailure;
+  }
+  log::info("serving %s on %s (registration %s), node %s, gpuosd %s, API server %s", po.driver.c_str(),
+            dra_socket.c_str(), reg_socket.c_str(), po.node_name.c_str(), gpuos_socket.c_str(), ko.base_url.c_str());
+
+  // The ResourceSlice: this node's shares while gpuosd answers, none while it does not.
+  std::mutex mu;
+  std::condition_variable cv;
+  bool stopping = false;
+  std::thread publisher([&] {
+    SlicePublisher pub(api, so);
+    std::string last_error;
+    std::unique_lock<std::mutex> lk(mu);
+    while (!stopping) {
+      lk.unlock();
+      std::vector<GpuShareInfo> gpus;
+      std::string err;
+      if (!node.gpus(&gpus, &err)) {
+        if (err != last_error) log::warn("gpuosd: %s; offering no shares until it answers", err.c_str());
+        last_error = err;
+        gpus.clear();
+      } else if (!last_error.empty()) {
+        log::info("gpuosd answers again: %zu GPU(s)", gpus.size());
+        last_error.clear();
+      }
+      if (!pub.publish(gpus, &err)) log::warn("ResourceSlice: %s", err.c_str());
+      lk.lock();
+      cv.wait_for(lk, std::chrono::seconds(publish_interval_s), [&] { return stopping; });
+    }
+    lk.unlock();
+    std::string err;
+    if (!pub.remove(&err)) log::warn("ResourceSlice not removed: %s", err.c_str());
+  });
+
+  int sig = 0;
+  sigwait(&sigs, &sig);
+  log::info("received %s, stopping", strsignal(sig));
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    stopping = true;
+  }
+  cv.notify_all();
+  publisher.join();
+  reg_server->Shutdown();
+  dra_server->Shutdown();
+  ::unlink(reg_socket.c_str());
+  ::unlink(dra_socket.c_str());
+  log::info("stopped");
+  return kExitOk;
+}

@@ -1,0 +1,169 @@
+#include "dra/plugin.h"
+
+#include <cstdio>
+#include <cstring>
+
+#include "common/ipc.h"
+#include "common/log.h"
+
+namespace gpuos::dra {
+namespace {
+
+bool copy_field(char* dst, std::size_t n, const std::string& v, const char* what, std::string* why) {
+  if (v.size() >= n) {
+    *why = std::string(what) + " \"" + v + "\" is longer than " + std::to_string(n - 1) + " characters";
+    return false;
+  }
+  std::memset(dst, 0, n);
+  std::memcpy(dst, v.data(), v.size());
+  return true;
+}
+
+// A uid names files and directories: only what Kubernetes uids are made of.
+bool safe_uid(const std::string& uid) {
+  if (uid.empty() || uid.size() > 36) return false;
+  for (char c : uid) {
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-')) return false;
+  }
+  return true;
+}
+
+std::string bare(const std::string& uuid) { return uuid.rfind("GPU-", 0) == 0 ? uuid.substr(4) : uuid; }
+
+}  // namespace
+
+bool claim_message(const ClaimAllocation& a, const std::string& gpu_uuid, gpuos_msg_claim_prepare* out,
+                   std::string* why) {
+  gpuos_msg_claim_prepare m{};
+  init_header(&m.hdr, GPUOS_MSG_CLAIM_PREPARE, sizeof(m), 1);
+  const TenantSpec& s = a.spec;
+  if (!copy_field(m.claim_uid, sizeof(m.claim_uid), a.claim_uid, "claim uid", why) ||
+      !copy_field(m.claim_namespace, sizeof(m.claim_namespace), a.claim_namespace, "namespace", why) ||
+      !copy_field(m.claim_name, sizeof(m.claim_name), a.claim_name, "claim name", why) ||
+      !copy_field(m.pod_name, sizeof(m.pod_name), a.pod ? a.pod->name : "", "pod name", why) ||
+      !copy_field(m.pod_uid, sizeof(m.pod_uid), a.pod ? a.pod->uid : "", "pod uid", why) ||
+      !copy_field(m.gpu_uuid, sizeof(m.gpu_uuid), bare(gpu_uuid), "GPU uuid", why) ||
+      !copy_field(m.space_domain, sizeof(m.space_domain), s.space.value_or(""), "space", why)) {
+    return false;
+  }
+  m.tenant_class = s.tenant_class.value_or("best-effort") == "guaranteed" ? GPUOS_CLASS_GUARANTEED
+                                                                           : GPUOS_CLASS_BEST_EFFORT;
+  m.priority = s.priority.value_or(0);
+  m.weight = s.weight.value_or(100);
+  m.space_sms = s.sms.value_or(0);
+  m.mem_bytes = s.mem_bytes.value_or(0);
+  m.borrow_bytes = s.borrow_bytes.value_or(0);
+  m.max_slowdown_permille = s.max_slowdown_permille.value_or(0);
+  *out = m;
+  return true;
+}
+
+Plugin::Plugin(PluginOptions opts, ClaimSource& claims, NodeDaemon& daemon)
+    : opts_(std::move(opts)), claims_(claims), daemon_(daemon) {}
+
+std::string Plugin::expand_gpu_device(uint32_t index, const std::string& uuid) const {
+  std::string s = opts_.gpu_cdi_device;
+  for (auto [key, value] : {std::pair<std::string, std::string>{"{index}", std::to_string(index)},
+                            std::pair<std::string, std::string>{"{uuid}", uuid}}) {
+    for (auto at = s.find(key); at != std::string::npos; at = s.find(key, at + value.size())) {
+      s.replace(at, key.size(), value);
+    }
+  }
+  return s;
+}
+
+PrepareResult Plugin::prepare(const ClaimRef& ref) {
+  std::lock_guard<std::mutex> lk(mu_);
+  PrepareResult r;
+  const std::string what = "claim " + ref.claim_namespace + "/" + ref.name + " (" + ref.uid + ")";
+  auto fail = [&](const std::string& why) {
+    r.devices.clear();
+    r.error = what + ": " + why;
+    log::warn("%s", r.error.c_str());
+    return r;
+  };
+  if (!safe_uid(ref.uid)) return fail("the uid is not 1..36 of [0-9a-z-]");
+  std::string json, why;
+  if (!claims_.fetch(ref.claim_namespace, ref.name, &json, &why)) return fail("cannot read it: " + why);
+  ClaimAllocation a;
+  if (!parse_claim(json, opts_.driver, ref.uid, &a, &why)) return fail(why);
+  uint32_t gpu_index = 0, share = 0;
+  std::string share_class;
+  if (!parse_device_name(a.share.device, &gpu_index, &share_class, &share)) {
+    return fail("device \"" + a.share.device + "\" is not a gpuos share");
+  }
+  if (a.share.pool != opts_.node_name) {
+    return fail("its share is in pool \"" + a.share.pool + "\", not this node's (\"" + opts_.node_name + "\")");
+  }
+  std::vector<GpuShareInfo> gpus;
+  if (!daemon_.gpus(&gpus, &why)) return fail("gpuosd: " + why);
+  const GpuShareInfo* gpu = nullptr;
+  for (const GpuShareInfo& g : gpus) {
+    if (g.index == gpu_index) gpu = &g;
+  }
+  if (gpu == nullptr) {
+    return fail("GPU " + std::to_string(gpu_index) + " of its share is not on this node (gpuosd knows " +
+                std::to_string(gpus.size()) + ")");
+  }
+  const std::string uuid = gpu->uuid.rfind("GPU-", 0) == 0 ? gpu->uuid : "GPU-" + gpu->uuid;
+  gpuos_msg_claim_prepare m;
+  if (!claim_message(a, uuid, &m, &why)) return fail(why);
+
+  ClaimInjection inj;
+  inj.driver = opts_.driver;
+  inj.claim_uid = ref.uid;
+  inj.interposer_host_path = opts_.interposer;
+  inj.gpu_uuid = uuid;
+  // The tenant's identity as gpuosd admits it (informative: on the claim's socket gpuosd applies the
+  // claim, not what the tenant sends), in the variables `gpuos run` sets.
+  inj.env.push_back(std::string("GPUOS_TENANT_CLASS=") + (m.tenant_class == GPUOS_CLASS_GUARANTEED ? "guaranteed" : "best-effort"));
+  inj.env.push_back("GPUOS_TENANT_PRIORITY=" + std::to_string(m.priority));
+  inj.env.push_back("GPUOS_TENANT_WEIGHT=" + std::to_string(m.weight));
+  if (m.mem_bytes != 0) inj.env.push_back("GPUOS_TENANT_MEM=" + std::to_string(m.mem_bytes));
+  if (m.borrow_bytes != 0) inj.env.push_back("GPUOS_TENANT_MEM_BORROW=" + std::to_string(m.borrow_bytes));
+  if (m.space_sms != 0) inj.env.push_back("GPUOS_TENANT_SMS=" + std::to_string(m.space_sms));
+  if (m.max_slowdown_permille != 0) {
+    char budget[32];
+    std::snprintf(budget, sizeof(budget), "%u.%03u", m.max_slowdown_permille / 1000, m.max_slowdown_permille % 1000);
+    inj.env.push_back(std::string("GPUOS_TENANT_MAX_SLOWDOWN=") + budget);
+  }
+  if (a.spec.space) {
+    if (!daemon_.space_domain(*a.spec.space, &inj.mps_pipe_host_dir, &inj.mps_log_host_dir, &why)) {
+      return fail("spatial domain \"" + *a.spec.space + "\": " + why);
+    }
+    inj.env.push_back("GPUOS_SPACE_DOMAIN=" + *a.spec.space);
+  }
+  if (!daemon_.prepare(m, &inj.socket_host_dir, &why)) return fail("gpuosd: " + why);
+  if (std::string no = write_cdi_spec(opts_.cdi_dir, inj); !no.empty()) {
+    std::string undo;
+    if (!daemon_.unprepare(ref.uid, &undo)) log::warn("%s: undoing gpuosd's part: %s", what.c_str(), undo.c_str());
+    return fail(no);
+  }
+  PreparedDevice d;
+  d.request_names = {a.share.request};
+  d.pool = a.share.pool;
+  d.device = a.share.device;
+  d.cdi_device_ids.push_back(cdi_device_id(inj));
+  if (!opts_.gpu_cdi_device.empty()) d.cdi_device_ids.push_back(expand_gpu_device(gpu_index, uuid));
+  r.devices.push_back(std::move(d));
+  log::info("%s prepared: %s share %s on %s, pod %s", what.c_str(), a.spec.tenant_class.value_or("?").c_str(),
+            a.share.device.c_str(), uuid.c_str(), a.pod ? (a.pod->name + " (" + a.pod->uid + ")").c_str() : "-");
+  return r;
+}
+
+std::string Plugin::unprepare(const ClaimRef& ref) {
+  std::lock_guard<std::mutex> lk(mu_);
+  const std::string what = "claim " + ref.claim_namespace + "/" + ref.name + " (" + ref.uid + ")";
+  if (!safe_uid(ref.uid)) return what + ": the uid is not 1..36 of [0-9a-z-]";
+  ClaimInjection inj;
+  inj.driver = opts_.driver;
+  inj.claim_uid = ref.uid;
+  // The spec first: no new container gets the claim while gpuosd lets it go.
+  if (std::string no = remove_cdi_spec(opts_.cdi_dir, inj); !no.empty()) return what + ": " + no;
+  std::string why;
+  if (!daemon_.unprepare(ref.uid, &why)) return what + ": gpuosd: " + why;
+  log::info("%s unprepared", what.c_str());
+  return "";
+}
+
+}  // namespace gpuos::dra

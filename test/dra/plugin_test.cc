@@ -1,0 +1,167 @@
+// gpuos-dra's prepare/unprepare logic (plugin.h) over a fake API server and a fake gpuosd: what
+// is asked of gpuosd, what the answer holds, and that a failure at any step leaves nothing.
+#include "dra/plugin.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+namespace gpuos::dra {
+namespace {
+
+constexpr const char* kUid = "11111111-2222-4333-8444-555555555555";
+
+std::string claim_json(const std::string& device = "gpu-0-guaranteed-1", const std::string& params = "") {
+  std::string config;
+  if (!params.empty()) {
+    config = R"(, "config": [{"source": "FromClaim", "requests": ["gpu"],
+                 "opaque": {"driver": "gpuos.io", "parameters": )" + params + "}}]";
+  }
+  return R"({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+    "metadata": {"name": "c", "namespace": "ns", "uid": ")" + std::string(kUid) + R"("},
+    "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "x"}}]}},
+    "status": {"allocation": {"devices": {"results": [{"request": "gpu", "driver": "gpuos.io", "pool": "node-a",
+      "device": ")" + device + "\"}]" + config + R"(}},
+      "reservedFor": [{"resource": "pods", "name": "p", "uid": "9a8b7c6d-5e4f-4a3b-9c2d-1e0f9a8b7c6d"}]}})";
+}
+
+struct FakeClaims : ClaimSource {
+  std::string json = claim_json();
+  bool fetch(const std::string&, const std::string&, std::string* out, std::string* why) override {
+    if (json.empty()) {
+      *why = "API server answered 404";
+      return false;
+    }
+    *out = json;
+    return true;
+  }
+};
+
+struct FakeDaemon : NodeDaemon {
+  std::vector<gpuos_msg_claim_prepare> prepared;
+  std::vector<std::string> unprepared;
+  std::string refuse;  // non-empty: prepare fails with this
+  bool prepare(const gpuos_msg_claim_prepare& m, std::string* dir, std::string* why) override {
+    if (!refuse.empty()) {
+      *why = refuse;
+      return false;
+    }
+    prepared.push_back(m);
+    *dir = std::string("/run/gpuos/claims/") + m.claim_uid;
+    return true;
+  }
+  bool unprepare(const std::string& uid, std::string*) override {
+    unprepared.push_back(uid);
+    return true;
+  }
+  bool gpus(std::vector<GpuShareInfo>* out, std::string*) override {
+    GpuShareInfo g;
+    g.index = 0;
+    g.uuid = "0b1c2d3e-4f50-6172-8394-a5b6c7d8e9f0";
+    g.product_name = "Sim";
+    g.sm_count = 132;
+    g.total_mem_bytes = 16ull << 30;
+    *out = {g};
+    return true;
+  }
+  bool space_domain(const std::string&, std::string*, std::string*, std::string* why) override {
+    *why = "no such domain";
+    return false;
+  }
+};
+
+struct PluginTest : ::testing::Test {
+  std::string dir;
+  FakeClaims claims;
+  FakeDaemon daemon;
+  PluginOptions opts;
+  void SetUp() override {
+    char tmpl[] = "/tmp/gpuos-dra-plugin-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir = tmpl;
+    opts.node_name = "node-a";
+    opts.cdi_dir = dir;
+    opts.interposer = "/opt/gpuos/lib/libgpuos.so";
+  }
+  void TearDown() override {
+    chmod(dir.c_str(), 0700);
+    std::filesystem::remove_all(dir);
+  }
+  std::size_t files() const {
+    return static_cast<std::size_t>(std::distance(std::filesystem::directory_iterator(dir), {}));
+  }
+};
+
+TEST_F(PluginTest, PreparesWithTheClaimsSettingsAndTheGpusOwnDevice) {
+  opts.gpu_cdi_device = "nvidia.com/gpu={uuid}:{index}";
+  Plugin p(opts, claims, daemon);
+  claims.json = claim_json("gpu-0-guaranteed-1", R"({"apiVersion": "gpuos.io/v1", "kind": "TenantConfig",
+                                                     "mem": "2Gi", "priority": 7})");
+  PrepareResult r = p.prepare({"ns", kUid, "c"});
+  ASSERT_EQ(r.error, "");
+  ASSERT_EQ(r.devices.size(), 1u);
+  EXPECT_EQ(r.devices[0].cdi_device_ids,
+            (std::vector<std::string>{std::string("gpuos.io/claim=") + kUid,
+                                      "nvidia.com/gpu=GPU-0b1c2d3e-4f50-6172-8394-a5b6c7d8e9f0:0"}));
+  EXPECT_EQ(r.devices[0].device, "gpu-0-guaranteed-1");
+  ASSERT_EQ(daemon.prepared.size(), 1u);
+  const gpuos_msg_claim_prepare& m = daemon.prepared[0];
+  EXPECT_EQ(m.tenant_class, static_cast<uint32_t>(GPUOS_CLASS_GUARANTEED));  // the share's class
+  EXPECT_EQ(m.mem_bytes, 2ull << 30);
+  EXPECT_EQ(m.priority, 7);
+  EXPECT_EQ(m.weight, 100u);
+  EXPECT_STREQ(m.pod_name, "p");
+  EXPECT_STREQ(m.gpu_uuid, "0b1c2d3e-4f50-6172-8394-a5b6c7d8e9f0");
+  std::ifstream f(dir + "/gpuos.io-claim_" + kUid + ".json");
+  nlohmann::json spec = nlohmann::json::parse(f);
+  EXPECT_EQ(spec["devices"][0]["containerEdits"]["mounts"][0]["hostPath"], "/opt/gpuos/lib/libgpuos.so");
+  EXPECT_EQ(spec["devices"][0]["containerEdits"]["mounts"][1]["hostPath"], std::string("/run/gpuos/claims/") + kUid);
+
+  EXPECT_EQ(p.unprepare({"ns", kUid, "c"}), "");
+  EXPECT_EQ(files(), 0u);
+  EXPECT_EQ(daemon.unprepared, std::vector<std::string>{kUid});
+}
+
+TEST_F(PluginTest, AFailureAtAnyStepLeavesNothing) {
+  Plugin p(opts, claims, daemon);
+  // gpuosd refuses: no spec.
+  daemon.refuse = "memory quota is more than the GPU has";
+  PrepareResult r = p.prepare({"ns", kUid, "c"});
+  EXPECT_NE(r.error.find("more than the GPU has"), std::string::npos) << r.error;
+  EXPECT_TRUE(r.devices.empty());
+  EXPECT_EQ(files(), 0u);
+  // The spec cannot be written: gpuosd's part is undone.
+  daemon.refuse.clear();
+  if (geteuid() != 0) {  // (root writes anywhere: a missing directory instead)
+    chmod(dir.c_str(), 0500);
+  } else {
+    std::filesystem::remove_all(dir);
+  }
+  r = p.prepare({"ns", kUid, "c"});
+  EXPECT_NE(r.error.find("cannot write"), std::string::npos) << r.error;
+  EXPECT_EQ(daemon.prepared.size(), 1u);
+  EXPECT_EQ(daemon.unprepared, std::vector<std::string>{kUid});
+  std::filesystem::create_directories(dir);
+  // A uid that could name another path, a claim of another node's pool, a GPU gpuosd does not have,
+  // a domain it does not know, a claim the API server does not have: refused before gpuosd is asked.
+  daemon.prepared.clear();
+  EXPECT_NE(p.prepare({"ns", "../../etc", "c"}).error.find("uid"), std::string::npos);
+  claims.json = claim_json("gpu-0-best-effort-0");
+  claims.json.replace(claims.json.find("\"node-a\""), 8, "\"node-b\"");
+  EXPECT_NE(p.prepare({"ns", kUid, "c"}).error.find("pool"), std::string::npos);
+  claims.json = claim_json("gpu-3-guaranteed-0");
+  EXPECT_NE(p.prepare({"ns", kUid, "c"}).error.find("GPU 3"), std::string::npos);
+  claims.json = claim_json("gpu-0-guaranteed-0", R"({"apiVersion": "gpuos.io/v1", "kind": "TenantConfig", "space": "x"})");
+  EXPECT_NE(p.prepare({"ns", kUid, "c"}).error.find("no such domain"), std::string::npos);
+  claims.json.clear();
+  EXPECT_NE(p.prepare({"ns", kUid, "c"}).error.find("404"), std::string::npos);
+  EXPECT_TRUE(daemon.prepared.empty());
+  EXPECT_EQ(files(), 0u);
+  EXPECT_NE(p.unprepare({"ns", "a/b", "c"}), "");
+}
+
+}  // namespace
+}  // namespace gpuos::dra

@@ -1,0 +1,424 @@
+#!/usr/bin/env python3
+"""End-to-end tests of gpuos-dra, the Kubernetes DRA kubelet plugin (issue #26), without a cluster.
+
+The real gpuosd (on the driver test double), the real gpuos-dra, a fake kubelet
+(gpuos-fake-kubelet: registration, prepare, unprepare over the real gRPC sockets) and a fake API
+server (test/dra/fake_apiserver.py: the claims it serves, the ResourceSlices it is sent). The
+container test runs a claim's tenant in a real container (podman + crun, from a local root
+filesystem, nothing pulled) with exactly the CDI devices the plugin answered.
+Usage: test_dra.py BUILD_DIR [test-name ...]
+"""
+import glob
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import unittest
+import urllib.request
+
+import test_e2e
+from test_e2e import bin_path, spawn, start_daemon, wait_for
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+FAKE_APISERVER = os.path.join(HERE, "..", "dra", "fake_apiserver.py")
+NODE = "node-a"
+DRIVER = "gpuos.io"
+TOKEN = "test-token-123"
+POD_UID = "9a8b7c6d-5e4f-4a3b-9c2d-1e0f9a8b7c6d"
+MIB = 1 << 20
+
+
+def claim(name, uid, device="gpu-0-guaranteed-0", params=None, request="gpu", pool=NODE, pod="llm-0"):
+    """A ResourceClaim as the API server holds it once the scheduler allocated it and the pod
+    reserved it."""
+    config = []
+    if params is not None:
+        config.append({"source": "FromClaim", "requests": [request],
+                       "opaque": {"driver": DRIVER, "parameters": params}})
+    return {
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": "inference", "uid": uid},
+        "spec": {"devices": {"requests": [{"name": request, "exactly": {
+            "deviceClassName": "gpuos-guaranteed.gpuos.io"}}]}},
+        "status": {
+            "allocation": {"devices": {
+                "results": [{"request": request, "driver": DRIVER, "pool": pool, "device": device}],
+                "config": config}},
+            "reservedFor": [{"resource": "pods", "name": pod, "uid": POD_UID}]},
+    }
+
+
+def tenant_config(**fields):
+    return dict({"apiVersion": "gpuos.io/v1", "kind": "TenantConfig"}, **fields)
+
+
+class Node:
+    """gpuosd + fake API server + gpuos-dra, all ended by the test's cleanups."""
+
+    def __init__(self, test, cdi_dir=None):
+        self.test = test
+        self.dir = tempfile.mkdtemp(prefix="gpuos-dra-")
+        test.addCleanup(shutil.rmtree, self.dir, ignore_errors=True)
+        self.d = start_daemon(test)
+        self.cdi_dir = cdi_dir or self.path("cdi")
+        self.registry = self.path("registry")
+        self.plugin_dir = self.path("plugins", DRIVER)
+        self.claims_file = self.path("claims.json")
+        self.set_claims([])
+        with open(self.path("token"), "w") as f:
+            f.write(TOKEN + "\n")
+        self.api = spawn(test, [sys.executable, FAKE_APISERVER, "--port", "0", "--token", TOKEN,
+                                "--claims", self.claims_file], os.environ)
+        line = self.api.stdout.readline()
+        if "listening on" not in line:
+            raise AssertionError("the fake API server did not start: " + line + self.api.stderr.read())
+        self.api_url = "http://127.0.0.1:%d" % int(line.split()[-1])
+        self.plugin = None
+        self.start_plugin()
+
+    def path(self, *parts):
+        return os.path.join(self.dir, *parts)
+
+    def start_plugin(self, extra=()):
+        self.plugin_log = open(self.path("gpuos-dra.log"), "a+")
+        self.test.addCleanup(self.plugin_log.close)
+        cmd = [bin_path("gpuos-dra"), "--node-name", NODE, "--gpuos-socket", self.d.socket,
+               "--plugin-dir", self.plugin_dir, "--registry-dir", self.registry, "--cdi-dir", self.cdi_dir,
+               "--interposer", os.path.join(test_e2e.BUILD, "lib", "libgpuos.so"),
+               "--kube-api", self.api_url, "--kube-token-file", self.path("token"),
+               "--publish-interval-s", "1"] + list(extra)
+        self.plugin = spawn(self.test, cmd, self.d.env, stdout=self.plugin_log, stderr=subprocess.STDOUT)
+        wait_for(lambda: os.path.exists(os.path.join(self.registry, DRIVER + "-reg.sock")),
+                 what="gpuos-dra's registration socket\n" + self.plugin_text())
+
+    def plugin_text(self):
+        self.plugin_log.flush()
+        with open(self.plugin_log.name) as f:
+            return f.read()
+
+    def set_claims(self, claims):
+        with open(self.claims_file + ".tmp", "w") as f:
+            json.dump(claims, f)
+        os.replace(self.claims_file + ".tmp", self.claims_file)
+
+    def kubelet(self, *args):
+        r = subprocess.run([bin_path("gpuos-fake-kubelet")] + list(args), capture_output=True, text=True,
+                           timeout=120)
+        if r.returncode != 0:
+            raise AssertionError("fake kubelet %s failed (%d): %s\n%s" % (args[0], r.returncode, r.stderr,
+                                                                         self.plugin_text()))
+        return json.loads(r.stdout)
+
+    def prepare(self, uid, name, api="v1"):
+        return self.kubelet("prepare", os.path.join(self.plugin_dir, "dra.sock"), api,
+                            "inference/%s/%s" % (name, uid))[uid]
+
+    def unprepare(self, uid, name, api="v1"):
+        return self.kubelet("unprepare", os.path.join(self.plugin_dir, "dra.sock"), api,
+                            "inference/%s/%s" % (name, uid))[uid]
+
+    def slice(self):
+        """This node's ResourceSlice as the API server holds it (None: there is none)."""
+        req = urllib.request.Request(self.api_url + "/apis/resource.k8s.io/v1/resourceslices/%s-%s" % (NODE, DRIVER),
+                                     headers={"Authorization": "Bearer " + TOKEN})
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                return json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            if e.code == 404:
+                return None
+            raise
+
+    def claims_of_gpuosd(self):
+        path = os.path.join(self.d.dir, "claims.txt")
+        if not os.path.exists(path):  # (gpuosd writes it at its first claim)
+            return []
+        with open(path) as f:
+            return [l for l in f.read().splitlines() if l]
+
+    def cdi_files(self):
+        return sorted(glob.glob(os.path.join(self.cdi_dir, DRIVER + "-claim_*")))
+
+
+class Plugin(unittest.TestCase):
+    def setUp(self):
+        self.n = Node(self)
+
+    def test_registers_with_the_kubelet(self):
+        info = self.n.kubelet("register", self.n.registry, DRIVER)
+        self.assertEqual(info["type"], "DRAPlugin")
+        self.assertEqual(info["name"], DRIVER)
+        self.assertEqual(info["endpoint"], os.path.join(self.n.plugin_dir, "dra.sock"))
+        self.assertIn("v1.DRAPlugin", info["supported_versions"])
+        self.assertIn("v1beta1.DRAPlugin", info["supported_versions"])
+        self.assertTrue(info["registered"])
+        wait_for(lambda: "the kubelet registered gpuos.io" in self.n.plugin_text(), what="the plugin to log it")
+
+    def test_publishes_the_nodes_shares_and_withdraws_them_while_gpuosd_is_gone(self):
+        gpu = self.n.d.ps()["gpus"][0]
+        s = wait_for(lambda: (lambda s: s if s and s["spec"].get("devices") else None)(self.n.slice()),
+                     what="the ResourceSlice\n" + self.n.plugin_text())
+        spec = s["spec"]
+        self.assertEqual(spec["driver"], DRIVER)
+        self.assertEqual(spec["nodeName"], NODE)
+        self.assertEqual(spec["pool"]["name"], NODE)
+        names = sorted(d["name"] for d in spec["devices"])
+        self.assertEqual(names, sorted(["gpu-0-guaranteed-%d" % i for i in range(4)] +
+                                       ["gpu-0-best-effort-%d" % i for i in range(8)]))
+        dev = next(d for d in spec["devices"] if d["name"] == "gpu-0-guaranteed-0")
+        self.assertEqual(dev["attributes"]["class"], {"string": "guaranteed"})
+        self.assertEqual(dev["attributes"]["uuid"]["string"].replace("GPU-", ""), gpu["uuid"].replace("GPU-", ""))
+        self.assertEqual(dev["attributes"]["sms"], {"int": gpu["sm_count"]})
+        generation = spec["pool"]["generation"]
+
+        self.n.d.stop()  # gpuosd gone: nothing new may be scheduled here
+        s = wait_for(lambda: (lambda s: s if s and not s["spec"].get("devices") else None)(self.n.slice()),
+                     what="the shares withdrawn\n" + self.n.plugin_text())
+        self.assertGreater(s["spec"]["pool"]["generation"], generation)
+
+        os.kill(self.n.plugin.pid, signal.SIGTERM)  # the plugin stops: its slice goes with it
+        self.n.plugin.wait(timeout=60)
+        self.assertEqual(self.n.plugin.returncode, 0, self.n.plugin_text())
+        self.assertIsNone(self.n.slice())
+        self.assertFalse(os.path.exists(os.path.join(self.n.registry, DRIVER + "-reg.sock")))
+
+    def test_a_gpu_that_goes_away_leaves_the_slice(self):
+        self.n.d.stop()
+        self.n.d = start_daemon(self, daemon_env={"GPUOS_SIM_DEVICES": "2"})
+        self.n.plugin.terminate()
+        self.n.plugin.wait(timeout=60)
+        self.n.start_plugin()
+        devices = lambda: (lambda s: s["spec"].get("devices", []) if s else [])(self.n.slice())
+        wait_for(lambda: len(devices()) == 24, what="two GPUs' shares\n" + self.n.plugin_text())
+        generation = self.n.slice()["spec"]["pool"]["generation"]
+        # gpuosd comes back seeing one GPU only (the other failed, or was taken out).
+        self.n.d.proc.terminate()
+        self.n.d.proc.wait(timeout=60)
+        self.n.d.daemon_env["CUDA_VISIBLE_DEVICES"] = "0"
+        self.n.d.start()
+        wait_for(lambda: len(devices()) == 12, what="one GPU's shares\n" + self.n.plugin_text())
+        self.assertTrue(all(d["name"].startswith("gpu-0-") for d in devices()))
+        self.assertGreater(self.n.slice()["spec"]["pool"]["generation"], generation)
+
+    def prepared(self, uid, name, api="v1", **cfg):
+        self.n.set_claims([claim(name, uid, params=tenant_config(**cfg))])
+        r = self.n.prepare(uid, name, api)
+        self.assertEqual(r["error"], "", self.n.plugin_text())
+        return r
+
+    def test_a_prepared_claims_tenant_runs_with_the_claims_settings_and_pod(self):
+        uid = "11111111-2222-4333-8444-555555555555"
+        r = self.prepared(uid, "llm-gpu", **{"class": "guaranteed", "mem": "256Mi", "priority": 5,
+                                             "maxSlowdown": "1.25"})
+        self.assertEqual(len(r["devices"]), 1)
+        dev = r["devices"][0]
+        self.assertEqual(dev["request_names"], ["gpu"])
+        self.assertEqual((dev["pool_name"], dev["device_name"]), (NODE, "gpu-0-guaranteed-0"))
+        self.assertEqual(dev["cdi_device_ids"], ["%s/claim=%s" % (DRIVER, uid)])
+        # The CDI spec: the interposer, the claim's own socket directory, the GPU.
+        files = self.n.cdi_files()
+        self.assertEqual([os.path.basename(f) for f in files], ["%s-claim_%s.json" % (DRIVER, uid)])
+        with open(files[0]) as f:
+            spec = json.load(f)
+        self.assertEqual(spec["kind"], DRIVER + "/claim")
+        edits = spec["devices"][0]["containerEdits"]
+        socket_dir = os.path.join(self.n.d.dir, "claims", uid)
+        mounts = {m["containerPath"]: m["hostPath"] for m in edits["mounts"]}
+        self.assertEqual(mounts["/run/gpuos"], socket_dir)
+        self.assertEqual(mounts["/usr/lib/gpuos/libgpuos.so"], os.path.join(test_e2e.BUILD, "lib", "libgpuos.so"))
+        for e in ("LD_PRELOAD=/usr/lib/gpuos/libgpuos.so", "GPUOS_SOCKET=/run/gpuos/gpuosd.sock",
+                  "GPUOS_TENANT_CLASS=guaranteed", "GPUOS_TENANT_MEM=%d" % (256 * MIB), "GPUOS_TENANT_PRIORITY=5",
+                  "GPUOS_TENANT_MAX_SLOWDOWN=1.250", "GPUOS_CLAIM_UID=" + uid):
+            self.assertIn(e, edits["env"])
+        self.assertTrue(os.path.exists(os.path.join(socket_dir, "gpuosd.sock")))
+        self.assertEqual(len(self.n.claims_of_gpuosd()), 1)
+        # Prepared twice (a kubelet retry): the same answer, nothing more.
+        self.assertEqual(self.n.prepare(uid, "llm-gpu"), r)
+
+        # A tenant on the claim's socket (as in its container, minus the container: test_container
+        # has that) asks for nothing and gets the claim's class, quota and pod.
+        env = dict(self.n.d.env, GPUOS_SOCKET=os.path.join(socket_dir, "gpuosd.sock"),
+                   LD_PRELOAD=os.path.join(test_e2e.BUILD, "lib", "libgpuos.so"), GPUOS_TENANT_CLASS="best-effort")
+        out = subprocess.run([bin_path("gpuos-claim-probe")], env=env, capture_output=True, text=True, timeout=120)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        probe = json.loads(out.stdout)
+        self.assertEqual(probe["allocated"], 256 * MIB)  # exactly its quota ...
+        self.assertEqual(probe["error"], 2)  # ... then CUDA_ERROR_OUT_OF_MEMORY
+        t = wait_for(lambda: self.n.d.tenant(probe["pid"]), what="the tenant in ps")
+        self.assertEqual(t["class"], "guaranteed")
+        self.assertEqual(t["mem_quota_bytes"], 256 * MIB)
+        self.assertEqual(t["priority"], 5)
+        self.assertEqual((t["pod_namespace"], t["pod_name"], t["pod_uid"], t["claim_uid"]),
+                         ("inference", "llm-0", POD_UID, uid))
+        table = subprocess.run([bin_path("gpuos"), "ps", "--all", "--socket", self.n.d.socket], env=self.n.d.env,
+                               capture_output=True, text=True, timeout=30).stdout
+        self.assertIn("inference/llm-0", table)
+
+        # Unprepared: the spec, the socket and gpuosd's claim are gone; twice is fine.
+        self.assertEqual(self.n.unprepare(uid, "llm-gpu")["error"], "")
+        self.assertEqual(self.n.cdi_files(), [])
+        self.assertFalse(os.path.exists(socket_dir))
+        self.assertEqual(self.n.claims_of_gpuosd(), [])
+        self.assertEqual(self.n.unprepare(uid, "llm-gpu")["error"], "")
+
+    def test_v1beta1_is_served_too(self):
+        uid = "22222222-2222-4333-8444-555555555555"
+        r = self.prepared(uid, "trainer-gpu", api="v1beta1", **{"mem": "1Gi", "borrow": "2Gi"})
+        self.assertEqual(r["devices"][0]["cdi_device_ids"], ["%s/claim=%s" % (DRIVER, uid)])
+        self.assertEqual(self.n.unprepare(uid, "trainer-gpu", api="v1beta1")["error"], "")
+
+    def test_a_claim_survives_a_gpuosd_restart(self):
+        uid = "33333333-2222-4333-8444-555555555555"
+        self.prepared(uid, "llm-gpu", **{"mem": "128Mi"})
+        self.n.d.proc.terminate()  # (not stop(): that removes its directory)
+        self.n.d.proc.wait(timeout=60)
+        self.n.d.start()
+        sock = os.path.join(self.n.d.dir, "claims", uid, "gpuosd.sock")
+        wait_for(lambda: os.path.exists(sock), what="the claim's socket again")
+        env = dict(self.n.d.env, GPUOS_SOCKET=sock, LD_PRELOAD=os.path.join(test_e2e.BUILD, "lib", "libgpuos.so"))
+        out = subprocess.run([bin_path("gpuos-claim-probe")], env=env, capture_output=True, text=True, timeout=120)
+        self.assertEqual(json.loads(out.stdout)["allocated"], 128 * MIB, out.stderr)
+        self.assertEqual(self.n.unprepare(uid, "llm-gpu")["error"], "")
+
+    def test_bad_claims_are_refused_with_a_clear_error_and_leave_nothing(self):
+        cases = [
+            ("unknown field", dict(params=tenant_config(memory="1Gi")), "memory"),
+            ("wrong kind", dict(params={"apiVersion": "gpuos.io/v1", "kind": "Tenant"}), "kind"),
+            ("unknown class", dict(params=tenant_config(**{"class": "gold"})), "gold"),
+            ("malformed", dict(params=["not", "an", "object"]), "object"),
+            ("bad size", dict(params=tenant_config(mem="lots")), "mem"),
+            ("class against the share", dict(device="gpu-0-best-effort-1", params=tenant_config(**{"class": "guaranteed"})),
+             "best-effort"),
+            ("over the GPU", dict(params=tenant_config(mem="64Gi")), "more than the GPU has"),
+            ("not ours", dict(device="gpu-0-guaranteed-0", pool="node-b", params=tenant_config()), "pool"),
+            ("no such GPU", dict(device="gpu-7-guaranteed-0", params=tenant_config()), "GPU 7"),
+            ("no such domain", dict(params=tenant_config(space="nowhere")), "nowhere"),
+        ]
+        for i, (what, kw, text) in enumerate(cases):
+            uid = "44444444-2222-4333-8444-5555555555%02d" % i
+            self.n.set_claims([claim("bad-%d" % i, uid, **kw)])
+            r = self.n.prepare(uid, "bad-%d" % i)
+            self.assertNotEqual(r["error"], "", what)
+            self.assertIn(text, r["error"], what)
+            self.assertEqual(r.get("devices", []), [], what)
+        # A claim the API server does not have, and one whose uid is not the claim's.
+        r = self.n.prepare("55555555-2222-4333-8444-555555555555", "missing")
+        self.assertIn("404", r["error"])
+        self.n.set_claims([claim("other", "66666666-2222-4333-8444-555555555555")])
+        r = self.n.prepare("77777777-2222-4333-8444-555555555555", "other")
+        self.assertIn("uid", r["error"])
+        self.assertEqual(self.n.cdi_files(), [])
+        self.assertEqual(self.n.claims_of_gpuosd(), [])
+        self.assertEqual(os.listdir(os.path.join(self.n.d.dir, "claims")) if os.path.isdir(
+            os.path.join(self.n.d.dir, "claims")) else [], [])
+
+
+def podman_usable():
+    """Why podman + crun cannot run a container here ("" = they can)."""
+    for tool in ("podman", "crun"):
+        if shutil.which(tool) is None:
+            return tool + " is not installed"
+    if os.geteuid() != 0:
+        return "rootful podman needs root"
+    return ""
+
+
+class Container(unittest.TestCase):
+    """A claim's tenant in a real container: podman + crun consume the plugin's CDI spec."""
+
+    def setUp(self):
+        why = podman_usable()
+        if why:
+            if os.environ.get("GPUOS_REQUIRE_PODMAN"):
+                self.fail("GPUOS_REQUIRE_PODMAN is set but " + why)
+            self.skipTest(why)
+        # podman 4.3 reads CDI specs from /etc/cdi and /var/run/cdi only: the plugin writes there
+        # (files named by the claim's uid, removed by unprepare, and by a cleanup if a test fails).
+        os.makedirs("/var/run/cdi", exist_ok=True)
+        self.n = Node(self, cdi_dir="/var/run/cdi")
+        self.sim_spec = "/var/run/cdi/gpuos-test-simgpu-%d.json" % os.getpid()
+        self.addCleanup(lambda: os.path.exists(self.sim_spec) and os.unlink(self.sim_spec))
+
+    def rootfs(self):
+        """A root filesystem of the probe and the libraries it, the interposer and the double need."""
+        root = self.n.path("rootfs")
+        binaries = [bin_path("gpuos-claim-probe"), os.path.join(test_e2e.BUILD, "lib", "libgpuos.so"),
+                    os.path.join(test_e2e.BUILD, "lib", "driver_double", "libcuda.so.1")]
+        files = set()
+        for b in binaries:
+            out = subprocess.run(["ldd", b], capture_output=True, text=True).stdout
+            for line in out.splitlines():
+                parts = line.split()
+                for p in parts:
+                    if p.startswith("/") and os.path.exists(p):
+                        files.add(os.path.realpath(p))
+                        files.add(p)
+        for f in files:
+            dst = root + f
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
+            if not os.path.exists(dst):
+                shutil.copy2(os.path.realpath(f), dst)
+        os.makedirs(root + "/bin", exist_ok=True)
+        shutil.copy2(bin_path("gpuos-claim-probe"), root + "/bin/claim-probe")
+        for d in ("/usr/lib/gpuos", "/run/gpuos", "/opt/sim", "/dev/shm", "/proc", "/sys", "/tmp"):
+            os.makedirs(root + d, exist_ok=True)
+        return root
+
+    def sim_gpu_device(self):
+        """The simulated GPU as a CDI device (what the NVIDIA toolkit's spec is for a real one)."""
+        double = os.path.join(test_e2e.BUILD, "lib", "driver_double")
+        spec = {"cdiVersion": "0.5.0", "kind": "gpuos-test.local/simgpu", "devices": [{
+            "name": "0", "containerEdits": {
+                "env": ["GPUOS_DRIVER_LIBRARY=/opt/sim/libcuda.so.1", "LD_LIBRARY_PATH=/opt/sim",
+                        "GPUOS_SIM_SHM=" + self.n.d.env["GPUOS_SIM_SHM"]],
+                "mounts": [{"hostPath": double, "containerPath": "/opt/sim", "options": ["ro", "rbind"]}]}}]}
+        with open(self.sim_spec, "w") as f:
+            json.dump(spec, f)
+
+    def podman(self, args):
+        # This sandbox's kernel mounts a cgroup v2 hierarchy beside v1 ones, which crun refuses
+        # ("hybrid mode"): the container runs in a mount namespace without it, and without cgroups
+        # of its own. Raising rlimits is not allowed here either: the container keeps the host's.
+        inner = ["podman", "--runtime", "crun", "--cgroup-manager", "cgroupfs", "run", "--rm",
+                 "--cgroups", "disabled", "--network", "none", "--ipc", "host",
+                 "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=4096:4096"] + args
+        script = "umount /sys/fs/cgroup/unified 2>/dev/null; exec \"$@\""
+        return subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh"] + inner,
+                              capture_output=True, text=True, timeout=300)
+
+    def test_a_claims_tenant_in_a_container_registers_under_its_pod_and_keeps_its_quota(self):
+        self.n.plugin.terminate()  # again, naming the simulated GPU's CDI device for each claim
+        self.n.plugin.wait(timeout=60)
+        self.n.start_plugin(["--gpu-cdi-device", "gpuos-test.local/simgpu={index}"])
+        self.sim_gpu_device()
+        uid = "88888888-2222-4333-8444-%012d" % os.getpid()
+        self.n.set_claims([claim("llm-gpu", uid, params=tenant_config(**{"class": "guaranteed", "mem": "192Mi"}))])
+        self.addCleanup(self.n.unprepare, uid, "llm-gpu")
+        r = self.n.prepare(uid, "llm-gpu")
+        self.assertEqual(r["error"], "", self.n.plugin_text())
+        ids = r["devices"][0]["cdi_device_ids"]
+        self.assertEqual(ids, ["%s/claim=%s" % (DRIVER, uid), "gpuos-test.local/simgpu=0"])
+        args = []
+        for i in ids:
+            args += ["--device", i]
+        out = self.podman(args + ["--rootfs", self.rootfs(), "/bin/claim-probe"])
+        self.assertEqual(out.returncode, 0, out.stdout + out.stderr + self.n.d.log_text())
+        probe = json.loads(out.stdout.strip().splitlines()[-1])
+        self.assertEqual(probe["allocated"], 192 * MIB, out.stdout)  # the claim's quota, inside the container
+        self.assertEqual(probe["error"], 2)
+        # gpuosd knew it by its pod, and by its host pid (not the container's).
+        t = wait_for(lambda: [t for t in self.n.d.ps()["tenants"] if t.get("claim_uid") == uid],
+                     what="the container's tenant in ps")[0]
+        self.assertNotEqual(t["pid"], probe["pid"])
+        self.assertEqual((t["pod_namespace"], t["pod_name"], t["pod_uid"]), ("inference", "llm-0", POD_UID))
+        self.assertEqual((t["class"], t["mem_quota_bytes"], t["mem_peak_bytes"]), ("guaranteed", 192 * MIB, 192 * MIB))
+        self.assertEqual(self.n.unprepare(uid, "llm-gpu")["error"], "")
+        self.assertEqual(self.n.cdi_files(), [])
+
+
+if __name__ == "__main__":
+    test_e2e.BUILD = os.path.abspath(sys.argv[1])
+    unittest.main(argv=[sys.argv[0]] + sys.argv[2:], verbosity=2)
