@@ -387,7 +387,7 @@ uint64_t Server::expire_idle(uint64_t now) {
   return next;
 }
 
-std::string Server::refusal(uid_t uid, bool admin) const {
+std::string Server::refusal(uid_t uid, bool admin, const std::string& claim_uid) const {
   const std::size_t open = conns_.size();
   if (admin) {
     // Admins may also take the reserved slots that nobody else can fill.
@@ -396,7 +396,15 @@ std::string Server::refusal(uid_t uid, bool admin) const {
     }
     return "";
   }
-  if (opts_.max_connections_per_uid != 0) {
+  // A claim's connections count by claim (its containers' uids say nothing across pods: root in
+  // every one), with the same cap as one user's.
+  if (opts_.max_connections_per_uid != 0 && !claim_uid.empty()) {
+    auto it = conns_per_claim_.find(claim_uid);
+    if (it != conns_per_claim_.end() && it->second >= opts_.max_connections_per_uid) {
+      return "too many connections on claim " + claim_uid + "'s socket (" + std::to_string(it->second) +
+             " open; max_connections_per_uid)";
+    }
+  } else if (opts_.max_connections_per_uid != 0) {
     auto it = conns_per_uid_.find(uid);
     if (it != conns_per_uid_.end() && it->second >= opts_.max_connections_per_uid) {
       return "too many connections from uid " + std::to_string(uid) + " (" + std::to_string(it->second) +
@@ -444,7 +452,7 @@ void Server::on_accept(int listen_fd) {
     const bool admin = claim_uid.empty() && is_admin(cred.uid, opts_.daemon_uid, groups, opts_.admin_gid);
     // Limits per uid and a reserve for admins: no user can take every slot and lock out the others
     // (or root's `gpuos ps`). The refusal is a reply, so the client can say why.
-    if (std::string why = refusal(cred.uid, admin); !why.empty()) {
+    if (std::string why = refusal(cred.uid, admin, claim_uid); !why.empty()) {
       Outgoing o = Core::make_reply(GPUOS_MSG_REPLY, 0, GPUOS_ERR_LIMIT, 0, why.c_str());
       send_message(fd, o.bytes.data(), o.bytes.size());
       close(fd);
@@ -484,7 +492,11 @@ void Server::on_accept(int listen_fd) {
       next_idle_check_ns_ =
           std::min<uint64_t>(next_idle_check_ns_, c.last_message_ns + static_cast<uint64_t>(opts_.idle_timeout_ms) * 1000000ull);
     }
-    if (!admin) ++conns_per_uid_[cred.uid];
+    if (!claim_uid.empty()) {
+      ++conns_per_claim_[claim_uid];
+    } else if (!admin) {
+      ++conns_per_uid_[cred.uid];
+    }
     conns_.emplace(fd, std::move(c));
   }
 }
@@ -604,7 +616,10 @@ void Server::close_conn(int fd) {
     pidfd_to_conn_.erase(pfd);
     close(pfd);
   }
-  if (!c.peer.admin) {
+  if (!c.claim_uid.empty()) {
+    auto k = conns_per_claim_.find(c.claim_uid);
+    if (k != conns_per_claim_.end() && --k->second == 0) conns_per_claim_.erase(k);
+  } else if (!c.peer.admin) {
     auto u = conns_per_uid_.find(c.peer.uid);
     if (u != conns_per_uid_.end() && --u->second == 0) conns_per_uid_.erase(u);
   }

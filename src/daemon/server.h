@@ -90,7 +90,7 @@ class Server final : public ClaimSockets {
   // time one may be due (UINT64_MAX: none).
   uint64_t expire_idle(uint64_t now);
   // Why a new connection from this peer is refused ("" = it is accepted).
-  std::string refusal(uid_t uid, bool admin) const;
+  std::string refusal(uid_t uid, bool admin, const std::string& claim_uid) const;
 
   Core& core_;
   ServerOptions opts_;
@@ -105,7 +105,8 @@ class Server final : public ClaimSockets {
   uint64_t next_conn_id_ = 1;
   std::map<int, Conn> conns_;         // by socket fd
   std::map<int, int> pidfd_to_conn_;  // pidfd -> socket fd
-  std::map<uid_t, uint32_t> conns_per_uid_;  // open non-admin connections by uid
+  std::map<uid_t, uint32_t> conns_per_uid_;  // open non-admin connections by uid (gpuosd's socket)
+  std::map<std::string, uint32_t> conns_per_claim_;  // open connections on each claim's socket
   uint64_t next_idle_check_ns_ = UINT64_MAX;  // idle_clock time of the next expire_idle
   uint64_t next_refusal_log_ns_ = 0;  // refusals are logged at most once a second
   uint64_t refusals_unlogged_ = 0;  // out of fds: the listening socket is not polled until one closes

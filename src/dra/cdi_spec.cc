@@ -26,7 +26,9 @@ nlohmann::json cdi_spec(const ClaimInjection& c) {
   for (const std::string& e : c.env) env.push_back(e);
   nlohmann::json mounts = nlohmann::json::array();
   mounts.push_back(bind_mount(c.interposer_host_path, kContainerInterposer, true));
-  mounts.push_back(bind_mount(c.socket_host_dir, kContainerSocketDir, false));
+  // Read-only: connecting to a socket writes nothing, and the container may not put files where
+  // gpuosd will make the claim's socket again after a restart.
+  mounts.push_back(bind_mount(c.socket_host_dir, kContainerSocketDir, true));
   if (!c.mps_pipe_host_dir.empty()) {
     // The domain's MPS server, at the same paths (the driver finds it by these variables).
     mounts.push_back(bind_mount(c.mps_pipe_host_dir, c.mps_pipe_host_dir, false));

@@ -231,6 +231,7 @@ bool SlicePublisher::publish_locked(const std::vector<GpuShareInfo>& gpus, std::
     if (!plan.note.empty()) log::warn("ResourceSlice %s: %s", name_.c_str(), plan.note.c_str());
     logged_note_ = plan.note;
   }
+  learn_node_uid();
   const std::string path = resource_slice_path(name_);
   for (int round = 0; round < kMaxPublishRounds; ++round) {
     const KubeApi::Response got = api_.get(path);
@@ -253,7 +254,7 @@ bool SlicePublisher::publish_locked(const std::vector<GpuShareInfo>& gpus, std::
     const json& spec = current["spec"];
     const int64_t server_generation = pool_generation(current);
     const json wanted = resource_slice_spec(options_, gpus, 0);
-    if (same_offer(wanted, spec)) {
+    if (same_offer(wanted, spec) && owned_as_wanted(current)) {
       generation_ = server_generation;
       return true;
     }
@@ -281,6 +282,35 @@ bool SlicePublisher::publish_locked(const std::vector<GpuShareInfo>& gpus, std::
   }
   return fail(why, "ResourceSlice " + name_ + ": still conflicting after " + std::to_string(kMaxPublishRounds) +
                        " attempts (another writer keeps changing it)");
+}
+
+void SlicePublisher::learn_node_uid() {
+  if (!options_.node_uid.empty()) return;
+  const KubeApi::Response r = api_.get("/api/v1/nodes/" + pool_name(options_));
+  const json node = r.status == 200 ? json::parse(r.body, nullptr, false) : json();
+  const json* uid = node.is_object() && node.contains("metadata") && node["metadata"].is_object()
+                        ? (node["metadata"].contains("uid") ? &node["metadata"]["uid"] : nullptr)
+                        : nullptr;
+  if (uid != nullptr && uid->is_string() && !uid->get<std::string>().empty()) {
+    options_.node_uid = uid->get<std::string>();
+    return;
+  }
+  // Published without an owner meanwhile (asked again next time): a slice is still right without.
+  if (!node_uid_warned_) {
+    log::warn("Node %s: cannot read its uid (%s); ResourceSlice %s has no owner until it can",
+              options_.node_name.c_str(), describe_response(r).c_str(), name_.c_str());
+    node_uid_warned_ = true;
+  }
+}
+
+bool SlicePublisher::owned_as_wanted(const json& current) const {
+  if (options_.node_uid.empty()) return true;
+  const json& meta = current["metadata"];
+  if (!meta.contains("ownerReferences") || !meta["ownerReferences"].is_array()) return false;
+  for (const json& o : meta["ownerReferences"]) {
+    if (o.is_object() && o.value("kind", "") == "Node" && o.value("uid", "") == options_.node_uid) return true;
+  }
+  return false;
 }
 
 bool SlicePublisher::remove(std::string* why) {

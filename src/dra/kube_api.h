@@ -82,11 +82,16 @@ class SlicePublisher {
  private:
   bool publish_locked(const std::vector<GpuShareInfo>& gpus, std::string* why);
   KubeApi& api_;
-  const SliceOptions options_;
+  SliceOptions options_;  // guarded by mu_ (node_uid is learnt)
   const std::string name_;
   mutable std::mutex mu_;
   int64_t generation_ = 0;   // guarded by mu_
   std::string logged_note_;  // guarded by mu_: the plan note last logged
+  bool node_uid_warned_ = false;  // guarded by mu_
+  // The Node's uid, once (GET /api/v1/nodes/NAME), for the slice's owner reference.
+  void learn_node_uid();
+  // Whether the slice on the server names our Node as its owner (when we know its uid).
+  bool owned_as_wanted(const nlohmann::json& current) const;
 };
 
 }  // namespace gpuos::dra

@@ -284,6 +284,13 @@ json resource_slice(const SliceOptions& options, const std::vector<GpuShareInfo>
                     const std::string& resource_version) {
   json metadata = {{"name", slice_name(options)}};
   if (!resource_version.empty()) metadata["resourceVersion"] = resource_version;
+  if (!options.node_uid.empty()) {
+    metadata["ownerReferences"] = json::array({{{"apiVersion", "v1"},
+                                                {"kind", "Node"},
+                                                {"name", lowercase(options.node_name)},
+                                                {"uid", options.node_uid},
+                                                {"controller", true}}});
+  }
   return {{"apiVersion", std::string(kResourceApiVersion)},
           {"kind", "ResourceSlice"},
           {"metadata", metadata},

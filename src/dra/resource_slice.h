@@ -47,6 +47,9 @@ struct GpuShareInfo {
 struct SliceOptions {
   std::string driver = "gpuos.io", node_name;
   uint32_t guaranteed_shares = 4, best_effort_shares = 8;  // per GPU, before plan_shares' cap
+  // The Node's metadata.uid: the slice names its Node as its owner, so that Kubernetes deletes the
+  // slice with the node. "" = not known (no owner).
+  std::string node_uid;
 };
 
 // driver: a lowercase DNS subdomain of at most 63 bytes; node_name: a DNS subdomain (at most 253,

@@ -18,17 +18,11 @@
 namespace gpuos::daemon {
 namespace {
 
+using tenant_side::decode;
+
 constexpr const char* kGpu = "0b1c2d3e-4f50-6172-8394-a5b6c7d8e9f0";
 constexpr const char* kClaim = "5f0e7c6a-1b2c-4d3e-8f90-a1b2c3d4e5f6";
 constexpr const char* kPod = "9a8b7c6d-5e4f-4a3b-9c2d-1e0f9a8b7c6d";
-
-template <typename M>
-M decode(const Outgoing& o) {
-  M m{};
-  EXPECT_EQ(o.bytes.size(), sizeof(M));
-  std::memcpy(&m, o.bytes.data(), std::min(o.bytes.size(), sizeof(M)));
-  return m;
-}
 
 void set(char* dst, std::size_t n, const std::string& v) {
   std::memset(dst, 0, n);

@@ -18,13 +18,7 @@
 namespace gpuos::daemon {
 namespace {
 
-template <typename M>
-M decode(const Outgoing& o) {
-  M m{};
-  EXPECT_EQ(o.bytes.size(), sizeof(M));
-  std::memcpy(&m, o.bytes.data(), std::min(o.bytes.size(), sizeof(M)));
-  return m;
-}
+using tenant_side::decode;
 
 uint32_t type_of(const Outgoing& o) {
   gpuos_msg_header h{};

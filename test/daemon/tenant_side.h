@@ -3,10 +3,13 @@
 // only readable (its memfd is sealed: a writable mapping is refused).
 #pragma once
 
+#include <gtest/gtest.h>
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstring>
 
 #include "common/ipc.h"
 #include "daemon/core.h"
@@ -26,6 +29,15 @@ struct TenantSide {
   const gpuos_grant_block* grants = nullptr;
   uint32_t id = 0;
 };
+
+// A reply the core made, as the struct its type names (its size checked).
+template <typename M>
+M decode(const Outgoing& o) {
+  M m{};
+  EXPECT_EQ(o.bytes.size(), sizeof(M));
+  std::memcpy(&m, o.bytes.data(), std::min(o.bytes.size(), sizeof(M)));
+  return m;
+}
 
 // A REGISTER as libgpuos.so sends it (pid, class, weight 100, name); set the rest before sending.
 inline gpuos_msg_register registration(pid_t pid, uint32_t tenant_class, const char* name = "t") {

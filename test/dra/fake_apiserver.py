@@ -7,6 +7,7 @@ Serves what gpuos-dra uses of resource.k8s.io/v1, strictly:
   PUT    /apis/resource.k8s.io/v1/resourceslices/NAME            (409 Conflict on a stale resourceVersion)
   DELETE /apis/resource.k8s.io/v1/resourceslices/NAME            (404 when absent)
   GET    /apis/resource.k8s.io/v1/namespaces/NS/resourceclaims/NAME
+  GET    /api/v1/nodes/NAME                                       (every node exists; see node())
 Every slice written is checked against the v1 rules the plugin must follow (see validate_slice), with
 422 Invalid and a message naming the field otherwise; unknown fields are refused (a v1beta1 "basic"
 is a mistake here). Like the real server it sets metadata.uid/resourceVersion/generation/
@@ -36,6 +37,7 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 SLICES = "/apis/resource.k8s.io/v1/resourceslices"
+NODE_RE = re.compile(r"^/api/v1/nodes/([^/]+)$")
 CLAIM_RE = re.compile(r"^/apis/resource\.k8s\.io/v1/namespaces/([^/]+)/resourceclaims/([^/]+)$")
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 C_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -80,6 +82,11 @@ def validate_slice(obj, path_name=None):
     meta = obj.get("metadata")
     if not isinstance(meta, dict) or not is_subdomain(meta.get("name")):
         raise Invalid("metadata.name: must be a DNS subdomain")
+    for i, o in enumerate(meta.get("ownerReferences", [])):
+        if not isinstance(o, dict) or set(o) - {"apiVersion", "kind", "name", "uid", "controller",
+                                                 "blockOwnerDeletion"} or not all(
+                isinstance(o.get(k), str) and o[k] for k in ("apiVersion", "kind", "name", "uid")):
+            raise Invalid("metadata.ownerReferences[%d]: want {apiVersion, kind, name, uid[, controller]}" % i)
     if path_name is not None and meta["name"] != path_name:
         raise Invalid("metadata.name: %r does not match the name in the path %r" % (meta["name"], path_name))
     spec = obj.get("spec")
@@ -178,6 +185,12 @@ class State:
         return str(self.version)
 
 
+def node(name):
+    """Every node exists; its uid is derived from its name (tests compute the same)."""
+    return {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "uid": str(uuid.uuid5(uuid.NAMESPACE_DNS, name + ".node.fake"))}}
+
+
 def status_body(code, reason, message):
     return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message,
             "reason": reason, "code": code}
@@ -233,6 +246,9 @@ class Handler(BaseHTTPRequestHandler):
             m = CLAIM_RE.match(self.path)
             if m and self.command == "GET":
                 return self.claim(m.group(1), m.group(2))
+            m = NODE_RE.match(self.path)
+            if m and self.command == "GET":
+                return self.reply(200, node(m.group(1)))
             self.fail(404, "NotFound", "the server could not find the requested resource")
         except Invalid as e:
             self.fail(422, "Invalid", "ResourceSlice is invalid: %s" % e)
@@ -343,6 +359,8 @@ class Handler(BaseHTTPRequestHandler):
         if not spec.get("devices"):
             spec.pop("devices", None)  # omitempty
         meta = {"name": obj["metadata"]["name"], "resourceVersion": state.next_version()}
+        if "ownerReferences" in obj["metadata"]:  # (kept as written, as labels would be)
+            meta["ownerReferences"] = obj["metadata"]["ownerReferences"]
         if old is None:
             meta.update(uid=str(uuid.uuid4()), generation=1,
                         creationTimestamp=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))

@@ -187,8 +187,12 @@ TEST_F(KubeApiTest, PublishCreatesThenLeavesAnUnchangedSliceAlone) {
   std::string why;
   ASSERT_TRUE(publisher.publish(gpus(2), &why)) << why;
   EXPECT_EQ(publisher.generation(), 1);
-  EXPECT_EQ(take_log(*api_), (std::vector<std::string>{"GET node-a-gpuos.io 404", "POST resourceslices 201"}));
+  // (It first learns its Node's uid, once: the slice's owner.)
+  EXPECT_EQ(take_log(*api_),
+            (std::vector<std::string>{"GET node-a 200", "GET node-a-gpuos.io 404", "POST resourceslices 201"}));
   json slice = slice_on_server(*api_);
+  ASSERT_EQ(slice["metadata"]["ownerReferences"].size(), 1u);
+  EXPECT_EQ(slice["metadata"]["ownerReferences"][0]["kind"], "Node");
   EXPECT_EQ(slice["spec"]["pool"]["generation"], 1);
   EXPECT_EQ(slice["spec"]["devices"].size(), 24u);
   EXPECT_EQ(slice["spec"]["nodeName"], "node-a");
@@ -202,7 +206,7 @@ TEST_F(KubeApiTest, PublishCreatesThenLeavesAnUnchangedSliceAlone) {
   // A publisher started later (plugin restart) finds the slice as it wants it: no write either.
   SlicePublisher restarted(*api_, node_a());
   ASSERT_TRUE(restarted.publish(gpus(2), &why)) << why;
-  EXPECT_EQ(take_log(*api_), (std::vector<std::string>{"GET node-a-gpuos.io 200"}));
+  EXPECT_EQ(take_log(*api_), (std::vector<std::string>{"GET node-a 200", "GET node-a-gpuos.io 200"}));
   EXPECT_EQ(restarted.generation(), 1);
 }
 
@@ -277,8 +281,9 @@ TEST_F(KubeApiTest, ASliceOfAnotherNodeUnderOurNameIsReplaced) {
   SlicePublisher publisher(*api_, node_a());
   std::string why;
   ASSERT_TRUE(publisher.publish(gpus(1), &why)) << why;
-  EXPECT_EQ(take_log(*api_), (std::vector<std::string>{"GET node-a-gpuos.io 200", "DELETE node-a-gpuos.io 200",
-                                                       "GET node-a-gpuos.io 404", "POST resourceslices 201"}));
+  EXPECT_EQ(take_log(*api_), (std::vector<std::string>{"GET node-a 200", "GET node-a-gpuos.io 200",
+                                                       "DELETE node-a-gpuos.io 200", "GET node-a-gpuos.io 404",
+                                                       "POST resourceslices 201"}));
   const json slice = slice_on_server(*api_);
   EXPECT_EQ(slice["spec"]["nodeName"], "node-a");
   EXPECT_EQ(slice["spec"]["pool"]["generation"], 10);  // above the one it replaced

@@ -133,6 +133,16 @@ TEST(ResourceSlice, V1Shape) {
   EXPECT_EQ(update["metadata"]["resourceVersion"], "1234");
 }
 
+TEST(ResourceSlice, OwnedByItsNodeWhenItsUidIsKnown) {
+  gpuos::dra::SliceOptions o = node();
+  o.node_name = "Node-A";
+  o.node_uid = "6f1e2d3c-4b5a-4978-8c6d-5e4f3a2b1c0d";
+  const json slice = gpuos::dra::resource_slice(o, h200s(1), 1, "7");
+  EXPECT_EQ(slice["metadata"], json::parse(R"({"name": "node-a-gpuos.io", "resourceVersion": "7",
+      "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": "node-a",
+                           "uid": "6f1e2d3c-4b5a-4978-8c6d-5e4f3a2b1c0d", "controller": true}]})"));
+}
+
 TEST(ResourceSlice, NoGpusIsAnEmptyDeviceList) {
   const json spec = gpuos::dra::resource_slice_spec(node(), {}, 2);
   ASSERT_TRUE(spec["devices"].is_array());

@@ -18,6 +18,7 @@ import sys
 import tempfile
 import unittest
 import urllib.request
+import uuid
 
 import test_e2e
 from test_e2e import bin_path, spawn, start_daemon, wait_for
@@ -165,6 +166,10 @@ class Plugin(unittest.TestCase):
         self.assertEqual(spec["driver"], DRIVER)
         self.assertEqual(spec["nodeName"], NODE)
         self.assertEqual(spec["pool"]["name"], NODE)
+        # Owned by its Node: Kubernetes deletes it with the node (the fake's node uid: see node()).
+        node_uid = str(uuid.uuid5(uuid.NAMESPACE_DNS, NODE + ".node.fake"))
+        self.assertEqual(s["metadata"]["ownerReferences"],
+                         [{"apiVersion": "v1", "kind": "Node", "name": NODE, "uid": node_uid, "controller": True}])
         names = sorted(d["name"] for d in spec["devices"])
         self.assertEqual(names, sorted(["gpu-0-guaranteed-%d" % i for i in range(4)] +
                                        ["gpu-0-best-effort-%d" % i for i in range(8)]))
@@ -228,12 +233,20 @@ class Plugin(unittest.TestCase):
         socket_dir = os.path.join(self.n.d.dir, "claims", uid)
         mounts = {m["containerPath"]: m["hostPath"] for m in edits["mounts"]}
         self.assertEqual(mounts["/run/gpuos"], socket_dir)
+        ro = {m["containerPath"]: "ro" in m["options"] for m in edits["mounts"]}
+        self.assertEqual(ro, {"/run/gpuos": True, "/usr/lib/gpuos/libgpuos.so": True})
         self.assertEqual(mounts["/usr/lib/gpuos/libgpuos.so"], os.path.join(test_e2e.BUILD, "lib", "libgpuos.so"))
         for e in ("LD_PRELOAD=/usr/lib/gpuos/libgpuos.so", "GPUOS_SOCKET=/run/gpuos/gpuosd.sock",
                   "GPUOS_TENANT_CLASS=guaranteed", "GPUOS_TENANT_MEM=%d" % (256 * MIB), "GPUOS_TENANT_PRIORITY=5",
                   "GPUOS_TENANT_MAX_SLOWDOWN=1.250", "GPUOS_CLAIM_UID=" + uid):
             self.assertIn(e, edits["env"])
         self.assertTrue(os.path.exists(os.path.join(socket_dir, "gpuosd.sock")))
+        # The claim's socket serves its tenants only: root there is no admin, and may not even list.
+        for cmd in (["ps"], ["gate", "1", "close"]):
+            done = subprocess.run([bin_path("gpuos")] + cmd + ["--socket", os.path.join(socket_dir, "gpuosd.sock")],
+                                  env=self.n.d.env, capture_output=True, text=True, timeout=30)
+            self.assertNotEqual(done.returncode, 0, done.stdout)
+            self.assertIn("claim's socket", done.stderr)
         self.assertEqual(len(self.n.claims_of_gpuosd()), 1)
         # Prepared twice (a kubelet retry): the same answer, nothing more.
         self.assertEqual(self.n.prepare(uid, "llm-gpu"), r)
