@@ -59,6 +59,12 @@ slots::GateTenant Core::gate_view(const Tenant& t) const {
   v.gate = t.gate.effective();  // what gpuosd set (the word is put back if the tenant changed it)
   v.pinned = t.gate.pinned;
   v.max_slowdown_permille = t.granted.max_slowdown_permille;
+  v.gpus = t.verified_gpus;
+  if (t.cb != nullptr) {
+    for (uint32_t g = 0; g < opts_.gpus.size() && g < 64; ++g) {
+      if (gpu_map_.used_on(t, g) != 0) v.gpus |= uint64_t{1} << g;
+    }
+  }
   return v;
 }
 

@@ -29,6 +29,10 @@ void Core::verify_usage(uint64_t now) {
     grants.push_back(TenantGrant{t.id, t.pid, limit, gated});
     tenant_pids.insert(t.pid);
     t.verified_mem_bytes = measured_bytes(sample, t.pid);
+    t.verified_gpus = 0;
+    for (const ObservedProcess& p : sample.processes) {
+      if (p.pid == t.pid && p.gpu < 64) t.verified_gpus |= uint64_t{1} << p.gpu;
+    }
   }
   verified_at_ns_ = now;
   const std::vector<Finding> findings = check_usage(sample, grants, v.check, v.ignored);

@@ -121,6 +121,7 @@ struct Tenant {
   // was frozen or killed, and its gate at the last round (closed, and the grant epoch then: the
   // same epoch now means the gate did not move in between).
   uint64_t verified_mem_bytes = 0;
+  uint64_t verified_gpus = 0;  // the GPUs NVML saw the process on (bit i = gpuosd's GPU i)
   uint64_t violations = 0;
   uint32_t findings_in_a_row = 0;
   uint32_t finding_kinds_logged = 0;

@@ -45,6 +45,10 @@ struct GateTenant {
   bool signalled = false;  // a signal handler woke a thread blocked in gpuos
   uint32_t gate = GPUOS_GATE_OPEN;  // the gate word now
   bool pinned = false;     // an admin closed this gate: the core keeps it closed
+  // The GPUs it works on (bit i = gpuosd's GPU i): where it holds memory, by its own count and by
+  // the usage check's (NVML; so a tenant that hides a GPU is found on it within a round). 0 = none
+  // known yet: a policy counts it on every GPU.
+  uint64_t gpus = 0;
   // Latency budget of a guaranteed tenant (per mille of its time alone; 0 = none: as if alone).
   uint32_t max_slowdown_permille = 0;
   // Its launches timed since the last view (Admission::sample_period > 0; the tenant's own

@@ -691,6 +691,40 @@ class VisibleDevices(unittest.TestCase):
         self.assertEqual(used.get(0), 0, used)
 
 
+class TwoGpusPriority(unittest.TestCase):
+    """--policy priority on two (simulated) GPUs: a busy guaranteed tenant gates the best-effort
+    tenant of its own GPU, not the one working on the other GPU (issue #27)."""
+
+    def setUp(self):
+        self.d = start_daemon(self, ["--policy", "priority"], daemon_env={"GPUOS_SIM_DEVICES": "2"})
+
+    def synth(self, name, klass, gpu, iters, count):
+        env = dict(self.d.env, GPUOS_SIM_DEVICES="2", CUDA_VISIBLE_DEVICES=str(gpu))
+        return spawn(self, self.d.run_cmd(["--name", name, "--class", klass, "--", bin_path("gpuos-synth"),
+                                           "--name", name, "--iters", str(iters), "--count", str(count),
+                                           "--warmup", "0", "--mem-mib", "16", "--json", "-"]), env)
+
+    def launches(self, pid):
+        t = self.d.tenant(pid)
+        return t["launches"] if t else 0
+
+    def test_a_guaranteed_tenant_gates_only_the_best_effort_tenant_of_its_gpu(self):
+        be0 = self.synth("be-gpu0", "best-effort", 0, 2_000_000, 10_000_000)  # 2 ms kernels, back to back
+        be1 = self.synth("be-gpu1", "best-effort", 1, 2_000_000, 10_000_000)
+        for be in (be0, be1):  # (running, so gpuosd knows their GPUs from their memory)
+            wait_for(lambda: self.launches(be.pid) > 20, what="BE to run")
+        hp = self.synth("hp", "guaranteed", 0, 6_000_000_000, 1)  # one 6 s kernel on GPU 0
+        wait_for(lambda: self.launches(hp.pid) == 1, what="HP to launch its kernel")
+        wait_for(lambda: (self.d.tenant(be0.pid) or {}).get("state") == "gated", what="GPU 0's BE gated")
+        before = self.launches(be1.pid)
+        wait_for(lambda: self.launches(be1.pid) > before + 20, what="GPU 1's BE to go on launching")
+        hp_id = self.d.tenant(hp.pid)["id"]
+        self.assertEqual(self.d.metric("gpuos_tenant_busy", tenant_id=hp_id), [1.0],
+                         "HP's kernel ended before GPU 1's BE was seen running: nothing was checked")
+        self.assertEqual(self.d.tenant(be1.pid)["state"], "running")
+        self.assertEqual(self.d.tenant(be0.pid)["state"], "gated")
+
+
 class Spatial(unittest.TestCase):
     """[spatial]: tenants of one trust domain share the (simulated) GPU in space.
 

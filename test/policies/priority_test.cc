@@ -28,6 +28,11 @@ PriorityTenant in(const char* d, PriorityTenant t) {
   t.domain = d;
   return t;
 }
+// The same tenant working on GPUs `mask` (bit i = GPU i).
+PriorityTenant on(uint64_t mask, PriorityTenant t) {
+  t.gpus = mask;
+  return t;
+}
 PriorityTenant pinned(PriorityTenant t) {
   t.pinned = true;
   return t;
@@ -84,6 +89,43 @@ TEST(PriorityDomains, DomainBestEffortTakesNoPartInTheRotation) {
   auto d = decide_priority({in("a", B(1, 100, true)), B(2, 100, true)}, params(), &st, 1000 * kMs);
   EXPECT_EQ(gates_of(d), (std::map<uint32_t, uint32_t>{{1, O}, {2, O}}));  // one runnable BE outside: no slices
   EXPECT_EQ(d.next_tick_ns, 0u);
+}
+
+// Several GPUs: a guaranteed tenant gates the tenants of its own GPUs only; one whose GPUs are not
+// known yet counts as on every GPU, both ways.
+TEST(PriorityGpus, AGuaranteedTenantGatesOnlyTheTenantsOfItsGpus) {
+  PriorityState st;
+  auto d = gates_of(decide_priority({on(0b01, G(1, 0, true)), on(0b01, B(2, 100, true)), on(0b10, B(3, 100, true)),
+                                     on(0b11, B(4, 100, true)), B(5, 100, true), on(0b10, G(6, -1, true)),
+                                     on(0b01, G(7, -5, true))},
+                                    params(), &st, 1000 * kMs));
+  // 2 (GPU 0) and 4 (GPUs 0 and 1) share GPU 0 with 1; 5 is on no known GPU: every one. 3 (GPU 1)
+  // shares with 6, a guaranteed tenant too. 6 (GPU 1) has no higher guaranteed tenant on its GPU;
+  // 7 (GPU 0) has 1 above it.
+  EXPECT_EQ(d, (std::map<uint32_t, uint32_t>{{1, O}, {2, C}, {3, C}, {4, C}, {5, C}, {6, O}, {7, C}}));
+  st = PriorityState{};
+  d = gates_of(decide_priority({on(0b01, G(1, 0, true)), on(0b10, B(3, 100, true))}, params(), &st, 1000 * kMs));
+  EXPECT_EQ(d, (std::map<uint32_t, uint32_t>{{1, O}, {3, O}}));
+  st = PriorityState{};
+  d = gates_of(decide_priority({G(1, 0, true), on(0b10, B(3, 100, true))}, params(), &st, 1000 * kMs));
+  EXPECT_EQ(d, (std::map<uint32_t, uint32_t>{{1, O}, {3, C}}));  // (1's GPUs not known yet: all)
+}
+
+TEST(PriorityGpus, WhileAGuaranteedTenantPausesTheRotationTheOtherGpusBestEffortRun) {
+  PriorityState st;
+  // Two BE on GPU 1 rotate.
+  auto d = decide_priority({on(0b01, G(1, 0)), on(0b10, B(2, 100, true)), on(0b10, B(3, 100, true))}, params(), &st,
+                           1000 * kMs);
+  EXPECT_EQ(gates_of(d), (std::map<uint32_t, uint32_t>{{1, O}, {2, O}, {3, C}}));
+  // The guaranteed tenant on GPU 0 gets busy: the rotation pauses; both BE of GPU 1 run meanwhile.
+  d = decide_priority({on(0b01, G(1, 0, true)), on(0b10, B(2, 100, true)), on(0b10, B(3, 100, true))}, params(), &st,
+                      1010 * kMs);
+  EXPECT_EQ(gates_of(d), (std::map<uint32_t, uint32_t>{{1, O}, {2, O}, {3, O}}));
+  EXPECT_TRUE(st.paused);
+  // Idle again: the slice resumes where it was.
+  d = decide_priority({on(0b01, G(1, 0)), on(0b10, B(2, 100, true)), on(0b10, B(3, 100, true))}, params(), &st,
+                      1020 * kMs);
+  EXPECT_EQ(gates_of(d), (std::map<uint32_t, uint32_t>{{1, O}, {2, O}, {3, C}}));
 }
 
 INSTANTIATE_TEST_SUITE_P(

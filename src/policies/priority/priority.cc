@@ -20,6 +20,11 @@ bool shares_in_space(const PriorityTenant& a, const PriorityTenant& b) {
   return !a.domain.empty() && a.domain == b.domain;
 }
 
+// Whether two tenants work on a GPU in common (one whose GPUs are not known yet is on every GPU).
+bool shares_a_gpu(const PriorityTenant& a, const PriorityTenant& b) {
+  return a.gpus == 0 || b.gpus == 0 || (a.gpus & b.gpus) != 0;
+}
+
 }  // namespace
 
 uint64_t be_slice_ns(const PriorityParams& p, uint32_t weight) {
@@ -133,10 +138,12 @@ PriorityDecision decide_priority(const std::vector<PriorityTenant>& tenants, con
     ++it;
   }
 
-  // Is a guaranteed tenant that t does not share the GPU in space with active (above `floor`)?
+  // Is a guaranteed tenant active (above `floor`) on a GPU of t's, which it does not share in space
+  // with t?
   auto active_guaranteed_outside = [&](const PriorityTenant& t, int32_t floor) {
     return std::any_of(tenants.begin(), tenants.end(), [&](const PriorityTenant& g) {
-      return is_guaranteed(g) && active(g) && g.priority > floor && &g != &t && !shares_in_space(g, t);
+      return is_guaranteed(g) && active(g) && g.priority > floor && &g != &t && !shares_in_space(g, t) &&
+             shares_a_gpu(g, t);
     });
   };
   d.gates.reserve(tenants.size());
@@ -146,7 +153,9 @@ PriorityDecision decide_priority(const std::vector<PriorityTenant>& tenants, con
       if (g_active && t.priority < top && active_guaranteed_outside(t, t.priority)) gate = GPUOS_GATE_CLOSED;
     } else if (!t.domain.empty()) {
       if (g_active && active_guaranteed_outside(t, INT32_MIN)) gate = GPUOS_GATE_CLOSED;
-    } else if (g_active || (st->owner != 0 && t.id != st->owner)) {
+    } else if (active_guaranteed_outside(t, INT32_MIN) || (st->owner != 0 && !st->paused && t.id != st->owner)) {
+      // (While a guaranteed tenant pauses the rotation, a best-effort tenant on a GPU of no active
+      // guaranteed tenant runs: the rotation is the node's, the guaranteed tenant's GPUs are its own.)
       gate = GPUOS_GATE_CLOSED;
     }
     if (gate == GPUOS_GATE_CLOSED && st->reprieve_until_ns.count(t.id) != 0) gate = GPUOS_GATE_OPEN;
@@ -176,7 +185,7 @@ slots::GateActions PriorityPolicy::decide(const slots::GateView& view) {
   in.reserve(view.tenants.size());
   for (const slots::GateTenant& v : view.tenants) {
     in.push_back(PriorityTenant{v.id, v.tenant_class, v.priority, v.weight, v.busy, v.waiting, v.pinned, v.space_domain,
-                                v.signalled});
+                                v.signalled, v.gpus});
   }
   const uint32_t old_owner = state_.owner;
   const uint64_t now = view.now_ns;

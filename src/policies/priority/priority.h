@@ -29,6 +29,12 @@
 //    for signal_grace_ms, whoever is active, so it can stop or checkpoint. A rare, user-made event:
 //    its cost to a guaranteed tenant is bounded by the grace.
 //
+//  - Several GPUs: a guaranteed tenant gates only the tenants that work on one of its GPUs
+//    (GateTenant::gpus; a tenant with none known yet counts as on every GPU). A best-effort tenant
+//    on another GPU runs beside it. The best-effort rotation is still one for the node: it pauses
+//    while any guaranteed tenant is active, and meanwhile the best-effort tenants that no active
+//    guaranteed tenant shares a GPU with all run (the hardware time-slices them).
+//
 //  - Spatial sharing (mixed mode): tenants of one spatial domain do not gate each other; they share
 //    the GPU in space (disjoint SM partitions, space_planner.h). A guaranteed tenant of domain D
 //    closes the gates of tenants outside D only, and best-effort tenants of a domain take no part
@@ -68,6 +74,7 @@ struct PriorityTenant {
   bool pinned = false;
   std::string domain;  // spatial-sharing domain ("" = none)
   bool signalled = false;  // a signal handler woke a thread of it blocked at its closed gate
+  uint64_t gpus = 0;       // the GPUs it works on (slots::GateTenant::gpus; 0 = every GPU)
 };
 
 // What the policy remembers between decisions.
