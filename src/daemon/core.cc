@@ -560,6 +560,10 @@ Outcome Core::on_claim_prepare(Connection& conn, const gpuos_msg_claim_prepare& 
       log::warn("refused: %s", why);
       return refuse(m.hdr.seq, GPUOS_ERR_BAD_MESSAGE, why);
     }
+    // (Its socket too: one that could not be made when gpuosd started is tried again.)
+    if (std::string no = claim_sockets_->open_claim_socket(c.uid); !no.empty()) {
+      return refuse(m.hdr.seq, GPUOS_ERR_INTERNAL, no.c_str());
+    }
     o.replies.push_back(make_reply(GPUOS_MSG_REPLY, m.hdr.seq, GPUOS_OK, 0, dir.c_str()));
     return o;
   }

@@ -245,17 +245,20 @@ TEST_F(Claims, AProcessOfAPodFoundByItsCgroup) {
 
 TEST_F(Claims, KeptAcrossARestartAndForgottenWhenUnprepared) {
   ASSERT_EQ(reply(send(admin, prepare_msg())).status, GPUOS_OK);
-  make_core();  // a new gpuosd over the same directory
+  sockets.open.clear();
+  make_core();  // a new gpuosd over the same directory (whose server could not listen for it yet)
   const Claim* c = core->claims().find(kClaim);
   ASSERT_NE(c, nullptr);
   Claim want;
   ASSERT_EQ(claim_from_message(prepare_msg(), &want), "");
   EXPECT_EQ(*c, want);
+  // Prepared again (the kubelet retries): OK, and its socket is made if it was missing.
+  ASSERT_EQ(reply(send(admin, prepare_msg())).status, GPUOS_OK);
+  EXPECT_EQ(sockets.open, std::set<std::string>{kClaim});
 
   gpuos_msg_claim_unprepare u{};
   init_header(&u.hdr, GPUOS_MSG_CLAIM_UNPREPARE, sizeof(u), 8);
   set(u.claim_uid, sizeof(u.claim_uid), kClaim);
-  sockets.open.insert(kClaim);
   EXPECT_EQ(reply(send(outsider, u)).status, GPUOS_ERR_PERMISSION);
   EXPECT_EQ(reply(send(admin, u)).status, GPUOS_OK);
   EXPECT_TRUE(sockets.open.empty());
