@@ -246,6 +246,14 @@ std::string render_metrics(Core& core, const MetricsContext& ctx, uint64_t now_m
         [](const TenantStat& t) { return seconds(t.busy_ns); });
   per_tenant("gpuos_tenant_memory_used_bytes", "gauge", "Device memory the tenant holds now (all GPUs).",
         [](const TenantStat& t) { return u64(t.info.mem_used_bytes); });
+  // Per GPU (issue #27): what each tenant holds on each of the node's GPUs, by gpuosd's index.
+  w.family("gpuos_tenant_gpu_memory_used_bytes", "gauge", "Device memory the tenant holds now on one GPU.");
+  for (std::size_t i = 0; i < ts.size(); ++i) {
+    for (std::size_t g = 0; g < core.gpus().size() && g < GPUOS_MAX_DEVICES; ++g) {
+      w.sample("gpuos_tenant_gpu_memory_used_bytes", tl[i] + "," + label("gpu", std::to_string(g)),
+               u64(ts[i].mem_used_per_device[g]));
+    }
+  }
   per_tenant("gpuos_tenant_memory_peak_bytes", "gauge", "Most device memory the tenant held at once.",
         [](const TenantStat& t) { return u64(t.info.mem_peak_bytes); });
   per_tenant("gpuos_tenant_verified_memory_bytes", "gauge",

@@ -689,6 +689,9 @@ class VisibleDevices(unittest.TestCase):
             return used if used.get(1, 0) >= 96 << 20 else None
         used = wait_for(on_gpu1, what="the tenant's memory on GPU 1")
         self.assertEqual(used.get(0), 0, used)
+        tid = self.d.tenant(p.pid)["id"]  # (the same per tenant and GPU in the metrics)
+        self.assertGreaterEqual(self.d.metric("gpuos_tenant_gpu_memory_used_bytes", tenant_id=tid, gpu="1")[0], 96 << 20)
+        self.assertEqual(self.d.metric("gpuos_tenant_gpu_memory_used_bytes", tenant_id=tid, gpu="0"), [0.0])
 
 
 class TwoGpusPriority(unittest.TestCase):
