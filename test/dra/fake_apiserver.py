@@ -205,15 +205,16 @@ class Handler(BaseHTTPRequestHandler):
 
     # --- plumbing ---------------------------------------------------------------------------------
     def reply(self, code, body):
+        # Logged before it is answered: the client's next request (on another thread) comes after.
+        if not self.path.startswith("/fake/"):
+            with self.server.state.lock:
+                self.server.state.log.append({"method": self.command, "path": self.path, "status": code})
         data = json.dumps(body).encode()
         self.send_response(code)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
-        if not self.path.startswith("/fake/"):
-            with self.server.state.lock:
-                self.server.state.log.append({"method": self.command, "path": self.path, "status": code})
 
     def fail(self, code, reason, message):
         self.reply(code, status_body(code, reason, message))
