@@ -382,7 +382,15 @@ void SwapEngine::apply(std::map<uint32_t, Tenant>& tenants, const slots::MemoryA
         std::atomic_ref<uint64_t>(t.grants->swap_slice_offset).store(*off, std::memory_order_relaxed);
         std::atomic_ref<uint64_t>(t.grants->swap_slice_bytes).store(slice, std::memory_order_relaxed);
         std::atomic_ref<uint64_t>(t.grants->swap_want_bytes).store(a.bytes, std::memory_order_relaxed);
-        log::info("tenant %u: swapping out at least %llu MiB", t.id, static_cast<unsigned long long>(a.bytes >> 20));
+        // (Early: it borrows, it makes way for a guaranteed tenant, or for a signalled one.)
+        const uint64_t quantum_end = t.swap.resident_since_ns + opts_.quantum_ns;
+        char early[96] = "";
+        if (now < quantum_end) {
+          std::snprintf(early, sizeof(early), ", %llu ms before its quantum is over",
+                        static_cast<unsigned long long>((quantum_end - now) / 1000000));
+        }
+        log::info("tenant %u: swapping out at least %llu MiB%s", t.id, static_cast<unsigned long long>(a.bytes >> 20),
+                  early);
         t.gate.held = true;
         publish_gate(t);
         send_command(t, GPUOS_SWAP_OUT);

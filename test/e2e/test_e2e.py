@@ -553,8 +553,7 @@ class Swap(unittest.TestCase):
         # quantum then keeps a out for 60 s. SIGTERM to a (gpuos-synth stops its loop on it, its
         # handler installed without SA_RESTART, as Python's are) wakes a's waiting thread: gpuosd
         # swaps a in at once, past b's quantum, and a stops, its data intact, while b still runs.
-        # The one time bound left in these tests, and it is gpuosd's own: a's exit comes before
-        # b's quantum ends (the two swaps take 5 s alone, 21 s measured beside a CI build).
+        # That a did not wait is read from gpuosd's log (order, not time: below).
         # (A borrowing a gives way at once and spares the minute: the next test.)
         a = self.synth("swap-a", "--swap", count=10_000_000)  # 2 ms kernels: both run until stopped
         wait_for(lambda: (self.d.tenant(a.pid) or {}).get("launches", 0) > 5, what="tenant a to run")
@@ -572,8 +571,14 @@ class Swap(unittest.TestCase):
         self.assertEqual(a.returncode, 0, err + self.d.log_text())
         self.assertTrue(json.loads(out.strip().splitlines()[-1])["verified"])
         self.assertIsNone(b.poll(), "b should still be running (the test would prove nothing)")
-        self.assertLess(stopped_after, SWAP_SIGNAL_QUANTUM_S,
-                        "a waited for b's quantum (%.1f s):\n%s" % (stopped_after, self.d.log_text()))
+        # a did not wait for b's quantum: gpuosd moved b out before it was over (its own clock and
+        # its own word, not this test's stopwatch: on a loaded machine the two swaps alone can
+        # take a minute). Then a came in and stopped.
+        b_id = self.d.tenant(b.pid)["id"]
+        log = self.d.log_text()
+        early = re.search(r"tenant %d: swapping out at least \d+ MiB, \d+ ms before its quantum is over" % b_id, log)
+        self.assertIsNotNone(early, "a waited for b's quantum (%.1f s):\n%s" % (stopped_after, log))
+        self.assertLess(log.index(early.group(0)), log.index("tenant %d: swapping in" % a_id), log)
         b.send_signal(signal.SIGTERM)
         out, err = b.communicate(timeout=180)
         self.assertEqual(b.returncode, 0, err)
