@@ -4,15 +4,15 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 #include <fstream>
-#include <limits>
 #include <optional>
 #include <sstream>
-#include <type_traits>
 #include <vector>
 
 #include "common/ipc.h"
+#include "common/kube_names.h"
 #include "common/text.h"
 #include "common/log.h"
 
@@ -20,30 +20,6 @@ namespace gpuos::daemon {
 namespace {
 
 bool has_nul_within(const char* s, std::size_t n) { return std::memchr(s, '\0', n) != nullptr; }
-
-// DNS label (RFC 1123): what Kubernetes allows for a namespace.
-bool dns_label(const std::string& s) {
-  if (s.empty() || s.size() > 63) return false;
-  for (std::size_t i = 0; i < s.size(); ++i) {
-    const char c = s[i];
-    const bool alnum = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
-    if (!alnum && !(c == '-' && i != 0 && i + 1 != s.size())) return false;
-  }
-  return true;
-}
-
-// DNS subdomain: what Kubernetes allows for an object's name.
-bool dns_subdomain(const std::string& s) {
-  if (s.empty() || s.size() > 253) return false;
-  std::size_t start = 0;
-  for (;;) {
-    const std::size_t dot = s.find('.', start);
-    const std::string part = s.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
-    if (!dns_label(part)) return false;
-    if (dot == std::string::npos) return true;
-    start = dot + 1;
-  }
-}
 
 bool bare_uuid(const std::string& s) {
   if (s.size() != 36) return false;
@@ -76,30 +52,10 @@ std::string serialize(const Claim& c) {
 }
 
 template <typename T>
-bool to_number(const std::string& s, T* out) {
-  if (s.empty() || s.size() > 20) return false;
-  std::size_t i = 0;
-  bool neg = false;
-  if (s[0] == '-') {
-    if constexpr (std::is_unsigned_v<T>) return false;
-    neg = true;
-    i = 1;
-    if (s.size() == 1) return false;
-  }
-  unsigned __int128 v = 0;
-  for (; i < s.size(); ++i) {
-    if (s[i] < '0' || s[i] > '9') return false;
-    v = v * 10 + static_cast<unsigned>(s[i] - '0');
-    if (v > static_cast<unsigned __int128>(UINT64_MAX)) return false;
-  }
-  if constexpr (std::is_unsigned_v<T>) {
-    if (v > std::numeric_limits<T>::max()) return false;
-    *out = static_cast<T>(v);
-  } else {
-    if (v > static_cast<unsigned __int128>(std::numeric_limits<T>::max())) return false;
-    *out = neg ? -static_cast<T>(v) : static_cast<T>(v);
-  }
-  return true;
+bool to_number(const std::string& s, T* out) {  // the whole string, decimal, in T's range
+  const char* end = s.data() + s.size();
+  auto [ptr, ec] = std::from_chars(s.data(), end, *out);
+  return ec == std::errc() && ptr == end;
 }
 
 // One line of the file back into the message it came from, so it is checked by the same rules.
@@ -139,14 +95,6 @@ bool parse_line(const std::string& line, Claim* out) {
 
 }  // namespace
 
-bool valid_claim_uid(const std::string& s) {
-  if (s.empty() || s.size() > 36) return false;
-  for (char c : s) {
-    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-')) return false;
-  }
-  return s != "-" && s.find_first_not_of('-') != std::string::npos;
-}
-
 std::string claim_from_message(const gpuos_msg_claim_prepare& m, Claim* out) {
   struct Str {
     const char* field;
@@ -170,7 +118,7 @@ std::string claim_from_message(const gpuos_msg_claim_prepare& m, Claim* out) {
   c.pod_uid = m.pod_uid;
   c.gpu_uuid = m.gpu_uuid;
   c.space_domain = m.space_domain;
-  if (!valid_claim_uid(c.uid)) return "claim uid \"" + printable(c.uid) + "\" is not 1..36 of [0-9a-z-]";
+  if (!kube_uid(c.uid)) return "claim uid \"" + printable(c.uid) + "\" is not 1..36 of [0-9a-z-]";
   if (!dns_label(c.claim_namespace)) {
     return "claim namespace \"" + printable(c.claim_namespace) + "\" is not a DNS label";
   }
@@ -178,7 +126,7 @@ std::string claim_from_message(const gpuos_msg_claim_prepare& m, Claim* out) {
   if (!c.pod_name.empty() && !dns_subdomain(c.pod_name)) {
     return "pod name \"" + printable(c.pod_name) + "\" is not a DNS subdomain";
   }
-  if (!c.pod_uid.empty() && !valid_claim_uid(c.pod_uid)) {
+  if (!c.pod_uid.empty() && !kube_uid(c.pod_uid)) {
     return "pod uid \"" + printable(c.pod_uid) + "\" is not 1..36 of [0-9a-z-]";
   }
   if (c.pod_name.empty() != c.pod_uid.empty()) return "a pod needs both its name and its uid";

@@ -40,8 +40,6 @@ struct Claim {
 // A CLAIM_PREPARE's fields checked and copied: "" and *out filled, or why not. Checks what does not
 // need gpuosd's state (strings, character sets, ranges, borrow needs a quota, SMs need a domain).
 std::string claim_from_message(const gpuos_msg_claim_prepare& m, Claim* out);
-// Whether s is a Kubernetes uid gpuosd accepts: 1..36 of [0-9a-z-] (it names a directory).
-bool valid_claim_uid(const std::string& s);
 
 class ClaimStore {
  public:

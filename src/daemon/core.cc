@@ -13,6 +13,7 @@
 
 #include "common/config.h"
 #include "common/ipc.h"
+#include "common/kube_names.h"
 #include "common/log.h"
 #include "common/slowdown.h"
 #include "common/clock.h"
@@ -596,7 +597,7 @@ Outcome Core::on_claim_unprepare(Connection& conn, const gpuos_msg_claim_unprepa
     log::warn("refused: %s", why);
     return refuse(m.hdr.seq, GPUOS_ERR_PERMISSION, why);
   }
-  if (!has_nul(m.claim_uid, sizeof(m.claim_uid)) || !valid_claim_uid(m.claim_uid)) {
+  if (!has_nul(m.claim_uid, sizeof(m.claim_uid)) || !kube_uid(m.claim_uid)) {
     return refuse(m.hdr.seq, GPUOS_ERR_BAD_MESSAGE, "claim uid is not 1..36 of [0-9a-z-]");
   }
   const std::string uid = m.claim_uid;

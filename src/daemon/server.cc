@@ -18,6 +18,7 @@
 
 #include "common/ipc.h"
 #include "common/clock.h"
+#include "common/files.h"
 #include "common/log.h"
 #include "daemon/metrics.h"
 
@@ -28,26 +29,6 @@ namespace {
 std::string errstr(int e) { return std::strerror(e); }
 
 // mkdir -p; the last component gets `mode`, missing intermediate ones 0755.
-bool make_dirs(const std::string& dir, mode_t mode, std::string* err) {
-  if (dir.empty() || dir == "/") return true;
-  struct stat st;
-  if (::stat(dir.c_str(), &st) == 0) {
-    if (!S_ISDIR(st.st_mode)) {
-      *err = dir + " exists and is not a directory";
-      return false;
-    }
-    return true;
-  }
-  std::size_t slash = dir.find_last_of('/');
-  if (slash != std::string::npos && slash > 0 && !make_dirs(dir.substr(0, slash), 0755, err)) return false;
-  if (::mkdir(dir.c_str(), mode) != 0 && errno != EEXIST) {
-    *err = "cannot create " + dir + ": " + errstr(errno);
-    return false;
-  }
-  ::chmod(dir.c_str(), mode);  // not subject to the umask
-  return true;
-}
-
 int pidfd_open(pid_t pid) {
 #ifdef SYS_pidfd_open
   return static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
@@ -96,7 +77,7 @@ bool Server::start(std::string* err) {
   std::size_t slash = path.find_last_of('/');
   if (slash != std::string::npos && slash > 0) {
     std::string dir = path.substr(0, slash);
-    if (!make_dirs(dir, dir == "/run/gpuos" ? 0755 : 0700, err)) return false;
+    if (!make_dirs(dir, dir == "/run/gpuos" ? 0755 : 0700, 0755, err)) return false;
   }
   // The clients check the same (check_socket_dir): a directory others can write to, or one of
   // another user's, lets them put their own socket, and so their own daemon, in our place.
@@ -230,7 +211,7 @@ std::string Server::open_claim_socket(const std::string& claim_uid) {
   std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
   // Containers of any uid reach it (the socket, not the peer's uid, says whose tenant it is).
   std::string err;
-  if (!make_dirs(dir, 0755, &err)) return err;
+  if (!make_dirs(dir, 0755, 0755, &err)) return err;
   struct stat st;
   if (::lstat(path.c_str(), &st) == 0) {  // a previous gpuosd's: it no longer answers (we own the dir)
     if (!S_ISSOCK(st.st_mode)) return path + " exists and is not a socket; not touching it";

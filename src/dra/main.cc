@@ -17,6 +17,7 @@
 
 #include "cli/client.h"
 #include "common/command_line.h"
+#include "common/files.h"
 #include "common/log.h"
 #include "dra/kube_api.h"
 #include "dra/plugin.h"
@@ -150,17 +151,6 @@ class RegistrationService final : public reg::Registration::Service {
   std::atomic<bool> registered_{false};
 };
 
-bool make_dir(const std::string& dir) {
-  std::string cur;
-  for (std::size_t i = 0; i <= dir.size(); ++i) {
-    if (i == dir.size() || (dir[i] == '/' && i != 0)) {
-      cur = dir.substr(0, i);
-      if (::mkdir(cur.c_str(), 0750) != 0 && errno != EEXIST) return false;
-    }
-  }
-  return true;
-}
-
 std::unique_ptr<grpc::Server> serve(const std::string& socket, std::vector<grpc::Service*> services, std::string* why) {
   ::unlink(socket.c_str());  // a previous plugin's (the kubelet finds plugins by these files)
   grpc::ServerBuilder b;
@@ -234,8 +224,9 @@ int main(int argc, char** argv) {
     return kExitFailure;
   }
   for (const std::string& d : {plugin_dir, registry_dir, po.cdi_dir}) {
-    if (!make_dir(d)) {
-      log::error("cannot create %s: %s", d.c_str(), std::strerror(errno));
+    std::string err;
+    if (!make_dirs(d, 0750, 0750, &err)) {
+      log::error("%s", err.c_str());
       return kExitFailure;
     }
   }

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "common/ipc.h"
+#include "common/kube_names.h"
 #include "common/log.h"
 
 namespace gpuos::dra {
@@ -16,15 +17,6 @@ bool copy_field(char* dst, std::size_t n, const std::string& v, const char* what
   }
   std::memset(dst, 0, n);
   std::memcpy(dst, v.data(), v.size());
-  return true;
-}
-
-// A uid names files and directories: only what Kubernetes uids are made of.
-bool safe_uid(const std::string& uid) {
-  if (uid.empty() || uid.size() > 36) return false;
-  for (char c : uid) {
-    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-')) return false;
-  }
   return true;
 }
 
@@ -82,7 +74,7 @@ PrepareResult Plugin::prepare(const ClaimRef& ref) {
     log::warn("%s", r.error.c_str());
     return r;
   };
-  if (!safe_uid(ref.uid)) return fail("the uid is not 1..36 of [0-9a-z-]");
+  if (!kube_uid(ref.uid)) return fail("the uid is not 1..36 of [0-9a-z-] (not only dashes)");
   std::string json, why;
   if (!claims_.fetch(ref.claim_namespace, ref.name, &json, &why)) return fail("cannot read it: " + why);
   ClaimAllocation a;
@@ -154,7 +146,7 @@ PrepareResult Plugin::prepare(const ClaimRef& ref) {
 std::string Plugin::unprepare(const ClaimRef& ref) {
   std::lock_guard<std::mutex> lk(mu_);
   const std::string what = "claim " + ref.claim_namespace + "/" + ref.name + " (" + ref.uid + ")";
-  if (!safe_uid(ref.uid)) return what + ": the uid is not 1..36 of [0-9a-z-]";
+  if (!kube_uid(ref.uid)) return what + ": the uid is not 1..36 of [0-9a-z-] (not only dashes)";
   ClaimInjection inj;
   inj.driver = opts_.driver;
   inj.claim_uid = ref.uid;

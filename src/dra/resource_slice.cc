@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <set>
 
+#include "common/kube_names.h"
 #include "dra/tenant_config.h"
 
 namespace gpuos::dra {
@@ -26,23 +27,6 @@ std::string lowercase(std::string_view text) {
   std::string out(text);
   for (char& ch : out) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
   return out;
-}
-
-// RFC 1123 subdomain as Kubernetes checks it: dot-separated labels of [a-z0-9-], each starting and
-// ending with [a-z0-9], at most max_len bytes in all.
-bool is_dns_subdomain(std::string_view name, std::size_t max_len) {
-  if (name.empty() || name.size() > max_len) return false;
-  std::size_t start = 0;
-  while (true) {
-    const std::size_t dot = name.find('.', start);
-    const std::string_view label = name.substr(start, dot == std::string_view::npos ? name.npos : dot - start);
-    if (label.empty() || !is_lower_alnum(label.front()) || !is_lower_alnum(label.back())) return false;
-    for (char ch : label) {
-      if (!is_lower_alnum(ch) && ch != '-') return false;
-    }
-    if (dot == std::string_view::npos) return true;
-    start = dot + 1;
-  }
 }
 
 // A decimal uint32 without sign or leading zeros ("0" itself is fine).
@@ -178,11 +162,11 @@ bool same_device(const json& a, const json& b) {
 }  // namespace
 
 bool check_slice_options(const SliceOptions& options, std::string* why) {
-  if (!is_dns_subdomain(options.driver, kMaxDriverName)) {
+  if (!dns_subdomain(options.driver, kMaxDriverName)) {
     return fail(why, "driver name \"" + options.driver + "\" is not a lowercase DNS subdomain of at most 63 bytes");
   }
   if (options.node_name.empty()) return fail(why, "the node name is empty (--node-name)");
-  if (!is_dns_subdomain(lowercase(options.node_name), kMaxSubdomain)) {
+  if (!dns_subdomain(lowercase(options.node_name), kMaxSubdomain)) {
     return fail(why, "node name \"" + options.node_name + "\" is not a DNS subdomain (at most 253 of a-z 0-9 - .)");
   }
   if (options.guaranteed_shares == 0 && options.best_effort_shares == 0) {

@@ -298,7 +298,8 @@ TEST(ClaimFacts, AMalformedLineOfTheFileIsSkipped) {
   }
   {
     std::ofstream f(path, std::ios::app);
-    f << "uid=../../x\tnamespace=a\n" << "garbage\n" << "uid=abc\tclass=99999999999999999999999\n";
+    f << "uid=../../x\tnamespace=a\n" << "garbage\n" << "uid=abc\tclass=99999999999999999999999\n"
+      << "uid=abd\tclass=+1\n" << "uid=abe\tmem=12x\n" << "uid=abf\tmem=-1\n";
   }
   ClaimStore s(path);
   s.load();
