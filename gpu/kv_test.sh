@@ -81,6 +81,7 @@ for mode in ("obey", "ignore"):
         "requester_ok": bool(req.get("ok")), "requester_grow_ms": req.get("ms"), "requester_room_waits": req.get("room_waits"),
         "borrower_targets": [e.get("target_bytes") for e in r["borrower"] if e["event"] == "target"],
         "borrower_shrunk_to": [e.get("resident_bytes") for e in r["borrower"] if e["event"] == "shrunk"],
+        "borrower_shrink_ms": [e.get("ms") for e in r["borrower"] if e["event"] == "shrunk"],
         "borrower_swap_outs": next((t["swap_outs"] for t in r["tenants"] if t["name"] == "borrower"), None),
         "verified": all(v and v[-1].get("verified") for v in (r["ballast"], r["borrower"], r["requester"])),
     }

@@ -5,6 +5,8 @@ No torch (unit-tested in test_kv_logic.py).
 A mode's TTFT p99 is the worst of its servers' TTFT p99 (a split is as good as its worst-served
 model); a mode with a failed or missing server has none and cannot be the best.
 ttft_p99_gain = best static split's TTFT p99 / gpuos-elastic's (above 1: elastic is better).
+A mode's throughput is its servers' tokens/s summed; throughput_ratio = gpuos-elastic's / the best
+static split's (at least 1: equal or better throughput).
 """
 from __future__ import annotations
 
@@ -80,6 +82,14 @@ def gain(static_p99: Optional[float], elastic_p99: Optional[float]) -> Optional[
     return static_p99 / elastic_p99
 
 
+def mode_tokens_per_s(servers: Dict[str, dict]) -> Optional[float]:
+    """The servers' tokens/s summed; None if any server failed or has none."""
+    vals = [m.get("tokens_per_s") if m.get("ok") else None for m in servers.values()]
+    if not vals or any(v is None for v in vals):
+        return None
+    return float(sum(vals))
+
+
 def _sum_field(modes: Dict[str, dict], key: str) -> Optional[int]:
     vals = [s.get(key) for m in modes.values() for s in (m.get("servers") or {}).values()]
     vals = [v for v in vals if v is not None]
@@ -91,6 +101,7 @@ def summarize(modes: Dict[str, dict], meta: dict) -> dict:
     the top-level verdict."""
     for m in modes.values():
         m["ttft_p99_ms"] = mode_ttft_p99(m.get("servers") or {})
+        m["tokens_per_s"] = mode_tokens_per_s(m.get("servers") or {})
     b = best_static(modes)
     el = modes.get(ELASTIC_MODE)
     out = dict(meta)
@@ -98,6 +109,9 @@ def summarize(modes: Dict[str, dict], meta: dict) -> dict:
     out["best_static_ttft_p99_ms"] = modes[b]["ttft_p99_ms"] if b else None
     out["elastic_ttft_p99_ms"] = el["ttft_p99_ms"] if el else None
     out["ttft_p99_gain"] = gain(out["best_static_ttft_p99_ms"], out["elastic_ttft_p99_ms"])
+    out["best_static_tokens_per_s"] = modes[b]["tokens_per_s"] if b else None
+    out["elastic_tokens_per_s"] = el["tokens_per_s"] if el else None
+    out["throughput_ratio"] = gain(out["elastic_tokens_per_s"], out["best_static_tokens_per_s"])
     out["mismatches"] = _sum_field(modes, "mismatches")
     out["ooms"] = _sum_field(modes, "ooms")
     out["modes"] = modes
@@ -115,6 +129,8 @@ def markdown(summary: dict) -> str:
              f"- best static split: {summary.get('best_static')} (TTFT p99 {f(summary.get('best_static_ttft_p99_ms'))} ms)",
              f"- gpuos-elastic: TTFT p99 {f(summary.get('elastic_ttft_p99_ms'))} ms",
              f"- ttft_p99_gain (best static / elastic): {f(summary.get('ttft_p99_gain'))}",
+             f"- throughput: elastic {f(summary.get('elastic_tokens_per_s'))} tok/s, best static "
+             f"{f(summary.get('best_static_tokens_per_s'))} tok/s (ratio {f(summary.get('throughput_ratio'))})",
              f"- mismatches: {f(summary.get('mismatches'))}, ooms: {f(summary.get('ooms'))}", "",
              "| mode | server | KV GiB | TTFT p50 ms | TTFT p99 ms | TPOT p99 ms | tok/s | req/s | preempt | max KV GiB | unfinished | status |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]

@@ -28,6 +28,8 @@ Steps (the math of llama.Engine._decode / _prefill):
       row's K/V through its block table (index_select over the block dim), attends with a length
       mask; returns each row's next token.
 Tokens go back to the host every step (the server needs them to recompute preempted requests).
+reference_check(prompt, out): out's tokens against the non-paged model, teacher-forced, position
+by position, bf16 near-ties allowed (NEAR_TIE_STD).
 
 Self-test on the GPU:  python3 bench/kv/paged_engine.py --self-test [--params-b 1]
 """
@@ -95,10 +97,41 @@ class PagedEngine:
         idx = self.torch.tensor(blocks, dtype=self.torch.long, device=self.device)   # [n]
         self.kv.index_fill_(0, idx, 0)
 
+    def _forward(self, toks, kv_at=None):
+        """The decoder over whole sequences, causal attention among their own tokens (the math of
+        llama.Engine._prefill). toks [k, n]; kv_at = (block, offset) [k, n] each: where each
+        position's K/V goes in the pool, or None (the non-paged reference). Returns x [k, n, D]."""
+        F, llama = self.F, self.llama
+        H, K, G, hd = self.H, self.K, self.G, self.hd
+        k, n = toks.shape
+        x = F.embedding(toks, self.embed)                                                   # [k, n, D]
+        cos = self.cos[:n][None, :, None, :]                                                # [1, n, 1, hd/2]
+        sin = self.sin[:n][None, :, None, :]
+        for l in range(self.L):
+            h = llama._rms(x, self.ln1[l])
+            qkv = h @ self.wqkv[l]                                                          # [k, n, (H+2K)hd]
+            q = qkv[..., : H * hd].view(k, n, H, hd)
+            kk = qkv[..., H * hd:(H + K) * hd].view(k, n, K, hd)
+            vv = qkv[..., (H + K) * hd:].view(k, n, K, hd)
+            q = llama._rope(q, cos, sin)
+            kk = llama._rope(kk, cos, sin)
+            if kv_at is not None:
+                blk, off = kv_at
+                self.kv[:, l, 0][blk, :, off] = kk                                          # <- [k, n, K, hd]
+                self.kv[:, l, 1][blk, :, off] = vv
+            kt = kk.transpose(1, 2)[:, :, None].expand(k, K, G, n, hd).reshape(k, H, n, hd)
+            vt = vv.transpose(1, 2)[:, :, None].expand(k, K, G, n, hd).reshape(k, H, n, hd)
+            o = llama._causal_attention(q.transpose(1, 2), kt, vt)                         # [k, H, n, hd]
+            o = o.transpose(1, 2).reshape(k, n, H * hd)
+            x = x + o @ self.wo[l]
+            h = llama._rms(x, self.ln2[l])
+            gu = h @ self.wgu[l]
+            x = x + (F.silu(gu[..., : self.Fd]) * gu[..., self.Fd:]) @ self.wdown[l]
+        return x
+
     def prefill(self, token_lists: List[List[int]], tables: List[List[int]]) -> List[int]:
         """k requests of equal length n; tables[i] has at least ceil(n / bt) blocks."""
-        torch, F, llama = self.torch, self.F, self.llama
-        H, K, G, hd, bt = self.H, self.K, self.G, self.hd, self.bt
+        torch, llama, bt = self.torch, self.llama, self.bt
         k = len(token_lists)
         n = len(token_lists[0])
         if any(len(t) != n for t in token_lists):
@@ -111,27 +144,7 @@ class PagedEngine:
         ar = self.ar[:n]                                                                    # [n]
         blk = tbl.gather(1, (ar // bt)[None, :].expand(k, n))                               # [k, n]
         off = (ar % bt)[None, :].expand(k, n)                                               # [k, n]
-        x = F.embedding(toks, self.embed)                                                   # [k, n, D]
-        cos = self.cos[:n][None, :, None, :]                                                # [1, n, 1, hd/2]
-        sin = self.sin[:n][None, :, None, :]
-        for l in range(self.L):
-            h = llama._rms(x, self.ln1[l])
-            qkv = h @ self.wqkv[l]                                                          # [k, n, (H+2K)hd]
-            q = qkv[..., : H * hd].view(k, n, H, hd)
-            kk = qkv[..., H * hd:(H + K) * hd].view(k, n, K, hd)
-            vv = qkv[..., (H + K) * hd:].view(k, n, K, hd)
-            q = llama._rope(q, cos, sin)
-            kk = llama._rope(kk, cos, sin)
-            self.kv[:, l, 0][blk, :, off] = kk                                              # <- [k, n, K, hd]
-            self.kv[:, l, 1][blk, :, off] = vv
-            kt = kk.transpose(1, 2)[:, :, None].expand(k, K, G, n, hd).reshape(k, H, n, hd)
-            vt = vv.transpose(1, 2)[:, :, None].expand(k, K, G, n, hd).reshape(k, H, n, hd)
-            o = llama._causal_attention(q.transpose(1, 2), kt, vt)                         # [k, H, n, hd]
-            o = o.transpose(1, 2).reshape(k, n, H * hd)
-            x = x + o @ self.wo[l]
-            h = llama._rms(x, self.ln2[l])
-            gu = h @ self.wgu[l]
-            x = x + (F.silu(gu[..., : self.Fd]) * gu[..., self.Fd:]) @ self.wdown[l]
+        x = self._forward(toks, (blk, off))
         logits = llama._rms(x[:, -1], self.lnf) @ self.lm                                  # [k, V]
         return logits.argmax(dim=-1).tolist()
 
@@ -203,19 +216,55 @@ class PagedEngine:
             out.append(int(ref.tok[0].item()))
         return out
 
+    def reference_check(self, prompt_tokens: List[int], out: List[int]) -> dict:
+        """Checks a request's greedy tokens against the non-paged model, position by position.
 
-def compare_tokens(got: List[int], want: List[int]) -> dict:
-    """{match, first_mismatch (index or None), mismatched_tokens}."""
-    first = None
-    bad = 0
-    for i in range(max(len(got), len(want))):
-        a = got[i] if i < len(got) else None
-        b = want[i] if i < len(want) else None
-        if a != b:
-            bad += 1
-            if first is None:
-                first = i
-    return {"match": bad == 0, "first_mismatch": first, "mismatched_tokens": bad}
+        The reference reads prompt + out[:-1] in one causal pass (no KV pool, no block tables) and
+        gives the logits that predict each out[i] from the same history (teacher forcing, so one
+        early difference does not make every later token differ). out[i] passes when it is the
+        reference's argmax, or a near-tie: its reference logit is within NEAR_TIE_STD standard
+        deviations (of that position's logits) of the maximum. Different kernels (a batched
+        decode over gathered blocks against one causal pass) round differently in bf16, and
+        with random weights the top logits often lie closer than that rounding; a wrong block,
+        position or mask gives tokens several deviations below the top (the maximum of 128K
+        logits lies about 4.5 deviations above their mean; about 6 of them lie within 0.5 of it).
+        control_check measures the same gaps for the non-paged llama.Engine's own tokens: what
+        the kernels alone give, without paging.
+        Returns {match (every position passes), positions, exact (argmax agreed), beyond_tolerance,
+        first_beyond (index or None), max_gap_std}."""
+        torch, llama = self.torch, self.llama
+        if not out:
+            return {"match": True, "positions": 0, "exact": 0, "beyond_tolerance": 0, "first_beyond": None,
+                    "max_gap_std": 0.0}
+        seq = list(prompt_tokens) + list(out[:-1])
+        if len(seq) > self.max_seq:
+            raise ValueError(f"{len(seq)} tokens > max_seq {self.max_seq}")
+        toks = torch.tensor([seq], dtype=torch.long, device=self.device)
+        with torch.no_grad():
+            x = self._forward(toks)[0, len(prompt_tokens) - 1:]                            # [T, D]
+            logits = (llama._rms(x, self.lnf) @ self.lm).float()                           # [T, V]
+            got = torch.tensor(out, dtype=torch.long, device=self.device)
+            top = logits.max(dim=-1).values
+            gap = (top - logits.gather(1, got[:, None]).squeeze(1)) / logits.std(dim=-1)   # [T], >= 0
+            exact = (logits.argmax(dim=-1) == got)
+        gap = gap.tolist()
+        exact = exact.tolist()
+        beyond = [i for i, g in enumerate(gap) if g > NEAR_TIE_STD and not exact[i]]
+        return {"match": not beyond, "positions": len(out), "exact": sum(1 for e in exact if e),
+                "beyond_tolerance": len(beyond), "first_beyond": beyond[0] if beyond else None,
+                "max_gap_std": round(max(gap), 4)}
+
+    def control_check(self, prompt_tokens: List[int], n: int) -> dict:
+        """reference_check of the non-paged llama.Engine's own n greedy tokens: the gaps that
+        kernel rounding alone gives (the noise floor the paged engine is judged against)."""
+        return self.reference_check(prompt_tokens, self.reference_generate(prompt_tokens, n))
+
+
+# A token within this many standard deviations of its position's top logit is a near-tie (see
+# PagedEngine.reference_check). On the H200 (bench/results/2026-12-05-kv-*) the paged engine's
+# tokens lay at most 0.10 (1B shape), 0.23 (3B) and 0.34 (8B) below the top, and agreed on the
+# argmax at 80-96% of positions: the rounding of deeper random-weight models drifts further.
+NEAR_TIE_STD = 0.5
 
 
 def build(torch, cfg: dict, kv_bytes: int, prompt_len: int, max_new: int, device, dtype, seed: int,
@@ -244,8 +293,9 @@ def build(torch, cfg: dict, kv_bytes: int, prompt_len: int, max_new: int, device
 
 
 def self_test(args) -> int:
-    """Paged tokens against the reference for a few prompts: batched prefill, scattered block
-    tables, one request recomputed mid-way (as after a preemption). Static backing."""
+    """Paged tokens against the non-paged reference (reference_check) for a few prompts: batched
+    prefill, scattered block tables, one request recomputed mid-way (as after a preemption).
+    Static backing."""
     import torch
     import llama
     dev = torch.device(args.device)
@@ -283,14 +333,16 @@ def self_test(args) -> int:
             kv_len[i] += 1
     bad = 0
     for i in range(n_req):
-        ref = eng.reference_generate(prompts[i], T)
-        c = compare_tokens(outs[i][:T], ref)
+        c = eng.reference_check(prompts[i], outs[i][:T])
+        ctl = eng.control_check(prompts[i], T)
         print(f"request {i}{' (recomputed)' if i == 0 and n_req > 1 else ''}: "
-              f"{'match' if c['match'] else 'MISMATCH at %s (%d tokens)' % (c['first_mismatch'], c['mismatched_tokens'])}",
-              flush=True)
+              f"{'match' if c['match'] else 'MISMATCH at %s (%d positions)' % (c['first_beyond'], c['beyond_tolerance'])}"
+              f" ({c['exact']}/{c['positions']} argmax, largest gap {c['max_gap_std']} std; the non-paged "
+              f"llama.Engine's own tokens: {ctl['exact']}/{ctl['positions']}, {ctl['max_gap_std']} std)", flush=True)
         bad += 0 if c["match"] else 1
-    print(f"self-test: {n_req - bad}/{n_req} requests match the non-paged reference "
-          f"(block_tokens {eng.bt}, block {eng.block_bytes} B, stride {geo.stride_bytes} B)", flush=True)
+    print(f"self-test: {n_req - bad}/{n_req} requests match the non-paged reference within near-ties of "
+          f"{NEAR_TIE_STD} std (block_tokens {eng.bt}, block {eng.block_bytes} B, stride {geo.stride_bytes} B)",
+          flush=True)
     eng.close()
     backing.close()
     return 0 if bad == 0 else 1

@@ -25,9 +25,9 @@ Blocks are handed out lowest first, so used blocks pack into low chunks and high
 TTFT = first token - arrival; TPOT = (last - first) / (T - 1); requests still waiting for their
 first token at the drain deadline count in TTFT with (end - arrival), a lower bound (censored).
 
---check N compares the greedy tokens of N sampled finished requests with the non-paged
-llama.Engine (paged_engine.reference_generate) after the window: mismatches are reported, not
-hidden (bf16 argmax near-ties can differ by kernel choice; recomputed requests more so).
+--check N checks the greedy tokens of N sampled finished requests against the non-paged model
+after the window (paged_engine.PagedEngine.reference_check: position by position, teacher-forced,
+bf16 near-ties allowed): a request with any token beyond the tolerance is a mismatch.
 """
 from __future__ import annotations
 
@@ -276,6 +276,8 @@ def parse_args(argv=None):
     ap.add_argument("--drain-s", type=float, default=30.0, help="max seconds to finish after the window")
     ap.add_argument("--warmup-requests", type=int, default=4)
     ap.add_argument("--check", type=int, default=0, help="compare N sampled requests with the non-paged reference")
+    ap.add_argument("--check-control", type=int, default=1,
+                    help="of those, the first N also check llama.Engine's own tokens (the rounding floor)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--ready-file", default="", help="created once the server is warm")
@@ -421,8 +423,10 @@ def main(argv=None) -> int:
             sample = rng.sample(finished, min(args.check, len(finished)))
             rows = []
             for r in sample:
-                ref = engine.reference_generate(r.prompt, args.out_tokens)
-                c = paged_engine.compare_tokens(r.out[:args.out_tokens], ref)
+                c = engine.reference_check(r.prompt, r.out[:args.out_tokens])
+                if len(rows) < args.check_control:
+                    ctl = engine.control_check(r.prompt, args.out_tokens)
+                    c["control"] = {"exact": ctl["exact"], "max_gap_std": ctl["max_gap_std"]}
                 c.update({"rid": r.rid, "preempted": r.preemptions > 0})
                 rows.append(c)
             out["mismatches"] = sum(1 for c in rows if not c["match"])

@@ -478,9 +478,10 @@ class Summary(unittest.TestCase):
     def test_gain_against_the_best_static_split(self):
         modes = {
             "static-equal": {"servers": {"a": metrics(900.0, mismatches=0, ooms=0), "b": metrics(300.0, mismatches=1, ooms=0)}},
-            "static-params": {"servers": {"a": metrics(400.0), "b": metrics(600.0)}},
+            "static-params": {"servers": {"a": metrics(400.0, tokens_per_s=100.0), "b": metrics(600.0, tokens_per_s=50.0)}},
             "static-1:2": {"servers": {"a": metrics(100.0), "b": metrics(None, ok=False)}},
-            "gpuos-elastic": {"servers": {"a": metrics(150.0, mismatches=0, ooms=0), "b": metrics(200.0)}},
+            "gpuos-elastic": {"servers": {"a": metrics(150.0, mismatches=0, ooms=0, tokens_per_s=120.0),
+                                          "b": metrics(200.0, tokens_per_s=60.0)}},
         }
         s = kv_summary.summarize(modes, {"gpu": "H200"})
         self.assertEqual(s["best_static"], "static-params")          # worst server 600 < 900
@@ -488,6 +489,9 @@ class Summary(unittest.TestCase):
         self.assertEqual(s["elastic_ttft_p99_ms"], 200.0)
         self.assertAlmostEqual(s["ttft_p99_gain"], 3.0)
         self.assertIsNone(s["modes"]["static-1:2"]["ttft_p99_ms"])   # a failed server: no verdict
+        self.assertEqual((s["best_static_tokens_per_s"], s["elastic_tokens_per_s"]), (150.0, 180.0))
+        self.assertAlmostEqual(s["throughput_ratio"], 1.2)
+        self.assertIsNone(s["modes"]["static-equal"]["tokens_per_s"])  # a server without tokens/s
         self.assertEqual(s["mismatches"], 1)
         self.assertEqual(s["ooms"], 0)
         md = kv_summary.markdown(s)

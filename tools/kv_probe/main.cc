@@ -118,18 +118,21 @@ struct Probe {
     return cuCtxSynchronize() == CUDA_SUCCESS ? GPUOS_KV_OK : GPUOS_KV_ERR_DRIVER;
   }
 
-  // Unmaps whole chunks from the top until the pool holds at most `target` bytes.
+  // Unmaps whole chunks from the top until the pool holds at most `target` bytes, in one call (as
+  // an engine frees its blocks, then unmaps their pages in one batch).
   int shrink_to(uint64_t target) {
-    while (!mapped.empty() && stats().resident_bytes > target) {
+    const uint64_t chunk_bytes = per_chunk * page;
+    uint64_t resident = stats().resident_bytes;
+    std::vector<uint64_t> drop;
+    while (!mapped.empty() && resident > target) {
       const uint64_t chunk = mapped.back() / per_chunk;
-      std::vector<uint64_t> drop;
       while (!mapped.empty() && mapped.back() / per_chunk == chunk) {
         drop.push_back(mapped.back());
         mapped.pop_back();
       }
-      if (int r = kv->unmap(pool, drop.data(), drop.size()); r != GPUOS_KV_OK) return r;
+      resident = resident > chunk_bytes ? resident - chunk_bytes : 0;
     }
-    return GPUOS_KV_OK;
+    return drop.empty() ? GPUOS_KV_OK : kv->unmap(pool, drop.data(), drop.size());
   }
 
   bool verify() const {
@@ -146,10 +149,12 @@ struct Probe {
 };
 
 void print_stats(const char* event, const gpuos_kv_stats& s, const char* extra) {
-  std::printf("{\"event\": \"%s\", \"resident_bytes\": %llu, \"mapped_pages\": %llu, \"swapped_bytes\": %llu, "
+  static const double start = now_ms();
+  std::printf("{\"event\": \"%s\", \"t_ms\": %.1f, \"resident_bytes\": %llu, \"mapped_pages\": %llu, \"swapped_bytes\": %llu, "
               "\"chunks_created\": %llu, \"chunks_released\": %llu, \"grow_ns\": %llu, \"grown_bytes\": %llu, "
               "\"room_waits\": %llu%s}\n",
-              event, static_cast<unsigned long long>(s.resident_bytes), static_cast<unsigned long long>(s.mapped_pages),
+              event, now_ms() - start, static_cast<unsigned long long>(s.resident_bytes),
+              static_cast<unsigned long long>(s.mapped_pages),
               static_cast<unsigned long long>(s.swapped_bytes), static_cast<unsigned long long>(s.chunks_created),
               static_cast<unsigned long long>(s.chunks_released), static_cast<unsigned long long>(s.grow_ns),
               static_cast<unsigned long long>(s.grown_bytes), static_cast<unsigned long long>(s.room_waits), extra);
@@ -269,8 +274,10 @@ int main(int argc, char** argv) {
                     target == GPUOS_KV_NO_TARGET ? -1LL : static_cast<long long>(target), deadline);
       print_stats("target", p.stats(), extra);
       if (a.obey && target != GPUOS_KV_NO_TARGET) {
+        const double t0 = now_ms();
         const int r = p.shrink_to(target);
-        std::snprintf(extra, sizeof(extra), ", \"ok\": %s", r == GPUOS_KV_OK ? "true" : "false");
+        std::snprintf(extra, sizeof(extra), ", \"ok\": %s, \"ms\": %.3f", r == GPUOS_KV_OK ? "true" : "false",
+                      now_ms() - t0);
         print_stats("shrunk", p.stats(), extra);
         ok = ok && r == GPUOS_KV_OK;
       }
