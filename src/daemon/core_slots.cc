@@ -167,7 +167,7 @@ void Core::run_memory(slots::Event e, uint32_t tenant_id, uint64_t now) {
     return;
   }
   swap_engine_.note_done(tenants_, now);
-  swap_engine_.note_kv_release(tenants_);
+  swap_engine_.note_kv_release(tenants_, now);
   swap_engine_.refuse_beyond_grant(tenants_, now);
   const slots::MemoryView view = swap_engine_.make_view(tenants_, e, tenant_id, now);
   const slots::MemoryActions a = decide_checked(memory_, view, [&](const slots::MemoryActions& acts, std::string* why) {

@@ -23,6 +23,12 @@ namespace {
 // A queue this long already says "starved": more only lets a tenant outbid others by writing.
 constexpr uint32_t kMaxKvQueueDepth = 1u << 20;
 constexpr uint32_t kDefaultKvDeadlineMs = 1000;
+// Past its deadline, a pool still giving memory back (seen smaller within the last
+// kKvProgressNs) is not overdue yet, up to kKvGraceFactor times its deadline: it is doing as
+// asked, only slower than the deadline assumed (unmapping tens of GiB), and swapping out what it is
+// about to free would move it twice. One that stops giving back, or takes longer, is overdue.
+constexpr uint64_t kKvProgressNs = 300'000'000;
+constexpr uint64_t kKvGraceFactor = 4;
 }  // namespace
 
 SwapEngine::SwapEngine(const GpuMap& gpus, const std::vector<GpuInfo>& info, SwapOptions opts)
@@ -105,7 +111,7 @@ uint64_t SwapEngine::kv_bytes(const Tenant& t) const {
   return std::min(load(t.cb->kv_resident_bytes), gpus_.at_most_all(load(t.cb->mem_used_bytes)));
 }
 
-void SwapEngine::note_kv_release(std::map<uint32_t, Tenant>& tenants) {
+void SwapEngine::note_kv_release(std::map<uint32_t, Tenant>& tenants, uint64_t now) {
   // Room counts once a pool gave back all it was asked for (or freed memory unasked): an engine
   // that unmaps chunk by chunk would otherwise wake the waiting tenant for each one, and its
   // allocation gives up after 16 rounds.
@@ -113,7 +119,10 @@ void SwapEngine::note_kv_release(std::map<uint32_t, Tenant>& tenants) {
   for (auto& [id, t] : tenants) {
     const uint64_t now_bytes = kv_bytes(t);
     const bool asked_for_more = t.swap.kv_target_on && now_bytes > t.swap.kv_target_bytes;
-    if (now_bytes < t.swap.kv_seen_bytes && !asked_for_more) released = true;
+    if (now_bytes < t.swap.kv_seen_bytes) {
+      t.swap.kv_released_ns = now;
+      if (!asked_for_more) released = true;
+    }
     t.swap.kv_seen_bytes = now_bytes;
   }
   if (!released) return;
@@ -298,8 +307,12 @@ slots::MemoryView SwapEngine::make_view(std::map<uint32_t, Tenant>& tenants, slo
     s.kv_target_on = t.swap.kv_target_on;
     s.kv_target_bytes = t.swap.kv_target_bytes;
     s.kv_target_since_ns = t.swap.kv_target_since_ns;
+    const uint64_t deadline_ns = uint64_t{t.swap.kv_deadline_ms} * 1'000'000ull;
+    const bool giving_back = t.swap.kv_released_ns > t.swap.kv_target_since_ns &&
+                             now < t.swap.kv_released_ns + kKvProgressNs &&
+                             now < t.swap.kv_target_since_ns + kKvGraceFactor * deadline_ns;
     s.kv_target_overdue = t.swap.kv_target_on && s.kv_bytes > t.swap.kv_target_bytes &&
-                          now >= t.swap.kv_target_since_ns + uint64_t{t.swap.kv_deadline_ms} * 1'000'000ull;
+                          now >= t.swap.kv_target_since_ns + deadline_ns && !giving_back;
     view.tenants.push_back(s);
   }
   return view;

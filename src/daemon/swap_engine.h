@@ -42,8 +42,9 @@ class SwapEngine {
   gpuos_status pool_for(const Tenant& t, int* fd, uint64_t* bytes);
   // Notes the commands carried out since the last look (slices cut to what moved, gates released).
   void note_done(std::map<uint32_t, Tenant>& tenants, uint64_t now);
-  // KV pools that gave memory back (their engine unmapped pages) made room for whoever waits.
-  void note_kv_release(std::map<uint32_t, Tenant>& tenants);
+  // KV pools that gave memory back (their engine unmapped pages) made room for whoever waits; the
+  // time is kept (a pool still giving back past its deadline is not overdue yet: make_view).
+  void note_kv_release(std::map<uint32_t, Tenant>& tenants, uint64_t now);
   // A tenant's KV pool bytes as gpuosd believes them: its word, bounded by what it holds.
   uint64_t kv_bytes(const Tenant& t) const;
   slots::MemoryView make_view(std::map<uint32_t, Tenant>& tenants, slots::Event e, uint32_t tenant_id,

@@ -86,6 +86,7 @@ struct SwapState {
   uint64_t kv_target_since_ns = 0;
   uint32_t kv_deadline_ms = 0;
   uint64_t kv_seen_bytes = 0;
+  uint64_t kv_released_ns = 0;  // when its pools were last seen smaller than before
 };
 
 // Busy time, integrated piecewise-constant between observations of the busy word; and the gate

@@ -222,6 +222,69 @@ TEST_F(MemoryFixture, TheSwapPolicyMovesAVictimOutAndTheRequesterRetries) {
   EXPECT_EQ(core->memory_failures(), 0u);
 }
 
+// A's 3 GiB are a KV pool that borrows (quota 1 GiB): B's request for room first gets A a target,
+// and the deadline (1000 ms, the swap policy's default) decides when the rest is swapped out.
+struct KvDeadlineFixture : MemoryFixture {
+  static constexpr uint64_t kMs = 1'000'000;
+  void start_kv() {
+    start(std::make_unique<policies::SwapPolicy>());
+    put(tenants[a].cb->kv_resident_bytes, 3 * GiB);
+    activity(b, true);
+    ASSERT_EQ(tenants[a].grants->kv_target_on, 1u) << "a target comes before any swap";
+    ASSERT_EQ(tenants[a].grants->swap_command_seq, 0u);
+  }
+  // A's pool at `bytes`, seen by the core `ms` after the target was set.
+  void at(uint64_t ms, uint64_t bytes) {
+    mono = set_at + ms * kMs;
+    gpuos_control_block* ca = tenants[a].cb;
+    put(ca->kv_resident_bytes, bytes);
+    put(ca->mem_used_bytes, bytes);
+    put(ca->mem_used_per_device[0], bytes);
+    put(ca->swappable_bytes, bytes);
+    core->tick(mono);
+  }
+  bool swapped_out() const { return tenants[a].grants->swap_command_seq != 0; }
+  uint64_t set_at = 1'000'000'000;  // (the fixture's clock when the target was set)
+};
+
+TEST_F(KvDeadlineFixture, APoolThatIgnoresItsTargetIsSwappedOutAtTheDeadline) {
+  start_kv();
+  at(500, 3 * GiB);
+  at(999, 3 * GiB);
+  EXPECT_FALSE(swapped_out());
+  at(1000, 3 * GiB);
+  EXPECT_TRUE(swapped_out());
+  EXPECT_EQ(tenants[a].grants->swap_command, static_cast<uint32_t>(GPUOS_SWAP_OUT));
+}
+
+TEST_F(KvDeadlineFixture, APoolStillGivingBackGetsTimeUntilItStops) {
+  start_kv();
+  const uint64_t target = tenants[a].grants->kv_target_bytes;
+  ASSERT_LT(target, 3 * GiB);
+  uint64_t bytes = 3 * GiB;
+  for (uint64_t ms = 100; ms <= 1200; ms += 100) {  // 64 MiB every 100 ms: slower than asked
+    bytes -= 64ull << 20;
+    at(ms, bytes);
+  }
+  EXPECT_FALSE(swapped_out()) << "swapped while it was still unmapping";
+  at(1400, bytes);  // stopped giving back 200 ms ago: not yet
+  EXPECT_FALSE(swapped_out());
+  at(1500, bytes);  // 300 ms without progress past the deadline: overdue
+  EXPECT_TRUE(swapped_out());
+}
+
+TEST_F(KvDeadlineFixture, TheGraceEndsAtFourDeadlinesHoweverItTrickles) {
+  start_kv();
+  uint64_t bytes = 3 * GiB;
+  for (uint64_t ms = 100; ms < 4000; ms += 100) {
+    bytes -= 2ull << 20;  // a page every 100 ms: progress, barely
+    at(ms, bytes);
+    ASSERT_FALSE(swapped_out()) << ms;
+  }
+  at(4000, bytes - (2ull << 20));
+  EXPECT_TRUE(swapped_out());
+}
+
 // Swaps a tenant whose memory cannot move: the core rejects it.
 class BadMemory final : public slots::MemoryPolicy {
  public:
