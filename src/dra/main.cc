@@ -263,7 +263,7 @@ int main(int argc, char** argv) {
   bool stopping = false;
   std::thread publisher([&] {
     SlicePublisher pub(api, so);
-    std::string last_error;
+    std::string last_error, last_publish_error;  // each logged when it changes, not every interval
     std::unique_lock<std::mutex> lk(mu);
     while (!stopping) {
       lk.unlock();
@@ -277,7 +277,13 @@ int main(int argc, char** argv) {
         log::info("gpuosd answers again: %zu GPU(s)", gpus.size());
         last_error.clear();
       }
-      if (!pub.publish(gpus, &err)) log::warn("ResourceSlice: %s", err.c_str());
+      if (!pub.publish(gpus, &err)) {
+        if (err != last_publish_error) log::warn("ResourceSlice: %s (retried every %u s)", err.c_str(), publish_interval_s);
+        last_publish_error = err;
+      } else if (!last_publish_error.empty()) {
+        log::info("ResourceSlice published again");
+        last_publish_error.clear();
+      }
       lk.lock();
       cv.wait_for(lk, std::chrono::seconds(publish_interval_s), [&] { return stopping; });
     }

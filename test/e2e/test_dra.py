@@ -190,6 +190,21 @@ class Plugin(unittest.TestCase):
         self.assertIsNone(self.n.slice())
         self.assertFalse(os.path.exists(os.path.join(self.n.registry, DRIVER + "-reg.sock")))
 
+    def test_a_failing_api_server_is_logged_once_until_it_answers_again(self):
+        def refused():  # the plugin's requests the API server turned away
+            req = urllib.request.Request(self.n.api_url + "/fake/log")
+            with urllib.request.urlopen(req, timeout=10) as r:
+                return sum(1 for e in json.loads(r.read()) if e["status"] == 401)
+        with open(self.n.path("token"), "w") as f:  # the plugin reads its token at every request
+            f.write("not-the-token\n")
+        wait_for(lambda: refused() >= 4, what="four refused requests\n" + self.n.plugin_text())
+        text = self.n.plugin_text()
+        self.assertEqual(text.count("ResourceSlice: "), 1, text)
+        with open(self.n.path("token"), "w") as f:
+            f.write(TOKEN + "\n")
+        wait_for(lambda: "ResourceSlice published again" in self.n.plugin_text(), what="the recovery logged")
+        self.assertEqual(self.n.plugin_text().count("ResourceSlice: "), 1)
+
     def test_a_gpu_that_goes_away_leaves_the_slice(self):
         self.n.d.stop()
         self.n.d = start_daemon(self, daemon_env={"GPUOS_SIM_DEVICES": "2"})
