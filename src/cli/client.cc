@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <cstring>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "common/ipc.h"
 
@@ -454,6 +456,13 @@ uint64_t gate_wait_with_current_ns(const gpuos_msg_tenant_info& t) {
   return t.gate_wait_ns > UINT64_MAX - current ? UINT64_MAX : t.gate_wait_ns + current;
 }
 
+// A tenant's KV pools: resident bytes, and gpuosd's target for them ("12.0G/8.0G"; no target:
+// "12.0G/-"); "-" without pools.
+std::string kv_text(const gpuos_msg_tenant_info& t) {
+  if (t.kv_reserved_bytes == 0 && t.kv_resident_bytes == 0) return "-";
+  return human_bytes(t.kv_resident_bytes) + "/" + (t.kv_target_bytes != UINT64_MAX ? human_bytes(t.kv_target_bytes) : "-");
+}
+
 // "namespace/name" of a tenant's pod, its uid alone when only that is known, "-" for none.
 std::string pod_text(const gpuos_msg_tenant_info& t) {
   const std::string ns = cstr(t.pod_namespace, sizeof(t.pod_namespace));
@@ -473,26 +482,39 @@ std::string listing_table(const Listing& l) {
     s += line;
   }
   if (l.gpus.empty()) s += "no GPUs known to gpuosd\n";
-  // The POD column only when some tenant runs in a Kubernetes pod.
+  // The KV column only when some tenant has KV pools, the POD column only when some tenant runs
+  // in a Kubernetes pod.
+  const bool kv = std::any_of(l.tenants.begin(), l.tenants.end(), [](const gpuos_msg_tenant_info& t) {
+    return t.kv_reserved_bytes != 0 || t.kv_resident_bytes != 0;
+  });
   const bool pods = std::any_of(l.tenants.begin(), l.tenants.end(), [](const gpuos_msg_tenant_info& t) {
     return cstr(t.pod_uid, sizeof(t.pod_uid)) != "";
   });
-  // (BUDGET is the last column, unpadded, unless POD follows it.)
-  const char* row_format = pods ? "%-5s %-8s %-20s %-12s %-12s %10s %8s %10s %10s %10s %8s %-18s %s\n"
-                                : "%-5s %-8s %-20s %-12s %-12s %10s %8s %10s %10s %10s %8s %s%s\n";
+  // The columns after SMS, each padded but the last (no trailing blanks).
+  auto tail = [&](const std::string& budget, const std::string& kv_cell, const std::string& pod) {
+    std::vector<std::pair<std::string, int>> cols{{budget, 18}};
+    if (kv) cols.push_back({kv_cell, 20});
+    if (pods) cols.push_back({pod, 0});
+    std::string out;
+    for (std::size_t i = 0; i < cols.size(); ++i) {
+      out += cols[i].first;
+      if (i + 1 < cols.size()) out += std::string(std::max<int>(1, cols[i].second + 1 - static_cast<int>(cols[i].first.size())), ' ');
+    }
+    return out;
+  };
+  const char* row_format = "%-5s %-8s %-20s %-12s %-12s %10s %8s %10s %10s %10s %8s %s\n";
   std::snprintf(line, sizeof(line), row_format, "ID", "PID", "NAME", "CLASS", "STATE", "LAUNCHES", "GRAPHS", "MEM",
-                "PEAK", "GATE-WAIT", "SMS", "BUDGET", pods ? "POD" : "");
+                "PEAK", "GATE-WAIT", "SMS", tail("BUDGET", "KV/TARGET", "POD").c_str());
   s += line;
   for (const auto& t : l.tenants) {
     const std::string sms = partition_text(t);
     // The name is the tenant's own choice: escaped, so it cannot drive the terminal.
     const std::string name = printable(cstr(t.name, sizeof(t.name)));
-    const std::string pod = pods ? pod_text(t) : "";
     std::snprintf(line, sizeof(line), row_format, std::to_string(t.tenant_id).c_str(), std::to_string(t.pid).c_str(),
                   name.c_str(), class_name(t.tenant_class), display_state(t), std::to_string(t.launches).c_str(),
                   std::to_string(t.graph_launches).c_str(), human_bytes(t.mem_used_bytes).c_str(),
                   human_bytes(t.mem_peak_bytes).c_str(), duration(gate_wait_with_current_ns(t)).c_str(), sms.c_str(),
-                  budget_text(t).c_str(), pod.c_str());
+                  tail(budget_text(t), kv ? kv_text(t) : "", pods ? pod_text(t) : "").c_str());
     s += line;
   }
   return s;
