@@ -8,7 +8,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
-#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -34,11 +33,6 @@ int g_sm_slots = 1;           // SM slots per device
 std::atomic<bool> g_initialized{false};
 std::once_flag g_init_once;
 CUresult g_init_result = CUDA_ERROR_NOT_INITIALIZED;
-
-void lock_robust(pthread_mutex_t* m) {
-  int r = pthread_mutex_lock(m);
-  if (r == EOWNERDEAD) pthread_mutex_consistent(m);  // previous owner died; state is counters only
-}
 
 void init_robust_mutex(pthread_mutex_t* m) {
   pthread_mutexattr_t a;
@@ -70,11 +64,11 @@ Config* read_config() {
   c->timeslice_ns =
       static_cast<uint64_t>(env_long("GPUOS_SIM_TIMESLICE_US", 2000, 10, 10'000'000)) * 1000;
   c->fault_after = env_long("GPUOS_SIM_FAULT_AFTER_LAUNCHES", 0, 0, 1L << 40);
+  c->collective_timeout_ns =
+      static_cast<uint64_t>(env_long("GPUOS_SIM_COLLECTIVE_TIMEOUT_S", 120, 1, 86400)) * 1'000'000'000;
   c->shm_name = segment_name();
   return c;
 }
-
-bool pid_dead(int32_t pid) { return kill(pid, 0) != 0 && errno == ESRCH; }
 
 // Under g_seg->mu: returns the memory of processes that no longer exist.
 void reclaim_dead_locked() {
@@ -233,6 +227,8 @@ CUresult init_once() {
 
 const Config& config() { return *g_config; }
 
+Segment* shared_segment() { return g_seg; }
+
 CUresult mem_reserve(int dev, uint64_t bytes) {
   dev = physical_device(dev);
   lock_robust(&g_seg->mu);
@@ -299,6 +295,47 @@ int physical_device(int dev) {
   return dev >= 0 && dev < static_cast<int>(v.size()) ? v[dev] : dev;
 }
 
+namespace {
+
+// Takes the mutexes of `slots` in increasing order: two kernels never wait for each other's slots
+// in a cycle.
+void acquire_slots(Engine* e, uint64_t slots) {
+  for (uint64_t m = slots; m != 0; m &= m - 1) {
+    Engine& x = e[__builtin_ctzll(m)];
+    x.waiters.fetch_add(1);
+    lock_robust(&x.mu);
+    x.waiters.fetch_sub(1);
+    x.handovers.fetch_add(1);
+  }
+}
+
+// Releases `slots`; with more_to_run, lets a waiter for one of them have the next slice.
+void release_slots(Engine* e, uint64_t slots, bool more_to_run) {
+  // Highest slot first: a waiter blocked on our lowest slot finds the others free when it wakes.
+  uint64_t contested = 0;
+  for (int i = 63; i >= 0; --i) {
+    if ((slots >> i & 1) == 0) continue;
+    pthread_mutex_unlock(&e[i].mu);
+    if (e[i].waiters.load() > 0) contested |= 1ull << i;
+  }
+  if (!more_to_run || contested == 0) return;
+  // Mutexes are not fair: give a waiter (another process or stream) the next slice, as the GPU's
+  // time-slice scheduler would, but never wait long for one that may have died.
+  auto handovers = [&] {
+    uint64_t n = 0;
+    for (uint64_t m = contested; m != 0; m &= m - 1) n += e[__builtin_ctzll(m)].handovers.load();
+    return n;
+  };
+  uint64_t seen = handovers();
+  for (int i = 0; i < 40 && handovers() == seen; ++i) sleep_ns(50'000);
+}
+
+void count_busy(int dev, uint64_t ns) {
+  if (g_slot >= 0) g_seg->slots[g_slot].busy_ns[dev].fetch_add(ns);  // what NVML reports
+}
+
+}  // namespace
+
 void engine_run(int dev, uint64_t slots, uint64_t ns, const std::function<void()>& body) {
   dev = physical_device(dev);
   slots &= all_slots();
@@ -307,42 +344,35 @@ void engine_run(int dev, uint64_t slots, uint64_t ns, const std::function<void()
   uint64_t remaining = ns;
   bool body_done = false;
   do {
-    // Increasing slot order: two kernels never wait for each other's slots in a cycle.
-    for (uint64_t m = slots; m != 0; m &= m - 1) {
-      Engine& x = e[__builtin_ctzll(m)];
-      x.waiters.fetch_add(1);
-      lock_robust(&x.mu);
-      x.waiters.fetch_sub(1);
-      x.handovers.fetch_add(1);
-    }
+    acquire_slots(e, slots);
     uint64_t slice = remaining < g_config->timeslice_ns ? remaining : g_config->timeslice_ns;
     if (slice > 0) sleep_ns(slice);
     remaining -= slice;
-    if (g_slot >= 0) g_seg->slots[g_slot].busy_ns[dev].fetch_add(slice);  // what NVML reports
+    count_busy(dev, slice);
     if (remaining == 0 && !body_done) {
       body();  // the kernel's effect happens at its end, while it still owns its SMs
       body_done = true;
     }
-    // Highest slot first: a waiter blocked on our lowest slot finds the others free when it wakes.
-    uint64_t contested = 0;
-    for (int i = 63; i >= 0; --i) {
-      if ((slots >> i & 1) == 0) continue;
-      pthread_mutex_unlock(&e[i].mu);
-      if (e[i].waiters.load() > 0) contested |= 1ull << i;
-    }
-    if (remaining > 0 && contested != 0) {
-      // Mutexes are not fair: give a waiter (another process or stream) the next slice, as the
-      // GPU's time-slice scheduler would, but never wait long for one that may have died.
-      auto handovers = [&] {
-        uint64_t n = 0;
-        for (uint64_t m = contested; m != 0; m &= m - 1)
-          n += e[__builtin_ctzll(m)].handovers.load();
-        return n;
-      };
-      uint64_t seen = handovers();
-      for (int i = 0; i < 40 && handovers() == seen; ++i) sleep_ns(50'000);
-    }
+    release_slots(e, slots, remaining > 0);
   } while (remaining > 0);
+}
+
+void engine_spin(int dev, uint64_t slots, const std::function<bool()>& spin) {
+  dev = physical_device(dev);
+  slots &= all_slots();
+  if (slots == 0) slots = all_slots();
+  Engine* e = g_seg->engine[dev];
+  constexpr uint64_t kPollNs = 100'000;
+  bool spinning = true;
+  while (spinning) {
+    acquire_slots(e, slots);
+    const int64_t start = now_ns();
+    // Polls while holding the slots, for at most one time slice, then lets waiters have a turn.
+    while ((spinning = spin()) && static_cast<uint64_t>(now_ns() - start) < g_config->timeslice_ns)
+      sleep_ns(kPollNs);
+    count_busy(dev, static_cast<uint64_t>(now_ns() - start));  // a spinning kernel keeps its SMs busy
+    release_slots(e, slots, spinning);
+  }
 }
 
 }  // namespace dd

@@ -482,7 +482,7 @@ DD_API cuGraphKernelNodeGetParams_v2(CUgraphNode node, CUDA_KERNEL_NODE_PARAMS* 
     p->ctx = reinterpret_cast<CUcontext>(n->ctx);
     p->gridDimX = n->kernel.grid[0], p->gridDimY = n->kernel.grid[1], p->gridDimZ = n->kernel.grid[2];
     p->blockDimX = n->kernel.block[0], p->blockDimY = n->kernel.block[1], p->blockDimZ = n->kernel.block[2];
-    for (int i = 0; i < 3; ++i) n->arg_ptrs[i] = &n->kernel.args[i];
+    for (int i = 0; i < kMaxKernelArgs; ++i) n->arg_ptrs[i] = &n->kernel.args[i];
     p->kernelParams = n->arg_ptrs;
     return CUDA_SUCCESS;
   });

@@ -51,6 +51,7 @@ struct Config {
   double ns_per_iter = 1.0;
   uint64_t timeslice_ns = 2'000'000;
   long fault_after = 0;  // 0 = no fault injection
+  uint64_t collective_timeout_ns = 120'000'000'000;  // a gpuos_collective's longest rendezvous wait
   std::string shm_name;
 };
 
@@ -86,11 +87,17 @@ unsigned sms_of(uint64_t slots); // SMs in a set of slots
 // (taken in increasing order), so kernels on disjoint slots run concurrently and kernels that
 // share a slot take turns.
 void engine_run(int dev, uint64_t slots, uint64_t ns, const std::function<void()>& body);
+// Occupies the slots like engine_run, for as long as spin() returns true (asked at once and about
+// every 100 us while the slots are held; slots are handed over between time slices as usual): a
+// kernel spinning on the device, e.g. a collective waiting for its peers. The time counts as busy
+// kernel time (NVML), as a spinning kernel's does on a GPU.
+void engine_spin(int dev, uint64_t slots, const std::function<bool()>& spin);
 void sleep_ns(uint64_t ns);
 int64_t now_ns();
 
 // ---- modules and kernels ----
-enum class KernelKind { kFixedWork, kFillU32, kSmMask };
+enum class KernelKind { kFixedWork, kFillU32, kSmMask, kCollective };
+constexpr int kMaxKernelArgs = 4;
 struct Module;
 struct Function {
   KernelKind kind;
@@ -107,10 +114,25 @@ struct KernelLaunch {
   Function* fn = nullptr;
   unsigned grid[3] = {1, 1, 1};
   unsigned block[3] = {1, 1, 1};
-  uint64_t args[3] = {0, 0, 0};
+  uint64_t args[kMaxKernelArgs] = {};
   bool fault = false;  // fault injection: this launch "faults" with CUDA_ERROR_ILLEGAL_ADDRESS
 };
 CUresult decode_launch(Function* fn, void** params, void** extra, KernelLaunch* out);
+
+// ---- collective.cc: gpuos_collective's rendezvous (docs/CONTRACTS.md) ----
+struct CollectiveTimes {
+  uint64_t round = 0;      // this rank's k-th collective of the group: round k
+  int64_t arrive_ns = 0;   // CLOCK_MONOTONIC when it counted itself in
+  int64_t release_ns = 0;  // when it saw every rank of the round arrived
+};
+// Runs one gpuos_collective on device dev's `slots`: counts in at the group's rendezvous in the
+// segment, spins on the slots until all `ranks` ranks of the round arrived, then runs work_ns of
+// work and calls body (with the slots held, as engine_run does). CUDA_SUCCESS, or the sticky error
+// the kernel fails with: CUDA_ERROR_LAUNCH_TIMEOUT after Config::collective_timeout_ns of waiting,
+// CUDA_ERROR_LAUNCH_FAILED when the group is broken (a rank timed out, or died before arriving),
+// full, or its ranks disagree on `ranks`.
+CUresult collective_run(int dev, uint64_t slots, uint64_t group, uint32_t ranks, uint64_t work_ns,
+                        const std::function<void(const CollectiveTimes&)>& body);
 
 // ---- contexts and streams ----
 struct Context;
@@ -240,7 +262,7 @@ struct GraphNode {
   // captured on such a stream, still runs on every SM). Set only by cuGraphKernelNodeSetParams with
   // func null and a CUkernel: the one way a node is made to run in a (green) context.
   Context* ctx = nullptr;
-  void* arg_ptrs[3] = {nullptr, nullptr, nullptr};  // kernelParams handed out by GetParams
+  void* arg_ptrs[kMaxKernelArgs] = {};  // kernelParams handed out by GetParams
   std::function<void()> host;
   uint64_t dptr = 0;   // kMemAlloc, kMemFree
   uint64_t bytes = 0;  // kMemAlloc: its bytesize

@@ -1,9 +1,10 @@
 // Modules: any image loads; the only functions are the built-in fixed-work kernels shared with
-// the real GPU programs, and gpuos_sm_mask, which only the double has (docs/CONTRACTS.md,
-// "Fixed-work kernels").
+// the real GPU programs, and gpuos_sm_mask and gpuos_collective, which only the double has
+// (docs/CONTRACTS.md, "Fixed-work kernels").
 #include <cstring>
 
 #include "driver_double/internal.h"
+#include "driver_double/segment.h"  // kCollRanks
 
 namespace dd {
 namespace {
@@ -25,6 +26,7 @@ constexpr Builtin kBuiltins[] = {
     {"gpuos_fixed_work", KernelKind::kFixedWork},
     {"gpuos_fill_u32", KernelKind::kFillU32},
     {"gpuos_sm_mask", KernelKind::kSmMask},  // tests see which SM slots a kernel ran on
+    {"gpuos_collective", KernelKind::kCollective},  // an NCCL-like collective (collective.cc)
 };
 
 CUresult load_module(CUmodule* out) {
@@ -66,16 +68,25 @@ CUresult unload(Module* m) {
 // Parameter layout of the built-ins: (offset, size) of each parameter in the packed buffer.
 struct ParamLayout {
   size_t count;
-  size_t offset[3];
-  size_t size[3];
+  size_t offset[kMaxKernelArgs];
+  size_t size[kMaxKernelArgs];
 };
 ParamLayout layout_of(KernelKind k) {
   switch (k) {
     case KernelKind::kFixedWork: return {2, {0, 8, 0}, {8, 8, 0}};  // (u64 iters, u64* done)
     case KernelKind::kFillU32: return {3, {0, 8, 16}, {8, 4, 8}};   // (u32* dst, u32 v, u64 n)
     case KernelKind::kSmMask: return {2, {0, 8, 0}, {8, 8, 0}};     // (u64* out, u64 iters)
+    // (u64 group, u32 ranks, u64 iters, u64* out): naturally aligned, 32 bytes
+    case KernelKind::kCollective: return {4, {0, 8, 16, 24}, {8, 4, 8, 8}};
   }
   return {0, {}, {}};
+}
+
+// What the launch itself refuses (the rest fails when the kernel runs, as on a GPU).
+CUresult check_args(const KernelLaunch& k) {
+  if (k.fn->kind == KernelKind::kCollective && (k.args[1] == 0 || k.args[1] > kCollRanks))
+    return CUDA_ERROR_INVALID_VALUE;  // ranks
+  return CUDA_SUCCESS;
 }
 
 }  // namespace
@@ -95,7 +106,7 @@ CUresult decode_launch(Function* fn, void** params, void** extra, KernelLaunch* 
       std::memcpy(&v, params[i], lay.size[i]);
       out->args[i] = v;
     }
-    return CUDA_SUCCESS;
+    return check_args(*out);
   }
   if (extra == nullptr) return CUDA_ERROR_INVALID_VALUE;
   const char* buf = nullptr;
@@ -117,7 +128,7 @@ CUresult decode_launch(Function* fn, void** params, void** extra, KernelLaunch* 
     std::memcpy(&v, buf + lay.offset[i], lay.size[i]);
     out->args[i] = v;
   }
-  return CUDA_SUCCESS;
+  return check_args(*out);
 }
 
 }  // namespace dd

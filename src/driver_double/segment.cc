@@ -1,5 +1,7 @@
 #include "driver_double/segment.h"
 
+#include <errno.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -13,6 +15,13 @@ std::string segment_name() {
   if (shm != nullptr && *shm != '\0') return shm[0] == '/' ? shm : std::string("/") + shm;
   return "/gpuos-sim-" + std::to_string(getuid());
 }
+
+void lock_robust(pthread_mutex_t* m) {
+  int r = pthread_mutex_lock(m);
+  if (r == EOWNERDEAD) pthread_mutex_consistent(m);
+}
+
+bool pid_dead(int32_t pid) { return kill(pid, 0) != 0 && errno == ESRCH; }
 
 void sim_uuid(int physical, unsigned char out[16]) {
   static const char kPrefix[] = "gpuos-simgpu-";

@@ -14,9 +14,12 @@
 namespace dd {
 
 constexpr uint64_t kSegmentMagic = 0x6770756f7353494dull;  // "gpuosSIM"
-// 2: SM count and one engine per SM slot; 3: busy time per pid; 4: when the pid took its slot
-constexpr uint32_t kLayoutVersion = 4;
+// 2: SM count and one engine per SM slot; 3: busy time per pid; 4: when the pid took its slot;
+// 5: rendezvous of gpuos_collective kernels
+constexpr uint32_t kLayoutVersion = 5;
 constexpr int kPidSlots = 256;
+constexpr int kCollGroups = 32;  // collective groups that can exist at once on the simulated node
+constexpr int kCollRanks = 32;   // ranks of one group at most
 
 struct PidSlot {
   std::atomic<int32_t> pid;  // 0 = free
@@ -31,6 +34,25 @@ struct Engine {  // one SM slot
   std::atomic<uint64_t> handovers;  // bumped by every acquisition
 };
 
+// One rank of a collective group: a process on one simulated GPU (so a process may hold a rank
+// on each of several GPUs, as with NCCL).
+struct CollMember {
+  int32_t pid;
+  int32_t dev;        // simulated GPU
+  uint64_t arrivals;  // collectives it counted in: its k-th arrival is the group's round k
+};
+
+// The rendezvous of one group of gpuos_collective kernels (collective.cc); guarded by Segment::mu.
+// Round k is complete once `ranks` members have more than k arrivals.
+struct CollGroup {
+  uint32_t used;     // 0 = free
+  uint32_t ranks;
+  uint32_t members;  // in member[0 .. members)
+  uint32_t broken;   // a rank timed out or died before arriving: every rank of the group fails
+  uint64_t id;
+  CollMember member[kCollRanks];
+};
+
 struct Segment {
   std::atomic<uint64_t> magic;  // set last by the creator: the segment is initialised
   uint32_t layout_version;
@@ -42,10 +64,19 @@ struct Segment {
   uint64_t used[kMaxDevices];
   PidSlot slots[kPidSlots];
   Engine engine[kMaxDevices][kMaxSlots];
+  CollGroup coll[kCollGroups];  // guarded by mu
 };
 
 // The segment's name for this process: GPUOS_SIM_SHM (a leading '/' added), else
 // "/gpuos-sim-<uid>".
 std::string segment_name();
+
+// Locks a robust mutex of the segment, taking over one whose owner died (the state it guards is
+// counters and tables that stay consistent at every store).
+void lock_robust(pthread_mutex_t* m);
+// Whether pid is known not to exist (ESRCH; another user's process counts as alive).
+bool pid_dead(int32_t pid);
+// This process's mapping of the segment (device.cc; valid after a successful cuInit).
+Segment* shared_segment();
 
 }  // namespace dd

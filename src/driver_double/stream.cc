@@ -223,6 +223,26 @@ void run_kernel(Context* ctx, const KernelLaunch& k) {
       });
       break;
     }
+    case KernelKind::kCollective: {
+      // (group, ranks, iters, out): out[0..3] = rendezvous wait ns, arrival and release
+      // (CLOCK_MONOTONIC ns), round.
+      auto* out = reinterpret_cast<unsigned long long*>(k.args[3]);
+      if (out != nullptr && !valid_range(k.args[3], 4 * sizeof(*out))) return fault();
+      const CUresult r = collective_run(
+          ctx->dev, sm_slots, k.args[0], static_cast<uint32_t>(k.args[1]), duration_ns(k.args[2]),
+          [&](const CollectiveTimes& t) {
+            if (out == nullptr) return;
+            __atomic_store_n(&out[0], static_cast<unsigned long long>(t.release_ns - t.arrive_ns), __ATOMIC_SEQ_CST);
+            __atomic_store_n(&out[1], static_cast<unsigned long long>(t.arrive_ns), __ATOMIC_SEQ_CST);
+            __atomic_store_n(&out[2], static_cast<unsigned long long>(t.release_ns), __ATOMIC_SEQ_CST);
+            __atomic_store_n(&out[3], static_cast<unsigned long long>(t.round), __ATOMIC_SEQ_CST);
+          });
+      if (r != CUDA_SUCCESS) {
+        int ok = CUDA_SUCCESS;
+        ctx->sticky.compare_exchange_strong(ok, r);
+      }
+      break;
+    }
     case KernelKind::kFillU32: {
       auto* dst = reinterpret_cast<unsigned int*>(k.args[0]);
       const auto value = static_cast<unsigned int>(k.args[1]);

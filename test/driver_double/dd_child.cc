@@ -138,6 +138,34 @@ int main(int argc, char** argv) {
     CU(cuGreenCtxDestroy)(g);
     return 0;
   }
+  if (mode == "collective" && argc == 6) {  // ROUNDS gpuos_collective of GROUP/RANKS, DELAY_MS before each
+    CUmodule mod = nullptr;
+    CUfunction coll = nullptr;
+    CUdeviceptr out = 0;
+    static const char kImage[] = "any image";
+    SETUP_OK(CU(cuModuleLoadData)(&mod, kImage));
+    SETUP_OK(CU(cuModuleGetFunction)(&coll, mod, "gpuos_collective"));
+    SETUP_OK(drv().cuMemAlloc_v2(&out, 4 * sizeof(unsigned long long)));
+    unsigned long long group = std::stoull(argv[2]), iters = 1000;
+    unsigned ranks = static_cast<unsigned>(std::stoul(argv[3]));
+    const long rounds = std::stol(argv[4]), delay_ms = std::stol(argv[5]);
+    auto* o = reinterpret_cast<unsigned long long*>(out);
+    void* params[] = {&group, &ranks, &iters, &o};
+    for (long k = 0; k < rounds; ++k) {
+      if (delay_ms > 0) usleep(static_cast<useconds_t>(delay_ms) * 1000);
+      CUresult l = drv().cuLaunchKernel(coll, 1, 1, 1, 32, 1, 1, 0, nullptr, params, nullptr);
+      CUresult y = CU(cuStreamSynchronize)(nullptr);
+      unsigned long long t[4] = {};
+      if (y == CUDA_SUCCESS) std::memcpy(t, o, sizeof t);  // host-visible here
+      std::printf("launch=%d sync=%d wait=%llu arrive=%llu release=%llu round=%llu\n", l, y, t[0], t[1], t[2], t[3]);
+      std::fflush(stdout);
+      if (y != CUDA_SUCCESS) {
+        std::printf("after=%d\n", CU(cuCtxSynchronize)());  // the error is sticky
+        break;
+      }
+    }
+    return 0;
+  }
   if (mode == "fault") {  // run with GPUOS_SIM_FAULT_AFTER_LAUNCHES=2
     CUresult l1 = launch_fixed(g_fixed, nullptr, 1000, g_done);
     CUresult s1 = CU(cuStreamSynchronize)(nullptr);

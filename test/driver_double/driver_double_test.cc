@@ -1526,6 +1526,99 @@ TEST(DriverDoubleChild, FaultInjectionIsSticky) {
   EXPECT_EQ(field(out, "done"), 1) << out;  // only the first kernel ran
 }
 
+// ---- gpuos_collective: an NCCL-like rendezvous of ranks in several processes ----
+
+struct CollRound {
+  int launch = -1, sync = -1;
+  unsigned long long wait = 0, arrive = 0, release = 0, round = 0;
+};
+
+// dd_child's "collective" lines.
+std::vector<CollRound> coll_rounds(const std::string& out) {
+  std::vector<CollRound> v;
+  size_t pos = 0;
+  while (pos < out.size()) {
+    size_t end = out.find('\n', pos);
+    if (end == std::string::npos) end = out.size();
+    const std::string line = out.substr(pos, end - pos);
+    pos = end + 1;
+    if (line.rfind("launch=", 0) != 0) continue;
+    CollRound r;
+    r.launch = static_cast<int>(field(line, "launch"));
+    r.sync = static_cast<int>(field(line, "sync"));
+    r.wait = std::stoull(line.substr(line.find("wait=") + 5));
+    r.arrive = std::stoull(line.substr(line.find("arrive=") + 7));
+    r.release = std::stoull(line.substr(line.find("release=") + 8));
+    r.round = std::stoull(line.substr(line.find("round=") + 6));
+    v.push_back(r);
+  }
+  return v;
+}
+
+TEST_F(DriverDouble, CollectiveLaunchChecksRanks) {
+  CUfunction coll = nullptr;
+  ASSERT_EQ(CU(cuModuleGetFunction)(&coll, mod_, "gpuos_collective"), CUDA_SUCCESS);
+  unsigned long long group = 1, iters = 0;
+  auto* out = reinterpret_cast<unsigned long long*>(done_);
+  for (unsigned ranks : {0u, 33u}) {
+    void* params[] = {&group, &ranks, &iters, &out};
+    EXPECT_EQ(drv().cuLaunchKernel(coll, 1, 1, 1, 32, 1, 1, 0, nullptr, params, nullptr), CUDA_ERROR_INVALID_VALUE)
+        << ranks;
+  }
+}
+
+TEST(DriverDoubleChild, CollectiveRanksMeetEveryRound) {
+  // The second pair reuses the group id of the first, whose processes have exited: rounds count
+  // from 0 again.
+  for (int run = 0; run < 2; ++run) {
+    Child late({"collective", "7", "2", "4", "30"});  // 30 ms of host work before each round
+    Child early({"collective", "7", "2", "4", "0"});
+    const std::string lo = late.rest(), eo = early.rest();
+    EXPECT_EQ(late.wait(), 0) << lo;
+    EXPECT_EQ(early.wait(), 0) << eo;
+    const auto a = coll_rounds(lo), b = coll_rounds(eo);
+    ASSERT_EQ(a.size(), 4u) << lo;
+    ASSERT_EQ(b.size(), 4u) << eo;
+    for (unsigned k = 0; k < 4; ++k) {
+      EXPECT_EQ(a[k].sync, 0) << lo;
+      EXPECT_EQ(b[k].sync, 0) << eo;
+      EXPECT_EQ(a[k].round, k) << lo;
+      EXPECT_EQ(b[k].round, k) << eo;
+      // Neither rank left round k before the other arrived at it (CLOCK_MONOTONIC, one clock).
+      EXPECT_GE(a[k].release, b[k].arrive) << "run " << run << " round " << k << "\n" << lo << eo;
+      EXPECT_GE(b[k].release, a[k].arrive) << "run " << run << " round " << k << "\n" << lo << eo;
+      EXPECT_EQ(b[k].wait, b[k].release - b[k].arrive) << eo;
+    }
+  }
+}
+
+TEST(DriverDoubleChild, CollectiveWithAnExitedRankFails) {
+  Child quitter({"collective", "8", "2", "1", "0"});  // one round, then it exits
+  Child stayer({"collective", "8", "2", "3", "0"});
+  const std::string qo = quitter.rest();
+  EXPECT_EQ(quitter.wait(), 0) << qo;  // reaped: its pid is gone
+  const std::string so = stayer.rest();
+  EXPECT_EQ(stayer.wait(), 0) << so;
+  const auto q = coll_rounds(qo), s = coll_rounds(so);
+  ASSERT_EQ(q.size(), 1u) << qo;
+  EXPECT_EQ(q[0].sync, 0) << qo;
+  // Round 0 met; round 1 waits for a rank that will never arrive: the kernel fails, stickily.
+  ASSERT_EQ(s.size(), 2u) << so;
+  EXPECT_EQ(s[0].sync, 0) << so;
+  EXPECT_EQ(s[1].sync, CUDA_ERROR_LAUNCH_FAILED) << so;
+  EXPECT_EQ(field(so, "after"), CUDA_ERROR_LAUNCH_FAILED) << so;
+}
+
+TEST(DriverDoubleChild, CollectiveWaitHasASafetyBound) {
+  // A rank alone in a group of two: it waits GPUOS_SIM_COLLECTIVE_TIMEOUT_S, then fails.
+  std::string out = run_child({"collective", "9", "2", "1", "0"}, {"GPUOS_SIM_COLLECTIVE_TIMEOUT_S=1"});
+  const auto r = coll_rounds(out);
+  ASSERT_EQ(r.size(), 1u) << out;
+  EXPECT_EQ(r[0].launch, 0) << out;
+  EXPECT_EQ(r[0].sync, CUDA_ERROR_LAUNCH_TIMEOUT) << out;
+  EXPECT_EQ(field(out, "after"), CUDA_ERROR_LAUNCH_TIMEOUT) << out;
+}
+
 // ---- green contexts: SM partitions ----
 
 // The device's SM resource split into its 16 groups of 8 SMs (132 SMs: 4 remain), plus helpers

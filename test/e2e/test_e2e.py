@@ -736,6 +736,92 @@ class TwoGpusPriority(unittest.TestCase):
         self.assertEqual(self.d.tenant(be0.pid)["state"], "gated")
 
 
+class TwoGpusCollective(unittest.TestCase):
+    """A best-effort data-parallel job with one rank per (simulated) GPU under --policy priority (issue
+    #27). Its collectives are the double's gpuos_collective: a rank's kernel spins on its GPU until
+    every rank of the round has arrived, as an NCCL kernel does. A busy guaranteed tenant on GPU 0 gates
+    rank 0 at its next launch; rank 1 (GPU 1) is not gated but waits in the round rank 0 cannot reach,
+    until HP goes idle and rank 0's gate reopens. No deadlock, and the stall shows in rank 1's wait.
+
+    HP comes while the job waits between two rounds (--pause-at, like a data loader), so what the test
+    sees does not depend on how fast the machine runs the rounds."""
+
+    PAUSE_AT = 10  # rounds the job runs before HP comes
+    ROUNDS = 20
+    # HP's one kernel: 8 s of simulated work (1 ns per iteration, one wave), which it runs for at least
+    # that long. It outlasts the checks below (the guard there says so).
+    HP_NS = 8_000_000_000
+
+    def setUp(self):
+        self.d = start_daemon(self, ["--policy", "priority"], daemon_env={"GPUOS_SIM_DEVICES": "2"})
+        self.tmp = tempfile.mkdtemp(prefix="gpuos-coll-")
+        self.addCleanup(shutil.rmtree, self.tmp, ignore_errors=True)
+        self.go = os.path.join(self.tmp, "go")
+
+    def env(self, gpu):
+        return dict(self.d.env, GPUOS_SIM_DEVICES="2", CUDA_VISIBLE_DEVICES=str(gpu))
+
+    def rank(self, gpu):
+        return spawn(self, self.d.run_cmd(["--name", "rank%d" % gpu, "--class", "best-effort", "--",
+                                           bin_path("gpuos-collective-probe"), "--group", "27", "--ranks", "2",
+                                           "--rounds", str(self.ROUNDS), "--pause-at", str(self.PAUSE_AT),
+                                           "--wait-file", self.go]), self.env(gpu))
+
+    def launches(self, pid):
+        t = self.d.tenant(pid)
+        return t["launches"] if t else 0
+
+    def result(self, p):
+        out, err = p.communicate(timeout=120)
+        self.assertEqual(p.returncode, 0, err + self.d.log_text())
+        return json.loads(out.strip().splitlines()[-1])
+
+    def test_a_gated_rank_stalls_its_peer_until_the_guaranteed_tenant_is_idle(self):
+        r0, r1 = self.rank(0), self.rank(1)
+        for r in (r0, r1):  # one collective per launch: both ran the first rounds together
+            wait_for(lambda: self.launches(r.pid) == self.PAUSE_AT, timeout=120, what="the job's first rounds")
+        trace = os.path.join(self.tmp, "hp.csv")
+        hp = spawn(self, self.d.run_cmd(["--name", "hp", "--class", "guaranteed", "--", bin_path("gpuos-synth"),
+                                         "--name", "hp", "--iters", str(self.HP_NS), "--count", "1",
+                                         "--warmup", "0", "--mem-mib", "16", "--trace", trace, "--json", "-"]),
+                   self.env(0))
+        # Its memory fill, then its long kernel: HP stays busy from here until that kernel ends.
+        wait_for(lambda: self.launches(hp.pid) >= 2, what="HP's kernel launched")
+        hp_id = self.d.tenant(hp.pid)["id"]
+        open(self.go, "w").close()
+        # Rank 0's next launch waits at its closed gate; rank 1 launches the round, whose kernel spins
+        # on GPU 1 for rank 0's.
+        wait_for(lambda: self.launches(r1.pid) == self.PAUSE_AT + 1, what="rank 1 in the next round")
+        wait_for(lambda: (self.d.tenant(r0.pid) or {}).get("gate_waiting_ms", 0) > 0, what="rank 0 at its gate")
+        seen = []
+        for _ in range(5):  # neither rank gets past that round while HP is busy
+            t0, t1 = self.d.tenant(r0.pid), self.d.tenant(r1.pid)
+            seen.append((t0["state"], t0["launches"], t1["state"], t1["launches"]))
+        self.assertEqual(self.d.metric("gpuos_tenant_busy", tenant_id=hp_id), [1.0],
+                         "HP's kernel ended before the checks: nothing was checked")
+        for s in seen:
+            self.assertEqual(s, ("gated", self.PAUSE_AT, "running", self.PAUSE_AT + 1), seen)
+
+        # HP's kernel ends, rank 0's gate reopens and the job finishes: no deadlock.
+        rh = self.result(hp)
+        j0, j1 = self.result(r0), self.result(r1)
+        self.assertEqual(rh["kernels"], 1, rh)
+        for j in (j0, j1):
+            self.assertEqual(j["completed"], self.ROUNDS, j)
+        with open(trace) as f:
+            hp_start = int(f.read().splitlines()[1].split(",")[0])  # HP's launch call (CLOCK_MONOTONIC)
+        hp_end = hp_start + self.HP_NS  # its kernel ended no earlier than this
+        self.assertGreaterEqual(rh["max_us"] * 1000, self.HP_NS, rh)
+        k = self.PAUSE_AT
+        # Rank 1 arrived at round k while HP's kernel ran and left only after it ended: its reported
+        # wait holds at least the part of HP's kernel it overlapped. Rank 0 arrived after it ended.
+        self.assertGreater(j1["arrive_ns"][k], hp_start, j1)
+        self.assertGreaterEqual(j1["release_ns"][k], hp_end, j1)
+        self.assertGreaterEqual(j1["wait_ns"][k], hp_end - j1["arrive_ns"][k], j1)
+        self.assertGreaterEqual(j1["total_wait_ns"], j1["wait_ns"][k], j1)
+        self.assertGreaterEqual(j0["arrive_ns"][k], hp_end, j0)
+
+
 class Spatial(unittest.TestCase):
     """[spatial]: tenants of one trust domain share the (simulated) GPU in space.
 
