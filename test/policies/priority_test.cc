@@ -111,21 +111,66 @@ TEST(PriorityGpus, AGuaranteedTenantGatesOnlyTheTenantsOfItsGpus) {
   EXPECT_EQ(d, (std::map<uint32_t, uint32_t>{{1, O}, {3, C}}));  // (1's GPUs not known yet: all)
 }
 
-TEST(PriorityGpus, WhileAGuaranteedTenantPausesTheRotationTheOtherGpusBestEffortRun) {
+TEST(PriorityGpus, AGuaranteedTenantOnOneGpuLeavesTheRotationOfAnotherAlone) {
   PriorityState st;
   // Two BE on GPU 1 rotate.
   auto d = decide_priority({on(0b01, G(1, 0)), on(0b10, B(2, 100, true)), on(0b10, B(3, 100, true))}, params(), &st,
                            1000 * kMs);
   EXPECT_EQ(gates_of(d), (std::map<uint32_t, uint32_t>{{1, O}, {2, O}, {3, C}}));
-  // The guaranteed tenant on GPU 0 gets busy: the rotation pauses; both BE of GPU 1 run meanwhile.
+  // The guaranteed tenant on GPU 0 gets busy: GPU 1's rotation goes on, its slice ends on time.
   d = decide_priority({on(0b01, G(1, 0, true)), on(0b10, B(2, 100, true)), on(0b10, B(3, 100, true))}, params(), &st,
                       1010 * kMs);
-  EXPECT_EQ(gates_of(d), (std::map<uint32_t, uint32_t>{{1, O}, {2, O}, {3, O}}));
-  EXPECT_TRUE(st.paused);
-  // Idle again: the slice resumes where it was.
-  d = decide_priority({on(0b01, G(1, 0)), on(0b10, B(2, 100, true)), on(0b10, B(3, 100, true))}, params(), &st,
-                      1020 * kMs);
   EXPECT_EQ(gates_of(d), (std::map<uint32_t, uint32_t>{{1, O}, {2, O}, {3, C}}));
+  ASSERT_NE(st.rotation_of(2), nullptr);
+  EXPECT_FALSE(st.rotation_of(2)->paused);
+  EXPECT_EQ(d.next_tick_ns, 1050 * kMs);
+  d = decide_priority({on(0b01, G(1, 0, true)), on(0b10, B(2, 100, true)), on(0b10, B(3, 100, true))}, params(), &st,
+                      1050 * kMs);
+  EXPECT_EQ(gates_of(d), (std::map<uint32_t, uint32_t>{{1, O}, {2, C}, {3, O}}));
+}
+
+TEST(PriorityGpus, BestEffortOfDifferentGpusRotateApartAndNeverWaitForEachOther) {
+  // The ranks of a job, one per GPU (2 on GPU 0, 3 on GPU 1), and another job's BE on each GPU:
+  // each GPU rotates its own two; a rank never waits for the other GPU's slices.
+  PriorityState st;
+  std::vector<PriorityTenant> t = {on(0b01, B(2, 100, true)), on(0b10, B(3, 100, true)), on(0b01, B(4, 100, true, true)),
+                                   on(0b10, B(5, 100, true, true))};
+  auto d = decide_priority(t, params(), &st, 0);
+  EXPECT_EQ(gates_of(d), (std::map<uint32_t, uint32_t>{{2, O}, {3, O}, {4, C}, {5, C}}));
+  EXPECT_EQ(st.rotations.size(), 2u);
+  d = decide_priority(t, params(), &st, 50 * kMs);
+  EXPECT_EQ(gates_of(d), (std::map<uint32_t, uint32_t>{{2, C}, {3, C}, {4, O}, {5, O}}));
+  // Alone on its GPUs, a BE is not part of any rotation: open.
+  PriorityState st2;
+  d = decide_priority({on(0b01, B(2, 100, true)), on(0b10, B(3, 100, true))}, params(), &st2, 0);
+  EXPECT_EQ(gates_of(d), (std::map<uint32_t, uint32_t>{{2, O}, {3, O}}));
+  EXPECT_EQ(d.next_tick_ns, 0u);
+  // One on both GPUs joins the two into one rotation; one whose GPUs are unknown too.
+  PriorityState st3;
+  d = decide_priority({on(0b01, B(2, 100, true)), on(0b10, B(3, 100, true)), on(0b11, B(4, 100, true))}, params(),
+                      &st3, 0);
+  EXPECT_EQ(st3.rotations.size(), 1u);
+  EXPECT_EQ(gates_of(d), (std::map<uint32_t, uint32_t>{{2, O}, {3, C}, {4, C}}));
+  PriorityState st4;
+  d = decide_priority({on(0b01, B(2, 100, true)), on(0b10, B(3, 100, true)), B(4, 100, true)}, params(), &st4, 0);
+  EXPECT_EQ(st4.rotations.size(), 1u);
+}
+
+TEST(PriorityGpus, AGuaranteedTenantPausesOnlyTheRotationOfItsGpu) {
+  PriorityState st;
+  std::vector<PriorityTenant> t = {on(0b01, G(1, 0)), on(0b01, B(2, 100, true)), on(0b01, B(3, 100, true)),
+                                   on(0b10, B(4, 100, true)), on(0b10, B(5, 100, true))};
+  decide_priority(t, params(), &st, 0);
+  t[0] = on(0b01, G(1, 0, true));
+  auto d = decide_priority(t, params(), &st, 20 * kMs);
+  EXPECT_EQ(gates_of(d), (std::map<uint32_t, uint32_t>{{1, O}, {2, C}, {3, C}, {4, O}, {5, C}}));
+  EXPECT_TRUE(st.rotation_of(2)->paused);
+  EXPECT_FALSE(st.rotation_of(4)->paused);
+  EXPECT_EQ(d.next_tick_ns, 50 * kMs);  // GPU 1's slice still ends on time
+  t[0] = on(0b01, G(1, 0));
+  d = decide_priority(t, params(), &st, 500 * kMs);
+  EXPECT_EQ(gates_of(d)[2], O);  // GPU 0's interrupted slice resumes with the 30 ms it had left
+  EXPECT_EQ(st.rotation_of(2)->slice_end_ns, 530 * kMs);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -170,13 +215,13 @@ TEST(Priority, TwoBestEffortRotateByTimerWithWeightedSlices) {
   EXPECT_EQ(d.next_tick_ns, 10 * kMs);
   // Before the slice ends nothing changes.
   d = decide_priority(t, p, &st, 9 * kMs);
-  EXPECT_EQ(st.owner, 1u);
+  EXPECT_EQ(st.owner(), 1u);
   EXPECT_EQ(d.next_tick_ns, 10 * kMs);
   d = decide_priority(t, p, &st, 10 * kMs);
   EXPECT_EQ(gates_of(d), (std::map<uint32_t, uint32_t>{{1, C}, {2, O}}));
   EXPECT_EQ(d.next_tick_ns, 40 * kMs);  // weight 300: 30 ms
   d = decide_priority(t, p, &st, 40 * kMs);
-  EXPECT_EQ(st.owner, 1u);
+  EXPECT_EQ(st.owner(), 1u);
   // Over many rounds driven only by the timer, granted time follows the weights (1:3).
   now = 40 * kMs;
   for (int i = 0; i < 200; ++i) {
@@ -193,7 +238,7 @@ TEST(Priority, OwnerGoingIdleHandsOverAtOnce) {
   PriorityState st;
   std::vector<PriorityTenant> t = {B(1, 100, true, true), B(2, 100, false, true), B(3, 100, false, true)};
   decide_priority(t, params(), &st, 0);
-  ASSERT_EQ(st.owner, 1u);
+  ASSERT_EQ(st.owner(), 1u);
   t[0] = B(1, 100);  // idle long before its slice ends
   PriorityDecision d = decide_priority(t, params(), &st, 5 * kMs);
   EXPECT_EQ(gates_of(d), (std::map<uint32_t, uint32_t>{{1, C}, {2, O}, {3, C}}));
@@ -204,7 +249,7 @@ TEST(Priority, OwnerGoingIdleHandsOverAtOnce) {
   d = decide_priority(t, params(), &st, 6 * kMs);
   EXPECT_EQ(gates_of(d), (std::map<uint32_t, uint32_t>{{1, O}, {2, O}, {3, O}}));
   EXPECT_EQ(d.next_tick_ns, 0u);
-  EXPECT_EQ(st.owner, 0u);
+  EXPECT_EQ(st.owner(), 0u);
 }
 
 TEST(Priority, ASignalledBestEffortGetsAGraceToActOnIt) {
@@ -249,7 +294,7 @@ TEST(Priority, GuaranteedPausesTheSliceAndResumesWhatIsLeft) {
   PriorityState st;
   std::vector<PriorityTenant> t = {G(1, 0), B(2, 100, true, true), B(3, 100, false, true)};
   decide_priority(t, params(), &st, 0);
-  ASSERT_EQ(st.owner, 2u);
+  ASSERT_EQ(st.owner(), 2u);
   t[0] = G(1, 0, true);
   PriorityDecision d = decide_priority(t, params(), &st, 20 * kMs);
   EXPECT_EQ(gates_of(d), (std::map<uint32_t, uint32_t>{{1, O}, {2, C}, {3, C}}));

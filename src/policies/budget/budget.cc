@@ -35,7 +35,7 @@ void BudgetPolicy::admit(const slots::GateTenant& t, slots::Admission* a) {
     a->max_inflight = params_.priority.be_max_inflight;
     a->sample_period = params_.be_sample_period;
     // As under priority (the decision at its admission, with fresh words, looks again at once).
-    if (state_.priority.guaranteed_active || state_.priority.owner != 0) a->initial_gate = GPUOS_GATE_CLOSED;
+    if (state_.priority.guaranteed_active || state_.priority.rotating()) a->initial_gate = GPUOS_GATE_CLOSED;
   } else {
     a->max_inflight = 0;
     if (t.max_slowdown_permille != 0) a->sample_period = params_.sample_period;

@@ -32,6 +32,120 @@ uint64_t be_slice_ns(const PriorityParams& p, uint32_t weight) {
   return std::max<uint64_t>(ns, 1000000ull);
 }
 
+namespace {
+
+constexpr uint64_t kEveryGpu = ~0ull;
+
+uint64_t gpus_of(const PriorityTenant& t) { return t.gpus == 0 ? kEveryGpu : t.gpus; }
+
+// Runnable BE tenants (id order) in groups that share a GPU, directly or through others; each
+// group with the union of its GPUs.
+std::vector<std::pair<uint64_t, std::vector<const PriorityTenant*>>> gpu_groups(
+    const std::vector<const PriorityTenant*>& runnable) {
+  std::vector<std::pair<uint64_t, std::vector<const PriorityTenant*>>> groups;
+  for (const PriorityTenant* t : runnable) {
+    uint64_t mask = gpus_of(*t);
+    std::vector<const PriorityTenant*> members{t};
+    // Merge every group it touches (a tenant can join two groups into one).
+    for (auto it = groups.begin(); it != groups.end();) {
+      if ((it->first & mask) == 0) {
+        ++it;
+        continue;
+      }
+      mask |= it->first;
+      members.insert(members.end(), it->second.begin(), it->second.end());
+      it = groups.erase(it);
+    }
+    std::sort(members.begin(), members.end(), [](auto* a, auto* b) { return a->id < b->id; });
+    groups.emplace_back(mask, std::move(members));
+  }
+  return groups;
+}
+
+// One group's rotation, one decision: g_active says whether a guaranteed tenant on one of its GPUs
+// is active. Returns the slice's end while it rotates (0: no timer).
+uint64_t rotate(BeRotation* st, const std::vector<const PriorityTenant*>& runnable, bool g_active,
+                const PriorityParams& params, std::map<uint32_t, uint64_t>* granted_ns, uint64_t now) {
+  auto is_runnable = [&](uint32_t id) {
+    return std::any_of(runnable.begin(), runnable.end(), [id](auto* t) { return t->id == id; });
+  };
+  auto end_slice = [&] {
+    if (st->owner == 0) return;
+    if (!st->paused && now > st->slice_start_ns) (*granted_ns)[st->owner] += now - st->slice_start_ns;
+    st->last_owner = st->owner;
+    st->owner = 0;
+    st->paused = false;
+  };
+  const bool was_rotating = st->owner != 0;
+  if (g_active) {
+    // Every BE of the group yields; a running slice is paused with what is left of it.
+    if (st->owner != 0 && !st->paused) {
+      if (now > st->slice_start_ns) (*granted_ns)[st->owner] += now - st->slice_start_ns;
+      st->paused_remaining_ns = st->slice_end_ns > now ? st->slice_end_ns - now : 0;
+      st->paused = true;
+    }
+    return 0;
+  }
+  if (st->paused) {  // the guaranteed tenants went idle: resume the interrupted slice if it still matters
+    st->paused = false;
+    if (runnable.size() >= 2 && is_runnable(st->owner) && st->paused_remaining_ns > 0) {
+      st->slice_start_ns = now;
+      st->slice_end_ns = now + st->paused_remaining_ns;
+    } else {
+      st->last_owner = st->owner;  // its time was counted when it was paused
+      st->owner = 0;
+    }
+  }
+  if (runnable.size() <= 1) {
+    end_slice();
+    return 0;
+  }
+  if (st->owner != 0 && (!is_runnable(st->owner) || now >= st->slice_end_ns)) end_slice();
+  if (st->owner == 0) {
+    // Round-robin order: the first runnable id after the previous owner, wrapping.
+    std::vector<const PriorityTenant*> order;
+    for (auto* t : runnable) {
+      if (t->id > st->last_owner) order.push_back(t);
+    }
+    for (auto* t : runnable) {
+      if (t->id <= st->last_owner) order.push_back(t);
+    }
+    const PriorityTenant* pick = order.front();
+    if (!was_rotating) {  // starting: keep a BE that is on the GPU right now, if any
+      for (auto* t : order) {
+        if (t->busy && !t->waiting) {
+          pick = t;
+          break;
+        }
+      }
+    }
+    st->owner = pick->id;
+    st->slice_start_ns = now;
+    st->slice_end_ns = now + be_slice_ns(params, pick->weight);
+  }
+  return st->slice_end_ns;
+}
+
+}  // namespace
+
+const BeRotation* PriorityState::rotation_of(uint32_t id) const {
+  for (const auto& [mask, r] : rotations) {
+    if (std::find(r.members.begin(), r.members.end(), id) != r.members.end()) return &r;
+  }
+  return nullptr;
+}
+
+bool PriorityState::rotating() const {
+  return std::any_of(rotations.begin(), rotations.end(), [](const auto& e) { return e.second.owner != 0; });
+}
+
+uint32_t PriorityState::owner() const {
+  for (const auto& [mask, r] : rotations) {
+    if (r.owner != 0) return r.owner;
+  }
+  return 0;
+}
+
 PriorityDecision decide_priority(const std::vector<PriorityTenant>& tenants, const PriorityParams& params,
                                  PriorityState* st, uint64_t now) {
   // Guaranteed tenants: the highest active priority.
@@ -43,72 +157,33 @@ PriorityDecision decide_priority(const std::vector<PriorityTenant>& tenants, con
       top = std::max(top, t.priority);
     }
   }
-  // Runnable best-effort tenants, in id order (the round-robin order).
+  // Runnable best-effort tenants, in id order (the round-robin order), in groups of GPUs.
   std::vector<const PriorityTenant*> runnable;
   for (const PriorityTenant& t : tenants) {
     if (!is_guaranteed(t) && t.domain.empty() && !t.pinned && (t.busy || t.waiting)) runnable.push_back(&t);
   }
   std::sort(runnable.begin(), runnable.end(), [](auto* a, auto* b) { return a->id < b->id; });
-  auto is_runnable = [&](uint32_t id) {
-    return std::any_of(runnable.begin(), runnable.end(), [id](auto* t) { return t->id == id; });
-  };
-  auto end_slice = [&] {
-    if (st->owner == 0) return;
-    if (!st->paused && now > st->slice_start_ns) st->granted_ns[st->owner] += now - st->slice_start_ns;
-    st->last_owner = st->owner;
-    st->owner = 0;
-    st->paused = false;
-  };
 
   PriorityDecision d;
-  const bool was_rotating = st->owner != 0;
-  if (g_active) {
-    // Every BE yields; a running slice is paused with what is left of it.
-    if (st->owner != 0 && !st->paused) {
-      if (now > st->slice_start_ns) st->granted_ns[st->owner] += now - st->slice_start_ns;
-      st->paused_remaining_ns = st->slice_end_ns > now ? st->slice_end_ns - now : 0;
-      st->paused = true;
-    }
-  } else {
-    if (st->paused) {  // the guaranteed tenants went idle: resume the interrupted slice if it still matters
-      st->paused = false;
-      if (runnable.size() >= 2 && is_runnable(st->owner) && st->paused_remaining_ns > 0) {
-        st->slice_start_ns = now;
-        st->slice_end_ns = now + st->paused_remaining_ns;
-      } else {
-        st->last_owner = st->owner;  // its time was counted when it was paused
-        st->owner = 0;
-      }
-    }
-    if (runnable.size() <= 1) {
-      end_slice();
-    } else {
-      if (st->owner != 0 && (!is_runnable(st->owner) || now >= st->slice_end_ns)) end_slice();
-      if (st->owner == 0) {
-        // Round-robin order: the first runnable id after the previous owner, wrapping.
-        std::vector<const PriorityTenant*> order;
-        for (auto* t : runnable) {
-          if (t->id > st->last_owner) order.push_back(t);
-        }
-        for (auto* t : runnable) {
-          if (t->id <= st->last_owner) order.push_back(t);
-        }
-        const PriorityTenant* pick = order.front();
-        if (!was_rotating) {  // starting: keep a BE that is on the GPU right now, if any
-          for (auto* t : order) {
-            if (t->busy && !t->waiting) {
-              pick = t;
-              break;
-            }
-          }
-        }
-        st->owner = pick->id;
-        st->slice_start_ns = now;
-        st->slice_end_ns = now + be_slice_ns(params, pick->weight);
-      }
-      d.next_tick_ns = st->slice_end_ns;
-    }
+  std::map<uint64_t, BeRotation> rotations;
+  for (const auto& [mask, members] : gpu_groups(runnable)) {
+    // A group keeps its rotation while its GPUs stay the same (a new group starts afresh).
+    auto old = st->rotations.find(mask);
+    BeRotation r = old != st->rotations.end() ? old->second : BeRotation{};
+    if (old != st->rotations.end()) st->rotations.erase(old);
+    const bool g_here = std::any_of(tenants.begin(), tenants.end(), [&](const PriorityTenant& g) {
+      return is_guaranteed(g) && active(g) && (gpus_of(g) & mask) != 0;
+    });
+    const uint64_t tick = rotate(&r, members, g_here, params, &st->granted_ns, now);
+    if (tick != 0) d.next_tick_ns = d.next_tick_ns == 0 ? tick : std::min(d.next_tick_ns, tick);
+    r.members.clear();
+    for (auto* t : members) r.members.push_back(t->id);
+    rotations[mask] = r;
   }
+  for (auto& [mask, r] : st->rotations) {  // groups gone (their BE idle, or regrouped): slices end
+    if (r.owner != 0 && !r.paused && now > r.slice_start_ns) st->granted_ns[r.owner] += now - r.slice_start_ns;
+  }
+  st->rotations = std::move(rotations);
   st->guaranteed_active = g_active;
 
   auto live = [&](uint32_t id) {
@@ -153,10 +228,14 @@ PriorityDecision decide_priority(const std::vector<PriorityTenant>& tenants, con
       if (g_active && t.priority < top && active_guaranteed_outside(t, t.priority)) gate = GPUOS_GATE_CLOSED;
     } else if (!t.domain.empty()) {
       if (g_active && active_guaranteed_outside(t, INT32_MIN)) gate = GPUOS_GATE_CLOSED;
-    } else if (active_guaranteed_outside(t, INT32_MIN) || (st->owner != 0 && !st->paused && t.id != st->owner)) {
-      // (While a guaranteed tenant pauses the rotation, a best-effort tenant on a GPU of no active
-      // guaranteed tenant runs: the rotation is the node's, the guaranteed tenant's GPUs are its own.)
-      gate = GPUOS_GATE_CLOSED;
+    } else {
+      // A slice running on one of its GPUs that is not its own (an idle BE too: it would take
+      // the GPU from the owner as soon as it launched).
+      const bool other_slice = std::any_of(st->rotations.begin(), st->rotations.end(), [&](const auto& e) {
+        const BeRotation& r = e.second;
+        return r.owner != 0 && !r.paused && r.owner != t.id && (e.first & gpus_of(t)) != 0;
+      });
+      if (active_guaranteed_outside(t, INT32_MIN) || other_slice) gate = GPUOS_GATE_CLOSED;
     }
     if (gate == GPUOS_GATE_CLOSED && st->reprieve_until_ns.count(t.id) != 0) gate = GPUOS_GATE_OPEN;
     d.gates.push_back(GateDecision{t.id, gate, {}});
@@ -174,7 +253,7 @@ void PriorityPolicy::admit(const slots::GateTenant& t, slots::Admission* a) {
     a->max_inflight = params_.be_max_inflight;
     // Closed from the start while a guaranteed tenant is active or the BE slices rotate (the
     // decision at its admission looks again with fresh words before the tenant gets its fd).
-    if (state_.guaranteed_active || state_.owner != 0) a->initial_gate = GPUOS_GATE_CLOSED;
+    if (state_.guaranteed_active || state_.rotating()) a->initial_gate = GPUOS_GATE_CLOSED;
   } else {
     a->max_inflight = 0;
   }
@@ -187,13 +266,17 @@ slots::GateActions PriorityPolicy::decide(const slots::GateView& view) {
     in.push_back(PriorityTenant{v.id, v.tenant_class, v.priority, v.weight, v.busy, v.waiting, v.pinned, v.space_domain,
                                 v.signalled, v.gpus});
   }
-  const uint32_t old_owner = state_.owner;
+  std::map<uint64_t, uint32_t> old_owners;
+  for (const auto& [mask, r] : state_.rotations) old_owners[mask] = r.owner;
   const uint64_t now = view.now_ns;
   const char* why = slots::event_name(view.event);
   PriorityDecision d = decide_priority(in, params_, &state_, now);
-  if (state_.owner != old_owner && state_.owner != 0) {
-    log::debug("priority (%s): best-effort slice to tenant %u until +%.1f ms", why, state_.owner,
-               static_cast<double>(state_.slice_end_ns - now) / 1e6);
+  for (const auto& [mask, r] : state_.rotations) {
+    auto old = old_owners.find(mask);
+    if (r.owner != 0 && (old == old_owners.end() || old->second != r.owner)) {
+      log::debug("priority (%s): best-effort slice (GPUs %#llx) to tenant %u until +%.1f ms", why,
+                 static_cast<unsigned long long>(mask), r.owner, static_cast<double>(r.slice_end_ns - now) / 1e6);
+    }
   }
   slots::GateActions out;
   out.next_tick_ns = d.next_tick_ns;

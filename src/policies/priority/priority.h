@@ -31,9 +31,12 @@
 //
 //  - Several GPUs: a guaranteed tenant gates only the tenants that work on one of its GPUs
 //    (GateTenant::gpus; a tenant with none known yet counts as on every GPU). A best-effort tenant
-//    on another GPU runs beside it. The best-effort rotation is still one for the node: it pauses
-//    while any guaranteed tenant is active, and meanwhile the best-effort tenants that no active
-//    guaranteed tenant shares a GPU with all run (the hardware time-slices them).
+//    on another GPU runs beside it. The best-effort rotation is per group of GPUs: runnable BE
+//    tenants that share a GPU (directly or through others) rotate among themselves, by the rules
+//    above, and a group pauses only while a guaranteed tenant on one of its GPUs is active. So the
+//    ranks of a job spread over GPUs, one per GPU, never wait for each other's slices (each waits
+//    for its peers in every collective: a node-wide rotation made every collective wait for the
+//    next hand-over).
 //
 //  - Spatial sharing (mixed mode): tenants of one spatial domain do not gate each other; they share
 //    the GPU in space (disjoint SM partitions, space_planner.h). A guaranteed tenant of domain D
@@ -77,20 +80,35 @@ struct PriorityTenant {
   uint64_t gpus = 0;       // the GPUs it works on (slots::GateTenant::gpus; 0 = every GPU)
 };
 
-// What the policy remembers between decisions.
-struct PriorityState {
+// The best-effort rotation of one group of GPUs.
+struct BeRotation {
   uint32_t owner = 0;               // BE slice owner while 2+ BE are runnable; 0 = no rotation
   uint32_t last_owner = 0;          // round-robin position (the previous owner)
   uint64_t slice_start_ns = 0;
   uint64_t slice_end_ns = 0;
   bool paused = false;              // owner's slice interrupted by a guaranteed tenant
   uint64_t paused_remaining_ns = 0;
-  bool guaranteed_active = false;   // as of the last decision
+  std::vector<uint32_t> members;    // its runnable BE at the last decision, in id order
+};
+
+// What the policy remembers between decisions.
+struct PriorityState {
+  // One rotation per group of GPUs that runnable BE tenants connect (two BE that share a GPU are
+  // in one group; one whose GPUs are not known yet joins every group): keyed by the group's GPUs
+  // (all bits: every GPU).
+  std::map<uint64_t, BeRotation> rotations;
+  bool guaranteed_active = false;   // as of the last decision (any GPU)
   std::map<uint32_t, uint64_t> granted_ns;  // BE id -> total time it held a slice
   std::map<uint32_t, uint64_t> reprieve_until_ns;  // BE id -> its gate is open until then (a signal)
   // BE id -> when its last reprieve began. `signalled` is the tenant's own word: one that keeps it
   // set must not run beside a guaranteed tenant on reprieves end to end (kReprieveCooldown).
   std::map<uint32_t, uint64_t> reprieve_granted_ns;
+
+  // The rotation BE `id` is part of (null: none), and whether any rotation runs now.
+  const BeRotation* rotation_of(uint32_t id) const;
+  bool rotating() const;
+  // The owner of the one rotation running (0: none); for a single group of GPUs.
+  uint32_t owner() const;
 };
 
 using GateDecision = slots::GateAction;
