@@ -780,6 +780,10 @@ class TwoGpusCollective(unittest.TestCase):
         r0, r1 = self.rank(0), self.rank(1)
         for r in (r0, r1):  # one collective per launch: both ran the first rounds together
             wait_for(lambda: self.launches(r.pid) == self.PAUSE_AT, timeout=120, what="the job's first rounds")
+        # One rank per GPU, no guaranteed tenant yet: each rank is alone on its GPU, so neither was
+        # ever held for the other's best-effort slice (a node-wide rotation held one of them).
+        for r in (r0, r1):
+            self.assertEqual(self.d.tenant(r.pid)["gate_waits"], 0, self.d.tenant(r.pid))
         trace = os.path.join(self.tmp, "hp.csv")
         hp = spawn(self, self.d.run_cmd(["--name", "hp", "--class", "guaranteed", "--", bin_path("gpuos-synth"),
                                          "--name", "hp", "--iters", str(self.HP_NS), "--count", "1",
