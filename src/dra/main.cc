@@ -263,7 +263,11 @@ int main(int argc, char** argv) {
   bool stopping = false;
   std::thread publisher([&] {
     SlicePublisher pub(api, so);
-    std::string last_error, last_publish_error;  // each logged when it changes, not every interval
+    std::string last_error;
+    // A run of failed publishes is logged when it starts, then every 5 minutes, and when it ends
+    // (not at every interval: the API server may be away for long).
+    uint64_t publish_failures = 0;
+    auto last_failure_log = std::chrono::steady_clock::time_point{};
     std::unique_lock<std::mutex> lk(mu);
     while (!stopping) {
       lk.unlock();
@@ -278,11 +282,16 @@ int main(int argc, char** argv) {
         last_error.clear();
       }
       if (!pub.publish(gpus, &err)) {
-        if (err != last_publish_error) log::warn("ResourceSlice: %s (retried every %u s)", err.c_str(), publish_interval_s);
-        last_publish_error = err;
-      } else if (!last_publish_error.empty()) {
-        log::info("ResourceSlice published again");
-        last_publish_error.clear();
+        const auto now = std::chrono::steady_clock::now();
+        if (publish_failures++ == 0 || now - last_failure_log >= std::chrono::minutes(5)) {
+          log::warn("ResourceSlice: %s (%llu failed so far; retried every %u s)", err.c_str(),
+                    static_cast<unsigned long long>(publish_failures), publish_interval_s);
+          last_failure_log = now;
+        }
+      } else if (publish_failures != 0) {
+        log::info("ResourceSlice published again, after %llu failed attempts",
+                  static_cast<unsigned long long>(publish_failures));
+        publish_failures = 0;
       }
       lk.lock();
       cv.wait_for(lk, std::chrono::seconds(publish_interval_s), [&] { return stopping; });

@@ -197,13 +197,16 @@ class Plugin(unittest.TestCase):
                 return sum(1 for e in json.loads(r.read()) if e["status"] == 401)
         with open(self.n.path("token"), "w") as f:  # the plugin reads its token at every request
             f.write("not-the-token\n")
+        # Four refused requests are at least two failed publishes (one publish is one or two requests).
         wait_for(lambda: refused() >= 4, what="four refused requests\n" + self.n.plugin_text())
         text = self.n.plugin_text()
         self.assertEqual(text.count("ResourceSlice: "), 1, text)
         with open(self.n.path("token"), "w") as f:
             f.write(TOKEN + "\n")
         wait_for(lambda: "ResourceSlice published again" in self.n.plugin_text(), what="the recovery logged")
-        self.assertEqual(self.n.plugin_text().count("ResourceSlice: "), 1)
+        text = self.n.plugin_text()
+        self.assertEqual(text.count("ResourceSlice: "), 1, text)
+        self.assertRegex(text, r"published again, after [2-9]\d* failed attempts")
 
     def test_a_gpu_that_goes_away_leaves_the_slice(self):
         self.n.d.stop()

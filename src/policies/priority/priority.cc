@@ -166,7 +166,9 @@ PriorityDecision decide_priority(const std::vector<PriorityTenant>& tenants, con
 
   PriorityDecision d;
   std::map<uint64_t, BeRotation> rotations;
-  for (const auto& [mask, members] : gpu_groups(runnable)) {
+  for (const auto& group : gpu_groups(runnable)) {
+    const uint64_t mask = group.first;  // (not a structured binding: clang 14 cannot capture those)
+    const std::vector<const PriorityTenant*>& members = group.second;
     // A group keeps its rotation while its GPUs stay the same (a new group starts afresh).
     auto old = st->rotations.find(mask);
     BeRotation r = old != st->rotations.end() ? old->second : BeRotation{};
