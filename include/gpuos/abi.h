@@ -51,9 +51,12 @@ typedef enum gpuos_status {
   GPUOS_ERR_REFUSED = 7,     /* policy/config refuses the request */
 } gpuos_status;
 
-/* Gate word values (daemon writes, tenant waits on it with a shared futex). */
+/* Gate word values (daemon writes, tenant waits on it with a shared futex). PARTIAL (grant block
+ * `gate` only): closed on some of the tenant's devices, open on the others (gate_closed_devices
+ * says which). */
 #define GPUOS_GATE_OPEN 0u
 #define GPUOS_GATE_CLOSED 1u
+#define GPUOS_GATE_PARTIAL 2u
 
 /* ---------------------------------------------------------------------------------------------
  * Shared memory: two blocks per tenant, each in a memfd created by gpuosd and passed to the tenant
@@ -102,7 +105,7 @@ typedef struct gpuos_grant_block {
   uint8_t pad0[40];
 
   /* admission and memory */
-  uint32_t gate;        /* GPUOS_GATE_OPEN / GPUOS_GATE_CLOSED; futex word */
+  uint32_t gate;        /* GPUOS_GATE_OPEN / CLOSED / PARTIAL (device_gate says where); futex word */
   uint32_t grant_epoch; /* bumped by the daemon on every grant change */
   uint32_t daemon_alive;/* 1 while gpuosd holds this tenant; 0 after an orderly daemon exit */
   uint32_t max_inflight;    /* >0: at most this many submitted launches may be unfinished (so a
@@ -126,7 +129,11 @@ typedef struct gpuos_grant_block {
                                pacing ends (a gap of the guaranteed tenant); 0 = no such bound */
   uint32_t pace_burst_us;   /* with pacing: GPU time it may use back to back before its gaps begin
                                (fewer switches between the tenants' contexts); 0 = one launch */
-  uint8_t pad1[4];
+  uint32_t gate_closed_devices; /* the devices the gate holds (bit o = the tenant's device ordinal o):
+                               0 while `gate` is OPEN, all bits while CLOSED, some while PARTIAL.
+                               gpuosd writes it before `gate` (release), so a reader that saw PARTIAL
+                               reads the bits that go with it. Futex word: a launch held on its
+                               device waits for its bit to clear */
 
   /* memory oversubscription (swap) */
   uint32_t swap_command;      /* gpuos_swap_command: what the daemon asks for */
@@ -486,6 +493,9 @@ typedef struct gpuos_msg_tenant_info {
 #define GPUOS_GATE_BY_ADMIN 1u  /* an admin holds it (gpuos gate ID close); survives a restart */
 #define GPUOS_GATE_BY_POLICY 2u /* the time-gate policy closed it */
 #define GPUOS_GATE_BY_MEMORY 4u /* the memory slot holds it: the tenant's memory is out or moving */
+/* Bits 16-31: the GPUs (gpuosd's 0-15, bit 16 + i = GPU i) the time-gate policy holds it on while
+ * its gate is open on its others (gate PARTIAL); none of them while the whole gate is closed. */
+#define GPUOS_GATE_BY_POLICY_ON_GPUS_SHIFT 16u
 
 typedef struct gpuos_msg_set_gate {
   gpuos_msg_header hdr;

@@ -294,8 +294,12 @@ const char* gated_by_name(const gpuos_msg_tenant_info& t) {
   if (t.state == GPUOS_TENANT_EXITED) return "";
   if (t.gate_by & GPUOS_GATE_BY_ADMIN) return "admin";
   if (t.gate_by & GPUOS_GATE_BY_MEMORY) return "memory";
-  if (t.gate_by & GPUOS_GATE_BY_POLICY) return "policy";
+  if ((t.gate_by & GPUOS_GATE_BY_POLICY) || gated_gpus(t) != 0) return "policy";
   return "";
+}
+
+uint32_t gated_gpus(const gpuos_msg_tenant_info& t) {
+  return t.state == GPUOS_TENANT_EXITED ? 0 : t.gate_by >> GPUOS_GATE_BY_POLICY_ON_GPUS_SHIFT;
 }
 
 const char* state_name(uint32_t state) {
@@ -317,9 +321,17 @@ const char* swap_state_name(uint32_t state) {
   }
 }
 
-const char* display_state(const gpuos_msg_tenant_info& t) {
+std::string display_state(const gpuos_msg_tenant_info& t) {
   if (t.state != GPUOS_TENANT_EXITED && t.swap_state != GPUOS_SWAP_RESIDENT) return swap_state_name(t.swap_state);
   if (t.state == GPUOS_TENANT_GATED && std::strcmp(gated_by_name(t), "admin") == 0) return "held";
+  if (const uint32_t gpus = gated_gpus(t); t.state == GPUOS_TENANT_RUNNING && gpus != 0) {
+    // Gated on those GPUs only, running on its others: "gated:0" or "gated:0,2".
+    std::string s = "gated:";
+    for (uint32_t i = 0; i < 16; ++i) {
+      if ((gpus >> i & 1u) != 0) s += (s.back() == ':' ? "" : ",") + std::to_string(i);
+    }
+    return s;
+  }
   return state_name(t.state);
 }
 
@@ -347,6 +359,11 @@ nlohmann::json listing_json(const Listing& l) {
     // or "policy"; null while open (or from a daemon that does not say).
     const char* by = gated_by_name(t);
     o["gated_by"] = by[0] != '\0' ? nlohmann::json(by) : nlohmann::json();
+    // The GPUs the policy holds it on while it runs on its others (state "running"); [] otherwise.
+    o["gated_gpus"] = nlohmann::json::array();
+    for (uint32_t i = 0; i < 16; ++i) {
+      if ((gated_gpus(t) >> i & 1u) != 0) o["gated_gpus"].push_back(i);
+    }
     o["priority"] = t.priority;
     o["weight"] = t.weight;
     // Kubernetes: its pod and the claim it came by (null when none).
@@ -511,7 +528,7 @@ std::string listing_table(const Listing& l) {
     // The name is the tenant's own choice: escaped, so it cannot drive the terminal.
     const std::string name = printable(cstr(t.name, sizeof(t.name)));
     std::snprintf(line, sizeof(line), row_format, std::to_string(t.tenant_id).c_str(), std::to_string(t.pid).c_str(),
-                  name.c_str(), class_name(t.tenant_class), display_state(t), std::to_string(t.launches).c_str(),
+                  name.c_str(), class_name(t.tenant_class), display_state(t).c_str(), std::to_string(t.launches).c_str(),
                   std::to_string(t.graph_launches).c_str(), human_bytes(t.mem_used_bytes).c_str(),
                   human_bytes(t.mem_peak_bytes).c_str(), duration(gate_wait_with_current_ns(t)).c_str(), sms.c_str(),
                   tail(budget_text(t), kv ? kv_text(t) : "", pods ? pod_text(t) : "").c_str());

@@ -68,10 +68,12 @@ const char* state_name(uint32_t state);
 // outranks the rest), "memory" (its memory is out or moving), "policy"; "" when the gate is open or
 // the daemon does not say.
 const char* gated_by_name(const gpuos_msg_tenant_info& t);
+// The GPUs (bit i = GPU i) the policy holds a live tenant on while it runs on its others.
+uint32_t gated_gpus(const gpuos_msg_tenant_info& t);
 // The STATE column of ps and top: a live tenant whose memory is not on the GPU shows its swap state
-// instead of "gated", and one an admin holds shows "held" (a policy's gate opens by itself; a hold
-// waits for an admin).
-const char* display_state(const gpuos_msg_tenant_info& t);
+// instead of "gated", one an admin holds shows "held" (a policy's gate opens by itself; a hold
+// waits for an admin), and one gated on some of its GPUs only "gated:0,2" (those GPUs).
+std::string display_state(const gpuos_msg_tenant_info& t);
 // Time at the closed gate including the wait in progress (gate_wait_ns counts finished waits only):
 // the GATE-WAIT of `gpuos ps` and the rate behind `gpuos top`'s GATE-WAIT%.
 uint64_t gate_wait_with_current_ns(const gpuos_msg_tenant_info& t);

@@ -149,7 +149,7 @@ std::vector<std::string> render_top(const Listing* prev, const Listing& cur, dou
       name = name.substr(0, cut) + "~";
     }
     std::snprintf(buf, sizeof(buf), "%5u %8d %-20s %-12s %-8s %9s %8s %10s %10s %10s %8s %s", t.tenant_id, t.pid,
-                  name.c_str(), class_name(t.tenant_class), display_state(t), lps.c_str(), gps.c_str(),
+                  name.c_str(), class_name(t.tenant_class), display_state(t).c_str(), lps.c_str(), gps.c_str(),
                   human_bytes(t.mem_used_bytes).c_str(), human_bytes(t.mem_peak_bytes).c_str(), gw.c_str(),
                   partition_text(t).c_str(), budget_text(t).c_str());
     lines.emplace_back(buf);

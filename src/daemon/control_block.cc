@@ -67,6 +67,8 @@ int create_tenant_blocks(Tenant& t, uint64_t mem_quota_bytes, uint32_t initial_g
   g->mem_quota_bytes = mem_quota_bytes;
   g->daemon_heartbeat_ns = now_ns;  // its lease starts now
   std::atomic_ref<uint32_t>(g->daemon_alive).store(1, std::memory_order_relaxed);
+  std::atomic_ref<uint32_t>(g->gate_closed_devices)
+      .store(initial_gate == GPUOS_GATE_CLOSED ? ~0u : 0u, std::memory_order_relaxed);
   std::atomic_ref<uint32_t>(g->gate).store(initial_gate, std::memory_order_release);
   auto* cb = static_cast<gpuos_control_block*>(cp);
   cb->magic = GPUOS_ABI_MAGIC;
@@ -95,11 +97,16 @@ void futex_wake_all(uint32_t* word) {
   syscall(SYS_futex, word, FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
 }
 
-void write_gate(gpuos_grant_block* g, uint32_t gate) {
-  if (std::atomic_ref<uint32_t>(g->gate).load(std::memory_order_relaxed) == gate) return;
+void write_gate(gpuos_grant_block* g, uint32_t gate, uint32_t closed_ordinals) {
+  const uint32_t closed = gate == GPUOS_GATE_CLOSED ? ~0u : gate == GPUOS_GATE_PARTIAL ? closed_ordinals : 0u;
+  std::atomic_ref<uint32_t> devices(g->gate_closed_devices);
+  std::atomic_ref<uint32_t> word(g->gate);
+  if (devices.load(std::memory_order_relaxed) == closed && word.load(std::memory_order_relaxed) == gate) return;
   std::atomic_ref<uint32_t>(g->grant_epoch).fetch_add(1, std::memory_order_relaxed);
-  std::atomic_ref<uint32_t>(g->gate).store(gate, std::memory_order_release);
+  devices.store(closed, std::memory_order_release);
+  word.store(gate, std::memory_order_release);
   futex_wake_all(&g->gate);
+  futex_wake_all(&g->gate_closed_devices);
 }
 
 bool read_shape_samples(const gpuos_control_block& cb, std::vector<ShapeSamples>* out) {

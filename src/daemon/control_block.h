@@ -21,10 +21,12 @@ void destroy_tenant_blocks(Tenant& t);
 // Wakes every thread of every tenant waiting on `word` (shared futex: each maps the page itself).
 void futex_wake_all(uint32_t* word);
 
-// Stores `gate` (release), bumps grant_epoch and wakes waiters; nothing if the word holds it already.
-void write_gate(gpuos_grant_block* g, uint32_t gate);
-// Writes the tenant's effective gate (GateState::effective).
-inline void publish_gate(Tenant& t) { write_gate(t.grants, t.gate.effective()); }
+// Stores `gate` and gate_closed_devices (that word first, release: 0 for OPEN, all bits for CLOSED,
+// `closed_ordinals` for PARTIAL); bumps grant_epoch and wakes the waiters of both; nothing if the
+// words hold them already.
+void write_gate(gpuos_grant_block* g, uint32_t gate, uint32_t closed_ordinals = 0);
+// Writes the tenant's gate (GateState::word).
+inline void publish_gate(Tenant& t) { write_gate(t.grants, t.gate.word(), t.gate.closed_ordinals); }
 
 // Reads a tenant's latency samples (seqlock; false if it was being written and a retry found it
 // busy again).

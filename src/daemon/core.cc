@@ -52,6 +52,8 @@ Core::Core(CoreOptions opts)
       t.granted.max_inflight = 0;
       std::atomic_ref<uint32_t>(t.grants->max_inflight).store(0, std::memory_order_relaxed);
       t.gate.policy_gate = GPUOS_GATE_OPEN;
+      t.gate.closed_gpus = 0;
+      t.gate.closed_ordinals = 0;
       publish_gate(t);
     }
     gate_tick_at_ns_ = 0;
@@ -451,7 +453,7 @@ gpuos_status Core::admin_set_gate(uint32_t tenant_id, uint32_t gate) {
   if (it == tenants_.end()) return GPUOS_ERR_NOT_FOUND;
   Tenant& t = it->second;
   t.gate.pinned = gate == GPUOS_GATE_CLOSED;
-  if (!t.gate.pinned) t.gate.policy_gate = GPUOS_GATE_OPEN;
+  if (!t.gate.pinned) t.gate = GateState{.held = t.gate.held};
   publish_gate(t);
   ids_.set_held(tenant_id, t.gate.pinned);  // durable: a restarted gpuosd holds it again
   // The pin is gone: the time gate decides about this tenant again now, not at its next event.
@@ -683,7 +685,7 @@ void Core::shutdown() {
     std::atomic_ref<uint32_t>(t.grants->daemon_alive).store(0, std::memory_order_release);
     std::atomic_ref<uint32_t>(t.grants->grant_epoch).fetch_add(1, std::memory_order_relaxed);
     // A held tenant's memory is out or moving: it opens its gate itself once the memory is back.
-    if (!t.gate.held) std::atomic_ref<uint32_t>(t.grants->gate).store(GPUOS_GATE_OPEN, std::memory_order_release);
+    if (!t.gate.held) write_gate(t.grants, GPUOS_GATE_OPEN);
     futex_wake_all(&t.grants->gate);
   }
 }

@@ -291,6 +291,8 @@ class Core final {
   void run_space(slots::Event e, uint32_t tenant_id, uint64_t now);
   void run_memory(slots::Event e, uint32_t tenant_id, uint64_t now);
   slots::GateTenant gate_view(const Tenant& t) const;
+  // GateState::closed_ordinals from closed_gpus and the tenant's device map.
+  void map_closed_gpus(Tenant& t) const;
   // The launches a timed tenant reported since the last call (its timing_ring), checked.
   std::vector<slots::TimedLaunch> read_timed_launches(Tenant& t);
   // Writes a time gate's pacing of t into its grant block (and wakes its paced launches).

@@ -62,8 +62,13 @@ gpuos_msg_tenant_info Core::snapshot(const Tenant& t, uint32_t state, uint64_t e
   i.kv_target_bytes = t.swap.kv_target_on ? t.swap.kv_target_bytes : UINT64_MAX;
   if (state != GPUOS_TENANT_EXITED) {  // who holds the gate closed, so ps can tell a hold from gating
     i.gate_by = (t.gate.pinned ? GPUOS_GATE_BY_ADMIN : 0u) |
-                (t.gate.policy_gate == GPUOS_GATE_CLOSED ? GPUOS_GATE_BY_POLICY : 0u) |
+                (t.gate.policy_gate == GPUOS_GATE_CLOSED || t.gate.closed_ordinals == GateState::kAllOrdinals
+                     ? GPUOS_GATE_BY_POLICY
+                     : 0u) |
                 (t.gate.held ? GPUOS_GATE_BY_MEMORY : 0u);
+    if (t.gate.word() == GPUOS_GATE_PARTIAL) {
+      i.gate_by |= static_cast<uint32_t>(t.gate.closed_gpus & 0xffff) << GPUOS_GATE_BY_POLICY_ON_GPUS_SHIFT;
+    }
   }
   if (state != GPUOS_TENANT_EXITED && t.busy.waiting_since_ns != 0 && t.busy.obs_ns > t.busy.waiting_since_ns) {
     i.gate_waiting_ms = static_cast<uint32_t>(std::min<uint64_t>((t.busy.obs_ns - t.busy.waiting_since_ns) / 1000000, UINT32_MAX));
@@ -127,7 +132,7 @@ Outcome Core::on_list(Connection& conn, const gpuos_msg_list& m) {
     observe_busy(t, now);  // the gate wait in progress up to now
     // The gate gpuosd set, not the word the tenant may have rewritten.
     gpuos_msg_tenant_info i =
-        snapshot(t, t.gate.effective() == GPUOS_GATE_OPEN ? GPUOS_TENANT_RUNNING : GPUOS_TENANT_GATED, 0);
+        snapshot(t, t.gate.word() == GPUOS_GATE_CLOSED ? GPUOS_TENANT_GATED : GPUOS_TENANT_RUNNING, 0);
     i.hdr.seq = seq;
     o.replies.push_back(encode(i));
     ++count;
@@ -145,7 +150,7 @@ void Core::observe_busy(Tenant& t, uint64_t now) {
   b.busy = load(t.cb->busy) != 0;
   // A wait counts only at a gate gpuosd holds closed and from when gpuosd saw it: the tenant's word
   // (untrusted) can neither lengthen a wait nor claim one at an open gate.
-  if (load(t.cb->waiting) == 0 || t.gate.effective() != GPUOS_GATE_CLOSED) {
+  if (load(t.cb->waiting) == 0 || t.gate.word() == GPUOS_GATE_OPEN) {
     b.waiting_since_ns = 0;
   } else if (b.waiting_since_ns == 0) {
     b.waiting_since_ns = std::max<uint64_t>(b.obs_ns, 1);
@@ -158,7 +163,7 @@ std::vector<TenantStat> Core::tenant_stats(uint64_t now_mono_ns) {
   for (auto& [id, t] : tenants_) {
     observe_busy(t, now_mono_ns);
     TenantStat st;
-    st.info = snapshot(t, t.gate.effective() == GPUOS_GATE_OPEN ? GPUOS_TENANT_RUNNING : GPUOS_TENANT_GATED, 0);
+    st.info = snapshot(t, t.gate.word() == GPUOS_GATE_CLOSED ? GPUOS_TENANT_GATED : GPUOS_TENANT_RUNNING, 0);
     st.violations = t.violations;
     st.verified_mem_bytes = t.verified_mem_bytes;
     st.busy = t.busy.busy;

@@ -57,6 +57,7 @@ slots::GateTenant Core::gate_view(const Tenant& t) const {
     v.signalled = load(t.cb->signalled) != 0;
   }
   v.gate = t.gate.effective();  // what gpuosd set (the word is put back if the tenant changed it)
+  v.closed_gpus = v.gate == GPUOS_GATE_OPEN ? t.gate.closed_gpus : 0;
   v.pinned = t.gate.pinned;
   v.max_slowdown_permille = t.granted.max_slowdown_permille;
   v.gpus = t.verified_gpus;
@@ -96,6 +97,19 @@ void Core::publish_pacing(Tenant& t, slots::Pacing p) {
     futex_wake_all(&t.grants->pace_permille);  // a paced launch waits on it
   }
   t.granted.pacing = p;
+}
+
+void Core::map_closed_gpus(Tenant& t) const {
+  uint32_t ordinals = 0;
+  const uint32_t devices = std::min<uint32_t>(load(t.cb->device_count), GPUOS_MAX_DEVICES);
+  for (uint32_t g = 0; g < GPUOS_MAX_DEVICES && t.gate.closed_gpus != 0; ++g) {
+    if ((t.gate.closed_gpus >> g & 1u) == 0) continue;
+    if (const int o = gpu_map_.ordinal_of(t, g); o >= 0) ordinals |= 1u << o;
+  }
+  // Devices not published yet (no ordinal to hold), or every one of them: the whole gate.
+  const uint32_t all = devices >= 32 ? ~0u : (1u << devices) - 1;
+  if (t.gate.closed_gpus != 0 && (devices == 0 || (ordinals & all) == all)) ordinals = GateState::kAllOrdinals;
+  t.gate.closed_ordinals = ordinals;
 }
 
 void Core::run_time_gate(slots::Event e, uint32_t tenant_id, uint64_t now) {
@@ -140,7 +154,17 @@ void Core::run_time_gate(slots::Event e, uint32_t tenant_id, uint64_t now) {
     publish_pacing(t, g.gate == GPUOS_GATE_OPEN ? g.pacing : slots::Pacing{});
     if (t.gate.pinned) continue;  // an admin's pin outranks the policy
     t.gate.policy_gate = g.gate;
+    t.gate.closed_gpus = g.gate == GPUOS_GATE_OPEN ? g.closed_gpus : 0;
+    map_closed_gpus(t);
     publish_gate(t);  // a held gate stays closed until the memory slot releases it
+  }
+  // A partial gate follows the tenant's device map, which it may publish (or change) after the
+  // gate was decided.
+  for (auto& [id, t] : tenants_) {
+    if (t.gate.closed_gpus == 0) continue;
+    const uint32_t before = t.gate.closed_ordinals;
+    map_closed_gpus(t);
+    if (t.gate.closed_ordinals != before) publish_gate(t);
   }
   for (const slots::BudgetReport& b : a.budgets) {
     Tenant& t = tenants_.at(b.id);

@@ -22,9 +22,10 @@ void Core::verify_usage(uint64_t now) {
     // epoch bumps at every change). Launches submitted before it closed are bounded by max_inflight
     // and finish within milliseconds of a round of a second.
     const uint32_t epoch = load(t.grants->grant_epoch);
-    const bool closed = load(t.grants->gate) == GPUOS_GATE_CLOSED;
-    const bool gated = verified_at_ns_ != 0 && closed && t.verify_gate_closed && epoch == t.verify_grant_epoch;
-    t.verify_gate_closed = closed;
+    const uint32_t word = load(t.grants->gate);
+    const uint64_t closed = word == GPUOS_GATE_CLOSED ? ~0ull : word == GPUOS_GATE_PARTIAL ? t.gate.closed_gpus : 0;
+    const uint64_t gated = verified_at_ns_ != 0 && epoch == t.verify_grant_epoch ? closed & t.verify_gated_gpus : 0;
+    t.verify_gated_gpus = closed;
     t.verify_grant_epoch = epoch;
     grants.push_back(TenantGrant{t.id, t.pid, limit, gated});
     tenant_pids.insert(t.pid);

@@ -238,6 +238,15 @@ std::string render_metrics(Core& core, const MetricsContext& ctx, uint64_t now_m
         [](const TenantStat& t) { return seconds(uint64_t{t.info.gate_waiting_ms} * 1000000ull); });
   per_tenant("gpuos_tenant_gated", "gauge", "1 while the tenant's gate is closed.",
         [](const TenantStat& t) { return std::string(t.info.state == GPUOS_TENANT_GATED ? "1" : "0"); });
+  w.family("gpuos_tenant_gated_on_gpu", "gauge",
+           "1 while the tenant's gate is closed on that GPU (the whole gate, or a partial one holding that GPU).");
+  for (std::size_t i = 0; i < ts.size(); ++i) {
+    for (std::size_t g = 0; g < core.gpus().size() && g < GPUOS_MAX_DEVICES; ++g) {
+      const bool on = ts[i].info.state == GPUOS_TENANT_GATED ||
+                      (ts[i].info.gate_by >> (GPUOS_GATE_BY_POLICY_ON_GPUS_SHIFT + g) & 1u) != 0;
+      w.sample("gpuos_tenant_gated_on_gpu", tl[i] + "," + label("gpu", std::to_string(g)), on ? "1" : "0");
+    }
+  }
   per_tenant("gpuos_tenant_held", "gauge",
         "1 while an admin holds the tenant's gate closed (gpuos gate ID close; kept across a gpuosd restart).",
         [](const TenantStat& t) { return std::string((t.info.gate_by & GPUOS_GATE_BY_ADMIN) != 0 ? "1" : "0"); });

@@ -24,10 +24,22 @@ T load(const T& field) {
 // The gate word as the mechanisms set it: an admin's pin and the memory slot's hold override the
 // time gate's answer.
 struct GateState {
+  static constexpr uint32_t kAllOrdinals = ~0u;
   uint32_t policy_gate = GPUOS_GATE_OPEN;  // what the time gate (or an admin's open) asked for
   bool pinned = false;                     // an admin closed the gate
   bool held = false;                       // the memory slot holds it closed: memory out or moving
+  // With policy_gate open: the GPUs the time gate closed it on all the same (gpuosd's indexes,
+  // GateAction::closed_gpus), and those as the tenant's device ordinals (Core::map_closed_gpus;
+  // kAllOrdinals: every device it has, or its devices are not known yet: the whole gate).
+  uint64_t closed_gpus = 0;
+  uint32_t closed_ordinals = 0;
+  // Open or closed for the tenant as a whole (a partial gate is open).
   uint32_t effective() const { return pinned || held ? GPUOS_GATE_CLOSED : policy_gate; }
+  // The grant block's gate word: CLOSED, PARTIAL (closed_ordinals say where) or OPEN.
+  uint32_t word() const {
+    if (effective() == GPUOS_GATE_CLOSED || closed_ordinals == kAllOrdinals) return GPUOS_GATE_CLOSED;
+    return closed_ordinals != 0 ? GPUOS_GATE_PARTIAL : GPUOS_GATE_OPEN;
+  }
 };
 
 // What gpuosd granted the tenant, as it wrote it into the grant block (which the tenant can only
@@ -127,7 +139,7 @@ struct Tenant {
   uint32_t findings_in_a_row = 0;
   uint32_t finding_kinds_logged = 0;
   bool enforced = false;
-  bool verify_gate_closed = false;
+  uint64_t verify_gated_gpus = 0;  // the GPUs its gate was closed on at the last round (all bits: whole)
   uint32_t verify_grant_epoch = 0;
   mutable DeviceMap devices;
   SpaceState space;

@@ -175,7 +175,7 @@ std::vector<Finding> check_usage(const UsageSample& sample, const std::vector<Te
       continue;
     }
     const TenantGrant& t = *it->second;
-    if (t.gated_all_round && o.sm_util > static_cast<int32_t>(p.gated_sm_util_percent)) {
+    if (o.gpu < 64 && (t.gated_all_round >> o.gpu & 1u) != 0 && o.sm_util > static_cast<int32_t>(p.gated_sm_util_percent)) {
       out.push_back(Finding{FindingKind::kLaunchedWhileGated, o.pid, t.id, o.gpu, static_cast<uint64_t>(o.sm_util),
                             p.gated_sm_util_percent});
     }

@@ -77,7 +77,7 @@ struct TenantGrant {
   uint32_t id = 0;
   pid_t pid = 0;
   uint64_t limit_bytes = 0;         // quota + borrow; 0 = unlimited
-  bool gated_all_round = false;     // its gate was closed (and drained) the whole round
+  uint64_t gated_all_round = 0;     // the GPUs its gate was closed on (and drained) the whole round
 };
 
 enum class FindingKind { kOverQuota, kLaunchedWhileGated, kUnregistered };

@@ -57,9 +57,9 @@ extern std::atomic<int64_t> g_device_access;
 
 class DeviceAccess {
  public:
-  explicit DeviceAccess(gpuos_control_block* cb)
+  DeviceAccess(gpuos_control_block* cb, LaunchDevice* device)
       : tracked_(g_swappable.load(std::memory_order_relaxed)) {
-    if (GPUOS_UNLIKELY(tracked_)) enter(cb);
+    if (GPUOS_UNLIKELY(tracked_)) enter(cb, device);
   }
   ~DeviceAccess() {
     if (GPUOS_UNLIKELY(tracked_)) g_device_access.fetch_sub(1, std::memory_order_seq_cst);
@@ -68,12 +68,14 @@ class DeviceAccess {
   DeviceAccess& operator=(const DeviceAccess&) = delete;
 
  private:
-  static void enter(gpuos_control_block* cb) {
+  static void enter(gpuos_control_block* cb, LaunchDevice* device) {
     for (;;) {
       g_device_access.fetch_add(1, std::memory_order_seq_cst);
-      if (grant_load(grants_of(cb)->gate, std::memory_order_seq_cst) == GPUOS_GATE_OPEN) return;
+      // (A partial gate is never a swap's: gpuosd closes the whole gate before it moves memory.)
+      const gpuos_grant_block* g = grants_of(cb);
+      if (gate_lets_through(g, grant_load(g->gate, std::memory_order_seq_cst), device)) return;
       g_device_access.fetch_sub(1, std::memory_order_seq_cst);
-      if (wait_at_gate(cb)) {  // the gate no longer binds (gpuosd gone) and the memory is back
+      if (wait_at_gate(cb, device)) {  // the gate no longer binds (gpuosd gone) and the memory is back
         g_device_access.fetch_add(1, std::memory_order_seq_cst);
         return;
       }
@@ -95,7 +97,8 @@ inline CUresult governed_copy(Call&& call) {
   ControlBlockUse use;  // the gate wait counts into the block
   gpuos_control_block* cb = control_block();
   if (GPUOS_UNLIKELY(cb == nullptr)) return CUDA_ERROR_NOT_PERMITTED;
-  DeviceAccess access(cb);
+  LaunchDevice device;
+  DeviceAccess access(cb, &device);
   return call(*d);
 }
 
@@ -119,10 +122,11 @@ inline CUresult governed_launch(LaunchKind kind, CUstream stream, bool ptsz, con
     if (r == CUDA_SUCCESS) count(cb->captured_launches);
     return r;
   }
-  DeviceAccess access(cb);  // swappable tenants only: waits at the gate itself
+  LaunchDevice device;  // resolved only at a partial gate (closed on some of its devices)
+  DeviceAccess access(cb, &device);  // swappable tenants only: waits at the gate itself
   if (GPUOS_UNLIKELY(grant_load(grants_of(cb)->gate, std::memory_order_acquire) !=
                      GPUOS_GATE_OPEN)) {
-    wait_at_gate(cb);
+    wait_at_gate(cb, &device);
   }
   // A best-effort tenant beside a guaranteed tenant's latency budget spreads its launches out.
   if (const uint32_t pace = grant_load(grants_of(cb)->pace_permille, std::memory_order_relaxed);

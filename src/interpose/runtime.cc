@@ -395,6 +395,7 @@ void maintain_daemon_connection() {
   // mapped). Waiters notice within their futex timeout; the wake makes it at once.
   if (!swap_in_locally(old)) return;
   syscall(SYS_futex, &grants_of(old)->gate, FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
+  syscall(SYS_futex, &grants_of(old)->gate_closed_devices, FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
   char why[400];
   int sock = -1;
   // Ask for the id it had, so that `gpuos ps`, metrics and admins see the same tenant.
@@ -453,8 +454,34 @@ bool gate_binds(const gpuos_control_block* cb) {
   return grant_load(g->daemon_alive, std::memory_order_relaxed) != 0 && !lapsed && !daemon_connection_lost();
 }
 
-bool wait_at_gate(gpuos_control_block* cb) {
+int LaunchDevice::ordinal() {
+  if (ordinal_ != -2) return ordinal_;
+  ordinal_ = -1;
+  const GpuosDriverTable* d = real_driver();
+  CUdevice current = 0;
+  int count = 0;
+  if (d == nullptr || d->cuCtxGetDevice == nullptr || d->cuDeviceGet == nullptr || d->cuDeviceGetCount == nullptr ||
+      d->cuCtxGetDevice(&current) != CUDA_SUCCESS || d->cuDeviceGetCount(&count) != CUDA_SUCCESS) {
+    return ordinal_;
+  }
+  // The ordinals as publish_devices numbered them (cuDeviceGet(i)).
+  for (int i = 0; i < count && i < GPUOS_MAX_DEVICES; ++i) {
+    CUdevice dev = 0;
+    if (d->cuDeviceGet(&dev, i) == CUDA_SUCCESS && dev == current) return ordinal_ = i;
+  }
+  return ordinal_;
+}
+
+bool gate_lets_through(const gpuos_grant_block* g, uint32_t gate, LaunchDevice* device) {
+  if (gate == GPUOS_GATE_OPEN) return true;
+  if (gate != GPUOS_GATE_PARTIAL || device == nullptr) return false;
+  const int o = device->ordinal();
+  return o >= 0 && (grant_load(g->gate_closed_devices) >> o & 1u) == 0;
+}
+
+bool wait_at_gate(gpuos_control_block* cb, LaunchDevice* device) {
   const gpuos_grant_block* g = grants_of(cb);
+  if (gate_lets_through(g, grant_load(g->gate), device)) return false;  // open on its device: no wait
   // Released (gpuosd gone or its lease lapsed) with the memory back: run on, no wait to count.
   if (!gate_binds(cb) && swap_in_locally(cb)) return true;
   const uint64_t t0 = monotonic_ns();
@@ -463,7 +490,7 @@ bool wait_at_gate(gpuos_control_block* cb) {
   waiting.store(1, std::memory_order_relaxed);
   notify_activity(cb);  // a waiting tenant is runnable: the policy may grant it time
   bool released = false;
-  while (grant_load(g->gate) != GPUOS_GATE_OPEN) {
+  for (uint32_t word = grant_load(g->gate); !gate_lets_through(g, word, device); word = grant_load(g->gate)) {
     // Swapped-out memory comes back first; if there is no room for it yet, keep waiting.
     if (!gate_binds(cb) && swap_in_locally(cb)) {
       log(LogLevel::kWarn, "gpuosd is gone or has not renewed this tenant's closed gate for %.0f s; continuing",
@@ -471,7 +498,17 @@ bool wait_at_gate(gpuos_control_block* cb) {
       released = true;
       break;
     }
-    if (futex_wait(&g->gate, GPUOS_GATE_CLOSED, 50)) note_signalled(cb);
+    // Partial: its device's bit of gate_closed_devices clears when it may go (gpuosd keeps that
+    // word in step with the gate: all bits while closed, none while open); otherwise the gate word.
+    const int o = word == GPUOS_GATE_PARTIAL && device != nullptr ? device->ordinal() : -1;
+    const uint32_t closed = o >= 0 ? grant_load(g->gate_closed_devices) : 0;
+    bool interrupted = false;
+    if (o >= 0 && (closed >> o & 1u) != 0) {
+      interrupted = futex_wait(&g->gate_closed_devices, closed, 50);
+    } else if (o < 0 && word != GPUOS_GATE_OPEN) {
+      interrupted = futex_wait(&g->gate, word, 50);
+    }
+    if (interrupted) note_signalled(cb);
   }
   std::atomic_ref<uint32_t>(cb->signalled).store(0, std::memory_order_relaxed);
   waiting.store(0, std::memory_order_relaxed);

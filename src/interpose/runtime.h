@@ -39,10 +39,27 @@ gpuos_control_block* ensure_registered();
 // CUDA_ERROR_NOT_PERMITTED.
 bool refused();
 
-// Blocks while the gate is closed (slow path of the launch gate). Gives up waiting, and says so,
-// when the gate no longer binds (gate_binds): a tenant keeps running on its last grant rather than
-// hang. Returns true when it returned for that reason (the gate word may still say closed).
-bool wait_at_gate(gpuos_control_block* cb);
+// The device a launch or copy of the calling thread goes to, as this process's device ordinal (its
+// bit in the grant block's gate_closed_devices): its current context's device, as for every launch
+// and copy (a kernel runs in the current context). Asked of the driver only when a gate is partial.
+class LaunchDevice {
+ public:
+  int ordinal();  // -1: no current context, or a device not among the first GPUOS_MAX_DEVICES
+
+ private:
+  int ordinal_ = -2;  // not resolved yet
+};
+
+// Whether the gate lets a launch on `device` through: open, or partial and open on its device
+// (device null, or its device unknown: a partial gate holds it as a closed one does). `gate` is the
+// gate word as read.
+bool gate_lets_through(const gpuos_grant_block* g, uint32_t gate, LaunchDevice* device);
+
+// Blocks while the gate does not let a launch on `device` through (slow path of the launch gate;
+// device null: until the gate is open on every device). Gives up waiting, and says so, when the gate
+// no longer binds (gate_binds): a tenant keeps running on its last grant rather than hang. Returns
+// true when it returned for that reason (the gate word may still say closed).
+bool wait_at_gate(gpuos_control_block* cb, LaunchDevice* device = nullptr);
 // Whether the grant block's closed gate holds this tenant: gpuosd is alive, connected, and renewed
 // the lease within GPUOS_GATE_LEASE_NS. The gate word is gpuosd's; this is the tenant's own bound.
 bool gate_binds(const gpuos_control_block* cb);

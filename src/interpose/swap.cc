@@ -296,8 +296,8 @@ void swap_out_locked(const GpuosDriverTable& d, gpuos_control_block* cb, Arena& 
   auto state = ref(cb->swap_state);
   const uint32_t before = state.load();
   if (before != GPUOS_SWAP_RESIDENT && before != GPUOS_SWAP_SWAPPED_OUT) return;
-  if (grant_load(grants_of(cb)->gate, std::memory_order_seq_cst) == GPUOS_GATE_OPEN) {
-    log(LogLevel::kWarn, "swap: SWAP_OUT with the gate open; ignored");
+  if (grant_load(grants_of(cb)->gate, std::memory_order_seq_cst) != GPUOS_GATE_CLOSED) {
+    log(LogLevel::kWarn, "swap: SWAP_OUT with the gate open (on some device at least); ignored");
     return;
   }
   if (a.pool == nullptr) {
@@ -311,7 +311,9 @@ void swap_out_locked(const GpuosDriverTable& d, gpuos_control_block* cb, Arena& 
   };
   // 1. No governed call is still on its way into the driver (they wait at the closed gate now).
   while (g_device_access.load(std::memory_order_seq_cst) != 0) {
-    if (grant_load(grants_of(cb)->gate, std::memory_order_seq_cst) == GPUOS_GATE_OPEN) return abort("gate reopened", CUDA_SUCCESS);
+    if (grant_load(grants_of(cb)->gate, std::memory_order_seq_cst) != GPUOS_GATE_CLOSED) {
+      return abort("gate reopened", CUDA_SUCCESS);
+    }
     std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
   // 2. Everything submitted has finished.
@@ -469,8 +471,9 @@ void* swapper_main(void*) {
 void wait_resident(gpuos_control_block* cb, std::unique_lock<std::mutex>& lock) {
   while (ref(cb->swap_state).load() != GPUOS_SWAP_RESIDENT) {
     lock.unlock();
-    if (grant_load(grants_of(cb)->gate, std::memory_order_acquire) != GPUOS_GATE_OPEN) {
-      wait_at_gate(cb);  // says "waiting": the daemon brings the memory back before it opens the gate
+    if (grant_load(grants_of(cb)->gate, std::memory_order_acquire) == GPUOS_GATE_CLOSED) {
+      LaunchDevice device;  // (the whole gate reopens as a partial one once the memory is back)
+      wait_at_gate(cb, &device);  // says "waiting": the daemon brings the memory back before it opens the gate
     } else {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }

@@ -43,7 +43,8 @@ struct GateTenant {
   bool busy = false;       // submitted work not finished (or within its idle grace)
   bool waiting = false;    // a thread is blocked at the closed gate
   bool signalled = false;  // a signal handler woke a thread blocked in gpuos
-  uint32_t gate = GPUOS_GATE_OPEN;  // the gate word now
+  uint32_t gate = GPUOS_GATE_OPEN;  // the gate word now (OPEN or CLOSED)
+  uint64_t closed_gpus = 0;  // with an open gate: the GPUs on which it is closed all the same
   bool pinned = false;     // an admin closed this gate: the core keeps it closed
   // The GPUs it works on (bit i = gpuosd's GPU i): where it holds memory, by its own count and by
   // the usage check's (NVML; so a tenant that hides a GPU is found on it within a round). 0 = none
@@ -77,6 +78,11 @@ struct Pacing {
 struct GateAction {
   uint32_t id = 0;
   uint32_t gate = GPUOS_GATE_OPEN;
+  // With an open gate: the GPUs (bit i = gpuosd's GPU i) on which the tenant may not launch now,
+  // though it may on its others (a process driving several GPUs, one of them a guaranteed
+  // tenant's). A bit for a GPU the tenant does not use is ignored; all of its GPUs, or a tenant
+  // whose GPUs are not known yet, closes the whole gate.
+  uint64_t closed_gpus = 0;
   Pacing pacing;  // only with an open gate, only for best-effort tenants
   bool operator==(const GateAction&) const = default;
 };

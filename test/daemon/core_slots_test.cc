@@ -319,7 +319,7 @@ class StuckGate final : public slots::TimeGate {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
     slots::GateActions a;
-    for (const auto& t : v.tenants) a.gates.push_back({t.id, GPUOS_GATE_CLOSED, {}});
+    for (const auto& t : v.tenants) a.gates.push_back({t.id, GPUOS_GATE_CLOSED, 0, {}});
     return a;
   }
 

@@ -499,7 +499,7 @@ class RecordingPolicy final : public slots::TimeGate {
       throw std::runtime_error("boom");
     }
     slots::GateActions a;
-    for (const auto& [id, gate] : gates) a.gates.push_back({id, gate, {}});
+    for (const auto& [id, gate] : gates) a.gates.push_back({id, gate, 0, {}});
     a.next_tick_ns = v.now_ns + 7;
     return a;
   }

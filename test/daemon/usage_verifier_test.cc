@@ -35,16 +35,18 @@ TEST(CheckUsage, OverQuotaBeyondTheSlackGatedLaunchesAndUnregisteredProcesses) {
   UsageSample s;
   s.ok = true;
   s.processes = {proc(10, 3 * GiB / 2), proc(11, 4 * GiB, -1, 0), proc(11, 1 * GiB, -1, 1),  // 11: 5 GiB on 2 GPUs
-                 proc(12, GiB, 90), proc(13, GiB, 90), proc(99, 2 * GiB), proc(1, GiB)};
+                 proc(12, GiB, 90), proc(13, GiB, 90), proc(14, GiB, 90, 0), proc(14, GiB, 90, 1),
+                 proc(99, 2 * GiB), proc(1, GiB)};
   const std::vector<TenantGrant> tenants = {
-      {1, 10, 1 * GiB, false},   // 1.5 GiB of 1 GiB: within the 1 GiB slack (the context)
-      {2, 11, 2 * GiB, false},   // 5 GiB of 2 GiB: over
-      {3, 12, 0, true},          // gated the whole round, 90% of the SMs
-      {4, 13, 0, false},         // 90% but not gated: fine
+      {1, 10, 1 * GiB, 0},       // 1.5 GiB of 1 GiB: within the 1 GiB slack (the context)
+      {2, 11, 2 * GiB, 0},       // 5 GiB of 2 GiB: over
+      {3, 12, 0, ~0ull},         // gated the whole round, 90% of the SMs
+      {4, 13, 0, 0},             // 90% but not gated: fine
+      {5, 14, 0, 1u << 1},       // gated on GPU 1 only: its 90% on GPU 0 is fine, on GPU 1 not
   };
   CheckParams p;  // 1 GiB slack, 20%
   const std::vector<Finding> f = check_usage(s, tenants, p, {1});  // pid 1: ignored (gpuosd)
-  ASSERT_EQ(f.size(), 3u);
+  ASSERT_EQ(f.size(), 4u);
   EXPECT_EQ(f[0].kind, FindingKind::kOverQuota);
   EXPECT_EQ(f[0].tenant_id, 2u);
   EXPECT_EQ(f[0].measured, 5 * GiB);
@@ -52,10 +54,13 @@ TEST(CheckUsage, OverQuotaBeyondTheSlackGatedLaunchesAndUnregisteredProcesses) {
   EXPECT_EQ(f[1].kind, FindingKind::kLaunchedWhileGated);
   EXPECT_EQ(f[1].tenant_id, 3u);
   EXPECT_EQ(f[1].measured, 90u);
-  EXPECT_EQ(f[2].kind, FindingKind::kUnregistered);
-  EXPECT_EQ(f[2].pid, 99);
-  EXPECT_EQ(f[2].tenant_id, 0u);
-  EXPECT_EQ(f[2].measured, 2 * GiB);
+  EXPECT_EQ(f[2].kind, FindingKind::kLaunchedWhileGated);
+  EXPECT_EQ(f[2].tenant_id, 5u);
+  EXPECT_EQ(f[2].gpu, 1u);
+  EXPECT_EQ(f[3].kind, FindingKind::kUnregistered);
+  EXPECT_EQ(f[3].pid, 99);
+  EXPECT_EQ(f[3].tenant_id, 0u);
+  EXPECT_EQ(f[3].measured, 2 * GiB);
 }
 
 // A fake NVML: two devices (the second is not one of gpuosd's), a process list that needs the

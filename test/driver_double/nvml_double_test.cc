@@ -206,7 +206,7 @@ TEST(NvmlStandIn, TheUsageCheckFindsTheBypassingProcess) {
   EXPECT_EQ(f[0].pid, c.pid);
   EXPECT_GE(f[0].measured, 256 * kMiB);
   EXPECT_TRUE(check_usage(s, {}, CheckParams{}, {c.pid}).empty()) << "allowed (e.g. gpuosd itself)";
-  f = check_usage(s, {TenantGrant{7, c.pid, 64 * kMiB, false}}, CheckParams{64 * kMiB, 20}, {});
+  f = check_usage(s, {TenantGrant{7, c.pid, 64 * kMiB, 0}}, CheckParams{64 * kMiB, 20}, {});
   ASSERT_EQ(f.size(), 1u);
   EXPECT_EQ(f[0].kind, FindingKind::kOverQuota);
   EXPECT_EQ(f[0].tenant_id, 7u);

@@ -736,6 +736,75 @@ class TwoGpusPriority(unittest.TestCase):
         self.assertEqual(self.d.tenant(be0.pid)["state"], "gated")
 
 
+class TwoGpusOneProcess(unittest.TestCase):
+    """--policy priority on two (simulated) GPUs, one best-effort process driving both (a thread per
+    GPU): a busy guaranteed tenant on GPU 0 closes its gate there only. Its GPU 0 thread waits at the
+    gate while its GPU 1 thread goes on launching; `gpuos ps` says "gated:0" (issue #27)."""
+
+    def setUp(self):
+        self.d = start_daemon(self, ["--policy", "priority"], daemon_env={"GPUOS_SIM_DEVICES": "2"})
+        self.tmp = tempfile.mkdtemp(prefix="gpuos-devices-")
+        self.addCleanup(shutil.rmtree, self.tmp, ignore_errors=True)
+        self.progress = os.path.join(self.tmp, "progress")
+
+    def counts(self):
+        try:
+            with open(self.progress) as f:
+                return [int(x) for x in f.read().split()]
+        except (OSError, ValueError):
+            return [0, 0]
+
+    def held_on_gpu0_only(self, visible):
+        """The BE process sees both GPUs through CUDA_VISIBLE_DEVICES `visible` (None: unset); its
+        device ordinal for gpuosd's GPU 0 is the one that must wait."""
+        env = dict(self.d.env, GPUOS_SIM_DEVICES="2")
+        if visible is not None:
+            env["CUDA_VISIBLE_DEVICES"] = visible
+        gpu0 = 1 if visible == "1,0" else 0  # its ordinal of gpuosd's GPU 0
+        other = 1 - gpu0
+        be = spawn(self, self.d.run_cmd(["--name", "be-both", "--class", "best-effort", "--",
+                                         bin_path("gpuos-devices-probe"), "--progress", self.progress,
+                                         "--iters", "2000000", "--seconds", "300",
+                                         "--stop-file", os.path.join(self.tmp, "stop")]), env)
+        wait_for(lambda: min(self.counts()) > 20, what="the BE process to launch on both GPUs")
+        hp = spawn(self, self.d.run_cmd(["--name", "hp", "--class", "guaranteed", "--", bin_path("gpuos-synth"),
+                                         "--name", "hp", "--iters", "30000000000", "--count", "1", "--warmup", "0",
+                                         "--mem-mib", "16", "--json", "-"]),
+                   dict(env, CUDA_VISIBLE_DEVICES="0"))
+        wait_for(lambda: (self.d.tenant(be.pid) or {}).get("gated_gpus") == [0], what="BE gated on GPU 0 only")
+        t = self.d.tenant(be.pid)
+        self.assertEqual((t["state"], t["gated_by"]), ("running", "policy"))
+        ps = subprocess.run([bin_path("gpuos"), "ps", "--socket", self.d.socket], env=self.d.env,
+                            capture_output=True, text=True, timeout=30)
+        self.assertIn("gated:0", ps.stdout)
+        be_id = t["id"]
+        self.assertEqual(self.d.metric("gpuos_tenant_gated_on_gpu", tenant_id=be_id, gpu="0"), [1.0])
+        self.assertEqual(self.d.metric("gpuos_tenant_gated_on_gpu", tenant_id=be_id, gpu="1"), [0.0])
+        # Its GPU 0 thread is at the gate (one launch may have passed it just before it closed);
+        # its GPU 1 thread is not.
+        before = self.counts()
+        wait_for(lambda: self.counts()[other] > before[other] + 20, what="the GPU 1 thread to go on launching")
+        after = self.counts()
+        self.assertLessEqual(after[gpu0], before[gpu0] + 1, "launched on GPU 0 while gated there")
+        hp_id = self.d.tenant(hp.pid)["id"]
+        self.assertEqual(self.d.metric("gpuos_tenant_busy", tenant_id=hp_id), [1.0],
+                         "HP's kernel ended before the check: nothing was checked")
+        # HP gone: the gate opens on GPU 0 too.
+        hp.kill()
+        hp.wait(timeout=30)
+        wait_for(lambda: self.counts()[gpu0] > after[gpu0] + 20, what="the GPU 0 thread to launch again")
+        self.assertEqual(self.d.tenant(be.pid)["gated_gpus"], [])
+        open(os.path.join(self.tmp, "stop"), "w").close()
+        out, err = be.communicate(timeout=60)
+        self.assertEqual(be.returncode, 0, err + self.d.log_text())
+
+    def test_a_guaranteed_tenant_on_one_gpu_holds_a_process_on_both_there_only(self):
+        self.held_on_gpu0_only(None)
+
+    def test_with_the_devices_permuted_the_process_is_held_on_the_same_gpu(self):
+        self.held_on_gpu0_only("1,0")
+
+
 class TwoGpusCollective(unittest.TestCase):
     """A best-effort data-parallel job with one rank per (simulated) GPU under --policy priority (issue
     #27). Its collectives are the double's gpuos_collective: a rank's kernel spins on its GPU until

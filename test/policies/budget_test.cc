@@ -256,6 +256,64 @@ TEST(BudgetPolicy, GuaranteedTenantWithoutBudgetGatesBestEffort) {
   }
 }
 
+// Budgeted tenant 1 on GPU 0 beside best-effort tenants `others` (ids 2...), for 100 decisions 10 ms
+// apart; each BE busy while its gate is open. The last decision's actions.
+slots::GateActions run_beside_gpu0_budget(std::vector<slots::GateTenant> others) {
+  BudgetPolicy p{BudgetParams{}};
+  slots::GateActions a;
+  for (int i = 0; i < 100; ++i) {
+    slots::GateView v;
+    v.now_ns = (1000 + 10 * i) * kMs;
+    slots::GateTenant budgeted = hp(true, launches(4, 1000));
+    budgeted.gpus = 0b01;
+    v.tenants = {budgeted};
+    for (const slots::GateTenant& t : others) v.tenants.push_back(t);
+    a = p.decide(v);
+    for (slots::GateTenant& t : others) {
+      if (const slots::GateAction* g = action_of(a, t.id); g != nullptr && t.tenant_class != GPUOS_CLASS_GUARANTEED) {
+        t.gate = g->gate;
+        t.busy = g->gate == GPUOS_GATE_OPEN;
+      }
+    }
+  }
+  return a;
+}
+
+TEST(BudgetPolicy, ABudgetLendsItsOwnGpusOnly) {
+  auto with = [](uint32_t id, uint64_t gpus, slots::GateTenant t) {
+    t.id = id;
+    t.gpus = gpus;
+    return t;
+  };
+  // 2 works on GPU 0 beside the budget: paced. 3 works on GPU 1: nothing to do with it, not paced.
+  slots::GateActions a = run_beside_gpu0_budget({with(2, 0b01, be(true, GPUOS_GATE_OPEN)),
+                                                 with(3, 0b10, be(true, GPUOS_GATE_OPEN))});
+  ASSERT_NE(action_of(a, 2), nullptr);
+  EXPECT_EQ(action_of(a, 2)->gate, GPUOS_GATE_OPEN);
+  EXPECT_GT(action_of(a, 2)->pacing.permille, 0u);
+  ASSERT_NE(action_of(a, 3), nullptr);
+  EXPECT_EQ(action_of(a, 3)->gate, GPUOS_GATE_OPEN);
+  EXPECT_EQ(action_of(a, 3)->pacing.permille, 0u);
+  ASSERT_EQ(a.budgets.size(), 1u);
+  EXPECT_EQ(a.budgets[0].be_share_permille, action_of(a, 2)->pacing.permille);
+  // 4 works on both GPUs and a guaranteed tenant without a budget is busy on GPU 1: 4 is gated
+  // there only, and paced by GPU 0's budget, which still lends (the strict tenant is not on GPU 0).
+  slots::GateTenant strict = with(5, 0b10, hp(true));
+  strict.max_slowdown_permille = 0;
+  a = run_beside_gpu0_budget({with(4, 0b11, be(true, GPUOS_GATE_OPEN)), strict});
+  ASSERT_NE(action_of(a, 4), nullptr);
+  EXPECT_EQ(action_of(a, 4)->gate, GPUOS_GATE_OPEN);
+  EXPECT_EQ(action_of(a, 4)->closed_gpus, 0b10u);
+  EXPECT_GT(action_of(a, 4)->pacing.permille, 0u);
+  // With the strict tenant on GPU 0, the budget there lends nothing: 4 is gated on GPU 0, unpaced
+  // on GPU 1.
+  a = run_beside_gpu0_budget({with(4, 0b11, be(true, GPUOS_GATE_OPEN)), with(5, 0b01, strict)});
+  EXPECT_EQ(action_of(a, 4)->gate, GPUOS_GATE_OPEN);
+  EXPECT_EQ(action_of(a, 4)->closed_gpus, 0b01u);
+  EXPECT_EQ(action_of(a, 4)->pacing.permille, 0u);
+  EXPECT_EQ(a.budgets.at(0).be_share_permille, 0u);
+}
+
 TEST(BudgetPolicy, BestEffortOfTheBudgetedTenantsDomainIsPacedAndHeldForProbes) {
   BudgetPolicy p{BudgetParams{}};
   slots::GateTenant g = hp(true);

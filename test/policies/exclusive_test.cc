@@ -79,5 +79,36 @@ TEST(Exclusive, APinnedTenantIsNeverTheHolder) {
   EXPECT_EQ(g.gate(2), O);
 }
 
+TEST(Exclusive, EachGroupOfGpusTakesItsOwnTurns) {
+  ExclusivePolicy p(30 * kMs);
+  GateTable g;
+  // 1 and 2 on GPU 0, 3 on GPU 1: GPU 1's tenant is nobody's turn but its own.
+  g.add(1, GPUOS_CLASS_BEST_EFFORT).busy = true;
+  g.live[1].gpus = 0b01;
+  g.add(2, GPUOS_CLASS_BEST_EFFORT).waiting = true;
+  g.live[2].gpus = 0b01;
+  g.add(3, GPUOS_CLASS_BEST_EFFORT).busy = true;
+  g.live[3].gpus = 0b10;
+  g.run(p, 0);
+  EXPECT_EQ(g.gate(1), O);
+  EXPECT_EQ(g.gate(2), C);
+  EXPECT_EQ(g.gate(3), O);
+  g.run(p, 30 * kMs);
+  EXPECT_EQ(g.gate(1), C);
+  EXPECT_EQ(g.gate(2), O);
+  EXPECT_EQ(g.gate(3), O);
+  // 4 comes on both GPUs: one group; it waits for its turn, held on both.
+  g.add(4, GPUOS_CLASS_BEST_EFFORT).waiting = true;
+  g.live[4].gpus = 0b11;
+  g.run(p, 31 * kMs, Event::kActivity, 4);
+  EXPECT_EQ(g.gate(4), C);
+  EXPECT_EQ(g.gate(2), O);  // the holder of the merged group's turn
+  EXPECT_EQ(g.gate(3), C);
+  // An idle tenant is held while a holder works on one of its GPUs, not otherwise.
+  g.add(5, GPUOS_CLASS_BEST_EFFORT).gpus = 0b100;
+  g.run(p, 32 * kMs);
+  EXPECT_EQ(g.gate(5), O);
+}
+
 }  // namespace
 }  // namespace gpuos::policies

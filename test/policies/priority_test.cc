@@ -44,6 +44,15 @@ std::map<uint32_t, uint32_t> gates_of(const PriorityDecision& d) {
   return m;
 }
 
+// The GPUs each open gate is closed on all the same (GateAction::closed_gpus); none listed: 0.
+std::map<uint32_t, uint64_t> closed_gpus_of(const PriorityDecision& d) {
+  std::map<uint32_t, uint64_t> m;
+  for (const GateDecision& g : d.gates) {
+    if (g.closed_gpus != 0) m[g.id] = g.closed_gpus;
+  }
+  return m;
+}
+
 PriorityParams params(uint32_t slice_ms = 50) { return PriorityParams{2, 200, slice_ms}; }
 
 // One decision from a fresh state.
@@ -109,6 +118,46 @@ TEST(PriorityGpus, AGuaranteedTenantGatesOnlyTheTenantsOfItsGpus) {
   st = PriorityState{};
   d = gates_of(decide_priority({G(1, 0, true), on(0b10, B(3, 100, true))}, params(), &st, 1000 * kMs));
   EXPECT_EQ(d, (std::map<uint32_t, uint32_t>{{1, O}, {3, C}}));  // (1's GPUs not known yet: all)
+}
+
+TEST(PriorityGpus, ATenantOnSeveralGpusIsClosedOnlyWhereAGuaranteedTenantWorks) {
+  using Gpus = std::map<uint32_t, uint64_t>;
+  PriorityState st;
+  // 2 drives GPUs 0 and 1; the guaranteed tenant works on GPU 0: 2 may go on launching on GPU 1.
+  auto d = decide_priority({on(0b01, G(1, 0, true)), on(0b11, B(2, 100, true))}, params(), &st, 1000 * kMs);
+  EXPECT_EQ(gates_of(d), (std::map<uint32_t, uint32_t>{{1, O}, {2, O}}));
+  EXPECT_EQ(closed_gpus_of(d), (Gpus{{2, 0b01}}));
+  // Idle: open everywhere.
+  d = decide_priority({on(0b01, G(1, 0)), on(0b11, B(2, 100, true))}, params(), &st, 1001 * kMs);
+  EXPECT_EQ(closed_gpus_of(d), Gpus{});
+  // Its GPUs not known yet, or all of them the guaranteed tenant's: the whole gate.
+  st = PriorityState{};
+  d = decide_priority({on(0b01, G(1, 0, true)), B(2, 100, true), on(0b01, B(3, 100, true))}, params(), &st, 1000 * kMs);
+  EXPECT_EQ(gates_of(d), (std::map<uint32_t, uint32_t>{{1, O}, {2, C}, {3, C}}));
+  EXPECT_EQ(closed_gpus_of(d), Gpus{});
+  // A lower-priority guaranteed tenant, and a best-effort one of a spatial domain the guaranteed
+  // tenant is not in, likewise.
+  st = PriorityState{};
+  d = decide_priority({on(0b01, G(1, 0, true)), on(0b11, G(3, -1, true)), in("d", on(0b110, B(4, 100, true)))}, params(),
+                      &st, 1000 * kMs);
+  EXPECT_EQ(gates_of(d), (std::map<uint32_t, uint32_t>{{1, O}, {3, O}, {4, O}}));
+  EXPECT_EQ(closed_gpus_of(d), (Gpus{{3, 0b01}, {4, 0b010}}));
+  // Woken by a signal at its gate: open on every GPU for the grace.
+  st = PriorityState{};
+  PriorityTenant sig = on(0b11, B(2, 100, true, true));
+  sig.signalled = true;
+  d = decide_priority({on(0b01, G(1, 0, true)), sig}, params(), &st, 1000 * kMs);
+  EXPECT_EQ(closed_gpus_of(d), Gpus{});
+  // Best-effort rotation: a slice holds all of its owner's group's GPUs; paused for the guaranteed
+  // tenant, each runs where no guaranteed tenant works (2 and 5 share GPU 1 meanwhile).
+  st = PriorityState{};
+  std::vector<PriorityTenant> t = {on(0b01, G(1, 0)), on(0b11, B(2, 100, true)), on(0b10, B(5, 100, true))};
+  d = decide_priority(t, params(), &st, 0);
+  EXPECT_EQ(gates_of(d), (std::map<uint32_t, uint32_t>{{1, O}, {2, O}, {5, C}}));
+  t[0] = on(0b01, G(1, 0, true));
+  d = decide_priority(t, params(), &st, 10 * kMs);
+  EXPECT_EQ(gates_of(d), (std::map<uint32_t, uint32_t>{{1, O}, {2, O}, {5, O}}));
+  EXPECT_EQ(closed_gpus_of(d), (Gpus{{2, 0b01}}));
 }
 
 TEST(PriorityGpus, AGuaranteedTenantOnOneGpuLeavesTheRotationOfAnotherAlone) {

@@ -7,6 +7,7 @@
 
 #include "common/log.h"
 #include "policies/budget_split.h"
+#include "policies/gpu_groups.h"
 
 namespace gpuos::policies::budget {
 namespace {
@@ -50,19 +51,29 @@ slots::GateActions BudgetPolicy::decide(const slots::GateView& view) {
     if (budgeted(t) && !t.space_domain.empty()) budget_domains.insert(t.space_domain);
   }
   auto paced = [&](const slots::GateTenant& t) { return paced_be(t, budget_domains); };
-  const bool any_be = std::any_of(view.tenants.begin(), view.tenants.end(), paced);
+  // Two tenants work on a GPU in common (one whose GPUs are not known yet: on every GPU).
+  auto share_gpu = [](const slots::GateTenant& a, const slots::GateTenant& b) {
+    return a.gpus == 0 || b.gpus == 0 || (a.gpus & b.gpus) != 0;
+  };
+  // A BE tenant beside budgeted tenant b: paced, on one of b's GPUs.
+  auto beside = [&](const slots::GateTenant& v, const slots::GateTenant& b) { return paced(v) && share_gpu(v, b); };
 
-  // 1. The budgeted tenants' timings, solo when no BE work can have run beside them: every BE gate
-  // closed for the settle time, and no BE work left in flight (under MPS a closed gate stops a
-  // tenant's launches, not the kernels it queued before).
-  const bool be_drained = std::none_of(view.tenants.begin(), view.tenants.end(),
-                                       [&](const slots::GateTenant& t) { return paced(t) && t.busy; });
-  const bool solo = !any_be || (st.be_quiet_since_ns != 0 && now >= st.be_quiet_since_ns + params_.settle_ns && be_drained);
+  // 1. The budgeted tenants' timings, solo when no BE work can have run beside them: every gate of
+  // a BE tenant on its GPUs closed for the settle time, and no such BE work left in flight (under
+  // MPS a closed gate stops a tenant's launches, not the kernels it queued before).
   for (const slots::GateTenant& t : view.tenants) {
     if (!budgeted(t)) continue;
     TenantBudget& b = st.tenants.try_emplace(t.id, TenantBudget{SlowdownMeter(params_.meter)}).first->second;
+    bool any_be = false, be_drained = true;
+    for (const slots::GateTenant& v : view.tenants) {
+      if (!beside(v, t)) continue;
+      any_be = true;
+      be_drained = be_drained && !v.busy;
+    }
+    const bool solo =
+        !any_be || (b.be_quiet_since_ns != 0 && now >= b.be_quiet_since_ns + params_.settle_ns && be_drained);
     for (const slots::TimedLaunch& l : t.timed) b.meter.add(l.key, l.ns, solo, now);
-    if (st.share > 0) b.lent += t.timed.size();  // timed while the last decision lent
+    if (b.lending) b.lent += t.timed.size();  // timed while the last decision lent beside it
   }
 
   // 2. The controller: at once over the budget, else once per control period.
@@ -110,22 +121,10 @@ slots::GateActions BudgetPolicy::decide(const slots::GateView& view) {
     st.next_control_ns = now + params_.control_ns;
   }
 
-  // 3. Lend the GPU while every active guaranteed tenant has a budget, and no probe runs.
-  bool budget_active = false, strict_active = false;
-  double share = 1.0, burst_ns = 1e12;
-  for (const slots::GateTenant& t : view.tenants) {
-    if (t.tenant_class != GPUOS_CLASS_GUARANTEED || !active(t)) continue;
-    if (budgeted(t)) {
-      budget_active = true;
-      auto it = st.tenants.find(t.id);
-      share = std::min(share, it != st.tenants.end() ? it->second.share : 0.0);
-      const double typical = it != st.tenants.end() ? it->second.meter.typical_solo_ns() : 0;
-      burst_ns = std::min(burst_ns, params_.burst_fraction * (meter_limit(t, params_.mps_cost) - 1.0) * typical);
-    } else {
-      strict_active = true;
-    }
-  }
-  if (budget_active && now >= st.next_probe_ns) {
+  // 3. Per budgeted tenant: it lends its GPUs while no probe runs, it has a share, and no active
+  // guaranteed tenant without a budget works on one of them (that one gates BE there anyway).
+  if (now >= st.next_probe_ns && std::any_of(view.tenants.begin(), view.tenants.end(),
+                                              [](const slots::GateTenant& t) { return budgeted(t) && active(t); })) {
     st.probe_end_ns = now + params_.probe_ns;
     st.next_probe_ns = now + params_.probe_every_ns;
     for (const auto& [id, b] : st.tenants) {  // one line per probe period: what the budget did
@@ -136,47 +135,91 @@ slots::GateActions BudgetPolicy::decide(const slots::GateView& view) {
     }
   }
   const bool probing = now < st.probe_end_ns;
-  const bool lend = budget_active && !strict_active && !probing && share > 0;
-  slots::Pacing pacing;
-  if (lend) {
-    pacing.permille = std::clamp<uint32_t>(static_cast<uint32_t>(std::lround(share * 1000)), 1, 1000);
-    pacing.max_kernel_us = params_.pace_max_kernel_us;
-    pacing.burst_us = static_cast<uint32_t>(std::clamp(burst_ns / 1000.0, 0.0, 1e6));
+  std::map<uint32_t, bool> lends;  // active budgeted tenants: whether each lends now
+  for (const slots::GateTenant& t : view.tenants) {
+    if (!budgeted(t) || !active(t)) continue;
+    const bool strict_beside = std::any_of(view.tenants.begin(), view.tenants.end(), [&](const slots::GateTenant& g) {
+      return g.tenant_class == GPUOS_CLASS_GUARANTEED && !budgeted(g) && active(g) && share_gpu(g, t);
+    });
+    auto it = st.tenants.find(t.id);
+    lends[t.id] = !probing && !strict_beside && it != st.tenants.end() && it->second.share > 0;
   }
+  for (auto& [id, b] : st.tenants) b.lending = lends.count(id) != 0 && lends[id];
+  // The pacing of a BE tenant: the smallest share (and burst) of the budgeted tenants on its GPUs;
+  // `lent` false when one of them lends nothing now (a probe, no share yet).
+  auto pacing_of = [&](const slots::GateTenant& v, bool* beside, bool* lent) {
+    double share = 1.0, burst_ns = 1e12;
+    *beside = false;
+    *lent = true;
+    for (const slots::GateTenant& t : view.tenants) {
+      if (!budgeted(t) || !active(t) || !share_gpu(t, v)) continue;
+      *beside = true;
+      const TenantBudget* b = st.tenants.count(t.id) != 0 ? &st.tenants.at(t.id) : nullptr;
+      if (b == nullptr || !b->lending) {
+        *lent = false;
+        continue;
+      }
+      share = std::min(share, b->share);
+      burst_ns = std::min(burst_ns, params_.burst_fraction * (meter_limit(t, params_.mps_cost) - 1.0) *
+                                        b->meter.typical_solo_ns());
+    }
+    slots::Pacing p;
+    if (*beside && *lent) {
+      p.permille = std::clamp<uint32_t>(static_cast<uint32_t>(std::lround(share * 1000)), 1, 1000);
+      p.max_kernel_us = params_.pace_max_kernel_us;
+      p.burst_us = static_cast<uint32_t>(std::clamp(burst_ns / 1000.0, 0.0, 1e6));
+    }
+    return p;
+  };
 
-  // 4. Priority's rules; while lending, as if the budgeted tenants were idle.
+  // 4. Priority's rules, as if the budgeted tenants that lend were idle.
   std::vector<PriorityTenant> in;
   in.reserve(view.tenants.size());
   for (const slots::GateTenant& v : view.tenants) {
-    const bool hide = lend && budgeted(v);
+    const bool hide = budgeted(v) && lends.count(v.id) != 0 && lends[v.id];
     in.push_back(PriorityTenant{v.id, v.tenant_class, v.priority, v.weight, v.busy && !hide, v.waiting && !hide, v.pinned,
-                                v.space_domain, v.signalled});
+                                v.space_domain, v.signalled, v.gpus});
   }
   const PriorityDecision d = decide_priority(in, params_.priority, &st.priority, now);
 
   // 5. Gates, and the pacing of the BE tenants that run beside a budgeted tenant.
   slots::GateActions out;
-  bool be_open = false;
+  double granted = 0;
   for (std::size_t i = 0; i < d.gates.size(); ++i) {
     const slots::GateTenant& v = view.tenants[i];
     slots::GateAction a = d.gates[i];
     if (paced(v)) {
+      bool beside = false, lent = false;
+      const slots::Pacing pacing = pacing_of(v, &beside, &lent);
       // Priority never gates a domain's best-effort tenant for its guaranteed ones: a budget does,
       // while it lends nothing (a probe, or no share yet) and a budgeted tenant is active.
-      if (!v.space_domain.empty() && budget_active && !lend) a.gate = GPUOS_GATE_CLOSED;
+      if (!v.space_domain.empty() && beside && !lent) a.gate = GPUOS_GATE_CLOSED;
+      if (a.gate == GPUOS_GATE_CLOSED) a.closed_gpus = 0;
       if (a.gate == GPUOS_GATE_OPEN) {
         a.pacing = pacing;
-        be_open = true;
+        granted = std::max(granted, pacing.permille / 1000.0);
       }
     }
     out.gates.push_back(a);
   }
-  if (be_open) {
-    st.be_quiet_since_ns = 0;
-  } else if (st.be_quiet_since_ns == 0) {
-    st.be_quiet_since_ns = now;
+  st.share = granted;
+  // Whether BE work may run beside each budgeted tenant now (its timings are not solo then).
+  for (const slots::GateTenant& t : view.tenants) {
+    auto it = st.tenants.find(t.id);
+    if (it == st.tenants.end() || !budgeted(t)) continue;
+    bool be_open = false;
+    for (std::size_t i = 0; i < out.gates.size(); ++i) {
+      const slots::GateAction& a = out.gates[i];
+      const uint64_t open_gpus = gpus_or_all(view.tenants[i].gpus) & ~a.closed_gpus;
+      be_open = be_open || (beside(view.tenants[i], t) && a.gate == GPUOS_GATE_OPEN && (open_gpus & gpus_or_all(t.gpus)) != 0);
+    }
+    uint64_t& quiet = it->second.be_quiet_since_ns;
+    if (be_open) {
+      quiet = 0;
+    } else if (quiet == 0) {
+      quiet = now;
+    }
   }
-  st.share = lend ? share : 0;
 
   // 6. What was measured, and when to look again.
   uint64_t next = d.next_tick_ns;
@@ -187,13 +230,16 @@ slots::GateActions BudgetPolicy::decide(const slots::GateView& view) {
     auto it = st.tenants.find(t.id);
     if (it == st.tenants.end() || !budgeted(t)) continue;
     const double p99 = it->second.meter.window_p99(now);
-    out.budgets.push_back(slots::BudgetReport{t.id, static_cast<uint32_t>(std::lround(std::min(p99, 1e6) * 1000)),
-                                              pacing.permille});
+    const TenantBudget& b = it->second;
+    const uint32_t lent = b.lending ? std::clamp<uint32_t>(static_cast<uint32_t>(std::lround(b.share * 1000)), 1, 1000) : 0;
+    out.budgets.push_back(slots::BudgetReport{t.id, static_cast<uint32_t>(std::lround(std::min(p99, 1e6) * 1000)), lent});
     sooner(st.next_control_ns);
   }
   if (probing) sooner(st.probe_end_ns);
-  if (budget_active) sooner(st.next_probe_ns);
-  if (st.be_quiet_since_ns != 0) sooner(st.be_quiet_since_ns + params_.settle_ns);
+  if (!lends.empty()) sooner(st.next_probe_ns);
+  for (const auto& [id, b] : st.tenants) {
+    if (b.be_quiet_since_ns != 0) sooner(b.be_quiet_since_ns + params_.settle_ns);
+  }
   out.next_tick_ns = next;
   return out;
 }

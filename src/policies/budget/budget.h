@@ -15,8 +15,11 @@
 // tenant). Until a tenant has solo times its share is 0 (priority's rules). Sharing in time, the
 // share never exceeds 1 - 1/budget (the tenant then has the GPU 1/budget of the time at best).
 //
-// Several budgeted tenants: the smallest share of the active ones. An active guaranteed tenant
-// without a budget: BE is gated as under priority.
+// Several GPUs: a budgeted tenant lends only its own GPUs. A BE tenant is paced at the smallest
+// share of the active budgeted tenants that work on one of its GPUs (none there: not paced); an
+// active guaranteed tenant without a budget gates BE on its GPUs as under priority, and a budgeted
+// tenant that shares a GPU with it lends nothing meanwhile. Pacing is per tenant, not per GPU: a BE
+// process on two GPUs beside a budget on one of them is paced on both.
 //
 // In a spatial domain the best-effort tenants of a budgeted tenant's domain run beside it on SM
 // partitions of their own (no context switch between them under MPS), and are paced the same way:
@@ -75,6 +78,8 @@ struct TenantBudget {
   uint64_t last_control_ns = 0;
   uint64_t last_react_ns = 0;
   std::size_t lent = 0;  // launches timed at the current share since it was set
+  bool lending = false;  // the last decision lent its GPUs to best-effort tenants
+  uint64_t be_quiet_since_ns = 1;  // every gate of a BE tenant on its GPUs closed since (0 = one is open)
 };
 
 struct BudgetState {
@@ -83,8 +88,7 @@ struct BudgetState {
   uint64_t next_control_ns = 0;
   uint64_t next_probe_ns = 0;  // 0: at the next activity of a budgeted tenant
   uint64_t probe_end_ns = 0;
-  uint64_t be_quiet_since_ns = 1;  // every BE gate closed since (0 = one is open)
-  double share = 0;                // granted now (0 while probing or nobody budgeted is active)
+  double share = 0;                // the largest share granted now (0 while probing or nobody budgeted is active)
 };
 
 class BudgetPolicy final : public slots::TimeGate {

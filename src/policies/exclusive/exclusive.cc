@@ -3,41 +3,82 @@
 #include <algorithm>
 #include <memory>
 #include <string>
+#include <vector>
+
+#include "policies/gpu_groups.h"
 
 namespace gpuos::policies {
 namespace {
 
 bool active(const slots::GateTenant& t) { return (t.busy || t.waiting) && !t.pinned; }
+uint64_t gpus_of(const slots::GateTenant& t) { return gpus_or_all(t.gpus); }
 
 }  // namespace
 
 void ExclusivePolicy::on_exit(uint32_t tenant_id) {
-  if (holder_ == tenant_id) holder_ = 0;
+  for (Turn& turn : turns_) {
+    if (turn.holder != tenant_id) continue;
+    turn.last_holder = tenant_id;
+    turn.holder = 0;
+  }
 }
 
 slots::GateActions ExclusivePolicy::decide(const slots::GateView& view) {
   const auto& ts = view.tenants;  // in id order
-  auto is_active = [&](uint32_t id) {
-    return std::any_of(ts.begin(), ts.end(), [&](const slots::GateTenant& t) { return t.id == id && active(t); });
-  };
-  const std::size_t n_active = static_cast<std::size_t>(std::count_if(ts.begin(), ts.end(), active));
-  if (holder_ != 0 && (!is_active(holder_) || (n_active > 1 && view.now_ns >= hold_until_ns_))) {
-    last_holder_ = holder_;
-    holder_ = 0;
+  // The active tenants in groups that share a GPU, directly or through others.
+  std::vector<const slots::GateTenant*> active_tenants;
+  for (const slots::GateTenant& t : ts) {
+    if (active(t)) active_tenants.push_back(&t);
   }
-  if (holder_ == 0 && n_active > 0) {
-    // The next active tenant after the last holder, wrapping.
-    auto next = std::find_if(ts.begin(), ts.end(), [&](const slots::GateTenant& t) { return t.id > last_holder_ && active(t); });
-    if (next == ts.end()) next = std::find_if(ts.begin(), ts.end(), active);
-    holder_ = next->id;
-    hold_until_ns_ = view.now_ns + max_hold_ns_;
+  const auto groups = gpu_groups(active_tenants);
+  // Each group goes on with the turn its holder had (groups merge and split as tenants come and go),
+  // or after the holder of a turn on its GPUs that went idle.
+  std::vector<Turn> turns;
+  uint64_t next_tick = 0;
+  for (const auto& [gpus, members] : groups) {
+    Turn turn;
+    turn.last_holder = last_holder_;
+    bool found = false;
+    for (const Turn& old : turns_) {  // (groups that merged: the first one's turn goes on)
+      if (!found && std::any_of(members.begin(), members.end(), [&](auto* m) { return m->id == old.holder; })) {
+        turn = old;
+        found = true;
+      }
+    }
+    for (const Turn& old : turns_) {
+      if (found || (old.gpus & gpus) == 0) continue;
+      turn.last_holder = old.holder != 0 ? old.holder : old.last_holder;
+      found = true;
+    }
+    turn.gpus = gpus;
+    if (turn.holder != 0 && members.size() > 1 && view.now_ns >= turn.hold_until_ns) {
+      turn.last_holder = turn.holder;
+      turn.holder = 0;
+    }
+    if (turn.holder == 0) {
+      // The next active tenant after the last holder, wrapping.
+      auto next = std::find_if(members.begin(), members.end(), [&](auto* m) { return m->id > turn.last_holder; });
+      turn.holder = (next != members.end() ? *next : members.front())->id;
+      turn.hold_until_ns = view.now_ns + max_hold_ns_;
+    }
+    if (members.size() > 1) next_tick = next_tick == 0 ? turn.hold_until_ns : std::min(next_tick, turn.hold_until_ns);
+    turns.push_back(turn);
   }
+  for (const Turn& old : turns_) {  // a group gone idle: the next turn starts after its holder
+    if (std::none_of(turns.begin(), turns.end(), [&](const Turn& t) { return (t.gpus & old.gpus) != 0; })) {
+      last_holder_ = old.holder != 0 ? old.holder : old.last_holder;
+    }
+  }
+  turns_ = std::move(turns);
   slots::GateActions out;
   for (const slots::GateTenant& t : ts) {
-    const uint32_t gate = holder_ == 0 || t.id == holder_ ? GPUOS_GATE_OPEN : GPUOS_GATE_CLOSED;
-    if (gate != t.gate) out.gates.push_back({t.id, gate, {}});
+    const bool held = std::any_of(turns_.begin(), turns_.end(), [&](const Turn& turn) {
+      return turn.holder != t.id && (turn.gpus & gpus_of(t)) != 0;
+    });
+    const uint32_t gate = held ? GPUOS_GATE_CLOSED : GPUOS_GATE_OPEN;
+    if (gate != t.gate) out.gates.push_back({t.id, gate, 0, {}});
   }
-  if (holder_ != 0 && n_active > 1) out.next_tick_ns = hold_until_ns_;
+  out.next_tick_ns = next_tick;
   return out;
 }
 

@@ -4,6 +4,7 @@
 #include <climits>
 
 #include "common/log.h"
+#include "policies/gpu_groups.h"
 #include "slots/slot.h"
 
 namespace gpuos::policies {
@@ -20,11 +21,6 @@ bool shares_in_space(const PriorityTenant& a, const PriorityTenant& b) {
   return !a.domain.empty() && a.domain == b.domain;
 }
 
-// Whether two tenants work on a GPU in common (one whose GPUs are not known yet is on every GPU).
-bool shares_a_gpu(const PriorityTenant& a, const PriorityTenant& b) {
-  return a.gpus == 0 || b.gpus == 0 || (a.gpus & b.gpus) != 0;
-}
-
 }  // namespace
 
 uint64_t be_slice_ns(const PriorityParams& p, uint32_t weight) {
@@ -34,33 +30,7 @@ uint64_t be_slice_ns(const PriorityParams& p, uint32_t weight) {
 
 namespace {
 
-constexpr uint64_t kEveryGpu = ~0ull;
-
-uint64_t gpus_of(const PriorityTenant& t) { return t.gpus == 0 ? kEveryGpu : t.gpus; }
-
-// Runnable BE tenants (id order) in groups that share a GPU, directly or through others; each
-// group with the union of its GPUs.
-std::vector<std::pair<uint64_t, std::vector<const PriorityTenant*>>> gpu_groups(
-    const std::vector<const PriorityTenant*>& runnable) {
-  std::vector<std::pair<uint64_t, std::vector<const PriorityTenant*>>> groups;
-  for (const PriorityTenant* t : runnable) {
-    uint64_t mask = gpus_of(*t);
-    std::vector<const PriorityTenant*> members{t};
-    // Merge every group it touches (a tenant can join two groups into one).
-    for (auto it = groups.begin(); it != groups.end();) {
-      if ((it->first & mask) == 0) {
-        ++it;
-        continue;
-      }
-      mask |= it->first;
-      members.insert(members.end(), it->second.begin(), it->second.end());
-      it = groups.erase(it);
-    }
-    std::sort(members.begin(), members.end(), [](auto* a, auto* b) { return a->id < b->id; });
-    groups.emplace_back(mask, std::move(members));
-  }
-  return groups;
-}
+uint64_t gpus_of(const PriorityTenant& t) { return gpus_or_all(t.gpus); }
 
 // One group's rotation, one decision: g_active says whether a guaranteed tenant on one of its GPUs
 // is active. Returns the slice's end while it rotates (0: no timer).
@@ -215,32 +185,41 @@ PriorityDecision decide_priority(const std::vector<PriorityTenant>& tenants, con
     ++it;
   }
 
-  // Is a guaranteed tenant active (above `floor`) on a GPU of t's, which it does not share in space
-  // with t?
-  auto active_guaranteed_outside = [&](const PriorityTenant& t, int32_t floor) {
-    return std::any_of(tenants.begin(), tenants.end(), [&](const PriorityTenant& g) {
-      return is_guaranteed(g) && active(g) && g.priority > floor && &g != &t && !shares_in_space(g, t) &&
-             shares_a_gpu(g, t);
-    });
+  // The GPUs of t's on which a guaranteed tenant (above `floor`) that does not share them in space
+  // with t is active. A tenant whose GPUs are not known yet is on all of them.
+  auto guaranteed_gpus_of = [&](const PriorityTenant& t, int32_t floor) {
+    uint64_t on = 0;
+    for (const PriorityTenant& g : tenants) {
+      if (is_guaranteed(g) && active(g) && g.priority > floor && &g != &t && !shares_in_space(g, t)) on |= gpus_of(g);
+    }
+    return on & gpus_of(t);
   };
   d.gates.reserve(tenants.size());
   for (const PriorityTenant& t : tenants) {
-    uint32_t gate = GPUOS_GATE_OPEN;
+    // Closed where a guaranteed tenant it would slow works; all of its GPUs (or unknown ones) close
+    // the whole gate, some of them only those.
+    uint64_t closed = 0;
     if (is_guaranteed(t)) {
-      if (g_active && t.priority < top && active_guaranteed_outside(t, t.priority)) gate = GPUOS_GATE_CLOSED;
+      if (g_active && t.priority < top) closed = guaranteed_gpus_of(t, t.priority);
     } else if (!t.domain.empty()) {
-      if (g_active && active_guaranteed_outside(t, INT32_MIN)) gate = GPUOS_GATE_CLOSED;
+      if (g_active) closed = guaranteed_gpus_of(t, INT32_MIN);
     } else {
       // A slice running on one of its GPUs that is not its own (an idle BE too: it would take
-      // the GPU from the owner as soon as it launched).
+      // the GPU from the owner as soon as it launched) closes it on all of them.
       const bool other_slice = std::any_of(st->rotations.begin(), st->rotations.end(), [&](const auto& e) {
         const BeRotation& r = e.second;
         return r.owner != 0 && !r.paused && r.owner != t.id && (e.first & gpus_of(t)) != 0;
       });
-      if (active_guaranteed_outside(t, INT32_MIN) || other_slice) gate = GPUOS_GATE_CLOSED;
+      closed = other_slice ? gpus_of(t) : guaranteed_gpus_of(t, INT32_MIN);
     }
-    if (gate == GPUOS_GATE_CLOSED && st->reprieve_until_ns.count(t.id) != 0) gate = GPUOS_GATE_OPEN;
-    d.gates.push_back(GateDecision{t.id, gate, {}});
+    if (st->reprieve_until_ns.count(t.id) != 0) closed = 0;
+    GateDecision g{t.id, GPUOS_GATE_OPEN, 0, {}};
+    if (closed != 0 && (t.gpus == 0 || closed == t.gpus)) {
+      g.gate = GPUOS_GATE_CLOSED;
+    } else {
+      g.closed_gpus = closed;
+    }
+    d.gates.push_back(g);
   }
   // Forget the granted time of tenants that are gone.
   for (auto it = st->granted_ns.begin(); it != st->granted_ns.end();) {
@@ -283,7 +262,10 @@ slots::GateActions PriorityPolicy::decide(const slots::GateView& view) {
   slots::GateActions out;
   out.next_tick_ns = d.next_tick_ns;
   for (std::size_t i = 0; i < d.gates.size(); ++i) {
-    if (d.gates[i].gate == view.tenants[i].gate || in[i].pinned) continue;
+    if ((d.gates[i].gate == view.tenants[i].gate && d.gates[i].closed_gpus == view.tenants[i].closed_gpus) ||
+        in[i].pinned) {
+      continue;
+    }
     out.gates.push_back(d.gates[i]);
     const char* reason = "";
     if (d.gates[i].gate == GPUOS_GATE_OPEN && state_.reprieve_until_ns.count(d.gates[i].id) != 0) {
@@ -294,6 +276,11 @@ slots::GateActions PriorityPolicy::decide(const slots::GateView& view) {
       reason = is_guaranteed(in[i]) ? "a higher-priority guaranteed tenant is busy"
                : state_.guaranteed_active ? "a guaranteed tenant is busy"
                                           : "another best-effort tenant holds the slice";
+    }
+    if (d.gates[i].closed_gpus != 0) {
+      log::debug("priority (%s): tenant %u gate closed on GPUs %#llx only: a guaranteed tenant is busy there", why,
+                 d.gates[i].id, static_cast<unsigned long long>(d.gates[i].closed_gpus));
+      continue;
     }
     log::debug("priority (%s): tenant %u gate %s%s%s", why, d.gates[i].id,
                d.gates[i].gate == GPUOS_GATE_OPEN ? "open" : "closed", *reason ? ": " : "", reason);

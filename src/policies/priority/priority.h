@@ -30,8 +30,10 @@
 //    its cost to a guaranteed tenant is bounded by the grace.
 //
 //  - Several GPUs: a guaranteed tenant gates only the tenants that work on one of its GPUs
-//    (GateTenant::gpus; a tenant with none known yet counts as on every GPU). A best-effort tenant
-//    on another GPU runs beside it. The best-effort rotation is per group of GPUs: runnable BE
+//    (GateTenant::gpus; a tenant with none known yet counts as on every GPU), and only on those
+//    GPUs: a best-effort tenant on another GPU runs beside it, and one that works on that GPU and
+//    others (a process driving several) has its gate closed there and open on the others
+//    (GateAction::closed_gpus). A best-effort slice, though, holds all of its owner's group's GPUs. The best-effort rotation is per group of GPUs: runnable BE
 //    tenants that share a GPU (directly or through others) rotate among themselves, by the rules
 //    above, and a group pauses only while a guaranteed tenant on one of its GPUs is active. So the
 //    ranks of a job spread over GPUs, one per GPU, never wait for each other's slices (each waits
