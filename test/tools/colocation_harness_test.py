@@ -353,5 +353,122 @@ class DdpLauncher(unittest.TestCase):
         self.assertNotIn("rank_exit_codes", common.read_json(a.json))
 
 
+class DdpPlan(unittest.TestCase):
+    """run_matrix.py --be ddp: HP pinned to one GPU, the BE's ranks over --be-gpus, gpuos wrapping."""
+
+    def setUp(self):
+        patcher = mock.patch.dict(os.environ)
+        patcher.start()
+        self.addCleanup(patcher.stop)
+        os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+
+    def test_gpu_flags(self):
+        a = run_matrix.parse_args(["--be", "ddp"])
+        self.assertEqual((a.be_gpu_list, a.hp_gpu), ([0, 1], 0))
+        a = run_matrix.parse_args(["--be", "ddp", "--be-gpus", "1,0", "--hp-gpu", "1"])
+        self.assertEqual((a.be_gpu_list, a.hp_gpu), ([1, 0], 1))
+        self.assertIsNone(run_matrix.parse_args([]).hp_gpu)          # train/infer: unpinned, as before
+        for bad, msg in ((["--be-gpus", "0,0"], "listed twice"), (["--be-gpus", "x"], "GPU indices"),
+                         (["--workload", "synthetic"], "--workload torch"), (["--hp-gpu", "-1"], ">= 0")):
+            with contextlib.redirect_stderr(io.StringIO()) as err, self.assertRaises(SystemExit):
+                run_matrix.parse_args(["--be", "ddp", *bad])
+            self.assertIn(msg, err.getvalue())
+
+    def test_commands(self):
+        r = runner("--be", "ddp", "--modes", "exclusive-hp,exclusive-be,time-slicing",
+                   "--gpuos", "gpuos-time-priority")
+        self.assertEqual([s.name for s in r.modes],
+                         ["exclusive-hp", "exclusive-be", "time-slicing", "gpuos-time-priority"])
+        ts, g = r.modes[2], r.modes[3]
+        be = r.be_cmd(ts, "/tmp/w/r")
+        self.assertTrue(be[1].endswith("be_train.py"))
+        self.assertEqual(be[be.index("--ddp-gpus") + 1], "0,1")
+        for s in (ts, g):
+            hp_env, be_env = r.envs(s)
+            self.assertEqual(hp_env["CUDA_VISIBLE_DEVICES"], "0")   # HP on GPU 0 alone
+            self.assertNotIn("CUDA_VISIBLE_DEVICES", be_env)         # the ranks see both GPUs
+        wrapped = r.gpuos_wrap(g, r.be_cmd(g, "/tmp/w/r"), "best-effort", "be")
+        self.assertEqual(wrapped[1:4], ["run", "--class", "best-effort"])
+        self.assertIn("--ddp-gpus", wrapped[wrapped.index("--"):])   # one launcher; each rank a tenant
+        self.assertEqual(r.gpus_used(), [0, 1])
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            r.dry_run()
+        text = out.getvalue()
+        self.assertIn("HP pinned to GPU 0 (CUDA_VISIBLE_DEVICES=0)", text)
+        self.assertIn("data-parallel train over GPUs 0,1", text)
+        self.assertIn("NCCL_NVLS_ENABLE=0", text)
+        hp_lines = [ln for ln in text.splitlines() if ln.startswith("  HP: ") and "hp_server.py" in ln]
+        self.assertTrue(hp_lines and all("CUDA_VISIBLE_DEVICES=0 " in ln for ln in hp_lines), hp_lines)
+        be_lines = [ln for ln in text.splitlines() if ln.startswith("  BE: ") and "be_train.py" in ln]
+        self.assertTrue(be_lines and all("--ddp-gpus 0,1" in ln and "CUDA_VISIBLE_DEVICES" not in ln
+                                         for ln in be_lines), be_lines)
+
+    def test_one_gpu_kinds_are_unchanged(self):
+        for be in ("train", "infer"):
+            r = runner("--be", be, "--modes", "time-slicing", "--gpuos", "gpuos-time-priority")
+            for s in r.modes:
+                self.assertEqual(r.envs(s)[0].get("CUDA_VISIBLE_DEVICES"), None)
+                self.assertEqual(r.envs(s)[1].get("CUDA_VISIBLE_DEVICES"), None)
+                self.assertNotIn("--ddp-gpus", r.be_cmd(s, "/tmp/w/r"))
+        r = runner("--be", "train", "--hp-gpu", "1", "--modes", "time-slicing")
+        hp_env, be_env = r.envs(r.modes[0])
+        self.assertEqual((hp_env["CUDA_VISIBLE_DEVICES"], be_env["CUDA_VISIBLE_DEVICES"]), ("1", "1"))
+
+    def test_hp_gpu_under_an_outer_cuda_visible_devices(self):
+        self.assertEqual(run_matrix.visible_device(0, "3,2"), "3")
+        self.assertEqual(run_matrix.visible_device(1, "GPU-a, GPU-b"), "GPU-b")
+        self.assertEqual(run_matrix.visible_device(1, None), "1")
+        with self.assertRaises(ValueError):
+            run_matrix.visible_device(2, "3,2")
+
+    def test_node_gpus(self):
+        gpus = run_matrix.parse_gpu_list("0, NVIDIA H200, 580.159.04\n1, NVIDIA H200, 580.159.04\n\nNo devices\n")
+        self.assertEqual([g["index"] for g in gpus], [0, 1])
+        self.assertEqual(gpus[1]["name"], "NVIDIA H200")
+        self.assertEqual(gpus[0]["driver_version"], "580.159.04")
+
+
+class DdpResults(unittest.TestCase):
+    def test_summary_names_gpus_and_nccl(self):
+        modes = {"exclusive-hp": {"hp": hp(10.0, 2.0), "status": "ok"},
+                 "exclusive-be": {"be_rate": 4.0, "be": {"world_size": 2, "nccl_version": "2.27.3"},
+                                  "status": "ok"},
+                 "time-slicing": {"hp": hp(30.0, 4.0), "be_rate": 2.0, "status": "ok",
+                                  "be": {"world_size": 2, "nccl_version": "2.27.3"}}}
+        meta = {"modes_planned": list(modes), "gpu": {"name": "NVIDIA H200", "count": 2}, "gpu_count": 2,
+                "gpus_used": [0, 1], "hp_gpu": 0, "be_gpus": [0, 1], "be": "ddp"}
+        s = report.build_summary({"meta": meta, "modes": modes})
+        self.assertEqual((s["gpu"], s["gpu_count"], s["nccl_version"], s["be_world_size"]),
+                         ("NVIDIA H200", 2, "2.27.3", 2))
+        self.assertEqual((s["gpus_used"], s["hp_gpu"], s["be_gpus"]), ([0, 1], 0, [0, 1]))
+        self.assertIn("HP on GPU 0, BE data-parallel over GPUs 0,1 (2 ranks), NCCL 2.27.3", report.markdown(s))
+
+    def test_fake_run_end_to_end(self):
+        """The whole runner with fake tenants (no GPU), a stand-in nvidia-smi showing two GPUs: the
+        results JSON names them, the NCCL version the BE reported, and HP ran on GPU 0 alone."""
+        tmp = tempfile.mkdtemp(prefix="coloc-ddp-run-")
+        self.addCleanup(shutil.rmtree, tmp, ignore_errors=True)
+        env = dict(os.environ, FAKE_GPUS="2", PATH=os.path.join(HERE, "fake_bin") + os.pathsep + os.environ["PATH"])
+        env.pop("CUDA_VISIBLE_DEVICES", None)
+        out = os.path.join(tmp, "out")
+        r = subprocess.run([sys.executable, os.path.join(REPO, "bench", "colocation", "run_matrix.py"), "--fake",
+                            "--be", "ddp", "--modes", "exclusive-hp,exclusive-be,time-slicing", "--gpuos", "none",
+                            "--window", "1", "--be-window", "1", "--calibrate-s", "0.2", "--warmup", "0",
+                            "--drain-s", "1", "--min-requests", "1", "--gpu-sample-ms", "0",
+                            "--out", out, "--workdir", os.path.join(tmp, "w")],
+                           env=env, capture_output=True, text=True, timeout=50)
+        self.assertEqual(r.returncode, 0, r.stdout[-2000:] + r.stderr[-2000:])
+        s = common.read_json(os.path.join(out, "summary.json"))
+        self.assertEqual((s["gpu"], s["gpu_count"], s["nccl_version"], s["be_world_size"], s["gpus_used"]),
+                         ("Fake GPU", 2, "0.0.0-fake", 2, [0, 1]))
+        self.assertEqual([m["status"] for m in s["modes"]], ["ok"] * 3)
+        raw = common.read_json(os.path.join(out, "raw.json"))
+        ts = raw["modes"]["time-slicing"]
+        self.assertEqual(ts["hp"]["cuda_visible_devices"], "0")
+        self.assertIsNone(ts["be"]["cuda_visible_devices"])
+        self.assertTrue(os.path.exists(os.path.join(tmp, "w", "time-slicing.be.log")))
+
+
 if __name__ == "__main__":
     unittest.main()
