@@ -470,5 +470,38 @@ class DdpResults(unittest.TestCase):
         self.assertTrue(os.path.exists(os.path.join(tmp, "w", "time-slicing.be.log")))
 
 
+class MultiGpuScript(unittest.TestCase):
+    """gpu/multi_gpu.sh: its GPU check and its plan (dry-run), with a stand-in nvidia-smi."""
+
+    def run_script(self, gpus, *args):
+        env = dict(os.environ, FAKE_GPUS=str(gpus), PATH=os.path.join(HERE, "fake_bin") + os.pathsep + os.environ["PATH"],
+                   RUN="/tmp/gpuos-multi-gpu-test-%d" % os.getpid())
+        env.pop("CUDA_VISIBLE_DEVICES", None)
+        return subprocess.run(["bash", os.path.join(REPO, "gpu", "multi_gpu.sh"), *args], env=env,
+                              capture_output=True, text=True, timeout=50)
+
+    def test_syntax(self):
+        r = subprocess.run(["bash", "-n", os.path.join(REPO, "gpu", "multi_gpu.sh")], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+
+    def test_needs_two_gpus(self):
+        r = self.run_script(1, "dry-run")
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertIn("needs 2 GPUs; nvidia-smi shows 1", r.stdout)
+        self.assertNotIn("co-location matrix", r.stdout)
+
+    def test_plan(self):
+        r = self.run_script(2, "dry-run")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("suite: CUDA_VISIBLE_DEVICES=0 ", r.stdout)
+        self.assertIn("suite: CUDA_VISIBLE_DEVICES=1 ", r.stdout)
+        self.assertIn("HP pinned to GPU 0", r.stdout)
+        self.assertIn("data-parallel train over GPUs 0,1", r.stdout)
+        modes = [ln.split()[0] for ln in r.stdout.split("mode ", 1)[1].splitlines()[1:6]]
+        self.assertEqual(modes, ["exclusive-hp", "exclusive-be", "time-slicing", "gpuos-time-priority",
+                                 "gpuos-time-slo-1.25"])
+        self.assertIn("load=0.5", r.stdout)
+
+
 if __name__ == "__main__":
     unittest.main()
