@@ -45,7 +45,11 @@ GPU_NAME=unknown
 DRIVER=unknown
 if command -v nvidia-smi >/dev/null 2>&1; then
   nvidia-smi 2>&1 | tee "$LOGS/nvidia-smi.txt" | head -20
-  q=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)
+  # The GPU the tests see: under CUDA_VISIBLE_DEVICES (gpu/multi_gpu.sh runs the suite on each GPU)
+  # its first entry, an index or a UUID as nvidia-smi -i takes them.
+  sel=()
+  [[ -n ${CUDA_VISIBLE_DEVICES:-} ]] && sel=(-i "${CUDA_VISIBLE_DEVICES%%,*}")
+  q=$(nvidia-smi "${sel[@]}" --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)
   if [[ -n $q ]]; then
     GPU_NAME=${q%%,*}
     DRIVER=${q##*, }
@@ -55,7 +59,7 @@ if command -v nvidia-smi >/dev/null 2>&1; then
 else
   log "nvidia-smi not found"
 fi
-log "GPU: $GPU_NAME, driver $DRIVER"
+log "GPU: $GPU_NAME, driver $DRIVER, CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES-unset}"
 for f in "$GPUOS" "$BUILD/bin/gpuosd" "$BUILD/lib/libgpuos.so"; do
   [[ -e $f ]] || log "MISSING: $f (the build tree must be carried to ./build)"
 done

@@ -31,6 +31,7 @@ def hp(argv) -> int:
     stop = common.StopFlag()
     clock = common.WallClock()
     out = {"role": "hp", "ok": False, "torch": "fake", "fake": True,
+           "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
            "config": {"model": {"params": 1e9, "layers": 19, "hidden": 2048}, "prompt": 128,
                       "out_tokens": 32, "max_batch": 32, "cuda_graphs": True}}
     time.sleep(0.3)   # "load + capture"
@@ -77,12 +78,17 @@ def be(argv) -> int:
     ap.add_argument("--json", required=True)
     ap.add_argument("--ready-file", default="")
     ap.add_argument("--warmup-steps", type=int, default=3)
+    ap.add_argument("--ddp-gpus", default="")
     a, _ = ap.parse_known_args(argv)
     stop = common.StopFlag()
     slow = 2.0 if os.environ.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE") == "50" else 1.0
+    meta = {"kind": "train", "torch": "fake", "config": {"params_m": 350, "fake": True},
+            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
+    if a.ddp_gpus:  # be_train.py --ddp-gpus: what its rank 0 reports (one process here)
+        gpus = [int(g) for g in a.ddp_gpus.split(",")]
+        meta.update({"kind": "ddp", "world_size": len(gpus), "gpus": gpus, "nccl_version": "0.0.0-fake"})
     prog = common.Progress(a.json, unit="steps/s", per_step=1.0, ready_file=a.ready_file,
-                           warm_steps=a.warmup_steps, meta={"kind": "train", "torch": "fake",
-                                                            "config": {"params_m": 350, "fake": True}})
+                           warm_steps=a.warmup_steps, meta=meta)
     time.sleep(0.3)
     while not stop.stop:
         time.sleep(0.1 * slow)

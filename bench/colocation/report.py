@@ -87,7 +87,7 @@ def build_summary(raw: dict) -> dict:
     busy = excl_hp.get("hp_busy_fraction")
     be_unit = excl_be.get("be_unit")
     rows = []
-    torch_v = None
+    torch_v = nccl_v = world = None
     hp_cfg = be_cfg = None
     notes = []
     for name in meta.get("modes_planned", list(modes)):
@@ -96,6 +96,8 @@ def build_summary(raw: dict) -> dict:
             continue
         hp = rec.get("hp") or {}
         torch_v = torch_v or hp.get("torch") or _get(rec, "be", "torch")
+        nccl_v = nccl_v or _get(rec, "be", "nccl_version")   # --be ddp: what its rank 0 reported
+        world = world or _get(rec, "be", "world_size")
         hp_cfg = hp_cfg or hp.get("config")
         be_cfg = be_cfg or _get(rec, "be", "config")
         row = {
@@ -157,6 +159,12 @@ def build_summary(raw: dict) -> dict:
         "label": meta.get("label"),
         "gpu": _get(meta, "gpu", "name"),
         "driver_version": _get(meta, "gpu", "driver_version"),
+        "gpu_count": meta.get("gpu_count"),  # the node's GPUs (nvidia-smi)
+        "gpus_used": meta.get("gpus_used"),
+        "hp_gpu": meta.get("hp_gpu"),
+        "be_gpus": meta.get("be_gpus"),
+        "be_world_size": world,
+        "nccl_version": nccl_v,
         "torch_version": torch_v,
         "load": meta.get("load"),
         "load_step": step,
@@ -216,6 +224,10 @@ def markdown(s: dict) -> str:
     out.append(f"GPU {s.get('gpu')}, driver {s.get('driver_version')}, torch {s.get('torch_version')}. "
                f"HP load {s.get('load')} of capacity {f(s.get('capacity_rps'))} req/s "
                f"= {f(s.get('hp_rate_rps'))} req/s offered.")
+    if s.get("be_gpus"):
+        out.append(f"Node of {s.get('gpu_count')} GPUs; HP on GPU {s.get('hp_gpu')}, BE data-parallel over GPUs "
+                   f"{','.join(map(str, s['be_gpus']))} ({s.get('be_world_size')} ranks), NCCL "
+                   f"{s.get('nccl_version')}.")
     wl = s.get("workload") or {}
     hp = wl.get("hp") or {}
     model = hp.get("model") or {}

@@ -21,6 +21,10 @@ Modes (in this order):
                       HP stays within B x its exclusive latency.
   exclusive-hp-again  (only when named) HP alone once more, last, at the same rate: the drift of
                       HP's exclusive latency over the run, beside the first figure.
+--be ddp: BE is be_train.py's data-parallel training over --be-gpus (one process per GPU, NCCL; under
+gpuos each rank is its own best-effort tenant), HP pinned to --hp-gpu (CUDA_VISIBLE_DEVICES): a
+guaranteed server on one GPU beside a job that spans it and others (issue #27). raw.json/summary.json
+then name the GPUs used, the node's gpu_count and the NCCL version the BE's rank 0 reported.
 In every co-located mode BE starts first; HP loads and captures meanwhile and starts its measured
 window once BE is warm (BE's --ready-file); BE throughput is its rate over HP's measured window.
 --load-step-to L2 makes every HP run step from --load to L2 x capacity at --load-step-at seconds
@@ -51,6 +55,7 @@ from typing import Dict, List, Optional
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
+import be_train  # noqa: E402  (torch-free at import: its DDP launcher's helpers)
 import common  # noqa: E402
 import gpu_state  # noqa: E402
 import report  # noqa: E402
@@ -64,6 +69,29 @@ DEFAULT_GPUOS_MODES = ["gpuos-time-open"]
 
 class ModeError(Exception):
     pass
+
+
+def visible_device(index: int, outer: Optional[str]) -> str:
+    """The CUDA_VISIBLE_DEVICES that leaves a process GPU `index` alone, `index` counted as CUDA counts
+    in the runner's own environment: under an outer CUDA_VISIBLE_DEVICES, its index-th entry (an
+    index or a UUID). ValueError if there is no such GPU."""
+    if outer is None:
+        return str(index)
+    parts = [p.strip() for p in outer.split(",") if p.strip()]
+    if not 0 <= index < len(parts):
+        raise ValueError(f"GPU {index} is not among CUDA_VISIBLE_DEVICES={outer!r}")
+    return parts[index]
+
+
+def parse_gpu_list(text: str) -> List[dict]:
+    """`nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader` -> one
+    {index, name, driver_version} per GPU (lines that do not parse are left out)."""
+    out = []
+    for line in text.splitlines():
+        f = [x.strip() for x in line.split(",")]
+        if len(f) >= 3 and f[0].isdigit():
+            out.append({"index": int(f[0]), "name": ",".join(f[1:-1]), "driver_version": f[-1]})
+    return out
 
 
 class ModeSpec:
@@ -319,6 +347,8 @@ class Runner:
     def est_be_startup(self) -> float:
         if self.a.workload == "synthetic":
             return 1.5
+        if self.a.be == "ddp":
+            return 25.0  # the ranks' imports, NCCL's communicator and DDP's first buckets
         return 15.0 if self.a.be == "train" else 12.0 + 1.5 * self.a.params_b
 
     def estimate(self, spec: ModeSpec) -> float:
@@ -394,10 +424,12 @@ class Runner:
             return [self.synth_bin, "--name", "be", "--iters", str(a.synth_be_iters),
                     "--blocks-per-sm", str(a.synth_blocks_per_sm), "--block", "256", "--count", str(n),
                     "--gap-us", "0", "--mode", "closed", "--mem-mib", "256", "--json", js]
-        if a.be == "train":
+        if a.be in ("train", "ddp"):
             cmd = [self.py, os.path.join(HERE, "be_train.py"), "--params-m", str(a.be_params_m),
                    "--batch", str(a.be_batch), "--seq", str(a.be_seq), "--json", js,
                    "--ready-file", ready_file]
+            if a.be == "ddp":
+                cmd += ["--ddp-gpus", ",".join(str(g) for g in a.be_gpu_list)]
         else:
             cmd = [self.py, os.path.join(HERE, "be_infer.py"), "--params-b", str(a.params_b),
                    "--batch", str(a.be_infer_batch), "--prompt", str(a.be_infer_prompt),
@@ -483,9 +515,20 @@ class Runner:
             time.sleep(0.1)
         raise ModeError(f"the domain's MPS control daemon is not available after {timeout_s:.0f} s: {text!r}")
 
+    def hp_visible(self) -> Optional[str]:
+        """HP's CUDA_VISIBLE_DEVICES under --hp-gpu (None: HP sees what the runner sees)."""
+        if self.a.hp_gpu is None:
+            return None
+        return visible_device(self.a.hp_gpu, os.environ.get("CUDA_VISIBLE_DEVICES"))
+
     def envs(self, spec: ModeSpec, mps_env: Optional[dict] = None):
         """(extra env for HP, extra env for BE) of a mode."""
         hp, be = {}, {}
+        pin = self.hp_visible()
+        if pin is not None:
+            hp["CUDA_VISIBLE_DEVICES"] = pin
+            if self.a.be != "ddp":
+                be["CUDA_VISIBLE_DEVICES"] = pin  # a one-GPU BE shares HP's GPU; DDP picks its own
         if spec.mps:
             env = mps_env or Mps.env_for(self.workdir, spec.name)
             hp.update(env)
@@ -506,7 +549,14 @@ class Runner:
             print(f"  HP: Llama ~{a.params_b}B bf16, prompt {a.prompt}, {a.out_tokens} output tokens, "
                   f"max batch {a.max_batch}, window {a.window}s (+{a.warmup}s warm-up), "
                   f"calibration {a.calibrate_s}s closed loop")
-            if a.be == "train":
+            if a.hp_gpu is not None:
+                print(f"  HP pinned to GPU {a.hp_gpu} (CUDA_VISIBLE_DEVICES={self.hp_visible()})")
+            if a.be == "ddp":
+                print(f"  BE: GPT ~{a.be_params_m}M data-parallel train over GPUs "
+                      f"{','.join(map(str, a.be_gpu_list))} (one process per GPU, NCCL, "
+                      f"{' '.join(f'{k}={v}' for k, v in be_train.NCCL_ENV.items())}), batch "
+                      f"{a.be_batch}x{a.be_seq} per rank, AdamW, bf16 autocast")
+            elif a.be == "train":
                 print(f"  BE: GPT ~{a.be_params_m}M train, batch {a.be_batch}x{a.be_seq}, AdamW, bf16 autocast")
             else:
                 print(f"  BE: Llama ~{a.params_b}B offline inference, batch {a.be_infer_batch}, "
@@ -604,19 +654,26 @@ class Runner:
             self.mps = None
 
     def gpu_info(self) -> dict:
-        info = {"name": None, "driver_version": None}
+        """The first GPU's name and driver, and the node's GPUs (nvidia-smi: every GPU of the node,
+        whatever CUDA_VISIBLE_DEVICES says)."""
+        info = {"name": None, "driver_version": None, "count": None, "gpus": []}
         try:
-            r = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+            r = subprocess.run(["nvidia-smi", "--query-gpu=index,name,driver_version", "--format=csv,noheader"],
                                capture_output=True, text=True, timeout=20)
-            line = r.stdout.strip().splitlines()[0] if r.stdout.strip() else ""
-            if "," in line:
-                n, d = [x.strip() for x in line.split(",", 1)]
-                info = {"name": n, "driver_version": d}
+            gpus = parse_gpu_list(r.stdout)
+            if gpus:
+                info = {"name": gpus[0]["name"], "driver_version": gpus[0]["driver_version"],
+                        "count": len(gpus), "gpus": gpus}
             else:
                 info["error"] = (r.stdout + r.stderr).strip()[:300]
         except (OSError, subprocess.SubprocessError) as e:
             info["error"] = str(e)
         return info
+
+    def gpus_used(self) -> List[int]:
+        """GPU indices (as CUDA numbers them for the runner) that HP and BE use."""
+        hp = 0 if self.a.hp_gpu is None else self.a.hp_gpu
+        return sorted({hp, *self.a.be_gpu_list}) if self.a.be == "ddp" else [hp]
 
     def run(self) -> int:
         a = self.a
@@ -626,10 +683,13 @@ class Runner:
             "date": _dt.datetime.now().isoformat(timespec="seconds"),
             "label": a.label, "load": a.load, "workload": a.workload, "be": a.be,
             "gpu": self.gpu_info(), "argv": sys.argv[1:], "workdir": self.workdir,
+            "hp_gpu": a.hp_gpu, "be_gpus": a.be_gpu_list if a.be == "ddp" else None,
+            "gpus_used": self.gpus_used(),
             "min_requests": a.min_requests, "budget_s": a.budget_s,
             "load_step": ({"to": a.load_step_to, "at_s": self.load_step_at()} if a.load_step_to else None),
             "modes_planned": [s.name for s in self.modes],
         }
+        self.meta["gpu_count"] = self.meta["gpu"].get("count")
         print(f"[run] GPU {self.meta['gpu']}; out {out}; workdir {self.workdir}", flush=True)
         try:
             for i, spec in enumerate(self.modes):
@@ -677,7 +737,8 @@ class Runner:
                      "estimate_s": self.estimate(spec)}
         t0 = time.monotonic()
         print(f"[run] === {spec.name} (estimate {rec['estimate_s']:.0f}s)", flush=True)
-        sampler = gpu_state.Sampler(self._file(spec.name, "gpu-state.csv"), self.a.gpu_sample_ms)
+        sampler = gpu_state.Sampler(self._file(spec.name, "gpu-state.csv"), self.a.gpu_sample_ms,
+                                    gpu_index=self.hp_visible() or 0)  # HP's GPU
         sampler.start()
         try:
             if spec.gpuos_kind and not os.path.exists(self.gpuos_bin):
@@ -700,7 +761,8 @@ class Runner:
                 cfg = self.space_config(spec)
                 hp_env["GPUOS_CONFIG"] = be_env["GPUOS_CONFIG"] = cfg
             if spec.gpuos_kind:
-                self.start_daemon(spec, hp_env)
+                # gpuosd governs every GPU, not only HP's.
+                self.start_daemon(spec, {k: v for k, v in hp_env.items() if k != "CUDA_VISIBLE_DEVICES"})
             if spec.gpuos_kind == "space":
                 self.wait_space_domain(rec)
             if spec.name in ("exclusive-hp", AGAIN_MODE):
@@ -725,6 +787,10 @@ class Runner:
             for p in self.procs:
                 rc = p.stop()
                 rec.setdefault("exit_codes", {})[p.name] = rc
+                try:  # <name>.log is the next mode's too: the whole of this mode's stays beside
+                    shutil.copyfile(p.log_path, self._file(spec.name, f"{p.name}.log"))
+                except OSError:
+                    pass
                 if rec["status"] == "error" or (rc not in (0, None, -signal.SIGTERM)):
                     rec.setdefault("log_tails", {})[p.name] = p.tail()
             self.procs = []
@@ -1003,7 +1069,12 @@ def parse_args(argv=None):
     g.add_argument("--load-step-at", type=float, default=None, metavar="S",
                    help="seconds into HP's measured window of the load step (default: --window / 2)")
     g.add_argument("--workload", choices=["torch", "synthetic"], default="torch")
-    g.add_argument("--be", choices=["train", "infer"], default="train", help="which BE (torch workload)")
+    g.add_argument("--be", choices=["train", "infer", "ddp"], default="train",
+                   help="which BE (torch workload); ddp: be_train.py data-parallel over --be-gpus")
+    g.add_argument("--be-gpus", default="0,1",
+                   help="--be ddp: the GPUs of its ranks, one process each (CUDA's indices)")
+    g.add_argument("--hp-gpu", type=int, default=None,
+                   help="pin HP to this GPU (CUDA_VISIBLE_DEVICES; a one-GPU BE too); --be ddp: default 0")
     g.add_argument("--hp-rate", type=float, default=0.0, help="skip calibration; HP rate in req/s")
     g.add_argument("--window", type=float, default=40.0, help="HP measured window per mode, s")
     g.add_argument("--be-window", type=float, default=20.0, help="exclusive-be measured window, s")
@@ -1086,6 +1157,22 @@ def parse_args(argv=None):
             ap.error("--load-step-to must be > 0")
         if args.workload != "torch":
             ap.error("--load-step-to needs --workload torch (gpuos-synth has no load step)")
+    if args.be == "ddp":
+        if args.workload != "torch":
+            ap.error("--be ddp needs --workload torch")
+        if args.hp_gpu is None:
+            args.hp_gpu = 0
+    try:
+        args.be_gpu_list = be_train.parse_gpus(args.be_gpus)
+    except ValueError as e:
+        ap.error(f"--be-gpus: {e}")
+    if args.hp_gpu is not None:
+        if args.hp_gpu < 0:
+            ap.error("--hp-gpu must be >= 0")
+        try:
+            visible_device(args.hp_gpu, os.environ.get("CUDA_VISIBLE_DEVICES"))
+        except ValueError as e:
+            ap.error(f"--hp-gpu: {e}")
     if args.load_step_at is not None and not args.load_step_to:
         ap.error("--load-step-at needs --load-step-to")
     if args.load_step_at is not None and not 0 < args.load_step_at < args.window:

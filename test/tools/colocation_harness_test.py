@@ -1,15 +1,28 @@
 #!/usr/bin/env python3
-"""bench/colocation: the latency-budget modes, the MPS priority baselines, the load step and the
-frontier verdict (mode parsing, commands, windows, summary; no GPU, no torch, no matplotlib)."""
+"""bench/colocation: the latency-budget modes, the MPS priority baselines, the load step, the
+frontier verdict and the data-parallel BE (--be ddp: be_train.py's launcher, the runner's plan and
+results, gpu/multi_gpu.sh's plan) (mode parsing, commands, windows, summary; no GPU, no torch, no
+matplotlib)."""
 import contextlib
 import io
+import json
 import os
 import random
+import shutil
+import signal
+import subprocess
 import sys
+import tempfile
+import textwrap
+import time
+import types
 import unittest
+from unittest import mock
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "bench", "colocation"))
+import be_train  # noqa: E402
 import common  # noqa: E402
 import report  # noqa: E402
 import run_matrix  # noqa: E402
@@ -182,6 +195,312 @@ class Summary(unittest.TestCase):
         wins = [dict(ref[0], ttft_p99_ms=1.1), dict(ref[1], ttft_p99_ms=9.0)]
         self.assertEqual(report.step_check(wins, ref, 1.25), (True, 1))
         self.assertEqual(report.step_check([dict(ref[0], unfinished=2)], ref, 1.25), (False, 0))
+
+
+# ---------------------------------------------------------------------------------------------
+# The data-parallel BE (issue #27)
+
+FAKE_RANK = textwrap.dedent("""\
+    # Stands in for one rank of be_train.py --ddp-gpus: the flags it gets, its environment, SIGTERM.
+    import argparse, json, os, signal, sys, time
+    ap = argparse.ArgumentParser()
+    for f in ("--json", "--ready-file", "--device", "--ddp-store", "--ddp-gpu-list"):
+        ap.add_argument(f, default="")
+    ap.add_argument("--ddp-rank", type=int)
+    ap.add_argument("--ddp-world", type=int)
+    a, _ = ap.parse_known_args()
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+    doc = {"rank": a.ddp_rank, "world": a.ddp_world, "device": a.device, "ready_file": a.ready_file,
+           "store": a.ddp_store, "ok": True,
+           "env": {k: os.environ.get(k) for k in ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST",
+                                                   "NVSHMEM_DISABLE_NVLS", "GPUOS_TENANT_NAME", "LD_PRELOAD")}}
+    if a.ready_file:
+        open(a.ready_file, "w").close()
+    mode = os.environ.get("FAKE_RANK_MODE", "")
+    if mode == "fail" and a.ddp_rank == 1:
+        while not os.path.exists(a.ddp_store + ".rank0-up"):  # rank 0 can take SIGTERM by now
+            time.sleep(0.02)
+        with open(a.json, "w") as f:
+            json.dump({"ok": False, "error": "RuntimeError: NCCL error"}, f)
+        sys.exit(3)
+    with open(a.json, "w") as f:
+        json.dump(doc, f)
+    open(a.ddp_store + ".rank%d-up" % a.ddp_rank, "w").close()
+    if mode in ("fail", "wait"):   # a rank that goes on until told to stop (or killed)
+        while not stop:
+            time.sleep(0.02)
+""")
+
+
+class DdpLauncher(unittest.TestCase):
+    """be_train.py --ddp-gpus: the launcher's helpers and the launcher itself, without torch."""
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="coloc-ddp-")
+        self.addCleanup(shutil.rmtree, self.tmp, ignore_errors=True)
+
+    def args(self, *extra):
+        return be_train.parser().parse_args(["--json", os.path.join(self.tmp, "be.json"),
+                                             "--ready-file", os.path.join(self.tmp, "be.ready"),
+                                             "--ddp-gpus", "0,1", *extra])
+
+    def test_imports_without_torch(self):
+        self.assertNotIn("torch", sys.modules)
+
+    def test_gpu_lists(self):
+        self.assertEqual(be_train.parse_gpus("0,1"), [0, 1])
+        self.assertEqual(be_train.parse_gpus(" 3, 2"), [3, 2])
+        for bad in ("", "0,0", "a", "-1", "0,,1", "1.5"):
+            with self.assertRaises(ValueError, msg=bad):
+                be_train.parse_gpus(bad)
+
+    def test_one_rank_per_gpu(self):
+        a = self.args("--batch", "8", "--duration", "5")
+        store = be_train.store_path(a.json)
+        r0 = be_train.rank_argv(a, 0, [2, 3], store, "/x/be_train.py")
+        r1 = be_train.rank_argv(a, 1, [2, 3], store, "/x/be_train.py")
+        self.assertEqual(r0[1], "/x/be_train.py")
+        flags = lambda c: {c[i]: c[i + 1] for i in range(2, len(c) - 1, 2)}  # noqa: E731
+        f0, f1 = flags(r0), flags(r1)
+        self.assertEqual((f0["--device"], f1["--device"]), ("cuda:2", "cuda:3"))
+        self.assertEqual((f0["--ddp-rank"], f1["--ddp-rank"]), ("0", "1"))
+        self.assertEqual((f0["--ddp-world"], f0["--ddp-store"], f1["--ddp-store"]), ("2", store, store))
+        self.assertEqual(f0["--json"], a.json)                       # the runner reads rank 0's
+        self.assertEqual(f1["--json"], os.path.join(self.tmp, "be.rank1.json"))
+        self.assertEqual(f0["--ready-file"], a.ready_file)           # only rank 0 says when it is warm
+        self.assertNotIn("--ready-file", r1)
+        self.assertEqual((f0["--batch"], f0["--duration"]), ("8", "5.0"))
+        self.assertNotIn("--ddp-gpus", r0)                           # a rank does not launch again
+        parsed = be_train.parser().parse_args(r1[2:])
+        self.assertEqual((parsed.ddp_rank, parsed.ddp_world, parsed.ddp_gpu_list), (1, 2, "2,3"))
+
+    def test_rank_environment(self):
+        env = be_train.rank_env({"NCCL_NVLS_ENABLE": "1", "GPUOS_TENANT_NAME": "be", "LD_PRELOAD": "/l/libgpuos.so",
+                                 "RANK": "5"}, 1, 2)
+        self.assertEqual((env["NCCL_NVLS_ENABLE"], env["TORCH_SYMM_MEM_DISABLE_MULTICAST"],
+                          env["NVSHMEM_DISABLE_NVLS"]), ("0", "1", "1"))
+        self.assertEqual(env["GPUOS_TENANT_NAME"], "be-rank1")
+        self.assertEqual(env["LD_PRELOAD"], "/l/libgpuos.so")         # each rank a gpuos tenant
+        self.assertNotIn("RANK", env)
+        self.assertNotIn("GPUOS_TENANT_NAME", be_train.rank_env({}, 0, 2))
+
+    def test_nccl_versions(self):
+        self.assertEqual(be_train.nccl_version_str((2, 21, 5)), "2.21.5")
+        self.assertEqual(be_train.nccl_version_str(21903), "2.19.3")
+        self.assertEqual(be_train.nccl_version_str(2708), "2.7.8")
+        self.assertIsNone(be_train.nccl_version_str(None))
+
+    def spawn(self, code):
+        return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+
+    def test_a_failed_rank_stops_its_peer(self):
+        peer = self.spawn("import time; time.sleep(60)")
+        failed = self.spawn("import sys; sys.exit(3)")
+        rcs = be_train.supervise([peer, failed], types.SimpleNamespace(stop=False), grace_s=30, poll_s=0.02)
+        self.assertEqual(rcs, [-signal.SIGTERM, 3])
+
+    def test_a_rank_deaf_to_sigterm_is_killed_after_the_grace(self):
+        deaf = self.spawn("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                          "print('up', flush=True); time.sleep(60)")
+        self.assertEqual(deaf.stdout.readline(), "up\n")  # SIG_IGN in place before its peer fails
+        failed = self.spawn("import sys; sys.exit(1)")
+        rcs = be_train.supervise([deaf, failed], types.SimpleNamespace(stop=False), grace_s=0.3, poll_s=0.02)
+        self.assertEqual(rcs, [-signal.SIGKILL, 1])
+
+    def launch(self, mode, stop):
+        a = self.args()
+        script = os.path.join(self.tmp, "fake_rank.py")
+        with open(script, "w") as f:
+            f.write(FAKE_RANK)
+        open(be_train.store_path(a.json), "w").close()   # a stale store of an earlier run
+        env = {"FAKE_RANK_MODE": mode, "GPUOS_TENANT_NAME": "be", "NCCL_NVLS_ENABLE": "1"}
+        with mock.patch.dict(os.environ, env), contextlib.redirect_stdout(io.StringIO()):
+            rc = be_train.launch(a, [0, 1], stop, script=script, grace_s=10)
+        return rc, a
+
+    def test_launch_two_ranks(self):
+        rc, a = self.launch("", types.SimpleNamespace(stop=False))
+        self.assertEqual(rc, 0)
+        r0 = common.read_json(a.json)
+        r1 = common.read_json(os.path.join(self.tmp, "be.rank1.json"))
+        self.assertEqual((r0["rank"], r0["device"], r1["rank"], r1["device"]), (0, "cuda:0", 1, "cuda:1"))
+        self.assertEqual((r0["env"]["NCCL_NVLS_ENABLE"], r1["env"]["NVSHMEM_DISABLE_NVLS"]), ("0", "1"))
+        self.assertEqual((r0["env"]["GPUOS_TENANT_NAME"], r1["env"]["GPUOS_TENANT_NAME"]), ("be-rank0", "be-rank1"))
+        self.assertEqual((r0["ready_file"], r1["ready_file"]), (a.ready_file, ""))
+        self.assertTrue(os.path.exists(a.ready_file))
+        self.assertFalse(os.path.exists(be_train.store_path(a.json)))  # removed before and after
+        self.assertNotIn("error", r0)
+
+    def test_launch_names_the_failed_rank(self):
+        rc, a = self.launch("fail", types.SimpleNamespace(stop=False))
+        self.assertEqual(rc, 1)
+        r0 = common.read_json(a.json)
+        self.assertFalse(r0["ok"])
+        self.assertEqual(r0["error"], "rank 1 (GPU 1) exited rc=3: RuntimeError: NCCL error")
+        self.assertEqual(r0["rank_exit_codes"], [0, 3])   # rank 0 stopped on SIGTERM, cleanly
+
+    def test_launch_stops_the_ranks_when_told(self):
+        store = be_train.store_path(os.path.join(self.tmp, "be.json"))
+
+        class StopOnceUp:  # SIGTERM as the runner sends it: once the ranks run (their handlers set)
+            @property
+            def stop(self):
+                return all(os.path.exists(f"{store}.rank{r}-up") for r in (0, 1))
+        rc, a = self.launch("wait", StopOnceUp())
+        self.assertEqual(rc, 0)
+        self.assertTrue(common.read_json(a.json)["ok"])
+        self.assertNotIn("rank_exit_codes", common.read_json(a.json))
+
+
+class DdpPlan(unittest.TestCase):
+    """run_matrix.py --be ddp: HP pinned to one GPU, the BE's ranks over --be-gpus, gpuos wrapping."""
+
+    def setUp(self):
+        patcher = mock.patch.dict(os.environ)
+        patcher.start()
+        self.addCleanup(patcher.stop)
+        os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+
+    def test_gpu_flags(self):
+        a = run_matrix.parse_args(["--be", "ddp"])
+        self.assertEqual((a.be_gpu_list, a.hp_gpu), ([0, 1], 0))
+        a = run_matrix.parse_args(["--be", "ddp", "--be-gpus", "1,0", "--hp-gpu", "1"])
+        self.assertEqual((a.be_gpu_list, a.hp_gpu), ([1, 0], 1))
+        self.assertIsNone(run_matrix.parse_args([]).hp_gpu)          # train/infer: unpinned, as before
+        for bad, msg in ((["--be-gpus", "0,0"], "listed twice"), (["--be-gpus", "x"], "GPU indices"),
+                         (["--workload", "synthetic"], "--workload torch"), (["--hp-gpu", "-1"], ">= 0")):
+            with contextlib.redirect_stderr(io.StringIO()) as err, self.assertRaises(SystemExit):
+                run_matrix.parse_args(["--be", "ddp", *bad])
+            self.assertIn(msg, err.getvalue())
+
+    def test_commands(self):
+        r = runner("--be", "ddp", "--modes", "exclusive-hp,exclusive-be,time-slicing",
+                   "--gpuos", "gpuos-time-priority")
+        self.assertEqual([s.name for s in r.modes],
+                         ["exclusive-hp", "exclusive-be", "time-slicing", "gpuos-time-priority"])
+        ts, g = r.modes[2], r.modes[3]
+        be = r.be_cmd(ts, "/tmp/w/r")
+        self.assertTrue(be[1].endswith("be_train.py"))
+        self.assertEqual(be[be.index("--ddp-gpus") + 1], "0,1")
+        for s in (ts, g):
+            hp_env, be_env = r.envs(s)
+            self.assertEqual(hp_env["CUDA_VISIBLE_DEVICES"], "0")   # HP on GPU 0 alone
+            self.assertNotIn("CUDA_VISIBLE_DEVICES", be_env)         # the ranks see both GPUs
+        wrapped = r.gpuos_wrap(g, r.be_cmd(g, "/tmp/w/r"), "best-effort", "be")
+        self.assertEqual(wrapped[1:4], ["run", "--class", "best-effort"])
+        self.assertIn("--ddp-gpus", wrapped[wrapped.index("--"):])   # one launcher; each rank a tenant
+        self.assertEqual(r.gpus_used(), [0, 1])
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            r.dry_run()
+        text = out.getvalue()
+        self.assertIn("HP pinned to GPU 0 (CUDA_VISIBLE_DEVICES=0)", text)
+        self.assertIn("data-parallel train over GPUs 0,1", text)
+        self.assertIn("NCCL_NVLS_ENABLE=0", text)
+        hp_lines = [ln for ln in text.splitlines() if ln.startswith("  HP: ") and "hp_server.py" in ln]
+        self.assertTrue(hp_lines and all("CUDA_VISIBLE_DEVICES=0 " in ln for ln in hp_lines), hp_lines)
+        be_lines = [ln for ln in text.splitlines() if ln.startswith("  BE: ") and "be_train.py" in ln]
+        self.assertTrue(be_lines and all("--ddp-gpus 0,1" in ln and "CUDA_VISIBLE_DEVICES" not in ln
+                                         for ln in be_lines), be_lines)
+
+    def test_one_gpu_kinds_are_unchanged(self):
+        for be in ("train", "infer"):
+            r = runner("--be", be, "--modes", "time-slicing", "--gpuos", "gpuos-time-priority")
+            for s in r.modes:
+                self.assertEqual(r.envs(s)[0].get("CUDA_VISIBLE_DEVICES"), None)
+                self.assertEqual(r.envs(s)[1].get("CUDA_VISIBLE_DEVICES"), None)
+                self.assertNotIn("--ddp-gpus", r.be_cmd(s, "/tmp/w/r"))
+        r = runner("--be", "train", "--hp-gpu", "1", "--modes", "time-slicing")
+        hp_env, be_env = r.envs(r.modes[0])
+        self.assertEqual((hp_env["CUDA_VISIBLE_DEVICES"], be_env["CUDA_VISIBLE_DEVICES"]), ("1", "1"))
+
+    def test_hp_gpu_under_an_outer_cuda_visible_devices(self):
+        self.assertEqual(run_matrix.visible_device(0, "3,2"), "3")
+        self.assertEqual(run_matrix.visible_device(1, "GPU-a, GPU-b"), "GPU-b")
+        self.assertEqual(run_matrix.visible_device(1, None), "1")
+        with self.assertRaises(ValueError):
+            run_matrix.visible_device(2, "3,2")
+
+    def test_node_gpus(self):
+        gpus = run_matrix.parse_gpu_list("0, NVIDIA H200, 580.159.04\n1, NVIDIA H200, 580.159.04\n\nNo devices\n")
+        self.assertEqual([g["index"] for g in gpus], [0, 1])
+        self.assertEqual(gpus[1]["name"], "NVIDIA H200")
+        self.assertEqual(gpus[0]["driver_version"], "580.159.04")
+
+
+class DdpResults(unittest.TestCase):
+    def test_summary_names_gpus_and_nccl(self):
+        modes = {"exclusive-hp": {"hp": hp(10.0, 2.0), "status": "ok"},
+                 "exclusive-be": {"be_rate": 4.0, "be": {"world_size": 2, "nccl_version": "2.27.3"},
+                                  "status": "ok"},
+                 "time-slicing": {"hp": hp(30.0, 4.0), "be_rate": 2.0, "status": "ok",
+                                  "be": {"world_size": 2, "nccl_version": "2.27.3"}}}
+        meta = {"modes_planned": list(modes), "gpu": {"name": "NVIDIA H200", "count": 2}, "gpu_count": 2,
+                "gpus_used": [0, 1], "hp_gpu": 0, "be_gpus": [0, 1], "be": "ddp"}
+        s = report.build_summary({"meta": meta, "modes": modes})
+        self.assertEqual((s["gpu"], s["gpu_count"], s["nccl_version"], s["be_world_size"]),
+                         ("NVIDIA H200", 2, "2.27.3", 2))
+        self.assertEqual((s["gpus_used"], s["hp_gpu"], s["be_gpus"]), ([0, 1], 0, [0, 1]))
+        self.assertIn("HP on GPU 0, BE data-parallel over GPUs 0,1 (2 ranks), NCCL 2.27.3", report.markdown(s))
+
+    def test_fake_run_end_to_end(self):
+        """The whole runner with fake tenants (no GPU), a stand-in nvidia-smi showing two GPUs: the
+        results JSON names them, the NCCL version the BE reported, and HP ran on GPU 0 alone."""
+        tmp = tempfile.mkdtemp(prefix="coloc-ddp-run-")
+        self.addCleanup(shutil.rmtree, tmp, ignore_errors=True)
+        env = dict(os.environ, FAKE_GPUS="2", PATH=os.path.join(HERE, "fake_bin") + os.pathsep + os.environ["PATH"])
+        env.pop("CUDA_VISIBLE_DEVICES", None)
+        out = os.path.join(tmp, "out")
+        r = subprocess.run([sys.executable, os.path.join(REPO, "bench", "colocation", "run_matrix.py"), "--fake",
+                            "--be", "ddp", "--modes", "exclusive-hp,exclusive-be,time-slicing", "--gpuos", "none",
+                            "--window", "1", "--be-window", "1", "--calibrate-s", "0.2", "--warmup", "0",
+                            "--drain-s", "1", "--min-requests", "1", "--gpu-sample-ms", "0",
+                            "--out", out, "--workdir", os.path.join(tmp, "w")],
+                           env=env, capture_output=True, text=True, timeout=50)
+        self.assertEqual(r.returncode, 0, r.stdout[-2000:] + r.stderr[-2000:])
+        s = common.read_json(os.path.join(out, "summary.json"))
+        self.assertEqual((s["gpu"], s["gpu_count"], s["nccl_version"], s["be_world_size"], s["gpus_used"]),
+                         ("Fake GPU", 2, "0.0.0-fake", 2, [0, 1]))
+        self.assertEqual([m["status"] for m in s["modes"]], ["ok"] * 3)
+        raw = common.read_json(os.path.join(out, "raw.json"))
+        ts = raw["modes"]["time-slicing"]
+        self.assertEqual(ts["hp"]["cuda_visible_devices"], "0")
+        self.assertIsNone(ts["be"]["cuda_visible_devices"])
+        self.assertTrue(os.path.exists(os.path.join(tmp, "w", "time-slicing.be.log")))
+
+
+class MultiGpuScript(unittest.TestCase):
+    """gpu/multi_gpu.sh: its GPU check and its plan (dry-run), with a stand-in nvidia-smi."""
+
+    def run_script(self, gpus, *args):
+        env = dict(os.environ, FAKE_GPUS=str(gpus), PATH=os.path.join(HERE, "fake_bin") + os.pathsep + os.environ["PATH"],
+                   RUN="/tmp/gpuos-multi-gpu-test-%d" % os.getpid())
+        env.pop("CUDA_VISIBLE_DEVICES", None)
+        return subprocess.run(["bash", os.path.join(REPO, "gpu", "multi_gpu.sh"), *args], env=env,
+                              capture_output=True, text=True, timeout=50)
+
+    def test_syntax(self):
+        r = subprocess.run(["bash", "-n", os.path.join(REPO, "gpu", "multi_gpu.sh")], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+
+    def test_needs_two_gpus(self):
+        r = self.run_script(1, "dry-run")
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertIn("needs 2 GPUs; nvidia-smi shows 1", r.stdout)
+        self.assertNotIn("co-location matrix", r.stdout)
+
+    def test_plan(self):
+        r = self.run_script(2, "dry-run")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("suite: CUDA_VISIBLE_DEVICES=0 ", r.stdout)
+        self.assertIn("suite: CUDA_VISIBLE_DEVICES=1 ", r.stdout)
+        self.assertIn("HP pinned to GPU 0", r.stdout)
+        self.assertIn("data-parallel train over GPUs 0,1", r.stdout)
+        modes = [ln.split()[0] for ln in r.stdout.split("mode ", 1)[1].splitlines()[1:6]]
+        self.assertEqual(modes, ["exclusive-hp", "exclusive-be", "time-slicing", "gpuos-time-priority",
+                                 "gpuos-time-slo-1.25"])
+        self.assertIn("load=0.5", r.stdout)
 
 
 if __name__ == "__main__":
