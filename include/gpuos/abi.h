@@ -346,7 +346,8 @@ typedef enum gpuos_msg_type {
   GPUOS_MSG_CLAIM_PREPARE = 15, /* admin -> daemon: gpuos_msg_claim_prepare; REPLY (text: the claim's
                                    socket directory) */
   GPUOS_MSG_CLAIM_UNPREPARE = 16, /* admin -> daemon: gpuos_msg_claim_unprepare; REPLY */
-  GPUOS_MSG_TYPE_MAX = 16,
+  GPUOS_MSG_TENANT_GPU = 17,    /* daemon -> client: gpuos_msg_tenant_gpu (LIST with GPUOS_LIST_WITH_GPUS) */
+  GPUOS_MSG_TYPE_MAX = 17,
 } gpuos_msg_type;
 
 typedef struct gpuos_msg_header {
@@ -389,10 +390,24 @@ typedef struct gpuos_msg_register_reply {
 
 typedef struct gpuos_msg_list {
   gpuos_msg_header hdr;
-  uint32_t flags; /* GPUOS_LIST_INCLUDE_EXITED */
+  uint32_t flags; /* GPUOS_LIST_INCLUDE_EXITED | GPUOS_LIST_WITH_GPUS */
   uint32_t reserved;
 } gpuos_msg_list;
 #define GPUOS_LIST_INCLUDE_EXITED 1u
+/* Added in v2: after each live tenant's TENANT_INFO, a TENANT_GPU per GPU it works on. A daemon that
+ * predates it refuses the flag ("unknown LIST flags"): ask again without it. */
+#define GPUOS_LIST_WITH_GPUS 2u
+
+/* One GPU a live tenant works on: where it holds memory by its own count, or where the usage check
+ * (NVML) saw its process. */
+typedef struct gpuos_msg_tenant_gpu {
+  gpuos_msg_header hdr;
+  uint32_t tenant_id;
+  uint32_t gpu;            /* gpuosd's index */
+  uint64_t mem_used_bytes; /* its device memory on that GPU, by its own count */
+  uint32_t gated;          /* 1 while its gate is closed on that GPU (the whole gate, or a partial one) */
+  uint32_t reserved;
+} gpuos_msg_tenant_gpu;
 
 typedef struct gpuos_msg_gpu_info {
   gpuos_msg_header hdr;
@@ -620,6 +635,7 @@ static_assert(sizeof(gpuos_msg_space_info) == 440, "ABI v2 frozen");
 static_assert(sizeof(gpuos_msg_space_info) <= GPUOS_MSG_MAX_SIZE, "fits the receive buffer");
 static_assert(sizeof(gpuos_msg_claim_prepare) == 784, "ABI v2 frozen");
 static_assert(sizeof(gpuos_msg_claim_unprepare) == 56, "ABI v2 frozen");
+static_assert(sizeof(gpuos_msg_tenant_gpu) == 40, "ABI v2 frozen");
 static_assert(sizeof(gpuos_msg_claim_prepare) <= GPUOS_MSG_MAX_SIZE, "fits the receive buffer");
 static_assert(sizeof(gpuos_msg_tenant_info) <= GPUOS_MSG_MAX_SIZE, "fits the receive buffer");
 #endif

@@ -152,12 +152,17 @@ std::string resolve_socket(const std::string& socket_opt, const Config& cfg, std
 }
 
 
-bool list_tenants(const std::string& socket, bool include_exited, Listing* out, std::string* err) {
+namespace {
+
+// One LIST exchange with `flags`; false with *err on any failure (*refused_flags: gpuosd refused
+// the flags themselves, so a daemon that predates one can be asked again without it).
+bool list_once(const std::string& socket, uint32_t flags, Listing* out, std::string* err, bool* refused_flags) {
+  *refused_flags = false;
   int fd = connect_or_explain(socket, err);
   if (fd < 0) return false;
   gpuos_msg_list m{};
   init_header(&m.hdr, GPUOS_MSG_LIST, sizeof(m), 1);
-  m.flags = include_exited ? GPUOS_LIST_INCLUDE_EXITED : 0;
+  m.flags = flags;
   bool ok = false;
   if (!send_or_explain(fd, &m, sizeof(m), err)) {
     close(fd);
@@ -176,11 +181,16 @@ bool list_tenants(const std::string& socket, bool include_exited, Listing* out, 
       gpuos_msg_tenant_info t;
       std::memcpy(&t, buf, sizeof(t));
       out->tenants.push_back(t);
+    } else if (type == GPUOS_MSG_TENANT_GPU && (flags & GPUOS_LIST_WITH_GPUS) != 0) {
+      gpuos_msg_tenant_gpu g;
+      std::memcpy(&g, buf, sizeof(g));
+      out->tenant_gpus.push_back(g);
     } else if (type == GPUOS_MSG_LIST_END || type == GPUOS_MSG_REPLY) {
       gpuos_msg_reply r;
       std::memcpy(&r, buf, sizeof(r));
       if (r.status != GPUOS_OK) {
         *err = "gpuosd: " + reply_error(r);
+        *refused_flags = r.status == GPUOS_ERR_BAD_MESSAGE && reply_error(r).find("LIST flags") != std::string::npos;
       } else if (type == GPUOS_MSG_REPLY) {
         *err = "unexpected REPLY to LIST";
       } else if (r.count != out->tenants.size()) {
@@ -197,6 +207,17 @@ bool list_tenants(const std::string& socket, bool include_exited, Listing* out, 
   }
   close(fd);
   return ok;
+}
+
+}  // namespace
+
+bool list_tenants(const std::string& socket, bool include_exited, Listing* out, std::string* err) {
+  const uint32_t flags = include_exited ? GPUOS_LIST_INCLUDE_EXITED : 0;
+  bool refused_flags = false;
+  if (list_once(socket, flags | GPUOS_LIST_WITH_GPUS, out, err, &refused_flags)) return true;
+  if (!refused_flags) return false;
+  *out = Listing{};  // a gpuosd that predates TENANT_GPU: the listing without them
+  return list_once(socket, flags, out, err, &refused_flags);
 }
 
 bool set_gate(const std::string& socket, uint32_t tenant_id, uint32_t gate, std::string* err) {
@@ -364,6 +385,14 @@ nlohmann::json listing_json(const Listing& l) {
     for (uint32_t i = 0; i < 16; ++i) {
       if ((gated_gpus(t) >> i & 1u) != 0) o["gated_gpus"].push_back(i);
     }
+    // The GPUs it works on, with its memory and gate there (live tenants; [] for exited ones).
+    o["on_gpus"] = nlohmann::json::array();
+    if (t.state != GPUOS_TENANT_EXITED) {
+      for (const gpuos_msg_tenant_gpu& g : l.tenant_gpus) {
+        if (g.tenant_id != t.tenant_id) continue;
+        o["on_gpus"].push_back({{"gpu", g.gpu}, {"mem_used_bytes", g.mem_used_bytes}, {"gated", g.gated != 0}});
+      }
+    }
     o["priority"] = t.priority;
     o["weight"] = t.weight;
     // Kubernetes: its pod and the claim it came by (null when none).
@@ -489,6 +518,16 @@ std::string pod_text(const gpuos_msg_tenant_info& t) {
   return uid.empty() ? "-" : "pod " + printable(uid);
 }
 
+std::string gpus_text(const Listing& l, const gpuos_msg_tenant_info& t) {
+  std::string s;
+  if (t.state != GPUOS_TENANT_EXITED) {
+    for (const gpuos_msg_tenant_gpu& g : l.tenant_gpus) {
+      if (g.tenant_id == t.tenant_id) s += (s.empty() ? "" : ",") + std::to_string(g.gpu);
+    }
+  }
+  return s.empty() ? "-" : s;
+}
+
 std::string listing_table(const Listing& l) {
   std::string s;
   char line[1024];
@@ -507,9 +546,14 @@ std::string listing_table(const Listing& l) {
   const bool pods = std::any_of(l.tenants.begin(), l.tenants.end(), [](const gpuos_msg_tenant_info& t) {
     return cstr(t.pod_uid, sizeof(t.pod_uid)) != "";
   });
+  // The GPUS column only on a node with several GPUs.
+  const bool several_gpus = l.gpus.size() > 1;
   // The columns after SMS, each padded but the last (no trailing blanks).
-  auto tail = [&](const std::string& budget, const std::string& kv_cell, const std::string& pod) {
-    std::vector<std::pair<std::string, int>> cols{{budget, 18}};
+  auto tail = [&](const std::string& gpus_cell, const std::string& budget, const std::string& kv_cell,
+                  const std::string& pod) {
+    std::vector<std::pair<std::string, int>> cols;
+    if (several_gpus) cols.push_back({gpus_cell, 8});
+    cols.push_back({budget, 18});
     if (kv) cols.push_back({kv_cell, 20});
     if (pods) cols.push_back({pod, 0});
     std::string out;
@@ -521,7 +565,7 @@ std::string listing_table(const Listing& l) {
   };
   const char* row_format = "%-5s %-8s %-20s %-12s %-12s %10s %8s %10s %10s %10s %8s %s\n";
   std::snprintf(line, sizeof(line), row_format, "ID", "PID", "NAME", "CLASS", "STATE", "LAUNCHES", "GRAPHS", "MEM",
-                "PEAK", "GATE-WAIT", "SMS", tail("BUDGET", "KV/TARGET", "POD").c_str());
+                "PEAK", "GATE-WAIT", "SMS", tail("GPUS", "BUDGET", "KV/TARGET", "POD").c_str());
   s += line;
   for (const auto& t : l.tenants) {
     const std::string sms = partition_text(t);
@@ -531,7 +575,9 @@ std::string listing_table(const Listing& l) {
                   name.c_str(), class_name(t.tenant_class), display_state(t).c_str(), std::to_string(t.launches).c_str(),
                   std::to_string(t.graph_launches).c_str(), human_bytes(t.mem_used_bytes).c_str(),
                   human_bytes(t.mem_peak_bytes).c_str(), duration(gate_wait_with_current_ns(t)).c_str(), sms.c_str(),
-                  tail(budget_text(t), kv ? kv_text(t) : "", pods ? pod_text(t) : "").c_str());
+                  tail(several_gpus ? gpus_text(l, t) : "", budget_text(t), kv ? kv_text(t) : "",
+                       pods ? pod_text(t) : "")
+                      .c_str());
     s += line;
   }
   return s;

@@ -17,6 +17,8 @@ namespace gpuos::cli {
 struct Listing {
   std::vector<gpuos_msg_gpu_info> gpus;
   std::vector<gpuos_msg_tenant_info> tenants;
+  // Live tenants' GPUs (TENANT_GPU), in the order they came; none from a daemon that predates them.
+  std::vector<gpuos_msg_tenant_gpu> tenant_gpus;
 };
 
 // --socket if given, else the config's [daemon] socket, else gpuos::socket_path(); "" if there is
@@ -55,6 +57,9 @@ SpaceQuery query_space_domain(const std::string& socket, const std::string& doma
 nlohmann::json listing_json(const Listing& l);
 // The `gpuos ps` table (GPU lines, then one row per tenant).
 std::string listing_table(const Listing& l);
+// The GPUS cell of `gpuos ps` (a node with several GPUs): the GPUs a live tenant works on, "0,1";
+// "-" when none is known (or it exited).
+std::string gpus_text(const Listing& l, const gpuos_msg_tenant_info& t);
 // "0 B", "512 B", "1.5 KiB", "12.0 MiB", "3.25 GiB".
 std::string human_bytes(uint64_t bytes);
 // The SMS column of `gpuos ps` and `gpuos top`: the tenant's spatial partition in SMs, "-" when

@@ -151,6 +151,7 @@ std::size_t message_size(uint32_t type) {
     case GPUOS_MSG_SPACE_INFO: return sizeof(gpuos_msg_space_info);
     case GPUOS_MSG_CLAIM_PREPARE: return sizeof(gpuos_msg_claim_prepare);
     case GPUOS_MSG_CLAIM_UNPREPARE: return sizeof(gpuos_msg_claim_unprepare);
+    case GPUOS_MSG_TENANT_GPU: return sizeof(gpuos_msg_tenant_gpu);
     default: return 0;
   }
 }

@@ -93,7 +93,7 @@ gpuos_msg_tenant_info Core::snapshot(const Tenant& t, uint32_t state, uint64_t e
 }
 
 Outcome Core::on_list(Connection& conn, const gpuos_msg_list& m) {
-  if ((m.flags & ~GPUOS_LIST_INCLUDE_EXITED) != 0) {
+  if ((m.flags & ~(GPUOS_LIST_INCLUDE_EXITED | GPUOS_LIST_WITH_GPUS)) != 0) {
     char why[GPUOS_TEXT_MAX];
     std::snprintf(why, sizeof(why), "unknown LIST flags 0x%x", m.flags);
     return refuse(m.hdr.seq, GPUOS_ERR_BAD_MESSAGE, why);
@@ -136,6 +136,20 @@ Outcome Core::on_list(Connection& conn, const gpuos_msg_list& m) {
     i.hdr.seq = seq;
     o.replies.push_back(encode(i));
     ++count;
+    if ((m.flags & GPUOS_LIST_WITH_GPUS) == 0) continue;
+    for (const GpuInfo& g : opts_.gpus) {
+      if (g.index >= GPUOS_MAX_DEVICES) continue;
+      const uint64_t used = gpu_map_.used_on(t, g.index);
+      if (used == 0 && (g.index >= 64 || (t.verified_gpus >> g.index & 1u) == 0)) continue;
+      gpuos_msg_tenant_gpu tg{};
+      init_header(&tg.hdr, GPUOS_MSG_TENANT_GPU, sizeof(tg), seq);
+      tg.tenant_id = t.id;
+      tg.gpu = g.index;
+      tg.mem_used_bytes = used;
+      const uint32_t word = t.gate.word();
+      tg.gated = word == GPUOS_GATE_CLOSED || (word == GPUOS_GATE_PARTIAL && (t.gate.closed_gpus >> g.index & 1u) != 0);
+      o.replies.push_back(encode(tg));
+    }
   }
   observe_gpus(now);
   o.replies.push_back(make_reply(GPUOS_MSG_LIST_END, seq, GPUOS_OK, count, "end"));

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "cli/client.h"
 
 namespace gpuos::cli {
@@ -71,6 +73,47 @@ TEST(Listing, OptionalColumnsLineUpAndNoLineEndsInBlanks) {
   EXPECT_EQ(ls[3].substr(pod_col), "inference/server-0");
   EXPECT_EQ(ls[2].substr(pod_col), "-");
   for (const std::string& line : ls) EXPECT_NE(line.back(), ' ') << "[" << line << "]";
+}
+
+gpuos_msg_tenant_gpu on_gpu(uint32_t tenant, uint32_t gpu, uint64_t bytes, bool gated) {
+  gpuos_msg_tenant_gpu g{};
+  g.tenant_id = tenant;
+  g.gpu = gpu;
+  g.mem_used_bytes = bytes;
+  g.gated = gated ? 1 : 0;
+  return g;
+}
+
+TEST(Listing, OnSeveralGpusEachTenantShowsItsGpusAndItsPartialGate) {
+  Listing l;
+  l.gpus.resize(2);
+  l.gpus[1].index = 1;
+  gpuos_msg_tenant_info both = tenant(1, "both");
+  both.state = GPUOS_TENANT_RUNNING;
+  both.gate_by = 1u << GPUOS_GATE_BY_POLICY_ON_GPUS_SHIFT;  // held on GPU 0 only
+  gpuos_msg_tenant_info none = tenant(2, "idle");
+  none.state = GPUOS_TENANT_RUNNING;
+  l.tenants = {both, none};
+  l.tenant_gpus = {on_gpu(1, 0, 16u << 20, true), on_gpu(1, 1, 32u << 20, false)};
+  const std::vector<std::string> ls = lines(listing_table(l));
+  ASSERT_EQ(ls.size(), 5u);  // two GPU lines, header, two tenants
+  const std::size_t gpus_col = ls[2].find("GPUS"), budget_col = ls[2].find("BUDGET");
+  ASSERT_NE(gpus_col, std::string::npos);
+  EXPECT_LT(gpus_col, budget_col);
+  EXPECT_EQ(ls[3].substr(gpus_col, 3), "0,1");
+  EXPECT_EQ(ls[4].substr(gpus_col, 1), "-");
+  EXPECT_NE(ls[3].find("gated:0 "), std::string::npos) << ls[3];
+  const nlohmann::json j = listing_json(l);
+  EXPECT_EQ(j["tenants"][0]["gated_gpus"], nlohmann::json::array({0}));
+  EXPECT_EQ(j["tenants"][0]["gated_by"], "policy");
+  ASSERT_EQ(j["tenants"][0]["on_gpus"].size(), 2u);
+  EXPECT_EQ(j["tenants"][0]["on_gpus"][1]["gpu"], 1);
+  EXPECT_EQ(j["tenants"][0]["on_gpus"][1]["mem_used_bytes"], 32u << 20);
+  EXPECT_EQ(j["tenants"][0]["on_gpus"][0]["gated"], true);
+  EXPECT_TRUE(j["tenants"][1]["on_gpus"].empty());
+  // One GPU: no GPUS column.
+  l.gpus.resize(1);
+  EXPECT_EQ(listing_table(l).find("GPUS"), std::string::npos);
 }
 
 }  // namespace

@@ -118,7 +118,7 @@ TEST_F(Fixture, MalformedDatagrams) {
 
 TEST_F(Fixture, MessagesMeantForTheOtherDirection) {
   for (uint32_t type : {GPUOS_MSG_REGISTER_REPLY, GPUOS_MSG_GPU_INFO, GPUOS_MSG_TENANT_INFO, GPUOS_MSG_LIST_END,
-                        GPUOS_MSG_REPLY}) {
+                        GPUOS_MSG_REPLY, GPUOS_MSG_TENANT_GPU}) {
     std::vector<unsigned char> b(message_size(type), 0);
     init_header(reinterpret_cast<gpuos_msg_header*>(b.data()), static_cast<gpuos_msg_type>(type),
                 static_cast<uint32_t>(b.size()), 5);

@@ -774,6 +774,8 @@ class TwoGpusOneProcess(unittest.TestCase):
         wait_for(lambda: (self.d.tenant(be.pid) or {}).get("gated_gpus") == [0], what="BE gated on GPU 0 only")
         t = self.d.tenant(be.pid)
         self.assertEqual((t["state"], t["gated_by"]), ("running", "policy"))
+        self.assertEqual([(g["gpu"], g["gated"]) for g in t["on_gpus"]], [(0, True), (1, False)])
+        self.assertTrue(all(g["mem_used_bytes"] >= 16 << 20 for g in t["on_gpus"]), t["on_gpus"])
         ps = subprocess.run([bin_path("gpuos"), "ps", "--socket", self.d.socket], env=self.d.env,
                             capture_output=True, text=True, timeout=30)
         self.assertIn("gated:0", ps.stdout)
