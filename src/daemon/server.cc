@@ -513,6 +513,9 @@ void Server::on_readable(int fd) {
 
 void Server::apply(Conn& conn, Outcome&& o) {
   int fd = conn.fd;
+  // What the peer left unread from earlier requests: one answer may be long (a LIST of many
+  // tenants on many GPUs), a peer that does not read is one whose backlog grows.
+  const std::size_t backlog = conn.out.size();
   for (Outgoing& out : o.replies) conn.out.push_back(std::move(out));
   if (o.close) conn.closing = true;
   if (o.registered != 0 && pidfd_supported_) {
@@ -535,7 +538,7 @@ void Server::apply(Conn& conn, Outcome&& o) {
     }
   }
   if (o.shutdown) stopping_ = true;
-  if (conn.out.size() > opts_.max_queued_replies) {
+  if (backlog > opts_.max_queued_replies) {
     log::warn("connection %llu: peer does not read its replies; dropping it",
               static_cast<unsigned long long>(conn.c.id));
     close_conn(fd);

@@ -36,7 +36,8 @@ struct ServerOptions {
   std::function<uint64_t()> idle_clock;  // the idle timeout's clock (tests); empty = monotonic_ns
   int tick_ms = 100;                   // Policy::tick period while a tenant is live (0 = none); the
                                        // policy may ask for earlier ticks (Policy::next_tick_ns)
-  std::size_t max_queued_replies = 4096;  // per connection; a peer that never reads is dropped
+  // Replies a peer may leave unread (per connection) before it is dropped at its next request.
+  std::size_t max_queued_replies = 4096;
   std::string metrics_listen;          // "" = no metrics endpoint; else "HOST:PORT" (see MetricsHttp).
                                        // A failure to listen there is logged; the daemon runs on.
 };

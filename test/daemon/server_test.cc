@@ -559,6 +559,26 @@ TEST_F(AdminReserve, AdminsGetInWhenOthersHoldEverySlot) {
 
 std::atomic<uint64_t> g_fake_idle_ns{1000000000ull};
 
+class QueueBound : public LiveDaemon {
+  void configure(ServerOptions& so) override { so.max_queued_replies = 2; }
+};
+
+// One answer longer than the bound (GPU_INFO, TENANT_INFO, LIST_END: 3) is served whole: the bound
+// is on what a peer leaves unread, not on the length of an answer.
+TEST_F(QueueBound, ALongAnswerIsServedWhole) {
+  uint32_t id = 0;
+  gpuos_control_block* cb = nullptr;
+  const gpuos_grant_block* grants = nullptr;
+  int tenant = register_tenant("t", &id, &cb, &grants);
+  Listed l = list(false);
+  EXPECT_EQ(l.gpus.size(), 1u);
+  ASSERT_EQ(l.tenants.size(), 1u);
+  EXPECT_EQ(l.end_count, 1u);
+  close(tenant);
+  munmap(cb, sizeof(*cb));
+  munmap(const_cast<gpuos_grant_block*>(grants), sizeof(*grants));
+}
+
 class IdleTimeout : public LiveDaemon {
   void configure(ServerOptions& so) override {
     so.idle_timeout_ms = 10000;
