@@ -53,7 +53,7 @@ slots::GateActions BudgetPolicy::decide(const slots::GateView& view) {
   auto paced = [&](const slots::GateTenant& t) { return paced_be(t, budget_domains); };
   // Two tenants work on a GPU in common (one whose GPUs are not known yet: on every GPU).
   auto share_gpu = [](const slots::GateTenant& a, const slots::GateTenant& b) {
-    return a.gpus == 0 || b.gpus == 0 || (a.gpus & b.gpus) != 0;
+    return (gpus_or_all(a.gpus) & gpus_or_all(b.gpus)) != 0;
   };
   // A BE tenant beside budgeted tenant b: paced, on one of b's GPUs.
   auto beside = [&](const slots::GateTenant& v, const slots::GateTenant& b) { return paced(v) && share_gpu(v, b); };
@@ -144,7 +144,11 @@ slots::GateActions BudgetPolicy::decide(const slots::GateView& view) {
     auto it = st.tenants.find(t.id);
     lends[t.id] = !probing && !strict_beside && it != st.tenants.end() && it->second.share > 0;
   }
-  for (auto& [id, b] : st.tenants) b.lending = lends.count(id) != 0 && lends[id];
+  auto lends_now = [&](uint32_t id) {
+    auto it = lends.find(id);
+    return it != lends.end() && it->second;
+  };
+  for (auto& [id, b] : st.tenants) b.lending = lends_now(id);
   // The pacing of a BE tenant: the smallest share (and burst) of the budgeted tenants on its GPUs;
   // `lent` false when one of them lends nothing now (a probe, no share yet).
   auto pacing_of = [&](const slots::GateTenant& v, bool* beside, bool* lent) {
@@ -176,7 +180,7 @@ slots::GateActions BudgetPolicy::decide(const slots::GateView& view) {
   std::vector<PriorityTenant> in;
   in.reserve(view.tenants.size());
   for (const slots::GateTenant& v : view.tenants) {
-    const bool hide = budgeted(v) && lends.count(v.id) != 0 && lends[v.id];
+    const bool hide = budgeted(v) && lends_now(v.id);
     in.push_back(PriorityTenant{v.id, v.tenant_class, v.priority, v.weight, v.busy && !hide, v.waiting && !hide, v.pinned,
                                 v.space_domain, v.signalled, v.gpus});
   }
@@ -211,7 +215,8 @@ slots::GateActions BudgetPolicy::decide(const slots::GateView& view) {
     for (std::size_t i = 0; i < out.gates.size(); ++i) {
       const slots::GateAction& a = out.gates[i];
       const uint64_t open_gpus = gpus_or_all(view.tenants[i].gpus) & ~a.closed_gpus;
-      be_open = be_open || (beside(view.tenants[i], t) && a.gate == GPUOS_GATE_OPEN && (open_gpus & gpus_or_all(t.gpus)) != 0);
+      be_open = be_open ||
+                (beside(view.tenants[i], t) && a.gate == GPUOS_GATE_OPEN && (open_gpus & gpus_or_all(t.gpus)) != 0);
     }
     uint64_t& quiet = it->second.be_quiet_since_ns;
     if (be_open) {
