@@ -296,6 +296,13 @@ TEST(BudgetPolicy, ABudgetLendsItsOwnGpusOnly) {
   EXPECT_EQ(action_of(a, 3)->pacing.permille, 0u);
   ASSERT_EQ(a.budgets.size(), 1u);
   EXPECT_EQ(a.budgets[0].be_share_permille, action_of(a, 2)->pacing.permille);
+  // 4 works on both GPUs: held on GPU 0 until the budget has solo times, it runs on GPU 1 meanwhile
+  // (busy, but not beside the budget), then it is lent GPU 0 too.
+  a = run_beside_gpu0_budget({with(4, 0b11, be(true, GPUOS_GATE_OPEN))});
+  ASSERT_NE(action_of(a, 4), nullptr);
+  EXPECT_EQ(action_of(a, 4)->gate, GPUOS_GATE_OPEN);
+  EXPECT_EQ(action_of(a, 4)->closed_gpus, 0u);
+  EXPECT_GT(action_of(a, 4)->pacing.permille, 0u);
   // 4 works on both GPUs and a guaranteed tenant without a budget is busy on GPU 1: 4 is gated
   // there only, and paced by GPU 0's budget, which still lends (the strict tenant is not on GPU 0).
   slots::GateTenant strict = with(5, 0b10, hp(true));

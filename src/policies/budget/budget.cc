@@ -60,7 +60,9 @@ slots::GateActions BudgetPolicy::decide(const slots::GateView& view) {
 
   // 1. The budgeted tenants' timings, solo when no BE work can have run beside them: every gate of
   // a BE tenant on its GPUs closed for the settle time, and no such BE work left in flight (under
-  // MPS a closed gate stops a tenant's launches, not the kernels it queued before).
+  // MPS a closed gate stops a tenant's launches, not the kernels it queued before). A BE tenant's
+  // busy word is for all of its GPUs: one that also works elsewhere may be busy there, so for it
+  // the settle time alone counts.
   for (const slots::GateTenant& t : view.tenants) {
     if (!budgeted(t)) continue;
     TenantBudget& b = st.tenants.try_emplace(t.id, TenantBudget{SlowdownMeter(params_.meter)}).first->second;
@@ -68,7 +70,8 @@ slots::GateActions BudgetPolicy::decide(const slots::GateView& view) {
     for (const slots::GateTenant& v : view.tenants) {
       if (!beside(v, t)) continue;
       any_be = true;
-      be_drained = be_drained && !v.busy;
+      const bool only_on_its_gpus = (gpus_or_all(v.gpus) & ~gpus_or_all(t.gpus)) == 0;
+      be_drained = be_drained && !(v.busy && only_on_its_gpus);
     }
     const bool solo =
         !any_be || (b.be_quiet_since_ns != 0 && now >= b.be_quiet_since_ns + params_.settle_ns && be_drained);
