@@ -113,7 +113,7 @@ std::vector<std::string> render_top(const Listing* prev, const Listing& cur, dou
   }
   if (cur.gpus.empty()) lines.emplace_back("no GPUs known to gpuosd");
   lines.emplace_back("");
-  std::snprintf(buf, sizeof(buf), "%5s %8s %-20s %-12s %-8s %9s %8s %10s %10s %10s %8s %s", "ID", "PID", "NAME",
+  std::snprintf(buf, sizeof(buf), "%5s %8s %-20s %-12s %-12s %9s %8s %10s %10s %10s %8s %s", "ID", "PID", "NAME",
                 "CLASS", "STATE", "LAUNCH/s", "GRAPH/s", "MEM", "PEAK", "GATE-WAIT%", "SMS", "BUDGET");
   lines.emplace_back(buf);
 
@@ -148,7 +148,7 @@ std::vector<std::string> render_top(const Listing* prev, const Listing& cur, dou
       while (cut > 0 && (static_cast<unsigned char>(name[cut]) & 0xc0) == 0x80) --cut;
       name = name.substr(0, cut) + "~";
     }
-    std::snprintf(buf, sizeof(buf), "%5u %8d %-20s %-12s %-8s %9s %8s %10s %10s %10s %8s %s", t.tenant_id, t.pid,
+    std::snprintf(buf, sizeof(buf), "%5u %8d %-20s %-12s %-12s %9s %8s %10s %10s %10s %8s %s", t.tenant_id, t.pid,
                   name.c_str(), class_name(t.tenant_class), display_state(t).c_str(), lps.c_str(), gps.c_str(),
                   human_bytes(t.mem_used_bytes).c_str(), human_bytes(t.mem_peak_bytes).c_str(), gw.c_str(),
                   partition_text(t).c_str(), budget_text(t).c_str());
