@@ -35,10 +35,16 @@ for chunk in 32 2; do
   cat "$dir/grow-$chunk.jsonl"
 done
 
+# The ballast leaves room for the borrower (36 GiB) or the requester (20 GiB), not both: sized from
+# the card's memory so the scenario is the same pressure on an H200 (88 GiB ballast) and an H100.
+total_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits -i 0 | head -1)
+ballast_mib=$(( (total_mib - 55680) / 32 * 32 ))
+echo "== GPU memory ${total_mib} MiB: ballast ${ballast_mib} MiB"
+
 scenario() {  # obey|ignore
   local mode=$1
   rm -f "$dir"/*.stop
-  run --name ballast --class guaranteed --mem 90GiB -- "$probe" --grow-mib 88064 --hold-until "$dir/ballast.stop" \
+  run --name ballast --class guaranteed --mem "$((ballast_mib + 4096))MiB" -- "$probe" --grow-mib "$ballast_mib" --hold-until "$dir/ballast.stop" \
     >"$dir/$mode-ballast.jsonl" 2>>"$OUT/logs/kv-probes.log" &
   local ballast=$!
   for _ in $(seq 600); do grep -q grown "$dir/$mode-ballast.jsonl" 2>/dev/null && break; sleep 0.1; done

@@ -169,6 +169,20 @@ def plan_text(a, servers: List[dict], modes: List[str]) -> str:
 # ---------------------------------------------------------------------------------------------
 # Running
 
+MIB = 1 << 20
+BALLAST_CONTEXT_MIB = 600   # the ballast's own CUDA context and module
+
+
+def gpu_free_mib() -> Optional[int]:
+    """Free memory of the first visible GPU, as nvidia-smi reports it."""
+    try:
+        r = subprocess.run(["nvidia-smi", "--query-gpu=memory.free", "--format=csv,noheader,nounits", "-i", "0"],
+                           capture_output=True, text=True, timeout=20)
+        return int(r.stdout.split()[0])
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return None
+
+
 def gib_arg(g: float) -> str:
     """A size for gpuos run: whole MiB."""
     return f"{max(1, int(round(g * 1024)))}MiB"
@@ -184,6 +198,7 @@ class Runner:
         self.gpuos_bin = os.path.join(REPO, "build", "bin", "gpuos")
         self.procs = []
         self.daemon = None
+        self.ballast = None
         self.t0 = time.monotonic()
 
     def out_dir(self) -> str:
@@ -244,6 +259,57 @@ class Runner:
         print(f"[kv] {name}: pid {p.pid}: {shlex.join(cmd)}", flush=True)
         return p
 
+    def fill_gpu(self, wd: str) -> dict:
+        """Makes the elastic servers' GPU as small as the static modes' KV budget: a guaranteed
+        ballast tenant takes what is free beyond the KV the servers have yet to map (kv_total -
+        their resident KV) and --activation-reserve-gib each for their activations to grow. Else the
+        elastic servers would borrow from the GPU's unused memory (on an H200 ~95 GiB beyond the
+        scenario's) and compare more KV against the static splits."""
+        a = self.a
+        free_mib = gpu_free_mib()
+        ps = self.gpuos_ps(wd)
+        resident = sum(t.get("kv_resident_bytes", 0) for t in ps.get("tenants", []) if t.get("state") != "exited")
+        keep_mib = int(max(0.0, a.kv_total_gib * GIB - resident) / MIB) + int(len(self.servers) * a.activation_reserve_gib * 1024)
+        rec = {"free_mib_before": free_mib, "servers_kv_resident_mib": resident // MIB, "kept_free_mib": keep_mib}
+        if free_mib is None:
+            raise RuntimeError("nvidia-smi gave no free memory: cannot size the ballast")
+        ballast = (free_mib - keep_mib - BALLAST_CONTEXT_MIB) // 32 * 32
+        rec["ballast_mib"] = ballast
+        if ballast < 1024:
+            return rec
+        probe = os.path.join(os.path.dirname(self.gpuos_bin), "gpuos-kv-probe")
+        out = os.path.join(wd, "ballast.jsonl")
+        cmd = [self.gpuos_bin, "run", "--name", "ballast", "--class", "guaranteed", "--mem", f"{ballast + 1024}MiB",
+               "--socket", self.socket(wd), "--", probe, "--grow-mib", str(ballast),
+               "--hold-until", os.path.join(wd, "ballast.stop")]
+        print(f"[kv] ballast: {shlex.join(cmd)}", flush=True)
+        self.ballast = subprocess.Popen(cmd, stdout=open(out, "w"), stderr=open(os.path.join(wd, "ballast.log"), "w"),
+                                        start_new_session=True)
+        end = time.monotonic() + 120
+        while time.monotonic() < end:
+            with open(out) as f:
+                if "grown" in f.read():
+                    break
+            if self.ballast.poll() is not None:
+                raise RuntimeError(f"the ballast exited ({self.ballast.returncode}) before it grew")
+            time.sleep(0.2)
+        else:
+            raise RuntimeError("the ballast did not grow in 120 s")
+        rec["free_mib_after"] = gpu_free_mib()
+        print(f"[kv] ballast {ballast} MiB: free {free_mib} -> {rec['free_mib_after']} MiB", flush=True)
+        return rec
+
+    def stop_ballast(self, wd: str) -> None:
+        if self.ballast is None:
+            return
+        open(os.path.join(wd, "ballast.stop"), "w").close()
+        try:
+            self.ballast.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.ballast.pid, 9)
+            self.ballast.wait()
+        self.ballast = None
+
     def cleanup(self) -> None:
         for p in self.procs:
             p.stop(grace_s=10)
@@ -299,6 +365,8 @@ class Runner:
                 if time.monotonic() > end:
                     raise RuntimeError(f"servers not ready after {a.startup_timeout_s:.0f} s")
                 time.sleep(0.2)
+            if mode == kv_summary.ELASTIC_MODE and not a.no_ballast:
+                rec["ballast"] = self.fill_gpu(wd)
             tmp = os.path.join(wd, "start.tmp")
             with open(tmp, "w") as f:
                 f.write(f"{time.time() + 2.0:.6f}\n")
@@ -315,6 +383,7 @@ class Runner:
         finally:
             for p in self.procs:
                 rec["logs"][p.name] = p.tail(1500)
+            self.stop_ballast(wd)
             self.cleanup()
         for s in self.servers:
             js = common.read_json(os.path.join(wd, f"{s['name']}.json"))
@@ -394,6 +463,10 @@ def parse_args(argv=None):
     ap.add_argument("--idle-s", type=float, default=2.0)
     ap.add_argument("--check", type=int, default=8, help="requests per server compared with the reference")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--activation-reserve-gib", type=float, default=0.5,
+                    help="gpuos-elastic: free memory per server left beside its KV budget by the ballast")
+    ap.add_argument("--no-ballast", action="store_true",
+                    help="gpuos-elastic without the ballast: servers may borrow the whole GPU's free memory")
     ap.add_argument("--swap-pool", default="64GiB", help="gpuosd [memory] swap_pool")
     ap.add_argument("--budget-s", type=float, default=1800.0, help="total time ceiling")
     ap.add_argument("--startup-s", type=float, default=90.0, help="estimate of load + warm-up per mode")
