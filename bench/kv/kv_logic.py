@@ -448,3 +448,14 @@ def sequence_bytes(cfg: dict, seq_tokens: int, page_bytes: int = DEFAULT_PAGE_BY
     blocks = ceil_div(seq_tokens, bt)
     return {"bytes_per_token": bpt, "block_tokens": bt, "stride_bytes": stride,
             "blocks_per_seq": blocks, "bytes_per_seq": blocks * stride}
+
+
+def ballast_mib(free_mib: int, kv_total_bytes: int, kv_resident_bytes: int, servers: int,
+                activation_reserve_mib: int, context_mib: int) -> int:
+    """How much a ballast tenant takes so that what stays free on the GPU is the KV the servers
+    have yet to map (their budget minus what they hold) plus an activation reserve each: the elastic
+    servers then share the static modes' KV budget, not the whole GPU. Whole 32 MiB chunks; 0 when
+    too little is free for one."""
+    still_mapped = max(0, kv_total_bytes - kv_resident_bytes)
+    keep = ceil_div(still_mapped, 1 << 20) + servers * activation_reserve_mib + context_mib
+    return max(0, free_mib - keep) // 32 * 32

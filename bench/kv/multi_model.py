@@ -267,14 +267,13 @@ class Runner:
         scenario's) and compare more KV against the static splits."""
         a = self.a
         free_mib = gpu_free_mib()
-        ps = self.gpuos_ps(wd)
-        resident = sum(t.get("kv_resident_bytes", 0) for t in ps.get("tenants", []) if t.get("state") != "exited")
-        keep_mib = int(max(0.0, a.kv_total_gib * GIB - resident) / MIB) + int(len(self.servers) * a.activation_reserve_gib * 1024)
-        rec = {"free_mib_before": free_mib, "servers_kv_resident_mib": resident // MIB, "kept_free_mib": keep_mib}
         if free_mib is None:
             raise RuntimeError("nvidia-smi gave no free memory: cannot size the ballast")
-        ballast = (free_mib - keep_mib - BALLAST_CONTEXT_MIB) // 32 * 32
-        rec["ballast_mib"] = ballast
+        ps = self.gpuos_ps(wd)
+        resident = sum(t.get("kv_resident_bytes", 0) for t in ps.get("tenants", []) if t.get("state") != "exited")
+        ballast = kv_logic.ballast_mib(free_mib, int(a.kv_total_gib * GIB), resident, len(self.servers),
+                                       int(a.activation_reserve_gib * 1024), BALLAST_CONTEXT_MIB)
+        rec = {"free_mib_before": free_mib, "servers_kv_resident_mib": resident // MIB, "ballast_mib": ballast}
         if ballast < 1024:
             return rec
         probe = os.path.join(os.path.dirname(self.gpuos_bin), "gpuos-kv-probe")

@@ -92,6 +92,18 @@ class Geometry(unittest.TestCase):
         self.assertEqual(geo.limit_page_for_target(0), 0)
 
 
+class Ballast(unittest.TestCase):
+    def test_leaves_the_kv_still_unmapped_and_the_reserves_free(self):
+        gib = 1 << 30
+        # 100 GiB free, a 9 GiB budget of which 3 GiB are mapped: 6 GiB + 3 x 512 MiB + 600 MiB stay.
+        self.assertEqual(kv_logic.ballast_mib(102400, 9 * gib, 3 * gib, 3, 512, 600),
+                         (102400 - 6144 - 1536 - 600) // 32 * 32)
+        # Servers already above their budget leave only the reserves free.
+        self.assertEqual(kv_logic.ballast_mib(10000, 9 * gib, 12 * gib, 3, 512, 600), (10000 - 2136) // 32 * 32)
+        # Too little free: no ballast.
+        self.assertEqual(kv_logic.ballast_mib(1000, 9 * gib, 0, 3, 512, 600), 0)
+
+
 class Allocator(unittest.TestCase):
     def test_lowest_first_and_reuse(self):
         a = page_blocks(40)
