@@ -71,6 +71,7 @@ LOGS=$W/logs
 MPS_PIPE=$W/mps-pipe
 MPS_LOG=$W/mps-log
 MPS_ON=0
+MPS_FAILED=0   # the daemon did not come up: the remaining MPS variants are not run (they would run without MPS)
 mkdir -p "$RUNS" "$LOGS"
 log() { echo "[mps_cost $(date +%T)] $*" | tee -a "$LOGS/run.log"; }
 
@@ -151,8 +152,9 @@ for v in $VARIANTS; do
   fi
   extra=()
   if [[ $mps == 1 ]]; then
-    if ((!MPS_ON)) && ! start_mps; then
-      stub "$v" "the MPS control daemon did not start"
+    if ((MPS_FAILED)) || { ((!MPS_ON)) && ! start_mps; }; then
+      MPS_FAILED=1
+      stub "$v" "the MPS control daemon did not start (see logs/mps-start.out)"
       continue
     fi
     extra=(CUDA_MPS_PIPE_DIRECTORY="$MPS_PIPE" CUDA_MPS_LOG_DIRECTORY="$MPS_LOG")

@@ -342,9 +342,10 @@ class Script(unittest.TestCase):
         shutil.rmtree(self.tmp, ignore_errors=True)
 
     def script(self, variants, **extra):
-        env = stub_env(OUT=self.out, TMPDIR=self.tmp, VARIANTS=variants, STEPS="20", PROFILE_STEPS="4", PARAMS_B="1",
-                       MPS_CONTROL=os.path.join(FAKE, "nvidia-cuda-mps-control"),
-                       RUNNER=f"{sys.executable} {os.path.join(FAKE, 'run_stub.py')}", **extra)
+        settings = dict(OUT=self.out, TMPDIR=self.tmp, VARIANTS=variants, STEPS="20", PROFILE_STEPS="4", PARAMS_B="1",
+                        MPS_CONTROL=os.path.join(FAKE, "nvidia-cuda-mps-control"),
+                        RUNNER=f"{sys.executable} {os.path.join(FAKE, 'run_stub.py')}")
+        env = stub_env(**{**settings, **extra})
         return subprocess.run(["bash", os.path.join(REPO, "gpu", "mps_cost.sh")], env=env, capture_output=True,
                               text=True, timeout=150)
 
@@ -392,6 +393,17 @@ class Script(unittest.TestCase):
         self.assertIn("quit", ctl)
         self.assertNotIn("runs/mps-conn1.json", names)
         self.assertEqual(mps_pids(self.tmp), [])
+
+    def test_no_daemon_no_mps_runs(self):
+        r = self.script("no-mps mps mps-conn1", MPS_CONTROL="/bin/false")
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        with open(os.path.join(self.out, "mps_cost.json")) as f:
+            res = json.load(f)
+        rows = {x["variant"]: x for x in res["runs"]}
+        self.assertTrue(rows["no-mps"]["ok"])
+        for v in ("mps", "mps-conn1"):       # not run without MPS in their place
+            self.assertIn("MPS control daemon did not start", rows[v]["error"])
+        self.assertIn("No verdict: the MPS run", res["verdict"])
 
     def test_daemon_that_ignores_quit_is_killed(self):
         r = self.script("mps", FAKE_MPS_IGNORE_QUIT="1", QUIT_WAIT_S="1")
