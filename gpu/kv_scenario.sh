@@ -11,7 +11,7 @@ set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
 : "${OUT:?set OUT}"
 RUN=/tmp/gpuos-kv-scenario WAIT_S=${WAIT_S:-540}
-ARGS=${ARGS:---label kv --splits equal,params,1:2:5 --on-rates 4,1.8,1.6 --kv-total-gib 9 --duration 80 --period-s 40 --drain-s 20 --startup-s 20 --budget-s 600}
+ARGS=${ARGS:---label kv --splits equal,params,1:2:5 --on-rates 4,1.8,1.6 --kv-total-gib 9 --duration 80 --period-s 40 --drain-s 20 --startup-s 20 --budget-s 900}
 
 collect() {
   local t=0
