@@ -66,6 +66,7 @@ Config* read_config() {
   c->fault_after = env_long("GPUOS_SIM_FAULT_AFTER_LAUNCHES", 0, 0, 1L << 40);
   c->collective_timeout_ns =
       static_cast<uint64_t>(env_long("GPUOS_SIM_COLLECTIVE_TIMEOUT_S", 120, 1, 86400)) * 1'000'000'000;
+  c->unmap_delay_ns = static_cast<uint64_t>(env_long("GPUOS_SIM_UNMAP_DELAY_US", 0, 0, 60'000'000)) * 1000;
   c->shm_name = segment_name();
   return c;
 }

@@ -52,6 +52,7 @@ struct Config {
   uint64_t timeslice_ns = 2'000'000;
   long fault_after = 0;  // 0 = no fault injection
   uint64_t collective_timeout_ns = 120'000'000'000;  // a gpuos_collective's longest rendezvous wait
+  uint64_t unmap_delay_ns = 0;  // each cuMemUnmap of this process takes this long (a slow driver)
   std::string shm_name;
 };
 

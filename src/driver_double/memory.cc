@@ -10,8 +10,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <thread>
 
 #include "driver_double/internal.h"
 
@@ -1226,6 +1228,7 @@ DD_API cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocat
 DD_API cuMemUnmap(CUdeviceptr ptr, size_t size) {
   return guard([&] {
     if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+    if (config().unmap_delay_ns != 0) std::this_thread::sleep_for(std::chrono::nanoseconds(config().unmap_delay_ns));
     std::lock_guard<std::mutex> l(mem().mu);
     auto& a = mem().allocs;
     auto it = a.find(ptr);

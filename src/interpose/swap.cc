@@ -628,7 +628,8 @@ CUresult arena_map_at(const GpuosDriverTable& d, gpuos_control_block* cb, CUcont
   });
 }
 
-CUresult arena_unmap_at(const GpuosDriverTable& d, gpuos_control_block* cb, const CUdeviceptr* vas, std::size_t count) {
+CUresult arena_unmap_at(const GpuosDriverTable& d, gpuos_control_block* cb, const CUdeviceptr* vas, std::size_t count,
+                        ArenaReleased released, void* ctx) {
   Arena& a = arena();
   std::lock_guard<std::mutex> lock(a.mu);
   std::vector<CUcontext> synced;
@@ -653,6 +654,7 @@ CUresult arena_unmap_at(const GpuosDriverTable& d, gpuos_control_block* cb, cons
     }
     ref(cb->swappable_bytes).fetch_sub(al.bytes);
     a.allocs.erase(it);
+    if (released != nullptr) released(ctx, i);
   }
   return CUDA_SUCCESS;
 }

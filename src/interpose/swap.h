@@ -44,8 +44,11 @@ CUresult arena_map_at(const GpuosDriverTable& d, gpuos_control_block* cb, CUcont
                       const CUdeviceptr* vas, std::size_t count, std::size_t bytes_each);
 // Releases the memory at vas[0..count) (mapped by arena_map_at; swapped-out memory is dropped)
 // after the device finished the work queued so far. CUDA_ERROR_INVALID_VALUE, and nothing
-// released, if one of them is not such memory.
-CUresult arena_unmap_at(const GpuosDriverTable& d, gpuos_control_block* cb, const CUdeviceptr* vas, std::size_t count);
+// released, if one of them is not such memory. `released(ctx, i)`, if given, runs as soon as
+// vas[i] is gone (under the arena's lock: it may only count), so that a long batch shows progress.
+using ArenaReleased = void (*)(void* ctx, std::size_t i);
+CUresult arena_unmap_at(const GpuosDriverTable& d, gpuos_control_block* cb, const CUdeviceptr* vas, std::size_t count,
+                        ArenaReleased released = nullptr, void* ctx = nullptr);
 // Bytes of [base, base + size) that are swapped out now.
 uint64_t arena_swapped_in(CUdeviceptr base, std::size_t size);
 

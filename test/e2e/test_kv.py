@@ -35,16 +35,17 @@ class KvPools(unittest.TestCase):
             f.write('[memory]\nswap_pool = "2GiB"\nswap_quantum_ms = 1000\nswap_headroom = "64MiB"\n')
             # A tenant that frees its blocks gets a minute, so that a loaded machine cannot make it
             # miss the deadline; one that ignores its target is swapped out after 200 ms.
-            deadline = 200 if "ignores" in self._testMethodName else 60000
+            # One that gives back slower than its deadline (a slow driver, below) gets 400 ms.
+            deadline = 200 if "ignores" in self._testMethodName else 400 if "slower" in self._testMethodName else 60000
             f.write('[policy.swap]\nkv_deadline_ms = %d\n' % deadline)
         self.d = start_daemon(self, ["--config", cfg], daemon_env={"GPUOS_SIM_MEM_MIB": "1024"})
 
-    def probe(self, name, run_flags, *args):
+    def probe(self, name, run_flags, *args, env=None):
         """A probe whose events go to a file (self.events_of(p) reads them while it runs)."""
         cmd = self.d.run_cmd(["--name", name] + list(run_flags) + ["--", bin_path("gpuos-kv-probe")] + list(args))
         out = open(self.file(name + ".out"), "w")
         self.addCleanup(out.close)
-        p = spawn(self, cmd, self.d.env, stdout=out)
+        p = spawn(self, cmd, dict(self.d.env, **(env or {})), stdout=out)
         p.events_path = out.name
         return p
 
@@ -126,11 +127,11 @@ class KvPools(unittest.TestCase):
         self.assertEqual(m["destroy"], "ok")
         self.assertEqual(m["mapped_pages_after"], 2)  # the failed calls changed nothing
 
-    def borrower_and_requester(self, on_pressure):
+    def borrower_and_requester(self, on_pressure, borrower_env=None):
         # a borrows (640 MiB on a 128 MiB guarantee) and holds; b's 512 MiB are within its own
         # guarantee but do not fit beside a's pool on the 1 GiB GPU.
         a = self.probe("kv-borrower", ["--mem", "128MiB", "--borrow", "1GiB"], "--grow-mib", "640",
-                       "--on-pressure", on_pressure, "--hold-until", self.file("a-stop"))
+                       "--on-pressure", on_pressure, "--hold-until", self.file("a-stop"), env=borrower_env)
         self.grown(a)
         b = self.probe("kv-requester", ["--mem", "512MiB"], "--grow-mib", "512")
         rc, bev, err = self.finish(b, "b")
@@ -151,6 +152,17 @@ class KvPools(unittest.TestCase):
         shrunk = [e for e in aev if e["event"] == "shrunk"]
         self.assertTrue(shrunk and shrunk[0]["resident_bytes"] <= targets[0]["target_bytes"])
         self.assertEqual(ta["swap_outs"], 0, "a met its target: nothing should have been swapped")
+        self.assertEqual(ta["alloc_failures"] + tb["alloc_failures"], 0)
+
+    def test_a_borrower_that_gives_back_slower_than_its_deadline_is_not_swapped(self):
+        # Each chunk's unmap takes 50 ms (the H200 took 3 ms per chunk beside a full GPU): a's one
+        # batched unmap of 16 chunks (0.8 s) outlasts its 400 ms deadline, but gpuosd sees its pool
+        # shrink chunk by chunk and waits (up to four deadlines) instead of swapping it out.
+        aev, ta, tb = self.borrower_and_requester("obey", {"GPUOS_SIM_UNMAP_DELAY_US": "50000"})
+        shrunk = [e for e in aev if e["event"] == "shrunk"]
+        self.assertTrue(shrunk, "a did not shrink:\n" + self.d.log_text())
+        self.assertGreater(shrunk[0]["ms"], 400, "the unmap was not slower than the deadline: the test shows nothing")
+        self.assertEqual(ta["swap_outs"], 0, "a was giving back: nothing should have been swapped\n" + self.d.log_text())
         self.assertEqual(ta["alloc_failures"] + tb["alloc_failures"], 0)
 
     def test_a_borrower_that_ignores_its_target_loses_the_pages_by_swap(self):
