@@ -10,7 +10,11 @@ from __future__ import annotations
 import math
 import os
 from collections import Counter
+import sys
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench", "colocation"))
+from common import percentile  # noqa: E402  (torch-free: the suite's percentile)
 
 # Chrome-trace categories of work the GPU ran (kineto's names; compared lowercased).
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
@@ -20,18 +24,6 @@ GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 ENV_PREFIXES = ("CUDA_", "PYTORCH_CUDA_ALLOC_CONF", "NVIDIA_")
 TEXT_FIELDS = ("name", "driver_version", "compute_mode", "persistence_mode", "uuid", "pci.bus_id")
 DEFAULT_PIPE = "/tmp/nvidia-mps"   # the driver's pipe directory when CUDA_MPS_PIPE_DIRECTORY is unset
-
-
-def percentile(sorted_vals: Sequence[float], q: float) -> Optional[float]:
-    """Linear-interpolated percentile (q in [0, 100]) of sorted values; None when empty."""
-    n = len(sorted_vals)
-    if n == 0:
-        return None
-    pos = (q / 100.0) * (n - 1)
-    lo = int(math.floor(pos))
-    hi = min(lo + 1, n - 1)
-    frac = pos - lo
-    return float(sorted_vals[lo]) * (1.0 - frac) + float(sorted_vals[hi]) * frac
 
 
 def summary(vals: Iterable[float]) -> dict:
