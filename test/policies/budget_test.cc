@@ -104,6 +104,30 @@ TEST(SlowdownMeter, ShapesWithoutSoloTimeAreNotJudged) {
   EXPECT_EQ(n, 0u);
 }
 
+TEST(SlowdownMeter, IntervalMeansJudgeWhatARequestSees) {
+  // A 4 ms decode step, every 5 ms, alone; then beside best-effort work that lands a 3 ms kernel
+  // in one step of 50 (2%). Per launch its p99 is that step (1.75x); per 100 ms interval (20
+  // steps, a request's lifetime) the mean is 1.0375 at worst: what the request's TPOT loses.
+  auto feed = [](SlowdownMeter* m) {
+    for (int i = 0; i < 400; ++i) m->add(kShape, 4'000'000, true, (1 + 5 * i) * kMs);
+    for (int i = 0; i < 400; ++i) m->add(kShape, i % 50 == 7 ? 7'000'000 : 4'000'000, false, (3000 + 5 * i) * kMs);
+  };
+  MeterParams p;
+  p.window_ns = 2000 * kMs;
+  SlowdownMeter per_launch(p);
+  feed(&per_launch);
+  EXPECT_NEAR(per_launch.window_p99(4999 * kMs), 1.75, 1e-9);
+  p.interval_ns = 100 * kMs;
+  SlowdownMeter per_interval(p);
+  feed(&per_interval);
+  std::size_t n = 0;
+  EXPECT_NEAR(per_interval.window_p99(4999 * kMs, &n), 1.0375, 1e-9);
+  EXPECT_EQ(n, 400u);  // launches, as before
+  // A slowdown of every step is one at any grain.
+  for (int i = 0; i < 400; ++i) per_interval.add(kShape, 4'800'000, false, (6000 + 5 * i) * kMs);
+  EXPECT_NEAR(per_interval.window_p99(8000 * kMs), 1.2, 1e-9);
+}
+
 TEST(Controller, BacksOffAtOnceGrowsSlowlyDecaysWhenIdle) {
   ControllerParams p;
   Measure good{1.05, 10, 1.1, 50, 10};

@@ -254,9 +254,11 @@ slots::GateActions BudgetPolicy::decide(const slots::GateView& view) {
 
 bool parse_budget_params(const ConfigSection& sec, BudgetParams* out, std::string* error) {
   BudgetParams p;
+  uint32_t meter_interval_ms = 0;
   uint32_t window_ms = 1000, control_ms = 100, react_ms = 20, probe_every_ms = 5000, probe_ms = 150, settle_ms = 30;
   uint32_t target_pct = 50, increase_permille = 5, growth_pct = 10, max_share_pct = 90, burst_pct = 50, mps_cost_pct = 8;
   if (!read_priority_keys(sec, &p.priority, error) || !sec.get_uint("window_ms", 100, 600000, &window_ms, error) ||
+      !sec.get_uint("meter_interval_ms", 0, 60000, &meter_interval_ms, error) ||
       !sec.get_uint("control_ms", 10, 10000, &control_ms, error) ||
       !sec.get_uint("react_ms", 1, 10000, &react_ms, error) ||
       !sec.get_uint("probe_every_ms", 100, 3600000, &probe_every_ms, error) ||
@@ -281,6 +283,7 @@ bool parse_budget_params(const ConfigSection& sec, BudgetParams* out, std::strin
     return false;
   }
   p.meter.window_ns = uint64_t{window_ms} * 1'000'000;
+  p.meter.interval_ns = uint64_t{meter_interval_ms} * 1'000'000;
   p.control_ns = uint64_t{control_ms} * 1'000'000;
   p.react_ns = uint64_t{react_ms} * 1'000'000;
   p.probe_every_ns = uint64_t{probe_every_ms} * 1'000'000;
@@ -310,6 +313,7 @@ std::string budget_settings(const ConfigSection& section) {
   parse_budget_params(section, &p, &unused);
   auto ms = [](uint64_t ns) { return std::to_string(ns / 1'000'000); };
   return format_priority_params(p.priority) + "window_ms = " + ms(p.meter.window_ns) +
+         "\nmeter_interval_ms = " + ms(p.meter.interval_ns) +
          "\ncontrol_ms = " + ms(p.control_ns) + "\nreact_ms = " + ms(p.react_ns) + "\nprobe_every_ms = " + ms(p.probe_every_ns) +
          "\nprobe_ms = " + ms(p.probe_ns) + "\nsettle_ms = " + ms(p.settle_ns) +
          "\ntarget_pct = " + std::to_string(std::lround(p.controller.target_fraction * 100)) +

@@ -1,6 +1,8 @@
 #include "policies/budget/slowdown_meter.h"
 
 #include <algorithm>
+#include <iterator>
+#include <map>
 
 namespace gpuos::policies::budget {
 namespace {
@@ -10,6 +12,27 @@ double median_of(std::vector<uint64_t> v) {
   const std::size_t mid = v.size() / 2;
   std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid), v.end());
   return static_cast<double>(v[mid]);
+}
+
+// (value, weight) pairs to judge: each ratio, or with interval_ns each interval's weighted mean
+// ratio, weighted by its launches' weight.
+template <typename It>
+std::vector<std::pair<double, double>> judged(It first, It last, uint64_t interval_ns) {
+  std::vector<std::pair<double, double>> out;
+  if (interval_ns == 0) {
+    for (It it = first; it != last; ++it) out.emplace_back(it->ratio, it->weight);
+    return out;
+  }
+  std::map<uint64_t, std::pair<double, double>> sums;  // interval -> (sum of ratio x weight, weight)
+  for (It it = first; it != last; ++it) {
+    auto& [rw, w] = sums[it->at_ns / interval_ns];
+    rw += it->ratio * it->weight;
+    w += it->weight;
+  }
+  for (const auto& [interval, sw] : sums) {
+    if (sw.second > 0) out.emplace_back(sw.first / sw.second, sw.second);
+  }
+  return out;
 }
 
 }  // namespace
@@ -54,16 +77,13 @@ double weighted_quantile(std::vector<std::pair<double, double>> v, double q) {
 }
 
 double SlowdownMeter::slowdown(double q, uint64_t now, uint64_t span_ns, std::size_t* count) const {
-  std::vector<std::pair<double, double>> recent;
-  for (auto it = window_.rbegin(); it != window_.rend() && it->at_ns + span_ns > now; ++it) {
-    recent.emplace_back(it->ratio, it->weight);
-  }
-  if (count != nullptr) *count = recent.size();
-  if (recent.empty()) return 0;
-  std::vector<std::pair<double, double>> alone;
-  for (const Ratio& r : solo_ref_) alone.emplace_back(r.ratio, r.weight);
-  const double reference = weighted_quantile(std::move(alone), q);
-  const double value = weighted_quantile(std::move(recent), q);
+  auto first = window_.end();
+  while (first != window_.begin() && std::prev(first)->at_ns + span_ns > now) --first;
+  const auto launches = static_cast<std::size_t>(window_.end() - first);
+  if (count != nullptr) *count = launches;
+  if (launches == 0) return 0;
+  const double reference = weighted_quantile(judged(solo_ref_.begin(), solo_ref_.end(), p_.interval_ns), q);
+  const double value = weighted_quantile(judged(first, window_.end(), p_.interval_ns), q);
   return reference > 0 ? value / reference : value;
 }
 
