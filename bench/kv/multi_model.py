@@ -282,8 +282,8 @@ class Runner:
                "--socket", self.socket(wd), "--", probe, "--grow-mib", str(ballast),
                "--hold-until", os.path.join(wd, "ballast.stop")]
         print(f"[kv] ballast: {shlex.join(cmd)}", flush=True)
-        self.ballast = subprocess.Popen(cmd, stdout=open(out, "w"), stderr=open(os.path.join(wd, "ballast.log"), "w"),
-                                        start_new_session=True)
+        with open(out, "w") as so, open(os.path.join(wd, "ballast.log"), "w") as se:  # the child keeps its copies
+            self.ballast = subprocess.Popen(cmd, stdout=so, stderr=se, start_new_session=True)
         end = time.monotonic() + 120
         while time.monotonic() < end:
             with open(out) as f:
