@@ -8,10 +8,11 @@ import json
 import math
 import os
 import random
+import re
 import signal
 import tempfile
 import time
-from typing import Iterable, Optional, Sequence
+from typing import Iterable, Optional, Sequence, Tuple
 
 
 # ---------------------------------------------------------------------------------------------
@@ -162,9 +163,20 @@ def slo_budget(policy: str) -> Optional[float]:
     return b
 
 
+VARIANT_RE = re.compile(r"^[a-z0-9][a-z0-9_]{0,31}$")
+
+
+def split_variant(name: str) -> Tuple[str, Optional[str]]:
+    """A gpuos mode name may end with @<variant>: the same mode under gpuosd's config <variant>
+    (run_matrix.py --variant), beside the default one in the same run. ('gpuos-time-slo-1.25@iv100')
+    -> ('gpuos-time-slo-1.25', 'iv100'); a name without '@' -> (name, None)."""
+    base, sep, variant = name.partition("@")
+    return base, (variant if sep else None)
+
+
 def mode_budget(name: str) -> Optional[float]:
-    """B of a mode named gpuos-<kind>-slo-B; None for every other mode."""
-    parts = name.split("-", 2)
+    """B of a mode named gpuos-<kind>-slo-B[@variant]; None for every other mode."""
+    parts = split_variant(name)[0].split("-", 2)
     if len(parts) != 3 or parts[0] != "gpuos":
         return None
     return slo_budget(parts[2])

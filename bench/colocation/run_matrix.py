@@ -104,8 +104,14 @@ class ModeSpec:
         self.gpuos_kind = None
         self.policy = None
         self.budget: Optional[float] = None  # gpuos-<kind>-slo-B: HP's --max-slowdown B
-        if name.startswith("gpuos-"):
-            parts = name.split("-", 2)
+        base, self.variant = common.split_variant(name)  # @variant: gpuosd's config (--variant)
+        if self.variant is not None:
+            if not base.startswith("gpuos-"):
+                raise ValueError(f"bad mode {name!r}: only gpuos modes take @<variant> (gpuosd's config)")
+            if not common.VARIANT_RE.match(self.variant):
+                raise ValueError(f"bad variant in {name!r}: @ then 1-32 of a-z, 0-9 and _")
+        if base.startswith("gpuos-"):
+            parts = base.split("-", 2)
             if len(parts) != 3 or parts[1] not in ("time", "space") or not parts[2]:
                 raise ValueError(f"bad gpuos mode name {name!r}: gpuos-time-<policy> or gpuos-space-<policy>")
             self.gpuos_kind, self.policy = parts[1], parts[2]
@@ -322,9 +328,33 @@ class Runner:
         if a.gpuos and a.gpuos != "none":
             names += [m for m in a.gpuos.split(",") if m and m not in names]
         if check:
+            variants = Runner.variants(a)
             for n in names:
-                ModeSpec(n)
+                v = ModeSpec(n).variant
+                if v is not None and v not in variants:
+                    raise ValueError(f"mode {n!r}: no --variant {v}=CONFIG")
         return names
+
+    @staticmethod
+    def variants(a) -> Dict[str, str]:
+        """--variant NAME=CONFIG, each once: {name: gpuosd config file}; ValueError for a bad one."""
+        out: Dict[str, str] = {}
+        for v in a.variant or []:
+            name, sep, path = v.partition("=")
+            if not sep or not common.VARIANT_RE.match(name) or not path:
+                raise ValueError(f"bad --variant {v!r}: NAME=CONFIG, NAME 1-32 of a-z, 0-9 and _")
+            if name in out:
+                raise ValueError(f"--variant {name} given twice")
+            if not os.path.isfile(path):
+                raise ValueError(f"--variant {name}: no such config file {path!r}")
+            out[name] = os.path.abspath(path)
+        return out
+
+    def gpuos_config(self, spec: ModeSpec) -> Optional[str]:
+        """The gpuosd config file of a mode: its variant's, else the caller's GPUOS_CONFIG (or none)."""
+        if spec.variant is not None:
+            return self.variants(self.a)[spec.variant]
+        return os.environ.get("GPUOS_CONFIG") or None
 
     def _modes(self) -> List[ModeSpec]:
         specs = [ModeSpec(n) for n in self.mode_names(self.a)]
@@ -484,11 +514,11 @@ class Runner:
         MPS socket paths must stay under 108 bytes)."""
         self.space_mps_dir = tempfile.mkdtemp(prefix="gsm-", dir="/tmp")
         base = ""
-        if os.environ.get("GPUOS_CONFIG"):
-            with open(os.environ["GPUOS_CONFIG"]) as f:
+        if self.gpuos_config(spec):
+            with open(self.gpuos_config(spec)) as f:
                 base = f.read()
         if "[spatial]" in base:
-            raise ModeError("GPUOS_CONFIG already has a [spatial] section; the harness adds its own")
+            raise ModeError(f"{self.gpuos_config(spec)} already has a [spatial] section; the harness adds its own")
         path = os.path.join(self.workdir, f"{spec.name}.gpuos.toml")
         with open(path, "w") as f:
             f.write(base + ("\n" if base and not base.endswith("\n") else "")
@@ -536,6 +566,8 @@ class Runner:
         be.update(spec.be_env)
         if spec.gpuos_kind:
             g = {"GPUOS_SOCKET": self.socket_path(spec), "GPUOS_ON_NO_DAEMON": "refuse"}
+            if spec.variant is not None:
+                g["GPUOS_CONFIG"] = self.gpuos_config(spec)
             hp.update(g)
             be.update(g)
         return hp, be
@@ -582,10 +614,10 @@ class Runner:
                     note = f"OVER BUDGET: skipped unless --budget-s >= {total + est:.0f}"
             total += est
             rows.append((s.name, est, total, note))
-        print(f"{'mode':<22}{'est s':>8}{'cum s':>8}  note")
+        print(f"{'mode':<28}{'est s':>8}{'cum s':>8}  note")
         for n, e, c, note in rows:
-            print(f"{n:<22}{e:>8.0f}{c:>8.0f}  {note}")
-        print(f"{'total':<22}{total:>8.0f}        ({total / 60:.1f} min; budget {a.budget_s:.0f} s: a mode "
+            print(f"{n:<28}{e:>8.0f}{c:>8.0f}  {note}")
+        print(f"{'total':<28}{total:>8.0f}        ({total / 60:.1f} min; budget {a.budget_s:.0f} s: a mode "
               f"whose estimate would pass the budget is skipped)")
         print()
         for s in self.modes:
@@ -1063,6 +1095,10 @@ def parse_args(argv=None):
                    help="comma list of gpuos modes (gpuos-time-<p>, gpuos-space-<p>; <p> = slo-B: policy "
                         "'budget', HP under --max-slowdown B), or 'none'; skipped with a note when "
                         "build/bin/gpuos is missing")
+    g.add_argument("--variant", action="append", metavar="NAME=CONFIG",
+                   help="gpuosd config file for the gpuos modes named <mode>@NAME (e.g. "
+                        "gpuos-time-slo-1.25@iv100), which run beside the same modes under the default "
+                        "config (GPUOS_CONFIG); repeatable")
     g.add_argument("--load-step-to", type=float, default=0.0, metavar="L2",
                    help="load step: HP's arrival rate changes from --load to L2 x capacity at "
                         "--load-step-at in every HP run (latency per 1 s window in the summary)")

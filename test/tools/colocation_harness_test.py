@@ -114,6 +114,37 @@ class Modes(unittest.TestCase):
         self.assertNotIn("CUDA_MPS_CLIENT_PRIORITY", hp_env)
         self.assertEqual(be_env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"], "25")
 
+    def test_variants_run_a_mode_under_another_gpuosd_config(self):
+        with tempfile.TemporaryDirectory() as d:
+            cfg = os.path.join(d, "iv.toml")
+            with open(cfg, "w") as f:
+                f.write("[policy.budget]\nmeter_interval_ms = 100\n")
+            r = runner("--modes", "exclusive-hp", "--variant", f"iv100={cfg}",
+                       "--gpuos", "gpuos-time-slo-1.25,gpuos-time-slo-1.25@iv100,gpuos-space-slo-1.5@iv100")
+            plain, tv, sv = r.modes[1:]
+            self.assertEqual((tv.budget, tv.variant, tv.gpuos_kind), (1.25, "iv100", "time"))
+            self.assertEqual(common.mode_budget(sv.name), 1.5)
+            self.assertEqual(report._group(sv.name), "gpuos-space")
+            self.assertEqual(r.envs(tv)[0]["GPUOS_CONFIG"], cfg)
+            self.assertEqual(r.envs(tv)[1]["GPUOS_CONFIG"], cfg)  # the BE's client reads it too
+            self.assertNotIn("GPUOS_CONFIG", r.envs(plain)[0])
+            self.assertNotEqual(r.socket_path(tv), r.socket_path(plain))
+            r.workdir = d
+            with open(r.space_config(sv)) as f:
+                text = f.read()
+            self.assertTrue(text.startswith("[policy.budget]\nmeter_interval_ms = 100\n[spatial]"), text)
+            os.rmdir(r.space_mps_dir)
+            for argv, msg in (
+                    (["--gpuos", "gpuos-time-slo-1.25@iv100"], "no --variant iv100=CONFIG"),
+                    (["--gpuos", "gpuos-time-slo-1.25@IV"], "bad variant"),
+                    (["--modes", "mps@iv100", "--variant", f"iv100={cfg}"], "only gpuos modes"),
+                    (["--variant", "iv100"], "NAME=CONFIG"),
+                    (["--variant", f"a={cfg}", "--variant", f"a={cfg}"], "given twice"),
+                    (["--variant", f"a={d}/none.toml"], "no such config file")):
+                with contextlib.redirect_stderr(io.StringIO()) as err, self.assertRaises(SystemExit):
+                    run_matrix.parse_args(argv)
+                self.assertIn(msg, err.getvalue(), argv)
+
     def test_load_step_command(self):
         r = runner("--modes", "exclusive-hp,time-slicing", "--gpuos", "none", "--load", "0.3",
                    "--load-step-to", "0.6", "--window", "20")
