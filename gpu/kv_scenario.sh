@@ -9,10 +9,13 @@
 #   OUT=/results bash gpu/kv_scenario.sh collect    # waits for the run begun before, collects
 # Settings: ARGS (multi_model.py flags; default: the calibration below), WAIT_S (540).
 # Writes to $OUT: summary.json, summary.md, raw.json, work.tgz (every server's log and JSON).
-# Needs ./build (ln -sfn .gpucarry build) and python3 with torch.
+# Needs ./build (or a carried .gpucarry, linked as build) and python3 with torch.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
 : "${OUT:?set OUT}"
+# Each device call copies the working tree afresh and drops the untracked ./build link: the run
+# begun by an earlier call would find no binaries for its next tenants. Linked again at once.
+[[ ! -e build && -x .gpucarry/bin/gpuos ]] && ln -sfn .gpucarry build
 RUN=/tmp/gpuos-kv-scenario WAIT_S=${WAIT_S:-540}
 ARGS=${ARGS:---label kv --splits equal,1:2:5,1.45:1.83:3.56 --on-rates 4,1.8,1.6 --kv-total-gib 6 --duration 80 --period-s 40 --drain-s 20 --startup-s 20 --budget-s 900}
 

@@ -10,10 +10,13 @@
 #           STEP_TO (a load, e.g. 0.7: the HP's load steps from LOAD to it half way: the load-step run)
 #           MORE (extra run_matrix.py flags)
 # Writes to $OUT: summary.md, summary.json, frontier.json, frontier.png, all.tgz (raw.json, plots,
-# every gpuosd log). Needs ./build (ln -sfn .gpucarry build) and python3 with torch.
+# every gpuosd log). Needs ./build (or a carried .gpucarry, linked as build) and python3 with torch.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
 : "${OUT:?set OUT}"
+# Each device call copies the working tree afresh and drops the untracked ./build link: the run
+# begun by an earlier call would find no binaries for its next tenants. Linked again at once.
+[[ ! -e build && -x .gpucarry/bin/gpuos ]] && ln -sfn .gpucarry build
 RUN=/tmp/gpuos-slo-frontier WAIT_S=${WAIT_S:-560}
 
 collect() {
