@@ -68,17 +68,24 @@ bool has_mem_nodes(Graph* g) {
 }
 
 // A deep copy of g (children too), registered; null if it has memory nodes (never cloned).
+// Locks: the registry's before a graph's (find_node), so no graph's lock is held while the copies
+// are registered.
 Graph* clone_graph(Graph* g) {
   if (has_mem_nodes(g)) return nullptr;
-  Graph* c = new_graph();
-  std::lock_guard<std::mutex> l(g->mu);
-  for (auto& n : g->nodes) {
-    c->nodes.push_back(std::make_unique<GraphNode>(*n));
+  std::vector<std::unique_ptr<GraphNode>> nodes;
+  {
+    std::lock_guard<std::mutex> l(g->mu);
+    for (auto& n : g->nodes) nodes.push_back(std::make_unique<GraphNode>(*n));
+  }
+  for (auto& n : nodes) {
     if (n->type == GraphNode::Type::kGraph) {
-      c->nodes.back()->child = clone_graph(n->child);
-      c->nodes.back()->child->owned = true;
+      n->child = clone_graph(n->child);
+      n->child->owned = true;
     }
   }
+  Graph* c = new_graph();
+  std::lock_guard<std::mutex> l(c->mu);
+  c->nodes = std::move(nodes);
   return c;
 }
 

@@ -177,6 +177,8 @@ const slots::GateAction* action_of(const slots::GateActions& a, uint32_t id) {
   }
   return nullptr;
 }
+// The pointer is into `a`: a temporary would be gone before it is read.
+const slots::GateAction* action_of(const slots::GateActions&& a, uint32_t id) = delete;
 
 struct Sim {
   BudgetPolicy policy{BudgetParams{}};
@@ -384,7 +386,8 @@ TEST(BudgetPolicy, BestEffortOfTheBudgetedTenantsDomainIsPacedAndHeldForProbes) 
   slots::GateView v;
   v.now_ns = 9000 * kMs;
   v.tenants = {g, b};
-  const slots::GateAction* act = action_of(p.decide(v), 2);
+  const slots::GateActions acts = p.decide(v);  // action_of points into it
+  const slots::GateAction* act = action_of(acts, 2);
   ASSERT_NE(act, nullptr);
   EXPECT_EQ(act->gate, GPUOS_GATE_OPEN);
   EXPECT_EQ(act->pacing.permille, 0u);
@@ -403,7 +406,8 @@ TEST(BudgetPolicy, TimingsAreNotSoloWhileBestEffortWorkIsStillInFlight) {
     v.now_ns = (1000 + 10 * i) * kMs;
     g.timed = launches(4, 1000);
     v.tenants = {g, b};
-    const slots::GateAction* act = action_of(p.decide(v), 2);
+    const slots::GateActions acts = p.decide(v);
+    const slots::GateAction* act = action_of(acts, 2);
     ASSERT_NE(act, nullptr);
     EXPECT_EQ(act->gate, GPUOS_GATE_CLOSED) << i;
   }
@@ -416,7 +420,8 @@ TEST(BudgetPolicy, TimingsAreNotSoloWhileBestEffortWorkIsStillInFlight) {
     v.now_ns = (1000 + 10 * i) * kMs;
     g.timed = launches(4, 1000);
     v.tenants = {g, b};
-    gate = action_of(p.decide(v), 2)->gate;
+    const slots::GateActions acts = p.decide(v);
+    gate = action_of(acts, 2)->gate;
   }
   EXPECT_TRUE(p.state().tenants.at(1).meter.has_solo());
   EXPECT_EQ(gate, GPUOS_GATE_OPEN);
@@ -451,7 +456,8 @@ TEST(BudgetPolicy, InADomainTheMeterIsHeldToWhatPartitionAndMpsLeave) {
       v.now_ns = (1000 + 10 * i) * kMs;
       g.timed = launches(4, b.gate == GPUOS_GATE_OPEN ? 1100 : 1000);
       v.tenants = {g, b};
-      const slots::GateAction* act = action_of(p.decide(v), 2);
+      const slots::GateActions acts = p.decide(v);
+      const slots::GateAction* act = action_of(acts, 2);
       b.gate = act->gate;
       b.busy = act->gate == GPUOS_GATE_OPEN;
       if (i >= 500) share = std::max(share, p.state().share);
