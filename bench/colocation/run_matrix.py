@@ -314,6 +314,7 @@ class Runner:
         self.be_excl: Optional[float] = None
         self.results: Dict[str, dict] = {}
         self.modes = self._modes()
+        self.variant_configs = self.variants(args)  # --variant, checked by parse_args
         self.py = args.python
         self.gpuos_bin = os.path.abspath(args.gpuos_bin)
         self.synth_bin = os.path.abspath(args.synth_bin)
@@ -353,7 +354,7 @@ class Runner:
     def gpuos_config(self, spec: ModeSpec) -> Optional[str]:
         """The gpuosd config file of a mode: its variant's, else the caller's GPUOS_CONFIG (or none)."""
         if spec.variant is not None:
-            return self.variants(self.a)[spec.variant]
+            return self.variant_configs[spec.variant]
         return os.environ.get("GPUOS_CONFIG") or None
 
     def _modes(self) -> List[ModeSpec]:
@@ -514,11 +515,12 @@ class Runner:
         MPS socket paths must stay under 108 bytes)."""
         self.space_mps_dir = tempfile.mkdtemp(prefix="gsm-", dir="/tmp")
         base = ""
-        if self.gpuos_config(spec):
-            with open(self.gpuos_config(spec)) as f:
+        cfg = self.gpuos_config(spec)
+        if cfg:
+            with open(cfg) as f:
                 base = f.read()
         if "[spatial]" in base:
-            raise ModeError(f"{self.gpuos_config(spec)} already has a [spatial] section; the harness adds its own")
+            raise ModeError(f"{cfg} already has a [spatial] section; the harness adds its own")
         path = os.path.join(self.workdir, f"{spec.name}.gpuos.toml")
         with open(path, "w") as f:
             f.write(base + ("\n" if base and not base.endswith("\n") else "")
