@@ -61,6 +61,9 @@
 //   mps_kernel_cost_ns = 320   # what MPS adds to each kernel of a client (0..1000000; 0 = no
 //                              # warning): gpuosd warns about a guaranteed tenant whose kernels are
 //                              # so short that this costs it more than the slack
+//   budget_whole_gpu = false   # a guaranteed tenant with a latency budget (and no --sms) runs on
+//                              # every SM, unconfined; best-effort tenants stay on the reserve
+//                              # groups, paced by the budget (false: partitioned and right-sized)
 //   [[spatial.domain]]         # zero or more; none = spatial sharing off
 //   name = "team-a"            # [A-Za-z0-9_.-]{1,32}, not "." or "..", unique
 //   users = ["alice", 1001]    # user names or uids allowed to join (besides admins); [] = admins only

@@ -47,6 +47,7 @@ slots::GateTenant Core::gate_view(const Tenant& t) const {
   v.uid = t.uid;
   v.name = t.name;
   v.space_domain = t.space.domain;
+  for (const uint64_t mask : t.space.masks) v.space_confined = v.space_confined || mask != 0;
   v.tenant_class = t.tenant_class;
   v.priority = t.priority;
   v.weight = t.weight;

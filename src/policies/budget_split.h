@@ -23,11 +23,13 @@ inline double budget_slack(uint32_t max_slowdown_permille) {
 }
 
 // The slowdown the budget policy's meter may allow a tenant in a spatial domain: what is left of
-// B after its partition and MPS. At most B; at least 1 (then nothing is lent: best-effort tenants
-// of its domain are held).
-inline double interference_budget(uint32_t max_slowdown_permille, double mps_cost) {
+// B after its partition (when it is confined to one: not when it runs on the whole GPU, alone in
+// its domain or planned whole_gpu) and MPS. At most B; at least 1 (then nothing is lent:
+// best-effort tenants of its domain are held).
+inline double interference_budget(uint32_t max_slowdown_permille, double mps_cost, bool partitioned = true) {
   const double b = max_slowdown_permille / 1000.0;
-  return std::clamp(b / ((1.0 + budget_slack(max_slowdown_permille)) * (1.0 + std::max(mps_cost, 0.0))), 1.0, b);
+  const double slack = partitioned ? budget_slack(max_slowdown_permille) : 0.0;
+  return std::clamp(b / ((1.0 + slack) * (1.0 + std::max(mps_cost, 0.0))), 1.0, b);
 }
 
 }  // namespace gpuos::policies

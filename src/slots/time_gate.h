@@ -36,6 +36,7 @@ struct GateTenant {
   uid_t uid = 0;
   std::string name;
   std::string space_domain;  // spatial-sharing domain ("" = none): its tenants share in space
+  bool space_confined = false;  // in a domain and placed on a partition (a space mask) on some GPU
   uint32_t tenant_class = 0;  // requested class in admit(), granted class elsewhere
   int32_t priority = 0;
   uint32_t weight = 0;

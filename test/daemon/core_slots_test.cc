@@ -40,13 +40,14 @@ struct SlotsFixture : ::testing::Test {
     for (TenantSide& t : tenants) tenant_side::unmap(t);
   }
   // Registers tenant i (pid 100 + i); returns its index.
-  std::size_t add(uint32_t cls, const char* domain = "") {
+  std::size_t add(uint32_t cls, const char* domain = "", uint32_t max_slowdown_permille = 0) {
     TenantSide t;
     t.conn.id = tenants.size() + 1;
     t.conn.peer.pid = 100 + static_cast<pid_t>(tenants.size());
     t.conn.peer.uid = 1000;
     gpuos_msg_register m = tenant_side::registration(t.conn.peer.pid, cls);
     copy_name(m.space_domain, sizeof(m.space_domain), domain);
+    m.max_slowdown_permille = max_slowdown_permille;
     Outcome o = core->handle_message(t.conn, &m, sizeof(m));
     EXPECT_NE(o.registered, 0u);
     tenant_side::adopt(t, o);
@@ -110,6 +111,24 @@ TEST_F(SlotsFixture, SpaceSlotPartitionsADomainThroughTheBlocks) {
   // The best-effort tenant leaves: the guaranteed one is alone again.
   core->connection_closed(tenants[be].conn);
   EXPECT_EQ(mask(hp), 0u);
+}
+
+TEST_F(SlotsFixture, ABudgetedTenantPlannedWholeGpuRunsUnconfinedBesideBestEffortOnTheReserve) {
+  CoreOptions o;
+  policies::PartitionParams params;
+  params.budget_whole_gpu = true;
+  o.space_policy = std::make_unique<policies::PartitionPolicy>(params);
+  make_core(std::move(o));
+  const std::size_t hp = add(GPUOS_CLASS_GUARANTEED, "serve", 1250);
+  const std::size_t strict = add(GPUOS_CLASS_GUARANTEED, "serve");  // no budget: partitioned as before
+  const std::size_t be = add(GPUOS_CLASS_BEST_EFFORT, "serve");
+  activity(hp, true);
+  activity(strict, true);
+  activity(be, true);
+  EXPECT_EQ(mask(hp), 0u);          // every SM
+  EXPECT_EQ(mask(strict), 0x3f80u); // its 7 groups after the 7 the budgeted one holds
+  EXPECT_EQ(mask(be), 0xc000u);     // the reserve, as beside any guaranteed tenant
+  EXPECT_EQ(core->space_failures(), 0u);
 }
 
 TEST_F(SlotsFixture, ASpacePolicyBreakingItsContractFallsBackToUnconfined) {

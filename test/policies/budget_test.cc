@@ -439,33 +439,51 @@ TEST(BudgetSplit, PartitionAndMpsTakeTheirPartsOfASpatialTenantsBudget) {
   // A budget MPS alone exceeds leaves nothing to lend, and never more than B.
   EXPECT_DOUBLE_EQ(interference_budget(1050, 0.08), 1.0);
   EXPECT_DOUBLE_EQ(interference_budget(2000, -1.0), 2.0 / 1.25);
+  // On the whole GPU (alone in its domain, or planned whole_gpu) no partition takes its part.
+  EXPECT_DOUBLE_EQ(interference_budget(1500, 0.0, false), 1.5);
+  EXPECT_NEAR(1.08 * interference_budget(1500, 0.08, false), 1.5, 1e-9);
+}
+
+// The largest share lent over the last second of a 6 s run in which the budgeted tenant's launches
+// take `beside_us` while the best-effort tenant's gate is open (1000 us alone).
+double share_lent(BudgetParams params, const std::string& domain, bool confined, int beside_us) {
+  BudgetPolicy p{params};
+  slots::GateTenant g = hp(true);
+  g.space_domain = domain;
+  g.space_confined = confined;
+  slots::GateTenant b = be(false, GPUOS_GATE_CLOSED);
+  b.space_domain = domain;
+  double share = 0;
+  for (int i = 0; i < 600; ++i) {
+    slots::GateView v;
+    v.now_ns = (1000 + 10 * i) * kMs;
+    g.timed = launches(4, b.gate == GPUOS_GATE_OPEN ? beside_us : 1000);
+    v.tenants = {g, b};
+    const slots::GateActions acts = p.decide(v);
+    const slots::GateAction* act = action_of(acts, 2);
+    b.gate = act->gate;
+    b.busy = act->gate == GPUOS_GATE_OPEN;
+    if (i >= 500) share = std::max(share, p.state().share);
+  }
+  return share;
 }
 
 TEST(BudgetPolicy, InADomainTheMeterIsHeldToWhatPartitionAndMpsLeave) {
-  // 1.1x beside best-effort is within a budget of 1.25 time-shared, but not in a spatial domain,
-  // where MPS and the partition already took most of it: there the share falls to nothing.
-  auto run = [](const std::string& domain) {
-    BudgetPolicy p{BudgetParams{}};
-    slots::GateTenant g = hp(true);
-    g.space_domain = domain;
-    slots::GateTenant b = be(false, GPUOS_GATE_CLOSED);
-    b.space_domain = domain;
-    double share = 0;
-    for (int i = 0; i < 600; ++i) {
-      slots::GateView v;
-      v.now_ns = (1000 + 10 * i) * kMs;
-      g.timed = launches(4, b.gate == GPUOS_GATE_OPEN ? 1100 : 1000);
-      v.tenants = {g, b};
-      const slots::GateActions acts = p.decide(v);
-      const slots::GateAction* act = action_of(acts, 2);
-      b.gate = act->gate;
-      b.busy = act->gate == GPUOS_GATE_OPEN;
-      if (i >= 500) share = std::max(share, p.state().share);
-    }
-    return share;
-  };
-  EXPECT_GT(run(""), 0.05);
-  EXPECT_LT(run("serve"), 0.02);
+  // 1.1x beside best-effort is within a budget of 1.25 time-shared, but not on a partition in a
+  // spatial domain, where MPS and the partition already took most of it: there the share falls to
+  // nothing.
+  EXPECT_GT(share_lent(BudgetParams{}, "", false, 1100), 0.05);
+  EXPECT_LT(share_lent(BudgetParams{}, "serve", true, 1100), 0.02);
+}
+
+TEST(BudgetPolicy, OnTheWholeGpuInADomainThePartitionTakesNoPartOfTheBudget) {
+  // Without MPS's part and aiming at the budget itself: 1.2x is over what a partition leaves of
+  // 1.25 (1.25 / 1.0625 = 1.18) but within 1.25 for a tenant that runs on every SM.
+  BudgetParams params;
+  params.mps_cost = 0;
+  params.controller.target_fraction = 1.0;
+  EXPECT_LT(share_lent(params, "serve", true, 1200), 0.02);
+  EXPECT_GT(share_lent(params, "serve", false, 1200), 0.05);
 }
 
 TEST(BudgetPolicy, AdmissionTimesBudgetedAndBestEffortTenants) {

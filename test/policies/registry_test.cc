@@ -105,6 +105,8 @@ INSTANTIATE_TEST_SUITE_P(
         Bad{"[policy.partition]\nright_size_slack_pct = 51\n", "right_size_slack_pct: value 51 out of range 0..50"},
         Bad{"[spatial]\nright_size_below_grid = 1\n",
             "test.toml:2: [spatial] right_size_below_grid: expected true or false, got integer"},
+        Bad{"[policy.partition]\nbudget_whole_gpu = \"yes\"\n",
+            "test.toml:2: [policy.partition] budget_whole_gpu: expected true or false, got string"},
         Bad{"[policy.exclusive]\nmax_hold_ms = 0\n", "[policy.exclusive] max_hold_ms: value 0 out of range 1..60000"},
         // A section is checked even when its policy is not chosen: a typo does not wait for the day it is.
         Bad{"[scheduler]\npolicy = \"open\"\n[policy.exclusive]\nmax_hold = 5\n",

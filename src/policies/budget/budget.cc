@@ -19,7 +19,8 @@ bool active(const slots::GateTenant& t) { return t.busy || (t.waiting && !t.pinn
 // The slowdown the meter may allow a budgeted tenant: its whole budget time-shared; in a spatial
 // domain what its partition and MPS leave of it (budget_split.h).
 double meter_limit(const slots::GateTenant& t, double mps_cost) {
-  return t.space_domain.empty() ? t.max_slowdown_permille / 1000.0 : interference_budget(t.max_slowdown_permille, mps_cost);
+  return t.space_domain.empty() ? t.max_slowdown_permille / 1000.0
+                                 : interference_budget(t.max_slowdown_permille, mps_cost, t.space_confined);
 }
 // A best-effort tenant a budget paces: one time-shared, or one in the spatial domain of a budgeted
 // tenant (it runs beside that tenant on SMs of its own, and still takes from its memory system).

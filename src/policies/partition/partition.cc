@@ -48,14 +48,8 @@ uint32_t PartitionPolicy::right_size(const slots::SpaceTenant& t, const slots::S
   for (const SpaceGpu& g : view.gpus) {
     if (g.index == home) gpu = &g;
   }
-  const auto reset_sizing = [&st] {
-    st.sizer = SizerState{};
-    st.sized_sms = 0;
-    st.default_sms = 0;
-    st.sized_latency = 0;
-  };
   if (!shared || gpu == nullptr) {
-    reset_sizing();
+    reset_sizing(st);
     return 0;
   }
   const uint32_t groups = slots::space_groups(*gpu, p.group_sms);
@@ -71,7 +65,7 @@ uint32_t PartitionPolicy::right_size(const slots::SpaceTenant& t, const slots::S
     // against the old ceiling; start again from the new one.
     log::info("tenant %u (%s): its default partition is now %u SMs (was %u): right-sizing starts again", t.id,
               t.name.c_str(), ceiling, st.default_sms);
-    reset_sizing();
+    reset_sizing(st);
   }
   // Not read (the tenant was writing them): what it had, or the ceiling (never "unsized", which
   // the planner would read as the rest of the guaranteed groups).
@@ -129,6 +123,18 @@ uint32_t PartitionPolicy::right_size(const slots::SpaceTenant& t, const slots::S
   return d.sms;
 }
 
+void PartitionPolicy::reset_sizing(TenantState& st) {
+  st.sizer = SizerState{};
+  st.sized_sms = 0;
+  st.default_sms = 0;
+  st.sized_latency = 0;
+}
+
+bool PartitionPolicy::whole_gpu(const slots::SpaceTenant& t) const {
+  return params_.budget_whole_gpu && t.max_slowdown_permille > 1000 && t.tenant_class == GPUOS_CLASS_GUARANTEED &&
+         !t.domain.empty() && t.asked_sms == 0;
+}
+
 void PartitionPolicy::warn_if_mps_costs_slack(const slots::SpaceTenant& t, TenantState& st) {
   if (st.mps_warned || t.tenant_class != GPUOS_CLASS_GUARANTEED || t.domain.empty()) return;
   if (t.samples < kMpsCostMinSamples) return;
@@ -158,7 +164,12 @@ slots::SpaceActions PartitionPolicy::decide(const slots::SpaceView& view) {
     s.tenant_class = v.tenant_class;
     s.priority = v.priority;
     s.weight = v.weight;
-    s.want_sms = v.asked_sms != 0 ? v.asked_sms : right_size(v, view, p, st);
+    s.whole_gpu = whole_gpu(v);
+    if (s.whole_gpu) {
+      reset_sizing(st);  // on every SM: nothing to size
+    } else {
+      s.want_sms = v.asked_sms != 0 ? v.asked_sms : right_size(v, view, p, st);
+    }
     warn_if_mps_costs_slack(v, st);
     sizing = sizing || st.sized_sms != 0;
     s.busy = v.busy;
@@ -199,13 +210,14 @@ slots::SpaceActions PartitionPolicy::decide(const slots::SpaceView& view) {
 
 bool parse_partition_params(const ConfigSection& sec, PartitionParams* out, std::string* error) {
   uint32_t lend_after_ms = 20, lend_max_kernel_ms = 10, reserve = 2, slack_pct = 4, mps_cost = 320;
-  bool below_grid = false;
+  bool below_grid = false, whole_gpu = false;
   if (!sec.get_uint("lend_after_ms", 0, 3600000, &lend_after_ms, error) ||
       !sec.get_uint("lend_max_kernel_ms", 1, 3600000, &lend_max_kernel_ms, error) ||
       !sec.get_uint("be_reserve_groups", 1, 63, &reserve, error) ||
       !sec.get_uint("right_size_slack_pct", 0, 50, &slack_pct, error) ||
       !sec.get_bool("right_size_below_grid", &below_grid, error) ||
-      !sec.get_uint("mps_kernel_cost_ns", 0, 1000000, &mps_cost, error) || !sec.all_read(error)) {
+      !sec.get_uint("mps_kernel_cost_ns", 0, 1000000, &mps_cost, error) ||
+      !sec.get_bool("budget_whole_gpu", &whole_gpu, error) || !sec.all_read(error)) {
     return false;
   }
   PartitionParams p;
@@ -215,6 +227,7 @@ bool parse_partition_params(const ConfigSection& sec, PartitionParams* out, std:
   p.sizer.slack = slack_pct / 100.0;
   p.sizer.below_grid = below_grid;
   p.mps_kernel_cost_ns = mps_cost;
+  p.budget_whole_gpu = whole_gpu;
   *out = p;
   return true;
 }
@@ -235,7 +248,8 @@ std::string partition_settings(const ConfigSection& section) {
          "\nbe_reserve_groups = " + std::to_string(p.space.be_reserve_groups) +
          "\nright_size_slack_pct = " + std::to_string(static_cast<int>(std::lround(p.sizer.slack * 100))) +
          "\nright_size_below_grid = " + (p.sizer.below_grid ? "true" : "false") +
-         "\nmps_kernel_cost_ns = " + std::to_string(p.mps_kernel_cost_ns) + "\n";
+         "\nmps_kernel_cost_ns = " + std::to_string(p.mps_kernel_cost_ns) +
+         "\nbudget_whole_gpu = " + (p.budget_whole_gpu ? "true" : "false") + "\n";
 }
 }  // namespace
 

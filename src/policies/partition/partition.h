@@ -4,7 +4,7 @@
 //
 //   [policy.partition]  (or [spatial], their place before the policy slots)
 //   lend_after_ms, lend_max_kernel_ms, be_reserve_groups, right_size_slack_pct,
-//   right_size_below_grid, mps_kernel_cost_ns: see common/config.h.
+//   right_size_below_grid, mps_kernel_cost_ns, budget_whole_gpu: see common/config.h.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +25,10 @@ struct PartitionParams {
   // What MPS adds to each kernel of a spatial tenant: a guaranteed one whose mean kernel is so
   // short that this exceeds the sizer's slack is warned about once (0: never).
   uint64_t mps_kernel_cost_ns = 320;
+  // A guaranteed tenant with a latency budget and no --sms runs on the whole GPU (planner.h
+  // whole_gpu) instead of a right-sized partition: best-effort tenants stay on the reserve groups,
+  // and the budget paces them. Off: it is partitioned and right-sized like any guaranteed tenant.
+  bool budget_whole_gpu = false;
 };
 
 bool parse_partition_params(const ConfigSection& section, PartitionParams* out, std::string* error);
@@ -54,6 +58,9 @@ class PartitionPolicy final : public slots::SpacePolicy {
   uint32_t right_size(const slots::SpaceTenant& t, const slots::SpaceView& view, const partition::SpaceParams& p,
                       TenantState& st);
   void warn_if_mps_costs_slack(const slots::SpaceTenant& t, TenantState& st);
+  static void reset_sizing(TenantState& st);
+  // Planned whole_gpu: a budgeted guaranteed tenant of a domain that asked for no size.
+  bool whole_gpu(const slots::SpaceTenant& t) const;
   static constexpr uint64_t kMpsCostMinSamples = 64;
 
   PartitionParams params_;

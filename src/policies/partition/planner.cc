@@ -61,7 +61,7 @@ void plan_domain(uint32_t gpu, uint32_t groups, const std::vector<const PlanTena
     }
     if (mask == 0) mask = range_mask(0, 1);
     last_mask = mask;
-    (*out)[t->id][gpu] = mask;
+    (*out)[t->id][gpu] = t->whole_gpu ? 0 : mask;
     if (!t->busy && t->idle_ns >= params.lend_after_ns) lent |= mask;
   }
   if (guaranteed.empty()) next = 0;

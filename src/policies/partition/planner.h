@@ -13,6 +13,10 @@
 //    be_reserve_groups when best-effort tenants share the GPU, split evenly among the guaranteed
 //    tenants that asked for no size. At least be_reserve_groups stay for the best-effort tenants;
 //    guaranteed tenants that find no group left share the groups of the last one served.
+//  - A guaranteed tenant planned `whole_gpu` (a latency budget, with the partition policy's
+//    budget_whole_gpu) holds its groups as above, so best-effort tenants stay off them, but runs
+//    unconfined (mask 0): on every SM, the best-effort tenants' included. Its budget then pays for
+//    no partition, only for what the best-effort tenants beside it take (which the budget paces).
 //  - A guaranteed tenant keeps its groups while idle (its next kernel starts there at once, before
 //    gpuosd hears of it); once it has been idle for lend_after_ns they are lent to the best-effort
 //    tenants, which lose them as soon as it is busy again (at their next kernel boundary). Not
@@ -50,6 +54,7 @@ struct PlanTenant {
   int32_t priority = 0;
   uint32_t weight = 100;
   uint32_t want_sms = 0;  // guaranteed: SMs asked for (0 = default)
+  bool whole_gpu = false; // guaranteed: holds its groups, but runs on the whole GPU (mask 0)
   bool busy = false;
   uint64_t idle_ns = 0;   // not busy: for how long (0 while busy)
   uint32_t gpus = 0;      // bit g: holds memory or launched on GPU g (0: neither yet: on every GPU)
