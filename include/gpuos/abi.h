@@ -158,7 +158,12 @@ typedef struct gpuos_grant_block {
   uint32_t space_enabled;     /* 1: the tenant is in a spatial domain; its launches follow space_mask */
   uint32_t space_planned_devices; /* the device_count of the tenant's device map that its masks were
                                      last planned with (stored after them, release) */
-  uint8_t pad3[48];
+  uint32_t pace_contention_max_permille; /* with pacing, beside a guaranteed tenant of its domain: a
+                                     launch costs its expected duration times how much longer its
+                                     shape ran paced than alone (in space: what it and the guaranteed
+                                     tenant's work cost each other in the memory system), at most
+                                     this (per mille); 0 = every launch costs its duration */
+  uint8_t pad3[44];
   /* Per device: the groups of the device's SM split (bit i = group i; the highest group of the
    * split also takes its remainder) on which this tenant's kernels may run; 0 = the whole device,
    * unconfined (its own streams, no placement). */

@@ -51,6 +51,12 @@ uint64_t expected_launch_ns(const gpuos_control_block* cb, uint64_t key) {
   return kernels != 0 && ns / kernels != 0 ? ns / kernels : kDefaultExpectedNs;
 }
 
+ShapeDurations launch_durations(uint64_t key) {
+  const DurationSlot* s = find_slot(key, false);
+  if (s == nullptr) return {};
+  return {s->solo_ns.load(std::memory_order_relaxed), s->paced_ns.load(std::memory_order_relaxed)};
+}
+
 void TEST_reset_launch_durations() {
   for (DurationSlot& s : g_durations) {
     s.key.store(0);

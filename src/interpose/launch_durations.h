@@ -21,6 +21,13 @@ void note_launch_duration(uint64_t key, uint64_t ns, bool paced);
 // The duration expected of a launch of shape `key`.
 uint64_t expected_launch_ns(const gpuos_control_block* cb, uint64_t key);
 
+// What shape `key` took on average alone and while paced (0 where it has no such timing).
+struct ShapeDurations {
+  uint64_t solo_ns = 0;
+  uint64_t paced_ns = 0;
+};
+ShapeDurations launch_durations(uint64_t key);
+
 // For tests: forget every duration.
 void TEST_reset_launch_durations();
 

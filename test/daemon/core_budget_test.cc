@@ -28,24 +28,26 @@ struct BudgetFixture : ::testing::Test {
   std::vector<TenantSide> tenants;
   slots::GateView last_view;
 
-  void make_core(uint32_t default_budget = 0) {
+  void make_core(uint32_t default_budget = 0, policies::budget::BudgetParams params = {}) {
     CoreOptions o;
     o.gpus.push_back(GpuInfo{0, "Sim", "GPU-0", 132, 4 * GiB, {}, 0});
     o.mono_ns = [this] { return mono; };
+    o.space_admit = [](const std::string& d, const Peer&) { return d == "serve" ? std::string() : "no"; };
     o.default_max_slowdown_permille = default_budget;
-    o.time_gate = std::make_unique<policies::budget::BudgetPolicy>(policies::budget::BudgetParams{});
+    o.time_gate = std::make_unique<policies::budget::BudgetPolicy>(params);
     core = std::make_unique<Core>(std::move(o));
   }
   void TearDown() override {
     for (TenantSide& t : tenants) tenant_side::unmap(t);
   }
-  Outcome try_add(uint32_t cls, uint32_t budget) {
+  Outcome try_add(uint32_t cls, uint32_t budget, const char* domain = "") {
     TenantSide t;
     t.conn.id = tenants.size() + 1;
     t.conn.peer.pid = 100 + static_cast<pid_t>(tenants.size());
     t.conn.peer.uid = 1000;
     gpuos_msg_register m = tenant_side::registration(t.conn.peer.pid, cls);
     m.max_slowdown_permille = budget;
+    copy_name(m.space_domain, sizeof(m.space_domain), domain);
     Outcome o = core->handle_message(t.conn, &m, sizeof(m));
     if (o.registered != 0) {
       tenant_side::adopt(t, o);
@@ -53,8 +55,8 @@ struct BudgetFixture : ::testing::Test {
     }
     return o;
   }
-  std::size_t add(uint32_t cls, uint32_t budget = 0) {
-    EXPECT_NE(try_add(cls, budget).registered, 0u);
+  std::size_t add(uint32_t cls, uint32_t budget = 0, const char* domain = "") {
+    EXPECT_NE(try_add(cls, budget, domain).registered, 0u);
     return tenants.size() - 1;
   }
   void busy(std::size_t i) {
@@ -105,6 +107,34 @@ TEST_F(BudgetFixture, AnOutOfRangeBudgetIsRefusedWithAReason) {
     EXPECT_EQ(r.status, GPUOS_ERR_BAD_MESSAGE);
     EXPECT_NE(std::string(r.text).find("max_slowdown_permille"), std::string::npos) << r.text;
   }
+}
+
+TEST_F(BudgetFixture, InASpatialDomainPacingIsWeightedByContentionInTheGrantBlock) {
+  policies::budget::BudgetParams params;
+  params.contention_max_permille = 3000;
+  make_core(0, params);
+  const std::size_t hp = add(GPUOS_CLASS_GUARANTEED, 1250, "serve");
+  const std::size_t be = add(GPUOS_CLASS_BEST_EFFORT, 0, "serve");
+  const std::size_t apart = add(GPUOS_CLASS_BEST_EFFORT);  // time-shared beside the budget
+  busy(be);
+  busy(apart);
+  busy(hp);
+  bool weighted = false;
+  for (int step = 0; step < 300; ++step) {
+    mono += 10 * kMs;
+    for (int k = 0; k < 4; ++k) timed(hp, 42, 1'000'000);
+    put(tenants[hp].cb->busy, 1u);
+    for (std::size_t i : {be, apart}) {
+      const bool open = word(tenants[i].grants->gate) == GPUOS_GATE_OPEN;
+      put(tenants[i].cb->busy, open ? 1u : 0u);
+      if (open && word(tenants[i].grants->pace_permille) != 0) {
+        EXPECT_EQ(word(tenants[i].grants->pace_contention_max_permille), i == be ? 3000u : 0u) << step;
+        weighted = weighted || i == be;
+      }
+    }
+    core->tick(mono);
+  }
+  EXPECT_TRUE(weighted) << "the domain's best-effort tenant was never paced";
 }
 
 TEST_F(BudgetFixture, TimedLaunchesReachThePolicyAndBestEffortIsPacedInItsGrantBlock) {

@@ -59,6 +59,15 @@ TEST(Pacing, OutOfRangeSharesAreClamped) {
   EXPECT_EQ(pace_step(0, 1 * kMs, 100 * kUs, 0, 0).next_ns, 1 * kMs + 100 * kUs * 1000);  // as 1 per mille
 }
 
+TEST(Pacing, AShapeThatSlowsBesideTheGuaranteedTenantWeighsMore) {
+  EXPECT_EQ(contention_permille(100 * kUs, 150 * kUs, 3000), 1500u);  // memory-bound: 1.5x beside it
+  EXPECT_EQ(contention_permille(100 * kUs, 101 * kUs, 3000), 1010u);  // compute-bound: hardly slowed
+  EXPECT_EQ(contention_permille(100 * kUs, 900 * kUs, 3000), 3000u);  // capped
+  EXPECT_EQ(contention_permille(100 * kUs, 90 * kUs, 3000), 1000u);   // faster beside it: no discount
+  EXPECT_EQ(contention_permille(0, 150 * kUs, 3000), 1000u);          // never seen alone: unknown
+  EXPECT_EQ(contention_permille(100 * kUs, 150 * kUs, 0), 1000u);     // off
+}
+
 TEST(LaunchDurations, SoloTimingsArePreferredToPacedOnes) {
   TEST_reset_launch_durations();
   gpuos_control_block cb;
@@ -73,6 +82,9 @@ TEST(LaunchDurations, SoloTimingsArePreferredToPacedOnes) {
   EXPECT_EQ(expected_launch_ns(&cb, 7), 200 * kUs);
   note_launch_duration(7, 600 * kUs, /*paced=*/false);
   EXPECT_EQ(expected_launch_ns(&cb, 7), 300 * kUs) << "a moving average (3:1)";
+  EXPECT_EQ(launch_durations(7).solo_ns, 300 * kUs);
+  EXPECT_EQ(launch_durations(7).paced_ns, 900 * kUs);
+  EXPECT_EQ(launch_durations(8).solo_ns, 0u) << "a shape never timed";
   // A full table remembers no new shape, and forgets none.
   for (uint64_t k = 100; k < 200; ++k) note_launch_duration(k, 5 * kUs, false);
   EXPECT_EQ(expected_launch_ns(&cb, 7), 300 * kUs);

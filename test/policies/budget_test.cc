@@ -285,7 +285,9 @@ TEST(BudgetPolicy, GuaranteedTenantWithoutBudgetGatesBestEffort) {
 // Budgeted tenant 1 on GPU 0 beside best-effort tenants `others` (ids 2...), for 100 decisions 10 ms
 // apart; each BE busy while its gate is open. The last decision's actions.
 slots::GateActions run_beside_gpu0_budget(std::vector<slots::GateTenant> others) {
-  BudgetPolicy p{BudgetParams{}};
+  BudgetParams params;
+  params.contention_max_permille = 3000;  // (for time-shared tenants it must not apply)
+  BudgetPolicy p{params};
   slots::GateActions a;
   for (int i = 0; i < 100; ++i) {
     slots::GateView v;
@@ -317,6 +319,7 @@ TEST(BudgetPolicy, ABudgetLendsItsOwnGpusOnly) {
   ASSERT_NE(action_of(a, 2), nullptr);
   EXPECT_EQ(action_of(a, 2)->gate, GPUOS_GATE_OPEN);
   EXPECT_GT(action_of(a, 2)->pacing.permille, 0u);
+  EXPECT_EQ(action_of(a, 2)->pacing.contention_max_permille, 0u) << "time-shared: its timings hold time slices";
   ASSERT_NE(action_of(a, 3), nullptr);
   EXPECT_EQ(action_of(a, 3)->gate, GPUOS_GATE_OPEN);
   EXPECT_EQ(action_of(a, 3)->pacing.permille, 0u);
@@ -348,7 +351,9 @@ TEST(BudgetPolicy, ABudgetLendsItsOwnGpusOnly) {
 }
 
 TEST(BudgetPolicy, BestEffortOfTheBudgetedTenantsDomainIsPacedAndHeldForProbes) {
-  BudgetPolicy p{BudgetParams{}};
+  BudgetParams params;
+  params.contention_max_permille = 3000;
+  BudgetPolicy p{params};
   slots::GateTenant g = hp(true);
   g.space_domain = "serve";
   slots::GateTenant b = be(true, GPUOS_GATE_OPEN);
@@ -371,6 +376,7 @@ TEST(BudgetPolicy, BestEffortOfTheBudgetedTenantsDomainIsPacedAndHeldForProbes) 
     if (act->gate == GPUOS_GATE_OPEN) {
       ++open;
       EXPECT_GT(act->pacing.permille, 0u) << i;
+      EXPECT_EQ(act->pacing.contention_max_permille, 3000u) << "beside it in space: weighted by contention";
       max_pace = std::max(max_pace, act->pacing.permille);
     } else {
       ++closed;
@@ -514,6 +520,28 @@ TEST(BudgetPolicy, ConfigRejectsAProbeLongerThanItsPeriod) {
   std::string error;
   EXPECT_FALSE(parse_budget_params(sec, &p, &error));
   EXPECT_NE(error.find("probe_ms"), std::string::npos) << error;
+}
+
+TEST(BudgetPolicy, ConfigTakesAContentionWeightOfAtLeastOneOrNone) {
+  auto parse = [](int64_t pct, BudgetParams* p, std::string* error) {
+    ConfigSection sec;
+    sec.name = "budget";
+    ConfigValue v;
+    v.kind = ConfigValue::Kind::kInteger;
+    v.integer = pct;
+    v.where = "x.toml:4";
+    sec.entries.push_back({"contention_max_pct", v});
+    return parse_budget_params(sec, p, error);
+  };
+  BudgetParams p;
+  std::string error;
+  EXPECT_FALSE(parse(50, &p, &error));
+  EXPECT_NE(error.find("contention_max_pct"), std::string::npos) << error;
+  EXPECT_NE(error.find("100..1000"), std::string::npos) << error;
+  ASSERT_TRUE(parse(300, &p, &error)) << error;
+  EXPECT_EQ(p.contention_max_permille, 3000u);
+  ASSERT_TRUE(parse(0, &p, &error)) << error;
+  EXPECT_EQ(p.contention_max_permille, 0u);
 }
 
 }  // namespace

@@ -176,6 +176,9 @@ slots::GateActions BudgetPolicy::decide(const slots::GateView& view) {
       p.permille = std::clamp<uint32_t>(static_cast<uint32_t>(std::lround(share * 1000)), 1, 1000);
       p.max_kernel_us = params_.pace_max_kernel_us;
       p.burst_us = static_cast<uint32_t>(std::clamp(burst_ns / 1000.0, 0.0, 1e6));
+      // Beside each other in space (no time slices in its timings), a shape's paced time over its
+      // time alone is what the two tenants' work cost each other.
+      if (!v.space_domain.empty()) p.contention_max_permille = params_.contention_max_permille;
     }
     return p;
   };
@@ -258,6 +261,7 @@ bool parse_budget_params(const ConfigSection& sec, BudgetParams* out, std::strin
   uint32_t meter_interval_ms = 0;
   uint32_t window_ms = 1000, control_ms = 100, react_ms = 20, probe_every_ms = 5000, probe_ms = 150, settle_ms = 30;
   uint32_t target_pct = 50, increase_permille = 5, growth_pct = 10, max_share_pct = 90, burst_pct = 50, mps_cost_pct = 8;
+  uint32_t contention_max_pct = 0;
   if (!read_priority_keys(sec, &p.priority, error) || !sec.get_uint("window_ms", 100, 600000, &window_ms, error) ||
       !sec.get_uint("meter_interval_ms", 0, 60000, &meter_interval_ms, error) ||
       !sec.get_uint("control_ms", 10, 10000, &control_ms, error) ||
@@ -273,7 +277,13 @@ bool parse_budget_params(const ConfigSection& sec, BudgetParams* out, std::strin
       !sec.get_uint("be_sample_period", 1, 64, &p.be_sample_period, error) ||
       !sec.get_uint("pace_max_kernel_us", 0, 10000000, &p.pace_max_kernel_us, error) ||
       !sec.get_uint("burst_pct", 0, 100, &burst_pct, error) || !sec.get_uint("mps_cost_pct", 0, 100, &mps_cost_pct, error) ||
-      !sec.all_read(error)) {
+      !sec.get_uint("contention_max_pct", 0, 1000, &contention_max_pct, error) || !sec.all_read(error)) {
+    return false;
+  }
+  if (contention_max_pct != 0 && contention_max_pct < 100) {
+    const ConfigValue* v = sec.find("contention_max_pct");
+    const std::string what = "must be 0 (off) or 100..1000 (a weight of at least 1)";
+    *error = v != nullptr ? ConfigSection::error_at("contention_max_pct", *v, what) : "[policy.budget] contention_max_pct " + what;
     return false;
   }
   if (probe_ms >= probe_every_ms) {
@@ -295,6 +305,7 @@ bool parse_budget_params(const ConfigSection& sec, BudgetParams* out, std::strin
   p.controller.growth = growth_pct / 100.0;
   p.burst_fraction = burst_pct / 100.0;
   p.mps_cost = mps_cost_pct / 100.0;
+  p.contention_max_permille = contention_max_pct * 10;
   p.controller.max_share = max_share_pct / 100.0;
   *out = p;
   return true;
@@ -325,7 +336,8 @@ std::string budget_settings(const ConfigSection& section) {
          "\nbe_sample_period = " + std::to_string(p.be_sample_period) +
          "\npace_max_kernel_us = " + std::to_string(p.pace_max_kernel_us) +
          "\nburst_pct = " + std::to_string(std::lround(p.burst_fraction * 100)) +
-         "\nmps_cost_pct = " + std::to_string(std::lround(p.mps_cost * 100)) + "\n";
+         "\nmps_cost_pct = " + std::to_string(std::lround(p.mps_cost * 100)) +
+         "\ncontention_max_pct = " + std::to_string(p.contention_max_permille / 10) + "\n";
 }
 
 }  // namespace

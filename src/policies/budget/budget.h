@@ -66,6 +66,12 @@ struct BudgetParams {
   // MPS's own cost to a guaranteed tenant in a spatial domain, as a fraction of its GPU time: a part
   // of its budget its meter cannot see (its times alone are under MPS too; budget_split.h).
   double mps_cost = 0.08;
+  // A paced best-effort tenant in a guaranteed tenant's spatial domain: each launch costs its
+  // expected duration times its shape's contention (paced over alone), at most this (per mille;
+  // 0 = off). Its kernels that slow down beside the guaranteed tenant are the ones that compete
+  // with it for the memory system (Orion, EuroSys'24): they spend more of the share, and
+  // compute-bound ones run at close to the share's full rate.
+  uint32_t contention_max_permille = 0;
 };
 
 // Launches the reactive back-off needs in its span before it judges.
