@@ -609,14 +609,14 @@ DD_API cuDeviceGraphMemTrim(CUdevice dev) {
 DD_API cuDeviceGetGraphMemAttribute(CUdevice dev, CUgraphMem_attribute attr, void* value) {
   return guard([&] {
     if (CUresult r = check_graph_mem_device(dev); r != CUDA_SUCCESS) return r;
-    return graph_mem_attribute(dev, attr, value, false);
+    return graph_mem_attribute(dev, enum_value(attr), value, false);
   });
 }
 
 DD_API cuDeviceSetGraphMemAttribute(CUdevice dev, CUgraphMem_attribute attr, void* value) {
   return guard([&] {
     if (CUresult r = check_graph_mem_device(dev); r != CUDA_SUCCESS) return r;
-    return graph_mem_attribute(dev, attr, value, true);
+    return graph_mem_attribute(dev, enum_value(attr), value, true);
   });
 }
 

@@ -68,7 +68,7 @@ Registry<GreenCtx>& greens() {  // every green context ever made (destroyed ones
   return *r;
 }
 
-CUresult check_sm_type(CUdevResource* resource, CUdevResourceType type) {
+CUresult check_sm_type(CUdevResource* resource, int type) {  // type: a CUdevResourceType
   if (resource == nullptr) return CUDA_ERROR_INVALID_VALUE;
   return type == CU_DEV_RESOURCE_TYPE_SM ? CUDA_SUCCESS : CUDA_ERROR_INVALID_RESOURCE_TYPE;
 }
@@ -185,7 +185,7 @@ DD_API cuDeviceGetDevResource(CUdevice device, CUdevResource* resource, CUdevRes
   return guard([&] {
     if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
     if (device < 0 || device >= config().devices) return CUDA_ERROR_INVALID_DEVICE;
-    if (CUresult r = check_sm_type(resource, type); r != CUDA_SUCCESS) return r;
+    if (CUresult r = check_sm_type(resource, enum_value(type)); r != CUDA_SUCCESS) return r;
     fill_resource(resource, device, all_slots(), 0, kWhole);
     return CUDA_SUCCESS;
   });
@@ -196,7 +196,7 @@ DD_API cuCtxGetDevResource(CUcontext hCtx, CUdevResource* resource, CUdevResourc
     if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
     auto* c = reinterpret_cast<Context*>(hCtx);
     if (!context_alive(c)) return CUDA_ERROR_INVALID_CONTEXT;
-    if (CUresult r = check_sm_type(resource, type); r != CUDA_SUCCESS) return r;
+    if (CUresult r = check_sm_type(resource, enum_value(type)); r != CUDA_SUCCESS) return r;
     fill_resource(resource, c->dev, context_slots(c), 0, kWhole);
     return CUDA_SUCCESS;
   });
@@ -208,7 +208,7 @@ DD_API cuGreenCtxGetDevResource(CUgreenCtx hCtx, CUdevResource* resource,
     if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
     GreenCtx* g = nullptr;
     if (CUresult r = lookup_green(hCtx, &g); r != CUDA_SUCCESS) return r;
-    if (CUresult r = check_sm_type(resource, type); r != CUDA_SUCCESS) return r;
+    if (CUresult r = check_sm_type(resource, enum_value(type)); r != CUDA_SUCCESS) return r;
     fill_resource(resource, g->dev, g->slots, 0, kWhole);
     return CUDA_SUCCESS;
   });

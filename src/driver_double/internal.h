@@ -8,6 +8,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <cstring>
 #include <deque>
 #include <functional>
 #include <map>
@@ -64,6 +65,16 @@ CUresult guard(F&& f) noexcept {
   } catch (...) {
     return CUDA_ERROR_UNKNOWN;
   }
+}
+
+// What a caller passed for an enum parameter, as an integer: a value outside the enum's range is
+// the caller's mistake to report (an error code), and reading it as the enum type is undefined.
+template <class E>
+int enum_value(const E& e) noexcept {
+  static_assert(sizeof(E) == sizeof(int));
+  int v = 0;
+  std::memcpy(&v, &e, sizeof v);
+  return v;
 }
 
 // ---- device.cc: process-wide init, shared segment (memory accounting, execution engine) ----
@@ -333,7 +344,7 @@ CUresult graph_exec_mem_map(const GraphExecMemPtr& m, bool launch);
 void graph_exec_mem_done(const GraphExecMemPtr& m);
 void graph_exec_mem_destroy(const GraphExecMemPtr& m);  // its mapping stays in the pool
 // CU_GRAPH_MEM_ATTR_* of device dev (checked by the caller), and cuDeviceGraphMemTrim.
-CUresult graph_mem_attribute(int dev, CUgraphMem_attribute attr, void* value, bool set);
+CUresult graph_mem_attribute(int dev, int attr, void* value, bool set);  // attr: a CUgraphMem_attribute
 void graph_mem_trim(int dev);
 
 // ---- misc ----

@@ -895,7 +895,7 @@ void graph_exec_mem_destroy(const GraphExecMemPtr& m) {
   if (m->inflight == 0) exec_mem_release_locked(*m);  // else when its last launch is done
 }
 
-CUresult graph_mem_attribute(int dev, CUgraphMem_attribute attr, void* value, bool set) {
+CUresult graph_mem_attribute(int dev, int attr, void* value, bool set) {
   if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
   std::lock_guard<std::mutex> l(mem().mu);
   GraphPool& p = pool(dev);

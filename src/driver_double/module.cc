@@ -60,8 +60,12 @@ CUresult unload(Module* m) {
   if (!initialized()) return CUDA_ERROR_NOT_INITIALIZED;
   if (!modules().remove(m)) return CUDA_ERROR_INVALID_HANDLE;
   // Functions leave the registry (new launches fail) but stay allocated: work already queued
-  // or captured may still refer to them.
+  // or captured may still refer to them. Kept, not lost (a leak checker sees them reachable).
   for (auto& f : m->functions) functions().remove(f.get());
+  static auto* unloaded = new std::vector<std::unique_ptr<Module>>();
+  static std::mutex unloaded_mu;
+  std::lock_guard<std::mutex> l(unloaded_mu);
+  unloaded->emplace_back(m);
   return CUDA_SUCCESS;
 }
 

@@ -157,11 +157,13 @@ slots::GateActions BudgetPolicy::decide(const slots::GateView& view) {
   // `lent` false when one of them lends nothing now (a probe, no share yet).
   auto pacing_of = [&](const slots::GateTenant& v, bool* beside, bool* lent) {
     double share = 1.0, burst_ns = 1e12;
+    bool in_their_domain = !v.space_domain.empty();  // beside every one of them in space
     *beside = false;
     *lent = true;
     for (const slots::GateTenant& t : view.tenants) {
       if (!budgeted(t) || !active(t) || !share_gpu(t, v)) continue;
       *beside = true;
+      in_their_domain = in_their_domain && t.space_domain == v.space_domain;
       const TenantBudget* b = st.tenants.count(t.id) != 0 ? &st.tenants.at(t.id) : nullptr;
       if (b == nullptr || !b->lending) {
         *lent = false;
@@ -178,7 +180,7 @@ slots::GateActions BudgetPolicy::decide(const slots::GateView& view) {
       p.burst_us = static_cast<uint32_t>(std::clamp(burst_ns / 1000.0, 0.0, 1e6));
       // Beside each other in space (no time slices in its timings), a shape's paced time over its
       // time alone is what the two tenants' work cost each other.
-      if (!v.space_domain.empty()) p.contention_max_permille = params_.contention_max_permille;
+      if (in_their_domain) p.contention_max_permille = params_.contention_max_permille;
     }
     return p;
   };
