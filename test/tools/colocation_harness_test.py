@@ -23,6 +23,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "bench", "colocation"))
 import be_train  # noqa: E402
+import check_budgets  # noqa: E402
 import common  # noqa: E402
 import report  # noqa: E402
 import run_matrix  # noqa: E402
@@ -533,6 +534,77 @@ class MultiGpuScript(unittest.TestCase):
                                  "gpuos-time-slo-1.25"])
         self.assertIn("load=0.5", r.stdout)
 
+
+
+class CheckBudgets(unittest.TestCase):
+    """check_budgets.py: issue #23's done-when from summary.json files."""
+
+    @staticmethod
+    def row(mode, ttft, tpot, be, budget=None, ok=None, step_ok=None):
+        r = {"mode": mode, "hp_ttft_p99_vs_exclusive": ttft, "hp_tpot_p99_vs_exclusive": tpot,
+             "be_vs_exclusive": be, "budget": budget, "hp_slo_ok": ok}
+        if step_ok is not None:
+            r["hp_step_ok"] = step_ok
+        return r
+
+    def summary(self, load, modes, step=None):
+        return {"gpu": "G", "load": load, "load_step": step, "workload": {"kind": "torch", "be": "train"},
+                "modes": [self.row("exclusive-hp", 1, 1, None)] + modes}
+
+    def test_a_baseline_within_the_bound_with_more_be_breaks_the_frontier(self):
+        run = check_budgets.check_run(self.summary(0.3, [
+            self.row("mps-prio1-t25", 1.35, 1.42, 0.31),
+            self.row("gpuos-time-slo-1.25", 1.04, 1.15, 0.023, 1.25, True),
+            self.row("gpuos-time-slo-1.5", 1.07, 1.08, 0.045, 1.5, True),
+            self.row("gpuos-space-slo-1.5", 2.1, 1.85, 0.076, 1.5, False)]))
+        by_b = {e["budget"]: e for e in run["budgets"]}
+        self.assertTrue(by_b[1.25]["dominates"])  # no baseline within 1.25
+        self.assertIsNone(by_b[1.25]["baseline_be"])
+        self.assertEqual(by_b[1.5]["mode"], "gpuos-time-slo-1.5")  # the space mode missed
+        self.assertEqual(by_b[1.5]["baseline_be"], 0.31)
+        self.assertFalse(by_b[1.5]["dominates"])
+        self.assertNotIn("be_target", by_b[1.25])  # only at 50% load
+        v = check_budgets.verdict([run])
+        self.assertTrue(v["every_budget_met"])
+        self.assertFalse(v["frontier_dominates"])
+        self.assertIsNone(v["be_targets_met"])
+        self.assertIsNone(v["load_step_within_budget"])
+
+    def test_the_be_targets_at_half_load_and_the_load_step(self):
+        half = check_budgets.check_run(self.summary(0.5, [
+            self.row("gpuos-time-slo-1.25", 0.7, 0.9, 0.21, 1.25, True),
+            self.row("gpuos-space-slo-1.5", 1.2, 1.3, 0.5, 1.5, True)]))
+        self.assertEqual([e["be_target_ok"] for e in half["budgets"]], [True, True])
+        step = check_budgets.check_run(self.summary(0.3, [
+            self.row("gpuos-time-slo-1.25", 0.7, 0.9, 0.02, 1.25, True, step_ok=True),
+            self.row("gpuos-space-slo-1.25", 0.7, 0.9, 0.02, 1.25, True, step_ok=False)],
+            step={"to": 0.7, "at_s": 7.5}))
+        self.assertFalse(step["budgets"][0]["step_ok"])  # every budgeted mode must hold
+        self.assertNotIn("be_target", step["budgets"][0])
+        v = check_budgets.verdict([half, step])
+        self.assertTrue(v["be_targets_met"])
+        self.assertFalse(v["load_step_within_budget"])
+        half["budgets"][1]["be_target_ok"] = False
+        self.assertFalse(check_budgets.verdict([half])["be_targets_met"])
+
+    def test_an_unreadable_summary_is_an_error_not_a_verdict(self):
+        with tempfile.TemporaryDirectory() as d:
+            bad = os.path.join(d, "summary.json")
+            with open(bad, "w") as f:
+                f.write("{not json")
+            err = io.StringIO()
+            with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+                self.assertEqual(check_budgets.main([bad]), 2)
+            self.assertIn("summary.json", err.getvalue())
+            good = os.path.join(d, "ok.json")
+            with open(good, "w") as f:
+                json.dump(self.summary(0.5, [self.row("gpuos-time-slo-1.25", 0.7, 0.9, 0.014, 1.25, True)]), f)
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out):
+                self.assertEqual(check_budgets.main([good, "--json", os.path.join(d, "v.json")]), 0)
+            self.assertIn("be_targets_met: NO", out.getvalue())
+            with open(os.path.join(d, "v.json")) as f:
+                self.assertFalse(json.load(f)["verdict"]["be_targets_met"])
 
 if __name__ == "__main__":
     unittest.main()
