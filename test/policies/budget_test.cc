@@ -358,18 +358,28 @@ TEST(BudgetPolicy, BestEffortOfTheBudgetedTenantsDomainIsPacedAndHeldForProbes) 
   g.space_domain = "serve";
   slots::GateTenant b = be(true, GPUOS_GATE_OPEN);
   b.space_domain = "serve";
+  slots::GateTenant apart = be(true, GPUOS_GATE_OPEN);  // time-shared beside it
+  apart.id = 3;
   int open = 0, closed = 0;
-  uint32_t max_pace = 0;
+  uint32_t max_pace = 0, max_apart_pace = 0;
   for (int i = 0; i < 700; ++i) {
     slots::GateView v;
     v.now_ns = (1000 + 10 * i) * kMs;
     g.timed = launches(4, 1000);
-    v.tenants = {g, b};
+    v.tenants = {g, b, apart};
     const slots::GateActions a = p.decide(v);
     const slots::GateAction* act = action_of(a, 2);
     ASSERT_NE(act, nullptr);
     b.gate = act->gate;
     b.busy = act->gate == GPUOS_GATE_OPEN;
+    const slots::GateAction* other = action_of(a, 3);
+    ASSERT_NE(other, nullptr);
+    apart.gate = other->gate;
+    apart.busy = other->gate == GPUOS_GATE_OPEN;
+    if (other->gate == GPUOS_GATE_OPEN) {
+      max_apart_pace = std::max(max_apart_pace, other->pacing.permille);
+      EXPECT_EQ(other->pacing.contention_max_permille, 0u) << "its timings hold time slices";
+    }
     if (i < 3) {
       EXPECT_EQ(act->gate, GPUOS_GATE_CLOSED) << "no share before its solo times";
     }
@@ -385,7 +395,11 @@ TEST(BudgetPolicy, BestEffortOfTheBudgetedTenantsDomainIsPacedAndHeldForProbes) 
   }
   EXPECT_GT(open, 500);   // lent, paced, most of the time
   EXPECT_GT(closed, 10);  // held for the first solo times and the probes
-  EXPECT_LE(max_pace, 200u);
+  // Within its budget all along: beside it in space the share grows to the controller's cap (no
+  // time slice is taken from it); sharing its time, at most 1 - 1/limit (1.25 / 1.08 less MPS).
+  EXPECT_EQ(max_pace, 900u);
+  EXPECT_GT(max_apart_pace, 0u);
+  EXPECT_LE(max_apart_pace, 137u);  // 1 - 1.08 / 1.25 = 0.136
   // Idle guaranteed tenant: its domain's best-effort tenant runs unpaced.
   g.busy = false;
   g.timed = {};

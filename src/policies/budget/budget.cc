@@ -22,6 +22,11 @@ double meter_limit(const slots::GateTenant& t, double mps_cost) {
   return t.space_domain.empty() ? t.max_slowdown_permille / 1000.0
                                  : interference_budget(t.max_slowdown_permille, mps_cost, t.space_confined);
 }
+// Sharing in time, a budgeted tenant has the GPU 1 - share of the time at best: a share beyond
+// 1 - 1/limit cannot keep it within its budget, whatever its timings say. Beside it in space (the
+// best-effort tenants of its domain, on SMs of their own) no time slice is taken from it, and only
+// its meter bounds the share.
+double time_share_cap(double limit) { return 1.0 - 1.0 / limit; }
 // A best-effort tenant a budget paces: one time-shared, or one in the spatial domain of a budgeted
 // tenant (it runs beside that tenant on SMs of its own, and still takes from its memory system).
 bool paced_be(const slots::GateTenant& t, const std::set<std::string>& budget_domains) {
@@ -108,11 +113,9 @@ slots::GateActions BudgetPolicy::decide(const slots::GateView& view) {
         m.recent_p90 = b.meter.slowdown(0.9, now, span, &m.recent);
         m.window_p99 = b.meter.window_p99(now, &m.window);
         m.lent = b.lent;
-        // Sharing in time, the tenant has the GPU 1 - share of the time at best: a share beyond
-        // 1 - 1/budget cannot keep it within its budget, whatever its timings say.
         const double budget = meter_limit(t, params_.mps_cost);
         ControllerParams cp = params_.controller;
-        cp.max_share = std::min(cp.max_share, 1.0 - 1.0 / budget);
+        if (t.space_domain.empty()) cp.max_share = std::min(cp.max_share, time_share_cap(budget));
         b.share = budget > 1.0 ? next_share(cp, b.share, budget, m) : 0.0;
         if (b.share != before) b.lent = 0;
         if (b.share < before * 0.75) {
@@ -163,15 +166,16 @@ slots::GateActions BudgetPolicy::decide(const slots::GateView& view) {
     for (const slots::GateTenant& t : view.tenants) {
       if (!budgeted(t) || !active(t) || !share_gpu(t, v)) continue;
       *beside = true;
-      in_their_domain = in_their_domain && t.space_domain == v.space_domain;
+      const bool in_space = !v.space_domain.empty() && t.space_domain == v.space_domain;
+      in_their_domain = in_their_domain && in_space;
       const TenantBudget* b = st.tenants.count(t.id) != 0 ? &st.tenants.at(t.id) : nullptr;
       if (b == nullptr || !b->lending) {
         *lent = false;
         continue;
       }
-      share = std::min(share, b->share);
-      burst_ns = std::min(burst_ns, params_.burst_fraction * (meter_limit(t, params_.mps_cost) - 1.0) *
-                                        b->meter.typical_solo_ns());
+      const double limit = meter_limit(t, params_.mps_cost);
+      share = std::min(share, in_space ? b->share : std::min(b->share, time_share_cap(limit)));
+      burst_ns = std::min(burst_ns, params_.burst_fraction * (limit - 1.0) * b->meter.typical_solo_ns());
     }
     slots::Pacing p;
     if (*beside && *lent) {
