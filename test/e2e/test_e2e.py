@@ -936,9 +936,11 @@ class Spatial(unittest.TestCase):
             # What MPS adds to each kernel: 1 ms in the test of the warning (the double's kernels
             # take about that), else the default (0.32 us, far below the double's kernels).
             mps_cost = "mps_kernel_cost_ns = 1000000\n" if "mps_costs" in self._testMethodName else ""
-            f.write('[spatial]\nmps_control = "%s"\nmps_dir = "%s"\nright_size_slack_pct = %d\n%s'
+            whole = "[policy.partition]\nbudget_whole_gpu = true\n" if "whole_gpu" in self._testMethodName else ""
+            f.write('%s[spatial]\nmps_control = "%s"\nmps_dir = "%s"\nright_size_slack_pct = %d\n%s'
                     '[[spatial.domain]]\nname = "serve"\n'
-                    % (os.path.join(HERE, "fake_mps_control.sh"), os.path.join(self.cfg_dir, "mps"), slack, mps_cost))
+                    % (whole, os.path.join(HERE, "fake_mps_control.sh"), os.path.join(self.cfg_dir, "mps"), slack,
+                       mps_cost))
         two_gpus = "two_gpus" in self._testMethodName
         self.d = start_daemon(self, ["--config", self.cfg], daemon_env={"GPUOS_SIM_DEVICES": "2"} if two_gpus else None)
         self.d.env["GPUOS_CONFIG"] = self.cfg
@@ -1060,6 +1062,26 @@ class Spatial(unittest.TestCase):
         rh = self.result(hp)
         self.assertEqual(rh["union"], 0xFF, rh)  # ran on exactly its 8 groups
         self.result(be)
+
+    def test_a_budgeted_tenant_planned_whole_gpu_runs_on_every_sm_beside_best_effort(self):
+        # [policy.partition] budget_whole_gpu: the guaranteed tenant with a latency budget is not
+        # placed (every slot, the reserve's included), while best-effort work keeps to the reserve.
+        be = self.probe("be", "best-effort", 4000)
+        wait_for(lambda: (self.d.tenant(be.pid) or {}).get("launches", 0) > 3, what="BE to run")
+        hp = spawn(self, self.d.run_cmd(["--space", "serve", "--max-slowdown", "1.25", "--class", "guaranteed",
+                                         "--name", "hp", "--", bin_path("gpuos-space-probe"), "--ms", "1500"]),
+                   self.d.env)
+        rh, rb = self.result(hp), self.result(be)
+        self.assertEqual(rh["order_errors"], 0, rh)
+        self.assertEqual(rh["union"], self.ALL, rh)  # partitioned, it would be HP_GROUPS
+        self.assertIn(self.BE_SLOTS, rb["masks"], rb)  # on the reserve beside it
+        for m in rb["masks"]:  # alone or lent (the guaranteed tenant idle): every slot; else the reserve
+            self.assertIn(m, (self.ALL, self.BE_SLOTS), rb)
+        th = wait_for(lambda: (lambda t: t if t and t["state"] == "exited" else None)(self.d.tenant(hp.pid)),
+                      what="hp exited")
+        self.assertEqual(th["max_slowdown"], 1.25, th)
+        self.assertEqual(th["space_launches"], 0, th)  # nothing placed
+        self.assertEqual(th["space_failures"], 0, th)
 
     def test_right_sizing_gives_unneeded_sms_to_best_effort(self):
         # HP's kernels have 64 blocks of 1024 threads: one wave on 32 SMs or more. The interposer
