@@ -163,7 +163,11 @@ typedef struct gpuos_grant_block {
                                      shape ran paced than alone (in space: what it and the guaranteed
                                      tenant's work cost each other in the memory system), at most
                                      this (per mille); 0 = every launch costs its duration */
-  uint8_t pad3[44];
+  uint32_t pace_devices;      /* with pacing: the devices its launches are paced on (bit o = the
+                                 tenant's device ordinal o, as gate_closed_devices); launches on its
+                                 other devices go unpaced (a process on several GPUs beside a budget
+                                 on one of them). 0 = every device. Written before pace_permille */
+  uint8_t pad3[40];
   /* Per device: the groups of the device's SM split (bit i = group i; the highest group of the
    * split also takes its remainder) on which this tenant's kernels may run; 0 = the whole device,
    * unconfined (its own streams, no placement). */

@@ -297,6 +297,9 @@ class Core final {
   std::vector<slots::TimedLaunch> read_timed_launches(Tenant& t);
   // Writes a time gate's pacing of t into its grant block (and wakes its paced launches).
   void publish_pacing(Tenant& t, slots::Pacing pacing);
+  // The grant block's pace_devices for pacing on gpuosd's GPUs `gpus`: the tenant's ordinals of
+  // them; 0 (every device) for all GPUs or while its devices are not known.
+  uint32_t pace_ordinals(const Tenant& t, uint64_t gpus) const;
   // A time gate's answer applies unless an admin pinned the gate or the memory slot holds it.
   bool apply_gates(const slots::GateActions& a, std::string* why);
   // One round of the usage check (core_verify.cc): NVML's sample against the grants, findings

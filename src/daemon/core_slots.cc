@@ -88,9 +88,24 @@ std::vector<slots::TimedLaunch> Core::read_timed_launches(Tenant& t) {
   return out;
 }
 
+uint32_t Core::pace_ordinals(const Tenant& t, uint64_t gpus) const {
+  const uint32_t devices = std::min<uint32_t>(load(t.cb->device_count), GPUOS_MAX_DEVICES);
+  if (gpus == 0 || devices == 0) return 0;  // every GPU, or its devices not published yet: everywhere
+  uint32_t ordinals = 0;
+  for (uint32_t g = 0; g < GPUOS_MAX_DEVICES && g < 64; ++g) {
+    if ((gpus >> g & 1u) == 0) continue;
+    if (const int o = gpu_map_.ordinal_of(t, g); o >= 0) ordinals |= 1u << o;
+  }
+  return ordinals;  // (none of them visible to it: 0, paced everywhere, as before it published)
+}
+
 void Core::publish_pacing(Tenant& t, slots::Pacing p) {
   if (p.permille == 0) p = {};
-  if (t.granted.pacing == p) return;
+  // Its device map may come (or change) after the pacing was decided: mapped again each time.
+  const uint32_t ordinals = pace_ordinals(t, p.gpus);
+  if (t.granted.pacing == p && t.granted.pace_ordinals == ordinals) return;
+  std::atomic_ref<uint32_t>(t.grants->pace_devices).store(ordinals, std::memory_order_relaxed);
+  t.granted.pace_ordinals = ordinals;
   std::atomic_ref<uint32_t>(t.grants->pace_max_kernel_us).store(p.max_kernel_us, std::memory_order_relaxed);
   std::atomic_ref<uint32_t>(t.grants->pace_burst_us).store(p.burst_us, std::memory_order_relaxed);
   std::atomic_ref<uint32_t>(t.grants->pace_contention_max_permille)

@@ -53,6 +53,7 @@ struct Granted {
   uint32_t sample_period = 0;
   uint32_t max_slowdown_permille = 0;  // its latency budget (guaranteed tenants; 0 = none)
   slots::Pacing pacing;                // best-effort: the pacing written last (grant block)
+  uint32_t pace_ordinals = 0;          // ... and its GPUs as the tenant's ordinals (pace_devices)
 };
 
 // A latency budget as the time gate measured it (GateActions::budgets), and how far gpuosd has

@@ -131,7 +131,7 @@ inline CUresult governed_launch(LaunchKind kind, CUstream stream, bool ptsz, con
   // A best-effort tenant beside a guaranteed tenant's latency budget spreads its launches out.
   if (const uint32_t pace = grant_load(grants_of(cb)->pace_permille, std::memory_order_relaxed);
       GPUOS_UNLIKELY(pace != 0)) {
-    pace_before_launch(cb, shape_key(shape), pace);
+    pace_before_launch(cb, shape_key(shape), pace, &device);
   }
   // Best-effort tenants get a bound on unfinished launches so that a closed gate drains fast.
   const uint32_t max_inflight = grant_load(grants_of(cb)->max_inflight, std::memory_order_relaxed);

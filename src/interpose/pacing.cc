@@ -16,8 +16,13 @@ std::atomic<uint64_t> g_next_launch_ns{0};
 
 }  // namespace
 
-void pace_before_launch(gpuos_control_block* cb, uint64_t key, uint32_t pace) {
+void pace_before_launch(gpuos_control_block* cb, uint64_t key, uint32_t pace, LaunchDevice* device) {
   const gpuos_grant_block* g = grants_of(cb);
+  // A process on several GPUs is paced only on those a budget works on.
+  if (const uint32_t devices = grant_load(g->pace_devices, std::memory_order_relaxed);
+      devices != 0 && !paced_on(devices, device->ordinal())) {
+    return;
+  }
   const uint64_t expected = expected_launch_ns(cb, key);
   uint64_t waited_from = 0;
   const uint32_t max_us = grant_load(g->pace_max_kernel_us, std::memory_order_relaxed);

@@ -59,8 +59,17 @@ inline uint32_t contention_permille(uint64_t solo_ns, uint64_t paced_ns, uint32_
   return w < max_permille ? static_cast<uint32_t>(w) : max_permille;
 }
 
-// Before a launch of shape `key` while pace_permille != 0 (read by the caller as `pace`).
-void pace_before_launch(gpuos_control_block* cb, uint64_t key, uint32_t pace);
+// Whether a launch on device ordinal `ordinal` (-1: not known) is paced, by the grant block's
+// pace_devices: 0 = every device; a device not known is paced (the cautious side).
+inline bool paced_on(uint32_t pace_devices, int ordinal) {
+  return pace_devices == 0 || ordinal < 0 || ordinal >= 32 || (pace_devices >> ordinal & 1u) != 0;
+}
+
+class LaunchDevice;
+
+// Before a launch of shape `key` on `device` while pace_permille != 0 (read by the caller as
+// `pace`). The device is asked of the driver only when pacing is limited to some devices.
+void pace_before_launch(gpuos_control_block* cb, uint64_t key, uint32_t pace, LaunchDevice* device);
 
 // For tests: the pacing clock starts afresh.
 void TEST_reset_pacing();

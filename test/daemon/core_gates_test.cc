@@ -27,12 +27,13 @@ class ScriptedGate final : public slots::TimeGate {
   slots::GateActions decide(const slots::GateView& v) override {
     last = v;
     slots::GateActions a;
-    for (const auto& t : v.tenants) a.gates.push_back({t.id, gate, closed_gpus, {}});
+    for (const auto& t : v.tenants) a.gates.push_back({t.id, gate, closed_gpus, pacing});
     return a;
   }
   slots::GateView last;
   uint32_t gate = GPUOS_GATE_OPEN;
   uint64_t closed_gpus = 0;
+  slots::Pacing pacing;
 };
 
 // GPU i's UUID bytes: zeros, then i + 0xa0.
@@ -129,6 +130,26 @@ TEST_F(GatesFixture, APartialGateIsWrittenByTheTenantsOwnOrdinals) {
   EXPECT_EQ(gate->last.tenants.at(0).closed_gpus, 0b01u);
   decide(GPUOS_GATE_CLOSED, 0b01);
   EXPECT_EQ(gate->last.tenants.at(0).closed_gpus, 0u);
+}
+
+TEST_F(GatesFixture, PacingIsWrittenForTheTenantsOwnOrdinalsOfTheBudgetsGpus) {
+  auto pace_devices = [&] { return std::atomic_ref<uint32_t>(const_cast<uint32_t&>(t.grants->pace_devices)).load(); };
+  auto pace = [&] { return std::atomic_ref<uint32_t>(const_cast<uint32_t&>(t.grants->pace_permille)).load(); };
+  gate->pacing.permille = 200;
+  gate->pacing.gpus = 0b01;  // a budget on GPU 0
+  decide(GPUOS_GATE_OPEN, 0);
+  EXPECT_EQ(pace(), 200u);
+  EXPECT_EQ(pace_devices(), 0u) << "its devices not known yet: paced on every one";
+  publish({1, 0});  // CUDA_VISIBLE_DEVICES=1,0: GPU 0 is its ordinal 1
+  decide(GPUOS_GATE_OPEN, 0);
+  EXPECT_EQ(pace_devices(), 0b10u);
+  gate->pacing.gpus = 0;  // on all GPUs
+  decide(GPUOS_GATE_OPEN, 0);
+  EXPECT_EQ(pace_devices(), 0u);
+  gate->pacing = {};
+  decide(GPUOS_GATE_OPEN, 0);
+  EXPECT_EQ(pace(), 0u);
+  EXPECT_EQ(pace_devices(), 0u);
 }
 
 TEST_F(GatesFixture, ATenantWhoseDevicesAreNotKnownYetIsClosedWholeUntilItPublishesThem) {

@@ -68,6 +68,14 @@ TEST(Pacing, AShapeThatSlowsBesideTheGuaranteedTenantWeighsMore) {
   EXPECT_EQ(contention_permille(100 * kUs, 150 * kUs, 0), 1000u);     // off
 }
 
+TEST(Pacing, OnlyTheDevicesABudgetWorksOnArePaced) {
+  EXPECT_TRUE(paced_on(0, 3));         // every device
+  EXPECT_TRUE(paced_on(0b01, 0));
+  EXPECT_FALSE(paced_on(0b01, 1));     // its other GPU runs unpaced
+  EXPECT_TRUE(paced_on(0b01, -1));     // a device not known: paced, the cautious side
+  EXPECT_TRUE(paced_on(0b01, 40));     // beyond the word: likewise
+}
+
 TEST(LaunchDurations, SoloTimingsArePreferredToPacedOnes) {
   TEST_reset_launch_durations();
   gpuos_control_block cb;

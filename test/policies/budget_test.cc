@@ -332,6 +332,12 @@ TEST(BudgetPolicy, ABudgetLendsItsOwnGpusOnly) {
   EXPECT_EQ(action_of(a, 4)->gate, GPUOS_GATE_OPEN);
   EXPECT_EQ(action_of(a, 4)->closed_gpus, 0u);
   EXPECT_GT(action_of(a, 4)->pacing.permille, 0u);
+  EXPECT_EQ(action_of(a, 4)->pacing.gpus, 0b01u) << "paced on GPU 0 only, where the budget works";
+  // A best-effort tenant whose GPUs are not known yet is paced on all of them.
+  a = run_beside_gpu0_budget({with(6, 0, be(true, GPUOS_GATE_OPEN))});
+  ASSERT_NE(action_of(a, 6), nullptr);
+  EXPECT_GT(action_of(a, 6)->pacing.permille, 0u);
+  EXPECT_EQ(action_of(a, 6)->pacing.gpus, 0u);
   // 4 works on both GPUs and a guaranteed tenant without a budget is busy on GPU 1: 4 is gated
   // there only, and paced by GPU 0's budget, which still lends (the strict tenant is not on GPU 0).
   slots::GateTenant strict = with(5, 0b10, hp(true));

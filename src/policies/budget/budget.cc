@@ -161,6 +161,8 @@ slots::GateActions BudgetPolicy::decide(const slots::GateView& view) {
   auto pacing_of = [&](const slots::GateTenant& v, bool* beside, bool* lent) {
     double share = 1.0, burst_ns = 1e12;
     bool in_their_domain = !v.space_domain.empty();  // beside every one of them in space
+    uint64_t gpus = 0;                                // the GPUs it shares with them
+    bool every_gpu = false;                           // ... or all of its GPUs (not known yet)
     *beside = false;
     *lent = true;
     for (const slots::GateTenant& t : view.tenants) {
@@ -168,6 +170,8 @@ slots::GateActions BudgetPolicy::decide(const slots::GateView& view) {
       *beside = true;
       const bool in_space = !v.space_domain.empty() && t.space_domain == v.space_domain;
       in_their_domain = in_their_domain && in_space;
+      every_gpu = every_gpu || t.gpus == 0 || v.gpus == 0;
+      gpus |= t.gpus & v.gpus;
       const TenantBudget* b = st.tenants.count(t.id) != 0 ? &st.tenants.at(t.id) : nullptr;
       if (b == nullptr || !b->lending) {
         *lent = false;
@@ -185,6 +189,9 @@ slots::GateActions BudgetPolicy::decide(const slots::GateView& view) {
       // Beside each other in space (no time slices in its timings), a shape's paced time over its
       // time alone is what the two tenants' work cost each other.
       if (in_their_domain) p.contention_max_permille = params_.contention_max_permille;
+      // On GPUs where no budget works it runs as it likes (pacing is per GPU; the process's one
+      // share is the smallest of the budgets it shares a GPU with).
+      p.gpus = every_gpu ? 0 : gpus;
     }
     return p;
   };
