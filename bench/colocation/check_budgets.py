@@ -31,19 +31,15 @@ TARGET_LOAD = 0.5
 
 def check_run(s: dict, source: str = "") -> dict:
     """One summary.json: its verdict per budget, and its load-step verdict if it is a step run."""
-    rows = [r for r in s.get("modes", []) if not r["mode"].startswith("exclusive-")]
+    modes = s.get("modes", [])
     workload = s.get("workload") or {}
     out = {"source": source, "gpu": s.get("gpu"), "load": s.get("load"), "load_step": s.get("load_step"),
            "be": workload.get("be") if isinstance(workload, dict) else None, "budgets": []}
-    budgets = sorted({r["budget"] for r in rows if r.get("budget") is not None})
-    for b in budgets:
-        ours = [r for r in rows if r.get("budget") == b]
-        met = [r for r in ours if r.get("hp_slo_ok") and r.get("be_vs_exclusive") is not None]
-        best = max(met, key=lambda r: r["be_vs_exclusive"], default=None)
-        base = [r["be_vs_exclusive"] for r in rows
-                if report._group(r["mode"]) == "baseline" and r.get("be_vs_exclusive") is not None
-                and report.hp_slowdown(r) is not None and report.hp_slowdown(r) <= b]
-        baseline_be = max(base, default=None)
+    # Per budget, the gpuos modes that meet it and the best baseline within it: report.frontier's.
+    for e in report.frontier(s)["budgets"]:
+        b, baseline_be = e["budget"], e["best_baseline_be"]
+        best = max((g for g in e["gpuos"] if g["meets_bound"]), key=lambda g: g["be_vs_exclusive"], default=None)
+        ours = [r for r in modes if r.get("budget") == b]
         entry = {"budget": b, "met": best is not None, "mode": best["mode"] if best else None,
                  "be": best["be_vs_exclusive"] if best else None, "baseline_be": baseline_be,
                  "dominates": best is not None and (baseline_be is None or best["be_vs_exclusive"] >= baseline_be)}

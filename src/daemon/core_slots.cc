@@ -91,12 +91,7 @@ std::vector<slots::TimedLaunch> Core::read_timed_launches(Tenant& t) {
 uint32_t Core::pace_ordinals(const Tenant& t, uint64_t gpus) const {
   const uint32_t devices = std::min<uint32_t>(load(t.cb->device_count), GPUOS_MAX_DEVICES);
   if (gpus == 0 || devices == 0) return 0;  // every GPU, or its devices not published yet: everywhere
-  uint32_t ordinals = 0;
-  for (uint32_t g = 0; g < GPUOS_MAX_DEVICES && g < 64; ++g) {
-    if ((gpus >> g & 1u) == 0) continue;
-    if (const int o = gpu_map_.ordinal_of(t, g); o >= 0) ordinals |= 1u << o;
-  }
-  return ordinals;  // (none of them visible to it: 0, paced everywhere, as before it published)
+  return gpu_map_.ordinals_of(t, gpus);  // (none of them visible to it: 0, paced everywhere)
 }
 
 void Core::publish_pacing(Tenant& t, slots::Pacing p) {
@@ -118,12 +113,8 @@ void Core::publish_pacing(Tenant& t, slots::Pacing p) {
 }
 
 void Core::map_closed_gpus(Tenant& t) const {
-  uint32_t ordinals = 0;
   const uint32_t devices = std::min<uint32_t>(load(t.cb->device_count), GPUOS_MAX_DEVICES);
-  for (uint32_t g = 0; g < GPUOS_MAX_DEVICES && t.gate.closed_gpus != 0; ++g) {
-    if ((t.gate.closed_gpus >> g & 1u) == 0) continue;
-    if (const int o = gpu_map_.ordinal_of(t, g); o >= 0) ordinals |= 1u << o;
-  }
+  uint32_t ordinals = gpu_map_.ordinals_of(t, t.gate.closed_gpus);
   // Devices not published yet (no ordinal to hold), or every one of them: the whole gate.
   const uint32_t all = devices >= 32 ? ~0u : (1u << devices) - 1;
   if (t.gate.closed_gpus != 0 && (devices == 0 || (ordinals & all) == all)) ordinals = GateState::kAllOrdinals;

@@ -91,6 +91,15 @@ std::string format_gpu_uuid(const uint8_t b[16]) {
   return buf;
 }
 
+uint32_t GpuMap::ordinals_of(const Tenant& t, uint64_t gpus) const {
+  uint32_t ordinals = 0;
+  for (uint32_t g = 0; g < GPUOS_MAX_DEVICES && (gpus >> g) != 0; ++g) {
+    if ((gpus >> g & 1u) == 0) continue;
+    if (const int o = ordinal_of(t, g); o >= 0) ordinals |= 1u << o;
+  }
+  return ordinals;
+}
+
 int GpuMap::ordinal_of(const Tenant& t, uint32_t gpu) const {
   if (gpu >= GPUOS_MAX_DEVICES) return -1;
   const uint32_t n = std::atomic_ref<uint32_t>(t.cb->device_count).load(std::memory_order_acquire);

@@ -34,6 +34,8 @@ class GpuMap {
   explicit GpuMap(const std::vector<GpuInfo>& gpus) : gpus_(gpus) {}
   // The tenant's ordinal of GPU index `gpu` (-1: it does not see that GPU).
   int ordinal_of(const Tenant& t, uint32_t gpu) const;
+  // The tenant's ordinals (bit o) of the GPU indices `gpus` (bit g) that it sees.
+  uint32_t ordinals_of(const Tenant& t, uint64_t gpus) const;
   // The GPU index of the tenant's ordinal (-1: none of gpuosd's GPUs).
   int gpu_of(const Tenant& t, int ordinal) const;
   // The tenant's memory on GPU index `gpu`, as it reports it, at most the GPU's memory (a tenant
