@@ -124,14 +124,13 @@ inline CUresult governed_launch(LaunchKind kind, CUstream stream, bool ptsz, con
   }
   LaunchDevice device;  // resolved only at a partial gate (closed on some of its devices)
   DeviceAccess access(cb, &device);  // swappable tenants only: waits at the gate itself
-  if (GPUOS_UNLIKELY(grant_load(grants_of(cb)->gate, std::memory_order_acquire) !=
-                     GPUOS_GATE_OPEN)) {
-    wait_at_gate(cb, &device);
-  }
-  // A best-effort tenant beside a guaranteed tenant's latency budget spreads its launches out.
-  if (const uint32_t pace = grant_load(grants_of(cb)->pace_permille, std::memory_order_relaxed);
-      GPUOS_UNLIKELY(pace != 0)) {
-    pace_before_launch(cb, shape_key(shape), pace, &device);
+  for (;;) {
+    if (GPUOS_UNLIKELY(grant_load(grants_of(cb)->gate, std::memory_order_acquire) != GPUOS_GATE_OPEN)) {
+      wait_at_gate(cb, &device);
+    }
+    // A best-effort tenant beside a guaranteed tenant's latency budget spreads its launches out.
+    const uint32_t pace = grant_load(grants_of(cb)->pace_permille, std::memory_order_relaxed);
+    if (GPUOS_LIKELY(pace == 0) || pace_before_launch(cb, shape_key(shape), kind == LaunchKind::kGraph, pace, &device)) break;
   }
   // Best-effort tenants get a bound on unfinished launches so that a closed gate drains fast.
   const uint32_t max_inflight = grant_load(grants_of(cb)->max_inflight, std::memory_order_relaxed);

@@ -16,17 +16,21 @@ std::atomic<uint64_t> g_next_launch_ns{0};
 
 }  // namespace
 
-void pace_before_launch(gpuos_control_block* cb, uint64_t key, uint32_t pace, LaunchDevice* device) {
+bool pace_before_launch(gpuos_control_block* cb, uint64_t key, bool graph, uint32_t pace, LaunchDevice* device) {
   const gpuos_grant_block* g = grants_of(cb);
   // A process on several GPUs is paced only on those a budget works on.
   if (const uint32_t devices = grant_load(g->pace_devices, std::memory_order_relaxed);
       devices != 0 && !paced_on(devices, device->ordinal())) {
-    return;
+    return true;
   }
+  const ShapeDurations timed = launch_durations(key);
   const uint64_t expected = expected_launch_ns(cb, key);
   uint64_t waited_from = 0;
   const uint32_t max_us = grant_load(g->pace_max_kernel_us, std::memory_order_relaxed);
-  if (max_us != 0 && expected > uint64_t{max_us} * 1000u) {
+  // A graph never timed may hold a whole batch's work: long until its first launch, made while
+  // the guaranteed tenant is idle, is timed (a budget times graph launches whenever it can).
+  const bool untimed_graph = graph && timed.solo_ns == 0 && timed.paced_ns == 0;
+  if (max_us != 0 && (untimed_graph || expected > uint64_t{max_us} * 1000u)) {
     // Too long to fit between the guaranteed tenant's steps: wait for it to go idle.
     waited_from = monotonic_ns();
     while ((pace = grant_load(g->pace_permille)) != 0 && gate_binds(cb)) futex_wait(&g->pace_permille, pace, 50);
@@ -34,9 +38,8 @@ void pace_before_launch(gpuos_control_block* cb, uint64_t key, uint32_t pace, La
   // Its cost in the token bucket: the expected duration, weighted by its shape's contention.
   uint64_t cost = expected;
   if (const uint32_t max = grant_load(g->pace_contention_max_permille, std::memory_order_relaxed); max > 1000) {
-    const ShapeDurations d = launch_durations(key);
     constexpr uint32_t kMaxWeight = 10'000;  // the config's bound (1000%): no overflow below
-    cost = expected * contention_permille(d.solo_ns, d.paced_ns, std::min(max, kMaxWeight)) / 1000;
+    cost = expected * contention_permille(timed.solo_ns, timed.paced_ns, std::min(max, kMaxWeight)) / 1000;
   }
   // The token bucket (pace_step), its clock shared by the process's threads.
   while (pace != 0) {
@@ -56,10 +59,12 @@ void pace_before_launch(gpuos_control_block* cb, uint64_t key, uint32_t pace, La
     }
     if (g_next_launch_ns.compare_exchange_weak(next, step.next_ns, std::memory_order_acq_rel)) break;
   }
-  if (waited_from != 0) {
-    std::atomic_ref<uint64_t>(cb->pace_waits).fetch_add(1, std::memory_order_relaxed);
-    std::atomic_ref<uint64_t>(cb->pace_wait_ns).fetch_add(monotonic_ns() - waited_from, std::memory_order_relaxed);
-  }
+  if (waited_from == 0) return true;
+  std::atomic_ref<uint64_t>(cb->pace_waits).fetch_add(1, std::memory_order_relaxed);
+  std::atomic_ref<uint64_t>(cb->pace_wait_ns).fetch_add(monotonic_ns() - waited_from, std::memory_order_relaxed);
+  // Pacing also ends when the gate closes (the guaranteed tenant is back and lends nothing): the
+  // launch then waits at the gate, not goes.
+  return !gate_binds(cb) || gate_lets_through(g, grant_load(g->gate), device);
 }
 
 void TEST_reset_pacing() { g_next_launch_ns.store(0); }

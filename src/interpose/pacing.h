@@ -5,8 +5,10 @@
 // kernels reach the GPU in short bursts between the guaranteed tenant's steps (each switch between
 // the two contexts costs the guaranteed tenant time, so not one kernel at a time either) rather than
 // in one block that would stall a step. A launch expected to run longer than pace_max_kernel_us
-// waits for pacing to end (the guaranteed tenant idle), so no single long kernel overruns the
-// budget. A wait interrupted by a signal handler lets the launch go (note_signalled).
+// (gpuosd's bound, from the budget: budget.h) waits for pacing to end (the guaranteed tenant idle
+// for a while), so no single long kernel or graph overruns the budget; so does a graph never
+// timed yet. A wait interrupted by a signal handler lets the launch go (note_signalled); one that
+// ends with the gate closed goes back to wait at the gate.
 //
 // In a spatial domain (pace_contention_max_permille set) the two tenants run side by side, and
 // what a best-effort kernel costs the guaranteed one is not its length but what they take from
@@ -67,9 +69,10 @@ inline bool paced_on(uint32_t pace_devices, int ordinal) {
 
 class LaunchDevice;
 
-// Before a launch of shape `key` on `device` while pace_permille != 0 (read by the caller as
-// `pace`). The device is asked of the driver only when pacing is limited to some devices.
-void pace_before_launch(gpuos_control_block* cb, uint64_t key, uint32_t pace, LaunchDevice* device);
+// Before a launch of shape `key` (a graph's, when `graph`) on `device` while pace_permille != 0
+// (read by the caller as `pace`). The device is asked of the driver only when pacing is limited to some devices. Returns
+// false when the gate closed while it waited: the caller waits at the gate and paces again.
+bool pace_before_launch(gpuos_control_block* cb, uint64_t key, bool graph, uint32_t pace, LaunchDevice* device);
 
 // For tests: the pacing clock starts afresh.
 void TEST_reset_pacing();

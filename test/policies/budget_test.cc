@@ -256,14 +256,65 @@ TEST(BudgetPolicy, ProbesCloseTheGateAndRefreshSoloTimes) {
   EXPECT_LE(closed, 60);
 }
 
-TEST(BudgetPolicy, IdleGuaranteedTenantLeavesBestEffortUnpaced) {
+TEST(BudgetPolicy, ALongBestEffortLaunchWaitsForTheGuaranteedTenantToBeIdle) {
+  // Its launches take 1 ms alone; at 1.25 one may grow by 250 us: a best-effort launch expected
+  // longer would hold its next step longer than that (no preemption), so it waits.
+  Sim s;
+  slots::GateActions a;
+  for (int i = 0; i < 100; ++i) a = s.step(4, 1000);
+  ASSERT_NE(action_of(a, 2), nullptr);
+  ASSERT_GT(action_of(a, 2)->pacing.permille, 0u);
+  EXPECT_EQ(action_of(a, 2)->pacing.max_kernel_us, 250u);
+  // A stricter explicit bound wins; pace_max_kernel_pct = 0 leaves only the explicit one.
+  BudgetParams strict;
+  strict.pace_max_kernel_us = 100;
+  Sim t{BudgetPolicy{strict}};
+  for (int i = 0; i < 100; ++i) a = t.step(4, 1000);
+  ASSERT_NE(action_of(a, 2), nullptr);
+  EXPECT_EQ(action_of(a, 2)->pacing.max_kernel_us, 100u);
+  BudgetParams off;
+  off.long_kernel_fraction = 0;
+  Sim u{BudgetPolicy{off}};
+  for (int i = 0; i < 100; ++i) a = u.step(4, 1000);
+  ASSERT_NE(action_of(a, 2), nullptr);
+  ASSERT_GT(action_of(a, 2)->pacing.permille, 0u);
+  EXPECT_EQ(action_of(a, 2)->pacing.max_kernel_us, 0u);
+}
+
+TEST(BudgetPolicy, IdleGuaranteedTenantLeavesBestEffortUnpacedAfterTheHold) {
   Sim s;
   for (int i = 0; i < 100; ++i) s.step(4, 1000);
+  // Just gone idle (a pause between its requests): short launches run at the full share, long
+  // ones still wait; nothing is reported lent.
+  const uint64_t idle_at = s.now + 10 * kMs;
   slots::GateActions a = s.step(0, 0, /*hp_busy=*/false);
   const slots::GateAction* g = action_of(a, 2);
   ASSERT_NE(g, nullptr);
   EXPECT_EQ(g->gate, GPUOS_GATE_OPEN);
-  EXPECT_EQ(g->pacing.permille, 0u);
+  EXPECT_EQ(g->pacing.permille, 1000u);
+  EXPECT_EQ(g->pacing.max_kernel_us, 250u);
+  EXPECT_EQ(a.budgets.at(0).be_share_permille, 0u);
+  EXPECT_EQ(a.next_tick_ns, idle_at + 20 * kMs) << "looks again when the hold ends";
+  a = s.step(0, 0, false);
+  ASSERT_NE(action_of(a, 2), nullptr);
+  EXPECT_EQ(action_of(a, 2)->pacing.permille, 1000u) << "10 ms idle: still held";
+  a = s.step(0, 0, false);
+  g = action_of(a, 2);
+  ASSERT_NE(g, nullptr);
+  EXPECT_EQ(g->gate, GPUOS_GATE_OPEN);
+  EXPECT_EQ(g->pacing.permille, 0u) << "20 ms idle: unpaced";
+  // Back, and idle again: held afresh. With no hold, pacing ends as soon as it is idle.
+  s.step(4, 1000);
+  a = s.step(0, 0, false);
+  ASSERT_NE(action_of(a, 2), nullptr);
+  EXPECT_EQ(action_of(a, 2)->pacing.permille, 1000u);
+  BudgetParams none;
+  none.idle_hold_ns = 0;
+  Sim t{BudgetPolicy{none}};
+  for (int i = 0; i < 100; ++i) t.step(4, 1000);
+  a = t.step(0, 0, false);
+  ASSERT_NE(action_of(a, 2), nullptr);
+  EXPECT_EQ(action_of(a, 2)->pacing.permille, 0u);
 }
 
 TEST(BudgetPolicy, GuaranteedTenantWithoutBudgetGatesBestEffort) {
@@ -385,6 +436,8 @@ TEST(BudgetPolicy, BestEffortOfTheBudgetedTenantsDomainIsPacedAndHeldForProbes) 
     if (other->gate == GPUOS_GATE_OPEN) {
       max_apart_pace = std::max(max_apart_pace, other->pacing.permille);
       EXPECT_EQ(other->pacing.contention_max_permille, 0u) << "its timings hold time slices";
+      // Sharing its time: no launch longer than its budget's excess of one step (1.25 / 1.08 of 1 ms).
+      if (other->pacing.permille != 0) EXPECT_EQ(other->pacing.max_kernel_us, 157u);
     }
     if (i < 3) {
       EXPECT_EQ(act->gate, GPUOS_GATE_CLOSED) << "no share before its solo times";
@@ -393,6 +446,7 @@ TEST(BudgetPolicy, BestEffortOfTheBudgetedTenantsDomainIsPacedAndHeldForProbes) 
       ++open;
       EXPECT_GT(act->pacing.permille, 0u) << i;
       EXPECT_EQ(act->pacing.contention_max_permille, 3000u) << "beside it in space: weighted by contention";
+      EXPECT_EQ(act->pacing.max_kernel_us, 0u) << "on SMs of its own, a long kernel holds nothing of it";
       max_pace = std::max(max_pace, act->pacing.permille);
     } else {
       ++closed;
@@ -562,6 +616,31 @@ TEST(BudgetPolicy, ConfigTakesAContentionWeightOfAtLeastOneOrNone) {
   EXPECT_EQ(p.contention_max_permille, 3000u);
   ASSERT_TRUE(parse(0, &p, &error)) << error;
   EXPECT_EQ(p.contention_max_permille, 0u);
+}
+
+TEST(BudgetPolicy, ConfigBoundsLongLaunchesAndTheIdleHold) {
+  auto parse = [](const char* key, int64_t value, BudgetParams* p, std::string* error) {
+    ConfigSection sec;
+    sec.name = "budget";
+    ConfigValue v;
+    v.kind = ConfigValue::Kind::kInteger;
+    v.integer = value;
+    v.where = "x.toml:5";
+    sec.entries.push_back({key, v});
+    return parse_budget_params(sec, p, error);
+  };
+  BudgetParams p;
+  std::string error;
+  EXPECT_EQ(p.long_kernel_fraction, 1.0);
+  EXPECT_EQ(p.idle_hold_ns, 20 * kMs);
+  ASSERT_TRUE(parse("pace_max_kernel_pct", 50, &p, &error)) << error;
+  EXPECT_EQ(p.long_kernel_fraction, 0.5);
+  ASSERT_TRUE(parse("pace_idle_hold_ms", 0, &p, &error)) << error;
+  EXPECT_EQ(p.idle_hold_ns, 0u);
+  EXPECT_FALSE(parse("pace_max_kernel_pct", 1001, &p, &error));
+  EXPECT_NE(error.find("pace_max_kernel_pct"), std::string::npos) << error;
+  EXPECT_FALSE(parse("pace_idle_hold_ms", 10001, &p, &error));
+  EXPECT_NE(error.find("pace_idle_hold_ms"), std::string::npos) << error;
 }
 
 }  // namespace

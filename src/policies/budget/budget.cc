@@ -34,7 +34,19 @@ bool paced_be(const slots::GateTenant& t, const std::set<std::string>& budget_do
          (t.space_domain.empty() || budget_domains.count(t.space_domain) != 0);
 }
 
+// The tighter of two bounds on a launch's length, 0 meaning none.
+uint32_t smaller_bound(uint32_t a, uint32_t b) { return a == 0 ? b : b == 0 ? a : std::min(a, b); }
+
 }  // namespace
+
+uint32_t BudgetPolicy::max_kernel_us(const slots::GateTenant& t, const TenantBudget& b) const {
+  uint32_t own = 0;
+  const double excess_ns = b.meter.has_solo() ? (meter_limit(t, params_.mps_cost) - 1.0) * b.meter.typical_solo_ns() : 0;
+  if (params_.long_kernel_fraction > 0 && excess_ns > 0) {
+    own = static_cast<uint32_t>(std::clamp(params_.long_kernel_fraction * excess_ns / 1000.0, 1.0, 1e7));
+  }
+  return smaller_bound(params_.pace_max_kernel_us, own);
+}
 
 void BudgetPolicy::admit(const slots::GateTenant& t, slots::Admission* a) {
   a->idle_grace_us = params_.priority.idle_grace_us;
@@ -83,6 +95,12 @@ slots::GateActions BudgetPolicy::decide(const slots::GateView& view) {
         !any_be || (b.be_quiet_since_ns != 0 && now >= b.be_quiet_since_ns + params_.settle_ns && be_drained);
     for (const slots::TimedLaunch& l : t.timed) b.meter.add(l.key, l.ns, solo, now);
     if (b.lending) b.lent += t.timed.size();  // timed while the last decision lent beside it
+    if (active(t)) {
+      b.idle_since_ns = 0;
+    } else if (b.was_active) {
+      b.idle_since_ns = now;  // decisions follow its busy word: this one is about when it went idle
+    }
+    b.was_active = active(t);
   }
 
   // 2. The controller: at once over the budget, else once per control period.
@@ -160,6 +178,7 @@ slots::GateActions BudgetPolicy::decide(const slots::GateView& view) {
   // `lent` false when one of them lends nothing now (a probe, no share yet).
   auto pacing_of = [&](const slots::GateTenant& v, bool* beside, bool* lent) {
     double share = 1.0, burst_ns = 1e12;
+    uint32_t max_kernel = params_.pace_max_kernel_us;
     bool in_their_domain = !v.space_domain.empty();  // beside every one of them in space
     uint64_t gpus = 0;                                // the GPUs it shares with them
     bool every_gpu = false;                           // ... or all of its GPUs (not known yet)
@@ -179,12 +198,13 @@ slots::GateActions BudgetPolicy::decide(const slots::GateView& view) {
       }
       const double limit = meter_limit(t, params_.mps_cost);
       share = std::min(share, in_space ? b->share : std::min(b->share, time_share_cap(limit)));
+      if (!in_space) max_kernel = smaller_bound(max_kernel, max_kernel_us(t, *b));
       burst_ns = std::min(burst_ns, params_.burst_fraction * (limit - 1.0) * b->meter.typical_solo_ns());
     }
     slots::Pacing p;
     if (*beside && *lent) {
       p.permille = std::clamp<uint32_t>(static_cast<uint32_t>(std::lround(share * 1000)), 1, 1000);
-      p.max_kernel_us = params_.pace_max_kernel_us;
+      p.max_kernel_us = max_kernel;
       p.burst_us = static_cast<uint32_t>(std::clamp(burst_ns / 1000.0, 0.0, 1e6));
       // Beside each other in space (no time slices in its timings), a shape's paced time over its
       // time alone is what the two tenants' work cost each other.
@@ -227,6 +247,33 @@ slots::GateActions BudgetPolicy::decide(const slots::GateView& view) {
     out.gates.push_back(a);
   }
   st.share = granted;
+  // A time-shared BE tenant left unpaced because the budgeted tenants on its GPUs went idle stays
+  // paced at the full share for idle_hold_ns, its long launches waiting (not counted as lent).
+  for (std::size_t i = 0; i < out.gates.size(); ++i) {
+    const slots::GateTenant& v = view.tenants[i];
+    slots::GateAction& a = out.gates[i];
+    if (a.gate != GPUOS_GATE_OPEN || a.pacing.permille != 0 || !paced(v)) continue;
+    uint32_t bound = 0;
+    uint64_t gpus = 0;
+    bool every_gpu = false;
+    for (const slots::GateTenant& t : view.tenants) {
+      auto it = st.tenants.find(t.id);
+      if (it == st.tenants.end() || !budgeted(t) || !share_gpu(t, v)) continue;
+      if (!v.space_domain.empty() && t.space_domain == v.space_domain) continue;  // beside it in space
+      const TenantBudget& b = it->second;
+      if (b.idle_since_ns == 0 || now >= b.idle_since_ns + params_.idle_hold_ns) continue;
+      const uint32_t us = max_kernel_us(t, b);
+      if (us == 0) continue;
+      bound = smaller_bound(bound, us);
+      every_gpu = every_gpu || t.gpus == 0 || v.gpus == 0;
+      gpus |= t.gpus & v.gpus;
+    }
+    if (bound == 0) continue;
+    a.pacing.permille = 1000;
+    a.pacing.max_kernel_us = bound;
+    a.pacing.burst_us = 1'000'000;
+    a.pacing.gpus = every_gpu ? 0 : gpus;
+  }
   // Whether BE work may run beside each budgeted tenant now (its timings are not solo then).
   for (const slots::GateTenant& t : view.tenants) {
     auto it = st.tenants.find(t.id);
@@ -264,6 +311,7 @@ slots::GateActions BudgetPolicy::decide(const slots::GateView& view) {
   if (!lends.empty()) sooner(st.next_probe_ns);
   for (const auto& [id, b] : st.tenants) {
     if (b.be_quiet_since_ns != 0) sooner(b.be_quiet_since_ns + params_.settle_ns);
+    if (b.idle_since_ns != 0) sooner(b.idle_since_ns + params_.idle_hold_ns);
   }
   out.next_tick_ns = next;
   return out;
@@ -274,7 +322,7 @@ bool parse_budget_params(const ConfigSection& sec, BudgetParams* out, std::strin
   uint32_t meter_interval_ms = 0;
   uint32_t window_ms = 1000, control_ms = 100, react_ms = 20, probe_every_ms = 5000, probe_ms = 150, settle_ms = 30;
   uint32_t target_pct = 50, increase_permille = 5, growth_pct = 10, max_share_pct = 90, burst_pct = 50, mps_cost_pct = 8;
-  uint32_t contention_max_pct = 0;
+  uint32_t contention_max_pct = 0, max_kernel_pct = 100, idle_hold_ms = 20;
   if (!read_priority_keys(sec, &p.priority, error) || !sec.get_uint("window_ms", 100, 600000, &window_ms, error) ||
       !sec.get_uint("meter_interval_ms", 0, 60000, &meter_interval_ms, error) ||
       !sec.get_uint("control_ms", 10, 10000, &control_ms, error) ||
@@ -289,6 +337,8 @@ bool parse_budget_params(const ConfigSection& sec, BudgetParams* out, std::strin
       !sec.get_uint("sample_period", 1, 64, &p.sample_period, error) ||
       !sec.get_uint("be_sample_period", 1, 64, &p.be_sample_period, error) ||
       !sec.get_uint("pace_max_kernel_us", 0, 10000000, &p.pace_max_kernel_us, error) ||
+      !sec.get_uint("pace_max_kernel_pct", 0, 1000, &max_kernel_pct, error) ||
+      !sec.get_uint("pace_idle_hold_ms", 0, 10000, &idle_hold_ms, error) ||
       !sec.get_uint("burst_pct", 0, 100, &burst_pct, error) || !sec.get_uint("mps_cost_pct", 0, 100, &mps_cost_pct, error) ||
       !sec.get_uint("contention_max_pct", 0, 1000, &contention_max_pct, error) || !sec.all_read(error)) {
     return false;
@@ -319,6 +369,8 @@ bool parse_budget_params(const ConfigSection& sec, BudgetParams* out, std::strin
   p.burst_fraction = burst_pct / 100.0;
   p.mps_cost = mps_cost_pct / 100.0;
   p.contention_max_permille = contention_max_pct * 10;
+  p.long_kernel_fraction = max_kernel_pct / 100.0;
+  p.idle_hold_ns = uint64_t{idle_hold_ms} * 1'000'000;
   p.controller.max_share = max_share_pct / 100.0;
   *out = p;
   return true;
@@ -348,6 +400,8 @@ std::string budget_settings(const ConfigSection& section) {
          "\nsample_period = " + std::to_string(p.sample_period) +
          "\nbe_sample_period = " + std::to_string(p.be_sample_period) +
          "\npace_max_kernel_us = " + std::to_string(p.pace_max_kernel_us) +
+         "\npace_max_kernel_pct = " + std::to_string(std::lround(p.long_kernel_fraction * 100)) +
+         "\npace_idle_hold_ms = " + ms(p.idle_hold_ns) +
          "\nburst_pct = " + std::to_string(std::lround(p.burst_fraction * 100)) +
          "\nmps_cost_pct = " + std::to_string(std::lround(p.mps_cost * 100)) +
          "\ncontention_max_pct = " + std::to_string(p.contention_max_permille / 10) + "\n";

@@ -7,7 +7,9 @@
 // Mechanism it drives: while a budgeted guaranteed tenant is active, the BE tenants the priority
 // rules would let run if it were idle get an open gate and pacing at the share (grant block
 // pace_permille, interpose/pacing.h): each spreads its launches so that its GPU work takes at most
-// that share of wall time, a few of its kernels between each two of the guaranteed tenant's steps.
+// that share of wall time, a few of its kernels between each two of the guaranteed tenant's steps;
+// a launch too long to fit between them waits until the guaranteed tenant has been idle for a while
+// (kernel-length awareness: long_kernel_fraction, idle_hold_ns).
 // The share comes from a feedback controller (controller.h) on the guaranteed tenant's measured
 // slowdown (slowdown_meter.h), which needs its solo times: they are learned while no BE work runs
 // (no BE tenant, or every BE gate closed for settle_ms), and kept fresh by probes: every
@@ -59,6 +61,18 @@ struct BudgetParams {
   uint32_t sample_period = 2;          // budgeted tenants time one launch in about this many
   uint32_t be_sample_period = 8;       // BE tenants too (pacing needs their kernels' durations)
   uint32_t pace_max_kernel_us = 0;     // a BE launch expected longer waits for a gap (0 = no bound)
+  // Kernel-length awareness, sharing in time: once on the GPU a best-effort kernel or graph runs to
+  // its end (no preemption), holding the guaranteed tenant's next step for up to its length. A
+  // launch expected to run longer than this fraction of what the budget lets one typical launch of
+  // the guaranteed tenant grow by ((limit - 1) x its typical solo time) waits until that tenant is
+  // idle (0 = no such bound; pace_max_kernel_us still applies). Spatial domains are exempt (their
+  // best-effort tenants run on SMs of their own).
+  double long_kernel_fraction = 1.0;
+  // ... and idle means idle this long: after a budgeted tenant goes idle, the time-shared
+  // best-effort tenants on its GPUs stay paced at the full share, their long launches still
+  // waiting, so that one launched in a pause between its steps or requests does not hold the next
+  // (a server at half load pauses often, briefly). 0 = pacing ends as soon as it is idle.
+  uint64_t idle_hold_ns = 20'000'000;
   // BE may run this fraction of the budget's excess of one typical launch of the guaranteed tenant
   // back to back (pacing's burst): fewer switches between the two contexts, each of which costs the
   // guaranteed tenant time, for a step no slower than half its budget allows.
@@ -86,6 +100,8 @@ struct TenantBudget {
   std::size_t lent = 0;  // launches timed at the current share since it was set
   bool lending = false;  // the last decision lent its GPUs to best-effort tenants
   uint64_t be_quiet_since_ns = 1;  // every gate of a BE tenant on its GPUs closed since (0 = one is open)
+  bool was_active = false;         // at the last decision
+  uint64_t idle_since_ns = 0;      // when a decision first saw it idle after it was active (0: active)
 };
 
 struct BudgetState {
@@ -108,6 +124,10 @@ class BudgetPolicy final : public slots::TimeGate {
   const BudgetState& state() const { return state_; }
 
  private:
+  // The longest best-effort launch (us) that budgeted tenant t, sharing in time, lets run beside
+  // it (0 = no bound): the smaller of pace_max_kernel_us and long_kernel_fraction's.
+  uint32_t max_kernel_us(const slots::GateTenant& t, const TenantBudget& b) const;
+
   BudgetParams params_;
   BudgetState state_;
 };
