@@ -88,6 +88,16 @@ def markdown(runs: list, v: dict) -> str:
     return "\n".join(out) + "\n"
 
 
+def run_label(path: str) -> str:
+    """A run's name: its results folder, and the run's for a part of one
+    (bench/results/<run>/<part>/summary.json is <run>/<part>)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    above = os.path.dirname(folder)
+    if os.path.basename(os.path.dirname(above)) == "results":
+        return f"{os.path.basename(above)}/{os.path.basename(folder)}"
+    return os.path.basename(folder)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("summaries", nargs="+", help="summary.json of a run_matrix.py run")
@@ -98,7 +108,7 @@ def main(argv=None) -> int:
         try:
             with open(path) as fh:
                 s = json.load(fh)
-            runs.append(check_run(s, os.path.basename(os.path.dirname(os.path.abspath(path)))))
+            runs.append(check_run(s, run_label(path)))
         except (OSError, ValueError, KeyError, TypeError) as e:
             print(f"check_budgets: {path}: {e}", file=sys.stderr)
             return 2

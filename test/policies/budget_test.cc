@@ -437,7 +437,9 @@ TEST(BudgetPolicy, BestEffortOfTheBudgetedTenantsDomainIsPacedAndHeldForProbes) 
       max_apart_pace = std::max(max_apart_pace, other->pacing.permille);
       EXPECT_EQ(other->pacing.contention_max_permille, 0u) << "its timings hold time slices";
       // Sharing its time: no launch longer than its budget's excess of one step (1.25 / 1.08 of 1 ms).
-      if (other->pacing.permille != 0) EXPECT_EQ(other->pacing.max_kernel_us, 157u);
+      if (other->pacing.permille != 0) {
+        EXPECT_EQ(other->pacing.max_kernel_us, 157u);
+      }
     }
     if (i < 3) {
       EXPECT_EQ(act->gate, GPUOS_GATE_CLOSED) << "no share before its solo times";

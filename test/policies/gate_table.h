@@ -12,6 +12,7 @@ struct GateTable {
   std::map<uint32_t, slots::GateTenant> live;
   int sets = 0;  // gate words changed by actions
   uint64_t next_tick_ns = 0;
+  std::map<uint32_t, slots::Pacing> pacing;  // published with each action, as the core does
 
   slots::GateTenant& add(uint32_t id, uint32_t cls, int32_t prio = 0, uint32_t weight = 100,
                          uint32_t gate = GPUOS_GATE_OPEN) {
@@ -37,6 +38,7 @@ struct GateTable {
     const slots::GateActions a = policy.decide(view(now, e, id));
     for (const slots::GateAction& g : a.gates) {
       slots::GateTenant& t = live.at(g.id);
+      pacing[g.id] = g.gate == GPUOS_GATE_OPEN ? g.pacing : slots::Pacing{};
       if (t.pinned || t.gate == g.gate) continue;
       t.gate = g.gate;
       ++sets;

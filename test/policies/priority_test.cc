@@ -424,6 +424,56 @@ TEST(PriorityPolicy, AdmissionAndReactions) {
   EXPECT_TRUE(pol.decide(g.view(54 * kMs, Event::kTick)).gates.empty());
 }
 
+TEST(PriorityPolicy, LongBestEffortLaunchesWaitUntilTheGuaranteedTenantHasBeenIdleAWhile) {
+  PriorityParams params;
+  params.be_max_kernel_us = 2000;
+  PriorityPolicy pol(params);
+  slots::GateTenant be;
+  be.id = 2;
+  be.tenant_class = GPUOS_CLASS_BEST_EFFORT;
+  slots::Admission a;
+  pol.admit(be, &a);
+  EXPECT_EQ(a.sample_period, kLongLaunchSamplePeriod) << "pacing needs its launches' durations";
+  GateTable g;
+  g.add(1, GPUOS_CLASS_GUARANTEED);
+  g.add(2, GPUOS_CLASS_BEST_EFFORT);
+  g.live[2].busy = true;
+  g.run(pol, 0, Event::kAdmitted, 2);
+  EXPECT_EQ(g.gate(2), O);
+  EXPECT_EQ(g.pacing[2].permille, 0u) << "a guaranteed tenant never seen busy holds nothing";
+  g.live[1].busy = true;
+  g.run(pol, 1 * kMs, Event::kActivity, 1);
+  EXPECT_EQ(g.gate(2), C);
+  // A pause between its steps: the gate opens (work conserving), at the full share, with launches
+  // longer than 2 ms held until it has been idle 20 ms.
+  g.live[1].busy = false;
+  g.run(pol, 5 * kMs, Event::kActivity, 1);
+  EXPECT_EQ(g.gate(2), O);
+  EXPECT_EQ(g.pacing[2].permille, 1000u);
+  EXPECT_EQ(g.pacing[2].max_kernel_us, 2000u);
+  EXPECT_EQ(g.next_tick_ns, 25 * kMs);
+  g.run(pol, 15 * kMs);
+  EXPECT_EQ(g.pacing[2].permille, 1000u) << "still within the hold";
+  g.run(pol, 25 * kMs);
+  EXPECT_EQ(g.gate(2), O);
+  EXPECT_EQ(g.pacing[2].permille, 0u) << "idle 20 ms: anything goes";
+  EXPECT_EQ(g.next_tick_ns, 0u);
+  EXPECT_TRUE(pol.decide(g.view(26 * kMs, Event::kTick)).gates.empty()) << "unchanged: nothing asked";
+  // Off (the default): no pacing, no timing.
+  PriorityPolicy off(PriorityParams{});
+  a = slots::Admission{};
+  off.admit(be, &a);
+  EXPECT_EQ(a.sample_period, 0u);
+  GateTable h;
+  h.add(1, GPUOS_CLASS_GUARANTEED).busy = true;
+  h.add(2, GPUOS_CLASS_BEST_EFFORT).busy = true;
+  h.run(off, 1 * kMs, Event::kActivity, 1);
+  h.live[1].busy = false;
+  h.run(off, 5 * kMs, Event::kActivity, 1);
+  EXPECT_EQ(h.gate(2), O);
+  EXPECT_EQ(h.pacing[2].permille, 0u);
+}
+
 TEST(PriorityPolicy, PinnedTenantsAreLeftAlone) {
   PriorityPolicy pol(PriorityParams{});
   GateTable g;
@@ -449,6 +499,22 @@ TEST(PriorityPolicy, ItsSectionAndItsKeysOfBeforeTheSlots) {
     EXPECT_EQ(p->params().be_max_inflight, 7u);
     EXPECT_EQ(p->params().be_slice_ms, 50u);  // untouched keys keep their defaults
   }
+  // The long-launch keys are priority's own: the budget policy bounds long launches by its budgets.
+  ConfigResult r = parse_config("[scheduler]\npolicy = \"priority\"\n[policy.priority]\nbe_max_kernel_us = 3000\n"
+                                "be_idle_hold_ms = 50\n", "t.toml");
+  ASSERT_TRUE(r) << r.error;
+  PolicySet set;
+  std::string why;
+  ASSERT_TRUE(make_policies(*r.config, &set, &why)) << why;
+  auto* p = dynamic_cast<PriorityPolicy*>(set.time_gate.get());
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(p->params().be_max_kernel_us, 3000u);
+  EXPECT_EQ(p->params().be_idle_hold_ms, 50u);
+  r = parse_config("[scheduler]\npolicy = \"budget\"\n[policy.budget]\nbe_max_kernel_us = 3000\n", "t.toml");
+  ASSERT_TRUE(r) << r.error;
+  PolicySet budget;
+  EXPECT_FALSE(make_policies(*r.config, &budget, &why));
+  EXPECT_NE(why.find("be_max_kernel_us"), std::string::npos) << why;
 }
 
 }  // namespace

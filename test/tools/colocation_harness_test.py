@@ -587,6 +587,13 @@ class CheckBudgets(unittest.TestCase):
         half["budgets"][1]["be_target_ok"] = False
         self.assertFalse(check_budgets.verdict([half])["be_targets_met"])
 
+    def test_a_run_of_several_parts_names_each_part(self):
+        self.assertEqual(check_budgets.run_label("bench/results/2026-12-05-slo-h100-0.3/summary.json"),
+                         "2026-12-05-slo-h100-0.3")
+        self.assertEqual(check_budgets.run_label("bench/results/2026-12-05-slo-long-kernels-h200-0.5/infer/summary.json"),
+                         "2026-12-05-slo-long-kernels-h200-0.5/infer")
+        self.assertEqual(check_budgets.run_label("/tmp/x/summary.json"), "x")
+
     def test_an_unreadable_summary_is_an_error_not_a_verdict(self):
         with tempfile.TemporaryDirectory() as d:
             bad = os.path.join(d, "summary.json")

@@ -95,12 +95,7 @@ slots::GateActions BudgetPolicy::decide(const slots::GateView& view) {
         !any_be || (b.be_quiet_since_ns != 0 && now >= b.be_quiet_since_ns + params_.settle_ns && be_drained);
     for (const slots::TimedLaunch& l : t.timed) b.meter.add(l.key, l.ns, solo, now);
     if (b.lending) b.lent += t.timed.size();  // timed while the last decision lent beside it
-    if (active(t)) {
-      b.idle_since_ns = 0;
-    } else if (b.was_active) {
-      b.idle_since_ns = now;  // decisions follow its busy word: this one is about when it went idle
-    }
-    b.was_active = active(t);
+    b.idle.observe(active(t), now);
   }
 
   // 2. The controller: at once over the budget, else once per control period.
@@ -249,30 +244,17 @@ slots::GateActions BudgetPolicy::decide(const slots::GateView& view) {
   st.share = granted;
   // A time-shared BE tenant left unpaced because the budgeted tenants on its GPUs went idle stays
   // paced at the full share for idle_hold_ns, its long launches waiting (not counted as lent).
-  for (std::size_t i = 0; i < out.gates.size(); ++i) {
-    const slots::GateTenant& v = view.tenants[i];
+  std::vector<LongLaunchHolder> holding;
+  for (const slots::GateTenant& t : view.tenants) {
+    auto it = st.tenants.find(t.id);
+    if (it == st.tenants.end() || !budgeted(t) || !it->second.idle.holding(now, params_.idle_hold_ns)) continue;
+    holding.push_back(LongLaunchHolder{&t, max_kernel_us(t, it->second)});
+  }
+  for (std::size_t i = 0; i < out.gates.size() && !holding.empty(); ++i) {
     slots::GateAction& a = out.gates[i];
-    if (a.gate != GPUOS_GATE_OPEN || a.pacing.permille != 0 || !paced(v)) continue;
-    uint32_t bound = 0;
-    uint64_t gpus = 0;
-    bool every_gpu = false;
-    for (const slots::GateTenant& t : view.tenants) {
-      auto it = st.tenants.find(t.id);
-      if (it == st.tenants.end() || !budgeted(t) || !share_gpu(t, v)) continue;
-      if (!v.space_domain.empty() && t.space_domain == v.space_domain) continue;  // beside it in space
-      const TenantBudget& b = it->second;
-      if (b.idle_since_ns == 0 || now >= b.idle_since_ns + params_.idle_hold_ns) continue;
-      const uint32_t us = max_kernel_us(t, b);
-      if (us == 0) continue;
-      bound = smaller_bound(bound, us);
-      every_gpu = every_gpu || t.gpus == 0 || v.gpus == 0;
-      gpus |= t.gpus & v.gpus;
+    if (a.gate == GPUOS_GATE_OPEN && a.pacing.permille == 0 && paced(view.tenants[i])) {
+      a.pacing = long_launch_hold(view.tenants[i], holding);
     }
-    if (bound == 0) continue;
-    a.pacing.permille = 1000;
-    a.pacing.max_kernel_us = bound;
-    a.pacing.burst_us = 1'000'000;
-    a.pacing.gpus = every_gpu ? 0 : gpus;
   }
   // Whether BE work may run beside each budgeted tenant now (its timings are not solo then).
   for (const slots::GateTenant& t : view.tenants) {
@@ -311,7 +293,7 @@ slots::GateActions BudgetPolicy::decide(const slots::GateView& view) {
   if (!lends.empty()) sooner(st.next_probe_ns);
   for (const auto& [id, b] : st.tenants) {
     if (b.be_quiet_since_ns != 0) sooner(b.be_quiet_since_ns + params_.settle_ns);
-    if (b.idle_since_ns != 0) sooner(b.idle_since_ns + params_.idle_hold_ns);
+    if (b.idle.idle_since_ns != 0) sooner(b.idle.hold_end(params_.idle_hold_ns));
   }
   out.next_tick_ns = next;
   return out;

@@ -40,6 +40,7 @@
 
 #include "policies/budget/controller.h"
 #include "policies/budget/slowdown_meter.h"
+#include "policies/long_launch_hold.h"
 #include "policies/priority/priority.h"
 #include "policies/registry.h"
 #include "slots/time_gate.h"
@@ -100,8 +101,7 @@ struct TenantBudget {
   std::size_t lent = 0;  // launches timed at the current share since it was set
   bool lending = false;  // the last decision lent its GPUs to best-effort tenants
   uint64_t be_quiet_since_ns = 1;  // every gate of a BE tenant on its GPUs closed since (0 = one is open)
-  bool was_active = false;         // at the last decision
-  uint64_t idle_since_ns = 0;      // when a decision first saw it idle after it was active (0: active)
+  IdleClock idle{};                // its long-launch hold after it goes idle
 };
 
 struct BudgetState {

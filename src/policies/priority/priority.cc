@@ -5,6 +5,7 @@
 
 #include "common/log.h"
 #include "policies/gpu_groups.h"
+#include "policies/long_launch_hold.h"
 #include "slots/slot.h"
 
 namespace gpuos::policies {
@@ -232,6 +233,7 @@ void PriorityPolicy::admit(const slots::GateTenant& t, slots::Admission* a) {
   a->idle_grace_us = params_.idle_grace_us;
   if (t.tenant_class == GPUOS_CLASS_BEST_EFFORT) {
     a->max_inflight = params_.be_max_inflight;
+    if (params_.be_max_kernel_us != 0) a->sample_period = kLongLaunchSamplePeriod;
     // Closed from the start while a guaranteed tenant is active or the BE slices rotate (the
     // decision at its admission looks again with fresh words before the tenant gets its fd).
     if (state_.guaranteed_active || state_.rotating()) a->initial_gate = GPUOS_GATE_CLOSED;
@@ -252,6 +254,7 @@ slots::GateActions PriorityPolicy::decide(const slots::GateView& view) {
   const uint64_t now = view.now_ns;
   const char* why = slots::event_name(view.event);
   PriorityDecision d = decide_priority(in, params_, &state_, now);
+  hold_long_launches(view, &d);
   for (const auto& [mask, r] : state_.rotations) {
     auto old = old_owners.find(mask);
     if (r.owner != 0 && (old == old_owners.end() || old->second != r.owner)) {
@@ -262,11 +265,20 @@ slots::GateActions PriorityPolicy::decide(const slots::GateView& view) {
   slots::GateActions out;
   out.next_tick_ns = d.next_tick_ns;
   for (std::size_t i = 0; i < d.gates.size(); ++i) {
-    if ((d.gates[i].gate == view.tenants[i].gate && d.gates[i].closed_gpus == view.tenants[i].closed_gpus) ||
+    const slots::Pacing pacing = d.gates[i].gate == GPUOS_GATE_OPEN ? d.gates[i].pacing : slots::Pacing{};
+    auto published = pacing_.find(d.gates[i].id);
+    const bool paced_anew = (published == pacing_.end() ? slots::Pacing{} : published->second) != pacing;
+    if ((d.gates[i].gate == view.tenants[i].gate && d.gates[i].closed_gpus == view.tenants[i].closed_gpus &&
+         !paced_anew) ||
         in[i].pinned) {
       continue;
     }
     out.gates.push_back(d.gates[i]);
+    if (pacing == slots::Pacing{}) {
+      pacing_.erase(d.gates[i].id);  // only paced tenants are kept: the map stays as small as the hold
+    } else {
+      pacing_[d.gates[i].id] = pacing;
+    }
     const char* reason = "";
     if (d.gates[i].gate == GPUOS_GATE_OPEN && state_.reprieve_until_ns.count(d.gates[i].id) != 0) {
       log::info("priority: tenant %u was woken by a signal at its closed gate: open for %u ms so it can act on it",
@@ -288,6 +300,32 @@ slots::GateActions PriorityPolicy::decide(const slots::GateView& view) {
   return out;
 }
 
+void PriorityPolicy::hold_long_launches(const slots::GateView& view, PriorityDecision* d) {
+  if (params_.be_max_kernel_us == 0) return;
+  const uint64_t now = view.now_ns, hold_ns = uint64_t{params_.be_idle_hold_ms} * 1'000'000;
+  auto is_live = [&](uint32_t id) {
+    return std::any_of(view.tenants.begin(), view.tenants.end(), [id](const slots::GateTenant& t) { return t.id == id; });
+  };
+  std::erase_if(guaranteed_idle_, [&](const auto& e) { return !is_live(e.first); });
+  std::erase_if(pacing_, [&](const auto& e) { return !is_live(e.first); });
+  std::vector<LongLaunchHolder> holding;
+  for (const slots::GateTenant& g : view.tenants) {
+    if (g.tenant_class != GPUOS_CLASS_GUARANTEED) continue;
+    IdleClock& idle = guaranteed_idle_[g.id];
+    idle.observe(g.busy || (g.waiting && !g.pinned), now);
+    if (!idle.holding(now, hold_ns)) continue;
+    holding.push_back(LongLaunchHolder{&g, params_.be_max_kernel_us});
+    d->next_tick_ns = d->next_tick_ns == 0 ? idle.hold_end(hold_ns) : std::min(d->next_tick_ns, idle.hold_end(hold_ns));
+  }
+  if (holding.empty()) return;
+  for (std::size_t i = 0; i < d->gates.size(); ++i) {
+    const slots::GateTenant& v = view.tenants[i];
+    if (v.tenant_class == GPUOS_CLASS_GUARANTEED || d->gates[i].gate != GPUOS_GATE_OPEN) continue;
+    const slots::Pacing held = long_launch_hold(v, holding);
+    if (held.permille != 0) d->gates[i].pacing = held;
+  }
+}
+
 bool read_priority_keys(const ConfigSection& sec, PriorityParams* p, std::string* error) {
   return sec.get_uint("be_max_inflight", 0, 1024, &p->be_max_inflight, error) &&
          sec.get_uint("idle_grace_us", 0, 1000000, &p->idle_grace_us, error) &&
@@ -297,7 +335,10 @@ bool read_priority_keys(const ConfigSection& sec, PriorityParams* p, std::string
 
 bool parse_priority_params(const ConfigSection& sec, PriorityParams* out, std::string* error) {
   PriorityParams p;
-  if (!read_priority_keys(sec, &p, error) || !sec.all_read(error)) return false;
+  if (!read_priority_keys(sec, &p, error) || !sec.get_uint("be_max_kernel_us", 0, 10000000, &p.be_max_kernel_us, error) ||
+      !sec.get_uint("be_idle_hold_ms", 0, 10000, &p.be_idle_hold_ms, error) || !sec.all_read(error)) {
+    return false;
+  }
   *out = p;
   return true;
 }
@@ -320,7 +361,8 @@ std::string priority_settings(const ConfigSection& section) {
   PriorityParams p;
   std::string unused;
   parse_priority_params(section, &p, &unused);
-  return format_priority_params(p);
+  return format_priority_params(p) + "be_max_kernel_us = " + std::to_string(p.be_max_kernel_us) +
+         "\nbe_idle_hold_ms = " + std::to_string(p.be_idle_hold_ms) + "\n";
 }
 }  // namespace
 

@@ -47,7 +47,12 @@
 //
 // Known limit: gating acts at launch time. A BE kernel already running on the GPU when a guaranteed
 // tenant becomes busy keeps the GPU until the hardware time-slices or the kernel ends; max_inflight
-// bounds how much BE work can be queued behind it.
+// bounds how much BE work can be queued behind it. Long launches (opt-in, be_max_kernel_us): a BE
+// launch expected to run longer (a graph never timed counts as long) waits until every guaranteed
+// tenant on its GPUs it shares time with has been idle for be_idle_hold_ms, so one launched in a
+// pause between a server's steps does not hold its next step for its whole length (a 100 ms
+// prefill graph of batch inference did, 30x a server's TTFT p99). Mechanism: the BE's open gate
+// comes with pacing at the full share (interpose/pacing.h) during the hold; it times its launches.
 #pragma once
 
 #include <cstdint>
@@ -56,6 +61,7 @@
 #include <string>
 #include <vector>
 
+#include "policies/long_launch_hold.h"
 #include "policies/registry.h"
 #include "slots/time_gate.h"
 
@@ -66,7 +72,14 @@ struct PriorityParams {
   uint32_t idle_grace_us = 200;
   uint32_t be_slice_ms = 50;
   uint32_t signal_grace_ms = 1000;
+  // Long launches (PriorityPolicy only: the budget policy bounds them from each budget): 0 = off.
+  uint32_t be_max_kernel_us = 0;
+  uint32_t be_idle_hold_ms = 20;
 };
+
+// Best-effort tenants time one launch in about this many (and every graph launch they can) while
+// be_max_kernel_us is set: the pacing's expected durations.
+inline constexpr uint32_t kLongLaunchSamplePeriod = 8;
 
 // The inputs of one decision for one tenant (from a daemon::TenantView).
 struct PriorityTenant {
@@ -144,8 +157,14 @@ class PriorityPolicy final : public slots::TimeGate {
   const PriorityParams& params() const { return params_; }
 
  private:
+  // Kernel-length awareness: the pacing of each BE tenant with an open gate (full share, long
+  // launches bounded) while a guaranteed tenant on its GPUs went idle less than the hold ago.
+  void hold_long_launches(const slots::GateView& view, PriorityDecision* d);
+
   PriorityParams params_;
   PriorityState state_;
+  std::map<uint32_t, IdleClock> guaranteed_idle_;  // by guaranteed tenant, while the bound is set
+  std::map<uint32_t, slots::Pacing> pacing_;       // what the core publishes for each paced tenant
 };
 
 extern const PolicyEntry kPriorityPolicy;
