@@ -317,6 +317,54 @@ TEST(BudgetPolicy, IdleGuaranteedTenantLeavesBestEffortUnpacedAfterTheHold) {
   EXPECT_EQ(action_of(a, 2)->pacing.permille, 0u);
 }
 
+TEST(BudgetPolicy, PaceMaxKernelHoldsLongLaunchesInTheStrictTenantsPausesToo) {
+  // A guaranteed tenant without a budget has no excess to lend: its best-effort neighbours run only
+  // while it is idle, and with pace_max_kernel_us set, launches longer than it still wait for a
+  // while after it goes idle, as beside a budget.
+  BudgetParams params;
+  params.pace_max_kernel_us = 2000;
+  BudgetPolicy p{params};
+  slots::GateTenant strict = hp(true);
+  strict.max_slowdown_permille = 0;
+  slots::GateView v;
+  v.now_ns = 1000 * kMs;
+  v.tenants = {strict, be(true, GPUOS_GATE_OPEN)};
+  slots::GateActions a = p.decide(v);
+  ASSERT_NE(action_of(a, 2), nullptr);
+  EXPECT_EQ(action_of(a, 2)->gate, GPUOS_GATE_CLOSED);
+  strict.busy = false;
+  v.now_ns = 1005 * kMs;
+  v.tenants = {strict, be(true, GPUOS_GATE_CLOSED)};
+  a = p.decide(v);
+  ASSERT_NE(action_of(a, 2), nullptr);
+  EXPECT_EQ(action_of(a, 2)->gate, GPUOS_GATE_OPEN);
+  EXPECT_EQ(action_of(a, 2)->pacing.permille, 1000u);
+  EXPECT_EQ(action_of(a, 2)->pacing.max_kernel_us, 2000u);
+  EXPECT_EQ(a.next_tick_ns, 1025 * kMs) << "looks again when the hold ends";
+  EXPECT_TRUE(a.budgets.empty()) << "nothing lent, nothing to report";
+  v.now_ns = 1025 * kMs;
+  v.tenants = {strict, be(true, GPUOS_GATE_OPEN)};
+  a = p.decide(v);
+  ASSERT_NE(action_of(a, 2), nullptr);
+  EXPECT_EQ(action_of(a, 2)->pacing.permille, 0u) << "idle 20 ms: anything goes";
+  p.on_exit(strict.id);
+  EXPECT_TRUE(p.state().strict_idle.empty());
+  // Without pace_max_kernel_us (the default) its pauses hold nothing.
+  BudgetPolicy off{BudgetParams{}};
+  strict.busy = true;
+  v.now_ns = 1000 * kMs;
+  v.tenants = {strict, be(true, GPUOS_GATE_OPEN)};
+  off.decide(v);
+  strict.busy = false;
+  v.now_ns = 1005 * kMs;
+  v.tenants = {strict, be(true, GPUOS_GATE_CLOSED)};
+  a = off.decide(v);
+  ASSERT_NE(action_of(a, 2), nullptr);
+  EXPECT_EQ(action_of(a, 2)->gate, GPUOS_GATE_OPEN);
+  EXPECT_EQ(action_of(a, 2)->pacing.permille, 0u);
+  EXPECT_TRUE(off.state().strict_idle.empty());
+}
+
 TEST(BudgetPolicy, GuaranteedTenantWithoutBudgetGatesBestEffort) {
   BudgetPolicy p{BudgetParams{}};
   slots::GateTenant strict = hp(true);

@@ -242,18 +242,26 @@ slots::GateActions BudgetPolicy::decide(const slots::GateView& view) {
     out.gates.push_back(a);
   }
   st.share = granted;
-  // A time-shared BE tenant left unpaced because the budgeted tenants on its GPUs went idle stays
-  // paced at the full share for idle_hold_ns, its long launches waiting (not counted as lent).
+  // A time-shared BE tenant left unpaced because the guaranteed tenants on its GPUs went idle stays
+  // paced at the full share for idle_hold_ns, its long launches waiting (not counted as lent): up
+  // to a budgeted tenant's bound, or pace_max_kernel_us beside one without a budget.
   std::vector<LongLaunchHolder> holding;
   for (const slots::GateTenant& t : view.tenants) {
+    if (t.tenant_class != GPUOS_CLASS_GUARANTEED) continue;
     auto it = st.tenants.find(t.id);
-    if (it == st.tenants.end() || !budgeted(t) || !it->second.idle.holding(now, params_.idle_hold_ns)) continue;
-    holding.push_back(LongLaunchHolder{&t, max_kernel_us(t, it->second)});
+    if (it != st.tenants.end() && budgeted(t)) {
+      if (it->second.idle.holding(now, params_.idle_hold_ns)) holding.push_back({&t, max_kernel_us(t, it->second)});
+    } else if (params_.pace_max_kernel_us != 0) {
+      IdleClock& idle = st.strict_idle[t.id];
+      idle.observe(active(t), now);
+      if (idle.holding(now, params_.idle_hold_ns)) holding.push_back({&t, params_.pace_max_kernel_us});
+    }
   }
   for (std::size_t i = 0; i < out.gates.size() && !holding.empty(); ++i) {
     slots::GateAction& a = out.gates[i];
-    if (a.gate == GPUOS_GATE_OPEN && a.pacing.permille == 0 && paced(view.tenants[i])) {
-      a.pacing = long_launch_hold(view.tenants[i], holding);
+    const slots::GateTenant& v = view.tenants[i];
+    if (a.gate == GPUOS_GATE_OPEN && a.pacing.permille == 0 && v.tenant_class != GPUOS_CLASS_GUARANTEED) {
+      a.pacing = long_launch_hold(v, holding);
     }
   }
   // Whether BE work may run beside each budgeted tenant now (its timings are not solo then).
@@ -294,6 +302,9 @@ slots::GateActions BudgetPolicy::decide(const slots::GateView& view) {
   for (const auto& [id, b] : st.tenants) {
     if (b.be_quiet_since_ns != 0) sooner(b.be_quiet_since_ns + params_.settle_ns);
     if (b.idle.idle_since_ns != 0) sooner(b.idle.hold_end(params_.idle_hold_ns));
+  }
+  for (const auto& [id, idle] : st.strict_idle) {
+    if (idle.idle_since_ns != 0) sooner(idle.hold_end(params_.idle_hold_ns));
   }
   out.next_tick_ns = next;
   return out;

@@ -61,7 +61,9 @@ struct BudgetParams {
   uint64_t settle_ns = 30'000'000;     // after the BE gates close, until timings count as solo
   uint32_t sample_period = 2;          // budgeted tenants time one launch in about this many
   uint32_t be_sample_period = 8;       // BE tenants too (pacing needs their kernels' durations)
-  uint32_t pace_max_kernel_us = 0;     // a BE launch expected longer waits for a gap (0 = no bound)
+  // A BE launch expected longer waits for a gap (0 = no bound): beside a budgeted tenant, and for
+  // idle_hold_ns after a guaranteed tenant without a budget goes idle.
+  uint32_t pace_max_kernel_us = 0;
   // Kernel-length awareness, sharing in time: once on the GPU a best-effort kernel or graph runs to
   // its end (no preemption), holding the guaranteed tenant's next step for up to its length. A
   // launch expected to run longer than this fraction of what the budget lets one typical launch of
@@ -107,6 +109,7 @@ struct TenantBudget {
 struct BudgetState {
   PriorityState priority;
   std::map<uint32_t, TenantBudget> tenants;  // budgeted guaranteed tenants by id
+  std::map<uint32_t, IdleClock> strict_idle;  // the others, while pace_max_kernel_us bounds their pauses
   uint64_t next_control_ns = 0;
   uint64_t next_probe_ns = 0;  // 0: at the next activity of a budgeted tenant
   uint64_t probe_end_ns = 0;
@@ -118,7 +121,10 @@ class BudgetPolicy final : public slots::TimeGate {
   explicit BudgetPolicy(BudgetParams params) : params_(params) {}
   const char* name() const override { return "budget"; }
   void admit(const slots::GateTenant& t, slots::Admission* admission) override;
-  void on_exit(uint32_t tenant_id) override { state_.tenants.erase(tenant_id); }
+  void on_exit(uint32_t tenant_id) override {
+    state_.tenants.erase(tenant_id);
+    state_.strict_idle.erase(tenant_id);
+  }
   slots::GateActions decide(const slots::GateView& view) override;
 
   const BudgetState& state() const { return state_; }

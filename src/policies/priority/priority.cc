@@ -303,11 +303,6 @@ slots::GateActions PriorityPolicy::decide(const slots::GateView& view) {
 void PriorityPolicy::hold_long_launches(const slots::GateView& view, PriorityDecision* d) {
   if (params_.be_max_kernel_us == 0) return;
   const uint64_t now = view.now_ns, hold_ns = uint64_t{params_.be_idle_hold_ms} * 1'000'000;
-  auto is_live = [&](uint32_t id) {
-    return std::any_of(view.tenants.begin(), view.tenants.end(), [id](const slots::GateTenant& t) { return t.id == id; });
-  };
-  std::erase_if(guaranteed_idle_, [&](const auto& e) { return !is_live(e.first); });
-  std::erase_if(pacing_, [&](const auto& e) { return !is_live(e.first); });
   std::vector<LongLaunchHolder> holding;
   for (const slots::GateTenant& g : view.tenants) {
     if (g.tenant_class != GPUOS_CLASS_GUARANTEED) continue;

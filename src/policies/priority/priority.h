@@ -152,6 +152,10 @@ class PriorityPolicy final : public slots::TimeGate {
   const char* name() const override { return "priority"; }
   void admit(const slots::GateTenant& t, slots::Admission* admission) override;
   slots::GateActions decide(const slots::GateView& view) override;
+  void on_exit(uint32_t tenant_id) override {
+    guaranteed_idle_.erase(tenant_id);
+    pacing_.erase(tenant_id);
+  }
 
   const PriorityState& state() const { return state_; }
   const PriorityParams& params() const { return params_; }
