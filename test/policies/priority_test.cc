@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -485,35 +486,37 @@ TEST(PriorityPolicy, PinnedTenantsAreLeftAlone) {
   EXPECT_TRUE(pol.decide(g.view(0, Event::kActivity, 1)).gates.empty());
 }
 
+// The priority policy gpuosd makes from a config's text; null (and why) if it makes none.
+std::unique_ptr<slots::TimeGate> priority_from(const char* text, std::string* why) {
+  ConfigResult r = parse_config(text, "t.toml");
+  if (!r) {
+    *why = r.error;
+    return nullptr;
+  }
+  PolicySet set;
+  if (!make_policies(*r.config, &set, why)) return nullptr;
+  return std::move(set.time_gate);
+}
+
 TEST(PriorityPolicy, ItsSectionAndItsKeysOfBeforeTheSlots) {
+  std::string why;
   // [policy.priority] and the [scheduler] keys of before both reach the policy.
   for (const char* text : {"[scheduler]\npolicy = \"priority\"\n[policy.priority]\nbe_max_inflight = 7\n",
                            "[scheduler]\npolicy = \"priority\"\nbe_max_inflight = 7\n"}) {
-    ConfigResult r = parse_config(text, "t.toml");
-    ASSERT_TRUE(r) << r.error;
-    PolicySet set;
-    std::string why;
-    ASSERT_TRUE(make_policies(*r.config, &set, &why)) << why;
-    auto* p = dynamic_cast<PriorityPolicy*>(set.time_gate.get());
-    ASSERT_NE(p, nullptr);
+    const auto gate = priority_from(text, &why);
+    auto* p = dynamic_cast<const PriorityPolicy*>(gate.get());
+    ASSERT_NE(p, nullptr) << why;
     EXPECT_EQ(p->params().be_max_inflight, 7u);
     EXPECT_EQ(p->params().be_slice_ms, 50u);  // untouched keys keep their defaults
   }
   // The long-launch keys are priority's own: the budget policy bounds long launches by its budgets.
-  ConfigResult r = parse_config("[scheduler]\npolicy = \"priority\"\n[policy.priority]\nbe_max_kernel_us = 3000\n"
-                                "be_idle_hold_ms = 50\n", "t.toml");
-  ASSERT_TRUE(r) << r.error;
-  PolicySet set;
-  std::string why;
-  ASSERT_TRUE(make_policies(*r.config, &set, &why)) << why;
-  auto* p = dynamic_cast<PriorityPolicy*>(set.time_gate.get());
-  ASSERT_NE(p, nullptr);
+  const auto gate = priority_from("[scheduler]\npolicy = \"priority\"\n[policy.priority]\nbe_max_kernel_us = 3000\n"
+                                  "be_idle_hold_ms = 50\n", &why);
+  auto* p = dynamic_cast<const PriorityPolicy*>(gate.get());
+  ASSERT_NE(p, nullptr) << why;
   EXPECT_EQ(p->params().be_max_kernel_us, 3000u);
   EXPECT_EQ(p->params().be_idle_hold_ms, 50u);
-  r = parse_config("[scheduler]\npolicy = \"budget\"\n[policy.budget]\nbe_max_kernel_us = 3000\n", "t.toml");
-  ASSERT_TRUE(r) << r.error;
-  PolicySet budget;
-  EXPECT_FALSE(make_policies(*r.config, &budget, &why));
+  EXPECT_EQ(priority_from("[scheduler]\npolicy = \"budget\"\n[policy.budget]\nbe_max_kernel_us = 3000\n", &why), nullptr);
   EXPECT_NE(why.find("be_max_kernel_us"), std::string::npos) << why;
 }
 
