@@ -473,6 +473,62 @@ class PriorityPolicy(unittest.TestCase):
         self.assertIsNone(hp.poll(), "HP should still be running (the test would prove nothing)")
 
 
+class LongLaunchHold(unittest.TestCase):
+    """[policy.priority] be_max_kernel_us: in a guaranteed tenant's pause, a best-effort launch
+    expected to run longer than the bound waits until the pause has lasted be_idle_hold_ms (once on
+    the GPU it would run to its end, holding the guaranteed tenant's next step)."""
+
+    HOLD_S = 10  # the longest hold a config may set: the check below runs well inside it
+    CONFIG = '[scheduler]\npolicy = "priority"\n[policy.priority]\nbe_max_kernel_us = 1000\nbe_idle_hold_ms = %d\n'
+
+    def setUp(self):
+        cfg_dir = tempfile.mkdtemp(prefix="gpuos-hold-cfg-")
+        self.addCleanup(shutil.rmtree, cfg_dir, ignore_errors=True)
+        cfg = os.path.join(cfg_dir, "gpuos.toml")
+        with open(cfg, "w") as f:
+            f.write(self.CONFIG % (self.HOLD_S * 1000))
+        self.d = start_daemon(self, ["--config", cfg])
+
+    def synth(self, name, klass, iters, count, *more):
+        return spawn(self, self.d.run_cmd(["--name", name, "--class", klass, "--", bin_path("gpuos-synth"),
+                                           "--name", name, "--iters", str(iters), "--count", str(count),
+                                           "--warmup", "0", "--json", "-"] + list(more)), self.d.env)
+
+    def launches(self, pid):
+        t = self.d.tenant(pid)
+        return t["launches"] if t else 0
+
+    def test_long_best_effort_launches_wait_out_the_guaranteed_tenants_pause(self):
+        # BE: 5 ms kernels back to back, alone long enough to have timed some (one in 8).
+        be = self.synth("be", "best-effort", 5_000_000, 10_000_000)
+        wait_for(lambda: self.launches(be.pid) > 40, what="BE to run and time its kernels")
+        # HP: one 100 ms kernel, then a pause of two minutes (its second kernel comes after it).
+        hp = self.synth("hp", "guaranteed", 100_000_000, 2, "--gap-us", "120000000")
+        wait_for(lambda: self.launches(hp.pid) == 1, what="HP to launch its kernel")
+        hp_id = self.d.tenant(hp.pid)["id"]
+        wait_for(lambda: self.d.metric("gpuos_tenant_busy", tenant_id=hp_id) == [0.0], what="HP's pause")
+        paused_at = time.monotonic()
+        before = self.launches(be.pid)
+        time.sleep(1.0)
+        during = self.launches(be.pid) - before
+        self.assertLess(time.monotonic() - paused_at, self.HOLD_S,
+                        "the window outlasted the hold: nothing was checked")
+        # One launch may have passed its pacing check before the pacing came.
+        self.assertLessEqual(during, 1, "BE's 5 ms kernels ran in HP's pause, within the hold")
+        # After the hold, BE runs again: HP is still in its pause (its second kernel is minutes away).
+        wait_for(lambda: self.launches(be.pid) > before + 20, timeout=self.HOLD_S + 60,
+                 what="BE to run once HP had been idle for the hold")
+        self.assertEqual(self.launches(hp.pid), 1, "HP ended its pause: the hold's end was not what let BE run")
+        self.assertIsNone(hp.poll())
+
+
+class LongLaunchHoldUnderBudget(LongLaunchHold):
+    """The same under the budget policy, beside a guaranteed tenant without a budget:
+    [policy.budget] pace_max_kernel_us and pace_idle_hold_ms."""
+
+    CONFIG = '[scheduler]\npolicy = "budget"\n[policy.budget]\npace_max_kernel_us = 1000\npace_idle_hold_ms = %d\n'
+
+
 class BudgetPolicy(unittest.TestCase):
     """gpuosd --policy budget: a guaranteed tenant's latency budget, measured from its timed launches."""
 
