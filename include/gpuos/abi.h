@@ -495,6 +495,11 @@ typedef struct gpuos_msg_tenant_info {
   uint32_t max_slowdown_permille;
   uint32_t slowdown_permille;
   uint32_t be_share_permille;
+  /* a best-effort tenant's pacing as gpuosd grants it now (grant block pace_*): the share of the
+     GPU's time its launches may take (0 = not paced), and the longest launch it may start while
+     paced, in us (0 = no bound); under a budget, or held in a guaranteed tenant's pause */
+  uint32_t pace_permille;
+  uint32_t pace_max_kernel_us;
   uint32_t gate_by; /* why a live tenant's gate is closed: GPUOS_GATE_BY_* bits (0 = open, or a
                        daemon that predates the field) */
   /* how long the tenant has been blocked at its closed gate now, in ms (0 = not waiting): gate_wait_ns
@@ -634,7 +639,7 @@ static_assert(offsetof(gpuos_control_block, space_sample_seq) == 1024, "sizing l
 static_assert(sizeof(gpuos_shape_latency) == 112, "shape entries");
 static_assert(sizeof(gpuos_msg_register) == 160, "ABI v2 frozen");
 static_assert(sizeof(gpuos_msg_register_reply) == 192, "ABI v2 frozen");
-static_assert(sizeof(gpuos_msg_tenant_info) == 856, "ABI v2 frozen");
+static_assert(sizeof(gpuos_msg_tenant_info) == 864, "ABI v2 frozen");
 static_assert(sizeof(gpuos_msg_gpu_info) == 176, "ABI v2 frozen");
 static_assert(sizeof(gpuos_msg_reply) == 184, "ABI v2 frozen");
 static_assert(sizeof(gpuos_msg_activity) == 24, "ABI v2 frozen");

@@ -429,6 +429,10 @@ nlohmann::json listing_json(const Listing& l) {
       o["slowdown"] = t.slowdown_permille != 0 ? nlohmann::json(t.slowdown_permille / 1000.0) : nlohmann::json();
       o["be_share"] = t.be_share_permille / 1000.0;
     }
+    if (t.pace_permille != 0) {  // paced now: its share of the GPU's time, its longest launch (null: any)
+      o["pace_share"] = t.pace_permille / 1000.0;
+      o["pace_max_kernel_us"] = t.pace_max_kernel_us != 0 ? nlohmann::json(t.pace_max_kernel_us) : nlohmann::json();
+    }
     o["space_domain"] = std::string(t.space_domain, strnlen(t.space_domain, sizeof(t.space_domain)));
     o["space_sms"] = t.space_sms;
     o["space_mask"] = t.space_mask;
@@ -485,8 +489,15 @@ std::string partition_text(const gpuos_msg_tenant_info& t) {
 }
 
 std::string budget_text(const gpuos_msg_tenant_info& t) {
-  if (t.max_slowdown_permille == 0) return "-";
   char b[48];
+  if (t.max_slowdown_permille == 0 && t.pace_permille != 0) {  // a best-effort tenant paced beside one
+    const int n = std::snprintf(b, sizeof(b), "paced %u%%", (t.pace_permille + 5) / 10);
+    const uint32_t us = t.pace_max_kernel_us;
+    if (us != 0 && us < 1000) std::snprintf(b + n, sizeof(b) - n, " <=%uus", us);
+    if (us >= 1000) std::snprintf(b + n, sizeof(b) - n, " <=%.1fms", us / 1000.0);
+    return b;
+  }
+  if (t.max_slowdown_permille == 0) return "-";
   const std::string measured = t.slowdown_permille == 0 ? "?" : [&] {
     char m[16];
     std::snprintf(m, sizeof(m), "%.2f", t.slowdown_permille / 1000.0);

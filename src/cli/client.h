@@ -66,7 +66,9 @@ std::string human_bytes(uint64_t bytes);
 // unconfined; "64/104" = right-sized to 64 of its default 104.
 std::string partition_text(const gpuos_msg_tenant_info& t);
 // A guaranteed tenant's latency budget: "1.08/1.25 be 20%" (its slowdown as measured, "?" before
-// the first measure, its budget, the share best-effort tenants have beside it); "-" without one.
+// the first measure, its budget, the share best-effort tenants have beside it); a paced
+// best-effort tenant's pacing: "paced 20% <=157us" (its share of the GPU's time, the longest launch
+// it may start now; "paced 100% <=1.0ms" while held in a guaranteed tenant's pause); else "-".
 std::string budget_text(const gpuos_msg_tenant_info& t);
 const char* state_name(uint32_t state);
 // Who holds a live tenant's gate closed (TENANT_INFO gate_by): "admin" (gpuos gate ID close; it

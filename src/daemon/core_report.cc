@@ -56,6 +56,10 @@ gpuos_msg_tenant_info Core::snapshot(const Tenant& t, uint32_t state, uint64_t e
   i.max_slowdown_permille = t.granted.max_slowdown_permille;
   i.slowdown_permille = t.budget.slowdown_permille;
   i.be_share_permille = t.budget.be_share_permille;
+  if (state != GPUOS_TENANT_EXITED) {
+    i.pace_permille = t.granted.pacing.permille;
+    i.pace_max_kernel_us = t.granted.pacing.max_kernel_us;
+  }
   i.kv_resident_bytes = swap_engine_.kv_bytes(t);
   i.kv_reserved_bytes = load(cb.kv_reserved_bytes);
   i.kv_queue_depth = load(cb.kv_queue_depth);

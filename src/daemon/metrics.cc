@@ -321,6 +321,18 @@ std::string render_metrics(Core& core, const MetricsContext& ctx, uint64_t now_m
         "The share of the GPU's time best-effort tenants are granted beside a budgeted tenant now (0 while it "
         "is measured alone, or over its budget)",
         [](const TenantStat& t) { return permille(t.info.be_share_permille); });
+  per_tenant("gpuos_tenant_pace_share_ratio", "gauge",
+        "A best-effort tenant's pacing now: the share of the GPU's time its launches may take beside a "
+        "budgeted tenant, or 1 while held in a guaranteed tenant's pause (longer launches wait); 0 = not paced",
+        [](const TenantStat& t) { return permille(t.info.pace_permille); });
+  per_tenant("gpuos_tenant_pace_max_kernel_seconds", "gauge",
+        "A paced best-effort tenant's longest launch it may start now (one expected longer waits until the "
+        "guaranteed tenant is idle); 0 = no bound",
+        [](const TenantStat& t) {
+          char b[24];
+          std::snprintf(b, sizeof(b), "%.9g", t.info.pace_max_kernel_us / 1e6);
+          return std::string(b);
+        });
   per_tenant("gpuos_tenant_space_sized_latency_ratio", "gauge",
         "Right-sizing: the tenant's kernel latency at its current partition over that at its default one, as "
         "last measured; 0 = not measured",

@@ -54,6 +54,26 @@ TEST(Listing, TheKvColumnAppearsOnlyWithPoolsAndShowsTheTarget) {
   EXPECT_EQ(ls[4].substr(col), human_bytes(2ull << 30) + "/-") << table;
 }
 
+TEST(Listing, TheBudgetColumnShowsABudgetAndAPacedTenantsPacing) {
+  gpuos_msg_tenant_info t = tenant(1, "t");
+  EXPECT_EQ(budget_text(t), "-");
+  t.max_slowdown_permille = 1250;
+  EXPECT_EQ(budget_text(t), "?/1.25 be 0%");
+  t.slowdown_permille = 1080;
+  t.be_share_permille = 204;
+  EXPECT_EQ(budget_text(t), "1.08/1.25 be 20%");
+  gpuos_msg_tenant_info be = tenant(2, "be");
+  be.pace_permille = 204;
+  EXPECT_EQ(budget_text(be), "paced 20%");
+  be.pace_max_kernel_us = 157;
+  EXPECT_EQ(budget_text(be), "paced 20% <=157us");
+  be.pace_permille = 1000;  // held in a guaranteed tenant's pause
+  be.pace_max_kernel_us = 1000;
+  EXPECT_EQ(budget_text(be), "paced 100% <=1.0ms");
+  be.pace_max_kernel_us = 10'000'000;
+  EXPECT_EQ(budget_text(be), "paced 100% <=10000.0ms");
+}
+
 TEST(Listing, OptionalColumnsLineUpAndNoLineEndsInBlanks) {
   Listing l;
   gpuos_msg_tenant_info kv = tenant(1, "engine");

@@ -160,6 +160,8 @@ TEST_F(BudgetFixture, TimedLaunchesReachThePolicyAndBestEffortIsPacedInItsGrantB
     EXPECT_GT(pace, 0u);
     EXPECT_LE(pace, 200u);
     EXPECT_EQ(info(hp).be_share_permille, pace);
+    EXPECT_EQ(info(be).pace_permille, pace) << "what its grant block says, as ps shows it";
+    EXPECT_EQ(info(be).pace_max_kernel_us, word(tenants[be].grants->pace_max_kernel_us));
   }
   // Beside best-effort work its launches now take twice as long (alone, as long as before): the
   // share collapses, and best-effort work runs only in the controller's small trials after.

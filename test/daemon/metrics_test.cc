@@ -189,6 +189,8 @@ TEST_F(MetricsFixture, ExpositionOfADaemonWithATenant) {
   EXPECT_EQ(m["gpuos_tenant_max_slowdown_ratio" + L], "0.000");  // no latency budget
   EXPECT_EQ(m["gpuos_tenant_slowdown_ratio" + L], "0.000");
   EXPECT_EQ(m["gpuos_tenant_best_effort_share_ratio" + L], "0.000");
+  EXPECT_EQ(m["gpuos_tenant_pace_share_ratio" + L], "0.000");  // not paced
+  EXPECT_EQ(m["gpuos_tenant_pace_max_kernel_seconds" + L], "0");
   EXPECT_EQ(m["gpuos_tenant_space_kernel_seconds" + L], "7.1e-06");
   EXPECT_EQ(m["gpuos_tenant_space_launches_total" + L], "0");
   EXPECT_EQ(m["gpuos_tenant_space_failures_total" + L], "0");

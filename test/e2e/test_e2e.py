@@ -511,15 +511,18 @@ class LongLaunchHold(unittest.TestCase):
         before = self.launches(be.pid)
         time.sleep(1.0)
         during = self.launches(be.pid) - before
+        held = self.d.tenant(be.pid)  # as gpuos ps --json shows it: paced at the full share, the bound
         self.assertLess(time.monotonic() - paused_at, self.HOLD_S,
                         "the window outlasted the hold: nothing was checked")
         # One launch may have passed its pacing check before the pacing came.
         self.assertLessEqual(during, 1, "BE's 5 ms kernels ran in HP's pause, within the hold")
+        self.assertEqual((held.get("pace_share"), held.get("pace_max_kernel_us")), (1.0, 1000), held)
         # After the hold, BE runs again: HP is still in its pause (its second kernel is minutes away).
         wait_for(lambda: self.launches(be.pid) > before + 20, timeout=self.HOLD_S + 60,
                  what="BE to run once HP had been idle for the hold")
         self.assertEqual(self.launches(hp.pid), 1, "HP ended its pause: the hold's end was not what let BE run")
         self.assertIsNone(hp.poll())
+        self.assertNotIn("pace_share", self.d.tenant(be.pid))
 
 
 class LongLaunchHoldUnderBudget(LongLaunchHold):
