@@ -328,11 +328,7 @@ std::string render_metrics(Core& core, const MetricsContext& ctx, uint64_t now_m
   per_tenant("gpuos_tenant_pace_max_kernel_seconds", "gauge",
         "A paced best-effort tenant's longest launch it may start now (one expected longer waits until the "
         "guaranteed tenant is idle); 0 = no bound",
-        [](const TenantStat& t) {
-          char b[24];
-          std::snprintf(b, sizeof(b), "%.9g", t.info.pace_max_kernel_us / 1e6);
-          return std::string(b);
-        });
+        [](const TenantStat& t) { return seconds(uint64_t{t.info.pace_max_kernel_us} * 1000); });
   per_tenant("gpuos_tenant_space_sized_latency_ratio", "gauge",
         "Right-sizing: the tenant's kernel latency at its current partition over that at its default one, as "
         "last measured; 0 = not measured",
