@@ -42,10 +42,12 @@ void note_launch_duration(uint64_t key, uint64_t ns, bool paced) {
 }
 
 uint64_t expected_launch_ns(const gpuos_control_block* cb, uint64_t key) {
-  if (const DurationSlot* s = find_slot(key, false)) {
-    if (uint64_t ns = s->solo_ns.load(std::memory_order_relaxed); ns != 0) return ns;
-    if (uint64_t ns = s->paced_ns.load(std::memory_order_relaxed); ns != 0) return ns;
-  }
+  return expected_launch_ns(cb, launch_durations(key));
+}
+
+uint64_t expected_launch_ns(const gpuos_control_block* cb, const ShapeDurations& timed) {
+  if (timed.solo_ns != 0) return timed.solo_ns;
+  if (timed.paced_ns != 0) return timed.paced_ns;
   const uint64_t kernels = std::atomic_ref<const uint64_t>(cb->space_timed_kernels).load(std::memory_order_relaxed);
   const uint64_t ns = std::atomic_ref<const uint64_t>(cb->space_timed_ns).load(std::memory_order_relaxed);
   return kernels != 0 && ns / kernels != 0 ? ns / kernels : kDefaultExpectedNs;

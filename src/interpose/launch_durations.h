@@ -18,15 +18,17 @@ inline constexpr uint64_t kDefaultExpectedNs = 100'000;
 // A timed launch of shape `key` took ns; paced: pacing was on when it was launched.
 void note_launch_duration(uint64_t key, uint64_t ns, bool paced);
 
-// The duration expected of a launch of shape `key`.
-uint64_t expected_launch_ns(const gpuos_control_block* cb, uint64_t key);
-
 // What shape `key` took on average alone and while paced (0 where it has no such timing).
 struct ShapeDurations {
   uint64_t solo_ns = 0;
   uint64_t paced_ns = 0;
 };
 ShapeDurations launch_durations(uint64_t key);
+
+// The duration expected of a launch of shape `key`; from its durations already looked up, the
+// same without a second lookup.
+uint64_t expected_launch_ns(const gpuos_control_block* cb, uint64_t key);
+uint64_t expected_launch_ns(const gpuos_control_block* cb, const ShapeDurations& timed);
 
 // For tests: forget every duration.
 void TEST_reset_launch_durations();

@@ -24,7 +24,7 @@ bool pace_before_launch(gpuos_control_block* cb, uint64_t key, bool graph, uint3
     return true;
   }
   const ShapeDurations timed = launch_durations(key);
-  const uint64_t expected = expected_launch_ns(cb, key);
+  const uint64_t expected = expected_launch_ns(cb, timed);
   uint64_t waited_from = 0;
   const uint32_t max_us = grant_load(g->pace_max_kernel_us, std::memory_order_relaxed);
   // A graph never timed may hold a whole batch's work: long until its first launch, made while

@@ -33,6 +33,9 @@ struct IdleClock {
   uint64_t hold_end(uint64_t hold_ns) const { return idle_since_ns + hold_ns; }
 };
 
+// The tighter of two bounds on a launch's length, 0 meaning none.
+inline uint32_t smaller_bound(uint32_t a, uint32_t b) { return a == 0 ? b : b == 0 ? a : std::min(a, b); }
+
 // A guaranteed tenant in its hold, and how long a best-effort launch beside it may run (0: any).
 struct LongLaunchHolder {
   const slots::GateTenant* tenant = nullptr;
@@ -51,7 +54,7 @@ inline slots::Pacing long_launch_hold(const slots::GateTenant& be, const std::ve
     const slots::GateTenant& g = *h.tenant;
     if (h.max_kernel_us == 0 || (gpus_or_all(g.gpus) & gpus_or_all(be.gpus)) == 0) continue;
     if (!be.space_domain.empty() && g.space_domain == be.space_domain) continue;
-    bound = bound == 0 ? h.max_kernel_us : std::min(bound, h.max_kernel_us);
+    bound = smaller_bound(bound, h.max_kernel_us);
     every_gpu = every_gpu || g.gpus == 0 || be.gpus == 0;
     gpus |= g.gpus & be.gpus;
   }

@@ -34,9 +34,6 @@ bool paced_be(const slots::GateTenant& t, const std::set<std::string>& budget_do
          (t.space_domain.empty() || budget_domains.count(t.space_domain) != 0);
 }
 
-// The tighter of two bounds on a launch's length, 0 meaning none.
-uint32_t smaller_bound(uint32_t a, uint32_t b) { return a == 0 ? b : b == 0 ? a : std::min(a, b); }
-
 }  // namespace
 
 uint32_t BudgetPolicy::max_kernel_us(const slots::GateTenant& t, const TenantBudget& b) const {
