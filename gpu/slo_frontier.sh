@@ -8,7 +8,8 @@
 #   OUT=/results bash gpu/slo_frontier.sh collect           # waits for the run begun before, collects
 # Settings: LOAD (0.5) BE (train | infer) BUDGETS ("1.05 1.1 1.25 1.5") WINDOW (15) WAIT_S (560)
 #           STEP_TO (a load, e.g. 0.7: the HP's load steps from LOAD to it half way: the load-step run)
-#           MORE (extra run_matrix.py flags)
+#           MORE (extra run_matrix.py flags) BASE_MODES, GPUOS_MODES (the baselines' and gpuos's modes,
+#           comma-separated, instead of the defaults above)
 # Writes to $OUT: summary.md, summary.json, frontier.json, frontier.png, all.tgz (raw.json, plots,
 # every gpuosd log). Needs ./build (or a carried .gpucarry, linked as build) and python3 with torch.
 set -uo pipefail
@@ -40,12 +41,13 @@ export LD_LIBRARY_PATH=$PWD/build/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} PYTHO
 LOAD=${LOAD:-0.5} BE=${BE:-train} WINDOW=${WINDOW:-15}
 gpuos_modes=gpuos-time-priority,gpuos-space-priority
 for b in ${BUDGETS:-1.05 1.1 1.25 1.5}; do gpuos_modes+=,gpuos-time-slo-$b,gpuos-space-slo-$b; done
+gpuos_modes=${GPUOS_MODES:-$gpuos_modes}
 step=()
 [[ -n ${STEP_TO:-} ]] && step=(--load-step-to "$STEP_TO")
 rm -rf "$RUN" && mkdir -p "$RUN"
 setsid bash -c "python3 bench/colocation/run_matrix.py --load $LOAD --be $BE --window $WINDOW \
   --be-window 12 --budget-s 900 --label slo-$LOAD \
-  --modes exclusive-hp,exclusive-be,time-slicing,mps,mps-prio1-t25,mps-prio1-t50 --gpuos $gpuos_modes \
+  --modes ${BASE_MODES:-exclusive-hp,exclusive-be,time-slicing,mps,mps-prio1-t25,mps-prio1-t50} --gpuos $gpuos_modes \
   ${step[*]} ${MORE:-} --out $RUN/out --workdir $RUN/work >$RUN/matrix.log 2>&1; echo \$? >$RUN/done" \
   </dev/null >/dev/null 2>&1 &
 collect

@@ -31,6 +31,9 @@ struct DemoOptions {
   double seconds = 2.0;
   bool json = false;
   bool keep = false;  // keep the temporary directory (logs) for inspection
+  // "space" (a spatial domain under MPS), "time" (the gate), "auto": space on a GPU with MPS.
+  std::string sharing = "auto";
+  std::string mps_control = "nvidia-cuda-mps-control";
 };
 int demo_command(const DemoOptions& o);
 

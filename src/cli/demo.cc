@@ -1,6 +1,12 @@
 // `gpuos demo`: a private gpuosd and gpuos-synth tenants under `gpuos run`: first the latency-critical
-// "hp" alone (the baseline), then "hp" beside the best-effort "be"; a summary table, and a verdict
-// that compares hp shared with hp alone (what gpuos bought).
+// "hp" alone (the baseline) and the best-effort "be" alone, then the two side by side; a summary
+// table, and a verdict that compares hp shared with hp alone (what gpuos bought) and be shared with
+// be alone (what it cost be).
+//
+// How they share: on a GPU with MPS (`--sharing auto`, the default), in space: one spatial domain,
+// hp on 32 SMs of its own (its kernels' 32 blocks, one per SM, as alone), be on the other SMs. A
+// GPU cannot preempt a running kernel, so in time (`--sharing time`, and on the simulated device)
+// hp's kernel waits for be's kernel already running when it came: its tail shows be's kernels.
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -24,6 +30,7 @@
 
 #include "cli/client.h"
 #include "cli/commands.h"
+#include "cli/demo_verdict.h"
 #include "cli/simulate.h"
 #include "common/ipc.h"
 #include "gpuos/driver_api.h"
@@ -33,12 +40,25 @@ namespace {
 
 using Env = EnvVars;
 
-// hp shared within this factor of hp alone counts as kept near alone in the verdict.
-constexpr double kKeptLatencyRatio = 1.5;
+// The spatial domain of `--sharing space`, and hp's SMs there (whole groups of 8: 4 groups).
+constexpr const char* kDemoDomain = "demo";
+constexpr unsigned kHpSms = 32;
 
 bool exists(const std::string& p) {
   struct stat st;
   return ::stat(p.c_str(), &st) == 0;
+}
+
+// The executable `program` names: itself when it has a slash, else the first in $PATH; "" if none.
+std::string find_in_path(const std::string& program) {
+  if (program.find('/') != std::string::npos) return access(program.c_str(), X_OK) == 0 ? program : "";
+  const char* path = std::getenv("PATH");
+  std::stringstream dirs(path != nullptr ? path : "/usr/local/bin:/usr/bin:/bin");
+  for (std::string dir; std::getline(dirs, dir, ':');) {
+    const std::string p = (dir.empty() ? "." : dir) + "/" + program;
+    if (access(p.c_str(), X_OK) == 0) return p;
+  }
+  return "";
 }
 
 // Forks and execs argv with extra environment, stdout+stderr to log_path. Returns the pid or -1.
@@ -113,7 +133,8 @@ std::string tail_of(const std::string& path, std::size_t max = 2000) {
 struct Tenant {
   std::string name, klass;
   std::string label;  // the table's: "hp alone", "hp shared", "be shared"
-  int phase = 0;      // 0: the baseline (hp alone), 1: shared
+  int phase = 0;      // 0, 1: the baselines (hp alone, be alone), 2: shared
+  bool space = false; // in the demo's spatial domain
   std::vector<std::string> synth_args;
   pid_t pid = -1;
   int exit_code = -1;
@@ -144,6 +165,14 @@ int demo_command(const DemoOptions& o) {
     return 2;
   }
   double seconds = o.seconds > 0 ? o.seconds : 2.0;
+  const bool gpu = real_gpu_present();
+  std::string sharing = o.sharing;
+  if (sharing == "auto") sharing = gpu && !find_in_path(o.mps_control).empty() ? "space" : "time";
+  if (sharing == "space" && (!gpu || find_in_path(o.mps_control).empty())) {
+    std::fprintf(stderr, "gpuos demo: --sharing space needs a GPU and MPS (%s): %s\n", o.mps_control.c_str(),
+                 gpu ? "the MPS control program was not found" : "no GPU found");
+    return 2;
+  }
 
   char tmpl[] = "/tmp/gpuos-demo-XXXXXX";
   if (mkdtemp(tmpl) == nullptr) {
@@ -158,12 +187,18 @@ int demo_command(const DemoOptions& o) {
     cfg << "[daemon]\nlog_level = \"info\"\nhistory = 16\n[tenants]\non_no_daemon = \"refuse\"\n"
         << "[scheduler]\npolicy = \"" << o.policy << "\"\n"
         << "[metrics]\nlisten = \"\"\n";  // a private daemon: leave the metrics port to the real one
+    // A private MPS control daemon for the domain, under the demo's directory (gpuosd starts and
+    // stops it).
+    if (sharing == "space") {
+      cfg << "[spatial]\nmps_dir = \"" << tmp << "/mps\"\nmps_control = \"" << o.mps_control << "\"\n"
+          << "[[spatial.domain]]\nname = \"" << kDemoDomain << "\"\n";
+    }
   }
 
   Env env = {{"GPUOS_CONFIG", cfg_path}, {"GPUOS_SOCKET", sock}};
   bool simulated = false;
   std::string sim_shm;
-  if (!real_gpu_present()) {
+  if (!gpu) {
     simulated = true;
     std::string why;
     const std::string dd = find_driver_double(&why);
@@ -206,11 +241,18 @@ int demo_command(const DemoOptions& o) {
     return 1;
   }
 
-  // HP: small kernels with gaps (latency-critical); BE: big kernels back to back. HP runs twice: alone
-  // (the baseline, half as many kernels: enough for its percentiles) and beside BE.
+  // HP: short kernels with gaps (latency-critical); BE: long kernels back to back (22 ms each on an
+  // H100), of many blocks so that fewer SMs cost it in proportion. HP runs alone (the baseline) and
+  // beside BE, BE alone (its speed alone) and beside HP. In space, HP's grid is the 32 blocks its
+  // partition holds one per SM; in time, one block on every SM of the GPU.
+  const bool space = sharing == "space";
   auto count = [&](double per_s) { return std::to_string(std::max(10L, std::lround(per_s * seconds))); };
-  const std::vector<std::string> hp_args = {"--iters", "200000", "--blocks-per-sm", "1", "--block", "256",
-                                            "--gap-us", "2000", "--mem-mib", "256"};
+  std::vector<std::string> hp_args = {"--iters", "200000", "--block", "256", "--gap-us", "2000", "--mem-mib", "256"};
+  if (space) {
+    hp_args.insert(hp_args.end(), {"--blocks", std::to_string(kHpSms)});
+  } else {
+    hp_args.insert(hp_args.end(), {"--blocks-per-sm", "1"});
+  }
   auto tenant = [](const char* name, const char* label, int phase, const char* klass, std::vector<std::string> args) {
     Tenant t;
     t.name = name;
@@ -225,22 +267,31 @@ int demo_command(const DemoOptions& o) {
     a.insert(a.end(), {"--count", n});
     return a;
   };
-  std::vector<Tenant> tenants = {
-      tenant("hp", "hp alone", 0, "guaranteed", hp(count(150))),
-      tenant("hp", "hp shared", 1, "guaranteed", hp(count(300))),
-      tenant("be", "be shared", 1, "best-effort",
-             {"--iters", "2000000", "--blocks-per-sm", "8", "--block", "256", "--count", count(150), "--gap-us", "0",
-              "--mem-mib", "1024"})};
+  auto be = [&](const std::string& n) {
+    return std::vector<std::string>{"--iters", "250000", "--blocks-per-sm", "64", "--block", "256", "--count", n,
+                                    "--gap-us", "0", "--mem-mib", "1024"};
+  };
+  std::vector<Tenant> tenants = {tenant("hp", "hp alone", 0, "guaranteed", hp(count(150))),
+                                 tenant("be", "be alone", 1, "best-effort", be(count(20))),
+                                 tenant("hp", "hp shared", 2, "guaranteed", hp(count(300))),
+                                 tenant("be", "be shared", 2, "best-effort", be(count(150)))};
+  // Alone means alone: the baselines run outside the domain (no MPS), the shared phase in it.
+  tenants[2].space = tenants[3].space = space;
   const double limit = 60.0 + 20.0 * seconds;
   const auto start = std::chrono::steady_clock::now();
-  for (int phase : {0, 1}) {
+  for (int phase : {0, 1, 2}) {
     for (std::size_t i = 0; i < tenants.size(); ++i) {
       Tenant& t = tenants[i];
       if (t.phase != phase) continue;
       t.json_path = tmp + "/" + t.name + "-" + std::to_string(i) + ".json";
       t.log_path = tmp + "/" + t.name + "-" + std::to_string(i) + ".log";
       std::vector<std::string> args = {self, "run", "--socket", sock, "--config", cfg_path, "--class", t.klass,
-                                       "--name", t.name, "--", synth, "--name", t.name};
+                                       "--name", t.name};
+      if (t.space) {
+        args.insert(args.end(), {"--space", kDemoDomain});
+        if (t.klass == std::string("guaranteed")) args.insert(args.end(), {"--sms", std::to_string(kHpSms)});
+      }
+      args.insert(args.end(), {"--", synth, "--name", t.name});
       args.insert(args.end(), t.synth_args.begin(), t.synth_args.end());
       args.insert(args.end(), {"--json", t.json_path});
       t.pid = spawn(args, env, t.log_path);
@@ -286,46 +337,50 @@ int demo_command(const DemoOptions& o) {
   auto num = [](const nlohmann::json& j, const char* k) {
     return j.is_object() && j.contains(k) && j[k].is_number() ? j[k].get<double>() : 0.0;
   };
-  // The verdict: hp shared against hp alone, at the median and the tail, and what be got done beside it.
-  const double alone_p50 = num(tenants[0].result, "p50_us"), shared_p50 = num(tenants[1].result, "p50_us");
-  const double alone_p99 = num(tenants[0].result, "p99_us"), shared_p99 = num(tenants[1].result, "p99_us");
-  const double be_rate = num(tenants[2].result, "throughput_per_s");
-  const double p50_ratio = alone_p50 > 0 ? shared_p50 / alone_p50 : 0;
-  const double p99_ratio = alone_p99 > 0 ? shared_p99 / alone_p99 : 0;
-  std::string verdict;
-  if (!ok || p50_ratio <= 0 || p99_ratio <= 0) {
-    verdict = "no verdict: a run failed (see below)";
-  } else {
-    const bool median_kept = p50_ratio <= kKeptLatencyRatio, tail_kept = p99_ratio <= kKeptLatencyRatio;
-    const char* meaning =
-        median_kept && tail_kept ? "gpuos kept hp as fast as it runs alone"
-        : o.policy == "open"     ? "policy open gates nothing; the default, priority, holds be back while hp works"
-        : median_kept            ? "gpuos kept hp's typical latency near alone; its tail is be's kernels already "
-                                   "running when hp's came (a GPU finishes their time slice first)"
-                                 : "hp was slowed more than gpuos should allow: is the machine busy with other work?";
-    char line[640];
-    std::snprintf(line, sizeof line,
-                  "beside be (%.1f kernels/s) hp's latency was %.2fx its latency alone at the median (%.1f vs %.1f "
-                  "us) and %.2fx at p99 (%.1f vs %.1f us): %s",
-                  be_rate, p50_ratio, shared_p50, alone_p50, p99_ratio, shared_p99, alone_p99, meaning);
-    verdict = line;
+  // The verdict: hp shared against hp alone, at the median and the tail, and be shared against be
+  // alone beside the share of the GPU's time hp alone leaves idle.
+  const Tenant &hp_alone = tenants[0], &be_alone = tenants[1], &hp_shared = tenants[2], &be_shared = tenants[3];
+  DemoNumbers n;
+  n.sharing = sharing;
+  n.policy = o.policy;
+  n.alone_p50_us = num(hp_alone.result, "p50_us");
+  n.shared_p50_us = num(hp_shared.result, "p50_us");
+  n.alone_p99_us = num(hp_alone.result, "p99_us");
+  n.shared_p99_us = num(hp_shared.result, "p99_us");
+  n.be_rate = num(be_shared.result, "throughput_per_s");
+  const double be_alone_rate = num(be_alone.result, "throughput_per_s");
+  if (ok && n.alone_p50_us > 0) {
+    n.p50_ratio = n.shared_p50_us / n.alone_p50_us;
+    n.p99_ratio = n.alone_p99_us > 0 ? n.shared_p99_us / n.alone_p99_us : 0;
   }
+  if (be_alone_rate > 0) n.be_vs_alone = n.be_rate / be_alone_rate;
+  // hp alone keeps the GPU busy for a kernel, then sleeps its gap.
+  if (n.alone_p50_us > 0) n.hp_idle_share = 2000.0 / (2000.0 + n.alone_p50_us);
+  const std::string verdict = demo_verdict(n);
+  const double p50_ratio = n.p50_ratio, p99_ratio = n.p99_ratio, be_rate = n.be_rate;
+  const double alone_p50 = n.alone_p50_us, shared_p50 = n.shared_p50_us, alone_p99 = n.alone_p99_us,
+               shared_p99 = n.shared_p99_us;
   if (o.json) {
     nlohmann::json out;
     out["simulated"] = simulated;
     out["device"] = device;
     out["ok"] = ok;
     out["policy"] = o.policy;
+    out["sharing"] = sharing;
     out["hp_alone"] = {{"p50_us", alone_p50}, {"p99_us", alone_p99}};
     out["hp_shared"] = {{"p50_us", shared_p50}, {"p99_us", shared_p99}};
     out["hp_p50_ratio"] = p50_ratio;
     out["hp_p99_ratio"] = p99_ratio;
     out["be_kernels_per_s"] = be_rate;
+    out["be_alone_kernels_per_s"] = be_alone_rate;
+    out["be_vs_alone"] = n.be_vs_alone;
+    out["hp_idle_share"] = n.hp_idle_share;
     out["verdict"] = verdict;
     out["tenants"] = nlohmann::json::array();
     for (const Tenant& t : tenants) {
       out["tenants"].push_back({{"name", t.name},
-                                {"phase", t.phase == 0 ? "alone" : "shared"},
+                                {"phase", t.phase < 2 ? "alone" : "shared"},
+                                {"space", t.space},
                                 {"class", t.klass},
                                 {"exit_code", t.exit_code},
                                 {"result", t.result},
@@ -336,8 +391,8 @@ int demo_command(const DemoOptions& o) {
     }
     std::printf("%s\n", out.dump(2).c_str());
   } else {
-    std::printf("device: %s%s, policy: %s\n", device.empty() ? "?" : device.c_str(),
-                simulated ? " (simulated)" : "", o.policy.c_str());
+    std::printf("device: %s%s, policy: %s, sharing: %s\n", device.empty() ? "?" : device.c_str(),
+                simulated ? " (simulated)" : "", o.policy.c_str(), sharing.c_str());
     std::printf("%-10s %-12s %8s %10s %10s %12s %10s %10s %12s %9s\n", "TENANT", "CLASS", "KERNELS", "P50(us)",
                 "P99(us)", "KERNELS/S", "LAUNCHES", "PEAK-MEM", "GATE-WAIT", "VERIFIED");
     for (const Tenant& t : tenants) {

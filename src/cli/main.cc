@@ -251,6 +251,10 @@ int main(int argc, char** argv) {
   demo->add_option("--policy", dopt.policy, "gpuosd scheduling policy (default: priority)")
       ->check(CLI::IsMember({"open", "priority"}));
   demo->add_flag("--keep", dopt.keep, "keep the temporary directory with the logs");
+  demo->add_option("--sharing", dopt.sharing,
+                   "how the tenants share the GPU: space (SM partitions, needs MPS), time (the gate), auto (default: "
+                   "space on a GPU with MPS, else time)")
+      ->check(CLI::IsMember({"auto", "space", "time"}));
 
   if (int rc = parse_command_line(app, parse_argc, argv, "gpuos"); rc >= 0) return rc;
 

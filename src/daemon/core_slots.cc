@@ -1,7 +1,9 @@
 // The core asks the slots (slots/slot.h): a fresh view in, the actions checked and carried out. A
 // policy that throws, stalls or breaks its slot's contract is replaced by the slot's built-in
 // policy, which is asked in its place at once.
+#include <algorithm>
 #include <atomic>
+#include <bit>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -47,7 +49,10 @@ slots::GateTenant Core::gate_view(const Tenant& t) const {
   v.uid = t.uid;
   v.name = t.name;
   v.space_domain = t.space.domain;
-  for (const uint64_t mask : t.space.masks) v.space_confined = v.space_confined || mask != 0;
+  for (const uint64_t mask : t.space.planned) {
+    v.space_confined = v.space_confined || mask != 0;
+    v.space_groups = std::max<uint32_t>(v.space_groups, static_cast<uint32_t>(std::popcount(mask)));
+  }
   v.tenant_class = t.tenant_class;
   v.priority = t.priority;
   v.weight = t.weight;
@@ -145,6 +150,10 @@ void Core::run_time_gate(slots::Event e, uint32_t tenant_id, uint64_t now) {
         *why = "pace " + std::to_string(g.pacing.permille) + " per mille for tenant " + std::to_string(g.id);
         return false;
       }
+      if (g.pacing.groups > 64) {
+        *why = "pacing to " + std::to_string(g.pacing.groups) + " SM groups for tenant " + std::to_string(g.id);
+        return false;
+      }
       if (g.pacing.permille != 0 && tenants_.at(g.id).tenant_class == GPUOS_CLASS_GUARANTEED) {
         *why = "pacing of guaranteed tenant " + std::to_string(g.id);
         return false;
@@ -161,6 +170,7 @@ void Core::run_time_gate(slots::Event e, uint32_t tenant_id, uint64_t now) {
   for (const slots::GateAction& g : a.gates) {
     Tenant& t = tenants_.at(g.id);
     publish_pacing(t, g.gate == GPUOS_GATE_OPEN ? g.pacing : slots::Pacing{});
+    space_engine_.apply_group_cap(t, t.granted.pacing.groups);
     if (t.gate.pinned) continue;  // an admin's pin outranks the policy
     t.gate.policy_gate = g.gate;
     t.gate.closed_gpus = g.gate == GPUOS_GATE_OPEN ? g.closed_gpus : 0;

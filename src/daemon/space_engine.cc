@@ -108,18 +108,29 @@ void SpaceEngine::apply(std::map<uint32_t, Tenant>& tenants, const slots::SpaceA
 
 void SpaceEngine::write_masks(Tenant& t, const slots::SpaceMasks& per_gpu) const {
   // The plan is per GPU; the grant block per the tenant's device ordinals.
-  uint64_t by_ordinal[GPUOS_MAX_DEVICES] = {};
+  for (uint32_t o = 0; o < GPUOS_MAX_DEVICES; ++o) t.space.planned[o] = 0;
   for (uint32_t g = 0; g < GPUOS_MAX_DEVICES; ++g) {
-    if (const int o = gpus_.ordinal_of(t, g); o >= 0) by_ordinal[o] = per_gpu[g];
+    if (const int o = gpus_.ordinal_of(t, g); o >= 0) t.space.planned[o] = per_gpu[g];
   }
+  write_capped(t);
+}
+
+void SpaceEngine::apply_group_cap(Tenant& t, uint32_t cap) const {
+  if (t.space.group_cap == cap) return;
+  t.space.group_cap = cap;
+  if (t.in_domain()) write_capped(t);
+}
+
+void SpaceEngine::write_capped(Tenant& t) const {
   bool changed = false;
   for (uint32_t o = 0; o < GPUOS_MAX_DEVICES; ++o) {
-    t.space.masks[o] = by_ordinal[o];
+    const uint64_t mask = slots::space_keep_highest(t.space.planned[o], t.space.group_cap);
+    t.space.masks[o] = mask;
     std::atomic_ref<uint64_t> word(t.grants->space_mask[o]);
-    if (word.load(std::memory_order_relaxed) == by_ordinal[o]) continue;
-    word.store(by_ordinal[o], std::memory_order_release);
+    if (word.load(std::memory_order_relaxed) == mask) continue;
+    word.store(mask, std::memory_order_release);
     changed = true;
-    log::debug("tenant %u: SM groups on its device %u now 0x%llx", t.id, o, static_cast<unsigned long long>(by_ordinal[o]));
+    log::debug("tenant %u: SM groups on its device %u now 0x%llx", t.id, o, static_cast<unsigned long long>(mask));
   }
   if (changed) std::atomic_ref<uint32_t>(t.grants->space_epoch).fetch_add(1, std::memory_order_release);
 }

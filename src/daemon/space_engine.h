@@ -25,6 +25,9 @@ class SpaceEngine {
   // Writes every spatial tenant's masks (those not granted: unconfined), bumps space_epoch where
   // they changed, and marks the tenant planned with its device map as it stands.
   void apply(std::map<uint32_t, Tenant>& tenants, const slots::SpaceActions& actions) const;
+  // Trims a spatial tenant's planned masks to at most `cap` groups each (0 = as planned: the time
+  // gate's Pacing::groups) and writes them if that changed them.
+  void apply_group_cap(Tenant& t, uint32_t cap) const;
   // Unconfines every spatial tenant (no slot answer to apply).
   void clear(std::map<uint32_t, Tenant>& tenants) const { apply(tenants, {}); }
   uint32_t group_sms() const { return group_sms_; }
@@ -33,6 +36,7 @@ class SpaceEngine {
 
  private:
   void write_masks(Tenant& t, const slots::SpaceMasks& per_gpu) const;
+  void write_capped(Tenant& t) const;  // t.space.planned trimmed by t.space.group_cap
   const GpuMap& gpus_;
   std::vector<slots::SpaceGpu> space_gpus_;
   uint32_t group_sms_;

@@ -75,7 +75,9 @@ struct DeviceMap {
 struct SpaceState {
   char domain[GPUOS_DOMAIN_MAX] = {};  // "" = none
   uint32_t asked_sms = 0;              // REGISTER space_sms
-  uint64_t masks[GPUOS_MAX_DEVICES] = {};  // the SM masks written, by device ordinal
+  uint64_t masks[GPUOS_MAX_DEVICES] = {};    // the SM masks written, by device ordinal
+  uint64_t planned[GPUOS_MAX_DEVICES] = {};  // ... as the space slot planned them, before the group cap
+  uint32_t group_cap = 0;  // at most this many groups of each planned mask (the time gate's Pacing::groups; 0 = all)
   uint32_t sized_sms = 0;              // right-sized to this (0 = not sized), for LIST
   uint32_t default_sms = 0;
   double sized_latency = 0;

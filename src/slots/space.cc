@@ -24,4 +24,15 @@ uint32_t space_mask_sms(uint64_t mask, const SpaceGpu& gpu, uint32_t group_sms) 
   return sms;
 }
 
+uint64_t space_keep_highest(uint64_t mask, uint32_t groups) {
+  if (groups == 0) return mask;
+  uint64_t out = 0;
+  for (int i = 63; i >= 0 && groups > 0; --i) {
+    if ((mask >> i & 1u) == 0) continue;
+    out |= uint64_t{1} << i;
+    --groups;
+  }
+  return out;
+}
+
 }  // namespace gpuos::slots

@@ -47,6 +47,10 @@ using SpaceMasks = std::array<uint64_t, GPUOS_MAX_DEVICES>;
 uint32_t space_groups(const SpaceGpu& gpu, uint32_t group_sms);
 // SMs of `mask` on that GPU (the last group takes the remainder).
 uint32_t space_mask_sms(uint64_t mask, const SpaceGpu& gpu, uint32_t group_sms);
+// The `groups` highest groups of `mask` (all of it when it has no more, or groups is 0; 0 stays 0:
+// unconfined). A capped best-effort tenant keeps the groups farthest from the guaranteed tenants',
+// which the planner gives from group 0 upward.
+uint64_t space_keep_highest(uint64_t mask, uint32_t groups);
 
 // What the space slot sees of a live tenant.
 struct SpaceTenant {

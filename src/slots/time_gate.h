@@ -53,6 +53,9 @@ struct GateTenant {
   uint64_t gpus = 0;
   // Latency budget of a guaranteed tenant (per mille of its time alone; 0 = none: as if alone).
   uint32_t max_slowdown_permille = 0;
+  // In a domain: the SM groups of its partition as the space slot planned it (the most on any GPU;
+  // 0 = unconfined), before Pacing::groups trims it.
+  uint32_t space_groups = 0;
   // Its launches timed since the last view (Admission::sample_period > 0; the tenant's own
   // report: durations are clamped to (0, 60 s], at most a ring's worth per view).
   std::vector<TimedLaunch> timed;
@@ -77,6 +80,10 @@ struct Pacing {
   uint32_t burst_us = 0;
   uint32_t contention_max_permille = 0;
   uint64_t gpus = 0;
+  // In a spatial domain: at most this many SM groups of its partition (the highest), 0 = all of
+  // them. The budget's knob in space (beside a guaranteed tenant on the whole GPU): the core trims
+  // the tenant's space masks, and the interposer moves its next launch to the smaller partition.
+  uint32_t groups = 0;
   bool operator==(const Pacing&) const = default;
 };
 

@@ -126,8 +126,62 @@ TEST_F(SlotsFixture, ABudgetedTenantPlannedWholeGpuRunsUnconfinedBesideBestEffor
   activity(strict, true);
   activity(be, true);
   EXPECT_EQ(mask(hp), 0u);          // every SM
-  EXPECT_EQ(mask(strict), 0x3f80u); // its 7 groups after the 7 the budgeted one holds
+  EXPECT_EQ(mask(strict), 0x3ffeu); // the rest of the guaranteed groups after the one the budgeted one holds
   EXPECT_EQ(mask(be), 0xc000u);     // the reserve, as beside any guaranteed tenant
+  EXPECT_EQ(core->space_failures(), 0u);
+}
+
+// A time gate that paces every open best-effort tenant to `groups` SM groups.
+class GroupPacer final : public slots::TimeGate {
+ public:
+  const char* name() const override { return "group-pacer"; }
+  slots::GateActions decide(const slots::GateView& v) override {
+    slots::GateActions a;
+    for (const slots::GateTenant& t : v.tenants) {
+      slots::GateAction g;
+      g.id = t.id;
+      if (t.tenant_class == GPUOS_CLASS_BEST_EFFORT && groups != 0) {
+        g.pacing.permille = 1000;
+        g.pacing.groups = groups;
+      }
+      planned_groups = t.tenant_class == GPUOS_CLASS_BEST_EFFORT ? t.space_groups : planned_groups;
+      a.gates.push_back(g);
+    }
+    return a;
+  }
+  uint32_t groups = 0;
+  uint32_t planned_groups = 0;
+};
+
+TEST_F(SlotsFixture, TheTimeGateSizesABestEffortPartitionBesideAWholeGpuTenant) {
+  CoreOptions o;
+  policies::PartitionParams params;
+  params.budget_whole_gpu = true;
+  o.space_policy = std::make_unique<policies::PartitionPolicy>(params);
+  auto gate = std::make_unique<GroupPacer>();
+  GroupPacer* pacer = gate.get();
+  o.time_gate = std::move(gate);
+  make_core(std::move(o));
+  const std::size_t hp = add(GPUOS_CLASS_GUARANTEED, "serve", 1250);
+  const std::size_t be = add(GPUOS_CLASS_BEST_EFFORT, "serve");
+  activity(hp, true);
+  activity(be, true);
+  EXPECT_EQ(mask(hp), 0u);
+  EXPECT_EQ(mask(be), 0xfffeu);  // every group but the one it holds
+  EXPECT_EQ(pacer->planned_groups, 15u);
+  const uint32_t epoch = tenants[be].grants->space_epoch;
+  pacer->groups = 3;
+  activity(be, true);
+  EXPECT_EQ(mask(be), 0xe000u);  // its 3 highest groups
+  EXPECT_GT(tenants[be].grants->space_epoch, epoch);
+  EXPECT_EQ(pacer->planned_groups, 15u) << "the plan, not the trimmed mask";
+  // The space slot planning again keeps the cap.
+  activity(hp, true);
+  EXPECT_EQ(mask(be), 0xe000u);
+  pacer->groups = 0;  // no cap: the whole plan again
+  activity(be, true);
+  EXPECT_EQ(mask(be), 0xfffeu);
+  EXPECT_EQ(core->time_gate_failures(), 0u);
   EXPECT_EQ(core->space_failures(), 0u);
 }
 

@@ -616,6 +616,54 @@ TEST(BudgetPolicy, OnTheWholeGpuInADomainThePartitionTakesNoPartOfTheBudget) {
   EXPECT_GT(share_lent(params, "serve", false, 1200), 0.05);
 }
 
+TEST(BudgetPolicy, BesideAWholeGpuTenantTheShareBuysSmGroupsFirst) {
+  EXPECT_EQ(groups_for_share(0.5, 15).groups, 7u);  // 7.5 groups: 7, unpaced in time
+  EXPECT_EQ(groups_for_share(0.5, 15).permille, 1000u);
+  EXPECT_EQ(groups_for_share(0.9, 15).groups, 13u);
+  EXPECT_EQ(groups_for_share(1.0 / 15, 15).groups, 1u);  // exactly one group
+  EXPECT_EQ(groups_for_share(1.0 / 15, 15).permille, 1000u);
+  EXPECT_EQ(groups_for_share(0.02, 15).groups, 1u);  // below one group: one, paced in time
+  EXPECT_EQ(groups_for_share(0.02, 15).permille, 300u);
+  EXPECT_EQ(groups_for_share(0.0001, 15).permille, 2u);
+  EXPECT_EQ(groups_for_share(0.3, 0).groups, 0u);  // unconfined: time only
+  EXPECT_EQ(groups_for_share(0.3, 0).permille, 300u);
+  // In the policy: a best-effort tenant of the domain of a budgeted tenant on the whole GPU gets
+  // SM groups; beside one on a partition, time only.
+  for (const bool confined : {false, true}) {
+    BudgetPolicy p{BudgetParams{}};
+    slots::GateTenant g = hp(true);
+    g.space_domain = "serve";
+    g.space_confined = confined;
+    slots::GateTenant b = be(true, GPUOS_GATE_OPEN);
+    b.space_domain = "serve";
+    b.space_groups = 15;
+    uint32_t max_groups = 0, max_permille = 0, min_permille = 1000;
+    for (int i = 0; i < 700; ++i) {
+      slots::GateView v;
+      v.now_ns = (1000 + 10 * i) * kMs;
+      g.timed = launches(4, 1000);
+      v.tenants = {g, b};
+      const slots::GateActions a = p.decide(v);
+      const slots::GateAction* act = action_of(a, 2);
+      ASSERT_NE(act, nullptr);
+      b.gate = act->gate;
+      b.busy = act->gate == GPUOS_GATE_OPEN;
+      if (act->gate != GPUOS_GATE_OPEN || act->pacing.permille == 0) continue;
+      max_groups = std::max(max_groups, act->pacing.groups);
+      max_permille = std::max(max_permille, act->pacing.permille);
+      min_permille = std::min(min_permille, act->pacing.permille);
+      if (act->pacing.groups > 1) EXPECT_EQ(act->pacing.permille, 1000u) << "time pacing only below one group";
+    }
+    if (confined) {
+      EXPECT_EQ(max_groups, 0u);
+      EXPECT_EQ(max_permille, 900u);
+    } else {
+      EXPECT_EQ(max_groups, 13u);       // the share's cap (0.9) of 15 groups
+      EXPECT_LT(min_permille, 1000u);   // it started from below one group, paced in time
+    }
+  }
+}
+
 TEST(BudgetPolicy, AdmissionTimesBudgetedAndBestEffortTenants) {
   BudgetPolicy p{BudgetParams{}};
   slots::Admission a;

@@ -90,20 +90,24 @@ TEST(SpacePlanner, IdleGuaranteedLendsItsGroupsButKeepsThem) {
   EXPECT_EQ(plan[2][0], groups(0, 16));  // lent while it is idle
 }
 
-TEST(SpacePlanner, AWholeGpuGuaranteedTenantRunsEverywhereAndKeepsBestEffortOnTheReserve) {
+TEST(SpacePlanner, AWholeGpuGuaranteedTenantRunsEverywhereAndLeavesBestEffortEveryOtherGroup) {
   PlanTenant h = hp(1);
   h.whole_gpu = true;
   PlanTenant sized = hp(3);
   sized.want_sms = 32;
   auto plan = plan_space(kH200, {h, sized, be(2)}, SpaceParams{});
-  EXPECT_EQ(plan[1][0], 0u);              // unconfined: every SM, the reserve's included
-  EXPECT_EQ(plan[3][0], groups(10, 4));   // after the 10 groups h holds (served first, by id)
-  EXPECT_EQ(plan[2][0], groups(14, 2));   // best-effort work stays on the reserve
+  EXPECT_EQ(plan[1][0], 0u);              // unconfined: every SM, best-effort's included
+  EXPECT_EQ(plan[3][0], groups(1, 4));    // after the one group h holds (served first, by id)
+  EXPECT_EQ(plan[2][0], groups(5, 11));   // the rest: the budget sizes how many it uses
+  // Alone beside best-effort work: one group for it, all others for best-effort.
+  plan = plan_space(kH200, {h, be(2)}, SpaceParams{});
+  EXPECT_EQ(plan[1][0], 0u);
+  EXPECT_EQ(plan[2][0], groups(1, 15));
   h.busy = false;
   h.idle_ns = 1'000'000'000;
   plan = plan_space(kH200, {h, sized, be(2)}, SpaceParams{});
   EXPECT_EQ(plan[1][0], 0u);
-  EXPECT_EQ(plan[2][0], groups(0, 10) | groups(14, 2));  // what it holds is lent while it is idle
+  EXPECT_EQ(plan[2][0], groups(0, 1) | groups(5, 11));  // what it holds is lent while it is idle
 }
 
 TEST(SpacePlanner, ShortGapsAreNotLent) {

@@ -36,6 +36,13 @@ bool paced_be(const slots::GateTenant& t, const std::set<std::string>& budget_do
 
 }  // namespace
 
+GroupSplit groups_for_share(double share, uint32_t planned_groups) {
+  if (planned_groups == 0) return {0, static_cast<uint32_t>(std::clamp(std::lround(share * 1000), 1L, 1000L))};
+  const double groups = std::clamp(share, 0.0, 1.0) * planned_groups;
+  if (groups >= 1.0) return {static_cast<uint32_t>(std::floor(groups + 1e-9)), 1000};
+  return {1, static_cast<uint32_t>(std::clamp(std::lround(groups * 1000), 1L, 1000L))};
+}
+
 uint32_t BudgetPolicy::max_kernel_us(const slots::GateTenant& t, const TenantBudget& b) const {
   uint32_t own = 0;
   const double excess_ns = b.meter.has_solo() ? (meter_limit(t, params_.mps_cost) - 1.0) * b.meter.typical_solo_ns() : 0;
@@ -172,6 +179,7 @@ slots::GateActions BudgetPolicy::decide(const slots::GateView& view) {
     double share = 1.0, burst_ns = 1e12;
     uint32_t max_kernel = params_.pace_max_kernel_us;
     bool in_their_domain = !v.space_domain.empty();  // beside every one of them in space
+    bool beside_whole_gpu = true;                     // ... each of them on every SM (unconfined)
     uint64_t gpus = 0;                                // the GPUs it shares with them
     bool every_gpu = false;                           // ... or all of its GPUs (not known yet)
     *beside = false;
@@ -181,6 +189,7 @@ slots::GateActions BudgetPolicy::decide(const slots::GateView& view) {
       *beside = true;
       const bool in_space = !v.space_domain.empty() && t.space_domain == v.space_domain;
       in_their_domain = in_their_domain && in_space;
+      beside_whole_gpu = beside_whole_gpu && in_space && !t.space_confined;
       every_gpu = every_gpu || t.gpus == 0 || v.gpus == 0;
       gpus |= t.gpus & v.gpus;
       const TenantBudget* b = st.tenants.count(t.id) != 0 ? &st.tenants.at(t.id) : nullptr;
@@ -201,6 +210,13 @@ slots::GateActions BudgetPolicy::decide(const slots::GateView& view) {
       // Beside each other in space (no time slices in its timings), a shape's paced time over its
       // time alone is what the two tenants' work cost each other.
       if (in_their_domain) p.contention_max_permille = params_.contention_max_permille;
+      // Beside guaranteed tenants on the whole GPU, the share buys SM groups of its partition
+      // first, and time on one group only below that.
+      if (beside_whole_gpu && v.space_groups != 0) {
+        const GroupSplit split = groups_for_share(share, v.space_groups);
+        p.groups = split.groups;
+        p.permille = split.permille;
+      }
       // On GPUs where no budget works it runs as it likes (pacing is per GPU; the process's one
       // share is the smallest of the budgets it shares a GPU with).
       p.gpus = every_gpu ? 0 : gpus;
@@ -233,7 +249,10 @@ slots::GateActions BudgetPolicy::decide(const slots::GateView& view) {
       if (a.gate == GPUOS_GATE_CLOSED) a.closed_gpus = 0;
       if (a.gate == GPUOS_GATE_OPEN) {
         a.pacing = pacing;
-        granted = std::max(granted, pacing.permille / 1000.0);
+        const double share = pacing.groups != 0 && v.space_groups != 0
+                                 ? pacing.groups * (pacing.permille / 1000.0) / v.space_groups
+                                 : pacing.permille / 1000.0;
+        granted = std::max(granted, share);
       }
     }
     out.gates.push_back(a);

@@ -25,7 +25,9 @@
 //
 // In a spatial domain the best-effort tenants of a budgeted tenant's domain run beside it on SM
 // partitions of their own (no context switch between them under MPS), and are paced the same way:
-// what they still cost it is the memory system's and MPS's, which SMs do not partition. They are
+// what they still cost it is the memory system's and MPS's, which SMs do not partition. Beside a
+// budgeted tenant that runs on the whole GPU (the partition policy's budget_whole_gpu), the share
+// sizes their partitions first (groups_for_share: SM groups, then time on one group). They are
 // held for its probes and while it has no share. Its solo times are then its times alone under MPS,
 // on its partition: the meter may allow it only what those two leave of its budget (budget_split.h).
 //
@@ -90,6 +92,17 @@ struct BudgetParams {
   // compute-bound ones run at close to the share's full rate.
   uint32_t contention_max_permille = 0;
 };
+
+// A best-effort tenant's share beside guaranteed tenants that run on the whole GPU, as SM groups
+// of its partition (planned_groups of them) and time: share x planned_groups groups, unpaced in
+// time, while that is at least one group (AIMD on the share is then AIMD on the groups: halving
+// the share halves them); below one group, one group paced in time at what is left of the share.
+// planned_groups 0 (an unconfined tenant): time only.
+struct GroupSplit {
+  uint32_t groups = 0;  // 0: all of them
+  uint32_t permille = 1000;
+};
+GroupSplit groups_for_share(double share, uint32_t planned_groups);
 
 // Launches the reactive back-off needs in its span before it judges.
 inline constexpr std::size_t kReactMinLaunches = 2;

@@ -38,6 +38,8 @@ uint32_t PartitionPolicy::right_size(const slots::SpaceTenant& t, const slots::S
     if (o.id == t.id || o.domain != t.domain || o.home_gpu != home) continue;
     if (o.tenant_class != GPUOS_CLASS_GUARANTEED) {
       shared = true;
+    } else if (whole_gpu(o)) {
+      asked_groups += 1;  // it holds one group (planner.h)
     } else if (o.asked_sms != 0) {
       asked_groups += (o.asked_sms + group_sms - 1) / group_sms;
     } else {

@@ -47,7 +47,9 @@ void plan_domain(uint32_t gpu, uint32_t groups, const std::vector<const PlanTena
   for (std::size_t i = 0; i < guaranteed.size(); ++i) {
     const PlanTenant* t = guaranteed[i];
     uint32_t want = t->want_sms ? (t->want_sms + params.group_sms - 1) / params.group_sms : default_groups;
-    if (t->want_sms == 0 && unsized > 0 && i + 1 == guaranteed.size()) {
+    if (t->whole_gpu) {
+      want = 1;  // it runs on every SM; one group keeps best-effort work off one part of the GPU
+    } else if (t->want_sms == 0 && unsized > 0 && i + 1 == guaranteed.size()) {
       want = std::max<uint32_t>(want, for_guaranteed > next ? for_guaranteed - next : 0);  // the rest
     }
     const uint32_t avail = for_guaranteed > next ? for_guaranteed - next : 0;

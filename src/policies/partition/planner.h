@@ -14,9 +14,10 @@
 //    tenants that asked for no size. At least be_reserve_groups stay for the best-effort tenants;
 //    guaranteed tenants that find no group left share the groups of the last one served.
 //  - A guaranteed tenant planned `whole_gpu` (a latency budget, with the partition policy's
-//    budget_whole_gpu) holds its groups as above, so best-effort tenants stay off them, but runs
-//    unconfined (mask 0): on every SM, the best-effort tenants' included. Its budget then pays for
-//    no partition, only for what the best-effort tenants beside it take (which the budget paces).
+//    budget_whole_gpu) holds one group, which best-effort tenants stay off, but runs unconfined
+//    (mask 0): on every SM, the best-effort tenants' included. Its budget then pays for no
+//    partition, only for what the best-effort tenants beside it take: they are planned on every
+//    other group, and the budget policy sizes how many of them they use (Pacing::groups).
 //  - A guaranteed tenant keeps its groups while idle (its next kernel starts there at once, before
 //    gpuosd hears of it); once it has been idle for lend_after_ns they are lent to the best-effort
 //    tenants, which lose them as soon as it is busy again (at their next kernel boundary). Not
