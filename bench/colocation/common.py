@@ -10,6 +10,7 @@ import os
 import random
 import re
 import signal
+import subprocess
 import tempfile
 import time
 from typing import Iterable, Optional, Sequence, Tuple
@@ -388,3 +389,35 @@ class Progress:
         print(self.doc["traceback"], file=sys.stderr, flush=True)
         self.write()
         return 1
+
+
+def commit_of(repo: str) -> Optional[str]:
+    """The commit a run measured: $GPUOS_COMMIT when set (a copy of the tree whose .git is not the
+    one built from), else `git rev-parse HEAD` of repo (with "-dirty" for uncommitted changes)."""
+    env = os.environ.get("GPUOS_COMMIT")
+    if env:
+        return env
+    try:
+        head = subprocess.run(["git", "-C", repo, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
+        if head.returncode != 0:
+            return None
+        dirty = subprocess.run(["git", "-C", repo, "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        return head.stdout.strip() + ("-dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def files_sha256(paths) -> Optional[str]:
+    """One sha256 over the files' contents, in the order given (None: no files, or one unreadable)."""
+    import hashlib
+    if not paths:
+        return None
+    h = hashlib.sha256()
+    try:
+        for p in paths:
+            with open(p, "rb") as f:
+                h.update(f.read())
+    except OSError:
+        return None
+    return h.hexdigest()

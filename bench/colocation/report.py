@@ -18,7 +18,7 @@ import common  # noqa: E402
 
 SUMMARY_FIELDS = ["mode", "hp_p50_ms", "hp_p99_ms", "hp_p99_vs_exclusive", "hp_ttft_p50_ms",
                   "hp_ttft_p99_ms", "hp_tpot_p50_ms", "hp_tpot_p99_ms", "hp_ttft_p99_vs_exclusive",
-                  "hp_tpot_p99_vs_exclusive", "hp_requests", "be_throughput", "be_unit", "be_vs_exclusive",
+                  "hp_ttft_admit_p99_vs_exclusive", "hp_tpot_p99_vs_exclusive", "hp_mean_decode_batch", "hp_requests", "be_throughput", "be_unit", "be_vs_exclusive",
                   "hp_busy_fraction", "budget", "hp_slo_ok"]
 # A 1 s window after the load step with fewer requests than this says nothing about a p99: skipped.
 STEP_MIN_REQUESTS = 5
@@ -81,6 +81,7 @@ def build_summary(raw: dict) -> dict:
     excl_be = modes.get("exclusive-be", {})
     hp_p99_excl = _get(excl_hp, "hp", "e2e_ms", "p99")
     ttft_excl = _get(excl_hp, "hp", "ttft_ms", "p99")
+    ttft_admit_excl = _get(excl_hp, "hp", "ttft_admit_ms", "p99")
     tpot_excl = _get(excl_hp, "hp", "tpot_ms", "p99")
     step = meta.get("load_step")
     be_excl = excl_be.get("be_rate")
@@ -111,6 +112,10 @@ def build_summary(raw: dict) -> dict:
             "hp_tpot_p99_ms": _get(hp, "tpot_ms", "p99"),
             "hp_ttft_p99_vs_exclusive": _ratio(_get(hp, "ttft_ms", "p99"), ttft_excl),
             "hp_tpot_p99_vs_exclusive": _ratio(_get(hp, "tpot_ms", "p99"), tpot_excl),
+            "hp_ttft_admit_p99_ms": _get(hp, "ttft_admit_ms", "p99"),
+            "hp_ttft_admit_p99_vs_exclusive": _ratio(_get(hp, "ttft_admit_ms", "p99"), ttft_admit_excl),
+            # The server's slot occupancy: requests in its decode batch on average.
+            "hp_mean_decode_batch": _get(hp, "steps", "mean_decode_batch"),
             "hp_requests": hp.get("requests"),
             "be_throughput": rec.get("be_rate"),
             "be_unit": rec.get("be_unit") or (be_unit if rec.get("be_rate") is not None else None),
@@ -157,6 +162,8 @@ def build_summary(raw: dict) -> dict:
     return {
         "date": meta.get("date"),
         "label": meta.get("label"),
+        "commit": meta.get("commit"),
+        "config": meta.get("config"),
         "gpu": _get(meta, "gpu", "name"),
         "driver_version": _get(meta, "gpu", "driver_version"),
         "gpu_count": meta.get("gpu_count"),  # the node's GPUs (nvidia-smi)
@@ -221,6 +228,7 @@ def frontier(s: dict) -> dict:
 def markdown(s: dict) -> str:
     f = common.fmt
     out = [f"# Co-location results: {s.get('label')} ({s.get('date')})", ""]
+    out.append(f"Commit {s.get('commit')}.")
     out.append(f"GPU {s.get('gpu')}, driver {s.get('driver_version')}, torch {s.get('torch_version')}. "
                f"HP load {s.get('load')} of capacity {f(s.get('capacity_rps'))} req/s "
                f"= {f(s.get('hp_rate_rps'))} req/s offered.")
@@ -241,8 +249,9 @@ def markdown(s: dict) -> str:
                                                                if not isinstance(v, dict)) + ".")
     out.append("")
     out.append("| mode | HP p50 ms | HP p99 ms | p99 / excl | TTFT p99 ms | TPOT p99 ms | TTFT p99/excl "
-               "| TPOT p99/excl | budget | HP requests | BE throughput | BE / excl | status |")
-    out.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+               "| TTFT adm p99/excl | TPOT p99/excl | decode batch | budget | HP requests | BE throughput "
+               "| BE / excl | status |")
+    out.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in s.get("modes", []):
         be = f(r["be_throughput"]) + (f" {r['be_unit']}" if r["be_throughput"] is not None else "")
         st = r.get("status") or ""
@@ -252,7 +261,8 @@ def markdown(s: dict) -> str:
             f"{r['budget']:g}" + {True: " met", False: " MISSED", None: ""}[r.get("hp_slo_ok")])
         out.append(f"| {r['mode']} | {f(r['hp_p50_ms'])} | {f(r['hp_p99_ms'])} | "
                    f"{f(r['hp_p99_vs_exclusive'])} | {f(r['hp_ttft_p99_ms'])} | {f(r['hp_tpot_p99_ms'])} | "
-                   f"{f(r.get('hp_ttft_p99_vs_exclusive'))} | {f(r.get('hp_tpot_p99_vs_exclusive'))} | {bud} | "
+                   f"{f(r.get('hp_ttft_p99_vs_exclusive'))} | {f(r.get('hp_ttft_admit_p99_vs_exclusive'))} | "
+                   f"{f(r.get('hp_tpot_p99_vs_exclusive'))} | {f(r.get('hp_mean_decode_batch'))} | {bud} | "
                    f"{f(r['hp_requests'])} | {be} | {f(r['be_vs_exclusive'])} | {st} |")
     out.append("")
     for e in frontier(s)["budgets"]:

@@ -722,6 +722,10 @@ class Runner:
             "min_requests": a.min_requests, "budget_s": a.budget_s,
             "load_step": ({"to": a.load_step_to, "at_s": self.load_step_at()} if a.load_step_to else None),
             "modes_planned": [s.name for s in self.modes],
+            "commit": common.commit_of(REPO),
+            "config": {"variants": self.variant_configs, "gpuos_config": os.environ.get("GPUOS_CONFIG") or None,
+                       "sha256": common.files_sha256([*self.variant_configs.values(),
+                                                      *([os.environ["GPUOS_CONFIG"]] if os.environ.get("GPUOS_CONFIG") else [])])},
         }
         self.meta["gpu_count"] = self.meta["gpu"].get("count")
         print(f"[run] GPU {self.meta['gpu']}; out {out}; workdir {self.workdir}", flush=True)

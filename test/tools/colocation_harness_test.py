@@ -159,7 +159,8 @@ class Modes(unittest.TestCase):
 
 def hp(ttft, tpot, log=None):
     d = {"requests": 400, "e2e_ms": {"p50": 1.0, "p99": 2 * ttft}, "ttft_ms": {"p99": ttft},
-         "tpot_ms": {"p99": tpot}, "load_step": {"at_s": 1.0}}
+         "ttft_admit_ms": {"p99": ttft / 2}, "tpot_ms": {"p99": tpot}, "load_step": {"at_s": 1.0},
+         "steps": {"mean_decode_batch": 9.5}}
     if log:
         d["request_log"] = log
     return d
@@ -184,7 +185,8 @@ class Summary(unittest.TestCase):
                                      "status": "ok"},
             "gpuos-time-slo-1.5": {"status": "skipped"},
         }
-        meta = {"modes_planned": list(modes), "load_step": {"to": 0.7, "at_s": 1.0} if step else None}
+        meta = {"modes_planned": list(modes), "load_step": {"to": 0.7, "at_s": 1.0} if step else None,
+                "commit": "abc123", "config": {"variants": {}, "sha256": None}}
         return {"meta": meta, "modes": modes}
 
     def test_ratios_budget_and_verdict(self):
@@ -192,6 +194,9 @@ class Summary(unittest.TestCase):
         t = rows["gpuos-time-slo-1.25"]
         self.assertAlmostEqual(t["hp_ttft_p99_vs_exclusive"], 1.2)
         self.assertAlmostEqual(t["hp_tpot_p99_vs_exclusive"], 1.3)
+        self.assertAlmostEqual(t["hp_ttft_admit_p99_vs_exclusive"], 1.2)  # from admission: 6 / 5 ms
+        self.assertEqual(t["hp_mean_decode_batch"], 9.5)
+        self.assertEqual(report.build_summary(self.raw())["commit"], "abc123")  # what the run measured
         self.assertEqual(t["budget"], 1.25)
         self.assertFalse(t["hp_slo_ok"])                  # TPOT 1.3x > 1.25
         self.assertTrue(rows["gpuos-space-slo-1.25"]["hp_slo_ok"])
