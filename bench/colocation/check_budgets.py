@@ -12,6 +12,14 @@ For each run (its load, BE workload, GPU) and each budget B among its gpuos-*-sl
 Per issue target: at 50% load beside training, be >= 0.20 at B = 1.25 and >= 0.33 at B = 1.5;
 in a load-step run, every budgeted mode within B in every 1 s window after the step (hp_step_ok).
 Prints a markdown table; exit status 0 whether or not the targets hold (2: unreadable input).
+
+--issue 40 checks issue #40's done-when instead ("budgets that pay"):
+  - 30% load beside training: at B = 1.25 TTFT and TPOT p99 <= B with BE >= 0.10, at B = 1.5 with
+    BE >= 0.35, and more BE than every baseline within the same B;
+  - 50% load beside training: TPOT p99 and TTFT-from-admission p99 <= B (TTFT from arrival only
+    reported), BE >= 0.15 at 1.25 and >= 0.30 at 1.5; beside batch inference: the same at 1.5, BE >= 0.10;
+  - a server with gaps (10% load beside training): at B = 1.25 the budget (bound held) lends more
+    than gpuos-time-priority in the same run.
 """
 from __future__ import annotations
 
@@ -53,6 +61,70 @@ def check_run(s: dict, source: str = "") -> dict:
     return out
 
 
+# Issue #40: BE targets per (load, BE workload) and budget, and the loads whose TTFT bound counts
+# from admission (a batch slot) rather than arrival.
+ISSUE40_TARGETS = {(0.3, "train"): {1.25: 0.10, 1.5: 0.35}, (0.5, "train"): {1.25: 0.15, 1.5: 0.30},
+                   (0.5, "infer"): {1.5: 0.10}}
+ISSUE40_ADMIT_LOADS = (0.5,)
+ISSUE40_GAPS_LOAD = 0.1
+
+
+def _is_baseline(mode: str) -> bool:
+    return not mode.startswith("gpuos-") and not mode.startswith("exclusive-")
+
+
+def within_40(r: dict, b: float, from_admission: bool) -> Optional[bool]:
+    """Issue #40's bound: TPOT p99 and TTFT p99 (from admission, or from arrival) <= b x exclusive."""
+    ttft = r.get("hp_ttft_admit_p99_vs_exclusive" if from_admission else "hp_ttft_p99_vs_exclusive")
+    tpot = r.get("hp_tpot_p99_vs_exclusive")
+    if ttft is None or tpot is None or r.get("status") not in (None, "ok"):
+        return None
+    return ttft <= b and tpot <= b
+
+
+def check_run_40(s: dict, source: str = "") -> dict:
+    """One summary.json against issue #40's targets."""
+    modes = s.get("modes", [])
+    workload = s.get("workload") or {}
+    load, be_kind = s.get("load"), workload.get("be") if isinstance(workload, dict) else None
+    admit = load in ISSUE40_ADMIT_LOADS
+    out = {"source": source, "gpu": s.get("gpu"), "commit": s.get("commit"), "load": load, "load_step": None,
+           "be": be_kind, "budgets": []}
+    targets = ISSUE40_TARGETS.get((load, be_kind), {})
+    for b in sorted({r["budget"] for r in modes if r.get("budget") is not None}):
+        ours = [r for r in modes if r.get("budget") == b]
+        good = [r for r in ours if within_40(r, b, admit)]
+        best = max(good, key=lambda r: r.get("be_vs_exclusive") or 0.0, default=None)
+        base = [r.get("be_vs_exclusive") or 0.0 for r in modes if _is_baseline(r["mode"]) and within_40(r, b, admit)]
+        baseline_be = max(base) if base else None
+        be = best.get("be_vs_exclusive") if best else None
+        entry = {"budget": b, "met": best is not None, "mode": best["mode"] if best else None, "be": be,
+                 "baseline_be": baseline_be, "ttft_from": "admission" if admit else "arrival",
+                 "dominates": best is not None and (baseline_be is None or (be or 0.0) > baseline_be)}
+        if b in targets:
+            entry["be_target"] = targets[b]
+            entry["be_target_ok"] = be is not None and be >= targets[b]
+        if load == ISSUE40_GAPS_LOAD and be_kind == "train":
+            prio = [r.get("be_vs_exclusive") or 0.0 for r in modes if r["mode"] == "gpuos-time-priority"]
+            entry["priority_be"] = prio[0] if prio else None
+            entry["beats_priority"] = bool(prio) and be is not None and be > prio[0]
+        out["budgets"].append(entry)
+    return out
+
+
+def verdict_40(runs: list) -> dict:
+    entries = [e for r in runs for e in r["budgets"]]
+    tgt = [e for e in entries if "be_target_ok" in e]
+    gaps = [e for e in entries if "beats_priority" in e and e["budget"] == 1.25]
+
+    def all_of(xs, key):
+        return all(e[key] for e in xs) if xs else None
+
+    return {"every_budget_met": all_of(tgt, "met"), "be_targets_met": all_of(tgt, "be_target_ok"),
+            "frontier_dominates": all_of(tgt, "dominates"), "gaps_beat_priority": all_of(gaps, "beats_priority"),
+            "runs": len(runs), "budgets_checked": len(entries)}
+
+
 def verdict(runs: list) -> dict:
     """Every target across the runs: True, False, or None where no run measured it."""
     entries = [e for r in runs for e in r["budgets"]]
@@ -80,10 +152,14 @@ def markdown(runs: list, v: dict) -> str:
                 target = f"BE >= {e['be_target']}: {'ok' if e['be_target_ok'] else 'MISS'}"
             if "step_ok" in e:
                 target = f"every 1 s window: {'ok' if e['step_ok'] else 'MISS'}"
+            if "beats_priority" in e:
+                target = f"more than priority's {f(e['priority_be'])}: {'ok' if e['beats_priority'] else 'MISS'}"
             out.append(f"| {r['source']} | {load} | {r['be']} | {e['budget']} | {e['mode'] or 'none'} | {f(e['be'])} "
                        f"| {f(e['baseline_be'])} | {'yes' if e['dominates'] else 'no'} | {target} |")
     out.append("")
-    for k in ("every_budget_met", "be_targets_met", "frontier_dominates", "load_step_within_budget"):
+    for k in v:
+        if k in ("runs", "budgets_checked"):
+            continue
         out.append(f"- {k}: {'not measured' if v[k] is None else ('yes' if v[k] else 'NO')}")
     return "\n".join(out) + "\n"
 
@@ -102,17 +178,19 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("summaries", nargs="+", help="summary.json of a run_matrix.py run")
     ap.add_argument("--json", help="also write the verdicts here")
+    ap.add_argument("--issue", type=int, choices=(23, 40), default=23, help="whose done-when to check (default 23)")
     a = ap.parse_args(argv)
+    check, judge = (check_run_40, verdict_40) if a.issue == 40 else (check_run, verdict)
     runs = []
     for path in a.summaries:
         try:
             with open(path) as fh:
                 s = json.load(fh)
-            runs.append(check_run(s, run_label(path)))
+            runs.append(check(s, run_label(path)))
         except (OSError, ValueError, KeyError, TypeError) as e:
             print(f"check_budgets: {path}: {e}", file=sys.stderr)
             return 2
-    v = verdict(runs)
+    v = judge(runs)
     sys.stdout.write(markdown(runs, v))
     if a.json:
         with open(a.json, "w") as fh:

@@ -592,6 +592,34 @@ class CheckBudgets(unittest.TestCase):
         half["budgets"][1]["be_target_ok"] = False
         self.assertFalse(check_budgets.verdict([half])["be_targets_met"])
 
+    def test_issue_40_bounds_targets_and_gaps(self):
+        def r40(mode, ttft, admit, tpot, be, budget=None):
+            return dict(self.row(mode, ttft, tpot, be, budget), hp_ttft_admit_p99_vs_exclusive=admit, status="ok")
+        # 30% load: TTFT from arrival binds; a baseline within B with more BE breaks the frontier.
+        low = check_budgets.check_run_40(self.summary(0.3, [
+            r40("mps-prio1-t10", 1.35, 1.0, 1.43, 0.123),
+            r40("gpuos-space-slo-1.5@whole", 1.41, 1.0, 1.49, 0.40, 1.5),
+            r40("gpuos-space-slo-1.25@whole", 1.24, 1.0, 1.27, 0.04, 1.25)]))
+        by_b = {e["budget"]: e for e in low["budgets"]}
+        self.assertFalse(by_b[1.25]["met"])  # TPOT 1.27 > 1.25
+        self.assertTrue(by_b[1.5]["met"])
+        self.assertTrue(by_b[1.5]["dominates"])  # 0.40 > 0.123
+        self.assertTrue(by_b[1.5]["be_target_ok"])  # >= 0.35
+        # 50% load: TTFT from admission binds, not from arrival.
+        half = check_budgets.check_run_40(self.summary(0.5, [
+            r40("gpuos-space-slo-1.25@whole", 3.0, 1.2, 1.1, 0.16, 1.25)]))
+        self.assertTrue(half["budgets"][0]["met"])
+        self.assertEqual(half["budgets"][0]["ttft_from"], "admission")
+        self.assertTrue(half["budgets"][0]["be_target_ok"])
+        # A server with gaps: the budget must lend more than priority.
+        gaps = check_budgets.check_run_40(self.summary(0.1, [
+            r40("gpuos-time-priority", 1.0, 1.0, 1.0, 0.5),
+            r40("gpuos-time-slo-1.25", 1.1, 1.0, 1.1, 0.45, 1.25)]))
+        self.assertFalse(gaps["budgets"][0]["beats_priority"])
+        v = check_budgets.verdict_40([low, half, gaps])
+        self.assertFalse(v["every_budget_met"])
+        self.assertFalse(v["gaps_beat_priority"])
+
     def test_a_run_of_several_parts_names_each_part(self):
         self.assertEqual(check_budgets.run_label("bench/results/2026-12-05-slo-h100-0.3/summary.json"),
                          "2026-12-05-slo-h100-0.3")
