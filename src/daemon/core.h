@@ -130,6 +130,10 @@ struct VerifyOptions {
   policies::EnforceParams enforce;
   Enforcer* enforcer = nullptr;  // null: findings are only reported
   std::set<pid_t> ignored;       // processes that are no tenant by design (gpuosd itself)
+  // Work a tenant had in flight when its gate closed (launched while open: a long kernel) is not a
+  // launch while gated; its busy word says so, but a tenant writes that word, so the excuse lasts
+  // this long at most.
+  uint64_t inflight_grace_ns = 30'000'000'000;
 };
 
 // gpuosd's answer to SPACE_QUERY (`gpuos run --space DOMAIN` asks before it runs the program).

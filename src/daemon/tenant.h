@@ -142,6 +142,13 @@ struct Tenant {
   bool enforced = false;
   uint64_t verify_gated_gpus = 0;  // the GPUs its gate was closed on at the last round (all bits: whole)
   uint32_t verify_grant_epoch = 0;
+  // Work it launched while open and still had in flight when its gate last closed (its busy word
+  // then, and busy_transitions: the same busy period while that count stays), when a round first
+  // saw it so (0: not yet; the grace runs from there), and whether the last round excused it.
+  bool verify_inflight_at_close = false;
+  uint64_t verify_close_transitions = 0;
+  uint64_t verify_inflight_since_ns = 0;
+  bool verify_excused_last_round = false;
   mutable DeviceMap devices;
   SpaceState space;
   SwapState swap;

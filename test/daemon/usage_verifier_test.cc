@@ -14,6 +14,7 @@
 #include "daemon/enforcer.h"
 #include "daemon/usage_verifier.h"
 #include "policies/enforce/enforce.h"
+#include "policies/priority/priority.h"
 #include "tenant_side.h"
 
 namespace gpuos::daemon {
@@ -261,6 +262,112 @@ TEST(CoreUsageCheck, CountsReportsAndEnforces) {
     EXPECT_GE(i.violations, 3u);
   }
   EXPECT_TRUE(seen);
+}
+
+// A core under the priority policy with the usage check on (kill after 2 rounds in a row) and
+// tenants whose blocks the test writes as their interposer would.
+struct GatedCheck {
+  UsageSample next;
+  FakeEnforcer enforcer;
+  uint64_t mono = 1'000'000'000;
+  std::unique_ptr<Core> core;
+  std::vector<tenant_side::TenantSide> sides = std::vector<tenant_side::TenantSide>(8);
+
+  explicit GatedCheck(uint64_t inflight_grace_ns) {
+    next.ok = true;
+    CoreOptions o;
+    o.gpus.push_back(GpuInfo{0, "Sim", "GPU-0", 132, 80 * GiB, {}, 0});
+    o.mono_ns = [this] { return mono; };
+    o.pid_start_time = [](pid_t p) { return static_cast<uint64_t>(p) * 10; };
+    o.time_gate = std::make_unique<policies::PriorityPolicy>(policies::PriorityParams{});
+    o.verify.sample = [this] { return next; };
+    o.verify.interval_ns = 1'000'000'000;
+    o.verify.inflight_grace_ns = inflight_grace_ns;
+    o.verify.enforce = policies::EnforceParams{policies::EnforceMode::kKill, 2};
+    o.verify.enforcer = &enforcer;
+    core = std::make_unique<Core>(std::move(o));
+  }
+  ~GatedCheck() {
+    for (auto& s : sides) tenant_side::unmap(s);
+  }
+  tenant_side::TenantSide& reg(std::size_t i, pid_t pid, uint32_t cls) {
+    tenant_side::TenantSide& s = sides.at(i);
+    s.conn.id = static_cast<uint64_t>(pid);
+    s.conn.peer.pid = pid;
+    s.conn.peer.uid = 1000;
+    gpuos_msg_register m = tenant_side::registration(pid, cls);
+    tenant_side::adopt(s, core->handle_message(s.conn, &m, sizeof(m)));
+    EXPECT_NE(s.id, 0u);
+    return s;
+  }
+  // The interposer's busy word and the ACTIVITY message that goes with it.
+  void busy(tenant_side::TenantSide& s, uint32_t b) {
+    tenant_side::put(s.cb->busy, b);
+    if (b == 1) tenant_side::put(s.cb->busy_transitions, load(s.cb->busy_transitions) + 1);
+    gpuos_msg_activity a{};
+    init_header(&a.hdr, GPUOS_MSG_ACTIVITY, sizeof(a), 2);
+    a.busy = b;
+    core->handle_message(s.conn, &a, sizeof(a));
+  }
+  uint64_t violations(uint32_t id) {
+    for (const TenantStat& t : core->tenant_stats(mono)) {
+      if (t.info.tenant_id == id) return t.violations;
+    }
+    return ~0ull;
+  }
+  void round() {
+    mono += 1'000'000'000;
+    core->tick(mono);
+  }
+};
+
+// Issue #42 item 7: a best-effort tenant that launched one long kernel (6 s) while its gate was
+// open, before a guaranteed tenant became busy, is not "launching while gated" (and not killed):
+// only launches made while the gate is closed count. A launch around the closed gate afterwards
+// (NVML sees it run while nothing of it is in flight) is still found and killed.
+TEST(CoreUsageCheck, WorkInFlightWhenTheGateClosedIsNoBypass) {
+  GatedCheck c(30'000'000'000);
+  tenant_side::TenantSide& g = c.reg(0, 800, GPUOS_CLASS_GUARANTEED);
+  tenant_side::TenantSide& be = c.reg(1, 801, GPUOS_CLASS_BEST_EFFORT);
+  ASSERT_NE(be.cb, nullptr);
+  ASSERT_EQ(load(be.grants->gate), static_cast<uint32_t>(GPUOS_GATE_OPEN));
+  c.busy(be, 1);  // its 6 s kernel, launched while open
+  c.busy(g, 1);   // then the guaranteed tenant gets busy: the best-effort gate closes
+  ASSERT_EQ(load(be.grants->gate), static_cast<uint32_t>(GPUOS_GATE_CLOSED));
+  c.next.processes = {proc(801, GiB, 100), proc(800, GiB, 40)};
+  for (int s = 0; s < 6; ++s) c.round();  // the kernel runs 6 s, the gate closed all along
+  EXPECT_EQ(c.violations(be.id), 0u);
+  c.busy(be, 0);  // it finished; the next round still sees its last part
+  c.round();
+  c.next.processes = {proc(801, GiB, 0), proc(800, GiB, 40)};
+  c.round();
+  EXPECT_EQ(c.violations(be.id), 0u);
+  EXPECT_TRUE(c.enforcer.killed.empty());
+  EXPECT_EQ(c.core->stats().violations, 0u);
+  // Now it runs work around its closed gate (its interposer saw nothing: busy stays 0).
+  c.next.processes = {proc(801, GiB, 90), proc(800, GiB, 40)};
+  c.round();
+  c.round();
+  EXPECT_GE(c.violations(be.id), 2u);
+  EXPECT_EQ(c.enforcer.killed, (std::vector<pid_t>{801}));
+}
+
+// The excuse is the tenant's own busy word, so it is bounded: a tenant that keeps saying its work
+// from before the gate closed is still running is found once the grace (here 5 s) is over.
+TEST(CoreUsageCheck, InFlightWorkIsExcusedForTheGraceAtMost) {
+  GatedCheck c(5'000'000'000);
+  tenant_side::TenantSide& g = c.reg(0, 800, GPUOS_CLASS_GUARANTEED);
+  tenant_side::TenantSide& be = c.reg(1, 801, GPUOS_CLASS_BEST_EFFORT);
+  ASSERT_NE(be.cb, nullptr);
+  c.busy(be, 1);
+  c.busy(g, 1);
+  ASSERT_EQ(load(be.grants->gate), static_cast<uint32_t>(GPUOS_GATE_CLOSED));
+  c.next.processes = {proc(801, GiB, 100), proc(800, GiB, 40)};
+  for (int s = 0; s < 5; ++s) c.round();
+  EXPECT_EQ(c.violations(be.id), 0u);
+  for (int s = 0; s < 4; ++s) c.round();
+  EXPECT_GE(c.violations(be.id), 2u);
+  EXPECT_EQ(c.enforcer.killed, (std::vector<pid_t>{801}));
 }
 
 }  // namespace
