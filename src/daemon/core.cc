@@ -42,6 +42,8 @@ Core::Core(CoreOptions opts)
       ids_(opts_.id_ledger_path, opts_.pid_start_time),
       claims_(opts_.claims_path) {
   ids_.load();
+  for (const auto& [id, e] : ids_.entries()) survivors_[e.pid] = e.start;
+  started_ns_ = now_mono_ns();
   claims_.load();
   time_.set_watchdog(watchdog_.get());
   space_.set_watchdog(watchdog_.get());
@@ -657,6 +659,7 @@ void Core::connection_closed(Connection& conn) {
   }
   swap_engine_.tenant_gone(t, tenants_);
   ids_.forget(t.id);
+  exited_at_ns_[t.pid] = now;  // still on the GPU for a moment: no unregistered process
   char space[96] = "";  // placed launches, and those that followed the one before directly (spatial.h)
   if (fin.space_launches != 0) {
     std::snprintf(space, sizeof space, " space_launches %llu space_joins_skipped %llu",

@@ -133,7 +133,12 @@ struct VerifyOptions {
   // Work a tenant had in flight when its gate closed (launched while open: a long kernel) is not a
   // launch while gated; its busy word says so, but a tenant writes that word, so the excuse lasts
   // this long at most.
-  uint64_t inflight_grace_ns = 30'000'000'000;
+  uint64_t inflight_grace_ns = 30'000'000'000;  // A tenant's process that just exited may still be on the GPU (its contexts torn down after its
+  // connection closed, NVML's samples late): not an unregistered process for this long after.
+  uint64_t exit_grace_ns = 5'000'000'000;
+  // A tenant of the previous gpuosd (the id ledger's) that has not re-registered yet: not an
+  // unregistered process for this long after gpuosd started (its library retries every second).
+  uint64_t rejoin_grace_ns = 10'000'000'000;
 };
 
 // gpuosd's answer to SPACE_QUERY (`gpuos run --space DOMAIN` asks before it runs the program).
@@ -333,6 +338,12 @@ class Core final {
   uint64_t verify_at_ns_ = 0;       // the usage check's next round
   uint64_t verified_at_ns_ = 0;     // its last round
   std::set<pid_t> unregistered_logged_;  // processes already reported as unregistered
+  // Not unregistered processes (VerifyOptions::exit_grace_ns, rejoin_grace_ns): tenants that
+  // exited lately (pid -> when), and the previous gpuosd's tenants still running when this one
+  // started (the id ledger's: pid -> process start time), until they re-register.
+  std::map<pid_t, uint64_t> exited_at_ns_;
+  std::map<pid_t, uint64_t> survivors_;
+  uint64_t started_ns_ = 0;
   std::map<uint32_t, Tenant> tenants_;  // live tenants by id
   std::deque<gpuos_msg_tenant_info> history_;
   CoreStats stats_;

@@ -47,7 +47,17 @@ void Core::verify_usage(uint64_t now) {
     }
   }
   verified_at_ns_ = now;
-  const std::vector<Finding> findings = check_usage(sample, grants, v.check, v.ignored);
+  // A tenant that exited lately, or a tenant of the previous gpuosd that has yet to re-register,
+  // is no process outside gpuos (each for a bounded time: then it is one).
+  std::set<pid_t> ignored = v.ignored;
+  std::erase_if(exited_at_ns_, [&](const auto& e) { return now - e.second >= v.exit_grace_ns; });
+  for (const auto& [pid, at] : exited_at_ns_) ignored.insert(pid);
+  if (now - started_ns_ >= v.rejoin_grace_ns) survivors_.clear();
+  for (const auto& [pid, start] : survivors_) {
+    const uint64_t now_start = opts_.pid_start_time ? opts_.pid_start_time(pid) : process_start_time(pid);
+    if (now_start == start) ignored.insert(pid);
+  }
+  const std::vector<Finding> findings = check_usage(sample, grants, v.check, ignored);
   std::set<uint32_t> found;
   uint64_t unregistered = 0;
   for (const Finding& f : findings) {

@@ -370,5 +370,75 @@ TEST(CoreUsageCheck, InFlightWorkIsExcusedForTheGraceAtMost) {
   EXPECT_EQ(c.enforcer.killed, (std::vector<pid_t>{801}));
 }
 
+// Issue #43 item 3: a tenant that exits cleanly may still be on the GPU a moment after its
+// connection closed (contexts being torn down, NVML's samples of its last interval): that is no
+// process outside gpuos. Past exit_grace_ns a process still there is one (it left gpuos and went on).
+TEST(CoreUsageCheck, ATenantThatExitsIsNoUnregisteredProcess) {
+  GatedCheck c(30'000'000'000);
+  for (pid_t pid = 900; pid < 1000; ++pid) {  // 100 tenants come, run and exit
+    tenant_side::TenantSide& t = c.reg(2, pid, GPUOS_CLASS_BEST_EFFORT);
+    c.next.processes = {proc(pid, GiB, 60)};
+    c.round();
+    c.core->connection_closed(t.conn);
+    tenant_side::unmap(t);
+    c.round();  // still listed, with its last interval's SM use
+  }
+  EXPECT_EQ(c.core->stats().violations, 0u);
+  EXPECT_EQ(c.core->stats().unregistered_findings, 0u);
+  c.next.processes = {proc(999, GiB, 60)};
+  for (int s = 0; s < 5; ++s) c.round();  // exit_grace_ns (5 s) later it still runs
+  EXPECT_EQ(c.core->stats().unregistered_processes, 1u);
+  EXPECT_GE(c.core->stats().violations, 1u);
+}
+
+// ... and a tenant of the previous gpuosd (in the id ledger) that has not re-registered with the
+// new one yet is none either, for rejoin_grace_ns after gpuosd started; one that never does is.
+TEST(CoreUsageCheck, ASurvivorOfARestartIsNoUnregisteredProcessUntilItRejoins) {
+  char dir[] = "/tmp/gpuos-ledger-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string ledger = std::string(dir) + "/tenant-ids";
+  {
+    std::ofstream f(ledger);
+    f << "3 1000 800 8000\n4 1000 801 8010\n";  // two tenants of the previous gpuosd, still running
+  }
+  for (int restart = 0; restart < 3; ++restart) {
+    UsageSample next;
+    next.ok = true;
+    next.processes = {proc(800, GiB, 50), proc(801, GiB, 50)};
+    uint64_t mono = 1'000'000'000;
+    CoreOptions o;
+    o.gpus.push_back(GpuInfo{0, "Sim", "GPU-0", 132, 80 * GiB, {}, 0});
+    o.mono_ns = [&] { return mono; };
+    o.pid_start_time = [](pid_t p) { return static_cast<uint64_t>(p) * 10; };
+    o.id_ledger_path = ledger;
+    o.verify.sample = [&] { return next; };
+    Core core(std::move(o));
+    core.tick(mono);  // its first round, before either re-registered
+    tenant_side::TenantSide back;
+    back.conn.id = 1;
+    back.conn.peer.pid = 800;
+    back.conn.peer.uid = 1000;
+    gpuos_msg_register m = tenant_side::registration(800, GPUOS_CLASS_BEST_EFFORT);
+    m.previous_tenant_id = 3;
+    tenant_side::adopt(back, core.handle_message(back.conn, &m, sizeof(m)));
+    EXPECT_EQ(back.id, 3u);
+    for (int s = 0; s < 9; ++s) {
+      mono += 1'000'000'000;
+      core.tick(mono);
+    }
+    EXPECT_EQ(core.stats().violations, 0u) << "restart " << restart;
+    tenant_side::unmap(back);
+    if (restart < 2) continue;
+    // Pid 801 never comes back: past rejoin_grace_ns (10 s) it is a process outside gpuos.
+    for (int s = 0; s < 2; ++s) {
+      mono += 1'000'000'000;
+      core.tick(mono);
+    }
+    EXPECT_EQ(core.stats().unregistered_processes, 1u);
+    EXPECT_GE(core.stats().violations, 1u);
+  }
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace gpuos::daemon
