@@ -344,6 +344,23 @@ class Core final {
   std::map<pid_t, uint64_t> exited_at_ns_;
   std::map<pid_t, uint64_t> survivors_;
   uint64_t started_ns_ = 0;
+  // A tenant's identity is its process, not its connection: what a tenant whose process still runs
+  // keeps when its connection closes, given back when that process registers again (its id and,
+  // through the id ledger, an admin's hold stay kept for it too). By pid; dropped with the process.
+  struct Retained {
+    uint64_t start_time = 0;
+    uid_t uid = 0;
+    uint32_t id = 0;
+    bool pinned = false;  // an admin's hold (also in the ledger, where there is one)
+    uint64_t violations = 0;
+    uint32_t findings_in_a_row = 0;
+    uint32_t finding_kinds_logged = 0;
+    bool enforced = false;
+  };
+  std::map<pid_t, Retained> retained_;
+  uint64_t start_time_of(pid_t pid) const;
+  // Drops what is retained for processes that are gone (and their ledger entries).
+  void forget_gone_processes();
   std::map<uint32_t, Tenant> tenants_;  // live tenants by id
   std::deque<gpuos_msg_tenant_info> history_;
   CoreStats stats_;

@@ -115,6 +115,7 @@ struct BusyState {
 struct Tenant {
   uint32_t id = 0;
   pid_t pid = 0;
+  uint64_t start_time = 0;  // its process's start time at registration (id_ledger.h; 0: not known)
   uid_t uid = 0;
   uint32_t tenant_class = 0;
   int32_t priority = 0;

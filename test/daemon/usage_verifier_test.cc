@@ -440,5 +440,83 @@ TEST(CoreUsageCheck, ASurvivorOfARestartIsNoUnregisteredProcessUntilItRejoins) {
   std::filesystem::remove_all(dir);
 }
 
+// Issue #42 item 1: a tenant's identity is its process. One that closes its connection and
+// registers again (a new connection, asking for no previous id) gets its old tenant back: its id,
+// an admin's hold, the usage check's strikes, the priority policy's reprieve cooldown.
+struct Reconnect : GatedCheck {
+  Reconnect() : GatedCheck(30'000'000'000) {}
+  tenant_side::TenantSide& again(std::size_t i, pid_t pid, uint32_t cls) {
+    core->connection_closed(sides.at(i).conn);
+    tenant_side::unmap(sides.at(i));
+    sides.at(i).conn = Connection{};
+    return reg(i, pid, cls);
+  }
+};
+
+TEST(Identity, AHeldTenantThatReconnectsStaysHeld) {
+  Reconnect c;
+  tenant_side::TenantSide& t = c.reg(0, 801, GPUOS_CLASS_BEST_EFFORT);
+  const uint32_t id = t.id;
+  ASSERT_EQ(c.core->admin_set_gate(id, GPUOS_GATE_CLOSED), GPUOS_OK);
+  tenant_side::TenantSide& back = c.again(0, 801, GPUOS_CLASS_BEST_EFFORT);
+  EXPECT_EQ(back.id, id);
+  EXPECT_TRUE(c.core->pinned(id));
+  ASSERT_NE(back.grants, nullptr);
+  EXPECT_EQ(load(back.grants->gate), static_cast<uint32_t>(GPUOS_GATE_CLOSED));
+  EXPECT_EQ(c.core->live_tenants(), 1u);
+}
+
+TEST(Identity, StrikesSurviveAReconnect) {
+  Reconnect c;
+  // A 64 MiB quota, and 3 GiB on the GPU (allocated around the interposer).
+  auto connect = [&] {
+    tenant_side::TenantSide& t = c.sides[0];
+    t.conn = Connection{};
+    t.conn.id = 801;
+    t.conn.peer.pid = 801;
+    t.conn.peer.uid = 1000;
+    gpuos_msg_register m = tenant_side::registration(801, GPUOS_CLASS_BEST_EFFORT);
+    m.requested_mem_bytes = 64ull << 20;
+    tenant_side::adopt(t, c.core->handle_message(t.conn, &m, sizeof(m)));
+    return t.id;
+  };
+  const uint32_t id = connect();
+  ASSERT_NE(id, 0u);
+  c.next.processes = {proc(801, 3 * GiB)};
+  c.round();  // strike 1 of 2
+  EXPECT_EQ(c.violations(id), 1u);
+  EXPECT_TRUE(c.enforcer.killed.empty());
+  // It reconnects to wipe the strike: the count goes on, and the second round in a row kills it.
+  c.core->connection_closed(c.sides[0].conn);
+  tenant_side::unmap(c.sides[0]);
+  EXPECT_EQ(connect(), id);
+  EXPECT_EQ(c.violations(id), 1u);
+  c.round();
+  EXPECT_EQ(c.enforcer.killed, (std::vector<pid_t>{801}));
+}
+
+TEST(Identity, TheReprieveCooldownSurvivesAReconnect) {
+  Reconnect c;
+  tenant_side::TenantSide& g = c.reg(0, 800, GPUOS_CLASS_GUARANTEED);
+  c.reg(1, 801, GPUOS_CLASS_BEST_EFFORT);
+  c.busy(g, 1);  // the best-effort gate closes
+  auto signalled = [&](tenant_side::TenantSide& be) {
+    tenant_side::put(be.cb->waiting, 1u);
+    tenant_side::put(be.cb->signalled, 1u);
+    c.busy(be, 0);  // (its ACTIVITY: gpuosd decides again)
+    return load(be.grants->gate);
+  };
+  ASSERT_EQ(load(c.sides[1].grants->gate), static_cast<uint32_t>(GPUOS_GATE_CLOSED));
+  EXPECT_EQ(signalled(c.sides[1]), static_cast<uint32_t>(GPUOS_GATE_OPEN));  // its one reprieve
+  c.round();  // (1 s: the reprieve of 1 s is over)
+  c.round();
+  ASSERT_EQ(load(c.sides[1].grants->gate), static_cast<uint32_t>(GPUOS_GATE_CLOSED));
+  // Reconnecting does not buy another within the cooldown (10 s).
+  tenant_side::TenantSide& back = c.again(1, 801, GPUOS_CLASS_BEST_EFFORT);
+  c.round();
+  ASSERT_EQ(load(back.grants->gate), static_cast<uint32_t>(GPUOS_GATE_CLOSED));
+  EXPECT_EQ(signalled(back), static_cast<uint32_t>(GPUOS_GATE_CLOSED));
+}
+
 }  // namespace
 }  // namespace gpuos::daemon
