@@ -109,6 +109,23 @@ void write_gate(gpuos_grant_block* g, uint32_t gate, uint32_t closed_ordinals) {
   futex_wake_all(&g->gate_closed_devices);
 }
 
+void publish_gate(Tenant& t) {
+  const uint32_t word = t.gate.word();
+  // The closed devices before and after (gpuosd's own words: the tenant cannot write them).
+  auto closed_of = [](uint32_t gate, uint32_t ordinals) {
+    return gate == GPUOS_GATE_CLOSED ? ~0u : gate == GPUOS_GATE_PARTIAL ? ordinals : 0u;
+  };
+  const uint32_t before = closed_of(load(t.grants->gate), load(t.grants->gate_closed_devices));
+  if ((closed_of(word, t.gate.closed_ordinals) & ~before) != 0) {
+    // Closing: what it launched while open may still run (a long kernel); the usage check does not
+    // count that against it while this very busy period lasts (core_verify.cc).
+    t.verify_inflight_at_close = t.cb != nullptr && load(t.cb->busy) == 1;
+    t.verify_close_transitions = t.cb != nullptr ? load(t.cb->busy_transitions) : 0;
+    t.verify_inflight_since_ns = 0;
+  }
+  write_gate(t.grants, word, t.gate.closed_ordinals);
+}
+
 bool read_shape_samples(const gpuos_control_block& cb, std::vector<ShapeSamples>* out) {
   auto& mutable_cb = const_cast<gpuos_control_block&>(cb);  // atomic_ref needs a non-const object
   for (int attempt = 0; attempt < 3; ++attempt) {

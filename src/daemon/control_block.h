@@ -25,8 +25,9 @@ void futex_wake_all(uint32_t* word);
 // `closed_ordinals` for PARTIAL); bumps grant_epoch and wakes the waiters of both; nothing if the
 // words hold them already.
 void write_gate(gpuos_grant_block* g, uint32_t gate, uint32_t closed_ordinals = 0);
-// Writes the tenant's gate (GateState::word).
-inline void publish_gate(Tenant& t) { write_gate(t.grants, t.gate.word(), t.gate.closed_ordinals); }
+// Writes the tenant's gate (GateState::word). Where it closes on a device it was open on, notes
+// whether the tenant had work in flight then (Tenant::verify_inflight_at_close).
+void publish_gate(Tenant& t);
 
 // Reads a tenant's latency samples (seqlock; false if it was being written and a retry found it
 // busy again).

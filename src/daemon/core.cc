@@ -42,6 +42,8 @@ Core::Core(CoreOptions opts)
       ids_(opts_.id_ledger_path, opts_.pid_start_time),
       claims_(opts_.claims_path) {
   ids_.load();
+  for (const auto& [id, e] : ids_.entries()) survivors_[e.pid] = e.start;
+  started_ns_ = now_mono_ns();
   claims_.load();
   time_.set_watchdog(watchdog_.get());
   space_.set_watchdog(watchdog_.get());
@@ -265,11 +267,25 @@ Outcome Core::on_register(Connection& conn, const gpuos_msg_register& asked) {
 
   Tenant t;
   t.id = next_id_;
+  t.start_time = start_time_of(m.pid);
+  // The same process again (its connection closed, it registers anew): its old tenant back, with
+  // its id, its hold (the ledger) and the usage check's strikes, whatever it asks for.
+  std::optional<Retained> back;
+  if (auto r = retained_.find(m.pid); r != retained_.end()) {
+    if (r->second.start_time != 0 && r->second.start_time == t.start_time && r->second.uid == conn.peer.uid &&
+        tenants_.count(r->second.id) == 0) {
+      back = r->second;
+      t.id = back->id;
+    } else if (r->second.start_time != t.start_time) {
+      ids_.forget(r->second.id);  // another process by now
+      retained_.erase(r);
+    }
+  }
   // Re-registration after a daemon restart: keep the id the tenant had if this daemon never used
   // it (not live, not in the history), so ps, metrics and admins keep seeing the same tenant; and
   // only if the ledger says it was this very process's (another user cannot take it). New tenants
   // skip the ids the ledger keeps (below), so such an id was never given to anyone else here.
-  if (const uint32_t prev = m.previous_tenant_id; prev != 0 && tenants_.count(prev) == 0 &&
+  if (const uint32_t prev = m.previous_tenant_id; !back && prev != 0 && tenants_.count(prev) == 0 &&
       ids_.owned_by(prev, conn.peer.uid, m.pid) &&
       std::none_of(history_.begin(), history_.end(), [&](const gpuos_msg_tenant_info& h) { return h.tenant_id == prev; }) &&
       prev < 0x80000000u) {  // (bounded: a lying tenant cannot wrap the ids)
@@ -278,6 +294,12 @@ Outcome Core::on_register(Connection& conn, const gpuos_msg_register& asked) {
   // Never two live tenants with one id, and not the id of a survivor of the previous daemon that has
   // yet to re-register (the ledger keeps it, and its hold, for that process).
   while (tenants_.count(t.id) != 0 || t.id == 0 || ids_.kept_for_another(t.id, conn.peer.uid, m.pid)) ++t.id;
+  if (back) {
+    t.violations = back->violations;
+    t.findings_in_a_row = back->findings_in_a_row;
+    t.finding_kinds_logged = back->finding_kinds_logged;
+    t.enforced = back->enforced;
+  }
   t.pid = m.pid;
   t.uid = conn.peer.uid;
   t.tenant_class = m.tenant_class;
@@ -377,7 +399,7 @@ Outcome Core::on_register(Connection& conn, const gpuos_msg_register& asked) {
   uint32_t gate = adm.initial_gate == GPUOS_GATE_CLOSED ? GPUOS_GATE_CLOSED : GPUOS_GATE_OPEN;
   // An admin's hold outlives the daemon: a tenant held before a restart is held again from its first
   // launch under this one (the policy's initial gate is still what it answered, for the release).
-  const bool held = ids_.held(conn.peer.uid, m.pid);
+  const bool held = ids_.held(conn.peer.uid, m.pid) || (back && back->pinned);
 
   if (int r = create_tenant_blocks(t, adm.mem_quota_bytes, held ? GPUOS_GATE_CLOSED : gate, now_mono_ns()); r < 0) {
     std::snprintf(why, sizeof(why), "cannot create the tenant's shared blocks: %s%s", std::strerror(-r),
@@ -438,6 +460,10 @@ Outcome Core::on_register(Connection& conn, const gpuos_msg_register& asked) {
   }
   tenants_.emplace(t.id, t);
   ids_.record(t.id, t.uid, t.pid, held);
+  if (back) {
+    retained_.erase(t.pid);
+    log::info("tenant %u is pid %d again (it reconnected): its hold and usage-check record are kept", t.id, t.pid);
+  }
   const uint64_t now = now_mono_ns();
   time_.run("on_admitted", [&](slots::TimeGate& p) { p.on_admitted(t.id); });
   space_.run("on_admitted", [&](slots::SpacePolicy& p) { p.on_admitted(t.id); });
@@ -656,7 +682,15 @@ void Core::connection_closed(Connection& conn) {
     while (history_.size() > opts_.history) history_.pop_front();
   }
   swap_engine_.tenant_gone(t, tenants_);
-  ids_.forget(t.id);
+  if (opts_.one_tenant_per_pid && t.start_time != 0 && start_time_of(t.pid) == t.start_time) {
+    // The process runs on (it closed its connection): it is still this tenant. Its ledger entry
+    // (id, hold) stays, and what the usage check holds against it waits for it to come back.
+    retained_[t.pid] = Retained{t.start_time, t.uid, t.id, t.gate.pinned, t.violations, t.findings_in_a_row,
+                                t.finding_kinds_logged, t.enforced};
+  } else {
+    ids_.forget(t.id);
+  }
+  exited_at_ns_[t.pid] = now;  // still on the GPU for a moment: no unregistered process
   char space[96] = "";  // placed launches, and those that followed the one before directly (spatial.h)
   if (fin.space_launches != 0) {
     std::snprintf(space, sizeof space, " space_launches %llu space_joins_skipped %llu",
@@ -680,6 +714,21 @@ void Core::connection_closed(Connection& conn) {
   run_memory(slots::Event::kExit, t.id, now);
 }
 
+uint64_t Core::start_time_of(pid_t pid) const {
+  return opts_.pid_start_time ? opts_.pid_start_time(pid) : process_start_time(pid);
+}
+
+void Core::forget_gone_processes() {
+  for (auto it = retained_.begin(); it != retained_.end();) {
+    if (start_time_of(it->first) == it->second.start_time) {
+      ++it;
+      continue;
+    }
+    ids_.forget(it->second.id);
+    it = retained_.erase(it);
+  }
+}
+
 void Core::shutdown() {
   for (auto& [id, t] : tenants_) {
     std::atomic_ref<uint32_t>(t.grants->daemon_alive).store(0, std::memory_order_release);
@@ -698,6 +747,7 @@ void Core::tick(uint64_t now_mono_ns) {
     std::atomic_ref<uint64_t>(t.grants->daemon_heartbeat_ns).store(now_mono_ns, std::memory_order_release);
   }
   observe_gpus(now_mono_ns);
+  if (!retained_.empty()) forget_gone_processes();
   run_time_gate(slots::Event::kTick, 0, now_mono_ns);
   run_space(slots::Event::kTick, 0, now_mono_ns);
   run_memory(slots::Event::kTick, 0, now_mono_ns);

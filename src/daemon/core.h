@@ -130,6 +130,15 @@ struct VerifyOptions {
   policies::EnforceParams enforce;
   Enforcer* enforcer = nullptr;  // null: findings are only reported
   std::set<pid_t> ignored;       // processes that are no tenant by design (gpuosd itself)
+  // Work a tenant had in flight when its gate closed (launched while open: a long kernel) is not a
+  // launch while gated; its busy word says so, but a tenant writes that word, so the excuse lasts
+  // this long at most.
+  uint64_t inflight_grace_ns = 30'000'000'000;  // A tenant's process that just exited may still be on the GPU (its contexts torn down after its
+  // connection closed, NVML's samples late): not an unregistered process for this long after.
+  uint64_t exit_grace_ns = 5'000'000'000;
+  // A tenant of the previous gpuosd (the id ledger's) that has not re-registered yet: not an
+  // unregistered process for this long after gpuosd started (its library retries every second).
+  uint64_t rejoin_grace_ns = 10'000'000'000;
 };
 
 // gpuosd's answer to SPACE_QUERY (`gpuos run --space DOMAIN` asks before it runs the program).
@@ -329,6 +338,29 @@ class Core final {
   uint64_t verify_at_ns_ = 0;       // the usage check's next round
   uint64_t verified_at_ns_ = 0;     // its last round
   std::set<pid_t> unregistered_logged_;  // processes already reported as unregistered
+  // Not unregistered processes (VerifyOptions::exit_grace_ns, rejoin_grace_ns): tenants that
+  // exited lately (pid -> when), and the previous gpuosd's tenants still running when this one
+  // started (the id ledger's: pid -> process start time), until they re-register.
+  std::map<pid_t, uint64_t> exited_at_ns_;
+  std::map<pid_t, uint64_t> survivors_;
+  uint64_t started_ns_ = 0;
+  // A tenant's identity is its process, not its connection: what a tenant whose process still runs
+  // keeps when its connection closes, given back when that process registers again (its id and,
+  // through the id ledger, an admin's hold stay kept for it too). By pid; dropped with the process.
+  struct Retained {
+    uint64_t start_time = 0;
+    uid_t uid = 0;
+    uint32_t id = 0;
+    bool pinned = false;  // an admin's hold (also in the ledger, where there is one)
+    uint64_t violations = 0;
+    uint32_t findings_in_a_row = 0;
+    uint32_t finding_kinds_logged = 0;
+    bool enforced = false;
+  };
+  std::map<pid_t, Retained> retained_;
+  uint64_t start_time_of(pid_t pid) const;
+  // Drops what is retained for processes that are gone (and their ledger entries).
+  void forget_gone_processes();
   std::map<uint32_t, Tenant> tenants_;  // live tenants by id
   std::deque<gpuos_msg_tenant_info> history_;
   CoreStats stats_;

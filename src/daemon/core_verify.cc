@@ -24,7 +24,18 @@ void Core::verify_usage(uint64_t now) {
     const uint32_t epoch = load(t.grants->grant_epoch);
     const uint32_t word = load(t.grants->gate);
     const uint64_t closed = word == GPUOS_GATE_CLOSED ? ~0ull : word == GPUOS_GATE_PARTIAL ? t.gate.closed_gpus : 0;
-    const uint64_t gated = verified_at_ns_ != 0 && epoch == t.verify_grant_epoch ? closed & t.verify_gated_gpus : 0;
+    uint64_t gated = verified_at_ns_ != 0 && epoch == t.verify_grant_epoch ? closed & t.verify_gated_gpus : 0;
+    // Only launches made while the gate was closed count: work it had in flight when the gate closed
+    // runs on until that busy period ends (the interposer clears busy once its work finished), and
+    // the round in which it ended still saw it run. Bounded by inflight_grace_ns (the word is the
+    // tenant's).
+    const bool inflight = t.verify_inflight_at_close && load(t.cb->busy) == 1 &&
+                          load(t.cb->busy_transitions) == t.verify_close_transitions;
+    if (inflight && t.verify_inflight_since_ns == 0) t.verify_inflight_since_ns = now;
+    const bool excused_now = inflight && now - t.verify_inflight_since_ns < v.inflight_grace_ns;
+    if (!inflight) t.verify_inflight_at_close = false;  // that busy period is over: no excuse again
+    if (excused_now || t.verify_excused_last_round) gated = 0;
+    t.verify_excused_last_round = excused_now;
     t.verify_gated_gpus = closed;
     t.verify_grant_epoch = epoch;
     grants.push_back(TenantGrant{t.id, t.pid, limit, gated});
@@ -36,7 +47,17 @@ void Core::verify_usage(uint64_t now) {
     }
   }
   verified_at_ns_ = now;
-  const std::vector<Finding> findings = check_usage(sample, grants, v.check, v.ignored);
+  // A tenant that exited lately, or a tenant of the previous gpuosd that has yet to re-register,
+  // is no process outside gpuos (each for a bounded time: then it is one).
+  std::set<pid_t> ignored = v.ignored;
+  std::erase_if(exited_at_ns_, [&](const auto& e) { return now - e.second >= v.exit_grace_ns; });
+  for (const auto& [pid, at] : exited_at_ns_) ignored.insert(pid);
+  if (now - started_ns_ >= v.rejoin_grace_ns) survivors_.clear();
+  for (const auto& [pid, start] : survivors_) {
+    const uint64_t now_start = opts_.pid_start_time ? opts_.pid_start_time(pid) : process_start_time(pid);
+    if (now_start == start) ignored.insert(pid);
+  }
+  const std::vector<Finding> findings = check_usage(sample, grants, v.check, ignored);
   std::set<uint32_t> found;
   uint64_t unregistered = 0;
   for (const Finding& f : findings) {

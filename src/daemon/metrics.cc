@@ -12,6 +12,7 @@
 
 #include "common/config.h"
 #include "common/log.h"
+#include "common/text.h"
 
 namespace gpuos::daemon {
 namespace {
@@ -89,12 +90,14 @@ constexpr const char* kLe[GPUOS_GATE_WAIT_BUCKETS] = {"0.0001", "0.001", "0.01",
 }  // namespace
 
 std::string escape_label_value(const std::string& v) {
+  // Raw bytes would make a scrape invalid (promtool: "invalid label value") and reach dashboards
+  // as terminal escapes: printable() leaves only printable UTF-8 (no newline either).
+  const std::string shown = printable(v);
   std::string o;
-  o.reserve(v.size());
-  for (char c : v) {
+  o.reserve(shown.size());
+  for (char c : shown) {
     if (c == '\\') o += "\\\\";
     else if (c == '"') o += "\\\"";
-    else if (c == '\n') o += "\\n";
     else o += c;
   }
   return o;

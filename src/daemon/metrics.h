@@ -31,7 +31,9 @@ struct MetricsContext {
 // The whole exposition (HELP and TYPE for every family; families of live tenants only).
 std::string render_metrics(Core& core, const MetricsContext& ctx, uint64_t now_mono_ns);
 
-// Escapes a label value for the text format (backslash, double quote, newline).
+// A label value for the text format: valid UTF-8 whatever the bytes (a tenant chose its name), its
+// controls, bidi overrides and invalid bytes shown as `gpuos ps` shows them (common/text.h:
+// \x1b, \u202e, a backslash as \\), then backslash and double quote escaped for the format.
 std::string escape_label_value(const std::string& v);
 
 class MetricsHttp {

@@ -117,6 +117,7 @@ struct BusyState {
 struct Tenant {
   uint32_t id = 0;
   pid_t pid = 0;
+  uint64_t start_time = 0;  // its process's start time at registration (id_ledger.h; 0: not known)
   uid_t uid = 0;
   uint32_t tenant_class = 0;
   int32_t priority = 0;
@@ -144,6 +145,13 @@ struct Tenant {
   bool enforced = false;
   uint64_t verify_gated_gpus = 0;  // the GPUs its gate was closed on at the last round (all bits: whole)
   uint32_t verify_grant_epoch = 0;
+  // Work it launched while open and still had in flight when its gate last closed (its busy word
+  // then, and busy_transitions: the same busy period while that count stays), when a round first
+  // saw it so (0: not yet; the grace runs from there), and whether the last round excused it.
+  bool verify_inflight_at_close = false;
+  uint64_t verify_close_transitions = 0;
+  uint64_t verify_inflight_since_ns = 0;
+  bool verify_excused_last_round = false;
   mutable DeviceMap devices;
   SpaceState space;
   SwapState swap;

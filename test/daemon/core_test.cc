@@ -863,8 +863,12 @@ struct Adoption : ::testing::Test {
     unlink(path.c_str());
     rmdir(dir);
   }
-  // Processes' start times: pid * 10 (pid 999: a process started after the ledger was written).
-  static uint64_t start_of(pid_t pid) { return pid == 999 ? 1 : static_cast<uint64_t>(pid) * 10; }
+  // Processes' start times: pid * 10 (pid 999: a process started after the ledger was written;
+  // those in `gone`: no process).
+  static inline std::set<pid_t> gone;
+  static uint64_t start_of(pid_t pid) {
+    return gone.count(pid) != 0 ? 0 : pid == 999 ? 1 : static_cast<uint64_t>(pid) * 10;
+  }
   std::unique_ptr<Core> restart() {
     CoreOptions o;
     o.unix_ms = [] { return uint64_t{1700000000000}; };
@@ -990,6 +994,14 @@ TEST_F(Adoption, TheLedgerFollowsRegistrationsAndExits) {
   auto again = restart();  // a restart while it lives: it gets its id back
   EXPECT_EQ(reg(*again, 700, id), id);
   core->connection_closed(conn);
+  {
+    std::ifstream f(path);  // its connection closed, its process runs on: still its id
+    std::string line;
+    EXPECT_TRUE(std::getline(f, line));
+  }
+  gone.insert(700);
+  core->tick(1'000'000'000);
+  gone.clear();
   std::ifstream f(path);
   std::string line;
   EXPECT_FALSE(std::getline(f, line)) << line;  // it exited: forgotten

@@ -1,12 +1,17 @@
 // gpuosd metrics: the [metrics] config, the exposition text and busy-time integration.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <atomic>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <set>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "common/ipc.h"
 #include "common/config.h"
@@ -49,8 +54,47 @@ TEST(MetricsConfig, DefaultsAndAddresses) {
   EXPECT_EQ(a.port, 9464);
 }
 
+// Whether s is valid UTF-8 (no overlong forms, surrogates or code points past U+10FFFF).
+bool valid_utf8(const std::string& s) {
+  for (std::size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const int n = c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3 : (c & 0xf8) == 0xf0 ? 4 : 0;
+    if (n == 0 || i + n > s.size()) return false;
+    uint32_t cp = n == 1 ? c : c & (0x7f >> n);
+    for (int k = 1; k < n; ++k) {
+      const auto b = static_cast<unsigned char>(s[i + k]);
+      if ((b & 0xc0) != 0x80) return false;
+      cp = cp << 6 | (b & 0x3f);
+    }
+    const uint32_t least[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < least[n] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return false;
+    i += static_cast<std::size_t>(n);
+  }
+  return true;
+}
+
+// Issue #42 item 8: a label value is valid UTF-8 and printable whatever bytes the tenant chose, and
+// uses only the format's escapes (\\ and \"): a name is shown as `gpuos ps` shows it.
 TEST(MetricsText, EscapesLabelValues) {
-  EXPECT_EQ(escape_label_value("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+  EXPECT_EQ(escape_label_value("a\"b\\c\nd"), "a\\\"b\\\\\\\\c\\\\x0ad");
+  EXPECT_EQ(escape_label_value("caf\xc3\xa9 \xe6\x97\xa5"), "caf\xc3\xa9 \xe6\x97\xa5");  // UTF-8 stays
+  const std::vector<std::string> hostile_names = {
+      "\xff", "a\xc3(b", "\xe2\x82", "\xed\xa0\x80", "\xc0\xaf", "\xf4\x90\x80\x80", "\x1b]0;owned\x07\x1b[2J",
+      "\x01\x7f\r\t", "\xc2\x9b", "x\xe2\x80\xaey", "\\\"\n\\n\\", std::string("nul\0in", 6)};
+  for (const std::string& hostile : hostile_names) {
+    const std::string v = escape_label_value(hostile);
+    EXPECT_TRUE(valid_utf8(v)) << v;
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      const auto c = static_cast<unsigned char>(v[i]);
+      EXPECT_TRUE(c >= 0x20 && c != 0x7f) << "raw control byte in " << v;
+      if (c == '"') ADD_FAILURE() << "unescaped quote in " << v;
+      if (c == '\\') {  // only \\ and \" (no \n: a newline is shown as \x0a)
+        ASSERT_LT(i + 1, v.size()) << v;
+        EXPECT_TRUE(v[i + 1] == '\\' || v[i + 1] == '"') << v;
+        ++i;
+      }
+    }
+  }
 }
 
 struct Clock {
@@ -285,6 +329,41 @@ TEST_F(MetricsFixture, GpuBusyTimeIsTheUnionOfItsTenantsBusyTime) {
   MetricsContext ctx;
   auto m = parse_exposition(render_metrics(*core, ctx, clock.ns));
   EXPECT_EQ(m["gpuos_gpu_busy_seconds_total{gpu=\"0\"}"], "0.2");
+}
+
+// The whole scrape with hostile tenant names stays valid: UTF-8 throughout, and promtool (where
+// installed, as in CI) accepts it.
+TEST_F(MetricsFixture, HostileNamesKeepTheScrapeValid) {
+  const std::vector<std::string> names = {"\xff\xfe", "bad\xc3(utf8", "esc\x1b[2J\x07", "quote\"back\\slash",
+                                          "new\nline", "bidi\xe2\x80\xae", "c1\xc2\x9b"};
+  std::vector<Connection> conns(names.size());
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    conns[i].id = 10 + i;
+    conns[i].peer.pid = static_cast<pid_t>(2000 + i);
+    conns[i].peer.uid = 1000;
+    ASSERT_NE(register_tenant_on(conns[i], names[i].c_str()), nullptr);
+  }
+  const std::string text = render_metrics(*core, MetricsContext{}, clock.ns);
+  EXPECT_TRUE(valid_utf8(text));
+  parse_exposition(text);
+  if (std::system("command -v promtool >/dev/null 2>&1") != 0) GTEST_SKIP() << "promtool not installed";
+  char path[] = "/tmp/gpuos-metrics-XXXXXX";
+  const int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(write(fd, text.data(), text.size()), static_cast<ssize_t>(text.size()));
+  close(fd);
+  FILE* p = popen(("promtool check metrics < " + std::string(path) + " 2>&1").c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[512];
+  while (std::fgets(buf, sizeof buf, p) != nullptr) out += buf;
+  pclose(p);
+  unlink(path);
+  // Only the deprecated name (kept one release, its HELP says so) may be linted.
+  std::istringstream lines(out);
+  for (std::string l; std::getline(lines, l);) {
+    if (!l.empty() && l.rfind("gpuos_gpu_sm_count ", 0) != 0) ADD_FAILURE() << out;
+  }
 }
 
 }  // namespace

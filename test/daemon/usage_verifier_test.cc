@@ -14,6 +14,7 @@
 #include "daemon/enforcer.h"
 #include "daemon/usage_verifier.h"
 #include "policies/enforce/enforce.h"
+#include "policies/priority/priority.h"
 #include "tenant_side.h"
 
 namespace gpuos::daemon {
@@ -261,6 +262,260 @@ TEST(CoreUsageCheck, CountsReportsAndEnforces) {
     EXPECT_GE(i.violations, 3u);
   }
   EXPECT_TRUE(seen);
+}
+
+// A core under the priority policy with the usage check on (kill after 2 rounds in a row) and
+// tenants whose blocks the test writes as their interposer would.
+struct GatedCheck {
+  UsageSample next;
+  FakeEnforcer enforcer;
+  uint64_t mono = 1'000'000'000;
+  std::unique_ptr<Core> core;
+  std::vector<tenant_side::TenantSide> sides = std::vector<tenant_side::TenantSide>(8);
+
+  explicit GatedCheck(uint64_t inflight_grace_ns) {
+    next.ok = true;
+    CoreOptions o;
+    o.gpus.push_back(GpuInfo{0, "Sim", "GPU-0", 132, 80 * GiB, {}, 0});
+    o.mono_ns = [this] { return mono; };
+    o.pid_start_time = [](pid_t p) { return static_cast<uint64_t>(p) * 10; };
+    o.time_gate = std::make_unique<policies::PriorityPolicy>(policies::PriorityParams{});
+    o.verify.sample = [this] { return next; };
+    o.verify.interval_ns = 1'000'000'000;
+    o.verify.inflight_grace_ns = inflight_grace_ns;
+    o.verify.enforce = policies::EnforceParams{policies::EnforceMode::kKill, 2};
+    o.verify.enforcer = &enforcer;
+    core = std::make_unique<Core>(std::move(o));
+  }
+  ~GatedCheck() {
+    for (auto& s : sides) tenant_side::unmap(s);
+  }
+  tenant_side::TenantSide& reg(std::size_t i, pid_t pid, uint32_t cls) {
+    tenant_side::TenantSide& s = sides.at(i);
+    s.conn.id = static_cast<uint64_t>(pid);
+    s.conn.peer.pid = pid;
+    s.conn.peer.uid = 1000;
+    gpuos_msg_register m = tenant_side::registration(pid, cls);
+    tenant_side::adopt(s, core->handle_message(s.conn, &m, sizeof(m)));
+    EXPECT_NE(s.id, 0u);
+    return s;
+  }
+  // The interposer's busy word and the ACTIVITY message that goes with it.
+  void busy(tenant_side::TenantSide& s, uint32_t b) {
+    tenant_side::put(s.cb->busy, b);
+    if (b == 1) tenant_side::put(s.cb->busy_transitions, load(s.cb->busy_transitions) + 1);
+    gpuos_msg_activity a{};
+    init_header(&a.hdr, GPUOS_MSG_ACTIVITY, sizeof(a), 2);
+    a.busy = b;
+    core->handle_message(s.conn, &a, sizeof(a));
+  }
+  uint64_t violations(uint32_t id) {
+    for (const TenantStat& t : core->tenant_stats(mono)) {
+      if (t.info.tenant_id == id) return t.violations;
+    }
+    return ~0ull;
+  }
+  void round() {
+    mono += 1'000'000'000;
+    core->tick(mono);
+  }
+};
+
+// Issue #42 item 7: a best-effort tenant that launched one long kernel (6 s) while its gate was
+// open, before a guaranteed tenant became busy, is not "launching while gated" (and not killed):
+// only launches made while the gate is closed count. A launch around the closed gate afterwards
+// (NVML sees it run while nothing of it is in flight) is still found and killed.
+TEST(CoreUsageCheck, WorkInFlightWhenTheGateClosedIsNoBypass) {
+  GatedCheck c(30'000'000'000);
+  tenant_side::TenantSide& g = c.reg(0, 800, GPUOS_CLASS_GUARANTEED);
+  tenant_side::TenantSide& be = c.reg(1, 801, GPUOS_CLASS_BEST_EFFORT);
+  ASSERT_NE(be.cb, nullptr);
+  ASSERT_EQ(load(be.grants->gate), static_cast<uint32_t>(GPUOS_GATE_OPEN));
+  c.busy(be, 1);  // its 6 s kernel, launched while open
+  c.busy(g, 1);   // then the guaranteed tenant gets busy: the best-effort gate closes
+  ASSERT_EQ(load(be.grants->gate), static_cast<uint32_t>(GPUOS_GATE_CLOSED));
+  c.next.processes = {proc(801, GiB, 100), proc(800, GiB, 40)};
+  for (int s = 0; s < 6; ++s) c.round();  // the kernel runs 6 s, the gate closed all along
+  EXPECT_EQ(c.violations(be.id), 0u);
+  c.busy(be, 0);  // it finished; the next round still sees its last part
+  c.round();
+  c.next.processes = {proc(801, GiB, 0), proc(800, GiB, 40)};
+  c.round();
+  EXPECT_EQ(c.violations(be.id), 0u);
+  EXPECT_TRUE(c.enforcer.killed.empty());
+  EXPECT_EQ(c.core->stats().violations, 0u);
+  // Now it runs work around its closed gate (its interposer saw nothing: busy stays 0).
+  c.next.processes = {proc(801, GiB, 90), proc(800, GiB, 40)};
+  c.round();
+  c.round();
+  EXPECT_GE(c.violations(be.id), 2u);
+  EXPECT_EQ(c.enforcer.killed, (std::vector<pid_t>{801}));
+}
+
+// The excuse is the tenant's own busy word, so it is bounded: a tenant that keeps saying its work
+// from before the gate closed is still running is found once the grace (here 5 s) is over.
+TEST(CoreUsageCheck, InFlightWorkIsExcusedForTheGraceAtMost) {
+  GatedCheck c(5'000'000'000);
+  tenant_side::TenantSide& g = c.reg(0, 800, GPUOS_CLASS_GUARANTEED);
+  tenant_side::TenantSide& be = c.reg(1, 801, GPUOS_CLASS_BEST_EFFORT);
+  ASSERT_NE(be.cb, nullptr);
+  c.busy(be, 1);
+  c.busy(g, 1);
+  ASSERT_EQ(load(be.grants->gate), static_cast<uint32_t>(GPUOS_GATE_CLOSED));
+  c.next.processes = {proc(801, GiB, 100), proc(800, GiB, 40)};
+  for (int s = 0; s < 5; ++s) c.round();
+  EXPECT_EQ(c.violations(be.id), 0u);
+  for (int s = 0; s < 4; ++s) c.round();
+  EXPECT_GE(c.violations(be.id), 2u);
+  EXPECT_EQ(c.enforcer.killed, (std::vector<pid_t>{801}));
+}
+
+// Issue #43 item 3: a tenant that exits cleanly may still be on the GPU a moment after its
+// connection closed (contexts being torn down, NVML's samples of its last interval): that is no
+// process outside gpuos. Past exit_grace_ns a process still there is one (it left gpuos and went on).
+TEST(CoreUsageCheck, ATenantThatExitsIsNoUnregisteredProcess) {
+  GatedCheck c(30'000'000'000);
+  for (pid_t pid = 900; pid < 1000; ++pid) {  // 100 tenants come, run and exit
+    tenant_side::TenantSide& t = c.reg(2, pid, GPUOS_CLASS_BEST_EFFORT);
+    c.next.processes = {proc(pid, GiB, 60)};
+    c.round();
+    c.core->connection_closed(t.conn);
+    tenant_side::unmap(t);
+    c.round();  // still listed, with its last interval's SM use
+  }
+  EXPECT_EQ(c.core->stats().violations, 0u);
+  EXPECT_EQ(c.core->stats().unregistered_findings, 0u);
+  c.next.processes = {proc(999, GiB, 60)};
+  for (int s = 0; s < 5; ++s) c.round();  // exit_grace_ns (5 s) later it still runs
+  EXPECT_EQ(c.core->stats().unregistered_processes, 1u);
+  EXPECT_GE(c.core->stats().violations, 1u);
+}
+
+// ... and a tenant of the previous gpuosd (in the id ledger) that has not re-registered with the
+// new one yet is none either, for rejoin_grace_ns after gpuosd started; one that never does is.
+TEST(CoreUsageCheck, ASurvivorOfARestartIsNoUnregisteredProcessUntilItRejoins) {
+  char dir[] = "/tmp/gpuos-ledger-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string ledger = std::string(dir) + "/tenant-ids";
+  {
+    std::ofstream f(ledger);
+    f << "3 1000 800 8000\n4 1000 801 8010\n";  // two tenants of the previous gpuosd, still running
+  }
+  for (int restart = 0; restart < 3; ++restart) {
+    UsageSample next;
+    next.ok = true;
+    next.processes = {proc(800, GiB, 50), proc(801, GiB, 50)};
+    uint64_t mono = 1'000'000'000;
+    CoreOptions o;
+    o.gpus.push_back(GpuInfo{0, "Sim", "GPU-0", 132, 80 * GiB, {}, 0});
+    o.mono_ns = [&] { return mono; };
+    o.pid_start_time = [](pid_t p) { return static_cast<uint64_t>(p) * 10; };
+    o.id_ledger_path = ledger;
+    o.verify.sample = [&] { return next; };
+    Core core(std::move(o));
+    core.tick(mono);  // its first round, before either re-registered
+    tenant_side::TenantSide back;
+    back.conn.id = 1;
+    back.conn.peer.pid = 800;
+    back.conn.peer.uid = 1000;
+    gpuos_msg_register m = tenant_side::registration(800, GPUOS_CLASS_BEST_EFFORT);
+    m.previous_tenant_id = 3;
+    tenant_side::adopt(back, core.handle_message(back.conn, &m, sizeof(m)));
+    EXPECT_EQ(back.id, 3u);
+    for (int s = 0; s < 9; ++s) {
+      mono += 1'000'000'000;
+      core.tick(mono);
+    }
+    EXPECT_EQ(core.stats().violations, 0u) << "restart " << restart;
+    tenant_side::unmap(back);
+    if (restart < 2) continue;
+    // Pid 801 never comes back: past rejoin_grace_ns (10 s) it is a process outside gpuos.
+    for (int s = 0; s < 2; ++s) {
+      mono += 1'000'000'000;
+      core.tick(mono);
+    }
+    EXPECT_EQ(core.stats().unregistered_processes, 1u);
+    EXPECT_GE(core.stats().violations, 1u);
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// Issue #42 item 1: a tenant's identity is its process. One that closes its connection and
+// registers again (a new connection, asking for no previous id) gets its old tenant back: its id,
+// an admin's hold, the usage check's strikes, the priority policy's reprieve cooldown.
+struct Reconnect : GatedCheck {
+  Reconnect() : GatedCheck(30'000'000'000) {}
+  tenant_side::TenantSide& again(std::size_t i, pid_t pid, uint32_t cls) {
+    core->connection_closed(sides.at(i).conn);
+    tenant_side::unmap(sides.at(i));
+    sides.at(i).conn = Connection{};
+    return reg(i, pid, cls);
+  }
+};
+
+TEST(Identity, AHeldTenantThatReconnectsStaysHeld) {
+  Reconnect c;
+  tenant_side::TenantSide& t = c.reg(0, 801, GPUOS_CLASS_BEST_EFFORT);
+  const uint32_t id = t.id;
+  ASSERT_EQ(c.core->admin_set_gate(id, GPUOS_GATE_CLOSED), GPUOS_OK);
+  tenant_side::TenantSide& back = c.again(0, 801, GPUOS_CLASS_BEST_EFFORT);
+  EXPECT_EQ(back.id, id);
+  EXPECT_TRUE(c.core->pinned(id));
+  ASSERT_NE(back.grants, nullptr);
+  EXPECT_EQ(load(back.grants->gate), static_cast<uint32_t>(GPUOS_GATE_CLOSED));
+  EXPECT_EQ(c.core->live_tenants(), 1u);
+}
+
+TEST(Identity, StrikesSurviveAReconnect) {
+  Reconnect c;
+  // A 64 MiB quota, and 3 GiB on the GPU (allocated around the interposer).
+  auto connect = [&] {
+    tenant_side::TenantSide& t = c.sides[0];
+    t.conn = Connection{};
+    t.conn.id = 801;
+    t.conn.peer.pid = 801;
+    t.conn.peer.uid = 1000;
+    gpuos_msg_register m = tenant_side::registration(801, GPUOS_CLASS_BEST_EFFORT);
+    m.requested_mem_bytes = 64ull << 20;
+    tenant_side::adopt(t, c.core->handle_message(t.conn, &m, sizeof(m)));
+    return t.id;
+  };
+  const uint32_t id = connect();
+  ASSERT_NE(id, 0u);
+  c.next.processes = {proc(801, 3 * GiB)};
+  c.round();  // strike 1 of 2
+  EXPECT_EQ(c.violations(id), 1u);
+  EXPECT_TRUE(c.enforcer.killed.empty());
+  // It reconnects to wipe the strike: the count goes on, and the second round in a row kills it.
+  c.core->connection_closed(c.sides[0].conn);
+  tenant_side::unmap(c.sides[0]);
+  EXPECT_EQ(connect(), id);
+  EXPECT_EQ(c.violations(id), 1u);
+  c.round();
+  EXPECT_EQ(c.enforcer.killed, (std::vector<pid_t>{801}));
+}
+
+TEST(Identity, TheReprieveCooldownSurvivesAReconnect) {
+  Reconnect c;
+  tenant_side::TenantSide& g = c.reg(0, 800, GPUOS_CLASS_GUARANTEED);
+  c.reg(1, 801, GPUOS_CLASS_BEST_EFFORT);
+  c.busy(g, 1);  // the best-effort gate closes
+  auto signalled = [&](tenant_side::TenantSide& be) {
+    tenant_side::put(be.cb->waiting, 1u);
+    tenant_side::put(be.cb->signalled, 1u);
+    c.busy(be, 0);  // (its ACTIVITY: gpuosd decides again)
+    return load(be.grants->gate);
+  };
+  ASSERT_EQ(load(c.sides[1].grants->gate), static_cast<uint32_t>(GPUOS_GATE_CLOSED));
+  EXPECT_EQ(signalled(c.sides[1]), static_cast<uint32_t>(GPUOS_GATE_OPEN));  // its one reprieve
+  c.round();  // (1 s: the reprieve of 1 s is over)
+  c.round();
+  ASSERT_EQ(load(c.sides[1].grants->gate), static_cast<uint32_t>(GPUOS_GATE_CLOSED));
+  // Reconnecting does not buy another within the cooldown (10 s).
+  tenant_side::TenantSide& back = c.again(1, 801, GPUOS_CLASS_BEST_EFFORT);
+  c.round();
+  ASSERT_EQ(load(back.grants->gate), static_cast<uint32_t>(GPUOS_GATE_CLOSED));
+  EXPECT_EQ(signalled(back), static_cast<uint32_t>(GPUOS_GATE_CLOSED));
 }
 
 }  // namespace

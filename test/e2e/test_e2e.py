@@ -87,9 +87,10 @@ class Daemon:
         return self.log.read()
 
     def metrics_port(self):
-        """The metrics endpoint's port, from the daemon's "metrics on ... (port N)" log line."""
-        m = re.search(r"metrics on http://\S+ \(port (\d+)\)", self.log_text())
-        return int(m.group(1)) if m else None
+        """The metrics endpoint's port, from the daemon's "metrics on ... (port N)" log line (the
+        last one: the log goes on across restarts)."""
+        m = re.findall(r"metrics on http://\S+ \(port (\d+)\)", self.log_text())
+        return int(m[-1]) if m else None
 
     def metric(self, name, **labels):
         """The values of one metric's series whose labels include `labels` (a scrape of /metrics)."""

@@ -358,6 +358,51 @@ class Security(unittest.TestCase):
         self.assertEqual(p.wait(timeout=60), -9)  # `gpuos run` became the probe (exec)
         self.assertIn("enforced: killed (SIGKILL)", d.log_text())
 
+    def test_clean_exits_and_daemon_restarts_are_no_violations(self):
+        # Issue #43 item 3: 100 tenants exit cleanly and gpuosd restarts 3 times under a surviving
+        # tenant; none of it is a process "without being a gpuos tenant". Exited tenants are reaped
+        # a few rounds late, so that they are still on the (simulated) GPU after their connection
+        # closed; the survivor is on the GPU before it re-registers with each new gpuosd.
+        d = self.daemon('[verify]\ninterval_ms = 100\n')
+        probe = bin_path("gpuos-interpose-probe")
+        survivor = subprocess.Popen(d.run_cmd(["--name", "survivor", "--", probe, "--launches", "1",
+                                               "--hold-ms", "600000"]), env=d.env, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE)
+        self.procs.append(survivor)
+        wait_for(lambda: d.tenant(survivor.pid), timeout=30, what="the survivor to register")
+        violations, exits = 0.0, 0
+        for restart in range(4):
+            for _ in range(5):
+                batch = [subprocess.Popen(d.run_cmd(["--name", "brief", "--", probe, "--launches", "2"]), env=d.env,
+                                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for _ in range(5)]
+                self.procs.extend(batch)
+                for p in batch:  # exited, not reaped yet: still listed a few rounds
+                    os.waitid(os.P_PID, p.pid, os.WEXITED | os.WNOWAIT)
+                time.sleep(0.3)
+                for p in batch:
+                    self.assertEqual(p.wait(timeout=60), 0, p.stderr.read().decode())
+                exits += len(batch)
+            violations += d.metric("gpuos_daemon_violations_total")[0]
+            if restart == 3:
+                break
+            d.proc.kill()  # the daemon dies without any cleanup; the survivor runs on
+            d.proc.wait()
+            d.start()
+            wait_for(lambda: (d.tenant(survivor.pid) or {}).get("state", "exited") != "exited" or None, timeout=30,
+                     what="the survivor to re-register")
+        self.assertEqual(exits, 100)
+        time.sleep(0.5)
+        violations += d.metric("gpuos_daemon_violations_total")[0]
+        self.assertEqual(violations, 0, d.log_text())
+        self.assertNotIn("without being a gpuos tenant", d.log_text())
+        self.assertIsNone(survivor.poll())
+        # A process that never registered is still one.
+        env = dict(d.env)
+        env.pop("LD_PRELOAD", None)
+        q = self.bypass_probe(env, 512)
+        wait_for(lambda: "pid %d uses GPU 0" % q.pid in d.log_text(), timeout=60,
+                 what="the usage check to report the unregistered process")
+
     # --- 3. terminal escapes in tenant names ---
 
     def test_tenant_names_cannot_drive_the_terminal(self):

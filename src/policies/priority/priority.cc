@@ -176,7 +176,9 @@ PriorityDecision decide_priority(const std::vector<PriorityTenant>& tenants, con
       st->reprieve_granted_ns[t.id] = now;
     }
   }
-  std::erase_if(st->reprieve_granted_ns, [&](const auto& e) { return !live(e.first); });
+  // Kept for the cooldown, live or not: a tenant that reconnects gets its id back (a process is one
+  // tenant, core.cc), and with it the reprieve it already had.
+  std::erase_if(st->reprieve_granted_ns, [&](const auto& e) { return now >= e.second + cooldown_ns; });
   for (auto it = st->reprieve_until_ns.begin(); it != st->reprieve_until_ns.end();) {
     if (!live(it->first) || now >= it->second) {
       it = st->reprieve_until_ns.erase(it);
