@@ -39,6 +39,11 @@ int cmd_daemon(const std::string& config, const std::string& socket, const std::
   return errno == ENOENT ? 127 : 126;
 }
 
+// --policy: a policy of its slot, else a usage error in the words of the config's check.
+CLI::Validator policy_check(policies::SlotKind slot) {
+  return CLI::Validator([slot](std::string& name) { return policies::not_a_policy(slot, name); }, "POLICY");
+}
+
 bool load_cfg(const std::string& path, const char* cmd, Config* out) {
   ConfigResult r = load_config(path);
   if (!r) {
@@ -154,7 +159,8 @@ int main(int argc, char** argv) {
   std::string policy;
   daemon->add_option("--policy", policy,
                      "time-gate policy: " + policies::policy_names(policies::SlotKind::kTimeGate) +
-                         " (overrides [scheduler] policy)");
+                         " (overrides [scheduler] policy)")
+      ->check(policy_check(policies::SlotKind::kTimeGate));
   std::optional<std::string> metrics_listen;
   daemon->add_option("--metrics-listen", metrics_listen,
                      "Prometheus endpoint HOST:PORT, \"\" to disable (overrides [metrics] listen)");
@@ -259,7 +265,15 @@ int main(int argc, char** argv) {
   if (*daemon && simulate_gpus != 0 && !use_simulated_device("daemon", simulate_gpus)) return 2;
   if (*daemon) return cmd_daemon(config, socket, policy, metrics_listen, daemon_log_level);
   if (*run) {
-    if (command.empty()) command = run->remaining();
+    // CLI11 passes what it does not know on as the command (a prefix command): an option there is a
+    // typo (--clas), never the command, which a "--" or a word without a dash starts.
+    const std::vector<std::string> rest = run->remaining();
+    if (!rest.empty() && (parse_argc < argc || rest.front().starts_with("-"))) {
+      return usage_error("gpuos run", rest.front().starts_with("-")
+                                          ? "unknown option \"" + rest.front() + "\""
+                                          : "\"" + rest.front() + "\" before \"--\": the command goes after it");
+    }
+    if (command.empty()) command = rest;
     return run_command(ro, command);
   }
   if (*ps) return cmd_ps(all, json, socket, config);
