@@ -186,6 +186,14 @@ int run_command(const RunOptions& o, const std::vector<std::string>& cmd) {
     std::fprintf(stderr, "gpuos run: --borrow needs --mem (borrowed memory is on top of a quota)\n");
     return 2;
   }
+  // Quota and borrow are summed into one limit (gpuosd and the interposer saturate it): a sum past
+  // 2^64 - 1 is no limit anyone meant.
+  if (uint64_t q = 0, b = 0, sum = 0; !mem.empty() && !borrow.empty() && gpuos::parse_size(mem, &q) &&
+                                      gpuos::parse_size(borrow, &b) && __builtin_add_overflow(q, b, &sum)) {
+    std::fprintf(stderr, "gpuos run: --mem %s + --borrow %s is more than 2^64 - 1 bytes\n", mem.c_str(),
+                 borrow.c_str());
+    return 2;
+  }
 
   setenv("LD_PRELOAD", ld.c_str(), 1);
   setenv("GPUOS_SOCKET", socket.c_str(), 1);

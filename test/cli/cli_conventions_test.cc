@@ -155,6 +155,49 @@ TEST_F(CliConventions, UnknownOptionsAreUsageErrorsNamedByTheProgram) {
   EXPECT_TRUE(std::filesystem::exists(marker));
 }
 
+// #42 minor items: values the interposer would ignore later with a warning are refused by the CLI.
+TEST_F(CliConventions, RunRefusesValuesThatWouldBeIgnoredLater) {
+  const std::string cfg = write("c.toml", "");
+  const std::vector<std::pair<std::vector<std::string>, std::string>> bad = {
+      {{"--class", "guaranteed", "--max-slowdown", "NaN"}, "--max-slowdown: \"NaN\" is not a slowdown factor"},
+      {{"--class", "guaranteed", "--max-slowdown", "nan"}, "is not a slowdown factor"},
+      {{"--class", "guaranteed", "--max-slowdown", "inf"}, "is not a slowdown factor"},
+      {{"--class", "guaranteed", "--max-slowdown", "-2"}, "is not a slowdown factor"},
+      {{"--class", "guaranteed", "--max-slowdown", "1"}, "is not a slowdown factor"},
+      {{"--class", "guaranteed", "--max-slowdown", "100.5"}, "is not a slowdown factor"},
+      {{"--class", "guaranteed", "--max-slowdown", "1.2345"}, "is not a slowdown factor"},
+      {{"--priority", "2147483648"}, "--priority: \"2147483648\" is not a whole number -1000..1000"},
+      {{"--priority", "1001"}, "is not a whole number -1000..1000"},
+      {{"--priority", "1.5"}, "is not a whole number -1000..1000"},
+      {{"--weight", "1.5"}, "--weight: \"1.5\" is not a whole number 1..10000"},
+      {{"--mem", "0.3K"}, "--mem \"0.3K\": not a whole number of bytes"},
+      {{"--mem", "1G", "--borrow", "0.5"}, "--borrow \"0.5\": a byte count is a whole number"},
+      {{"--mem", "1Gi", "--borrow", "18446744072635809792"},
+       "--mem 1073741824 + --borrow 18446744072635809792 is more than 2^64 - 1 bytes"},
+  };
+  for (const auto& [opts, said] : bad) {
+    std::vector<std::string> args = {GPUOS_CLI_BIN, "run", "--config", cfg};
+    args.insert(args.end(), opts.begin(), opts.end());
+    args.insert(args.end(), {"--", "true"});
+    Result r = run(args, run_env());
+    EXPECT_EQ(r.code, 2) << opts[opts.size() - 1] << ": " << r.err;
+    EXPECT_NE(r.err.find(said), std::string::npos) << r.err;
+  }
+  const std::vector<std::pair<std::vector<std::string>, std::string>> good = {
+      {{"--class", "guaranteed", "--max-slowdown", "1.25"}, "GPUOS_TENANT_MAX_SLOWDOWN"},
+      {{"--priority", "-1000"}, "GPUOS_TENANT_PRIORITY"},
+      {{"--priority", "+7"}, "GPUOS_TENANT_PRIORITY"},
+  };
+  for (const auto& [opts, var] : good) {
+    std::vector<std::string> args = {GPUOS_CLI_BIN, "run", "--config", cfg};
+    args.insert(args.end(), opts.begin(), opts.end());
+    args.insert(args.end(), {"--", "sh", "-c", "echo $" + var});
+    Result r = run(args, run_env());
+    EXPECT_EQ(r.code, 0) << r.err;
+    EXPECT_EQ(r.out, opts.back() + "\n");
+  }
+}
+
 // #43 item 1: a budget under a time policy that keeps none is said at `gpuos run`, not silently
 // dropped; under "budget" nothing is said.
 TEST_F(CliConventions, RunWarnsOfABudgetNoPolicyKeeps) {
