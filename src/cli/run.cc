@@ -98,7 +98,8 @@ int run_command(const RunOptions& o, const std::vector<std::string>& cmd) {
   if (o.simulate && !use_simulated_device("run", 0)) return 2;
 
   std::string why;
-  std::string socket = resolve_socket(o.socket, cfg, &why);
+  bool answered = true;
+  std::string socket = resolve_socket(o.socket, cfg, &why, &answered);
   if (socket.empty()) {
     std::fprintf(stderr, "gpuos run: %s\n", why.empty() ? "cannot determine the control socket path" : why.c_str());
     return 2;
@@ -196,7 +197,9 @@ int run_command(const RunOptions& o, const std::vector<std::string>& cmd) {
   }
 
   setenv("LD_PRELOAD", ld.c_str(), 1);
-  setenv("GPUOS_SOCKET", socket.c_str(), 1);
+  // A default socket where no daemon answers yet is not pinned: the interposer looks again (the
+  // user's own socket, then the system one) at the program's first CUDA call.
+  if (answered) setenv("GPUOS_SOCKET", socket.c_str(), 1);
   setenv("GPUOS_TENANT_NAME", name.c_str(), 1);
   setenv("GPUOS_TENANT_CLASS", klass.c_str(), 1);
   setenv("GPUOS_TENANT_PRIORITY", priority.c_str(), 1);

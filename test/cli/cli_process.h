@@ -26,9 +26,10 @@ struct Result {
   std::string out, err;
 };
 
-// Runs argv with extra environment (value nullptr = unset), capturing stdout and stderr.
+// Runs argv with extra environment (value nullptr = unset), capturing stdout and stderr; as uid
+// when non-zero.
 inline Result run(const std::vector<std::string>& args,
-                  const std::vector<std::pair<std::string, const char*>>& env = {}) {
+                  const std::vector<std::pair<std::string, const char*>>& env = {}, uid_t uid = 0) {
   char out_tmpl[] = "/tmp/gpuos-cli-out-XXXXXX";
   char err_tmpl[] = "/tmp/gpuos-cli-err-XXXXXX";
   int out_fd = mkstemp(out_tmpl);
@@ -41,6 +42,7 @@ inline Result run(const std::vector<std::string>& args,
     }
     dup2(out_fd, 1);
     dup2(err_fd, 2);
+    if (uid != 0 && (setgroups(0, nullptr) != 0 || setgid(uid) != 0 || setuid(uid) != 0)) _exit(98);
     std::vector<char*> argv;
     for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
