@@ -584,8 +584,12 @@ ConfigResult load_config(const std::string& cli_path) {
   if (const char* env = std::getenv("GPUOS_CONFIG"); env != nullptr && env[0] != '\0') {
     return load_config_file(env);
   }
+  // $GPUOS_SYSTEM_CONFIG stands in for /etc/gpuos/gpuos.toml: tests point it at a private path so
+  // that no host's config reaches them.
+  const char* sys = std::getenv("GPUOS_SYSTEM_CONFIG");
+  const std::string system_path = sys != nullptr && sys[0] != '\0' ? sys : kSystemConfigPath;
   struct stat st;
-  if (::stat(kSystemConfigPath, &st) == 0) return load_config_file(kSystemConfigPath);
+  if (::stat(system_path.c_str(), &st) == 0) return load_config_file(system_path);
   ConfigResult res;
   res.config = Config{};
   return res;

@@ -247,8 +247,8 @@ ConfigResult parse_config(std::string_view text, std::string_view source_name);
 // Reads and parses a file; a missing or unreadable file is an error.
 ConfigResult load_config_file(const std::string& path);
 // The config location rule: cli_path if non-empty, else $GPUOS_CONFIG if set and non-empty, else
-// /etc/gpuos/gpuos.toml if it exists, else the built-in defaults (an explicitly named file that
-// does not exist is an error).
+// /etc/gpuos/gpuos.toml (or $GPUOS_SYSTEM_CONFIG, which tests point at a private path) if it exists,
+// else the built-in defaults (an explicitly named file that does not exist is an error).
 ConfigResult load_config(const std::string& cli_path);
 inline constexpr const char* kSystemConfigPath = "/etc/gpuos/gpuos.toml";
 

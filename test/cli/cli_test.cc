@@ -177,6 +177,27 @@ TEST_F(Cli, RunSpaceNeedsAKnownDomain) {
   EXPECT_NE(help.out.find("CUDA_MPS_PIPE_DIRECTORY"), std::string::npos) << help.out;
 }
 
+// #43 item 5: the tests are hermetic. Without --config and GPUOS_CONFIG the CLI reads the system
+// config, and as root it asks the system gpuosd: a host's /etc/gpuos and /run/gpuos made
+// RunSpaceNeedsAKnownDomain and RunSpaceSetsTheMpsEnvironment fail. Both are reached through
+// $GPUOS_SYSTEM_CONFIG and $GPUOS_SYSTEM_SOCKET, which every process a test starts gets pointed at
+// paths that do not exist (cli_process.h): shown here with a stand-in for /etc/gpuos/gpuos.toml.
+TEST_F(Cli, TestsReadNoSystemConfigOrDaemon) {
+  const std::string etc = write("etc-gpuos.toml", "[[spatial.domain]]\nname = \"hostdom\"\n");
+  const std::vector<std::string> cmd = {GPUOS_CLI_BIN, "run", "--space", "hostdom", "--", "true"};
+  Result hermetic = run(cmd, base_env());
+  EXPECT_EQ(hermetic.code, 2) << hermetic.err;
+  EXPECT_NE(hermetic.err.find("the built-in defaults defines no [[spatial.domain]]"), std::string::npos)
+      << hermetic.err;
+  auto env = base_env();
+  env.push_back({"GPUOS_SYSTEM_CONFIG", etc.c_str()});
+  Result host = run(cmd, env);
+  EXPECT_EQ(host.code, 0) << host.err;  // the stand-in was read: the override is the one way in
+  Result ps = run({GPUOS_CLI_BIN, "ps"}, base_env());
+  EXPECT_EQ(ps.code, 1);
+  EXPECT_NE(ps.err.find("socket directory /nonexistent/gpuos-test:"), std::string::npos) << ps.err;
+}
+
 TEST_F(Cli, RunSpaceSetsTheMpsEnvironment) {
   std::string cfg = write("c.toml", "[spatial]\nmps_dir = \"" + dir + "/mps\"\n[[spatial.domain]]\nname = \"dom\"\n");
   std::vector<std::string> cmd = {GPUOS_CLI_BIN, "run", "--config", cfg, "--space", "dom", "--", "env"};
