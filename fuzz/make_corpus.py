@@ -240,6 +240,29 @@ dra_claim = {
 }
 
 
+# fuzz_claim_sums: byte 0 picks the cap (bit 0 none, bit 1 64 MiB, else bytes 17..24), bytes 1..16 mem
+# and borrow (little-endian), then a TenantConfig or a size.
+def sums(flags, mem, borrow, cap=0, text=b""):
+    return bytes([flags]) + struct.pack("<QQQ", mem, borrow, cap) + text
+
+
+claim_sums = {
+    # #42: 1Gi + a borrow that wraps the sum to 64 MiB, under a 64 MiB cap and without one.
+    "regress_wrap_cap": sums(2, 1 << 30, 18446744072635809792,
+                             text=json.dumps(tenant(mem="1Gi", borrow="18446744072635809792")).encode()),
+    "wrap_no_cap": sums(1, 1 << 30, 18446744072635809792),
+    "max_sum": sums(0, 1 << 30, (1 << 64) - 1 - (1 << 30), (1 << 64) - 1),
+    "within_cap": sums(0, 8 << 30, 2 << 30, 16 << 30, json.dumps(tenant(mem="8Gi", borrow="2Gi")).encode()),
+    "over_cap": sums(2, 32 << 20, 33 << 20),
+    "borrow_without_mem": sums(1, 0, 1 << 20),
+    "tenant_huge": json.dumps(tenant(mem="16Ei", borrow="15Ei")).encode(),
+    "tenant_ints": json.dumps(tenant(mem=1, borrow=18446744073709551615)).encode(),
+    "size_fraction": b"0.3K",
+    "size_whole_fraction": b"1.5GiB",
+    "size_max": b"18446744073709551615",
+}
+
+
 def write(name, files):
     """Rewrites the generated seeds of a corpus; reproducers of bugs found (regress_*) are kept."""
     d = os.path.join(HERE, "corpus", name)
@@ -257,4 +280,6 @@ if __name__ == "__main__":
     write("validate", validate)
     write("config", config)
     write("dra_claim", dra_claim)
-    print("wrote %d + %d + %d + %d seeds" % (len(core), len(validate), len(config), len(dra_claim)))
+    write("claim_sums", claim_sums)
+    print("wrote %d + %d + %d + %d + %d seeds" % (len(core), len(validate), len(config), len(dra_claim),
+                                                  len(claim_sums)))

@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <climits>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string_view>
 #include <utility>
@@ -139,16 +140,27 @@ std::string duration(uint64_t ns) {
 
 }  // namespace
 
-std::string resolve_socket(const std::string& socket_opt, const Config& cfg, std::string* why) {
+std::string resolve_socket(const std::string& socket_opt, const Config& cfg, std::string* why, bool* answered) {
+  if (answered != nullptr) *answered = true;  // (a path given is used as given)
   if (!socket_opt.empty()) return socket_opt;
   if (!cfg.socket.empty()) return cfg.socket;
-  char buf[128];
-  char reason[256];
-  if (!socket_path(buf, sizeof(buf), reason, sizeof(reason))) {
+  // The user's own socket, else the system gpuosd's: the one where a daemon answers.
+  char buf[128] = "";
+  char reason[700] = "";
+  const int fd = connect_default_daemon(buf, sizeof(buf), reason, sizeof(reason));
+  if (fd >= 0) {
+    close(fd);
+    return buf;
+  }
+  char own[128];
+  if (!socket_path(own, sizeof(own))) {  // no socket of one's own (XDG_RUNTIME_DIR unset) and no system gpuosd
     if (why != nullptr) *why = reason;
     return "";
   }
-  return buf;
+  if (const char* env = std::getenv("GPUOS_SOCKET"); answered != nullptr && (env == nullptr || env[0] == '\0')) {
+    *answered = false;
+  }
+  return own;  // none answers: the caller says so, naming the user's own socket
 }
 
 

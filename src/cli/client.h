@@ -21,9 +21,14 @@ struct Listing {
   std::vector<gpuos_msg_tenant_gpu> tenant_gpus;
 };
 
-// --socket if given, else the config's [daemon] socket, else gpuos::socket_path(); "" if there is
-// none (then *why, when given, says why: XDG_RUNTIME_DIR unset, path too long).
-std::string resolve_socket(const std::string& socket_opt, const Config& cfg, std::string* why = nullptr);
+// --socket if given, else the config's [daemon] socket, else the default one where a gpuosd answers
+// (gpuos::connect_default_daemon: $GPUOS_SOCKET, or the user's own socket, then the system one),
+// else the user's own socket; "" if there is none (then *why, when given, says why: XDG_RUNTIME_DIR
+// unset and no system gpuosd, path too long). *answered (when given): false when the path is a
+// default where no daemon answered (`gpuos run` then leaves the choice to the tenant's first CUDA
+// call, when a daemon may have started).
+std::string resolve_socket(const std::string& socket_opt, const Config& cfg, std::string* why = nullptr,
+                           bool* answered = nullptr);
 
 
 // Each returns false with a one-line reason in *err (no daemon, refused, malformed reply...).

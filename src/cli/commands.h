@@ -18,7 +18,7 @@ struct RunOptions {
   bool swap = false;      // GPUOS_SWAP=1: swappable memory (gpuos run --swap)
   std::string space;      // "" = none; else a [[spatial.domain]] name (gpuos run --space)
   uint32_t sms = 0;       // with --space: SMs a guaranteed tenant asks for (0 = gpuosd's default)
-  double max_slowdown = 0;  // latency budget, e.g. 1.25 (0 = inherited $GPUOS_TENANT_MAX_SLOWDOWN or the class default)
+  std::string max_slowdown;  // latency budget, e.g. "1.25" ("" = inherited $GPUOS_TENANT_MAX_SLOWDOWN or the class default)
   bool simulate = false;  // run on the simulated device (the driver test double; cli/simulate.h)
   std::string socket;
   std::string config;

@@ -183,8 +183,9 @@ std::string man_page(const CLI::App& app, const std::string& version) {
        "cannot start, 2 for a usage error, 70 when a policy hook hung its event loop.\n";
   s += ".SH ENVIRONMENT\n"
        ".TP\n.B GPUOS_CONFIG\nthe config file when \\fB\\-\\-config\\fR is not given (default /etc/gpuos/gpuos.toml)\n"
-       ".TP\n.B GPUOS_SOCKET\nthe control socket (default /run/gpuos/gpuosd.sock as root, else "
-       "$XDG_RUNTIME_DIR/gpuos/gpuosd.sock)\n"
+       ".TP\n.B GPUOS_SOCKET\nthe control socket (default /run/gpuos/gpuosd.sock as root; else "
+       "$XDG_RUNTIME_DIR/gpuos/gpuosd.sock if a gpuosd answers there, then the system socket)\n"
+       ".TP\n.B GPUOS_SYSTEM_SOCKET\nthe system gpuosd's socket (default /run/gpuos/gpuosd.sock)\n"
        ".TP\n.B GPUOS_PRELOAD\nthe interposer \\fBgpuos run\\fR preloads (default <dir of gpuos>/../lib/libgpuos.so)\n"
        ".TP\n.B GPUOS_LOG_LEVEL\nthe interposer's log level in a tenant: error, warn (default), info, debug\n";
   s += ".SH FILES\n.TP\n.I /etc/gpuos/gpuos.toml\nthe configuration (check it with \\fBgpuos config check\\fR)\n";

@@ -2,6 +2,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <charconv>
 #include <cstdio>
 #include <cstring>
 #include <optional>
@@ -15,6 +16,7 @@
 #include "cli/top.h"
 #include "common/command_line.h"
 #include "common/config.h"
+#include "common/slowdown.h"
 #include "policies/registry.h"
 
 using namespace gpuos;
@@ -37,6 +39,41 @@ int cmd_daemon(const std::string& config, const std::string& socket, const std::
   execv(gpuosd.c_str(), argv.data());
   std::fprintf(stderr, "gpuos daemon: cannot run %s: %s\n", gpuosd.c_str(), std::strerror(errno));
   return errno == ENOENT ? 127 : 126;
+}
+
+// --policy: a policy of its slot, else a usage error in the words of the config's check.
+CLI::Validator policy_check(policies::SlotKind slot) {
+  return CLI::Validator([slot](std::string& name) { return policies::not_a_policy(slot, name); }, "POLICY");
+}
+
+// The priorities gpuosd and the interposer take (abi.h); beyond them a value was ignored later.
+constexpr long kMinPriority = -1000, kMaxPriority = 1000;
+
+CLI::Validator whole_number_in(long lo, long hi) {
+  return CLI::Validator(
+      [lo, hi](std::string& text) -> std::string {
+        long v = 0;
+        const char* end = text.data() + text.size();
+        auto [p, ec] = std::from_chars(text.data() + (text.starts_with("+") ? 1 : 0), end, v);
+        if (text.empty() || ec != std::errc() || p != end || v < lo || v > hi) {
+          return "\"" + text + "\" is not a whole number " + std::to_string(lo) + ".." + std::to_string(hi);
+        }
+        return "";
+      },
+      "N");
+}
+
+// --max-slowdown: the interposer's own parser (slowdown.h), so that what passes here is what gpuosd
+// gets: 1.001..100, at most 3 decimals; NaN, inf and signs are refused here, not ignored later.
+CLI::Validator slowdown_check() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        uint32_t permille = 0;
+        if (parse_slowdown_permille(text, &permille)) return "";
+        return "\"" + text + "\" is not a slowdown factor (a number above 1 and at most 100 with at most 3 "
+               "decimals, e.g. 1.25)";
+      },
+      "X");
 }
 
 bool load_cfg(const std::string& path, const char* cmd, Config* out) {
@@ -154,7 +191,8 @@ int main(int argc, char** argv) {
   std::string policy;
   daemon->add_option("--policy", policy,
                      "time-gate policy: " + policies::policy_names(policies::SlotKind::kTimeGate) +
-                         " (overrides [scheduler] policy)");
+                         " (overrides [scheduler] policy)")
+      ->check(policy_check(policies::SlotKind::kTimeGate));
   std::optional<std::string> metrics_listen;
   daemon->add_option("--metrics-listen", metrics_listen,
                      "Prometheus endpoint HOST:PORT, \"\" to disable (overrides [metrics] listen)");
@@ -175,10 +213,12 @@ int main(int argc, char** argv) {
   run->add_option("--name", ro.name, "tenant name (default: the command's basename)");
   run->add_option("--class", ro.tenant_class, "guaranteed | best-effort (default: config default_class)")
       ->check(CLI::IsMember({"guaranteed", "best-effort"}));
-  run->add_option("--priority", ro.priority, "priority (guaranteed tenants; larger = more important)")
-      ->check(CLI::Number);
+  run->add_option("--priority", ro.priority,
+                  "priority " + std::to_string(kMinPriority) + ".." + std::to_string(kMaxPriority) +
+                      " (guaranteed tenants; larger = more important)")
+      ->check(whole_number_in(kMinPriority, kMaxPriority));
   run->add_option("--weight", ro.weight, "fair-share weight 1..10000 (best-effort tenants)")
-      ->check(CLI::Range(1, 10000));
+      ->check(whole_number_in(1, 10000));
   run->add_option("--mem", ro.mem,
                   "device-memory quota, e.g. 512MiB, 8G, 1.5GiB or bytes; units are binary (8G = 8GB = 8GiB = "
                   "8*2^30 bytes) (default: unlimited)");
@@ -202,7 +242,7 @@ int main(int argc, char** argv) {
                   "latency budget of a guaranteed tenant: its kernels and graph replays may take up to this "
                   "many times as long as alone (p99 over gpuosd's window), e.g. 1.25; best-effort tenants get "
                   "the rest of the GPU (time policy \"budget\"). Default: [tenants] max_slowdown")
-      ->check(CLI::Range(1.001, 100.0))
+      ->check(slowdown_check())
       ->type_name("X");
   run->add_flag("--simulate", ro.simulate,
                 "run on the simulated device of `gpuos daemon --simulate N` (the driver test double)");
@@ -263,7 +303,15 @@ int main(int argc, char** argv) {
   if (*daemon && simulate_gpus != 0 && !use_simulated_device("daemon", simulate_gpus)) return 2;
   if (*daemon) return cmd_daemon(config, socket, policy, metrics_listen, daemon_log_level);
   if (*run) {
-    if (command.empty()) command = run->remaining();
+    // CLI11 passes what it does not know on as the command (a prefix command): an option there is a
+    // typo (--clas), never the command, which a "--" or a word without a dash starts.
+    const std::vector<std::string> rest = run->remaining();
+    if (!rest.empty() && (parse_argc < argc || rest.front().starts_with("-"))) {
+      return usage_error("gpuos run", rest.front().starts_with("-")
+                                          ? "unknown option \"" + rest.front() + "\""
+                                          : "\"" + rest.front() + "\" before \"--\": the command goes after it");
+    }
+    if (command.empty()) command = rest;
     return run_command(ro, command);
   }
   if (*ps) return cmd_ps(all, json, socket, config);

@@ -98,7 +98,8 @@ int run_command(const RunOptions& o, const std::vector<std::string>& cmd) {
   if (o.simulate && !use_simulated_device("run", 0)) return 2;
 
   std::string why;
-  std::string socket = resolve_socket(o.socket, cfg, &why);
+  bool answered = true;
+  std::string socket = resolve_socket(o.socket, cfg, &why, &answered);
   if (socket.empty()) {
     std::fprintf(stderr, "gpuos run: %s\n", why.empty() ? "cannot determine the control socket path" : why.c_str());
     return 2;
@@ -186,9 +187,19 @@ int run_command(const RunOptions& o, const std::vector<std::string>& cmd) {
     std::fprintf(stderr, "gpuos run: --borrow needs --mem (borrowed memory is on top of a quota)\n");
     return 2;
   }
+  // Quota and borrow are summed into one limit (gpuosd and the interposer saturate it): a sum past
+  // 2^64 - 1 is no limit anyone meant.
+  if (uint64_t q = 0, b = 0, sum = 0; !mem.empty() && !borrow.empty() && gpuos::parse_size(mem, &q) &&
+                                      gpuos::parse_size(borrow, &b) && __builtin_add_overflow(q, b, &sum)) {
+    std::fprintf(stderr, "gpuos run: --mem %s + --borrow %s is more than 2^64 - 1 bytes\n", mem.c_str(),
+                 borrow.c_str());
+    return 2;
+  }
 
   setenv("LD_PRELOAD", ld.c_str(), 1);
-  setenv("GPUOS_SOCKET", socket.c_str(), 1);
+  // A default socket where no daemon answers yet is not pinned: the interposer looks again (the
+  // user's own socket, then the system one) at the program's first CUDA call.
+  if (answered) setenv("GPUOS_SOCKET", socket.c_str(), 1);
   setenv("GPUOS_TENANT_NAME", name.c_str(), 1);
   setenv("GPUOS_TENANT_CLASS", klass.c_str(), 1);
   setenv("GPUOS_TENANT_PRIORITY", priority.c_str(), 1);
@@ -197,15 +208,26 @@ int run_command(const RunOptions& o, const std::vector<std::string>& cmd) {
   if (!borrow.empty()) setenv("GPUOS_TENANT_MEM_BORROW", borrow.c_str(), 1);
   setenv("GPUOS_ON_NO_DAEMON", cfg.on_no_daemon.c_str(), 1);
   if (o.swap) setenv("GPUOS_SWAP", "1", 1);
-  if (o.max_slowdown != 0 && klass != "guaranteed") {
+  if (!o.max_slowdown.empty() && klass != "guaranteed") {
     std::fprintf(stderr, "gpuos run: --max-slowdown is a guaranteed tenant's budget (--class guaranteed); a %s "
                  "tenant is guaranteed nothing\n", klass.c_str());
     return 2;
   }
-  if (o.max_slowdown != 0) {
-    char text[32];
-    std::snprintf(text, sizeof(text), "%.3f", o.max_slowdown);
-    setenv("GPUOS_TENANT_MAX_SLOWDOWN", text, 1);
+  if (!o.max_slowdown.empty()) {
+    // Only the time policy "budget" (and, in spatial sharing, the space policy "partition") keeps a
+    // budget; under another the tenant is guaranteed by priority alone. The client knows gpuosd's
+    // policy only from the config (gpuosd --policy may override it), so it warns rather than refuses.
+    const bool budgeted = cfg.policies.time_gate == "budget" || (!o.space.empty() && cfg.policies.space == "partition");
+    if (!budgeted) {
+      std::fprintf(stderr,
+                   "gpuos run: warning: --max-slowdown %s: %s chooses time policy \"%s\"%s, which keeps no latency "
+                   "budget (time policy \"budget\" does); the tenant runs by its class and priority alone unless "
+                   "gpuosd runs with --policy budget\n",
+                   o.max_slowdown.c_str(), cfg.source.empty() ? "the built-in config" : cfg.source.c_str(),
+                   cfg.policies.time_gate.c_str(),
+                   o.space.empty() ? "" : (" and space policy \"" + cfg.policies.space + "\"").c_str());
+    }
+    setenv("GPUOS_TENANT_MAX_SLOWDOWN", o.max_slowdown.c_str(), 1);
   }
   if (!o.space.empty()) {
     setenv("CUDA_MPS_PIPE_DIRECTORY", mps_pipe.c_str(), 1);

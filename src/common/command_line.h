@@ -9,6 +9,7 @@
 #include <cstring>
 #include <map>
 #include <string>
+#include <vector>
 
 namespace gpuos {
 
@@ -86,15 +87,33 @@ inline bool known_commands(const CLI::App& app, int argc, char** argv, const std
   return true;
 }
 
+// "gpuos run": prog and the commands CLI11 had reached in argv, for a message about them.
+inline std::string command_path(const CLI::App& app, const std::string& prog) {
+  std::string path = prog;
+  for (const CLI::App* at = &app;;) {
+    const std::vector<const CLI::App*> subs = at->get_subcommands([](const CLI::App* s) { return s->parsed(); });
+    if (subs.empty()) return path;
+    at = subs.front();
+    path += " " + at->get_name();
+  }
+}
+
+// A usage error, said as every gpuos program says one: `PROG CMD: what (see PROG CMD --help)`.
+inline int usage_error(const std::string& path, const std::string& what) {
+  std::fprintf(stderr, "%s: %s (see %s --help)\n", path.c_str(), what.c_str(), path.c_str());
+  return kExitUsage;
+}
+
 // CLI11's parse with the exit-code scheme above: help and version exit 0, every parse error 2
-// (CLI11's own codes are 104..114). Returns -1 when the program should go on.
+// (CLI11's own codes are 104..114), its message prefixed with the program (and command) it is
+// about. Returns -1 when the program should go on.
 inline int parse_command_line(CLI::App& app, int argc, char** argv, const std::string& prog) {
   if (!known_commands(app, argc, argv, prog)) return kExitUsage;
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);
-    return rc == 0 ? kExitOk : kExitUsage;
+    if (e.get_exit_code() == 0) return app.exit(e) == 0 ? kExitOk : kExitUsage;  // --help, --version
+    return usage_error(command_path(app, prog), e.what());
   }
   return -1;
 }

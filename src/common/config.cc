@@ -584,8 +584,12 @@ ConfigResult load_config(const std::string& cli_path) {
   if (const char* env = std::getenv("GPUOS_CONFIG"); env != nullptr && env[0] != '\0') {
     return load_config_file(env);
   }
+  // $GPUOS_SYSTEM_CONFIG stands in for /etc/gpuos/gpuos.toml: tests point it at a private path so
+  // that no host's config reaches them.
+  const char* sys = std::getenv("GPUOS_SYSTEM_CONFIG");
+  const std::string system_path = sys != nullptr && sys[0] != '\0' ? sys : kSystemConfigPath;
   struct stat st;
-  if (::stat(kSystemConfigPath, &st) == 0) return load_config_file(kSystemConfigPath);
+  if (::stat(system_path.c_str(), &st) == 0) return load_config_file(system_path);
   ConfigResult res;
   res.config = Config{};
   return res;
@@ -840,7 +844,12 @@ bool parse_size(std::string_view text, uint64_t* bytes, std::string* why) {
   }
   if (frac_scale > 1 && shift == 0) return fail("\"" + std::string(text) + "\": a byte count is a whole number");
   if (whole > (UINT64_MAX >> shift)) return fail("\"" + std::string(text) + "\" is too large");
-  const uint64_t from_frac = (frac << shift) / frac_scale;  // frac < 10^6, shift <= 40: no overflow
+  // frac < 10^6, shift <= 40: no overflow. A fraction of a byte (0.3K is 307.2) is refused, as a
+  // fractional byte count is: a size is a whole number of bytes.
+  if ((frac << shift) % frac_scale != 0) {
+    return fail("\"" + std::string(text) + "\": not a whole number of bytes (" + kWant + ")");
+  }
+  const uint64_t from_frac = (frac << shift) / frac_scale;
   const uint64_t n = whole << shift;
   if (n > UINT64_MAX - from_frac) return fail("\"" + std::string(text) + "\" is too large");
   if (n + from_frac == 0) return fail("\"" + std::string(text) + "\" is zero bytes");

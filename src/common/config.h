@@ -247,8 +247,8 @@ ConfigResult parse_config(std::string_view text, std::string_view source_name);
 // Reads and parses a file; a missing or unreadable file is an error.
 ConfigResult load_config_file(const std::string& path);
 // The config location rule: cli_path if non-empty, else $GPUOS_CONFIG if set and non-empty, else
-// /etc/gpuos/gpuos.toml if it exists, else the built-in defaults (an explicitly named file that
-// does not exist is an error).
+// /etc/gpuos/gpuos.toml (or $GPUOS_SYSTEM_CONFIG, which tests point at a private path) if it exists,
+// else the built-in defaults (an explicitly named file that does not exist is an error).
 ConfigResult load_config(const std::string& cli_path);
 inline constexpr const char* kSystemConfigPath = "/etc/gpuos/gpuos.toml";
 
@@ -283,8 +283,8 @@ const char* class_name(uint32_t tenant_class);
 
 // Parses a size: a decimal number (up to 6 digits after a point) and an optional unit, B, K, M, G or
 // T, each also as KB/KiB/Ki and so on, case-insensitive, a space allowed before it. Every unit is
-// binary, as GPU memory is counted: 8G = 8GB = 8GiB = 8 * 2^30 bytes; 1.5GiB = 1610612736 (a
-// fraction of a byte rounds down). The one size parser of gpuos: the config's sizes and `gpuos run
+// binary, as GPU memory is counted: 8G = 8GB = 8GiB = 8 * 2^30 bytes; 1.5GiB = 1610612736 (a size
+// with a fraction of a byte, 0.3K, is refused). The one size parser of gpuos: the config's sizes and `gpuos run
 // --mem/--borrow`. False (and *why, if given: the text quoted and what is wrong) for anything else,
 // zero bytes, or more than 2^64 - 1.
 bool parse_size(std::string_view text, uint64_t* bytes, std::string* why = nullptr);

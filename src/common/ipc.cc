@@ -19,7 +19,8 @@ bool socket_path(char* buf, std::size_t len, char* why, std::size_t why_len) {
   if (env != nullptr && env[0] != '\0') {
     n = std::snprintf(buf, len, "%s", env);
   } else if (geteuid() == 0) {
-    n = std::snprintf(buf, len, "/run/gpuos/gpuosd.sock");
+    char sys[sizeof(sockaddr_un::sun_path)];
+    n = system_socket_path(sys, sizeof(sys)) ? std::snprintf(buf, len, "%s", sys) : -1;
   } else if (const char* xdg = std::getenv("XDG_RUNTIME_DIR"); xdg != nullptr && xdg[0] == '/') {
     n = std::snprintf(buf, len, "%s/gpuos/gpuosd.sock", xdg);
   } else {
@@ -36,6 +37,36 @@ bool socket_path(char* buf, std::size_t len, char* why, std::size_t why_len) {
   }
   if (why != nullptr && why_len != 0) std::snprintf(why, why_len, "control socket path is longer than 107 bytes");
   return false;
+}
+
+bool system_socket_path(char* buf, std::size_t len) {
+  const char* env = std::getenv("GPUOS_SYSTEM_SOCKET");
+  const int n = std::snprintf(buf, len, "%s", env != nullptr && env[0] != '\0' ? env : "/run/gpuos/gpuosd.sock");
+  return n > 0 && static_cast<std::size_t>(n) < len && static_cast<std::size_t>(n) < sizeof(sockaddr_un::sun_path);
+}
+
+int connect_default_daemon(char* path, std::size_t path_len, char* why, std::size_t why_len) {
+  const bool have = socket_path(path, path_len, why, why_len);
+  int fd = -EINVAL;
+  if (have) {
+    fd = connect_to_daemon(path, why, why_len);
+    const char* env = std::getenv("GPUOS_SOCKET");
+    if (fd >= 0 || (env != nullptr && env[0] != '\0') || geteuid() == 0) return fd;
+  }
+  // The user's own socket answered nothing: the system gpuosd, root's, serves every user.
+  char sys[sizeof(sockaddr_un::sun_path)];
+  if (!system_socket_path(sys, sizeof(sys)) || (have && std::strcmp(sys, path) == 0)) return fd;
+  char sys_why[320];
+  const int sfd = connect_to_daemon(sys, sys_why, sizeof(sys_why));
+  if (sfd >= 0) {
+    std::snprintf(path, path_len, "%s", sys);
+    return sfd;
+  }
+  char first[320];
+  std::snprintf(first, sizeof(first), "%s", why);
+  std::snprintf(why, why_len, "%s; %s", first, sys_why);
+  if (!have) std::snprintf(path, path_len, "%s", sys);
+  return have ? fd : sfd;
 }
 
 bool check_socket_dir(const char* socket_path, uid_t uid, char* why, std::size_t why_len) {

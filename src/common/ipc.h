@@ -12,12 +12,23 @@
 
 namespace gpuos {
 
-// Resolves the control-socket path into buf: $GPUOS_SOCKET if set; else /run/gpuos/gpuosd.sock
-// for root; else $XDG_RUNTIME_DIR/gpuos/gpuosd.sock. There is no fallback under /tmp: another user
-// could create /tmp/gpuos-<uid> first and serve a daemon of their own there. Returns false, with
-// the reason in why (when given), if XDG_RUNTIME_DIR is needed and unset or the path does not fit
-// (sun_path is 108 bytes).
+// Resolves the control-socket path into buf: $GPUOS_SOCKET if set; else the system socket
+// (system_socket_path) for root; else $XDG_RUNTIME_DIR/gpuos/gpuosd.sock. There is no fallback under
+// /tmp: another user could create /tmp/gpuos-<uid> first and serve a daemon of their own there.
+// Returns false, with the reason in why (when given), if XDG_RUNTIME_DIR is needed and unset or the
+// path does not fit (sun_path is 108 bytes).
 bool socket_path(char* buf, std::size_t len, char* why = nullptr, std::size_t why_len = 0);
+
+// The system gpuosd's socket, root's: $GPUOS_SYSTEM_SOCKET if set (tests point it at a private
+// daemon), else /run/gpuos/gpuosd.sock. False if it does not fit.
+bool system_socket_path(char* buf, std::size_t len);
+
+// connect_to_daemon on the default socket, as every client finds gpuosd: socket_path(); for a user
+// other than root without $GPUOS_SOCKET, when no daemon answers there (or XDG_RUNTIME_DIR is unset),
+// the system socket next, with the same checks (its directory, a daemon running as root or as us):
+// one root gpuosd serves every user. *path gets the socket connected to, else the first tried.
+// Returns the fd, or -errno with the reasons for both in why.
+int connect_default_daemon(char* path, std::size_t path_len, char* why, std::size_t why_len);
 
 // Whether the directory holding socket_path may hold a control socket that `uid` trusts: a
 // directory itself (lstat: not a symlink), owned by root or by uid, not writable by group or

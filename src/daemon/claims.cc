@@ -139,6 +139,11 @@ std::string claim_from_message(const gpuos_msg_claim_prepare& m, Claim* out) {
   }
   if (m.weight < 1 || m.weight > 10000) return "weight " + std::to_string(m.weight) + " out of range 1..10000";
   if (m.borrow_bytes != 0 && m.mem_bytes == 0) return "borrow needs a memory quota";
+  // They are summed into one limit: a sum that wraps would pass any cap (#42).
+  if (uint64_t sum = 0; __builtin_add_overflow(m.mem_bytes, m.borrow_bytes, &sum)) {
+    return "memory quota " + std::to_string(m.mem_bytes) + " + borrow " + std::to_string(m.borrow_bytes) +
+           " bytes is more than 2^64 - 1";
+  }
   if (m.space_sms != 0 && c.space_domain.empty()) return "SMs need a spatial domain";
   if (m.max_slowdown_permille != 0) {
     if (m.tenant_class != GPUOS_CLASS_GUARANTEED) return "a latency budget is for guaranteed tenants only";

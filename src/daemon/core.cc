@@ -551,10 +551,16 @@ std::string Core::check_claim(const Claim& c) const {
     return "memory quota " + std::to_string(c.mem_bytes) + " bytes is more than the GPU has (" +
            std::to_string(gpu_mem) + ")";
   }
-  if (opts_.mem_quota_cap_bytes != 0 && c.mem_bytes + c.borrow_bytes > opts_.mem_quota_cap_bytes) {
-    return "memory quota + borrow " + std::to_string(c.mem_bytes + c.borrow_bytes) +
-           " bytes is more than this node's cap ([tenants] mem_quota_cap, " +
-           std::to_string(opts_.mem_quota_cap_bytes) + ")";
+  // Checked: a borrow near 2^64 wrapped the sum below the cap (#42: 1Gi + 18446744072635809792
+  // passed a 64 MiB cap, and the tenant took 8 GiB).
+  uint64_t limit = 0;
+  if (__builtin_add_overflow(c.mem_bytes, c.borrow_bytes, &limit)) {
+    return "memory quota " + std::to_string(c.mem_bytes) + " + borrow " + std::to_string(c.borrow_bytes) +
+           " bytes is more than 2^64 - 1";
+  }
+  if (opts_.mem_quota_cap_bytes != 0 && limit > opts_.mem_quota_cap_bytes) {
+    return "memory quota + borrow " + std::to_string(limit) + " bytes is more than this node's cap ([tenants] "
+           "mem_quota_cap, " + std::to_string(opts_.mem_quota_cap_bytes) + ")";
   }
   if (!c.space_domain.empty()) {
     Peer admin;

@@ -36,13 +36,21 @@ int main(int argc, char** argv) {
   std::optional<std::string> metrics_opt;
   app.add_option("--config", config_path, "config file (default: $GPUOS_CONFIG, /etc/gpuos/gpuos.toml)");
   app.add_option("--socket", socket_opt, "control socket path (overrides the config)");
-  app.add_option("--log-level", log_level_opt, "error|warn|info|debug (overrides the config)");
+  app.add_option("--log-level", log_level_opt, "error|warn|info|debug (overrides the config)")
+      ->check(CLI::IsMember({"error", "warn", "info", "debug"}));
+  // A policy name that is none is a wrong command line (exit 2), not a failed start (1).
+  auto policy_check = [](policies::SlotKind slot) {
+    return CLI::Validator([slot](std::string& name) { return policies::not_a_policy(slot, name); }, "POLICY");
+  };
   app.add_option("--policy", policy_opt,
-                 "time-gate policy: " + policies::policy_names(policies::SlotKind::kTimeGate) + " (overrides [scheduler] policy)");
+                 "time-gate policy: " + policies::policy_names(policies::SlotKind::kTimeGate) + " (overrides [scheduler] policy)")
+      ->check(policy_check(policies::SlotKind::kTimeGate));
   app.add_option("--space-policy", space_policy_opt,
-                 "space policy: " + policies::policy_names(policies::SlotKind::kSpace) + " (overrides [spatial] policy)");
+                 "space policy: " + policies::policy_names(policies::SlotKind::kSpace) + " (overrides [spatial] policy)")
+      ->check(policy_check(policies::SlotKind::kSpace));
   app.add_option("--memory-policy", memory_policy_opt,
-                 "memory policy: " + policies::policy_names(policies::SlotKind::kMemory) + " (overrides [memory] policy)");
+                 "memory policy: " + policies::policy_names(policies::SlotKind::kMemory) + " (overrides [memory] policy)")
+      ->check(policy_check(policies::SlotKind::kMemory));
   app.add_option("--metrics-listen", metrics_opt,
                  "Prometheus endpoint HOST:PORT, \"\" to disable (overrides [metrics] listen)");
   if (int rc = parse_command_line(app, argc, argv, "gpuosd"); rc >= 0) return rc;

@@ -14,6 +14,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -76,12 +78,23 @@ int main(int argc, char** argv) {
       return 2;
     }
     ++i;
+    // A value that is no whole number is a usage error, not 0.
+    auto number = [&](long long lo, long long hi) {
+      char* end = nullptr;
+      errno = 0;
+      const long long x = std::strtoll(v, &end, 10);
+      if (errno != 0 || end == v || *end != '\0' || x < lo || x > hi) {
+        std::fprintf(stderr, "gpuos-nvml-probe: %s %s: want a whole number %lld..%lld\n", a.c_str(), v, lo, hi);
+        std::exit(2);
+      }
+      return x;
+    };
     if (a == "--library") library = v;
-    else if (a == "--rounds") rounds = std::max(1L, std::strtol(v, nullptr, 10));
-    else if (a == "--interval-ms") interval_ms = std::max(1L, std::strtol(v, nullptr, 10));
-    else if (a == "--timeout-ms") timeout_ms = std::strtol(v, nullptr, 10);
-    else if (a == "--watch") watch = static_cast<pid_t>(std::strtol(v, nullptr, 10));
-    else if (a == "--min-bytes") min_bytes = std::strtoull(v, nullptr, 10);
+    else if (a == "--rounds") rounds = static_cast<long>(number(1, 1000000));
+    else if (a == "--interval-ms") interval_ms = static_cast<long>(number(1, 3600000));
+    else if (a == "--timeout-ms") timeout_ms = static_cast<long>(number(0, 86400000));
+    else if (a == "--watch") watch = static_cast<pid_t>(number(1, INT32_MAX));
+    else if (a == "--min-bytes") min_bytes = static_cast<unsigned long long>(number(0, INT64_MAX));
     else {
       std::fprintf(stderr, "gpuos-nvml-probe: unknown option %s\n", a.c_str());
       return 2;

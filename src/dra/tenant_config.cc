@@ -493,6 +493,11 @@ bool finish_tenant_spec(const std::string& device_class, const std::string& devi
   if (spec->borrow_bytes && !spec->mem_bytes) {
     return fail(why, "borrow needs mem (borrowed memory is on top of a quota)");
   }
+  // gpuosd sums them into one limit: a sum that wraps would pass any cap (#42).
+  if (uint64_t sum = 0; spec->borrow_bytes && __builtin_add_overflow(*spec->mem_bytes, *spec->borrow_bytes, &sum)) {
+    return fail(why, "mem " + std::to_string(*spec->mem_bytes) + " + borrow " + std::to_string(*spec->borrow_bytes) +
+                         " bytes is more than 2^64 - 1");
+  }
   if (spec->sms && !spec->space) return fail(why, "sms needs space (SM partitions exist only in spatial sharing)");
   if (spec->max_slowdown_permille && device_class != kClassGuaranteed) {
     return fail(why, "maxSlowdown is a guaranteed tenant's budget; device " + device_name + " is a " + device_class +

@@ -67,7 +67,7 @@ void merge_tenant_spec(const TenantSpec& later, TenantSpec* into);
 
 // The checks that need the whole merged spec and the allocated device's class ("guaranteed" or
 // "best-effort"; device_name only names it in messages): a class given must match the share, borrow
-// needs mem, sms needs space, maxSlowdown only for guaranteed. Fills tenant_class from device_class
+// needs mem and mem + borrow fits 64 bits, sms needs space, maxSlowdown only for guaranteed. Fills tenant_class from device_class
 // when absent. False + *why otherwise (*spec then unchanged).
 bool finish_tenant_spec(const std::string& device_class, const std::string& device_name, TenantSpec* spec,
                         std::string* why);

@@ -142,10 +142,10 @@ void default_name(char* buf, std::size_t len) {
 gpuos_control_block* register_with_daemon(char* why, std::size_t why_len, int* sock_out,
                                           uint32_t previous_id = 0) {
   char path[108];
-  if (!socket_path(path, sizeof(path), why, why_len)) return nullptr;
   // Checks the socket directory and that the daemon runs as root or as us: registering with another
-  // user's daemon would let it gate us and read our swapped memory.
-  int sock = connect_to_daemon(path, why, why_len);
+  // user's daemon would let it gate us and read our swapped memory. A user's own socket first, then
+  // the system one (root's gpuosd).
+  int sock = connect_default_daemon(path, sizeof(path), why, why_len);
   if (sock < 0) return nullptr;
   gpuos_msg_register req{};
   init_header(&req.hdr, GPUOS_MSG_REGISTER, sizeof(req), 1);

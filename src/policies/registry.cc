@@ -91,6 +91,12 @@ std::string policy_names(SlotKind slot) {
   return out;
 }
 
+std::string not_a_policy(SlotKind slot, std::string_view name) {
+  const PolicyEntry* e = find_policy(name);
+  if (e != nullptr && e->slot == slot) return "";
+  return "\"" + std::string(name) + "\" is not a " + slot_name(slot) + " policy (known: " + policy_names(slot) + ")";
+}
+
 bool make_policies(const Config& config, PolicySet* out, std::string* error) {
   PolicySet set;
   if (!check_sections(config, error) ||

@@ -40,6 +40,9 @@ std::span<const PolicyEntry* const> all_policies();
 const PolicyEntry* find_policy(std::string_view name);
 // "open, priority, budget, exclusive": the names of a slot's policies.
 std::string policy_names(SlotKind slot);
+// "" when `name` is a policy of `slot`, else why not ("\"fifo\" is not a time gate policy (known:
+// open, ...)"): the command lines' --policy options check their value with it, as a usage error.
+std::string not_a_policy(SlotKind slot, std::string_view name);
 
 // One policy per slot, as a config chooses them.
 struct PolicySet {

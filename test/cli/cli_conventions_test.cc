@@ -105,6 +105,119 @@ TEST_F(CliConventions, OneExitCodeSchemeAndUnknownCommandsNamed) {
   EXPECT_EQ(ps.code, 1) << ps.err;
 }
 
+// #43 item 1: an unknown option anywhere before `--` is a usage error (2) in every program, never
+// passed on (`gpuos run --clas guaranteed -- job` ran the job best-effort and exited 0), and the
+// parser's message names the program and command.
+TEST_F(CliConventions, UnknownOptionsAreUsageErrorsNamedByTheProgram) {
+  const std::string cfg = write("c.toml", "");
+  const std::string marker = dir + "/ran";
+  const std::string job = "touch " + marker;
+  struct Case {
+    std::vector<std::string> args;
+    std::string said;
+  };
+  const std::vector<Case> cases = {
+      {{GPUOS_CLI_BIN, "run", "--config", cfg, "--clas", "guaranteed", "--", "sh", "-c", job},
+       "gpuos run: unknown option \"--clas\" (see gpuos run --help)"},
+      {{GPUOS_CLI_BIN, "run", "--config", cfg, "--clas", "guaranteed", "sh", "-c", job},
+       "gpuos run: unknown option \"--clas\""},
+      {{GPUOS_CLI_BIN, "run", "--clas=guaranteed", "--config", cfg, "--", "sh", "-c", job},
+       "gpuos run: unknown option \"--clas=guaranteed\""},
+      {{GPUOS_CLI_BIN, "run", "--config", cfg, "-x", "--", "sh", "-c", job}, "gpuos run: unknown option \"-x\""},
+      {{GPUOS_CLI_BIN, "run", "--config", cfg, "sh", "--", "sh", "-c", job}, "gpuos run: \"sh\" before \"--\""},
+      {{GPUOS_CLI_BIN, "ps", "--bogus"}, "gpuos ps: "},
+      {{GPUOS_CLI_BIN, "config", "check", "--bogus", cfg}, "gpuos config check: "},
+      {{GPUOS_CLI_BIN, "daemon", "--policy", "fifo"},
+       "gpuos daemon: --policy: \"fifo\" is not a time gate policy (known: open, priority, budget, exclusive)"},
+      {{GPUOSD_BIN, "--bogus"}, "gpuosd: "},
+      {{GPUOSD_BIN, "--policy", "fifo"}, "gpuosd: --policy: \"fifo\" is not a time gate policy"},
+      {{GPUOSD_BIN, "--space-policy", "priority"}, "gpuosd: --space-policy: \"priority\" is not a space policy"},
+      {{GPUOSD_BIN, "--memory-policy", "x"}, "gpuosd: --memory-policy: \"x\" is not a memory policy"},
+      {{GPUOSD_BIN, "--log-level", "loud"}, "gpuosd: --log-level"},
+      {{GPUOS_NVML_PROBE_BIN, "--bogus", "1"}, "gpuos-nvml-probe: unknown option --bogus"},
+      {{GPUOS_NVML_PROBE_BIN, "--rounds", "x"}, "gpuos-nvml-probe: --rounds x: want a whole number"},
+#ifdef GPUOS_DRA_BIN
+      {{GPUOS_DRA_BIN, "--node-name", "n", "--bogus"}, "gpuos-dra: "},
+#endif
+  };
+  for (const Case& c : cases) {
+    Result r = run(c.args, run_env());
+    std::string line;
+    for (const std::string& a : c.args) line += a + " ";
+    EXPECT_EQ(r.code, 2) << line << ": " << r.err;
+    EXPECT_NE(r.err.find(c.said), std::string::npos) << line << ": " << r.err;
+    EXPECT_EQ(r.err.rfind("gpuos", 0), 0u) << line << ": the message does not start with the program: " << r.err;
+    EXPECT_FALSE(std::filesystem::exists(marker)) << line << ": the job ran";
+  }
+  // A known option and the command still run.
+  Result ok = run({GPUOS_CLI_BIN, "run", "--config", cfg, "--class", "guaranteed", "--", "sh", "-c", job}, run_env());
+  EXPECT_EQ(ok.code, 0) << ok.err;
+  EXPECT_TRUE(std::filesystem::exists(marker));
+}
+
+// #42 minor items: values the interposer would ignore later with a warning are refused by the CLI.
+TEST_F(CliConventions, RunRefusesValuesThatWouldBeIgnoredLater) {
+  const std::string cfg = write("c.toml", "");
+  const std::vector<std::pair<std::vector<std::string>, std::string>> bad = {
+      {{"--class", "guaranteed", "--max-slowdown", "NaN"}, "--max-slowdown: \"NaN\" is not a slowdown factor"},
+      {{"--class", "guaranteed", "--max-slowdown", "nan"}, "is not a slowdown factor"},
+      {{"--class", "guaranteed", "--max-slowdown", "inf"}, "is not a slowdown factor"},
+      {{"--class", "guaranteed", "--max-slowdown", "-2"}, "is not a slowdown factor"},
+      {{"--class", "guaranteed", "--max-slowdown", "1"}, "is not a slowdown factor"},
+      {{"--class", "guaranteed", "--max-slowdown", "100.5"}, "is not a slowdown factor"},
+      {{"--class", "guaranteed", "--max-slowdown", "1.2345"}, "is not a slowdown factor"},
+      {{"--priority", "2147483648"}, "--priority: \"2147483648\" is not a whole number -1000..1000"},
+      {{"--priority", "1001"}, "is not a whole number -1000..1000"},
+      {{"--priority", "1.5"}, "is not a whole number -1000..1000"},
+      {{"--weight", "1.5"}, "--weight: \"1.5\" is not a whole number 1..10000"},
+      {{"--mem", "0.3K"}, "--mem \"0.3K\": not a whole number of bytes"},
+      {{"--mem", "1G", "--borrow", "0.5"}, "--borrow \"0.5\": a byte count is a whole number"},
+      {{"--mem", "1Gi", "--borrow", "18446744072635809792"},
+       "--mem 1073741824 + --borrow 18446744072635809792 is more than 2^64 - 1 bytes"},
+  };
+  for (const auto& [opts, said] : bad) {
+    std::vector<std::string> args = {GPUOS_CLI_BIN, "run", "--config", cfg};
+    args.insert(args.end(), opts.begin(), opts.end());
+    args.insert(args.end(), {"--", "true"});
+    Result r = run(args, run_env());
+    EXPECT_EQ(r.code, 2) << opts[opts.size() - 1] << ": " << r.err;
+    EXPECT_NE(r.err.find(said), std::string::npos) << r.err;
+  }
+  const std::vector<std::pair<std::vector<std::string>, std::string>> good = {
+      {{"--class", "guaranteed", "--max-slowdown", "1.25"}, "GPUOS_TENANT_MAX_SLOWDOWN"},
+      {{"--priority", "-1000"}, "GPUOS_TENANT_PRIORITY"},
+      {{"--priority", "+7"}, "GPUOS_TENANT_PRIORITY"},
+  };
+  for (const auto& [opts, var] : good) {
+    std::vector<std::string> args = {GPUOS_CLI_BIN, "run", "--config", cfg};
+    args.insert(args.end(), opts.begin(), opts.end());
+    args.insert(args.end(), {"--", "sh", "-c", "echo $" + var});
+    Result r = run(args, run_env());
+    EXPECT_EQ(r.code, 0) << r.err;
+    EXPECT_EQ(r.out, opts.back() + "\n");
+  }
+}
+
+// #43 item 1: a budget under a time policy that keeps none is said at `gpuos run`, not silently
+// dropped; under "budget" nothing is said.
+TEST_F(CliConventions, RunWarnsOfABudgetNoPolicyKeeps) {
+  const std::string open_cfg = write("open.toml", "[scheduler]\npolicy = \"priority\"\n");
+  Result r = run({GPUOS_CLI_BIN, "run", "--config", open_cfg, "--class", "guaranteed", "--max-slowdown", "1.5", "--",
+                  "true"},
+                 run_env());
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("gpuos run: warning: --max-slowdown 1.5: " + open_cfg +
+                       " chooses time policy \"priority\", which keeps no latency budget"),
+            std::string::npos)
+      << r.err;
+  const std::string budget_cfg = write("budget.toml", "[scheduler]\npolicy = \"budget\"\n");
+  Result b = run({GPUOS_CLI_BIN, "run", "--config", budget_cfg, "--class", "guaranteed", "--max-slowdown", "1.5",
+                  "--", "true"},
+                 run_env());
+  EXPECT_EQ(b.code, 0) << b.err;
+  EXPECT_EQ(b.err.find("warning"), std::string::npos) << b.err;
+}
+
 // Item 5: sizes in every common spelling, all binary; zero and garbage refused in words.
 TEST_F(CliConventions, RunMemTakesSizesAndRefusesZeroClearly) {
   const std::string cfg = write("c.toml", "");

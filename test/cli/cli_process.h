@@ -26,21 +26,31 @@ struct Result {
   std::string out, err;
 };
 
-// Runs argv with extra environment (value nullptr = unset), capturing stdout and stderr.
+// No test reads the host's /etc/gpuos/gpuos.toml or talks to its /run/gpuos gpuosd: every process a
+// test starts sees paths that do not exist in their place (a test's own env may name others).
+inline void hermetic_env() {
+  setenv("GPUOS_SYSTEM_CONFIG", "/nonexistent/gpuos-test/gpuos.toml", 1);
+  setenv("GPUOS_SYSTEM_SOCKET", "/nonexistent/gpuos-test/gpuosd.sock", 1);
+}
+
+// Runs argv with extra environment (value nullptr = unset), capturing stdout and stderr; as uid
+// when non-zero.
 inline Result run(const std::vector<std::string>& args,
-                  const std::vector<std::pair<std::string, const char*>>& env = {}) {
+                  const std::vector<std::pair<std::string, const char*>>& env = {}, uid_t uid = 0) {
   char out_tmpl[] = "/tmp/gpuos-cli-out-XXXXXX";
   char err_tmpl[] = "/tmp/gpuos-cli-err-XXXXXX";
   int out_fd = mkstemp(out_tmpl);
   int err_fd = mkstemp(err_tmpl);
   pid_t pid = fork();
   if (pid == 0) {
+    hermetic_env();
     for (const auto& [k, v] : env) {
       if (v) setenv(k.c_str(), v, 1);
       else unsetenv(k.c_str());
     }
     dup2(out_fd, 1);
     dup2(err_fd, 2);
+    if (uid != 0 && (setgroups(0, nullptr) != 0 || setgid(uid) != 0 || setuid(uid) != 0)) _exit(98);
     std::vector<char*> argv;
     for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
@@ -72,6 +82,7 @@ inline pid_t start_daemon(const std::vector<std::string>& args, const std::strin
   pid_t d = fork();
   if (d == 0) {
     if (uid != 0 && (setgroups(0, nullptr) != 0 || setgid(uid) != 0 || setuid(uid) != 0)) _exit(98);
+    hermetic_env();
     setenv("GPUOS_DRIVER_LIBRARY", "/nonexistent/libcuda.so.1", 1);
     int null = open("/dev/null", O_WRONLY);
     int err = err_path.empty() ? null : open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);

@@ -177,6 +177,27 @@ TEST_F(Cli, RunSpaceNeedsAKnownDomain) {
   EXPECT_NE(help.out.find("CUDA_MPS_PIPE_DIRECTORY"), std::string::npos) << help.out;
 }
 
+// #43 item 5: the tests are hermetic. Without --config and GPUOS_CONFIG the CLI reads the system
+// config, and as root it asks the system gpuosd: a host's /etc/gpuos and /run/gpuos made
+// RunSpaceNeedsAKnownDomain and RunSpaceSetsTheMpsEnvironment fail. Both are reached through
+// $GPUOS_SYSTEM_CONFIG and $GPUOS_SYSTEM_SOCKET, which every process a test starts gets pointed at
+// paths that do not exist (cli_process.h): shown here with a stand-in for /etc/gpuos/gpuos.toml.
+TEST_F(Cli, TestsReadNoSystemConfigOrDaemon) {
+  const std::string etc = write("etc-gpuos.toml", "[[spatial.domain]]\nname = \"hostdom\"\n");
+  const std::vector<std::string> cmd = {GPUOS_CLI_BIN, "run", "--space", "hostdom", "--", "true"};
+  Result hermetic = run(cmd, base_env());
+  EXPECT_EQ(hermetic.code, 2) << hermetic.err;
+  EXPECT_NE(hermetic.err.find("the built-in defaults defines no [[spatial.domain]]"), std::string::npos)
+      << hermetic.err;
+  auto env = base_env();
+  env.push_back({"GPUOS_SYSTEM_CONFIG", etc.c_str()});
+  Result host = run(cmd, env);
+  EXPECT_EQ(host.code, 0) << host.err;  // the stand-in was read: the override is the one way in
+  Result ps = run({GPUOS_CLI_BIN, "ps"}, base_env());
+  EXPECT_EQ(ps.code, 1);
+  EXPECT_NE(ps.err.find("socket directory /nonexistent/gpuos-test:"), std::string::npos) << ps.err;
+}
+
 TEST_F(Cli, RunSpaceSetsTheMpsEnvironment) {
   std::string cfg = write("c.toml", "[spatial]\nmps_dir = \"" + dir + "/mps\"\n[[spatial.domain]]\nname = \"dom\"\n");
   std::vector<std::string> cmd = {GPUOS_CLI_BIN, "run", "--config", cfg, "--space", "dom", "--", "env"};
@@ -384,6 +405,60 @@ TEST_F(Cli, PsAndGateRefuseADaemonOfAnotherUser) {
   EXPECT_NE(gate.err.find("it runs as uid 65534"), std::string::npos) << gate.err;
 }
 
+// #43 item 2: a user other than root reaches the system gpuosd (root's) by default: its own socket
+// first ($XDG_RUNTIME_DIR/gpuos/gpuosd.sock), then the system one. $GPUOS_SYSTEM_SOCKET stands in for
+// /run/gpuos/gpuosd.sock, so the test talks only to daemons it started. `gpuos run` pins the socket
+// that answered in GPUOS_SOCKET, and none when nothing answers (the interposer looks again).
+TEST_F(Cli, AUserFindsTheSystemDaemonAfterItsOwn) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to run the CLI as another user";
+  ASSERT_EQ(chmod(dir.c_str(), 0755), 0);
+  const std::string cfg = write("d.toml", "[daemon]\nlog_level = \"warn\"\n");
+  chmod(cfg.c_str(), 0644);
+  const std::string sys_dir = dir + "/system", xdg = dir + "/xdg";
+  ASSERT_EQ(mkdir(sys_dir.c_str(), 0755), 0);
+  ASSERT_EQ(mkdir(xdg.c_str(), 0700), 0);
+  ASSERT_EQ(chown(xdg.c_str(), 65534, 65534), 0);
+  const std::string sys_sock = sys_dir + "/gpuosd.sock", own_sock = xdg + "/gpuos/gpuosd.sock";
+  auto env = base_env();
+  env.insert(env.end(), {{"GPUOS_SYSTEM_SOCKET", sys_sock.c_str()}, {"XDG_RUNTIME_DIR", xdg.c_str()},
+                         {"GPUOS_CONFIG", cfg.c_str()}});
+  const std::vector<std::string> show = {GPUOS_CLI_BIN, "run", "--", "sh", "-c", "echo \"[$GPUOS_SOCKET]\""};
+
+  // No daemon anywhere: nothing pinned; ps names the user's own socket (its directory is missing).
+  Result none = run(show, env, 65534);
+  EXPECT_EQ(none.code, 0) << none.err;
+  EXPECT_EQ(none.out, "[]\n");
+  Result ps = run({GPUOS_CLI_BIN, "ps"}, env, 65534);
+  EXPECT_EQ(ps.code, 1);
+  EXPECT_NE(ps.err.find(xdg + "/gpuos"), std::string::npos) << ps.err;
+
+  // The system gpuosd (root's): found after the user's own socket, which does not exist.
+  DaemonGuard sys{start_gpuosd(sys_sock, cfg)};
+  ASSERT_GT(sys.pid, 0);
+  Result r = run(show, env, 65534);
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "[" + sys_sock + "]\n");
+  ps = run({GPUOS_CLI_BIN, "ps"}, env, 65534);
+  EXPECT_EQ(ps.code, 0) << ps.err;
+
+  // The user's own gpuosd comes first.
+  ASSERT_EQ(mkdir((xdg + "/gpuos").c_str(), 0700), 0);
+  ASSERT_EQ(chown((xdg + "/gpuos").c_str(), 65534, 65534), 0);
+  DaemonGuard own{start_gpuosd(own_sock, cfg, 65534)};
+  ASSERT_GT(own.pid, 0);
+  r = run(show, env, 65534);
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "[" + own_sock + "]\n");
+
+  // GPUOS_SOCKET given: no fallback from it.
+  const std::string nowhere = dir + "/nowhere.sock";
+  auto pinned = env;
+  pinned.push_back({"GPUOS_SOCKET", nowhere.c_str()});
+  ps = run({GPUOS_CLI_BIN, "ps"}, pinned, 65534);
+  EXPECT_EQ(ps.code, 1);
+  EXPECT_EQ(ps.err.find(sys_sock), std::string::npos) << ps.err;
+}
+
 // Without GPUOS_SOCKET and XDG_RUNTIME_DIR a non-root user has no default socket (no /tmp fallback
 // that another user could create first): the CLI says what to set.
 TEST_F(Cli, NoTmpFallbackWithoutXdgRuntimeDir) {
@@ -401,6 +476,7 @@ TEST_F(Cli, NoTmpFallbackWithoutXdgRuntimeDir) {
     unsetenv("XDG_RUNTIME_DIR");
     unsetenv("GPUOS_SOCKET");
     unsetenv("GPUOS_CONFIG");
+    setenv("GPUOS_SYSTEM_SOCKET", (dir + "/no-system/gpuosd.sock").c_str(), 1);  // not /run/gpuos's
     execl(GPUOS_CLI_BIN, GPUOS_CLI_BIN, "ps", "--config", cfg.c_str(), nullptr);
     _exit(99);
   }

@@ -397,7 +397,8 @@ TEST(Config, SizesAreBinaryInEverySpelling) {
       {"123", 123},          {"123B", 123},         {"1k", 1024},          {"1KB", 1024},
       {"1KiB", 1024},        {"512M", 512ull << 20}, {"512MiB", 512ull << 20}, {"8G", 8ull << 30},
       {"8Gi", 8ull << 30},   {"8GB", 8ull << 30},    {"8gib", 8ull << 30},   {"8 GiB", 8ull << 30},
-      {"1.5GiB", 1610612736}, {"0.5K", 512},         {"1T", 1ull << 40},     {"0.001K", 1}};
+      {"1.5GiB", 1610612736}, {"0.5K", 512},         {"1T", 1ull << 40},     {"0.25K", 256},
+      {"1.5K", 1536}};
   for (const auto& [text, bytes] : good) {
     uint64_t got = 0;
     std::string why;
@@ -413,6 +414,10 @@ TEST(Config, SizesAreBinaryInEverySpelling) {
       {"8Q", "\"8Q\": unknown unit \"q\""},
       {"8GiBs", "unknown unit \"gibs\""},
       {"1.5", "\"1.5\": a byte count is a whole number"},
+      // #42: a fraction of a byte was rounded down (0.3K became 307 bytes).
+      {"0.3K", "\"0.3K\": not a whole number of bytes"},
+      {"0.001K", "\"0.001K\": not a whole number of bytes"},
+      {"1.1M", "\"1.1M\": not a whole number of bytes"},
       {"1.", "\"1.\" is not a size"},
       {"1.2345678G", "at most 6 digits after the point"},
       {"16777216T", "\"16777216T\" is too large"},

@@ -173,6 +173,21 @@ TEST_F(Claims, BadClaimsAreRefusedAndLeaveNothing) {
   gpuos_msg_reply r = reply(send(admin, prepare_msg()));
   EXPECT_EQ(r.status, GPUOS_ERR_REFUSED);
   EXPECT_NE(std::string(r.text).find("cap"), std::string::npos) << r.text;
+  // #42: a borrow that wraps quota + borrow past 2^64 passed the cap (1Gi + 18446744072635809792
+  // read as 64 MiB); without a cap it is refused too.
+  for (uint64_t cap : {64ull << 20, 0ull}) {
+    make_core(cap);
+    auto wrap = prepare_msg();
+    wrap.mem_bytes = 1ull << 30;
+    wrap.borrow_bytes = 18446744072635809792ull;
+    r = reply(send(admin, wrap));
+    EXPECT_EQ(r.status, GPUOS_ERR_BAD_MESSAGE) << cap;
+    EXPECT_NE(std::string(r.text).find("memory quota 1073741824 + borrow 18446744072635809792 bytes is more than "
+                                       "2^64 - 1"),
+              std::string::npos)
+        << r.text;
+    EXPECT_TRUE(core->claims().all().empty());
+  }
   // A socket that cannot be made: refused, not kept.
   make_core();
   sockets.fail = true;

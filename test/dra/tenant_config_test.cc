@@ -224,6 +224,14 @@ TEST(TenantSpecs, FinishChecksTheWholeSpecAgainstTheShare) {
   EXPECT_NE(why.find("borrow needs mem"), std::string::npos);
   spec.mem_bytes = 1;
   EXPECT_TRUE(gpuos::dra::finish_tenant_spec("guaranteed", "gpu-0-guaranteed-0", &spec, &why)) << why;
+  // #42: mem + borrow wrapped past 2^64 and passed gpuosd's cap.
+  spec = {};
+  spec.mem_bytes = 1ull << 30;
+  spec.borrow_bytes = 18446744072635809792ull;
+  EXPECT_FALSE(gpuos::dra::finish_tenant_spec("guaranteed", "gpu-0-guaranteed-0", &spec, &why));
+  EXPECT_EQ(why, "mem 1073741824 + borrow 18446744072635809792 bytes is more than 2^64 - 1");
+  spec.borrow_bytes = UINT64_MAX - (1ull << 30);  // the largest sum that fits
+  EXPECT_TRUE(gpuos::dra::finish_tenant_spec("guaranteed", "gpu-0-guaranteed-0", &spec, &why)) << why;
 
   spec = {};
   spec.sms = 8;

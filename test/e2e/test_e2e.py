@@ -30,6 +30,12 @@ def bin_path(name):
     return os.path.join(BUILD, "bin", name)
 
 
+
+# Hermetic (#43): no test reads the host's /etc/gpuos/gpuos.toml or talks to a gpuosd at
+# /run/gpuos/gpuosd.sock; every process the tests start inherits paths that do not exist instead.
+os.environ["GPUOS_SYSTEM_CONFIG"] = "/nonexistent/gpuos-e2e/gpuos.toml"
+os.environ["GPUOS_SYSTEM_SOCKET"] = "/nonexistent/gpuos-e2e/gpuosd.sock"
+
 class Daemon:
     """A gpuosd on a private socket and simulated GPU; stop() ends it (and any child of it) and unlinks
     the simulated GPU's /dev/shm segment. stop() may be called any number of times.
