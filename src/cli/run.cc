@@ -14,6 +14,7 @@
 #include "cli/commands.h"
 #include "cli/simulate.h"
 #include "common/config.h"
+#include "policies/budget/budget.h"
 
 namespace gpuos::cli {
 namespace {
@@ -226,6 +227,24 @@ int run_command(const RunOptions& o, const std::vector<std::string>& cmd) {
                    o.max_slowdown.c_str(), cfg.source.empty() ? "the built-in config" : cfg.source.c_str(),
                    cfg.policies.time_gate.c_str(),
                    o.space.empty() ? "" : (" and space policy \"" + cfg.policies.space + "\"").c_str());
+    }
+    // In a spatial domain MPS costs the tenant's kernels before anything is lent (8-10.6% of a
+    // graph-replayed decode step on the H200, PLATFORM.md), a part of the budget the meter cannot
+    // see: a budget within it lends nothing.
+    if (budgeted && !o.space.empty()) {
+      policies::budget::BudgetParams bp;
+      std::string unused;
+      if (const ConfigSection* sec = cfg.section("budget"); sec != nullptr) {
+        policies::budget::parse_budget_params(*sec, &bp, &unused);
+      }
+      const double budget = std::strtod(o.max_slowdown.c_str(), nullptr);
+      if (budget <= 1.0 + bp.mps_cost) {
+        std::fprintf(stderr,
+                     "gpuos run: warning: --max-slowdown %s --space %s: MPS alone costs a tenant's kernels about "
+                     "%.0f%% ([policy.budget] mps_cost_pct), as much as the budget allows: nothing will be lent "
+                     "beside it; time-shared (without --space) the whole budget is the meter's\n",
+                     o.max_slowdown.c_str(), o.space.c_str(), bp.mps_cost * 100);
+      }
     }
     setenv("GPUOS_TENANT_MAX_SLOWDOWN", o.max_slowdown.c_str(), 1);
   }

@@ -198,6 +198,30 @@ TEST_F(Cli, TestsReadNoSystemConfigOrDaemon) {
   EXPECT_NE(ps.err.find("socket directory /nonexistent/gpuos-test:"), std::string::npos) << ps.err;
 }
 
+// Issue #40 item 4: a budget that MPS's own cost already spends lends nothing in a spatial domain:
+// said at `gpuos run` time.
+TEST_F(Cli, RunWarnsWhenMpsAloneSpendsTheBudget) {
+  std::string cfg = write("c.toml", "[scheduler]\npolicy = \"budget\"\n[policy.budget]\nmps_cost_pct = 10\n"
+                                    "[spatial]\nmps_dir = \"" + dir + "/mps\"\n[[spatial.domain]]\nname = \"dom\"\n");
+  auto cmd = [&](const char* budget, bool space) {
+    std::vector<std::string> c = {GPUOS_CLI_BIN, "run", "--config", cfg, "--class", "guaranteed", "--max-slowdown",
+                                  budget};
+    if (space) c.insert(c.end(), {"--space", "dom"});
+    c.insert(c.end(), {"--", "true"});
+    return c;
+  };
+  Result tight = run(cmd("1.1", true), base_env());
+  EXPECT_EQ(tight.code, 0) << tight.err;
+  EXPECT_NE(tight.err.find("gpuos run: warning: --max-slowdown 1.1 --space dom: MPS alone costs a tenant's kernels "
+                           "about 10%"),
+            std::string::npos)
+      << tight.err;
+  Result roomy = run(cmd("1.25", true), base_env());
+  EXPECT_EQ(roomy.err.find("MPS alone"), std::string::npos) << roomy.err;
+  Result timeshared = run(cmd("1.1", false), base_env());
+  EXPECT_EQ(timeshared.err.find("MPS alone"), std::string::npos) << timeshared.err;
+}
+
 TEST_F(Cli, RunSpaceSetsTheMpsEnvironment) {
   std::string cfg = write("c.toml", "[spatial]\nmps_dir = \"" + dir + "/mps\"\n[[spatial.domain]]\nname = \"dom\"\n");
   std::vector<std::string> cmd = {GPUOS_CLI_BIN, "run", "--config", cfg, "--space", "dom", "--", "env"};
