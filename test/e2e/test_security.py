@@ -8,6 +8,7 @@ segments. Usage: test_security.py BUILD_DIR [test-name ...]
 """
 import json
 import os
+import select
 import shutil
 import socket
 import struct
@@ -74,6 +75,20 @@ def as_user(uid):
     return {"user": uid, "group": uid, "extra_groups": [], "cwd": "/"}
 
 
+def exited_unreaped(p, timeout=60.0):
+    """Waits until p has exited, leaving it unreaped (a zombie still counts as alive for the double's
+    NVML), for at most timeout seconds."""
+    wait_for(lambda: os.waitid(os.P_PID, p.pid, os.WEXITED | os.WNOWAIT | os.WNOHANG) is not None,
+             timeout=timeout, what="pid %d to exit" % p.pid)
+
+
+def first_line(p, timeout=60.0):
+    """p's first line of output, waiting for it at most timeout seconds ("" if p closed its output)."""
+    if not select.select([p.stdout], [], [], timeout)[0]:
+        raise AssertionError("no output from pid %d within %d s" % (p.pid, timeout))
+    return p.stdout.readline()
+
+
 def unlink_shm(name):
     try:
         os.unlink("/dev/shm/" + name.lstrip("/"))
@@ -96,7 +111,7 @@ class Security(unittest.TestCase):
         for p in self.procs:
             if p.poll() is None:
                 p.kill()
-            p.wait()
+            p.wait(timeout=60)
             for f in (p.stdin, p.stdout, p.stderr):
                 if f:
                     f.close()
@@ -195,7 +210,7 @@ class Security(unittest.TestCase):
         p = subprocess.Popen([py, "-c", HOLDER, sock, str(n)], stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **as_user(uid))
         self.procs.append(p)
-        line = p.stdout.readline()
+        line = first_line(p)
         if not line:
             self.fail("the connection holder failed: " + p.stderr.read())
         return p, json.loads(line)
@@ -326,7 +341,7 @@ class Security(unittest.TestCase):
         p = subprocess.Popen(d.run_cmd(list(run_args) + ["--"] + cmd) if d else cmd, env=env,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.procs.append(p)
-        line = p.stdout.readline()
+        line = first_line(p)
         self.assertIn('"result": 0', line, p.stderr.read() if p.poll() is not None else line)
         return p
 
@@ -377,7 +392,7 @@ class Security(unittest.TestCase):
                                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for _ in range(5)]
                 self.procs.extend(batch)
                 for p in batch:  # exited, not reaped yet: still listed a few rounds
-                    os.waitid(os.P_PID, p.pid, os.WEXITED | os.WNOWAIT)
+                    exited_unreaped(p)
                 time.sleep(0.3)
                 for p in batch:
                     self.assertEqual(p.wait(timeout=60), 0, p.stderr.read().decode())
@@ -386,7 +401,7 @@ class Security(unittest.TestCase):
             if restart == 3:
                 break
             d.proc.kill()  # the daemon dies without any cleanup; the survivor runs on
-            d.proc.wait()
+            d.proc.wait(timeout=60)
             d.start()
             wait_for(lambda: (d.tenant(survivor.pid) or {}).get("state", "exited") != "exited" or None, timeout=30,
                      what="the survivor to re-register")
