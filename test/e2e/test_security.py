@@ -336,8 +336,8 @@ class Security(unittest.TestCase):
 
     # --- 4. trust but verify: NVML (the double's stand-in) against the grants ---
 
-    def bypass_probe(self, env, mib, *run_args, d=None):
-        cmd = [bin_path("gpuos-bypass-probe"), "--mib", str(mib), "--hold-ms", "60000"]
+    def bypass_probe(self, env, mib, *run_args, d=None, probe_args=()):
+        cmd = [bin_path("gpuos-bypass-probe"), "--mib", str(mib), "--hold-ms", "60000"] + list(probe_args)
         p = subprocess.Popen(d.run_cmd(list(run_args) + ["--"] + cmd) if d else cmd, env=env,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.procs.append(p)
@@ -372,6 +372,19 @@ class Security(unittest.TestCase):
         p = self.bypass_probe(d.env, 2048, "--name", "sly", "--mem", "64MiB", d=d)
         self.assertEqual(p.wait(timeout=60), -9)  # `gpuos run` became the probe (exec)
         self.assertIn("enforced: killed (SIGKILL)", d.log_text())
+
+    def test_the_usage_check_adds_up_a_low_duty_bypass(self):
+        # Issue #42 item 7: 2 ms of work every 16 ms around a closed gate (12% of the SMs, under the
+        # one round's 20%) adds up over the window of 10 rounds, and enforce = "kill" stops it.
+        d = self.daemon('[verify]\ninterval_ms = 200\nenforce = "kill"\ngrace_rounds = 2\n')
+        p = self.bypass_probe(d.env, 64, "--name", "sly", d=d,
+                              probe_args=["--spin-s", "120", "--kernel", "gpuos_fixed_work", "--iters", "2000000",
+                                          "--batch", "1", "--sleep-us", "14000"])
+        t = wait_for(lambda: d.tenant(p.pid), timeout=30, what="the bypass to register")
+        self.assertEqual(self.gate(d, t["id"], "close").returncode, 0)
+        self.assertEqual(p.wait(timeout=90), -9, d.log_text())
+        self.assertIn("in all in", d.log_text())  # found by the window, not by one round
+        self.assertNotIn("SMs while its gate was closed", d.log_text())
 
     def test_clean_exits_and_daemon_restarts_are_no_violations(self):
         # Issue #43 item 3: 100 tenants exit cleanly and gpuosd restarts 3 times under a surviving
