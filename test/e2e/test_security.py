@@ -386,6 +386,25 @@ class Security(unittest.TestCase):
         self.assertIn("in all in", d.log_text())  # found by the window, not by one round
         self.assertNotIn("SMs while its gate was closed", d.log_text())
 
+    def test_the_usage_check_finds_a_tenant_that_ignores_its_pacing(self):
+        # Issue #42 item 7: beside a guaranteed tenant with a latency budget, a best-effort tenant
+        # launches around its pacing (the driver's own entry points, 1 ms kernels back to back):
+        # NVML's SM use of it over its paced rounds against the share gpuosd granted it.
+        d = self.daemon('[scheduler]\npolicy = "budget"\n[verify]\ninterval_ms = 200\n')
+        hp = subprocess.Popen(d.run_cmd(["--name", "hp", "--class", "guaranteed", "--max-slowdown", "1.5", "--",
+                                         bin_path("gpuos-synth"), "--name", "hp", "--iters", "2000000", "--count",
+                                         "10000000", "--warmup", "0"]),
+                              env=d.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self.procs.append(hp)
+        wait_for(lambda: d.tenant(hp.pid), timeout=30, what="the guaranteed tenant to register")
+        p = self.bypass_probe(d.env, 64, "--name", "sly", "--class", "best-effort", d=d,
+                              probe_args=["--spin-s", "120", "--kernel", "gpuos_fixed_work", "--iters", "1000000",
+                                          "--batch", "1"])
+        wait_for(lambda: "ignores its pacing" in d.log_text(), timeout=90,
+                 what="the usage check to find the best-effort tenant beyond its pacing")
+        self.assertGreater(d.tenant(p.pid)["violations"], 0)
+        self.assertEqual(d.tenant(hp.pid)["violations"], 0)
+
     def test_clean_exits_and_daemon_restarts_are_no_violations(self):
         # Issue #43 item 3: 100 tenants exit cleanly and gpuosd restarts 3 times under a surviving
         # tenant; none of it is a process "without being a gpuos tenant". Exited tenants are reaped
