@@ -299,6 +299,7 @@ Outcome Core::on_register(Connection& conn, const gpuos_msg_register& asked) {
     t.findings_in_a_row = back->findings_in_a_row;
     t.finding_kinds_logged = back->finding_kinds_logged;
     t.enforced = back->enforced;
+    t.usage_window = back->usage_window;
   }
   t.pid = m.pid;
   t.uid = conn.peer.uid;
@@ -692,7 +693,7 @@ void Core::connection_closed(Connection& conn) {
     // The process runs on (it closed its connection): it is still this tenant. Its ledger entry
     // (id, hold) stays, and what the usage check holds against it waits for it to come back.
     retained_[t.pid] = Retained{t.start_time, t.uid, t.id, t.gate.pinned, t.violations, t.findings_in_a_row,
-                                t.finding_kinds_logged, t.enforced};
+                                t.finding_kinds_logged, t.enforced, t.usage_window};
   } else {
     ids_.forget(t.id);
   }

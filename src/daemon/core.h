@@ -305,7 +305,7 @@ class Core final {
   // The launches a timed tenant reported since the last call (its timing_ring), checked.
   std::vector<slots::TimedLaunch> read_timed_launches(Tenant& t);
   // Writes a time gate's pacing of t into its grant block (and wakes its paced launches).
-  void publish_pacing(Tenant& t, slots::Pacing pacing);
+  void publish_pacing(Tenant& t, slots::Pacing pacing, uint64_t now);
   // The grant block's pace_devices for pacing on gpuosd's GPUs `gpus`: the tenant's ordinals of
   // them; 0 (every device) for all GPUs or while its devices are not known.
   uint32_t pace_ordinals(const Tenant& t, uint64_t gpus) const;
@@ -356,6 +356,7 @@ class Core final {
     uint32_t findings_in_a_row = 0;
     uint32_t finding_kinds_logged = 0;
     bool enforced = false;
+    UsageWindow usage_window;
   };
   std::map<pid_t, Retained> retained_;
   uint64_t start_time_of(pid_t pid) const;

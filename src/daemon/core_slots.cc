@@ -99,11 +99,19 @@ uint32_t Core::pace_ordinals(const Tenant& t, uint64_t gpus) const {
   return gpu_map_.ordinals_of(t, gpus);  // (none of them visible to it: 0, paced everywhere)
 }
 
-void Core::publish_pacing(Tenant& t, slots::Pacing p) {
+void Core::publish_pacing(Tenant& t, slots::Pacing p, uint64_t now) {
   if (p.permille == 0) p = {};
   // Its device map may come (or change) after the pacing was decided: mapped again each time.
   const uint32_t ordinals = pace_ordinals(t, p.gpus);
   if (t.granted.pacing == p && t.granted.pace_ordinals == ordinals) return;
+  // The usage check holds what it used against the share granted over time (core_verify.cc).
+  t.pace_permille_ns += (now - std::min(now, t.pace_at_ns)) * t.granted.pacing.permille;
+  t.pace_at_ns = now;
+  if (p.permille == 0) {
+    t.pace_since_ns = 0;
+  } else if (t.pace_since_ns == 0 || p.gpus != t.granted.pacing.gpus) {
+    t.pace_since_ns = now;
+  }
   std::atomic_ref<uint32_t>(t.grants->pace_devices).store(ordinals, std::memory_order_relaxed);
   t.granted.pace_ordinals = ordinals;
   std::atomic_ref<uint32_t>(t.grants->pace_max_kernel_us).store(p.max_kernel_us, std::memory_order_relaxed);
@@ -169,7 +177,7 @@ void Core::run_time_gate(slots::Event e, uint32_t tenant_id, uint64_t now) {
   });
   for (const slots::GateAction& g : a.gates) {
     Tenant& t = tenants_.at(g.id);
-    publish_pacing(t, g.gate == GPUOS_GATE_OPEN ? g.pacing : slots::Pacing{});
+    publish_pacing(t, g.gate == GPUOS_GATE_OPEN ? g.pacing : slots::Pacing{}, now);
     space_engine_.apply_group_cap(t, t.granted.pacing.groups);
     if (t.gate.pinned) continue;  // an admin's pin outranks the policy
     t.gate.policy_gate = g.gate;

@@ -3,6 +3,8 @@
 // and acted on as the enforce policy says.
 #include <unistd.h>
 
+#include <algorithm>
+
 #include "common/log.h"
 #include "daemon/core.h"
 
@@ -38,7 +40,22 @@ void Core::verify_usage(uint64_t now) {
     t.verify_excused_last_round = excused_now;
     t.verify_gated_gpus = closed;
     t.verify_grant_epoch = epoch;
-    grants.push_back(TenantGrant{t.id, t.pid, limit, gated});
+    // The window counts a round gated on a GPU only when the round before was too: no sample of it
+    // reaches back to the launches it drained when its gate closed.
+    const uint64_t settled = gated & t.verify_gated_last;
+    t.verify_gated_last = gated;
+    // Paced without a break since before the last round, two rounds in a row (as gated): its
+    // granted share over this round, from gpuosd's own grants (publish_pacing).
+    const bool paced_round = t.pace_since_ns != 0 && verified_at_ns_ != 0 && t.pace_since_ns <= verified_at_ns_;
+    t.verify_paced_rounds = paced_round ? t.verify_paced_rounds + 1 : 0;
+    t.pace_permille_ns += (now - std::min(now, t.pace_at_ns)) * t.granted.pacing.permille;
+    t.pace_at_ns = now;
+    const uint64_t span = verified_at_ns_ != 0 && now > verified_at_ns_ ? now - verified_at_ns_ : 0;
+    const uint32_t share = span != 0 ? static_cast<uint32_t>(std::min<uint64_t>(t.pace_permille_ns / span, 1000)) : 0;
+    t.pace_permille_ns = 0;
+    const uint64_t paced_gpus =
+        t.verify_paced_rounds >= 2 ? (t.granted.pacing.gpus != 0 ? t.granted.pacing.gpus : ~0ull) : 0;
+    grants.push_back(TenantGrant{t.id, t.pid, limit, gated, settled, paced_gpus, share, &t.usage_window});
     tenant_pids.insert(t.pid);
     t.verified_mem_bytes = measured_bytes(sample, t.pid);
     t.verified_gpus = 0;
@@ -57,7 +74,13 @@ void Core::verify_usage(uint64_t now) {
     const uint64_t now_start = opts_.pid_start_time ? opts_.pid_start_time(pid) : process_start_time(pid);
     if (now_start == start) ignored.insert(pid);
   }
-  const std::vector<Finding> findings = check_usage(sample, grants, v.check, ignored);
+  std::vector<RoundFigures> figures;
+  const std::vector<Finding> findings = check_usage(sample, grants, v.check, ignored, &figures);
+  for (std::size_t i = 0; i < grants.size() && i < figures.size(); ++i) {
+    UsageWindow& w = tenants_.at(grants[i].id).usage_window;
+    w.push_back(figures[i]);
+    while (w.size() >= std::max<uint32_t>(v.check.window_rounds, 1)) w.pop_front();  // the earlier rounds
+  }
   std::set<uint32_t> found;
   uint64_t unregistered = 0;
   for (const Finding& f : findings) {
@@ -85,6 +108,18 @@ void Core::verify_usage(uint64_t now) {
                   "(quota, borrow and slack): it bypasses gpuos's accounting",
                   t.id, static_cast<int>(t.pid), static_cast<unsigned>(t.uid), t.name,
                   static_cast<unsigned long long>(f.measured >> 20), static_cast<unsigned long long>(f.limit >> 20));
+      } else if (f.kind == FindingKind::kOverPace) {
+        log::warn("usage check: tenant %u (pid %d uid %u, \"%s\") used %llu%% of the GPU on average over %u rounds "
+                  "in which it was paced, above the %llu%% its pacing allows (share, a quarter and %u points): it "
+                  "ignores its pacing",
+                  t.id, static_cast<int>(t.pid), static_cast<unsigned>(t.uid), t.name,
+                  static_cast<unsigned long long>(f.measured), f.rounds, static_cast<unsigned long long>(f.limit),
+                  v.check.pace_margin_percent);
+      } else if (f.window) {
+        log::warn("usage check: tenant %u (pid %d uid %u, \"%s\") used %llu%% of GPU %u's SMs (and others') in "
+                  "all in %u of its last %u rounds while its gate was closed: it bypasses the gate",
+                  t.id, static_cast<int>(t.pid), static_cast<unsigned>(t.uid), t.name,
+                  static_cast<unsigned long long>(f.measured), f.gpu, f.rounds, v.check.window_rounds);
       } else {
         log::warn("usage check: tenant %u (pid %d uid %u, \"%s\") used %llu%% of GPU %u's SMs while its gate was "
                   "closed: it bypasses the gate",

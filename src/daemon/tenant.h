@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "gpuos/abi.h"
+#include "daemon/usage_window.h"
 #include "slots/time_gate.h"
 
 namespace gpuos::daemon {
@@ -152,6 +153,18 @@ struct Tenant {
   uint64_t verify_close_transitions = 0;
   uint64_t verify_inflight_since_ns = 0;
   bool verify_excused_last_round = false;
+  // The window of the usage check (CheckParams::window_rounds): its last rounds' figures, and the
+  // GPUs its gate was closed on the whole last round (gated_settled).
+  UsageWindow usage_window;
+  uint64_t verify_gated_last = 0;
+  // Its pacing as granted, for the check against what it used: since when it is paced without a
+  // break (0: not paced; a new set of GPUs is a break), the share granted integrated over time
+  // since the last round (per mille x ns, up to pace_at_ns), and the rounds in a row it was paced
+  // the whole round.
+  uint64_t pace_since_ns = 0;
+  uint64_t pace_at_ns = 0;
+  uint64_t pace_permille_ns = 0;
+  uint32_t verify_paced_rounds = 0;
   mutable DeviceMap devices;
   SpaceState space;
   SwapState swap;

@@ -16,6 +16,7 @@ const char* finding_name(FindingKind k) {
     case FindingKind::kOverQuota: return "over_quota";
     case FindingKind::kLaunchedWhileGated: return "launched_while_gated";
     case FindingKind::kUnregistered: return "unregistered";
+    case FindingKind::kOverPace: return "over_pace";
   }
   return "unknown";
 }
@@ -113,13 +114,19 @@ UsageSample NvmlReader::read() {
         util_.resize(std::max<std::size_t>(n + 16, util_.size() * 2));
       }
       if (r == NVML_SUCCESS) {
+        std::map<pid_t, std::pair<uint64_t, uint32_t>> sums;  // pid -> SM percents summed, samples
         for (unsigned i = 0; i < n && i < util_.size(); ++i) {
           ObservedProcess& p = seen[static_cast<pid_t>(util_[i].pid)];
           p.pid = static_cast<pid_t>(util_[i].pid);
           p.gpu = gpu;
-          p.sm_util = std::max<int32_t>(p.sm_util, static_cast<int32_t>(std::min(util_[i].smUtil, 100u)));
+          const uint32_t pct = std::min(util_[i].smUtil, 100u);
+          p.sm_util = std::max<int32_t>(p.sm_util, static_cast<int32_t>(pct));
+          auto& [sum, count] = sums[p.pid];
+          sum += pct;
+          ++count;
           newest = std::max(newest, util_[i].timeStamp);
         }
+        for (const auto& [pid, sc] : sums) seen[pid].sm_util_mean = static_cast<int32_t>(sc.first / sc.second);
       }  // NOT_FOUND: no sample since the last round (nothing ran); others: no figure this round
     }
     for (auto& [pid, p] : seen) {
@@ -152,8 +159,13 @@ uint64_t measured_bytes(const UsageSample& sample, pid_t pid) {
   return sum;
 }
 
+uint32_t pace_bound_percent(uint32_t permille, const CheckParams& p) {
+  return (permille * 5 + 20) / 40 + p.pace_margin_percent;  // share * 1.25 in percent, rounded, + margin
+}
+
 std::vector<Finding> check_usage(const UsageSample& sample, const std::vector<TenantGrant>& tenants,
-                                 const CheckParams& p, const std::set<pid_t>& ignored) {
+                                 const CheckParams& p, const std::set<pid_t>& ignored,
+                                 std::vector<RoundFigures>* figures) {
   std::vector<Finding> out;
   std::map<pid_t, const TenantGrant*> by_pid;
   for (const TenantGrant& t : tenants) by_pid[t.pid] = &t;
@@ -164,6 +176,7 @@ std::vector<Finding> check_usage(const UsageSample& sample, const std::vector<Te
     }
   }
   std::set<pid_t> unregistered_reported;
+  std::set<uint32_t> gated_found;  // tenants found gated by this round alone
   for (const ObservedProcess& o : sample.processes) {
     auto it = by_pid.find(o.pid);
     if (it == by_pid.end()) {
@@ -178,6 +191,54 @@ std::vector<Finding> check_usage(const UsageSample& sample, const std::vector<Te
     if (o.gpu < 64 && (t.gated_all_round >> o.gpu & 1u) != 0 && o.sm_util > static_cast<int32_t>(p.gated_sm_util_percent)) {
       out.push_back(Finding{FindingKind::kLaunchedWhileGated, o.pid, t.id, o.gpu, static_cast<uint64_t>(o.sm_util),
                             p.gated_sm_util_percent});
+      gated_found.insert(t.id);
+    }
+  }
+  // The window: this round's figures of each tenant, added to its earlier rounds'.
+  if (figures != nullptr) figures->clear();
+  const std::size_t earlier = p.window_rounds > 0 ? p.window_rounds - 1 : 0;
+  for (const TenantGrant& t : tenants) {
+    RoundFigures now;
+    uint32_t gated_gpu = 0, paced_gpu = 0;
+    bool gated_seen = false;
+    for (const ObservedProcess& o : sample.processes) {
+      if (o.pid != t.pid || o.gpu >= 64) continue;
+      if ((t.gated_settled >> o.gpu & 1u) != 0 && o.sm_util > 0) {
+        now.gated_sm += static_cast<uint32_t>(o.sm_util);
+        if (!gated_seen) gated_gpu = o.gpu;
+        gated_seen = true;
+      }
+      if ((t.paced_gpus >> o.gpu & 1u) != 0 && o.sm_util_mean >= 0) {
+        if (!now.paced) paced_gpu = o.gpu;
+        now.paced = true;
+        now.paced_sm += static_cast<uint32_t>(o.sm_util_mean);
+      }
+    }
+    now.pace_permille = now.paced ? t.pace_permille : 0;
+    if (figures != nullptr) figures->push_back(now);
+    // The window's earlier rounds (the newest `earlier` of them) and this one.
+    uint64_t gated_sum = now.gated_sm, used = now.paced_sm, bound = 0;
+    uint32_t gated_rounds = now.gated_sm > 0 ? 1 : 0, paced_rounds = now.paced ? 1 : 0;
+    if (now.paced) bound += pace_bound_percent(now.pace_permille, p);
+    if (t.window != nullptr) {
+      const std::size_t n = std::min(t.window->size(), earlier);
+      for (auto r = t.window->end() - static_cast<std::ptrdiff_t>(n); r != t.window->end(); ++r) {
+        gated_sum += r->gated_sm;
+        gated_rounds += r->gated_sm > 0 ? 1 : 0;
+        if (!r->paced) continue;
+        ++paced_rounds;
+        used += r->paced_sm;
+        bound += pace_bound_percent(r->pace_permille, p);
+      }
+    }
+    if (now.gated_sm > 0 && gated_found.count(t.id) == 0 && gated_sum > p.gated_window_percent) {
+      out.push_back(Finding{FindingKind::kLaunchedWhileGated, t.pid, t.id, gated_gpu, gated_sum, p.gated_window_percent,
+                            true, gated_rounds});
+    }
+    if (now.paced && now.paced_sm > pace_bound_percent(now.pace_permille, p) && paced_rounds >= p.pace_min_rounds &&
+        used > bound) {
+      out.push_back(Finding{FindingKind::kOverPace, t.pid, t.id, paced_gpu, used / paced_rounds, bound / paced_rounds, true,
+                            paced_rounds});
     }
   }
   return out;

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "daemon/gpus.h"
+#include "daemon/usage_window.h"
 #include "gpuos/nvml_api.h"
 
 namespace gpuos::daemon {
@@ -27,6 +28,8 @@ struct ObservedProcess {
   bool mem_known = false;           // NVML said how much (not GPUOS_NVML_VALUE_NOT_AVAILABLE)
   uint64_t mem_bytes = 0;
   int32_t sm_util = -1;             // highest SM use (percent) over the round; -1 = no sample
+  int32_t sm_util_mean = -1;        // the mean of the round's samples (-1 = none): NVML samples
+                                    // a process only in periods in which it ran
   bool listed = false;              // in a process list (else only in utilization samples)
   // An MPS server (is_mps_server): no tenant by design. On the H200 (driver 580) NVML lists each
   // MPS client with its own bytes but puts all their SM use on the server's pid: its sm_util is its
@@ -78,9 +81,17 @@ struct TenantGrant {
   pid_t pid = 0;
   uint64_t limit_bytes = 0;         // quota + borrow; 0 = unlimited
   uint64_t gated_all_round = 0;     // the GPUs its gate was closed on (and drained) the whole round
+  // ... of those, the GPUs it was gated on the whole round before as well (so that no sample of
+  // this round reaches back to before the gate closed): its gated_sm counts there.
+  uint64_t gated_settled = 0;
+  // Paced (a best-effort tenant beside a latency budget) without a break since before the last
+  // round: the GPUs it was paced on (0: not so paced) and its granted share over this round.
+  uint64_t paced_gpus = 0;
+  uint32_t pace_permille = 0;
+  const UsageWindow* window = nullptr;  // its earlier rounds (null: none)
 };
 
-enum class FindingKind { kOverQuota, kLaunchedWhileGated, kUnregistered };
+enum class FindingKind { kOverQuota, kLaunchedWhileGated, kUnregistered, kOverPace };
 const char* finding_name(FindingKind k);
 
 struct Finding {
@@ -88,20 +99,44 @@ struct Finding {
   pid_t pid = 0;
   uint32_t tenant_id = 0;           // 0: the process is not a registered tenant
   uint32_t gpu = 0;
-  uint64_t measured = 0;            // bytes (over quota, unregistered), SM percent (gated)
-  uint64_t limit = 0;               // bytes allowed (over quota), SM percent threshold (gated)
+  // Bytes (over quota, unregistered); SM percent (gated: this round's on `gpu`, or with `window`
+  // the window's sum); over pace: the window's mean SM percent in the rounds it ran paced.
+  uint64_t measured = 0;
+  uint64_t limit = 0;               // bytes allowed, SM percent threshold or bound of the mean
+  bool window = false;              // found by adding up the window's rounds
+  uint32_t rounds = 0;              // ... that many of them (gated: with use; paced: ran paced)
 };
 
 struct CheckParams {
   uint64_t memory_slack_bytes = 1ull << 30;
   uint32_t gated_sm_util_percent = 20;
+  // The window: this many rounds (this one included). Gated: SM use adding up to more than
+  // gated_window_percent over it (summed percents of rounds gated since before the last round) is
+  // launching around the gate, though no round passed gated_sm_util_percent: at 1 s rounds, 5% of a
+  // GPU on average over 10 s, a burst of 14% duty in the 4th such round.
+  uint32_t window_rounds = 10;
+  uint32_t gated_window_percent = 50;
+  // Paced: a tenant whose mean SM use over the window's rounds in which it ran paced (at least
+  // pace_min_rounds of them) exceeds the mean of its granted shares by more than a quarter of it
+  // plus pace_margin_percent points ignores its pacing (an honest tenant's kernels may run somewhat
+  // longer beside the guaranteed tenant's than the times alone its pacing charges).
+  uint32_t pace_min_rounds = 3;
+  uint32_t pace_margin_percent = 10;
 };
 
+// The most SM percent (mean) a tenant paced at `permille` may show in a round (CheckParams).
+uint32_t pace_bound_percent(uint32_t permille, const CheckParams& p);
+
 // The findings of one sample: a tenant whose NVML memory (all GPUs) exceeds its limit plus the
-// slack; a tenant gated the whole round whose SM use exceeds the threshold on a GPU; a process with
-// GPU memory or activity that is no tenant, no MPS server and not in `ignored` (gpuosd itself).
+// slack; a tenant gated the whole round whose SM use exceeds the threshold on a GPU, or whose use
+// while gated adds up over the window beyond gated_window_percent; a paced tenant that used more
+// than its share (pace_bound_percent) over the window's paced rounds; a process with GPU memory or
+// activity that is no tenant, no MPS server and not in `ignored` (gpuosd itself). The window
+// findings come only in a round that itself added to them. `figures` (optional): this round's
+// figures of each tenant, in the order of `tenants`, for its window.
 std::vector<Finding> check_usage(const UsageSample& sample, const std::vector<TenantGrant>& tenants,
-                                 const CheckParams& p, const std::set<pid_t>& ignored);
+                                 const CheckParams& p, const std::set<pid_t>& ignored,
+                                 std::vector<RoundFigures>* figures = nullptr);
 
 // Whether pid is an MPS server: it holds its clients' contexts, so NVML lists it (66 MiB on the
 // H200, beside each client with its own bytes); it is no tenant by design. Decided by the binary it

@@ -91,13 +91,15 @@ TEST(NvmlReader, MpsClientsSamplesAndCostsOfEveryCall) {
     ASSERT_NE(find(s, 100), nullptr);
     EXPECT_EQ(find(s, 100)->gpu, 5u);
     EXPECT_EQ(find(s, 100)->mem_bytes, 3 * GiB);
-    EXPECT_EQ(find(s, 100)->sm_util, 40);  // the highest sample of the round
+    EXPECT_EQ(find(s, 100)->sm_util, 40);       // the highest sample of the round
+    EXPECT_EQ(find(s, 100)->sm_util_mean, 24);  // ... and the mean of its 150 (the pacing check's)
     ASSERT_NE(find(s, 200), nullptr);      // an MPS client, its memory unknown
     EXPECT_TRUE(find(s, 200)->listed);
     EXPECT_FALSE(find(s, 200)->mem_known);
     ASSERT_NE(find(s, 300), nullptr);
     EXPECT_FALSE(find(s, 300)->listed);
     EXPECT_EQ(find(s, 300)->sm_util, 0);
+    EXPECT_EQ(find(s, 300)->sm_util_mean, 0);
     // Every call timed, the failed first utilization call (array too small) included.
     ASSERT_EQ(s.calls.size(), 4u);
     EXPECT_STREQ(s.calls[1].name, "nvmlDeviceGetMPSComputeRunningProcesses_v3");
@@ -110,6 +112,7 @@ TEST(NvmlReader, MpsClientsSamplesAndCostsOfEveryCall) {
     s = r.read();
     EXPECT_EQ(Fake::last_seen.back(), 5000u);
     EXPECT_EQ(find(s, 100)->sm_util, -1);
+    EXPECT_EQ(find(s, 100)->sm_util_mean, -1);
     EXPECT_EQ(find(s, 300), nullptr);
     // A driver without MPS: nothing to list there, and no failure.
     Fake::mps_result = NVML_ERROR_NOT_SUPPORTED;

@@ -64,6 +64,114 @@ TEST(CheckUsage, OverQuotaBeyondTheSlackGatedLaunchesAndUnregisteredProcesses) {
   EXPECT_EQ(f[3].measured, 2 * GiB);
 }
 
+// One round of the check for tenants whose windows the test keeps as gpuosd does (the earlier
+// rounds, at most window_rounds - 1).
+struct Rounds {
+  CheckParams p;
+  std::vector<UsageWindow> windows = std::vector<UsageWindow>(8);
+  std::vector<Finding> round(const UsageSample& s, std::vector<TenantGrant> tenants) {
+    for (std::size_t i = 0; i < tenants.size(); ++i) tenants[i].window = &windows.at(i);
+    std::vector<RoundFigures> figures;
+    std::vector<Finding> f = check_usage(s, tenants, p, {}, &figures);
+    EXPECT_EQ(figures.size(), tenants.size());
+    for (std::size_t i = 0; i < figures.size(); ++i) {
+      windows.at(i).push_back(figures[i]);
+      while (windows.at(i).size() >= p.window_rounds) windows.at(i).pop_front();
+    }
+    return f;
+  }
+};
+
+// Issue #42 item 7: a bypass kept under the one-round threshold (1 ms kernel, 6 ms sleep: 14% of
+// the SMs) adds up over the window: found in the 4th round gated (56% > 50%), and in every round
+// after. Use while not gated, the first round of a closed gate (its samples may reach back to the
+// launches it drained), and no use at all are never counted.
+TEST(CheckUsage, LowDutyUseWhileGatedAddsUpOverTheWindow) {
+  Rounds r;  // 10 rounds, 50%
+  UsageSample s;
+  s.ok = true;
+  s.processes = {proc(10, GiB, 14), proc(11, GiB, 90), proc(12, GiB, 14), proc(13, GiB, -1), proc(14, GiB, 0)};
+  auto tenants = [](bool settled) {
+    const uint64_t s = settled ? ~0ull : 0;
+    return std::vector<TenantGrant>{
+        {1, 10, 0, ~0ull, s},  // gated, 14% a round: the low-duty bypass
+        {2, 11, 0, 0, 0},      // open, 90%: fine
+        {3, 12, 0, ~0ull, 0},  // gated, but always the first round of its closed gate
+        {4, 13, 0, ~0ull, s},  // gated, not sampled (idle)
+        {5, 14, 0, ~0ull, s},  // gated, 0%
+    };
+  };
+  for (int round = 1; round <= 3; ++round) {
+    EXPECT_TRUE(r.round(s, tenants(true)).empty()) << "round " << round;  // 14, 28, 42
+  }
+  std::vector<Finding> f = r.round(s, tenants(true));
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].kind, FindingKind::kLaunchedWhileGated);
+  EXPECT_EQ(f[0].tenant_id, 1u);
+  EXPECT_TRUE(f[0].window);
+  EXPECT_EQ(f[0].measured, 56u);
+  EXPECT_EQ(f[0].limit, 50u);
+  EXPECT_EQ(f[0].rounds, 4u);
+  EXPECT_EQ(r.round(s, tenants(true)).size(), 1u);  // and again: rounds in a row for enforce
+  // A round without use adds nothing and finds nothing; over 10 quiet rounds the window empties.
+  s.processes = {proc(10, GiB, -1)};
+  for (int round = 0; round < 9; ++round) EXPECT_TRUE(r.round(s, tenants(true)).empty());
+  s.processes = {proc(10, GiB, 14)};
+  EXPECT_TRUE(r.round(s, tenants(true)).empty());
+  // A round found by the one-round threshold is not found twice.
+  s.processes = {proc(10, GiB, 60)};
+  f = r.round(s, tenants(true));
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_FALSE(f[0].window);
+  EXPECT_EQ(f[0].measured, 60u);
+}
+
+// Issue #42 item 7: a paced best-effort tenant whose SM use exceeds its granted share (a quarter
+// and 10 points of margin) over the window's paced rounds it ran in, at least 3 of them, ignores
+// its pacing. Its use where it is not paced, and rounds not paced throughout, are its own.
+TEST(CheckUsage, APacedTenantThatUsesMoreThanItsShareIsFound) {
+  Rounds r;
+  EXPECT_EQ(pace_bound_percent(200, r.p), 35u);
+  EXPECT_EQ(pace_bound_percent(1000, r.p), 135u);
+  auto at = [](pid_t pid, int32_t mean, uint32_t gpu = 0) {
+    ObservedProcess o = proc(pid, GiB, mean, gpu);
+    o.sm_util_mean = mean;
+    return o;
+  };
+  UsageSample s;
+  s.ok = true;
+  // 20: ignores its 20% (80%); 21: honest, 32% beside the guaranteed tenant's kernels; 22: paced
+  // on GPU 1 only, 90% on GPU 0; 23: 90%, not paced throughout (no paced GPUs).
+  s.processes = {at(20, 80), at(21, 32), at(22, 90, 0), at(22, 20, 1), at(23, 90)};
+  const std::vector<TenantGrant> tenants = {
+      {1, 20, 0, 0, 0, ~0ull, 200},
+      {2, 21, 0, 0, 0, ~0ull, 200},
+      {3, 22, 0, 0, 0, 1u << 1, 200},
+      {4, 23, 0, 0, 0, 0, 200},
+  };
+  EXPECT_TRUE(r.round(s, tenants).empty());
+  EXPECT_TRUE(r.round(s, tenants).empty());
+  std::vector<Finding> f = r.round(s, tenants);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].kind, FindingKind::kOverPace);
+  EXPECT_EQ(f[0].tenant_id, 1u);
+  EXPECT_EQ(f[0].measured, 80u);
+  EXPECT_EQ(f[0].limit, 35u);
+  EXPECT_EQ(f[0].rounds, 3u);
+  EXPECT_STREQ(finding_name(f[0].kind), "over_pace");
+  // Rounds without a sample (it was idle) neither count nor excuse; a round within the bound finds
+  // nothing even when the window is over it (a finding is a round of excess).
+  s.processes = {at(20, 30)};
+  EXPECT_TRUE(r.round(s, tenants).empty());
+  // The window's mean: one burst of 100% among rounds of 10% at a share of 50% (bound 73%) is no excess.
+  Rounds b;
+  const std::vector<TenantGrant> half = {{1, 20, 0, 0, 0, ~0ull, 500}};
+  s.processes = {at(20, 10)};
+  for (int round = 0; round < 5; ++round) EXPECT_TRUE(b.round(s, half).empty());
+  s.processes = {at(20, 100)};
+  EXPECT_TRUE(b.round(s, half).empty());
+}
+
 // A fake NVML: two devices (the second is not one of gpuosd's), a process list that needs the
 // array to grow, memory NVML cannot tell, utilization samples.
 struct FakeNvml {
@@ -368,6 +476,159 @@ TEST(CoreUsageCheck, InFlightWorkIsExcusedForTheGraceAtMost) {
   for (int s = 0; s < 4; ++s) c.round();
   EXPECT_GE(c.violations(be.id), 2u);
   EXPECT_EQ(c.enforcer.killed, (std::vector<pid_t>{801}));
+}
+
+// Issue #42 item 7: the low-duty bypass (14% of the SMs a round, never above the 20% of one round)
+// beside a busy guaranteed tenant is found once its use while gated adds up over the window, and
+// killed the round after (enforce: 2 rounds in a row); reconnecting does not empty its window.
+TEST(CoreUsageCheck, ALowDutyBypassAddsUpOverTheWindow) {
+  GatedCheck c(30'000'000'000);
+  tenant_side::TenantSide& g = c.reg(0, 800, GPUOS_CLASS_GUARANTEED);
+  c.reg(1, 801, GPUOS_CLASS_BEST_EFFORT);
+  c.busy(g, 1);
+  ASSERT_EQ(load(c.sides[1].grants->gate), static_cast<uint32_t>(GPUOS_GATE_CLOSED));
+  c.next.processes = {proc(801, GiB, 14), proc(800, GiB, 40)};
+  // Rounds 1-2: its gate's first look, then the first round gated (not counted); 3-4: 14%, 28%.
+  for (int s = 0; s < 4; ++s) c.round();
+  EXPECT_EQ(c.violations(c.sides[1].id), 0u);
+  // It reconnects to start afresh: its gate closes again, its window is still there.
+  Connection gone = c.sides[1].conn;
+  c.core->connection_closed(gone);
+  tenant_side::unmap(c.sides[1]);
+  c.sides[1].conn = Connection{};
+  tenant_side::TenantSide& be = c.reg(1, 801, GPUOS_CLASS_BEST_EFFORT);
+  ASSERT_EQ(load(be.grants->gate), static_cast<uint32_t>(GPUOS_GATE_CLOSED));
+  for (int s = 0; s < 3; ++s) c.round();  // the gate's first look, its first round gated, 42%
+  EXPECT_EQ(c.violations(be.id), 0u);
+  EXPECT_TRUE(c.enforcer.killed.empty());
+  c.round();  // 56% over 4 rounds in the window
+  EXPECT_EQ(c.violations(be.id), 1u);
+  c.round();
+  EXPECT_EQ(c.enforcer.killed, (std::vector<pid_t>{801}));
+  EXPECT_EQ(c.violations(g.id), 0u);
+}
+
+// An honest best-effort tenant under the same gate is never found: no use while gated, or in-flight
+// work from before the gate closed at any level (excused as ever), for the window's length and more.
+TEST(CoreUsageCheck, HonestGatedTenantsAddNothingToTheWindow) {
+  GatedCheck c(30'000'000'000);
+  tenant_side::TenantSide& g = c.reg(0, 800, GPUOS_CLASS_GUARANTEED);
+  tenant_side::TenantSide& idle = c.reg(1, 801, GPUOS_CLASS_BEST_EFFORT);
+  tenant_side::TenantSide& inflight = c.reg(2, 802, GPUOS_CLASS_BEST_EFFORT);
+  c.busy(inflight, 1);  // a long kernel, launched while open
+  c.busy(g, 1);
+  ASSERT_EQ(load(idle.grants->gate), static_cast<uint32_t>(GPUOS_GATE_CLOSED));
+  c.next.processes = {proc(801, GiB, 0), proc(802, GiB, 14), proc(800, GiB, 40)};
+  for (int s = 0; s < 25; ++s) c.round();
+  c.busy(inflight, 0);
+  c.next.processes = {proc(801, GiB, -1), proc(802, GiB, 0), proc(800, GiB, 40)};
+  for (int s = 0; s < 12; ++s) c.round();
+  EXPECT_EQ(c.core->stats().violations, 0u);
+  EXPECT_TRUE(c.enforcer.killed.empty());
+}
+
+// A time gate that opens every gate with the pacing the test sets (a budget policy's part).
+class PacingGate final : public slots::TimeGate {
+ public:
+  const char* name() const override { return "pacing"; }
+  slots::GateActions decide(const slots::GateView& v) override {
+    slots::GateActions a;
+    for (const auto& t : v.tenants) a.gates.push_back({t.id, GPUOS_GATE_OPEN, 0, pacing});
+    return a;
+  }
+  slots::Pacing pacing;
+};
+
+// Issue #42 item 7: a best-effort tenant that ignores its pacing beside a budgeted tenant (NVML
+// sees it use 80% of the GPU on a 20% share) is found after 3 rounds paced throughout, and killed
+// the round after; its granted share is the time average over the round (40% for half a round and
+// 60% for the other: 50%), and rounds in which pacing stopped (the guaranteed tenant idle: it may
+// use the whole GPU) are not held against it. An honest tenant at 30% never is.
+TEST(CoreUsageCheck, ATenantThatIgnoresItsPacingIsFound) {
+  UsageSample next;
+  next.ok = true;
+  FakeEnforcer enforcer;
+  uint64_t mono = 1'000'000'000;
+  auto gate = std::make_unique<PacingGate>();
+  PacingGate* pacing = gate.get();
+  pacing->pacing.permille = 200;
+  CoreOptions o;
+  o.gpus.push_back(GpuInfo{0, "Sim", "GPU-0", 132, 80 * GiB, {}, 0});
+  o.mono_ns = [&] { return mono; };
+  o.pid_start_time = [](pid_t p) { return static_cast<uint64_t>(p) * 10; };
+  o.time_gate = std::move(gate);
+  o.verify.sample = [&] { return next; };
+  o.verify.enforce = policies::EnforceParams{policies::EnforceMode::kKill, 2};
+  o.verify.enforcer = &enforcer;
+  Core core(std::move(o));
+  std::vector<tenant_side::TenantSide> sides(2);
+  auto reg = [&](tenant_side::TenantSide& s, pid_t pid) {
+    s.conn.id = static_cast<uint64_t>(pid);
+    s.conn.peer.pid = pid;
+    s.conn.peer.uid = 1000;
+    gpuos_msg_register m = tenant_side::registration(pid, GPUOS_CLASS_BEST_EFFORT);
+    tenant_side::adopt(s, core.handle_message(s.conn, &m, sizeof(m)));
+    return s.id;
+  };
+  const uint32_t cheat = reg(sides[0], 700);
+  const uint32_t honest = reg(sides[1], 701);
+  ASSERT_EQ(load(sides[0].grants->pace_permille), 200u);
+  auto violations = [&](uint32_t id) -> uint64_t {
+    for (const TenantStat& t : core.tenant_stats(mono)) {
+      if (t.info.tenant_id == id) return t.violations;
+    }
+    return ~0ull;
+  };
+  auto at = [](pid_t pid, int32_t mean) {
+    ObservedProcess p = proc(pid, GiB, mean);
+    p.sm_util_mean = mean;
+    return p;
+  };
+  auto round = [&] {
+    mono += 1'000'000'000;
+    core.tick(mono);
+  };
+  // Pacing stops for part of every round: 100% is its right, however long.
+  next.processes = {at(700, 100), at(701, 100)};
+  for (int s = 0; s < 12; ++s) {
+    mono += 400'000'000;
+    pacing->pacing.permille = 0;
+    core.tick(mono);
+    mono += 100'000'000;
+    pacing->pacing.permille = 200;
+    core.tick(mono);
+    round();
+  }
+  EXPECT_EQ(core.stats().violations, 0u);
+  // Paced at 40% for half of each round and 60% for the other: the share is 50% (bound 73%).
+  next.processes = {at(700, 70), at(701, 30)};
+  for (int s = 0; s < 12; ++s) {
+    mono += 500'000'000;
+    pacing->pacing.permille = 400;
+    core.tick(mono);
+    mono += 500'000'000;
+    pacing->pacing.permille = 600;
+    core.tick(mono);
+  }
+  EXPECT_EQ(core.stats().violations, 0u);
+  // 20% throughout: 80% is too much (bound 35%), 30% is not. The window still holds the rounds
+  // at 50%, which it kept to: their margin does not hide the excess for long.
+  pacing->pacing.permille = 200;
+  next.processes = {at(700, 80), at(701, 30)};
+  round();  // (pacing changed in the last round: the first round paced at 20% throughout is the next)
+  int rounds = 1;
+  while (violations(cheat) == 0 && rounds < 12) {
+    round();
+    ++rounds;
+  }
+  EXPECT_EQ(violations(cheat), 1u);
+  EXPECT_LE(rounds, 10);
+  EXPECT_TRUE(enforcer.killed.empty());
+  round();
+  EXPECT_EQ(enforcer.killed, (std::vector<pid_t>{700}));
+  for (int s = 0; s < 12; ++s) round();
+  EXPECT_EQ(violations(honest), 0u);
+  for (auto& s : sides) tenant_side::unmap(s);
 }
 
 // Issue #43 item 3: a tenant that exits cleanly may still be on the GPU a moment after its

@@ -5,6 +5,8 @@
 // allocates --mib MiB far past its quota, and with --cubin/--spin-s keeps the SMs busy with that
 // cubin's gpuos_spin kernel whatever its gate says. Without LD_PRELOAD it is simply a process on
 // the GPU that is no tenant. Prints one JSON line, then holds its memory for --hold-ms.
+// On the double (no --cubin): --kernel gpuos_fixed_work --iters NS, in batches of --batch launches
+// with --sleep-us between them (a low-duty bypass: 2 ms of work every 16 ms stays under 20%).
 #include <cuda.h>
 #include <dlfcn.h>
 #include <unistd.h>
@@ -32,12 +34,19 @@ int main(int argc, char** argv) {
   unsigned long long mib = 2048;
   long hold_ms = 60000;
   unsigned spin_s = 0;
-  std::string cubin;
+  std::string cubin, kernel = "gpuos_spin";
+  unsigned long long iters64 = 200000;
+  int batch = 20;
+  long sleep_us = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--mib")) mib = std::strtoull(argv[i + 1], nullptr, 10);
     else if (!std::strcmp(argv[i], "--hold-ms")) hold_ms = std::strtol(argv[i + 1], nullptr, 10);
     else if (!std::strcmp(argv[i], "--spin-s")) spin_s = static_cast<unsigned>(std::strtoul(argv[i + 1], nullptr, 10));
     else if (!std::strcmp(argv[i], "--cubin")) cubin = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--kernel")) kernel = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--iters")) iters64 = std::strtoull(argv[i + 1], nullptr, 10);
+    else if (!std::strcmp(argv[i], "--batch")) batch = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--sleep-us")) sleep_us = std::strtol(argv[i + 1], nullptr, 10);
   }
   CUdevice dev = 0;
   CUcontext ctx = nullptr;
@@ -63,7 +72,8 @@ int main(int argc, char** argv) {
   if (r != CUDA_SUCCESS) return 4;
   if (spin_s != 0) {
     std::ifstream f(cubin, std::ios::binary);
-    const std::string image((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    std::string image((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    if (cubin.empty()) image = "gpuos-bypass-probe";  // the double loads any image
     auto load = real<CUresult (*)(CUmodule*, const void*)>(libc_dlsym, cuda, "cuModuleLoadData");
     auto get = real<CUresult (*)(CUfunction*, CUmodule, const char*)>(libc_dlsym, cuda, "cuModuleGetFunction");
     auto launch = real<CUresult (*)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
@@ -71,16 +81,22 @@ int main(int argc, char** argv) {
     auto sync = real<CUresult (*)()>(libc_dlsym, cuda, "cuCtxSynchronize");
     CUmodule mod = nullptr;
     CUfunction fn = nullptr;
-    if (image.empty() || load(&mod, image.data()) != CUDA_SUCCESS || get(&fn, mod, "gpuos_spin") != CUDA_SUCCESS) {
-      std::fprintf(stderr, "bypass_probe: cannot load gpuos_spin from %s\n", cubin.c_str());
+    if (image.empty() || load(&mod, image.data()) != CUDA_SUCCESS || get(&fn, mod, kernel.c_str()) != CUDA_SUCCESS) {
+      std::fprintf(stderr, "bypass_probe: cannot load %s from %s\n", kernel.c_str(), cubin.c_str());
       return 5;
     }
-    int iters = 200000;
-    void* params[] = {&big, &iters};
+    int iters = static_cast<int>(iters64);
+    void* spin_params[] = {&big, &iters};
+    void* work_params[] = {&iters64, &big};  // gpuos_fixed_work(u64 iters, u64* done_blocks)
+    void** params = kernel == "gpuos_spin" ? spin_params : work_params;
     const time_t end = std::time(nullptr) + spin_s;
     while (std::time(nullptr) < end) {
-      for (int k = 0; k < 20; ++k) launch(fn, 132 * 4, 1, 1, 256, 1, 1, 0, nullptr, params, nullptr);
+      for (int k = 0; k < batch; ++k) launch(fn, 132 * 4, 1, 1, 256, 1, 1, 0, nullptr, params, nullptr);
       if (sync() != CUDA_SUCCESS) return 6;
+      if (sleep_us > 0) {
+        timespec gap{sleep_us / 1000000, (sleep_us % 1000000) * 1000};
+        nanosleep(&gap, nullptr);
+      }
     }
   }
   timespec t{hold_ms / 1000, (hold_ms % 1000) * 1000000};

@@ -8,6 +8,7 @@ segments. Usage: test_security.py BUILD_DIR [test-name ...]
 """
 import json
 import os
+import select
 import shutil
 import socket
 import struct
@@ -74,6 +75,20 @@ def as_user(uid):
     return {"user": uid, "group": uid, "extra_groups": [], "cwd": "/"}
 
 
+def exited_unreaped(p, timeout=60.0):
+    """Waits until p has exited, leaving it unreaped (a zombie still counts as alive for the double's
+    NVML), for at most timeout seconds."""
+    wait_for(lambda: os.waitid(os.P_PID, p.pid, os.WEXITED | os.WNOWAIT | os.WNOHANG) is not None,
+             timeout=timeout, what="pid %d to exit" % p.pid)
+
+
+def first_line(p, timeout=60.0):
+    """p's first line of output, waiting for it at most timeout seconds ("" if p closed its output)."""
+    if not select.select([p.stdout], [], [], timeout)[0]:
+        raise AssertionError("no output from pid %d within %d s" % (p.pid, timeout))
+    return p.stdout.readline()
+
+
 def unlink_shm(name):
     try:
         os.unlink("/dev/shm/" + name.lstrip("/"))
@@ -96,7 +111,7 @@ class Security(unittest.TestCase):
         for p in self.procs:
             if p.poll() is None:
                 p.kill()
-            p.wait()
+            p.wait(timeout=60)
             for f in (p.stdin, p.stdout, p.stderr):
                 if f:
                     f.close()
@@ -195,7 +210,7 @@ class Security(unittest.TestCase):
         p = subprocess.Popen([py, "-c", HOLDER, sock, str(n)], stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **as_user(uid))
         self.procs.append(p)
-        line = p.stdout.readline()
+        line = first_line(p)
         if not line:
             self.fail("the connection holder failed: " + p.stderr.read())
         return p, json.loads(line)
@@ -321,12 +336,12 @@ class Security(unittest.TestCase):
 
     # --- 4. trust but verify: NVML (the double's stand-in) against the grants ---
 
-    def bypass_probe(self, env, mib, *run_args, d=None):
-        cmd = [bin_path("gpuos-bypass-probe"), "--mib", str(mib), "--hold-ms", "60000"]
+    def bypass_probe(self, env, mib, *run_args, d=None, probe_args=()):
+        cmd = [bin_path("gpuos-bypass-probe"), "--mib", str(mib), "--hold-ms", "60000"] + list(probe_args)
         p = subprocess.Popen(d.run_cmd(list(run_args) + ["--"] + cmd) if d else cmd, env=env,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.procs.append(p)
-        line = p.stdout.readline()
+        line = first_line(p)
         self.assertIn('"result": 0', line, p.stderr.read() if p.poll() is not None else line)
         return p
 
@@ -358,6 +373,38 @@ class Security(unittest.TestCase):
         self.assertEqual(p.wait(timeout=60), -9)  # `gpuos run` became the probe (exec)
         self.assertIn("enforced: killed (SIGKILL)", d.log_text())
 
+    def test_the_usage_check_adds_up_a_low_duty_bypass(self):
+        # Issue #42 item 7: 2 ms of work every 16 ms around a closed gate (12% of the SMs, under the
+        # one round's 20%) adds up over the window of 10 rounds, and enforce = "kill" stops it.
+        d = self.daemon('[verify]\ninterval_ms = 200\nenforce = "kill"\ngrace_rounds = 2\n')
+        p = self.bypass_probe(d.env, 64, "--name", "sly", d=d,
+                              probe_args=["--spin-s", "120", "--kernel", "gpuos_fixed_work", "--iters", "2000000",
+                                          "--batch", "1", "--sleep-us", "14000"])
+        t = wait_for(lambda: d.tenant(p.pid), timeout=30, what="the bypass to register")
+        self.assertEqual(self.gate(d, t["id"], "close").returncode, 0)
+        self.assertEqual(p.wait(timeout=90), -9, d.log_text())
+        self.assertIn("in all in", d.log_text())  # found by the window, not by one round
+        self.assertNotIn("SMs while its gate was closed", d.log_text())
+
+    def test_the_usage_check_finds_a_tenant_that_ignores_its_pacing(self):
+        # Issue #42 item 7: beside a guaranteed tenant with a latency budget, a best-effort tenant
+        # launches around its pacing (the driver's own entry points, 1 ms kernels back to back):
+        # NVML's SM use of it over its paced rounds against the share gpuosd granted it.
+        d = self.daemon('[scheduler]\npolicy = "budget"\n[verify]\ninterval_ms = 200\n')
+        hp = subprocess.Popen(d.run_cmd(["--name", "hp", "--class", "guaranteed", "--max-slowdown", "1.5", "--",
+                                         bin_path("gpuos-synth"), "--name", "hp", "--iters", "2000000", "--count",
+                                         "10000000", "--warmup", "0"]),
+                              env=d.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self.procs.append(hp)
+        wait_for(lambda: d.tenant(hp.pid), timeout=30, what="the guaranteed tenant to register")
+        p = self.bypass_probe(d.env, 64, "--name", "sly", "--class", "best-effort", d=d,
+                              probe_args=["--spin-s", "120", "--kernel", "gpuos_fixed_work", "--iters", "1000000",
+                                          "--batch", "1"])
+        wait_for(lambda: "ignores its pacing" in d.log_text(), timeout=90,
+                 what="the usage check to find the best-effort tenant beyond its pacing")
+        self.assertGreater(d.tenant(p.pid)["violations"], 0)
+        self.assertEqual(d.tenant(hp.pid)["violations"], 0)
+
     def test_clean_exits_and_daemon_restarts_are_no_violations(self):
         # Issue #43 item 3: 100 tenants exit cleanly and gpuosd restarts 3 times under a surviving
         # tenant; none of it is a process "without being a gpuos tenant". Exited tenants are reaped
@@ -377,7 +424,7 @@ class Security(unittest.TestCase):
                                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for _ in range(5)]
                 self.procs.extend(batch)
                 for p in batch:  # exited, not reaped yet: still listed a few rounds
-                    os.waitid(os.P_PID, p.pid, os.WEXITED | os.WNOWAIT)
+                    exited_unreaped(p)
                 time.sleep(0.3)
                 for p in batch:
                     self.assertEqual(p.wait(timeout=60), 0, p.stderr.read().decode())
@@ -386,7 +433,7 @@ class Security(unittest.TestCase):
             if restart == 3:
                 break
             d.proc.kill()  # the daemon dies without any cleanup; the survivor runs on
-            d.proc.wait()
+            d.proc.wait(timeout=60)
             d.start()
             wait_for(lambda: (d.tenant(survivor.pid) or {}).get("state", "exited") != "exited" or None, timeout=30,
                      what="the survivor to re-register")
