@@ -652,7 +652,9 @@ TEST(BudgetPolicy, BesideAWholeGpuTenantTheShareBuysSmGroupsFirst) {
       max_groups = std::max(max_groups, act->pacing.groups);
       max_permille = std::max(max_permille, act->pacing.permille);
       min_permille = std::min(min_permille, act->pacing.permille);
-      if (act->pacing.groups > 1) EXPECT_EQ(act->pacing.permille, 1000u) << "time pacing only below one group";
+      if (act->pacing.groups > 1) {
+        EXPECT_EQ(act->pacing.permille, 1000u) << "time pacing only below one group";
+      }
     }
     if (confined) {
       EXPECT_EQ(max_groups, 0u);
