@@ -52,6 +52,8 @@ typedef enum gpuos_kv_result {
                                       was asked to make room) */
   GPUOS_KV_ERR_DRIVER = 5,         /* a CUDA driver call failed; nothing changed */
   GPUOS_KV_ERR_NOT_MAPPED = 6,     /* gpuos_kv_unmap of a page that is not mapped; nothing changed */
+  GPUOS_KV_ERR_NOT_INITIALIZED = 7, /* CUDA is not initialised in this process yet: cuInit (or the
+                                       framework's CUDA initialisation) comes before the first pool */
 } gpuos_kv_result;
 
 typedef struct gpuos_kv_pool gpuos_kv_pool; /* opaque */

@@ -32,7 +32,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Un
 
 __all__ = [
     "ABI_VERSION", "DEFAULT_PAGE_BYTES", "DEFAULT_CHUNK_BYTES",
-    "Result", "KvError", "NotGoverned", "LibraryNotFound", "OutOfMemory",
+    "Result", "KvError", "NotGoverned", "LibraryNotFound", "OutOfMemory", "NotInitialized",
     "Stats", "Pool", "PageAllocator",
     "available", "library_path", "abi_version", "result_text",
     "on_pressure", "target", "target_and_deadline", "report_queue",
@@ -54,6 +54,7 @@ class Result(enum.IntEnum):
     OUT_OF_MEMORY = 4
     DRIVER = 5
     NOT_MAPPED = 6
+    NOT_INITIALIZED = 7
 
 
 class KvError(Exception):
@@ -81,7 +82,12 @@ class OutOfMemory(KvError):
     """No room: the tenant's quota, gpuosd's target, or the GPU (or the pool's range is full)."""
 
 
-_ERRORS = {Result.NOT_GOVERNED: NotGoverned, Result.OUT_OF_MEMORY: OutOfMemory}
+class NotInitialized(KvError):
+    """CUDA is not initialised in this process yet: initialise it (e.g. torch.cuda.init()) first."""
+
+
+_ERRORS = {Result.NOT_GOVERNED: NotGoverned, Result.OUT_OF_MEMORY: OutOfMemory,
+           Result.NOT_INITIALIZED: NotInitialized}
 
 
 # ---- the library --------------------------------------------------------------------------------

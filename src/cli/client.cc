@@ -370,6 +370,7 @@ std::string display_state(const gpuos_msg_tenant_info& t) {
 
 nlohmann::json listing_json(const Listing& l) {
   nlohmann::json j;
+  j["schema_version"] = kPsJsonSchemaVersion;
   j["gpus"] = nlohmann::json::array();
   for (const auto& g : l.gpus) {
     j["gpus"].push_back({{"index", g.index},

@@ -58,7 +58,9 @@ enum class SpaceQuery {
 SpaceQuery query_space_domain(const std::string& socket, const std::string& domain, SpaceDomainInfo* out,
                               std::string* err);
 
-// The `gpuos ps --json` schema of docs/CONTRACTS.md.
+// The `gpuos ps --json` schema of docs/CONTRACTS.md, whose version its top-level "schema_version"
+// says: raised when a field is removed, renamed or changes meaning (added fields keep it).
+constexpr int kPsJsonSchemaVersion = 1;
 nlohmann::json listing_json(const Listing& l);
 // The `gpuos ps` table (GPU lines, then one row per tenant).
 std::string listing_table(const Listing& l);

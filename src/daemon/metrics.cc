@@ -479,14 +479,19 @@ void MetricsHttp::on_readable(Client& c, uint64_t now) {
     if (c.responding) continue;  // drain what comes after the request until the peer closes
     c.in.append(buf, static_cast<std::size_t>(n));
     std::size_t end = c.in.find("\r\n\r\n");
-    if (end == std::string::npos) end = c.in.find("\n\n");
+    std::size_t head_bytes = end + 4;
     if (end == std::string::npos) {
-      if (c.in.size() > kMaxRequestBytes) {
-        respond(c, 431, "Request Header Fields Too Large", "text/plain", "request too large\n", false, now);
-        if (clients_.count(fd) == 0) return;
-      }
+      end = c.in.find("\n\n");
+      head_bytes = end + 2;
+    }
+    // A head over kMaxRequestBytes is refused whether it is still coming or came whole in the
+    // reads so far (how the bytes were split into reads must not decide).
+    if (end == std::string::npos ? c.in.size() > kMaxRequestBytes : head_bytes > kMaxRequestBytes) {
+      respond(c, 431, "Request Header Fields Too Large", "text/plain", "request too large\n", false, now);
+      if (clients_.count(fd) == 0) return;
       continue;
     }
+    if (end == std::string::npos) continue;
     // Request line: METHOD SP TARGET SP HTTP/1.x
     std::string line = c.in.substr(0, c.in.find('\n'));
     if (!line.empty() && line.back() == '\r') line.pop_back();

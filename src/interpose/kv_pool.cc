@@ -142,7 +142,11 @@ int pool_create(const gpuos_kv_pool_options* o, gpuos_kv_pool** out, uint64_t* b
   const uint64_t chunk = o->chunk_bytes != 0 ? o->chunk_bytes : std::max<uint64_t>(page, GPUOS_KV_DEFAULT_CHUNK_BYTES);
   if (!multiple_of(chunk, page) || chunk / page > UINT32_MAX) return GPUOS_KV_ERR_INVALID;
   CUdevice dev = 0;
-  if (d->cuDeviceGet(&dev, o->device) != CUDA_SUCCESS) return GPUOS_KV_ERR_INVALID;
+  // Before cuInit every driver call answers NOT_INITIALIZED: say so, not "invalid argument" (the
+  // pool does not initialise CUDA itself: that is the engine's choice, e.g. after its fork()s).
+  if (const CUresult r = d->cuDeviceGet(&dev, o->device); r != CUDA_SUCCESS) {
+    return r == CUDA_ERROR_NOT_INITIALIZED ? GPUOS_KV_ERR_NOT_INITIALIZED : GPUOS_KV_ERR_INVALID;
+  }
   CUmemAllocationProp prop{};
   prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
   prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;

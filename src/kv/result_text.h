@@ -10,7 +10,7 @@ namespace gpuos::kv {
 
 // Whether a result is one this ABI version defines (its text is not "unknown result").
 constexpr bool result_known(int result) noexcept {
-  return result >= GPUOS_KV_OK && result <= GPUOS_KV_ERR_NOT_MAPPED;
+  return result >= GPUOS_KV_OK && result <= GPUOS_KV_ERR_NOT_INITIALIZED;
 }
 
 // A short English text for a result; "unknown result" for a value this ABI version does not
@@ -34,6 +34,8 @@ constexpr const char* result_text(int result) noexcept {
       return "CUDA driver error";
     case GPUOS_KV_ERR_NOT_MAPPED:
       return "page not mapped";
+    case GPUOS_KV_ERR_NOT_INITIALIZED:
+      return "CUDA is not initialised in this process (call cuInit, or e.g. torch.cuda.init(), first)";
   }
   return "unknown result";
 }

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -9,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/client.h"
+#include "doc_tables.h"
 
 namespace gpuos::cli {
 namespace {
@@ -134,6 +136,45 @@ TEST(Listing, OnSeveralGpusEachTenantShowsItsGpusAndItsPartialGate) {
   // One GPU: no GPUS column.
   l.gpus.resize(1);
   EXPECT_EQ(listing_table(l).find("GPUS"), std::string::npos);
+}
+
+// The names of a `ps --json` document's fields as docs/CONTRACTS.md's table writes them
+// (`tenants[].on_gpus[].gpu`); an array of objects is named by its objects' fields.
+void field_names(const nlohmann::json& j, const std::string& prefix, std::set<std::string>* out) {
+  for (const auto& [k, v] : j.items()) {
+    if (v.is_array() && !v.empty() && v[0].is_object()) {
+      for (const auto& e : v) field_names(e, prefix + k + "[].", out);
+    } else {
+      out->insert(prefix + k);
+    }
+  }
+}
+
+// Issue #43: docs/CONTRACTS.md's table names every field of `gpuos ps --json` (each optional one
+// present here) and none that it does not write; the document says its schema version.
+TEST(Listing, JsonFieldsAreTheDocumentedOnes) {
+  Listing l;
+  l.gpus.resize(1);
+  gpuos_msg_tenant_info t = tenant(1, "every-field");
+  t.state = GPUOS_TENANT_RUNNING;
+  t.kv_reserved_bytes = 64u << 20;  // KV pools
+  t.kv_target_bytes = UINT64_MAX;
+  t.max_slowdown_permille = 1250;  // a latency budget
+  t.pace_permille = 500;           // paced
+  t.space_kernel_ns = 7000;        // spatial: timed, right-sized, measured
+  t.space_default_sms = 64;
+  t.space_sms = 32;
+  t.space_sized_permille = 1010;
+  l.tenants = {t};
+  l.tenant_gpus = {on_gpu(1, 0, 1u << 20, false)};
+  const nlohmann::json j = listing_json(l);
+  EXPECT_EQ(j["schema_version"], kPsJsonSchemaVersion);
+  std::set<std::string> written;
+  field_names(j, "", &written);
+  ASSERT_TRUE(written.count("tenants[].on_gpus[].gated")) << j.dump();
+  const std::string doc = GPUOS_SOURCE_DIR "/docs/CONTRACTS.md";
+  EXPECT_EQ(gpuos::test::compare_names(written, gpuos::test::documented_names(doc, "## `gpuos ps --json` schema")), "")
+      << "fix the table under \"## `gpuos ps --json` schema\" in " << doc;
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include "common/config.h"
 #include "daemon/core.h"
 #include "daemon/metrics.h"
+#include "doc_tables.h"
 #include "tenant_side.h"
 
 using namespace gpuos;
@@ -256,6 +257,21 @@ TEST_F(MetricsFixture, ExpositionOfADaemonWithATenant) {
   EXPECT_EQ(m["gpuos_daemon_tenants"], "0");
   EXPECT_EQ(m["gpuos_daemon_tenants_exited_total"], "1");
   EXPECT_EQ(m.count("gpuos_tenant_launches_total" + L), 0u);
+}
+
+// Issue #43: docs/OPERATIONS.md's metric table names every family gpuosd exposes, and none that it
+// does not (a family is its `# TYPE` line: a histogram's _bucket/_sum/_count series are one row).
+TEST_F(MetricsFixture, TheOperationsTableNamesEveryFamilyAndNoOther) {
+  register_tenant("docs");
+  std::istringstream text(render_metrics(*core, MetricsContext{}, clock.ns));
+  std::set<std::string> exposed;
+  for (std::string line; std::getline(text, line);) {
+    if (line.rfind("# TYPE ", 0) == 0) exposed.insert(line.substr(7, line.find(' ', 7) - 7));
+  }
+  ASSERT_GT(exposed.size(), 40u);
+  const std::string doc = GPUOS_SOURCE_DIR "/docs/OPERATIONS.md";
+  EXPECT_EQ(gpuos::test::compare_names(exposed, gpuos::test::documented_names(doc, "## Metrics")), "")
+      << "fix the table under \"## Metrics\" in " << doc;
 }
 
 TEST_F(MetricsFixture, BusyTimeIsIntegratedBetweenObservations) {

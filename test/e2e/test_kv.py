@@ -110,6 +110,28 @@ class KvPools(unittest.TestCase):
         self.assertEqual(r.returncode, 1)
         self.assertIn("not running under gpuos", r.stderr)
 
+    def test_a_pool_before_cuda_is_initialised_says_so(self):
+        # The Python package in a tenant (issue #43): Pool() before cuInit names the cause, not
+        # "invalid argument"; after cuInit the same call gets its pool.
+        script = """
+import ctypes, gpuos.kv as kv
+try:
+    kv.Pool(64 << 20)
+except kv.NotInitialized as e:
+    print("before:", e.text)
+assert ctypes.CDLL("libcuda.so.1").cuInit(0) == 0
+with kv.Pool(64 << 20) as pool:
+    pool.map([0])
+    print("after:", pool.stats().mapped_pages)
+"""
+        python_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python")
+        env = dict(self.d.env, PYTHONPATH=python_dir, PYTHONDONTWRITEBYTECODE="1")
+        r = subprocess.run(self.d.run_cmd(["--name", "kv-python", "--", sys.executable, "-c", script]),
+                           env=env, capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr + r.stdout)
+        self.assertIn("before: CUDA is not initialised in this process", r.stdout)
+        self.assertIn("after: 1", r.stdout)
+
     def test_misuse_of_the_api_gets_an_error_and_changes_nothing(self):
         r = subprocess.run(self.d.run_cmd(["--name", "kv-misuse", "--", bin_path("gpuos-kv-probe"), "--misuse"]),
                            env=self.d.env, capture_output=True, text=True, timeout=60)

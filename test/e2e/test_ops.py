@@ -219,6 +219,10 @@ class MetricsEndpoint(unittest.TestCase):
         self.assertEqual(http(p, b"\x00\xff\x01binary\n\n")[0], 400)
         self.assertEqual(http(p, b"GET /metrics HTTP/2.0\r\n\r\n")[0], 400)
         self.assertEqual(http(p, b"GET /metrics HTTP/1.1\r\nX: " + b"a" * 20000)[0], 431)
+        # A whole head over 8 KiB is refused too (it was served when it arrived in one go), one
+        # just under is served (issue #43).
+        self.assertEqual(http(p, b"GET /metrics HTTP/1.1\r\nX: " + b"a" * 12000 + b"\r\n\r\n")[0], 431)
+        self.assertEqual(http(p, b"GET /metrics HTTP/1.1\r\nX: " + b"a" * 8000 + b"\r\n\r\n")[0], 200)
         # Slow and silent clients: many idle connections, one that sent half a request, one that
         # sends a request but never reads; the daemon keeps serving the control socket and metrics.
         idle = [socket.create_connection(("127.0.0.1", p)) for _ in range(40)]  # > the 32 allowed
@@ -430,6 +434,19 @@ class TopInTmux(unittest.TestCase):
         self.assertIn("no gpuosd answering", r.stderr)
 
 
+def install_table_paths():
+    """The paths of docs/OPERATIONS.md's table of what `cmake --install` puts (first cells)."""
+    paths, inside = [], False
+    for line in open(os.path.join(SOURCE, "docs", "OPERATIONS.md")):
+        if line.startswith("`cmake --install` puts"):
+            inside = True
+        elif inside and line.startswith("| `"):
+            paths += re.findall(r"`([^`]+)`", line.split("|")[1])
+        elif inside and paths and not line.startswith("|"):
+            break
+    return paths
+
+
 class Packaging(unittest.TestCase):
     def test_packaged_config_is_valid_and_documents_the_defaults(self):
         cfg = os.path.join(SOURCE, "packaging", "gpuos.toml")
@@ -476,6 +493,17 @@ class Packaging(unittest.TestCase):
                       "share/gpuos/gpuosd.service", "share/doc/gpuos/OPERATIONS.md",
                       "lib/systemd/system/gpuosd.service"):
                 self.assertTrue(os.path.exists(os.path.join(prefix, f)), f)
+            # docs/OPERATIONS.md's install table names every installed file (a path ending in / a
+            # folder of them) and nothing that is not installed (issue #43).
+            documented = install_table_paths()
+            self.assertGreater(len(documented), 5)
+            for p in documented:
+                self.assertTrue(os.path.exists(os.path.join(prefix, p)), "in the install table, not installed: " + p)
+            for dirpath, _, names in os.walk(prefix):
+                for n in names:
+                    rel = os.path.relpath(os.path.join(dirpath, n), prefix)
+                    covered = [p for p in documented if rel == p or (p.endswith("/") and rel.startswith(p))]
+                    self.assertTrue(covered, "installed, not in docs/OPERATIONS.md's install table: " + rel)
             unit = os.path.join(prefix, "lib/systemd/system/gpuosd.service")
             self.assertIn("ExecStart=%s/bin/gpuosd --config /etc/gpuos/gpuos.toml" % prefix, open(unit).read())
             gpuos = os.path.join(prefix, "bin/gpuos")
@@ -492,7 +520,9 @@ class Packaging(unittest.TestCase):
                              os.path.realpath(os.path.join(prefix, "lib/libgpuos.so")))
             analyze = shutil.which("systemd-analyze")
             if analyze:
-                r = subprocess.run([analyze, "verify", unit], capture_output=True, text=True, timeout=60)
+                # Documentation=man:gpuosd(8): systemd-analyze asks man for it, found in the prefix.
+                r = subprocess.run([analyze, "verify", unit], capture_output=True, text=True, timeout=60,
+                                   env=dict(os.environ, MANPATH=os.path.join(prefix, "share", "man")))
                 about_unit = [l for l in (r.stdout + r.stderr).splitlines() if "gpuosd.service" in l]
                 self.assertEqual(about_unit, [], r.stdout + r.stderr)
         finally:

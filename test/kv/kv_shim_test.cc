@@ -46,7 +46,7 @@ gpuos_kv_stats stats_of(gpuos_kv_pool* pool) {
 TEST(KvShimTexts, EveryResultHasItsOwnText) {
   EXPECT_EQ(gpuos_kv_abi_version(), GPUOS_KV_ABI_VERSION);
   std::vector<std::string> seen;
-  for (int r = GPUOS_KV_OK; r <= GPUOS_KV_ERR_NOT_MAPPED; ++r) {
+  for (int r = GPUOS_KV_OK; r <= GPUOS_KV_ERR_NOT_INITIALIZED; ++r) {
     const std::string text = gpuos_kv_result_text(r);
     EXPECT_EQ(text, gpuos::kv::result_text(r));
     EXPECT_NE(text, "unknown result") << r;
