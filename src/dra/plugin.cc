@@ -24,6 +24,8 @@ std::string bare(const std::string& uuid) { return uuid.rfind("GPU-", 0) == 0 ? 
 
 }  // namespace
 
+std::string parent_request(const std::string& request) { return request.substr(0, request.find('/')); }
+
 bool claim_message(const ClaimAllocation& a, const std::string& gpu_uuid, gpuos_msg_claim_prepare* out,
                    std::string* why) {
   gpuos_msg_claim_prepare m{};
@@ -132,7 +134,7 @@ PrepareResult Plugin::prepare(const ClaimRef& ref) {
     return fail(no);
   }
   PreparedDevice d;
-  d.request_names = {a.share.request};
+  d.request_names = {parent_request(a.share.request)};
   d.pool = a.share.pool;
   d.device = a.share.device;
   d.cdi_device_ids.push_back(cdi_device_id(inj));

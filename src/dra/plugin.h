@@ -60,6 +60,12 @@ struct PrepareResult {
   std::string error;  // non-empty: not prepared, and nothing of it left
 };
 
+// The request a container names for an allocation result's request: "gpu" for "gpu" and for a
+// firstAvailable subrequest's "gpu/large". The kubelet matches a container's resources.claims[].request
+// against a prepared device's request_names by exact name, so a subrequest's name there would give
+// the container none of the claim's CDI devices (and its tenant would run without gpuos).
+std::string parent_request(const std::string& request);
+
 // The claim prepared for gpuosd (exposed for tests).
 bool claim_message(const ClaimAllocation& a, const std::string& gpu_uuid, gpuos_msg_claim_prepare* out,
                    std::string* why);

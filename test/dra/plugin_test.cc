@@ -163,5 +163,21 @@ TEST_F(PluginTest, AFailureAtAnyStepLeavesNothing) {
   EXPECT_NE(p.unprepare({"ns", "a/b", "c"}), "");
 }
 
+TEST_F(PluginTest, AFirstAvailableSubrequestIsAnsweredUnderItsParentRequest) {
+  // A claim whose request "gpu" takes the first available of "large" and "small": the scheduler
+  // allocates "gpu/large", and the container names "gpu" (the kubelet matches request_names exactly).
+  claims.json = claim_json("gpu-0-guaranteed-1", R"({"apiVersion": "gpuos.io/v1", "kind": "TenantConfig", "mem": "1Gi"})");
+  claims.json.replace(claims.json.find(R"("request": "gpu")"), 16, R"("request": "gpu/large")");
+  Plugin p(opts, claims, daemon);
+  PrepareResult r = p.prepare({"ns", kUid, "c"});
+  ASSERT_EQ(r.error, "");
+  ASSERT_EQ(r.devices.size(), 1u);
+  EXPECT_EQ(r.devices[0].request_names, std::vector<std::string>{"gpu"});
+  ASSERT_EQ(daemon.prepared.size(), 1u);
+  EXPECT_EQ(daemon.prepared[0].mem_bytes, 1ull << 30);  // the config for "gpu" applies to "gpu/large"
+  EXPECT_EQ(parent_request("gpu"), "gpu");
+  EXPECT_EQ(parent_request("gpu/small"), "gpu");
+}
+
 }  // namespace
 }  // namespace gpuos::dra
