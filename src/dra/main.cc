@@ -223,7 +223,9 @@ int main(int argc, char** argv) {
     log::error("no API server: not in a cluster (KUBERNETES_SERVICE_HOST unset) and no --kube-api");
     return kExitFailure;
   }
-  for (const std::string& d : {plugin_dir, registry_dir, po.cdi_dir}) {
+  // What each claim was prepared with, kept beside dra.sock (on the host: it outlives the pod).
+  po.state_dir = plugin_dir + "/prepared";
+  for (const std::string& d : {plugin_dir, registry_dir, po.cdi_dir, po.state_dir}) {
     std::string err;
     if (!make_dirs(d, 0750, 0750, &err)) {
       log::error("%s", err.c_str());

@@ -314,6 +314,25 @@ class Plugin(unittest.TestCase):
         self.assertEqual(json.loads(out.stdout)["allocated"], 128 * MIB, out.stderr)
         self.assertEqual(self.n.unprepare(uid, "llm-gpu")["error"], "")
 
+    def test_a_shared_claim_is_prepared_again_whatever_the_order_of_its_pods(self):
+        uid = "3a333333-2222-4333-8444-555555555555"
+        first = self.prepared(uid, "shared-gpu", **{"mem": "128Mi"})
+        other = {"resource": "pods", "name": "llm-1", "uid": "0a8b7c6d-5e4f-4a3b-9c2d-1e0f9a8b7c6d"}
+        c = claim("shared-gpu", uid, params=tenant_config(mem="128Mi"))
+        # Another pod first in reservedFor, then the first pod gone; and after a plugin restart.
+        c["status"]["reservedFor"].insert(0, other)
+        self.n.set_claims([c])
+        self.assertEqual(self.n.prepare(uid, "shared-gpu"), first, self.n.plugin_text())
+        c["status"]["reservedFor"] = [other]
+        self.n.set_claims([c])
+        self.n.plugin.terminate()
+        self.n.plugin.wait(timeout=60)
+        self.n.start_plugin()
+        self.assertEqual(self.n.prepare(uid, "shared-gpu"), first, self.n.plugin_text())
+        self.assertEqual(len(self.n.claims_of_gpuosd()), 1)
+        self.assertEqual(self.n.unprepare(uid, "shared-gpu")["error"], "")
+        self.assertEqual(os.listdir(os.path.join(self.n.plugin_dir, "prepared")), [])
+
     def test_bad_claims_are_refused_with_a_clear_error_and_leave_nothing(self):
         cases = [
             ("unknown field", dict(params=tenant_config(memory="1Gi")), "memory"),
