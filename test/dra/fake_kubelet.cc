@@ -1,8 +1,11 @@
 // A stand-in for the kubelet's side of a DRA plugin, over the real sockets: what the kubelet's
 // plugin watcher and DRA manager call, and nothing more. The tests (test/e2e/test_dra.py) drive it.
-//   gpuos-fake-kubelet register REGISTRY_DIR DRIVER
+//   gpuos-fake-kubelet register REGISTRY_DIR DRIVER [--refuse]
 //       finds DRIVER-reg.sock there, calls GetInfo (printed as JSON) and NotifyRegistrationStatus
-//       (registered when the info names a DRAPlugin of that driver serving v1, else refused)
+//       (registered when the info names a DRAPlugin of that driver serving v1, else refused; with
+//       --refuse, refused whatever the info, as a kubelet that cannot take the plugin now)
+//   gpuos-fake-kubelet health HOST:PORT SERVICE
+//       the kubelet's gRPC probe: grpc.health.v1 Check, prints {"status": "SERVING"|"NOT_SERVING"|...}
 //   gpuos-fake-kubelet prepare|unprepare ENDPOINT v1|v1beta1 NAMESPACE/NAME/UID...
 //       calls NodePrepareResources / NodeUnprepareResources, prints the answer as JSON
 // Exit 0 when the calls were answered (whatever the answer), 1 when not, 2 on a bad command line.
@@ -14,6 +17,7 @@
 #include <vector>
 
 #include "dra/dra_api.h"
+#include "dra/proto/health_v1.grpc.pb.h"
 #include "dra/proto/pluginregistration_v1.grpc.pb.h"
 
 namespace {
@@ -37,7 +41,7 @@ int fail(const grpc::Status& s, const char* what) {
   return 1;
 }
 
-int do_register(const std::string& dir, const std::string& driver) {
+int do_register(const std::string& dir, const std::string& driver, bool refuse) {
   auto stub = pluginregistration::Registration::NewStub(channel(dir + "/" + driver + "-reg.sock"));
   grpc::ClientContext c1;
   pluginregistration::InfoRequest req;
@@ -52,12 +56,28 @@ int do_register(const std::string& dir, const std::string& driver) {
   pluginregistration::RegistrationStatus st;
   st.set_plugin_registered(info.type() == "DRAPlugin" && info.name() == driver && v1_served);
   if (!st.plugin_registered()) st.set_error("not a DRAPlugin of " + driver + " serving v1.DRAPlugin");
+  if (refuse) {
+    st.set_plugin_registered(false);
+    st.set_error("refused (fake kubelet --refuse)");
+  }
   pluginregistration::RegistrationStatusResponse resp;
   grpc::ClientContext c2;
   s = stub->NotifyRegistrationStatus(with_deadline(&c2), st, &resp);
   if (!s.ok()) return fail(s, "NotifyRegistrationStatus");
   out["registered"] = st.plugin_registered();
   std::printf("%s\n", out.dump().c_str());
+  return 0;
+}
+
+int health(const std::string& address, const std::string& service) {
+  auto stub = grpc::health::v1::Health::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext c;
+  grpc::health::v1::HealthCheckRequest req;
+  req.set_service(service);
+  grpc::health::v1::HealthCheckResponse resp;
+  grpc::Status s = stub->Check(with_deadline(&c), req, &resp);
+  if (!s.ok()) return fail(s, "Check");
+  std::printf("%s\n", nlohmann::json{{"status", grpc::health::v1::HealthCheckResponse::ServingStatus_Name(resp.status())}}.dump().c_str());
   return 0;
 }
 
@@ -109,14 +129,18 @@ int call(const std::string& endpoint, bool prepare, const std::vector<std::strin
 
 int main(int argc, char** argv) {
   std::vector<std::string> a(argv + 1, argv + argc);
-  if (a.size() == 3 && a[0] == "register") return do_register(a[1], a[2]);
+  if ((a.size() == 3 || (a.size() == 4 && a[3] == "--refuse")) && a[0] == "register") {
+    return do_register(a[1], a[2], a.size() == 4);
+  }
+  if (a.size() == 3 && a[0] == "health") return health(a[1], a[2]);
   if (a.size() >= 4 && (a[0] == "prepare" || a[0] == "unprepare")) {
     std::vector<std::string> refs(a.begin() + 3, a.end());
     if (a[2] == "v1") return call<DraV1>(a[1], a[0] == "prepare", refs);
     if (a[2] == "v1beta1") return call<DraV1beta1>(a[1], a[0] == "prepare", refs);
   }
   std::fprintf(stderr,
-               "usage: gpuos-fake-kubelet register REGISTRY_DIR DRIVER\n"
+               "usage: gpuos-fake-kubelet register REGISTRY_DIR DRIVER [--refuse]\n"
+               "       gpuos-fake-kubelet health HOST:PORT SERVICE\n"
                "       gpuos-fake-kubelet prepare|unprepare ENDPOINT v1|v1beta1 NAMESPACE/NAME/UID...\n");
   return 2;
 }

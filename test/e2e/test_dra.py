@@ -184,11 +184,75 @@ class Plugin(unittest.TestCase):
                      what="the shares withdrawn\n" + self.n.plugin_text())
         self.assertGreater(s["spec"]["pool"]["generation"], generation)
 
-        os.kill(self.n.plugin.pid, signal.SIGTERM)  # the plugin stops: its slice goes with it
+        os.kill(self.n.plugin.pid, signal.SIGTERM)  # the plugin stops: its slice stays (see below)
         self.n.plugin.wait(timeout=60)
         self.assertEqual(self.n.plugin.returncode, 0, self.n.plugin_text())
-        self.assertIsNone(self.n.slice())
+        self.assertEqual(self.n.slice()["spec"]["pool"]["generation"], s["spec"]["pool"]["generation"])
         self.assertFalse(os.path.exists(os.path.join(self.n.registry, DRIVER + "-reg.sock")))
+
+    def test_a_plugin_restart_keeps_the_slice_and_the_claims(self):
+        uid = "3b333333-2222-4333-8444-555555555555"
+        first = self.prepared(uid, "llm-gpu", **{"mem": "128Mi"})
+        s = wait_for(lambda: (lambda s: s if s and s["spec"].get("devices") else None)(self.n.slice()),
+                     what="the ResourceSlice\n" + self.n.plugin_text())
+        os.kill(self.n.plugin.pid, signal.SIGTERM)
+        self.n.plugin.wait(timeout=60)
+        self.assertEqual(self.n.plugin.returncode, 0, self.n.plugin_text())
+        # While no plugin runs (an update, a crash): the node still offers its shares, gpuosd still
+        # holds the claim and serves its socket.
+        self.assertEqual(self.n.slice(), s)
+        self.assertEqual(len(self.n.claims_of_gpuosd()), 1)
+        self.assertTrue(os.path.exists(os.path.join(self.n.d.dir, "claims", uid, "gpuosd.sock")))
+        self.assertIn("received Terminated", self.n.plugin_text())
+        self.assertNotIn("DELETE", [e["method"] for e in self.api_log()])
+        # The next plugin takes the slice over unchanged, and answers the claim as before.
+        self.n.start_plugin()
+        self.assertEqual(self.n.prepare(uid, "llm-gpu"), first, self.n.plugin_text())
+        wait_for(lambda: len(self.api_log()) > 0 and self.api_log()[-1]["path"].endswith(NODE + "-" + DRIVER),
+                 what="the new plugin to look at its slice")
+        self.assertEqual(self.n.slice()["spec"]["pool"]["generation"], s["spec"]["pool"]["generation"])
+        self.assertEqual(self.n.unprepare(uid, "llm-gpu")["error"], "")
+
+    def api_log(self):
+        with urllib.request.urlopen(urllib.request.Request(self.n.api_url + "/fake/log"), timeout=10) as r:
+            return json.loads(r.read())
+
+    def health(self, port, service):
+        return self.n.kubelet("health", "127.0.0.1:%d" % port, service)["status"]
+
+    def test_health_probes_and_a_refused_registration(self):
+        self.n.plugin.terminate()
+        self.n.plugin.wait(timeout=60)
+        self.n.start_plugin(["--health-listen", "127.0.0.1:0", "--registration-retry-s", "1"])
+        line = wait_for(lambda: next((l for l in self.n.plugin_text().splitlines() if "answering health probes" in l),
+                                     None), what="the health port\n" + self.n.plugin_text())
+        port = int(line.split("(port ")[1].rstrip(")"))
+        # Alive (it answers GetInfo and a prepare of nothing on its sockets), not ready before the
+        # kubelet registered it.
+        self.assertEqual(self.health(port, "liveness"), "SERVING")
+        self.assertEqual(self.health(port, ""), "SERVING")
+        self.assertEqual(self.health(port, "readiness"), "NOT_SERVING")
+        self.assertTrue(self.n.kubelet("register", self.n.registry, DRIVER)["registered"])
+        self.assertEqual(self.health(port, "readiness"), "SERVING")
+        # Refused: not ready, and the registration socket is made anew, which the kubelet's plugin
+        # watcher takes as a new plugin to register.
+        self.assertFalse(self.n.kubelet("register", self.n.registry, DRIVER, "--refuse")["registered"])
+        self.assertEqual(self.health(port, "readiness"), "NOT_SERVING")
+        self.assertEqual(self.health(port, "liveness"), "SERVING")
+        wait_for(lambda: "registering with the kubelet again" in self.n.plugin_text(),
+                 what="the registration socket made anew")
+        self.assertTrue(os.path.exists(os.path.join(self.n.registry, DRIVER + "-reg.sock")))
+        self.assertTrue(self.n.kubelet("register", self.n.registry, DRIVER)["registered"])
+        self.assertEqual(self.health(port, "readiness"), "SERVING")
+        # A service the probe may not name; a DRA socket that no longer answers is not alive.
+        r = subprocess.run([bin_path("gpuos-fake-kubelet"), "health", "127.0.0.1:%d" % port, "startup"],
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("unknown service", r.stderr)
+        os.unlink(os.path.join(self.n.plugin_dir, "dra.sock"))
+        self.assertEqual(self.health(port, "liveness"), "NOT_SERVING")
+        self.assertEqual(self.health(port, "readiness"), "NOT_SERVING")
+        self.assertIn("liveness: NodePrepareResources", self.n.plugin_text())
 
     def test_a_failing_api_server_is_logged_once_until_it_answers_again(self):
         def refused():  # the plugin's requests the API server turned away
