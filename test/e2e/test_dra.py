@@ -156,6 +156,7 @@ class Plugin(unittest.TestCase):
         self.assertIn("v1.DRAPlugin", info["supported_versions"])
         self.assertIn("v1beta1.DRAPlugin", info["supported_versions"])
         self.assertTrue(info["registered"])
+        self.assertEqual(info["api"], "v1")  # the first the plugin lists that the kubelet serves
         wait_for(lambda: "the kubelet registered gpuos.io" in self.n.plugin_text(), what="the plugin to log it")
 
     def test_publishes_the_nodes_shares_and_withdraws_them_while_gpuosd_is_gone(self):
@@ -358,6 +359,26 @@ class Plugin(unittest.TestCase):
         self.assertFalse(os.path.exists(socket_dir))
         self.assertEqual(self.n.claims_of_gpuosd(), [])
         self.assertEqual(self.n.unprepare(uid, "llm-gpu")["error"], "")
+
+    def test_several_claims_in_one_call(self):
+        uids = ["5a555555-2222-4333-8444-5555555555%02d" % i for i in range(3)]
+        self.n.set_claims([claim("c-0", uids[0], device="gpu-0-guaranteed-0", params=tenant_config(mem="64Mi")),
+                           claim("c-1", uids[1], device="gpu-0-best-effort-1", params=tenant_config(mem="32Mi")),
+                           claim("c-2", uids[2], device="gpu-0-best-effort-2", params=tenant_config(memory="1"))])
+        sock = os.path.join(self.n.plugin_dir, "dra.sock")
+        refs = ["inference/c-%d/%s" % (i, u) for i, u in enumerate(uids)]
+        r = self.n.kubelet("prepare", sock, "v1", *refs)
+        self.assertEqual(sorted(r), sorted(uids))
+        for i in (0, 1):  # each claim its own answer ...
+            self.assertEqual(r[uids[i]]["error"], "", self.n.plugin_text())
+            self.assertEqual(r[uids[i]]["devices"][0]["cdi_device_ids"], ["%s/claim=%s" % (DRIVER, uids[i])])
+        self.assertIn("memory", r[uids[2]]["error"])  # ... a bad one does not fail the others
+        self.assertEqual(len(self.n.claims_of_gpuosd()), 2)
+        self.assertEqual(len(self.n.cdi_files()), 2)
+        r = self.n.kubelet("unprepare", sock, "v1", *refs)
+        self.assertEqual({u: e["error"] for u, e in r.items()}, {u: "" for u in uids})
+        self.assertEqual(self.n.claims_of_gpuosd(), [])
+        self.assertEqual(self.n.cdi_files(), [])
 
     def test_v1beta1_is_served_too(self):
         uid = "22222222-2222-4333-8444-555555555555"
