@@ -1,7 +1,8 @@
 // gpuos-dra: the Kubernetes DRA kubelet plugin of gpuos (docs/KUBERNETES.md). It registers with
-// the kubelet (plugin registration v1), serves the DRA node service (v1 and v1beta1) on its
-// socket, publishes this node's gpuos shares as a ResourceSlice, and prepares claims through
-// gpuosd (plugin.h). Runs in the foreground until SIGTERM/SIGINT.
+// the kubelet (plugin registration v1; again after a refusal), serves the DRA node service (v1 and
+// v1beta1) on its socket, publishes this node's gpuos shares as a ResourceSlice, prepares claims
+// through gpuosd (plugin.h), and answers the kubelet's gRPC liveness and readiness probes. Runs in
+// the foreground until SIGTERM/SIGINT; its ResourceSlice stays when it stops.
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -11,6 +12,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -22,6 +24,7 @@
 #include "dra/kube_api.h"
 #include "dra/plugin.h"
 #include "dra/dra_api.h"
+#include "dra/proto/health_v1.grpc.pb.h"
 #include "dra/proto/pluginregistration_v1.grpc.pb.h"
 
 namespace gpuos::dra {
@@ -125,7 +128,9 @@ class DraService final : public Api::DRAPlugin::Service {
 
 class RegistrationService final : public reg::Registration::Service {
  public:
-  RegistrationService(std::string driver, std::string endpoint) : driver_(std::move(driver)), endpoint_(std::move(endpoint)) {}
+  // on_status: told each answer of the kubelet (false: it refused the plugin).
+  RegistrationService(std::string driver, std::string endpoint, std::function<void(bool)> on_status)
+      : driver_(std::move(driver)), endpoint_(std::move(endpoint)), on_status_(std::move(on_status)) {}
   grpc::Status GetInfo(grpc::ServerContext*, const reg::InfoRequest*, reg::PluginInfo* info) override {
     info->set_type("DRAPlugin");
     info->set_name(driver_);
@@ -142,13 +147,74 @@ class RegistrationService final : public reg::Registration::Service {
       log::error("the kubelet did not register %s: %s", driver_.c_str(), s->error().c_str());
     }
     registered_ = s->plugin_registered();
+    on_status_(s->plugin_registered());
     return grpc::Status::OK;
   }
   bool registered() const { return registered_; }
 
  private:
   std::string driver_, endpoint_;
+  std::function<void(bool)> on_status_;
   std::atomic<bool> registered_{false};
+};
+
+// The kubelet's gRPC probes (grpc.health.v1 Check). Service "liveness" (or ""): the plugin answers on
+// its own sockets, as the kubelet would call it: GetInfo on the registration socket and a
+// NodePrepareResources of no claims on the DRA socket, with the kubelet's deadlines. "readiness":
+// that, and the kubelet registered the plugin (after a refusal it is not ready until it is).
+class HealthService final : public grpc::health::v1::Health::Service {
+ public:
+  HealthService(std::string reg_socket, std::string dra_socket, const RegistrationService& registration)
+      : reg_socket_(std::move(reg_socket)), dra_socket_(std::move(dra_socket)), registration_(registration) {}
+  grpc::Status Check(grpc::ServerContext*, const grpc::health::v1::HealthCheckRequest* req,
+                     grpc::health::v1::HealthCheckResponse* resp) override {
+    const std::string& service = req->service();
+    if (!service.empty() && service != "liveness" && service != "readiness") {
+      return grpc::Status(grpc::StatusCode::NOT_FOUND, "unknown service (liveness, readiness)");
+    }
+    std::string why = self_check();
+    if (why.empty() && service == "readiness" && !registration_.registered()) why = "not registered with the kubelet";
+    resp->set_status(why.empty() ? grpc::health::v1::HealthCheckResponse::SERVING
+                                 : grpc::health::v1::HealthCheckResponse::NOT_SERVING);
+    std::lock_guard<std::mutex> lk(mu_);
+    std::string& last = service == "readiness" ? last_readiness_ : last_liveness_;
+    if (why != last) {
+      if (why.empty()) {
+        log::info("%s: healthy again", service.empty() ? "liveness" : service.c_str());
+      } else {
+        log::warn("%s: %s", service.empty() ? "liveness" : service.c_str(), why.c_str());
+      }
+      last = why;
+    }
+    return grpc::Status::OK;
+  }
+
+ private:
+  std::string self_check() const {
+    auto deadline = [](grpc::ClientContext* c, int seconds) {
+      c->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(seconds));
+      return c;
+    };
+    auto reg = reg::Registration::NewStub(grpc::CreateChannel("unix://" + reg_socket_, grpc::InsecureChannelCredentials()));
+    grpc::ClientContext c1;
+    reg::InfoRequest info_req;
+    reg::PluginInfo info;
+    if (grpc::Status s = reg->GetInfo(deadline(&c1, 1), info_req, &info); !s.ok()) {
+      return "GetInfo on " + reg_socket_ + ": " + s.error_message();
+    }
+    auto dra = DraV1::DRAPlugin::NewStub(grpc::CreateChannel("unix://" + dra_socket_, grpc::InsecureChannelCredentials()));
+    grpc::ClientContext c2;
+    DraV1::NodePrepareResourcesRequest prep_req;  // no claims: prepares nothing
+    DraV1::NodePrepareResourcesResponse prep;
+    if (grpc::Status s = dra->NodePrepareResources(deadline(&c2, 5), prep_req, &prep); !s.ok()) {
+      return "NodePrepareResources on " + dra_socket_ + ": " + s.error_message();
+    }
+    return "";
+  }
+  std::string reg_socket_, dra_socket_;
+  const RegistrationService& registration_;
+  std::mutex mu_;
+  std::string last_liveness_, last_readiness_;  // what was logged last ("" = healthy)
 };
 
 std::unique_ptr<grpc::Server> serve(const std::string& socket, std::vector<grpc::Service*> services, std::string* why) {
@@ -178,13 +244,15 @@ int main(int argc, char** argv) {
   app.formatter(std::make_shared<Formatter>(Formatter::ValueNames{
       {"node-name", "NODE"}, {"driver-name", "NAME"}, {"gpuos-socket", "PATH"}, {"plugin-dir", "DIR"},
       {"registry-dir", "DIR"}, {"cdi-dir", "DIR"}, {"interposer", "PATH"}, {"gpu-cdi-device", "ID"},
-      {"kube-api", "URL"}, {"kube-token-file", "FILE"}, {"kube-ca-file", "FILE"}, {"log-level", "LEVEL"}}));
+      {"kube-api", "URL"}, {"kube-token-file", "FILE"}, {"kube-ca-file", "FILE"}, {"log-level", "LEVEL"},
+      {"health-listen", "HOST:PORT"}}));
   app.set_version_flag("--version", std::string("gpuos-dra ") + GPUOS_VERSION);
   PluginOptions po;
   SliceOptions so;
   std::string gpuos_socket = "/run/gpuos/gpuosd.sock", plugin_dir, registry_dir = "/var/lib/kubelet/plugins_registry";
   std::string kube_api, token_file, ca_file, log_level = "info";
-  uint32_t publish_interval_s = 10;
+  uint32_t publish_interval_s = 10, registration_retry_s = 10;
+  std::string health_listen;
   app.add_option("--node-name", po.node_name, "this node's name (the downward API's spec.nodeName)")->required();
   app.add_option("--driver-name", po.driver, "the DRA driver name (default gpuos.io)");
   app.add_option("--gpuos-socket", gpuos_socket, "gpuosd's control socket (default /run/gpuos/gpuosd.sock)");
@@ -199,6 +267,12 @@ int main(int argc, char** argv) {
   app.add_option("--best-effort-shares", so.best_effort_shares, "best-effort shares per GPU (default 8)");
   app.add_option("--publish-interval-s", publish_interval_s, "seconds between checks of the ResourceSlice (default 10)")
       ->check(CLI::Range(1u, 3600u));
+  app.add_option("--registration-retry-s", registration_retry_s,
+                 "seconds before registering again after the kubelet refused the plugin (default 10)")
+      ->check(CLI::Range(1u, 3600u));
+  app.add_option("--health-listen", health_listen,
+                 "where to answer the kubelet's gRPC probes (grpc.health.v1, services liveness and readiness), "
+                 "e.g. 0.0.0.0:51515; none by default");
   app.add_option("--kube-api", kube_api, "API server URL (default: in-cluster)");
   app.add_option("--kube-token-file", token_file, "bearer token file (default: the service account's)");
   app.add_option("--kube-ca-file", ca_file, "CA bundle of the API server (default: the service account's)");
@@ -223,7 +297,9 @@ int main(int argc, char** argv) {
     log::error("no API server: not in a cluster (KUBERNETES_SERVICE_HOST unset) and no --kube-api");
     return kExitFailure;
   }
-  for (const std::string& d : {plugin_dir, registry_dir, po.cdi_dir}) {
+  // What each claim was prepared with, kept beside dra.sock (on the host: it outlives the pod).
+  po.state_dir = plugin_dir + "/prepared";
+  for (const std::string& d : {plugin_dir, registry_dir, po.cdi_dir, po.state_dir}) {
     std::string err;
     if (!make_dirs(d, 0750, 0750, &err)) {
       log::error("%s", err.c_str());
@@ -239,7 +315,15 @@ int main(int argc, char** argv) {
   DraService<DraV1beta1> dra_v1beta1(plugin);
   const std::string dra_socket = plugin_dir + "/dra.sock";
   const std::string reg_socket = registry_dir + "/" + po.driver + "-reg.sock";
-  RegistrationService registration(po.driver, dra_socket);
+  std::mutex mu;
+  std::condition_variable cv;
+  bool stopping = false, refused = false;
+  RegistrationService registration(po.driver, dra_socket, [&](bool registered) {
+    std::lock_guard<std::mutex> lk(mu);
+    refused = !registered;
+    cv.notify_all();
+  });
+  HealthService health(reg_socket, dra_socket, registration);
   std::string why;
   // The service first: the kubelet calls it as soon as it has read the registration.
   auto dra_server = serve(dra_socket, {&dra_v1, &dra_v1beta1}, &why);
@@ -254,13 +338,49 @@ int main(int argc, char** argv) {
     ::unlink(dra_socket.c_str());
     return kExitFailure;
   }
+  std::unique_ptr<grpc::Server> health_server;
+  if (!health_listen.empty()) {
+    grpc::ServerBuilder b;
+    int port = 0;
+    b.AddListeningPort(health_listen, grpc::InsecureServerCredentials(), &port);
+    b.RegisterService(&health);
+    health_server = b.BuildAndStart();
+    if (!health_server || port == 0) {
+      log::error("--health-listen %s: cannot listen there", health_listen.c_str());
+      reg_server->Shutdown();
+      dra_server->Shutdown();
+      ::unlink(reg_socket.c_str());
+      ::unlink(dra_socket.c_str());
+      return kExitFailure;
+    }
+    log::info("answering health probes on %s (port %d)", health_listen.c_str(), port);
+  }
   log::info("serving %s on %s (registration %s), node %s, gpuosd %s, API server %s", po.driver.c_str(),
             dra_socket.c_str(), reg_socket.c_str(), po.node_name.c_str(), gpuos_socket.c_str(), ko.base_url.c_str());
 
+  // A refused registration is tried again: the kubelet's plugin watcher registers a plugin when its
+  // socket appears in plugins_registry, so the socket is made anew after --registration-retry-s.
+  std::thread registrar([&] {
+    std::unique_lock<std::mutex> lk(mu);
+    while (!stopping) {
+      cv.wait(lk, [&] { return stopping || refused; });
+      if (cv.wait_for(lk, std::chrono::seconds(registration_retry_s), [&] { return stopping || !refused; })) continue;
+      refused = false;
+      lk.unlock();
+      reg_server->Shutdown();
+      std::string err;
+      reg_server = serve(reg_socket, {&registration}, &err);
+      if (reg_server) {
+        log::info("registering with the kubelet again: %s made anew", reg_socket.c_str());
+      } else {
+        log::error("%s; trying again in %u s", err.c_str(), registration_retry_s);
+      }
+      lk.lock();
+      if (!reg_server) refused = true;  // (tried again, as a refusal is)
+    }
+  });
+
   // The ResourceSlice: this node's shares while gpuosd answers, none while it does not.
-  std::mutex mu;
-  std::condition_variable cv;
-  bool stopping = false;
   std::thread publisher([&] {
     SlicePublisher pub(api, so);
     std::string last_error;
@@ -296,9 +416,9 @@ int main(int argc, char** argv) {
       lk.lock();
       cv.wait_for(lk, std::chrono::seconds(publish_interval_s), [&] { return stopping; });
     }
-    lk.unlock();
-    std::string err;
-    if (!pub.remove(&err)) log::warn("ResourceSlice not removed: %s", err.c_str());
+    // The slice stays: a restarting plugin (an update, a crash) would otherwise withdraw the node's
+    // shares from the scheduler, and its claims' pods could not be placed meanwhile. The next plugin
+    // takes it over; the Node owns it, so it goes with the node.
   });
 
   int sig = 0;
@@ -310,7 +430,9 @@ int main(int argc, char** argv) {
   }
   cv.notify_all();
   publisher.join();
-  reg_server->Shutdown();
+  registrar.join();
+  if (health_server) health_server->Shutdown();
+  if (reg_server) reg_server->Shutdown();
   dra_server->Shutdown();
   ::unlink(reg_socket.c_str());
   ::unlink(dra_socket.c_str());

@@ -1,7 +1,12 @@
 #include "dra/plugin.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 
 #include "common/ipc.h"
 #include "common/kube_names.h"
@@ -23,6 +28,8 @@ bool copy_field(char* dst, std::size_t n, const std::string& v, const char* what
 std::string bare(const std::string& uuid) { return uuid.rfind("GPU-", 0) == 0 ? uuid.substr(4) : uuid; }
 
 }  // namespace
+
+std::string parent_request(const std::string& request) { return request.substr(0, request.find('/')); }
 
 bool claim_message(const ClaimAllocation& a, const std::string& gpu_uuid, gpuos_msg_claim_prepare* out,
                    std::string* why) {
@@ -53,6 +60,61 @@ bool claim_message(const ClaimAllocation& a, const std::string& gpu_uuid, gpuos_
 Plugin::Plugin(PluginOptions opts, ClaimSource& claims, NodeDaemon& daemon)
     : opts_(std::move(opts)), claims_(claims), daemon_(daemon) {}
 
+std::optional<PreparedClaim> Plugin::prepared_claim(const std::string& uid) {
+  if (auto it = prepared_.find(uid); it != prepared_.end()) return it->second;
+  if (opts_.state_dir.empty()) return std::nullopt;
+  const std::string path = opts_.state_dir + "/" + uid + ".json";
+  std::ifstream in(path);
+  if (!in) return std::nullopt;
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  auto text = [&](const char* key) {
+    auto it = j.is_object() ? j.find(key) : j.end();
+    return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
+  PreparedClaim c;
+  c.share = AllocatedShare{text("request"), text("pool"), text("device")};
+  if (!text("podName").empty()) c.pod = PodRef{text("podName"), text("podUid")};
+  if (text("claimUid") != uid || c.share.request.empty() || c.share.pool.empty() || c.share.device.empty()) {
+    log::warn("%s: not a prepared claim of %s; ignored", path.c_str(), uid.c_str());
+    return std::nullopt;
+  }
+  prepared_[uid] = c;
+  return c;
+}
+
+std::string Plugin::keep_prepared_claim(const std::string& uid, const PreparedClaim& c) {
+  if (!opts_.state_dir.empty()) {
+    nlohmann::json j = {{"claimUid", uid}, {"request", c.share.request}, {"pool", c.share.pool},
+                        {"device", c.share.device}};
+    if (c.pod) {
+      j["podName"] = c.pod->name;
+      j["podUid"] = c.pod->uid;
+    }
+    const std::string path = opts_.state_dir + "/" + uid + ".json", tmp = path + ".tmp";
+    const std::string text = j.dump() + "\n";
+    int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0) return "cannot write " + tmp + ": " + std::strerror(errno);
+    const bool written = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) && ::fsync(fd) == 0;
+    ::close(fd);
+    if (!written || ::rename(tmp.c_str(), path.c_str()) != 0) {
+      std::string why = "cannot write " + path + ": " + std::strerror(errno);
+      ::unlink(tmp.c_str());
+      return why;
+    }
+  }
+  prepared_[uid] = c;
+  return "";
+}
+
+void Plugin::forget_prepared_claim(const std::string& uid) {
+  prepared_.erase(uid);
+  if (opts_.state_dir.empty()) return;
+  const std::string path = opts_.state_dir + "/" + uid + ".json";
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+    log::warn("cannot remove %s: %s", path.c_str(), std::strerror(errno));
+  }
+}
+
 std::string Plugin::expand_gpu_device(uint32_t index, const std::string& uuid) const {
   std::string s = opts_.gpu_cdi_device;
   for (auto [key, value] : {std::pair<std::string, std::string>{"{index}", std::to_string(index)},
@@ -79,6 +141,14 @@ PrepareResult Plugin::prepare(const ClaimRef& ref) {
   if (!claims_.fetch(ref.claim_namespace, ref.name, &json, &why)) return fail("cannot read it: " + why);
   ClaimAllocation a;
   if (!parse_claim(json, opts_.driver, ref.uid, &a, &why)) return fail(why);
+  // Prepared before with the same allocation (a kubelet retry, or a shared claim's next pod): gpuosd
+  // is asked exactly as then. The pod it names is the one it was first prepared for, not the first
+  // of reservedFor now, whose order changes as pods come and go (gpuosd refuses a claim prepared
+  // again with other settings).
+  const std::optional<PreparedClaim> before = prepared_claim(ref.uid);
+  const bool again = before && before->share.request == a.share.request && before->share.pool == a.share.pool &&
+                     before->share.device == a.share.device;
+  if (again) a.pod = before->pod;
   uint32_t gpu_index = 0, share = 0;
   std::string share_class;
   if (!parse_device_name(a.share.device, &gpu_index, &share_class, &share)) {
@@ -126,13 +196,18 @@ PrepareResult Plugin::prepare(const ClaimRef& ref) {
     inj.env.push_back("GPUOS_SPACE_DOMAIN=" + *a.spec.space);
   }
   if (!daemon_.prepare(m, &inj.socket_host_dir, &why)) return fail("gpuosd: " + why);
-  if (std::string no = write_cdi_spec(opts_.cdi_dir, inj); !no.empty()) {
-    std::string undo;
-    if (!daemon_.unprepare(ref.uid, &undo)) log::warn("%s: undoing gpuosd's part: %s", what.c_str(), undo.c_str());
+  std::string no = write_cdi_spec(opts_.cdi_dir, inj);
+  if (no.empty() && !again) no = keep_prepared_claim(ref.uid, PreparedClaim{a.share, a.pod});
+  if (!no.empty()) {
+    if (!again) {  // (a claim prepared before stays as it was: its pods may use it)
+      std::string undo;
+      remove_cdi_spec(opts_.cdi_dir, inj);
+      if (!daemon_.unprepare(ref.uid, &undo)) log::warn("%s: undoing gpuosd's part: %s", what.c_str(), undo.c_str());
+    }
     return fail(no);
   }
   PreparedDevice d;
-  d.request_names = {a.share.request};
+  d.request_names = {parent_request(a.share.request)};
   d.pool = a.share.pool;
   d.device = a.share.device;
   d.cdi_device_ids.push_back(cdi_device_id(inj));
@@ -154,6 +229,7 @@ std::string Plugin::unprepare(const ClaimRef& ref) {
   if (std::string no = remove_cdi_spec(opts_.cdi_dir, inj); !no.empty()) return what + ": " + no;
   std::string why;
   if (!daemon_.unprepare(ref.uid, &why)) return what + ": gpuosd: " + why;
+  forget_prepared_claim(ref.uid);
   log::info("%s unprepared", what.c_str());
   return "";
 }

@@ -3,7 +3,9 @@
 // idempotent, as the kubelet retries them; a failure leaves nothing behind.
 #pragma once
 
+#include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,6 +24,9 @@ struct PluginOptions {
   // The GPU's own CDI device (the NVIDIA container toolkit's), added beside gpuos's in the answer;
   // {index} and {uuid} ("GPU-...") are replaced. "" = none (the runtime gives GPUs otherwise).
   std::string gpu_cdi_device;
+  // Where the plugin keeps what it prepared each claim for ("<uid>.json"; "" = in memory only), so
+  // that a re-prepare after a plugin restart is answered as the first prepare was.
+  std::string state_dir;
 };
 
 // Where the plugin reads a ResourceClaim (the API server).
@@ -60,6 +65,18 @@ struct PrepareResult {
   std::string error;  // non-empty: not prepared, and nothing of it left
 };
 
+// The request a container names for an allocation result's request: "gpu" for "gpu" and for a
+// firstAvailable subrequest's "gpu/large". The kubelet matches a container's resources.claims[].request
+// against a prepared device's request_names by exact name, so a subrequest's name there would give
+// the container none of the claim's CDI devices (and its tenant would run without gpuos).
+std::string parent_request(const std::string& request);
+
+// What a claim was prepared with: its allocation result, and the pod named to gpuosd.
+struct PreparedClaim {
+  AllocatedShare share;
+  std::optional<PodRef> pod;
+};
+
 // The claim prepared for gpuosd (exposed for tests).
 bool claim_message(const ClaimAllocation& a, const std::string& gpu_uuid, gpuos_msg_claim_prepare* out,
                    std::string* why);
@@ -73,10 +90,14 @@ class Plugin {
 
  private:
   std::string expand_gpu_device(uint32_t index, const std::string& uuid) const;
+  std::optional<PreparedClaim> prepared_claim(const std::string& uid);
+  std::string keep_prepared_claim(const std::string& uid, const PreparedClaim& c);  // "" or why not
+  void forget_prepared_claim(const std::string& uid);
   PluginOptions opts_;
   ClaimSource& claims_;
   NodeDaemon& daemon_;
   std::mutex mu_;  // one claim at a time: preparing is rare, and file and gpuosd steps must pair
+  std::map<std::string, PreparedClaim> prepared_;  // by claim uid (a cache of state_dir's files)
 };
 
 }  // namespace gpuos::dra

@@ -13,9 +13,12 @@ Beyond the shapes it checks what the API server, the kubelet or gpuos-dra would 
 claims that name a pod claim, claim templates, device classes, ConfigMaps and ServiceAccounts that
 exist among the manifests, the gpuos TenantConfig in opaque claim config (apiVersion gpuos.io/v1,
 kind TenantConfig, known fields, types and ranges), CEL selectors that select driver gpuos.io, the
-DaemonSet's host paths mounted where they are on the host (CDI specs name host paths) with the
-interposer on one of them, hostPID, gpuosd's --config in its ConfigMap, and that each
-kustomization.yaml lists every manifest beside it. With --gpuos-cli, gpuosd's config in the
+DaemonSets' host paths mounted where they are on the host (CDI specs name host paths) with the
+interposer on one of them, hostPID, gpuosd's --config in its ConfigMap, gpuosd and gpuos-dra in
+DaemonSets of their own (each restarts on its own), a priority class that exists (the system-*
+classes only in kube-system), the Pod Security label "privileged" on a namespace whose pods are
+privileged or use the host's pids, network or paths, and that each kustomization.yaml lists every
+manifest beside it. With --gpuos-cli, gpuosd's config in the
 ConfigMap gpuos-config must pass `gpuos config check`.
 
 Then it proves it can fail: every field of every manifest is in turn misspelt, every required
@@ -617,6 +620,10 @@ KINDS = {
                                                           rules=req(List(POLICY_RULE))), False),
     ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"): (top(object_meta(path_segment),
                                                                  subjects=List(SUBJECT), roleRef=req(ROLE_REF)), False),
+    ("scheduling.k8s.io/v1", "PriorityClass"): (top(object_meta(dns_subdomain), value=req(Int(-2147483648, 1000000000)),
+                                                    globalDefault=Bool(), description=Str(),
+                                                    preemptionPolicy=Str(enum=["PreemptLowerPriority", "Never"])),
+                                                False),
     ("apps/v1", "DaemonSet"): (top(object_meta(dns_subdomain), spec=req(DAEMONSET_SPEC)), True),
     ("apps/v1", "Deployment"): (top(object_meta(dns_subdomain), spec=req(DEPLOYMENT_SPEC)), True),
     ("resource.k8s.io/v1", "DeviceClass"): (top(object_meta(dns_subdomain), spec=req(Obj({
@@ -727,6 +734,23 @@ def check_pod(pod, path, ns, index, ctx, hostpath_same=False):
         if t and not index.has("ResourceClaimTemplate", ns, t):
             ctx.error(path + ("resourceClaims", i, "resourceClaimTemplateName"),
                       f"no ResourceClaimTemplate {t!r} among the manifests")
+    pc = s(pod.get("priorityClassName"))
+    if pc in ("system-node-critical", "system-cluster-critical"):
+        if ns != "kube-system":
+            ctx.error(path + ("priorityClassName",), f"{pc} is for kube-system only (the API server refuses it in {ns}): "
+                                                     "use a PriorityClass of your own")
+    elif pc and not index.has("PriorityClass", None, pc):
+        ctx.error(path + ("priorityClassName",), f"no PriorityClass {pc!r} among the manifests")
+    host_access = [f for f in ("hostPID", "hostNetwork", "hostIPC") if pod.get(f) is True]
+    host_access += [f"volume {s(v.get('name'))} (hostPath)" for _, v in items(pod, "volumes") if g(v, "hostPath")]
+    host_access += [f"container {s(c.get('name'))} (privileged)" for group in ("initContainers", "containers")
+                    for _, c in items(pod, group) if g(c, "securityContext", "privileged") is True]
+    namespace = index.get("Namespace", None, ns)
+    if host_access and namespace is not None:
+        level = g(namespace, "metadata", "labels", "pod-security.kubernetes.io/enforce")
+        if level != "privileged":
+            ctx.error(path, f"namespace {ns} needs the label pod-security.kubernetes.io/enforce: privileged "
+                            f"(it is {level!r}): its pods use " + ", ".join(host_access))
     sa = s(pod.get("serviceAccountName"))
     if sa and sa != "default" and not index.has("ServiceAccount", ns, sa):
         ctx.error(path + ("serviceAccountName",), f"no ServiceAccount {sa!r} in namespace {ns}")
@@ -790,13 +814,17 @@ def host_mount_of(pod, container, file_path):
     return None
 
 
-def check_gpuos_daemonset(pod, path, ctx):
-    """What gpuos-dra and gpuosd need from their containers (deploy/daemonset.yaml)."""
+def check_gpuos_daemonset(name, pod, path, ctx):
+    """What gpuos-dra and gpuosd need from their containers (deploy/daemonset.yaml): each in a
+    DaemonSet of its own name, so that either restarts (and updates) without the other."""
     containers = {s(c.get("name")): (i, c) for i, c in items(pod, "containers")}
-    for name in ("gpuosd", "gpuos-dra"):
-        if name not in containers:
-            ctx.error(path + ("containers",), f"no container {name!r}")
-    if not pod.get("hostPID"):
+    if name not in containers:
+        ctx.error(path + ("containers",), f"no container {name!r}")
+    for other in {"gpuosd", "gpuos-dra"} - {name}:
+        if other in containers:
+            ctx.error(path + ("containers", containers[other][0]),
+                      f"{other} in the pod of {name}: give it a DaemonSet of its own (they restart independently)")
+    if name == "gpuosd" and not pod.get("hostPID"):
         ctx.error(path, "gpuosd needs hostPID: true (tenants' host pids, pidfds, /proc/<pid>/cgroup)")
     if "gpuos-dra" in containers:
         i, c = containers["gpuos-dra"]
@@ -829,11 +857,12 @@ def check_workload(b, index, ctx):
                 ctx.error(("spec", "selector", "matchLabels", k), "does not match the pod template's labels")
     pod = g(b, "spec", "template", "spec")
     if isinstance(pod, dict):
-        # gpuos's DaemonSet writes CDI specs that the runtime reads on the host.
-        hostpath_same = b.get("kind") == "DaemonSet" and s(g(b, "metadata", "name")) == "gpuos"
+        # gpuos's DaemonSets: CDI specs name host paths that the runtime reads on the host.
+        name = s(g(b, "metadata", "name"))
+        hostpath_same = b.get("kind") == "DaemonSet" and name in ("gpuosd", "gpuos-dra")
         check_pod(pod, ("spec", "template", "spec"), ns, index, ctx, hostpath_same)
         if hostpath_same:
-            check_gpuos_daemonset(pod, ("spec", "template", "spec"), ctx)
+            check_gpuos_daemonset(name, pod, ("spec", "template", "spec"), ctx)
 
 
 def device_class_of(name):
@@ -1041,7 +1070,9 @@ def find_doc(docs, kind, name=None):
 
 def targeted_cases(docs, gpuos_cli=None):
     """Mistakes an operator makes, each with the message it must be refused with."""
-    ds = find_doc(docs, "DaemonSet", "gpuos")
+    ds = find_doc(docs, "DaemonSet", "gpuosd")
+    dra = find_doc(docs, "DaemonSet", "gpuos-dra")
+    nsd = find_doc(docs, "Namespace", "gpuos-system")
     dep = find_doc(docs, "Deployment")
     rct = find_doc(docs, "ResourceClaimTemplate")
     dc = find_doc(docs, "DeviceClass")
@@ -1058,19 +1089,28 @@ def targeted_cases(docs, gpuos_cli=None):
          "exactly one of"),
         ("volume mount names no volume", ds, pod + ("containers", 0, "volumeMounts", 0, "name"), "cfg",
          "no volume 'cfg'"),
-        ("hostPath mounted elsewhere than on the host", ds, pod + ("containers", 1, "volumeMounts", 2, "mountPath"),
+        ("hostPath mounted elsewhere than on the host", dra, pod + ("containers", 0, "volumeMounts", 2, "mountPath"),
          "/cdi", "same path"),
-        ("$(NODE_NAME) without its env variable", ds, pod + ("containers", 1, "env"), [], "$(NODE_NAME)"),
+        ("$(NODE_NAME) without its env variable", dra, pod + ("containers", 0, "env"), [], "$(NODE_NAME)"),
         ("selector that misses the template", ds, ("spec", "selector", "matchLabels"), {"app": "other"},
          "does not match"),
         ("ConfigMap volume names no ConfigMap", ds, pod + ("volumes", 0, "configMap", "name"), "gpuos-cfg",
          "no ConfigMap"),
-        ("ServiceAccount not defined", ds, pod + ("serviceAccountName",), "gpuos", "no ServiceAccount"),
+        ("ServiceAccount not defined", dra, pod + ("serviceAccountName",), "gpuos", "no ServiceAccount"),
         ("hostPID as a string", ds, pod + ("hostPID",), "true", "expected true or false"),
         ("without hostPID", ds, pod + ("hostPID",), False, "needs hostPID"),
-        ("interposer in the image, not on the host", ds, pod + ("containers", 1, "args", 3),
+        ("interposer in the image, not on the host", dra, pod + ("containers", 0, "args", 3),
          "/usr/lib/libgpuos.so", "not on a host path"),
-        ("gpuos-dra without --node-name", ds, pod + ("containers", 1, "args", 0), "--node", "needs --node-name"),
+        ("gpuos-dra without --node-name", dra, pod + ("containers", 0, "args", 0), "--node", "needs --node-name"),
+        ("gpuosd in gpuos-dra's pod", dra, pod + ("containers", 0, "name"), "gpuosd", "a DaemonSet of its own"),
+        ("system-node-critical outside kube-system", ds, pod + ("priorityClassName",), "system-node-critical",
+         "kube-system only"),
+        ("a priority class that does not exist", dra, pod + ("priorityClassName",), "gpuos-critical",
+         "no PriorityClass 'gpuos-critical'"),
+        ("namespace without the Pod Security label", nsd,
+         ("metadata", "labels", "pod-security.kubernetes.io/enforce"), None, "needs the label pod-security"),
+        ("namespace at Pod Security baseline", nsd,
+         ("metadata", "labels", "pod-security.kubernetes.io/enforce"), "baseline", "its pods use hostPID"),
         ("gpuosd config outside the ConfigMap", ds, pod + ("containers", 0, "command", 2), "/etc/gpuos.toml",
          "not in a mounted ConfigMap"),
         ("container name not a DNS label", ds, pod + ("containers", 0, "name"), "gpuosD", "DNS-1123 label"),

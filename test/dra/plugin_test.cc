@@ -6,8 +6,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 namespace gpuos::dra {
 namespace {
@@ -43,17 +45,24 @@ struct FakeClaims : ClaimSource {
 struct FakeDaemon : NodeDaemon {
   std::vector<gpuos_msg_claim_prepare> prepared;
   std::vector<std::string> unprepared;
+  std::map<std::string, gpuos_msg_claim_prepare> held;  // as gpuosd: a claim prepared again must be the same
   std::string refuse;  // non-empty: prepare fails with this
   bool prepare(const gpuos_msg_claim_prepare& m, std::string* dir, std::string* why) override {
     if (!refuse.empty()) {
       *why = refuse;
       return false;
     }
+    if (auto it = held.find(m.claim_uid); it != held.end() && std::memcmp(&it->second, &m, sizeof(m)) != 0) {
+      *why = std::string("claim ") + m.claim_uid + " is prepared already, with other settings";
+      return false;
+    }
+    held[m.claim_uid] = m;
     prepared.push_back(m);
     *dir = std::string("/run/gpuos/claims/") + m.claim_uid;
     return true;
   }
   bool unprepare(const std::string& uid, std::string*) override {
+    held.erase(uid);
     unprepared.push_back(uid);
     return true;
   }
@@ -161,6 +170,66 @@ TEST_F(PluginTest, AFailureAtAnyStepLeavesNothing) {
   EXPECT_TRUE(daemon.prepared.empty());
   EXPECT_EQ(files(), 0u);
   EXPECT_NE(p.unprepare({"ns", "a/b", "c"}), "");
+}
+
+TEST_F(PluginTest, AFirstAvailableSubrequestIsAnsweredUnderItsParentRequest) {
+  // A claim whose request "gpu" takes the first available of "large" and "small": the scheduler
+  // allocates "gpu/large", and the container names "gpu" (the kubelet matches request_names exactly).
+  claims.json = claim_json("gpu-0-guaranteed-1", R"({"apiVersion": "gpuos.io/v1", "kind": "TenantConfig", "mem": "1Gi"})");
+  claims.json.replace(claims.json.find(R"("request": "gpu")"), 16, R"("request": "gpu/large")");
+  Plugin p(opts, claims, daemon);
+  PrepareResult r = p.prepare({"ns", kUid, "c"});
+  ASSERT_EQ(r.error, "");
+  ASSERT_EQ(r.devices.size(), 1u);
+  EXPECT_EQ(r.devices[0].request_names, std::vector<std::string>{"gpu"});
+  ASSERT_EQ(daemon.prepared.size(), 1u);
+  EXPECT_EQ(daemon.prepared[0].mem_bytes, 1ull << 30);  // the config for "gpu" applies to "gpu/large"
+  EXPECT_EQ(parent_request("gpu"), "gpu");
+  EXPECT_EQ(parent_request("gpu/small"), "gpu");
+}
+
+TEST_F(PluginTest, ASharedClaimIsPreparedAgainWhateverTheOrderOfItsPods) {
+  const std::string state = dir + "-state";
+  std::filesystem::create_directories(state);
+  opts.state_dir = state;
+  const std::string p1 = R"({"resource": "pods", "name": "p", "uid": "9a8b7c6d-5e4f-4a3b-9c2d-1e0f9a8b7c6d"})";
+  const std::string p2 = R"({"resource": "pods", "name": "q", "uid": "0a8b7c6d-5e4f-4a3b-9c2d-1e0f9a8b7c6d"})";
+  auto reserved_for = [&](const std::string& pods) {
+    std::string j = claim_json();
+    const auto at = j.find("\"reservedFor\"");
+    return j.substr(0, at) + "\"reservedFor\": [" + pods + "]}}";
+  };
+  {
+    Plugin p(opts, claims, daemon);
+    ASSERT_EQ(p.prepare({"ns", kUid, "c"}).error, "");  // for pod p
+    ASSERT_EQ(daemon.prepared.size(), 1u);
+    EXPECT_STREQ(daemon.prepared[0].pod_name, "p");
+    // Pod q joined first in the list, then p went: the claim allocated the same share, so the
+    // answer is the same (gpuosd is asked as before).
+    for (const std::string& pods : {p2 + ", " + p1, p2}) {
+      claims.json = reserved_for(pods);
+      PrepareResult r = p.prepare({"ns", kUid, "c"});
+      EXPECT_EQ(r.error, "") << pods;
+      ASSERT_EQ(r.devices.size(), 1u);
+      EXPECT_EQ(r.devices[0].device, "gpu-0-guaranteed-1");
+    }
+  }
+  {
+    Plugin restarted(opts, claims, daemon);  // a new plugin (after a restart) reads what it kept
+    EXPECT_EQ(restarted.prepare({"ns", kUid, "c"}).error, "");
+    EXPECT_EQ(restarted.unprepare({"ns", kUid, "c"}), "");
+    EXPECT_TRUE(std::filesystem::is_empty(state));  // unprepared: nothing kept
+    // Prepared afresh (allocated again): for the pod it is reserved for now.
+    EXPECT_EQ(restarted.prepare({"ns", kUid, "c"}).error, "");
+    EXPECT_STREQ(daemon.prepared.back().pod_name, "q");
+    // Allocated another share under the same uid without an unprepare: not the claim prepared before.
+    claims.json = claim_json("gpu-0-guaranteed-2");
+    EXPECT_NE(restarted.prepare({"ns", kUid, "c"}).error.find("other settings"), std::string::npos);
+    claims.json = reserved_for(p2);
+    EXPECT_EQ(restarted.unprepare({"ns", kUid, "c"}), "");
+  }
+  for (const auto& m : daemon.prepared) EXPECT_STREQ(m.claim_uid, kUid);
+  std::filesystem::remove_all(state);
 }
 
 }  // namespace

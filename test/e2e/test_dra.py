@@ -156,6 +156,7 @@ class Plugin(unittest.TestCase):
         self.assertIn("v1.DRAPlugin", info["supported_versions"])
         self.assertIn("v1beta1.DRAPlugin", info["supported_versions"])
         self.assertTrue(info["registered"])
+        self.assertEqual(info["api"], "v1")  # the first the plugin lists that the kubelet serves
         wait_for(lambda: "the kubelet registered gpuos.io" in self.n.plugin_text(), what="the plugin to log it")
 
     def test_publishes_the_nodes_shares_and_withdraws_them_while_gpuosd_is_gone(self):
@@ -184,11 +185,75 @@ class Plugin(unittest.TestCase):
                      what="the shares withdrawn\n" + self.n.plugin_text())
         self.assertGreater(s["spec"]["pool"]["generation"], generation)
 
-        os.kill(self.n.plugin.pid, signal.SIGTERM)  # the plugin stops: its slice goes with it
+        os.kill(self.n.plugin.pid, signal.SIGTERM)  # the plugin stops: its slice stays (see below)
         self.n.plugin.wait(timeout=60)
         self.assertEqual(self.n.plugin.returncode, 0, self.n.plugin_text())
-        self.assertIsNone(self.n.slice())
+        self.assertEqual(self.n.slice()["spec"]["pool"]["generation"], s["spec"]["pool"]["generation"])
         self.assertFalse(os.path.exists(os.path.join(self.n.registry, DRIVER + "-reg.sock")))
+
+    def test_a_plugin_restart_keeps_the_slice_and_the_claims(self):
+        uid = "3b333333-2222-4333-8444-555555555555"
+        first = self.prepared(uid, "llm-gpu", **{"mem": "128Mi"})
+        s = wait_for(lambda: (lambda s: s if s and s["spec"].get("devices") else None)(self.n.slice()),
+                     what="the ResourceSlice\n" + self.n.plugin_text())
+        os.kill(self.n.plugin.pid, signal.SIGTERM)
+        self.n.plugin.wait(timeout=60)
+        self.assertEqual(self.n.plugin.returncode, 0, self.n.plugin_text())
+        # While no plugin runs (an update, a crash): the node still offers its shares, gpuosd still
+        # holds the claim and serves its socket.
+        self.assertEqual(self.n.slice(), s)
+        self.assertEqual(len(self.n.claims_of_gpuosd()), 1)
+        self.assertTrue(os.path.exists(os.path.join(self.n.d.dir, "claims", uid, "gpuosd.sock")))
+        self.assertIn("received Terminated", self.n.plugin_text())
+        self.assertNotIn("DELETE", [e["method"] for e in self.api_log()])
+        # The next plugin takes the slice over unchanged, and answers the claim as before.
+        self.n.start_plugin()
+        self.assertEqual(self.n.prepare(uid, "llm-gpu"), first, self.n.plugin_text())
+        wait_for(lambda: len(self.api_log()) > 0 and self.api_log()[-1]["path"].endswith(NODE + "-" + DRIVER),
+                 what="the new plugin to look at its slice")
+        self.assertEqual(self.n.slice()["spec"]["pool"]["generation"], s["spec"]["pool"]["generation"])
+        self.assertEqual(self.n.unprepare(uid, "llm-gpu")["error"], "")
+
+    def api_log(self):
+        with urllib.request.urlopen(urllib.request.Request(self.n.api_url + "/fake/log"), timeout=10) as r:
+            return json.loads(r.read())
+
+    def health(self, port, service):
+        return self.n.kubelet("health", "127.0.0.1:%d" % port, service)["status"]
+
+    def test_health_probes_and_a_refused_registration(self):
+        self.n.plugin.terminate()
+        self.n.plugin.wait(timeout=60)
+        self.n.start_plugin(["--health-listen", "127.0.0.1:0", "--registration-retry-s", "1"])
+        line = wait_for(lambda: next((l for l in self.n.plugin_text().splitlines() if "answering health probes" in l),
+                                     None), what="the health port\n" + self.n.plugin_text())
+        port = int(line.split("(port ")[1].rstrip(")"))
+        # Alive (it answers GetInfo and a prepare of nothing on its sockets), not ready before the
+        # kubelet registered it.
+        self.assertEqual(self.health(port, "liveness"), "SERVING")
+        self.assertEqual(self.health(port, ""), "SERVING")
+        self.assertEqual(self.health(port, "readiness"), "NOT_SERVING")
+        self.assertTrue(self.n.kubelet("register", self.n.registry, DRIVER)["registered"])
+        self.assertEqual(self.health(port, "readiness"), "SERVING")
+        # Refused: not ready, and the registration socket is made anew, which the kubelet's plugin
+        # watcher takes as a new plugin to register.
+        self.assertFalse(self.n.kubelet("register", self.n.registry, DRIVER, "--refuse")["registered"])
+        self.assertEqual(self.health(port, "readiness"), "NOT_SERVING")
+        self.assertEqual(self.health(port, "liveness"), "SERVING")
+        wait_for(lambda: "registering with the kubelet again" in self.n.plugin_text(),
+                 what="the registration socket made anew")
+        self.assertTrue(os.path.exists(os.path.join(self.n.registry, DRIVER + "-reg.sock")))
+        self.assertTrue(self.n.kubelet("register", self.n.registry, DRIVER)["registered"])
+        self.assertEqual(self.health(port, "readiness"), "SERVING")
+        # A service the probe may not name; a DRA socket that no longer answers is not alive.
+        r = subprocess.run([bin_path("gpuos-fake-kubelet"), "health", "127.0.0.1:%d" % port, "startup"],
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("unknown service", r.stderr)
+        os.unlink(os.path.join(self.n.plugin_dir, "dra.sock"))
+        self.assertEqual(self.health(port, "liveness"), "NOT_SERVING")
+        self.assertEqual(self.health(port, "readiness"), "NOT_SERVING")
+        self.assertIn("liveness: NodePrepareResources", self.n.plugin_text())
 
     def test_a_failing_api_server_is_logged_once_until_it_answers_again(self):
         def refused():  # the plugin's requests the API server turned away
@@ -295,6 +360,26 @@ class Plugin(unittest.TestCase):
         self.assertEqual(self.n.claims_of_gpuosd(), [])
         self.assertEqual(self.n.unprepare(uid, "llm-gpu")["error"], "")
 
+    def test_several_claims_in_one_call(self):
+        uids = ["5a555555-2222-4333-8444-5555555555%02d" % i for i in range(3)]
+        self.n.set_claims([claim("c-0", uids[0], device="gpu-0-guaranteed-0", params=tenant_config(mem="64Mi")),
+                           claim("c-1", uids[1], device="gpu-0-best-effort-1", params=tenant_config(mem="32Mi")),
+                           claim("c-2", uids[2], device="gpu-0-best-effort-2", params=tenant_config(memory="1"))])
+        sock = os.path.join(self.n.plugin_dir, "dra.sock")
+        refs = ["inference/c-%d/%s" % (i, u) for i, u in enumerate(uids)]
+        r = self.n.kubelet("prepare", sock, "v1", *refs)
+        self.assertEqual(sorted(r), sorted(uids))
+        for i in (0, 1):  # each claim its own answer ...
+            self.assertEqual(r[uids[i]]["error"], "", self.n.plugin_text())
+            self.assertEqual(r[uids[i]]["devices"][0]["cdi_device_ids"], ["%s/claim=%s" % (DRIVER, uids[i])])
+        self.assertIn("memory", r[uids[2]]["error"])  # ... a bad one does not fail the others
+        self.assertEqual(len(self.n.claims_of_gpuosd()), 2)
+        self.assertEqual(len(self.n.cdi_files()), 2)
+        r = self.n.kubelet("unprepare", sock, "v1", *refs)
+        self.assertEqual({u: e["error"] for u, e in r.items()}, {u: "" for u in uids})
+        self.assertEqual(self.n.claims_of_gpuosd(), [])
+        self.assertEqual(self.n.cdi_files(), [])
+
     def test_v1beta1_is_served_too(self):
         uid = "22222222-2222-4333-8444-555555555555"
         r = self.prepared(uid, "trainer-gpu", api="v1beta1", **{"mem": "1Gi", "borrow": "2Gi"})
@@ -313,6 +398,25 @@ class Plugin(unittest.TestCase):
         out = subprocess.run([bin_path("gpuos-claim-probe")], env=env, capture_output=True, text=True, timeout=120)
         self.assertEqual(json.loads(out.stdout)["allocated"], 128 * MIB, out.stderr)
         self.assertEqual(self.n.unprepare(uid, "llm-gpu")["error"], "")
+
+    def test_a_shared_claim_is_prepared_again_whatever_the_order_of_its_pods(self):
+        uid = "3a333333-2222-4333-8444-555555555555"
+        first = self.prepared(uid, "shared-gpu", **{"mem": "128Mi"})
+        other = {"resource": "pods", "name": "llm-1", "uid": "0a8b7c6d-5e4f-4a3b-9c2d-1e0f9a8b7c6d"}
+        c = claim("shared-gpu", uid, params=tenant_config(mem="128Mi"))
+        # Another pod first in reservedFor, then the first pod gone; and after a plugin restart.
+        c["status"]["reservedFor"].insert(0, other)
+        self.n.set_claims([c])
+        self.assertEqual(self.n.prepare(uid, "shared-gpu"), first, self.n.plugin_text())
+        c["status"]["reservedFor"] = [other]
+        self.n.set_claims([c])
+        self.n.plugin.terminate()
+        self.n.plugin.wait(timeout=60)
+        self.n.start_plugin()
+        self.assertEqual(self.n.prepare(uid, "shared-gpu"), first, self.n.plugin_text())
+        self.assertEqual(len(self.n.claims_of_gpuosd()), 1)
+        self.assertEqual(self.n.unprepare(uid, "shared-gpu")["error"], "")
+        self.assertEqual(os.listdir(os.path.join(self.n.plugin_dir, "prepared")), [])
 
     def test_bad_claims_are_refused_with_a_clear_error_and_leave_nothing(self):
         cases = [
