@@ -3,8 +3,9 @@
 # catch tenants that bypass libgpuos.so and processes that never registered, and say what it costs.
 #   1. time-shared: a tenant (quota 1 GiB) that allocates 4 GiB through the driver's real entry
 #      points (test/e2e/bypass_probe.cc: libc's dlsym, around libgpuos.so); a tenant whose gate an
-#      admin closed that keeps the SMs busy the same way (gpu/tests/spin_kernel.cu); a process on
-#      the GPU without the interposer;
+#      admin closed that keeps the SMs busy the same way (gpu/tests/spin_kernel.cu); an honest
+#      tenant whose long kernel was already running when its gate closed (must not be flagged);
+#      a process on the GPU without the interposer;
 #   2. the same bypassing tenant inside a spatial domain (MPS client), if MPS is installed.
 # For each: whether it was caught, and how long after the offence (polling `gpuos ps` / metrics
 # every 50 ms; the check runs every 200 ms here). The check's cost: NVML time per round (metrics).
@@ -76,6 +77,31 @@ log "launching while gated: caught $MS ms after the gate closed"
 grep "launched\|used .* SMs while" "$OUT/logs/verify-gpuosd.log" | tail -1
 results+=("\"launched_while_gated\": {\"caught\": $([[ $MS -ge 0 ]] && echo true || echo false), \"detect_ms_after_gate_closed\": $MS}")
 kill "$P" 2>/dev/null; wait "$P" 2>/dev/null
+
+# 1d. an honest best-effort tenant (every launch through libgpuos.so) whose one long kernel (~5 s)
+# is already running when its gate closes: not a violation (issue #42: only launches made while
+# the gate was closed count against a tenant, not its work in flight when it closed).
+"$GPUOS" run --socket "$SOCK" --name honest --class best-effort -- "$BUILD/bin/gpuos-synth" --name honest \
+  --iters 500000000 --blocks-per-sm 8 --block 256 --count 1 --warmup 0 --gap-us 0 --mem-mib 64 \
+  >"$W/honest.out" 2>&1 &
+P=$!
+ID=""
+for _ in $(seq 200); do
+  ID=$("$GPUOS" ps --json --socket "$SOCK" 2>/dev/null | python3 -c "
+import json,sys
+for t in json.load(sys.stdin)['tenants']:
+    if t['pid']==$P and t.get('launches',0)>0: print(t['id'])" 2>/dev/null)
+  [[ -n $ID ]] && break
+  sleep 0.05
+done
+sleep 1  # its kernel runs
+"$GPUOS" gate "$ID" close --socket "$SOCK" >/dev/null
+T0=$(now_ms)
+read -r MS BYTES < <(wait_violation "$P" "$T0")  # 20 s: the kernel ends well within it
+"$GPUOS" gate "$ID" open --socket "$SOCK" >/dev/null
+wait "$P"; RC=$?
+log "honest tenant with a kernel in flight at gate close: violation after $MS ms (-1 = none), exit $RC"
+results+=("\"honest_inflight_at_gate_close\": {\"flagged\": $([[ $MS -ge 0 ]] && echo true || echo false), \"exit_code\": $RC}")
 
 # 1c. a process on the GPU that never registered
 read -r P T0 < <(start_probe env -u LD_PRELOAD "$PROBE" --mib 2048 --hold-ms 15000)
