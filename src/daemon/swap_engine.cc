@@ -39,7 +39,19 @@ SwapEngine::SwapEngine(const GpuMap& gpus, const std::vector<GpuInfo>& info, Swa
 }
 
 SwapEngine::~SwapEngine() {
-  for (auto& [uid, pool] : pools_) close(pool.fd);
+  for (auto& [id, pool] : pools_) close(pool.fd);
+}
+
+uint64_t SwapEngine::pool_bytes_for(const Tenant& t) const {
+  // A tenant never has more on its GPUs than its quota and borrow (the interposer refuses beyond
+  // them): a pool larger than that, with room for a slice's 2 MiB alignment per swap-out, would be
+  // host memory it pins for nothing. Without a quota: the configured size.
+  constexpr uint64_t kSlack = 64ull << 20;
+  const uint64_t quota = t.granted.quota_bytes;
+  if (quota == 0) return opts_.pool_bytes;
+  const uint64_t borrow = t.granted.borrow_bytes;
+  const uint64_t cap = quota > UINT64_MAX - borrow - kSlack ? UINT64_MAX : quota + borrow + kSlack;
+  return std::min<uint64_t>(opts_.pool_bytes, (cap + (2ull << 20) - 1) & ~((2ull << 20) - 1));
 }
 
 gpuos_status SwapEngine::pool_for(const Tenant& t, int* fd_out, uint64_t* bytes) {
@@ -47,31 +59,34 @@ gpuos_status SwapEngine::pool_for(const Tenant& t, int* fd_out, uint64_t* bytes)
   // A pool is host memory (it is filled at once): only for a tenant that made its memory movable
   // (gpuos run --swap sets the word before it asks).
   if (load(t.cb->swappable) == 0) return GPUOS_ERR_REFUSED;
-  Pool& pool = pools_[t.uid];
+  // The tenant's own pool: whoever maps a pool can read and write every slice in it, and a uid says
+  // nothing about who is who across containers (root in every pod), so no pool is shared.
+  Pool& pool = pools_[t.id];
   if (pool.fd < 0) {
+    const uint64_t size = pool_bytes_for(t);
     int fd = memfd_create("gpuos-swap-pool", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-    // Sparse until used; sealed so that no tenant can shrink it under the others (SIGBUS).
-    if (fd < 0 || ftruncate(fd, static_cast<off_t>(opts_.pool_bytes)) != 0 ||
+    // Sparse until used; sealed so that the tenant cannot shrink it under gpuosd (SIGBUS).
+    if (fd < 0 || ftruncate(fd, static_cast<off_t>(size)) != 0 ||
         fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
-      log::error("cannot create a %llu-byte swap pool: %s", static_cast<unsigned long long>(opts_.pool_bytes),
+      log::error("cannot create a %llu-byte swap pool: %s", static_cast<unsigned long long>(size),
                  std::strerror(errno));
       if (fd >= 0) close(fd);
-      pools_.erase(t.uid);
+      pools_.erase(t.id);
       return GPUOS_ERR_INTERNAL;
     }
     pool.fd = fd;
-    pool.space = std::make_unique<SwapSpace>(opts_.pool_bytes);
+    pool.space = std::make_unique<SwapSpace>(size);
     // Allocate the pool's pages now, off the event loop: the tenant that pins the pool would
     // otherwise fault them in (zero-filled) one by one, several times slower.
     if (int fd2 = opts_.prefault ? dup(fd) : -1; fd2 >= 0) {
-      const off_t len = static_cast<off_t>(opts_.pool_bytes);
+      const off_t len = static_cast<off_t>(size);
       std::thread([fd2, len] {
         if (fallocate(fd2, 0, 0, len) != 0) log::warn("swap pool: fallocate: %s", std::strerror(errno));
         close(fd2);
       }).detach();
     }
-    log::info("swap pool of %llu MiB created for uid %u", static_cast<unsigned long long>(opts_.pool_bytes >> 20),
-              static_cast<unsigned>(t.uid));
+    log::info("swap pool of %llu MiB created for tenant %u (uid %u)", static_cast<unsigned long long>(size >> 20),
+              t.id, static_cast<unsigned>(t.uid));
   }
   *fd_out = pool.fd;
   *bytes = pool.space->size();
@@ -145,7 +160,7 @@ void SwapEngine::answer_room(Tenant& t, uint32_t answer, uint64_t now) {
 }
 
 void SwapEngine::free_slices(Tenant& t) {
-  auto p = pools_.find(t.uid);
+  auto p = pools_.find(t.id);
   for (uint64_t off : t.swap.slices) {
     if (p != pools_.end() && p->second.space) p->second.space->free(off);
   }
@@ -178,13 +193,11 @@ void SwapEngine::refuse_beyond_grant(std::map<uint32_t, Tenant>& tenants, uint64
 
 void SwapEngine::tenant_gone(Tenant& gone, std::map<uint32_t, Tenant>& tenants) {
   free_slices(gone);
-  // The uid's last tenant: its pool goes (its host memory is the node's; the next swappable
-  // tenant of the uid gets a new one).
-  const bool last = std::none_of(tenants.begin(), tenants.end(), [&](const auto& e) { return e.second.uid == gone.uid; });
-  if (auto p = pools_.find(gone.uid); last && p != pools_.end()) {
+  // Its pool goes with it (its host memory is the node's; nothing in it is anybody else's).
+  if (auto p = pools_.find(gone.id); p != pools_.end()) {
     close(p->second.fd);
     pools_.erase(p);
-    log::info("swap pool of uid %u freed (its last tenant exited)", static_cast<unsigned>(gone.uid));
+    log::info("swap pool of tenant %u freed (it exited)", gone.id);
   }
   for (auto& [oid, o] : tenants) {
     if (load(o.cb->mem_request_seq) != o.swap.room_answered_seq) o.swap.room_made = true;  // its memory is free now
@@ -210,7 +223,7 @@ void SwapEngine::note_done(std::map<uint32_t, Tenant>& tenants, uint64_t now) {
     if (s.cmd == GPUOS_SWAP_OUT) {
       const uint64_t swapped = load(t.cb->swapped_bytes);
       const uint64_t moved = swapped > s.swapped_before_cmd ? swapped - s.swapped_before_cmd : 0;
-      auto p = pools_.find(t.uid);
+      auto p = pools_.find(t.id);
       if (!s.slices.empty() && p != pools_.end() && p->second.space) p->second.space->shrink(s.slices.back(), moved);
       if (moved == 0 && !s.slices.empty()) s.slices.pop_back();
       if (state == GPUOS_SWAP_SWAPPED_OUT && moved > 0) {
@@ -298,7 +311,7 @@ slots::MemoryView SwapEngine::make_view(std::map<uint32_t, Tenant>& tenants, slo
     s.resident_since_ns = t.swap.resident_since_ns;
     s.out_since_ns = t.swap.out_since_ns;
     s.no_victim_until_ns = t.swap.no_victim_until_ns;
-    auto p = pools_.find(t.uid);
+    auto p = pools_.find(t.id);
     s.pool_largest_free = p != pools_.end() && p->second.space ? p->second.space->largest_free() : 0;
     s.priority = t.priority;
     s.guaranteed_bytes = quota;
@@ -381,7 +394,7 @@ void SwapEngine::apply(std::map<uint32_t, Tenant>& tenants, const slots::MemoryA
       case SwapAction::Kind::kSwapOut: {
         // The slice can take all its movable memory (as far as the pool allows); it is cut to
         // what actually moved when the command is done.
-        auto p = pools_.find(t.uid);
+        auto p = pools_.find(t.id);
         if (p == pools_.end() || !p->second.space) break;  // no pool yet: made on its first SWAP_POOL
         SwapSpace& space = *p->second.space;
         const uint64_t swapped = load(t.cb->swapped_bytes);

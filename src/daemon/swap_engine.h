@@ -1,4 +1,4 @@
-// The memory slot's mechanism (memory oversubscription): each uid's swap pool, the MemoryView of
+// The memory slot's mechanism (memory oversubscription): each swappable tenant's own swap pool, the MemoryView of
 // the live tenants, and carrying out the slot's actions: a victim's gate held closed while its
 // memory is out or moving, SWAP_OUT / SWAP_IN commands in its control block with a slice of its
 // pool, answers to requests for room; and noting the commands the tenants carried out.
@@ -19,9 +19,9 @@
 namespace gpuos::daemon {
 
 struct SwapOptions {
-  // 0 = oversubscription off (requests for room are refused at once). Each uid gets its own pool
-  // of this size (a trust domain: tenants of one uid may see each other's swapped memory, as they
-  // may see each other's processes).
+  // 0 = oversubscription off (requests for room are refused at once). Each swappable tenant gets a
+  // pool of its own, of this size at most (no pool is shared: a uid is no trust domain across
+  // containers, where every pod may run as root).
   uint64_t pool_bytes = 0;
   uint64_t quantum_ns = 5'000'000'000ull;
   uint64_t headroom_bytes = 2ull << 30;
@@ -36,10 +36,12 @@ class SwapEngine {
   SwapEngine& operator=(const SwapEngine&) = delete;
 
   bool enabled() const { return opts_.pool_bytes != 0; }
-  // SWAP_POOL: the tenant's uid's pool (made at its first request, freed with the uid's last
-  // tenant; refused to a tenant that is not swappable): GPUOS_OK with *fd (borrowed) and *bytes,
-  // or why not.
+  // SWAP_POOL: the tenant's own pool (made at its first request, freed when it exits; refused to a
+  // tenant that is not swappable): GPUOS_OK with *fd (borrowed) and *bytes, or why not. No other
+  // tenant ever gets this pool's fd.
   gpuos_status pool_for(const Tenant& t, int* fd, uint64_t* bytes);
+  // The size of t's pool: pool_bytes, at most what its quota and borrow let it hold (and slack).
+  uint64_t pool_bytes_for(const Tenant& t) const;
   // Notes the commands carried out since the last look (slices cut to what moved, gates released).
   void note_done(std::map<uint32_t, Tenant>& tenants, uint64_t now);
   // KV pools that gave memory back (their engine unmapped pages) made room for whoever waits; the
@@ -75,7 +77,7 @@ class SwapEngine {
   const GpuMap& gpus_;
   std::vector<uint64_t> capacity_;
   SwapOptions opts_;
-  std::map<uid_t, Pool> pools_;  // created on a tenant's first SWAP_POOL
+  std::map<uint32_t, Pool> pools_;  // by tenant id, created on its first SWAP_POOL
 };
 
 }  // namespace gpuos::daemon

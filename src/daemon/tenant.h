@@ -84,7 +84,7 @@ struct SpaceState {
 // Memory oversubscription: the command in flight and the facts the memory slot decides on.
 struct SwapState {
   uint32_t cmd = GPUOS_SWAP_NONE;  // command being carried out; NONE: nothing pending
-  std::vector<uint64_t> slices;    // its slices of its uid's pool (offsets) while memory is out
+  std::vector<uint64_t> slices;    // its slices of its own pool (offsets) while memory is out
   uint64_t swapped_before_cmd = 0; // swapped_bytes when the pending SWAP_OUT was sent
   uint64_t resident_since_ns = 0;
   uint64_t out_since_ns = 0;

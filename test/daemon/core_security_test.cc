@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -222,8 +223,8 @@ TEST_F(SecurityFixture, OneTenantPerPidAndACapPerUid) {
   EXPECT_NE(try_register(root, 901).registered, 0u);
 }
 
-// A swap pool is host memory: not for a tenant that cannot swap, and gone with its uid's last tenant.
-TEST_F(SecurityFixture, SwapPoolsOnlyForSwappableTenantsAndFreedWithTheUidsLast) {
+// A swap pool is host memory: not for a tenant that cannot swap, and gone with its tenant.
+TEST_F(SecurityFixture, SwapPoolsOnlyForSwappableTenantsAndFreedWithTheirTenant) {
   CoreOptions o;
   o.memory_policy = std::make_unique<policies::SwapPolicy>();
   o.swap.pool_bytes = 64ull << 20;
@@ -247,6 +248,84 @@ TEST_F(SecurityFixture, SwapPoolsOnlyForSwappableTenantsAndFreedWithTheUidsLast)
   core->connection_closed(tenants[a].conn);
   // gpuosd's fd of the pool (the one it passes) is closed: the memory goes with the last mapping.
   EXPECT_EQ(fcntl(fd, F_GETFD), -1);
+}
+
+// Issue #42 (3): pods all run as uid 0, and a tenant on claim B asked for "its uid's" pool and read
+// and wrote a swapped-out tenant's data of claim A. Each tenant gets a pool of its own: a second
+// tenant of the same uid gets another memfd, and sees nothing of the first one's pool.
+TEST_F(SecurityFixture, ATenantOfTheSameUidCannotObtainAnothersSwapPool) {
+  CoreOptions o;
+  o.memory_policy = std::make_unique<policies::SwapPolicy>();
+  o.swap.pool_bytes = 64ull << 20;
+  o.swap.prefault = false;
+  make_core(std::move(o));
+  const std::size_t victim = add(0);
+  const std::size_t other = add(0);  // the same uid (root in another pod)
+  gpuos_msg_header h{};
+  init_header(&h, GPUOS_MSG_SWAP_POOL, sizeof(h), 4);
+  auto pool = [&](std::size_t i, uint64_t* bytes) {
+    Outcome r = core->handle_message(tenants[i].conn, &h, sizeof(h));
+    gpuos_msg_swap_pool_reply rep;
+    std::memcpy(&rep, r.replies.at(0).bytes.data(), sizeof(rep));
+    EXPECT_EQ(rep.status, GPUOS_OK);
+    *bytes = rep.pool_bytes;
+    return dup(r.replies.at(0).fds[0]);  // (the reply's fd is gpuosd's, borrowed)
+  };
+  put(tenants[victim].cb->swappable, 1u);
+  put(tenants[other].cb->swappable, 1u);
+  uint64_t vbytes = 0, obytes = 0;
+  const int vfd = pool(victim, &vbytes);
+  const int ofd = pool(other, &obytes);
+  ASSERT_GE(vfd, 0);
+  ASSERT_GE(ofd, 0);
+  struct stat vs, os;
+  ASSERT_EQ(fstat(vfd, &vs), 0);
+  ASSERT_EQ(fstat(ofd, &os), 0);
+  EXPECT_NE(vs.st_ino, os.st_ino);  // two memfds
+  // The victim's swapped-out bytes are not in what the other maps.
+  auto* vp = static_cast<char*>(mmap(nullptr, vbytes, PROT_READ | PROT_WRITE, MAP_SHARED, vfd, 0));
+  auto* op = static_cast<char*>(mmap(nullptr, obytes, PROT_READ | PROT_WRITE, MAP_SHARED, ofd, 0));
+  ASSERT_NE(vp, MAP_FAILED);
+  ASSERT_NE(op, MAP_FAILED);
+  std::memcpy(vp, "secret", 6);
+  EXPECT_NE(std::memcmp(op, "secret", 6), 0);
+  std::memcpy(op, "forged", 6);  // and what it writes does not reach the victim's
+  EXPECT_EQ(std::memcmp(vp, "secret", 6), 0);
+  munmap(vp, vbytes);
+  munmap(op, obytes);
+  // The other tenant's exit frees its pool only: the victim's stays for its swapped memory.
+  core->connection_closed(tenants[other].conn);
+  uint64_t again = 0;
+  const int vfd2 = pool(victim, &again);
+  struct stat vs2;
+  ASSERT_EQ(fstat(vfd2, &vs2), 0);
+  EXPECT_EQ(vs2.st_ino, vs.st_ino);
+  close(vfd);
+  close(ofd);
+  close(vfd2);
+}
+
+// A pool is no larger than what its tenant can hold (quota + borrow, and slack for alignment):
+// host memory it would pin for nothing otherwise.
+TEST_F(SecurityFixture, ASwapPoolIsSizedToItsTenantsGrant) {
+  CoreOptions o;
+  o.memory_policy = std::make_unique<policies::SwapPolicy>();
+  o.swap.pool_bytes = 4 * GiB;
+  o.swap.prefault = false;
+  make_core(std::move(o));
+  const std::size_t small = add(1000, GPUOS_CLASS_BEST_EFFORT, 256ull << 20);
+  const std::size_t free_of_quota = add(1001);
+  gpuos_msg_header h{};
+  init_header(&h, GPUOS_MSG_SWAP_POOL, sizeof(h), 4);
+  auto bytes = [&](std::size_t i) {
+    put(tenants[i].cb->swappable, 1u);
+    Outcome r = core->handle_message(tenants[i].conn, &h, sizeof(h));
+    gpuos_msg_swap_pool_reply rep;
+    std::memcpy(&rep, r.replies.at(0).bytes.data(), sizeof(rep));
+    return rep.pool_bytes;
+  };
+  EXPECT_EQ(bytes(small), (256ull + 64) << 20);
+  EXPECT_EQ(bytes(free_of_quota), 4 * GiB);
 }
 
 }  // namespace
