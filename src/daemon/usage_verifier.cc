@@ -16,6 +16,7 @@ const char* finding_name(FindingKind k) {
     case FindingKind::kOverQuota: return "over_quota";
     case FindingKind::kLaunchedWhileGated: return "launched_while_gated";
     case FindingKind::kUnregistered: return "unregistered";
+    case FindingKind::kUnderReported: return "under_reported";
   }
   return "unknown";
 }
@@ -152,6 +153,11 @@ uint64_t measured_bytes(const UsageSample& sample, pid_t pid) {
   return sum;
 }
 
+uint64_t report_margin(uint64_t limit_bytes) {
+  constexpr uint64_t kMargin = 64ull << 20;
+  return limit_bytes != 0 ? std::min(kMargin, limit_bytes / 4) : kMargin;
+}
+
 std::vector<Finding> check_usage(const UsageSample& sample, const std::vector<TenantGrant>& tenants,
                                  const CheckParams& p, const std::set<pid_t>& ignored) {
   std::vector<Finding> out;
@@ -161,6 +167,11 @@ std::vector<Finding> check_usage(const UsageSample& sample, const std::vector<Te
     const uint64_t bytes = measured_bytes(sample, t.pid);
     if (t.limit_bytes != 0 && bytes > t.limit_bytes && bytes - t.limit_bytes > p.memory_slack_bytes) {
       out.push_back(Finding{FindingKind::kOverQuota, t.pid, t.id, 0, bytes, t.limit_bytes + p.memory_slack_bytes});
+    }
+    if (t.context_bytes != UINT64_MAX) {
+      auto sat_add = [](uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; };
+      const uint64_t fair = sat_add(sat_add(t.reported_bytes, t.context_bytes), report_margin(t.limit_bytes));
+      if (bytes > fair) out.push_back(Finding{FindingKind::kUnderReported, t.pid, t.id, 0, bytes, fair});
     }
   }
   std::set<pid_t> unregistered_reported;

@@ -78,9 +78,14 @@ struct TenantGrant {
   pid_t pid = 0;
   uint64_t limit_bytes = 0;         // quota + borrow; 0 = unlimited
   uint64_t gated_all_round = 0;     // the GPUs its gate was closed on (and drained) the whole round
+  // Its report (control block mem_used_bytes, bounded by the node's memory; tenant-written), and the
+  // least NVML has measured beyond it so far (its contexts' own memory; UINT64_MAX: not measured
+  // yet, nothing to check): under_reported.
+  uint64_t reported_bytes = 0;
+  uint64_t context_bytes = UINT64_MAX;
 };
 
-enum class FindingKind { kOverQuota, kLaunchedWhileGated, kUnregistered };
+enum class FindingKind { kOverQuota, kLaunchedWhileGated, kUnregistered, kUnderReported };
 const char* finding_name(FindingKind k);
 
 struct Finding {
@@ -97,8 +102,17 @@ struct CheckParams {
   uint32_t gated_sm_util_percent = 20;
 };
 
+// How far NVML's measure of a tenant may exceed its report plus its contexts' memory before the
+// report is a lie (kUnderReported): 64 MiB, and no more than a quarter of its quota + borrow. Not
+// the 1 GiB memory slack: that is for the contexts, which context_bytes already holds; what an
+// honest tenant adds on top without an allocation call (module code loaded lazily, local memory
+// grown for a kernel) is tens of MiB, and a quarter of a small quota still catches a tenant that
+// hides its whole quota (a 64 MiB quota: 16 MiB).
+uint64_t report_margin(uint64_t limit_bytes);
+
 // The findings of one sample: a tenant whose NVML memory (all GPUs) exceeds its limit plus the
-// slack; a tenant gated the whole round whose SM use exceeds the threshold on a GPU; a process with
+// slack; one whose NVML memory exceeds its report plus its contexts' plus report_margin (it rewrote
+// the word: issue #42); a tenant gated the whole round whose SM use exceeds the threshold on a GPU; a process with
 // GPU memory or activity that is no tenant, no MPS server and not in `ignored` (gpuosd itself).
 std::vector<Finding> check_usage(const UsageSample& sample, const std::vector<TenantGrant>& tenants,
                                  const CheckParams& p, const std::set<pid_t>& ignored);

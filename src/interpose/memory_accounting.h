@@ -32,8 +32,16 @@ inline constexpr int kAllocKindCount = 4;
 // The most the tenant may hold: its quota plus what it may borrow; 0 = unlimited.
 uint64_t memory_limit(const gpuos_control_block* cb);
 
-// Adds `bytes` to mem_used_bytes unless `enforce_quota` and that would exceed a non-zero
-// mem_quota_bytes. Returns false (and changes nothing) when refused. Updates mem_peak_bytes.
+// What the process holds as the quota check counts it. Kept in the process's own memory: the
+// control block's mem_used_bytes only mirrors it for gpuosd (the tenant can rewrite that word; no
+// check reads it back).
+uint64_t memory_used(const gpuos_control_block* cb);
+// Tests only: the count starts again from 0 (each test's blocks are new, the process is the same).
+void forget_memory_usage();
+
+// Adds `bytes` to what the process holds (memory_used, mirrored into mem_used_bytes) unless
+// `enforce_quota` and that would exceed a non-zero quota + borrow. Returns false (and changes
+// nothing) when refused. Updates mem_peak_bytes.
 bool reserve_bytes(gpuos_control_block* cb, std::size_t bytes, bool enforce_quota = true);
 // Takes back a reservation whose allocation failed or was refused.
 void cancel_bytes(gpuos_control_block* cb, std::size_t bytes);

@@ -15,7 +15,10 @@ namespace {
 
 class MemoryAccountingTest : public ::testing::Test {
  protected:
-  void SetUp() override { std::memset(&blocks_, 0, sizeof(blocks_)); }
+  void SetUp() override {
+    std::memset(&blocks_, 0, sizeof(blocks_));
+    forget_memory_usage();  // a new block: this process holds nothing in it
+  }
   LocalBlocks blocks_;  // the quota is in the grant block, reached through grants_of
   gpuos_control_block& cb_ = blocks_.cb;
 };
@@ -148,6 +151,7 @@ namespace {
 TEST(MemoryQuotaTest, ReservationsNeverExceedTheQuota) {
   LocalBlocks blocks{};
   gpuos_control_block& cb = blocks.cb;
+  forget_memory_usage();
   blocks.grants.mem_quota_bytes = 1000;
   EXPECT_TRUE(reserve_bytes(&cb, 600));
   EXPECT_FALSE(reserve_bytes(&cb, 401));
@@ -163,6 +167,7 @@ TEST(MemoryQuotaTest, ReservationsNeverExceedTheQuota) {
 TEST(MemoryQuotaTest, ConcurrentReservationsStayWithinQuota) {
   LocalBlocks blocks{};
   gpuos_control_block& cb = blocks.cb;
+  forget_memory_usage();
   blocks.grants.mem_quota_bytes = 64 * 100;
   std::atomic<int> granted{0};
   std::vector<std::thread> threads;
@@ -179,9 +184,33 @@ TEST(MemoryQuotaTest, ConcurrentReservationsStayWithinQuota) {
   EXPECT_EQ(cb.mem_peak_bytes, 64u * 100);
 }
 
+// Issue #42 (2): the quota check read mem_used_bytes back from the control block, which the tenant
+// writes: zeroing it after each allocation got 1024 MiB on a 64 MiB quota. The count is the
+// process's own now; the word is only its mirror, rewritten at the next change.
+TEST(MemoryQuotaTest, ZeroingTheWordInTheControlBlockGetsNoMoreMemory) {
+  LocalBlocks blocks{};
+  gpuos_control_block& cb = blocks.cb;
+  forget_memory_usage();
+  constexpr uint64_t kMiB = 1ull << 20;
+  blocks.grants.mem_quota_bytes = 64 * kMiB;
+  uint64_t got = 0;
+  for (int i = 0; i < 16; ++i) {
+    if (reserve_bytes(&cb, 64 * kMiB)) got += 64 * kMiB;
+    std::atomic_ref<uint64_t>(cb.mem_used_bytes).store(0);  // the tenant's write
+  }
+  EXPECT_EQ(got, 64 * kMiB);
+  EXPECT_EQ(memory_used(&cb), 64 * kMiB);
+  EXPECT_FALSE(reserve_bytes(&cb, 1));
+  cancel_bytes(&cb, 32 * kMiB);
+  EXPECT_EQ(cb.mem_used_bytes, 32 * kMiB);  // mirrored again
+  cancel_bytes(&cb, 32 * kMiB);
+  EXPECT_EQ(cb.mem_used_bytes, 0u);
+}
+
 TEST(MemoryQuotaTest, ZeroQuotaMeansUnlimitedButNoOverflow) {
   LocalBlocks blocks{};
   gpuos_control_block& cb = blocks.cb;
+  forget_memory_usage();
   EXPECT_TRUE(reserve_bytes(&cb, UINT64_MAX - 1));
   EXPECT_FALSE(reserve_bytes(&cb, 2));
 }
@@ -404,6 +433,7 @@ TEST(ArrayEstimateTest, HugeDescriptorsSaturateInsteadOfWrapping) {
   EXPECT_EQ(array_level_bytes(UINT64_MAX, UINT64_MAX, 1, CU_AD_FORMAT_BC1_UNORM, 4), UINT64_MAX);
   LocalBlocks blocks{};
   gpuos_control_block& cb = blocks.cb;
+  forget_memory_usage();
   blocks.grants.mem_quota_bytes = 1ull << 50;  // any quota refuses it
   EXPECT_FALSE(reserve_bytes(&cb, array_bytes(&d)));
 }
