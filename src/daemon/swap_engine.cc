@@ -153,6 +153,16 @@ void SwapEngine::answer_room(Tenant& t, uint32_t answer, uint64_t now) {
   futex_wake_all(&t.grants->mem_answer_seq);
   t.swap.room_answered_seq = seq;
   t.swap.room_made = false;
+  t.swap.room_answered_ns = now;
+  if (answer == GPUOS_MEM_RETRY) {
+    // Room made for it: counted against its grant until its report grows (its next allocation's
+    // reservation; a forger that only asks again never grows it).
+    const uint64_t used = gpus_.at_most_all(load(t.cb->mem_used_bytes));
+    const uint64_t wanted = gpus_.at_most_all(load(t.cb->mem_wanted_bytes));
+    if (used > t.swap.room_retried_used) t.swap.room_retried_bytes = 0;
+    t.swap.room_retried_bytes = std::min(t.swap.room_retried_bytes + wanted, gpus_.at_most_all(UINT64_MAX));
+    t.swap.room_retried_used = used;
+  }
   // Room made: its memory is on the GPU from now, and its quantum against its peers starts now
   // (counted from registration, a tenant that waited a quantum for room would be displaced again
   // as soon as it got it, the two taking turns at every swap).
@@ -174,20 +184,52 @@ void SwapEngine::refuse_all(std::map<uint32_t, Tenant>& tenants) {
 }
 
 void SwapEngine::refuse_beyond_grant(std::map<uint32_t, Tenant>& tenants, uint64_t now) {
+  auto mib = [](uint64_t b) { return static_cast<unsigned long long>(b >> 20); };
   for (auto& [id, t] : tenants) {
-    const uint64_t quota = t.granted.quota_bytes;
-    if (quota == 0 || load(t.cb->mem_request_seq) == t.swap.room_answered_seq) continue;
-    const uint64_t limit = t.granted.borrow_bytes > UINT64_MAX - quota ? UINT64_MAX : quota + t.granted.borrow_bytes;
-    // The waiting allocation's bytes are in mem_used_bytes already (reserved before the driver was
-    // asked), not in what NVML measured.
+    if (load(t.cb->mem_request_seq) == t.swap.room_answered_seq) continue;
+    if (now < t.swap.room_answered_ns + kMinRoomIntervalNs) continue;  // waits; make_view hides it
+    // Tenant-written, bounded by the node's memory. The waiting allocation's bytes are in
+    // mem_used_bytes already (reserved before the driver was asked), not in what NVML measured.
     const uint64_t wanted = gpus_.at_most_all(load(t.cb->mem_wanted_bytes));
     const uint64_t used = gpus_.at_most_all(load(t.cb->mem_used_bytes));
-    const uint64_t held = std::max(used, t.verified_mem_bytes + wanted);
-    if (held <= limit) continue;
-    log::warn("tenant %u asked for room for %llu MiB holding %llu MiB of a %llu MiB grant: refused (beyond its grant)",
-              t.id, static_cast<unsigned long long>(wanted >> 20), static_cast<unsigned long long>(held >> 20),
-              static_cast<unsigned long long>(limit >> 20));
-    answer_room(t, GPUOS_MEM_REFUSED, now);
+    if (wanted == 0 || used < wanted) {
+      log::warn("tenant %u asked for room for %llu MiB reporting %llu MiB held: refused (no allocation of its waits)",
+                t.id, mib(wanted), mib(used));
+      answer_room(t, GPUOS_MEM_REFUSED, now);
+      continue;
+    }
+    if (const uint64_t quota = t.granted.quota_bytes; quota != 0) {
+      const uint64_t limit = t.granted.borrow_bytes > UINT64_MAX - quota ? UINT64_MAX : quota + t.granted.borrow_bytes;
+      const uint64_t held = std::max(used, t.verified_mem_bytes + wanted);
+      const uint64_t made = used > t.swap.room_retried_used ? 0 : t.swap.room_retried_bytes;
+      if (held > limit || made > limit - held) {
+        log::warn("tenant %u asked for room for %llu MiB holding %llu MiB (and %llu MiB of room made for it) of a "
+                  "%llu MiB grant: refused (beyond its grant)",
+                  t.id, mib(wanted), mib(held), mib(made), mib(limit));
+        answer_room(t, GPUOS_MEM_REFUSED, now);
+        continue;
+      }
+    }
+    // Backed by a failure? By gpuosd's numbers (each tenant's memory on the GPU: the larger of its
+    // report and, for a tenant on that GPU alone, NVML's measure), the allocation fits.
+    int gpu = static_cast<int>(gpus_.home(t));
+    if (const int32_t wd = load(t.cb->mem_wanted_device); wd >= 0 && wd < GPUOS_MAX_DEVICES) {
+      if (const int g = gpus_.gpu_of(t, wd); g >= 0) gpu = g;
+    }
+    const GpuInfo* info = gpus_.find(static_cast<uint32_t>(gpu));
+    if (info == nullptr || info->total_mem_bytes == 0) continue;
+    uint64_t known = 0;
+    for (const auto& [oid, o] : tenants) {
+      uint64_t on = gpus_.used_on(o, static_cast<uint32_t>(gpu));
+      if (o.verified_gpus == uint64_t{1} << gpu) on = std::max(on, std::min(o.verified_mem_bytes, info->total_mem_bytes));
+      known += on;
+    }
+    if (known + info->total_mem_bytes / 16 <= info->total_mem_bytes) {
+      log::info("tenant %u asked for room for %llu MiB on GPU %d, which has %llu MiB free by gpuosd's count: "
+                "retry (nobody is displaced)",
+                t.id, mib(wanted), gpu, mib(info->total_mem_bytes - known));
+      answer_room(t, GPUOS_MEM_RETRY, now);
+    }
   }
 }
 
@@ -289,7 +331,9 @@ slots::MemoryView SwapEngine::make_view(std::map<uint32_t, Tenant>& tenants, slo
     s.waiting = load(cb.waiting) != 0;
     s.signalled = load(cb.signalled) != 0;
     s.busy = load(cb.busy) != 0;
-    s.wants_room = load(cb.mem_request_seq) != t.swap.room_answered_seq;
+    // (A request within kMinRoomIntervalNs of its last answer waits: refuse_beyond_grant.)
+    s.wants_room = load(cb.mem_request_seq) != t.swap.room_answered_seq &&
+                   now >= t.swap.room_answered_ns + kMinRoomIntervalNs;
     if (const int32_t wd = load(cb.mem_wanted_device); s.wants_room && wd >= 0 && wd < GPUOS_MAX_DEVICES) {
       if (const int g = gpus_.gpu_of(t, wd); g >= 0) s.device = static_cast<uint32_t>(g);
     }

@@ -56,10 +56,17 @@ class SwapEngine {
   // answers only to a request for room.
   bool check(const slots::MemoryView& view, const slots::MemoryActions& actions, std::string* why) const;
   void apply(std::map<uint32_t, Tenant>& tenants, const slots::MemoryActions& actions, uint64_t now);
-  // Refuses every pending request for room beyond the requester's own grant (quota + borrow - what
-  // it holds, the larger of what it reports and what NVML measured): the interposer never asks for
-  // more than its quota allows, so such a request is forged, and must not displace anybody.
+  // Screens the pending requests for room before the policy sees them; a forged one must not
+  // displace anybody. Refused: one whose waiting allocation is not in the requester's report (the
+  // interposer reserves it before it asks the driver), and one beyond its grant (quota + borrow -
+  // what it holds, the larger of its report and NVML's measure), counting the room already made for
+  // it since its report last grew (each request alone passed, ten in a row did not). Answered RETRY
+  // at once, displacing nobody: one that fits the GPU by gpuosd's own numbers (every tenant's
+  // memory there, the waiting allocation's included, with a 1/16 of the GPU to spare: the driver
+  // had room). Left waiting, unseen by the policy: one within kMinRoomIntervalNs of the tenant's
+  // last answer (a rate per process).
   void refuse_beyond_grant(std::map<uint32_t, Tenant>& tenants, uint64_t now);
+  static constexpr uint64_t kMinRoomIntervalNs = 100'000'000;
   // Oversubscription off: every request for room is refused.
   void refuse_all(std::map<uint32_t, Tenant>& tenants);
   // A tenant exited: its slices go back to its pool; the others' requests may fit now.

@@ -93,6 +93,12 @@ struct SwapState {
   uint64_t swap_in_retry_ns = 0;   // after a failed swap-in: try again then, victim or not
   uint32_t room_answered_seq = 0;  // last mem_request_seq answered
   bool room_made = false;          // memory was freed since its pending request
+  // Requests for room as gpuosd screens them (SwapEngine::refuse_beyond_grant): when the last was
+  // answered (the next waits kMinRoomIntervalNs), and the room made for it (RETRY answers' wanted
+  // bytes) since its report last grew, with that report.
+  uint64_t room_answered_ns = 0;
+  uint64_t room_retried_bytes = 0;
+  uint64_t room_retried_used = 0;
   // KV pools (include/gpuos/kv.h): the target gpuosd set them, and their size when last seen.
   bool kv_target_on = false;
   uint64_t kv_target_bytes = 0;
