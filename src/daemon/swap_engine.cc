@@ -211,14 +211,15 @@ void SwapEngine::refuse_beyond_grant(std::map<uint32_t, Tenant>& tenants, uint64
       }
     }
     // Backed by a failure? By gpuosd's numbers (each tenant's memory on the GPU: the larger of its
-    // report and, for a tenant on that GPU alone, NVML's measure), the allocation fits.
+    // report and, for a tenant on that GPU alone, NVML's measure; and the waiting allocation, which
+    // is in no per-device word until it succeeds), the allocation fits.
     int gpu = static_cast<int>(gpus_.home(t));
     if (const int32_t wd = load(t.cb->mem_wanted_device); wd >= 0 && wd < GPUOS_MAX_DEVICES) {
       if (const int g = gpus_.gpu_of(t, wd); g >= 0) gpu = g;
     }
     const GpuInfo* info = gpus_.find(static_cast<uint32_t>(gpu));
     if (info == nullptr || info->total_mem_bytes == 0) continue;
-    uint64_t known = 0;
+    uint64_t known = std::min(wanted, info->total_mem_bytes);
     for (const auto& [oid, o] : tenants) {
       uint64_t on = gpus_.used_on(o, static_cast<uint32_t>(gpu));
       if (o.verified_gpus == uint64_t{1} << gpu) on = std::max(on, std::min(o.verified_mem_bytes, info->total_mem_bytes));

@@ -1,7 +1,10 @@
 // Exported entry points for initialisation, context and stream creation, and stream capture.
 // cuInit is where a tenant normally registers with gpuosd. Capture begin/end keep the hint that
 // lets the launch path tell recorded launches from submitted ones.
+#include <cstdint>
+
 #include "interpose/fast_path.h"
+#include "interpose/memory_accounting.h"
 #include "interpose/swap.h"
 
 namespace gi = gpuos::interpose;
@@ -34,9 +37,14 @@ CUresult governed_context(CUdevice dev, Call&& call) {
   gpuos_control_block* cb = gi::control_block();
   if (cb == nullptr) return CUDA_ERROR_NOT_PERMITTED;
   CUresult r = call(*d);
-  for (int tries = 0; r == CUDA_ERROR_OUT_OF_MEMORY && tries < 16 &&
-                      gi::wait_for_room(cb, kContextRoomBytes, static_cast<int>(dev));
-       ++tries) {
+  for (int tries = 0; r == CUDA_ERROR_OUT_OF_MEMORY && tries < 16; ++tries) {
+    // What it waits for is in its report while it waits, as an allocation's reservation is (gpuosd
+    // refuses a request for room the report does not back); not against the quota: a context's
+    // memory is not charged.
+    gi::reserve_bytes(cb, kContextRoomBytes, /*enforce_quota=*/false);
+    const bool retry = gi::wait_for_room(cb, kContextRoomBytes, static_cast<int>(dev));
+    gi::cancel_bytes(cb, kContextRoomBytes);
+    if (!retry) break;
     r = call(*d);
   }
   if (r == CUDA_SUCCESS) gi::count(cb->contexts_created);

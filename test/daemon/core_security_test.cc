@@ -214,11 +214,12 @@ struct RoomFixture : SecurityFixture {
     ASSERT_EQ(core->handle_message(tenants[victim].conn, &h, sizeof(h)).replies.size(), 1u);
     forger = add(65534, GPUOS_CLASS_BEST_EFFORT, forger_quota);
   }
-  // The forger sets its request words and wakes gpuosd, a tick later than the last.
+  // The forger sets its request words as the interposer does (the waiting allocation reserved in
+  // mem_used_bytes, not yet in its device's word) and wakes gpuosd, a tick later than the last.
   void ask(uint64_t used, uint64_t wanted, uint32_t seq) {
     gpuos_control_block* f = tenants[forger].cb;
     put(f->mem_used_bytes, used);
-    put(f->mem_used_per_device[0], used);
+    put(f->mem_used_per_device[0], used > wanted ? used - wanted : 0);
     put(f->mem_wanted_bytes, wanted);
     put(f->mem_wanted_device, int32_t{0});
     put(f->mem_request_seq, seq);
@@ -243,7 +244,7 @@ TEST_F(RoomFixture, ARequestWithoutItsAllocationInTheReportIsRefused) {
   EXPECT_TRUE(victim_untouched());
 }
 
-// The GPU has room by gpuosd's own numbers (3.3 GiB of 4 held): the driver did not say out of
+// The GPU has room by gpuosd's own numbers (3.3 GiB of 4 held, the waiting 100 MiB included): the driver did not say out of
 // memory for lack of room, so nobody is displaced; the requester is told to retry (the review's
 // victim's KV pool shrank from 608 MiB to 0 with 350 MiB free on the GPU).
 TEST_F(RoomFixture, ARequestThatFitsTheGpuDisplacesNobody) {
@@ -255,11 +256,11 @@ TEST_F(RoomFixture, ARequestThatFitsTheGpuDisplacesNobody) {
 }
 
 // Each request alone within its grant, not together: room made for it counts until its report
-// grows. A 1 GiB quota holding 800 MiB gets room once for 512 MiB (the victim swaps out); asking
+// grows. A 1 GiB quota holding 900 MiB gets room once for 512 MiB (the victim swaps out); asking
 // again without allocating anything is beyond its grant.
 TEST_F(RoomFixture, RoomAlreadyMadeCountsAgainstTheGrant) {
   start(1 * GiB);
-  ask(800ull << 20, 512ull << 20, 1);  // 3 GiB + 800 MiB of 4 GiB: backed
+  ask(900ull << 20, 512ull << 20, 1);  // 3 GiB + 900 MiB of 4 GiB: backed
   ASSERT_EQ(tenants[victim].grants->swap_command_seq, 1u);  // the victim moves out
   gpuos_control_block* v = tenants[victim].cb;
   put(v->swapped_bytes, 3 * GiB);
@@ -274,7 +275,7 @@ TEST_F(RoomFixture, RoomAlreadyMadeCountsAgainstTheGrant) {
   put(v->swapped_bytes, uint64_t{0});
   put(v->mem_used_per_device[0], 3 * GiB);
   put(v->swap_state, static_cast<uint32_t>(GPUOS_SWAP_RESIDENT));
-  ask(800ull << 20, 512ull << 20, 2);
+  ask(900ull << 20, 512ull << 20, 2);
   EXPECT_EQ(tenants[forger].grants->mem_answer_seq, 2u);
   EXPECT_EQ(tenants[forger].grants->mem_answer, static_cast<uint32_t>(GPUOS_MEM_REFUSED));
   EXPECT_EQ(tenants[victim].grants->swap_command_seq, 1u);  // not again
@@ -287,7 +288,7 @@ TEST_F(RoomFixture, RequestsAreRateLimitedPerProcess) {
   ask(0, 512ull << 20, 1);
   ASSERT_EQ(tenants[forger].grants->mem_answer_seq, 1u);  // refused (nothing of its own waits)
   put(tenants[forger].cb->mem_used_bytes, uint64_t{900} << 20);
-  put(tenants[forger].cb->mem_used_per_device[0], uint64_t{900} << 20);
+  put(tenants[forger].cb->mem_used_per_device[0], uint64_t{388} << 20);
   put(tenants[forger].cb->mem_request_seq, 2u);
   mono += SwapEngine::kMinRoomIntervalNs / 2;
   activity(forger, true);
