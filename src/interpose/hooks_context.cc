@@ -123,6 +123,37 @@ CUresult cuDevicePrimaryCtxRetain(CUcontext* ctx, CUdevice dev) {
   return governed_context(dev, GPUOS_FORWARD(cuDevicePrimaryCtxRetain, ctx, dev));
 }
 
+// The device malloc heap (CU_LIMIT_MALLOC_HEAP_SIZE) is device memory the driver reserves for the
+// current context: counted against the quota like an allocation, refused beyond it with
+// CUDA_ERROR_OUT_OF_MEMORY before the driver is asked. Other limits pass through.
+CUresult cuCtxSetLimit(CUlimit limit, size_t value) {
+  const GpuosDriverTable* d = gi::real_driver();
+  if (d == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+  if (d->cuCtxSetLimit == nullptr) return CUDA_ERROR_NOT_FOUND;
+  gpuos_control_block* cb = limit == CU_LIMIT_MALLOC_HEAP_SIZE ? gi::control_block() : nullptr;
+  CUcontext ctx = nullptr;
+  if (cb == nullptr || d->cuCtxGetCurrent == nullptr || d->cuCtxGetCurrent(&ctx) != CUDA_SUCCESS ||
+      ctx == nullptr) {
+    return d->cuCtxSetLimit(limit, value);  // (no context: the driver says so)
+  }
+  CUdevice dev = 0;
+  if (d->cuCtxGetDevice == nullptr || d->cuCtxGetDevice(&dev) != CUDA_SUCCESS) dev = 0;
+  const uint64_t key = reinterpret_cast<uintptr_t>(ctx);
+  const uint64_t before = gi::malloc_heap_bytes(key);
+  const uint64_t grow = value > before ? value - before : 0;
+  if (grow != 0 && !gi::reserve_bytes(cb, grow)) {
+    gi::account_alloc_failure(cb);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  const CUresult r = d->cuCtxSetLimit(limit, value);
+  if (r != CUDA_SUCCESS) {
+    if (grow != 0) gi::cancel_bytes(cb, grow);
+    return r;
+  }
+  gi::set_malloc_heap(cb, key, value, static_cast<int>(dev), before);
+  return r;
+}
+
 CUresult cuStreamCreate(CUstream* stream, unsigned int flags) {
   return governed(&gpuos_control_block::streams_created, GPUOS_FORWARD(cuStreamCreate, stream, flags));
 }

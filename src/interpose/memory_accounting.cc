@@ -157,6 +157,39 @@ void account_free(gpuos_control_block* cb, AllocKind kind, uint64_t key) {
   release_used(cb, a.bytes);
 }
 
+// ---- the device malloc heap ----
+
+uint64_t malloc_heap_bytes(uint64_t ctx) {
+  Tables& t = tables();
+  std::lock_guard<std::mutex> lock(t.mu);
+  auto& m = table(t, AllocKind::kMallocHeap);
+  auto it = m.find(ctx);
+  return it == m.end() ? 0 : it->second.bytes;
+}
+
+void set_malloc_heap(gpuos_control_block* cb, uint64_t ctx, uint64_t bytes, int device, uint64_t before) {
+  device = clamp_device(device);
+  Allocation old{0, device};
+  Tables& t = tables();
+  {
+    std::lock_guard<std::mutex> lock(t.mu);
+    auto& m = table(t, AllocKind::kMallocHeap);
+    if (auto it = m.find(ctx); it != m.end()) old = it->second;
+    m[ctx] = Allocation{bytes, device};
+  }
+  std::atomic_ref<uint64_t>(cb->mem_used_per_device[old.device]).fetch_sub(old.bytes, std::memory_order_relaxed);
+  std::atomic_ref<uint64_t>(cb->mem_used_per_device[device]).fetch_add(bytes, std::memory_order_relaxed);
+  // The count holds `old` (the heap as recorded) and this call's growth over `before` (reserved);
+  // it should hold `bytes` instead: min(bytes, before) - old more (old == before but for another
+  // thread's set in between).
+  const uint64_t keep = std::min<uint64_t>(bytes, before);
+  if (keep < old.bytes) {
+    release_used(cb, old.bytes - keep);
+  } else if (keep > old.bytes) {
+    reserve_bytes(cb, keep - old.bytes, /*enforce_quota=*/false);
+  }
+}
+
 // ---- pitched allocations ----
 
 uint64_t pitched_bytes(uint64_t width, uint64_t height, uint64_t align) {

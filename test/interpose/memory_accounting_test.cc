@@ -58,10 +58,12 @@ TEST_F(MemoryAccountingTest, PointersAndHandlesAreSeparateKeySpaces) {
 
 TEST_F(MemoryAccountingTest, EveryKindIsItsOwnKeySpace) {
   const AllocKind kinds[] = {AllocKind::kPointer, AllocKind::kVmmHandle, AllocKind::kArray,
-                             AllocKind::kMipmappedArray};
+                             AllocKind::kMipmappedArray, AllocKind::kMallocHeap};
   static_assert(sizeof(kinds) / sizeof(kinds[0]) == kAllocKindCount);
   uint64_t bytes = 1;
   for (AllocKind k : kinds) account_alloc(&cb_, k, 0x42, bytes, 0), bytes *= 10;
+  EXPECT_EQ(cb_.mem_used_bytes, 11111u);
+  account_free(&cb_, AllocKind::kMallocHeap, 0x42);
   EXPECT_EQ(cb_.mem_used_bytes, 1111u);
   account_free(&cb_, AllocKind::kArray, 0x42);
   EXPECT_EQ(cb_.mem_used_bytes, 1011u);
@@ -204,6 +206,40 @@ TEST(MemoryQuotaTest, ZeroingTheWordInTheControlBlockGetsNoMoreMemory) {
   cancel_bytes(&cb, 32 * kMiB);
   EXPECT_EQ(cb.mem_used_bytes, 32 * kMiB);  // mirrored again
   cancel_bytes(&cb, 32 * kMiB);
+  EXPECT_EQ(cb.mem_used_bytes, 0u);
+}
+
+// cuCtxSetLimit(CU_LIMIT_MALLOC_HEAP_SIZE): a context's heap is charged the size set last; growth is
+// reserved against the quota first (as the hook does), a smaller heap gives back. Two contexts apart.
+TEST(MemoryQuotaTest, TheMallocHeapIsChargedTheSizeSetLast) {
+  LocalBlocks blocks{};
+  gpuos_control_block& cb = blocks.cb;
+  forget_memory_usage();
+  blocks.grants.mem_quota_bytes = 100;
+  auto set = [&](uint64_t ctx, uint64_t bytes) {
+    const uint64_t before = malloc_heap_bytes(ctx);
+    if (bytes > before && !reserve_bytes(&cb, bytes - before)) return false;
+    set_malloc_heap(&cb, ctx, bytes, 1, before);
+    return true;
+  };
+  EXPECT_TRUE(set(0x1000, 60));
+  EXPECT_EQ(cb.mem_used_bytes, 60u);
+  EXPECT_EQ(cb.mem_used_per_device[1], 60u);
+  EXPECT_FALSE(set(0x2000, 41));  // a second context's heap: beyond the quota together
+  EXPECT_TRUE(set(0x1000, 90));   // the same context's, larger: only the growth counts
+  EXPECT_EQ(cb.mem_used_bytes, 90u);
+  EXPECT_TRUE(set(0x1000, 10));
+  EXPECT_EQ(cb.mem_used_bytes, 10u);
+  EXPECT_EQ(malloc_heap_bytes(0x1000), 10u);
+  // Two threads that both read the old size before either set it: the count ends at the last.
+  const uint64_t before = malloc_heap_bytes(0x1000);
+  ASSERT_TRUE(reserve_bytes(&cb, 30 - before));
+  ASSERT_TRUE(reserve_bytes(&cb, 50 - before));
+  set_malloc_heap(&cb, 0x1000, 30, 1, before);
+  set_malloc_heap(&cb, 0x1000, 50, 1, before);
+  EXPECT_EQ(cb.mem_used_bytes, 50u);
+  EXPECT_EQ(cb.mem_used_per_device[1], 50u);
+  set_malloc_heap(&cb, 0x1000, 0, 1, 50);
   EXPECT_EQ(cb.mem_used_bytes, 0u);
 }
 
