@@ -482,6 +482,7 @@
   X(cuCtxGetCurrent, (CUcontext * ctx), (ctx))                                                     \
   X(cuCtxSetCurrent, (CUcontext ctx), (ctx))                                                       \
   X(cuCtxGetDevice, (CUdevice * dev), (dev))                                                       \
+  X(cuCtxSetLimit, (CUlimit limit, size_t value), (limit, value))                                  \
   X(cuCtxCreate_v2, (CUcontext * ctx, unsigned int flags, CUdevice dev), (ctx, flags, dev))        \
   X(cuCtxCreate_v3,                                                                                \
     (CUcontext * ctx, CUexecAffinityParam * params, int numParams, unsigned int flags,             \

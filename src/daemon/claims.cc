@@ -1,6 +1,7 @@
 #include "daemon/claims.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -277,6 +278,39 @@ pid_t innermost_pid(pid_t host_pid, const std::string& proc_root) {
     return static_cast<pid_t>(last);
   }
   return host_pid;  // a kernel without NSpid (before 4.1): no pid namespaces to tell apart
+}
+
+ClaimPeer claim_peer_of(pid_t pid, uid_t uid, const std::string& proc_root) {
+  ClaimPeer p;
+  p.pid = pid;
+  p.uid = uid;
+  if (pid <= 0) return p;
+  p.pod_uid = pod_uid_of_process(pid, proc_root);
+  // A namespace is the same one when its nsfs inode (and device) is.
+  auto same = [&](const char* ns, bool* out) {
+    struct stat mine, theirs;
+    const std::string self = proc_root + "/self/ns/" + ns;
+    const std::string peer = proc_root + "/" + std::to_string(pid) + "/ns/" + ns;
+    if (::stat(self.c_str(), &mine) != 0 || ::stat(peer.c_str(), &theirs) != 0) return false;
+    *out = mine.st_ino == theirs.st_ino && mine.st_dev == theirs.st_dev;
+    return true;
+  };
+  p.ns_known = same("pid", &p.host_pid_ns) && same("user", &p.host_user_ns);
+  return p;
+}
+
+std::string claim_peer_refusal(const Claim& c, const ClaimPeer& p) {
+  const std::string who = "pid " + std::to_string(p.pid) + " (uid " + std::to_string(p.uid) + ")";
+  const std::string only = "a claim's socket serves its claim's containers only";
+  if (p.pid <= 0) return only + "; the peer's pid is not visible to gpuosd (run it with hostPID)";
+  if (!p.pod_uid.empty()) {
+    if (c.pod_uid.empty() || p.pod_uid == c.pod_uid) return "";
+    return only + "; " + who + " is in pod " + p.pod_uid + ", not the claim's";
+  }
+  if (!p.ns_known) return only + "; cannot read the namespaces of " + who;
+  if (p.host_pid_ns) return only + "; " + who + " is a host process in no pod";
+  if (!p.host_user_ns) return only + "; " + who + " is in a user namespace of its own, in no pod";
+  return "";
 }
 
 std::string claim_socket_dir(const std::string& socket_path, const std::string& uid) {

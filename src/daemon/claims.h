@@ -70,6 +70,23 @@ std::string pod_uid_of_process(pid_t pid, const std::string& proc_root = "/proc"
 // pid if it is in gpuosd's namespace; 0 if the process is gone.
 pid_t innermost_pid(pid_t host_pid, const std::string& proc_root = "/proc");
 
+// A process that connects to a claim's socket, as gpuosd sees it (claim_peer_of reads it from /proc).
+struct ClaimPeer {
+  pid_t pid = 0;  // SO_PEERCRED (0: not visible in gpuosd's pid namespace)
+  uid_t uid = 0;
+  std::string pod_uid;       // the pod its cgroup names ("" = none)
+  bool ns_known = false;     // its namespaces could be read
+  bool host_pid_ns = false;  // in gpuosd's own pid namespace: a process of the host, no container's
+  bool host_user_ns = false; // in gpuosd's own user namespace (a pid namespace of its own then took root)
+};
+ClaimPeer claim_peer_of(pid_t pid, uid_t uid, const std::string& proc_root = "/proc");
+// Whether a peer may use claim c's socket: "" = yes, else why not. Only the claim's containers may:
+// a process whose cgroup names the claim's pod (any pod, when the claim names none); with no pod in
+// its cgroup, only a container that a privileged runtime made (a pid namespace of its own, in the
+// host's user namespace: no unprivileged host user can make one). Any other host process, root's
+// included, is refused: the socket would give it the claim's settings.
+std::string claim_peer_refusal(const Claim& c, const ClaimPeer& p);
+
 // Where a claim's socket lives: <socket dir>/claims/<uid>/gpuosd.sock.
 std::string claim_socket_dir(const std::string& socket_path, const std::string& uid);
 

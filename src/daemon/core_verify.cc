@@ -62,6 +62,14 @@ void Core::verify_usage(uint64_t now) {
     for (const ObservedProcess& p : sample.processes) {
       if (p.pid == t.pid && p.gpu < 64) t.verified_gpus |= uint64_t{1} << p.gpu;
     }
+    // Its report against NVML (under_reported): the least NVML measured beyond it is its contexts'.
+    const uint64_t reported = gpu_map_.at_most_all(load(t.cb->mem_used_bytes));
+    if (t.verified_mem_bytes != 0) {
+      const uint64_t gap = t.verified_mem_bytes > reported ? t.verified_mem_bytes - reported : 0;
+      t.verify_context_bytes = std::min(t.verify_context_bytes, gap);
+      grants.back().reported_bytes = reported;
+      grants.back().context_bytes = t.verify_context_bytes;
+    }
   }
   verified_at_ns_ = now;
   // A tenant that exited lately, or a tenant of the previous gpuosd that has yet to re-register,
@@ -98,6 +106,18 @@ void Core::verify_usage(uint64_t now) {
     if (it == tenants_.end()) continue;
     Tenant& t = it->second;
     ++t.violations;
+    if (f.kind == FindingKind::kUnderReported) {
+      // Reported, never enforced: the word decides no grant (the interposer's quota check keeps its
+      // own count), and an honest tenant's driver-internal memory may grow past the margin.
+      if ((t.finding_kinds_logged & (1u << static_cast<unsigned>(f.kind))) == 0) {
+        t.finding_kinds_logged |= 1u << static_cast<unsigned>(f.kind);
+        log::warn("usage check: tenant %u (pid %d uid %u, \"%s\") holds %llu MiB on the GPUs but reports less than "
+                  "%llu MiB of it (with its contexts): it rewrites its control block",
+                  t.id, static_cast<int>(t.pid), static_cast<unsigned>(t.uid), t.name,
+                  static_cast<unsigned long long>(f.measured >> 20), static_cast<unsigned long long>(f.limit >> 20));
+      }
+      continue;
+    }
     if (!found.insert(t.id).second) continue;  // rounds in a row count once per round
     ++t.findings_in_a_row;
     const uint32_t kind_bit = 1u << static_cast<unsigned>(f.kind);

@@ -153,7 +153,7 @@ int main(int argc, char** argv) {
   co.swap.quantum_ns = static_cast<uint64_t>(cfg.memory.swap_quantum_ms) * 1000000ull;
   co.swap.headroom_bytes = cfg.memory.swap_headroom_bytes;
   if (co.swap.pool_bytes != 0) {
-    log::info("memory oversubscription: swap pool %llu MiB per uid, quantum %u ms, headroom %llu MiB",
+    log::info("memory oversubscription: swap pool %llu MiB per swappable tenant, quantum %u ms, headroom %llu MiB",
               static_cast<unsigned long long>(co.swap.pool_bytes >> 20), cfg.memory.swap_quantum_ms,
               static_cast<unsigned long long>(co.swap.headroom_bytes >> 20));
   }

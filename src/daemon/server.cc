@@ -209,7 +209,8 @@ std::string Server::open_claim_socket(const std::string& claim_uid) {
   addr.sun_family = AF_UNIX;
   if (path.size() >= sizeof(addr.sun_path)) return "claim socket path " + path + " is longer than 107 bytes";
   std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
-  // Containers of any uid reach it (the socket, not the peer's uid, says whose tenant it is).
+  // Containers of any uid reach the path (a claim does not say which uid its containers run as); who
+  // may use it is checked at accept, against the claim's pod (claim_peer_refusal).
   std::string err;
   if (!make_dirs(dir, 0755, 0755, &err)) return err;
   struct stat st;
@@ -368,7 +369,7 @@ uint64_t Server::expire_idle(uint64_t now) {
   return next;
 }
 
-std::string Server::refusal(uid_t uid, bool admin, const std::string& claim_uid) const {
+std::string Server::refusal(uid_t uid, bool admin) const {
   const std::size_t open = conns_.size();
   if (admin) {
     // Admins may also take the reserved slots that nobody else can fill.
@@ -377,15 +378,10 @@ std::string Server::refusal(uid_t uid, bool admin, const std::string& claim_uid)
     }
     return "";
   }
-  // A claim's connections count by claim (its containers' uids say nothing across pods: root in
-  // every one), with the same cap as one user's.
-  if (opts_.max_connections_per_uid != 0 && !claim_uid.empty()) {
-    auto it = conns_per_claim_.find(claim_uid);
-    if (it != conns_per_claim_.end() && it->second >= opts_.max_connections_per_uid) {
-      return "too many connections on claim " + claim_uid + "'s socket (" + std::to_string(it->second) +
-             " open; max_connections_per_uid)";
-    }
-  } else if (opts_.max_connections_per_uid != 0) {
+  // Counted across every socket: a uid that also reaches claims' sockets gets no more (counted per
+  // socket, 64 on gpuosd's plus 50 on each of 5 claims' filled the table, and another user's tenant
+  // ran ungoverned).
+  if (opts_.max_connections_per_uid != 0) {
     auto it = conns_per_uid_.find(uid);
     if (it != conns_per_uid_.end() && it->second >= opts_.max_connections_per_uid) {
       return "too many connections from uid " + std::to_string(uid) + " (" + std::to_string(it->second) +
@@ -429,25 +425,25 @@ void Server::on_accept(int listen_fd) {
     if (opts_.admin_gid && cred.uid != 0 && cred.uid != opts_.daemon_uid) {
       groups = peer_groups(cred.pid, cred.uid, cred.gid);
     }
+    // A claim's socket is the claim's containers' only: any other process (another pod's, or any
+    // host user's, root's included) would be governed with the claim's settings.
+    if (!claim_uid.empty()) {
+      const Claim* claim = core_.claims().find(claim_uid);
+      const std::string why =
+          claim == nullptr ? "claim " + claim_uid + " is no longer prepared"
+                           : claim_peer_refusal(*claim, opts_.claim_peer_of ? opts_.claim_peer_of(cred.pid, cred.uid)
+                                                                            : claim_peer_of(cred.pid, cred.uid));
+      if (!why.empty()) {
+        refuse_connection(fd, cred, GPUOS_ERR_PERMISSION, why);
+        continue;
+      }
+    }
     // Nobody is an admin on a claim's socket: a container's root is not the node's.
     const bool admin = claim_uid.empty() && is_admin(cred.uid, opts_.daemon_uid, groups, opts_.admin_gid);
     // Limits per uid and a reserve for admins: no user can take every slot and lock out the others
     // (or root's `gpuos ps`). The refusal is a reply, so the client can say why.
-    if (std::string why = refusal(cred.uid, admin, claim_uid); !why.empty()) {
-      Outgoing o = Core::make_reply(GPUOS_MSG_REPLY, 0, GPUOS_ERR_LIMIT, 0, why.c_str());
-      send_message(fd, o.bytes.data(), o.bytes.size());
-      close(fd);
-      // At most one line a second: a client retrying in a loop must not flood the journal.
-      const uint64_t now = monotonic_ns();
-      if (now >= next_refusal_log_ns_) {
-        log::warn("refused a connection from pid %d uid %u: %s%s", static_cast<int>(cred.pid),
-                  static_cast<unsigned>(cred.uid), why.c_str(),
-                  refusals_unlogged_ ? (" (and " + std::to_string(refusals_unlogged_) + " more not logged)").c_str() : "");
-        refusals_unlogged_ = 0;
-        next_refusal_log_ns_ = now + 1000000000ull;
-      } else {
-        ++refusals_unlogged_;
-      }
+    if (std::string why = refusal(cred.uid, admin); !why.empty()) {
+      refuse_connection(fd, cred, GPUOS_ERR_LIMIT, why);
       continue;
     }
     Conn c;
@@ -473,12 +469,25 @@ void Server::on_accept(int listen_fd) {
       next_idle_check_ns_ =
           std::min<uint64_t>(next_idle_check_ns_, c.last_message_ns + static_cast<uint64_t>(opts_.idle_timeout_ms) * 1000000ull);
     }
-    if (!claim_uid.empty()) {
-      ++conns_per_claim_[claim_uid];
-    } else if (!admin) {
-      ++conns_per_uid_[cred.uid];
-    }
+    if (!admin) ++conns_per_uid_[cred.uid];
     conns_.emplace(fd, std::move(c));
+  }
+}
+
+void Server::refuse_connection(int fd, const ucred& cred, gpuos_status status, const std::string& why) {
+  Outgoing o = Core::make_reply(GPUOS_MSG_REPLY, 0, status, 0, why.c_str());
+  send_message(fd, o.bytes.data(), o.bytes.size());
+  close(fd);
+  // At most one line a second: a client retrying in a loop must not flood the journal.
+  const uint64_t now = monotonic_ns();
+  if (now >= next_refusal_log_ns_) {
+    log::warn("refused a connection from pid %d uid %u: %s%s", static_cast<int>(cred.pid),
+              static_cast<unsigned>(cred.uid), why.c_str(),
+              refusals_unlogged_ ? (" (and " + std::to_string(refusals_unlogged_) + " more not logged)").c_str() : "");
+    refusals_unlogged_ = 0;
+    next_refusal_log_ns_ = now + 1000000000ull;
+  } else {
+    ++refusals_unlogged_;
   }
 }
 
@@ -600,10 +609,7 @@ void Server::close_conn(int fd) {
     pidfd_to_conn_.erase(pfd);
     close(pfd);
   }
-  if (!c.claim_uid.empty()) {
-    auto k = conns_per_claim_.find(c.claim_uid);
-    if (k != conns_per_claim_.end() && --k->second == 0) conns_per_claim_.erase(k);
-  } else if (!c.peer.admin) {
+  if (!c.peer.admin) {
     auto u = conns_per_uid_.find(c.peer.uid);
     if (u != conns_per_uid_.end() && --u->second == 0) conns_per_uid_.erase(u);
   }

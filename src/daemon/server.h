@@ -6,6 +6,7 @@
 // and gates open in every control block, connections closed, socket removed.
 #pragma once
 
+#include <sys/socket.h>
 #include <sys/types.h>
 
 #include <cstdint>
@@ -34,6 +35,8 @@ struct ServerOptions {
   uint32_t admin_connections = 16;
   uint32_t idle_timeout_ms = 10000;
   std::function<uint64_t()> idle_clock;  // the idle timeout's clock (tests); empty = monotonic_ns
+  // What a claim socket's peer is (its pod, its namespaces: claims.h); empty = read from /proc.
+  std::function<ClaimPeer(pid_t, uid_t)> claim_peer_of;
   int tick_ms = 100;                   // Policy::tick period while a tenant is live (0 = none); the
                                        // policy may ask for earlier ticks (Policy::next_tick_ns)
   // Replies a peer may leave unread (per connection) before it is dropped at its next request.
@@ -91,7 +94,9 @@ class Server final : public ClaimSockets {
   // time one may be due (UINT64_MAX: none).
   uint64_t expire_idle(uint64_t now);
   // Why a new connection from this peer is refused ("" = it is accepted).
-  std::string refusal(uid_t uid, bool admin, const std::string& claim_uid) const;
+  std::string refusal(uid_t uid, bool admin) const;
+  // Answers a connection it will not serve with why, and closes it (logged at most once a second).
+  void refuse_connection(int fd, const ucred& cred, gpuos_status status, const std::string& why);
 
   Core& core_;
   ServerOptions opts_;
@@ -106,8 +111,9 @@ class Server final : public ClaimSockets {
   uint64_t next_conn_id_ = 1;
   std::map<int, Conn> conns_;         // by socket fd
   std::map<int, int> pidfd_to_conn_;  // pidfd -> socket fd
-  std::map<uid_t, uint32_t> conns_per_uid_;  // open non-admin connections by uid (gpuosd's socket)
-  std::map<std::string, uint32_t> conns_per_claim_;  // open connections on each claim's socket
+  // Open non-admin connections by uid, on every socket: gpuosd's and each claim's (a uid's share is
+  // one, however many sockets it reaches).
+  std::map<uid_t, uint32_t> conns_per_uid_;
   uint64_t next_idle_check_ns_ = UINT64_MAX;  // idle_clock time of the next expire_idle
   uint64_t next_refusal_log_ns_ = 0;  // refusals are logged at most once a second
   uint64_t refusals_unlogged_ = 0;  // out of fds: the listening socket is not polled until one closes

@@ -39,7 +39,19 @@ SwapEngine::SwapEngine(const GpuMap& gpus, const std::vector<GpuInfo>& info, Swa
 }
 
 SwapEngine::~SwapEngine() {
-  for (auto& [uid, pool] : pools_) close(pool.fd);
+  for (auto& [id, pool] : pools_) close(pool.fd);
+}
+
+uint64_t SwapEngine::pool_bytes_for(const Tenant& t) const {
+  // A tenant never has more on its GPUs than its quota and borrow (the interposer refuses beyond
+  // them): a pool larger than that, with room for a slice's 2 MiB alignment per swap-out, would be
+  // host memory it pins for nothing. Without a quota: the configured size.
+  constexpr uint64_t kSlack = 64ull << 20;
+  const uint64_t quota = t.granted.quota_bytes;
+  if (quota == 0) return opts_.pool_bytes;
+  const uint64_t borrow = t.granted.borrow_bytes;
+  const uint64_t cap = quota > UINT64_MAX - borrow - kSlack ? UINT64_MAX : quota + borrow + kSlack;
+  return std::min<uint64_t>(opts_.pool_bytes, (cap + (2ull << 20) - 1) & ~((2ull << 20) - 1));
 }
 
 gpuos_status SwapEngine::pool_for(const Tenant& t, int* fd_out, uint64_t* bytes) {
@@ -47,31 +59,34 @@ gpuos_status SwapEngine::pool_for(const Tenant& t, int* fd_out, uint64_t* bytes)
   // A pool is host memory (it is filled at once): only for a tenant that made its memory movable
   // (gpuos run --swap sets the word before it asks).
   if (load(t.cb->swappable) == 0) return GPUOS_ERR_REFUSED;
-  Pool& pool = pools_[t.uid];
+  // The tenant's own pool: whoever maps a pool can read and write every slice in it, and a uid says
+  // nothing about who is who across containers (root in every pod), so no pool is shared.
+  Pool& pool = pools_[t.id];
   if (pool.fd < 0) {
+    const uint64_t size = pool_bytes_for(t);
     int fd = memfd_create("gpuos-swap-pool", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-    // Sparse until used; sealed so that no tenant can shrink it under the others (SIGBUS).
-    if (fd < 0 || ftruncate(fd, static_cast<off_t>(opts_.pool_bytes)) != 0 ||
+    // Sparse until used; sealed so that the tenant cannot shrink it under gpuosd (SIGBUS).
+    if (fd < 0 || ftruncate(fd, static_cast<off_t>(size)) != 0 ||
         fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
-      log::error("cannot create a %llu-byte swap pool: %s", static_cast<unsigned long long>(opts_.pool_bytes),
+      log::error("cannot create a %llu-byte swap pool: %s", static_cast<unsigned long long>(size),
                  std::strerror(errno));
       if (fd >= 0) close(fd);
-      pools_.erase(t.uid);
+      pools_.erase(t.id);
       return GPUOS_ERR_INTERNAL;
     }
     pool.fd = fd;
-    pool.space = std::make_unique<SwapSpace>(opts_.pool_bytes);
+    pool.space = std::make_unique<SwapSpace>(size);
     // Allocate the pool's pages now, off the event loop: the tenant that pins the pool would
     // otherwise fault them in (zero-filled) one by one, several times slower.
     if (int fd2 = opts_.prefault ? dup(fd) : -1; fd2 >= 0) {
-      const off_t len = static_cast<off_t>(opts_.pool_bytes);
+      const off_t len = static_cast<off_t>(size);
       std::thread([fd2, len] {
         if (fallocate(fd2, 0, 0, len) != 0) log::warn("swap pool: fallocate: %s", std::strerror(errno));
         close(fd2);
       }).detach();
     }
-    log::info("swap pool of %llu MiB created for uid %u", static_cast<unsigned long long>(opts_.pool_bytes >> 20),
-              static_cast<unsigned>(t.uid));
+    log::info("swap pool of %llu MiB created for tenant %u (uid %u)", static_cast<unsigned long long>(size >> 20),
+              t.id, static_cast<unsigned>(t.uid));
   }
   *fd_out = pool.fd;
   *bytes = pool.space->size();
@@ -138,6 +153,16 @@ void SwapEngine::answer_room(Tenant& t, uint32_t answer, uint64_t now) {
   futex_wake_all(&t.grants->mem_answer_seq);
   t.swap.room_answered_seq = seq;
   t.swap.room_made = false;
+  t.swap.room_answered_ns = now;
+  if (answer == GPUOS_MEM_RETRY) {
+    // Room made for it: counted against its grant until its report grows (its next allocation's
+    // reservation; a forger that only asks again never grows it).
+    const uint64_t used = gpus_.at_most_all(load(t.cb->mem_used_bytes));
+    const uint64_t wanted = gpus_.at_most_all(load(t.cb->mem_wanted_bytes));
+    if (used > t.swap.room_retried_used) t.swap.room_retried_bytes = 0;
+    t.swap.room_retried_bytes = std::min(t.swap.room_retried_bytes + wanted, gpus_.at_most_all(UINT64_MAX));
+    t.swap.room_retried_used = used;
+  }
   // Room made: its memory is on the GPU from now, and its quantum against its peers starts now
   // (counted from registration, a tenant that waited a quantum for room would be displaced again
   // as soon as it got it, the two taking turns at every swap).
@@ -145,7 +170,7 @@ void SwapEngine::answer_room(Tenant& t, uint32_t answer, uint64_t now) {
 }
 
 void SwapEngine::free_slices(Tenant& t) {
-  auto p = pools_.find(t.uid);
+  auto p = pools_.find(t.id);
   for (uint64_t off : t.swap.slices) {
     if (p != pools_.end() && p->second.space) p->second.space->free(off);
   }
@@ -159,32 +184,63 @@ void SwapEngine::refuse_all(std::map<uint32_t, Tenant>& tenants) {
 }
 
 void SwapEngine::refuse_beyond_grant(std::map<uint32_t, Tenant>& tenants, uint64_t now) {
+  auto mib = [](uint64_t b) { return static_cast<unsigned long long>(b >> 20); };
   for (auto& [id, t] : tenants) {
-    const uint64_t quota = t.granted.quota_bytes;
-    if (quota == 0 || load(t.cb->mem_request_seq) == t.swap.room_answered_seq) continue;
-    const uint64_t limit = t.granted.borrow_bytes > UINT64_MAX - quota ? UINT64_MAX : quota + t.granted.borrow_bytes;
-    // The waiting allocation's bytes are in mem_used_bytes already (reserved before the driver was
-    // asked), not in what NVML measured.
+    if (load(t.cb->mem_request_seq) == t.swap.room_answered_seq) continue;
+    if (now < t.swap.room_answered_ns + kMinRoomIntervalNs) continue;  // waits; make_view hides it
+    // Tenant-written, bounded by the node's memory. The waiting allocation's bytes are in
+    // mem_used_bytes already (reserved before the driver was asked), not in what NVML measured.
     const uint64_t wanted = gpus_.at_most_all(load(t.cb->mem_wanted_bytes));
     const uint64_t used = gpus_.at_most_all(load(t.cb->mem_used_bytes));
-    const uint64_t held = std::max(used, t.verified_mem_bytes + wanted);
-    if (held <= limit) continue;
-    log::warn("tenant %u asked for room for %llu MiB holding %llu MiB of a %llu MiB grant: refused (beyond its grant)",
-              t.id, static_cast<unsigned long long>(wanted >> 20), static_cast<unsigned long long>(held >> 20),
-              static_cast<unsigned long long>(limit >> 20));
-    answer_room(t, GPUOS_MEM_REFUSED, now);
+    if (wanted == 0 || used < wanted) {
+      log::warn("tenant %u asked for room for %llu MiB reporting %llu MiB held: refused (no allocation of its waits)",
+                t.id, mib(wanted), mib(used));
+      answer_room(t, GPUOS_MEM_REFUSED, now);
+      continue;
+    }
+    if (const uint64_t quota = t.granted.quota_bytes; quota != 0) {
+      const uint64_t limit = t.granted.borrow_bytes > UINT64_MAX - quota ? UINT64_MAX : quota + t.granted.borrow_bytes;
+      const uint64_t held = std::max(used, t.verified_mem_bytes + wanted);
+      const uint64_t made = used > t.swap.room_retried_used ? 0 : t.swap.room_retried_bytes;
+      if (held > limit || made > limit - held) {
+        log::warn("tenant %u asked for room for %llu MiB holding %llu MiB (and %llu MiB of room made for it) of a "
+                  "%llu MiB grant: refused (beyond its grant)",
+                  t.id, mib(wanted), mib(held), mib(made), mib(limit));
+        answer_room(t, GPUOS_MEM_REFUSED, now);
+        continue;
+      }
+    }
+    // Backed by a failure? By gpuosd's numbers (each tenant's memory on the GPU: the larger of its
+    // report and, for a tenant on that GPU alone, NVML's measure; and the waiting allocation, which
+    // is in no per-device word until it succeeds), the allocation fits.
+    int gpu = static_cast<int>(gpus_.home(t));
+    if (const int32_t wd = load(t.cb->mem_wanted_device); wd >= 0 && wd < GPUOS_MAX_DEVICES) {
+      if (const int g = gpus_.gpu_of(t, wd); g >= 0) gpu = g;
+    }
+    const GpuInfo* info = gpus_.find(static_cast<uint32_t>(gpu));
+    if (info == nullptr || info->total_mem_bytes == 0) continue;
+    uint64_t known = std::min(wanted, info->total_mem_bytes);
+    for (const auto& [oid, o] : tenants) {
+      uint64_t on = gpus_.used_on(o, static_cast<uint32_t>(gpu));
+      if (o.verified_gpus == uint64_t{1} << gpu) on = std::max(on, std::min(o.verified_mem_bytes, info->total_mem_bytes));
+      known += on;
+    }
+    if (known + info->total_mem_bytes / 16 <= info->total_mem_bytes) {
+      log::info("tenant %u asked for room for %llu MiB on GPU %d, which has %llu MiB free by gpuosd's count: "
+                "retry (nobody is displaced)",
+                t.id, mib(wanted), gpu, mib(info->total_mem_bytes - known));
+      answer_room(t, GPUOS_MEM_RETRY, now);
+    }
   }
 }
 
 void SwapEngine::tenant_gone(Tenant& gone, std::map<uint32_t, Tenant>& tenants) {
   free_slices(gone);
-  // The uid's last tenant: its pool goes (its host memory is the node's; the next swappable
-  // tenant of the uid gets a new one).
-  const bool last = std::none_of(tenants.begin(), tenants.end(), [&](const auto& e) { return e.second.uid == gone.uid; });
-  if (auto p = pools_.find(gone.uid); last && p != pools_.end()) {
+  // Its pool goes with it (its host memory is the node's; nothing in it is anybody else's).
+  if (auto p = pools_.find(gone.id); p != pools_.end()) {
     close(p->second.fd);
     pools_.erase(p);
-    log::info("swap pool of uid %u freed (its last tenant exited)", static_cast<unsigned>(gone.uid));
+    log::info("swap pool of tenant %u freed (it exited)", gone.id);
   }
   for (auto& [oid, o] : tenants) {
     if (load(o.cb->mem_request_seq) != o.swap.room_answered_seq) o.swap.room_made = true;  // its memory is free now
@@ -210,7 +266,7 @@ void SwapEngine::note_done(std::map<uint32_t, Tenant>& tenants, uint64_t now) {
     if (s.cmd == GPUOS_SWAP_OUT) {
       const uint64_t swapped = load(t.cb->swapped_bytes);
       const uint64_t moved = swapped > s.swapped_before_cmd ? swapped - s.swapped_before_cmd : 0;
-      auto p = pools_.find(t.uid);
+      auto p = pools_.find(t.id);
       if (!s.slices.empty() && p != pools_.end() && p->second.space) p->second.space->shrink(s.slices.back(), moved);
       if (moved == 0 && !s.slices.empty()) s.slices.pop_back();
       if (state == GPUOS_SWAP_SWAPPED_OUT && moved > 0) {
@@ -276,7 +332,9 @@ slots::MemoryView SwapEngine::make_view(std::map<uint32_t, Tenant>& tenants, slo
     s.waiting = load(cb.waiting) != 0;
     s.signalled = load(cb.signalled) != 0;
     s.busy = load(cb.busy) != 0;
-    s.wants_room = load(cb.mem_request_seq) != t.swap.room_answered_seq;
+    // (A request within kMinRoomIntervalNs of its last answer waits: refuse_beyond_grant.)
+    s.wants_room = load(cb.mem_request_seq) != t.swap.room_answered_seq &&
+                   now >= t.swap.room_answered_ns + kMinRoomIntervalNs;
     if (const int32_t wd = load(cb.mem_wanted_device); s.wants_room && wd >= 0 && wd < GPUOS_MAX_DEVICES) {
       if (const int g = gpus_.gpu_of(t, wd); g >= 0) s.device = static_cast<uint32_t>(g);
     }
@@ -298,7 +356,7 @@ slots::MemoryView SwapEngine::make_view(std::map<uint32_t, Tenant>& tenants, slo
     s.resident_since_ns = t.swap.resident_since_ns;
     s.out_since_ns = t.swap.out_since_ns;
     s.no_victim_until_ns = t.swap.no_victim_until_ns;
-    auto p = pools_.find(t.uid);
+    auto p = pools_.find(t.id);
     s.pool_largest_free = p != pools_.end() && p->second.space ? p->second.space->largest_free() : 0;
     s.priority = t.priority;
     s.guaranteed_bytes = quota;
@@ -381,7 +439,7 @@ void SwapEngine::apply(std::map<uint32_t, Tenant>& tenants, const slots::MemoryA
       case SwapAction::Kind::kSwapOut: {
         // The slice can take all its movable memory (as far as the pool allows); it is cut to
         // what actually moved when the command is done.
-        auto p = pools_.find(t.uid);
+        auto p = pools_.find(t.id);
         if (p == pools_.end() || !p->second.space) break;  // no pool yet: made on its first SWAP_POOL
         SwapSpace& space = *p->second.space;
         const uint64_t swapped = load(t.cb->swapped_bytes);

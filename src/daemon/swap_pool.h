@@ -1,4 +1,4 @@
-// The swap pool's allocator: slices of one memfd per uid that swapped-out tenants' memory goes to.
+// The swap pool's allocator: slices of a tenant's own memfd that its swapped-out memory goes to.
 // Mechanism of the memory slot (swap_engine.h); the policy never sees offsets.
 #pragma once
 

@@ -87,7 +87,7 @@ struct SpaceState {
 // Memory oversubscription: the command in flight and the facts the memory slot decides on.
 struct SwapState {
   uint32_t cmd = GPUOS_SWAP_NONE;  // command being carried out; NONE: nothing pending
-  std::vector<uint64_t> slices;    // its slices of its uid's pool (offsets) while memory is out
+  std::vector<uint64_t> slices;    // its slices of its own pool (offsets) while memory is out
   uint64_t swapped_before_cmd = 0; // swapped_bytes when the pending SWAP_OUT was sent
   uint64_t resident_since_ns = 0;
   uint64_t out_since_ns = 0;
@@ -96,6 +96,12 @@ struct SwapState {
   uint64_t swap_in_retry_ns = 0;   // after a failed swap-in: try again then, victim or not
   uint32_t room_answered_seq = 0;  // last mem_request_seq answered
   bool room_made = false;          // memory was freed since its pending request
+  // Requests for room as gpuosd screens them (SwapEngine::refuse_beyond_grant): when the last was
+  // answered (the next waits kMinRoomIntervalNs), and the room made for it (RETRY answers' wanted
+  // bytes) since its report last grew, with that report.
+  uint64_t room_answered_ns = 0;
+  uint64_t room_retried_bytes = 0;
+  uint64_t room_retried_used = 0;
   // KV pools (include/gpuos/kv.h): the target gpuosd set them, and their size when last seen.
   bool kv_target_on = false;
   uint64_t kv_target_bytes = 0;
@@ -140,6 +146,7 @@ struct Tenant {
   // same epoch now means the gate did not move in between).
   uint64_t verified_mem_bytes = 0;
   uint64_t verified_gpus = 0;  // the GPUs NVML saw the process on (bit i = gpuosd's GPU i)
+  uint64_t verify_context_bytes = UINT64_MAX;  // least NVML measured beyond its report (its contexts)
   uint64_t violations = 0;
   uint32_t findings_in_a_row = 0;
   uint32_t finding_kinds_logged = 0;

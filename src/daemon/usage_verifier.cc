@@ -17,6 +17,7 @@ const char* finding_name(FindingKind k) {
     case FindingKind::kLaunchedWhileGated: return "launched_while_gated";
     case FindingKind::kUnregistered: return "unregistered";
     case FindingKind::kOverPace: return "over_pace";
+    case FindingKind::kUnderReported: return "under_reported";
   }
   return "unknown";
 }
@@ -163,6 +164,11 @@ uint32_t pace_bound_percent(uint32_t permille, const CheckParams& p) {
   return (permille * 5 + 20) / 40 + p.pace_margin_percent;  // share * 1.25 in percent, rounded, + margin
 }
 
+uint64_t report_margin(uint64_t limit_bytes) {
+  constexpr uint64_t kMargin = 64ull << 20;
+  return limit_bytes != 0 ? std::min(kMargin, limit_bytes / 4) : kMargin;
+}
+
 std::vector<Finding> check_usage(const UsageSample& sample, const std::vector<TenantGrant>& tenants,
                                  const CheckParams& p, const std::set<pid_t>& ignored,
                                  std::vector<RoundFigures>* figures) {
@@ -173,6 +179,11 @@ std::vector<Finding> check_usage(const UsageSample& sample, const std::vector<Te
     const uint64_t bytes = measured_bytes(sample, t.pid);
     if (t.limit_bytes != 0 && bytes > t.limit_bytes && bytes - t.limit_bytes > p.memory_slack_bytes) {
       out.push_back(Finding{FindingKind::kOverQuota, t.pid, t.id, 0, bytes, t.limit_bytes + p.memory_slack_bytes});
+    }
+    if (t.context_bytes != UINT64_MAX) {
+      auto sat_add = [](uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; };
+      const uint64_t fair = sat_add(sat_add(t.reported_bytes, t.context_bytes), report_margin(t.limit_bytes));
+      if (bytes > fair) out.push_back(Finding{FindingKind::kUnderReported, t.pid, t.id, 0, bytes, fair});
     }
   }
   std::set<pid_t> unregistered_reported;

@@ -89,9 +89,14 @@ struct TenantGrant {
   uint64_t paced_gpus = 0;
   uint32_t pace_permille = 0;
   const UsageWindow* window = nullptr;  // its earlier rounds (null: none)
+  // Its report (control block mem_used_bytes, bounded by the node's memory; tenant-written), and the
+  // least NVML has measured beyond it so far (its contexts' own memory; UINT64_MAX: not measured
+  // yet, nothing to check): under_reported.
+  uint64_t reported_bytes = 0;
+  uint64_t context_bytes = UINT64_MAX;
 };
 
-enum class FindingKind { kOverQuota, kLaunchedWhileGated, kUnregistered, kOverPace };
+enum class FindingKind { kOverQuota, kLaunchedWhileGated, kUnregistered, kOverPace, kUnderReported };
 const char* finding_name(FindingKind k);
 
 struct Finding {
@@ -127,11 +132,20 @@ struct CheckParams {
 // The most SM percent (mean) a tenant paced at `permille` may show in a round (CheckParams).
 uint32_t pace_bound_percent(uint32_t permille, const CheckParams& p);
 
+// How far NVML's measure of a tenant may exceed its report plus its contexts' memory before the
+// report is a lie (kUnderReported): 64 MiB, and no more than a quarter of its quota + borrow. Not
+// the 1 GiB memory slack: that is for the contexts, which context_bytes already holds; what an
+// honest tenant adds on top without an allocation call (module code loaded lazily, local memory
+// grown for a kernel) is tens of MiB, and a quarter of a small quota still catches a tenant that
+// hides its whole quota (a 64 MiB quota: 16 MiB).
+uint64_t report_margin(uint64_t limit_bytes);
+
 // The findings of one sample: a tenant whose NVML memory (all GPUs) exceeds its limit plus the
-// slack; a tenant gated the whole round whose SM use exceeds the threshold on a GPU, or whose use
-// while gated adds up over the window beyond gated_window_percent; a paced tenant that used more
-// than its share (pace_bound_percent) over the window's paced rounds; a process with GPU memory or
-// activity that is no tenant, no MPS server and not in `ignored` (gpuosd itself). The window
+// slack; one whose NVML memory exceeds its report plus its contexts' plus report_margin (it rewrote
+// the word: issue #42); a tenant gated the whole round whose SM use exceeds the threshold on a GPU, or
+// whose use while gated adds up over the window beyond gated_window_percent; a paced tenant that used
+// more than its share (pace_bound_percent) over the window's paced rounds; a process with GPU memory
+// or activity that is no tenant, no MPS server and not in `ignored` (gpuosd itself). The window
 // findings come only in a round that itself added to them. `figures` (optional): this round's
 // figures of each tenant, in the order of `tenants`, for its window.
 std::vector<Finding> check_usage(const UsageSample& sample, const std::vector<TenantGrant>& tenants,

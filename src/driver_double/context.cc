@@ -383,6 +383,42 @@ DD_API cuCtxGetDevice(CUdevice* dev) {
   return CUDA_SUCCESS;
 }
 
+namespace {
+// What the H200 (driver 580) reports before any cuCtxSetLimit, by CUlimit; 0 where the double has
+// no figure (those are accepted and reported back as set).
+constexpr size_t kDefaultLimits[CU_LIMIT_MAX] = {
+    1024,        // CU_LIMIT_STACK_SIZE
+    1 << 20,     // CU_LIMIT_PRINTF_FIFO_SIZE
+    8 << 20,     // CU_LIMIT_MALLOC_HEAP_SIZE
+    2,           // CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH
+    2048,        // CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT
+    32,          // CU_LIMIT_MAX_L2_FETCH_GRANULARITY
+};
+}  // namespace
+
+DD_API cuCtxSetLimit(CUlimit limit, size_t value) {
+  Context* c = nullptr;
+  if (CUresult r = current_context(&c, false); r != CUDA_SUCCESS) return r;
+  if (limit < 0 || limit >= CU_LIMIT_MAX) return CUDA_ERROR_INVALID_VALUE;
+  // The malloc heap is device memory the context reserves: no more than the device has.
+  if (limit == CU_LIMIT_MALLOC_HEAP_SIZE) {
+    uint64_t used = 0, total = 0;
+    mem_info(c->dev, &used, &total);
+    if (value > total) return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  c->limits[limit].store(value);
+  return CUDA_SUCCESS;
+}
+
+DD_API cuCtxGetLimit(size_t* pvalue, CUlimit limit) {
+  Context* c = nullptr;
+  if (CUresult r = current_context(&c, false); r != CUDA_SUCCESS) return r;
+  if (pvalue == nullptr || limit < 0 || limit >= CU_LIMIT_MAX) return CUDA_ERROR_INVALID_VALUE;
+  const size_t v = c->limits[limit].load();
+  *pvalue = v != 0 ? v : kDefaultLimits[limit];
+  return CUDA_SUCCESS;
+}
+
 DD_API cuCtxGetFlags(unsigned int* flags) {
   Context* c = nullptr;
   if (CUresult r = current_context(&c, false); r != CUDA_SUCCESS) return r;

@@ -200,6 +200,8 @@ struct Context {
   // green context's SM slots. Never changes after creation.
   GreenCtx* green = nullptr;
   std::atomic<bool> has_waits{false};  // waits is not empty
+  // cuCtxSetLimit / cuCtxGetLimit: the limits as set (0: the default, kDefaultLimits in context.cc).
+  std::atomic<size_t> limits[CU_LIMIT_MAX] = {};
 
   std::mutex mu;  // guards the members below
   StreamPtr legacy;

@@ -43,6 +43,8 @@
   X(cuCtxSynchronize, cuCtxSynchronize, 2000, 0)                                  \
   X(cuCtxGetDevice, cuCtxGetDevice, 2000, 0)                                      \
   X(cuCtxGetFlags, cuCtxGetFlags, 7000, 0)                                        \
+  X(cuCtxSetLimit, cuCtxSetLimit, 3010, 0)                                        \
+  X(cuCtxGetLimit, cuCtxGetLimit, 3010, 0)                                        \
   X(cuCtxGetStreamPriorityRange, cuCtxGetStreamPriorityRange, 5050, 0)            \
   X(cuModuleLoad, cuModuleLoad, 2000, 0)                                          \
   X(cuModuleLoadData, cuModuleLoadData, 2000, 0)                                  \

@@ -1,7 +1,10 @@
 // Exported entry points for initialisation, context and stream creation, and stream capture.
 // cuInit is where a tenant normally registers with gpuosd. Capture begin/end keep the hint that
 // lets the launch path tell recorded launches from submitted ones.
+#include <cstdint>
+
 #include "interpose/fast_path.h"
+#include "interpose/memory_accounting.h"
 #include "interpose/swap.h"
 
 namespace gi = gpuos::interpose;
@@ -34,9 +37,14 @@ CUresult governed_context(CUdevice dev, Call&& call) {
   gpuos_control_block* cb = gi::control_block();
   if (cb == nullptr) return CUDA_ERROR_NOT_PERMITTED;
   CUresult r = call(*d);
-  for (int tries = 0; r == CUDA_ERROR_OUT_OF_MEMORY && tries < 16 &&
-                      gi::wait_for_room(cb, kContextRoomBytes, static_cast<int>(dev));
-       ++tries) {
+  for (int tries = 0; r == CUDA_ERROR_OUT_OF_MEMORY && tries < 16; ++tries) {
+    // What it waits for is in its report while it waits, as an allocation's reservation is (gpuosd
+    // refuses a request for room the report does not back); not against the quota: a context's
+    // memory is not charged.
+    gi::reserve_bytes(cb, kContextRoomBytes, /*enforce_quota=*/false);
+    const bool retry = gi::wait_for_room(cb, kContextRoomBytes, static_cast<int>(dev));
+    gi::cancel_bytes(cb, kContextRoomBytes);
+    if (!retry) break;
     r = call(*d);
   }
   if (r == CUDA_SUCCESS) gi::count(cb->contexts_created);
@@ -113,6 +121,37 @@ CUresult cuCtxCreate_v4(CUcontext* ctx, CUctxCreateParams* params, unsigned int 
 
 CUresult cuDevicePrimaryCtxRetain(CUcontext* ctx, CUdevice dev) {
   return governed_context(dev, GPUOS_FORWARD(cuDevicePrimaryCtxRetain, ctx, dev));
+}
+
+// The device malloc heap (CU_LIMIT_MALLOC_HEAP_SIZE) is device memory the driver reserves for the
+// current context: counted against the quota like an allocation, refused beyond it with
+// CUDA_ERROR_OUT_OF_MEMORY before the driver is asked. Other limits pass through.
+CUresult cuCtxSetLimit(CUlimit limit, size_t value) {
+  const GpuosDriverTable* d = gi::real_driver();
+  if (d == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+  if (d->cuCtxSetLimit == nullptr) return CUDA_ERROR_NOT_FOUND;
+  gpuos_control_block* cb = limit == CU_LIMIT_MALLOC_HEAP_SIZE ? gi::control_block() : nullptr;
+  CUcontext ctx = nullptr;
+  if (cb == nullptr || d->cuCtxGetCurrent == nullptr || d->cuCtxGetCurrent(&ctx) != CUDA_SUCCESS ||
+      ctx == nullptr) {
+    return d->cuCtxSetLimit(limit, value);  // (no context: the driver says so)
+  }
+  CUdevice dev = 0;
+  if (d->cuCtxGetDevice == nullptr || d->cuCtxGetDevice(&dev) != CUDA_SUCCESS) dev = 0;
+  const uint64_t key = reinterpret_cast<uintptr_t>(ctx);
+  const uint64_t before = gi::malloc_heap_bytes(key);
+  const uint64_t grow = value > before ? value - before : 0;
+  if (grow != 0 && !gi::reserve_bytes(cb, grow)) {
+    gi::account_alloc_failure(cb);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  const CUresult r = d->cuCtxSetLimit(limit, value);
+  if (r != CUDA_SUCCESS) {
+    if (grow != 0) gi::cancel_bytes(cb, grow);
+    return r;
+  }
+  gi::set_malloc_heap(cb, key, value, static_cast<int>(dev), before);
+  return r;
 }
 
 CUresult cuStreamCreate(CUstream* stream, unsigned int flags) {

@@ -468,7 +468,7 @@ CUresult cuMemGetInfo_v2(size_t* free_bytes, size_t* total_bytes) {
   if (quota != 0 && gi::graph_retained_total() != 0) gi::reclaim_graph_memory(*d, cb);
   CUresult r = d->cuMemGetInfo_v2(free_bytes, total_bytes);
   if (r != CUDA_SUCCESS || quota == 0 || free_bytes == nullptr || total_bytes == nullptr) return r;
-  const uint64_t used = std::atomic_ref<uint64_t>(cb->mem_used_bytes).load(std::memory_order_relaxed);
+  const uint64_t used = gi::memory_used(cb);  // never the block's word: the tenant can write it
   const uint64_t left = used >= quota ? 0 : quota - used;
   *total_bytes = quota < *total_bytes ? quota : *total_bytes;
   *free_bytes = left < *free_bytes ? left : *free_bytes;

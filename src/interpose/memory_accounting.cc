@@ -49,7 +49,34 @@ uint64_t sat_mul(uint64_t a, uint64_t b) {
 
 uint64_t sat_add(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
 
+// What this process holds, as its quota check counts it: in the process's own memory, never in the
+// control block. The block's mem_used_bytes is only a mirror for gpuosd: the tenant can rewrite that
+// word (issue #42: zeroing it after each allocation got 1024 MiB on a 64 MiB quota), and no
+// decision here reads it back. One count for the process, whichever block is current: calls still
+// on the old block during a re-registration count the same.
+constinit std::atomic<uint64_t> g_used{0};
+constinit std::mutex g_publish_mu;  // (trivially destructible: frees may arrive during process exit)
+
+// Mirrors the count into cb. Under a lock, so that the last store is the newest count: two threads
+// storing what each computed could leave the older one there.
+void publish_used(gpuos_control_block* cb) {
+  std::lock_guard<std::mutex> lock(g_publish_mu);
+  std::atomic_ref<uint64_t>(cb->mem_used_bytes).store(g_used.load(std::memory_order_relaxed), std::memory_order_relaxed);
+}
+
+// Takes bytes off the count (never below 0) and mirrors it.
+void release_used(gpuos_control_block* cb, uint64_t bytes) {
+  uint64_t now = g_used.load(std::memory_order_relaxed);
+  while (!g_used.compare_exchange_weak(now, now > bytes ? now - bytes : 0, std::memory_order_relaxed)) {
+  }
+  publish_used(cb);
+}
+
 }  // namespace
+
+uint64_t memory_used(const gpuos_control_block*) { return g_used.load(std::memory_order_relaxed); }
+
+void forget_memory_usage() { g_used.store(0, std::memory_order_relaxed); }
 
 uint64_t memory_limit(const gpuos_control_block* cb) {
   const gpuos_grant_block* g = grants_of(cb);
@@ -61,14 +88,14 @@ uint64_t memory_limit(const gpuos_control_block* cb) {
 
 bool reserve_bytes(gpuos_control_block* cb, std::size_t bytes, bool enforce_quota) {
   const uint64_t quota = enforce_quota ? memory_limit(cb) : 0;
-  std::atomic_ref<uint64_t> used(cb->mem_used_bytes);
-  uint64_t now = used.load(std::memory_order_relaxed);
+  uint64_t now = g_used.load(std::memory_order_relaxed);
   uint64_t next;
   do {
     if (bytes > UINT64_MAX - now) return false;
     next = now + bytes;
     if (quota != 0 && next > quota) return false;
-  } while (!used.compare_exchange_weak(now, next, std::memory_order_relaxed));
+  } while (!g_used.compare_exchange_weak(now, next, std::memory_order_relaxed));
+  publish_used(cb);
   std::atomic_ref<uint64_t> peak(cb->mem_peak_bytes);
   uint64_t old = peak.load(std::memory_order_relaxed);
   while (next > old && !peak.compare_exchange_weak(old, next, std::memory_order_relaxed)) {
@@ -76,9 +103,7 @@ bool reserve_bytes(gpuos_control_block* cb, std::size_t bytes, bool enforce_quot
   return true;
 }
 
-void cancel_bytes(gpuos_control_block* cb, std::size_t bytes) {
-  std::atomic_ref<uint64_t>(cb->mem_used_bytes).fetch_sub(bytes, std::memory_order_relaxed);
-}
+void cancel_bytes(gpuos_control_block* cb, std::size_t bytes) { release_used(cb, bytes); }
 
 void commit_alloc(gpuos_control_block* cb, AllocKind kind, uint64_t key, std::size_t bytes,
                   int device) {
@@ -100,7 +125,7 @@ void commit_alloc(gpuos_control_block* cb, AllocKind kind, uint64_t key, std::si
   if (replaced) {
     std::atomic_ref<uint64_t>(cb->mem_used_per_device[stale.device])
         .fetch_sub(stale.bytes, std::memory_order_relaxed);
-    std::atomic_ref<uint64_t>(cb->mem_used_bytes).fetch_sub(stale.bytes, std::memory_order_relaxed);
+    release_used(cb, stale.bytes);
   }
 }
 
@@ -129,7 +154,40 @@ void account_free(gpuos_control_block* cb, AllocKind kind, uint64_t key) {
     return;
   }
   std::atomic_ref<uint64_t>(cb->mem_used_per_device[a.device]).fetch_sub(a.bytes, std::memory_order_relaxed);
-  std::atomic_ref<uint64_t>(cb->mem_used_bytes).fetch_sub(a.bytes, std::memory_order_relaxed);
+  release_used(cb, a.bytes);
+}
+
+// ---- the device malloc heap ----
+
+uint64_t malloc_heap_bytes(uint64_t ctx) {
+  Tables& t = tables();
+  std::lock_guard<std::mutex> lock(t.mu);
+  auto& m = table(t, AllocKind::kMallocHeap);
+  auto it = m.find(ctx);
+  return it == m.end() ? 0 : it->second.bytes;
+}
+
+void set_malloc_heap(gpuos_control_block* cb, uint64_t ctx, uint64_t bytes, int device, uint64_t before) {
+  device = clamp_device(device);
+  Allocation old{0, device};
+  Tables& t = tables();
+  {
+    std::lock_guard<std::mutex> lock(t.mu);
+    auto& m = table(t, AllocKind::kMallocHeap);
+    if (auto it = m.find(ctx); it != m.end()) old = it->second;
+    m[ctx] = Allocation{bytes, device};
+  }
+  std::atomic_ref<uint64_t>(cb->mem_used_per_device[old.device]).fetch_sub(old.bytes, std::memory_order_relaxed);
+  std::atomic_ref<uint64_t>(cb->mem_used_per_device[device]).fetch_add(bytes, std::memory_order_relaxed);
+  // The count holds `old` (the heap as recorded) and this call's growth over `before` (reserved);
+  // it should hold `bytes` instead: min(bytes, before) - old more (old == before but for another
+  // thread's set in between).
+  const uint64_t keep = std::min<uint64_t>(bytes, before);
+  if (keep < old.bytes) {
+    release_used(cb, old.bytes - keep);
+  } else if (keep > old.bytes) {
+    reserve_bytes(cb, keep - old.bytes, /*enforce_quota=*/false);
+  }
 }
 
 // ---- pitched allocations ----
@@ -147,7 +205,7 @@ uint64_t round_up(uint64_t x, uint64_t to) { return sat_mul(x / to + (x % to != 
 
 void sub_used(gpuos_control_block* cb, int device, uint64_t bytes) {
   std::atomic_ref<uint64_t>(cb->mem_used_per_device[device]).fetch_sub(bytes, std::memory_order_relaxed);
-  std::atomic_ref<uint64_t>(cb->mem_used_bytes).fetch_sub(bytes, std::memory_order_relaxed);
+  release_used(cb, bytes);
 }
 }  // namespace
 
@@ -354,12 +412,13 @@ void account_unimport(gpuos_control_block* cb, uint64_t key) {
 namespace {
 
 // Re-registration: the usage is this process's (its allocation tables stay as they are), so it is
-// added to the new block; the peak is the larger of the old peak and what is held now.
+// added to the new block (what it holds: its own count); the peak is the larger of the old peak
+// and what is held now.
 void carry_memory(gpuos_control_block* from, gpuos_control_block* to) {
   carry_add(from->alloc_calls, to->alloc_calls);
   carry_add(from->free_calls, to->free_calls);
   carry_add(from->alloc_failures, to->alloc_failures);
-  carry_add(from->mem_used_bytes, to->mem_used_bytes);
+  publish_used(to);  // the process's own count, not the old block's word (the tenant could write it)
   for (int i = 0; i < GPUOS_MAX_DEVICES; ++i) carry_add(from->mem_used_per_device[i], to->mem_used_per_device[i]);
   carry_add(from->untracked_frees, to->untracked_frees);
   carry_add(from->mem_imported_bytes, to->mem_imported_bytes);

@@ -26,14 +26,23 @@ enum class AllocKind : uint8_t {
   kVmmHandle,       // cuMemCreate handles
   kArray,           // CUarray handles (cuArrayCreate_v2, cuArray3DCreate_v2)
   kMipmappedArray,  // CUmipmappedArray handles
+  kMallocHeap,      // a context's device malloc heap (cuCtxSetLimit CU_LIMIT_MALLOC_HEAP_SIZE), by CUcontext
 };
-inline constexpr int kAllocKindCount = 4;
+inline constexpr int kAllocKindCount = 5;
 
 // The most the tenant may hold: its quota plus what it may borrow; 0 = unlimited.
 uint64_t memory_limit(const gpuos_control_block* cb);
 
-// Adds `bytes` to mem_used_bytes unless `enforce_quota` and that would exceed a non-zero
-// mem_quota_bytes. Returns false (and changes nothing) when refused. Updates mem_peak_bytes.
+// What the process holds as the quota check counts it. Kept in the process's own memory: the
+// control block's mem_used_bytes only mirrors it for gpuosd (the tenant can rewrite that word; no
+// check reads it back).
+uint64_t memory_used(const gpuos_control_block* cb);
+// Tests only: the count starts again from 0 (each test's blocks are new, the process is the same).
+void forget_memory_usage();
+
+// Adds `bytes` to what the process holds (memory_used, mirrored into mem_used_bytes) unless
+// `enforce_quota` and that would exceed a non-zero quota + borrow. Returns false (and changes
+// nothing) when refused. Updates mem_peak_bytes.
 bool reserve_bytes(gpuos_control_block* cb, std::size_t bytes, bool enforce_quota = true);
 // Takes back a reservation whose allocation failed or was refused.
 void cancel_bytes(gpuos_control_block* cb, std::size_t bytes);
@@ -59,6 +68,15 @@ inline void account_alloc(gpuos_control_block* cb, AllocKind kind, uint64_t key,
 void account_import(gpuos_control_block* cb, uint64_t key, std::size_t bytes);
 // One cuIpcCloseMemHandle of `key`; the last one takes its bytes off. Unknown keys change nothing.
 void account_unimport(gpuos_control_block* cb, uint64_t key);
+
+// ---- the device malloc heap (cuCtxSetLimit(CU_LIMIT_MALLOC_HEAP_SIZE)) ----
+// Device memory the driver reserves for a context's in-kernel malloc: charged like an allocation,
+// the size set last (the driver's default heap, before any set, is the context's own memory, as NVML
+// shows it). What context `ctx`'s heap is charged now (0: never set).
+uint64_t malloc_heap_bytes(uint64_t ctx);
+// The heap of `ctx` on `device` is `bytes` now, `before` as malloc_heap_bytes said: a larger heap's
+// growth was reserved (reserve_bytes) before the driver was asked; a smaller one gives back.
+void set_malloc_heap(gpuos_control_block* cb, uint64_t ctx, uint64_t bytes, int device, uint64_t before);
 
 // ---- pitched allocations ----
 // cuMemAllocPitch pads every row to the device's pitch alignment: 512 bytes on the H200 (driver

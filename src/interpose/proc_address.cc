@@ -21,6 +21,7 @@ namespace gi = gpuos::interpose;
 #define GPUOS_GOVERNED(X)                                                                       \
   X(cuInit) X(cuGetProcAddress) X(cuGetProcAddress_v2)                                          \
   X(cuCtxCreate_v2) X(cuCtxCreate_v3) X(cuCtxCreate_v4) X(cuDevicePrimaryCtxRetain)             \
+  X(cuCtxSetLimit)                                                                              \
   X(cuStreamCreate) X(cuStreamCreateWithPriority)                                               \
   X(cuStreamBeginCapture) X(cuStreamBeginCapture_ptsz) X(cuStreamBeginCapture_v2)               \
   X(cuStreamBeginCapture_v2_ptsz) X(cuStreamBeginCaptureToGraph) X(cuStreamBeginCaptureToGraph_ptsz) \

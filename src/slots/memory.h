@@ -2,7 +2,7 @@
 // oversubscription). See slot.h for the hook table all slots share.
 //
 // The core carries the decisions out: it holds the victim's gate closed, gives it a slice of its
-// uid's swap pool, writes SWAP_OUT / SWAP_IN into its control block and notes when they are done;
+// own swap pool, writes SWAP_OUT / SWAP_IN into its control block and notes when they are done;
 // it answers requests for room. One command at a time is the policy's business: the core sends
 // what it is told, to tenants with no command pending (others' actions are rejected).
 #pragma once

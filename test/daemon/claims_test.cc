@@ -300,6 +300,65 @@ TEST(ClaimFacts, InnermostPidOfThisProcessIsItsOwn) {
   EXPECT_EQ(innermost_pid(-5), 0);
 }
 
+// Issue #42 (4): any host user could connect to a claim's socket and be governed with the claim's
+// settings. Who may use it, decided on the peer's facts (synthetic here): the claim's pod only.
+TEST(ClaimFacts, OnlyTheClaimsContainersMayUseItsSocket) {
+  Claim c;
+  c.uid = kClaim;
+  c.pod_uid = kPod;
+  ClaimPeer in_pod;
+  in_pod.pid = 4242;
+  in_pod.uid = 0;
+  in_pod.pod_uid = kPod;
+  in_pod.ns_known = true;
+  EXPECT_EQ(claim_peer_refusal(c, in_pod), "");
+  ClaimPeer other_pod = in_pod;  // root in another pod
+  other_pod.pod_uid = "11111111-2222-4333-8444-555555555555";
+  EXPECT_NE(claim_peer_refusal(c, other_pod).find("not the claim's"), std::string::npos)
+      << claim_peer_refusal(c, other_pod);
+  ClaimPeer host = in_pod;  // a host user's process (root's too): no pod, gpuosd's namespaces
+  host.pod_uid = "";
+  host.uid = 1000;
+  host.host_pid_ns = true;
+  host.host_user_ns = true;
+  const std::string why = claim_peer_refusal(c, host);
+  EXPECT_NE(why.find("is a host process in no pod"), std::string::npos) << why;
+  EXPECT_NE(why.find("serves its claim's containers only"), std::string::npos) << why;
+  host.uid = 0;
+  EXPECT_NE(claim_peer_refusal(c, host), "");
+  ClaimPeer userns = host;  // `unshare -Urpf`: any user can make a pid namespace inside a user one
+  userns.host_pid_ns = false;
+  userns.host_user_ns = false;
+  EXPECT_NE(claim_peer_refusal(c, userns).find("user namespace of its own"), std::string::npos);
+  ClaimPeer runtime = userns;  // a container a privileged runtime made, with no pod cgroup
+  runtime.host_user_ns = true;
+  EXPECT_EQ(claim_peer_refusal(c, runtime), "");
+  ClaimPeer unknown = host;  // namespaces unreadable, or no pid (another pid namespace without hostPID)
+  unknown.ns_known = false;
+  EXPECT_NE(claim_peer_refusal(c, unknown).find("cannot read"), std::string::npos);
+  ClaimPeer no_pid = in_pod;
+  no_pid.pid = 0;
+  EXPECT_NE(claim_peer_refusal(c, no_pid).find("not visible"), std::string::npos);
+  // A claim with no pod yet: any pod's process (its pod is not known to compare), never a host's.
+  c.pod_uid = "";
+  EXPECT_EQ(claim_peer_refusal(c, other_pod), "");
+  EXPECT_NE(claim_peer_refusal(c, host), "");
+}
+
+// This test process, as gpuosd reads it: a host process in gpuosd's own namespaces.
+TEST(ClaimFacts, ThisProcessIsAHostProcess) {
+  const ClaimPeer p = claim_peer_of(getpid(), getuid());
+  EXPECT_TRUE(p.ns_known);
+  EXPECT_TRUE(p.host_pid_ns);
+  EXPECT_TRUE(p.host_user_ns);
+  Claim c;
+  c.uid = kClaim;
+  c.pod_uid = kPod;
+  if (p.pod_uid.empty()) {
+    EXPECT_NE(claim_peer_refusal(c, p), "");
+  }
+}
+
 TEST(ClaimFacts, AMalformedLineOfTheFileIsSkipped) {
   char tmpl[] = "/tmp/gpuos-claims-file-XXXXXX";
   ASSERT_NE(mkdtemp(tmpl), nullptr);

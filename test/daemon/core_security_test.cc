@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -189,6 +190,115 @@ TEST_F(SecurityFixture, ARequestForRoomBeyondItsGrantDisplacesNobody) {
   EXPECT_EQ(tenants[forger].grants->mem_answer_seq, 1u);  // still pending
 }
 
+// Issue #42 (6): forged requests for room. The memory scenario: a 4 GiB GPU, a swappable victim
+// holding 3 GiB (of it a KV pool, when given), and a forger of uid 65534.
+struct RoomFixture : SecurityFixture {
+  std::size_t victim = 0, forger = 0;
+  void start(uint64_t forger_quota, uint64_t victim_kv = 0) {
+    CoreOptions o;
+    o.memory_policy = std::make_unique<policies::SwapPolicy>();
+    o.swap.pool_bytes = 4 * GiB;
+    o.swap.quantum_ns = 0;
+    o.swap.headroom_bytes = 0;
+    o.swap.prefault = false;
+    make_core(std::move(o));
+    victim = add(1000);
+    gpuos_control_block* v = tenants[victim].cb;
+    put(v->swappable, 1u);
+    put(v->swappable_bytes, 3 * GiB);
+    put(v->mem_used_bytes, 3 * GiB);
+    put(v->mem_used_per_device[0], 3 * GiB);
+    put(v->kv_resident_bytes, victim_kv);
+    gpuos_msg_header h{};
+    init_header(&h, GPUOS_MSG_SWAP_POOL, sizeof(h), 4);
+    ASSERT_EQ(core->handle_message(tenants[victim].conn, &h, sizeof(h)).replies.size(), 1u);
+    forger = add(65534, GPUOS_CLASS_BEST_EFFORT, forger_quota);
+  }
+  // The forger sets its request words as the interposer does (the waiting allocation reserved in
+  // mem_used_bytes, not yet in its device's word) and wakes gpuosd, a tick later than the last.
+  void ask(uint64_t used, uint64_t wanted, uint32_t seq) {
+    gpuos_control_block* f = tenants[forger].cb;
+    put(f->mem_used_bytes, used);
+    put(f->mem_used_per_device[0], used > wanted ? used - wanted : 0);
+    put(f->mem_wanted_bytes, wanted);
+    put(f->mem_wanted_device, int32_t{0});
+    put(f->mem_request_seq, seq);
+    mono += 200'000'000;
+    activity(forger, true);
+  }
+  bool victim_untouched() {
+    const gpuos_grant_block* g = tenants[victim].grants;
+    return g->swap_command_seq == 0 && g->kv_target_on == 0 && g->gate == GPUOS_GATE_OPEN;
+  }
+};
+
+// A tenant holding nothing asks ten times (no allocation of its failed): each is refused, nobody
+// moves (the review's victim was swapped out 3 times in 20 s).
+TEST_F(RoomFixture, ARequestWithoutItsAllocationInTheReportIsRefused) {
+  start(0, 1 * GiB);
+  for (uint32_t i = 1; i <= 10; ++i) {
+    ask(0, 512ull << 20, i);
+    EXPECT_EQ(tenants[forger].grants->mem_answer_seq, i);
+    EXPECT_EQ(tenants[forger].grants->mem_answer, static_cast<uint32_t>(GPUOS_MEM_REFUSED));
+  }
+  EXPECT_TRUE(victim_untouched());
+}
+
+// The GPU has room by gpuosd's own numbers (3.3 GiB of 4 held, the waiting 100 MiB included): the driver did not say out of
+// memory for lack of room, so nobody is displaced; the requester is told to retry (the review's
+// victim's KV pool shrank from 608 MiB to 0 with 350 MiB free on the GPU).
+TEST_F(RoomFixture, ARequestThatFitsTheGpuDisplacesNobody) {
+  start(0, 1 * GiB);
+  ask(300ull << 20, 100ull << 20, 1);
+  EXPECT_EQ(tenants[forger].grants->mem_answer_seq, 1u);
+  EXPECT_EQ(tenants[forger].grants->mem_answer, static_cast<uint32_t>(GPUOS_MEM_RETRY));
+  EXPECT_TRUE(victim_untouched());
+}
+
+// Each request alone within its grant, not together: room made for it counts until its report
+// grows. A 1 GiB quota holding 900 MiB gets room once for 512 MiB (the victim swaps out); asking
+// again without allocating anything is beyond its grant.
+TEST_F(RoomFixture, RoomAlreadyMadeCountsAgainstTheGrant) {
+  start(1 * GiB);
+  ask(900ull << 20, 512ull << 20, 1);  // 3 GiB + 900 MiB of 4 GiB: backed
+  ASSERT_EQ(tenants[victim].grants->swap_command_seq, 1u);  // the victim moves out
+  gpuos_control_block* v = tenants[victim].cb;
+  put(v->swapped_bytes, 3 * GiB);
+  put(v->mem_used_per_device[0], uint64_t{0});
+  put(v->swap_state, static_cast<uint32_t>(GPUOS_SWAP_SWAPPED_OUT));
+  put(v->swap_done_seq, 1u);
+  mono += 200'000'000;
+  core->tick(mono);
+  ASSERT_EQ(tenants[forger].grants->mem_answer_seq, 1u);
+  ASSERT_EQ(tenants[forger].grants->mem_answer, static_cast<uint32_t>(GPUOS_MEM_RETRY));
+  // The victim is back; the forger asks again, its report as before.
+  put(v->swapped_bytes, uint64_t{0});
+  put(v->mem_used_per_device[0], 3 * GiB);
+  put(v->swap_state, static_cast<uint32_t>(GPUOS_SWAP_RESIDENT));
+  ask(900ull << 20, 512ull << 20, 2);
+  EXPECT_EQ(tenants[forger].grants->mem_answer_seq, 2u);
+  EXPECT_EQ(tenants[forger].grants->mem_answer, static_cast<uint32_t>(GPUOS_MEM_REFUSED));
+  EXPECT_EQ(tenants[victim].grants->swap_command_seq, 1u);  // not again
+}
+
+// One request per tenant per kMinRoomIntervalNs: one made at once after an answer waits, unseen by
+// the policy, and is screened a tick later.
+TEST_F(RoomFixture, RequestsAreRateLimitedPerProcess) {
+  start(0);
+  ask(0, 512ull << 20, 1);
+  ASSERT_EQ(tenants[forger].grants->mem_answer_seq, 1u);  // refused (nothing of its own waits)
+  put(tenants[forger].cb->mem_used_bytes, uint64_t{900} << 20);
+  put(tenants[forger].cb->mem_used_per_device[0], uint64_t{388} << 20);
+  put(tenants[forger].cb->mem_request_seq, 2u);
+  mono += SwapEngine::kMinRoomIntervalNs / 2;
+  activity(forger, true);
+  EXPECT_EQ(tenants[forger].grants->mem_answer_seq, 1u);  // waits
+  EXPECT_TRUE(victim_untouched());
+  mono += SwapEngine::kMinRoomIntervalNs;
+  core->tick(mono);
+  EXPECT_EQ(tenants[victim].grants->swap_command_seq, 1u);  // now the policy sees it (the GPU is full)
+}
+
 // One process is one tenant; one user cannot fill the table.
 TEST_F(SecurityFixture, OneTenantPerPidAndACapPerUid) {
   CoreOptions o;
@@ -222,8 +332,8 @@ TEST_F(SecurityFixture, OneTenantPerPidAndACapPerUid) {
   EXPECT_NE(try_register(root, 901).registered, 0u);
 }
 
-// A swap pool is host memory: not for a tenant that cannot swap, and gone with its uid's last tenant.
-TEST_F(SecurityFixture, SwapPoolsOnlyForSwappableTenantsAndFreedWithTheUidsLast) {
+// A swap pool is host memory: not for a tenant that cannot swap, and gone with its tenant.
+TEST_F(SecurityFixture, SwapPoolsOnlyForSwappableTenantsAndFreedWithTheirTenant) {
   CoreOptions o;
   o.memory_policy = std::make_unique<policies::SwapPolicy>();
   o.swap.pool_bytes = 64ull << 20;
@@ -247,6 +357,84 @@ TEST_F(SecurityFixture, SwapPoolsOnlyForSwappableTenantsAndFreedWithTheUidsLast)
   core->connection_closed(tenants[a].conn);
   // gpuosd's fd of the pool (the one it passes) is closed: the memory goes with the last mapping.
   EXPECT_EQ(fcntl(fd, F_GETFD), -1);
+}
+
+// Issue #42 (3): pods all run as uid 0, and a tenant on claim B asked for "its uid's" pool and read
+// and wrote a swapped-out tenant's data of claim A. Each tenant gets a pool of its own: a second
+// tenant of the same uid gets another memfd, and sees nothing of the first one's pool.
+TEST_F(SecurityFixture, ATenantOfTheSameUidCannotObtainAnothersSwapPool) {
+  CoreOptions o;
+  o.memory_policy = std::make_unique<policies::SwapPolicy>();
+  o.swap.pool_bytes = 64ull << 20;
+  o.swap.prefault = false;
+  make_core(std::move(o));
+  const std::size_t victim = add(0);
+  const std::size_t other = add(0);  // the same uid (root in another pod)
+  gpuos_msg_header h{};
+  init_header(&h, GPUOS_MSG_SWAP_POOL, sizeof(h), 4);
+  auto pool = [&](std::size_t i, uint64_t* bytes) {
+    Outcome r = core->handle_message(tenants[i].conn, &h, sizeof(h));
+    gpuos_msg_swap_pool_reply rep;
+    std::memcpy(&rep, r.replies.at(0).bytes.data(), sizeof(rep));
+    EXPECT_EQ(rep.status, GPUOS_OK);
+    *bytes = rep.pool_bytes;
+    return dup(r.replies.at(0).fds[0]);  // (the reply's fd is gpuosd's, borrowed)
+  };
+  put(tenants[victim].cb->swappable, 1u);
+  put(tenants[other].cb->swappable, 1u);
+  uint64_t vbytes = 0, obytes = 0;
+  const int vfd = pool(victim, &vbytes);
+  const int ofd = pool(other, &obytes);
+  ASSERT_GE(vfd, 0);
+  ASSERT_GE(ofd, 0);
+  struct stat vs, os;
+  ASSERT_EQ(fstat(vfd, &vs), 0);
+  ASSERT_EQ(fstat(ofd, &os), 0);
+  EXPECT_NE(vs.st_ino, os.st_ino);  // two memfds
+  // The victim's swapped-out bytes are not in what the other maps.
+  auto* vp = static_cast<char*>(mmap(nullptr, vbytes, PROT_READ | PROT_WRITE, MAP_SHARED, vfd, 0));
+  auto* op = static_cast<char*>(mmap(nullptr, obytes, PROT_READ | PROT_WRITE, MAP_SHARED, ofd, 0));
+  ASSERT_NE(vp, MAP_FAILED);
+  ASSERT_NE(op, MAP_FAILED);
+  std::memcpy(vp, "secret", 6);
+  EXPECT_NE(std::memcmp(op, "secret", 6), 0);
+  std::memcpy(op, "forged", 6);  // and what it writes does not reach the victim's
+  EXPECT_EQ(std::memcmp(vp, "secret", 6), 0);
+  munmap(vp, vbytes);
+  munmap(op, obytes);
+  // The other tenant's exit frees its pool only: the victim's stays for its swapped memory.
+  core->connection_closed(tenants[other].conn);
+  uint64_t again = 0;
+  const int vfd2 = pool(victim, &again);
+  struct stat vs2;
+  ASSERT_EQ(fstat(vfd2, &vs2), 0);
+  EXPECT_EQ(vs2.st_ino, vs.st_ino);
+  close(vfd);
+  close(ofd);
+  close(vfd2);
+}
+
+// A pool is no larger than what its tenant can hold (quota + borrow, and slack for alignment):
+// host memory it would pin for nothing otherwise.
+TEST_F(SecurityFixture, ASwapPoolIsSizedToItsTenantsGrant) {
+  CoreOptions o;
+  o.memory_policy = std::make_unique<policies::SwapPolicy>();
+  o.swap.pool_bytes = 4 * GiB;
+  o.swap.prefault = false;
+  make_core(std::move(o));
+  const std::size_t small = add(1000, GPUOS_CLASS_BEST_EFFORT, 256ull << 20);
+  const std::size_t free_of_quota = add(1001);
+  gpuos_msg_header h{};
+  init_header(&h, GPUOS_MSG_SWAP_POOL, sizeof(h), 4);
+  auto bytes = [&](std::size_t i) {
+    put(tenants[i].cb->swappable, 1u);
+    Outcome r = core->handle_message(tenants[i].conn, &h, sizeof(h));
+    gpuos_msg_swap_pool_reply rep;
+    std::memcpy(&rep, r.replies.at(0).bytes.data(), sizeof(rep));
+    return rep.pool_bytes;
+  };
+  EXPECT_EQ(bytes(small), (256ull + 64) << 20);
+  EXPECT_EQ(bytes(free_of_quota), 4 * GiB);
 }
 
 }  // namespace

@@ -73,6 +73,7 @@ class LiveDaemon : public ::testing::Test {
     co.max_tenants = 8;
     co.history = 4;
     co.gpus.push_back(GpuInfo{0, "Sim GPU", "GPU-00000000-0000-0000-0000-000000000000", 132, 16ull << 30, {}, 0});
+    configure_core(co);
     core = std::make_unique<Core>(std::move(co));
     ServerOptions so;
     so.socket_path = path;
@@ -96,6 +97,7 @@ class LiveDaemon : public ::testing::Test {
   }
 
   virtual void configure(ServerOptions&) {}
+  virtual void configure_core(CoreOptions&) {}
 
   int connect() {
     int fd = connect_control_socket(path.c_str());
@@ -554,6 +556,125 @@ TEST_F(AdminReserve, AdminsGetInWhenOthersHoldEverySlot) {
   close(a);
   close(b);
   close(c);
+  for (int s : held) close(s);
+}
+
+constexpr const char* kClaimPod = "9a8b7c6d-5e4f-4a3b-9c2d-1e0f9a8b7c6d";
+
+// Claims' sockets (issue #42, 4) in a live daemon; the test process is its admin and prepares them.
+class ClaimSocketsLive : public LiveDaemon {
+ protected:
+  void configure_core(CoreOptions& co) override {
+    co.claims_path = dir + "/run/claims.txt";
+    co.claim_socket_root = path;
+    co.one_tenant_per_pid = false;  // this one process plays several tenants
+  }
+  // Prepares a claim of pod kClaimPod; its socket's path.
+  std::string prepare(const std::string& uid) {
+    gpuos_msg_claim_prepare m{};
+    init_header(&m.hdr, GPUOS_MSG_CLAIM_PREPARE, sizeof(m), 7);
+    copy_name(m.claim_uid, sizeof(m.claim_uid), uid.c_str());
+    copy_name(m.claim_namespace, sizeof(m.claim_namespace), "inference");
+    copy_name(m.claim_name, sizeof(m.claim_name), ("c-" + uid.substr(0, 8)).c_str());
+    copy_name(m.pod_name, sizeof(m.pod_name), "llm-0");
+    copy_name(m.pod_uid, sizeof(m.pod_uid), kClaimPod);
+    m.tenant_class = GPUOS_CLASS_BEST_EFFORT;
+    m.weight = 100;
+    gpuos_msg_reply r = request(&m, sizeof(m), false);
+    EXPECT_EQ(r.status, GPUOS_OK) << r.text;
+    return std::string(r.text) + "/gpuosd.sock";
+  }
+  // Connects to a socket, sends m, and returns the socket and the daemon's first answer.
+  template <typename M>
+  static int talk(const std::string& where, const M& m, Reply* r) {
+    int s = connect_control_socket(where.c_str());
+    EXPECT_GE(s, 0) << std::strerror(-s);
+    send_message(s, &m, sizeof(m));  // may fail (EPIPE) once refused: the refusal is queued anyway
+    *r = recv_reply(s, 10000);
+    return s;
+  }
+  static gpuos_msg_register registration() {
+    gpuos_msg_register m{};
+    init_header(&m.hdr, GPUOS_MSG_REGISTER, sizeof(m), 7);
+    m.pid = getpid();
+    m.tenant_class = GPUOS_CLASS_BEST_EFFORT;
+    m.weight = 100;
+    copy_name(m.name, sizeof(m.name), "in-pod");
+    return m;
+  }
+};
+
+// A host process (this test: in gpuosd's own namespaces, in no pod), root included, is refused on a
+// claim's socket with the reason; before, it was served with the claim's settings.
+TEST_F(ClaimSocketsLive, AHostProcessIsRefusedOnAClaimsSocket) {
+  const std::string sock = prepare("11111111-2222-4333-8444-555555555555");
+  struct stat st;
+  ASSERT_EQ(::stat(sock.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISSOCK(st.st_mode));
+  Reply answer;
+  int s = talk(sock, registration(), &answer);
+  ASSERT_GT(answer.len, 0);
+  ASSERT_EQ(answer.type(), static_cast<uint32_t>(GPUOS_MSG_REPLY));  // not a REGISTER_REPLY
+  auto r = answer.as<gpuos_msg_reply>();
+  EXPECT_EQ(r.status, GPUOS_ERR_PERMISSION);
+  EXPECT_NE(std::string(r.text).find("serves its claim's containers only"), std::string::npos) << r.text;
+  EXPECT_NE(std::string(r.text).find("host process"), std::string::npos) << r.text;
+  close(s);
+  EXPECT_EQ(list(false).gpus.size(), 1u);  // gpuosd's own socket serves it as before
+}
+
+// The claim's containers (a stand-in says every peer is in the claim's pod) are served; and a uid's
+// connections are counted across every socket, not per claim (issue #42, 4: 64 on the main socket
+// plus 50 on each of 5 claims' filled the table).
+class ClaimSocketsPerUid : public ClaimSocketsLive {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "needs root to act as a second user";
+    ClaimSocketsLive::SetUp();
+    chmod(dir.c_str(), 0755);
+    chmod((dir + "/run").c_str(), 0755);
+  }
+  void configure(ServerOptions& so) override {
+    so.max_connections = 32;
+    so.max_connections_per_uid = 4;
+    so.claim_peer_of = [](pid_t pid, uid_t uid) {
+      ClaimPeer p;
+      p.pid = pid;
+      p.uid = uid;
+      p.pod_uid = kClaimPod;
+      p.ns_known = true;
+      return p;
+    };
+  }
+};
+
+TEST_F(ClaimSocketsPerUid, AUidsConnectionsCountAcrossEverySocket) {
+  const std::string a = prepare("11111111-2222-4333-8444-555555555555");
+  const std::string b = prepare("22222222-2222-4333-8444-555555555555");
+  std::vector<int> held;
+  {
+    AsUser as(65534);
+    ASSERT_TRUE(as.ok());
+    gpuos_msg_list l{};
+    init_header(&l.hdr, GPUOS_MSG_LIST, sizeof(l), 1);
+    Reply r;
+    for (int i = 0; i < 2; ++i) {  // two on gpuosd's socket: served (the listing starts)
+      held.push_back(talk(path, l, &r));
+      EXPECT_EQ(r.type(), static_cast<uint32_t>(GPUOS_MSG_GPU_INFO));
+    }
+    for (int i = 0; i < 2; ++i) {  // two tenants on claim a's socket (the stand-in puts them in its pod)
+      held.push_back(talk(a, registration(), &r));
+      ASSERT_EQ(r.type(), static_cast<uint32_t>(GPUOS_MSG_REGISTER_REPLY));
+      EXPECT_EQ(r.as<gpuos_msg_register_reply>().status, GPUOS_OK) << r.as<gpuos_msg_register_reply>().text;
+    }
+    // The uid's fifth connection, on claim b's socket: over its share.
+    held.push_back(talk(b, registration(), &r));
+    ASSERT_GT(r.len, 0);
+    ASSERT_EQ(r.type(), static_cast<uint32_t>(GPUOS_MSG_REPLY)) << "served beyond the uid's share";
+    EXPECT_EQ(r.as<gpuos_msg_reply>().status, GPUOS_ERR_LIMIT);
+    EXPECT_NE(std::string(r.as<gpuos_msg_reply>().text).find("from uid 65534"), std::string::npos)
+        << r.as<gpuos_msg_reply>().text;
+  }
   for (int s : held) close(s);
 }
 

@@ -210,6 +210,34 @@ struct FakeNvml {
   }
 };
 
+// Issue #42 (2): a tenant zeroed its mem_used_bytes after each allocation. NVML's measure beyond
+// its report plus its contexts' memory (the least seen beyond it) and a small margin (64 MiB, at
+// most a quarter of its quota) is a finding; within it, or not measured yet, none.
+TEST(CheckUsage, AReportBelowWhatNvmlMeasuresIsAFinding) {
+  constexpr uint64_t MiB = 1ull << 20;
+  EXPECT_EQ(report_margin(0), 64 * MiB);
+  EXPECT_EQ(report_margin(64 * MiB), 16 * MiB);
+  EXPECT_EQ(report_margin(8 * GiB), 64 * MiB);
+  UsageSample s;
+  s.ok = true;
+  s.processes = {proc(10, 500 * MiB + 64 * MiB), proc(11, 500 * MiB + 70 * MiB), proc(12, 2 * GiB), proc(13, GiB)};
+  std::vector<TenantGrant> tenants(4);
+  // 10: a 64 MiB quota, reports 0, its context 500 MiB: hides its 64 MiB.
+  tenants[0] = TenantGrant{.id = 1, .pid = 10, .limit_bytes = 64 * MiB, .reported_bytes = 0, .context_bytes = 500 * MiB};
+  // 11: no quota, reports 6 MiB, its context 500: 64 MiB beyond, at the margin: fine.
+  tenants[1] = TenantGrant{.id = 2, .pid = 11, .reported_bytes = 6 * MiB, .context_bytes = 500 * MiB};
+  // 12: reports 1.9 GiB: fine. 13: not measured before (no context known): nothing to compare.
+  tenants[2] = TenantGrant{.id = 3, .pid = 12, .reported_bytes = 2 * GiB - 100 * MiB, .context_bytes = 100 * MiB};
+  tenants[3] = TenantGrant{.id = 4, .pid = 13};
+  const std::vector<Finding> f = check_usage(s, tenants, CheckParams{}, {});
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].kind, FindingKind::kUnderReported);
+  EXPECT_EQ(f[0].tenant_id, 1u);
+  EXPECT_EQ(f[0].measured, 564 * MiB);
+  EXPECT_EQ(f[0].limit, 516 * MiB);
+  EXPECT_STREQ(finding_name(f[0].kind), "under_reported");
+}
+
 TEST(NvmlReader, MatchesGpusByUuidAndReadsEveryProcess) {
   GpuosNvmlTable t{};
   t.nvmlInit_v2 = &FakeNvml::init;
@@ -777,6 +805,52 @@ TEST(Identity, TheReprieveCooldownSurvivesAReconnect) {
   c.round();
   ASSERT_EQ(load(back.grants->gate), static_cast<uint32_t>(GPUOS_GATE_CLOSED));
   EXPECT_EQ(signalled(back), static_cast<uint32_t>(GPUOS_GATE_CLOSED));
+}
+
+// The core learns a tenant's contexts from the first round (NVML beyond its report) and finds it when
+// it then holds more than it reports; found, counted and logged, never enforced (kill is set here).
+TEST(CoreUsageCheck, ATenantThatZeroesItsReportIsFoundNotKilled) {
+  constexpr uint64_t MiB = 1ull << 20;
+  UsageSample next;
+  FakeEnforcer enforcer;
+  uint64_t mono = 1'000'000'000;
+  CoreOptions o;
+  o.gpus.push_back(GpuInfo{0, "Sim", "GPU-0", 132, 80 * GiB, {}, 0});
+  o.mono_ns = [&] { return mono; };
+  o.pid_start_time = [](pid_t p) { return static_cast<uint64_t>(p) * 10; };
+  o.verify.sample = [&] { return next; };
+  o.verify.interval_ns = 1'000'000'000;
+  o.verify.enforce = policies::EnforceParams{policies::EnforceMode::kKill, 1};
+  o.verify.enforcer = &enforcer;
+  Core core(std::move(o));
+  Connection c;
+  c.id = 1;
+  c.peer.pid = 700;
+  c.peer.uid = 1000;
+  gpuos_msg_register m = tenant_side::registration(700, GPUOS_CLASS_BEST_EFFORT);
+  m.requested_mem_bytes = 64 * MiB;
+  tenant_side::TenantSide t;
+  t.conn = c;
+  Outcome reg = core.handle_message(t.conn, &m, sizeof(m));
+  tenant_side::adopt(t, reg);
+  ASSERT_NE(t.cb, nullptr);
+  next.ok = true;
+  next.processes = {proc(700, 500 * MiB)};  // its context alone
+  core.tick(mono);
+  EXPECT_EQ(core.tenant_stats(mono).at(0).violations, 0u);
+  // It allocates its 64 MiB and writes 0 over its report.
+  next.processes = {proc(700, 564 * MiB)};
+  tenant_side::put(t.cb->mem_used_bytes, uint64_t{0});
+  mono += 1'000'000'000;
+  core.tick(mono);
+  EXPECT_EQ(core.tenant_stats(mono).at(0).violations, 1u);
+  EXPECT_TRUE(enforcer.killed.empty());
+  // Honest again: its report says what it holds.
+  tenant_side::put(t.cb->mem_used_bytes, 64 * MiB);
+  mono += 1'000'000'000;
+  core.tick(mono);
+  EXPECT_EQ(core.tenant_stats(mono).at(0).violations, 1u);
+  tenant_side::unmap(t);
 }
 
 }  // namespace

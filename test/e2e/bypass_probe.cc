@@ -7,9 +7,16 @@
 // the GPU that is no tenant. Prints one JSON line, then holds its memory for --hold-ms.
 // On the double (no --cubin): --kernel gpuos_fixed_work --iters NS, in batches of --batch launches
 // with --sleep-us between them (a low-duty bypass: 2 ms of work every 16 ms stays under 20%).
+// With --zero-report FILE it stays on the ordinary path instead (issue #42): once FILE exists, it
+// allocates 16 MiB through the interposer again and again, writing 0 over mem_used_bytes in its
+// control block (found in /proc/self/maps) after each, and prints how much it got.
 #include <cuda.h>
 #include <dlfcn.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <atomic>
+#include <cstdint>
 
 #include <cstdio>
 #include <cstdlib>
@@ -19,7 +26,45 @@
 #include <iterator>
 #include <string>
 
+#include "gpuos/abi.h"
+
 namespace {
+
+// The control block libgpuos.so mapped (memfd "gpuos-tenant", shared, writable); null if none.
+gpuos_control_block* own_control_block() {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line)) {
+    if (line.find("/memfd:gpuos-tenant") == std::string::npos || line.find(" rw-s ") == std::string::npos) continue;
+    return reinterpret_cast<gpuos_control_block*>(std::strtoull(line.c_str(), nullptr, 16));
+  }
+  return nullptr;
+}
+
+// Waits for the file, then allocates 16 MiB at a time through the interposer, zeroing its report
+// after each; prints what it got.
+int zero_report(const std::string& go, long hold_ms) {
+  gpuos_control_block* cb = own_control_block();
+  if (cb == nullptr) {
+    std::fprintf(stderr, "bypass_probe: no control block mapped\n");
+    return 7;
+  }
+  std::printf("{\"pid\": %d, \"ready\": true}\n", static_cast<int>(getpid()));
+  std::fflush(stdout);
+  struct stat st;
+  while (::stat(go.c_str(), &st) != 0) usleep(10000);
+  unsigned long long got = 0;
+  for (int i = 0; i < 16; ++i) {
+    CUdeviceptr p = 0;
+    if (cuMemAlloc(&p, 16u << 20) == CUDA_SUCCESS) got += 16;
+    std::atomic_ref<uint64_t>(cb->mem_used_bytes).store(0);
+  }
+  std::printf("{\"pid\": %d, \"zeroed_mib\": %llu, \"result\": 0}\n", static_cast<int>(getpid()), got);
+  std::fflush(stdout);
+  timespec t{hold_ms / 1000, (hold_ms % 1000) * 1000000};
+  nanosleep(&t, nullptr);
+  return 0;
+}
 
 using DlsymFn = void* (*)(void*, const char*);
 
@@ -34,11 +79,12 @@ int main(int argc, char** argv) {
   unsigned long long mib = 2048;
   long hold_ms = 60000;
   unsigned spin_s = 0;
-  std::string cubin, kernel = "gpuos_spin";
+  std::string cubin, zero_go, kernel = "gpuos_spin";
   unsigned long long iters64 = 200000;
   int batch = 20;
   long sleep_us = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--zero-report")) zero_go = argv[i + 1];
     if (!std::strcmp(argv[i], "--mib")) mib = std::strtoull(argv[i + 1], nullptr, 10);
     else if (!std::strcmp(argv[i], "--hold-ms")) hold_ms = std::strtol(argv[i + 1], nullptr, 10);
     else if (!std::strcmp(argv[i], "--spin-s")) spin_s = static_cast<unsigned>(std::strtoul(argv[i + 1], nullptr, 10));
@@ -57,6 +103,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "bypass_probe: the ordinary CUDA path failed\n");
     return 2;
   }
+  if (!zero_go.empty()) return zero_report(zero_go, hold_ms);
   auto libc_dlsym = reinterpret_cast<DlsymFn>(dlsym(RTLD_NEXT, "dlsym"));
   void* cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
   auto mem_alloc = libc_dlsym && cuda ? real<CUresult (*)(CUdeviceptr*, size_t)>(libc_dlsym, cuda, "cuMemAlloc_v2") : nullptr;

@@ -654,6 +654,23 @@ int main(int argc, char** argv) {
   CHECK_CU(cuMemFree_v2(half));
   expect_free(quota, "everything freed at the end");
 
+  // The device malloc heap (cuCtxSetLimit) is device memory of the context: charged against the
+  // quota, refused beyond it (issue #42), given back when made smaller.
+  expect_oom(cuCtxSetLimit(CU_LIMIT_MALLOC_HEAP_SIZE, quota + 1), "cuCtxSetLimit(CU_LIMIT_MALLOC_HEAP_SIZE)");
+  size_t heap = 0;
+  CHECK_CU(cuCtxGetLimit(&heap, CU_LIMIT_MALLOC_HEAP_SIZE));
+  probe::expect(heap == (8u << 20), "a refused heap size leaves the driver's default");
+  CHECK_CU(cuCtxSetLimit(CU_LIMIT_MALLOC_HEAP_SIZE, quota / 2));
+  CHECK_CU(cuCtxGetLimit(&heap, CU_LIMIT_MALLOC_HEAP_SIZE));
+  probe::expect(heap == quota / 2, "the heap has the size set");
+  expect_free(quota - quota / 2, "the malloc heap counts against the quota");
+  expect_oom(cuMemAlloc_v2(&half, quota - quota / 2 + 1), "cuMemAlloc_v2 beside the malloc heap");
+  CHECK_CU(cuCtxSetLimit(CU_LIMIT_MALLOC_HEAP_SIZE, quota / 4));
+  expect_free(quota - quota / 4, "a smaller heap gives memory back");
+  CHECK_CU(cuCtxSetLimit(CU_LIMIT_STACK_SIZE, 4096));  // other limits pass through
+  CHECK_CU(cuCtxSetLimit(CU_LIMIT_MALLOC_HEAP_SIZE, 0));
+  expect_free(quota, "a heap of 0 holds nothing");
+
   std::printf("{\"pid\": %d, \"quota\": %zu, \"refused\": %d, \"failures\": %d}\n", static_cast<int>(getpid()),
               quota, g_refused, probe::g_failures);
   return probe::g_failures == 0 ? 0 : 1;

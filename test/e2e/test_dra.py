@@ -334,16 +334,36 @@ class Plugin(unittest.TestCase):
         # Prepared twice (a kubelet retry): the same answer, nothing more.
         self.assertEqual(self.n.prepare(uid, "llm-gpu"), r)
 
-        # A tenant on the claim's socket (as in its container, minus the container: test_container
-        # has that) asks for nothing and gets the claim's class, quota and pod.
+        # A host process (any host user's, root's too) is refused on the claim's socket (issue #42:
+        # it was served, with the claim's settings), with the reason.
         env = dict(self.n.d.env, GPUOS_SOCKET=os.path.join(socket_dir, "gpuosd.sock"),
                    LD_PRELOAD=os.path.join(test_e2e.BUILD, "lib", "libgpuos.so"), GPUOS_TENANT_CLASS="best-effort")
-        out = subprocess.run([bin_path("gpuos-claim-probe")], env=env, capture_output=True, text=True, timeout=120)
+        out = subprocess.run([bin_path("gpuos-claim-probe")], env=dict(env, GPUOS_ON_NO_DAEMON="refuse"),
+                             capture_output=True, text=True, timeout=120)
+        self.assertNotEqual(out.returncode, 0, out.stdout)
+        self.assertIn("serves its claim's containers only", out.stderr)
+        self.assertIn("host process in no pod", out.stderr)
+        self.assertEqual(len(self.n.d.ps()["tenants"]), 0)
+        if os.geteuid() != 0:
+            self.n.unprepare(uid, "llm-gpu")
+            self.skipTest("a container's tenant needs root here (a pid namespace without a user namespace)")
+        # So is a process in a pid namespace inside a user namespace of its own (any user can make one).
+        out = subprocess.run(["unshare", "--user", "--map-root-user", "--pid", "--fork", bin_path("gpuos-claim-probe")],
+                             env=dict(env, GPUOS_ON_NO_DAEMON="refuse"), capture_output=True, text=True, timeout=120)
+        if "Operation not permitted" not in out.stderr:  # (user namespaces may be off here)
+            self.assertNotEqual(out.returncode, 0, out.stdout)
+            self.assertIn("user namespace of its own", out.stderr)
+        # A tenant in a container (a pid namespace of its own, as a privileged runtime makes it; the
+        # container itself is test_container's) asks for nothing and gets the claim's class, quota
+        # and pod.
+        out = subprocess.run(["unshare", "--pid", "--fork", bin_path("gpuos-claim-probe")], env=env,
+                             capture_output=True, text=True, timeout=120)
         self.assertEqual(out.returncode, 0, out.stderr)
         probe = json.loads(out.stdout)
         self.assertEqual(probe["allocated"], 256 * MIB)  # exactly its quota ...
         self.assertEqual(probe["error"], 2)  # ... then CUDA_ERROR_OUT_OF_MEMORY
-        t = wait_for(lambda: self.n.d.tenant(probe["pid"]), what="the tenant in ps")
+        t = wait_for(lambda: [t for t in self.n.d.ps()["tenants"] if t.get("claim_uid") == uid],
+                     what="the tenant in ps")[0]
         self.assertEqual(t["class"], "guaranteed")
         self.assertEqual(t["mem_quota_bytes"], 256 * MIB)
         self.assertEqual(t["priority"], 5)
@@ -394,8 +414,13 @@ class Plugin(unittest.TestCase):
         self.n.d.start()
         sock = os.path.join(self.n.d.dir, "claims", uid, "gpuosd.sock")
         wait_for(lambda: os.path.exists(sock), what="the claim's socket again")
+        if os.geteuid() != 0:
+            self.n.unprepare(uid, "llm-gpu")
+            self.skipTest("a container's tenant needs root here (a pid namespace without a user namespace)")
         env = dict(self.n.d.env, GPUOS_SOCKET=sock, LD_PRELOAD=os.path.join(test_e2e.BUILD, "lib", "libgpuos.so"))
-        out = subprocess.run([bin_path("gpuos-claim-probe")], env=env, capture_output=True, text=True, timeout=120)
+        # As in a container: only the claim's containers are served on its socket.
+        out = subprocess.run(["unshare", "--pid", "--fork", bin_path("gpuos-claim-probe")], env=env,
+                             capture_output=True, text=True, timeout=120)
         self.assertEqual(json.loads(out.stdout)["allocated"], 128 * MIB, out.stderr)
         self.assertEqual(self.n.unprepare(uid, "llm-gpu")["error"], "")
 
@@ -542,7 +567,7 @@ class Container(unittest.TestCase):
         out = self.podman(args + ["--rootfs", self.rootfs(), "/bin/claim-probe"])
         self.assertEqual(out.returncode, 0, out.stdout + out.stderr + self.n.d.log_text())
         probe = json.loads(out.stdout.strip().splitlines()[-1])
-        self.assertEqual(probe["allocated"], 192 * MIB, out.stdout)  # the claim's quota, inside the container
+        self.assertEqual(probe["allocated"], 192 * MIB, out.stdout + out.stderr + self.n.d.log_text())  # the claim's quota, inside the container
         self.assertEqual(probe["error"], 2)
         # gpuosd knew it by its pod, and by its host pid (not the container's).
         t = wait_for(lambda: [t for t in self.n.d.ps()["tenants"] if t.get("claim_uid") == uid],

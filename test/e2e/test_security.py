@@ -367,6 +367,30 @@ class Security(unittest.TestCase):
         self.assertIn("gpuos_daemon_unregistered_gpu_processes 1", metrics)
         self.assertRegex(metrics, r'gpuos_tenant_violations_total\{[^}]*tenant="sly"[^}]*\} [1-9]')
 
+    def test_zeroing_its_report_gets_a_tenant_no_more_memory_and_is_found(self):
+        # Issue #42: the quota check read mem_used_bytes back from the control block; a tenant that
+        # wrote 0 over it after each allocation got 1024 MiB on a 64 MiB quota, unseen. Now the
+        # interposer counts in its own memory, and gpuosd compares the report with NVML.
+        d = self.daemon('[verify]\ninterval_ms = 200\n')
+        go = os.path.join(d.dir, "zero-go")
+        cmd = [bin_path("gpuos-bypass-probe"), "--zero-report", go, "--hold-ms", "60000"]
+        p = subprocess.Popen(d.run_cmd(["--name", "zeroer", "--mem", "64MiB", "--"] + cmd), env=d.env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.procs.append(p)
+        self.assertIn('"ready": true', p.stdout.readline(), p.stderr.read() if p.poll() is not None else "")
+        # gpuosd has measured it once (its contexts' memory: the baseline) before it starts.
+        wait_for(lambda: (d.tenant(p.pid) or {}).get("verified_mem_bytes", 0) > 0, timeout=60,
+                 what="a round of the usage check to measure the tenant")
+        open(go, "w").close()
+        out = json.loads(p.stdout.readline())
+        self.assertEqual(out["zeroed_mib"], 48)  # 3 x 16 MiB beside its first 1 MiB: its quota, no more
+        wait_for(lambda: "reports less than" in d.log_text(), timeout=60,
+                 what="the usage check to find the report below NVML's measure")
+        t = d.tenant(p.pid)
+        self.assertGreater(t["violations"], 0)
+        self.assertLessEqual(t["mem_peak_bytes"], 64 << 20)
+        self.assertIsNone(p.poll())  # found, not enforced (enforce = "report" anyway)
+
     def test_the_usage_check_kills_a_bypassing_tenant_when_told_to(self):
         d = self.daemon('[verify]\ninterval_ms = 200\nenforce = "kill"\ngrace_rounds = 2\n')
         p = self.bypass_probe(d.env, 2048, "--name", "sly", "--mem", "64MiB", d=d)

@@ -15,7 +15,10 @@ namespace {
 
 class MemoryAccountingTest : public ::testing::Test {
  protected:
-  void SetUp() override { std::memset(&blocks_, 0, sizeof(blocks_)); }
+  void SetUp() override {
+    std::memset(&blocks_, 0, sizeof(blocks_));
+    forget_memory_usage();  // a new block: this process holds nothing in it
+  }
   LocalBlocks blocks_;  // the quota is in the grant block, reached through grants_of
   gpuos_control_block& cb_ = blocks_.cb;
 };
@@ -55,10 +58,12 @@ TEST_F(MemoryAccountingTest, PointersAndHandlesAreSeparateKeySpaces) {
 
 TEST_F(MemoryAccountingTest, EveryKindIsItsOwnKeySpace) {
   const AllocKind kinds[] = {AllocKind::kPointer, AllocKind::kVmmHandle, AllocKind::kArray,
-                             AllocKind::kMipmappedArray};
+                             AllocKind::kMipmappedArray, AllocKind::kMallocHeap};
   static_assert(sizeof(kinds) / sizeof(kinds[0]) == kAllocKindCount);
   uint64_t bytes = 1;
   for (AllocKind k : kinds) account_alloc(&cb_, k, 0x42, bytes, 0), bytes *= 10;
+  EXPECT_EQ(cb_.mem_used_bytes, 11111u);
+  account_free(&cb_, AllocKind::kMallocHeap, 0x42);
   EXPECT_EQ(cb_.mem_used_bytes, 1111u);
   account_free(&cb_, AllocKind::kArray, 0x42);
   EXPECT_EQ(cb_.mem_used_bytes, 1011u);
@@ -148,6 +153,7 @@ namespace {
 TEST(MemoryQuotaTest, ReservationsNeverExceedTheQuota) {
   LocalBlocks blocks{};
   gpuos_control_block& cb = blocks.cb;
+  forget_memory_usage();
   blocks.grants.mem_quota_bytes = 1000;
   EXPECT_TRUE(reserve_bytes(&cb, 600));
   EXPECT_FALSE(reserve_bytes(&cb, 401));
@@ -163,6 +169,7 @@ TEST(MemoryQuotaTest, ReservationsNeverExceedTheQuota) {
 TEST(MemoryQuotaTest, ConcurrentReservationsStayWithinQuota) {
   LocalBlocks blocks{};
   gpuos_control_block& cb = blocks.cb;
+  forget_memory_usage();
   blocks.grants.mem_quota_bytes = 64 * 100;
   std::atomic<int> granted{0};
   std::vector<std::thread> threads;
@@ -179,9 +186,67 @@ TEST(MemoryQuotaTest, ConcurrentReservationsStayWithinQuota) {
   EXPECT_EQ(cb.mem_peak_bytes, 64u * 100);
 }
 
+// Issue #42 (2): the quota check read mem_used_bytes back from the control block, which the tenant
+// writes: zeroing it after each allocation got 1024 MiB on a 64 MiB quota. The count is the
+// process's own now; the word is only its mirror, rewritten at the next change.
+TEST(MemoryQuotaTest, ZeroingTheWordInTheControlBlockGetsNoMoreMemory) {
+  LocalBlocks blocks{};
+  gpuos_control_block& cb = blocks.cb;
+  forget_memory_usage();
+  constexpr uint64_t kMiB = 1ull << 20;
+  blocks.grants.mem_quota_bytes = 64 * kMiB;
+  uint64_t got = 0;
+  for (int i = 0; i < 16; ++i) {
+    if (reserve_bytes(&cb, 64 * kMiB)) got += 64 * kMiB;
+    std::atomic_ref<uint64_t>(cb.mem_used_bytes).store(0);  // the tenant's write
+  }
+  EXPECT_EQ(got, 64 * kMiB);
+  EXPECT_EQ(memory_used(&cb), 64 * kMiB);
+  EXPECT_FALSE(reserve_bytes(&cb, 1));
+  cancel_bytes(&cb, 32 * kMiB);
+  EXPECT_EQ(cb.mem_used_bytes, 32 * kMiB);  // mirrored again
+  cancel_bytes(&cb, 32 * kMiB);
+  EXPECT_EQ(cb.mem_used_bytes, 0u);
+}
+
+// cuCtxSetLimit(CU_LIMIT_MALLOC_HEAP_SIZE): a context's heap is charged the size set last; growth is
+// reserved against the quota first (as the hook does), a smaller heap gives back. Two contexts apart.
+TEST(MemoryQuotaTest, TheMallocHeapIsChargedTheSizeSetLast) {
+  LocalBlocks blocks{};
+  gpuos_control_block& cb = blocks.cb;
+  forget_memory_usage();
+  blocks.grants.mem_quota_bytes = 100;
+  auto set = [&](uint64_t ctx, uint64_t bytes) {
+    const uint64_t before = malloc_heap_bytes(ctx);
+    if (bytes > before && !reserve_bytes(&cb, bytes - before)) return false;
+    set_malloc_heap(&cb, ctx, bytes, 1, before);
+    return true;
+  };
+  EXPECT_TRUE(set(0x1000, 60));
+  EXPECT_EQ(cb.mem_used_bytes, 60u);
+  EXPECT_EQ(cb.mem_used_per_device[1], 60u);
+  EXPECT_FALSE(set(0x2000, 41));  // a second context's heap: beyond the quota together
+  EXPECT_TRUE(set(0x1000, 90));   // the same context's, larger: only the growth counts
+  EXPECT_EQ(cb.mem_used_bytes, 90u);
+  EXPECT_TRUE(set(0x1000, 10));
+  EXPECT_EQ(cb.mem_used_bytes, 10u);
+  EXPECT_EQ(malloc_heap_bytes(0x1000), 10u);
+  // Two threads that both read the old size before either set it: the count ends at the last.
+  const uint64_t before = malloc_heap_bytes(0x1000);
+  ASSERT_TRUE(reserve_bytes(&cb, 30 - before));
+  ASSERT_TRUE(reserve_bytes(&cb, 50 - before));
+  set_malloc_heap(&cb, 0x1000, 30, 1, before);
+  set_malloc_heap(&cb, 0x1000, 50, 1, before);
+  EXPECT_EQ(cb.mem_used_bytes, 50u);
+  EXPECT_EQ(cb.mem_used_per_device[1], 50u);
+  set_malloc_heap(&cb, 0x1000, 0, 1, 50);
+  EXPECT_EQ(cb.mem_used_bytes, 0u);
+}
+
 TEST(MemoryQuotaTest, ZeroQuotaMeansUnlimitedButNoOverflow) {
   LocalBlocks blocks{};
   gpuos_control_block& cb = blocks.cb;
+  forget_memory_usage();
   EXPECT_TRUE(reserve_bytes(&cb, UINT64_MAX - 1));
   EXPECT_FALSE(reserve_bytes(&cb, 2));
 }
@@ -404,6 +469,7 @@ TEST(ArrayEstimateTest, HugeDescriptorsSaturateInsteadOfWrapping) {
   EXPECT_EQ(array_level_bytes(UINT64_MAX, UINT64_MAX, 1, CU_AD_FORMAT_BC1_UNORM, 4), UINT64_MAX);
   LocalBlocks blocks{};
   gpuos_control_block& cb = blocks.cb;
+  forget_memory_usage();
   blocks.grants.mem_quota_bytes = 1ull << 50;  // any quota refuses it
   EXPECT_FALSE(reserve_bytes(&cb, array_bytes(&d)));
 }
