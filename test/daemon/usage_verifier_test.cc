@@ -409,7 +409,7 @@ struct GatedCheck {
   std::unique_ptr<Core> core;
   std::vector<tenant_side::TenantSide> sides = std::vector<tenant_side::TenantSide>(8);
 
-  explicit GatedCheck(uint64_t inflight_grace_ns) {
+  explicit GatedCheck(uint64_t inflight_grace_ns, uint32_t kill_after_rounds = 2) {
     next.ok = true;
     CoreOptions o;
     o.gpus.push_back(GpuInfo{0, "Sim", "GPU-0", 132, 80 * GiB, {}, 0});
@@ -419,19 +419,20 @@ struct GatedCheck {
     o.verify.sample = [this] { return next; };
     o.verify.interval_ns = 1'000'000'000;
     o.verify.inflight_grace_ns = inflight_grace_ns;
-    o.verify.enforce = policies::EnforceParams{policies::EnforceMode::kKill, 2};
+    o.verify.enforce = policies::EnforceParams{policies::EnforceMode::kKill, kill_after_rounds};
     o.verify.enforcer = &enforcer;
     core = std::make_unique<Core>(std::move(o));
   }
   ~GatedCheck() {
     for (auto& s : sides) tenant_side::unmap(s);
   }
-  tenant_side::TenantSide& reg(std::size_t i, pid_t pid, uint32_t cls) {
+  tenant_side::TenantSide& reg(std::size_t i, pid_t pid, uint32_t cls, uint64_t quota_bytes = 0) {
     tenant_side::TenantSide& s = sides.at(i);
     s.conn.id = static_cast<uint64_t>(pid);
     s.conn.peer.pid = pid;
     s.conn.peer.uid = 1000;
     gpuos_msg_register m = tenant_side::registration(pid, cls);
+    m.requested_mem_bytes = quota_bytes;
     tenant_side::adopt(s, core->handle_message(s.conn, &m, sizeof(m)));
     EXPECT_NE(s.id, 0u);
     return s;
@@ -811,46 +812,22 @@ TEST(Identity, TheReprieveCooldownSurvivesAReconnect) {
 // it then holds more than it reports; found, counted and logged, never enforced (kill is set here).
 TEST(CoreUsageCheck, ATenantThatZeroesItsReportIsFoundNotKilled) {
   constexpr uint64_t MiB = 1ull << 20;
-  UsageSample next;
-  FakeEnforcer enforcer;
-  uint64_t mono = 1'000'000'000;
-  CoreOptions o;
-  o.gpus.push_back(GpuInfo{0, "Sim", "GPU-0", 132, 80 * GiB, {}, 0});
-  o.mono_ns = [&] { return mono; };
-  o.pid_start_time = [](pid_t p) { return static_cast<uint64_t>(p) * 10; };
-  o.verify.sample = [&] { return next; };
-  o.verify.interval_ns = 1'000'000'000;
-  o.verify.enforce = policies::EnforceParams{policies::EnforceMode::kKill, 1};
-  o.verify.enforcer = &enforcer;
-  Core core(std::move(o));
-  Connection c;
-  c.id = 1;
-  c.peer.pid = 700;
-  c.peer.uid = 1000;
-  gpuos_msg_register m = tenant_side::registration(700, GPUOS_CLASS_BEST_EFFORT);
-  m.requested_mem_bytes = 64 * MiB;
-  tenant_side::TenantSide t;
-  t.conn = c;
-  Outcome reg = core.handle_message(t.conn, &m, sizeof(m));
-  tenant_side::adopt(t, reg);
+  GatedCheck c(30'000'000'000, /*kill_after_rounds=*/1);
+  tenant_side::TenantSide& t = c.reg(0, 700, GPUOS_CLASS_BEST_EFFORT, 64 * MiB);
   ASSERT_NE(t.cb, nullptr);
-  next.ok = true;
-  next.processes = {proc(700, 500 * MiB)};  // its context alone
-  core.tick(mono);
-  EXPECT_EQ(core.tenant_stats(mono).at(0).violations, 0u);
+  c.next.processes = {proc(700, 500 * MiB)};  // its context alone
+  c.round();
+  EXPECT_EQ(c.violations(t.id), 0u);
   // It allocates its 64 MiB and writes 0 over its report.
-  next.processes = {proc(700, 564 * MiB)};
+  c.next.processes = {proc(700, 564 * MiB)};
   tenant_side::put(t.cb->mem_used_bytes, uint64_t{0});
-  mono += 1'000'000'000;
-  core.tick(mono);
-  EXPECT_EQ(core.tenant_stats(mono).at(0).violations, 1u);
-  EXPECT_TRUE(enforcer.killed.empty());
+  c.round();
+  EXPECT_EQ(c.violations(t.id), 1u);
+  EXPECT_TRUE(c.enforcer.killed.empty());
   // Honest again: its report says what it holds.
   tenant_side::put(t.cb->mem_used_bytes, 64 * MiB);
-  mono += 1'000'000'000;
-  core.tick(mono);
-  EXPECT_EQ(core.tenant_stats(mono).at(0).violations, 1u);
-  tenant_side::unmap(t);
+  c.round();
+  EXPECT_EQ(c.violations(t.id), 1u);
 }
 
 }  // namespace
