@@ -2,6 +2,7 @@
 // (busy time integrated from the tenants' busy words).
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <cmath>
 #include <cstring>
 
@@ -57,8 +58,13 @@ gpuos_msg_tenant_info Core::snapshot(const Tenant& t, uint32_t state, uint64_t e
   i.slowdown_permille = t.budget.slowdown_permille;
   i.be_share_permille = t.budget.be_share_permille;
   if (state != GPUOS_TENANT_EXITED) {
-    i.pace_permille = t.granted.pacing.permille;
-    i.pace_max_kernel_us = t.granted.pacing.max_kernel_us;
+    // Sized in SM groups (beside a guaranteed tenant on the whole GPU): its share is the part of
+    // its planned groups it may use, times its time share on them.
+    uint32_t planned = 0;
+    for (const uint64_t mask : t.space.planned) planned = std::max<uint32_t>(planned, std::popcount(mask));
+    const slots::Pacing& p = t.granted.pacing;
+    i.pace_permille = p.groups != 0 && planned != 0 ? std::min(p.groups, planned) * p.permille / planned : p.permille;
+    i.pace_max_kernel_us = p.max_kernel_us;
   }
   i.kv_resident_bytes = swap_engine_.kv_bytes(t);
   i.kv_reserved_bytes = load(cb.kv_reserved_bytes);

@@ -175,6 +175,21 @@ TEST_F(SlotsFixture, TheTimeGateSizesABestEffortPartitionBesideAWholeGpuTenant) 
   EXPECT_EQ(mask(be), 0xe000u);  // its 3 highest groups
   EXPECT_GT(tenants[be].grants->space_epoch, epoch);
   EXPECT_EQ(pacer->planned_groups, 15u) << "the plan, not the trimmed mask";
+  // ps shows its share as the part of its planned groups it may use: 3 of 15.
+  Connection client;
+  client.id = 99;
+  gpuos_msg_list l{};
+  init_header(&l.hdr, GPUOS_MSG_LIST, sizeof(l), 3);
+  Outcome out = core->handle_message(client, &l, sizeof(l));
+  bool listed = false;
+  for (std::size_t r = 1; r < out.replies.size(); ++r) {
+    gpuos_msg_tenant_info info{};
+    std::memcpy(&info, out.replies.at(r).bytes.data(), sizeof(info));
+    if (info.tenant_id != tenants[be].id) continue;
+    listed = true;
+    EXPECT_EQ(info.pace_permille, 200u);
+  }
+  EXPECT_TRUE(listed);
   // The space slot planning again keeps the cap.
   activity(hp, true);
   EXPECT_EQ(mask(be), 0xe000u);
