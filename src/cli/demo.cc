@@ -132,7 +132,7 @@ std::string tail_of(const std::string& path, std::size_t max = 2000) {
 
 struct Tenant {
   std::string name, klass;
-  std::string label;  // the table's: "hp alone", "hp shared", "be shared"
+  std::string label;  // the table's: "hp alone", "be alone", "hp shared", "be shared"
   int phase = 0;      // 0, 1: the baselines (hp alone, be alone), 2: shared
   bool space = false; // in the demo's spatial domain
   std::vector<std::string> synth_args;
