@@ -138,8 +138,8 @@ UsageSample NvmlReader::read() {
     // for this GPU, the sample stays ok (the usage check does not need it).
     if (t_.nvmlDeviceGetTotalEnergyConsumption != nullptr) {
       unsigned long long mj = 0;
-      const nvmlReturn_t r =
-          timed("nvmlDeviceGetTotalEnergyConsumption", gpu, [&] { return t_.nvmlDeviceGetTotalEnergyConsumption(dev, &mj); });
+      const nvmlReturn_t r = timed("nvmlDeviceGetTotalEnergyConsumption", gpu,
+                                   [&] { return t_.nvmlDeviceGetTotalEnergyConsumption(dev, &mj); });
       if (r == NVML_SUCCESS) s.energy.push_back(GpuEnergy{gpu, mj});
     }
   }

@@ -7,9 +7,9 @@
 // nvmlInit_v2 (reference-counted with nvmlShutdown); in/out counts with
 // NVML_ERROR_INSUFFICIENT_SIZE and the count needed when the array is too small (a null array asks
 // for the count); utilization samples newer than last_seen_us, NVML_ERROR_NOT_FOUND when there are
-// none; the energy counter in mJ. Differences (README.md): the energy is a fixed 100 W; no MPS (its process list is always empty); usedGpuMemory is what
-// the process allocated, without a context's own memory; a process is listed once it holds memory
-// or ran a kernel on the device.
+// none; the energy counter in mJ. Differences (README.md): the energy is a fixed 100 W; no MPS
+// (its process list is always empty); usedGpuMemory is what the process allocated, without a
+// context's own memory; a process is listed once it holds memory or ran a kernel on the device.
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
