@@ -518,6 +518,12 @@ typedef struct gpuos_msg_tenant_info {
   char pod_name[GPUOS_K8S_NAME_MAX];
   char pod_uid[GPUOS_K8S_UID_MAX];
   char claim_uid[GPUOS_K8S_UID_MAX];
+  /* chargeback (the usage check, NVML): its GPU time (each round's span times its mean SM use in
+     that round, summed over rounds and GPUs), and its part of the GPUs' energy (each GPU's energy
+     counter delta of a round, split by the GPU time of the processes that ran in it); 0 = not
+     measured. gpuosd's count since the tenant registered (not kept across a restart). */
+  uint64_t gpu_time_ns;
+  uint64_t energy_mj;
 } gpuos_msg_tenant_info;
 #define GPUOS_GATE_BY_ADMIN 1u  /* an admin holds it (gpuos gate ID close); survives a restart */
 #define GPUOS_GATE_BY_POLICY 2u /* the time-gate policy closed it */
@@ -639,7 +645,7 @@ static_assert(offsetof(gpuos_control_block, space_sample_seq) == 1024, "sizing l
 static_assert(sizeof(gpuos_shape_latency) == 112, "shape entries");
 static_assert(sizeof(gpuos_msg_register) == 160, "ABI v2 frozen");
 static_assert(sizeof(gpuos_msg_register_reply) == 192, "ABI v2 frozen");
-static_assert(sizeof(gpuos_msg_tenant_info) == 864, "ABI v2 frozen");
+static_assert(sizeof(gpuos_msg_tenant_info) == 880, "ABI v2 (grown by chargeback: gpuosd and the CLI are one build)");
 static_assert(sizeof(gpuos_msg_gpu_info) == 176, "ABI v2 frozen");
 static_assert(sizeof(gpuos_msg_reply) == 184, "ABI v2 frozen");
 static_assert(sizeof(gpuos_msg_activity) == 24, "ABI v2 frozen");

@@ -10,7 +10,9 @@
 // answer NVML_ERROR_INSUFFICIENT_SIZE, with the count needed, when the array is too small (a null
 // array with count 0 asks for the count); usedGpuMemory may be GPUOS_NVML_VALUE_NOT_AVAILABLE;
 // nvmlDeviceGetProcessUtilization returns the samples newer than last_seen_us (CPU time in
-// microseconds, normally the newest timeStamp seen before) and NVML_ERROR_NOT_FOUND when none is.
+// microseconds, normally the newest timeStamp seen before) and NVML_ERROR_NOT_FOUND when none is;
+// nvmlDeviceGetTotalEnergyConsumption gives the GPU's energy in millijoules since the driver was
+// last reloaded (Volta and newer; NVML_ERROR_NOT_SUPPORTED elsewhere).
 #pragma once
 
 #include <cstddef>
@@ -75,7 +77,8 @@ static_assert(sizeof(nvmlProcessUtilizationSample_t) == 32, "nvmlProcessUtilizat
   X(nvmlReturn_t, nvmlDeviceGetProcessUtilization,                                                 \
     (nvmlDevice_t device, nvmlProcessUtilizationSample_t* samples, unsigned int* count,            \
      unsigned long long last_seen_us))                                                             \
-  X(nvmlReturn_t, nvmlSystemGetDriverVersion, (char* version, unsigned int length))
+  X(nvmlReturn_t, nvmlSystemGetDriverVersion, (char* version, unsigned int length))              \
+  X(nvmlReturn_t, nvmlDeviceGetTotalEnergyConsumption, (nvmlDevice_t device, unsigned long long* energy))
 
 struct GpuosNvmlTable {
 #define GPUOS_NVML_MEMBER(ret, name, params) ret (*name) params;

@@ -437,6 +437,9 @@ nlohmann::json listing_json(const Listing& l) {
       o["kv_target_bytes"] = t.kv_target_bytes != UINT64_MAX ? nlohmann::json(t.kv_target_bytes) : nlohmann::json();
     }
     o["violations"] = t.violations;
+    // Chargeback (NVML): GPU time and its part of the GPUs' energy (0: not measured)
+    o["gpu_seconds"] = static_cast<double>(t.gpu_time_ns) / 1e9;
+    o["energy_joules"] = static_cast<double>(t.energy_mj) / 1e3;
     if (t.max_slowdown_permille != 0) {  // a latency budget: its slowdown as measured (null: not yet)
       o["max_slowdown"] = t.max_slowdown_permille / 1000.0;
       o["slowdown"] = t.slowdown_permille != 0 ? nlohmann::json(t.slowdown_permille / 1000.0) : nlohmann::json();

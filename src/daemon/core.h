@@ -261,6 +261,10 @@ class Core final {
   // the tenants' busy words (a tenant belongs to the GPUs it holds memory on; one that holds none
   // counts for GPU 0). Up to the latest observation; tenant_stats() observes up to its argument.
   uint64_t gpu_busy_ns(uint32_t index) const;
+  // Chargeback (usage check): GPU `index`'s energy as its NVML counter grew over gpuosd's rounds,
+  // and the part of it attributed to tenants, in millijoules (0: NVML gives no energy for it).
+  uint64_t gpu_energy_mj(uint32_t index) const;
+  uint64_t gpu_energy_attributed_mj(uint32_t index) const;
 
   // Claims (claims.h): the server listens for each; set once before serving.
   void set_claim_sockets(ClaimSockets* s) { claim_sockets_ = s; }
@@ -314,6 +318,7 @@ class Core final {
   // One round of the usage check (core_verify.cc): NVML's sample against the grants, findings
   // counted, logged and enforced.
   void verify_usage(uint64_t now);
+  void charge_round(const UsageSample& sample, const std::vector<TenantGrant>& grants, uint64_t span_ns);
 
   Outcome refuse(uint32_t seq, gpuos_status st, const char* why);
   Outcome refuse_register(uint32_t seq, gpuos_status st, const char* why);
@@ -337,6 +342,15 @@ class Core final {
   uint64_t space_replan_at_ns_ = 0; // the space slot's next_ns
   uint64_t verify_at_ns_ = 0;       // the usage check's next round
   uint64_t verified_at_ns_ = 0;     // its last round
+  // Chargeback, per GPU: the energy counter at the last round that read it, the energy counted
+  // since (its growth over rounds) and the part of it attributed to tenants, in mJ.
+  struct GpuEnergyCount {
+    bool seen = false;
+    uint64_t last_mj = 0;
+    uint64_t total_mj = 0;
+    uint64_t attributed_mj = 0;
+  };
+  std::map<uint32_t, GpuEnergyCount> gpu_energy_;
   std::set<pid_t> unregistered_logged_;  // processes already reported as unregistered
   // Not unregistered processes (VerifyOptions::exit_grace_ns, rejoin_grace_ns): tenants that
   // exited lately (pid -> when), and the previous gpuosd's tenants still running when this one

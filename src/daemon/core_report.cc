@@ -54,6 +54,8 @@ gpuos_msg_tenant_info Core::snapshot(const Tenant& t, uint32_t state, uint64_t e
   i.mem_imported_bytes = load(cb.mem_imported_bytes);
   i.verified_mem_bytes = t.verified_mem_bytes;
   i.violations = t.violations;
+  i.gpu_time_ns = t.gpu_time_ns;
+  i.energy_mj = t.energy_mj;
   i.max_slowdown_permille = t.granted.max_slowdown_permille;
   i.slowdown_permille = t.budget.slowdown_permille;
   i.be_share_permille = t.budget.be_share_permille;

@@ -10,6 +10,47 @@
 
 namespace gpuos::daemon {
 
+// Chargeback: this round's GPU time of each tenant, and each GPU's energy since the last round
+// split by it (apportion_round). A counter that went back (driver reloaded) or was missing last
+// round starts a new count: that round's energy is not counted.
+void Core::charge_round(const UsageSample& sample, const std::vector<TenantGrant>& grants, uint64_t span_ns) {
+  std::map<uint32_t, uint64_t> delta;
+  std::set<uint32_t> read;
+  for (const GpuEnergy& e : sample.energy) {
+    GpuEnergyCount& c = gpu_energy_[e.gpu];
+    if (c.seen && e.mj >= c.last_mj && span_ns != 0) {
+      delta[e.gpu] = e.mj - c.last_mj;
+      c.total_mj += e.mj - c.last_mj;
+    }
+    c.seen = true;
+    c.last_mj = e.mj;
+    read.insert(e.gpu);
+  }
+  for (auto& [gpu, c] : gpu_energy_) {
+    if (read.count(gpu) == 0) c.seen = false;
+  }
+  if (span_ns == 0) return;
+  std::vector<pid_t> pids;
+  pids.reserve(grants.size());
+  for (const TenantGrant& g : grants) pids.push_back(g.pid);
+  for (const Charge& c : apportion_round(sample, pids, span_ns, delta)) {
+    Tenant& t = tenants_.at(grants[c.tenant].id);
+    t.gpu_time_ns += c.gpu_ns;
+    t.energy_mj += c.energy_mj;
+    gpu_energy_[c.gpu].attributed_mj += c.energy_mj;
+  }
+}
+
+uint64_t Core::gpu_energy_mj(uint32_t index) const {
+  auto it = gpu_energy_.find(index);
+  return it != gpu_energy_.end() ? it->second.total_mj : 0;
+}
+
+uint64_t Core::gpu_energy_attributed_mj(uint32_t index) const {
+  auto it = gpu_energy_.find(index);
+  return it != gpu_energy_.end() ? it->second.attributed_mj : 0;
+}
+
 void Core::verify_usage(uint64_t now) {
   const VerifyOptions& v = opts_.verify;
   const UsageSample sample = v.sample();
@@ -71,6 +112,7 @@ void Core::verify_usage(uint64_t now) {
       grants.back().context_bytes = t.verify_context_bytes;
     }
   }
+  charge_round(sample, grants, verified_at_ns_ != 0 && now > verified_at_ns_ ? now - verified_at_ns_ : 0);
   verified_at_ns_ = now;
   // A tenant that exited lately, or a tenant of the previous gpuosd that has yet to re-register,
   // is no process outside gpuos (each for a bounded time: then it is one).

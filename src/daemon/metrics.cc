@@ -193,6 +193,17 @@ std::string render_metrics(Core& core, const MetricsContext& ctx, uint64_t now_m
   for (const GpuInfo& g : gpus) {
     w.sample("gpuos_gpu_busy_seconds_total", gl(g), seconds(core.gpu_busy_ns(g.index)));
   }
+  auto joules = [](uint64_t mj) { return u64(mj / 1000) + "." + std::to_string(1000 + mj % 1000).substr(1); };
+  w.family("gpuos_gpu_energy_joules_total", "counter",
+           "The GPU's energy as its NVML counter grew over the usage check's rounds since gpuosd started "
+           "(0 when NVML gives none).");
+  for (const GpuInfo& g : gpus) w.sample("gpuos_gpu_energy_joules_total", gl(g), joules(core.gpu_energy_mj(g.index)));
+  w.family("gpuos_gpu_energy_attributed_joules_total", "counter",
+           "The part of gpuos_gpu_energy_joules_total split among tenants by their GPU time (the rest: rounds in "
+           "which nothing ran, processes that are no tenant).");
+  for (const GpuInfo& g : gpus) {
+    w.sample("gpuos_gpu_energy_attributed_joules_total", gl(g), joules(core.gpu_energy_attributed_mj(g.index)));
+  }
 
   // Tenants
   w.family("gpuos_tenant_info", "gauge",
@@ -273,6 +284,12 @@ std::string render_metrics(Core& core, const MetricsContext& ctx, uint64_t now_m
         [](const TenantStat& t) { return u64(t.verified_mem_bytes); });
   per_tenant("gpuos_tenant_memory_quota_bytes", "gauge", "The tenant's device memory quota (0 = unlimited).",
         [](const TenantStat& t) { return u64(t.info.mem_quota_bytes); });
+  per_tenant("gpuos_tenant_gpu_seconds_total", "counter",
+        "The tenant's GPU time as the usage check measures it (NVML): each round's span times its mean SM use.",
+        [](const TenantStat& t) { return seconds(t.info.gpu_time_ns); });
+  per_tenant("gpuos_tenant_energy_joules_total", "counter",
+        "The tenant's part of the GPUs' energy (NVML's counter), split each round by GPU time.",
+        [&joules](const TenantStat& t) { return joules(t.info.energy_mj); });
   per_tenant("gpuos_tenant_violations_total", "counter",
         "Findings of the usage check (NVML) against the tenant: over its quota, launching while gated.",
         [](const TenantStat& t) { return u64(t.violations); });

@@ -147,6 +147,9 @@ struct Tenant {
   uint64_t verified_mem_bytes = 0;
   uint64_t verified_gpus = 0;  // the GPUs NVML saw the process on (bit i = gpuosd's GPU i)
   uint64_t verify_context_bytes = UINT64_MAX;  // least NVML measured beyond its report (its contexts)
+  // Chargeback (apportion_round): its GPU time and part of the GPUs' energy, summed over rounds.
+  uint64_t gpu_time_ns = 0;
+  uint64_t energy_mj = 0;
   uint64_t violations = 0;
   uint32_t findings_in_a_row = 0;
   uint32_t finding_kinds_logged = 0;

@@ -134,6 +134,14 @@ UsageSample NvmlReader::read() {
       p.mps_server = p.listed && is_mps_server(pid);
       s.processes.push_back(p);
     }
+    // Chargeback: the GPU's energy counter. Missing (old NVML, pre-Volta GPU) or failing: no energy
+    // for this GPU, the sample stays ok (the usage check does not need it).
+    if (t_.nvmlDeviceGetTotalEnergyConsumption != nullptr) {
+      unsigned long long mj = 0;
+      const nvmlReturn_t r = timed("nvmlDeviceGetTotalEnergyConsumption", gpu,
+                                   [&] { return t_.nvmlDeviceGetTotalEnergyConsumption(dev, &mj); });
+      if (r == NVML_SUCCESS) s.energy.push_back(GpuEnergy{gpu, mj});
+    }
   }
   last_seen_us_ = newest;
   s.cost_ns = monotonic_ns() - t0;
@@ -158,6 +166,34 @@ uint64_t measured_bytes(const UsageSample& sample, pid_t pid) {
     if (p.pid == pid && p.mem_known) sum += p.mem_bytes;
   }
   return sum;
+}
+
+uint64_t round_gpu_ns(const ObservedProcess& o, uint64_t span_ns) {
+  if (o.sm_util_mean <= 0) return 0;
+  const uint64_t pct = std::min<uint64_t>(static_cast<uint64_t>(o.sm_util_mean), 100);
+  return static_cast<uint64_t>(static_cast<unsigned __int128>(span_ns) * pct / 100);
+}
+
+std::vector<Charge> apportion_round(const UsageSample& sample, const std::vector<pid_t>& tenant_pids,
+                                    uint64_t span_ns, const std::map<uint32_t, uint64_t>& energy_delta_mj) {
+  std::vector<Charge> out;
+  std::map<uint32_t, uint64_t> all_ns;  // GPU -> GPU time of every process on it (tenants or not)
+  for (const ObservedProcess& o : sample.processes) all_ns[o.gpu] += round_gpu_ns(o, span_ns);
+  std::map<pid_t, std::size_t> index;
+  for (std::size_t i = 0; i < tenant_pids.size(); ++i) index.emplace(tenant_pids[i], i);
+  for (const ObservedProcess& o : sample.processes) {
+    auto it = index.find(o.pid);
+    const uint64_t ns = round_gpu_ns(o, span_ns);
+    if (it == index.end() || ns == 0) continue;
+    Charge c{it->second, o.gpu, ns, 0};
+    auto e = energy_delta_mj.find(o.gpu);
+    const uint64_t total = all_ns[o.gpu];
+    if (e != energy_delta_mj.end() && total != 0) {
+      c.energy_mj = static_cast<uint64_t>(static_cast<unsigned __int128>(e->second) * ns / total);
+    }
+    out.push_back(c);
+  }
+  return out;
 }
 
 uint32_t pace_bound_percent(uint32_t permille, const CheckParams& p) {

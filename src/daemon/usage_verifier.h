@@ -10,7 +10,9 @@
 
 #include <sys/types.h>
 
+#include <cstddef>
 #include <cstdint>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -45,10 +47,17 @@ struct NvmlCall {
   uint64_t ns;
 };
 
+// A GPU's energy counter (nvmlDeviceGetTotalEnergyConsumption): millijoules since the driver loaded.
+struct GpuEnergy {
+  uint32_t gpu = 0;                 // gpuosd's GPU index
+  uint64_t mj = 0;
+};
+
 struct UsageSample {
   bool ok = false;                  // NVML answered for every GPU it was asked about
   uint64_t cost_ns = 0;             // time spent in NVML for this sample
   std::vector<ObservedProcess> processes;  // one per (pid, GPU)
+  std::vector<GpuEnergy> energy;    // the GPUs whose energy counter NVML gave (none: not available)
   std::vector<NvmlCall> calls;      // in call order; their ns add up to cost_ns at most
 };
 
@@ -161,5 +170,29 @@ bool is_mps_server(pid_t pid, const std::string& proc_root = "/proc", uid_t trus
 
 // NVML memory of each pid over all GPUs (unknown amounts count 0).
 uint64_t measured_bytes(const UsageSample& sample, pid_t pid);
+
+// Chargeback: one round's GPU time and energy of one tenant on one GPU.
+struct Charge {
+  std::size_t tenant = 0;           // index into the pids given to apportion_round
+  uint32_t gpu = 0;
+  uint64_t gpu_ns = 0;
+  uint64_t energy_mj = 0;
+};
+
+// A process's GPU time in a round: the round's span times its mean SM use (sm_util_mean, percent)
+// in that round, at most the span. NVML samples a process only in periods in which it ran, so this
+// is the share of the GPU's time its kernels held SMs as NVML's sampling sees it, not a count of
+// SM-seconds. An MPS server carries its clients' use (they are never sampled): under MPS the
+// tenants get none, and it stays unattributed.
+uint64_t round_gpu_ns(const ObservedProcess& o, uint64_t span_ns);
+
+// Splits each GPU's energy of one round (energy_delta_mj: GPU -> the counter's growth since the
+// round before) among the processes that ran on it, by their GPU time there (round_gpu_ns), and
+// returns the tenants' parts (tenant_pids, in order; a Charge per tenant and GPU with GPU time or
+// energy). The parts of processes that are no tenant, and the whole energy of a GPU on which
+// nothing ran, stay unattributed; the tenants' energy on a GPU never exceeds its delta (parts are
+// rounded down).
+std::vector<Charge> apportion_round(const UsageSample& sample, const std::vector<pid_t>& tenant_pids,
+                                    uint64_t span_ns, const std::map<uint32_t, uint64_t>& energy_delta_mj);
 
 }  // namespace gpuos::daemon

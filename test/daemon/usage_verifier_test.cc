@@ -208,6 +208,11 @@ struct FakeNvml {
     *n = 1;
     return NVML_SUCCESS;
   }
+  static nvmlReturn_t energy(nvmlDevice_t, unsigned long long* mj) {
+    *mj = 4242;
+    return NVML_SUCCESS;
+  }
+  static nvmlReturn_t no_energy(nvmlDevice_t, unsigned long long*) { return NVML_ERROR_NOT_SUPPORTED; }
 };
 
 // Issue #42 (2): a tenant zeroed its mem_used_bytes after each allocation. NVML's measure beyond
@@ -260,6 +265,83 @@ TEST(NvmlReader, MatchesGpusByUuidAndReadsEveryProcess) {
   std::vector<GpuInfo> none{GpuInfo{0, "Sim", "GPU-nowhere", 132, 4 * GiB, {}, 0}};
   EXPECT_FALSE(NvmlReader(t, none).available());
 }
+
+// Chargeback: the GPU's energy counter is read with each sample; a missing entry point or an error
+// is no energy (and still an ok sample), never a failure of the usage check.
+TEST(NvmlReader, ReadsEachGpusEnergyCounterWhenNvmlHasOne) {
+  GpuosNvmlTable t{};
+  t.nvmlInit_v2 = &FakeNvml::init;
+  t.nvmlDeviceGetCount_v2 = &FakeNvml::count;
+  t.nvmlDeviceGetHandleByIndex_v2 = &FakeNvml::handle;
+  t.nvmlDeviceGetUUID = &FakeNvml::uuid;
+  t.nvmlDeviceGetComputeRunningProcesses_v3 = &FakeNvml::procs;
+  std::vector<GpuInfo> gpus{GpuInfo{3, "Sim", "GPU-ours", 132, 4 * GiB, {}, 0}};
+  {
+    NvmlReader r(t, gpus);  // no nvmlDeviceGetTotalEnergyConsumption
+    const UsageSample s = r.read();
+    EXPECT_TRUE(s.ok);
+    EXPECT_TRUE(s.energy.empty());
+  }
+  t.nvmlDeviceGetTotalEnergyConsumption = &FakeNvml::no_energy;
+  {
+    NvmlReader r(t, gpus);
+    const UsageSample s = r.read();
+    EXPECT_TRUE(s.ok);
+    EXPECT_TRUE(s.energy.empty());
+  }
+  t.nvmlDeviceGetTotalEnergyConsumption = &FakeNvml::energy;
+  NvmlReader r(t, gpus);
+  const UsageSample s = r.read();
+  EXPECT_TRUE(s.ok);
+  ASSERT_EQ(s.energy.size(), 1u);
+  EXPECT_EQ(s.energy[0].gpu, 3u);
+  EXPECT_EQ(s.energy[0].mj, 4242u);
+}
+
+ObservedProcess running(pid_t pid, int32_t mean, uint32_t gpu = 0) {
+  ObservedProcess p = proc(pid, GiB, mean, gpu);
+  p.sm_util_mean = mean;
+  return p;
+}
+
+// Issue #43 item 9: a round's GPU time is its span times the mean SM use; each GPU's energy is split
+// by the GPU time of everything that ran on it, and the parts of non-tenants stay unattributed.
+TEST(Chargeback, SplitsEachGpusEnergyByGpuTime) {
+  UsageSample s;
+  s.ok = true;
+  // GPU 0: tenants 10 (60%) and 11 (20%), a non-tenant 99 (20%); GPU 1: tenant 11 alone (50%);
+  // GPU 2: tenant 10 at 0% (listed, not running); a tenant with no sample (-1) gets nothing.
+  s.processes = {running(10, 60), running(11, 20), running(99, 20), running(11, 50, 1), running(10, 0, 2),
+                 proc(12, GiB)};
+  const uint64_t span = 2'000'000'000;
+  const std::vector<Charge> c = apportion_round(s, {10, 11, 12}, span, {{0, 10000}, {1, 3001}, {2, 500}});
+  ASSERT_EQ(c.size(), 3u);
+  EXPECT_EQ(c[0].tenant, 0u);
+  EXPECT_EQ(c[0].gpu, 0u);
+  EXPECT_EQ(c[0].gpu_ns, 1'200'000'000u);
+  EXPECT_EQ(c[0].energy_mj, 6000u);
+  EXPECT_EQ(c[1].tenant, 1u);
+  EXPECT_EQ(c[1].gpu_ns, 400'000'000u);
+  EXPECT_EQ(c[1].energy_mj, 2000u);  // and 99's 2000 stay unattributed
+  EXPECT_EQ(c[2].tenant, 1u);
+  EXPECT_EQ(c[2].gpu, 1u);
+  EXPECT_EQ(c[2].gpu_ns, 1'000'000'000u);
+  EXPECT_EQ(c[2].energy_mj, 3001u);  // alone on the GPU: all of the round's energy
+  // No energy figure for a GPU: GPU time only. No span (the first round): nothing.
+  const std::vector<Charge> dark = apportion_round(s, {10, 11}, span, {});
+  ASSERT_EQ(dark.size(), 3u);
+  EXPECT_EQ(dark[0].gpu_ns, 1'200'000'000u);
+  EXPECT_EQ(dark[0].energy_mj, 0u);
+  EXPECT_TRUE(apportion_round(s, {10, 11}, 0, {{0, 10000}}).empty());
+  // Rounded down: the parts never add up to more than the delta; use over 100% is capped.
+  s.processes = {running(10, 33), running(11, 33), running(12, 33), running(13, 250)};
+  uint64_t sum = 0;
+  for (const Charge& x : apportion_round(s, {10, 11, 12, 13}, span, {{0, 100}})) sum += x.energy_mj;
+  EXPECT_LE(sum, 100u);
+  EXPECT_GE(sum, 97u);
+  EXPECT_EQ(round_gpu_ns(running(13, 250), span), span);
+}
+
 
 TEST(EnforcePolicy, ActsOnlyOnPersistentFindingsOfTenants) {
   using policies::EnforceAction;
@@ -828,6 +910,47 @@ TEST(CoreUsageCheck, ATenantThatZeroesItsReportIsFoundNotKilled) {
   tenant_side::put(t.cb->mem_used_bytes, 64 * MiB);
   c.round();
   EXPECT_EQ(c.violations(t.id), 1u);
+}
+
+// ... and the core sums the rounds: two tenants at 3:1 get GPU time and energy at 3:1, their energy
+// with the non-tenant's part adds up to the GPU's counter, and LIST (ps --json) shows it.
+TEST(CoreUsageCheck, ChargesTenantsGpuTimeAndEnergyInProportion) {
+  GatedCheck c(30'000'000'000);
+  tenant_side::TenantSide& a = c.reg(0, 810, GPUOS_CLASS_BEST_EFFORT);
+  tenant_side::TenantSide& b = c.reg(1, 811, GPUOS_CLASS_BEST_EFFORT);
+  uint64_t counter = 5'000'000;  // mJ since the driver loaded
+  c.next.energy = {GpuEnergy{0, counter}};
+  c.next.processes = {running(810, 60), running(811, 20), running(4242, 20)};
+  c.round();  // the first round: the counter's baseline, no span yet
+  ASSERT_EQ(c.core->gpu_energy_mj(0), 0u);
+  for (int r = 0; r < 4; ++r) {
+    counter += 10'000;  // 10 J a second: 10 W
+    c.next.energy = {GpuEnergy{0, counter}};
+    c.round();
+  }
+  auto info = [&](uint32_t id) {
+    for (const TenantStat& t : c.core->tenant_stats(c.mono)) {
+      if (t.info.tenant_id == id) return t.info;
+    }
+    return gpuos_msg_tenant_info{};
+  };
+  EXPECT_EQ(info(a.id).gpu_time_ns, 4 * 600'000'000ull);
+  EXPECT_EQ(info(b.id).gpu_time_ns, 4 * 200'000'000ull);
+  EXPECT_EQ(info(a.id).energy_mj, 24'000u);
+  EXPECT_EQ(info(b.id).energy_mj, 8'000u);
+  EXPECT_EQ(c.core->gpu_energy_mj(0), 40'000u);
+  EXPECT_EQ(c.core->gpu_energy_attributed_mj(0), info(a.id).energy_mj + info(b.id).energy_mj);
+  // The counter went back (the driver reloaded): a new baseline, that round counts no energy.
+  c.next.energy = {GpuEnergy{0, 1000}};
+  c.round();
+  EXPECT_EQ(c.core->gpu_energy_mj(0), 40'000u);
+  EXPECT_EQ(info(a.id).energy_mj, 24'000u);
+  EXPECT_EQ(info(a.id).gpu_time_ns, 5 * 600'000'000ull);
+  // NVML gives no energy: GPU time goes on, energy stays.
+  c.next.energy.clear();
+  c.round();
+  EXPECT_EQ(info(a.id).energy_mj, 24'000u);
+  EXPECT_EQ(info(b.id).gpu_time_ns, 6 * 200'000'000ull);
 }
 
 }  // namespace

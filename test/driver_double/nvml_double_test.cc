@@ -196,10 +196,14 @@ TEST(NvmlStandIn, TheUsageCheckFindsTheBypassingProcess) {
   EXPECT_TRUE(s.processes[0].listed);
   EXPECT_GE(measured_bytes(s, c.pid), 256 * kMiB);
   EXPECT_GE(s.processes[0].sm_util, 1);
-  ASSERT_EQ(s.calls.size(), 3u);  // processes, MPS processes, utilization of the one GPU
+  ASSERT_EQ(s.calls.size(), 4u);  // processes, MPS processes, utilization, energy of the one GPU
   EXPECT_STREQ(s.calls[0].name, "nvmlDeviceGetComputeRunningProcesses_v3");
   EXPECT_STREQ(s.calls[2].name, "nvmlDeviceGetProcessUtilization");
   EXPECT_EQ(s.calls[2].result, NVML_SUCCESS);
+  EXPECT_STREQ(s.calls[3].name, "nvmlDeviceGetTotalEnergyConsumption");
+  ASSERT_EQ(s.energy.size(), 1u);  // chargeback: the stand-in's 100 W since boot
+  EXPECT_EQ(s.energy[0].gpu, 0u);
+  EXPECT_GT(s.energy[0].mj, 0u);
   std::vector<Finding> f = check_usage(s, {}, CheckParams{}, {});
   ASSERT_EQ(f.size(), 1u);
   EXPECT_EQ(f[0].kind, FindingKind::kUnregistered);
@@ -213,6 +217,8 @@ TEST(NvmlStandIn, TheUsageCheckFindsTheBypassingProcess) {
   // The next round: nothing ran since, so no utilization sample; the memory is still there.
   const UsageSample next = reader.read();
   ASSERT_EQ(next.processes.size(), 1u);
+  ASSERT_EQ(next.energy.size(), 1u);
+  EXPECT_GE(next.energy[0].mj, s.energy[0].mj);  // a counter: never goes back
   EXPECT_EQ(next.processes[0].sm_util, -1);
   EXPECT_EQ(next.calls[2].result, NVML_ERROR_NOT_FOUND);
   EXPECT_GE(measured_bytes(next, c.pid), 256 * kMiB);

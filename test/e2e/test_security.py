@@ -367,6 +367,29 @@ class Security(unittest.TestCase):
         self.assertIn("gpuos_daemon_unregistered_gpu_processes 1", metrics)
         self.assertRegex(metrics, r'gpuos_tenant_violations_total\{[^}]*tenant="sly"[^}]*\} [1-9]')
 
+    def test_tenants_are_charged_gpu_time_and_energy(self):
+        # Issue #43 item 9: two tenants running kernels on the double get GPU time and a part of the
+        # stand-in NVML's energy (100 W), in ps --json and the metrics; the tenants' parts never add
+        # up to more than the GPU's energy over the rounds.
+        d = self.daemon('[verify]\ninterval_ms = 200\n')
+        procs = []
+        for name in ("a", "b"):
+            procs.append(self.bypass_probe(d.env, 64, "--name", name, d=d,
+                                           probe_args=["--spin-s", "120", "--kernel", "gpuos_fixed_work", "--iters",
+                                                       "1000000", "--batch", "1"]))
+        for p in procs:
+            wait_for(lambda: (lambda t: t and t["gpu_seconds"] > 0 and t["energy_joules"] > 0)(d.tenant(p.pid)),
+                     timeout=60, what="the usage check to charge the tenant")
+        tenants = [t for t in d.ps()["tenants"] if t["name"] in ("a", "b")]
+        charged = sum(d.metric("gpuos_tenant_energy_joules_total", tenant=n)[0] for n in ("a", "b"))
+        attributed = d.metric("gpuos_gpu_energy_attributed_joules_total", gpu="0")  # scraped later: no less
+        gpu = d.metric("gpuos_gpu_energy_joules_total", gpu="0")
+        self.assertEqual(len(tenants), 2)
+        self.assertGreater(gpu[0], 0)
+        self.assertLessEqual(attributed[0], gpu[0])
+        self.assertLessEqual(charged, attributed[0] + 0.002)
+        self.assertGreater(sum(d.metric("gpuos_tenant_gpu_seconds_total", tenant="a")), 0)
+
     def test_zeroing_its_report_gets_a_tenant_no_more_memory_and_is_found(self):
         # Issue #42: the quota check read mem_used_bytes back from the control block; a tenant that
         # wrote 0 over it after each allocation got 1024 MiB on a 64 MiB quota, unseen. Now the
