@@ -294,13 +294,7 @@ Outcome Core::on_register(Connection& conn, const gpuos_msg_register& asked) {
   // Never two live tenants with one id, and not the id of a survivor of the previous daemon that has
   // yet to re-register (the ledger keeps it, and its hold, for that process).
   while (tenants_.count(t.id) != 0 || t.id == 0 || ids_.kept_for_another(t.id, conn.peer.uid, m.pid)) ++t.id;
-  if (back) {
-    t.violations = back->violations;
-    t.findings_in_a_row = back->findings_in_a_row;
-    t.finding_kinds_logged = back->finding_kinds_logged;
-    t.enforced = back->enforced;
-    t.usage_window = back->usage_window;
-  }
+  if (back) t.usage = back->usage;
   t.pid = m.pid;
   t.uid = conn.peer.uid;
   t.tenant_class = m.tenant_class;
@@ -692,8 +686,7 @@ void Core::connection_closed(Connection& conn) {
   if (opts_.one_tenant_per_pid && t.start_time != 0 && start_time_of(t.pid) == t.start_time) {
     // The process runs on (it closed its connection): it is still this tenant. Its ledger entry
     // (id, hold) stays, and what the usage check holds against it waits for it to come back.
-    retained_[t.pid] = Retained{t.start_time, t.uid, t.id, t.gate.pinned, t.violations, t.findings_in_a_row,
-                                t.finding_kinds_logged, t.enforced, t.usage_window};
+    retained_[t.pid] = Retained{t.start_time, t.uid, t.id, t.gate.pinned, t.usage};
   } else {
     ids_.forget(t.id);
   }

@@ -133,7 +133,8 @@ struct VerifyOptions {
   // Work a tenant had in flight when its gate closed (launched while open: a long kernel) is not a
   // launch while gated; its busy word says so, but a tenant writes that word, so the excuse lasts
   // this long at most.
-  uint64_t inflight_grace_ns = 30'000'000'000;  // A tenant's process that just exited may still be on the GPU (its contexts torn down after its
+  uint64_t inflight_grace_ns = 30'000'000'000;
+  // A tenant's process that just exited may still be on the GPU (its contexts torn down after its
   // connection closed, NVML's samples late): not an unregistered process for this long after.
   uint64_t exit_grace_ns = 5'000'000'000;
   // A tenant of the previous gpuosd (the id ledger's) that has not re-registered yet: not an
@@ -366,11 +367,7 @@ class Core final {
     uid_t uid = 0;
     uint32_t id = 0;
     bool pinned = false;  // an admin's hold (also in the ledger, where there is one)
-    uint64_t violations = 0;
-    uint32_t findings_in_a_row = 0;
-    uint32_t finding_kinds_logged = 0;
-    bool enforced = false;
-    UsageWindow usage_window;
+    Tenant::UsageRecord usage;
   };
   std::map<pid_t, Retained> retained_;
   uint64_t start_time_of(pid_t pid) const;

@@ -53,7 +53,7 @@ gpuos_msg_tenant_info Core::snapshot(const Tenant& t, uint32_t state, uint64_t e
   i.mem_borrow_bytes = t.granted.borrow_bytes;
   i.mem_imported_bytes = load(cb.mem_imported_bytes);
   i.verified_mem_bytes = t.verified_mem_bytes;
-  i.violations = t.violations;
+  i.violations = t.usage.violations;
   i.gpu_time_ns = t.gpu_time_ns;
   i.energy_mj = t.energy_mj;
   i.max_slowdown_permille = t.granted.max_slowdown_permille;
@@ -190,7 +190,7 @@ std::vector<TenantStat> Core::tenant_stats(uint64_t now_mono_ns) {
     observe_busy(t, now_mono_ns);
     TenantStat st;
     st.info = snapshot(t, t.gate.word() == GPUOS_GATE_CLOSED ? GPUOS_TENANT_GATED : GPUOS_TENANT_RUNNING, 0);
-    st.violations = t.violations;
+    st.violations = t.usage.violations;
     st.verified_mem_bytes = t.verified_mem_bytes;
     st.busy = t.busy.busy;
     st.waiting = load(t.cb->waiting) != 0;

@@ -96,7 +96,7 @@ void Core::verify_usage(uint64_t now) {
     t.pace_permille_ns = 0;
     const uint64_t paced_gpus =
         t.verify_paced_rounds >= 2 ? (t.granted.pacing.gpus != 0 ? t.granted.pacing.gpus : ~0ull) : 0;
-    grants.push_back(TenantGrant{t.id, t.pid, limit, gated, settled, paced_gpus, share, &t.usage_window});
+    grants.push_back(TenantGrant{t.id, t.pid, limit, gated, settled, paced_gpus, share, &t.usage.window});
     tenant_pids.insert(t.pid);
     t.verified_mem_bytes = measured_bytes(sample, t.pid);
     t.verified_gpus = 0;
@@ -127,7 +127,7 @@ void Core::verify_usage(uint64_t now) {
   std::vector<RoundFigures> figures;
   const std::vector<Finding> findings = check_usage(sample, grants, v.check, ignored, &figures);
   for (std::size_t i = 0; i < grants.size() && i < figures.size(); ++i) {
-    UsageWindow& w = tenants_.at(grants[i].id).usage_window;
+    UsageWindow& w = tenants_.at(grants[i].id).usage.window;
     w.push_back(figures[i]);
     while (w.size() >= std::max<uint32_t>(v.check.window_rounds, 1)) w.pop_front();  // the earlier rounds
   }
@@ -147,12 +147,12 @@ void Core::verify_usage(uint64_t now) {
     auto it = tenants_.find(f.tenant_id);
     if (it == tenants_.end()) continue;
     Tenant& t = it->second;
-    ++t.violations;
+    ++t.usage.violations;
     if (f.kind == FindingKind::kUnderReported) {
       // Reported, never enforced: the word decides no grant (the interposer's quota check keeps its
       // own count), and an honest tenant's driver-internal memory may grow past the margin.
-      if ((t.finding_kinds_logged & (1u << static_cast<unsigned>(f.kind))) == 0) {
-        t.finding_kinds_logged |= 1u << static_cast<unsigned>(f.kind);
+      if ((t.usage.finding_kinds_logged & (1u << static_cast<unsigned>(f.kind))) == 0) {
+        t.usage.finding_kinds_logged |= 1u << static_cast<unsigned>(f.kind);
         log::warn("usage check: tenant %u (pid %d uid %u, \"%s\") holds %llu MiB on the GPUs but reports less than "
                   "%llu MiB of it (with its contexts): it rewrites its control block",
                   t.id, static_cast<int>(t.pid), static_cast<unsigned>(t.uid), t.name,
@@ -161,10 +161,10 @@ void Core::verify_usage(uint64_t now) {
       continue;
     }
     if (!found.insert(t.id).second) continue;  // rounds in a row count once per round
-    ++t.findings_in_a_row;
+    ++t.usage.findings_in_a_row;
     const uint32_t kind_bit = 1u << static_cast<unsigned>(f.kind);
-    if ((t.finding_kinds_logged & kind_bit) == 0) {
-      t.finding_kinds_logged |= kind_bit;
+    if ((t.usage.finding_kinds_logged & kind_bit) == 0) {
+      t.usage.finding_kinds_logged |= kind_bit;
       if (f.kind == FindingKind::kOverQuota) {
         log::warn("usage check: tenant %u (pid %d uid %u, \"%s\") holds %llu MiB on the GPUs, over its %llu MiB "
                   "(quota, borrow and slack): it bypasses gpuos's accounting",
@@ -189,8 +189,8 @@ void Core::verify_usage(uint64_t now) {
                   static_cast<unsigned long long>(f.measured), f.gpu);
       }
     }
-    const policies::EnforceAction a = policies::decide_enforcement(v.enforce, true, t.findings_in_a_row);
-    if (a == policies::EnforceAction::kReport || t.enforced || v.enforcer == nullptr) continue;
+    const policies::EnforceAction a = policies::decide_enforcement(v.enforce, true, t.usage.findings_in_a_row);
+    if (a == policies::EnforceAction::kReport || t.usage.enforced || v.enforcer == nullptr) continue;
     const unsigned long long start = opts_.pid_start_time ? opts_.pid_start_time(t.pid) : process_start_time(t.pid);
     std::string why;
     bool done = false;
@@ -203,13 +203,13 @@ void Core::verify_usage(uint64_t now) {
     } else {
       done = v.enforcer->kill(t.pid, start, &why);
     }
-    t.enforced = done;
+    t.usage.enforced = done;
     if (done) ++stats_.enforcements;
     log::warn("usage check: tenant %u (pid %d, \"%s\") %s: %s", t.id, static_cast<int>(t.pid), t.name,
               done ? "enforced" : "not enforced", why.c_str());
   }
   for (auto& [id, t] : tenants_) {
-    if (found.count(id) == 0) t.findings_in_a_row = 0;
+    if (found.count(id) == 0) t.usage.findings_in_a_row = 0;
   }
   stats_.unregistered_processes = unregistered;
 }

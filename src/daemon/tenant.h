@@ -150,10 +150,15 @@ struct Tenant {
   // Chargeback (apportion_round): its GPU time and part of the GPUs' energy, summed over rounds.
   uint64_t gpu_time_ns = 0;
   uint64_t energy_mj = 0;
-  uint64_t violations = 0;
-  uint32_t findings_in_a_row = 0;
-  uint32_t finding_kinds_logged = 0;
-  bool enforced = false;
+  // What the usage check holds against its process: kept across a reconnect (Core::Retained).
+  struct UsageRecord {
+    uint64_t violations = 0;
+    uint32_t findings_in_a_row = 0;
+    uint32_t finding_kinds_logged = 0;
+    bool enforced = false;
+    // The window of the usage check (CheckParams::window_rounds): its last rounds' figures.
+    UsageWindow window;
+  } usage;
   uint64_t verify_gated_gpus = 0;  // the GPUs its gate was closed on at the last round (all bits: whole)
   uint32_t verify_grant_epoch = 0;
   // Work it launched while open and still had in flight when its gate last closed (its busy word
@@ -163,9 +168,7 @@ struct Tenant {
   uint64_t verify_close_transitions = 0;
   uint64_t verify_inflight_since_ns = 0;
   bool verify_excused_last_round = false;
-  // The window of the usage check (CheckParams::window_rounds): its last rounds' figures, and the
-  // GPUs its gate was closed on the whole last round (gated_settled).
-  UsageWindow usage_window;
+  // The GPUs its gate was closed on the whole last round (gated_settled).
   uint64_t verify_gated_last = 0;
   // Its pacing as granted, for the check against what it used: since when it is paced without a
   // break (0: not paced; a new set of GPUs is a break), the share granted integrated over time
