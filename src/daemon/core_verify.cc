@@ -56,6 +56,8 @@ void Core::verify_usage(uint64_t now) {
   const UsageSample sample = v.sample();
   ++stats_.usage_rounds;
   stats_.usage_check_ns += sample.cost_ns;
+  // The round's span since the last (0: the first round).
+  const uint64_t span = verified_at_ns_ != 0 && now > verified_at_ns_ ? now - verified_at_ns_ : 0;
   std::vector<TenantGrant> grants;
   std::set<pid_t> tenant_pids;
   for (auto& [id, t] : tenants_) {
@@ -91,7 +93,6 @@ void Core::verify_usage(uint64_t now) {
     t.verify_paced_rounds = paced_round ? t.verify_paced_rounds + 1 : 0;
     t.pace_permille_ns += (now - std::min(now, t.pace_at_ns)) * t.granted.pacing.permille;
     t.pace_at_ns = now;
-    const uint64_t span = verified_at_ns_ != 0 && now > verified_at_ns_ ? now - verified_at_ns_ : 0;
     const uint32_t share = span != 0 ? static_cast<uint32_t>(std::min<uint64_t>(t.pace_permille_ns / span, 1000)) : 0;
     t.pace_permille_ns = 0;
     const uint64_t paced_gpus =
@@ -112,7 +113,7 @@ void Core::verify_usage(uint64_t now) {
       grants.back().context_bytes = t.verify_context_bytes;
     }
   }
-  charge_round(sample, grants, verified_at_ns_ != 0 && now > verified_at_ns_ ? now - verified_at_ns_ : 0);
+  charge_round(sample, grants, span);
   verified_at_ns_ = now;
   // A tenant that exited lately, or a tenant of the previous gpuosd that has yet to re-register,
   // is no process outside gpuos (each for a bounded time: then it is one).
@@ -121,8 +122,7 @@ void Core::verify_usage(uint64_t now) {
   for (const auto& [pid, at] : exited_at_ns_) ignored.insert(pid);
   if (now - started_ns_ >= v.rejoin_grace_ns) survivors_.clear();
   for (const auto& [pid, start] : survivors_) {
-    const uint64_t now_start = opts_.pid_start_time ? opts_.pid_start_time(pid) : process_start_time(pid);
-    if (now_start == start) ignored.insert(pid);
+    if (start_time_of(pid) == start) ignored.insert(pid);
   }
   std::vector<RoundFigures> figures;
   const std::vector<Finding> findings = check_usage(sample, grants, v.check, ignored, &figures);
