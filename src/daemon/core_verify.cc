@@ -61,8 +61,7 @@ void Core::verify_usage(uint64_t now) {
   std::vector<TenantGrant> grants;
   std::set<pid_t> tenant_pids;
   for (auto& [id, t] : tenants_) {
-    const uint64_t q = t.granted.quota_bytes;
-    const uint64_t limit = q == 0 ? 0 : (t.granted.borrow_bytes > UINT64_MAX - q ? UINT64_MAX : q + t.granted.borrow_bytes);
+    const uint64_t limit = t.granted.limit_bytes();
     // Gated the whole round: closed at the last round and now, and not moved in between (the grant
     // epoch bumps at every change). Launches submitted before it closed are bounded by max_inflight
     // and finish within milliseconds of a round of a second.

@@ -47,10 +47,9 @@ uint64_t SwapEngine::pool_bytes_for(const Tenant& t) const {
   // them): a pool larger than that, with room for a slice's 2 MiB alignment per swap-out, would be
   // host memory it pins for nothing. Without a quota: the configured size.
   constexpr uint64_t kSlack = 64ull << 20;
-  const uint64_t quota = t.granted.quota_bytes;
-  if (quota == 0) return opts_.pool_bytes;
-  const uint64_t borrow = t.granted.borrow_bytes;
-  const uint64_t cap = quota > UINT64_MAX - borrow - kSlack ? UINT64_MAX : quota + borrow + kSlack;
+  const uint64_t limit = t.granted.limit_bytes();
+  if (limit == 0) return opts_.pool_bytes;
+  const uint64_t cap = limit > UINT64_MAX - kSlack ? UINT64_MAX : limit + kSlack;
   return std::min<uint64_t>(opts_.pool_bytes, (cap + (2ull << 20) - 1) & ~((2ull << 20) - 1));
 }
 
@@ -198,8 +197,7 @@ void SwapEngine::refuse_beyond_grant(std::map<uint32_t, Tenant>& tenants, uint64
       answer_room(t, GPUOS_MEM_REFUSED, now);
       continue;
     }
-    if (const uint64_t quota = t.granted.quota_bytes; quota != 0) {
-      const uint64_t limit = t.granted.borrow_bytes > UINT64_MAX - quota ? UINT64_MAX : quota + t.granted.borrow_bytes;
+    if (const uint64_t limit = t.granted.limit_bytes(); limit != 0) {
       const uint64_t held = std::max(used, t.verified_mem_bytes + wanted);
       const uint64_t made = used > t.swap.room_retried_used ? 0 : t.swap.room_retried_bytes;
       if (held > limit || made > limit - held) {

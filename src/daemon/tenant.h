@@ -55,6 +55,11 @@ struct Granted {
   uint32_t max_slowdown_permille = 0;  // its latency budget (guaranteed tenants; 0 = none)
   slots::Pacing pacing;                // best-effort: the pacing written last (grant block)
   uint32_t pace_ordinals = 0;          // ... and its GPUs as the tenant's ordinals (pace_devices)
+  // The most it may hold: quota + borrow (saturated); 0 = unlimited.
+  uint64_t limit_bytes() const {
+    if (quota_bytes == 0) return 0;
+    return borrow_bytes > UINT64_MAX - quota_bytes ? UINT64_MAX : quota_bytes + borrow_bytes;
+  }
 };
 
 // A latency budget as the time gate measured it (GateActions::budgets), and how far gpuosd has
