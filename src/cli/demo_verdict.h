@@ -36,12 +36,11 @@ inline std::string demo_verdict(const DemoNumbers& n) {
                                : "hp was slowed well beyond alone: gpuos did not protect it here (is the machine busy "
                                  "with other work?)";
   char be[160] = "";
-  if (n.be_vs_alone > 0) {
+  if (n.be_vs_alone > 0 && n.hp_idle_share > 0) {
+    std::snprintf(be, sizeof be, "; be ran at %.0f%% of its speed alone (hp alone leaves %.0f%% of the GPU's time idle)",
+                  n.be_vs_alone * 100, n.hp_idle_share * 100);
+  } else if (n.be_vs_alone > 0) {
     std::snprintf(be, sizeof be, "; be ran at %.0f%% of its speed alone", n.be_vs_alone * 100);
-    if (n.hp_idle_share > 0) {
-      std::snprintf(be + std::string(be).size(), sizeof be - std::string(be).size(),
-                    " (hp alone leaves %.0f%% of the GPU's time idle)", n.hp_idle_share * 100);
-    }
   }
   char line[900];
   std::snprintf(line, sizeof line,
