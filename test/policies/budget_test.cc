@@ -638,7 +638,7 @@ TEST(BudgetPolicy, BesideAWholeGpuTenantTheShareBuysSmGroupsFirst) {
     b.space_domain = "serve";
     b.space_groups = 15;
     uint32_t max_groups = 0, max_permille = 0, min_permille = 1000;
-    for (int i = 0; i < 700; ++i) {
+    for (int i = 0; i < 1800; ++i) {  // a group step waits a window (1 s): 13 of them
       slots::GateView v;
       v.now_ns = (1000 + 10 * i) * kMs;
       g.timed = launches(4, 1000);
@@ -664,6 +664,64 @@ TEST(BudgetPolicy, BesideAWholeGpuTenantTheShareBuysSmGroupsFirst) {
       EXPECT_LT(min_permille, 1000u);   // it started from below one group, paced in time
     }
   }
+}
+
+TEST(Controller, InSmGroupsMovesOneGroupAtATimeOnceSettled) {
+  ControllerParams p;
+  const double one = 1.0 / 15;
+  Measure good{1.05, 10, 1.05, 50, 10};
+  EXPECT_NEAR(next_group_share(p, 4 * one, 1.25, good, 15, true), 5 * one, 1e-9);
+  EXPECT_NEAR(next_group_share(p, 4 * one, 1.25, good, 15, false), 4 * one, 1e-9) << "not a window at 4 groups yet";
+  Measure near{1.1, 10, 1.2, 50};  // below the budget, above the target 1.125: one group less
+  EXPECT_NEAR(next_group_share(p, 4 * one, 1.25, near, 15, false), 3 * one, 1e-9);
+  EXPECT_NEAR(next_group_share(p, one, 1.25, near, 15, false), 0.9 * one, 1e-9) << "into time on one group";
+  Measure over{1.4, 10, 1.4, 50};  // over the budget: halved, to whole groups
+  EXPECT_NEAR(next_group_share(p, 5 * one, 1.25, over, 15, false), 2 * one, 1e-9);
+  Measure few{1.0, 1, 1.0, 3};
+  EXPECT_NEAR(next_group_share(p, 4 * one, 1.25, few, 15, true), 4 * one, 1e-9) << "too few launches to judge";
+  // Below one group: AIMD in time, up to exactly one group.
+  EXPECT_NEAR(next_group_share(p, 0.02, 1.25, good, 15, false), next_share(p, 0.02, 1.25, good), 1e-12);
+  EXPECT_NEAR(next_group_share(p, 0.065, 1.25, good, 15, false), one, 1e-12);
+  EXPECT_NEAR(next_group_share(p, 13 * one, 1.25, good, 15, true), 13 * one, 1e-9) << "max_share 0.9 of 15";
+  EXPECT_NEAR(next_group_share(p, 0.3, 1.25, good, 0, true), next_share(p, 0.3, 1.25, good), 1e-12) << "no groups";
+}
+
+TEST(BudgetPolicy, BesideAWholeGpuTenantGroupsGrowOnlyAfterAWindowAtTheirCount) {
+  // The server's batch grows for a while after its steps slow: a group more only once a whole
+  // window (1 s) was timed at the current count.
+  BudgetPolicy p{BudgetParams{}};
+  slots::GateTenant g = hp(true);
+  g.space_domain = "serve";
+  slots::GateTenant b = be(true, GPUOS_GATE_OPEN);
+  b.space_domain = "serve";
+  b.space_groups = 15;
+  uint32_t last = 0;
+  uint64_t last_change_ms = 0;
+  int changes = 0;
+  for (int i = 0; i < 1200; ++i) {
+    slots::GateView v;
+    const uint64_t now_ms = 1000 + 10 * i;
+    v.now_ns = now_ms * kMs;
+    g.timed = launches(4, 1000);
+    v.tenants = {g, b};
+    const slots::GateActions a = p.decide(v);
+    const slots::GateAction* act = action_of(a, 2);
+    ASSERT_NE(act, nullptr);
+    b.gate = act->gate;
+    b.busy = act->gate == GPUOS_GATE_OPEN;
+    if (act->gate != GPUOS_GATE_OPEN || act->pacing.groups <= 1) continue;
+    if (act->pacing.groups != last) {
+      if (last > 1) {
+        EXPECT_EQ(act->pacing.groups, last + 1) << "one group at a time";
+        EXPECT_GE(now_ms - last_change_ms, 1000u) << "after a window at " << last;
+      }
+      last = act->pacing.groups;
+      last_change_ms = now_ms;
+      ++changes;
+    }
+  }
+  EXPECT_GE(changes, 5);
+  EXPECT_LE(last, 13u);
 }
 
 TEST(BudgetPolicy, AdmissionTimesBudgetedAndBestEffortTenants) {

@@ -43,6 +43,17 @@ GroupSplit groups_for_share(double share, uint32_t planned_groups) {
   return {1, static_cast<uint32_t>(std::clamp(std::lround(groups * 1000), 1L, 1000L))};
 }
 
+uint32_t BudgetPolicy::be_groups_beside(const slots::GateTenant& t, const slots::GateView& view) const {
+  if (t.space_domain.empty() || t.space_confined) return 0;
+  uint32_t planned = 0;
+  for (const slots::GateTenant& v : view.tenants) {
+    if (v.tenant_class != GPUOS_CLASS_GUARANTEED && v.space_domain == t.space_domain) {
+      planned = std::max(planned, v.space_groups);
+    }
+  }
+  return planned;
+}
+
 uint32_t BudgetPolicy::max_kernel_us(const slots::GateTenant& t, const TenantBudget& b) const {
   uint32_t own = 0;
   const double excess_ns = b.meter.has_solo() ? (meter_limit(t, params_.mps_cost) - 1.0) * b.meter.typical_solo_ns() : 0;
@@ -110,10 +121,13 @@ slots::GateActions BudgetPolicy::decide(const slots::GateView& view) {
     if (now < b.last_react_ns + params_.react_ns) continue;
     std::size_t n = 0;
     if (b.meter.slowdown(0.9, now, params_.react_ns, &n) > meter_limit(t, params_.mps_cost) && n >= kReactMinLaunches) {
+      const uint32_t planned = be_groups_beside(t, view);
       b.share *= params_.controller.decrease;
+      if (planned != 0 && b.share * planned >= 1.0) b.share = std::floor(b.share * planned) / planned;
       if (b.share < params_.controller.increase / 4) b.share = 0;
       b.lent = 0;
       b.last_react_ns = now;
+      b.moved_ns = now;
     }
   }
   if (now >= st.next_control_ns) {
@@ -128,13 +142,27 @@ slots::GateActions BudgetPolicy::decide(const slots::GateView& view) {
         Measure m;
         const uint64_t span = b.last_control_ns != 0 && now > b.last_control_ns ? now - b.last_control_ns : params_.control_ns;
         m.recent_p90 = b.meter.slowdown(0.9, now, span, &m.recent);
-        m.window_p99 = b.meter.window_p99(now, &m.window);
+        const uint32_t planned = be_groups_beside(t, view);
+        // In SM groups a move is judged on what was timed since the last one, and the next group
+        // waits for a whole window of it.
+        const uint64_t since_move = now - std::min(now, b.moved_ns);
+        m.window_p99 = planned != 0 ? b.meter.slowdown(0.99, now, std::min(since_move, params_.meter.window_ns), &m.window)
+                                    : b.meter.window_p99(now, &m.window);
         m.lent = b.lent;
         const double budget = meter_limit(t, params_.mps_cost);
         ControllerParams cp = params_.controller;
         if (t.space_domain.empty()) cp.max_share = std::min(cp.max_share, time_share_cap(budget));
-        b.share = budget > 1.0 ? next_share(cp, b.share, budget, m) : 0.0;
-        if (b.share != before) b.lent = 0;
+        if (budget <= 1.0) {
+          b.share = 0;
+        } else if (planned != 0) {
+          b.share = next_group_share(cp, b.share, budget, m, planned, since_move >= params_.meter.window_ns);
+        } else {
+          b.share = next_share(cp, b.share, budget, m);
+        }
+        if (b.share != before) {
+          b.lent = 0;
+          b.moved_ns = now;
+        }
         if (b.share < before * 0.75) {
           log::debug("budget: tenant %u over its target (p90 %.3f, p99 %.3f of %.3f): best-effort share %.3f -> %.3f",
                      t.id, m.recent_p90, m.window_p99, budget, before, b.share);

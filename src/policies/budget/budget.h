@@ -113,6 +113,7 @@ struct TenantBudget {
   double share = 0;
   uint64_t last_control_ns = 0;
   uint64_t last_react_ns = 0;
+  uint64_t moved_ns = 0;  // when the share last changed (group steps wait for a window after it)
   std::size_t lent = 0;  // launches timed at the current share since it was set
   bool lending = false;  // the last decision lent its GPUs to best-effort tenants
   uint64_t be_quiet_since_ns = 1;  // every gate of a BE tenant on its GPUs closed since (0 = one is open)
@@ -146,6 +147,9 @@ class BudgetPolicy final : public slots::TimeGate {
   // The longest best-effort launch (us) that budgeted tenant t, sharing in time, lets run beside
   // it (0 = no bound): the smaller of pace_max_kernel_us and long_kernel_fraction's.
   uint32_t max_kernel_us(const slots::GateTenant& t, const TenantBudget& b) const;
+  // The SM groups planned for the best-effort tenants of budgeted tenant t's domain while t runs on
+  // the whole GPU (the most any of them has; 0: t shares in time or on a partition of its own).
+  uint32_t be_groups_beside(const slots::GateTenant& t, const slots::GateView& view) const;
 
   BudgetParams params_;
   BudgetState state_;

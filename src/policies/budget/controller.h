@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 namespace gpuos::policies::budget {
 
@@ -46,5 +47,19 @@ struct Measure {
 
 // The share (0..max_share) for the next period. budget: e.g. 1.25.
 double next_share(const ControllerParams& p, double share, double budget, const Measure& m);
+
+// Beside a guaranteed tenant on the whole GPU the share buys SM groups (groups_for_share), and the
+// controller moves it one group at a time, so that the plant can settle between moves: a server's
+// batch grows for a request's lifetime after its steps slow down (at 30% load on the H100, AIMD
+// grew the share while the window still read the smaller one, overshot, and halved: BE 0.176 at TPOT
+// p99 1.49x, where a static MPS split got 0.31 at 1.54x).
+//  - Over the budget in the last control period (p90): the share halves, as in next_share.
+//  - Above the target over the launches timed since the share last moved (at least min_samples):
+//    one group less.
+//  - Below the target over a whole window timed at the current share (`settled`): one group more.
+// Below one group (time on one group) it is next_share's AIMD, up to exactly one group.
+// m.window_p99 / m.window here count only launches since the share last moved.
+double next_group_share(const ControllerParams& p, double share, double budget, const Measure& m,
+                        uint32_t planned_groups, bool settled);
 
 }  // namespace gpuos::policies::budget
