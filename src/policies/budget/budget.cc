@@ -355,28 +355,19 @@ slots::GateActions BudgetPolicy::decide(const slots::GateView& view) {
 }
 
 bool parse_budget_params(const ConfigSection& sec, BudgetParams* out, std::string* error) {
+  // Only the settings a measurement justified are keys (OPERATIONS.md cites the run of each); the
+  // controller's periods, steps, probes and sampling are BudgetParams' defaults.
   BudgetParams p;
-  uint32_t meter_interval_ms = 0;
-  uint32_t window_ms = 1000, control_ms = 100, react_ms = 20, probe_every_ms = 5000, probe_ms = 150, settle_ms = 30;
-  uint32_t target_pct = 50, increase_permille = 5, growth_pct = 10, max_share_pct = 90, burst_pct = 50, mps_cost_pct = 8;
+  uint32_t meter_interval_ms = 0, react_ms = 20, target_pct = 50, mps_cost_pct = 8;
   uint32_t contention_max_pct = 0, max_kernel_pct = 100, idle_hold_ms = 20;
-  if (!read_priority_keys(sec, &p.priority, error) || !sec.get_uint("window_ms", 100, 600000, &window_ms, error) ||
+  if (!read_priority_keys(sec, &p.priority, error) ||
       !sec.get_uint("meter_interval_ms", 0, 60000, &meter_interval_ms, error) ||
-      !sec.get_uint("control_ms", 10, 10000, &control_ms, error) ||
       !sec.get_uint("react_ms", 1, 10000, &react_ms, error) ||
-      !sec.get_uint("probe_every_ms", 100, 3600000, &probe_every_ms, error) ||
-      !sec.get_uint("probe_ms", 10, 10000, &probe_ms, error) ||
-      !sec.get_uint("settle_ms", 0, 10000, &settle_ms, error) ||
       !sec.get_uint("target_pct", 10, 100, &target_pct, error) ||
-      !sec.get_uint("increase_permille", 1, 500, &increase_permille, error) ||
-      !sec.get_uint("growth_pct", 0, 100, &growth_pct, error) ||
-      !sec.get_uint("max_share_pct", 1, 100, &max_share_pct, error) ||
-      !sec.get_uint("sample_period", 1, 64, &p.sample_period, error) ||
-      !sec.get_uint("be_sample_period", 1, 64, &p.be_sample_period, error) ||
       !sec.get_uint("pace_max_kernel_us", 0, 10000000, &p.pace_max_kernel_us, error) ||
       !sec.get_uint("pace_max_kernel_pct", 0, 1000, &max_kernel_pct, error) ||
       !sec.get_uint("pace_idle_hold_ms", 0, 10000, &idle_hold_ms, error) ||
-      !sec.get_uint("burst_pct", 0, 100, &burst_pct, error) || !sec.get_uint("mps_cost_pct", 0, 100, &mps_cost_pct, error) ||
+      !sec.get_uint("mps_cost_pct", 0, 100, &mps_cost_pct, error) ||
       !sec.get_uint("contention_max_pct", 0, 1000, &contention_max_pct, error) || !sec.all_read(error)) {
     return false;
   }
@@ -386,29 +377,13 @@ bool parse_budget_params(const ConfigSection& sec, BudgetParams* out, std::strin
     *error = v != nullptr ? ConfigSection::error_at("contention_max_pct", *v, what) : "[policy.budget] contention_max_pct " + what;
     return false;
   }
-  if (probe_ms >= probe_every_ms) {
-    const std::string what = "must be below probe_every_ms (" + std::to_string(probe_every_ms) + ")";
-    const char* key = sec.find("probe_ms") != nullptr ? "probe_ms" : "probe_every_ms";
-    const ConfigValue* v = sec.find(key);
-    *error = v != nullptr ? ConfigSection::error_at(key, *v, what) : "[policy.budget] probe_ms " + what;
-    return false;
-  }
-  p.meter.window_ns = uint64_t{window_ms} * 1'000'000;
   p.meter.interval_ns = uint64_t{meter_interval_ms} * 1'000'000;
-  p.control_ns = uint64_t{control_ms} * 1'000'000;
   p.react_ns = uint64_t{react_ms} * 1'000'000;
-  p.probe_every_ns = uint64_t{probe_every_ms} * 1'000'000;
-  p.probe_ns = uint64_t{probe_ms} * 1'000'000;
-  p.settle_ns = uint64_t{settle_ms} * 1'000'000;
   p.controller.target_fraction = target_pct / 100.0;
-  p.controller.increase = increase_permille / 1000.0;
-  p.controller.growth = growth_pct / 100.0;
-  p.burst_fraction = burst_pct / 100.0;
   p.mps_cost = mps_cost_pct / 100.0;
   p.contention_max_permille = contention_max_pct * 10;
   p.long_kernel_fraction = max_kernel_pct / 100.0;
   p.idle_hold_ns = uint64_t{idle_hold_ms} * 1'000'000;
-  p.controller.max_share = max_share_pct / 100.0;
   *out = p;
   return true;
 }
@@ -426,20 +401,12 @@ std::string budget_settings(const ConfigSection& section) {
   std::string unused;
   parse_budget_params(section, &p, &unused);
   auto ms = [](uint64_t ns) { return std::to_string(ns / 1'000'000); };
-  return format_priority_params(p.priority) + "window_ms = " + ms(p.meter.window_ns) +
-         "\nmeter_interval_ms = " + ms(p.meter.interval_ns) +
-         "\ncontrol_ms = " + ms(p.control_ns) + "\nreact_ms = " + ms(p.react_ns) + "\nprobe_every_ms = " + ms(p.probe_every_ns) +
-         "\nprobe_ms = " + ms(p.probe_ns) + "\nsettle_ms = " + ms(p.settle_ns) +
+  return format_priority_params(p.priority) + "meter_interval_ms = " + ms(p.meter.interval_ns) +
+         "\nreact_ms = " + ms(p.react_ns) +
          "\ntarget_pct = " + std::to_string(std::lround(p.controller.target_fraction * 100)) +
-         "\nincrease_permille = " + std::to_string(std::lround(p.controller.increase * 1000)) +
-         "\ngrowth_pct = " + std::to_string(std::lround(p.controller.growth * 100)) +
-         "\nmax_share_pct = " + std::to_string(std::lround(p.controller.max_share * 100)) +
-         "\nsample_period = " + std::to_string(p.sample_period) +
-         "\nbe_sample_period = " + std::to_string(p.be_sample_period) +
          "\npace_max_kernel_us = " + std::to_string(p.pace_max_kernel_us) +
          "\npace_max_kernel_pct = " + std::to_string(std::lround(p.long_kernel_fraction * 100)) +
          "\npace_idle_hold_ms = " + ms(p.idle_hold_ns) +
-         "\nburst_pct = " + std::to_string(std::lround(p.burst_fraction * 100)) +
          "\nmps_cost_pct = " + std::to_string(std::lround(p.mps_cost * 100)) +
          "\ncontention_max_pct = " + std::to_string(p.contention_max_permille / 10) + "\n";
 }

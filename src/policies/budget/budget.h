@@ -12,8 +12,8 @@
 // (kernel-length awareness: long_kernel_fraction, idle_hold_ns).
 // The share comes from a feedback controller (controller.h) on the guaranteed tenant's measured
 // slowdown (slowdown_meter.h), which needs its solo times: they are learned while no BE work runs
-// (no BE tenant, or every BE gate closed for settle_ms), and kept fresh by probes: every
-// probe_every_ms the BE gates close for probe_ms (BE pays for the probes, not the guaranteed
+// (no BE tenant, or every BE gate closed for settle_ns), and kept fresh by probes: every
+// probe_every_ns the BE gates close for probe_ns (BE pays for the probes, not the guaranteed
 // tenant). Until a tenant has solo times its share is 0 (priority's rules). Sharing in time, the
 // share never exceeds 1 - 1/budget (the tenant then has the GPU 1/budget of the time at best).
 //
