@@ -117,6 +117,10 @@ class Runner:
         a = self.a
         out = self.plan.out_dir()
         os.makedirs(out, exist_ok=True)
+        config_files = [*self.plan.variant_configs.values(),
+                         *([os.environ["GPUOS_CONFIG"]] if os.environ.get("GPUOS_CONFIG") else [])]
+        # The settings that shape a run (not where it writes, nor its name).
+        settings = {k: v for k, v in vars(a).items() if k not in ("out", "workdir", "label", "dry_run")}
         self.meta = {
             "date": _dt.datetime.now().isoformat(timespec="seconds"),
             "label": a.label, "load": a.load, "workload": a.workload, "be": a.be,
@@ -128,8 +132,8 @@ class Runner:
             "modes_planned": [s.name for s in self.plan.modes],
             "commit": common.commit_of(REPO),
             "config": {"variants": self.plan.variant_configs, "gpuos_config": os.environ.get("GPUOS_CONFIG") or None,
-                       "sha256": common.files_sha256([*self.plan.variant_configs.values(),
-                                                      *([os.environ["GPUOS_CONFIG"]] if os.environ.get("GPUOS_CONFIG") else [])])},
+                       "files_sha256": common.files_sha256(config_files),
+                       "sha256": common.config_sha256(config_files, settings)},
         }
         self.meta["gpu_count"] = self.meta["gpu"].get("count")
         print(f"[run] GPU {self.meta['gpu']}; out {out}; workdir {self.plan.workdir}", flush=True)

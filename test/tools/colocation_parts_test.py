@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """bench/colocation's run_matrix.py parts on their own (no GPU, no torch): planning.py (the modes'
 order, estimates, commands) and readers.py (HP's and BE's results into a mode's record, the node's
-GPUs)."""
+GPUs); and what every summary.json records of its run (commit, config hash, GPU, driver)."""
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import unittest
@@ -13,7 +14,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "bench", "colocation"))
 import planning  # noqa: E402
 import readers  # noqa: E402
+import common  # noqa: E402
 import run_matrix  # noqa: E402
+
+REPO = os.path.dirname(os.path.dirname(HERE))
 
 ModeSpec = planning.ModeSpec
 
@@ -127,6 +131,39 @@ class Readers(unittest.TestCase):
     def test_gpu_list(self):
         gpus = readers.parse_gpu_list("0, NVIDIA H100 80GB HBM3, 580.159.04\nNo devices were found\n")
         self.assertEqual(gpus, [{"index": 0, "name": "NVIDIA H100 80GB HBM3", "driver_version": "580.159.04"}])
+
+
+class Provenance(unittest.TestCase):
+    def test_config_hash(self):
+        with tempfile.NamedTemporaryFile("w", suffix=".toml") as f:
+            f.write("[scheduler]\npolicy = \"priority\"\n")
+            f.flush()
+            a = common.config_sha256([f.name], {"load": 0.5})
+            self.assertRegex(a, "^[0-9a-f]{64}$")
+            self.assertNotEqual(a, common.config_sha256([f.name], {"load": 0.3}))
+            self.assertNotEqual(a, common.config_sha256([], {"load": 0.5}))
+            self.assertEqual(common.config_sha256([], {"b": 1, "a": 2}), common.config_sha256([], {"a": 2, "b": 1}))
+        self.assertIsNone(common.config_sha256(["/nonexistent/gpuos.toml"], {}))
+
+    def test_a_summary_names_commit_config_gpu_and_driver(self):
+        """A --fake run (stand-in nvidia-smi and tenants): GPUOS_COMMIT stands for the commit (a copy
+        of the tree whose .git is stale); the config hash is there without any gpuosd config."""
+        tmp = tempfile.mkdtemp(prefix="coloc-provenance-")
+        self.addCleanup(shutil.rmtree, tmp, ignore_errors=True)
+        env = dict(os.environ, FAKE_GPUS="1", GPUOS_COMMIT="0123abc",
+                   PATH=os.path.join(HERE, "fake_bin") + os.pathsep + os.environ["PATH"])
+        env.pop("GPUOS_CONFIG", None)
+        out = os.path.join(tmp, "out")
+        r = subprocess.run([sys.executable, os.path.join(REPO, "bench", "colocation", "run_matrix.py"), "--fake",
+                            "--modes", "exclusive-hp", "--gpuos", "none", "--window", "1", "--calibrate-s", "0.2",
+                            "--warmup", "0", "--drain-s", "1", "--min-requests", "1", "--gpu-sample-ms", "0",
+                            "--out", out, "--workdir", os.path.join(tmp, "w")],
+                           env=env, capture_output=True, text=True, timeout=50)
+        self.assertEqual(r.returncode, 0, r.stdout[-2000:] + r.stderr[-2000:])
+        s = common.read_json(os.path.join(out, "summary.json"))
+        self.assertEqual((s["commit"], s["gpu"], s["driver_version"]), ("0123abc", "Fake GPU", "0.0"))
+        self.assertRegex(s["config"]["sha256"], "^[0-9a-f]{64}$")
+        self.assertIsNone(s["config"]["gpuos_config"])
 
 
 if __name__ == "__main__":
