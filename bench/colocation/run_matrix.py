@@ -273,6 +273,21 @@ class Runner:
         if not os.path.exists(sock):
             raise ModeError(f"gpuos daemon socket {sock} did not appear in 15 s")
 
+    def wait_space_domain(self, rec: dict, timeout_s: float = 20.0) -> None:
+        status = os.path.join(self.plan.space_mps_dir, self.plan.SPACE_DOMAIN, "status")
+        end = time.monotonic() + timeout_s
+        text = ""
+        while time.monotonic() < end:
+            try:
+                with open(status) as f:
+                    text = f.read().strip()
+            except OSError:
+                text = ""
+            if text == "available":
+                return
+            time.sleep(0.1)
+        raise ModeError(f"the domain's MPS control daemon is not available after {timeout_s:.0f} s: {text!r}")
+
     def gpuos_ps(self, spec: ModeSpec):
         cmd = [self.plan.gpuos_bin] + shlex.split(self.a.gpuos_ps_args.format(socket=self.plan.socket_path(spec)))
         try:
