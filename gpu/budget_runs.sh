@@ -8,8 +8,8 @@
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
 : "${OUT:?set OUT}" "${RUNS:?set RUNS}"
-[[ ! -e build && -x .gpucarry/bin/gpuos ]] && ln -sfn .gpucarry build
-export LD_LIBRARY_PATH=$PWD/build/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} PYTHONUNBUFFERED=1
+source gpu/lib/detach.sh  # and links a carried build (use_carried_build)
+export PYTHONUNBUFFERED=1
 work=/tmp/gpuos-budget-runs
 rm -rf "$work" && mkdir -p "$work" "$OUT"
 rc=0

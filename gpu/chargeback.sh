@@ -16,6 +16,7 @@ SYNTH=$PWD/$BUILD/bin/gpuos-synth
 SECONDS_RUN=${CHARGEBACK_SECONDS:-20}
 W=$(mktemp -d /tmp/gpuos-chargeback.XXXXXX)
 mkdir -p "$OUT/logs"
+source gpu/lib/gpuosd.sh
 log() { echo "[chargeback $(date +%T)] $*"; }
 # The GPU's NVML energy counter (mJ since the driver loaded), GPU 0.
 nvml_mj() {
@@ -31,17 +32,13 @@ print(e.value if r == 0 else -1)
 n.nvmlShutdown()
 PY
 }
-metric() { curl -s "http://127.0.0.1:$PORT/metrics" | awk -v m="$1" '$1==m {print $2}'; }
 
 printf '[verify]\ninterval_ms = 200\n' >"$W/gpuosd.toml"
 SOCK=$W/gpuosd.sock
-setsid "$BUILD/bin/gpuosd" --socket "$SOCK" --config "$W/gpuosd.toml" --metrics-listen 127.0.0.1:0 \
-  >"$OUT/logs/chargeback-gpuosd.log" 2>&1 &
-DPID=$!
-for _ in $(seq 100); do grep -q "metrics on" "$OUT/logs/chargeback-gpuosd.log" && break; sleep 0.1; done
-PORT=$(sed -n 's/.*(port \([0-9]*\)).*/\1/p' "$OUT/logs/chargeback-gpuosd.log" | head -1)
-log "gpuosd $DPID up, metrics port $PORT"
-GPU_MJ0=$(metric 'gpuos_gpu_energy_joules_total{gpu="0"}')
+gpuosd_start_metrics "$GPUOS" "$SOCK" "$OUT/logs/chargeback-gpuosd.log" 10 \
+  "$BUILD/bin/gpuosd" --socket "$SOCK" --config "$W/gpuosd.toml"
+log "gpuosd $GPUOSD_PID up, metrics port $GPUOSD_PORT"
+GPU_MJ0=$(gpuosd_metric 'gpuos_gpu_energy_joules_total{gpu="0"}')
 
 E0=$(nvml_mj)
 T0=$(date +%s.%N)
@@ -58,9 +55,9 @@ sleep 0.5  # gpuosd takes the exits (each tenant's last round is counted before 
 E1=$(nvml_mj)
 T1=$(date +%s.%N)
 "$GPUOS" ps --all --json --socket "$SOCK" >"$W/ps.json"
-GPU_MJ1=$(metric 'gpuos_gpu_energy_joules_total{gpu="0"}')
-ATTR=$(metric 'gpuos_gpu_energy_attributed_joules_total{gpu="0"}')
-kill "$DPID"; wait "$DPID" 2>/dev/null
+GPU_MJ1=$(gpuosd_metric 'gpuos_gpu_energy_joules_total{gpu="0"}')
+ATTR=$(gpuosd_metric 'gpuos_gpu_energy_attributed_joules_total{gpu="0"}')
+gpuosd_stop
 cp "$W/ps.json" "$OUT/logs/chargeback-ps.json"
 
 drv=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1)

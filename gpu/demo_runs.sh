@@ -6,8 +6,7 @@
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
 : "${OUT:?set OUT}"
-[[ ! -e build && -x .gpucarry/bin/gpuos ]] && ln -sfn .gpucarry build
-export LD_LIBRARY_PATH=$PWD/build/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+source gpu/lib/detach.sh  # and links a carried build (use_carried_build)
 mkdir -p "$OUT"
 rc=0
 for i in $(seq 1 "${N:-3}"); do

@@ -10,9 +10,9 @@ B=${GPUOS_BUILD_DIR:-build}
 W=/tmp/gpuos-fault; rm -rf "$W"; mkdir -p "$W"
 export GPUOS_SOCKET=$W/gpuosd.sock
 nvcc -O2 -arch=sm_90 -o "$W/faulty" gpu/tests/faulty.cu || exit 2
-setsid "$B/bin/gpuosd" --socket "$GPUOS_SOCKET" --policy priority >"$W/gpuosd.log" 2>&1 &
-dpid=$!
-for _ in $(seq 50); do "$B/bin/gpuos" ps >/dev/null 2>&1 && break; sleep 0.1; done
+source gpu/lib/gpuosd.sh
+gpuosd_start "$B/bin/gpuos" "$GPUOS_SOCKET" "$W/gpuosd.log" "$B/bin/gpuosd" --socket "$GPUOS_SOCKET" --policy priority
+gpuosd_wait 5
 # HP: ~6 s of 1.5 ms fixed-work kernels, closed loop with 1 ms gaps.
 "$B/bin/gpuos" run --name hp --class guaranteed -- "$B/bin/gpuos-synth" --name hp --iters 125000 \
   --blocks-per-sm 8 --count 2400 --gap-us 1000 --json "$W/hp.json" >"$W/hp.log" 2>&1 &
@@ -24,7 +24,7 @@ frc=$?
 wait "$hp"; hrc=$?
 sleep 0.5
 "$B/bin/gpuos" ps --all --json >"$W/ps.json"
-kill "$dpid"; wait "$dpid" 2>/dev/null
+gpuosd_stop
 python3 - "$W" "$frc" "$hrc" "$OUT/fault_isolation.json" <<'PY'
 import json, sys
 w, frc, hrc, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]

@@ -13,31 +13,23 @@
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
 : "${OUT:?set OUT}"
-# Each device call copies the working tree afresh and drops the untracked ./build link: the run
-# begun by an earlier call would find no binaries for its next tenants. Linked again at once.
-[[ ! -e build && -x .gpucarry/bin/gpuos ]] && ln -sfn .gpucarry build
+source gpu/lib/detach.sh  # and links a carried build (use_carried_build)
 RUN=/tmp/gpuos-kv-scenario WAIT_S=${WAIT_S:-540}
 ARGS=${ARGS:---label kv --splits equal,1:2:5,1.45:1.83:3.56 --on-rates 4,1.8,1.6 --kv-total-gib 6 --duration 80 --period-s 40 --drain-s 20 --startup-s 20 --budget-s 900}
 
 collect() {
-  local t=0
-  while [[ ! -e $RUN/done ]] && (( t < WAIT_S )); do sleep 1; t=$((t + 1)); done
   mkdir -p "$OUT"
-  if [[ ! -e $RUN/done ]]; then
-    tail -5 "$RUN/run.log"
-    echo "still running after ${WAIT_S} s: call again with 'collect' (at once: the machine is given back when idle)"
-    return 3
-  fi
+  detach_wait "$RUN" "$WAIT_S" "$RUN/run.log" \
+    "call again with 'collect' (at once: the machine is given back when idle)" || return 3
   cp "$RUN"/out/summary.json "$RUN"/out/summary.md "$RUN"/out/raw.json "$OUT"/ 2>/dev/null
   tar czf "$OUT/work.tgz" -C "$RUN" out/work run.log 2>/dev/null
   cat "$RUN/out/summary.md" 2>/dev/null || tail -20 "$RUN/run.log"
-  return "$(cat "$RUN/done")"
+  detach_status "$RUN"
 }
 
 if [[ ${1:-} == collect ]]; then collect; exit $?; fi
 
-export LD_LIBRARY_PATH=$PWD/build/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} PYTHONUNBUFFERED=1
-rm -rf "$RUN" && mkdir -p "$RUN"
-setsid bash -c "python3 bench/kv/multi_model.py $ARGS --out $RUN/out >$RUN/run.log 2>&1; echo \$? >$RUN/done" \
-  </dev/null >/dev/null 2>&1 &
+export PYTHONUNBUFFERED=1
+# shellcheck disable=SC2086  # ARGS: multi_model.py's flags, split as written
+detach_start "$RUN" "$RUN/run.log" python3 bench/kv/multi_model.py $ARGS --out "$RUN/out"
 collect

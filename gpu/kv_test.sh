@@ -20,10 +20,10 @@ swap_pool = "48GiB"
 swap_quantum_ms = 1000
 swap_headroom = "2GiB"
 TOML
-setsid "$BUILD/bin/gpuosd" --socket "$sock" --config "$dir/gpuos.toml" >"$OUT/logs/kv-gpuosd.log" 2>&1 &
-dpid=$!
-trap 'kill $dpid 2>/dev/null; wait $dpid 2>/dev/null; rm -rf "$dir"' EXIT
-for _ in $(seq 100); do "$BUILD/bin/gpuos" ps --socket "$sock" >/dev/null 2>&1 && break; sleep 0.1; done
+source gpu/lib/gpuosd.sh
+gpuosd_start "$BUILD/bin/gpuos" "$sock" "$OUT/logs/kv-gpuosd.log" "$BUILD/bin/gpuosd" --socket "$sock" --config "$dir/gpuos.toml"
+trap 'gpuosd_stop; rm -rf "$dir"' EXIT
+gpuosd_wait 10
 run() { "$BUILD/bin/gpuos" run --socket "$sock" "$@"; }
 probe="$BUILD/bin/gpuos-kv-probe"
 rc=0

@@ -35,6 +35,7 @@ export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
 # NCCL's init lines in each rank's log (<mode>.be.log): the transport it chose between the GPUs.
 export NCCL_DEBUG=${NCCL_DEBUG:-INFO}
 
+source gpu/lib/detach.sh
 log() { printf '[multi-gpu %s] %s\n' "$(date +%T)" "$*"; }
 
 gpu_count() { nvidia-smi -L 2>/dev/null | grep -c '^GPU '; }
@@ -65,7 +66,6 @@ RC=0  # the run's exit status: 0 when every step passed
 body() {
   local t0
   t0=$(date +%s)
-  trap 'echo $RC >"$RUN/done"' EXIT
   mkdir -p "$RUN/out"
   log "machine"
   {
@@ -151,19 +151,12 @@ EOF
 
 # --- collecting ----------------------------------------------------------------------------------------
 collect() {
-  local t=0
   : "${OUT:?set OUT}"
-  while [[ ! -e $RUN/done ]] && ((t < WAIT_S)); do
-    sleep 1
-    t=$((t + 1))
-    ((t % 120 == 0)) && tail -3 "$RUN/run.log"
-  done
+  detach_wait "$RUN" "$WAIT_S" "$RUN/run.log" \
+    "call the same command again at once (the machine goes back when idle)"
+  local rc=$?
   mkdir -p "$OUT"
-  if [[ ! -e $RUN/done ]]; then
-    tail -15 "$RUN/run.log"
-    echo "still running after ${WAIT_S} s: call the same command again at once (the machine goes back when idle)"
-    return 3
-  fi
+  ((rc == 0)) || return "$rc"
   mkdir -p "$OUT/suite-gpu0" "$OUT/suite-gpu1" "$OUT/ddp"
   cp "$RUN/out/machine.json" "$OUT/" 2>/dev/null
   for g in 0 1; do cp "$RUN/out/suite-gpu$g/gpu_suite.json" "$OUT/suite-gpu$g/" 2>/dev/null; done
@@ -172,13 +165,13 @@ collect() {
   tar czf "$OUT/all.tgz" -C "$RUN" --exclude=./done . 2>/dev/null
   cat "$RUN/out/suite-gpu0/gpu_suite.md" "$RUN/out/suite-gpu1/gpu_suite.md" "$RUN/out/ddp/summary.md" 2>/dev/null \
     || tail -30 "$RUN/run.log"
-  return "$(cat "$RUN/done")"
+  detach_status "$RUN"
 }
 
 case ${1:-} in
   _body)
     body
-    exit
+    exit "$RC"
     ;;
   dry-run)
     check_gpus || exit $?
@@ -197,13 +190,12 @@ case ${1:-} in
 esac
 
 : "${OUT:?set OUT}"
-if [[ -z ${FRESH:-} && -e $RUN/started ]]; then
+if [[ -z ${FRESH:-} ]] && detach_started "$RUN"; then
   log "a run is under way or done in $RUN (started $(cat "$RUN/started")): collecting"
   collect
   exit $?
 fi
 check_gpus || { mkdir -p "$OUT" && nvidia-smi -L >"$OUT/nvidia-smi.txt" 2>&1; exit 2; }
-rm -rf "$RUN" && mkdir -p "$RUN" && date +%T >"$RUN/started"
-setsid bash "$PWD/gpu/multi_gpu.sh" _body </dev/null >"$RUN/run.log" 2>&1 &
+detach_start "$RUN" "$RUN/run.log" bash "$PWD/gpu/multi_gpu.sh" _body
 log "started (log $RUN/run.log); waiting up to ${WAIT_S} s"
 collect

@@ -21,9 +21,9 @@ OUT="$OUT" bash gpu/run_suite.sh || rc=1
 echo "== launch overhead (registered with gpuosd)"
 sock=/tmp/gpuos-bench/gpuosd.sock
 mkdir -p /tmp/gpuos-bench
-setsid "$BUILD/bin/gpuosd" --socket "$sock" >"$OUT/logs/bench-gpuosd.log" 2>&1 &
-dpid=$!
-for _ in $(seq 50); do "$BUILD/bin/gpuos" ps --socket "$sock" >/dev/null 2>&1 && break; sleep 0.1; done
+source gpu/lib/gpuosd.sh
+gpuosd_start "$BUILD/bin/gpuos" "$sock" "$OUT/logs/bench-gpuosd.log" "$BUILD/bin/gpuosd" --socket "$sock"
+gpuosd_wait 5
 GPUOS_SOCKET=$sock "$BUILD/bin/gpuos-bench-launch" --benchmark_enable_random_interleaving=true \
   --benchmark_out="$OUT/launch_overhead.json" --benchmark_out_format=json 2>&1 | tail -20 || rc=1
 echo "== memory quota (PyTorch, 4 GiB)"
@@ -33,7 +33,7 @@ for conf in "" "expandable_segments:True"; do
     python3 gpu/tests/torch_quota.py >>"$OUT/quota.jsonl" 2>>"$OUT/logs/quota.log" || rc=1
 done
 cat "$OUT/quota.jsonl"
-kill "$dpid" 2>/dev/null; wait "$dpid" 2>/dev/null
+gpuosd_stop
 
 echo "== gpuos demo"
 timeout 240 "$BUILD/bin/gpuos" demo --seconds 3 2>&1 | tee "$OUT/demo.txt" || rc=1

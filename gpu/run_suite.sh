@@ -79,52 +79,20 @@ if ! "$NVCC" -O2 -arch=sm_90 --default-stream per-thread -o "$WORK/bin/cuda_api_
 fi
 
 # --- 2. the daemon --------------------------------------------------------------------------------------
-DAEMON_PID=
-daemon_started=0
+source gpu/lib/gpuosd.sh
 stop_daemon() {
-  # Stops only the daemon this script started, by its pid. Writes $WORK/daemon_status.json.
-  [[ -n $DAEMON_PID ]] || return 0
-  local alive=0 stopped=0 how=none
-  if kill -0 "$DAEMON_PID" 2>/dev/null; then
-    alive=1
-    "$GPUOS" ps --all --json >"$LOGS/ps_all_final.json" 2>/dev/null
-    kill -TERM "$DAEMON_PID" 2>/dev/null
-    how=SIGTERM
-    for _ in $(seq 1 50); do
-      kill -0 "$DAEMON_PID" 2>/dev/null || { stopped=1; break; }
-      sleep 0.1
-    done
-    if [[ $stopped -eq 0 ]]; then
-      kill -KILL "$DAEMON_PID" 2>/dev/null
-      how=SIGKILL
-    fi
-  fi
-  wait "$DAEMON_PID" 2>/dev/null
-  local rc=$?
-  printf '{"started":%s,"alive_at_end":%s,"stopped_by":"%s","stopped_cleanly":%s,"exit_status":%d}\n' \
-    "$([[ $daemon_started -eq 1 ]] && echo true || echo false)" \
-    "$([[ $alive -eq 1 ]] && echo true || echo false)" "$how" \
-    "$([[ $stopped -eq 1 ]] && echo true || echo false)" "$rc" >"$WORK/daemon_status.json"
-  DAEMON_PID=
+  # Writes $WORK/daemon_status.json; what gpuosd listed last, while it still runs.
+  [[ -n $GPUOSD_PID ]] || return 0
+  gpuosd_alive && "$GPUOS" ps --all --json >"$LOGS/ps_all_final.json" 2>/dev/null
+  gpuosd_stop 5 "$WORK/daemon_status.json"
 }
 trap stop_daemon EXIT
 trap 'log "interrupted"; exit 130' INT TERM
 
 log "starting gpuosd: $GPUOS daemon --socket $GPUOS_SOCKET"
-# `gpuos daemon` execs gpuosd in the foreground. This script has no job control, so the background
-# child is not a process-group leader and setsid(1) calls setsid() without forking: $! is gpuosd.
-setsid "$GPUOS" daemon --socket "$GPUOS_SOCKET" </dev/null >"$LOGS/daemon.log" 2>&1 &
-DAEMON_PID=$!
-for _ in $(seq 1 100); do
-  if "$GPUOS" ps >/dev/null 2>&1; then
-    daemon_started=1
-    break
-  fi
-  kill -0 "$DAEMON_PID" 2>/dev/null || break
-  sleep 0.2
-done
-if [[ $daemon_started -eq 1 ]]; then
-  log "gpuosd is up (pid $DAEMON_PID)"
+gpuosd_start "$GPUOS" "$GPUOS_SOCKET" "$LOGS/daemon.log" "$GPUOS" daemon --socket "$GPUOS_SOCKET"
+if gpuosd_wait 20; then
+  log "gpuosd is up (pid $GPUOSD_PID)"
   "$GPUOS" ps 2>&1 | head -5
 else
   log "gpuosd did not answer (see $LOGS/daemon.log); the tests will run and fail"

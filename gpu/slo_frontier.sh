@@ -15,39 +15,31 @@
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
 : "${OUT:?set OUT}"
-# Each device call copies the working tree afresh and drops the untracked ./build link: the run
-# begun by an earlier call would find no binaries for its next tenants. Linked again at once.
-[[ ! -e build && -x .gpucarry/bin/gpuos ]] && ln -sfn .gpucarry build
+source gpu/lib/detach.sh  # and links a carried build (use_carried_build)
 RUN=/tmp/gpuos-slo-frontier WAIT_S=${WAIT_S:-560}
 
 collect() {
-  local t=0
-  while [[ ! -e $RUN/done ]] && (( t < WAIT_S )); do sleep 1; t=$((t + 1)); done
   mkdir -p "$OUT"
-  if [[ ! -e $RUN/done ]]; then
-    tail -5 "$RUN/matrix.log"
-    echo "still running after ${WAIT_S} s: call again with 'collect' (at once: the machine is given back when idle)"
-    return 3
-  fi
+  detach_wait "$RUN" "$WAIT_S" "$RUN/matrix.log" \
+    "call again with 'collect' (at once: the machine is given back when idle)" || return 3
   cp "$RUN"/out/summary.md "$RUN"/out/summary.json "$RUN"/out/frontier.* "$OUT"/ 2>/dev/null
   tar czf "$OUT/all.tgz" -C "$RUN" out work matrix.log 2>/dev/null
   cat "$RUN/out/summary.md" 2>/dev/null || tail -20 "$RUN/matrix.log"
-  return "$(cat "$RUN/done")"
+  detach_status "$RUN"
 }
 
 if [[ ${1:-} == collect ]]; then collect; exit $?; fi
 
-export LD_LIBRARY_PATH=$PWD/build/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} PYTHONUNBUFFERED=1
+export PYTHONUNBUFFERED=1
 LOAD=${LOAD:-0.5} BE=${BE:-train} WINDOW=${WINDOW:-15}
 gpuos_modes=gpuos-time-priority,gpuos-space-priority
 for b in ${BUDGETS:-1.05 1.1 1.25 1.5}; do gpuos_modes+=,gpuos-time-slo-$b,gpuos-space-slo-$b; done
 gpuos_modes=${GPUOS_MODES:-$gpuos_modes}
 step=()
 [[ -n ${STEP_TO:-} ]] && step=(--load-step-to "$STEP_TO")
-rm -rf "$RUN" && mkdir -p "$RUN"
-setsid bash -c "python3 bench/colocation/run_matrix.py --load $LOAD --be $BE --window $WINDOW \
-  --be-window 12 --budget-s 900 --label slo-$LOAD \
-  --modes ${BASE_MODES:-exclusive-hp,exclusive-be,time-slicing,mps,mps-prio1-t25,mps-prio1-t50} --gpuos $gpuos_modes \
-  ${step[*]} ${MORE:-} --out $RUN/out --workdir $RUN/work >$RUN/matrix.log 2>&1; echo \$? >$RUN/done" \
-  </dev/null >/dev/null 2>&1 &
+# shellcheck disable=SC2086  # MORE: extra run_matrix.py flags, split as written
+detach_start "$RUN" "$RUN/matrix.log" python3 bench/colocation/run_matrix.py --load "$LOAD" --be "$BE" \
+  --window "$WINDOW" --be-window 12 --budget-s 900 --label "slo-$LOAD" \
+  --modes "${BASE_MODES:-exclusive-hp,exclusive-be,time-slicing,mps,mps-prio1-t25,mps-prio1-t50}" \
+  --gpuos "$gpuos_modes" "${step[@]}" ${MORE:-} --out "$RUN/out" --workdir "$RUN/work"
 collect

@@ -402,34 +402,12 @@ PY
 } >"$CFG"
 cp "$CFG" "$LOGS/gpuos.toml"
 
-DPID=
+source gpu/lib/gpuosd.sh
+GPUOSD_PS_TIMEOUT_S=$PS_TIMEOUT_S
 TPIDS=
 PHASE_DIR=
-daemon_started=0
-# stop_daemon: SIGTERM, then SIGKILL after $1 s; writes $PHASE_DIR/daemon_status.json.
-stop_daemon() {
-  local grace=${1:-20} alive=0 stopped=0 how=none rc
-  [[ -n $DPID ]] || return 0
-  if kill -0 "$DPID" 2>/dev/null; then
-    alive=1
-    kill -TERM "$DPID" 2>/dev/null
-    how=SIGTERM
-    for _ in $(seq 1 $((grace * 10))); do
-      kill -0 "$DPID" 2>/dev/null || { stopped=1; break; }
-      sleep 0.1
-    done
-    if [[ $stopped -eq 0 ]]; then
-      kill -KILL "$DPID" 2>/dev/null
-      how=SIGKILL
-    fi
-  fi
-  wait "$DPID" 2>/dev/null
-  rc=$?
-  printf '{"started":%s,"alive_at_end":%s,"stopped_by":"%s","stopped_cleanly":%s,"exit_status":%d}\n' \
-    "$([[ $daemon_started -eq 1 ]] && echo true || echo false)" "$([[ $alive -eq 1 ]] && echo true || echo false)" \
-    "$how" "$([[ $stopped -eq 1 ]] && echo true || echo false)" "$rc" >"$PHASE_DIR/daemon_status.json"
-  DPID=
-}
+# stop_daemon GRACE_S: SIGTERM, then SIGKILL after GRACE_S; writes $PHASE_DIR/daemon_status.json.
+stop_daemon() { gpuosd_stop "${1:-20}" "$PHASE_DIR/daemon_status.json"; }
 cleanup() {
   local p
   for p in $TPIDS; do kill -TERM "$p" 2>/dev/null; done
@@ -457,8 +435,8 @@ LIVE=0
 NSAMPLE=0
 sample() {
   local ph=$1 rss fds t0 t1 rc launches f
-  rss=$(rss_kib "$DPID")
-  fds=$(fd_count "$DPID")
+  rss=$(rss_kib "$GPUOSD_PID")
+  fds=$(fd_count "$GPUOSD_PID")
   NSAMPLE=$((NSAMPLE + 1))
   f=$PHASE_DIR/ps/$(printf '%04d' "$NSAMPLE").json
   t0=$(date +%s%N)
@@ -487,22 +465,12 @@ run_phase() {
   : >"$PHASE_DIR/tenants.tsv"
   printf 't_s\tphase\trss_kib\tfds\tps_ms\tps_rc\tlive\tlaunches\n' >"$PHASE_DIR/samples.tsv"
   NSAMPLE=0
-  daemon_started=0
   T0=$(date +%s)
   log "phase $name: starting gpuosd${*:+ under $1} (policy priority)"
-  # No job control: the background child is not a group leader, so setsid(1) does not fork and $! is
-  # gpuosd (or valgrind, which becomes gpuosd's process).
-  setsid "$@" "$GPUOSD" --config "$CFG" --socket "$SOCK" </dev/null >"$PHASE_DIR/gpuosd.log" 2>&1 &
-  DPID=$!
-  for _ in $(seq 1 $((start_timeout * 5))); do
-    if timeout "$PS_TIMEOUT_S" "$GPUOS" ps --socket "$SOCK" >/dev/null 2>&1; then
-      daemon_started=1
-      break
-    fi
-    kill -0 "$DPID" 2>/dev/null || break
-    sleep 0.2
-  done
-  if [[ $daemon_started -ne 1 ]]; then
+  # Under valgrind, valgrind becomes gpuosd's process: GPUOSD_PID is gpuosd either way.
+  gpuosd_start "$GPUOS" "$SOCK" "$PHASE_DIR/gpuosd.log" "$@" "$GPUOSD" --config "$CFG" --socket "$SOCK"
+  gpuosd_wait "$start_timeout"
+  if [[ $GPUOSD_STARTED -ne 1 ]]; then
     echo "gpuosd did not answer within ${start_timeout}s: $(tail -3 "$PHASE_DIR/gpuosd.log" | tr '\n' ' ' | cut -c1-300)" \
       >>"$PHASE_DIR/notes.txt"
     log "phase $name: gpuosd did not start"
@@ -510,7 +478,7 @@ run_phase() {
     printf 'seconds=%s\ndaemon_started=0\n' "$secs" >"$PHASE_DIR/phase.txt"
     return 1
   fi
-  log "phase $name: gpuosd is up (pid $DPID) after $(($(date +%s) - T0)) s"
+  log "phase $name: gpuosd is up (pid $GPUOSD_PID) after $(($(date +%s) - T0)) s"
   printf 'seconds=%s\ndaemon_started=1\n' "$secs" >"$PHASE_DIR/phase.txt"
   sleep 1
   sample pre
@@ -564,7 +532,7 @@ run_phase() {
   fds_pre=$(awk -F'\t' '$2 == "pre" { v = $4 } END { print v }' "$PHASE_DIR/samples.tsv")
   for _ in $(seq 1 20); do
     sample post
-    [[ $LIVE -eq 0 && $(fd_count "$DPID") == "$fds_pre" ]] && break
+    [[ $LIVE -eq 0 && $(fd_count "$GPUOSD_PID") == "$fds_pre" ]] && break
     sleep 1
   done
   sleep 1
@@ -590,7 +558,7 @@ cp -r "$W/main" "$LOGS/main" 2>/dev/null
 if [[ $VALGRIND != 0 ]]; then
   left=$((SOAK_BUDGET_S - ($(date +%s) - t_script)))
   need=$((VG_S + 220))
-  if [[ $daemon_started -ne 1 ]]; then
+  if [[ $GPUOSD_STARTED -ne 1 ]]; then
     echo "gpuosd did not start in the main phase" >"$W/valgrind_skipped.txt"
   elif ! command -v valgrind >/dev/null 2>&1; then
     echo "valgrind is not installed" >"$W/valgrind_skipped.txt"

@@ -100,8 +100,7 @@ for be in idle busy; do
   pkill -INT -f -- "--name be-$be" 2>/dev/null
   wait $BEP
 done
-kill -TERM "$DPID"
-for _ in $(seq 150); do kill -0 "$DPID" 2>/dev/null || break; sleep 0.1; done
+gpuosd_stop 15
 kill "$SMI" 2>/dev/null
 cp "$W"/*.json "$W"/*.trace.csv "$W"/*.anatomy.csv "$W"/*.device.csv "$LOGS/" 2>/dev/null
 

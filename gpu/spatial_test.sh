@@ -32,7 +32,7 @@ log() { echo "[spatial $(date +%T)] $*" | tee -a "$LOGS/run.log"; }
 export GPUOS_LOG_LEVEL=${GPUOS_LOG_LEVEL:-info}
 start_space_domain "$GPUOS" "$W" serve "$LOGS/gpuosd.log" || log "domain serve not available after 20 s"
 SOCK=$GPUOS_SOCKET
-log "gpuosd $DPID up; MPS control socket: $(ls "$W/mps/serve/pipe" 2>&1 | tr '\n' ' ')"
+log "gpuosd $GPUOSD_PID up; MPS control socket: $(ls "$W/mps/serve/pipe" 2>&1 | tr '\n' ' ')"
 
 tenant() {  # tenant NAME CLASS ARGS... (runs in the domain, JSON to $W/NAME.json)
   local name=$1 cls=$2
@@ -58,8 +58,7 @@ tenant torch guaranteed "$PY" gpu/tests/torch_eager.py "$W/torch.json"
 echo $? >"$W/torch.rc"
 wait $BEP 2>/dev/null  # BE ends by itself: gpuosd keeps a domain's MPS daemon while tenants live
 timeout 10 "$GPUOS" ps --json --all --socket "$SOCK" >"$W/ps_all.json" 2>&1
-kill -TERM "$DPID"
-for _ in $(seq 100); do kill -0 "$DPID" 2>/dev/null || break; sleep 0.1; done
+gpuosd_stop 10
 # gpuosd sent `quit`; the control daemon and its server may take a few seconds more to tear down.
 for _ in $(seq 30); do pgrep -f "nvidia-cuda-mps" >/dev/null || break; sleep 0.5; done
 pgrep -f "nvidia-cuda-mps" >"$W/mps_after.txt" 2>&1

@@ -377,7 +377,7 @@ if command -v nvidia-smi >/dev/null 2>&1; then
   SMI_PID=$!
 fi
 
-DPID=
+source gpu/lib/gpuosd.sh
 stop_all() {
   # Stops only what this script started, by pid. Writes $W/daemon_status.json once.
   if [[ -n $SMI_PID ]]; then
@@ -387,27 +387,7 @@ stop_all() {
     SMI_PID=
   fi
   for p in ${TPIDS:-}; do kill -TERM "$p" 2>/dev/null; done
-  [[ -n $DPID ]] || return 0
-  local alive=0 stopped=0 how=none rc
-  if kill -0 "$DPID" 2>/dev/null; then
-    alive=1
-    kill -TERM "$DPID" 2>/dev/null
-    how=SIGTERM
-    for _ in $(seq 1 300); do
-      kill -0 "$DPID" 2>/dev/null || { stopped=1; break; }
-      sleep 0.1
-    done
-    if [[ $stopped -eq 0 ]]; then
-      kill -KILL "$DPID" 2>/dev/null
-      how=SIGKILL
-    fi
-  fi
-  wait "$DPID" 2>/dev/null
-  rc=$?
-  printf '{"started":%s,"alive_at_end":%s,"stopped_by":"%s","stopped_cleanly":%s,"exit_status":%d}\n' \
-    "$([[ $daemon_started -eq 1 ]] && echo true || echo false)" "$([[ $alive -eq 1 ]] && echo true || echo false)" \
-    "$how" "$([[ $stopped -eq 1 ]] && echo true || echo false)" "$rc" >"$W/daemon_status.json"
-  DPID=
+  gpuosd_stop 30 "$W/daemon_status.json"
 }
 on_signal() {
   reason "interrupted by a signal"
@@ -421,21 +401,11 @@ trap on_signal INT TERM
 
 if [[ -x $GPUOSD ]]; then
   log "starting gpuosd --config $CFG --socket $SOCK"
-  # No job control here: the background child is not a group leader, so setsid(1) does not fork and
-  # $! is gpuosd itself.
-  setsid "$GPUOSD" --config "$CFG" --socket "$SOCK" </dev/null >"$LOGS/swap-gpuosd.log" 2>&1 &
-  DPID=$!
-  for _ in $(seq 1 150); do
-    if timeout 5 "$GPUOS" ps --socket "$SOCK" >/dev/null 2>&1; then
-      daemon_started=1
-      break
-    fi
-    kill -0 "$DPID" 2>/dev/null || break
-    sleep 0.2
-  done
+  gpuosd_start "$GPUOS" "$SOCK" "$LOGS/swap-gpuosd.log" "$GPUOSD" --config "$CFG" --socket "$SOCK"
+  gpuosd_wait 30 && daemon_started=1
 fi
 if [[ $daemon_started -eq 1 ]]; then
-  log "gpuosd is up (pid $DPID)"
+  log "gpuosd is up (pid $GPUOSD_PID)"
   timeout 10 "$GPUOS" ps --json --socket "$SOCK" >"$LOGS/swap-ps_start.json" 2>&1
 else
   reason "gpuosd did not start: $(tail -3 "$LOGS/swap-gpuosd.log" 2>/dev/null | tr '\n' ' ' | cut -c1-400)"
@@ -494,7 +464,7 @@ if [[ $daemon_started -eq 1 ]]; then
     sleep 0.5
   done
   cp "$W/ps_all.json" "$LOGS/swap-ps_all.json" 2>/dev/null
-  if ! kill -0 "$DPID" 2>/dev/null; then
+  if ! gpuosd_alive; then
     reason "gpuosd died during the test: $(tail -3 "$LOGS/swap-gpuosd.log" | tr '\n' ' ' | cut -c1-400)"
   fi
 fi

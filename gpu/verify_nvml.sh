@@ -20,6 +20,7 @@ PROBE=$PWD/$BUILD/bin/gpuos-bypass-probe
 CUBIN=$PWD/$BUILD/lib/spin.cubin
 W=$(mktemp -d /tmp/gpuos-verify.XXXXXX)
 mkdir -p "$OUT/logs"
+source gpu/lib/gpuosd.sh
 log() { echo "[verify $(date +%T)] $*"; }
 now_ms() { date +%s%3N; }
 results=()
@@ -38,14 +39,6 @@ for t in json.load(sys.stdin)['tenants']:
   done
   echo "-1 0"
 }
-metric() { curl -s "http://127.0.0.1:$PORT/metrics" | awk -v m="$1" '$1==m {print $2}'; }
-start_daemon() {  # $1 = log file; config in $W/verify.toml (+ GPUOS_CONFIG from a domain)
-  SOCK=$W/gpuosd.sock
-  setsid "$BUILD/bin/gpuosd" --socket "$SOCK" --config "$W/verify.toml" --metrics-listen 127.0.0.1:0 >"$1" 2>&1 &
-  DPID=$!
-  for _ in $(seq 100); do grep -q "metrics on" "$1" && break; sleep 0.1; done
-  PORT=$(sed -n 's/.*(port \([0-9]*\)).*/\1/p' "$1" | head -1)
-}
 # Starts the bypass probe, waits for its line (the offence happened), prints "<pid> <t0 ms>".
 start_probe() {  # args: env-prefix... -- probe args
   local out=$W/probe.$RANDOM
@@ -57,8 +50,10 @@ start_probe() {  # args: env-prefix... -- probe args
 }
 
 printf '[verify]\ninterval_ms = 200\n' >"$W/verify.toml"
-start_daemon "$OUT/logs/verify-gpuosd.log"
-log "gpuosd $DPID up, metrics port $PORT"
+SOCK=$W/gpuosd.sock
+gpuosd_start_metrics "$GPUOS" "$SOCK" "$OUT/logs/verify-gpuosd.log" 10 \
+  "$BUILD/bin/gpuosd" --socket "$SOCK" --config "$W/verify.toml"
+log "gpuosd $GPUOSD_PID up, metrics port $GPUOSD_PORT"
 
 # 1a. over quota through a hidden driver
 read -r P T0 < <(start_probe "$GPUOS" run --socket "$SOCK" --name sly --mem 1GiB -- "$PROBE" --mib 4096 --hold-ms 15000)
@@ -107,32 +102,32 @@ results+=("\"honest_inflight_at_gate_close\": {\"flagged\": $([[ $MS -ge 0 ]] &&
 read -r P T0 < <(start_probe env -u LD_PRELOAD "$PROBE" --mib 2048 --hold-ms 15000)
 MS=-1
 for _ in $(seq 400); do
-  if [[ $(metric gpuos_daemon_unregistered_gpu_processes) -ge 1 ]] 2>/dev/null; then MS=$(( $(now_ms) - T0 )); break; fi
+  if [[ $(gpuosd_metric gpuos_daemon_unregistered_gpu_processes) -ge 1 ]] 2>/dev/null; then MS=$(( $(now_ms) - T0 )); break; fi
   sleep 0.05
 done
 log "unregistered process: reported after $MS ms"
 results+=("\"unregistered\": {\"caught\": $([[ $MS -ge 0 ]] && echo true || echo false), \"detect_ms\": $MS}")
 kill "$P" 2>/dev/null; wait "$P" 2>/dev/null
-ROUNDS=$(metric gpuos_daemon_usage_checks_total)
-SECS=$(metric gpuos_daemon_usage_check_seconds_total)
+ROUNDS=$(gpuosd_metric gpuos_daemon_usage_checks_total)
+SECS=$(gpuosd_metric gpuos_daemon_usage_check_seconds_total)
 COST_US=$(python3 -c "print(round(float('${SECS:-0}')/max(1,int('${ROUNDS:-0}'))*1e6, 1))")
 log "check cost: $COST_US us of NVML per round over $ROUNDS rounds"
 results+=("\"check_cost_us_per_round\": $COST_US, \"rounds\": ${ROUNDS:-0}, \"interval_ms\": 200")
-kill "$DPID"; wait "$DPID" 2>/dev/null
+gpuosd_stop
 
 # 2. under MPS: the bypassing tenant is a client of a domain's MPS server
 if command -v nvidia-cuda-mps-control >/dev/null; then
   source gpu/lib/space_domain.sh
   start_space_domain "$GPUOS" "$W" serve "$OUT/logs/verify-mps-gpuosd.log" '[verify]' 'interval_ms = 200'
   SOCK=$GPUOS_SOCKET
-  PORT=$(sed -n 's/.*(port \([0-9]*\)).*/\1/p' "$OUT/logs/verify-mps-gpuosd.log" | head -1)
+  gpuosd_metrics_up
   read -r P T0 < <(start_probe "$GPUOS" run --socket "$SOCK" --space serve --name sly-mps --mem 1GiB -- "$PROBE" --mib 4096 --hold-ms 15000)
   read -r MS BYTES < <(wait_violation "$P" "$T0")
   log "under MPS, over quota: caught after $MS ms, NVML saw $BYTES bytes"
   "$GPUOS" ps --socket "$SOCK" | tail -3
   results+=("\"mps_over_quota\": {\"caught\": $([[ $MS -ge 0 ]] && echo true || echo false), \"detect_ms\": $MS, \"verified_mem_bytes\": $BYTES}")
   kill "$P" 2>/dev/null; wait "$P" 2>/dev/null
-  kill "$DPID"; wait "$DPID" 2>/dev/null
+  gpuosd_stop
   sleep 2  # gpuosd quits the domain's MPS control daemon as it exits
 fi
 drv=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1)

@@ -408,6 +408,23 @@ def commit_of(repo: str) -> Optional[str]:
         return None
 
 
+def config_sha256(paths, settings: dict) -> Optional[str]:
+    """What two runs must share to be compared: one sha256 over the gpuosd config files' contents (in
+    the order given; none: gpuosd's defaults) and the run's own settings (JSON, keys sorted). None if
+    a file is unreadable."""
+    import hashlib
+    import json
+    h = hashlib.sha256()
+    try:
+        for p in paths:
+            with open(p, "rb") as f:
+                h.update(f.read())
+    except OSError:
+        return None
+    h.update(json.dumps(settings, sort_keys=True, default=str).encode())
+    return h.hexdigest()
+
+
 def files_sha256(paths) -> Optional[str]:
     """One sha256 over the files' contents, in the order given (None: no files, or one unreadable)."""
     import hashlib

@@ -58,6 +58,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "colocation"))
 import common  # noqa: E402
 import kv_logic  # noqa: E402
 import kv_summary  # noqa: E402
+import readers  # noqa: E402  (bench/colocation's: the node's GPUs)
 import llama_shapes  # noqa: E402
 
 GIB = kv_logic.GIB
@@ -390,14 +391,6 @@ class Runner:
             rec["servers"][s["name"]] = kv_summary.server_metrics(js)
         return rec
 
-    def gpu_name(self) -> Optional[str]:
-        try:
-            r = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
-                               capture_output=True, text=True, timeout=20)
-            return r.stdout.strip().splitlines()[0] if r.stdout.strip() else None
-        except (OSError, subprocess.SubprocessError):
-            return None
-
     def write(self, out: str, modes: Dict[str, dict], meta: dict) -> dict:
         slim = {m: {k: v for k, v in r.items() if k not in ("raw", "logs", "traceback")} for m, r in modes.items()}
         summary = kv_summary.summarize(slim, meta)
@@ -411,9 +404,14 @@ class Runner:
         a = self.a
         out = self.out_dir()
         os.makedirs(out, exist_ok=True)
-        meta = {"date": _dt.datetime.now().isoformat(timespec="seconds"), "gpu": self.gpu_name(),
+        gpu = readers.gpu_info()
+        settings = {k: v for k, v in vars(a).items() if k != "dry_run"}
+        meta = {"date": _dt.datetime.now().isoformat(timespec="seconds"), "gpu": gpu["name"],
+                "driver_version": gpu["driver_version"], "commit": common.commit_of(REPO),
+                "config_sha256": common.config_sha256([], {k: v for k, v in settings.items()
+                                                           if k not in ("out", "label")}),
                 "label": a.label, "quick": a.quick, "plan": plan_text(a, self.servers, self.modes).splitlines(),
-                "config": {k: v for k, v in vars(a).items() if k != "dry_run"}}
+                "config": settings}
         print("\n".join(meta["plan"]), flush=True)
         modes: Dict[str, dict] = {}
         for m in self.modes:

@@ -30,7 +30,7 @@ import run_matrix  # noqa: E402
 
 
 def runner(*argv):
-    return run_matrix.Runner(run_matrix.parse_args(["--dry-run", "--workdir", "/tmp/w", *argv]))
+    return run_matrix.Plan(run_matrix.parse_args(["--dry-run", "--workdir", "/tmp/w", *argv]))
 
 
 class Arrivals(unittest.TestCase):

@@ -1,0 +1,106 @@
+"""run_matrix.py's readers: what the node's GPUs are (nvidia-smi), and what HP and BE wrote (their JSON
+results) turned into a mode's record. No process is started here but nvidia-smi."""
+from __future__ import annotations
+
+import subprocess
+from typing import List, Optional
+
+import common
+from planning import ModeError
+
+
+def parse_gpu_list(text: str) -> List[dict]:
+    """`nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader` -> one
+    {index, name, driver_version} per GPU (lines that do not parse are left out)."""
+    out = []
+    for line in text.splitlines():
+        f = [x.strip() for x in line.split(",")]
+        if len(f) >= 3 and f[0].isdigit():
+            out.append({"index": int(f[0]), "name": ",".join(f[1:-1]), "driver_version": f[-1]})
+    return out
+
+
+def gpu_info() -> dict:
+    """The first GPU's name and driver, and the node's GPUs (nvidia-smi: every GPU of the node,
+    whatever CUDA_VISIBLE_DEVICES says)."""
+    info = {"name": None, "driver_version": None, "count": None, "gpus": []}
+    try:
+        r = subprocess.run(["nvidia-smi", "--query-gpu=index,name,driver_version", "--format=csv,noheader"],
+                           capture_output=True, text=True, timeout=20)
+        gpus = parse_gpu_list(r.stdout)
+        if gpus:
+            info = {"name": gpus[0]["name"], "driver_version": gpus[0]["driver_version"],
+                    "count": len(gpus), "gpus": gpus}
+        else:
+            info["error"] = (r.stdout + r.stderr).strip()[:300]
+    except (OSError, subprocess.SubprocessError) as e:
+        info["error"] = str(e)
+    return info
+
+
+def read_hp(path: str, synthetic: bool, min_requests: int, rec: dict, hp) -> dict:
+    """HP's result (hp_server.py's JSON, or gpuos-synth's in its shape) into rec["hp"]; notes for a
+    thin or unfinished run. ModeError when HP wrote none or failed. hp: its Proc (exit code, log)."""
+    js = common.read_json(path)
+    if js is None:
+        raise ModeError(f"HP wrote no result (rc={hp.poll()}): {hp.tail(1500)}")
+    if synthetic:
+        js = synth_hp(js)
+    rec["hp"] = js
+    if js.get("error"):
+        raise ModeError(f"HP failed: {js['error']}")
+    if js.get("unfinished"):
+        rec["notes"].append(f"HP could not keep up: {js['unfinished']} requests unfinished at the drain "
+                            "deadline (counted in the e2e tail as censored)")
+    if js.get("requests", 0) < min_requests:
+        rec["notes"].append(f"only {js.get('requests')} HP requests (< {min_requests})")
+    return js
+
+
+def synth_hp(js: dict) -> dict:
+    """gpuos-synth's JSON in hp_server's shape (latencies in ms; no TTFT/TPOT)."""
+    def ms(k):
+        v = js.get(k)
+        return v / 1e3 if isinstance(v, (int, float)) else None
+    return {
+        "role": "hp", "ok": bool(js.get("verified", True)), "synth": js,
+        "requests": js.get("kernels", 0), "unfinished": 0,
+        "achieved_rps": js.get("throughput_per_s"),
+        "e2e_ms": {"n": js.get("kernels", 0), "p50": ms("p50_us"), "p90": ms("p90_us"),
+                   "p99": ms("p99_us"), "max": ms("max_us"), "mean": ms("mean_us")},
+        "ttft_ms": common.stats([]), "tpot_ms": common.stats([]),
+        "error": None if js.get("verified", True) else "synth kernels not verified",
+    }
+
+
+def read_be(path: str, synthetic: bool, rec: dict, t0: Optional[float], t1: Optional[float]) -> None:
+    """BE's result into rec: its JSON (rec["be"]) and its rate (rec["be_rate"], rec["be_unit"]): a
+    synthetic BE's kernels over its wall time, a torch BE's progress over [t0, t1] (HP's window)."""
+    js = common.read_json(path)
+    if js is None:
+        rec["notes"].append("BE wrote no result")
+        return
+    if synthetic:
+        k, w = js.get("kernels"), js.get("wall_s")
+        rate = k / w if k and w else js.get("throughput_per_s")
+        rec["be"] = {"unit": "kernels/s", "synth": js}
+        rec["be_rate"] = rate
+        rec["be_unit"] = "kernels/s"
+        return
+    samples = js.pop("samples", [])
+    rec["be"] = js
+    rec["be_unit"] = js.get("unit")
+    if js.get("error"):
+        rec["notes"].append(f"BE error: {js['error']}")
+    if t0 is not None and t1 is not None:
+        r = common.rate_over(samples, t0, t1)
+        if r is None and samples and samples[0][0] <= t0 < samples[-1][0] \
+                and samples[-1][0] - t0 >= 0.5 * (t1 - t0):
+            # BE's last sample came before the window's end (it was stopped early): use what it covers.
+            t1 = samples[-1][0]
+            r = common.rate_over(samples, t0, t1)
+            rec["notes"].append("BE progress ends before HP's window: rate over the covered part")
+        rec["be_rate"] = r
+        rec["be_window"] = [t0, t1]
+        if r is None:
+            rec["notes"].append("BE progress does not cover the measured window")

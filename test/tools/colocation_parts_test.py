@@ -1,0 +1,170 @@
+#!/usr/bin/env python3
+"""bench/colocation's run_matrix.py parts on their own (no GPU, no torch): planning.py (the modes'
+order, estimates, commands) and readers.py (HP's and BE's results into a mode's record, the node's
+GPUs); and what every summary.json records of its run (commit, config hash, GPU, driver)."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "bench", "colocation"))
+import planning  # noqa: E402
+import readers  # noqa: E402
+import common  # noqa: E402
+import run_matrix  # noqa: E402
+
+REPO = os.path.dirname(os.path.dirname(HERE))
+
+ModeSpec = planning.ModeSpec
+
+
+def plan(*argv):
+    return planning.Plan(run_matrix.parse_args(["--dry-run", "--workdir", "/tmp/w", *argv]))
+
+
+class Proc:
+    """Stands in for a processes.Proc: an exit code and a log tail."""
+
+    def poll(self):
+        return 1
+
+    def tail(self, n=2500):  # noqa: ARG002
+        return "the log's tail"
+
+
+class Planning(unittest.TestCase):
+    def test_baselines_first_then_gpuos_then_again(self):
+        p = plan("--modes", "exclusive-hp-again,mps-prio1,time-slicing,exclusive-hp", "--gpuos",
+                 "gpuos-time-priority")
+        self.assertEqual([s.name for s in p.modes],
+                         ["exclusive-hp", "time-slicing", "mps-prio1", "gpuos-time-priority", "exclusive-hp-again"])
+
+    def test_estimates(self):
+        p = plan("--workload", "synthetic", "--window", "10", "--be-window", "5", "--calibrate-s", "2",
+                 "--modes", "exclusive-hp,exclusive-be,mps", "--gpuos", "gpuos-space-priority")
+        est = {s.name: p.estimate(s) for s in p.modes}
+        self.assertEqual(est["exclusive-hp"], 1.5 + 2 + 10 + 4)   # start, calibration, window, margin
+        self.assertEqual(est["exclusive-be"], 1.5 + 5 + 3)
+        self.assertEqual(est["mps"], 2.5 + 10 + 5 + 4)             # MPS: 4 s for its daemon
+        self.assertEqual(est["gpuos-space-priority"], 2.5 + 10 + 5 + 8)
+        self.assertEqual(plan("--hp-rate", "5", "--window", "10").estimate(ModeSpec("exclusive-hp")),
+                         14.0 + 1.5 + 2.0 + 10 + 4)                # no calibration with --hp-rate
+
+    def test_synthetic_commands(self):
+        p = plan("--workload", "synthetic", "--synth-hp-blocks", "64", "--synth-bin", "/s",
+                 "--modes", "exclusive-hp", "--gpuos", "none")
+        cal, run = p.hp_cmd(p.modes[0], True, 100.0, "")
+        self.assertEqual(cal[:2], ["/s", "--name"])
+        self.assertEqual(cal[cal.index("--blocks") + 1], "64")
+        self.assertEqual(cal[cal.index("--mode") + 1], "closed")
+        self.assertEqual(run[run.index("--rate") + 1], "100.000")
+        self.assertEqual(run[run.index("--count") + 1], str(int(100.0 * 40.0)))
+        self.assertEqual(run[run.index("--json") + 1], "/tmp/w/exclusive-hp.hp.json")
+
+    def test_mps_modes_share_private_directories(self):
+        p = plan("--modes", "mps-be50", "--gpuos", "none")
+        hp, be = p.envs(p.modes[0])
+        self.assertEqual(hp["CUDA_MPS_PIPE_DIRECTORY"], "/tmp/w/mps-be50.mps-pipe")
+        self.assertEqual(be["CUDA_MPS_PIPE_DIRECTORY"], hp["CUDA_MPS_PIPE_DIRECTORY"])
+        self.assertEqual(be["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"], "50")
+        self.assertNotIn("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", hp)
+
+
+class Readers(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="coloc-readers-")
+        self.addCleanup(shutil.rmtree, self.dir, ignore_errors=True)
+
+    def write(self, name, obj):
+        path = os.path.join(self.dir, name)
+        with open(path, "w") as f:
+            json.dump(obj, f)
+        return path
+
+    def rec(self):
+        return {"notes": []}
+
+    def test_synthetic_hp_in_hp_servers_shape(self):
+        path = self.write("hp.json", {"kernels": 500, "p50_us": 1500.0, "p99_us": 3000.0, "max_us": 4000.0,
+                                      "mean_us": 1600.0, "p90_us": 2000.0, "throughput_per_s": 99.0,
+                                      "verified": True})
+        rec = self.rec()
+        js = readers.read_hp(path, True, 300, rec, Proc())
+        self.assertEqual((js["requests"], js["achieved_rps"]), (500, 99.0))
+        self.assertEqual((js["e2e_ms"]["p50"], js["e2e_ms"]["p99"]), (1.5, 3.0))
+        self.assertIs(rec["hp"], js)
+        self.assertEqual(rec["notes"], [])
+
+    def test_a_thin_or_unverified_hp(self):
+        rec = self.rec()
+        readers.read_hp(self.write("hp.json", {"requests": 10, "unfinished": 2}), False, 300, rec, Proc())
+        self.assertEqual(len(rec["notes"]), 2)
+        self.assertIn("2 requests unfinished", rec["notes"][0])
+        self.assertIn("only 10 HP requests (< 300)", rec["notes"][1])
+        with self.assertRaisesRegex(planning.ModeError, "synth kernels not verified"):
+            readers.read_hp(self.write("bad.json", {"kernels": 5, "verified": False}), True, 1, self.rec(), Proc())
+        with self.assertRaisesRegex(planning.ModeError, r"HP wrote no result \(rc=1\): the log's tail"):
+            readers.read_hp(os.path.join(self.dir, "none.json"), False, 1, self.rec(), Proc())
+
+    def test_be_rate_over_hps_window(self):
+        samples = [[100.0 + i, 10.0 * i] for i in range(11)]   # 10 units/s from t=100 to 110
+        rec = self.rec()
+        readers.read_be(self.write("be.json", {"unit": "tokens/s", "samples": samples}), False, rec, 102.0, 108.0)
+        self.assertAlmostEqual(rec["be_rate"], 10.0)
+        self.assertEqual((rec["be_unit"], rec["be_window"]), ("tokens/s", [102.0, 108.0]))
+        self.assertNotIn("samples", rec["be"])
+        rec = self.rec()   # BE stopped at 108 of a window to 112: the covered part
+        readers.read_be(self.write("be2.json", {"unit": "u", "samples": samples[:9]}), False, rec, 102.0, 112.0)
+        self.assertAlmostEqual(rec["be_rate"], 10.0)
+        self.assertIn("rate over the covered part", rec["notes"][0])
+        rec = self.rec()
+        readers.read_be(self.write("be3.json", {"kernels": 50, "wall_s": 2.0}), True, rec, None, None)
+        self.assertEqual((rec["be_rate"], rec["be_unit"]), (25.0, "kernels/s"))
+        rec = self.rec()
+        readers.read_be(os.path.join(self.dir, "none.json"), True, rec, None, None)
+        self.assertEqual(rec["notes"], ["BE wrote no result"])
+
+    def test_gpu_list(self):
+        gpus = readers.parse_gpu_list("0, NVIDIA H100 80GB HBM3, 580.159.04\nNo devices were found\n")
+        self.assertEqual(gpus, [{"index": 0, "name": "NVIDIA H100 80GB HBM3", "driver_version": "580.159.04"}])
+
+
+class Provenance(unittest.TestCase):
+    def test_config_hash(self):
+        with tempfile.NamedTemporaryFile("w", suffix=".toml") as f:
+            f.write("[scheduler]\npolicy = \"priority\"\n")
+            f.flush()
+            a = common.config_sha256([f.name], {"load": 0.5})
+            self.assertRegex(a, "^[0-9a-f]{64}$")
+            self.assertNotEqual(a, common.config_sha256([f.name], {"load": 0.3}))
+            self.assertNotEqual(a, common.config_sha256([], {"load": 0.5}))
+            self.assertEqual(common.config_sha256([], {"b": 1, "a": 2}), common.config_sha256([], {"a": 2, "b": 1}))
+        self.assertIsNone(common.config_sha256(["/nonexistent/gpuos.toml"], {}))
+
+    def test_a_summary_names_commit_config_gpu_and_driver(self):
+        """A --fake run (stand-in nvidia-smi and tenants): GPUOS_COMMIT stands for the commit (a copy
+        of the tree whose .git is stale); the config hash is there without any gpuosd config."""
+        tmp = tempfile.mkdtemp(prefix="coloc-provenance-")
+        self.addCleanup(shutil.rmtree, tmp, ignore_errors=True)
+        env = dict(os.environ, FAKE_GPUS="1", GPUOS_COMMIT="0123abc",
+                   PATH=os.path.join(HERE, "fake_bin") + os.pathsep + os.environ["PATH"])
+        env.pop("GPUOS_CONFIG", None)
+        out = os.path.join(tmp, "out")
+        r = subprocess.run([sys.executable, os.path.join(REPO, "bench", "colocation", "run_matrix.py"), "--fake",
+                            "--modes", "exclusive-hp", "--gpuos", "none", "--window", "1", "--calibrate-s", "0.2",
+                            "--warmup", "0", "--drain-s", "1", "--min-requests", "1", "--gpu-sample-ms", "0",
+                            "--out", out, "--workdir", os.path.join(tmp, "w")],
+                           env=env, capture_output=True, text=True, timeout=50)
+        self.assertEqual(r.returncode, 0, r.stdout[-2000:] + r.stderr[-2000:])
+        s = common.read_json(os.path.join(out, "summary.json"))
+        self.assertEqual((s["commit"], s["gpu"], s["driver_version"]), ("0123abc", "Fake GPU", "0.0"))
+        self.assertRegex(s["config"]["sha256"], "^[0-9a-f]{64}$")
+        self.assertIsNone(s["config"]["gpuos_config"])
+
+
+if __name__ == "__main__":
+    unittest.main()
