@@ -119,6 +119,7 @@ class Node:
         self.registry = self.path("registry")
         self.plugin_dir = self.path("plugins", DRIVER)
         self.claims_file = self.path("claims.json")
+        self.nvidia_config = self.path("nvidia-container-runtime", "config.toml")
         self.set_claims([])
         with open(self.path("token"), "w") as f:
             f.write(TOKEN + "\n")
@@ -147,6 +148,7 @@ class Node:
                "--plugin-dir", self.plugin_dir, "--registry-dir", self.registry, "--cdi-dir", self.cdi_dir,
                "--interposer", os.path.join(test_e2e.BUILD, "lib", "libgpuos.so"),
                "--kube-api", self.api_url, "--kube-token-file", self.path("token"),
+               "--nvidia-runtime-config", self.nvidia_config,  # (not the machine's)
                "--publish-interval-s", "1"] + list(extra)
         registered = len(self.k.seen("registered")) if self.k else 0
         self.plugin = spawn(self.test, cmd, self.d.env, stdout=self.plugin_log, stderr=subprocess.STDOUT)
@@ -210,9 +212,17 @@ class Node:
         with open(path) as f:
             return [l for l in f.read().splitlines() if l]
 
+    def gpu_uuid(self):
+        uuid_ = self.d.ps()["gpus"][0]["uuid"]
+        return uuid_ if uuid_.startswith("GPU-") else "GPU-" + uuid_
+
     def cdi_ids(self, uid):
-        """What the plugin answers for a claim: its own CDI device."""
-        return ["%s/claim=%s" % (DRIVER, uid)]
+        """What the plugin answers for a claim on GPU 0: its own CDI device and the GPU's."""
+        return ["%s/claim=%s" % (DRIVER, uid), "nvidia.com/gpu=" + self.gpu_uuid()]
+
+    def events(self):
+        with urllib.request.urlopen(urllib.request.Request(self.api_url + "/fake/events"), timeout=10) as r:
+            return json.loads(r.read())
 
     def cdi_files(self):
         return sorted(glob.glob(os.path.join(self.cdi_dir, DRIVER + "-claim_*")))
@@ -235,6 +245,39 @@ class Plugin(unittest.TestCase):
         wait_for(lambda: "the kubelet registered gpuos.io" in self.n.plugin_text(), what="the plugin to log it")
         self.assertEqual(self.n.k.call(op="drivers")["drivers"],
                          {DRIVER: {"endpoint": os.path.join(self.n.plugin_dir, "dra.sock"), "api": "v1"}})
+
+    def test_warns_while_pods_can_reach_gpus_without_a_claim(self):
+        key = "accept-nvidia-visible-devices-envvar-when-unprivileged"
+        wait_for(lambda: "GPU access without a claim: cannot tell (no NVIDIA container runtime config at %s)"
+                 % self.n.nvidia_config in self.n.plugin_text(), what="no config found\n" + self.n.plugin_text())
+        self.assertEqual(self.n.events(), [])
+
+        def write(text):
+            os.makedirs(os.path.dirname(self.n.nvidia_config), exist_ok=True)
+            with open(self.n.nvidia_config + ".tmp", "w") as f:
+                f.write(text)
+            os.replace(self.n.nvidia_config + ".tmp", self.n.nvidia_config)
+        # The toolkit's default (the key absent: true): any pod gets GPUs by NVIDIA_VISIBLE_DEVICES.
+        write('disable-require = false\n[nvidia-container-runtime]\nmode = "auto"\n')
+        ev = wait_for(lambda: self.n.events(), what="the Warning Event\n" + self.n.plugin_text())
+        self.assertEqual(len(ev), 1)
+        ev = ev[0]
+        self.assertEqual((ev["type"], ev["reason"]), ("Warning", "GPUAccessWithoutClaim"))
+        self.assertEqual(ev["involvedObject"], {"apiVersion": "v1", "kind": "Node", "name": NODE,
+                                                "uid": str(uuid.uuid5(uuid.NAMESPACE_DNS, NODE + ".node.fake"))})
+        self.assertEqual(ev["metadata"]["namespace"], "default")
+        self.assertIn("NVIDIA_VISIBLE_DEVICES", ev["message"])
+        self.assertIn(self.n.nvidia_config + ": " + key + " is not set", ev["message"])
+        self.assertIn("pods on this node can reach its GPUs without a gpuos claim", self.n.plugin_text())
+        # Closed: logged, no new event; open again: a new event.
+        write(key + " = false\n")
+        wait_for(lambda: "GPU access without a claim: closed" in self.n.plugin_text(), what="closed\n" + self.n.plugin_text())
+        self.assertEqual(len(self.n.events()), 1)
+        write(key + " = true\n")
+        wait_for(lambda: len(self.n.events()) == 2, what="a second event\n" + self.n.plugin_text())
+        self.assertIn(key + " = true", self.n.events()[1]["message"])
+        text = self.n.plugin_text()
+        self.assertEqual(text.count("pods on this node can reach its GPUs"), 2, text)  # once per finding
 
     def test_a_kubelet_before_1_34_gets_v1beta1(self):
         self.n.k.stop()  # a kubelet that serves v1beta1 only, started after the plugin: it finds the
@@ -404,7 +447,8 @@ class Plugin(unittest.TestCase):
         dev = r["devices"][0]
         self.assertEqual(dev["request_names"], ["gpu"])
         self.assertEqual((dev["pool_name"], dev["device_name"]), (NODE, "gpu-0-guaranteed-0"))
-        self.assertEqual(dev["cdi_device_ids"], ["%s/claim=%s" % (DRIVER, uid)])
+        # gpuos's own CDI device, and the GPU's from the NVIDIA container toolkit's spec (the default).
+        self.assertEqual(dev["cdi_device_ids"], ["%s/claim=%s" % (DRIVER, uid), "nvidia.com/gpu=" + self.n.gpu_uuid()])
         # The CDI spec: the interposer, the claim's own socket directory, the GPU.
         files = self.n.cdi_files()
         self.assertEqual([os.path.basename(f) for f in files], ["%s-claim_%s.json" % (DRIVER, uid)])
