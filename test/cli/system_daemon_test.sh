@@ -24,6 +24,7 @@ skip() {
 }
 [[ $(id -u) == 0 ]] || skip "a mount namespace of its own needs root"
 command -v unshare >/dev/null || skip "unshare (util-linux) is not installed"
+unshare -m --propagation private true 2>/dev/null || skip "this machine refuses a mount namespace (unshare -m)"
 
 inner() {
   set -euo pipefail
