@@ -30,6 +30,7 @@
 //   gpuos-fake-kubelet health HOST:PORT SERVICE
 //       the kubelet's gRPC probe: grpc.health.v1 Check, prints {"status": "SERVING"|"NOT_SERVING"|...}
 // Exit 0 when done (the probe answered, whatever the answer), 1 when not, 2 on a bad command line.
+#include <dirent.h>
 #include <grpcpp/grpcpp.h>
 #include <poll.h>
 #include <sys/inotify.h>
@@ -40,8 +41,6 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <dirent.h>
-#include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>

@@ -380,7 +380,8 @@ class Plugin(unittest.TestCase):
         self.n.k.stop()
         k = self.n.start_kubelet(["--refuse", "1000"])
         k.wait_event("refused", 2, "(the socket made anew after the first)\n" + self.n.plugin_text())
-        self.assertIn("registering with the kubelet again", self.n.plugin_text())
+        # (The plugin logs it once its new socket serves: maybe after the kubelet was already there.)
+        wait_for(lambda: "registering with the kubelet again" in self.n.plugin_text(), what="the socket made anew logged")
         self.assertEqual(self.health(port, "readiness"), "NOT_SERVING")
         self.assertEqual(self.health(port, "liveness"), "SERVING")
         # A kubelet that takes it: ready again.
