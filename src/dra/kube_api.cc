@@ -3,7 +3,9 @@
 #include <curl/curl.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
+#include <ctime>
 #include <fstream>
 #include <iterator>
 #include <memory>
@@ -318,6 +320,41 @@ bool SlicePublisher::remove(std::string* why) {
   const KubeApi::Response r = api_.del(resource_slice_path(name_));
   if (r.status == 200 || r.status == 202 || r.status == 404) return true;
   return fail(why, "deleting ResourceSlice " + name_ + ": " + describe_response(r));
+}
+
+bool post_node_event(KubeApi& api, const std::string& node_name, const std::string& component,
+                     const std::string& type, const std::string& reason, const std::string& message,
+                     std::string* why) {
+  json involved = {{"apiVersion", "v1"}, {"kind", "Node"}, {"name", node_name}};
+  const KubeApi::Response node = api.get("/api/v1/nodes/" + node_name);
+  if (node.status == 200) {  // the uid ties the event to this Node (without it: to its name)
+    const json n = json::parse(node.body, nullptr, false);
+    if (n.is_object() && n.contains("metadata") && n["metadata"].is_object() && n["metadata"].contains("uid") &&
+        n["metadata"]["uid"].is_string()) {
+      involved["uid"] = n["metadata"]["uid"];
+    }
+  }
+  const std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  char stamp[32];
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  std::strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  const json event = {{"apiVersion", "v1"},
+                      {"kind", "Event"},
+                      {"metadata", {{"generateName", node_name + "." + component + "."}, {"namespace", "default"}}},
+                      {"involvedObject", involved},
+                      {"type", type},
+                      {"reason", reason},
+                      {"message", message},
+                      {"source", {{"component", component}, {"host", node_name}}},
+                      {"reportingComponent", component},
+                      {"reportingInstance", node_name},
+                      {"firstTimestamp", stamp},
+                      {"lastTimestamp", stamp},
+                      {"count", 1}};
+  const KubeApi::Response r = api.post("/api/v1/namespaces/default/events", event.dump());
+  if (r.status == 200 || r.status == 201) return true;
+  return fail(why, "posting Event " + reason + " about Node " + node_name + ": " + describe_response(r));
 }
 
 }  // namespace gpuos::dra

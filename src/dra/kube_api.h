@@ -58,6 +58,13 @@ class KubeApi {
 // wrong with a response, for messages.
 std::string describe_response(const KubeApi::Response& response);
 
+// Posts a core/v1 Event about Node node_name (namespace "default", where `kubectl describe node`
+// finds it): type "Warning" or "Normal", a CamelCase reason, the message; reported by component
+// (e.g. "gpuos-dra") on instance node_name. False + *why when the API server did not take it.
+bool post_node_event(KubeApi& api, const std::string& node_name, const std::string& component,
+                     const std::string& type, const std::string& reason, const std::string& message,
+                     std::string* why);
+
 // Keeps the API server holding exactly this node's slice (resource_slice.h) for the GPUs given.
 // Thread-safety: publish and remove may be called from any thread; calls are serialized.
 class SlicePublisher {

@@ -22,6 +22,7 @@
 #include "common/files.h"
 #include "common/log.h"
 #include "dra/kube_api.h"
+#include "dra/node_check.h"
 #include "dra/plugin.h"
 #include "dra/dra_api.h"
 #include "dra/proto/health_v1.grpc.pb.h"
@@ -245,7 +246,7 @@ int main(int argc, char** argv) {
       {"node-name", "NODE"}, {"driver-name", "NAME"}, {"gpuos-socket", "PATH"}, {"plugin-dir", "DIR"},
       {"registry-dir", "DIR"}, {"cdi-dir", "DIR"}, {"interposer", "PATH"}, {"gpu-cdi-device", "ID"},
       {"kube-api", "URL"}, {"kube-token-file", "FILE"}, {"kube-ca-file", "FILE"}, {"log-level", "LEVEL"},
-      {"health-listen", "HOST:PORT"}}));
+      {"health-listen", "HOST:PORT"}, {"nvidia-runtime-config", "PATH"}}));
   app.set_version_flag("--version", std::string("gpuos-dra ") + GPUOS_VERSION);
   PluginOptions po;
   SliceOptions so;
@@ -253,6 +254,13 @@ int main(int argc, char** argv) {
   std::string kube_api, token_file, ca_file, log_level = "info";
   uint32_t publish_interval_s = 10, registration_retry_s = 10;
   std::string health_listen;
+  // The GPU's device nodes and driver come as the NVIDIA container toolkit's CDI device, named beside
+  // the claim's own (docs/KUBERNETES.md, "Prerequisites"); "none" leaves the GPU to other means.
+  po.gpu_cdi_device = "nvidia.com/gpu={uuid}";
+  // Where the NVIDIA container runtime's config may be: the toolkit's package, the GPU Operator's.
+  std::vector<std::string> runtime_configs = {
+      "/etc/nvidia-container-runtime/config.toml",
+      "/usr/local/nvidia/toolkit/.config/nvidia-container-runtime/config.toml"};
   app.add_option("--node-name", po.node_name, "this node's name (the downward API's spec.nodeName)")->required();
   app.add_option("--driver-name", po.driver, "the DRA driver name (default gpuos.io)");
   app.add_option("--gpuos-socket", gpuos_socket, "gpuosd's control socket (default /run/gpuos/gpuosd.sock)");
@@ -261,8 +269,13 @@ int main(int argc, char** argv) {
   app.add_option("--cdi-dir", po.cdi_dir, "where CDI specs are written, the runtime's CDI directory (default /var/run/cdi)");
   app.add_option("--interposer", po.interposer, "libgpuos.so's path on the host (default /usr/lib/libgpuos.so)");
   app.add_option("--gpu-cdi-device", po.gpu_cdi_device,
-                 "the GPU's own CDI device added to each claim, {index} and {uuid} replaced "
-                 "(e.g. nvidia.com/gpu={uuid}); none by default");
+                 "the GPU's own CDI device added to each claim, {index} and {uuid} replaced, or none "
+                 "(default nvidia.com/gpu={uuid}: the NVIDIA container toolkit's CDI device)");
+  app.add_option("--nvidia-runtime-config", runtime_configs,
+                 "the NVIDIA container runtime's config.toml, checked for GPU access without a claim "
+                 "(the first that exists; repeatable; none: no check; default "
+                 "/etc/nvidia-container-runtime/config.toml, "
+                 "/usr/local/nvidia/toolkit/.config/nvidia-container-runtime/config.toml)");
   app.add_option("--guaranteed-shares", so.guaranteed_shares, "guaranteed shares per GPU (default 4)");
   app.add_option("--best-effort-shares", so.best_effort_shares, "best-effort shares per GPU (default 8)");
   app.add_option("--publish-interval-s", publish_interval_s, "seconds between checks of the ResourceSlice (default 10)")
@@ -286,6 +299,8 @@ int main(int argc, char** argv) {
     log::error("--log-level %s: not one of error, warn, info, debug", log_level.c_str());
     return kExitUsage;
   }
+  if (po.gpu_cdi_device == "none") po.gpu_cdi_device.clear();
+  if (runtime_configs == std::vector<std::string>{"none"}) runtime_configs.clear();
   so.driver = po.driver;
   so.node_name = po.node_name;
   if (plugin_dir.empty()) plugin_dir = "/var/lib/kubelet/plugins/" + po.driver;
@@ -388,9 +403,42 @@ int main(int argc, char** argv) {
     // (not at every interval: the API server may be away for long).
     uint64_t publish_failures = 0;
     auto last_failure_log = std::chrono::steady_clock::time_point{};
+    // The node's own GPU access (node_check.h), re-read each round: logged when it changes, and a
+    // Warning Event on the Node while pods can reach GPUs without a claim (once per finding).
+    std::string access_seen, access_reported, event_error;
     std::unique_lock<std::mutex> lk(mu);
     while (!stopping) {
       lk.unlock();
+      if (!runtime_configs.empty()) {
+        const GpuAccessCheck access = check_nvidia_runtime_config(runtime_configs);
+        const bool open = access.verdict == GpuAccessCheck::Verdict::kOpen;
+        if (access.detail != access_seen) {
+          if (open) {
+            log::warn("pods on this node can reach its GPUs without a gpuos claim, by setting "
+                      "NVIDIA_VISIBLE_DEVICES (%s): set it to false (docs/KUBERNETES.md, \"Security model\")",
+                      access.detail.c_str());
+          } else if (access.verdict == GpuAccessCheck::Verdict::kClaimsOnly) {
+            log::info("GPU access without a claim: closed (%s)", access.detail.c_str());
+          } else {
+            log::info("GPU access without a claim: cannot tell (%s)", access.detail.c_str());
+          }
+          access_seen = access.detail;
+        }
+        if (!open) access_reported.clear();
+        if (open && access_reported != access.detail) {
+          std::string err;
+          if (post_node_event(api, po.node_name, "gpuos-dra", "Warning", "GPUAccessWithoutClaim",
+                              "pods can reach this node's GPUs without a gpuos claim, by setting "
+                              "NVIDIA_VISIBLE_DEVICES: " + access.detail,
+                              &err)) {
+            access_reported = access.detail;
+            event_error.clear();
+          } else if (err != event_error) {
+            log::warn("%s (tried again every %u s)", err.c_str(), publish_interval_s);
+            event_error = err;
+          }
+        }
+      }
       std::vector<GpuShareInfo> gpus;
       std::string err;
       if (!node.gpus(&gpus, &err)) {

@@ -8,6 +8,7 @@ Serves what gpuos-dra uses of resource.k8s.io/v1, strictly:
   DELETE /apis/resource.k8s.io/v1/resourceslices/NAME            (404 when absent)
   GET    /apis/resource.k8s.io/v1/namespaces/NS/resourceclaims/NAME
   GET    /api/v1/nodes/NAME                                       (every node exists; see node())
+  POST   /api/v1/namespaces/NS/events                             (core/v1 Events; see validate_event)
 Every slice written is checked against the v1 rules the plugin must follow (see validate_slice), with
 422 Invalid and a message naming the field otherwise; unknown fields are refused (a v1beta1 "basic"
 is a mistake here). Like the real server it sets metadata.uid/resourceVersion/generation/
@@ -19,6 +20,7 @@ ResourceClaim objects, or an object with "items". Unknown claim: 404.
 Test-only endpoints (never logged):
   GET    /fake/log         the requests received, [{"method", "path", "status"}], oldest first
   DELETE /fake/log         forget them
+  GET    /fake/events      the Events posted, as stored (with metadata.name), oldest first
   POST   /fake/conflicts   {"count": N}: the next N slice PUTs find the slice changed by "another
                            writer" (its resourceVersion bumped first), so they get 409 Conflict
 
@@ -38,6 +40,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 SLICES = "/apis/resource.k8s.io/v1/resourceslices"
 NODE_RE = re.compile(r"^/api/v1/nodes/([^/]+)$")
+EVENTS_RE = re.compile(r"^/api/v1/namespaces/([^/]+)/events$")
 CLAIM_RE = re.compile(r"^/apis/resource\.k8s\.io/v1/namespaces/([^/]+)/resourceclaims/([^/]+)$")
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 C_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -179,10 +182,43 @@ class State:
         self.log = []
         self.conflicts = 0
         self.claims_file = claims_file
+        self.events = []
 
     def next_version(self):
         self.version += 1
         return str(self.version)
+
+
+EVENT_FIELDS = {"apiVersion", "kind", "metadata", "involvedObject", "reason", "message", "source", "type",
+                "firstTimestamp", "lastTimestamp", "count", "reportingComponent", "reportingInstance",
+                "eventTime", "action", "related", "series"}
+
+
+def validate_event(ev, namespace):
+    """The core/v1 Event rules the plugin's events must meet (a subset of the real validation)."""
+    if not isinstance(ev, dict):
+        raise Invalid("not an object")
+    for k in ev:
+        if k not in EVENT_FIELDS:
+            raise Invalid("unknown field %r" % k)
+    if ev.get("apiVersion") != "v1" or ev.get("kind") != "Event":
+        raise Invalid("apiVersion/kind: want v1 Event")
+    meta = ev.get("metadata") or {}
+    if not (meta.get("name") or meta.get("generateName")):
+        raise Invalid("metadata.name or metadata.generateName: required")
+    if meta.get("namespace", namespace) != namespace:
+        raise Invalid("metadata.namespace does not match the request's")
+    obj = ev.get("involvedObject") or {}
+    if not obj.get("kind") or not obj.get("name"):
+        raise Invalid("involvedObject: kind and name required")
+    if ev.get("type") not in ("Normal", "Warning"):
+        raise Invalid("type: Normal or Warning")
+    if not ev.get("reason") or not re.match(r"^[A-Z][A-Za-z0-9]*$", ev["reason"]):
+        raise Invalid("reason: CamelCase required")
+    if len(ev.get("message", "")) > 1024:
+        raise Invalid("message: longer than 1024")
+    if ev.get("reportingComponent") and not ev.get("reportingInstance"):
+        raise Invalid("reportingInstance: required with reportingComponent")
 
 
 def node(name):
@@ -250,6 +286,9 @@ class Handler(BaseHTTPRequestHandler):
             m = NODE_RE.match(self.path)
             if m and self.command == "GET":
                 return self.reply(200, node(m.group(1)))
+            m = EVENTS_RE.match(self.path)
+            if m and self.command == "POST":
+                return self.event(m.group(1))
             self.fail(404, "NotFound", "the server could not find the requested resource")
         except Invalid as e:
             self.fail(422, "Invalid", "ResourceSlice is invalid: %s" % e)
@@ -266,6 +305,9 @@ class Handler(BaseHTTPRequestHandler):
             with state.lock:
                 state.log.clear()
             return self.reply(200, {})
+        if self.path == "/fake/events" and self.command == "GET":
+            with state.lock:
+                return self.reply(200, list(state.events))
         if self.path == "/fake/conflicts" and self.command == "POST":
             body = self.read_body()
             with state.lock:
@@ -274,6 +316,22 @@ class Handler(BaseHTTPRequestHandler):
         self.fail(404, "NotFound", "no such test endpoint")
 
     # --- resources --------------------------------------------------------------------------------
+    def event(self, namespace):
+        state = self.server.state
+        ev = self.read_body()
+        try:
+            validate_event(ev, namespace)
+        except Invalid as e:
+            return self.fail(422, "Invalid", "Event is invalid: %s" % e)
+        with state.lock:
+            meta = dict(ev["metadata"])
+            if not meta.get("name"):
+                meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]
+            meta.update(namespace=namespace, uid=str(uuid.uuid4()), resourceVersion=state.next_version())
+            ev = dict(ev, metadata=meta)
+            state.events.append(ev)
+            return self.reply(201, ev)
+
     def claim(self, namespace, name):
         try:
             with open(self.server.state.claims_file or "/nonexistent", encoding="utf-8") as f:

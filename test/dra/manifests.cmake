@@ -26,3 +26,10 @@ endif()
 add_test(NAME dra.manifests
          COMMAND ${_gpuos_manifest_python} ${CMAKE_CURRENT_LIST_DIR}/manifest_schema.py ${_gpuos_manifest_args})
 set_tests_properties(dra.manifests PROPERTIES LABELS "dra" TIMEOUT 120)
+
+# ctest dra.proto_fields: gpuos's own .proto files (src/dra/proto) against the upstream facts
+# recorded in src/dra/proto/upstream_fields.json (fields, numbers, types, labels, enum values, RPCs;
+# each file's upstream repository, path and tag). No build needed.
+add_test(NAME dra.proto_fields
+         COMMAND ${_gpuos_manifest_python} ${CMAKE_CURRENT_LIST_DIR}/proto_fields_test.py ${CMAKE_SOURCE_DIR}/src/dra/proto)
+set_tests_properties(dra.proto_fields PROPERTIES LABELS "dra" TIMEOUT 60)

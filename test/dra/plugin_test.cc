@@ -1,6 +1,7 @@
 // gpuos-dra's prepare/unprepare logic (plugin.h) over a fake API server and a fake gpuosd: what
 // is asked of gpuosd, what the answer holds, and that a failure at any step leaves nothing.
 #include "dra/plugin.h"
+#include "dra/node_check.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -230,6 +231,38 @@ TEST_F(PluginTest, ASharedClaimIsPreparedAgainWhateverTheOrderOfItsPods) {
   }
   for (const auto& m : daemon.prepared) EXPECT_STREQ(m.claim_uid, kUid);
   std::filesystem::remove_all(state);
+}
+
+// The NVIDIA container runtime's config: whether any pod can get GPUs by NVIDIA_VISIBLE_DEVICES.
+TEST_F(PluginTest, TheNvidiaRuntimeConfigSaysWhetherPodsReachGpusWithoutAClaim) {
+  using V = GpuAccessCheck::Verdict;
+  auto check = [&](const char* text) {
+    const std::string path = dir + "/config.toml";
+    std::ofstream(path) << text;
+    return check_nvidia_runtime_config({dir + "/absent.toml", path});  // the first that exists
+  };
+  const std::string key = "accept-nvidia-visible-devices-envvar-when-unprivileged";
+  GpuAccessCheck c = check_nvidia_runtime_config({dir + "/absent.toml"});
+  EXPECT_EQ(c.verdict, V::kUnknown);
+  EXPECT_NE(c.detail.find("no NVIDIA container runtime config at " + dir + "/absent.toml"), std::string::npos) << c.detail;
+  c = check((key + " = true\n[nvidia-container-cli]\nldconfig = \"@/sbin/ldconfig\"\n").c_str());
+  EXPECT_EQ(c.verdict, V::kOpen);
+  EXPECT_NE(c.detail.find(key + " = true"), std::string::npos) << c.detail;
+  c = check("disable-require = false\n#" "accept-nvidia-visible-devices-envvar-when-unprivileged = false\n");
+  EXPECT_EQ(c.verdict, V::kOpen);  // absent: the toolkit's default, true
+  EXPECT_NE(c.detail.find("not set"), std::string::npos) << c.detail;
+  c = check((key + " = false\n").c_str());
+  EXPECT_EQ(c.verdict, V::kClaimsOnly);
+  // Only the top-level key counts (the same name in a table is another setting).
+  c = check(("[nvidia-container-runtime]\n" + key + " = false\n").c_str());
+  EXPECT_EQ(c.verdict, V::kOpen);
+  c = check((key + " = \"false\"\n").c_str());
+  EXPECT_EQ(c.verdict, V::kUnknown);
+  EXPECT_NE(c.detail.find("not true or false"), std::string::npos) << c.detail;
+  c = check("this is = = not toml\n");
+  EXPECT_EQ(c.verdict, V::kUnknown);
+  EXPECT_NE(c.detail.find("not TOML"), std::string::npos) << c.detail;
+  EXPECT_EQ(check_nvidia_runtime_config({}).verdict, V::kUnknown);
 }
 
 }  // namespace

@@ -2,8 +2,9 @@
 """End-to-end tests of gpuos-dra, the Kubernetes DRA kubelet plugin (issue #26), without a cluster.
 
 The real gpuosd (on the driver test double), the real gpuos-dra, a fake kubelet
-(gpuos-fake-kubelet: registration, prepare, unprepare over the real gRPC sockets) and a fake API
-server (test/dra/fake_apiserver.py: the claims it serves, the ResourceSlices it is sent). The
+(gpuos-fake-kubelet: it watches plugins_registry and registers the plugin, again after the plugin
+restarts, then prepares and unprepares claims over the real gRPC sockets and hands each container
+the CDI devices of the requests it names) and a fake API server (test/dra/fake_apiserver.py: the claims it serves, the ResourceSlices it is sent). The
 container test runs a claim's tenant in a real container (podman + crun, from a local root
 filesystem, nothing pulled) with exactly the CDI devices the plugin answered.
 Usage: test_dra.py BUILD_DIR [test-name ...]
@@ -12,10 +13,12 @@ import glob
 import json
 import os
 import shutil
+import queue
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import unittest
 import urllib.request
 import uuid
@@ -56,10 +59,58 @@ def tenant_config(**fields):
     return dict({"apiVersion": "gpuos.io/v1", "kind": "TenantConfig"}, **fields)
 
 
-class Node:
-    """gpuosd + fake API server + gpuos-dra, all ended by the test's cleanups."""
+class Kubelet:
+    """gpuos-fake-kubelet's kubelet mode: events (registrations) and replies read from its stdout."""
 
-    def __init__(self, test, cdi_dir=None):
+    def __init__(self, test, registry, args=()):
+        self.registry = registry
+        self.log = open(os.path.join(registry, "..", "fake-kubelet.%d.log" % id(self)), "w+")
+        test.addCleanup(self.log.close)
+        self.proc = spawn(test, [bin_path("gpuos-fake-kubelet"), "kubelet", registry] + list(args), os.environ,
+                          stdin=subprocess.PIPE, stderr=self.log)
+        self.events = []
+        self.replies = queue.Queue()
+        self.lock = threading.Lock()
+        threading.Thread(target=self._read, daemon=True).start()
+        test.addCleanup(self.stop)
+
+    def _read(self):
+        for line in self.proc.stdout:
+            msg = json.loads(line)
+            if "reply" in msg:
+                self.replies.put(msg)
+            else:
+                with self.lock:
+                    self.events.append(msg)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.stdin.close()
+            self.proc.wait(timeout=60)
+
+    def seen(self, event):
+        with self.lock:
+            return [e for e in self.events if e["event"] == event]
+
+    def wait_event(self, event, count=1, what=""):
+        return wait_for(lambda: (lambda es: es if len(es) >= count else None)(self.seen(event)), timeout=60,
+                        what="%d fake kubelet event(s) %s %s" % (count, event, what))[count - 1]
+
+    def call(self, **cmd):
+        self.proc.stdin.write(json.dumps(cmd) + "\n")
+        self.proc.stdin.flush()
+        return self.replies.get(timeout=120)
+
+    def stderr(self):
+        self.log.flush()
+        self.log.seek(0)
+        return self.log.read()
+
+
+class Node:
+    """gpuosd + fake API server + fake kubelet + gpuos-dra, all ended by the test's cleanups."""
+
+    def __init__(self, test, cdi_dir=None, kubelet_args=(), with_kubelet=True):
         self.test = test
         self.dir = tempfile.mkdtemp(prefix="gpuos-dra-")
         test.addCleanup(shutil.rmtree, self.dir, ignore_errors=True)
@@ -68,6 +119,7 @@ class Node:
         self.registry = self.path("registry")
         self.plugin_dir = self.path("plugins", DRIVER)
         self.claims_file = self.path("claims.json")
+        self.nvidia_config = self.path("nvidia-container-runtime", "config.toml")
         self.set_claims([])
         with open(self.path("token"), "w") as f:
             f.write(TOKEN + "\n")
@@ -77,23 +129,33 @@ class Node:
         if "listening on" not in line:
             raise AssertionError("the fake API server did not start: " + line + self.api.stderr.read())
         self.api_url = "http://127.0.0.1:%d" % int(line.split()[-1])
+        os.makedirs(self.registry)
+        self.k = self.start_kubelet(kubelet_args) if with_kubelet else None
         self.plugin = None
         self.start_plugin()
+
+    def start_kubelet(self, args=()):
+        self.k = Kubelet(self.test, self.registry, args)
+        return self.k
 
     def path(self, *parts):
         return os.path.join(self.dir, *parts)
 
-    def start_plugin(self, extra=()):
+    def start_plugin(self, extra=(), wait_registered=True):
         self.plugin_log = open(self.path("gpuos-dra.log"), "a+")
         self.test.addCleanup(self.plugin_log.close)
         cmd = [bin_path("gpuos-dra"), "--node-name", NODE, "--gpuos-socket", self.d.socket,
                "--plugin-dir", self.plugin_dir, "--registry-dir", self.registry, "--cdi-dir", self.cdi_dir,
                "--interposer", os.path.join(test_e2e.BUILD, "lib", "libgpuos.so"),
                "--kube-api", self.api_url, "--kube-token-file", self.path("token"),
+               "--nvidia-runtime-config", self.nvidia_config,  # (not the machine's)
                "--publish-interval-s", "1"] + list(extra)
+        registered = len(self.k.seen("registered")) if self.k else 0
         self.plugin = spawn(self.test, cmd, self.d.env, stdout=self.plugin_log, stderr=subprocess.STDOUT)
         wait_for(lambda: os.path.exists(os.path.join(self.registry, DRIVER + "-reg.sock")),
                  what="gpuos-dra's registration socket\n" + self.plugin_text())
+        if self.k and wait_registered:  # the kubelet found it in plugins_registry
+            self.k.wait_event("registered", registered + 1, "(the plugin registered)\n" + self.plugin_text())
 
     def plugin_text(self):
         self.plugin_log.flush()
@@ -105,21 +167,31 @@ class Node:
             json.dump(claims, f)
         os.replace(self.claims_file + ".tmp", self.claims_file)
 
-    def kubelet(self, *args):
-        r = subprocess.run([bin_path("gpuos-fake-kubelet")] + list(args), capture_output=True, text=True,
-                           timeout=120)
+    def health(self, port, service):
+        r = subprocess.run([bin_path("gpuos-fake-kubelet"), "health", "127.0.0.1:%d" % port, service],
+                           capture_output=True, text=True, timeout=120)
         if r.returncode != 0:
-            raise AssertionError("fake kubelet %s failed (%d): %s\n%s" % (args[0], r.returncode, r.stderr,
-                                                                         self.plugin_text()))
-        return json.loads(r.stdout)
+            raise AssertionError("fake kubelet health failed (%d): %s\n%s" % (r.returncode, r.stderr,
+                                                                             self.plugin_text()))
+        return json.loads(r.stdout)["status"]
 
-    def prepare(self, uid, name, api="v1"):
-        return self.kubelet("prepare", os.path.join(self.plugin_dir, "dra.sock"), api,
-                            "inference/%s/%s" % (name, uid))[uid]
+    def call(self, op, claims, containers=None):
+        """The kubelet's NodePrepareResources / NodeUnprepareResources of claims [(name, uid)], on
+        the plugin it registered."""
+        cmd = {"op": op, "driver": DRIVER,
+               "claims": [{"namespace": "inference", "name": n, "uid": u} for n, u in claims]}
+        if containers is not None:
+            cmd["containers"] = containers
+        r = self.k.call(**cmd)
+        if "error" in r:
+            raise AssertionError("fake kubelet %s: %s\n%s\n%s" % (op, r["error"], self.k.stderr(), self.plugin_text()))
+        return r
 
-    def unprepare(self, uid, name, api="v1"):
-        return self.kubelet("unprepare", os.path.join(self.plugin_dir, "dra.sock"), api,
-                            "inference/%s/%s" % (name, uid))[uid]
+    def prepare(self, uid, name):
+        return self.call("prepare", [(name, uid)])["claims"][uid]
+
+    def unprepare(self, uid, name):
+        return self.call("unprepare", [(name, uid)])["claims"][uid]
 
     def slice(self):
         """This node's ResourceSlice as the API server holds it (None: there is none)."""
@@ -140,6 +212,18 @@ class Node:
         with open(path) as f:
             return [l for l in f.read().splitlines() if l]
 
+    def gpu_uuid(self):
+        uuid_ = self.d.ps()["gpus"][0]["uuid"]
+        return uuid_ if uuid_.startswith("GPU-") else "GPU-" + uuid_
+
+    def cdi_ids(self, uid):
+        """What the plugin answers for a claim on GPU 0: its own CDI device and the GPU's."""
+        return ["%s/claim=%s" % (DRIVER, uid), "nvidia.com/gpu=" + self.gpu_uuid()]
+
+    def events(self):
+        with urllib.request.urlopen(urllib.request.Request(self.api_url + "/fake/events"), timeout=10) as r:
+            return json.loads(r.read())
+
     def cdi_files(self):
         return sorted(glob.glob(os.path.join(self.cdi_dir, DRIVER + "-claim_*")))
 
@@ -149,15 +233,64 @@ class Plugin(unittest.TestCase):
         self.n = Node(self)
 
     def test_registers_with_the_kubelet(self):
-        info = self.n.kubelet("register", self.n.registry, DRIVER)
+        # The kubelet found the plugin's socket in plugins_registry (Node waited for that).
+        info = self.n.k.seen("registered")[0]
+        self.assertEqual(info["socket"], os.path.join(self.n.registry, DRIVER + "-reg.sock"))
         self.assertEqual(info["type"], "DRAPlugin")
         self.assertEqual(info["name"], DRIVER)
         self.assertEqual(info["endpoint"], os.path.join(self.n.plugin_dir, "dra.sock"))
         self.assertIn("v1.DRAPlugin", info["supported_versions"])
         self.assertIn("v1beta1.DRAPlugin", info["supported_versions"])
-        self.assertTrue(info["registered"])
         self.assertEqual(info["api"], "v1")  # the first the plugin lists that the kubelet serves
         wait_for(lambda: "the kubelet registered gpuos.io" in self.n.plugin_text(), what="the plugin to log it")
+        self.assertEqual(self.n.k.call(op="drivers")["drivers"],
+                         {DRIVER: {"endpoint": os.path.join(self.n.plugin_dir, "dra.sock"), "api": "v1"}})
+
+    def test_warns_while_pods_can_reach_gpus_without_a_claim(self):
+        key = "accept-nvidia-visible-devices-envvar-when-unprivileged"
+        wait_for(lambda: "GPU access without a claim: cannot tell (no NVIDIA container runtime config at %s)"
+                 % self.n.nvidia_config in self.n.plugin_text(), what="no config found\n" + self.n.plugin_text())
+        self.assertEqual(self.n.events(), [])
+
+        def write(text):
+            os.makedirs(os.path.dirname(self.n.nvidia_config), exist_ok=True)
+            with open(self.n.nvidia_config + ".tmp", "w") as f:
+                f.write(text)
+            os.replace(self.n.nvidia_config + ".tmp", self.n.nvidia_config)
+        # The toolkit's default (the key absent: true): any pod gets GPUs by NVIDIA_VISIBLE_DEVICES.
+        write('disable-require = false\n[nvidia-container-runtime]\nmode = "auto"\n')
+        ev = wait_for(lambda: self.n.events(), what="the Warning Event\n" + self.n.plugin_text())
+        self.assertEqual(len(ev), 1)
+        ev = ev[0]
+        self.assertEqual((ev["type"], ev["reason"]), ("Warning", "GPUAccessWithoutClaim"))
+        self.assertEqual(ev["involvedObject"], {"apiVersion": "v1", "kind": "Node", "name": NODE,
+                                                "uid": str(uuid.uuid5(uuid.NAMESPACE_DNS, NODE + ".node.fake"))})
+        self.assertEqual(ev["metadata"]["namespace"], "default")
+        self.assertIn("NVIDIA_VISIBLE_DEVICES", ev["message"])
+        self.assertIn(self.n.nvidia_config + ": " + key + " is not set", ev["message"])
+        self.assertIn("pods on this node can reach its GPUs without a gpuos claim", self.n.plugin_text())
+        # Closed: logged, no new event; open again: a new event.
+        write(key + " = false\n")
+        wait_for(lambda: "GPU access without a claim: closed" in self.n.plugin_text(), what="closed\n" + self.n.plugin_text())
+        self.assertEqual(len(self.n.events()), 1)
+        write(key + " = true\n")
+        wait_for(lambda: len(self.n.events()) == 2, what="a second event\n" + self.n.plugin_text())
+        self.assertIn(key + " = true", self.n.events()[1]["message"])
+        text = self.n.plugin_text()
+        self.assertEqual(text.count("pods on this node can reach its GPUs"), 2, text)  # once per finding
+
+    def test_a_kubelet_before_1_34_gets_v1beta1(self):
+        self.n.k.stop()  # a kubelet that serves v1beta1 only, started after the plugin: it finds the
+        k = self.n.start_kubelet(["--serve", "v1beta1"])  # socket already there
+        self.assertEqual(k.wait_event("registered")["api"], "v1beta1")
+        uid = "22222222-2222-4333-8444-555555555555"
+        r = self.prepared(uid, "trainer-gpu", **{"mem": "1Gi", "borrow": "2Gi"})
+        self.assertEqual(r["devices"][0]["cdi_device_ids"], self.n.cdi_ids(uid))
+        self.assertEqual(self.n.unprepare(uid, "trainer-gpu")["error"], "")
+        # A kubelet that serves neither refuses the plugin.
+        k.stop()
+        k = self.n.start_kubelet(["--serve", "v2"])
+        self.assertIn("serves a version", k.wait_event("refused")["error"])
 
     def test_publishes_the_nodes_shares_and_withdraws_them_while_gpuosd_is_gone(self):
         gpu = self.n.d.ps()["gpus"][0]
@@ -206,8 +339,14 @@ class Plugin(unittest.TestCase):
         self.assertTrue(os.path.exists(os.path.join(self.n.d.dir, "claims", uid, "gpuosd.sock")))
         self.assertIn("received Terminated", self.n.plugin_text())
         self.assertNotIn("DELETE", [e["method"] for e in self.api_log()])
-        # The next plugin takes the slice over unchanged, and answers the claim as before.
+        # The kubelet saw its socket go and has no plugin to call meanwhile.
+        self.n.k.wait_event("deregistered")
+        r = self.n.k.call(op="prepare", driver=DRIVER, claims=[{"namespace": "inference", "name": "llm-gpu", "uid": uid}])
+        self.assertIn("not registered", r["error"])
+        # The next plugin: the kubelet registers it again when its socket appears (start_plugin waits
+        # for that), it takes the slice over unchanged, and answers the claim as before.
         self.n.start_plugin()
+        self.assertEqual(len(self.n.k.seen("registered")), 2)
         self.assertEqual(self.n.prepare(uid, "llm-gpu"), first, self.n.plugin_text())
         wait_for(lambda: len(self.api_log()) > 0 and self.api_log()[-1]["path"].endswith(NODE + "-" + DRIVER),
                  what="the new plugin to look at its slice")
@@ -219,12 +358,13 @@ class Plugin(unittest.TestCase):
             return json.loads(r.read())
 
     def health(self, port, service):
-        return self.n.kubelet("health", "127.0.0.1:%d" % port, service)["status"]
+        return self.n.health(port, service)
 
     def test_health_probes_and_a_refused_registration(self):
+        self.n.k.stop()  # no kubelet yet
         self.n.plugin.terminate()
         self.n.plugin.wait(timeout=60)
-        self.n.start_plugin(["--health-listen", "127.0.0.1:0", "--registration-retry-s", "1"])
+        self.n.start_plugin(["--health-listen", "127.0.0.1:0", "--registration-retry-s", "1"], wait_registered=False)
         line = wait_for(lambda: next((l for l in self.n.plugin_text().splitlines() if "answering health probes" in l),
                                      None), what="the health port\n" + self.n.plugin_text())
         port = int(line.split("(port ")[1].rstrip(")"))
@@ -233,18 +373,21 @@ class Plugin(unittest.TestCase):
         self.assertEqual(self.health(port, "liveness"), "SERVING")
         self.assertEqual(self.health(port, ""), "SERVING")
         self.assertEqual(self.health(port, "readiness"), "NOT_SERVING")
-        self.assertTrue(self.n.kubelet("register", self.n.registry, DRIVER)["registered"])
+        self.n.start_kubelet().wait_event("registered")  # the kubelet starts and finds the socket
         self.assertEqual(self.health(port, "readiness"), "SERVING")
-        # Refused: not ready, and the registration socket is made anew, which the kubelet's plugin
-        # watcher takes as a new plugin to register.
-        self.assertFalse(self.n.kubelet("register", self.n.registry, DRIVER, "--refuse")["registered"])
+        # A kubelet (restarted) that refuses the plugin: not ready; the plugin makes its registration
+        # socket anew, which the kubelet's watcher takes as a new plugin to register, and refuses again.
+        self.n.k.stop()
+        k = self.n.start_kubelet(["--refuse", "1000"])
+        k.wait_event("refused", 2, "(the socket made anew after the first)\n" + self.n.plugin_text())
+        # (The plugin logs it once its new socket serves: maybe after the kubelet was already there.)
+        wait_for(lambda: "registering with the kubelet again" in self.n.plugin_text(), what="the socket made anew logged")
         self.assertEqual(self.health(port, "readiness"), "NOT_SERVING")
         self.assertEqual(self.health(port, "liveness"), "SERVING")
-        wait_for(lambda: "registering with the kubelet again" in self.n.plugin_text(),
-                 what="the registration socket made anew")
-        self.assertTrue(os.path.exists(os.path.join(self.n.registry, DRIVER + "-reg.sock")))
-        self.assertTrue(self.n.kubelet("register", self.n.registry, DRIVER)["registered"])
-        self.assertEqual(self.health(port, "readiness"), "SERVING")
+        # A kubelet that takes it: ready again.
+        k.stop()
+        self.n.start_kubelet().wait_event("registered")
+        wait_for(lambda: self.health(port, "readiness") == "SERVING", what="ready again\n" + self.n.plugin_text())
         # A service the probe may not name; a DRA socket that no longer answers is not alive.
         r = subprocess.run([bin_path("gpuos-fake-kubelet"), "health", "127.0.0.1:%d" % port, "startup"],
                            capture_output=True, text=True, timeout=60)
@@ -291,9 +434,9 @@ class Plugin(unittest.TestCase):
         self.assertTrue(all(d["name"].startswith("gpu-0-") for d in devices()))
         self.assertGreater(self.n.slice()["spec"]["pool"]["generation"], generation)
 
-    def prepared(self, uid, name, api="v1", **cfg):
+    def prepared(self, uid, name, **cfg):
         self.n.set_claims([claim(name, uid, params=tenant_config(**cfg))])
-        r = self.n.prepare(uid, name, api)
+        r = self.n.prepare(uid, name)
         self.assertEqual(r["error"], "", self.n.plugin_text())
         return r
 
@@ -305,7 +448,8 @@ class Plugin(unittest.TestCase):
         dev = r["devices"][0]
         self.assertEqual(dev["request_names"], ["gpu"])
         self.assertEqual((dev["pool_name"], dev["device_name"]), (NODE, "gpu-0-guaranteed-0"))
-        self.assertEqual(dev["cdi_device_ids"], ["%s/claim=%s" % (DRIVER, uid)])
+        # gpuos's own CDI device, and the GPU's from the NVIDIA container toolkit's spec (the default).
+        self.assertEqual(dev["cdi_device_ids"], ["%s/claim=%s" % (DRIVER, uid), "nvidia.com/gpu=" + self.n.gpu_uuid()])
         # The CDI spec: the interposer, the claim's own socket directory, the GPU.
         files = self.n.cdi_files()
         self.assertEqual([os.path.basename(f) for f in files], ["%s-claim_%s.json" % (DRIVER, uid)])
@@ -385,26 +529,47 @@ class Plugin(unittest.TestCase):
         self.n.set_claims([claim("c-0", uids[0], device="gpu-0-guaranteed-0", params=tenant_config(mem="64Mi")),
                            claim("c-1", uids[1], device="gpu-0-best-effort-1", params=tenant_config(mem="32Mi")),
                            claim("c-2", uids[2], device="gpu-0-best-effort-2", params=tenant_config(memory="1"))])
-        sock = os.path.join(self.n.plugin_dir, "dra.sock")
-        refs = ["inference/c-%d/%s" % (i, u) for i, u in enumerate(uids)]
-        r = self.n.kubelet("prepare", sock, "v1", *refs)
+        refs = [("c-%d" % i, u) for i, u in enumerate(uids)]
+        r = self.n.call("prepare", refs)["claims"]
         self.assertEqual(sorted(r), sorted(uids))
         for i in (0, 1):  # each claim its own answer ...
             self.assertEqual(r[uids[i]]["error"], "", self.n.plugin_text())
-            self.assertEqual(r[uids[i]]["devices"][0]["cdi_device_ids"], ["%s/claim=%s" % (DRIVER, uids[i])])
+            self.assertEqual(r[uids[i]]["devices"][0]["cdi_device_ids"], self.n.cdi_ids(uids[i]))
         self.assertIn("memory", r[uids[2]]["error"])  # ... a bad one does not fail the others
         self.assertEqual(len(self.n.claims_of_gpuosd()), 2)
         self.assertEqual(len(self.n.cdi_files()), 2)
-        r = self.n.kubelet("unprepare", sock, "v1", *refs)
+        r = self.n.call("unprepare", refs)["claims"]
         self.assertEqual({u: e["error"] for u, e in r.items()}, {u: "" for u in uids})
         self.assertEqual(self.n.claims_of_gpuosd(), [])
         self.assertEqual(self.n.cdi_files(), [])
 
-    def test_v1beta1_is_served_too(self):
-        uid = "22222222-2222-4333-8444-555555555555"
-        r = self.prepared(uid, "trainer-gpu", api="v1beta1", **{"mem": "1Gi", "borrow": "2Gi"})
-        self.assertEqual(r["devices"][0]["cdi_device_ids"], ["%s/claim=%s" % (DRIVER, uid)])
-        self.assertEqual(self.n.unprepare(uid, "trainer-gpu", api="v1beta1")["error"], "")
+    def test_a_container_gets_the_cdi_devices_of_the_requests_it_names(self):
+        # A firstAvailable request "gpu" whose subrequest "gpu/guaranteed" was allocated. The kubelet
+        # hands a container the CDI devices whose request_names hold the request the container names
+        # (all of the claim's when it names none).
+        uid = "6b666666-2222-4333-8444-555555555555"
+        c = claim("llm-gpu", uid, params=tenant_config(mem="64Mi"))
+        c["spec"]["devices"]["requests"] = [{"name": "gpu", "firstAvailable": [
+            {"name": "guaranteed", "deviceClassName": "gpuos-guaranteed.gpuos.io"},
+            {"name": "best-effort", "deviceClassName": "gpuos-best-effort.gpuos.io"}]}]
+        c["status"]["allocation"]["devices"]["results"][0]["request"] = "gpu/guaranteed"
+        self.n.set_claims([c])
+        r = self.n.call("prepare", [("llm-gpu", uid)], containers={
+            "server": [{"claim": uid, "request": "gpu"}],
+            "sidecar": [{"claim": uid, "request": "other"}],
+            "whole-claim": [{"claim": uid}],
+            "no-claim": []})
+        self.assertEqual(r["claims"][uid]["error"], "", self.n.plugin_text())
+        ids = self.n.cdi_ids(uid)
+        self.assertEqual(r["containers"], {"server": ids, "sidecar": [], "whole-claim": ids, "no-claim": []})
+        # A claim that failed to prepare gives no container anything.
+        bad = "6c666666-2222-4333-8444-555555555555"
+        self.n.set_claims([c, claim("bad", bad, params=tenant_config(memory="1"))])
+        r = self.n.call("prepare", [("llm-gpu", uid), ("bad", bad)],
+                        containers={"server": [{"claim": uid, "request": "gpu"}, {"claim": bad, "request": "gpu"}]})
+        self.assertEqual(r["containers"], {"server": ids})
+        self.assertEqual({u: e["error"] for u, e in self.n.call("unprepare", [("llm-gpu", uid), ("bad", bad)])["claims"].items()},
+                         {uid: "", bad: ""})
 
     def test_a_claim_survives_a_gpuosd_restart(self):
         uid = "33333333-2222-4333-8444-555555555555"
@@ -557,9 +722,9 @@ class Container(unittest.TestCase):
         uid = "88888888-2222-4333-8444-%012d" % os.getpid()
         self.n.set_claims([claim("llm-gpu", uid, params=tenant_config(**{"class": "guaranteed", "mem": "192Mi"}))])
         self.addCleanup(self.n.unprepare, uid, "llm-gpu")
-        r = self.n.prepare(uid, "llm-gpu")
-        self.assertEqual(r["error"], "", self.n.plugin_text())
-        ids = r["devices"][0]["cdi_device_ids"]
+        out = self.n.call("prepare", [("llm-gpu", uid)], containers={"tenant": [{"claim": uid, "request": "gpu"}]})
+        self.assertEqual(out["claims"][uid]["error"], "", self.n.plugin_text())
+        ids = out["containers"]["tenant"]  # what the kubelet hands the runtime for the container
         self.assertEqual(ids, ["%s/claim=%s" % (DRIVER, uid), "gpuos-test.local/simgpu=0"])
         args = []
         for i in ids:
