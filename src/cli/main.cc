@@ -9,11 +9,11 @@
 #include <string>
 #include <vector>
 
-#include "cli/client.h"
 #include "cli/commands.h"
 #include "cli/docgen.h"
 #include "cli/simulate.h"
 #include "cli/top.h"
+#include "client/client.h"
 #include "common/command_line.h"
 #include "common/config.h"
 #include "common/slowdown.h"
@@ -21,6 +21,7 @@
 
 using namespace gpuos;
 using namespace gpuos::cli;
+using namespace gpuos::client;
 
 namespace {
 

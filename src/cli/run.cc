@@ -10,13 +10,14 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "cli/client.h"
 #include "cli/commands.h"
 #include "cli/simulate.h"
+#include "client/client.h"
 #include "common/config.h"
 #include "policies/budget/budget.h"
 
 namespace gpuos::cli {
+using namespace ::gpuos::client;  // the gpuosd client library (src/client)
 namespace {
 
 // --space DOMAIN without a gpuosd to ask (`no_daemon` says why): the domain's MPS directories from
