@@ -186,6 +186,11 @@ void read_tenant_env(TenantNumbers* n, void (*warn)(const char* var, const char*
     }
     (var == kEnvMem ? n->mem_bytes : n->borrow_bytes) = bytes;
   }
+  // (What it reads passes check_tenant_numbers: a borrow whose sum with the quota wraps goes too.)
+  if (uint64_t sum = 0; __builtin_add_overflow(n->mem_bytes, n->borrow_bytes, &sum)) {
+    if (const char* v = set(kEnvBorrow)) bad(kEnvBorrow, v, "a byte count that, with the quota, fits 2^64 - 1");
+    n->borrow_bytes = 0;
+  }
   if (const char* v = set(kEnvSlowdown)) {
     if (!parse_slowdown_permille(v, &n->max_slowdown_permille)) {
       bad(kEnvSlowdown, v, "a number such as 1.25, above 1 and at most 100, at most 3 decimals");

@@ -85,7 +85,8 @@ std::string slowdown_text(uint32_t permille);
 //
 // Reads the variables that are set and not empty into *n (the others keep their values). One that
 // does not parse, or is out of range, keeps its value too and is named through warn (the variable,
-// its text, what it wants), when warn is given. Needs no allocation (the interposer).
+// its text, what it wants), when warn is given; so does a borrow whose sum with the quota wraps. What
+// it reads passes check_tenant_numbers. Needs no allocation (the interposer).
 void read_tenant_env(TenantNumbers* n, void (*warn)(const char* var, const char* value, const char* want));
 // The variables for n, as name and text; text "" means unset it (a number at 0 where 0 means none).
 std::vector<std::pair<std::string, std::string>> tenant_env(const TenantNumbers& n);

@@ -99,7 +99,6 @@ void after_fork_in_child() {
   new (&g_init_mu) std::mutex();  // the parent may have held it at fork time
 }
 
-
 void default_name(char* buf, std::size_t len) {
   if (const char* n = std::getenv("GPUOS_TENANT_NAME"); n != nullptr && *n != '\0') {
     copy_name(buf, len, n);

@@ -251,8 +251,21 @@ TEST(TenantNumbers, TheEnvironmentReaderSaysWhatItIgnores) {
   EXPECT_EQ(said[2], "GPUOS_TENANT_WEIGHT=0: weight 0 is out of range 1..10000");
   EXPECT_EQ(said[3], "GPUOS_TENANT_MEM=-1: a byte count");
   EXPECT_NE(said[4].find("GPUOS_TENANT_MAX_SLOWDOWN=1.0: "), std::string::npos);
+  // Quota and borrow that each parse but wrap together: the borrow goes (gpuosd would refuse them).
+  setenv("GPUOS_TENANT_MEM", "1073741824", 1);
+  setenv("GPUOS_TENANT_MEM_BORROW", "18446744072635809792", 1);
+  said.clear();
+  n = TenantNumbers{};
+  read_tenant_env(&n, [](const char* var, const char* value, const char* want) {
+    said.push_back(std::string(var) + "=" + value + ": " + want);
+  });
+  EXPECT_EQ(n.mem_bytes, 1ull << 30);
+  EXPECT_EQ(n.borrow_bytes, 0u);
+  ASSERT_EQ(said.size(), 5u);  // (the others as above)
+  EXPECT_EQ(said[3], "GPUOS_TENANT_MEM_BORROW=18446744072635809792: a byte count that, with the quota, fits 2^64 - 1");
+  EXPECT_EQ(tenant_numbers_refusal(n), "");
   for (const char* var : {"GPUOS_TENANT_WEIGHT", "GPUOS_TENANT_PRIORITY", "GPUOS_TENANT_MAX_SLOWDOWN",
-                          "GPUOS_TENANT_MEM", "GPUOS_TENANT_CLASS", "GPUOS_TENANT_SMS"}) {
+                          "GPUOS_TENANT_MEM", "GPUOS_TENANT_MEM_BORROW", "GPUOS_TENANT_CLASS", "GPUOS_TENANT_SMS"}) {
     unsetenv(var);
   }
 }
