@@ -5,11 +5,12 @@
     slots       (the policy slots' interface)         -> slots, common
     policies    (time gate, space, memory policies)   -> policies, slots, common
     daemon      (gpuosd's mechanism, server, metrics) -> daemon, policies, slots, common
-    cli         (the gpuos command)                   -> cli, policies, slots, common
+    client      (gpuos_client: talking to gpuosd)     -> client, common
+    cli         (the gpuos command)                   -> cli, client, policies, slots, common
     kv          (libgpuos_kv.so, KV pools' C ABI)     -> kv, common
-    interpose   (libgpuos.so, inside tenants)         -> interpose, kv (result_text.h), common
+    interpose   (libgpuos.so, inside tenants)         -> interpose, common
     driver_double (the stand-in libcuda)              -> driver_double, common
-    dra         (gpuos-dra, the Kubernetes DRA plugin) -> dra, cli, common
+    dra         (gpuos-dra, the Kubernetes DRA plugin) -> dra, client, common
 
 include/gpuos/ (the ABI) may be included by all. Exit status 1 and one line per forbidden edge
 ("FILE:LINE: cli -> daemon (#include "daemon/core.h")") when the graph breaks the rule.
@@ -24,11 +25,12 @@ ALLOWED = {
     "slots": {"slots", "common"},
     "policies": {"policies", "slots", "common"},
     "daemon": {"daemon", "policies", "slots", "common"},
-    "cli": {"cli", "policies", "slots", "common"},
+    "client": {"client", "common"},
+    "cli": {"cli", "client", "policies", "slots", "common"},
     "kv": {"kv", "common"},
-    "interpose": {"interpose", "kv", "common"},
+    "interpose": {"interpose", "common"},
     "driver_double": {"driver_double", "common"},
-    "dra": {"dra", "cli", "common"},  # a gpuosd client like the CLI (cli/client.h)
+    "dra": {"dra", "client", "common"},
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"/]+)/[^"]*"')
 

@@ -371,8 +371,10 @@ typedef struct gpuos_msg_register {
   gpuos_msg_header hdr;
   int32_t pid;           /* must equal the SO_PEERCRED pid of the socket, else refused */
   uint32_t tenant_class; /* gpuos_class; may be lowered by the daemon, never raised beyond config */
+  /* The numbers' ranges (priority, weight, space_sms, max_slowdown_permille) are gpuosd's, defined
+     once in src/common/tenant_numbers.h; a REGISTER outside one is refused (GPUOS_ERR_BAD_MESSAGE). */
   int32_t priority;      /* guaranteed tenants: larger = more important */
-  uint32_t weight;       /* best-effort tenants: fair-share weight, 1..10000 */
+  uint32_t weight;       /* best-effort tenants: fair-share weight */
   uint64_t requested_mem_bytes; /* 0 = default from config */
   char name[GPUOS_NAME_MAX];
   uint64_t requested_borrow_bytes; /* more it may hold while the GPU has room (needs a quota) */
@@ -382,8 +384,8 @@ typedef struct gpuos_msg_register {
   char space_domain[GPUOS_DOMAIN_MAX]; /* spatial-sharing domain (gpuos run --space), "" = none */
   uint32_t space_sms;          /* SMs it asks for in its domain (guaranteed tenants); 0 = default */
   uint32_t max_slowdown_permille; /* latency budget (gpuos run --max-slowdown): its GPU work may take
-                                     this many thousandths of its time alone, 1001..100000; 0 = the
-                                     class's default from the config */
+                                     this many thousandths of its time alone (1250 =
+                                     1.25x); 0 = the class's default from the config */
 } gpuos_msg_register;
 
 typedef struct gpuos_msg_register_reply {
@@ -594,7 +596,7 @@ typedef struct gpuos_msg_claim_prepare {
   char space_domain[GPUOS_DOMAIN_MAX]; /* "" = time-shared */
   uint32_t tenant_class;             /* gpuos_class */
   int32_t priority;
-  uint32_t weight;                   /* 1..10000 */
+  uint32_t weight;                   /* ranges as REGISTER's (common/tenant_numbers.h) */
   uint32_t space_sms;
   uint64_t mem_bytes;                /* quota; 0 = none */
   uint64_t borrow_bytes;

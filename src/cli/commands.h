@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -11,14 +12,14 @@ namespace gpuos::cli {
 struct RunOptions {
   std::string name;       // "" = basename of the command
   std::string tenant_class;  // "" = config default_class
-  std::string priority;   // "" = inherited $GPUOS_TENANT_PRIORITY or 0
-  std::string weight;     // "" = inherited $GPUOS_TENANT_WEIGHT or 100
+  std::optional<int32_t> priority;  // none = inherited $GPUOS_TENANT_PRIORITY or 0
+  std::optional<uint32_t> weight;   // none = inherited $GPUOS_TENANT_WEIGHT or 100
   std::string mem;        // "" = inherited $GPUOS_TENANT_MEM or unlimited; e.g. "8GiB", "512MiB"
   std::string borrow;     // "" = inherited $GPUOS_TENANT_MEM_BORROW or none; needs mem
   bool swap = false;      // GPUOS_SWAP=1: swappable memory (gpuos run --swap)
   std::string space;      // "" = none; else a [[spatial.domain]] name (gpuos run --space)
   uint32_t sms = 0;       // with --space: SMs a guaranteed tenant asks for (0 = gpuosd's default)
-  std::string max_slowdown;  // latency budget, e.g. "1.25" ("" = inherited $GPUOS_TENANT_MAX_SLOWDOWN or the class default)
+  uint32_t max_slowdown_permille = 0;  // latency budget, 1250 for "1.25" (0 = inherited $GPUOS_TENANT_MAX_SLOWDOWN or the class default)
   bool simulate = false;  // run on the simulated device (the driver test double; cli/simulate.h)
   std::string socket;
   std::string config;

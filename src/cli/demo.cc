@@ -28,14 +28,15 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cli/client.h"
 #include "cli/commands.h"
 #include "cli/demo_verdict.h"
 #include "cli/simulate.h"
+#include "client/client.h"
 #include "common/ipc.h"
 #include "gpuos/driver_api.h"
 
 namespace gpuos::cli {
+using namespace ::gpuos::client;  // the gpuosd client library (src/client)
 namespace {
 
 using Env = EnvVars;

@@ -9,18 +9,19 @@
 #include <string>
 #include <vector>
 
-#include "cli/client.h"
 #include "cli/commands.h"
 #include "cli/docgen.h"
 #include "cli/simulate.h"
 #include "cli/top.h"
+#include "client/client.h"
 #include "common/command_line.h"
 #include "common/config.h"
-#include "common/slowdown.h"
+#include "common/tenant_numbers.h"
 #include "policies/registry.h"
 
 using namespace gpuos;
 using namespace gpuos::cli;
+using namespace gpuos::client;
 
 namespace {
 
@@ -46,34 +47,47 @@ CLI::Validator policy_check(policies::SlotKind slot) {
   return CLI::Validator([slot](std::string& name) { return policies::not_a_policy(slot, name); }, "POLICY");
 }
 
-// The priorities gpuosd and the interposer take (abi.h); beyond them a value was ignored later.
-constexpr long kMinPriority = -1000, kMaxPriority = 1000;
+// "-1000..1000": a tenant number's range (tenant_numbers.h, the one gpuosd and the claims check).
+std::string range_text(const NumberRange& r) { return std::to_string(r.lo) + ".." + std::to_string(r.hi); }
 
-CLI::Validator whole_number_in(long lo, long hi) {
-  return CLI::Validator(
-      [lo, hi](std::string& text) -> std::string {
-        long v = 0;
-        const char* end = text.data() + text.size();
-        auto [p, ec] = std::from_chars(text.data() + (text.starts_with("+") ? 1 : 0), end, v);
-        if (text.empty() || ec != std::errc() || p != end || v < lo || v > hi) {
-          return "\"" + text + "\" is not a whole number " + std::to_string(lo) + ".." + std::to_string(hi);
-        }
-        return "";
-      },
-      "N");
+// A whole number in its range, parsed as the interposer parses the variable it becomes
+// (tenant_numbers.h), so that what passes here is what gpuosd gets; *out set when given.
+template <typename T>
+CLI::Option* whole_number_option(CLI::App* app, const std::string& flag, const NumberRange& r, std::optional<T>* out,
+                                 const std::string& help) {
+  return app
+      ->add_option_function<std::string>(
+          flag,
+          [r, out](const std::string& text) {
+            int64_t v = 0;
+            char why[GPUOS_TEXT_MAX];
+            if (parse_number(text, r, &v, why, sizeof(why))) *out = static_cast<T>(v);
+          },
+          help)
+      ->check(CLI::Validator(
+          [r](std::string& text) -> std::string {
+            int64_t v = 0;
+            char why[GPUOS_TEXT_MAX];
+            if (parse_number(text, r, &v, why, sizeof(why))) return "";
+            return "\"" + text + "\" is not a whole number " + range_text(r);
+          },
+          "N"));
 }
 
-// --max-slowdown: the interposer's own parser (slowdown.h), so that what passes here is what gpuosd
-// gets: 1.001..100, at most 3 decimals; NaN, inf and signs are refused here, not ignored later.
-CLI::Validator slowdown_check() {
-  return CLI::Validator(
-      [](std::string& text) -> std::string {
-        uint32_t permille = 0;
-        if (parse_slowdown_permille(text, &permille)) return "";
-        return "\"" + text + "\" is not a slowdown factor (a number above 1 and at most 100 with at most 3 "
-               "decimals, e.g. 1.25)";
-      },
-      "X");
+// --max-slowdown: the interposer's own parser (tenant_numbers.h), into per mille: 1.001..100, at most
+// 3 decimals; NaN, inf and signs are refused here, not ignored later.
+CLI::Option* slowdown_option(CLI::App* app, uint32_t* permille, const std::string& help) {
+  return app
+      ->add_option_function<std::string>(
+          "--max-slowdown", [permille](const std::string& text) { parse_slowdown_permille(text, permille); }, help)
+      ->check(CLI::Validator(
+          [](std::string& text) -> std::string {
+            uint32_t permille = 0;
+            if (parse_slowdown_permille(text, &permille)) return "";
+            return "\"" + text + "\" is not a slowdown factor (a number " + slowdown_text(kMinSlowdownPermille) +
+                   ".." + slowdown_text(kMaxSlowdownPermille) + " with at most 3 decimals, e.g. 1.25)";
+          },
+          "X"));
 }
 
 bool load_cfg(const std::string& path, const char* cmd, Config* out) {
@@ -213,12 +227,10 @@ int main(int argc, char** argv) {
   run->add_option("--name", ro.name, "tenant name (default: the command's basename)");
   run->add_option("--class", ro.tenant_class, "guaranteed | best-effort (default: config default_class)")
       ->check(CLI::IsMember({"guaranteed", "best-effort"}));
-  run->add_option("--priority", ro.priority,
-                  "priority " + std::to_string(kMinPriority) + ".." + std::to_string(kMaxPriority) +
-                      " (guaranteed tenants; larger = more important)")
-      ->check(whole_number_in(kMinPriority, kMaxPriority));
-  run->add_option("--weight", ro.weight, "fair-share weight 1..10000 (best-effort tenants)")
-      ->check(whole_number_in(1, 10000));
+  whole_number_option(run, "--priority", kPriorityRange, &ro.priority,
+                      "priority " + range_text(kPriorityRange) + " (guaranteed tenants; larger = more important)");
+  whole_number_option(run, "--weight", kWeightRange, &ro.weight,
+                      "fair-share weight " + range_text(kWeightRange) + " (best-effort tenants)");
   run->add_option("--mem", ro.mem,
                   "device-memory quota, e.g. 512MiB, 8G, 1.5GiB or bytes; units are binary (8G = 8GB = 8GiB = "
                   "8*2^30 bytes) (default: unlimited)");
@@ -236,13 +248,12 @@ int main(int argc, char** argv) {
   run->add_option("--sms", ro.sms,
                   "with --space, a guaranteed tenant's SM partition: this many SMs (rounded up to whole groups "
                   "of 8); default: all but the best-effort tenants' reserve")
-      ->check(CLI::Range(1u, 1u << 20))
+      ->check(CLI::Range(static_cast<uint32_t>(kSmsRange.lo), static_cast<uint32_t>(kSmsRange.hi)))
       ->type_name("N");
-  run->add_option("--max-slowdown", ro.max_slowdown,
+  slowdown_option(run, &ro.max_slowdown_permille,
                   "latency budget of a guaranteed tenant: its kernels and graph replays may take up to this "
                   "many times as long as alone (p99 over gpuosd's window), e.g. 1.25; best-effort tenants get "
                   "the rest of the GPU (time policy \"budget\"). Default: [tenants] max_slowdown")
-      ->check(slowdown_check())
       ->type_name("X");
   run->add_flag("--simulate", ro.simulate,
                 "run on the simulated device of `gpuos daemon --simulate N` (the driver test double)");

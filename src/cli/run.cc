@@ -10,13 +10,15 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "cli/client.h"
 #include "cli/commands.h"
 #include "cli/simulate.h"
+#include "client/client.h"
 #include "common/config.h"
+#include "common/tenant_numbers.h"
 #include "policies/budget/budget.h"
 
 namespace gpuos::cli {
+using namespace ::gpuos::client;  // the gpuosd client library (src/client)
 namespace {
 
 // --space DOMAIN without a gpuosd to ask (`no_daemon` says why): the domain's MPS directories from
@@ -156,44 +158,51 @@ int run_command(const RunOptions& o, const std::vector<std::string>& cmd) {
   if (name.size() >= GPUOS_NAME_MAX) name.resize(GPUOS_NAME_MAX - 1);
 
   std::string klass = o.tenant_class.empty() ? class_name(cfg.default_class) : o.tenant_class;
-  auto inherited = [](const char* var, const std::string& opt, const char* dflt) {
-    if (!opt.empty()) return opt;
-    const char* v = std::getenv(var);
-    return std::string(v != nullptr && v[0] != '\0' ? v : dflt);
-  };
-  std::string priority = inherited("GPUOS_TENANT_PRIORITY", o.priority, "0");
-  std::string weight = inherited("GPUOS_TENANT_WEIGHT", o.weight, "100");
+  if (o.max_slowdown_permille != 0 && klass != "guaranteed") {
+    std::fprintf(stderr, "gpuos run: --max-slowdown is a guaranteed tenant's budget (--class guaranteed); a %s "
+                 "tenant is guaranteed nothing\n", klass.c_str());
+    return 2;
+  }
+  // The tenant's numbers: those an outer `gpuos run` passed down (read as the interposer reads
+  // them; the class is this run's own), then this run's options. They leave as the environment
+  // the interposer reads (tenant_numbers.h), and are checked here as gpuosd checks them.
+  unsetenv("GPUOS_TENANT_CLASS");
+  TenantNumbers n;
+  read_tenant_env(&n, [](const char* var, const char* value, const char* want) {
+    std::fprintf(stderr, "gpuos run: warning: ignoring the inherited %s=%s (want %s)\n", var, value, want);
+  });
+  n.tenant_class = klass == "guaranteed" ? GPUOS_CLASS_GUARANTEED : GPUOS_CLASS_BEST_EFFORT;
+  if (o.priority) n.priority = *o.priority;
+  if (o.weight) n.weight = *o.weight;
+  if (o.sms != 0) n.space_sms = o.sms;
+  if (o.max_slowdown_permille != 0) n.max_slowdown_permille = o.max_slowdown_permille;
   // --mem / --borrow as byte counts; unset: inherited from the environment.
-  auto size_option = [](const std::string& text, const char* flag, const char* var, const char* if_left_out,
-                        std::string* out) {
-    if (!text.empty()) {
-      uint64_t bytes = 0;
-      std::string why;
-      if (!gpuos::parse_size(text, &bytes, &why)) {
-        // Zero bytes is no grant at all: leaving the option out says what the user most likely meant.
-        if (why.ends_with("is zero bytes")) why += std::string(" (leave ") + flag + " out " + if_left_out + ")";
-        std::fprintf(stderr, "gpuos run: %s %s\n", flag, why.c_str());
-        return false;
-      }
-      *out = std::to_string(bytes);
-    } else if (const char* v = std::getenv(var); v != nullptr) {
-      *out = v;
+  auto size_option = [](const std::string& text, const char* flag, const char* if_left_out, uint64_t* out) {
+    if (text.empty()) return true;
+    std::string why;
+    if (!gpuos::parse_size(text, out, &why)) {
+      // Zero bytes is no grant at all: leaving the option out says what the user most likely meant.
+      if (why.ends_with("is zero bytes")) why += std::string(" (leave ") + flag + " out " + if_left_out + ")";
+      std::fprintf(stderr, "gpuos run: %s %s\n", flag, why.c_str());
+      return false;
     }
     return true;
   };
-  std::string mem, borrow;
-  if (!size_option(o.mem, "--mem", "GPUOS_TENANT_MEM", "for no quota", &mem)) return 2;
-  if (!size_option(o.borrow, "--borrow", "GPUOS_TENANT_MEM_BORROW", "to borrow nothing", &borrow)) return 2;
-  if (!o.borrow.empty() && mem.empty()) {
+  if (!size_option(o.mem, "--mem", "for no quota", &n.mem_bytes)) return 2;
+  if (!size_option(o.borrow, "--borrow", "to borrow nothing", &n.borrow_bytes)) return 2;
+  if (!o.borrow.empty() && n.mem_bytes == 0) {
     std::fprintf(stderr, "gpuos run: --borrow needs --mem (borrowed memory is on top of a quota)\n");
     return 2;
   }
   // Quota and borrow are summed into one limit (gpuosd and the interposer saturate it): a sum past
   // 2^64 - 1 is no limit anyone meant.
-  if (uint64_t q = 0, b = 0, sum = 0; !mem.empty() && !borrow.empty() && gpuos::parse_size(mem, &q) &&
-                                      gpuos::parse_size(borrow, &b) && __builtin_add_overflow(q, b, &sum)) {
-    std::fprintf(stderr, "gpuos run: --mem %s + --borrow %s is more than 2^64 - 1 bytes\n", mem.c_str(),
-                 borrow.c_str());
+  if (uint64_t sum = 0; __builtin_add_overflow(n.mem_bytes, n.borrow_bytes, &sum)) {
+    std::fprintf(stderr, "gpuos run: --mem %llu + --borrow %llu is more than 2^64 - 1 bytes\n",
+                 static_cast<unsigned long long>(n.mem_bytes), static_cast<unsigned long long>(n.borrow_bytes));
+    return 2;
+  }
+  if (std::string no = tenant_numbers_refusal(n); !no.empty()) {  // (the options were checked already)
+    std::fprintf(stderr, "gpuos run: %s\n", no.c_str());
     return 2;
   }
 
@@ -202,19 +211,14 @@ int run_command(const RunOptions& o, const std::vector<std::string>& cmd) {
   // user's own socket, then the system one) at the program's first CUDA call.
   if (answered) setenv("GPUOS_SOCKET", socket.c_str(), 1);
   setenv("GPUOS_TENANT_NAME", name.c_str(), 1);
-  setenv("GPUOS_TENANT_CLASS", klass.c_str(), 1);
-  setenv("GPUOS_TENANT_PRIORITY", priority.c_str(), 1);
-  setenv("GPUOS_TENANT_WEIGHT", weight.c_str(), 1);
-  if (!mem.empty()) setenv("GPUOS_TENANT_MEM", mem.c_str(), 1);
-  if (!borrow.empty()) setenv("GPUOS_TENANT_MEM_BORROW", borrow.c_str(), 1);
+  for (const auto& [var, text] : tenant_env(n)) {
+    if (text.empty()) unsetenv(var.c_str());
+    else setenv(var.c_str(), text.c_str(), 1);
+  }
   setenv("GPUOS_ON_NO_DAEMON", cfg.on_no_daemon.c_str(), 1);
   if (o.swap) setenv("GPUOS_SWAP", "1", 1);
-  if (!o.max_slowdown.empty() && klass != "guaranteed") {
-    std::fprintf(stderr, "gpuos run: --max-slowdown is a guaranteed tenant's budget (--class guaranteed); a %s "
-                 "tenant is guaranteed nothing\n", klass.c_str());
-    return 2;
-  }
-  if (!o.max_slowdown.empty()) {
+  if (o.max_slowdown_permille != 0) {
+    const std::string budget_text = slowdown_text(o.max_slowdown_permille);
     // Only the time policy "budget" (and, in spatial sharing, the space policy "partition") keeps a
     // budget; under another the tenant is guaranteed by priority alone. The client knows gpuosd's
     // policy only from the config (gpuosd --policy may override it), so it warns rather than refuses.
@@ -224,7 +228,7 @@ int run_command(const RunOptions& o, const std::vector<std::string>& cmd) {
                    "gpuos run: warning: --max-slowdown %s: %s chooses time policy \"%s\"%s, which keeps no latency "
                    "budget (time policy \"budget\" does); the tenant runs by its class and priority alone unless "
                    "gpuosd runs with --policy budget\n",
-                   o.max_slowdown.c_str(), cfg.source.empty() ? "the built-in config" : cfg.source.c_str(),
+                   budget_text.c_str(), cfg.source.empty() ? "the built-in config" : cfg.source.c_str(),
                    cfg.policies.time_gate.c_str(),
                    o.space.empty() ? "" : (" and space policy \"" + cfg.policies.space + "\"").c_str());
     }
@@ -237,22 +241,19 @@ int run_command(const RunOptions& o, const std::vector<std::string>& cmd) {
       if (const ConfigSection* sec = cfg.section("budget"); sec != nullptr) {
         policies::budget::parse_budget_params(*sec, &bp, &unused);
       }
-      const double budget = std::strtod(o.max_slowdown.c_str(), nullptr);
-      if (budget <= 1.0 + bp.mps_cost) {
+      if (o.max_slowdown_permille / 1000.0 <= 1.0 + bp.mps_cost) {
         std::fprintf(stderr,
                      "gpuos run: warning: --max-slowdown %s --space %s: MPS alone costs a tenant's kernels about "
                      "%.0f%% ([policy.budget] mps_cost_pct), as much as the budget allows: nothing will be lent "
                      "beside it; time-shared (without --space) the whole budget is the meter's\n",
-                     o.max_slowdown.c_str(), o.space.c_str(), bp.mps_cost * 100);
+                     budget_text.c_str(), o.space.c_str(), bp.mps_cost * 100);
       }
     }
-    setenv("GPUOS_TENANT_MAX_SLOWDOWN", o.max_slowdown.c_str(), 1);
   }
   if (!o.space.empty()) {
     setenv("CUDA_MPS_PIPE_DIRECTORY", mps_pipe.c_str(), 1);
     setenv("CUDA_MPS_LOG_DIRECTORY", mps_log.c_str(), 1);
     setenv("GPUOS_SPACE_DOMAIN", o.space.c_str(), 1);
-    if (o.sms != 0) setenv("GPUOS_TENANT_SMS", std::to_string(o.sms).c_str(), 1);
     // A best-effort client runs below normal at MPS's own scheduler (driver 580+): on the H200 this
     // took an LLM server's p99 under MPS from 25x to 5.3x of exclusive at the same BE throughput
     // (PLATFORM.md). The user's own setting wins.

@@ -6,9 +6,10 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "cli/client.h"
+#include "client/client.h"
 
 namespace gpuos::cli {
+using namespace ::gpuos::client;  // the gpuosd client library (src/client)
 
 std::string find_driver_double(std::string* why) {
   const std::string dir = exe_dir() + "/../lib/driver_double";

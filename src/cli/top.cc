@@ -17,6 +17,7 @@
 #include "common/config.h"
 
 namespace gpuos::cli {
+using namespace ::gpuos::client;  // the gpuosd client library (src/client)
 namespace {
 
 volatile sig_atomic_t g_quit = 0;

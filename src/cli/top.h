@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "cli/client.h"
+#include "client/client.h"
 
 namespace gpuos::cli {
 
@@ -28,7 +28,7 @@ int top_command(const TopOptions& o);
 
 // One frame as lines (no escape sequences), for tests and --once. prev may be null (no rates yet);
 // dt_s is the time between the snapshots. width/height clip the frame (0 = unlimited).
-std::vector<std::string> render_top(const Listing* prev, const Listing& cur, double dt_s,
+std::vector<std::string> render_top(const client::Listing* prev, const client::Listing& cur, double dt_s,
                                     const std::string& socket, double interval, std::size_t width,
                                     std::size_t height);
 

@@ -17,7 +17,7 @@
 
 #include <toml++/toml.h>
 
-#include "common/slowdown.h"
+#include "common/tenant_numbers.h"
 
 namespace gpuos {
 namespace {
@@ -191,7 +191,9 @@ bool parse_tenants(Ctx& cx, const toml::table& t, Config* c) {
       if (text == "0" || text == "0.000" || text.empty()) {
         c->max_slowdown_permille = 0;
       } else if (!parse_slowdown_permille(text, &c->max_slowdown_permille)) {
-        return cx.fail(v, "tenants", key, text + " is not a slowdown above 1 and at most 100 (e.g. 1.25; 0 = none)");
+        return cx.fail(v, "tenants", key,
+                       text + " is not a slowdown " + slowdown_text(kMinSlowdownPermille) + ".." +
+                           slowdown_text(kMaxSlowdownPermille) + " (e.g. 1.25; 0 = none)");
       }
     } else {
       return cx.fail(v, "tenants", key, "unknown key");
@@ -635,11 +637,7 @@ std::string format_config(const Config& c) {
   s += "guaranteed = " + quote(c.guaranteed_for_anyone ? "anyone" : "admins") + "\n";
   s += "mem_quota_cap = " + quote(c.mem_quota_cap_bytes ? std::to_string(c.mem_quota_cap_bytes) : "") + "\n";
   s += "max_per_uid = " + std::to_string(c.max_tenants_per_uid) + "\n";
-  {
-    char b[32];
-    std::snprintf(b, sizeof(b), "%u.%03u", c.max_slowdown_permille / 1000, c.max_slowdown_permille % 1000);
-    s += std::string("max_slowdown = ") + (c.max_slowdown_permille != 0 ? b : "0") + "\n";
-  }
+  s += "max_slowdown = " + (c.max_slowdown_permille != 0 ? slowdown_text(c.max_slowdown_permille) : "0") + "\n";
   s += "[scheduler]\n";
   s += "policy = " + quote(c.policies.time_gate) + "\n";
   s += "[memory]\n";

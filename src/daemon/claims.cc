@@ -16,6 +16,7 @@
 #include "common/kube_names.h"
 #include "common/text.h"
 #include "common/log.h"
+#include "common/tenant_numbers.h"
 
 namespace gpuos::daemon {
 namespace {
@@ -135,30 +136,22 @@ std::string claim_from_message(const gpuos_msg_claim_prepare& m, Claim* out) {
     return "gpu uuid \"" + printable(c.gpu_uuid) + "\" is not a bare 36-character UUID";
   }
   if (!plain_text(c.space_domain)) return "space domain \"" + printable(c.space_domain) + "\" has odd characters";
-  if (m.tenant_class != GPUOS_CLASS_GUARANTEED && m.tenant_class != GPUOS_CLASS_BEST_EFFORT) {
-    return "unknown tenant class " + std::to_string(m.tenant_class);
-  }
-  if (m.weight < 1 || m.weight > 10000) return "weight " + std::to_string(m.weight) + " out of range 1..10000";
+  // The class, each number in its range, quota + borrow within 64 bits: the check REGISTER and the
+  // CLI make too (tenant_numbers.h).
+  const TenantNumbers n = numbers_of(m);
+  if (std::string no = tenant_numbers_refusal(n); !no.empty()) return no;
   if (m.borrow_bytes != 0 && m.mem_bytes == 0) return "borrow needs a memory quota";
-  // They are summed into one limit: a sum that wraps would pass any cap (#42).
-  if (uint64_t sum = 0; __builtin_add_overflow(m.mem_bytes, m.borrow_bytes, &sum)) {
-    return "memory quota " + std::to_string(m.mem_bytes) + " + borrow " + std::to_string(m.borrow_bytes) +
-           " bytes is more than 2^64 - 1";
-  }
   if (m.space_sms != 0 && c.space_domain.empty()) return "SMs need a spatial domain";
-  if (m.max_slowdown_permille != 0) {
-    if (m.tenant_class != GPUOS_CLASS_GUARANTEED) return "a latency budget is for guaranteed tenants only";
-    if (m.max_slowdown_permille < 1001 || m.max_slowdown_permille > 100000) {
-      return "max_slowdown_permille " + std::to_string(m.max_slowdown_permille) + " out of range 1001..100000";
-    }
+  if (m.max_slowdown_permille != 0 && m.tenant_class != GPUOS_CLASS_GUARANTEED) {
+    return "a latency budget is for guaranteed tenants only";
   }
-  c.tenant_class = m.tenant_class;
-  c.priority = m.priority;
-  c.weight = m.weight;
-  c.space_sms = m.space_sms;
-  c.mem_bytes = m.mem_bytes;
-  c.borrow_bytes = m.borrow_bytes;
-  c.max_slowdown_permille = m.max_slowdown_permille;
+  c.tenant_class = n.tenant_class;
+  c.priority = n.priority;
+  c.weight = n.weight;
+  c.space_sms = n.space_sms;
+  c.mem_bytes = n.mem_bytes;
+  c.borrow_bytes = n.borrow_bytes;
+  c.max_slowdown_permille = n.max_slowdown_permille;
   *out = std::move(c);
   return "";
 }

@@ -15,7 +15,7 @@
 #include "common/ipc.h"
 #include "common/kube_names.h"
 #include "common/log.h"
-#include "common/slowdown.h"
+#include "common/tenant_numbers.h"
 #include "common/clock.h"
 #include "daemon/control_block.h"
 #include "policies/registry.h"
@@ -217,12 +217,9 @@ Outcome Core::on_register(Connection& conn, const gpuos_msg_register& asked) {
   if (!has_nul(m.space_domain, sizeof(m.space_domain))) {
     return refuse_register(seq, GPUOS_ERR_BAD_MESSAGE, "space_domain is not NUL-terminated");
   }
-  if (m.tenant_class != GPUOS_CLASS_GUARANTEED && m.tenant_class != GPUOS_CLASS_BEST_EFFORT) {
-    std::snprintf(why, sizeof(why), "unknown tenant class %u", m.tenant_class);
-    return refuse_register(seq, GPUOS_ERR_BAD_MESSAGE, why);
-  }
-  if (m.weight < 1 || m.weight > 10000) {
-    std::snprintf(why, sizeof(why), "weight %u out of range 1..10000", m.weight);
+  // The class and each number in its range (tenant_numbers.h: the same check as the CLI's and the
+  // claims'): the tenant's own word, bounded.
+  if (!check_tenant_numbers(numbers_of(m), why, sizeof(why))) {
     return refuse_register(seq, GPUOS_ERR_BAD_MESSAGE, why);
   }
   // A tenant in a container knows its pid in its own pid namespace, gpuosd the host's: the REGISTER
@@ -346,15 +343,8 @@ Outcome Core::on_register(Connection& conn, const gpuos_msg_register& asked) {
     lowered_why = "guaranteed is for admins and uid " + std::to_string(conn.peer.uid) +
                   " is not one, see [tenants] guaranteed";
   }
-  // A latency budget is what a guaranteed tenant may lose to best-effort tenants; the tenant's own
-  // word, bounded (a best-effort tenant has none: it is not guaranteed anything).
-  if (m.max_slowdown_permille != 0 &&
-      (m.max_slowdown_permille < kMinSlowdownPermille || m.max_slowdown_permille > kMaxSlowdownPermille)) {
-    std::snprintf(why, sizeof(why), "max_slowdown_permille %u is out of range %u..%u", m.max_slowdown_permille,
-                  kMinSlowdownPermille, kMaxSlowdownPermille);
-    log::warn("refused registration of pid %d: %s", m.pid, why);
-    return refuse_register(seq, GPUOS_ERR_BAD_MESSAGE, why);
-  }
+  // A latency budget is what a guaranteed tenant may lose to best-effort tenants (its range was
+  // checked above; a best-effort tenant has none: it is not guaranteed anything).
   slots::Admission prefilled;
   prefilled.granted_class = t.tenant_class;
   prefilled.mem_quota_bytes = m.requested_mem_bytes;

@@ -17,7 +17,7 @@
 #include <mutex>
 #include <thread>
 
-#include "cli/client.h"
+#include "client/client.h"
 #include "common/command_line.h"
 #include "common/files.h"
 #include "common/log.h"
@@ -39,12 +39,12 @@ class GpuosdNode final : public NodeDaemon {
  public:
   explicit GpuosdNode(std::string socket) : socket_(std::move(socket)) {}
   bool prepare(const gpuos_msg_claim_prepare& m, std::string* dir, std::string* why) override {
-    return cli::prepare_claim(socket_, m, dir, why);
+    return client::prepare_claim(socket_, m, dir, why);
   }
-  bool unprepare(const std::string& uid, std::string* why) override { return cli::unprepare_claim(socket_, uid, why); }
+  bool unprepare(const std::string& uid, std::string* why) override { return client::unprepare_claim(socket_, uid, why); }
   bool gpus(std::vector<GpuShareInfo>* out, std::string* why) override {
-    cli::Listing l;
-    if (!cli::list_tenants(socket_, false, &l, why)) return false;
+    client::Listing l;
+    if (!client::list_tenants(socket_, false, &l, why)) return false;
     out->clear();
     for (const gpuos_msg_gpu_info& g : l.gpus) {
       GpuShareInfo s;
@@ -58,8 +58,8 @@ class GpuosdNode final : public NodeDaemon {
     return true;
   }
   bool space_domain(const std::string& domain, std::string* pipe, std::string* logs, std::string* why) override {
-    cli::SpaceDomainInfo info;
-    if (cli::query_space_domain(socket_, domain, &info, why) != cli::SpaceQuery::kAnswered) return false;
+    client::SpaceDomainInfo info;
+    if (client::query_space_domain(socket_, domain, &info, why) != client::SpaceQuery::kAnswered) return false;
     if (info.status != GPUOS_OK) {
       *why = info.text;
       return false;

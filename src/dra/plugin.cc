@@ -11,6 +11,7 @@
 #include "common/ipc.h"
 #include "common/kube_names.h"
 #include "common/log.h"
+#include "common/tenant_numbers.h"
 
 namespace gpuos::dra {
 namespace {
@@ -178,16 +179,8 @@ PrepareResult Plugin::prepare(const ClaimRef& ref) {
   inj.gpu_uuid = uuid;
   // The tenant's identity as gpuosd admits it (informative: on the claim's socket gpuosd applies the
   // claim, not what the tenant sends), in the variables `gpuos run` sets.
-  inj.env.push_back(std::string("GPUOS_TENANT_CLASS=") + (m.tenant_class == GPUOS_CLASS_GUARANTEED ? "guaranteed" : "best-effort"));
-  inj.env.push_back("GPUOS_TENANT_PRIORITY=" + std::to_string(m.priority));
-  inj.env.push_back("GPUOS_TENANT_WEIGHT=" + std::to_string(m.weight));
-  if (m.mem_bytes != 0) inj.env.push_back("GPUOS_TENANT_MEM=" + std::to_string(m.mem_bytes));
-  if (m.borrow_bytes != 0) inj.env.push_back("GPUOS_TENANT_MEM_BORROW=" + std::to_string(m.borrow_bytes));
-  if (m.space_sms != 0) inj.env.push_back("GPUOS_TENANT_SMS=" + std::to_string(m.space_sms));
-  if (m.max_slowdown_permille != 0) {
-    char budget[32];
-    std::snprintf(budget, sizeof(budget), "%u.%03u", m.max_slowdown_permille / 1000, m.max_slowdown_permille % 1000);
-    inj.env.push_back(std::string("GPUOS_TENANT_MAX_SLOWDOWN=") + budget);
+  for (const auto& [var, text] : tenant_env(numbers_of(m))) {
+    if (!text.empty()) inj.env.push_back(var + "=" + text);
   }
   if (a.spec.space) {
     if (!daemon_.space_domain(*a.spec.space, &inj.mps_pipe_host_dir, &inj.mps_log_host_dir, &why)) {

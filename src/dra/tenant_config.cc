@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "common/config.h"
-#include "common/slowdown.h"
+#include "common/tenant_numbers.h"
 #include "dra/resource_slice.h"
 #include "gpuos/abi.h"
 
@@ -219,11 +219,11 @@ bool config_field(std::string_view key, const json& v, TenantSpec* out, std::str
     out->tenant_class = c;
   } else if (key == "priority") {
     int64_t n = 0;
-    if (!json_integer(v, -1000, 1000, &n, what)) return false;
+    if (!json_integer(v, kPriorityRange.lo, kPriorityRange.hi, &n, what)) return false;
     out->priority = static_cast<int32_t>(n);
   } else if (key == "weight") {
     int64_t n = 0;
-    if (!json_integer(v, 1, 10000, &n, what)) return false;
+    if (!json_integer(v, kWeightRange.lo, kWeightRange.hi, &n, what)) return false;
     out->weight = static_cast<uint32_t>(n);
   } else if (key == "mem" || key == "borrow") {
     uint64_t bytes = 0;
@@ -239,7 +239,7 @@ bool config_field(std::string_view key, const json& v, TenantSpec* out, std::str
     out->space = s;
   } else if (key == "sms") {
     int64_t n = 0;
-    if (!json_integer(v, 1, 4096, &n, what)) return false;
+    if (!json_integer(v, kSmsRange.lo, kSmsRange.hi, &n, what)) return false;
     out->sms = static_cast<uint32_t>(n);
   } else if (key == "maxSlowdown") {
     std::string text;
@@ -252,7 +252,8 @@ bool config_field(std::string_view key, const json& v, TenantSpec* out, std::str
     }
     uint32_t permille = 0;
     if (!parse_slowdown_permille(text, &permille)) {
-      return fail(what, quote_text(text) + " is no slowdown factor: 1.001..100, at most 3 decimals");
+      return fail(what, quote_text(text) + " is no slowdown factor: " + slowdown_text(kMinSlowdownPermille) + ".." +
+                            slowdown_text(kMaxSlowdownPermille) + ", at most 3 decimals");
     }
     out->max_slowdown_permille = permille;
   }

@@ -10,6 +10,7 @@
 //    "mem": "40Gi", "borrow": "8Gi",                                 sizes (below); borrow needs mem
 //    "space": "inference", "sms": 1..4096,                           sms needs space
 //    "maxSlowdown": "1.25" or 1.25  (1.001..100, guaranteed only)}
+// (The numbers' ranges are common/tenant_numbers.h's, as gpuosd checks them.)
 // Every field but apiVersion/kind is optional; an unknown field or a wrong type is refused, naming
 // the field. JSON null is a wrong type (leave the field out instead).
 //
@@ -40,12 +41,12 @@ inline constexpr std::string_view kClassBestEffort = "best-effort";
 // What a claim asks of its tenant; an absent field is gpuosd's default for the class.
 struct TenantSpec {
   std::optional<std::string> tenant_class;  // "guaranteed" | "best-effort"
-  std::optional<int32_t> priority;          // -1000..1000
-  std::optional<uint32_t> weight;           // 1..10000
+  std::optional<int32_t> priority;          // kPriorityRange (common/tenant_numbers.h)
+  std::optional<uint32_t> weight;           // kWeightRange
   std::optional<uint64_t> mem_bytes, borrow_bytes;
   std::optional<std::string> space;         // a spatial-sharing domain (gpuos::is_valid_domain_name, < 32 bytes)
-  std::optional<uint32_t> sms;              // 1..4096
-  std::optional<uint32_t> max_slowdown_permille;  // 1001..100000
+  std::optional<uint32_t> sms;              // kSmsRange
+  std::optional<uint32_t> max_slowdown_permille;  // kSlowdownRange
 };
 
 // A Kubernetes quantity (resource.Quantity's grammar) that is a whole, non-negative number below

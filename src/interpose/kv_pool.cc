@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "gpuos/kv.h"
+#include "gpuos/result_text.h"
 #include "interpose/activity.h"
 #include "interpose/carry_over.h"
 #include "interpose/fast_path.h"
@@ -23,7 +24,6 @@
 #include "interpose/quiescence.h"
 #include "interpose/runtime.h"
 #include "interpose/swap.h"
-#include "kv/result_text.h"
 
 struct gpuos_kv_pool {
   uint64_t base = 0;

@@ -20,7 +20,7 @@
 #include <span>
 
 #include "common/ipc.h"
-#include "common/slowdown.h"
+#include "common/tenant_numbers.h"
 #include "interpose/activity.h"
 #include "interpose/carry_over.h"
 #include "interpose/quiescence.h"
@@ -99,28 +99,6 @@ void after_fork_in_child() {
   new (&g_init_mu) std::mutex();  // the parent may have held it at fork time
 }
 
-uint32_t tenant_class_from_env() {
-  const char* s = std::getenv("GPUOS_TENANT_CLASS");
-  if (s == nullptr || *s == '\0' || !std::strcmp(s, "best-effort")) return GPUOS_CLASS_BEST_EFFORT;
-  if (!std::strcmp(s, "guaranteed")) return GPUOS_CLASS_GUARANTEED;
-  log(LogLevel::kWarn, "unknown GPUOS_TENANT_CLASS=%s; using best-effort", s);
-  return GPUOS_CLASS_BEST_EFFORT;
-}
-
-// A byte count from the environment (set by `gpuos run`); 0 when unset or malformed (said once).
-uint64_t env_bytes(const char* name) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return 0;
-  char* end = nullptr;
-  errno = 0;
-  unsigned long long n = std::strtoull(v, &end, 10);
-  if (errno != 0 || end == v || *end != '\0' || v[0] == '-') {
-    log(LogLevel::kWarn, "ignoring %s=%s (want a byte count)", name, v);
-    return 0;
-  }
-  return n;
-}
-
 void default_name(char* buf, std::size_t len) {
   if (const char* n = std::getenv("GPUOS_TENANT_NAME"); n != nullptr && *n != '\0') {
     copy_name(buf, len, n);
@@ -150,12 +128,14 @@ gpuos_control_block* register_with_daemon(char* why, std::size_t why_len, int* s
   gpuos_msg_register req{};
   init_header(&req.hdr, GPUOS_MSG_REGISTER, sizeof(req), 1);
   req.pid = getpid();
-  req.tenant_class = tenant_class_from_env();
-  req.priority = static_cast<int32_t>(env_long("GPUOS_TENANT_PRIORITY", 0, -1000, 1000));
-  req.weight = static_cast<uint32_t>(env_long("GPUOS_TENANT_WEIGHT", 100, 1, 10000));
+  // The numbers `gpuos run` (or gpuos-dra's CDI spec) set, read by the parser they were written for
+  // (tenant_numbers.h); one that does not parse is left at its default, and said.
+  TenantNumbers asked;
+  read_tenant_env(&asked, [](const char* var, const char* value, const char* want) {
+    log(LogLevel::kWarn, "ignoring %s=%s (want %s)", var, value, want);
+  });
+  put_numbers(asked, &req);
   default_name(req.name, sizeof(req.name));
-  req.requested_mem_bytes = env_bytes("GPUOS_TENANT_MEM");
-  req.requested_borrow_bytes = env_bytes("GPUOS_TENANT_MEM_BORROW");
   req.previous_tenant_id = previous_id;
   if (const char* dom = std::getenv("GPUOS_SPACE_DOMAIN"); dom != nullptr) {
     copy_name(req.space_domain, sizeof(req.space_domain), dom);
@@ -163,11 +143,6 @@ gpuos_control_block* register_with_daemon(char* why, std::size_t why_len, int* s
   // GPUOS_SPACE_ALWAYS_JOIN=1: placed launches never skip their forward join (stream_work.h), for
   // a program suspected of issuing stream work past gpuos.
   if (env_long("GPUOS_SPACE_ALWAYS_JOIN", 0, 0, 1) == 1) g_stream_work_unseen.store(true, std::memory_order_seq_cst);
-  req.space_sms = static_cast<uint32_t>(env_long("GPUOS_TENANT_SMS", 0, 0, 1 << 20));
-  if (const char* b = std::getenv("GPUOS_TENANT_MAX_SLOWDOWN"); b != nullptr && *b != '\0' &&
-      !parse_slowdown_permille(b, &req.max_slowdown_permille)) {
-    log(LogLevel::kWarn, "ignoring GPUOS_TENANT_MAX_SLOWDOWN=%s (want a number such as 1.25, above 1 and at most 100)", b);
-  }
   int rc = send_message(sock, &req, sizeof(req));
   alignas(8) char buf[GPUOS_MSG_MAX_SIZE + 1];
   int fds[2] = {-1, -1};  // the grant block, the control block

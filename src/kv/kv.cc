@@ -10,7 +10,7 @@
 #include <cstdint>
 
 #include "gpuos/kv.h"
-#include "kv/result_text.h"
+#include "gpuos/result_text.h"
 
 namespace {
 

@@ -170,6 +170,10 @@ TEST_F(CliConventions, RunRefusesValuesThatWouldBeIgnoredLater) {
       {{"--priority", "1001"}, "is not a whole number -1000..1000"},
       {{"--priority", "1.5"}, "is not a whole number -1000..1000"},
       {{"--weight", "1.5"}, "--weight: \"1.5\" is not a whole number 1..10000"},
+      // The bounds of common/tenant_numbers.h, as gpuosd's REGISTER and claims check them.
+      {{"--weight", "10001"}, "--weight: \"10001\" is not a whole number 1..10000"},
+      {{"--class", "guaranteed", "--max-slowdown", "100.001"}, "(a number 1.001..100 with at most 3 decimals"},
+      {{"--sms", "4097"}, "Value 4097 not in range 1 to 4096"},
       {{"--mem", "0.3K"}, "--mem \"0.3K\": not a whole number of bytes"},
       {{"--mem", "1G", "--borrow", "0.5"}, "--borrow \"0.5\": a byte count is a whole number"},
       {{"--mem", "1Gi", "--borrow", "18446744072635809792"},
@@ -183,18 +187,26 @@ TEST_F(CliConventions, RunRefusesValuesThatWouldBeIgnoredLater) {
     EXPECT_EQ(r.code, 2) << opts[opts.size() - 1] << ": " << r.err;
     EXPECT_NE(r.err.find(said), std::string::npos) << r.err;
   }
-  const std::vector<std::pair<std::vector<std::string>, std::string>> good = {
-      {{"--class", "guaranteed", "--max-slowdown", "1.25"}, "GPUOS_TENANT_MAX_SLOWDOWN"},
-      {{"--priority", "-1000"}, "GPUOS_TENANT_PRIORITY"},
-      {{"--priority", "+7"}, "GPUOS_TENANT_PRIORITY"},
+  // The options are parsed once into numbers; the environment carries those numbers' text.
+  struct Good {
+    std::vector<std::string> opts;
+    std::string var, value;
   };
-  for (const auto& [opts, var] : good) {
+  const std::vector<Good> good = {
+      {{"--class", "guaranteed", "--max-slowdown", "1.25"}, "GPUOS_TENANT_MAX_SLOWDOWN", "1.25"},
+      {{"--class", "guaranteed", "--max-slowdown", "2.000"}, "GPUOS_TENANT_MAX_SLOWDOWN", "2"},
+      {{"--class", "guaranteed", "--max-slowdown", "100"}, "GPUOS_TENANT_MAX_SLOWDOWN", "100"},
+      {{"--priority", "-1000"}, "GPUOS_TENANT_PRIORITY", "-1000"},
+      {{"--priority", "+7"}, "GPUOS_TENANT_PRIORITY", "7"},
+      {{"--weight", "10000"}, "GPUOS_TENANT_WEIGHT", "10000"},
+  };
+  for (const auto& [opts, var, value] : good) {
     std::vector<std::string> args = {GPUOS_CLI_BIN, "run", "--config", cfg};
     args.insert(args.end(), opts.begin(), opts.end());
     args.insert(args.end(), {"--", "sh", "-c", "echo $" + var});
     Result r = run(args, run_env());
     EXPECT_EQ(r.code, 0) << r.err;
-    EXPECT_EQ(r.out, opts.back() + "\n");
+    EXPECT_EQ(r.out, value + "\n") << opts.back();
   }
 }
 

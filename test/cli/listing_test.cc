@@ -9,10 +9,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cli/client.h"
+#include "client/client.h"
 #include "doc_tables.h"
 
-namespace gpuos::cli {
+namespace gpuos::client {
 namespace {
 
 gpuos_msg_tenant_info tenant(uint32_t id, const char* name) {
@@ -178,4 +178,4 @@ TEST(Listing, JsonFieldsAreTheDocumentedOnes) {
 }
 
 }  // namespace
-}  // namespace gpuos::cli
+}  // namespace gpuos::client

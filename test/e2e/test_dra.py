@@ -465,7 +465,7 @@ class Plugin(unittest.TestCase):
         self.assertEqual(mounts["/usr/lib/gpuos/libgpuos.so"], os.path.join(test_e2e.BUILD, "lib", "libgpuos.so"))
         for e in ("LD_PRELOAD=/usr/lib/gpuos/libgpuos.so", "GPUOS_SOCKET=/run/gpuos/gpuosd.sock",
                   "GPUOS_TENANT_CLASS=guaranteed", "GPUOS_TENANT_MEM=%d" % (256 * MIB), "GPUOS_TENANT_PRIORITY=5",
-                  "GPUOS_TENANT_MAX_SLOWDOWN=1.250", "GPUOS_CLAIM_UID=" + uid):
+                  "GPUOS_TENANT_MAX_SLOWDOWN=1.25", "GPUOS_CLAIM_UID=" + uid):
             self.assertIn(e, edits["env"])
         self.assertTrue(os.path.exists(os.path.join(socket_dir, "gpuosd.sock")))
         # The claim's socket serves its tenants only: root there is no admin, and may not even list.

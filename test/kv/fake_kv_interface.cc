@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "gpuos/kv.h"
-#include "kv/result_text.h"
+#include "gpuos/result_text.h"
 
 struct gpuos_kv_pool {
   uint8_t* memory = nullptr;

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "gpuos/kv.h"
-#include "kv/result_text.h"
+#include "gpuos/result_text.h"
 
 namespace {
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "common/slowdown.h"
+#include "common/tenant_numbers.h"
 #include "policies/budget/budget.h"
 #include "policies/budget/controller.h"
 #include "policies/budget/slowdown_meter.h"

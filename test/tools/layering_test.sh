@@ -11,4 +11,17 @@ if out=$("$py" "$checker" "$tmp/src"); then echo "FAIL: a policies -> daemon edg
 grep -q "policies -> daemon" <<<"$out" || { echo "FAIL: not reported: $out"; exit 1; }
 echo '#include "daemon/core.h"' > "$tmp/src/cli/bad.cc"; rm "$tmp/src/policies/bad.cc"
 if "$py" "$checker" "$tmp/src" >/dev/null; then echo "FAIL: a cli -> daemon edge passed"; exit 1; fi
+rm "$tmp/src/cli/bad.cc"
+# No exceptions left (#41): gpuos-dra talks to gpuosd through client/, not cli/; the interposer
+# includes kv's texts from include/gpuos/; the client is below the CLI.
+mkdir -p "$tmp/src/dra" "$tmp/src/interpose" "$tmp/src/kv" "$tmp/src/client"
+echo '#include "client/client.h"' > "$tmp/src/dra/ok.cc"; echo '#include "client/client.h"' > "$tmp/src/cli/ok2.cc"
+echo '#include "gpuos/result_text.h"' > "$tmp/src/interpose/ok.cc"
+"$py" "$checker" "$tmp/src" >/dev/null || { echo "FAIL: allowed edges refused"; exit 1; }
+for edge in "dra cli/commands.h" "interpose kv/kv.h" "client cli/top.h"; do
+  set -- $edge
+  echo "#include \"$2\"" > "$tmp/src/$1/bad.cc"
+  if "$py" "$checker" "$tmp/src" >/dev/null; then echo "FAIL: a $1 -> ${2%%/*} edge passed"; exit 1; fi
+  rm "$tmp/src/$1/bad.cc"
+done
 echo "layering: ok"

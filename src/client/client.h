@@ -1,4 +1,5 @@
-// gpuos CLI: talking to gpuosd over the control socket, and formatting what it says.
+// gpuos_client: talking to gpuosd over the control socket, and formatting what it says (the CLI and
+// gpuos-dra both use it).
 #pragma once
 
 #include <cstdint>
@@ -12,7 +13,7 @@
 #include "common/text.h"
 #include "gpuos/abi.h"
 
-namespace gpuos::cli {
+namespace gpuos::client {
 
 struct Listing {
   std::vector<gpuos_msg_gpu_info> gpus;
@@ -96,4 +97,4 @@ uint64_t gate_wait_with_current_ns(const gpuos_msg_tenant_info& t);
 std::string exe_dir();
 std::string self_exe();
 
-}  // namespace gpuos::cli
+}  // namespace gpuos::client

@@ -1,4 +1,4 @@
-#include "cli/client.h"
+#include "client/client.h"
 
 #include <unistd.h>
 
@@ -14,7 +14,7 @@
 
 #include "common/ipc.h"
 
-namespace gpuos::cli {
+namespace gpuos::client {
 namespace {
 
 constexpr int kReplyTimeoutMs = 5000;
@@ -624,4 +624,4 @@ std::string exe_dir() {
   return slash == std::string::npos ? "" : e.substr(0, slash);
 }
 
-}  // namespace gpuos::cli
+}  // namespace gpuos::client
