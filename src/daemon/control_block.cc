@@ -119,9 +119,9 @@ void publish_gate(Tenant& t) {
   if ((closed_of(word, t.gate.closed_ordinals) & ~before) != 0) {
     // Closing: what it launched while open may still run (a long kernel); the usage check does not
     // count that against it while this very busy period lasts (core_verify.cc).
-    t.verify_inflight_at_close = t.cb != nullptr && load(t.cb->busy) == 1;
-    t.verify_close_transitions = t.cb != nullptr ? load(t.cb->busy_transitions) : 0;
-    t.verify_inflight_since_ns = 0;
+    t.verify.inflight_at_close = t.cb != nullptr && load(t.cb->busy) == 1;
+    t.verify.close_transitions = t.cb != nullptr ? load(t.cb->busy_transitions) : 0;
+    t.verify.inflight_since_ns = 0;
   }
   write_gate(t.grants, word, t.gate.closed_ordinals);
 }

@@ -17,8 +17,9 @@
 #include "common/log.h"
 #include "common/slowdown.h"
 #include "common/clock.h"
+#include "daemon/admission.h"
 #include "daemon/control_block.h"
-#include "policies/registry.h"
+#include "slots/builtin.h"
 
 namespace gpuos::daemon {
 namespace {
@@ -34,33 +35,24 @@ Core::Core(CoreOptions opts)
     : opts_(with_at_most_max_devices(std::move(opts))),
       gpu_map_(opts_.gpus),
       watchdog_(opts_.watchdog.stall_ns != 0 ? std::make_unique<Watchdog>(opts_.watchdog) : nullptr),
-      time_("time gate", std::move(opts_.time_gate), [] { return policies::builtin_time_gate(); }),
-      space_("space", std::move(opts_.space_policy), [] { return policies::builtin_space(); }),
-      memory_("memory", std::move(opts_.memory_policy), [] { return policies::builtin_memory(); }),
+      time_("time gate", std::move(opts_.time_gate), [] { return slots::builtin_time_gate(); }),
+      space_("space", std::move(opts_.space_policy), [] { return slots::builtin_space(); }),
+      memory_("memory", std::move(opts_.memory_policy), [] { return slots::builtin_memory(); }),
       space_engine_(gpu_map_, opts_.gpus, opts_.space_group_sms),
+      gate_engine_(gpu_map_, opts_.gpus.size(), space_engine_),
       swap_engine_(gpu_map_, opts_.gpus, opts_.swap),
+      verify_engine_(std::move(opts_.verify), gpu_map_, [this](pid_t pid) { return start_time_of(pid); }, now_mono_ns()),
       ids_(opts_.id_ledger_path, opts_.pid_start_time),
       claims_(opts_.claims_path) {
   ids_.load();
-  for (const auto& [id, e] : ids_.entries()) survivors_[e.pid] = e.start;
-  started_ns_ = now_mono_ns();
+  for (const auto& [id, e] : ids_.entries()) verify_engine_.add_survivor(e.pid, e.start);
   claims_.load();
   time_.set_watchdog(watchdog_.get());
   space_.set_watchdog(watchdog_.get());
   memory_.set_watchdog(watchdog_.get());
   // A failed time gate's admission settings go with it: the built-in admits with none.
-  time_.on_fallback([this] {
-    for (auto& [id, t] : tenants_) {
-      t.granted.max_inflight = 0;
-      std::atomic_ref<uint32_t>(t.grants->max_inflight).store(0, std::memory_order_relaxed);
-      t.gate.policy_gate = GPUOS_GATE_OPEN;
-      t.gate.closed_gpus = 0;
-      t.gate.closed_ordinals = 0;
-      publish_gate(t);
-    }
-    gate_tick_at_ns_ = 0;
-  });
-  space_.on_fallback([this] { space_replan_at_ns_ = 0; });
+  time_.on_fallback([this] { gate_engine_.reset(tenants_); });
+  space_.on_fallback([this] { space_engine_.reset(); });
 }
 
 Core::~Core() {
@@ -192,232 +184,37 @@ Outcome Core::handle_message(Connection& conn, const void* data, std::size_t len
 }
 
 Outcome Core::on_register(Connection& conn, const gpuos_msg_register& asked) {
-  char why[GPUOS_TEXT_MAX];
   const uint32_t seq = asked.hdr.seq;
-  // A claim's tenant gets the claim's settings (an admin's word), whatever it asked for.
   gpuos_msg_register m = asked;
   const Claim* claim = nullptr;
-  if (!conn.claim_uid.empty()) {
-    claim = claims_.find(conn.claim_uid);
-    if (claim == nullptr) return refuse_register(seq, GPUOS_ERR_NOT_FOUND, "this claim is no longer prepared");
-    m.tenant_class = claim->tenant_class;
-    m.priority = claim->priority;
-    m.weight = claim->weight;
-    m.requested_mem_bytes = claim->mem_bytes;
-    m.requested_borrow_bytes = claim->borrow_bytes;
-    m.max_slowdown_permille = claim->max_slowdown_permille;
-    m.space_sms = claim->space_sms;
-    std::memset(m.space_domain, 0, sizeof(m.space_domain));
-    copy_name(m.space_domain, sizeof(m.space_domain), claim->space_domain.c_str());
-  }
-  if (conn.tenant_id != 0) {
-    return refuse_register(seq, GPUOS_ERR_BAD_MESSAGE, "this connection already registered a tenant");
-  }
-  if (!has_nul(m.name, sizeof(m.name))) return refuse_register(seq, GPUOS_ERR_BAD_MESSAGE, "name is not NUL-terminated");
-  if (!has_nul(m.space_domain, sizeof(m.space_domain))) {
-    return refuse_register(seq, GPUOS_ERR_BAD_MESSAGE, "space_domain is not NUL-terminated");
-  }
-  if (m.tenant_class != GPUOS_CLASS_GUARANTEED && m.tenant_class != GPUOS_CLASS_BEST_EFFORT) {
-    std::snprintf(why, sizeof(why), "unknown tenant class %u", m.tenant_class);
-    return refuse_register(seq, GPUOS_ERR_BAD_MESSAGE, why);
-  }
-  if (m.weight < 1 || m.weight > 10000) {
-    std::snprintf(why, sizeof(why), "weight %u out of range 1..10000", m.weight);
-    return refuse_register(seq, GPUOS_ERR_BAD_MESSAGE, why);
-  }
-  // A tenant in a container knows its pid in its own pid namespace, gpuosd the host's: the REGISTER
-  // pid is checked against the peer's innermost pid, and gpuosd keeps the host's.
-  if (m.pid != conn.peer.pid) {
-    const pid_t inner = opts_.innermost_pid ? opts_.innermost_pid(conn.peer.pid) : innermost_pid(conn.peer.pid);
-    if (inner != m.pid || inner == 0) {
-      std::snprintf(why, sizeof(why), "pid %d does not match the socket peer (pid %d)", m.pid,
-                    static_cast<int>(conn.peer.pid));
-      log::warn("refused registration: %s", why);
-      return refuse_register(seq, GPUOS_ERR_PERMISSION, why);
-    }
-    m.pid = conn.peer.pid;
-  }
-  // One live registration per process: a process is one tenant (a second REGISTER from the same
-  // pid, on another connection, would let it hold many slots and many gates).
-  for (const auto& [id, o] : tenants_) {
-    if (opts_.one_tenant_per_pid && o.pid == m.pid) {
-      std::snprintf(why, sizeof(why), "pid %d is already tenant %u", m.pid, id);
-      log::warn("refused registration: %s", why);
-      return refuse_register(seq, GPUOS_ERR_LIMIT, why);
-    }
-  }
-  if (opts_.max_tenants_per_uid != 0 && !conn.peer.admin) {
-    // A claim's tenants are counted by claim (containers' uids say nothing across pods).
-    const auto of_uid = std::count_if(tenants_.begin(), tenants_.end(), [&](const auto& e) {
-      return claim != nullptr ? e.second.claim_uid == claim->uid
-                              : e.second.claim_uid.empty() && e.second.uid == conn.peer.uid;
-    });
-    if (static_cast<uint32_t>(of_uid) >= opts_.max_tenants_per_uid) {
-      std::snprintf(why, sizeof(why), "uid %u has %u live tenants (max_per_uid = %u)",
-                    static_cast<unsigned>(conn.peer.uid), opts_.max_tenants_per_uid, opts_.max_tenants_per_uid);
-      log::warn("refused registration of pid %d: %s", m.pid, why);
-      return refuse_register(seq, GPUOS_ERR_LIMIT, why);
-    }
-  }
-  if (tenants_.size() >= opts_.max_tenants) {
-    std::snprintf(why, sizeof(why), "tenant table full (max_tenants = %u)", opts_.max_tenants);
-    log::warn("refused registration of pid %d: %s", m.pid, why);
-    return refuse_register(seq, GPUOS_ERR_LIMIT, why);
-  }
+  auto refused = [&](const admission::Verdict& v) { return refuse_register(seq, v.status, v.why.c_str()); };
+  if (auto v = admission::claim(claims_, conn, &m, &claim); v.refused()) return refused(v);
+  if (auto v = admission::validate(conn, m); v.refused()) return refused(v);
+  if (auto v = admission::check_pid(conn, opts_.innermost_pid, &m); v.refused()) return refused(v);
+  const admission::Limits limits{opts_.max_tenants, opts_.max_tenants_per_uid, opts_.one_tenant_per_pid};
+  if (auto v = admission::limits(limits, tenants_, conn, m.pid, claim); v.refused()) return refused(v);
 
   Tenant t;
-  t.id = next_id_;
   t.start_time = start_time_of(m.pid);
-  // The same process again (its connection closed, it registers anew): its old tenant back, with
-  // its id, its hold (the ledger) and the usage check's strikes, whatever it asks for.
   std::optional<Retained> back;
-  if (auto r = retained_.find(m.pid); r != retained_.end()) {
-    if (r->second.start_time != 0 && r->second.start_time == t.start_time && r->second.uid == conn.peer.uid &&
-        tenants_.count(r->second.id) == 0) {
-      back = r->second;
-      t.id = back->id;
-    } else if (r->second.start_time != t.start_time) {
-      ids_.forget(r->second.id);  // another process by now
-      retained_.erase(r);
-    }
-  }
-  // Re-registration after a daemon restart: keep the id the tenant had if this daemon never used
-  // it (not live, not in the history), so ps, metrics and admins keep seeing the same tenant; and
-  // only if the ledger says it was this very process's (another user cannot take it). New tenants
-  // skip the ids the ledger keeps (below), so such an id was never given to anyone else here.
-  if (const uint32_t prev = m.previous_tenant_id; !back && prev != 0 && tenants_.count(prev) == 0 &&
-      ids_.owned_by(prev, conn.peer.uid, m.pid) &&
-      std::none_of(history_.begin(), history_.end(), [&](const gpuos_msg_tenant_info& h) { return h.tenant_id == prev; }) &&
-      prev < 0x80000000u) {  // (bounded: a lying tenant cannot wrap the ids)
-    t.id = prev;
-  }
-  // Never two live tenants with one id, and not the id of a survivor of the previous daemon that has
-  // yet to re-register (the ledger keeps it, and its hold, for that process).
-  while (tenants_.count(t.id) != 0 || t.id == 0 || ids_.kept_for_another(t.id, conn.peer.uid, m.pid)) ++t.id;
-  if (back) t.usage = back->usage;
-  t.pid = m.pid;
-  t.uid = conn.peer.uid;
-  t.tenant_class = m.tenant_class;
-  t.priority = m.priority;
-  t.weight = m.weight;
-  t.requested_mem_bytes = m.requested_mem_bytes;
-  copy_name(t.name, sizeof(t.name), m.name);
-  if (claim != nullptr) {
-    t.claim_uid = claim->uid;
-    t.pod_namespace = claim->claim_namespace;
-    t.pod_name = claim->pod_name;
-    t.pod_uid = claim->pod_uid;
-  } else {
-    // A process in a pod that came by gpuosd's own socket: its cgroup path names the pod.
-    t.pod_uid = opts_.pod_uid_of ? opts_.pod_uid_of(m.pid) : pod_uid_of_process(m.pid);
-    for (const auto& [uid, c] : claims_.all()) {
-      if (!t.pod_uid.empty() && c.pod_uid == t.pod_uid) {
-        t.pod_namespace = c.claim_namespace;
-        t.pod_name = c.pod_name;
-      }
-    }
-  }
-  if (m.space_domain[0] != '\0') {
-    // Spatial sharing is only among tenants of one trust domain (MPS gives no fault isolation):
-    // the config says who may join. A tenant that may not is admitted, time-shared.
-    // (A claim's domain was an admin's choice: only whether the domain exists is asked.)
-    Peer asker = conn.peer;
-    if (claim != nullptr) asker.admin = true;
-    std::string no = opts_.space_admit ? opts_.space_admit(m.space_domain, asker)
-                                       : std::string("no spatial domains are configured");
-    if (no.empty()) {
-      copy_name(t.space.domain, sizeof(t.space.domain), m.space_domain);
-      t.space.asked_sms = m.space_sms;
-    } else {
-      log::warn("pid %d (%s) asked for spatial domain \"%s\": %s; admitted time-shared", m.pid, t.name,
-                m.space_domain, no.c_str());
-    }
-  }
-
-  // Why a tenant that asked for guaranteed got less: the REGISTER reply's text tells the tenant, which
-  // tells its user (its class alone would not say why).
+  t.id = admission::choose_id({tenants_, retained_, ids_, history_, next_id_}, conn, m, t.start_time, &back);
+  if (back) t.verify.usage = back->usage;
+  admission::fill_identity(t, conn, m, claim, claims_, opts_.pod_uid_of);
+  const admission::AdmitOptions admit{opts_.guaranteed_needs_admin, opts_.mem_quota_cap_bytes,
+                                      opts_.default_max_slowdown_permille, opts_.space_admit};
+  slots::Admission adm;
   std::string lowered_why;
-  if (m.tenant_class == GPUOS_CLASS_GUARANTEED && opts_.guaranteed_needs_admin && !conn.peer.admin &&
-      claim == nullptr) {
-    // A tenant never raises its own class: guaranteed is granted to admins only.
-    log::warn("pid %d (%s, uid %u) asked for guaranteed; admitted as best-effort (not an admin)", m.pid,
-              t.name, static_cast<unsigned>(conn.peer.uid));
-    t.tenant_class = GPUOS_CLASS_BEST_EFFORT;
-    lowered_why = "guaranteed is for admins and uid " + std::to_string(conn.peer.uid) +
-                  " is not one, see [tenants] guaranteed";
+  if (auto v = admission::admit(admit, time_, gate_engine_, conn, claim, m, t, &adm, &lowered_why); v.refused()) {
+    return refused(v);
   }
-  // A latency budget is what a guaranteed tenant may lose to best-effort tenants; the tenant's own
-  // word, bounded (a best-effort tenant has none: it is not guaranteed anything).
-  if (m.max_slowdown_permille != 0 &&
-      (m.max_slowdown_permille < kMinSlowdownPermille || m.max_slowdown_permille > kMaxSlowdownPermille)) {
-    std::snprintf(why, sizeof(why), "max_slowdown_permille %u is out of range %u..%u", m.max_slowdown_permille,
-                  kMinSlowdownPermille, kMaxSlowdownPermille);
-    log::warn("refused registration of pid %d: %s", m.pid, why);
-    return refuse_register(seq, GPUOS_ERR_BAD_MESSAGE, why);
-  }
-  slots::Admission prefilled;
-  prefilled.granted_class = t.tenant_class;
-  prefilled.mem_quota_bytes = m.requested_mem_bytes;
-  prefilled.mem_borrow_bytes = m.requested_borrow_bytes;
-  const uint64_t cap = opts_.mem_quota_cap_bytes;
-  // A tenant never grants itself more memory than the config allows: for a non-admin, quota and
-  // borrowable bytes together stay within the cap.
-  auto apply_cap = [&](slots::Admission& a) {
-    if (cap == 0 || conn.peer.admin || claim != nullptr) return;  // (a claim was checked against it)
-    if (a.mem_quota_bytes == 0 || a.mem_quota_bytes > cap) a.mem_quota_bytes = cap;
-    a.mem_borrow_bytes = std::min(a.mem_borrow_bytes, cap - a.mem_quota_bytes);
-  };
-  apply_cap(prefilled);
-  if (t.tenant_class == GPUOS_CLASS_GUARANTEED) {  // (admit sees it; dropped below if the class is lowered)
-    t.granted.max_slowdown_permille =
-        m.max_slowdown_permille != 0 ? m.max_slowdown_permille : opts_.default_max_slowdown_permille;
-  }
-  slots::Admission adm = prefilled;
-  if (!time_.run("admit", [&](slots::TimeGate& p) { p.admit(gate_view(t), &adm); })) adm = prefilled;
-  if (adm.status != GPUOS_OK) {
-    std::snprintf(why, sizeof(why), "refused by policy %s: %s", time_.policy().name(), adm.reason.c_str());
-    log::info("registration of pid %d (%s): %s", m.pid, t.name, why);
-    return refuse_register(seq, adm.status, why);
-  }
-  // Lower only: GUARANTEED(1) is above BEST_EFFORT(2).
-  if (adm.granted_class == GPUOS_CLASS_GUARANTEED || adm.granted_class == GPUOS_CLASS_BEST_EFFORT) {
-    if (!(t.tenant_class == GPUOS_CLASS_BEST_EFFORT && adm.granted_class == GPUOS_CLASS_GUARANTEED)) {
-      if (t.tenant_class != adm.granted_class) {
-        lowered_why = std::string("so admitted by the time policy ") + time_.policy().name();
-      }
-      t.tenant_class = adm.granted_class;
-    }
-  }
-  apply_cap(adm);
-  if (adm.mem_quota_bytes == 0) adm.mem_borrow_bytes = 0;  // borrowing is on top of a quota
-  if (adm.mem_borrow_bytes > UINT64_MAX - adm.mem_quota_bytes) adm.mem_borrow_bytes = UINT64_MAX - adm.mem_quota_bytes;
-  uint32_t gate = adm.initial_gate == GPUOS_GATE_CLOSED ? GPUOS_GATE_CLOSED : GPUOS_GATE_OPEN;
+  const uint32_t gate = adm.initial_gate == GPUOS_GATE_CLOSED ? GPUOS_GATE_CLOSED : GPUOS_GATE_OPEN;
   // An admin's hold outlives the daemon: a tenant held before a restart is held again from its first
   // launch under this one (the policy's initial gate is still what it answered, for the release).
   const bool held = ids_.held(conn.peer.uid, m.pid) || (back && back->pinned);
-
-  if (int r = create_tenant_blocks(t, adm.mem_quota_bytes, held ? GPUOS_GATE_CLOSED : gate, now_mono_ns()); r < 0) {
-    std::snprintf(why, sizeof(why), "cannot create the tenant's shared blocks: %s%s", std::strerror(-r),
-                  r == -EINVAL ? " (sealing them needs Linux 5.1 or later)" : "");
-    log::error("registration of pid %d: %s", m.pid, why);
-    return refuse_register(seq, GPUOS_ERR_INTERNAL, why);
+  if (auto v = admission::grant(t, adm, gate, held, opts_.space_group_sms, now_mono_ns()); v.refused()) {
+    return refused(v);
   }
-  const uint32_t budget = t.tenant_class == GPUOS_CLASS_GUARANTEED ? t.granted.max_slowdown_permille : 0;
-  t.granted = Granted{t.tenant_class, adm.mem_quota_bytes, adm.mem_borrow_bytes, adm.max_inflight, adm.idle_grace_us,
-                      adm.sample_period, budget, {}};
-  std::atomic_ref<uint32_t>(t.grants->sample_period).store(adm.sample_period, std::memory_order_relaxed);
-  std::atomic_ref<uint32_t>(t.grants->max_inflight).store(adm.max_inflight, std::memory_order_relaxed);
-  std::atomic_ref<uint32_t>(t.grants->idle_grace_us).store(adm.idle_grace_us, std::memory_order_relaxed);
-  std::atomic_ref<uint64_t>(t.grants->mem_borrow_bytes).store(adm.mem_borrow_bytes, std::memory_order_relaxed);
-  if (t.in_domain()) {
-    std::atomic_ref<uint32_t>(t.grants->space_group_sms).store(opts_.space_group_sms, std::memory_order_relaxed);
-    std::atomic_ref<uint32_t>(t.grants->space_enabled).store(1, std::memory_order_release);
-  }
-  t.gate.policy_gate = gate;
-  t.gate.pinned = held;
   t.registered_unix_ms = now_ms();
-  t.busy.obs_ns = now_mono_ns();
-  t.swap.resident_since_ns = t.busy.obs_ns;
   ++stats_.tenants_registered;
   if (t.id >= next_id_) next_id_ = t.id + 1;
   if (next_id_ == 0) next_id_ = 1;
@@ -448,9 +245,9 @@ Outcome Core::on_register(Connection& conn, const gpuos_msg_register& asked) {
             adm.max_inflight, adm.idle_grace_us,
             t.granted.max_slowdown_permille / 1000, t.granted.max_slowdown_permille % 1000,
             t.in_domain() ? " space_domain " : "", t.space.domain);
-  if (!t.pod_uid.empty()) {
-    log::info("tenant %u is in pod %s/%s (uid %s)%s%s", t.id, t.pod_namespace.empty() ? "?" : t.pod_namespace.c_str(),
-              t.pod_name.empty() ? "?" : t.pod_name.c_str(), t.pod_uid.c_str(), claim ? ", claim " : "",
+  if (!t.kube.pod_uid.empty()) {
+    log::info("tenant %u is in pod %s/%s (uid %s)%s%s", t.id, t.kube.pod_namespace.empty() ? "?" : t.kube.pod_namespace.c_str(),
+              t.kube.pod_name.empty() ? "?" : t.kube.pod_name.c_str(), t.kube.pod_uid.c_str(), claim ? ", claim " : "",
               claim ? claim->uid.c_str() : "");
   }
   tenants_.emplace(t.id, t);
@@ -463,8 +260,8 @@ Outcome Core::on_register(Connection& conn, const gpuos_msg_register& asked) {
   time_.run("on_admitted", [&](slots::TimeGate& p) { p.on_admitted(t.id); });
   space_.run("on_admitted", [&](slots::SpacePolicy& p) { p.on_admitted(t.id); });
   memory_.run("on_admitted", [&](slots::MemoryPolicy& p) { p.on_admitted(t.id); });
-  run_time_gate(slots::Event::kAdmitted, t.id, now);
-  run_space(slots::Event::kAdmitted, t.id, now);
+  run_slot(time_, gate_engine_, tenants_, slots::Event::kAdmitted, t.id, now);
+  run_slot(space_, space_engine_, tenants_, slots::Event::kAdmitted, t.id, now);
   return o;
 }
 
@@ -478,7 +275,7 @@ gpuos_status Core::admin_set_gate(uint32_t tenant_id, uint32_t gate) {
   publish_gate(t);
   ids_.set_held(tenant_id, t.gate.pinned);  // durable: a restarted gpuosd holds it again
   // The pin is gone: the time gate decides about this tenant again now, not at its next event.
-  if (!t.gate.pinned) run_time_gate(slots::Event::kAdmin, tenant_id, now_mono_ns());
+  if (!t.gate.pinned) run_slot(time_, gate_engine_, tenants_, slots::Event::kAdmin, tenant_id, now_mono_ns());
   return GPUOS_OK;
 }
 
@@ -660,9 +457,7 @@ Outcome Core::on_activity(Connection& conn, const gpuos_msg_activity& m) {
   const Tenant& t = it->second;
   log::debug("tenant %u activity: busy %u waiting %u (block: busy %u waiting %u)", t.id, m.busy, m.waiting,
              load(t.cb->busy), load(t.cb->waiting));
-  run_time_gate(slots::Event::kActivity, t.id, now);
-  run_space(slots::Event::kActivity, t.id, now);
-  run_memory(slots::Event::kActivity, t.id, now);
+  run_slots(slots::Event::kActivity, t.id, now);
   return Outcome{};  // no reply: the tenant never reads one
 }
 
@@ -686,11 +481,11 @@ void Core::connection_closed(Connection& conn) {
   if (opts_.one_tenant_per_pid && t.start_time != 0 && start_time_of(t.pid) == t.start_time) {
     // The process runs on (it closed its connection): it is still this tenant. Its ledger entry
     // (id, hold) stays, and what the usage check holds against it waits for it to come back.
-    retained_[t.pid] = Retained{t.start_time, t.uid, t.id, t.gate.pinned, t.usage};
+    retained_[t.pid] = Retained{t.start_time, t.uid, t.id, t.gate.pinned, t.verify.usage};
   } else {
     ids_.forget(t.id);
   }
-  exited_at_ns_[t.pid] = now;  // still on the GPU for a moment: no unregistered process
+  verify_engine_.tenant_exited(t.pid, now);  // still on the GPU for a moment: no unregistered process
   char space[96] = "";  // placed launches, and those that followed the one before directly (spatial.h)
   if (fin.space_launches != 0) {
     std::snprintf(space, sizeof space, " space_launches %llu space_joins_skipped %llu",
@@ -709,9 +504,23 @@ void Core::connection_closed(Connection& conn) {
   time_.run("on_exit", [&](slots::TimeGate& p) { p.on_exit(t.id); });
   space_.run("on_exit", [&](slots::SpacePolicy& p) { p.on_exit(t.id); });
   memory_.run("on_exit", [&](slots::MemoryPolicy& p) { p.on_exit(t.id); });
-  run_time_gate(slots::Event::kExit, t.id, now);
-  run_space(slots::Event::kExit, t.id, now);
-  run_memory(slots::Event::kExit, t.id, now);
+  run_slots(slots::Event::kExit, t.id, now);
+}
+
+void Core::run_slots(slots::Event e, uint32_t tenant_id, uint64_t now) {
+  run_slot(time_, gate_engine_, tenants_, e, tenant_id, now);
+  run_slot(space_, space_engine_, tenants_, e, tenant_id, now);
+  run_slot(memory_, swap_engine_, tenants_, e, tenant_id, now);
+}
+
+uint64_t Core::now_mono_ns() const { return opts_.mono_ns ? opts_.mono_ns() : monotonic_ns(); }
+
+std::set<std::string> Core::live_space_domains() const {
+  std::set<std::string> out;
+  for (const auto& [id, t] : tenants_) {
+    if (t.in_domain()) out.insert(t.space.domain);
+  }
+  return out;
 }
 
 uint64_t Core::start_time_of(pid_t pid) const {
@@ -748,23 +557,16 @@ void Core::tick(uint64_t now_mono_ns) {
   }
   observe_gpus(now_mono_ns);
   if (!retained_.empty()) forget_gone_processes();
-  run_time_gate(slots::Event::kTick, 0, now_mono_ns);
-  run_space(slots::Event::kTick, 0, now_mono_ns);
-  run_memory(slots::Event::kTick, 0, now_mono_ns);
-  if (opts_.verify.sample && now_mono_ns >= verify_at_ns_) {
-    verify_usage(now_mono_ns);
-    verify_at_ns_ = now_mono_ns + opts_.verify.interval_ns;
-  }
+  run_slots(slots::Event::kTick, 0, now_mono_ns);
+  verify_engine_.tick(tenants_, now_mono_ns, &stats_);
 }
 
 uint64_t Core::next_tick_ns(uint64_t now_mono_ns) {
-  uint64_t next = gate_tick_at_ns_;
-  if (space_replan_at_ns_ != 0 && (next == 0 || space_replan_at_ns_ < next)) next = space_replan_at_ns_;
+  uint64_t next = gate_engine_.next_ns();
+  const uint64_t space = space_engine_.next_ns();
+  if (space != 0 && (next == 0 || space < next)) next = space;
   // The usage check runs with no tenant too: a process on a GPU that never registered is a finding.
-  if (opts_.verify.sample) {
-    const uint64_t v = std::max<uint64_t>(verify_at_ns_, 1);
-    if (next == 0 || v < next) next = v;
-  }
+  if (const uint64_t v = verify_engine_.next_ns(); v != 0 && (next == 0 || v < next)) next = v;
   return next;
 }
 

@@ -28,37 +28,23 @@
 
 #include "daemon/claims.h"
 #include "daemon/enforcer.h"
+#include "daemon/gate_engine.h"
 #include "daemon/gpus.h"
 #include "daemon/id_ledger.h"
+#include "daemon/peer.h"
 #include "daemon/slot_runner.h"
 #include "daemon/space_engine.h"
 #include "daemon/swap_engine.h"
 #include "daemon/tenant.h"
 #include "daemon/usage_verifier.h"
+#include "daemon/verify_engine.h"
 #include "daemon/watchdog.h"
 #include "gpuos/abi.h"
-#include "policies/enforce/enforce.h"
 #include "slots/memory.h"
 #include "slots/space.h"
 #include "slots/time_gate.h"
 
 namespace gpuos::daemon {
-
-// Credentials of the peer of a connection (SO_PEERCRED at accept time) and whether it is an admin.
-struct Peer {
-  pid_t pid = 0;
-  uid_t uid = 0;
-  gid_t gid = 0;
-  bool admin = false;
-};
-
-// Per-connection state the core keeps in the server's connection record.
-struct Connection {
-  uint64_t id = 0;
-  Peer peer;
-  uint32_t tenant_id = 0;  // non-zero once this connection registered a tenant
-  std::string claim_uid;   // accepted on this claim's socket (claims.h); "" = gpuosd's own socket
-};
 
 // The server's side of claims: a listening socket per claim (Core asks, the server owns the fds).
 class ClaimSockets {
@@ -93,20 +79,13 @@ struct Outcome {
   uint32_t registered = 0;       // tenant id registered by this message (server opens a pidfd)
 };
 
-// Counters of the core's life, for the metrics endpoint (gpuos_daemon_*).
-struct CoreStats {
+// Counters of the core's life, for the metrics endpoint (gpuos_daemon_*); the usage check's
+// (VerifyStats) among them.
+struct CoreStats : VerifyStats {
   uint64_t messages[GPUOS_MSG_TYPE_MAX + 1] = {};  // valid messages received, by type
   uint64_t bad_messages = 0;        // malformed (failed validation, unreadable, wrong direction)
   uint64_t tenants_registered = 0;
   uint64_t tenants_exited = 0;
-  uint64_t violations = 0;          // findings of the usage check (usage_verifier.h), all tenants
-  // The usage check (NVML): rounds run, time spent in NVML, processes on the GPUs that are no
-  // tenant (last round), unregistered findings, and freezes or kills carried out.
-  uint64_t usage_rounds = 0;
-  uint64_t usage_check_ns = 0;
-  uint64_t unregistered_processes = 0;
-  uint64_t unregistered_findings = 0;
-  uint64_t enforcements = 0;
 };
 
 // A live tenant as the metrics endpoint sees it (Core::tenant_stats).
@@ -119,27 +98,6 @@ struct TenantStat {
   uint64_t mem_used_per_device[GPUOS_MAX_DEVICES] = {};
   uint64_t violations = 0;     // findings of the usage check against it
   uint64_t verified_mem_bytes = 0;  // its GPU memory as NVML measured it (0: not measured)
-};
-
-// gpuosd's usage check (usage_verifier.h): off unless `sample` is set (gpuosd sets it when NVML
-// loads; tests pass fakes).
-struct VerifyOptions {
-  std::function<UsageSample()> sample;
-  uint64_t interval_ns = 1'000'000'000;
-  CheckParams check;
-  policies::EnforceParams enforce;
-  Enforcer* enforcer = nullptr;  // null: findings are only reported
-  std::set<pid_t> ignored;       // processes that are no tenant by design (gpuosd itself)
-  // Work a tenant had in flight when its gate closed (launched while open: a long kernel) is not a
-  // launch while gated; its busy word says so, but a tenant writes that word, so the excuse lasts
-  // this long at most.
-  uint64_t inflight_grace_ns = 30'000'000'000;
-  // A tenant's process that just exited may still be on the GPU (its contexts torn down after its
-  // connection closed, NVML's samples late): not an unregistered process for this long after.
-  uint64_t exit_grace_ns = 5'000'000'000;
-  // A tenant of the previous gpuosd (the id ledger's) that has not re-registered yet: not an
-  // unregistered process for this long after gpuosd started (its library retries every second).
-  uint64_t rejoin_grace_ns = 10'000'000'000;
 };
 
 // gpuosd's answer to SPACE_QUERY (`gpuos run --space DOMAIN` asks before it runs the program).
@@ -264,8 +222,8 @@ class Core final {
   uint64_t gpu_busy_ns(uint32_t index) const;
   // Chargeback (usage check): GPU `index`'s energy as its NVML counter grew over gpuosd's rounds,
   // and the part of it attributed to tenants, in millijoules (0: NVML gives no energy for it).
-  uint64_t gpu_energy_mj(uint32_t index) const;
-  uint64_t gpu_energy_attributed_mj(uint32_t index) const;
+  uint64_t gpu_energy_mj(uint32_t index) const { return verify_engine_.gpu_energy_mj(index); }
+  uint64_t gpu_energy_attributed_mj(uint32_t index) const { return verify_engine_.gpu_energy_attributed_mj(index); }
 
   // Claims (claims.h): the server listens for each; set once before serving.
   void set_claim_sockets(ClaimSockets* s) { claim_sockets_ = s; }
@@ -300,27 +258,8 @@ class Core final {
   // its domain): "" or why not.
   std::string check_claim(const Claim& c) const;
 
-  // The slots, each asked with a fresh view and its actions carried out.
-  void run_time_gate(slots::Event e, uint32_t tenant_id, uint64_t now);
-  void run_space(slots::Event e, uint32_t tenant_id, uint64_t now);
-  void run_memory(slots::Event e, uint32_t tenant_id, uint64_t now);
-  slots::GateTenant gate_view(const Tenant& t) const;
-  // GateState::closed_ordinals from closed_gpus and the tenant's device map.
-  void map_closed_gpus(Tenant& t) const;
-  // The launches a timed tenant reported since the last call (its timing_ring), checked.
-  std::vector<slots::TimedLaunch> read_timed_launches(Tenant& t);
-  // Writes a time gate's pacing of t into its grant block (and wakes its paced launches).
-  void publish_pacing(Tenant& t, slots::Pacing pacing, uint64_t now);
-  // The grant block's pace_devices for pacing on gpuosd's GPUs `gpus`: the tenant's ordinals of
-  // them; 0 (every device) for all GPUs or while its devices are not known.
-  uint32_t pace_ordinals(const Tenant& t, uint64_t gpus) const;
-  // A time gate's answer applies unless an admin pinned the gate or the memory slot holds it.
-  bool apply_gates(const slots::GateActions& a, std::string* why);
-  // One round of the usage check (core_verify.cc): NVML's sample against the grants, findings
-  // counted, logged and enforced.
-  void verify_usage(uint64_t now);
-  void charge_round(const UsageSample& sample, const std::vector<TenantGrant>& grants, uint64_t span_ns);
-
+  // Asks every slot with a fresh view (run_slot) and carries out its checked answer.
+  void run_slots(slots::Event e, uint32_t tenant_id, uint64_t now);
   Outcome refuse(uint32_t seq, gpuos_status st, const char* why);
   Outcome refuse_register(uint32_t seq, gpuos_status st, const char* why);
   gpuos_msg_tenant_info snapshot(const Tenant& t, uint32_t state, uint64_t exited_ms) const;
@@ -334,41 +273,14 @@ class Core final {
   SlotRunner<slots::SpacePolicy> space_;
   SlotRunner<slots::MemoryPolicy> memory_;
   SpaceEngine space_engine_;
+  GateEngine gate_engine_;  // (after space_engine_: it caps spatial masks)
   SwapEngine swap_engine_;
+  VerifyEngine verify_engine_;
   IdLedger ids_;
   ClaimStore claims_;
   ClaimSockets* claim_sockets_ = nullptr;
   uint32_t next_id_ = 1;
-  uint64_t gate_tick_at_ns_ = 0;    // the time gate's next_tick_ns
-  uint64_t space_replan_at_ns_ = 0; // the space slot's next_ns
-  uint64_t verify_at_ns_ = 0;       // the usage check's next round
-  uint64_t verified_at_ns_ = 0;     // its last round
-  // Chargeback, per GPU: the energy counter at the last round that read it, the energy counted
-  // since (its growth over rounds) and the part of it attributed to tenants, in mJ.
-  struct GpuEnergyCount {
-    bool seen = false;
-    uint64_t last_mj = 0;
-    uint64_t total_mj = 0;
-    uint64_t attributed_mj = 0;
-  };
-  std::map<uint32_t, GpuEnergyCount> gpu_energy_;
-  std::set<pid_t> unregistered_logged_;  // processes already reported as unregistered
-  // Not unregistered processes (VerifyOptions::exit_grace_ns, rejoin_grace_ns): tenants that
-  // exited lately (pid -> when), and the previous gpuosd's tenants still running when this one
-  // started (the id ledger's: pid -> process start time), until they re-register.
-  std::map<pid_t, uint64_t> exited_at_ns_;
-  std::map<pid_t, uint64_t> survivors_;
-  uint64_t started_ns_ = 0;
-  // A tenant's identity is its process, not its connection: what a tenant whose process still runs
-  // keeps when its connection closes, given back when that process registers again (its id and,
-  // through the id ledger, an admin's hold stay kept for it too). By pid; dropped with the process.
-  struct Retained {
-    uint64_t start_time = 0;
-    uid_t uid = 0;
-    uint32_t id = 0;
-    bool pinned = false;  // an admin's hold (also in the ledger, where there is one)
-    Tenant::UsageRecord usage;
-  };
+  // A tenant's identity is its process, not its connection (Retained, tenant.h).
   std::map<pid_t, Retained> retained_;
   uint64_t start_time_of(pid_t pid) const;
   // Drops what is retained for processes that are gone (and their ledger entries).
@@ -377,12 +289,5 @@ class Core final {
   std::deque<gpuos_msg_tenant_info> history_;
   CoreStats stats_;
 };
-
-// Authorisation: uid 0, the daemon's own uid, or a member of admin_gid (if set).
-bool is_admin(uid_t peer_uid, uid_t daemon_uid, const std::vector<gid_t>& peer_groups,
-              std::optional<gid_t> admin_gid);
-// The peer's gids: the Gid: and Groups: lines of /proc/<pid>/status; falls back to getgrouplist on
-// the uid's passwd entry. Empty if neither works.
-std::vector<gid_t> peer_groups(pid_t pid, uid_t uid, gid_t gid);
 
 }  // namespace gpuos::daemon

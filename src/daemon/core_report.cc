@@ -22,10 +22,10 @@ gpuos_msg_tenant_info Core::snapshot(const Tenant& t, uint32_t state, uint64_t e
   i.priority = t.priority;
   i.weight = t.weight;
   copy_name(i.name, sizeof(i.name), t.name);
-  copy_name(i.pod_namespace, sizeof(i.pod_namespace), t.pod_namespace.c_str());
-  copy_name(i.pod_name, sizeof(i.pod_name), t.pod_name.c_str());
-  copy_name(i.pod_uid, sizeof(i.pod_uid), t.pod_uid.c_str());
-  copy_name(i.claim_uid, sizeof(i.claim_uid), t.claim_uid.c_str());
+  copy_name(i.pod_namespace, sizeof(i.pod_namespace), t.kube.pod_namespace.c_str());
+  copy_name(i.pod_name, sizeof(i.pod_name), t.kube.pod_name.c_str());
+  copy_name(i.pod_uid, sizeof(i.pod_uid), t.kube.pod_uid.c_str());
+  copy_name(i.claim_uid, sizeof(i.claim_uid), t.kube.claim_uid.c_str());
   i.launches = load(cb.launches);
   i.graph_launches = load(cb.graph_launches);
   i.captured_launches = load(cb.captured_launches);
@@ -52,10 +52,10 @@ gpuos_msg_tenant_info Core::snapshot(const Tenant& t, uint32_t state, uint64_t e
   i.mem_wait_ns = load(cb.mem_wait_ns);
   i.mem_borrow_bytes = t.granted.borrow_bytes;
   i.mem_imported_bytes = load(cb.mem_imported_bytes);
-  i.verified_mem_bytes = t.verified_mem_bytes;
-  i.violations = t.usage.violations;
-  i.gpu_time_ns = t.gpu_time_ns;
-  i.energy_mj = t.energy_mj;
+  i.verified_mem_bytes = t.verify.mem_bytes;
+  i.violations = t.verify.usage.violations;
+  i.gpu_time_ns = t.verify.gpu_time_ns;
+  i.energy_mj = t.verify.energy_mj;
   i.max_slowdown_permille = t.granted.max_slowdown_permille;
   i.slowdown_permille = t.budget.slowdown_permille;
   i.be_share_permille = t.budget.be_share_permille;
@@ -71,7 +71,7 @@ gpuos_msg_tenant_info Core::snapshot(const Tenant& t, uint32_t state, uint64_t e
   i.kv_resident_bytes = swap_engine_.kv_bytes(t);
   i.kv_reserved_bytes = load(cb.kv_reserved_bytes);
   i.kv_queue_depth = load(cb.kv_queue_depth);
-  i.kv_target_bytes = t.swap.kv_target_on ? t.swap.kv_target_bytes : UINT64_MAX;
+  i.kv_target_bytes = t.kv.target_on ? t.kv.target_bytes : UINT64_MAX;
   if (state != GPUOS_TENANT_EXITED) {  // who holds the gate closed, so ps can tell a hold from gating
     i.gate_by = (t.gate.pinned ? GPUOS_GATE_BY_ADMIN : 0u) |
                 (t.gate.policy_gate == GPUOS_GATE_CLOSED || t.gate.closed_ordinals == GateState::kAllOrdinals
@@ -152,7 +152,7 @@ Outcome Core::on_list(Connection& conn, const gpuos_msg_list& m) {
     for (const GpuInfo& g : opts_.gpus) {
       if (g.index >= GPUOS_MAX_DEVICES) continue;
       const uint64_t used = gpu_map_.used_on(t, g.index);
-      if (used == 0 && (g.index >= 64 || (t.verified_gpus >> g.index & 1u) == 0)) continue;
+      if (used == 0 && (g.index >= 64 || (t.verify.gpus >> g.index & 1u) == 0)) continue;
       gpuos_msg_tenant_gpu tg{};
       init_header(&tg.hdr, GPUOS_MSG_TENANT_GPU, sizeof(tg), seq);
       tg.tenant_id = t.id;
@@ -190,8 +190,8 @@ std::vector<TenantStat> Core::tenant_stats(uint64_t now_mono_ns) {
     observe_busy(t, now_mono_ns);
     TenantStat st;
     st.info = snapshot(t, t.gate.word() == GPUOS_GATE_CLOSED ? GPUOS_TENANT_GATED : GPUOS_TENANT_RUNNING, 0);
-    st.violations = t.usage.violations;
-    st.verified_mem_bytes = t.verified_mem_bytes;
+    st.violations = t.verify.usage.violations;
+    st.verified_mem_bytes = t.verify.mem_bytes;
     st.busy = t.busy.busy;
     st.waiting = load(t.cb->waiting) != 0;
     st.busy_ns = t.busy.busy_ns;

@@ -1,4 +1,4 @@
-// The mechanisms behind an enforcement decision (policies/enforce): freezing a process's cgroup
+// The mechanisms behind an enforcement decision (enforce.h): freezing a process's cgroup
 // (cgroup v2 freezer) or killing it, each refusing when it would hit what it must not.
 #pragma once
 

@@ -21,7 +21,7 @@
 #include "daemon/server.h"
 #include "daemon/usage_verifier.h"
 #include "gpuos/nvml_api.h"
-#include "policies/enforce/enforce.h"
+#include "daemon/enforce.h"
 #include "policies/registry.h"
 
 int main(int argc, char** argv) {
@@ -232,7 +232,7 @@ int main(int argc, char** argv) {
       v.interval_ns = static_cast<uint64_t>(cfg.verify.interval_ms) * 1000000ull;
       v.check.memory_slack_bytes = cfg.verify.memory_slack_bytes;
       v.check.gated_sm_util_percent = cfg.verify.gated_sm_util_percent;
-      policies::parse_enforce_mode(cfg.verify.enforce, &v.enforce.mode);  // checked by the config
+      daemon::parse_enforce_mode(cfg.verify.enforce, &v.enforce.mode);  // checked by the config
       v.enforce.grace_rounds = cfg.verify.grace_rounds;
       v.enforcer = &enforcer;
       v.ignored.insert(getpid());

@@ -6,7 +6,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "daemon/core.h"
+#include "daemon/peer.h"
 
 namespace gpuos::daemon {
 

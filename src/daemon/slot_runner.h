@@ -1,6 +1,6 @@
 // Runs one policy slot's hooks for the core: guarded (a throw, a stall or an action the core
 // rejects counts as a failure), with the slot's built-in policy taking over at the first failure
-// (slot.h). One runner per slot; the core owns them.
+// (slot.h). One runner per slot; the core owns them. run_slot asks a slot once through its engine.
 #pragma once
 
 #include <cstdint>
@@ -8,10 +8,12 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "common/log.h"
 #include "daemon/watchdog.h"
+#include "slots/slot.h"
 
 namespace gpuos::daemon {
 
@@ -73,5 +75,35 @@ class SlotRunner {
   Watchdog* watchdog_ = nullptr;
   std::function<void()> on_fallback_;
 };
+
+// An engine is a slot's mechanism, one shape for every slot (GateEngine, SpaceEngine, SwapEngine):
+//   using Policy, View, Actions;
+//   bool make_view(Tenants&, slots::Event, uint32_t tenant_id, uint64_t now, View*);
+//                  // false: nothing to decide now (the policy is not asked)
+//   bool check(const View&, const Actions&, std::string* why) const;
+//                  // the slot's contract; false with the first breach in *why
+//   void apply(Tenants&, const View&, const Actions&, uint64_t now);
+// run_slot asks the slot's policy with a fresh view and carries out its checked answer. An answer
+// that breaks the contract is a failure: the built-in policy is asked in its place at once (its
+// answer is trusted: the built-ins are trivially safe), and so after a throw or a stall.
+template <typename Engine, typename Tenants>
+void run_slot(SlotRunner<typename Engine::Policy>& runner, Engine& engine, Tenants& tenants, slots::Event e,
+              uint32_t tenant_id, uint64_t now) {
+  using Policy = typename Engine::Policy;
+  typename Engine::View view;
+  if (!engine.make_view(tenants, e, tenant_id, now, &view)) return;
+  typename Engine::Actions actions{};
+  bool ok = runner.run("decide", [&](Policy& p) { actions = p.decide(view); });
+  if (ok) {
+    std::string why;
+    ok = engine.check(view, actions, &why);
+    if (!ok) runner.fail("decide", "rejected: " + why);
+  }
+  if (!ok) {
+    actions = {};
+    runner.run("decide", [&](Policy& p) { actions = p.decide(view); });
+  }
+  engine.apply(tenants, view, actions, now);
+}
 
 }  // namespace gpuos::daemon

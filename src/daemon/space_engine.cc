@@ -20,7 +20,8 @@ uint32_t SpaceEngine::mask_sms(uint64_t mask, uint32_t index) const {
 }
 
 bool SpaceEngine::make_view(const std::map<uint32_t, Tenant>& tenants, slots::Event e, uint32_t tenant_id,
-                            uint64_t now, slots::SpaceView* out) const {
+                            uint64_t now, slots::SpaceView* out) {
+  next_ns_ = 0;
   bool any = false;
   for (const auto& [id, t] : tenants) any = any || t.in_domain();
   if (!any) return false;
@@ -88,7 +89,9 @@ bool SpaceEngine::check(const slots::SpaceView& view, const slots::SpaceActions&
   return true;
 }
 
-void SpaceEngine::apply(std::map<uint32_t, Tenant>& tenants, const slots::SpaceActions& actions) const {
+void SpaceEngine::apply(std::map<uint32_t, Tenant>& tenants, const slots::SpaceView&, const slots::SpaceActions& actions,
+                        uint64_t) {
+  next_ns_ = actions.next_ns;
   for (auto& [id, t] : tenants) {
     if (!t.in_domain()) continue;
     const slots::SpaceGrant* grant = nullptr;

@@ -100,12 +100,12 @@ void SwapEngine::send_command(Tenant& t, uint32_t cmd) {
 }
 
 void SwapEngine::set_kv_target(Tenant& t, bool on, uint64_t bytes, uint32_t deadline_ms, uint64_t now) {
-  SwapState& s = t.swap;
-  s.kv_target_on = on;
-  s.kv_target_bytes = on ? bytes : 0;
-  s.kv_target_since_ns = now;
-  s.kv_deadline_ms = deadline_ms;
-  std::atomic_ref<uint64_t>(t.grants->kv_target_bytes).store(s.kv_target_bytes, std::memory_order_relaxed);
+  KvState& s = t.kv;
+  s.target_on = on;
+  s.target_bytes = on ? bytes : 0;
+  s.target_since_ns = now;
+  s.deadline_ms = deadline_ms;
+  std::atomic_ref<uint64_t>(t.grants->kv_target_bytes).store(s.target_bytes, std::memory_order_relaxed);
   std::atomic_ref<uint32_t>(t.grants->kv_deadline_ms).store(deadline_ms, std::memory_order_relaxed);
   std::atomic_ref<uint32_t>(t.grants->kv_target_on).store(on ? 1 : 0, std::memory_order_release);
   std::atomic_ref<uint32_t>(t.grants->kv_target_seq).fetch_add(1, std::memory_order_release);
@@ -132,12 +132,12 @@ void SwapEngine::note_kv_release(std::map<uint32_t, Tenant>& tenants, uint64_t n
   bool released = false;
   for (auto& [id, t] : tenants) {
     const uint64_t now_bytes = kv_bytes(t);
-    const bool asked_for_more = t.swap.kv_target_on && now_bytes > t.swap.kv_target_bytes;
-    if (now_bytes < t.swap.kv_seen_bytes) {
-      t.swap.kv_released_ns = now;
+    const bool asked_for_more = t.kv.target_on && now_bytes > t.kv.target_bytes;
+    if (now_bytes < t.kv.seen_bytes) {
+      t.kv.released_ns = now;
       if (!asked_for_more) released = true;
     }
-    t.swap.kv_seen_bytes = now_bytes;
+    t.kv.seen_bytes = now_bytes;
   }
   if (!released) return;
   for (auto& [id, t] : tenants) {
@@ -198,7 +198,7 @@ void SwapEngine::refuse_beyond_grant(std::map<uint32_t, Tenant>& tenants, uint64
       continue;
     }
     if (const uint64_t limit = t.granted.limit_bytes(); limit != 0) {
-      const uint64_t held = std::max(used, t.verified_mem_bytes + wanted);
+      const uint64_t held = std::max(used, t.verify.mem_bytes + wanted);
       const uint64_t made = used > t.swap.room_retried_used ? 0 : t.swap.room_retried_bytes;
       if (held > limit || made > limit - held) {
         log::warn("tenant %u asked for room for %llu MiB holding %llu MiB (and %llu MiB of room made for it) of a "
@@ -220,7 +220,7 @@ void SwapEngine::refuse_beyond_grant(std::map<uint32_t, Tenant>& tenants, uint64
     uint64_t known = std::min(wanted, info->total_mem_bytes);
     for (const auto& [oid, o] : tenants) {
       uint64_t on = gpus_.used_on(o, static_cast<uint32_t>(gpu));
-      if (o.verified_gpus == uint64_t{1} << gpu) on = std::max(on, std::min(o.verified_mem_bytes, info->total_mem_bytes));
+      if (o.verify.gpus == uint64_t{1} << gpu) on = std::max(on, std::min(o.verify.mem_bytes, info->total_mem_bytes));
       known += on;
     }
     if (known + info->total_mem_bytes / 16 <= info->total_mem_bytes) {
@@ -306,8 +306,21 @@ void SwapEngine::note_done(std::map<uint32_t, Tenant>& tenants, uint64_t now) {
   }
 }
 
-slots::MemoryView SwapEngine::make_view(std::map<uint32_t, Tenant>& tenants, slots::Event e, uint32_t tenant_id,
-                                        uint64_t now) const {
+bool SwapEngine::make_view(std::map<uint32_t, Tenant>& tenants, slots::Event e, uint32_t tenant_id, uint64_t now,
+                           slots::MemoryView* out) {
+  if (!enabled()) {
+    refuse_all(tenants);
+    return false;
+  }
+  note_done(tenants, now);
+  note_kv_release(tenants, now);
+  refuse_beyond_grant(tenants, now);
+  *out = build_view(tenants, e, tenant_id, now);
+  return true;
+}
+
+slots::MemoryView SwapEngine::build_view(std::map<uint32_t, Tenant>& tenants, slots::Event e, uint32_t tenant_id,
+                                         uint64_t now) const {
   slots::MemoryView view;
   view.now_ns = now;
   view.event = e;
@@ -360,15 +373,15 @@ slots::MemoryView SwapEngine::make_view(std::map<uint32_t, Tenant>& tenants, slo
     s.guaranteed_bytes = quota;
     s.kv_bytes = std::min(kv_bytes(t), s.resident_bytes);
     s.kv_queue_depth = std::min<uint32_t>(load(cb.kv_queue_depth), kMaxKvQueueDepth);
-    s.kv_target_on = t.swap.kv_target_on;
-    s.kv_target_bytes = t.swap.kv_target_bytes;
-    s.kv_target_since_ns = t.swap.kv_target_since_ns;
-    const uint64_t deadline_ns = uint64_t{t.swap.kv_deadline_ms} * 1'000'000ull;
-    const bool giving_back = t.swap.kv_released_ns > t.swap.kv_target_since_ns &&
-                             now < t.swap.kv_released_ns + kKvProgressNs &&
-                             now < t.swap.kv_target_since_ns + kKvGraceFactor * deadline_ns;
-    s.kv_target_overdue = t.swap.kv_target_on && s.kv_bytes > t.swap.kv_target_bytes &&
-                          now >= t.swap.kv_target_since_ns + deadline_ns && !giving_back;
+    s.kv_target_on = t.kv.target_on;
+    s.kv_target_bytes = t.kv.target_bytes;
+    s.kv_target_since_ns = t.kv.target_since_ns;
+    const uint64_t deadline_ns = uint64_t{t.kv.deadline_ms} * 1'000'000ull;
+    const bool giving_back = t.kv.released_ns > t.kv.target_since_ns &&
+                             now < t.kv.released_ns + kKvProgressNs &&
+                             now < t.kv.target_since_ns + kKvGraceFactor * deadline_ns;
+    s.kv_target_overdue = t.kv.target_on && s.kv_bytes > t.kv.target_bytes &&
+                          now >= t.kv.target_since_ns + deadline_ns && !giving_back;
     view.tenants.push_back(s);
   }
   return view;
@@ -421,7 +434,8 @@ bool SwapEngine::check(const slots::MemoryView& view, const slots::MemoryActions
   return true;
 }
 
-void SwapEngine::apply(std::map<uint32_t, Tenant>& tenants, const slots::MemoryActions& actions, uint64_t now) {
+void SwapEngine::apply(std::map<uint32_t, Tenant>& tenants, const slots::MemoryView&,
+                       const slots::MemoryActions& actions, uint64_t now) {
   for (const SwapAction& a : actions.actions) {
     auto it = tenants.find(a.tenant_id);
     if (it == tenants.end()) continue;

@@ -30,6 +30,10 @@ struct SwapOptions {
 
 class SwapEngine {
  public:
+  using Policy = slots::MemoryPolicy;
+  using View = slots::MemoryView;
+  using Actions = slots::MemoryActions;
+
   SwapEngine(const GpuMap& gpus, const std::vector<GpuInfo>& info, SwapOptions opts);
   ~SwapEngine();  // closes the pools
   SwapEngine(const SwapEngine&) = delete;
@@ -49,13 +53,17 @@ class SwapEngine {
   void note_kv_release(std::map<uint32_t, Tenant>& tenants, uint64_t now);
   // A tenant's KV pool bytes as gpuosd believes them: its word, bounded by what it holds.
   uint64_t kv_bytes(const Tenant& t) const;
-  slots::MemoryView make_view(std::map<uint32_t, Tenant>& tenants, slots::Event e, uint32_t tenant_id,
-                              uint64_t now) const;
+  // Notes what the tenants did since the last look (note_done, note_kv_release), screens the
+  // requests for room (refuse_beyond_grant), and makes the view. Oversubscription off: every
+  // request for room is refused, and false (no policy to ask).
+  bool make_view(std::map<uint32_t, Tenant>& tenants, slots::Event e, uint32_t tenant_id, uint64_t now,
+                 slots::MemoryView* out);
   // Whether the actions keep the slot's contract: known tenants; commands only to tenants with none
   // pending (one each), SWAP_OUT only to a swappable tenant, SWAP_IN only to one with memory out;
   // answers only to a request for room.
   bool check(const slots::MemoryView& view, const slots::MemoryActions& actions, std::string* why) const;
-  void apply(std::map<uint32_t, Tenant>& tenants, const slots::MemoryActions& actions, uint64_t now);
+  void apply(std::map<uint32_t, Tenant>& tenants, const slots::MemoryView& view, const slots::MemoryActions& actions,
+             uint64_t now);
   // Screens the pending requests for room before the policy sees them; a forged one must not
   // displace anybody. Refused: one whose waiting allocation is not in the requester's report (the
   // interposer reserves it before it asks the driver), and one beyond its grant (quota + borrow -
@@ -74,6 +82,8 @@ class SwapEngine {
   void answer_room(Tenant& t, uint32_t answer, uint64_t now);
 
  private:
+  slots::MemoryView build_view(std::map<uint32_t, Tenant>& tenants, slots::Event e, uint32_t tenant_id,
+                               uint64_t now) const;
   void send_command(Tenant& t, uint32_t cmd);
   void set_kv_target(Tenant& t, bool on, uint64_t bytes, uint32_t deadline_ms, uint64_t now);
   void free_slices(Tenant& t);

@@ -5,6 +5,7 @@
 
 #include <sys/types.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <string>
@@ -107,13 +108,78 @@ struct SwapState {
   uint64_t room_answered_ns = 0;
   uint64_t room_retried_bytes = 0;
   uint64_t room_retried_used = 0;
-  // KV pools (include/gpuos/kv.h): the target gpuosd set them, and their size when last seen.
-  bool kv_target_on = false;
-  uint64_t kv_target_bytes = 0;
-  uint64_t kv_target_since_ns = 0;
-  uint32_t kv_deadline_ms = 0;
-  uint64_t kv_seen_bytes = 0;
-  uint64_t kv_released_ns = 0;  // when its pools were last seen smaller than before
+};
+
+// KV pools (include/gpuos/kv.h): the target gpuosd set them (SwapEngine, the memory slot's
+// kSetKvTarget), and their size when last seen.
+struct KvState {
+  bool target_on = false;
+  uint64_t target_bytes = 0;
+  uint64_t target_since_ns = 0;
+  uint32_t deadline_ms = 0;
+  uint64_t seen_bytes = 0;
+  uint64_t released_ns = 0;  // when its pools were last seen smaller than before
+};
+
+// What the usage check holds against a process (VerifyEngine): kept across a reconnect
+// (Core::Retained).
+struct UsageRecord {
+  uint64_t violations = 0;
+  uint32_t findings_in_a_row = 0;
+  uint32_t finding_kinds_logged = 0;
+  bool enforced = false;
+  // The window of the usage check (CheckParams::window_rounds): its last rounds' figures.
+  UsageWindow window;
+};
+
+// The usage check's state of a tenant (VerifyEngine, usage_verifier.h): its GPU memory as NVML
+// measured it last (0 = not measured), what it holds against it, and its gate at the last round
+// (closed, and the grant epoch then: the same epoch now means the gate did not move in between).
+struct VerifyState {
+  uint64_t mem_bytes = 0;
+  uint64_t gpus = 0;  // the GPUs NVML saw the process on (bit i = gpuosd's GPU i)
+  uint64_t context_bytes = UINT64_MAX;  // least NVML measured beyond its report (its contexts)
+  // Chargeback (apportion_round): its GPU time and part of the GPUs' energy, summed over rounds.
+  uint64_t gpu_time_ns = 0;
+  uint64_t energy_mj = 0;
+  UsageRecord usage;
+  uint64_t gated_gpus = 0;  // the GPUs its gate was closed on at the last round (all bits: whole)
+  uint32_t grant_epoch = 0;
+  // Work it launched while open and still had in flight when its gate last closed (its busy word
+  // then, and busy_transitions: the same busy period while that count stays), when a round first
+  // saw it so (0: not yet; the grace runs from there), and whether the last round excused it.
+  // Noted by publish_gate where the gate closes.
+  bool inflight_at_close = false;
+  uint64_t close_transitions = 0;
+  uint64_t inflight_since_ns = 0;
+  bool excused_last_round = false;
+  // The GPUs its gate was closed on the whole last round (gated_settled).
+  uint64_t gated_last = 0;
+  // Its pacing as granted, for the check against what it used: since when it is paced without a
+  // break (0: not paced; a new set of GPUs is a break), the share granted integrated over time
+  // since the last round (per mille x ns, up to pace_at_ns), and the rounds in a row it was paced
+  // the whole round. GateEngine notes each new pacing (note_pacing), the usage check reads it.
+  uint64_t pace_since_ns = 0;
+  uint64_t pace_at_ns = 0;
+  uint64_t pace_permille_ns = 0;
+  uint32_t paced_rounds = 0;
+  // The pacing `before` gives way to `after` at `now`: the share granted so far is integrated.
+  void note_pacing(const slots::Pacing& before, const slots::Pacing& after, uint64_t now) {
+    pace_permille_ns += (now - std::min(now, pace_at_ns)) * before.permille;
+    pace_at_ns = now;
+    if (after.permille == 0) {
+      pace_since_ns = 0;
+    } else if (pace_since_ns == 0 || after.gpus != before.gpus) {
+      pace_since_ns = now;
+    }
+  }
+};
+
+// Kubernetes: the claim it was admitted under ("" = none) and its pod ("" = not known; the uid
+// alone when only the process's cgroup path named it).
+struct KubeState {
+  std::string claim_uid;
+  std::string pod_namespace, pod_name, pod_uid;
 };
 
 // Busy time, integrated piecewise-constant between observations of the busy word; and the gate
@@ -145,54 +211,26 @@ struct Tenant {
   gpuos_control_block* cb = nullptr;    // what the tenant reports (untrusted input)
   GateState gate;
   Granted granted;
-  // The usage check (usage_verifier.h): its GPU memory as NVML measured it last (0 = not
-  // measured), findings against it (all, and rounds in a row), kinds already logged, whether it
-  // was frozen or killed, and its gate at the last round (closed, and the grant epoch then: the
-  // same epoch now means the gate did not move in between).
-  uint64_t verified_mem_bytes = 0;
-  uint64_t verified_gpus = 0;  // the GPUs NVML saw the process on (bit i = gpuosd's GPU i)
-  uint64_t verify_context_bytes = UINT64_MAX;  // least NVML measured beyond its report (its contexts)
-  // Chargeback (apportion_round): its GPU time and part of the GPUs' energy, summed over rounds.
-  uint64_t gpu_time_ns = 0;
-  uint64_t energy_mj = 0;
-  // What the usage check holds against its process: kept across a reconnect (Core::Retained).
-  struct UsageRecord {
-    uint64_t violations = 0;
-    uint32_t findings_in_a_row = 0;
-    uint32_t finding_kinds_logged = 0;
-    bool enforced = false;
-    // The window of the usage check (CheckParams::window_rounds): its last rounds' figures.
-    UsageWindow window;
-  } usage;
-  uint64_t verify_gated_gpus = 0;  // the GPUs its gate was closed on at the last round (all bits: whole)
-  uint32_t verify_grant_epoch = 0;
-  // Work it launched while open and still had in flight when its gate last closed (its busy word
-  // then, and busy_transitions: the same busy period while that count stays), when a round first
-  // saw it so (0: not yet; the grace runs from there), and whether the last round excused it.
-  bool verify_inflight_at_close = false;
-  uint64_t verify_close_transitions = 0;
-  uint64_t verify_inflight_since_ns = 0;
-  bool verify_excused_last_round = false;
-  // The GPUs its gate was closed on the whole last round (gated_settled).
-  uint64_t verify_gated_last = 0;
-  // Its pacing as granted, for the check against what it used: since when it is paced without a
-  // break (0: not paced; a new set of GPUs is a break), the share granted integrated over time
-  // since the last round (per mille x ns, up to pace_at_ns), and the rounds in a row it was paced
-  // the whole round.
-  uint64_t pace_since_ns = 0;
-  uint64_t pace_at_ns = 0;
-  uint64_t pace_permille_ns = 0;
-  uint32_t verify_paced_rounds = 0;
+  VerifyState verify;
   mutable DeviceMap devices;
   SpaceState space;
   SwapState swap;
   BusyState busy;
   BudgetState budget;
-  // Kubernetes: the claim it was admitted under ("" = none) and its pod ("" = not known; the uid
-  // alone when only the process's cgroup path named it).
-  std::string claim_uid;
-  std::string pod_namespace, pod_name, pod_uid;
+  KvState kv;
+  KubeState kube;
   bool in_domain() const { return space.domain[0] != '\0'; }
+};
+
+// A tenant's identity is its process, not its connection: what a tenant whose process still runs
+// keeps when its connection closes, given back when that process registers again (its id and,
+// through the id ledger, an admin's hold stay kept for it too). By pid; dropped with the process.
+struct Retained {
+  uint64_t start_time = 0;
+  uid_t uid = 0;
+  uint32_t id = 0;
+  bool pinned = false;  // an admin's hold (also in the ledger, where there is one)
+  UsageRecord usage;
 };
 
 }  // namespace gpuos::daemon

@@ -5,7 +5,7 @@
 //
 // Mechanism (NvmlReader: one sample of every GPU) and check (check_usage: a pure function of a
 // sample and the tenants' grants) are separate; what to do about a finding is policy
-// (policies/enforce).
+// (enforce.h).
 #pragma once
 
 #include <sys/types.h>

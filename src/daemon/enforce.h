@@ -1,5 +1,6 @@
-// What gpuosd does about a finding of its usage check (daemon/usage_verifier.h): a small policy,
-// apart from the mechanisms that carry it out (daemon/enforcer.h).
+// What gpuosd does about a finding of its usage check (usage_verifier.h): the verify engine's
+// enforcement parameters (VerifyOptions::enforce) and the rule that applies them, apart from the
+// mechanisms that carry it out (enforcer.h).
 //
 // Every finding is reported (log line, metrics). A registered tenant found against the rules in
 // `grace_rounds` rounds in a row is then frozen or killed, as configured. A process that never
@@ -10,7 +11,7 @@
 #include <cstdint>
 #include <string_view>
 
-namespace gpuos::policies {
+namespace gpuos::daemon {
 
 enum class EnforceMode { kReport, kFreeze, kKill };
 enum class EnforceAction { kReport, kFreeze, kKill };
@@ -27,4 +28,4 @@ struct EnforceParams {
 // included); registered: whether it is a gpuos tenant.
 EnforceAction decide_enforcement(const EnforceParams& p, bool registered, uint32_t rounds_in_a_row);
 
-}  // namespace gpuos::policies
+}  // namespace gpuos::daemon

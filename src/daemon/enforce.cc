@@ -1,6 +1,6 @@
-#include "policies/enforce/enforce.h"
+#include "daemon/enforce.h"
 
-namespace gpuos::policies {
+namespace gpuos::daemon {
 
 bool parse_enforce_mode(std::string_view text, EnforceMode* out) {
   if (text == "report") *out = EnforceMode::kReport;
@@ -17,4 +17,4 @@ EnforceAction decide_enforcement(const EnforceParams& p, bool registered, uint32
   return p.mode == EnforceMode::kFreeze ? EnforceAction::kFreeze : EnforceAction::kKill;
 }
 
-}  // namespace gpuos::policies
+}  // namespace gpuos::daemon
