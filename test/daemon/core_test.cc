@@ -12,7 +12,7 @@
 #include <stdexcept>
 
 #include "common/ipc.h"
-#include "daemon/core.h"
+#include "daemon/core/core.h"
 #include "tenant_side.h"
 
 namespace gpuos::daemon {

@@ -10,10 +10,10 @@
 #include <fstream>
 
 #include "common/ipc.h"
-#include "daemon/core.h"
-#include "daemon/enforcer.h"
-#include "daemon/usage_verifier.h"
-#include "daemon/enforce.h"
+#include "daemon/core/core.h"
+#include "daemon/core/enforcer.h"
+#include "daemon/core/usage_verifier.h"
+#include "daemon/core/enforce.h"
 #include "policies/priority/priority.h"
 #include "tenant_side.h"
 
