@@ -343,20 +343,6 @@ TEST(Chargeback, SplitsEachGpusEnergyByGpuTime) {
 }
 
 
-TEST(EnforcePolicy, ActsOnlyOnPersistentFindingsOfTenants) {
-  EnforceParams p{EnforceMode::kKill, 2};
-  EXPECT_EQ(decide_enforcement(p, true, 1), EnforceAction::kReport);
-  EXPECT_EQ(decide_enforcement(p, true, 2), EnforceAction::kKill);
-  EXPECT_EQ(decide_enforcement(p, false, 5), EnforceAction::kReport);  // never a non-tenant
-  p.mode = EnforceMode::kFreeze;
-  EXPECT_EQ(decide_enforcement(p, true, 3), EnforceAction::kFreeze);
-  p.mode = EnforceMode::kReport;
-  EXPECT_EQ(decide_enforcement(p, true, 9), EnforceAction::kReport);
-  EnforceMode m;
-  EXPECT_TRUE(parse_enforce_mode("freeze", &m));
-  EXPECT_FALSE(parse_enforce_mode("nuke", &m));
-}
-
 // The freezer on a fake /proc and cgroup tree: it freezes a cgroup holding only the offender's
 // processes, and refuses one that also holds another user's process, a tenant or gpuosd.
 TEST(SystemEnforcer, FreezesOnlyACgroupOfTheOffendersOwn) {
