@@ -3,6 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstring>
 
 #include "common/ipc.h"
@@ -138,6 +141,22 @@ TEST(Admission, GrantWritesTheGrantBlock) {
   EXPECT_TRUE(t.gate.pinned);
   EXPECT_EQ(t.busy.obs_ns, 1234u);
   destroy_tenant_blocks(t);
+}
+
+TEST(Authorisation, IsAdmin) {
+  EXPECT_TRUE(is_admin(0, 1000, {}, std::nullopt));
+  EXPECT_TRUE(is_admin(1000, 1000, {}, std::nullopt));
+  EXPECT_FALSE(is_admin(1001, 1000, {1001, 27}, std::nullopt));
+  EXPECT_FALSE(is_admin(1001, 1000, {1001, 27}, gid_t{50}));
+  EXPECT_TRUE(is_admin(1001, 1000, {1001, 50}, gid_t{50}));
+  // peer_groups of this process contains its own gid.
+  auto g = peer_groups(getpid(), getuid(), getgid());
+  EXPECT_NE(std::find(g.begin(), g.end(), getgid()), g.end());
+}
+
+TEST(ProcessStartTime, OfThisProcessAndOfNone) {
+  EXPECT_GT(process_start_time(getpid()), 0u);
+  EXPECT_EQ(process_start_time(-1), 0u);
 }
 
 }  // namespace
