@@ -2,8 +2,9 @@
 // the first refusal ends it and is the REGISTER_REPLY's status and text):
 //   1. claim     (admission_claim.cc)    on a claim's socket, the claim's settings replace the asked
 //   2. validate  (admission_validate.cc) the message alone: one tenant per connection, names, class, weight
-//   3. identity  (admission_identity.cc) the pid is the peer's; the tenant's id (kept across a
-//                                        reconnect or a gpuosd restart), its pod
+//   3. identity  (admission_identity.cc) the pid is the peer's (3a, before the limits); the
+//                                        tenant's id, kept across a reconnect or a gpuosd restart,
+//                                        and its pod (3b, 3c, after them: a refused one takes no id)
 //   4. limits    (admission_limits.cc)   one tenant per process, per uid (or claim), table size
 //   5. admit     (admission_admit.cc)    the config's word (spatial domain, guaranteed for admins,
 //                                        latency budget, quota cap), then the time gate's admit hook

@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "daemon/core/claim_desk.h"
 #include "daemon/core/claims.h"
 #include "daemon/core/enforcer.h"
 #include "daemon/core/gate_engine.h"
@@ -34,7 +35,6 @@
 #include "daemon/core/id_ledger.h"
 #include "daemon/core/peer.h"
 #include "daemon/core/reply.h"
-#include "daemon/core/claim_desk.h"
 #include "daemon/core/slot_runner.h"
 #include "daemon/core/space_engine.h"
 #include "daemon/core/swap_engine.h"
@@ -206,7 +206,6 @@ class Core final {
   }
 
  private:
-
   Outcome on_register(Connection& conn, const gpuos_msg_register& m);
   Outcome on_list(Connection& conn, const gpuos_msg_list& m);
   Outcome on_set_gate(Connection& conn, const gpuos_msg_set_gate& m);
