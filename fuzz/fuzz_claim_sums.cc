@@ -24,8 +24,8 @@
 #include "common/config.h"
 #include "common/ipc.h"
 #include "common/log.h"
-#include "daemon/claims.h"
-#include "daemon/core.h"
+#include "daemon/core/claims.h"
+#include "daemon/core/core.h"
 #include "dra/plugin.h"
 #include "dra/tenant_config.h"
 

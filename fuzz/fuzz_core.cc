@@ -42,7 +42,7 @@
 #include "common/config.h"
 #include "common/ipc.h"
 #include "common/log.h"
-#include "daemon/core.h"
+#include "daemon/core/core.h"
 #include "policies/budget/budget.h"
 #include "policies/partition/partition.h"
 #include "policies/priority/priority.h"

@@ -15,13 +15,13 @@
 #include "common/config.h"
 #include "common/ipc.h"
 #include "common/log.h"
-#include "daemon/core.h"
-#include "daemon/gpus.h"
-#include "daemon/mps.h"
-#include "daemon/server.h"
-#include "daemon/usage_verifier.h"
+#include "daemon/core/core.h"
+#include "daemon/core/gpus.h"
+#include "daemon/server/mps.h"
+#include "daemon/server/server.h"
+#include "daemon/core/usage_verifier.h"
 #include "gpuos/nvml_api.h"
-#include "policies/enforce/enforce.h"
+#include "daemon/core/enforce.h"
 #include "policies/registry.h"
 
 int main(int argc, char** argv) {
@@ -232,7 +232,7 @@ int main(int argc, char** argv) {
       v.interval_ns = static_cast<uint64_t>(cfg.verify.interval_ms) * 1000000ull;
       v.check.memory_slack_bytes = cfg.verify.memory_slack_bytes;
       v.check.gated_sm_util_percent = cfg.verify.gated_sm_util_percent;
-      policies::parse_enforce_mode(cfg.verify.enforce, &v.enforce.mode);  // checked by the config
+      daemon::parse_enforce_mode(cfg.verify.enforce, &v.enforce.mode);  // checked by the config
       v.enforce.grace_rounds = cfg.verify.grace_rounds;
       v.enforcer = &enforcer;
       v.ignored.insert(getpid());

@@ -24,8 +24,8 @@
 #include <vector>
 
 #include "common/clock.h"
-#include "daemon/id_ledger.h"
-#include "daemon/usage_verifier.h"
+#include "daemon/core/id_ledger.h"
+#include "daemon/core/usage_verifier.h"
 #include "gpuos/nvml_api.h"
 
 namespace {

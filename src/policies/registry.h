@@ -64,9 +64,4 @@ bool check_startup_config(const Config& config, HostConfig* host, PolicySet* pol
 // `gpuos config check`. The config must have passed check_policy_config.
 std::string format_policy_settings(const Config& config);
 
-// The built-in policies the core falls back to (slot.h): never fail.
-std::unique_ptr<slots::TimeGate> builtin_time_gate();      // "open"
-std::unique_ptr<slots::SpacePolicy> builtin_space();       // "unconfined"
-std::unique_ptr<slots::MemoryPolicy> builtin_memory();     // "resident"
-
 }  // namespace gpuos::policies

@@ -11,8 +11,8 @@
 #include <set>
 
 #include "common/ipc.h"
-#include "daemon/claims.h"
-#include "daemon/core.h"
+#include "daemon/core/claims.h"
+#include "daemon/core/core.h"
 #include "tenant_side.h"
 
 namespace gpuos::daemon {

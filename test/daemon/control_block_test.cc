@@ -1,5 +1,5 @@
 // The daemon's side of a control block: reading the tenant's latency samples.
-#include "daemon/control_block.h"
+#include "daemon/core/control_block.h"
 
 #include <gtest/gtest.h>
 

@@ -7,7 +7,7 @@
 #include <atomic>
 
 #include "common/ipc.h"
-#include "daemon/core.h"
+#include "daemon/core/core.h"
 #include "policies/budget/budget.h"
 #include "tenant_side.h"
 

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "common/ipc.h"
-#include "daemon/core.h"
+#include "daemon/core/core.h"
 #include "tenant_side.h"
 
 namespace gpuos::daemon {

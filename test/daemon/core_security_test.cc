@@ -17,7 +17,7 @@
 #include <string>
 
 #include "common/ipc.h"
-#include "daemon/core.h"
+#include "daemon/core/core.h"
 #include "tenant_side.h"
 #include "policies/priority/priority.h"
 #include "policies/swap/swap.h"

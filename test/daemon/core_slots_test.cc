@@ -13,7 +13,7 @@
 #include <thread>
 
 #include "common/ipc.h"
-#include "daemon/core.h"
+#include "daemon/core/core.h"
 #include "tenant_side.h"
 #include "policies/partition/partition.h"
 #include "policies/swap/swap.h"

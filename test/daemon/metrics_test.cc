@@ -15,8 +15,8 @@
 
 #include "common/ipc.h"
 #include "common/config.h"
-#include "daemon/core.h"
-#include "daemon/metrics.h"
+#include "daemon/core/core.h"
+#include "daemon/server/metrics.h"
 #include "doc_tables.h"
 #include "tenant_side.h"
 

@@ -27,7 +27,7 @@
 #include <thread>
 #include <vector>
 
-#include "daemon/mps.h"
+#include "daemon/server/mps.h"
 
 namespace gpuos::daemon {
 namespace {

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "daemon/enforcer.h"
-#include "daemon/usage_verifier.h"
+#include "daemon/core/enforcer.h"
+#include "daemon/core/usage_verifier.h"
 
 namespace gpuos::daemon {
 namespace {

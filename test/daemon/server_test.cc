@@ -18,8 +18,8 @@
 #include <thread>
 
 #include "common/ipc.h"
-#include "daemon/core.h"
-#include "daemon/server.h"
+#include "daemon/core/core.h"
+#include "daemon/server/server.h"
 
 namespace gpuos::daemon {
 namespace {

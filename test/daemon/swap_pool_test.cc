@@ -1,5 +1,5 @@
 // The swap pool's slice allocator.
-#include "daemon/swap_pool.h"
+#include "daemon/core/swap_pool.h"
 
 #include <gtest/gtest.h>
 

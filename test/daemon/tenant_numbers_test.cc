@@ -13,8 +13,8 @@
 
 #include "common/ipc.h"
 #include "common/tenant_numbers.h"
-#include "daemon/claims.h"
-#include "daemon/core.h"
+#include "daemon/core/claims.h"
+#include "daemon/core/core.h"
 #include "dra/tenant_config.h"
 #include "tenant_side.h"
 

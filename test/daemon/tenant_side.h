@@ -12,7 +12,7 @@
 #include <cstring>
 
 #include "common/ipc.h"
-#include "daemon/core.h"
+#include "daemon/core/core.h"
 
 namespace gpuos::daemon::tenant_side {
 

@@ -10,10 +10,10 @@
 #include <fstream>
 
 #include "common/ipc.h"
-#include "daemon/core.h"
-#include "daemon/enforcer.h"
-#include "daemon/usage_verifier.h"
-#include "policies/enforce/enforce.h"
+#include "daemon/core/core.h"
+#include "daemon/core/enforcer.h"
+#include "daemon/core/usage_verifier.h"
+#include "daemon/core/enforce.h"
 #include "policies/priority/priority.h"
 #include "tenant_side.h"
 
@@ -343,21 +343,6 @@ TEST(Chargeback, SplitsEachGpusEnergyByGpuTime) {
 }
 
 
-TEST(EnforcePolicy, ActsOnlyOnPersistentFindingsOfTenants) {
-  using policies::EnforceAction;
-  policies::EnforceParams p{policies::EnforceMode::kKill, 2};
-  EXPECT_EQ(decide_enforcement(p, true, 1), EnforceAction::kReport);
-  EXPECT_EQ(decide_enforcement(p, true, 2), EnforceAction::kKill);
-  EXPECT_EQ(decide_enforcement(p, false, 5), EnforceAction::kReport);  // never a non-tenant
-  p.mode = policies::EnforceMode::kFreeze;
-  EXPECT_EQ(decide_enforcement(p, true, 3), EnforceAction::kFreeze);
-  p.mode = policies::EnforceMode::kReport;
-  EXPECT_EQ(decide_enforcement(p, true, 9), EnforceAction::kReport);
-  policies::EnforceMode m;
-  EXPECT_TRUE(policies::parse_enforce_mode("freeze", &m));
-  EXPECT_FALSE(policies::parse_enforce_mode("nuke", &m));
-}
-
 // The freezer on a fake /proc and cgroup tree: it freezes a cgroup holding only the offender's
 // processes, and refuses one that also holds another user's process, a tenant or gpuosd.
 TEST(SystemEnforcer, FreezesOnlyACgroupOfTheOffendersOwn) {
@@ -425,7 +410,7 @@ TEST(CoreUsageCheck, CountsReportsAndEnforces) {
   o.pid_start_time = [](pid_t p) { return static_cast<uint64_t>(p) * 10; };
   o.verify.sample = [&] { return next; };
   o.verify.interval_ns = 1'000'000'000;
-  o.verify.enforce = policies::EnforceParams{policies::EnforceMode::kKill, 2};
+  o.verify.enforce = EnforceParams{EnforceMode::kKill, 2};
   o.verify.enforcer = &enforcer;
   Core core(std::move(o));
   auto reg = [&](pid_t pid, uint64_t quota) {
@@ -501,7 +486,7 @@ struct GatedCheck {
     o.verify.sample = [this] { return next; };
     o.verify.interval_ns = 1'000'000'000;
     o.verify.inflight_grace_ns = inflight_grace_ns;
-    o.verify.enforce = policies::EnforceParams{policies::EnforceMode::kKill, kill_after_rounds};
+    o.verify.enforce = EnforceParams{EnforceMode::kKill, kill_after_rounds};
     o.verify.enforcer = &enforcer;
     core = std::make_unique<Core>(std::move(o));
   }
@@ -669,7 +654,7 @@ TEST(CoreUsageCheck, ATenantThatIgnoresItsPacingIsFound) {
   o.pid_start_time = [](pid_t p) { return static_cast<uint64_t>(p) * 10; };
   o.time_gate = std::move(gate);
   o.verify.sample = [&] { return next; };
-  o.verify.enforce = policies::EnforceParams{policies::EnforceMode::kKill, 2};
+  o.verify.enforce = EnforceParams{EnforceMode::kKill, 2};
   o.verify.enforcer = &enforcer;
   Core core(std::move(o));
   std::vector<tenant_side::TenantSide> sides(2);

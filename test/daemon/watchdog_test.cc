@@ -1,5 +1,5 @@
 // The policy hooks' stall watchdog, on an injected clock (no thread, no sleeping).
-#include "daemon/watchdog.h"
+#include "daemon/core/watchdog.h"
 
 #include <gtest/gtest.h>
 

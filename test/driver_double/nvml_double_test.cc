@@ -13,7 +13,7 @@
 
 #include <gtest/gtest.h>
 
-#include "daemon/usage_verifier.h"
+#include "daemon/core/usage_verifier.h"
 #include "dd_child_process.h"
 #include "gpuos/nvml_api.h"
 

@@ -12,8 +12,8 @@
 #include <thread>
 
 #include "common/ipc.h"
-#include "daemon/core.h"
-#include "daemon/server.h"
+#include "daemon/core/core.h"
+#include "daemon/server/server.h"
 #include "policies/priority/priority.h"
 
 namespace gpuos::policies {

@@ -7,6 +7,7 @@
 
 #include "common/config.h"
 #include "policies/registry.h"
+#include "slots/builtin.h"
 #include "policies/swap/swap.h"
 
 namespace gpuos::policies {
@@ -51,9 +52,9 @@ TEST(Registry, EveryPolicyBuildsFromAnEmptySectionInItsSlot) {
   EXPECT_EQ(policy_names(SlotKind::kSpace), "partition, unconfined");
   EXPECT_EQ(policy_names(SlotKind::kMemory), "swap, resident");
   // The built-ins are the ones of the list.
-  EXPECT_STREQ(builtin_time_gate()->name(), "open");
-  EXPECT_STREQ(builtin_space()->name(), "unconfined");
-  EXPECT_STREQ(builtin_memory()->name(), "resident");
+  EXPECT_STREQ(slots::builtin_time_gate()->name(), "open");
+  EXPECT_STREQ(slots::builtin_space()->name(), "unconfined");
+  EXPECT_STREQ(slots::builtin_memory()->name(), "resident");
 }
 
 TEST(Registry, TheDefaultConfigChoosesOpenPartitionSwap) {

@@ -24,4 +24,14 @@ for edge in "dra cli/commands.h" "interpose kv/kv.h" "client cli/top.h"; do
   if "$py" "$checker" "$tmp/src" >/dev/null; then echo "FAIL: a $1 -> ${2%%/*} edge passed"; exit 1; fi
   rm "$tmp/src/$1/bad.cc"
 done
+# gpuosd: its core never includes policies/ (the engines use slots/ and its built-ins); main.cc does.
+mkdir -p "$tmp/src/daemon/core" "$tmp/src/daemon/server"
+echo '#include "policies/registry.h"' > "$tmp/src/daemon/main.cc"
+echo '#include "daemon/core/core.h"' > "$tmp/src/daemon/server/server.cc"
+"$py" "$checker" "$tmp/src" >/dev/null || { echo "FAIL: main.cc -> policies or server -> core refused"; exit 1; }
+echo '#include "policies/builtin/builtin.h"' > "$tmp/src/daemon/core/core.cc"
+if out=$("$py" "$checker" "$tmp/src"); then echo "FAIL: a daemon/core -> policies edge passed"; exit 1; fi
+grep -q "daemon/core -> policies" <<<"$out" || { echo "FAIL: not reported: $out"; exit 1; }
+echo '#include "daemon/server/server.h"' > "$tmp/src/daemon/core/core.cc"
+if "$py" "$checker" "$tmp/src" >/dev/null; then echo "FAIL: a daemon/core -> daemon/server edge passed"; exit 1; fi
 echo "layering: ok"

@@ -1,9 +1,5 @@
-// The built-in policies, one per slot: what runs when a config chooses nothing else, and what the
-// core falls back to when a slot's policy fails (slots/slot.h). Each is trivially safe.
-//  - "open" (time gate): admits everything as asked; every gate open.
-//  - "unconfined" (space): no partitions: every spatial tenant uses the whole GPU.
-//  - "resident" (memory): never swaps out; a request for room is refused (the allocation fails, as
-//    without oversubscription); memory already out comes back, one tenant at a time, when it fits.
+// The built-in policies (slots/builtin.h) as entries of the policy list, so that a config can
+// choose them by name: "open", "unconfined", "resident".
 #pragma once
 
 #include "policies/registry.h"

@@ -1,0 +1,120 @@
+// VerifyEngine without a Core: a made-up NVML sample against the tenants' grants.
+#include "daemon/core/verify_engine.h"
+
+#include <gtest/gtest.h>
+
+#include "engine_tenants.h"
+
+namespace gpuos::daemon {
+namespace {
+
+constexpr uint64_t MiB = 1ull << 20;
+
+struct CountingEnforcer final : Enforcer {
+  int kills = 0;
+  bool freeze(pid_t, uid_t, unsigned long long, const std::set<pid_t>&, std::string*) override { return false; }
+  bool kill(pid_t, unsigned long long, std::string* why) override {
+    ++kills;
+    *why = "killed";
+    return true;
+  }
+};
+
+struct VerifyFixture : ::testing::Test {
+  std::vector<GpuInfo> info{GpuInfo{0, "g0", "", 132, 80ull << 30, {}, 0}};
+  GpuMap gpus{info};
+  EngineTenants live;
+  UsageSample sample;
+  CountingEnforcer enforcer;
+  VerifyOptions options() {
+    VerifyOptions o;
+    o.sample = [this] { return sample; };
+    o.check.memory_slack_bytes = 0;
+    o.enforce = EnforceParams{EnforceMode::kKill, 2};
+    o.enforcer = &enforcer;
+    o.rejoin_grace_ns = 0;
+    return o;
+  }
+  void holds(pid_t pid, uint64_t bytes) {
+    ObservedProcess p;
+    p.pid = pid;
+    p.mem_known = true;
+    p.mem_bytes = bytes;
+    p.listed = true;
+    sample.processes.push_back(p);
+  }
+};
+
+TEST_F(VerifyFixture, OffWithoutASampler) {
+  VerifyEngine off(VerifyOptions{}, gpus, [](pid_t) { return uint64_t{0}; }, 0);
+  EXPECT_FALSE(off.enabled());
+  EXPECT_EQ(off.next_ns(), 0u);
+  VerifyStats stats;
+  off.tick(live.tenants, 5, &stats);
+  EXPECT_EQ(stats.usage_rounds, 0u);
+}
+
+TEST_F(VerifyFixture, RoundsFollowTheInterval) {
+  VerifyEngine e(options(), gpus, [](pid_t) { return uint64_t{0}; }, 0);
+  VerifyStats stats;
+  EXPECT_EQ(e.next_ns(), 1u);  // at once
+  e.tick(live.tenants, 10, &stats);
+  EXPECT_EQ(stats.usage_rounds, 1u);
+  EXPECT_EQ(e.next_ns(), 10 + e.options().interval_ns);
+  e.tick(live.tenants, 11, &stats);  // not due
+  EXPECT_EQ(stats.usage_rounds, 1u);
+}
+
+TEST_F(VerifyFixture, OverQuotaIsFoundCountedAndEnforcedAfterGraceRounds) {
+  Tenant& t = live.add(1, GPUOS_CLASS_BEST_EFFORT, 64 * MiB);
+  holds(t.pid, 512 * MiB);
+  VerifyEngine e(options(), gpus, [](pid_t) { return uint64_t{42}; }, 0);
+  VerifyStats stats;
+  VerifyEngine::View view;
+  e.make_view(live.tenants, 1'000'000'000, &view, &stats);
+  ASSERT_EQ(view.grants.size(), 1u);
+  EXPECT_EQ(view.grants[0].limit_bytes, 64 * MiB);
+  EXPECT_EQ(t.verify.mem_bytes, 512 * MiB);
+  std::vector<RoundFigures> figures;
+  const std::vector<Finding> findings = e.check(view, &figures);
+  ASSERT_EQ(findings.size(), 1u);
+  EXPECT_EQ(findings[0].kind, FindingKind::kOverQuota);
+  e.apply(live.tenants, view, findings, figures, &stats);
+  EXPECT_EQ(t.verify.usage.findings_in_a_row, 1u);
+  EXPECT_EQ(enforcer.kills, 0);  // one round can be a measurement's edge
+  e.tick(live.tenants, 3'000'000'000, &stats);
+  EXPECT_EQ(t.verify.usage.findings_in_a_row, 2u);
+  EXPECT_EQ(enforcer.kills, 1);
+  EXPECT_TRUE(t.verify.usage.enforced);
+  EXPECT_EQ(stats.enforcements, 1u);
+  EXPECT_EQ(stats.violations, 2u);
+}
+
+TEST_F(VerifyFixture, AProcessThatIsNoTenantIsReportedUnlessItJustExited) {
+  holds(4242, 100 * MiB);
+  VerifyEngine e(options(), gpus, [](pid_t) { return uint64_t{0}; }, 0);
+  VerifyStats stats;
+  e.tenant_exited(4242, 0);
+  e.tick(live.tenants, 1, &stats);
+  EXPECT_EQ(stats.unregistered_processes, 0u);  // within the exit grace
+  e.tick(live.tenants, e.options().exit_grace_ns + e.options().interval_ns, &stats);
+  EXPECT_EQ(stats.unregistered_processes, 1u);
+  EXPECT_EQ(enforcer.kills, 0);  // never enforced: gpuos cannot know what it is
+}
+
+TEST(Enforce, ActsOnlyOnPersistentFindingsOfTenants) {
+  EnforceParams p{EnforceMode::kKill, 2};
+  EXPECT_EQ(decide_enforcement(p, true, 1), EnforceAction::kReport);
+  EXPECT_EQ(decide_enforcement(p, true, 2), EnforceAction::kKill);
+  EXPECT_EQ(decide_enforcement(p, false, 5), EnforceAction::kReport);  // never a non-tenant
+  p.mode = EnforceMode::kFreeze;
+  EXPECT_EQ(decide_enforcement(p, true, 3), EnforceAction::kFreeze);
+  p.mode = EnforceMode::kReport;
+  EXPECT_EQ(decide_enforcement(p, true, 9), EnforceAction::kReport);
+  EnforceMode m;
+  EXPECT_TRUE(parse_enforce_mode("freeze", &m));
+  EXPECT_FALSE(parse_enforce_mode("nuke", &m));
+}
+
+}  // namespace
+}  // namespace gpuos::daemon
