@@ -17,6 +17,79 @@ from typing import Iterable, Optional, Sequence, Tuple
 
 
 # ---------------------------------------------------------------------------------------------
+# Issue #40's method: HP alone measured several times, interleaved with the other modes, and a
+# bound met only if the upper end of its 95% confidence interval is within it.
+
+METHOD_MIN_EXCLUSIVE_RUNS = 5
+METHOD_MIN_WINDOW_S = 60.0
+
+# run_matrix.py --exclusive-repeats N: HP alone N times at the same rate, interleaved with the other
+# modes. The first is exclusive-hp itself (it calibrates); the others are exclusive-hp-r2 ..
+# exclusive-hp-rN, which the plan adds (never named in --modes).
+REPEAT_PREFIX = "exclusive-hp-r"
+
+
+def repeat_name(k: int) -> str:
+    """The k-th exclusive-hp run's mode name (k = 1: exclusive-hp)."""
+    return "exclusive-hp" if k == 1 else f"{REPEAT_PREFIX}{k}"
+
+
+def is_repeat(name: str) -> bool:
+    """exclusive-hp-r<k>, k >= 2: an added exclusive-hp run of --exclusive-repeats."""
+    k = name[len(REPEAT_PREFIX):] if name.startswith(REPEAT_PREFIX) else ""
+    return k.isdigit() and not k.startswith("0") and int(k) >= 2
+
+
+def exclusive_runs(names: Sequence[str]) -> list:
+    """The exclusive-hp runs among mode names that form the exclusive reference: exclusive-hp and its
+    repeats, in order (exclusive-hp-again is not one: it is the drift figure)."""
+    return [n for n in names if n == "exclusive-hp" or is_repeat(n)]
+
+
+# Student t's two-sided 95% quantile t(0.975, df) for df = 1..30.
+_T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160,
+         2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056,
+         2.052, 2.048, 2.045, 2.042]
+
+
+def t975(df: int) -> float:
+    """t(0.975, df): the table to df = 30, then Cornish-Fisher's expansion around z (within 1e-4)."""
+    if df < 1:
+        raise ValueError("df must be >= 1")
+    if df <= len(_T975):
+        return _T975[df - 1]
+    z = 1.959964
+    return z + (z ** 3 + z) / (4 * df) + (5 * z ** 5 + 16 * z ** 3 + 3 * z) / (96 * df ** 2)
+
+
+def mean_ci95(vals: Sequence[float]) -> dict:
+    """{n, values, mean, sd, half, ci95} of N runs' values: the mean, the sample standard deviation,
+    and the 95% confidence interval of the mean, mean +- t(0.975, N-1) x sd / sqrt(N) (Student t:
+    the runs taken as independent draws of a normal quantity). N < 2: sd, half and ci95 None."""
+    v = [float(x) for x in vals]
+    n = len(v)
+    out = {"n": n, "values": v, "mean": sum(v) / n if n else None, "sd": None, "half": None, "ci95": None}
+    if n >= 2:
+        m = out["mean"]
+        out["sd"] = math.sqrt(sum((x - m) ** 2 for x in v) / (n - 1))
+        out["half"] = t975(n - 1) * out["sd"] / math.sqrt(n)
+        out["ci95"] = [m - out["half"], m + out["half"]]
+    return out
+
+
+def ratio_ci95(value: Optional[float], ref: dict) -> Optional[list]:
+    """The 95% interval of value / ref's mean that comes from ref's spread alone: [value / (mean + half),
+    value / (mean - half)], ref a mean_ci95 of the exclusive runs. It covers the uncertainty of the
+    exclusive reference (where the true mean of HP alone lies, from N runs), with `value` (one
+    co-located run) taken as measured: that run's own run-to-run spread is not in it. None without an
+    interval (N < 2) or a value; the upper end None (unbounded) when mean - half <= 0."""
+    if value is None or not ref or ref.get("half") is None or not ref.get("mean"):
+        return None
+    m, h = ref["mean"], ref["half"]
+    return [value / (m + h), value / (m - h) if m - h > 0 else None]
+
+
+# ---------------------------------------------------------------------------------------------
 # Percentiles
 
 def percentile(sorted_vals: Sequence[float], q: float) -> Optional[float]:

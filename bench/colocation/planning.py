@@ -21,6 +21,26 @@ BASELINE_MODES = ["exclusive-hp", "exclusive-be", "time-slicing", "mps", "mps-be
 # over the run (a GPU warmed by the modes between) shows beside the first exclusive figure.
 AGAIN_MODE = "exclusive-hp-again"
 DEFAULT_GPUOS_MODES = ["gpuos-time-open"]
+# --exclusive-repeats N: exclusive-hp-r2 .. exclusive-hp-rN (common.repeat_name) beside exclusive-hp.
+is_repeat, repeat_name = common.is_repeat, common.repeat_name
+
+
+def interleave(first: List[str], colocated: List[str], last: List[str], repeats: int) -> List[str]:
+    """Mode order with `repeats` exclusive-hp runs: exclusive-hp first (then `first`, e.g.
+    exclusive-be), the co-located modes with repeats 2 .. N-1 spread evenly between them, repeat N
+    after the last co-located mode, then `last` (exclusive-hp-again). Repeat k (2 <= k < N) goes
+    after (k - 1) x M / (N - 1) of the M co-located modes (rounded, halves up), so the N runs sample HP alone at
+    even steps through the run."""
+    out = ["exclusive-hp", *first]
+    m = len(colocated)
+    after = {k: int((k - 1) * m / (repeats - 1) + 0.5) for k in range(2, repeats)}  # halves round up
+    for i in range(m + 1):
+        out += [repeat_name(k) for k in range(2, repeats) if after[k] == i]
+        if i < m:
+            out.append(colocated[i])
+    if repeats >= 2:
+        out.append(repeat_name(repeats))
+    return out + last
 
 
 class ModeError(Exception):
@@ -44,7 +64,9 @@ class ModeSpec:
     def __init__(self, name: str) -> None:
         self.name = name
         self.hp = name != "exclusive-be"
-        self.be = name not in ("exclusive-hp", AGAIN_MODE)
+        # HP alone: exclusive-hp, its --exclusive-repeats runs, exclusive-hp-again.
+        self.exclusive_hp = name in ("exclusive-hp", AGAIN_MODE) or is_repeat(name)
+        self.be = not self.exclusive_hp
         self.mps = name == "mps" or name.startswith("mps-")
         self.be_env: Dict[str, str] = {}     # extra environment of the BE client only
         self.gpuos_kind = None
@@ -75,7 +97,7 @@ class ModeSpec:
                 if not n.isdigit() or not 1 <= int(n) <= 100:
                     raise ValueError(f"bad mode {name!r}: mps-prio1-tN with N in 1..100 (BE's SM percentage)")
                 self.be_env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(int(n))
-        elif name not in BASELINE_MODES and name != AGAIN_MODE:
+        elif name not in BASELINE_MODES and not self.exclusive_hp:
             raise ValueError(f"unknown mode {name!r}")
 
 
@@ -112,6 +134,8 @@ class Plan:
         if check:
             variants = Plan.variants(a)
             for n in names:
+                if is_repeat(n):
+                    raise ValueError(f"mode {n!r}: the exclusive-hp repeats come from --exclusive-repeats")
                 v = ModeSpec(n).variant
                 if v is not None and v not in variants:
                     raise ValueError(f"mode {n!r}: no --variant {v}=CONFIG")
@@ -149,7 +173,16 @@ class Plan:
             # other MPS baselines (mps-prio1*) right after mps-be50, gpuos modes after them
             return order["mps-be50"] + 0.5 if s.mps else len(BASELINE_MODES)
         specs.sort(key=rank)
-        return specs
+        n = getattr(self.a, "exclusive_repeats", 1)
+        if n <= 1:
+            return specs
+        # Checked by parse_args: exclusive-hp is among the modes.
+        names = [s.name for s in specs]
+        first = [x for x in names if x == "exclusive-be"]
+        last = [x for x in names if x == AGAIN_MODE]
+        colocated = [x for x in names if x not in ("exclusive-hp", "exclusive-be", AGAIN_MODE)]
+        by_name = {s.name: s for s in specs}
+        return [by_name.get(x) or ModeSpec(x) for x in interleave(first, colocated, last, n)]
 
     def est_hp_startup(self) -> float:
         if self.a.workload == "synthetic":
@@ -167,8 +200,8 @@ class Plan:
         """Seconds this mode takes on the H200 (model loads and captures included)."""
         a = self.a
         extra = (4.0 if spec.mps or spec.gpuos_kind == "space" else 0.0) + (4.0 if spec.gpuos_kind else 0.0)
-        if spec.name in ("exclusive-hp", AGAIN_MODE):
-            cal = 0.0 if self.a.hp_rate or spec.name == AGAIN_MODE else a.calibrate_s
+        if spec.exclusive_hp:
+            cal = 0.0 if self.a.hp_rate or spec.name != "exclusive-hp" else a.calibrate_s
             return self.est_hp_startup() + cal + a.window + 4.0
         if spec.name == "exclusive-be":
             return self.est_be_startup() + a.be_window + 3.0 + extra
@@ -341,6 +374,8 @@ class Plan:
 
     # --- dry run ----------------------------------------------------------------------------
 
+    DEVICE_CALL_S = 600  # the most one call to the GPU machine may run
+
     def dry_run(self) -> int:
         a = self.a
         print(f"co-location matrix: workload={a.workload} be={a.be} load={a.load} out={self.out_dir()}")
@@ -364,13 +399,20 @@ class Plan:
             print(f"  load step: HP from {a.load} to {a.load_step_to} of capacity, {self.load_step_at():g}s "
                   "into every HP window")
         print(f"  work dir (logs, per-process JSON): {self.workdir}")
+        n = a.exclusive_repeats
+        by_method = n >= common.METHOD_MIN_EXCLUSIVE_RUNS and a.window >= common.METHOD_MIN_WINDOW_S
+        print(f"  HP alone measured {n} time(s), interleaved; window {a.window:g} s: "
+              + ("by issue #40's method" if by_method else
+                 f"not by issue #40's method (>= {common.METHOD_MIN_EXCLUSIVE_RUNS} exclusive runs, "
+                 f"window >= {common.METHOD_MIN_WINDOW_S:g} s)"))
         print()
-        total = 0.0
+        total = unbuilt = 0.0
         rows = []
         for i, s in enumerate(self.modes):
             note = ""
             if s.gpuos_kind and not os.path.exists(self.gpuos_bin):
                 note = f"SKIPPED: {self.gpuos_bin} missing (~{self.estimate(s):.0f}s once built)"
+                unbuilt += self.estimate(s)
                 est = 0.0
             elif a.workload == "synthetic" and not os.path.exists(self.synth_bin):
                 note = f"WILL FAIL: {self.synth_bin} missing"
@@ -386,6 +428,12 @@ class Plan:
             print(f"{n:<28}{e:>8.0f}{c:>8.0f}  {note}")
         print(f"{'total':<28}{total:>8.0f}        ({total / 60:.1f} min; budget {a.budget_s:.0f} s: a mode "
               f"whose estimate would pass the budget is skipped)")
+        if unbuilt:
+            print(f"{'total once built':<28}{total + unbuilt:>8.0f}        ({(total + unbuilt) / 60:.1f} min, "
+                  "with the gpuos modes skipped here)")
+        if total + unbuilt > self.DEVICE_CALL_S:
+            print(f"  longer than one device call ({self.DEVICE_CALL_S} s): run it detached "
+                  "(gpu/slo_frontier.sh starts it and collects it in a second call)")
         print()
         for s in self.modes:
             print(f"== {s.name}")

@@ -19,7 +19,17 @@ import common  # noqa: E402
 SUMMARY_FIELDS = ["mode", "hp_p50_ms", "hp_p99_ms", "hp_p99_vs_exclusive", "hp_ttft_p50_ms",
                   "hp_ttft_p99_ms", "hp_tpot_p50_ms", "hp_tpot_p99_ms", "hp_ttft_p99_vs_exclusive",
                   "hp_ttft_admit_p99_vs_exclusive", "hp_tpot_p99_vs_exclusive", "hp_mean_decode_batch", "hp_requests", "be_throughput", "be_unit", "be_vs_exclusive",
-                  "hp_busy_fraction", "budget", "hp_slo_ok"]
+                  "hp_busy_fraction", "budget", "hp_slo_ok", "hp_p99_vs_exclusive_ci95",
+                  "hp_ttft_p99_vs_exclusive_ci95", "hp_ttft_admit_p99_vs_exclusive_ci95",
+                  "hp_tpot_p99_vs_exclusive_ci95"]
+# The exclusive reference: per ratio <name>_vs_exclusive, the p99 it divides by (HP's result's keys).
+REF_METRICS = {"hp_p99": ("e2e_ms", "p99"), "hp_ttft_p99": ("ttft_ms", "p99"),
+               "hp_ttft_admit_p99": ("ttft_admit_ms", "p99"), "hp_tpot_p99": ("tpot_ms", "p99")}
+# What a <name>_vs_exclusive_ci95 interval covers (summary.json's exclusive_reference, summary.md).
+CI_MEANING = ("95% interval of the ratio from the spread of the exclusive-hp runs alone: the mode's value "
+              "over the ends of the Student-t 95% confidence interval of the exclusive runs' mean (N-1 "
+              "degrees of freedom). It covers where HP's true exclusive p99 lies; the mode's own value is one "
+              "run, taken as measured: its own run-to-run spread is not in the interval")
 # A 1 s window after the load step with fewer requests than this says nothing about a p99: skipped.
 STEP_MIN_REQUESTS = 5
 
@@ -73,16 +83,39 @@ def step_check(wins: list, ref: list, budget: float) -> tuple:
     return (ok if checked else None), skipped
 
 
+def exclusive_reference(meta: dict, modes: dict) -> dict:
+    """What every ratio divides by: per REF_METRICS key, common.mean_ci95 of that p99 over the
+    exclusive-hp runs that measured it (exclusive-hp and its --exclusive-repeats; one run: its value,
+    no interval). runs: the exclusive-hp runs planned, in order."""
+    runs = common.exclusive_runs(meta.get("modes_planned") or list(modes))
+    metrics = {}
+    for k, path in REF_METRICS.items():
+        vals = [v for v in (_get(modes.get(n), "hp", *path) for n in runs) if v is not None]
+        metrics[k] = common.mean_ci95(vals) if vals else None
+    return {"runs": runs, "n": max([m["n"] for m in metrics.values() if m] or [0]), "metrics": metrics,
+            "interval": CI_MEANING}
+
+
+def method(meta: dict, ref: dict, excl_hp: dict) -> dict:
+    """Whether the run follows issue #40's method: >= METHOD_MIN_EXCLUSIVE_RUNS exclusive-hp runs
+    measured, and HP windows of >= METHOD_MIN_WINDOW_S (the runner's --window; else exclusive-hp's)."""
+    w = meta.get("window_s")
+    if w is None:
+        w = _get(excl_hp, "hp", "window", "seconds")
+    n = ref["n"]
+    ok = n >= common.METHOD_MIN_EXCLUSIVE_RUNS and w is not None and w >= common.METHOD_MIN_WINDOW_S
+    return {"exclusive_runs": n, "window_s": w, "min_exclusive_runs": common.METHOD_MIN_EXCLUSIVE_RUNS,
+            "min_window_s": common.METHOD_MIN_WINDOW_S, "follows": ok}
+
+
 def build_summary(raw: dict) -> dict:
     meta = raw.get("meta", {})
     modes = raw.get("modes", {})
     min_req = meta.get("min_requests", 300)
     excl_hp = modes.get("exclusive-hp", {})
     excl_be = modes.get("exclusive-be", {})
-    hp_p99_excl = _get(excl_hp, "hp", "e2e_ms", "p99")
-    ttft_excl = _get(excl_hp, "hp", "ttft_ms", "p99")
-    ttft_admit_excl = _get(excl_hp, "hp", "ttft_admit_ms", "p99")
-    tpot_excl = _get(excl_hp, "hp", "tpot_ms", "p99")
+    excl_ref = exclusive_reference(meta, modes)
+    means = {k: (excl_ref["metrics"][k] or {}).get("mean") for k in REF_METRICS}
     step = meta.get("load_step")
     be_excl = excl_be.get("be_rate")
     busy = excl_hp.get("hp_busy_fraction")
@@ -105,15 +138,16 @@ def build_summary(raw: dict) -> dict:
             "mode": name,
             "hp_p50_ms": _get(hp, "e2e_ms", "p50"),
             "hp_p99_ms": _get(hp, "e2e_ms", "p99"),
-            "hp_p99_vs_exclusive": _ratio(_get(hp, "e2e_ms", "p99"), hp_p99_excl),
+            "hp_p99_vs_exclusive": _ratio(_get(hp, "e2e_ms", "p99"), means["hp_p99"]),
             "hp_ttft_p50_ms": _get(hp, "ttft_ms", "p50"),
             "hp_ttft_p99_ms": _get(hp, "ttft_ms", "p99"),
             "hp_tpot_p50_ms": _get(hp, "tpot_ms", "p50"),
             "hp_tpot_p99_ms": _get(hp, "tpot_ms", "p99"),
-            "hp_ttft_p99_vs_exclusive": _ratio(_get(hp, "ttft_ms", "p99"), ttft_excl),
-            "hp_tpot_p99_vs_exclusive": _ratio(_get(hp, "tpot_ms", "p99"), tpot_excl),
+            "hp_ttft_p99_vs_exclusive": _ratio(_get(hp, "ttft_ms", "p99"), means["hp_ttft_p99"]),
+            "hp_tpot_p99_vs_exclusive": _ratio(_get(hp, "tpot_ms", "p99"), means["hp_tpot_p99"]),
             "hp_ttft_admit_p99_ms": _get(hp, "ttft_admit_ms", "p99"),
-            "hp_ttft_admit_p99_vs_exclusive": _ratio(_get(hp, "ttft_admit_ms", "p99"), ttft_admit_excl),
+            "hp_ttft_admit_p99_vs_exclusive": _ratio(_get(hp, "ttft_admit_ms", "p99"),
+                                                     means["hp_ttft_admit_p99"]),
             # The server's slot occupancy: requests in its decode batch on average.
             "hp_mean_decode_batch": _get(hp, "steps", "mean_decode_batch"),
             "hp_requests": hp.get("requests"),
@@ -129,6 +163,8 @@ def build_summary(raw: dict) -> dict:
             "error": rec.get("error"),
             "notes": rec.get("notes") or [],
         }
+        for k, path in REF_METRICS.items():  # null with one exclusive run
+            row[f"{k}_vs_exclusive_ci95"] = common.ratio_ci95(_get(hp, *path), excl_ref["metrics"][k])
         row["budget"] = _budget(name)
         slow = hp_slowdown(row)
         row["hp_slo_ok"] = None if row["budget"] is None or slow is None else slow <= row["budget"]
@@ -181,6 +217,8 @@ def build_summary(raw: dict) -> dict:
         "min_requests": min_req,
         "min_requests_ok": all_ok,
         "hp_busy_fraction": busy,
+        "exclusive_reference": excl_ref,
+        "method": method(meta, excl_ref, excl_hp),
         "wall_s": meta.get("wall_s"),
         "interrupted": meta.get("interrupted"),
         "notes": notes,
@@ -225,6 +263,33 @@ def frontier(s: dict) -> dict:
             "all_dominate": all(verdicts) if verdicts else None}
 
 
+def _with_ci(r: dict, key: str) -> str:
+    """A ratio's table cell: the value, and its 95% interval where there is one ("1.20 [1.10, 1.31]")."""
+    ci = r.get(key + "_ci95")
+    v = common.fmt(r.get(key))
+    if not ci:
+        return v
+    return f"{v} [{common.fmt(ci[0])}, {'inf' if ci[1] is None else common.fmt(ci[1])}]"
+
+
+def reference_lines(s: dict) -> list:
+    """summary.md's lines on the exclusive reference, with more than one exclusive-hp run."""
+    ref, m = s.get("exclusive_reference") or {}, s.get("method") or {}
+    if (ref.get("n") or 0) < 2:
+        return []
+    f = common.fmt
+    out = [f"- HP alone measured {ref['n']} times, interleaved with the other modes ({', '.join(ref['runs'])}); "
+           "every ratio / excl is against their mean. [lo, hi]: " + CI_MEANING + "."]
+    for k, st in (ref.get("metrics") or {}).items():
+        if st and st.get("ci95"):
+            out.append(f"- exclusive {k} ms: runs {', '.join(f(v) for v in st['values'])}; mean {f(st['mean'])}, "
+                       f"sd {f(st['sd'])}, 95% CI of the mean [{f(st['ci95'][0])}, {f(st['ci95'][1])}]")
+    out.append(f"- issue #40's method (>= {m.get('min_exclusive_runs')} exclusive runs, window >= "
+               f"{f(m.get('min_window_s'))} s): " + ("followed" if m.get("follows") else
+               f"NOT followed ({m.get('exclusive_runs')} runs, window {f(m.get('window_s'))} s)"))
+    return out
+
+
 def markdown(s: dict) -> str:
     f = common.fmt
     out = [f"# Co-location results: {s.get('label')} ({s.get('date')})", ""]
@@ -260,9 +325,9 @@ def markdown(s: dict) -> str:
         bud = "-" if r.get("budget") is None else (
             f"{r['budget']:g}" + {True: " met", False: " MISSED", None: ""}[r.get("hp_slo_ok")])
         out.append(f"| {r['mode']} | {f(r['hp_p50_ms'])} | {f(r['hp_p99_ms'])} | "
-                   f"{f(r['hp_p99_vs_exclusive'])} | {f(r['hp_ttft_p99_ms'])} | {f(r['hp_tpot_p99_ms'])} | "
-                   f"{f(r.get('hp_ttft_p99_vs_exclusive'))} | {f(r.get('hp_ttft_admit_p99_vs_exclusive'))} | "
-                   f"{f(r.get('hp_tpot_p99_vs_exclusive'))} | {f(r.get('hp_mean_decode_batch'))} | {bud} | "
+                   f"{_with_ci(r, 'hp_p99_vs_exclusive')} | {f(r['hp_ttft_p99_ms'])} | {f(r['hp_tpot_p99_ms'])} | "
+                   f"{_with_ci(r, 'hp_ttft_p99_vs_exclusive')} | {_with_ci(r, 'hp_ttft_admit_p99_vs_exclusive')} | "
+                   f"{_with_ci(r, 'hp_tpot_p99_vs_exclusive')} | {f(r.get('hp_mean_decode_batch'))} | {bud} | "
                    f"{f(r['hp_requests'])} | {be} | {f(r['be_vs_exclusive'])} | {st} |")
     out.append("")
     for e in frontier(s)["budgets"]:
@@ -274,6 +339,7 @@ def markdown(s: dict) -> str:
                        + ("dominates" if g["dominates"] else "does not dominate")
                        + f" (BE {f(g['be_vs_exclusive'])} of exclusive at {f(g['hp_slowdown'])}x; "
                        + f"best baseline within {e['budget']:g}x: {f(e['best_baseline_be'])})")
+    out += reference_lines(s)
     st = s.get("load_step")
     if st:
         out.append(f"- load step: HP from {s.get('load')} to {st.get('to')} of capacity {f(st.get('at_s'))} s "

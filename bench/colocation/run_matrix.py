@@ -21,6 +21,10 @@ Modes (in this order):
                       HP stays within B x its exclusive latency.
   exclusive-hp-again  (only when named) HP alone once more, last, at the same rate: the drift of
                       HP's exclusive latency over the run, beside the first figure.
+--exclusive-repeats N (issue #40's method: N >= 5, --window >= 60): HP alone N times at the same rate,
+interleaved: exclusive-hp (which calibrates) first, exclusive-hp-r2 .. -r(N-1) spread evenly between
+the co-located modes, exclusive-hp-rN after the last of them, so drift over the run is sampled. Every
+run is kept in raw.json; the summary's ratios are against their mean, with 95% intervals (report.py).
 --be ddp: BE is be_train.py's data-parallel training over --be-gpus (one process per GPU, NCCL; under
 gpuos each rank is its own best-effort tenant), HP pinned to --hp-gpu (CUDA_VISIBLE_DEVICES): a
 guaranteed server on one GPU beside a job that spans it and others (issue #27). raw.json/summary.json
@@ -130,6 +134,7 @@ class Runner:
             "min_requests": a.min_requests, "budget_s": a.budget_s,
             "load_step": ({"to": a.load_step_to, "at_s": self.plan.load_step_at()} if a.load_step_to else None),
             "modes_planned": [s.name for s in self.plan.modes],
+            "window_s": a.window, "exclusive_repeats": a.exclusive_repeats,
             "commit": common.commit_of(REPO),
             "config": {"variants": self.plan.variant_configs, "gpuos_config": os.environ.get("GPUOS_CONFIG") or None,
                        "files_sha256": common.files_sha256(config_files),
@@ -211,7 +216,7 @@ class Runner:
                 self.start_daemon(spec, {k: v for k, v in hp_env.items() if k != "CUDA_VISIBLE_DEVICES"})
             if spec.gpuos_kind == "space":
                 self.wait_space_domain(rec)
-            if spec.name in ("exclusive-hp", AGAIN_MODE):
+            if spec.exclusive_hp:
                 self.mode_exclusive_hp(spec, rec, hp_env)
             elif spec.name == "exclusive-be":
                 self.mode_exclusive_be(spec, rec, be_env)
@@ -485,6 +490,11 @@ def parse_args(argv=None):
                    help="pin HP to this GPU (CUDA_VISIBLE_DEVICES; a one-GPU BE too); --be ddp: default 0")
     g.add_argument("--hp-rate", type=float, default=0.0, help="skip calibration; HP rate in req/s")
     g.add_argument("--window", type=float, default=40.0, help="HP measured window per mode, s")
+    g.add_argument("--exclusive-repeats", type=int, default=1, metavar="N",
+                   help="measure HP alone N times at the same rate, interleaved among the other modes "
+                        "(exclusive-hp first, exclusive-hp-r2..rN between and after the co-located "
+                        "modes); ratios against their mean, with 95%% intervals when N >= 2 (issue "
+                        "#40's method: N >= 5 and --window >= 60)")
     g.add_argument("--be-window", type=float, default=20.0, help="exclusive-be measured window, s")
     g.add_argument("--calibrate-s", type=float, default=8.0, help="HP closed-loop calibration, s")
     g.add_argument("--warmup", type=float, default=2.0, help="HP unmeasured warm-up traffic, s")
@@ -586,9 +596,13 @@ def parse_args(argv=None):
     if args.load_step_at is not None and not 0 < args.load_step_at < args.window:
         ap.error("--load-step-at must lie inside the window (0 < S < --window)")
     try:
-        Plan.mode_names(args, check=True)
+        names = Plan.mode_names(args, check=True)
     except ValueError as e:
         ap.error(str(e))
+    if args.exclusive_repeats < 1:
+        ap.error("--exclusive-repeats must be >= 1")
+    if args.exclusive_repeats > 1 and "exclusive-hp" not in names:
+        ap.error("--exclusive-repeats needs exclusive-hp among the modes")
     return args
 
 
