@@ -285,7 +285,7 @@ def reference_lines(s: dict) -> list:
             out.append(f"- exclusive {k} ms: runs {', '.join(f(v) for v in st['values'])}; mean {f(st['mean'])}, "
                        f"sd {f(st['sd'])}, 95% CI of the mean [{f(st['ci95'][0])}, {f(st['ci95'][1])}]")
     out.append(f"- issue #40's method (>= {m.get('min_exclusive_runs')} exclusive runs, window >= "
-               f"{f(m.get('min_window_s'))} s): " + ("followed" if m.get("follows") else
+               f"{m.get('min_window_s'):g} s): " + ("followed" if m.get("follows") else
                f"NOT followed ({m.get('exclusive_runs')} runs, window {f(m.get('window_s'))} s)"))
     return out
 

@@ -226,6 +226,62 @@ class Summary(unittest.TestCase):
         self.assertIsNone(rows["gpuos-time-slo-1.5"]["hp_step_ok"])
         self.assertNotIn("hp_step_ok", rows["mps"])
 
+    def test_one_exclusive_run_keeps_todays_fields(self):
+        """N = 1: the ratios are against exclusive-hp's values as before, the intervals null, and
+        summary.md's cells are the plain values."""
+        s = report.build_summary(self.raw())
+        rows = {r["mode"]: r for r in s["modes"]}
+        m = rows["mps-prio1-t25"]
+        self.assertAlmostEqual(m["hp_ttft_p99_vs_exclusive"], 11.0 / 10.0)
+        self.assertAlmostEqual(m["hp_tpot_p99_vs_exclusive"], 2.2 / 2.0)
+        self.assertAlmostEqual(m["hp_p99_vs_exclusive"], 22.0 / 20.0)
+        self.assertAlmostEqual(m["hp_ttft_admit_p99_vs_exclusive"], 5.5 / 5.0)
+        for k in ("hp_p99", "hp_ttft_p99", "hp_ttft_admit_p99", "hp_tpot_p99"):
+            self.assertIn(f"{k}_vs_exclusive_ci95", m)
+            self.assertIsNone(m[f"{k}_vs_exclusive_ci95"])
+        self.assertEqual(s["exclusive_reference"]["n"], 1)
+        self.assertFalse(s["method"]["follows"])
+        md = report.markdown(s)
+        self.assertIn("| mps-prio1-t25 | 1.00 | 22.0 | 1.10 | 11.0 | 2.20 | 1.10 | 1.10 | 1.10 |", md)
+        self.assertNotIn("HP alone measured", md)
+
+    def test_repeats_give_the_mean_and_intervals(self):
+        raw = self.raw()
+        modes = {"exclusive-hp": raw["modes"]["exclusive-hp"]}
+        for k, ttft in zip(range(2, 6), (11.0, 12.0, 13.0, 14.0)):   # with exclusive-hp's 10: mean 12
+            modes[f"exclusive-hp-r{k}"] = {"hp": hp(ttft, 2.0), "status": "ok"}
+        modes.update({k: v for k, v in raw["modes"].items() if k != "exclusive-hp"})
+        modes["gpuos-time-slo-1.25"] = {"hp": hp(13.2, 2.0), "be_rate": 4.0, "status": "ok"}
+        modes["gpuos-space-slo-1.25"] = {"hp": hp(14.0, 2.0), "be_rate": 2.0, "status": "ok"}   # upper 1.39
+        raw["modes"] = modes
+        raw["meta"].update(modes_planned=list(modes), window_s=60.0, exclusive_repeats=5)
+        s = report.build_summary(raw)
+        ref = s["exclusive_reference"]
+        self.assertEqual((ref["n"], ref["runs"][-1]), (5, "exclusive-hp-r5"))
+        self.assertEqual(ref["metrics"]["hp_ttft_p99"]["values"], [10.0, 11.0, 12.0, 13.0, 14.0])
+        self.assertEqual(ref["metrics"]["hp_tpot_p99"]["sd"], 0.0)
+        self.assertTrue(s["method"]["follows"])
+        t = {r["mode"]: r for r in s["modes"]}["gpuos-time-slo-1.25"]
+        self.assertAlmostEqual(t["hp_ttft_p99_vs_exclusive"], 1.1)          # against the mean, 12
+        lo, hi = t["hp_ttft_p99_vs_exclusive_ci95"]
+        self.assertAlmostEqual(lo, 13.2 / (12 + 1.962928), places=5)
+        self.assertAlmostEqual(hi, 13.2 / (12 - 1.962928), places=5)       # 1.315
+        self.assertEqual(t["hp_tpot_p99_vs_exclusive_ci95"], [1.0, 1.0])    # no spread in TPOT
+        self.assertTrue(t["hp_slo_ok"])                                    # issue #23's point check
+        md = report.markdown(s)
+        self.assertIn("1.10 [0.945, 1.32]", md)
+        self.assertIn("HP alone measured 5 times", md)
+        self.assertIn("its own run-to-run spread is not in the interval", md)
+        self.assertIn("exclusive hp_ttft_p99 ms: runs 10.0, 11.0, 12.0, 13.0, 14.0; mean 12.0", md)
+        self.assertIn("issue #40's method (>= 5 exclusive runs, window >= 60 s): followed", md)
+        # issue #40's check: 1.1 at the point, but the interval's upper end 1.315 > 1.25: not met.
+        run = check_budgets.check_run_40(dict(s, load=0.3, workload={"be": "train"}), "r")
+        self.assertEqual(run["method"], {"exclusive_runs": 5, "window_s": 60.0, "follows": True,
+                                         "check": "ci95_upper"})
+        e = run["budgets"][0]
+        self.assertEqual((e["budget"], e["met"], e["check"]), (1.25, False, "ci95_upper"))
+        self.assertAlmostEqual(e["slowdown_checked"], 13.2 / (12 - 1.962928), places=5)
+
     def test_thin_windows_are_skipped_and_counted(self):
         ref = [{"t_s": 1.0, "requests": 10, "unfinished": 0, "ttft_p99_ms": 1.0, "tpot_p99_ms": 1.0},
                {"t_s": 2.0, "requests": 3, "unfinished": 0, "ttft_p99_ms": 1.0, "tpot_p99_ms": 1.0}]
@@ -507,6 +563,37 @@ class DdpResults(unittest.TestCase):
         self.assertTrue(os.path.exists(os.path.join(tmp, "w", "time-slicing.be.log")))
 
 
+class ExclusiveRepeatsRun(unittest.TestCase):
+    def test_fake_run_keeps_every_exclusive_run(self):
+        """--fake --exclusive-repeats 3: the runs in their interleaved order, each in raw.json, and
+        the summary's reference over all three."""
+        tmp = tempfile.mkdtemp(prefix="coloc-repeats-")
+        self.addCleanup(shutil.rmtree, tmp, ignore_errors=True)
+        env = dict(os.environ, FAKE_GPUS="1", PATH=os.path.join(HERE, "fake_bin") + os.pathsep + os.environ["PATH"])
+        out = os.path.join(tmp, "out")
+        r = subprocess.run([sys.executable, os.path.join(REPO, "bench", "colocation", "run_matrix.py"), "--fake",
+                            "--exclusive-repeats", "3", "--modes", "exclusive-hp,exclusive-be,time-slicing",
+                            "--gpuos", "none", "--window", "1", "--be-window", "1", "--calibrate-s", "0.2",
+                            "--warmup", "0", "--drain-s", "1", "--min-requests", "1", "--gpu-sample-ms", "0",
+                            "--out", out, "--workdir", os.path.join(tmp, "w")],
+                           env=env, capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stdout[-2000:] + r.stderr[-2000:])
+        raw = common.read_json(os.path.join(out, "raw.json"))
+        order = ["exclusive-hp", "exclusive-be", "time-slicing", "exclusive-hp-r2", "exclusive-hp-r3"]
+        self.assertEqual(raw["meta"]["modes_planned"], order)
+        self.assertEqual((raw["meta"]["exclusive_repeats"], raw["meta"]["window_s"]), (3, 1.0))
+        for n in ("exclusive-hp", "exclusive-hp-r2", "exclusive-hp-r3"):
+            self.assertEqual(raw["modes"][n]["status"], "ok", n)
+            self.assertIsNotNone(raw["modes"][n]["hp"]["ttft_ms"]["p99"])
+        self.assertIn("calibration", raw["modes"]["exclusive-hp"]["hp"])       # only the first calibrates
+        self.assertNotIn("calibration", raw["modes"]["exclusive-hp-r2"]["hp"])
+        s = common.read_json(os.path.join(out, "summary.json"))
+        self.assertEqual(s["exclusive_reference"]["n"], 3)
+        self.assertEqual(s["method"]["follows"], False)
+        ts = {m["mode"]: m for m in s["modes"]}["time-slicing"]
+        self.assertEqual(len(ts["hp_ttft_p99_vs_exclusive_ci95"]), 2)
+
+
 class MultiGpuScript(unittest.TestCase):
     """gpu/multi_gpu.sh: its GPU check and its plan (dry-run), with a stand-in nvidia-smi."""
 
@@ -619,6 +706,47 @@ class CheckBudgets(unittest.TestCase):
         v = check_budgets.verdict_40([low, half, gaps])
         self.assertFalse(v["every_budget_met"])
         self.assertFalse(v["gaps_beat_priority"])
+
+    def test_issue_40_a_bound_is_met_on_the_intervals_upper_end(self):
+        def r40(mode, tpot, ci_hi, be, budget=None):
+            r = dict(self.row(mode, 1.0, tpot, be, budget), hp_ttft_admit_p99_vs_exclusive=1.0, status="ok")
+            r.update(hp_ttft_p99_vs_exclusive_ci95=[0.9, 1.1], hp_ttft_admit_p99_vs_exclusive_ci95=[0.9, 1.1],
+                     hp_tpot_p99_vs_exclusive_ci95=[tpot * 0.9, ci_hi])
+            return r
+
+        def summary(runs, window, modes):
+            return dict(self.summary(0.3, modes), method={"exclusive_runs": runs, "window_s": window})
+
+        modes = [r40("mps-prio1-t10", 1.2, 1.4, 0.05),                       # point within 1.25: counts
+                 r40("gpuos-space-slo-1.25@whole", 1.15, 1.30, 0.30, 1.25),  # upper end 1.30 > 1.25
+                 r40("gpuos-time-slo-1.25", 1.10, 1.25, 0.12, 1.25),         # upper end = B: met
+                 r40("gpuos-time-slo-1.5", 1.3, None, 0.4, 1.5)]            # upper end unbounded
+        run = check_budgets.check_run_40(summary(5, 60.0, modes), "a")
+        by_b = {e["budget"]: e for e in run["budgets"]}
+        self.assertTrue(run["method"]["follows"])
+        self.assertEqual((by_b[1.25]["met"], by_b[1.25]["mode"], by_b[1.25]["be"]), (True, "gpuos-time-slo-1.25", 0.12))
+        self.assertEqual(by_b[1.25]["baseline_be"], 0.05)                    # the baseline on its point value
+        self.assertTrue(by_b[1.25]["dominates"] and by_b[1.25]["be_target_ok"])
+        self.assertFalse(by_b[1.5]["met"])
+        self.assertEqual(by_b[1.5]["slowdown_checked"], float("inf"))
+        # The same numbers with fewer than 5 exclusive runs or a short window: checked the same way,
+        # reported as not by the method.
+        for runs, window in ((3, 60.0), (5, 15.0), (5, None)):
+            r = check_budgets.check_run_40(summary(runs, window, modes), "b")
+            self.assertEqual((r["method"]["follows"], r["method"]["check"]), (False, "ci95_upper"))
+            self.assertFalse(check_budgets.verdict_40([r])["every_run_by_method"])
+        # Without intervals (one exclusive run, or a summary from before the method): the point check.
+        for s in (summary(1, 60.0, modes), self.summary(0.3, modes)):
+            r = check_budgets.check_run_40(s, "c")
+            self.assertEqual(r["method"]["check"], "point")
+            e = {e["budget"]: e for e in r["budgets"]}[1.25]
+            self.assertEqual((e["met"], e["mode"], e["check"]), (True, "gpuos-space-slo-1.25@whole", "point"))
+        md = check_budgets.markdown([run, r], check_budgets.verdict_40([run, r]))
+        self.assertIn("- a: by issue #40's method (5 exclusive-hp runs, window 60 s); a bound met only if "
+                      "the upper end of its 95% interval is within B", md)
+        self.assertIn("- c: NOT by issue #40's method (1 exclusive-hp runs, window unknown); POINT CHECK", md)
+        self.assertIn("| gpuos-space-slo-1.25@whole (point) |", md)
+        self.assertIn("every_run_by_method: NO", md)
 
     def test_a_run_of_several_parts_names_each_part(self):
         self.assertEqual(check_budgets.run_label("bench/results/2026-12-05-slo-h100-0.3/summary.json"),

@@ -2,6 +2,8 @@
 """bench/colocation's run_matrix.py parts on their own (no GPU, no torch): planning.py (the modes'
 order, estimates, commands) and readers.py (HP's and BE's results into a mode's record, the node's
 GPUs); and what every summary.json records of its run (commit, config hash, GPU, driver)."""
+import contextlib
+import io
 import json
 import os
 import shutil
@@ -72,6 +74,76 @@ class Planning(unittest.TestCase):
         self.assertEqual(be["CUDA_MPS_PIPE_DIRECTORY"], hp["CUDA_MPS_PIPE_DIRECTORY"])
         self.assertEqual(be["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"], "50")
         self.assertNotIn("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", hp)
+
+
+class Method(unittest.TestCase):
+    """Issue #40's method: --exclusive-repeats (HP alone N times, interleaved) and the 95% intervals."""
+
+    COLOC = ["time-slicing", "mps", "mps-prio1-t25", "gpuos-time-priority", "gpuos-space-slo-1.25",
+             "gpuos-space-slo-1.5"]
+
+    def test_repeats_are_spread_evenly_between_the_colocated_modes(self):
+        order = planning.interleave(["exclusive-be"], self.COLOC, [], 5)
+        # 6 co-located modes, 4 gaps: r2 after 1.5 -> 2, r3 after 3, r4 after 4.5 -> 5, r5 last.
+        self.assertEqual(order, ["exclusive-hp", "exclusive-be", "time-slicing", "mps", "exclusive-hp-r2",
+                                 "mps-prio1-t25", "exclusive-hp-r3", "gpuos-time-priority", "gpuos-space-slo-1.25",
+                                 "exclusive-hp-r4", "gpuos-space-slo-1.5", "exclusive-hp-r5"])
+        self.assertEqual(planning.interleave([], ["a"], ["exclusive-hp-again"], 2),
+                         ["exclusive-hp", "a", "exclusive-hp-r2", "exclusive-hp-again"])
+        self.assertEqual(planning.interleave([], [], [], 3), ["exclusive-hp", "exclusive-hp-r2", "exclusive-hp-r3"])
+        self.assertEqual(planning.interleave(["exclusive-be"], ["a", "b"], [], 1), ["exclusive-hp", "exclusive-be", "a", "b"])
+
+    def test_the_plan_with_repeats(self):
+        p = plan("--exclusive-repeats", "5", "--window", "60", "--modes",
+                 "exclusive-hp-again,exclusive-hp,exclusive-be,time-slicing,mps,mps-prio1-t25",
+                 "--gpuos", "gpuos-time-priority,gpuos-space-slo-1.25,gpuos-space-slo-1.5")
+        names = [s.name for s in p.modes]
+        self.assertEqual(names, planning.interleave(["exclusive-be"], self.COLOC, ["exclusive-hp-again"], 5))
+        r3 = p.modes[names.index("exclusive-hp-r3")]
+        self.assertTrue(r3.exclusive_hp and r3.hp and not r3.be and not r3.mps and r3.gpuos_kind is None)
+        # Only the first calibrates; every repeat serves at its rate for the same window.
+        self.assertEqual(p.estimate(r3), 14.0 + 1.5 + 2.0 + 60 + 4)
+        self.assertEqual(p.estimate(p.modes[0]), 14.0 + 1.5 + 2.0 + 8.0 + 60 + 4)
+        self.assertEqual(common.exclusive_runs(names), ["exclusive-hp"] + [f"exclusive-hp-r{k}" for k in range(2, 6)])
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            p.dry_run()
+        self.assertIn("HP alone measured 5 time(s), interleaved; window 60 s: by issue #40's method", out.getvalue())
+        self.assertIn("longer than one device call (600 s)", out.getvalue())
+
+    def test_one_repeat_is_todays_plan(self):
+        argv = ("--modes", "exclusive-hp,exclusive-be,mps", "--gpuos", "gpuos-time-open")
+        self.assertEqual([s.name for s in plan(*argv).modes], [s.name for s in plan("--exclusive-repeats", "1", *argv).modes])
+        self.assertEqual([s.name for s in plan(*argv).modes], ["exclusive-hp", "exclusive-be", "mps", "gpuos-time-open"])
+
+    def test_bad_repeats(self):
+        for argv in (["--exclusive-repeats", "0"], ["--exclusive-repeats", "3", "--modes", "mps"],
+                     ["--modes", "exclusive-hp,exclusive-hp-r2"]):
+            with contextlib.redirect_stderr(io.StringIO()) as err, self.assertRaises(SystemExit):
+                run_matrix.parse_args(argv)
+            self.assertIn("exclusive", err.getvalue())
+        self.assertFalse(common.is_repeat("exclusive-hp-r1") or common.is_repeat("exclusive-hp-r02")
+                         or common.is_repeat("exclusive-hp-again"))
+
+    def test_interval_math_on_known_numbers(self):
+        self.assertEqual((common.t975(1), common.t975(4), common.t975(30)), (12.706, 2.776, 2.042))
+        self.assertAlmostEqual(common.t975(60), 2.000, places=3)
+        self.assertAlmostEqual(common.t975(1000), 1.962, places=3)
+        ref = common.mean_ci95([10.0, 11.0, 12.0, 13.0, 14.0])
+        # mean 12, sd sqrt(10/4) = 1.5811, half = 2.776 x 1.5811 / sqrt(5) = 1.96293
+        self.assertEqual((ref["n"], ref["mean"]), (5, 12.0))
+        self.assertAlmostEqual(ref["sd"], 1.58114, places=5)
+        self.assertAlmostEqual(ref["half"], 1.96293, places=5)
+        self.assertAlmostEqual(ref["ci95"][0], 10.03707, places=5)
+        lo, hi = common.ratio_ci95(13.2, ref)   # 1.1 x the mean
+        self.assertAlmostEqual(lo, 13.2 / 13.96293, places=5)
+        self.assertAlmostEqual(hi, 13.2 / 10.03707, places=5)   # 1.3151
+        one = common.mean_ci95([12.0])
+        self.assertEqual((one["mean"], one["sd"], one["ci95"]), (12.0, None, None))
+        self.assertIsNone(common.ratio_ci95(13.2, one))
+        self.assertIsNone(common.ratio_ci95(None, ref))
+        wide = common.mean_ci95([1.0, 20.0])   # mean - half < 0: the ratio's upper end unbounded
+        self.assertIsNone(common.ratio_ci95(5.0, wide)[1])
 
 
 class Readers(unittest.TestCase):
