@@ -433,7 +433,7 @@ class Plan:
                   "with the gpuos modes skipped here)")
         if total + unbuilt > self.DEVICE_CALL_S:
             print(f"  longer than one device call ({self.DEVICE_CALL_S} s): run it detached "
-                  "(gpu/slo_frontier.sh starts it and collects it in a second call)")
+                  "(gpu/slo_frontier.sh, gpu/budget_runs.sh: a first call starts it, later ones collect it)")
         print()
         for s in self.modes:
             print(f"== {s.name}")

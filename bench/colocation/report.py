@@ -286,7 +286,8 @@ def reference_lines(s: dict) -> list:
                        f"sd {f(st['sd'])}, 95% CI of the mean [{f(st['ci95'][0])}, {f(st['ci95'][1])}]")
     out.append(f"- issue #40's method (>= {m.get('min_exclusive_runs')} exclusive runs, window >= "
                f"{m.get('min_window_s'):g} s): " + ("followed" if m.get("follows") else
-               f"NOT followed ({m.get('exclusive_runs')} runs, window {f(m.get('window_s'))} s)"))
+               f"NOT followed ({m.get('exclusive_runs')} runs, window "
+               + ("unknown)" if m.get("window_s") is None else f"{m['window_s']:g} s)")))
     return out
 
 

@@ -594,6 +594,38 @@ class ExclusiveRepeatsRun(unittest.TestCase):
         self.assertEqual(len(ts["hp_ttft_p99_vs_exclusive_ci95"]), 2)
 
 
+class MethodScripts(unittest.TestCase):
+    """gpu/slo_frontier.sh and gpu/budget_runs.sh pass REPEATS on and estimate the run (dry-run)."""
+
+    def run_script(self, name, **env):
+        e = dict(os.environ, RUN="/tmp/gpuos-method-test-%d" % os.getpid(), **env)
+        e.pop("OUT", None)
+        return subprocess.run(["bash", os.path.join(REPO, "gpu", name), "dry-run"], env=e,
+                              capture_output=True, text=True, timeout=60)
+
+    def test_slo_frontier_dry_run(self):
+        r = self.run_script("slo_frontier.sh", LOAD="0.3", REPEATS="5", WINDOW="60", BUDGETS="1.25",
+                            GPUOS_MODES="gpuos-space-slo-1.25", BASE_MODES="exclusive-hp,exclusive-be,mps-prio1-t25")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("HP alone measured 5 time(s), interleaved; window 60 s: by issue #40's method", r.stdout)
+        self.assertIn("exclusive-hp-r5", r.stdout)
+        self.assertRegex(r.stdout, r"device time ~\d+ s \(\d+ min\): \d+ call\(s\) of up to 560 s")
+        self.assertFalse(os.path.exists("/tmp/gpuos-method-test-%d" % os.getpid()))  # started nothing
+        r = self.run_script("slo_frontier.sh", BASE_MODES="exclusive-hp,exclusive-be", GPUOS_MODES="gpuos-time-open")
+        self.assertIn("HP alone measured 1 time(s), interleaved; window 15 s: not by issue #40's method", r.stdout)
+        self.assertNotIn("exclusive-hp-r2", r.stdout)
+
+    def test_budget_runs_dry_run(self):
+        r = self.run_script("budget_runs.sh", REPEATS="5", WINDOW="60",
+                            RUNS="--load 0.3 --label a --modes exclusive-hp,exclusive-be,mps-prio1-t25 --gpuos none; "
+                                 "--load 0.5 --label b --modes exclusive-hp,mps --gpuos none")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertEqual(r.stdout.count("--window 60 --be-window 12 --budget-s 1700 --exclusive-repeats 5"), 2)
+        self.assertIn("exclusive-hp-r5", r.stdout)
+        self.assertRegex(r.stdout, r"all runs: ~\d+ s \(\d+ min\) of device time; REPEATS=5 WINDOW=60")
+        self.assertIn("runs detached", r.stdout)
+
+
 class MultiGpuScript(unittest.TestCase):
     """gpu/multi_gpu.sh: its GPU check and its plan (dry-run), with a stand-in nvidia-smi."""
 
