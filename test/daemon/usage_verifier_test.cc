@@ -875,14 +875,17 @@ TEST(Identity, TheReprieveCooldownSurvivesAReconnect) {
   EXPECT_EQ(signalled(back), static_cast<uint32_t>(GPUOS_GATE_CLOSED));
 }
 
-// The core learns a tenant's contexts from the first round (NVML beyond its report) and finds it when
-// it then holds more than it reports; found, counted and logged, never enforced (kill is set here).
+// The core learns a tenant's contexts (NVML beyond its report) from the round after one that saw it
+// launch, and finds it when it then holds more than it reports; found, counted and logged, never
+// enforced (kill is set here).
 TEST(CoreUsageCheck, ATenantThatZeroesItsReportIsFoundNotKilled) {
   constexpr uint64_t MiB = 1ull << 20;
   GatedCheck c(30'000'000'000, /*kill_after_rounds=*/1);
   tenant_side::TenantSide& t = c.reg(0, 700, GPUOS_CLASS_BEST_EFFORT, 64 * MiB);
   ASSERT_NE(t.cb, nullptr);
+  tenant_side::put(t.cb->launches, uint64_t{1});
   c.next.processes = {proc(700, 500 * MiB)};  // its context alone
+  c.round();
   c.round();
   EXPECT_EQ(c.violations(t.id), 0u);
   // It allocates its 64 MiB and writes 0 over its report.

@@ -3,6 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
+
 #include "engine_tenants.h"
 
 namespace gpuos::daemon {
@@ -114,6 +117,34 @@ TEST(Enforce, ActsOnlyOnPersistentFindingsOfTenants) {
   EnforceMode m;
   EXPECT_TRUE(parse_enforce_mode("freeze", &m));
   EXPECT_FALSE(parse_enforce_mode("nuke", &m));
+}
+
+// Issue #42 on an H100: an honest tenant's NVML memory grew from its 64 MiB and a small context
+// to 584 MiB when its first kernel started (the context's local memory), with no allocation call;
+// a context sized before that flagged it as under-reporting. Sized from the round after one that
+// saw it launch, the growth is its context's, and memory hidden after that is still found.
+TEST_F(VerifyFixture, AContextIsSizedOnlyAfterTheTenantsFirstLaunch) {
+  Tenant& t = live.add(1, GPUOS_CLASS_BEST_EFFORT);
+  std::atomic_ref<uint64_t>(t.cb->mem_used_bytes).store(64 * MiB);
+  VerifyEngine e(options(), gpus, [](pid_t) { return uint64_t{42}; }, 0);
+  VerifyStats stats;
+  auto round = [&](uint64_t nvml_bytes, uint64_t at_ns) {
+    sample = UsageSample{};
+    sample.ok = true;
+    holds(t.pid, nvml_bytes);
+    VerifyEngine::View view;
+    e.make_view(live.tenants, at_ns, &view, &stats);
+    std::vector<RoundFigures> figures;
+    std::vector<Finding> found = e.check(view, &figures);
+    std::erase_if(found, [](const Finding& f) { return f.kind != FindingKind::kUnderReported; });
+    return found.size();
+  };
+  EXPECT_EQ(round(94 * MiB, 1'000'000'000), 0u);  // registered, allocated, nothing launched yet
+  std::atomic_ref<uint64_t>(t.cb->launches).store(1);
+  EXPECT_EQ(round(584 * MiB, 2'000'000'000), 0u);  // its first kernel runs: the context grew
+  EXPECT_EQ(round(584 * MiB, 3'000'000'000), 0u);  // sized now: 520 MiB of context
+  EXPECT_EQ(t.verify.context_bytes, 520 * MiB);
+  EXPECT_EQ(round(584 * MiB + 512 * MiB, 4'000'000'000), 1u) << "512 MiB more, not in its report";
 }
 
 }  // namespace

@@ -401,9 +401,13 @@ class Security(unittest.TestCase):
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.procs.append(p)
         self.assertIn('"ready": true', p.stdout.readline(), p.stderr.read() if p.poll() is not None else "")
-        # gpuosd has measured it once (its contexts' memory: the baseline) before it starts.
+        # gpuosd has sized its contexts (the baseline: from the round after one that saw it launch,
+        # which it did before "ready") before it starts.
         wait_for(lambda: (d.tenant(p.pid) or {}).get("verified_mem_bytes", 0) > 0, timeout=60,
                  what="a round of the usage check to measure the tenant")
+        seen = d.metric("gpuos_daemon_usage_checks_total")[0]
+        wait_for(lambda: d.metric("gpuos_daemon_usage_checks_total")[0] >= seen + 2, timeout=60,
+                 what="two more rounds of the usage check")
         open(go, "w").close()
         out = json.loads(p.stdout.readline())
         self.assertEqual(out["zeroed_mib"], 48)  # 3 x 16 MiB beside its first 1 MiB: its quota, no more

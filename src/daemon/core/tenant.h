@@ -139,6 +139,7 @@ struct VerifyState {
   uint64_t mem_bytes = 0;
   uint64_t gpus = 0;  // the GPUs NVML saw the process on (bit i = gpuosd's GPU i)
   uint64_t context_bytes = UINT64_MAX;  // least NVML measured beyond its report (its contexts)
+  bool launched = false;  // a round has seen it launch (its contexts are sized from the next one)
   // Chargeback (apportion_round): its GPU time and part of the GPUs' energy, summed over rounds.
   uint64_t gpu_time_ns = 0;
   uint64_t energy_mj = 0;

@@ -143,10 +143,11 @@ uint32_t pace_bound_percent(uint32_t permille, const CheckParams& p);
 
 // How far NVML's measure of a tenant may exceed its report plus its contexts' memory before the
 // report is a lie (kUnderReported): 64 MiB, and no more than a quarter of its quota + borrow. Not
-// the 1 GiB memory slack: that is for the contexts, which context_bytes already holds; what an
-// honest tenant adds on top without an allocation call (module code loaded lazily, local memory
-// grown for a kernel) is tens of MiB, and a quarter of a small quota still catches a tenant that
-// hides its whole quota (a 64 MiB quota: 16 MiB).
+// the 1 GiB memory slack: that is for the contexts, which context_bytes already holds (sized after
+// the tenant's first launch, which reserves the context's local memory: hundreds of MiB on an H100);
+// what an honest tenant adds on top without an allocation call (module code loaded lazily) should be
+// tens of MiB, and a quarter of a small quota still catches a tenant that hides its whole quota (a
+// 64 MiB quota: 16 MiB).
 uint64_t report_margin(uint64_t limit_bytes);
 
 // The findings of one sample: a tenant whose NVML memory (all GPUs) exceeds its limit plus the

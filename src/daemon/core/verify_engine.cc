@@ -119,13 +119,18 @@ void VerifyEngine::make_view(std::map<uint32_t, Tenant>& tenants, uint64_t now, 
       if (p.pid == t.pid && p.gpu < 64) t.verify.gpus |= uint64_t{1} << p.gpu;
     }
     // Its report against NVML (under_reported): the least NVML measured beyond it is its contexts'.
+    // Learned only from rounds after one that had already seen it launch: a context reserves its
+    // local memory at the first launch, without an allocation call (an honest tenant's grew from
+    // about 30 to 520 MiB on an H100 when its first kernel started, and a minimum taken before
+    // that flagged it). The count is the tenant's word: it only decides when the check starts.
     const uint64_t reported = gpus_.at_most_all(load(t.cb->mem_used_bytes));
-    if (t.verify.mem_bytes != 0) {
+    if (t.verify.mem_bytes != 0 && t.verify.launched) {
       const uint64_t gap = t.verify.mem_bytes > reported ? t.verify.mem_bytes - reported : 0;
       t.verify.context_bytes = std::min(t.verify.context_bytes, gap);
       view.grants.back().reported_bytes = reported;
       view.grants.back().context_bytes = t.verify.context_bytes;
     }
+    t.verify.launched = t.verify.launched || load(t.cb->launches) != 0 || load(t.cb->graph_launches) != 0;
   }
   charge_round(tenants, view);
   last_at_ns_ = now;
