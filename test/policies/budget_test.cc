@@ -46,6 +46,19 @@ TEST(SlowdownMeter, SoloTimeIsTheMedianOfSoloTimings) {
   EXPECT_TRUE(m.has_solo());
 }
 
+TEST(SlowdownMeter, LoadGrowthIsTheWindowsMeanSoloTimeOverTheSoloLaunches) {
+  // Alone the server ran mostly 1 ms steps (batch 8) and a few 2 ms ones (batch 16); beside
+  // best-effort work it runs only 2 ms steps. A shape counts from its third solo timing (its solo
+  // time then): 28 of 1 ms and one of 2 ms alone, so each step now stands for 2 / (30 / 29).
+  SlowdownMeter m;
+  for (int i = 0; i < 30; ++i) m.add(1, 1 * kMs, true, (10 + i) * kMs);
+  for (int i = 0; i < 3; ++i) m.add(2, 2 * kMs, true, (50 + i) * kMs);
+  EXPECT_EQ(m.load_growth(5000 * kMs, 1000 * kMs), 0) << "nothing in the window";
+  for (int i = 0; i < 10; ++i) m.add(2, 2'200'000, false, (4500 + 10 * i) * kMs);
+  EXPECT_NEAR(m.load_growth(5000 * kMs, 1000 * kMs), 2.0 / (30.0 / 29.0), 1e-9);
+  EXPECT_EQ(SlowdownMeter().load_growth(5000 * kMs, 1000 * kMs), 0) << "no solo launches";
+}
+
 TEST(SlowdownMeter, SlowdownIsTheP99OfTheWindow) {
   MeterParams p;
   p.window_ns = 100 * kMs;

@@ -182,8 +182,9 @@ slots::GateActions BudgetPolicy::decide(const slots::GateView& view) {
     for (const auto& [id, b] : st.tenants) {  // one line per probe period: what the budget did
       std::size_t n = 0;
       const double p99 = b.meter.window_p99(now, &n);
-      log::info("budget: tenant %u slowdown p99 %.3f over %zu launches, best-effort share %.3f; probing %.0f ms",
-                id, p99, n, b.share, params_.probe_ns / 1e6);
+      log::info("budget: tenant %u slowdown p99 %.3f over %zu launches, load growth %.3f, best-effort share %.3f; "
+                "probing %.0f ms",
+                id, p99, n, b.meter.load_growth(now, params_.meter.window_ns), b.share, params_.probe_ns / 1e6);
     }
   }
   const bool probing = now < st.probe_end_ns;

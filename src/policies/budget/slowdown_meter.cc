@@ -87,6 +87,17 @@ double SlowdownMeter::slowdown(double q, uint64_t now, uint64_t span_ns, std::si
   return reference > 0 ? value / reference : value;
 }
 
+double SlowdownMeter::load_growth(uint64_t now, uint64_t span_ns) const {
+  double window_sum = 0, solo_sum = 0;
+  std::size_t window_n = 0;
+  for (auto it = window_.rbegin(); it != window_.rend() && it->at_ns + span_ns > now; ++it, ++window_n) {
+    window_sum += it->weight;
+  }
+  for (const Ratio& r : solo_ref_) solo_sum += r.weight;
+  if (window_n == 0 || solo_ref_.empty() || solo_sum <= 0) return 0;
+  return (window_sum / static_cast<double>(window_n)) / (solo_sum / static_cast<double>(solo_ref_.size()));
+}
+
 double SlowdownMeter::solo_ns(uint64_t key) const {
   auto it = shapes_.find(key);
   return it == shapes_.end() ? 0 : it->second.median;

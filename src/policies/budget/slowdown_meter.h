@@ -53,6 +53,12 @@ class SlowdownMeter {
     return slowdown(0.99, now, p_.window_ns, count);
   }
 
+  // How much more GPU time alone the launches in (now - span_ns, now] stand for than the solo
+  // launches do, each on average (1 = the same; 0 when either has none): a server whose steps
+  // slowed holds more requests, so its steps take larger shapes (a bigger batch), and its TPOT grows
+  // by the slowdown times this. Observed only (the probe's log line), not yet steered by.
+  double load_growth(uint64_t now, uint64_t span_ns) const;
+
   // A shape's solo time (0 = not known yet), and whether any shape has one.
   double solo_ns(uint64_t key) const;
   bool has_solo() const;
