@@ -481,18 +481,26 @@ def commit_of(repo: str) -> Optional[str]:
         return None
 
 
-def config_sha256(paths, settings: dict) -> Optional[str]:
-    """What two runs must share to be compared: one sha256 over the gpuosd config files' contents (in
-    the order given; none: gpuosd's defaults) and the run's own settings (JSON, keys sorted). None if
-    a file is unreadable."""
+def _hash_files(paths):
+    """A sha256 fed the files' contents in the order given; None if one is unreadable."""
     import hashlib
-    import json
     h = hashlib.sha256()
     try:
         for p in paths:
             with open(p, "rb") as f:
                 h.update(f.read())
     except OSError:
+        return None
+    return h
+
+
+def config_sha256(paths, settings: dict) -> Optional[str]:
+    """What two runs must share to be compared: one sha256 over the gpuosd config files' contents (in
+    the order given; none: gpuosd's defaults) and the run's own settings (JSON, keys sorted). None if
+    a file is unreadable."""
+    import json
+    h = _hash_files(paths)
+    if h is None:
         return None
     h.update(json.dumps(settings, sort_keys=True, default=str).encode())
     return h.hexdigest()
@@ -500,14 +508,5 @@ def config_sha256(paths, settings: dict) -> Optional[str]:
 
 def files_sha256(paths) -> Optional[str]:
     """One sha256 over the files' contents, in the order given (None: no files, or one unreadable)."""
-    import hashlib
-    if not paths:
-        return None
-    h = hashlib.sha256()
-    try:
-        for p in paths:
-            with open(p, "rb") as f:
-                h.update(f.read())
-    except OSError:
-        return None
-    return h.hexdigest()
+    h = _hash_files(paths) if paths else None
+    return h.hexdigest() if h is not None else None

@@ -176,6 +176,16 @@ TEST(CheckUsage, APacedTenantThatUsesMoreThanItsShareIsFound) {
 // array to grow, memory NVML cannot tell, utilization samples.
 struct FakeNvml {
   static inline int process_calls = 0;
+  // The entry points every test reads through (utilization and energy: each test's own).
+  static GpuosNvmlTable table() {
+    GpuosNvmlTable t{};
+    t.nvmlInit_v2 = &init;
+    t.nvmlDeviceGetCount_v2 = &count;
+    t.nvmlDeviceGetHandleByIndex_v2 = &handle;
+    t.nvmlDeviceGetUUID = &uuid;
+    t.nvmlDeviceGetComputeRunningProcesses_v3 = &procs;
+    return t;
+  }
   static nvmlReturn_t init() { return NVML_SUCCESS; }
   static nvmlReturn_t count(unsigned* n) {
     *n = 2;
@@ -244,12 +254,7 @@ TEST(CheckUsage, AReportBelowWhatNvmlMeasuresIsAFinding) {
 }
 
 TEST(NvmlReader, MatchesGpusByUuidAndReadsEveryProcess) {
-  GpuosNvmlTable t{};
-  t.nvmlInit_v2 = &FakeNvml::init;
-  t.nvmlDeviceGetCount_v2 = &FakeNvml::count;
-  t.nvmlDeviceGetHandleByIndex_v2 = &FakeNvml::handle;
-  t.nvmlDeviceGetUUID = &FakeNvml::uuid;
-  t.nvmlDeviceGetComputeRunningProcesses_v3 = &FakeNvml::procs;
+  GpuosNvmlTable t = FakeNvml::table();
   t.nvmlDeviceGetProcessUtilization = &FakeNvml::util;
   std::vector<GpuInfo> gpus{GpuInfo{3, "Sim", "GPU-ours", 132, 4 * GiB, {}, 0}};
   NvmlReader r(t, gpus);
@@ -269,12 +274,7 @@ TEST(NvmlReader, MatchesGpusByUuidAndReadsEveryProcess) {
 // Chargeback: the GPU's energy counter is read with each sample; a missing entry point or an error
 // is no energy (and still an ok sample), never a failure of the usage check.
 TEST(NvmlReader, ReadsEachGpusEnergyCounterWhenNvmlHasOne) {
-  GpuosNvmlTable t{};
-  t.nvmlInit_v2 = &FakeNvml::init;
-  t.nvmlDeviceGetCount_v2 = &FakeNvml::count;
-  t.nvmlDeviceGetHandleByIndex_v2 = &FakeNvml::handle;
-  t.nvmlDeviceGetUUID = &FakeNvml::uuid;
-  t.nvmlDeviceGetComputeRunningProcesses_v3 = &FakeNvml::procs;
+  GpuosNvmlTable t = FakeNvml::table();
   std::vector<GpuInfo> gpus{GpuInfo{3, "Sim", "GPU-ours", 132, 4 * GiB, {}, 0}};
   {
     NvmlReader r(t, gpus);  // no nvmlDeviceGetTotalEnergyConsumption

@@ -121,9 +121,7 @@ slots::GateActions BudgetPolicy::decide(const slots::GateView& view) {
     if (now < b.last_react_ns + params_.react_ns) continue;
     std::size_t n = 0;
     if (b.meter.slowdown(0.9, now, params_.react_ns, &n) > meter_limit(t, params_.mps_cost) && n >= kReactMinLaunches) {
-      const uint32_t planned = be_groups_beside(t, view);
-      b.share *= params_.controller.decrease;
-      if (planned != 0 && b.share * planned >= 1.0) b.share = std::floor(b.share * planned) / planned;
+      b.share = whole_groups(b.share * params_.controller.decrease, be_groups_beside(t, view));
       if (b.share < params_.controller.increase / 4) b.share = 0;
       b.lent = 0;
       b.last_react_ns = now;

@@ -34,9 +34,14 @@ double next_group_share(const ControllerParams& p, double share, double budget, 
   } else if (settled && m.window >= p.min_samples) {
     share = std::min(share + one, cap);
   }
-  if (share >= one - 1e-9) share = std::floor(share * planned_groups + 1e-9) / planned_groups;  // whole groups
+  share = whole_groups(share, planned_groups);
   if (share < p.increase / 4) share = 0;
   return std::clamp(share, 0.0, cap);
+}
+
+double whole_groups(double share, uint32_t planned_groups) {
+  if (planned_groups == 0 || share * planned_groups < 1.0 - 1e-9) return share;
+  return std::floor(share * planned_groups + 1e-9) / planned_groups;
 }
 
 }  // namespace gpuos::policies::budget

@@ -62,4 +62,8 @@ double next_share(const ControllerParams& p, double share, double budget, const 
 double next_group_share(const ControllerParams& p, double share, double budget, const Measure& m,
                         uint32_t planned_groups, bool settled);
 
+// A share of at least one of planned_groups SM groups, rounded down to whole groups (below one
+// group, or planned_groups 0: as it is).
+double whole_groups(double share, uint32_t planned_groups);
+
 }  // namespace gpuos::policies::budget
