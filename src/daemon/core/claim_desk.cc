@@ -60,11 +60,7 @@ std::string ClaimDesk::check(const Claim& c) const {
 
 Outcome ClaimDesk::prepare(const Connection& conn, const gpuos_msg_claim_prepare& m) {
   char why[GPUOS_TEXT_MAX];
-  if (!conn.peer.admin) {
-    std::snprintf(why, sizeof(why), "CLAIM_PREPARE needs an admin (uid %u is not)", static_cast<unsigned>(conn.peer.uid));
-    log::warn("refused: %s", why);
-    return refuse(m.hdr.seq, GPUOS_ERR_PERMISSION, why);
-  }
+  if (!conn.peer.admin) return refuse_non_admin(m.hdr.seq, "CLAIM_PREPARE", static_cast<unsigned>(conn.peer.uid));
   Claim c;
   if (std::string no = claim_from_message(m, &c); !no.empty()) {
     log::warn("refused a claim: %s", no.c_str());
@@ -111,12 +107,7 @@ Outcome ClaimDesk::prepare(const Connection& conn, const gpuos_msg_claim_prepare
 }
 
 Outcome ClaimDesk::unprepare(const Connection& conn, const gpuos_msg_claim_unprepare& m) {
-  char why[GPUOS_TEXT_MAX];
-  if (!conn.peer.admin) {
-    std::snprintf(why, sizeof(why), "CLAIM_UNPREPARE needs an admin (uid %u is not)", static_cast<unsigned>(conn.peer.uid));
-    log::warn("refused: %s", why);
-    return refuse(m.hdr.seq, GPUOS_ERR_PERMISSION, why);
-  }
+  if (!conn.peer.admin) return refuse_non_admin(m.hdr.seq, "CLAIM_UNPREPARE", static_cast<unsigned>(conn.peer.uid));
   if (!has_nul(m.claim_uid, sizeof(m.claim_uid)) || !kube_uid(m.claim_uid)) {
     return refuse(m.hdr.seq, GPUOS_ERR_BAD_MESSAGE, "claim uid is not 1..36 of [0-9a-z-]");
   }

@@ -256,11 +256,7 @@ bool Core::pinned(uint32_t tenant_id) const {
 
 Outcome Core::on_set_gate(Connection& conn, const gpuos_msg_set_gate& m) {
   char why[GPUOS_TEXT_MAX];
-  if (!conn.peer.admin) {
-    std::snprintf(why, sizeof(why), "SET_GATE needs an admin (uid %u is not)", static_cast<unsigned>(conn.peer.uid));
-    log::warn("refused: %s", why);
-    return refuse(m.hdr.seq, GPUOS_ERR_PERMISSION, why);
-  }
+  if (!conn.peer.admin) return refuse_non_admin(m.hdr.seq, "SET_GATE", static_cast<unsigned>(conn.peer.uid));
   gpuos_status st = admin_set_gate(m.tenant_id, m.gate);
   if (st == GPUOS_ERR_BAD_MESSAGE) {
     std::snprintf(why, sizeof(why), "gate value %u is neither open (0) nor closed (1)", m.gate);
@@ -281,12 +277,7 @@ Outcome Core::on_set_gate(Connection& conn, const gpuos_msg_set_gate& m) {
 }
 
 Outcome Core::on_shutdown(Connection& conn, const gpuos_msg_header& h) {
-  if (!conn.peer.admin) {
-    char why[GPUOS_TEXT_MAX];
-    std::snprintf(why, sizeof(why), "SHUTDOWN needs an admin (uid %u is not)", static_cast<unsigned>(conn.peer.uid));
-    log::warn("refused: %s", why);
-    return refuse(h.seq, GPUOS_ERR_PERMISSION, why);
-  }
+  if (!conn.peer.admin) return refuse_non_admin(h.seq, "SHUTDOWN", static_cast<unsigned>(conn.peer.uid));
   log::info("shutdown requested by pid %d uid %u", static_cast<int>(conn.peer.pid),
             static_cast<unsigned>(conn.peer.uid));
   Outcome o;

@@ -1,6 +1,9 @@
 #include "daemon/core/reply.h"
 
+#include <cstdio>
+
 #include "common/ipc.h"
+#include "common/log.h"
 
 namespace gpuos::daemon {
 
@@ -11,6 +14,13 @@ Outgoing make_reply(uint32_t type, uint32_t seq, gpuos_status status, uint32_t c
   r.count = count;
   copy_name(r.text, sizeof(r.text), text);
   return encode(r);
+}
+
+Outcome refuse_non_admin(uint32_t seq, const char* what, unsigned uid) {
+  char why[GPUOS_TEXT_MAX];
+  std::snprintf(why, sizeof(why), "%s needs an admin (uid %u is not)", what, uid);
+  log::warn("refused: %s", why);
+  return refuse(seq, GPUOS_ERR_PERMISSION, why);
 }
 
 Outcome refuse(uint32_t seq, gpuos_status st, const char* why) {

@@ -38,6 +38,9 @@ struct Outcome {
 Outgoing make_reply(uint32_t type, uint32_t seq, gpuos_status status, uint32_t count, const char* text);
 // A REPLY with `st` and `why`, and the connection closed.
 Outcome refuse(uint32_t seq, gpuos_status st, const char* why);
+// An admin's message from a peer that is not one: "<what> needs an admin (uid N is not)", logged, as
+// refuse() with GPUOS_ERR_PERMISSION.
+Outcome refuse_non_admin(uint32_t seq, const char* what, unsigned uid);
 // A REGISTER_REPLY with `st` and `why` (the blocks' sizes filled in), and the connection closed.
 Outcome refuse_register(uint32_t seq, gpuos_status st, const char* why);
 
