@@ -71,6 +71,10 @@ TOML
   return $rc
 }
 export -f inner
+# The simulated GPU's segment: a private one (the default, /dev/shm/gpuos-sim-<uid>, outlives the
+# daemon by design), and it and any named after it go afterwards, whatever happened.
+export GPUOS_SIM_SHM=/gpuos-ci-sysd-$$
+trap 'rm -f /dev/shm"$GPUOS_SIM_SHM"*' EXIT
 export gpuos tests
 rc=0
 unshare -m --propagation private bash -c inner || rc=$?
