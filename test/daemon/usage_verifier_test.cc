@@ -227,25 +227,31 @@ struct FakeNvml {
 
 // Issue #42 (2): a tenant zeroed its mem_used_bytes after each allocation. NVML's measure beyond
 // its report plus its contexts' memory (the least seen beyond it) and a small margin (64 MiB, at
-// most a quarter of its quota) is a finding; within it, or not measured yet, none.
+// most a quarter of its quota; 256 MiB with no quota) is a finding; within it, or not measured yet,
+// none.
 TEST(CheckUsage, AReportBelowWhatNvmlMeasuresIsAFinding) {
   constexpr uint64_t MiB = 1ull << 20;
-  EXPECT_EQ(report_margin(0), 64 * MiB);
+  EXPECT_EQ(report_margin(0), 256 * MiB);  // no quota
   EXPECT_EQ(report_margin(64 * MiB), 16 * MiB);
   EXPECT_EQ(report_margin(8 * GiB), 64 * MiB);
   UsageSample s;
   s.ok = true;
-  s.processes = {proc(10, 500 * MiB + 64 * MiB), proc(11, 500 * MiB + 70 * MiB), proc(12, 2 * GiB), proc(13, GiB)};
-  std::vector<TenantGrant> tenants(4);
+  s.processes = {proc(10, 500 * MiB + 64 * MiB), proc(11, 500 * MiB + 262 * MiB), proc(12, 2 * GiB), proc(13, GiB),
+                 proc(14, 500 * MiB + 300 * MiB)};
+  std::vector<TenantGrant> tenants(5);
   // 10: a 64 MiB quota, reports 0, its context 500 MiB: hides its 64 MiB.
   tenants[0] = TenantGrant{.id = 1, .pid = 10, .limit_bytes = 64 * MiB, .reported_bytes = 0, .context_bytes = 500 * MiB};
-  // 11: no quota, reports 6 MiB, its context 500: 64 MiB beyond, at the margin: fine.
+  // 11: no quota, reports 6 MiB, its context 500: 256 MiB beyond, at the margin: fine.
   tenants[1] = TenantGrant{.id = 2, .pid = 11, .reported_bytes = 6 * MiB, .context_bytes = 500 * MiB};
   // 12: reports 1.9 GiB: fine. 13: not measured before (no context known): nothing to compare.
   tenants[2] = TenantGrant{.id = 3, .pid = 12, .reported_bytes = 2 * GiB - 100 * MiB, .context_bytes = 100 * MiB};
   tenants[3] = TenantGrant{.id = 4, .pid = 13};
+  // 14: no quota, reports 0, its context 500: 300 MiB beyond the margin's 256.
+  tenants[4] = TenantGrant{.id = 5, .pid = 14, .reported_bytes = 0, .context_bytes = 500 * MiB};
   const std::vector<Finding> f = check_usage(s, tenants, CheckParams{}, {});
-  ASSERT_EQ(f.size(), 1u);
+  ASSERT_EQ(f.size(), 2u);
+  EXPECT_EQ(f[1].tenant_id, 5u);
+  EXPECT_EQ(f[1].limit, 756 * MiB);
   EXPECT_EQ(f[0].kind, FindingKind::kUnderReported);
   EXPECT_EQ(f[0].tenant_id, 1u);
   EXPECT_EQ(f[0].measured, 564 * MiB);

@@ -202,7 +202,8 @@ uint32_t pace_bound_percent(uint32_t permille, const CheckParams& p) {
 
 uint64_t report_margin(uint64_t limit_bytes) {
   constexpr uint64_t kMargin = 64ull << 20;
-  return limit_bytes != 0 ? std::min(kMargin, limit_bytes / 4) : kMargin;
+  constexpr uint64_t kNoQuotaMargin = 256ull << 20;
+  return limit_bytes != 0 ? std::min(kMargin, limit_bytes / 4) : kNoQuotaMargin;
 }
 
 std::vector<Finding> check_usage(const UsageSample& sample, const std::vector<TenantGrant>& tenants,

@@ -142,7 +142,9 @@ struct CheckParams {
 uint32_t pace_bound_percent(uint32_t permille, const CheckParams& p);
 
 // How far NVML's measure of a tenant may exceed its report plus its contexts' memory before the
-// report is a lie (kUnderReported): 64 MiB, and no more than a quarter of its quota + borrow. Not
+// report is a lie (kUnderReported): 64 MiB, and no more than a quarter of its quota + borrow; 256 MiB
+// for a tenant with no quota, which hides nothing from a quota by it (on an H100 an honest Triton
+// tenant's contexts grew by about 90 MiB after its first launches, as it loaded new kernels). Not
 // the 1 GiB memory slack: that is for the contexts, which context_bytes already holds (sized after
 // the tenant's first launch, which reserves the context's local memory: hundreds of MiB on an H100);
 // what an honest tenant adds on top without an allocation call (module code loaded lazily) should be
