@@ -53,6 +53,10 @@ uint64_t expected_launch_ns(const gpuos_control_block* cb, const ShapeDurations&
   return kernels != 0 && ns / kernels != 0 ? ns / kernels : kDefaultExpectedNs;
 }
 
+uint64_t expected_partition_launch_ns(const gpuos_control_block* cb, const ShapeDurations& timed) {
+  return timed.paced_ns != 0 ? timed.paced_ns : expected_launch_ns(cb, timed);
+}
+
 ShapeDurations launch_durations(uint64_t key) {
   const DurationSlot* s = find_slot(key, false);
   if (s == nullptr) return {};

@@ -29,6 +29,12 @@ ShapeDurations launch_durations(uint64_t key);
 // same without a second lookup.
 uint64_t expected_launch_ns(const gpuos_control_block* cb, uint64_t key);
 uint64_t expected_launch_ns(const gpuos_control_block* cb, const ShapeDurations& timed);
+// The same for a launch placed on a partition of its GPU (SM groups): the paced figure first. A
+// kernel on a few SM groups runs up to the GPU's SMs over the partition's longer than alone on the
+// whole GPU, and a share there is of the partition's time: charged its time alone, a best-effort
+// tenant on one group of 15 with a share of 0.5% kept its group busy and got 10% of its speed (an
+// H100, beside a server at 30% load: `bench/results/2026-12-06-w80-h100-0.3`).
+uint64_t expected_partition_launch_ns(const gpuos_control_block* cb, const ShapeDurations& timed);
 
 // For tests: forget every duration.
 void TEST_reset_launch_durations();

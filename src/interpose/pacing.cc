@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <iterator>
 
 #include "interpose/blocks.h"
 #include "interpose/launch_durations.h"
@@ -14,6 +15,16 @@ namespace {
 // share is the process's.
 std::atomic<uint64_t> g_next_launch_ns{0};
 
+// Whether a launch on `device` goes to a partition of its GPU (spatial.cc places it on the SMs of
+// space_mask); a device not known: whether any of its GPUs has one (the cautious side).
+bool on_partition(const gpuos_grant_block* g, LaunchDevice* device) {
+  const bool any = std::any_of(std::begin(g->space_mask), std::end(g->space_mask),
+                               [](const uint64_t& mask) { return grant_load(mask, std::memory_order_relaxed) != 0; });
+  if (!any) return false;  // asks the driver nothing
+  const int dev = device->ordinal();
+  return dev < 0 || grant_load(g->space_mask[dev], std::memory_order_relaxed) != 0;
+}
+
 }  // namespace
 
 bool pace_before_launch(gpuos_control_block* cb, uint64_t key, bool graph, uint32_t pace, LaunchDevice* device) {
@@ -24,7 +35,8 @@ bool pace_before_launch(gpuos_control_block* cb, uint64_t key, bool graph, uint3
     return true;
   }
   const ShapeDurations timed = launch_durations(key);
-  const uint64_t expected = expected_launch_ns(cb, timed);
+  const uint64_t expected =
+      on_partition(g, device) ? expected_partition_launch_ns(cb, timed) : expected_launch_ns(cb, timed);
   uint64_t waited_from = 0;
   const uint32_t max_us = grant_load(g->pace_max_kernel_us, std::memory_order_relaxed);
   // A graph never timed may hold a whole batch's work: long until its first launch, made while

@@ -99,5 +99,20 @@ TEST(LaunchDurations, SoloTimingsArePreferredToPacedOnes) {
   TEST_reset_launch_durations();
 }
 
+// On a partition (SM groups) a kernel runs longer than alone on the whole GPU, and its share is of
+// the partition's time: the paced timing first (taken there), else as on the whole GPU.
+TEST(LaunchDurations, OnAPartitionPacedTimingsArePreferred) {
+  TEST_reset_launch_durations();
+  gpuos_control_block cb;
+  std::memset(&cb, 0, sizeof(cb));
+  EXPECT_EQ(expected_partition_launch_ns(&cb, launch_durations(7)), kDefaultExpectedNs);
+  note_launch_duration(7, 200 * kUs, /*paced=*/false);
+  EXPECT_EQ(expected_partition_launch_ns(&cb, launch_durations(7)), 200 * kUs) << "not timed there yet";
+  note_launch_duration(7, 3000 * kUs, /*paced=*/true);  // one SM group of 15
+  EXPECT_EQ(expected_partition_launch_ns(&cb, launch_durations(7)), 3000 * kUs);
+  EXPECT_EQ(expected_launch_ns(&cb, 7), 200 * kUs) << "time-shared: alone first, as before";
+  TEST_reset_launch_durations();
+}
+
 }  // namespace
 }  // namespace gpuos::interpose
