@@ -819,5 +819,67 @@ TEST(BudgetPolicy, ConfigBoundsLongLaunchesAndTheIdleHold) {
   EXPECT_NE(error.find("pace_idle_hold_ms"), std::string::npos) << error;
 }
 
+// steer_load_growth: a server whose steps take larger shapes beside best-effort work (its batch
+// grew) judged by its meter times that growth. Alone it ran 1 ms steps, and now and then a 1.3 ms
+// one; beside best-effort work only 1.3 ms ones, each 1.1x its time alone: the meter reads 1.1,
+// within the target of B = 1.25 (1.125), but the server's TPOT grows by 1.1 x about 1.2.
+double share_beside_a_growing_batch(bool steer) {
+  BudgetParams params;
+  params.steer_load_growth = steer;
+  BudgetPolicy p{params};
+  constexpr uint64_t kBigShape = 43;
+  slots::GateTenant b = be(false, GPUOS_GATE_OPEN);
+  double most = 0;
+  for (int i = 0; i < 600; ++i) {
+    slots::GateView v;
+    v.now_ns = (1000 + 10 * i) * kMs;
+    std::vector<slots::TimedLaunch> timed;
+    if (b.gate == GPUOS_GATE_OPEN && p.state().share > 0) {
+      timed.assign(4, {kBigShape, 1'430'000});
+    } else {
+      timed.assign(4, {kShape, 1'000'000});
+      timed.push_back({kBigShape, 1'300'000});
+    }
+    v.tenants = {hp(true, timed), b};
+    const slots::GateActions a = p.decide(v);
+    const slots::GateAction* act = action_of(a, 2);
+    if (act == nullptr) return -1;
+    b.gate = act->gate;
+    b.busy = act->gate == GPUOS_GATE_OPEN;
+    if (i >= 300) most = std::max(most, p.state().share);
+  }
+  return most;
+}
+
+TEST(BudgetPolicy, SteeringByLoadGrowthJudgesTheMeterTimesTheBatchsGrowth) {
+  const double unsteered = share_beside_a_growing_batch(false);
+  const double steered = share_beside_a_growing_batch(true);
+  EXPECT_GT(unsteered, 0.05) << "the meter alone reads 1.1: within the target";
+  EXPECT_LT(steered, unsteered / 2) << "1.1 x the growth is over the budget";
+}
+
+TEST(BudgetPolicy, ConfigTakesSteerLoadGrowthAsABool) {
+  auto parse = [](ConfigValue v, BudgetParams* p, std::string* error) {
+    ConfigSection sec;
+    sec.name = "budget";
+    v.where = "x.toml:6";
+    sec.entries.push_back({"steer_load_growth", v});
+    return parse_budget_params(sec, p, error);
+  };
+  BudgetParams p;
+  std::string error;
+  EXPECT_FALSE(p.steer_load_growth) << "off by default";
+  ConfigValue yes;
+  yes.kind = ConfigValue::Kind::kBool;
+  yes.boolean = true;
+  ASSERT_TRUE(parse(yes, &p, &error)) << error;
+  EXPECT_TRUE(p.steer_load_growth);
+  ConfigValue number;
+  number.kind = ConfigValue::Kind::kInteger;
+  number.integer = 1;
+  EXPECT_FALSE(parse(number, &p, &error));
+  EXPECT_NE(error.find("steer_load_growth"), std::string::npos) << error;
+}
+
 }  // namespace
 }  // namespace gpuos::policies::budget

@@ -113,14 +113,20 @@ slots::GateActions BudgetPolicy::decide(const slots::GateView& view) {
     b.idle.observe(active(t), now);
   }
 
-  // 2. The controller: at once over the budget, else once per control period.
+  // 2. The controller: at once over the budget, else once per control period. What it judges is
+  // the meter's slowdown, times the tenant's load growth with steer_load_growth.
+  auto growth = [&](const TenantBudget& b) {
+    if (!params_.steer_load_growth) return 1.0;
+    return std::clamp(b.meter.load_growth(now, params_.meter.window_ns), 1.0, kMaxLoadGrowth);
+  };
   for (const slots::GateTenant& t : view.tenants) {
     auto it = st.tenants.find(t.id);
     if (it == st.tenants.end() || !budgeted(t) || it->second.share == 0) continue;
     TenantBudget& b = it->second;
     if (now < b.last_react_ns + params_.react_ns) continue;
     std::size_t n = 0;
-    if (b.meter.slowdown(0.9, now, params_.react_ns, &n) > meter_limit(t, params_.mps_cost) && n >= kReactMinLaunches) {
+    if (b.meter.slowdown(0.9, now, params_.react_ns, &n) * growth(b) > meter_limit(t, params_.mps_cost) &&
+        n >= kReactMinLaunches) {
       b.share = whole_groups(b.share * params_.controller.decrease, be_groups_beside(t, view));
       if (b.share < params_.controller.increase / 4) b.share = 0;
       b.lent = 0;
@@ -139,13 +145,14 @@ slots::GateActions BudgetPolicy::decide(const slots::GateView& view) {
       } else {
         Measure m;
         const uint64_t span = b.last_control_ns != 0 && now > b.last_control_ns ? now - b.last_control_ns : params_.control_ns;
-        m.recent_p90 = b.meter.slowdown(0.9, now, span, &m.recent);
+        const double g = growth(b);
+        m.recent_p90 = b.meter.slowdown(0.9, now, span, &m.recent) * g;
         const uint32_t planned = be_groups_beside(t, view);
         // In SM groups a move is judged on what was timed since the last one, and the next group
         // waits for a whole window of it.
         const uint64_t since_move = now - std::min(now, b.moved_ns);
-        m.window_p99 = planned != 0 ? b.meter.slowdown(0.99, now, std::min(since_move, params_.meter.window_ns), &m.window)
-                                    : b.meter.window_p99(now, &m.window);
+        m.window_p99 = g * (planned != 0 ? b.meter.slowdown(0.99, now, std::min(since_move, params_.meter.window_ns), &m.window)
+                                         : b.meter.window_p99(now, &m.window));
         m.lent = b.lent;
         const double budget = meter_limit(t, params_.mps_cost);
         ControllerParams cp = params_.controller;
@@ -367,7 +374,8 @@ bool parse_budget_params(const ConfigSection& sec, BudgetParams* out, std::strin
       !sec.get_uint("pace_max_kernel_pct", 0, 1000, &max_kernel_pct, error) ||
       !sec.get_uint("pace_idle_hold_ms", 0, 10000, &idle_hold_ms, error) ||
       !sec.get_uint("mps_cost_pct", 0, 100, &mps_cost_pct, error) ||
-      !sec.get_uint("contention_max_pct", 0, 1000, &contention_max_pct, error) || !sec.all_read(error)) {
+      !sec.get_uint("contention_max_pct", 0, 1000, &contention_max_pct, error) ||
+      !sec.get_bool("steer_load_growth", &p.steer_load_growth, error) || !sec.all_read(error)) {
     return false;
   }
   if (contention_max_pct != 0 && contention_max_pct < 100) {
@@ -407,7 +415,8 @@ std::string budget_settings(const ConfigSection& section) {
          "\npace_max_kernel_pct = " + std::to_string(std::lround(p.long_kernel_fraction * 100)) +
          "\npace_idle_hold_ms = " + ms(p.idle_hold_ns) +
          "\nmps_cost_pct = " + std::to_string(std::lround(p.mps_cost * 100)) +
-         "\ncontention_max_pct = " + std::to_string(p.contention_max_permille / 10) + "\n";
+         "\ncontention_max_pct = " + std::to_string(p.contention_max_permille / 10) +
+         "\nsteer_load_growth = " + (p.steer_load_growth ? "true" : "false") + "\n";
 }
 
 }  // namespace

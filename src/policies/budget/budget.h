@@ -91,7 +91,17 @@ struct BudgetParams {
   // with it for the memory system (Orion, EuroSys'24): they spend more of the share, and
   // compute-bound ones run at close to the share's full rate.
   uint32_t contention_max_permille = 0;
+  // Judge the meter's slowdown times its load growth (SlowdownMeter::load_growth, at least 1, at
+  // most kMaxLoadGrowth): a server whose steps slow holds more requests, and its TPOT grows by both.
+  // Beside training at 30% load on an H100 the meter read 1.08-1.13 and load growth 1.05-1.08 while
+  // TPOT p99 was 1.30-1.34x (with MPS's 8%: 1.25-1.30 predicted), and B = 1.25 was missed in all
+  // of 4 runs (bench/results/2026-12-06-pace-h100-0.3). Off by default until a run measures it.
+  bool steer_load_growth = false;
 };
+
+// The most load growth steer_load_growth multiplies in (a window read up to 1.6 once, on 145
+// launches; beyond this it is taken as noise).
+inline constexpr double kMaxLoadGrowth = 1.5;
 
 // A best-effort tenant's share beside guaranteed tenants that run on the whole GPU, as SM groups
 // of its partition (planned_groups of them) and time: share x planned_groups groups, unpaced in
