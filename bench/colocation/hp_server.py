@@ -50,6 +50,37 @@ class Req:
         self.ntok = 0
 
 
+class SlotReporter:
+    """Tells gpuosd the server's batch slots and waiting requests (gpuos.kv.report_slots and
+    report_queue, shown by `gpuos ps`), at most every 50 ms; nothing when not under gpuos (the
+    baselines) or without the package."""
+
+    PERIOD_S = 0.05
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.kv = None
+        self.next = 0.0
+        try:
+            sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+            import gpuos.kv as kv
+            if kv.available():
+                kv.report_slots(0, capacity)
+                self.kv = kv
+        except Exception:  # not under gpuos, no library, an older interposer: report nothing
+            self.kv = None
+
+    def report(self, now: float, active: int, waiting: int) -> None:
+        if self.kv is None or now < self.next:
+            return
+        self.next = now + self.PERIOD_S
+        try:
+            self.kv.report_slots(min(active, self.capacity), self.capacity)
+            self.kv.report_queue(waiting)
+        except Exception:
+            self.kv = None
+
+
 class Scheduler:
     """Continuous-batching scheduler over an Engine (one thread, one stream)."""
 
@@ -116,11 +147,13 @@ class Scheduler:
                     if closed_conc and t < closed_until:
                         waiting.append(Req(t))
 
+        reporter = SlotReporter(self.max_batch)
         while True:
             now = time.perf_counter()
             while nxt < len(arrivals) and arrivals[nxt] <= now:
                 waiting.append(Req(arrivals[nxt]))
                 nxt += 1
+            reporter.report(now, n_active, len(waiting))
             if not waiting and n_active == 0:
                 if nxt >= len(arrivals):
                     break

@@ -264,7 +264,8 @@ typedef struct gpuos_control_block {
   uint64_t kv_pages_unmapped; /* pages its engine unmapped (gave back) in all */
   uint32_t kv_target_seen_seq;/* the grant block's kv_target_seq its pressure callback was told */
   uint32_t kv_queue_depth;    /* requests its engine has waiting (gpuos_kv_report_queue) */
-  uint8_t pad7[8];
+  uint32_t engine_slots_active;   /* its engine's batch slots in use, and how many it has */
+  uint32_t engine_slots_capacity; /* (gpuos_kv_report_slots; capacity 0 = never reported) */
   uint8_t device_uuid[GPUOS_MAX_DEVICES][16];
 
   /* ---- right-sizing samples, written by the tenant (spatial tenants only), read by gpuosd ----
@@ -526,6 +527,11 @@ typedef struct gpuos_msg_tenant_info {
      measured. gpuosd's count since the tenant registered (not kept across a restart). */
   uint64_t gpu_time_ns;
   uint64_t energy_mj;
+  /* its engine's batch slots as it reports them (control block engine_slots_*; capacity 0 = none
+     reported): a server whose slots are all in use queues new requests (kv_queue_depth), and their
+     TTFT from arrival then grows by that wait, whatever runs beside it */
+  uint32_t engine_slots_active;
+  uint32_t engine_slots_capacity;
 } gpuos_msg_tenant_info;
 #define GPUOS_GATE_BY_ADMIN 1u  /* an admin holds it (gpuos gate ID close); survives a restart */
 #define GPUOS_GATE_BY_POLICY 2u /* the time-gate policy closed it */
@@ -647,7 +653,7 @@ static_assert(offsetof(gpuos_control_block, space_sample_seq) == 1024, "sizing l
 static_assert(sizeof(gpuos_shape_latency) == 112, "shape entries");
 static_assert(sizeof(gpuos_msg_register) == 160, "ABI v2 frozen");
 static_assert(sizeof(gpuos_msg_register_reply) == 192, "ABI v2 frozen");
-static_assert(sizeof(gpuos_msg_tenant_info) == 880, "ABI v2 (grown by chargeback: gpuosd and the CLI are one build)");
+static_assert(sizeof(gpuos_msg_tenant_info) == 888, "ABI v2 (grown by chargeback and engine slots: gpuosd and the CLI are one build)");
 static_assert(sizeof(gpuos_msg_gpu_info) == 176, "ABI v2 frozen");
 static_assert(sizeof(gpuos_msg_reply) == 184, "ABI v2 frozen");
 static_assert(sizeof(gpuos_msg_activity) == 24, "ABI v2 frozen");

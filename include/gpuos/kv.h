@@ -128,6 +128,12 @@ int gpuos_kv_set_pressure_callback(gpuos_kv_pressure_fn fn, void* user);
 /* The engine's queue: requests waiting for KV memory (or for a batch slot). gpuosd's "queue"
  * rule gives pages to the tenants whose queues they shorten most. */
 int gpuos_kv_report_queue(uint32_t waiting_requests);
+#define GPUOS_KV_MAX_SLOTS 1048576u
+/* The engine's batch slots: `active` of `capacity` in use (1 <= capacity <= GPUOS_KV_MAX_SLOTS,
+ * active <= capacity; else INVALID). Shown by `gpuos ps` and the metrics beside the queue: a server with every
+ * slot in use and requests waiting pays a TTFT from arrival that no GPU sharing causes or cures.
+ * An interposer older than this function answers VERSION. */
+int gpuos_kv_report_slots(uint32_t active, uint32_t capacity);
 
 /* ---- between libgpuos_kv.so and the interposer (not for engines) ----------------------------
  * libgpuos.so exports gpuos_kv_get_interface(): the functions above, for the ABI version asked
@@ -145,6 +151,7 @@ typedef struct gpuos_kv_interface {
   int (*target)(uint64_t*, uint32_t*);
   int (*set_pressure_callback)(gpuos_kv_pressure_fn, void*);
   int (*report_queue)(uint32_t);
+  int (*report_slots)(uint32_t, uint32_t); /* a table whose size stops before this has none */
 } gpuos_kv_interface;
 typedef const gpuos_kv_interface* (*gpuos_kv_get_interface_fn)(uint32_t abi_version);
 #define GPUOS_KV_GET_INTERFACE_SYMBOL "gpuos_kv_get_interface"

@@ -31,11 +31,11 @@ import threading
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 __all__ = [
-    "ABI_VERSION", "DEFAULT_PAGE_BYTES", "DEFAULT_CHUNK_BYTES",
+    "ABI_VERSION", "DEFAULT_PAGE_BYTES", "DEFAULT_CHUNK_BYTES", "MAX_SLOTS",
     "Result", "KvError", "NotGoverned", "LibraryNotFound", "OutOfMemory", "NotInitialized",
     "Stats", "Pool", "PageAllocator",
     "available", "library_path", "abi_version", "result_text",
-    "on_pressure", "target", "target_and_deadline", "report_queue",
+    "on_pressure", "target", "target_and_deadline", "report_queue", "report_slots",
 ]
 
 ABI_VERSION = 1
@@ -43,6 +43,7 @@ DEFAULT_PAGE_BYTES = 2 << 20
 DEFAULT_CHUNK_BYTES = 32 << 20
 _NO_TARGET = (1 << 64) - 1
 _UINT32_MAX = (1 << 32) - 1
+MAX_SLOTS = 1 << 20  # GPUOS_KV_MAX_SLOTS
 
 
 class Result(enum.IntEnum):
@@ -153,6 +154,13 @@ def _declare(lib: ctypes.CDLL) -> None:
     for name, (restype, argtypes) in signatures.items():
         fn = getattr(lib, name)
         fn.restype, fn.argtypes = restype, argtypes
+    # Functions added since ABI version 1 began: a library without them is still usable.
+    for name, (restype, argtypes) in {
+        "gpuos_kv_report_slots": (ctypes.c_int, [ctypes.c_uint32, ctypes.c_uint32]),
+    }.items():
+        fn = getattr(lib, name, None)
+        if fn is not None:
+            fn.restype, fn.argtypes = restype, argtypes
 
 
 def _load() -> ctypes.CDLL:
@@ -265,6 +273,19 @@ def report_queue(waiting_requests: int) -> None:
     if n < 0:
         raise ValueError(f"waiting_requests must be >= 0, not {n}")
     _check(_load().gpuos_kv_report_queue(min(n, _UINT32_MAX)))
+
+
+def report_slots(active: int, capacity: int) -> None:
+    """Tells gpuosd how many of the engine's batch slots are in use, of how many (gpuos ps shows
+    them beside report_queue's waiting requests): 0 <= active <= capacity, 1 <= capacity <= 2**20."""
+    active, capacity = int(active), int(capacity)
+    if not 1 <= capacity <= MAX_SLOTS or not 0 <= active <= capacity:
+        raise ValueError(f"slots must be 0 <= active <= capacity, 1 <= capacity <= {MAX_SLOTS}, "
+                         f"not {active} of {capacity}")
+    fn = getattr(_load(), "gpuos_kv_report_slots", None)
+    if fn is None:
+        raise KvError(Result.VERSION, f"{_lib_path} predates gpuos_kv_report_slots")
+    _check(fn(active, capacity))
 
 
 # ---- pools --------------------------------------------------------------------------------------

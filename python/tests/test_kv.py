@@ -25,6 +25,7 @@ def fake():
     process.gpuos_kv_fake_set_target.argtypes = [ctypes.c_uint64, ctypes.c_uint32]
     process.gpuos_kv_fake_set_quota.argtypes = [ctypes.c_uint64]
     process.gpuos_kv_fake_queue.restype = ctypes.c_uint32
+    process.gpuos_kv_fake_slots.restype = ctypes.c_uint64
     process.gpuos_kv_fake_pools.restype = ctypes.c_uint32
     return process
 
@@ -194,6 +195,14 @@ class PressureTest(FakeTestCase):
         self.assertEqual(self.fake.gpuos_kv_fake_queue(), (1 << 32) - 1)
         with self.assertRaises(ValueError):
             kv.report_queue(-1)
+
+    def test_slots(self):
+        kv.report_slots(12, 32)
+        self.assertEqual(self.fake.gpuos_kv_fake_slots(), 12 << 32 | 32)
+        for active, capacity in [(33, 32), (0, 0), (-1, 4), (1, kv.MAX_SLOTS + 1)]:
+            with self.assertRaises(ValueError, msg=(active, capacity)):
+                kv.report_slots(active, capacity)
+        self.assertEqual(self.fake.gpuos_kv_fake_slots(), 12 << 32 | 32)
 
 
 class PageAllocatorTest(FakeTestCase):

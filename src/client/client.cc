@@ -436,6 +436,11 @@ nlohmann::json listing_json(const Listing& l) {
       // gpuosd's target for them (null: none; they may grow up to the quota)
       o["kv_target_bytes"] = t.kv_target_bytes != UINT64_MAX ? nlohmann::json(t.kv_target_bytes) : nlohmann::json();
     }
+    if (t.engine_slots_capacity != 0) {  // its engine's batch slots, as it reports them
+      o["engine_slots"] = {{"active", t.engine_slots_active},
+                           {"capacity", t.engine_slots_capacity},
+                           {"waiting", t.kv_queue_depth}};
+    }
     o["violations"] = t.violations;
     // Chargeback (NVML): GPU time and its part of the GPUs' energy (0: not measured)
     o["gpu_seconds"] = static_cast<double>(t.gpu_time_ns) / 1e9;
@@ -536,6 +541,15 @@ std::string kv_text(const gpuos_msg_tenant_info& t) {
   return human_bytes(t.kv_resident_bytes) + "/" + (t.kv_target_bytes != UINT64_MAX ? human_bytes(t.kv_target_bytes) : "-");
 }
 
+// A tenant's engine's batch slots as it reports them: in use/all, and "+N" requests waiting for
+// one ("32/32 +5"); "-" when it reports none.
+std::string slots_text(const gpuos_msg_tenant_info& t) {
+  if (t.engine_slots_capacity == 0) return "-";
+  std::string s = std::to_string(t.engine_slots_active) + "/" + std::to_string(t.engine_slots_capacity);
+  if (t.kv_queue_depth != 0) s += " +" + std::to_string(t.kv_queue_depth);
+  return s;
+}
+
 // "namespace/name" of a tenant's pod, its uid alone when only that is known, "-" for none.
 std::string pod_text(const gpuos_msg_tenant_info& t) {
   const std::string ns = cstr(t.pod_namespace, sizeof(t.pod_namespace));
@@ -573,14 +587,18 @@ std::string listing_table(const Listing& l) {
   const bool pods = std::any_of(l.tenants.begin(), l.tenants.end(), [](const gpuos_msg_tenant_info& t) {
     return cstr(t.pod_uid, sizeof(t.pod_uid)) != "";
   });
+  // The SLOTS column only when some tenant's engine reports its batch slots.
+  const bool slots = std::any_of(l.tenants.begin(), l.tenants.end(),
+                                 [](const gpuos_msg_tenant_info& t) { return t.engine_slots_capacity != 0; });
   // The GPUS column only on a node with several GPUs.
   const bool several_gpus = l.gpus.size() > 1;
   // The columns after SMS, each padded but the last (no trailing blanks).
-  auto tail = [&](const std::string& gpus_cell, const std::string& budget, const std::string& kv_cell,
-                  const std::string& pod) {
+  auto tail = [&](const std::string& gpus_cell, const std::string& budget, const std::string& slots_cell,
+                  const std::string& kv_cell, const std::string& pod) {
     std::vector<std::pair<std::string, int>> cols;
     if (several_gpus) cols.push_back({gpus_cell, 8});
     cols.push_back({budget, 18});
+    if (slots) cols.push_back({slots_cell, 12});
     if (kv) cols.push_back({kv_cell, 20});
     if (pods) cols.push_back({pod, 0});
     std::string out;
@@ -592,7 +610,7 @@ std::string listing_table(const Listing& l) {
   };
   const char* row_format = "%-5s %-8s %-20s %-12s %-12s %10s %8s %10s %10s %10s %8s %s\n";
   std::snprintf(line, sizeof(line), row_format, "ID", "PID", "NAME", "CLASS", "STATE", "LAUNCHES", "GRAPHS", "MEM",
-                "PEAK", "GATE-WAIT", "SMS", tail("GPUS", "BUDGET", "KV/TARGET", "POD").c_str());
+                "PEAK", "GATE-WAIT", "SMS", tail("GPUS", "BUDGET", "SLOTS", "KV/TARGET", "POD").c_str());
   s += line;
   for (const auto& t : l.tenants) {
     const std::string sms = partition_text(t);
@@ -602,8 +620,8 @@ std::string listing_table(const Listing& l) {
                   name.c_str(), class_name(t.tenant_class), display_state(t).c_str(), std::to_string(t.launches).c_str(),
                   std::to_string(t.graph_launches).c_str(), human_bytes(t.mem_used_bytes).c_str(),
                   human_bytes(t.mem_peak_bytes).c_str(), duration(gate_wait_with_current_ns(t)).c_str(), sms.c_str(),
-                  tail(several_gpus ? gpus_text(l, t) : "", budget_text(t), kv ? kv_text(t) : "",
-                       pods ? pod_text(t) : "")
+                  tail(several_gpus ? gpus_text(l, t) : "", budget_text(t), slots ? slots_text(t) : "",
+                       kv ? kv_text(t) : "", pods ? pod_text(t) : "")
                       .c_str());
     s += line;
   }

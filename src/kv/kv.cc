@@ -7,6 +7,7 @@
 // throws: the C ABI is the boundary.
 #include <dlfcn.h>
 
+#include <cstddef>
 #include <cstdint>
 
 #include "gpuos/kv.h"
@@ -25,8 +26,9 @@ Binding find_interface() {
   if (lookup == nullptr) return binding;  // not under gpuos
   const gpuos_kv_interface* table = lookup(GPUOS_KV_ABI_VERSION);
   binding.unusable_result = GPUOS_KV_ERR_VERSION;
+  // The functions up to report_queue are the ABI's first table; later ones are checked per call.
   if (table == nullptr || table->abi_version < GPUOS_KV_ABI_VERSION ||
-      table->size < sizeof(gpuos_kv_interface))
+      table->size < offsetof(gpuos_kv_interface, report_slots))
     return binding;
   // A table of this version has every function; a null one would be the interposer's bug, and
   // calling it would crash the engine: refuse the table instead.
@@ -112,6 +114,17 @@ int gpuos_kv_set_pressure_callback(gpuos_kv_pressure_fn fn, void* user) {
 int gpuos_kv_report_queue(uint32_t waiting_requests) {
   const Binding& b = binding();
   return b.table ? b.table->report_queue(waiting_requests) : b.unusable_result;
+}
+
+int gpuos_kv_report_slots(uint32_t active, uint32_t capacity) {
+  const Binding& b = binding();
+  if (b.table == nullptr) return b.unusable_result;
+  // An interposer that predates it: its table stops before the entry.
+  if (b.table->size < offsetof(gpuos_kv_interface, report_slots) + sizeof(b.table->report_slots) ||
+      b.table->report_slots == nullptr) {
+    return GPUOS_KV_ERR_VERSION;
+  }
+  return b.table->report_slots(active, capacity);
 }
 
 }  // extern "C"

@@ -56,6 +56,32 @@ TEST(Listing, TheKvColumnAppearsOnlyWithPoolsAndShowsTheTarget) {
   EXPECT_EQ(ls[4].substr(col), human_bytes(2ull << 30) + "/-") << table;
 }
 
+TEST(Listing, TheSlotsColumnAppearsOnlyWhenAnEngineReportsItsSlots) {
+  Listing l;
+  l.tenants.push_back(tenant(1, "plain"));
+  EXPECT_EQ(listing_table(l).find("SLOTS"), std::string::npos);
+  gpuos_msg_tenant_info full = tenant(2, "server");
+  full.engine_slots_active = 32;
+  full.engine_slots_capacity = 32;
+  full.kv_queue_depth = 5;  // requests waiting for a slot
+  gpuos_msg_tenant_info room = tenant(3, "server2");
+  room.engine_slots_active = 9;
+  room.engine_slots_capacity = 32;
+  l.tenants.push_back(full);
+  l.tenants.push_back(room);
+  const std::string table = listing_table(l);
+  const std::vector<std::string> ls = lines(table);
+  ASSERT_EQ(ls.size(), 5u) << table;
+  const std::size_t col = ls[1].find("SLOTS");
+  ASSERT_NE(col, std::string::npos) << table;
+  EXPECT_EQ(ls[2].substr(col), "-") << table;
+  EXPECT_EQ(ls[3].substr(col), "32/32 +5") << table;
+  EXPECT_EQ(ls[4].substr(col), "9/32") << table;
+  const nlohmann::json j = listing_json(l);
+  EXPECT_FALSE(j["tenants"][0].contains("engine_slots"));
+  EXPECT_EQ(j["tenants"][1]["engine_slots"], (nlohmann::json{{"active", 32}, {"capacity", 32}, {"waiting", 5}}));
+}
+
 TEST(Listing, TheBudgetColumnShowsABudgetAndAPacedTenantsPacing) {
   gpuos_msg_tenant_info t = tenant(1, "t");
   EXPECT_EQ(budget_text(t), "-");
@@ -165,6 +191,7 @@ TEST(Listing, JsonFieldsAreTheDocumentedOnes) {
   t.space_default_sms = 64;
   t.space_sms = 32;
   t.space_sized_permille = 1010;
+  t.engine_slots_capacity = 32;  // its engine reports its batch slots
   l.tenants = {t};
   l.tenant_gpus = {on_gpu(1, 0, 1u << 20, false)};
   const nlohmann::json j = listing_json(l);

@@ -93,6 +93,30 @@ class KvPools(unittest.TestCase):
         done = self.exited(a.pid)
         self.assertEqual(done["alloc_failures"], 0)
 
+    def test_the_engines_slots_and_queue_are_shown(self):
+        a = self.probe("kv-slots", [], "--grow-mib", "64", "--queue", "5", "--slots", "32/32",
+                       "--hold-until", self.file("stop"))
+        t = wait_for(lambda: (lambda t: t if t and t.get("engine_slots") else None)(self.d.tenant(a.pid)),
+                     what="the engine's slots in ps")
+        self.assertEqual(t["engine_slots"], {"active": 32, "capacity": 32, "waiting": 5})
+        table = subprocess.run([bin_path("gpuos"), "ps", "--socket", self.d.socket], env=self.d.env,
+                               capture_output=True, text=True, timeout=30, check=True).stdout
+        header = next(line for line in table.splitlines() if line.startswith("ID"))
+        row = next(line for line in table.splitlines() if "kv-slots" in line)
+        self.assertIn("SLOTS", header)
+        self.assertIn("32/32 +5", row)
+        self.assertEqual(self.d.metric("gpuos_tenant_engine_slots_active", tenant_id=t["id"]), [32.0])
+        self.assertEqual(self.d.metric("gpuos_tenant_engine_slots_capacity", tenant_id=t["id"]), [32.0])
+        self.touch("stop")
+        rc, _, err = self.finish(a, "a")
+        self.assertEqual(rc, 0, err)
+
+    def test_slots_that_cannot_be_are_refused(self):
+        a = self.probe("kv-bad-slots", [], "--grow-mib", "64", "--slots", "33/32")
+        rc, _, err = self.finish(a, "a")
+        self.assertEqual(rc, 1)
+        self.assertIn("slots: invalid", err)
+
     def test_the_quota_bounds_a_pool(self):
         a = self.probe("kv-quota", ["--mem", "128MiB"], "--grow-mib", "256")
         rc, ev, err = self.finish(a, "a")

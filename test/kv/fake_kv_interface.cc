@@ -9,10 +9,13 @@
 //                                                 on the caller's thread (deterministic);
 //   gpuos_kv_fake_set_quota(bytes)                resident bytes of all pools; UINT64_MAX: none;
 //   gpuos_kv_fake_queue()                         the last gpuos_kv_report_queue value;
+//   gpuos_kv_fake_slots()                         the last gpuos_kv_report_slots values
+//                                                 (active << 32 | capacity);
 //   gpuos_kv_fake_pools()                         pools alive;
-//   gpuos_kv_fake_reset()                         no target, no quota, no callback, queue 0.
+//   gpuos_kv_fake_reset()                         no target, no quota, no callback, queue and slots 0.
 // GPUOS_KV_FAKE_MODE=null makes gpuos_kv_get_interface return NULL, =old a table of a smaller size
-// (both: the shim must answer VERSION).
+// (both: the shim must answer VERSION), =noslots the table of the release before report_slots
+// (every call works but that one, which answers VERSION).
 #include <sys/mman.h>
 
 #include <cstdint>
@@ -45,6 +48,7 @@ struct FakeState {
   uint32_t deadline_ms = 0;
   uint64_t quota = UINT64_MAX;
   uint32_t queue = 0;
+  uint64_t slots = 0;
   gpuos_kv_pressure_fn callback = nullptr;
   void* callback_user = nullptr;
 };
@@ -207,16 +211,30 @@ int report_queue(uint32_t waiting_requests) {
   return GPUOS_KV_OK;
 }
 
+int report_slots(uint32_t active, uint32_t capacity) {
+  if (capacity == 0 || capacity > GPUOS_KV_MAX_SLOTS || active > capacity) return GPUOS_KV_ERR_INVALID;
+  FakeState& s = state();
+  std::lock_guard lock(s.mutex);
+  s.slots = uint64_t{active} << 32 | capacity;
+  return GPUOS_KV_OK;
+}
+
 const char* result_text(int result) { return gpuos::kv::result_text(result); }
 
 constexpr gpuos_kv_interface kTable = {
     GPUOS_KV_ABI_VERSION, sizeof(gpuos_kv_interface), result_text, pool_create, pool_destroy, map, unmap,
-    is_mapped,           stats_get,                   target,      set_pressure_callback,       report_queue};
+    is_mapped,           stats_get,                   target,      set_pressure_callback,       report_queue,
+    report_slots};
+
+// The table of the release before report_slots (GPUOS_KV_FAKE_MODE=noslots).
+constexpr gpuos_kv_interface kTableBeforeSlots = {
+    GPUOS_KV_ABI_VERSION, offsetof(gpuos_kv_interface, report_slots), result_text, pool_create, pool_destroy, map,
+    unmap, is_mapped, stats_get, target, set_pressure_callback, report_queue, nullptr};
 
 // The table of an older, shorter ABI (GPUOS_KV_FAKE_MODE=old): its size stops before report_queue.
 constexpr gpuos_kv_interface kShortTable = {
     GPUOS_KV_ABI_VERSION, offsetof(gpuos_kv_interface, report_queue), result_text, pool_create, pool_destroy, map,
-    unmap, is_mapped, stats_get, target, set_pressure_callback, nullptr};
+    unmap, is_mapped, stats_get, target, set_pressure_callback, nullptr, nullptr};
 
 }  // namespace
 
@@ -226,6 +244,7 @@ __attribute__((visibility("default"))) const gpuos_kv_interface* gpuos_kv_get_in
   const char* mode = std::getenv("GPUOS_KV_FAKE_MODE");
   if (mode != nullptr && std::strcmp(mode, "null") == 0) return nullptr;
   if (mode != nullptr && std::strcmp(mode, "old") == 0) return &kShortTable;
+  if (mode != nullptr && std::strcmp(mode, "noslots") == 0) return &kTableBeforeSlots;
   return abi_version == GPUOS_KV_ABI_VERSION ? &kTable : nullptr;
 }
 
@@ -256,6 +275,12 @@ __attribute__((visibility("default"))) uint32_t gpuos_kv_fake_queue(void) {
   return s.queue;
 }
 
+__attribute__((visibility("default"))) uint64_t gpuos_kv_fake_slots(void) {
+  FakeState& s = state();
+  std::lock_guard lock(s.mutex);
+  return s.slots;
+}
+
 __attribute__((visibility("default"))) uint32_t gpuos_kv_fake_pools(void) {
   FakeState& s = state();
   std::lock_guard lock(s.mutex);
@@ -269,6 +294,7 @@ __attribute__((visibility("default"))) void gpuos_kv_fake_reset(void) {
   s.deadline_ms = 0;
   s.quota = UINT64_MAX;
   s.queue = 0;
+  s.slots = 0;
   s.callback = nullptr;
   s.callback_user = nullptr;
 }

@@ -187,6 +187,29 @@ TEST(KvShim, PressureCallbackTargetAndQueue) {
   reset();
 }
 
+// The engine's batch slots: forwarded as given; what cannot be a count of slots in use is refused.
+TEST(KvShim, ReportSlots) {
+  auto slots = fake_control<uint64_t (*)()>("gpuos_kv_fake_slots");
+  auto reset = fake_control<void (*)()>("gpuos_kv_fake_reset");
+  ASSERT_EQ(gpuos_kv_report_slots(12, 32), GPUOS_KV_OK);
+  EXPECT_EQ(slots(), uint64_t{12} << 32 | 32);
+  ASSERT_EQ(gpuos_kv_report_slots(0, 1), GPUOS_KV_OK);
+  ASSERT_EQ(gpuos_kv_report_slots(GPUOS_KV_MAX_SLOTS, GPUOS_KV_MAX_SLOTS), GPUOS_KV_OK);
+  EXPECT_EQ(gpuos_kv_report_slots(33, 32), GPUOS_KV_ERR_INVALID);  // more in use than there are
+  EXPECT_EQ(gpuos_kv_report_slots(0, 0), GPUOS_KV_ERR_INVALID);
+  EXPECT_EQ(gpuos_kv_report_slots(1, GPUOS_KV_MAX_SLOTS + 1), GPUOS_KV_ERR_INVALID);
+  EXPECT_EQ(slots(), uint64_t{GPUOS_KV_MAX_SLOTS} << 32 | GPUOS_KV_MAX_SLOTS) << "refused: unchanged";
+  reset();
+}
+
+// The interposer of the release before report_slots: everything else works, report_slots is VERSION.
+TEST(KvShimBeforeSlots, OnlyTheNewFunctionAnswersVersion) {
+  ASSERT_EQ(gpuos_kv_report_queue(4), GPUOS_KV_OK);
+  EXPECT_EQ(gpuos_kv_report_slots(1, 2), GPUOS_KV_ERR_VERSION);
+  uint64_t target = 0;
+  EXPECT_EQ(gpuos_kv_target(&target, nullptr), GPUOS_KV_OK);
+}
+
 // No interposer in the process: every call answers NOT_GOVERNED (is_mapped -1), nothing crashes.
 TEST(KvShimNoInterposer, EverythingIsNotGoverned) {
   ASSERT_EQ(dlsym(RTLD_DEFAULT, GPUOS_KV_GET_INTERFACE_SYMBOL), nullptr) << "run without the fake preloaded";
@@ -211,6 +234,7 @@ TEST(KvShimNoInterposer, EverythingIsNotGoverned) {
   EXPECT_EQ(deadline, 0u);
   EXPECT_EQ(gpuos_kv_set_pressure_callback(nullptr, nullptr), GPUOS_KV_ERR_NOT_GOVERNED);
   EXPECT_EQ(gpuos_kv_report_queue(3), GPUOS_KV_ERR_NOT_GOVERNED);
+  EXPECT_EQ(gpuos_kv_report_slots(1, 2), GPUOS_KV_ERR_NOT_GOVERNED);
   EXPECT_STREQ(gpuos_kv_result_text(GPUOS_KV_ERR_NOT_GOVERNED), "not running under gpuos");
 }
 
@@ -223,6 +247,7 @@ TEST(KvShimVersion, ATableItCannotUseIsRefused) {
   EXPECT_EQ(gpuos_kv_pool_create(&o, &pool, nullptr), GPUOS_KV_ERR_VERSION);
   EXPECT_EQ(pool, nullptr);
   EXPECT_EQ(gpuos_kv_report_queue(3), GPUOS_KV_ERR_VERSION);
+  EXPECT_EQ(gpuos_kv_report_slots(1, 2), GPUOS_KV_ERR_VERSION);
   EXPECT_EQ(gpuos_kv_is_mapped(nullptr, 0), -1);
   uint64_t target = 0;
   EXPECT_EQ(gpuos_kv_target(&target, nullptr), GPUOS_KV_ERR_VERSION);

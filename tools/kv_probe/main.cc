@@ -5,7 +5,7 @@
 // ABI of libgpuos_kv.so, as an engine would.
 //
 //   gpuos-kv-probe --grow-mib N [--max-mib M] [--page-kib P] [--chunk-mib C] [--device D]
-//                  [--on-pressure obey|ignore] [--hold-until FILE] [--queue N]
+//                  [--on-pressure obey|ignore] [--hold-until FILE] [--queue N] [--slots A/C]
 //                  [--then-grow-mib N2] [--after FILE2]
 //   gpuos-kv-probe --misuse      every misuse of the API an engine could make, and what it got back
 // Prints JSON lines: {"event": "grown" | "target" | "shrunk" | "done", ...}. Exit status 0 when
@@ -32,6 +32,7 @@ struct Args {
   bool obey = true;
   std::string hold_until, after;
   long queue = -1;
+  long slots_active = -1, slots_capacity = -1;  // --slots A/C: its batch slots, A of C in use
 };
 
 [[noreturn]] void usage(const char* why) {
@@ -60,6 +61,12 @@ Args parse(int argc, char** argv) {
     else if (f == "--device") a.device = static_cast<int>(number(argv[i - 1], v));
     else if (f == "--queue") a.queue = static_cast<long>(number(argv[i - 1], v));
     else if (f == "--hold-until") a.hold_until = v;
+    else if (f == "--slots") {
+      const char* slash = std::strchr(v, '/');
+      if (slash == nullptr) usage("--slots is ACTIVE/CAPACITY");
+      a.slots_active = static_cast<long>(number("--slots", std::string(v, slash).c_str()));
+      a.slots_capacity = static_cast<long>(number("--slots", slash + 1));
+    }
     else if (f == "--after") a.after = v;
     else if (f == "--on-pressure") {
       if (std::strcmp(v, "obey") != 0 && std::strcmp(v, "ignore") != 0) usage("--on-pressure is obey or ignore");
@@ -83,7 +90,7 @@ double now_ms() {
 const gpuos_kv_interface kPublic{
     GPUOS_KV_ABI_VERSION, sizeof(gpuos_kv_interface), &gpuos_kv_result_text, &gpuos_kv_pool_create,
     &gpuos_kv_pool_destroy, &gpuos_kv_map, &gpuos_kv_unmap, &gpuos_kv_is_mapped, &gpuos_kv_stats_get,
-    &gpuos_kv_target, &gpuos_kv_set_pressure_callback, &gpuos_kv_report_queue,
+    &gpuos_kv_target, &gpuos_kv_set_pressure_callback, &gpuos_kv_report_queue, &gpuos_kv_report_slots,
 };
 
 std::atomic<uint32_t> g_pressure_seq{0};
@@ -252,6 +259,13 @@ int main(int argc, char** argv) {
   }
   p.kv->set_pressure_callback(&on_pressure, nullptr);
   if (a.queue >= 0) p.kv->report_queue(static_cast<uint32_t>(a.queue));
+  if (a.slots_capacity >= 0) {
+    if (int r = p.kv->report_slots(static_cast<uint32_t>(a.slots_active), static_cast<uint32_t>(a.slots_capacity));
+        r != GPUOS_KV_OK) {
+      std::fprintf(stderr, "gpuos-kv-probe: slots: %s\n", p.kv->result_text(r));
+      return 1;
+    }
+  }
   bool ok = true;
   char extra[160];
   double ms = 0;

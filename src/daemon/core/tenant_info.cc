@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "common/ipc.h"
+#include "gpuos/kv.h"
 
 namespace gpuos::daemon {
 
@@ -71,6 +72,12 @@ gpuos_msg_tenant_info tenant_info(const Tenant& t, uint32_t state, uint64_t exit
   i.kv_resident_bytes = swap.kv_bytes(t);
   i.kv_reserved_bytes = load(cb.kv_reserved_bytes);
   i.kv_queue_depth = load(cb.kv_queue_depth);
+  // The tenant's words, shown as it wrote them once they are consistent (they decide nothing).
+  const uint32_t capacity = load(cb.engine_slots_capacity), active = load(cb.engine_slots_active);
+  if (capacity != 0 && capacity <= GPUOS_KV_MAX_SLOTS && active <= capacity) {
+    i.engine_slots_active = active;
+    i.engine_slots_capacity = capacity;
+  }
   i.kv_target_bytes = t.kv.target_on ? t.kv.target_bytes : UINT64_MAX;
   if (state != GPUOS_TENANT_EXITED) {  // who holds the gate closed, so ps can tell a hold from gating
     i.gate_by = (t.gate.pinned ? GPUOS_GATE_BY_ADMIN : 0u) |

@@ -308,6 +308,12 @@ std::string render_metrics(Core& core, const MetricsContext& ctx, uint64_t now_m
         [](const TenantStat& t) { return t.info.kv_target_bytes == UINT64_MAX ? std::string("-1") : u64(t.info.kv_target_bytes); });
   per_tenant("gpuos_tenant_kv_queue_depth", "gauge", "Requests the tenant's engine has waiting, as it reports them.",
         [](const TenantStat& t) { return u64(t.info.kv_queue_depth); });
+  per_tenant("gpuos_tenant_engine_slots_active", "gauge",
+        "Batch slots of the tenant's engine in use, as it reports them (gpuos_kv_report_slots; 0 = none reported).",
+        [](const TenantStat& t) { return u64(t.info.engine_slots_active); });
+  per_tenant("gpuos_tenant_engine_slots_capacity", "gauge",
+        "Batch slots the tenant's engine has, as it reports them (0 = none reported).",
+        [](const TenantStat& t) { return u64(t.info.engine_slots_capacity); });
   per_tenant("gpuos_tenant_swap_out_bytes_total", "counter", "Bytes copied from the GPU to the swap pool.",
         [](const TenantStat& t) { return u64(t.info.swap_out_bytes); });
   per_tenant("gpuos_tenant_swap_in_bytes_total", "counter", "Bytes copied from the swap pool back to the GPU.",
