@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import gc
 import os
 import sys
@@ -50,10 +51,11 @@ class Req:
         self.ntok = 0
 
 
-class SlotReporter:
+class EngineReporter:
     """Tells gpuosd the server's batch slots and waiting requests (gpuos.kv.report_slots and
-    report_queue, shown by `gpuos ps`), at most every 50 ms; nothing when not under gpuos (the
-    baselines) or without the package."""
+    report_queue, at most every 50 ms) and marks its prefills as admissions (gpuos.kv.admission: a
+    budget then measures steps and admissions apart), all shown by `gpuos ps`; nothing when not
+    under gpuos (the baselines) or without the package."""
 
     PERIOD_S = 0.05
 
@@ -69,6 +71,11 @@ class SlotReporter:
                 self.kv = kv
         except Exception:  # not under gpuos, no library, an older interposer: report nothing
             self.kv = None
+
+    def admission(self):
+        if self.kv is None:
+            return contextlib.nullcontext()
+        return self.kv.admission()
 
     def report(self, now: float, active: int, waiting: int) -> None:
         if self.kv is None or now < self.next:
@@ -147,7 +154,7 @@ class Scheduler:
                     if closed_conc and t < closed_until:
                         waiting.append(Req(t))
 
-        reporter = SlotReporter(self.max_batch)
+        reporter = EngineReporter(self.max_batch)
         while True:
             now = time.perf_counter()
             while nxt < len(arrivals) and arrivals[nxt] <= now:
@@ -165,7 +172,8 @@ class Scheduler:
             if waiting and n_active < self.max_batch:
                 m = min(len(waiting), self.max_batch - n_active, eng.max_prefill)
                 admitted = time.perf_counter()
-                _, ms, t = self._timed(eng.prefill, n_active, m)
+                with reporter.admission():
+                    _, ms, t = self._timed(eng.prefill, n_active, m)
                 busy_ms += ms
                 pre_ms += ms
                 n_pre += 1

@@ -79,8 +79,11 @@ typedef struct gpuos_shape_latency {
 
 /* One timed launch (control block timing_ring). */
 #define GPUOS_TIMING_RING 128
+/* A timed launch's key has this bit set when the tenant's engine said it was admitting requests
+ * (control block engine_phase) as the launch was made. */
+#define GPUOS_TIMING_KEY_ADMISSION (1ull << 63)
 typedef struct gpuos_timed_launch {
-  uint64_t key; /* shape (as in gpuos_shape_latency) */
+  uint64_t key; /* shape (as in gpuos_shape_latency), GPUOS_TIMING_KEY_ADMISSION aside */
   uint64_t ns;  /* its duration on the GPU, from its stream reaching it to its end */
 } gpuos_timed_launch;
 
@@ -290,7 +293,11 @@ typedef struct gpuos_control_block {
   uint64_t timing_head;
   uint64_t pace_waits;   /* best-effort: launches that waited for pacing (pace_permille) */
   uint64_t pace_wait_ns; /* and how long in all */
-  uint8_t pad8[40];
+  /* what its engine says it runs now (gpuos_kv_report_phase): GPUOS_KV_PHASE_ADMISSION while it
+   * admits requests (their prefill), else steps. Launches timed while it said admission carry
+   * GPUOS_TIMING_KEY_ADMISSION in their key, so gpuosd can tell the two slowdowns apart. */
+  uint32_t engine_phase;
+  uint8_t pad8[36];
   gpuos_timed_launch timing_ring[GPUOS_TIMING_RING];
 } gpuos_control_block;
 
@@ -532,6 +539,10 @@ typedef struct gpuos_msg_tenant_info {
      TTFT from arrival then grows by that wait, whatever runs beside it */
   uint32_t engine_slots_active;
   uint32_t engine_slots_capacity;
+  /* a budgeted tenant whose engine reports its phases: the slowdown of its steps and of its
+     admissions (prefills), each p99 over the window as slowdown_permille (0 = none measured) */
+  uint32_t slowdown_step_permille;
+  uint32_t slowdown_admission_permille;
 } gpuos_msg_tenant_info;
 #define GPUOS_GATE_BY_ADMIN 1u  /* an admin holds it (gpuos gate ID close); survives a restart */
 #define GPUOS_GATE_BY_POLICY 2u /* the time-gate policy closed it */
@@ -653,7 +664,7 @@ static_assert(offsetof(gpuos_control_block, space_sample_seq) == 1024, "sizing l
 static_assert(sizeof(gpuos_shape_latency) == 112, "shape entries");
 static_assert(sizeof(gpuos_msg_register) == 160, "ABI v2 frozen");
 static_assert(sizeof(gpuos_msg_register_reply) == 192, "ABI v2 frozen");
-static_assert(sizeof(gpuos_msg_tenant_info) == 888, "ABI v2 (grown by chargeback and engine slots: gpuosd and the CLI are one build)");
+static_assert(sizeof(gpuos_msg_tenant_info) == 896, "ABI v2 (grown by chargeback and engine slots and phases: gpuosd and the CLI are one build)");
 static_assert(sizeof(gpuos_msg_gpu_info) == 176, "ABI v2 frozen");
 static_assert(sizeof(gpuos_msg_reply) == 184, "ABI v2 frozen");
 static_assert(sizeof(gpuos_msg_activity) == 24, "ABI v2 frozen");

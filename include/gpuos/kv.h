@@ -134,6 +134,13 @@ int gpuos_kv_report_queue(uint32_t waiting_requests);
  * slot in use and requests waiting pays a TTFT from arrival that no GPU sharing causes or cures.
  * An interposer older than this function answers VERSION. */
 int gpuos_kv_report_slots(uint32_t active, uint32_t capacity);
+#define GPUOS_KV_PHASE_STEP 0u      /* decode steps, or anything but admissions */
+#define GPUOS_KV_PHASE_ADMISSION 1u /* the prefill of newly admitted requests */
+/* What the engine runs from now on: GPUOS_KV_PHASE_ADMISSION before it launches the prefill of
+ * requests it admitted, GPUOS_KV_PHASE_STEP after (else INVALID). A latency budget then measures
+ * the two apart: `gpuos ps` shows which binds, the steps' (TPOT) or the admissions' (TTFT from
+ * admission). An interposer older than this function answers VERSION. */
+int gpuos_kv_report_phase(uint32_t phase);
 
 /* ---- between libgpuos_kv.so and the interposer (not for engines) ----------------------------
  * libgpuos.so exports gpuos_kv_get_interface(): the functions above, for the ABI version asked
@@ -152,6 +159,7 @@ typedef struct gpuos_kv_interface {
   int (*set_pressure_callback)(gpuos_kv_pressure_fn, void*);
   int (*report_queue)(uint32_t);
   int (*report_slots)(uint32_t, uint32_t); /* a table whose size stops before this has none */
+  int (*report_phase)(uint32_t);           /* (the same table as report_slots) */
 } gpuos_kv_interface;
 typedef const gpuos_kv_interface* (*gpuos_kv_get_interface_fn)(uint32_t abi_version);
 #define GPUOS_KV_GET_INTERFACE_SYMBOL "gpuos_kv_get_interface"

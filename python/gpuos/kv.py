@@ -21,6 +21,7 @@ and an engine falls back to its own static allocation::
 from __future__ import annotations
 
 import array
+import contextlib
 import ctypes
 import ctypes.util
 import dataclasses
@@ -35,7 +36,8 @@ __all__ = [
     "Result", "KvError", "NotGoverned", "LibraryNotFound", "OutOfMemory", "NotInitialized",
     "Stats", "Pool", "PageAllocator",
     "available", "library_path", "abi_version", "result_text",
-    "on_pressure", "target", "target_and_deadline", "report_queue", "report_slots",
+    "on_pressure", "target", "target_and_deadline", "report_queue", "report_slots", "report_phase",
+    "admission", "PHASE_STEP", "PHASE_ADMISSION",
 ]
 
 ABI_VERSION = 1
@@ -44,6 +46,8 @@ DEFAULT_CHUNK_BYTES = 32 << 20
 _NO_TARGET = (1 << 64) - 1
 _UINT32_MAX = (1 << 32) - 1
 MAX_SLOTS = 1 << 20  # GPUOS_KV_MAX_SLOTS
+PHASE_STEP = 0       # GPUOS_KV_PHASE_STEP
+PHASE_ADMISSION = 1  # GPUOS_KV_PHASE_ADMISSION
 
 
 class Result(enum.IntEnum):
@@ -157,6 +161,7 @@ def _declare(lib: ctypes.CDLL) -> None:
     # Functions added since ABI version 1 began: a library without them is still usable.
     for name, (restype, argtypes) in {
         "gpuos_kv_report_slots": (ctypes.c_int, [ctypes.c_uint32, ctypes.c_uint32]),
+        "gpuos_kv_report_phase": (ctypes.c_int, [ctypes.c_uint32]),
     }.items():
         fn = getattr(lib, name, None)
         if fn is not None:
@@ -286,6 +291,27 @@ def report_slots(active: int, capacity: int) -> None:
     if fn is None:
         raise KvError(Result.VERSION, f"{_lib_path} predates gpuos_kv_report_slots")
     _check(fn(active, capacity))
+
+
+def report_phase(phase: int) -> None:
+    """Tells gpuosd what the engine launches from now on: PHASE_ADMISSION (the prefill of requests
+    it admitted) or PHASE_STEP. A latency budget measures the two apart (gpuos ps: which binds)."""
+    if phase not in (PHASE_STEP, PHASE_ADMISSION):
+        raise ValueError(f"phase must be PHASE_STEP or PHASE_ADMISSION, not {phase!r}")
+    fn = getattr(_load(), "gpuos_kv_report_phase", None)
+    if fn is None:
+        raise KvError(Result.VERSION, f"{_lib_path} predates gpuos_kv_report_phase")
+    _check(fn(phase))
+
+
+@contextlib.contextmanager
+def admission():
+    """`with gpuos.kv.admission(): prefill(...)`: the launches inside are admissions."""
+    report_phase(PHASE_ADMISSION)
+    try:
+        yield
+    finally:
+        report_phase(PHASE_STEP)
 
 
 # ---- pools --------------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ def fake():
     process.gpuos_kv_fake_set_quota.argtypes = [ctypes.c_uint64]
     process.gpuos_kv_fake_queue.restype = ctypes.c_uint32
     process.gpuos_kv_fake_slots.restype = ctypes.c_uint64
+    process.gpuos_kv_fake_phase.restype = ctypes.c_uint32
     process.gpuos_kv_fake_pools.restype = ctypes.c_uint32
     return process
 
@@ -203,6 +204,17 @@ class PressureTest(FakeTestCase):
             with self.assertRaises(ValueError, msg=(active, capacity)):
                 kv.report_slots(active, capacity)
         self.assertEqual(self.fake.gpuos_kv_fake_slots(), 12 << 32 | 32)
+
+    def test_phase(self):
+        with kv.admission():
+            self.assertEqual(self.fake.gpuos_kv_fake_phase(), kv.PHASE_ADMISSION)
+        self.assertEqual(self.fake.gpuos_kv_fake_phase(), kv.PHASE_STEP)
+        with self.assertRaises(RuntimeError):
+            with kv.admission():
+                raise RuntimeError("the prefill failed")
+        self.assertEqual(self.fake.gpuos_kv_fake_phase(), kv.PHASE_STEP, "back to steps however it ends")
+        with self.assertRaises(ValueError):
+            kv.report_phase(2)
 
 
 class PageAllocatorTest(FakeTestCase):

@@ -448,6 +448,11 @@ nlohmann::json listing_json(const Listing& l) {
     if (t.max_slowdown_permille != 0) {  // a latency budget: its slowdown as measured (null: not yet)
       o["max_slowdown"] = t.max_slowdown_permille / 1000.0;
       o["slowdown"] = t.slowdown_permille != 0 ? nlohmann::json(t.slowdown_permille / 1000.0) : nlohmann::json();
+      if (t.slowdown_admission_permille != 0) {  // its engine reports its phases: steps and admissions apart
+        o["slowdown_step"] = t.slowdown_step_permille != 0 ? nlohmann::json(t.slowdown_step_permille / 1000.0) : nlohmann::json();
+        o["slowdown_admission"] = t.slowdown_admission_permille / 1000.0;
+        o["slowdown_binds"] = t.slowdown_admission_permille > t.slowdown_step_permille ? "admission" : "step";
+      }
       o["be_share"] = t.be_share_permille / 1000.0;
     }
     if (t.pace_permille != 0) {  // paced now: its share of the GPU's time, its longest launch (null: any)
@@ -524,8 +529,13 @@ std::string budget_text(const gpuos_msg_tenant_info& t) {
     std::snprintf(m, sizeof(m), "%.2f", t.slowdown_permille / 1000.0);
     return std::string(m);
   }();
-  std::snprintf(b, sizeof(b), "%s/%.2f be %u%%", measured.c_str(), t.max_slowdown_permille / 1000.0,
-                (t.be_share_permille + 5) / 10);
+  const int n = std::snprintf(b, sizeof(b), "%s/%.2f be %u%%", measured.c_str(), t.max_slowdown_permille / 1000.0,
+                              (t.be_share_permille + 5) / 10);
+  // Its engine reports its phases: which of its steps (TPOT) and admissions (TTFT) is slower.
+  if (t.slowdown_admission_permille != 0 && n > 0 && static_cast<std::size_t>(n) < sizeof(b)) {
+    std::snprintf(b + n, sizeof(b) - n, " %s",
+                  t.slowdown_admission_permille > t.slowdown_step_permille ? "admission" : "step");
+  }
   return b;
 }
 

@@ -405,10 +405,18 @@ int report_slots(uint32_t active, uint32_t capacity) {
   return GPUOS_KV_OK;
 }
 
+int report_phase(uint32_t phase) {
+  if (phase != GPUOS_KV_PHASE_STEP && phase != GPUOS_KV_PHASE_ADMISSION) return GPUOS_KV_ERR_INVALID;
+  gpuos_control_block* cb = ensure_registered();
+  if (cb == nullptr) return GPUOS_KV_ERR_NOT_GOVERNED;
+  ref(cb->engine_phase).store(phase, std::memory_order_relaxed);
+  return GPUOS_KV_OK;
+}
+
 constexpr gpuos_kv_interface kInterface{
     GPUOS_KV_ABI_VERSION, sizeof(gpuos_kv_interface), &gpuos::kv::result_text, &pool_create, &pool_destroy,
     &map_pages,           &unmap_pages,               &is_mapped,                &stats_get,   &target,
-    &set_pressure_callback, &report_queue,            &report_slots,
+    &set_pressure_callback, &report_queue,            &report_slots,             &report_phase,
 };
 
 // Re-registration: what the pools hold moves to the new block (its target starts unset: a new
@@ -419,6 +427,7 @@ void carry_kv_state(gpuos_control_block* from, gpuos_control_block* to) {
   ref(to->kv_queue_depth).store(ref(from->kv_queue_depth).load());
   ref(to->engine_slots_active).store(ref(from->engine_slots_active).load());
   ref(to->engine_slots_capacity).store(ref(from->engine_slots_capacity).load());
+  ref(to->engine_phase).store(ref(from->engine_phase).load());
   ref(to->kv_grow_ns).fetch_add(ref(from->kv_grow_ns).load());
   ref(to->kv_grown_bytes).fetch_add(ref(from->kv_grown_bytes).load());
   ref(to->kv_pages_unmapped).fetch_add(ref(from->kv_pages_unmapped).load());

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "common/clock.h"
+#include "gpuos/kv.h"
 #include "interpose/blocks.h"
 #include "interpose/launch_durations.h"
 #include "interpose/shape_table.h"
@@ -98,6 +99,13 @@ bool start_sample(const GpuosDriverTable& d, gpuos_control_block* cb, SampleSlot
     std::atomic_ref<uint32_t>(cb->space_sample_period).store(kSamplePeriod, std::memory_order_relaxed);
   }
   s->key = s->chained ? shape_key(shape) ^ kChainedKey : shape_key(shape);
+  // The key's top bit says whether it was made while the engine said it admits requests (the
+  // budget measures those apart); the hash's own top bit gives way to it.
+  s->key &= ~GPUOS_TIMING_KEY_ADMISSION;
+  if (std::atomic_ref<uint32_t>(cb->engine_phase).load(std::memory_order_relaxed) == GPUOS_KV_PHASE_ADMISSION) {
+    s->key |= GPUOS_TIMING_KEY_ADMISSION;
+  }
+  if (s->key == 0) s->key = 1;  // 0 marks an unused slot
   s->paced = grant_load(grants_of(cb)->pace_permille, std::memory_order_relaxed) != 0;
   const uint64_t blocks = uint64_t{shape.grid[0]} * shape.grid[1] * shape.grid[2];
   s->blocks = blocks > UINT32_MAX ? UINT32_MAX : static_cast<uint32_t>(blocks);

@@ -127,4 +127,14 @@ int gpuos_kv_report_slots(uint32_t active, uint32_t capacity) {
   return b.table->report_slots(active, capacity);
 }
 
+int gpuos_kv_report_phase(uint32_t phase) {
+  const Binding& b = binding();
+  if (b.table == nullptr) return b.unusable_result;
+  if (b.table->size < offsetof(gpuos_kv_interface, report_phase) + sizeof(b.table->report_phase) ||
+      b.table->report_phase == nullptr) {
+    return GPUOS_KV_ERR_VERSION;
+  }
+  return b.table->report_phase(phase);
+}
+
 }  // extern "C"

@@ -104,6 +104,10 @@ struct BudgetReport {
   uint32_t id = 0;
   uint32_t slowdown_permille = 0;  // its slowdown against its time alone (0 = not measured yet)
   uint32_t be_share_permille = 0;  // the share of the GPU's time best-effort tenants are granted beside it
+  // The same slowdown over its steps alone and over its admissions alone, when its engine reports
+  // its phases (gpuos_kv_report_phase; 0 = none of that kind measured).
+  uint32_t step_permille = 0;
+  uint32_t admission_permille = 0;
   bool operator==(const BudgetReport&) const = default;
 };
 

@@ -82,6 +82,26 @@ TEST(Listing, TheSlotsColumnAppearsOnlyWhenAnEngineReportsItsSlots) {
   EXPECT_EQ(j["tenants"][1]["engine_slots"], (nlohmann::json{{"active", 32}, {"capacity", 32}, {"waiting", 5}}));
 }
 
+TEST(Listing, ABudgetShowsWhichOfStepsAndAdmissionsBinds) {
+  Listing l;
+  gpuos_msg_tenant_info t = tenant(1, "server");
+  t.max_slowdown_permille = 1250;
+  t.slowdown_permille = 1200;
+  t.slowdown_step_permille = 1080;
+  t.slowdown_admission_permille = 1200;
+  l.tenants = {t};
+  EXPECT_NE(listing_table(l).find("1.20/1.25 be 0% admission"), std::string::npos) << listing_table(l);
+  nlohmann::json j = listing_json(l)["tenants"][0];
+  EXPECT_DOUBLE_EQ(j["slowdown_step"].get<double>(), 1.08);
+  EXPECT_DOUBLE_EQ(j["slowdown_admission"].get<double>(), 1.2);
+  EXPECT_EQ(j["slowdown_binds"], "admission");
+  l.tenants[0].slowdown_step_permille = 1230;
+  EXPECT_NE(listing_table(l).find("be 0% step"), std::string::npos) << listing_table(l);
+  l.tenants[0].slowdown_admission_permille = 0;  // its engine reports no phases
+  EXPECT_EQ(listing_table(l).find(" step"), std::string::npos) << listing_table(l);
+  EXPECT_FALSE(listing_json(l)["tenants"][0].contains("slowdown_binds"));
+}
+
 TEST(Listing, TheBudgetColumnShowsABudgetAndAPacedTenantsPacing) {
   gpuos_msg_tenant_info t = tenant(1, "t");
   EXPECT_EQ(budget_text(t), "-");
@@ -192,6 +212,7 @@ TEST(Listing, JsonFieldsAreTheDocumentedOnes) {
   t.space_sms = 32;
   t.space_sized_permille = 1010;
   t.engine_slots_capacity = 32;  // its engine reports its batch slots
+  t.slowdown_admission_permille = 1100;  // ... and its phases
   l.tenants = {t};
   l.tenant_gpus = {on_gpu(1, 0, 1u << 20, false)};
   const nlohmann::json j = listing_json(l);

@@ -563,6 +563,22 @@ class BudgetPolicy(unittest.TestCase):
                                capture_output=True, text=True, timeout=30).stdout
         self.assertRegex(table, r"\bhp\b.*guaranteed.*\d+\.\d\d/1\.50 be \d+%", table)
 
+    def test_steps_and_admissions_are_measured_apart(self):
+        # Every 2nd kernel is an admission (gpuos_kv_report_phase, as a server marks its prefills):
+        # the budget measures both kinds, and ps says which is slower. Short kernels, so that the
+        # meter's 1 s window holds timings of both kinds even on a loaded machine.
+        hp = spawn(self, self.d.run_cmd(["--name", "hp", "--class", "guaranteed", "--max-slowdown", "1.5", "--",
+                                         bin_path("gpuos-synth"), "--name", "hp", "--iters", "2000000",
+                                         "--count", "1000000", "--warmup", "0", "--admission-every", "2",
+                                         "--json", "-"]), self.d.env)
+        t = wait_for(lambda: (lambda t: t if t and t.get("slowdown_admission") and t.get("slowdown_step") else None)(
+            self.d.tenant(hp.pid)), timeout=120, what="HP's steps and admissions to be measured")
+        self.assertIn(t["slowdown_binds"], ("step", "admission"), t)
+        table = subprocess.run([bin_path("gpuos"), "ps", "--socket", self.d.socket], env=self.d.env,
+                               capture_output=True, text=True, timeout=30).stdout
+        self.assertRegex(table, r"\bhp\b.*guaranteed.*\d+\.\d\d/1\.50 be \d+% (step|admission)", table)
+        self.assertGreater(self.d.metric("gpuos_tenant_admission_slowdown_ratio", tenant_id=t["id"])[0], 0)
+
     def test_a_bad_budget_is_refused_by_the_cli(self):
         for bad in ("0.5", "1", "abc", "1000"):
             r = subprocess.run(self.d.run_cmd(["--class", "guaranteed", "--max-slowdown", bad, "--", "true"]),

@@ -11,11 +11,12 @@
 //   gpuos_kv_fake_queue()                         the last gpuos_kv_report_queue value;
 //   gpuos_kv_fake_slots()                         the last gpuos_kv_report_slots values
 //                                                 (active << 32 | capacity);
+//   gpuos_kv_fake_phase()                         the last gpuos_kv_report_phase value;
 //   gpuos_kv_fake_pools()                         pools alive;
-//   gpuos_kv_fake_reset()                         no target, no quota, no callback, queue and slots 0.
+//   gpuos_kv_fake_reset()                         no target, no quota, no callback, queue, slots, phase 0.
 // GPUOS_KV_FAKE_MODE=null makes gpuos_kv_get_interface return NULL, =old a table of a smaller size
 // (both: the shim must answer VERSION), =noslots the table of the release before report_slots
-// (every call works but that one, which answers VERSION).
+// (every call works but report_slots and report_phase, which answer VERSION).
 #include <sys/mman.h>
 
 #include <cstdint>
@@ -49,6 +50,7 @@ struct FakeState {
   uint64_t quota = UINT64_MAX;
   uint32_t queue = 0;
   uint64_t slots = 0;
+  uint32_t phase = 0;
   gpuos_kv_pressure_fn callback = nullptr;
   void* callback_user = nullptr;
 };
@@ -219,22 +221,30 @@ int report_slots(uint32_t active, uint32_t capacity) {
   return GPUOS_KV_OK;
 }
 
+int report_phase(uint32_t phase) {
+  if (phase != GPUOS_KV_PHASE_STEP && phase != GPUOS_KV_PHASE_ADMISSION) return GPUOS_KV_ERR_INVALID;
+  FakeState& s = state();
+  std::lock_guard lock(s.mutex);
+  s.phase = phase;
+  return GPUOS_KV_OK;
+}
+
 const char* result_text(int result) { return gpuos::kv::result_text(result); }
 
 constexpr gpuos_kv_interface kTable = {
     GPUOS_KV_ABI_VERSION, sizeof(gpuos_kv_interface), result_text, pool_create, pool_destroy, map, unmap,
     is_mapped,           stats_get,                   target,      set_pressure_callback,       report_queue,
-    report_slots};
+    report_slots,        report_phase};
 
 // The table of the release before report_slots (GPUOS_KV_FAKE_MODE=noslots).
 constexpr gpuos_kv_interface kTableBeforeSlots = {
     GPUOS_KV_ABI_VERSION, offsetof(gpuos_kv_interface, report_slots), result_text, pool_create, pool_destroy, map,
-    unmap, is_mapped, stats_get, target, set_pressure_callback, report_queue, nullptr};
+    unmap, is_mapped, stats_get, target, set_pressure_callback, report_queue, nullptr, nullptr};
 
 // The table of an older, shorter ABI (GPUOS_KV_FAKE_MODE=old): its size stops before report_queue.
 constexpr gpuos_kv_interface kShortTable = {
     GPUOS_KV_ABI_VERSION, offsetof(gpuos_kv_interface, report_queue), result_text, pool_create, pool_destroy, map,
-    unmap, is_mapped, stats_get, target, set_pressure_callback, nullptr, nullptr};
+    unmap, is_mapped, stats_get, target, set_pressure_callback, nullptr, nullptr, nullptr};
 
 }  // namespace
 
@@ -281,6 +291,12 @@ __attribute__((visibility("default"))) uint64_t gpuos_kv_fake_slots(void) {
   return s.slots;
 }
 
+__attribute__((visibility("default"))) uint32_t gpuos_kv_fake_phase(void) {
+  FakeState& s = state();
+  std::lock_guard lock(s.mutex);
+  return s.phase;
+}
+
 __attribute__((visibility("default"))) uint32_t gpuos_kv_fake_pools(void) {
   FakeState& s = state();
   std::lock_guard lock(s.mutex);
@@ -295,6 +311,7 @@ __attribute__((visibility("default"))) void gpuos_kv_fake_reset(void) {
   s.quota = UINT64_MAX;
   s.queue = 0;
   s.slots = 0;
+  s.phase = 0;
   s.callback = nullptr;
   s.callback_user = nullptr;
 }

@@ -202,10 +202,25 @@ TEST(KvShim, ReportSlots) {
   reset();
 }
 
-// The interposer of the release before report_slots: everything else works, report_slots is VERSION.
-TEST(KvShimBeforeSlots, OnlyTheNewFunctionAnswersVersion) {
+// The engine's phase: steps or admissions, nothing else.
+TEST(KvShim, ReportPhase) {
+  auto phase = fake_control<uint32_t (*)()>("gpuos_kv_fake_phase");
+  auto reset = fake_control<void (*)()>("gpuos_kv_fake_reset");
+  ASSERT_EQ(gpuos_kv_report_phase(GPUOS_KV_PHASE_ADMISSION), GPUOS_KV_OK);
+  EXPECT_EQ(phase(), GPUOS_KV_PHASE_ADMISSION);
+  EXPECT_EQ(gpuos_kv_report_phase(2), GPUOS_KV_ERR_INVALID);
+  EXPECT_EQ(phase(), GPUOS_KV_PHASE_ADMISSION) << "refused: unchanged";
+  ASSERT_EQ(gpuos_kv_report_phase(GPUOS_KV_PHASE_STEP), GPUOS_KV_OK);
+  EXPECT_EQ(phase(), GPUOS_KV_PHASE_STEP);
+  reset();
+}
+
+// The interposer of the release before report_slots: everything else works, report_slots and
+// report_phase are VERSION.
+TEST(KvShimBeforeSlots, OnlyTheNewFunctionsAnswerVersion) {
   ASSERT_EQ(gpuos_kv_report_queue(4), GPUOS_KV_OK);
   EXPECT_EQ(gpuos_kv_report_slots(1, 2), GPUOS_KV_ERR_VERSION);
+  EXPECT_EQ(gpuos_kv_report_phase(GPUOS_KV_PHASE_STEP), GPUOS_KV_ERR_VERSION);
   uint64_t target = 0;
   EXPECT_EQ(gpuos_kv_target(&target, nullptr), GPUOS_KV_OK);
 }
@@ -235,6 +250,7 @@ TEST(KvShimNoInterposer, EverythingIsNotGoverned) {
   EXPECT_EQ(gpuos_kv_set_pressure_callback(nullptr, nullptr), GPUOS_KV_ERR_NOT_GOVERNED);
   EXPECT_EQ(gpuos_kv_report_queue(3), GPUOS_KV_ERR_NOT_GOVERNED);
   EXPECT_EQ(gpuos_kv_report_slots(1, 2), GPUOS_KV_ERR_NOT_GOVERNED);
+  EXPECT_EQ(gpuos_kv_report_phase(GPUOS_KV_PHASE_STEP), GPUOS_KV_ERR_NOT_GOVERNED);
   EXPECT_STREQ(gpuos_kv_result_text(GPUOS_KV_ERR_NOT_GOVERNED), "not running under gpuos");
 }
 
@@ -248,6 +264,7 @@ TEST(KvShimVersion, ATableItCannotUseIsRefused) {
   EXPECT_EQ(pool, nullptr);
   EXPECT_EQ(gpuos_kv_report_queue(3), GPUOS_KV_ERR_VERSION);
   EXPECT_EQ(gpuos_kv_report_slots(1, 2), GPUOS_KV_ERR_VERSION);
+  EXPECT_EQ(gpuos_kv_report_phase(GPUOS_KV_PHASE_STEP), GPUOS_KV_ERR_VERSION);
   EXPECT_EQ(gpuos_kv_is_mapped(nullptr, 0), -1);
   uint64_t target = 0;
   EXPECT_EQ(gpuos_kv_target(&target, nullptr), GPUOS_KV_ERR_VERSION);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/tenant_numbers.h"
+#include "gpuos/abi.h"
 #include "policies/budget/budget.h"
 #include "policies/budget/controller.h"
 #include "policies/budget/slowdown_meter.h"
@@ -57,6 +58,29 @@ TEST(SlowdownMeter, LoadGrowthIsTheWindowsMeanSoloTimeOverTheSoloLaunches) {
   for (int i = 0; i < 10; ++i) m.add(2, 2'200'000, false, (4500 + 10 * i) * kMs);
   EXPECT_NEAR(m.load_growth(5000 * kMs, 1000 * kMs), 2.0 / (30.0 / 29.0), 1e-9);
   EXPECT_EQ(SlowdownMeter().load_growth(5000 * kMs, 1000 * kMs), 0) << "no solo launches";
+}
+
+TEST(SlowdownMeter, StepsAndAdmissionsAreMeasuredApart) {
+  // Decode steps (1 ms alone) ran 1.1x beside best-effort work, prefills (3 ms alone, their keys
+  // marked as admissions) 1.5x: each kind against its own solo reference.
+  SlowdownMeter m;
+  constexpr uint64_t kPrefill = 7 | GPUOS_TIMING_KEY_ADMISSION;
+  for (int i = 0; i < 20; ++i) m.add(1, 1 * kMs, true, (10 + i) * kMs);
+  for (int i = 0; i < 5; ++i) m.add(kPrefill, 3 * kMs, true, (40 + i) * kMs);
+  for (int i = 0; i < 40; ++i) m.add(1, 1'100'000, false, (1000 + i) * kMs);
+  for (int i = 0; i < 10; ++i) m.add(kPrefill, 4'500'000, false, (1100 + i) * kMs);
+  std::size_t n = 0;
+  EXPECT_NEAR(m.slowdown(0.99, 1700 * kMs, 1000 * kMs, &n, Launches::kSteps), 1.1, 1e-9);
+  EXPECT_EQ(n, 40u);
+  EXPECT_NEAR(m.slowdown(0.99, 1700 * kMs, 1000 * kMs, &n, Launches::kAdmissions), 1.5, 1e-9);
+  EXPECT_EQ(n, 10u);
+  EXPECT_NEAR(m.slowdown(0.99, 1700 * kMs, 1000 * kMs, &n), 1.5, 1e-9) << "all: the p99 is a prefill's";
+  EXPECT_EQ(n, 50u);
+  SlowdownMeter steps_only;
+  for (int i = 0; i < 20; ++i) steps_only.add(1, 1 * kMs, true, (10 + i) * kMs);
+  for (int i = 0; i < 5; ++i) steps_only.add(1, 1 * kMs, false, (1000 + i) * kMs);
+  EXPECT_EQ(steps_only.slowdown(0.99, 1700 * kMs, 1000 * kMs, &n, Launches::kAdmissions), 0) << "none reported";
+  EXPECT_EQ(n, 0u);
 }
 
 TEST(SlowdownMeter, SlowdownIsTheP99OfTheWindow) {
@@ -231,6 +255,36 @@ TEST(BudgetPolicy, LearnsSoloTimesFirstThenLendsAPacedShare) {
   EXPECT_EQ(a.budgets[0].be_share_permille, g->pacing.permille);
   EXPECT_NEAR(a.budgets[0].slowdown_permille, 1000, 1);
   EXPECT_GT(s.policy.state().share, 0);
+}
+
+TEST(BudgetPolicy, ItReportsStepsAndAdmissionsApartOnceTheEngineMarksAdmissions) {
+  BudgetPolicy p{BudgetParams{}};
+  constexpr uint64_t kPrefill = kShape + 1;
+  slots::GateTenant b = be(false, GPUOS_GATE_CLOSED);
+  slots::GateActions a;
+  for (int i = 0; i < 60; ++i) {  // alone (best-effort closed): solo times of both kinds
+    slots::GateView v;
+    v.now_ns = (1000 + 10 * i) * kMs;
+    std::vector<slots::TimedLaunch> timed = launches(4, 1000);
+    timed.push_back({kPrefill | GPUOS_TIMING_KEY_ADMISSION, 2'000'000});
+    v.tenants = {hp(true, timed), b};
+    a = p.decide(v);
+  }
+  ASSERT_EQ(a.budgets.size(), 1u);
+  EXPECT_NEAR(a.budgets[0].step_permille, 1000, 1);
+  EXPECT_NEAR(a.budgets[0].admission_permille, 1000, 1);
+  // Without marked admissions there is nothing to tell apart.
+  BudgetPolicy q{BudgetParams{}};
+  for (int i = 0; i < 60; ++i) {
+    slots::GateView v;
+    v.now_ns = (1000 + 10 * i) * kMs;
+    v.tenants = {hp(true, launches(4, 1000)), b};
+    a = q.decide(v);
+  }
+  ASSERT_EQ(a.budgets.size(), 1u);
+  EXPECT_NE(a.budgets[0].slowdown_permille, 0u);
+  EXPECT_EQ(a.budgets[0].step_permille, 0u);
+  EXPECT_EQ(a.budgets[0].admission_permille, 0u);
 }
 
 TEST(BudgetPolicy, OverTheBudgetTheShareFallsWithinTwoControlPeriods) {

@@ -19,6 +19,9 @@
 // 64 bad command line.
 
 #include "gpuos/cuda_internal.h"
+#include "gpuos/kv.h"
+
+#include <dlfcn.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -110,12 +113,14 @@ struct Options {
   std::string trace;        // per-kernel CSV (empty: none)
   std::string device_trace;  // per-kernel CSV of the GPU's own timestamps (empty: none)
   unsigned long long seed = 1;
+  unsigned long long admission_every = 0;  // every Nth kernel an admission (0: none)
 };
 
 constexpr const char* kUsage =
     "usage: gpuos-synth [--name N] [--iters I] [--blocks-per-sm K | --blocks G] [--block B] [--count C]\n"
     "                   [--gap-us U] [--mode closed|open] [--rate R] [--mem-mib M] [--device D]\n"
     "                   [--warmup W] [--seed S] [--json PATH|-] [--trace PATH] [--device-trace PATH]\n"
+    "                   [--admission-every N]\n"
     "  --iters I          dependent FMAs per thread per kernel (default 100000)\n"
     "  --blocks-per-sm K  grid = K x SM count (default 1)\n"
     "  --blocks G         grid = G blocks, whatever the SM count (a kernel that needs G SMs)\n"
@@ -128,6 +133,8 @@ constexpr const char* kUsage =
     "  --device D         device ordinal (default 0)\n"
     "  --warmup W         untimed kernels first (default 2)\n"
     "  --seed S           open loop: arrival-time RNG seed (default 1)\n"
+    "  --admission-every N  every Nth kernel is launched as an admission (gpuos_kv_report_phase),\n"
+    "                     as a server marks its prefills (default 0: none; under gpuos only)\n"
     "  --json PATH|-      where the JSON result goes (default - = stdout)\n"
     "  --trace PATH       one CSV line per timed kernel: start (CLOCK_MONOTONIC ns: launch call in a\n"
     "                     closed loop, scheduled arrival in an open one), latency in us\n"
@@ -186,6 +193,7 @@ Options parse_options(int argc, char** argv) {
     else if (flag == "--device") o.device = parse_number<int>(flag, next());
     else if (flag == "--warmup") o.warmup = parse_number<unsigned long long>(flag, next());
     else if (flag == "--seed") o.seed = parse_number<unsigned long long>(flag, next());
+    else if (flag == "--admission-every") o.admission_every = parse_number<unsigned long long>(flag, next());
     else if (flag == "--json") o.json = next();
     else if (flag == "--trace") o.trace = next();
     else if (flag == "--device-trace") o.device_trace = next();
@@ -410,6 +418,24 @@ class Synth {
   }
 
   void launch_fixed_work(CUstream stream) {
+    // --admission-every: this kernel is an admission, as a server marks its prefills.
+    const bool admission = o_.admission_every != 0 && fixed_launches_ % o_.admission_every == 0;
+    if (admission) report_phase(GPUOS_KV_PHASE_ADMISSION);
+    launch_fixed_work_kernel(stream);
+    if (admission) report_phase(GPUOS_KV_PHASE_STEP);
+  }
+
+  // The interposer's KV table (libgpuos.so exports it; absent outside gpuos: nothing to tell).
+  static void report_phase(uint32_t phase) {
+    static const gpuos_kv_interface* table = [] {
+      auto* lookup = reinterpret_cast<gpuos_kv_get_interface_fn>(dlsym(RTLD_DEFAULT, GPUOS_KV_GET_INTERFACE_SYMBOL));
+      const gpuos_kv_interface* t = lookup != nullptr ? lookup(GPUOS_KV_ABI_VERSION) : nullptr;
+      return t != nullptr && t->size >= sizeof(gpuos_kv_interface) && t->report_phase != nullptr ? t : nullptr;
+    }();
+    if (table != nullptr) table->report_phase(phase);
+  }
+
+  void launch_fixed_work_kernel(CUstream stream) {
     unsigned long long iters = o_.iters;
     CUdeviceptr done = done_blocks_;
     if (fixed_work_traced_ != nullptr && fixed_launches_ < stamp_slots_) {

@@ -170,6 +170,8 @@ void GateEngine::apply(std::map<uint32_t, Tenant>& tenants, const View&, const A
     Tenant& t = tenants.at(b.id);
     t.budget.slowdown_permille = b.slowdown_permille;
     t.budget.be_share_permille = b.be_share_permille;
+    t.budget.step_permille = b.step_permille;
+    t.budget.admission_permille = b.admission_permille;
   }
   next_ns_ = a.next_tick_ns;
 }

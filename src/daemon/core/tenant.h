@@ -69,6 +69,8 @@ struct BudgetState {
   uint64_t timing_read = 0;
   uint32_t slowdown_permille = 0;
   uint32_t be_share_permille = 0;
+  uint32_t step_permille = 0;       // its steps' and its admissions' slowdowns (BudgetReport)
+  uint32_t admission_permille = 0;
 };
 
 // The tenant's device ordinals -> gpuosd's GPUs (from the control block's device_uuid; identity

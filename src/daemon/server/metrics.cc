@@ -343,6 +343,14 @@ std::string render_metrics(Core& core, const MetricsContext& ctx, uint64_t now_m
         "A budgeted tenant's slowdown as the time gate measures it: p99 over its window of its timed launches' "
         "duration over their time alone; 0 = not measured",
         [](const TenantStat& t) { return permille(t.info.slowdown_permille); });
+  per_tenant("gpuos_tenant_step_slowdown_ratio", "gauge",
+        "A budgeted tenant's slowdown over its steps alone, when its engine reports its phases "
+        "(gpuos_kv_report_phase); 0 = not measured",
+        [](const TenantStat& t) { return permille(t.info.slowdown_step_permille); });
+  per_tenant("gpuos_tenant_admission_slowdown_ratio", "gauge",
+        "A budgeted tenant's slowdown over its admissions (prefills) alone, when its engine reports its "
+        "phases; 0 = not measured",
+        [](const TenantStat& t) { return permille(t.info.slowdown_admission_permille); });
   per_tenant("gpuos_tenant_best_effort_share_ratio", "gauge",
         "The share of the GPU's time best-effort tenants are granted beside a budgeted tenant now (0 while it "
         "is measured alone, or over its budget)",

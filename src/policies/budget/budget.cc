@@ -341,10 +341,17 @@ slots::GateActions BudgetPolicy::decide(const slots::GateView& view) {
   for (const slots::GateTenant& t : view.tenants) {
     auto it = st.tenants.find(t.id);
     if (it == st.tenants.end() || !budgeted(t)) continue;
-    const double p99 = it->second.meter.window_p99(now);
     const TenantBudget& b = it->second;
+    auto permille = [&](Launches which) {
+      const double p99 = b.meter.slowdown(0.99, now, params_.meter.window_ns, nullptr, which);
+      return static_cast<uint32_t>(std::lround(std::min(p99, 1e6) * 1000));
+    };
     const uint32_t lent = b.lending ? std::clamp<uint32_t>(static_cast<uint32_t>(std::lround(b.share * 1000)), 1, 1000) : 0;
-    out.budgets.push_back(slots::BudgetReport{t.id, static_cast<uint32_t>(std::lround(std::min(p99, 1e6) * 1000)), lent});
+    slots::BudgetReport r{t.id, permille(Launches::kAll), lent};
+    // Its steps and its admissions apart, once its engine reported an admission (else all are steps).
+    r.admission_permille = permille(Launches::kAdmissions);
+    if (r.admission_permille != 0) r.step_permille = permille(Launches::kSteps);
+    out.budgets.push_back(r);
     sooner(st.next_control_ns);
   }
   if (probing) sooner(st.probe_end_ns);

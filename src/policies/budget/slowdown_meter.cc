@@ -4,6 +4,8 @@
 #include <iterator>
 #include <map>
 
+#include "gpuos/abi.h"
+
 namespace gpuos::policies::budget {
 namespace {
 
@@ -17,14 +19,20 @@ double median_of(std::vector<uint64_t> v) {
 // (value, weight) pairs to judge: each ratio, or with interval_ns each interval's weighted mean
 // ratio, weighted by its launches' weight.
 template <typename It>
-std::vector<std::pair<double, double>> judged(It first, It last, uint64_t interval_ns) {
+std::vector<std::pair<double, double>> judged(It first, It last, uint64_t interval_ns, Launches which) {
+  auto counts = [which](const auto& r) {
+    return which == Launches::kAll || r.admission == (which == Launches::kAdmissions);
+  };
   std::vector<std::pair<double, double>> out;
   if (interval_ns == 0) {
-    for (It it = first; it != last; ++it) out.emplace_back(it->ratio, it->weight);
+    for (It it = first; it != last; ++it) {
+      if (counts(*it)) out.emplace_back(it->ratio, it->weight);
+    }
     return out;
   }
   std::map<uint64_t, std::pair<double, double>> sums;  // interval -> (sum of ratio x weight, weight)
   for (It it = first; it != last; ++it) {
+    if (!counts(*it)) continue;
     auto& [rw, w] = sums[it->at_ns / interval_ns];
     rw += it->ratio * it->weight;
     w += it->weight;
@@ -52,7 +60,7 @@ void SlowdownMeter::add(uint64_t key, uint64_t ns, bool solo, uint64_t now) {
     s.median = s.solo.size() >= p_.min_solo ? median_of({s.solo.begin(), s.solo.end()}) : 0;
   }
   if (s.median <= 0 || s.median < static_cast<double>(p_.min_judged_ns)) return;
-  const Ratio r{now, static_cast<double>(ns) / s.median, s.median};
+  const Ratio r{now, static_cast<double>(ns) / s.median, s.median, (key & GPUOS_TIMING_KEY_ADMISSION) != 0};
   window_.push_back(r);
   while (!window_.empty() && (window_.size() > p_.max_window || window_.front().at_ns + p_.window_ns < now)) {
     window_.pop_front();
@@ -76,14 +84,18 @@ double weighted_quantile(std::vector<std::pair<double, double>> v, double q) {
   return v.back().first;
 }
 
-double SlowdownMeter::slowdown(double q, uint64_t now, uint64_t span_ns, std::size_t* count) const {
+double SlowdownMeter::slowdown(double q, uint64_t now, uint64_t span_ns, std::size_t* count, Launches which) const {
   auto first = window_.end();
   while (first != window_.begin() && std::prev(first)->at_ns + span_ns > now) --first;
-  const auto launches = static_cast<std::size_t>(window_.end() - first);
+  const std::size_t launches = which == Launches::kAll
+                                   ? static_cast<std::size_t>(window_.end() - first)
+                                   : static_cast<std::size_t>(std::count_if(first, window_.end(), [which](const Ratio& r) {
+                                       return r.admission == (which == Launches::kAdmissions);
+                                     }));
   if (count != nullptr) *count = launches;
   if (launches == 0) return 0;
-  const double reference = weighted_quantile(judged(solo_ref_.begin(), solo_ref_.end(), p_.interval_ns), q);
-  const double value = weighted_quantile(judged(first, window_.end(), p_.interval_ns), q);
+  const double reference = weighted_quantile(judged(solo_ref_.begin(), solo_ref_.end(), p_.interval_ns, which), q);
+  const double value = weighted_quantile(judged(first, window_.end(), p_.interval_ns, which), q);
   return reference > 0 ? value / reference : value;
 }
 

@@ -39,6 +39,11 @@ struct MeterParams {
   uint64_t interval_ns = 0;  // 0: the quantile over launches; else over these intervals' means
 };
 
+// Which launches a slowdown is taken over: all, or those its engine said were admissions (their
+// key carries GPUOS_TIMING_KEY_ADMISSION: the prefill of new requests, what TTFT from admission
+// waits for), or the rest (its steps: TPOT).
+enum class Launches { kAll, kSteps, kAdmissions };
+
 class SlowdownMeter {
  public:
   explicit SlowdownMeter(MeterParams p = {}) : p_(p) {}
@@ -48,7 +53,8 @@ class SlowdownMeter {
 
   // The slowdown at quantile q of the launches added in (now - span_ns, now] (see above); 0 when
   // there are none. *count: how many there were.
-  double slowdown(double q, uint64_t now, uint64_t span_ns, std::size_t* count = nullptr) const;
+  double slowdown(double q, uint64_t now, uint64_t span_ns, std::size_t* count = nullptr,
+                  Launches which = Launches::kAll) const;
   double window_p99(uint64_t now, std::size_t* count = nullptr) const {
     return slowdown(0.99, now, p_.window_ns, count);
   }
@@ -77,6 +83,7 @@ class SlowdownMeter {
     uint64_t at_ns = 0;  // when it was added
     double ratio = 0;
     double weight = 0;   // its shape's solo time
+    bool admission = false;
   };
   MeterParams p_;
   std::map<uint64_t, Shape> shapes_;
