@@ -99,13 +99,11 @@ bool start_sample(const GpuosDriverTable& d, gpuos_control_block* cb, SampleSlot
     std::atomic_ref<uint32_t>(cb->space_sample_period).store(kSamplePeriod, std::memory_order_relaxed);
   }
   s->key = s->chained ? shape_key(shape) ^ kChainedKey : shape_key(shape);
-  // The key's top bit says whether it was made while the engine said it admits requests (the
-  // budget measures those apart); the hash's own top bit gives way to it.
-  s->key &= ~GPUOS_TIMING_KEY_ADMISSION;
+  // Made while the engine said it admits requests: the budget measures those apart (shape_key
+  // leaves the top bit for this).
   if (std::atomic_ref<uint32_t>(cb->engine_phase).load(std::memory_order_relaxed) == GPUOS_KV_PHASE_ADMISSION) {
     s->key |= GPUOS_TIMING_KEY_ADMISSION;
   }
-  if (s->key == 0) s->key = 1;  // 0 marks an unused slot
   s->paced = grant_load(grants_of(cb)->pace_permille, std::memory_order_relaxed) != 0;
   const uint64_t blocks = uint64_t{shape.grid[0]} * shape.grid[1] * shape.grid[2];
   s->blocks = blocks > UINT32_MAX ? UINT32_MAX : static_cast<uint32_t>(blocks);
@@ -132,6 +130,9 @@ uint64_t shape_key(const LaunchShape& s) {
   for (unsigned v : {s.grid[0], s.grid[1], s.grid[2], s.block[0], s.block[1], s.block[2]}) {
     h ^= v + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
   }
+  // The top bit is left for GPUOS_TIMING_KEY_ADMISSION (set on timed launches only), so that every
+  // use of a shape's key (its pacing durations, its timings) agrees whatever the phase.
+  h &= ~GPUOS_TIMING_KEY_ADMISSION;
   return h != 0 ? h : 1;  // 0 marks an unused slot
 }
 

@@ -4,10 +4,26 @@
 
 #include <vector>
 
+#include "gpuos/abi.h"
 #include "interpose/spatial.h"
 
 namespace gpuos::interpose {
 namespace {
+
+// A shape's key never has the top bit (GPUOS_TIMING_KEY_ADMISSION marks a timed admission): half
+// of all hashes did, and an engine's steps then read as admissions (and their pacing durations were
+// filed under another key).
+TEST(SpatialSampling, ShapeKeysLeaveTheAdmissionBitFree) {
+  for (uintptr_t fn = 1; fn < 4096; ++fn) {
+    LaunchShape shape;
+    shape.fn = reinterpret_cast<const void*>(fn * 0x1000 + 0x7f0000000000);
+    shape.grid[0] = static_cast<unsigned>(fn % 132 + 1);
+    shape.block[0] = 256;
+    const uint64_t key = shape_key(shape);
+    EXPECT_EQ(key & GPUOS_TIMING_KEY_ADMISSION, 0u) << fn;
+    EXPECT_NE(key, 0u);
+  }
+}
 
 TEST(SpatialSampling, GapsAverageThePeriodAndVary) {
   std::vector<int> seen(2 * kSamplePeriod + 1, 0);
