@@ -368,6 +368,13 @@ std::string display_state(const gpuos_msg_tenant_info& t) {
   return state_name(t.state);
 }
 
+namespace {
+// A budgeted tenant whose engine reports its phases: which of its steps and admissions is slower.
+const char* slower_phase(const gpuos_msg_tenant_info& t) {
+  return t.slowdown_admission_permille > t.slowdown_step_permille ? "admission" : "step";
+}
+}  // namespace
+
 nlohmann::json listing_json(const Listing& l) {
   nlohmann::json j;
   j["schema_version"] = kPsJsonSchemaVersion;
@@ -451,7 +458,7 @@ nlohmann::json listing_json(const Listing& l) {
       if (t.slowdown_admission_permille != 0) {  // its engine reports its phases: steps and admissions apart
         o["slowdown_step"] = t.slowdown_step_permille != 0 ? nlohmann::json(t.slowdown_step_permille / 1000.0) : nlohmann::json();
         o["slowdown_admission"] = t.slowdown_admission_permille / 1000.0;
-        o["slowdown_binds"] = t.slowdown_admission_permille > t.slowdown_step_permille ? "admission" : "step";
+        o["slowdown_binds"] = slower_phase(t);
       }
       o["be_share"] = t.be_share_permille / 1000.0;
     }
@@ -533,8 +540,7 @@ std::string budget_text(const gpuos_msg_tenant_info& t) {
                               (t.be_share_permille + 5) / 10);
   // Its engine reports its phases: which of its steps (TPOT) and admissions (TTFT) is slower.
   if (t.slowdown_admission_permille != 0 && n > 0 && static_cast<std::size_t>(n) < sizeof(b)) {
-    std::snprintf(b + n, sizeof(b) - n, " %s",
-                  t.slowdown_admission_permille > t.slowdown_step_permille ? "admission" : "step");
+    std::snprintf(b + n, sizeof(b) - n, " %s", slower_phase(t));
   }
   return b;
 }

@@ -40,6 +40,14 @@ Binding find_interface() {
   return binding;
 }
 
+// Whether the table has an entry added after the ABI's first table: an interposer that predates it
+// has a table that stops before it.
+template <typename Fn>
+bool offers(const gpuos_kv_interface& table, Fn gpuos_kv_interface::*entry) {
+  const auto end = reinterpret_cast<uintptr_t>(&(table.*entry)) + sizeof(Fn) - reinterpret_cast<uintptr_t>(&table);
+  return table.size >= end && table.*entry != nullptr;
+}
+
 // Thread-safe: a function-local static is initialised once (the compiler's guard).
 const Binding& binding() {
   static const Binding found = find_interface();
@@ -119,22 +127,14 @@ int gpuos_kv_report_queue(uint32_t waiting_requests) {
 int gpuos_kv_report_slots(uint32_t active, uint32_t capacity) {
   const Binding& b = binding();
   if (b.table == nullptr) return b.unusable_result;
-  // An interposer that predates it: its table stops before the entry.
-  if (b.table->size < offsetof(gpuos_kv_interface, report_slots) + sizeof(b.table->report_slots) ||
-      b.table->report_slots == nullptr) {
-    return GPUOS_KV_ERR_VERSION;
-  }
-  return b.table->report_slots(active, capacity);
+  return offers(*b.table, &gpuos_kv_interface::report_slots) ? b.table->report_slots(active, capacity)
+                                                              : GPUOS_KV_ERR_VERSION;
 }
 
 int gpuos_kv_report_phase(uint32_t phase) {
   const Binding& b = binding();
   if (b.table == nullptr) return b.unusable_result;
-  if (b.table->size < offsetof(gpuos_kv_interface, report_phase) + sizeof(b.table->report_phase) ||
-      b.table->report_phase == nullptr) {
-    return GPUOS_KV_ERR_VERSION;
-  }
-  return b.table->report_phase(phase);
+  return offers(*b.table, &gpuos_kv_interface::report_phase) ? b.table->report_phase(phase) : GPUOS_KV_ERR_VERSION;
 }
 
 }  // extern "C"

@@ -27,6 +27,7 @@ import check_budgets  # noqa: E402
 import common  # noqa: E402
 import report  # noqa: E402
 import run_matrix  # noqa: E402
+from fake_matrix import run_fake_matrix  # noqa: E402
 
 
 def runner(*argv):
@@ -540,18 +541,8 @@ class DdpResults(unittest.TestCase):
     def test_fake_run_end_to_end(self):
         """The whole runner with fake tenants (no GPU), a stand-in nvidia-smi showing two GPUs: the
         results JSON names them, the NCCL version the BE reported, and HP ran on GPU 0 alone."""
-        tmp = tempfile.mkdtemp(prefix="coloc-ddp-run-")
-        self.addCleanup(shutil.rmtree, tmp, ignore_errors=True)
-        env = dict(os.environ, FAKE_GPUS="2", PATH=os.path.join(HERE, "fake_bin") + os.pathsep + os.environ["PATH"])
-        env.pop("CUDA_VISIBLE_DEVICES", None)
-        out = os.path.join(tmp, "out")
-        r = subprocess.run([sys.executable, os.path.join(REPO, "bench", "colocation", "run_matrix.py"), "--fake",
-                            "--be", "ddp", "--modes", "exclusive-hp,exclusive-be,time-slicing", "--gpuos", "none",
-                            "--window", "1", "--be-window", "1", "--calibrate-s", "0.2", "--warmup", "0",
-                            "--drain-s", "1", "--min-requests", "1", "--gpu-sample-ms", "0",
-                            "--out", out, "--workdir", os.path.join(tmp, "w")],
-                           env=env, capture_output=True, text=True, timeout=50)
-        self.assertEqual(r.returncode, 0, r.stdout[-2000:] + r.stderr[-2000:])
+        tmp, out = run_fake_matrix(self, "coloc-ddp-run-", ["--be", "ddp", "--modes", "exclusive-hp,exclusive-be,time-slicing"],
+                                   fake_gpus=2, drop_env=["CUDA_VISIBLE_DEVICES"], timeout=50)
         s = common.read_json(os.path.join(out, "summary.json"))
         self.assertEqual((s["gpu"], s["gpu_count"], s["nccl_version"], s["be_world_size"], s["gpus_used"]),
                          ("Fake GPU", 2, "0.0.0-fake", 2, [0, 1]))
@@ -567,17 +558,8 @@ class ExclusiveRepeatsRun(unittest.TestCase):
     def test_fake_run_keeps_every_exclusive_run(self):
         """--fake --exclusive-repeats 3: the runs in their interleaved order, each in raw.json, and
         the summary's reference over all three."""
-        tmp = tempfile.mkdtemp(prefix="coloc-repeats-")
-        self.addCleanup(shutil.rmtree, tmp, ignore_errors=True)
-        env = dict(os.environ, FAKE_GPUS="1", PATH=os.path.join(HERE, "fake_bin") + os.pathsep + os.environ["PATH"])
-        out = os.path.join(tmp, "out")
-        r = subprocess.run([sys.executable, os.path.join(REPO, "bench", "colocation", "run_matrix.py"), "--fake",
-                            "--exclusive-repeats", "3", "--modes", "exclusive-hp,exclusive-be,time-slicing",
-                            "--gpuos", "none", "--window", "1", "--be-window", "1", "--calibrate-s", "0.2",
-                            "--warmup", "0", "--drain-s", "1", "--min-requests", "1", "--gpu-sample-ms", "0",
-                            "--out", out, "--workdir", os.path.join(tmp, "w")],
-                           env=env, capture_output=True, text=True, timeout=60)
-        self.assertEqual(r.returncode, 0, r.stdout[-2000:] + r.stderr[-2000:])
+        _, out = run_fake_matrix(self, "coloc-repeats-",
+                                 ["--exclusive-repeats", "3", "--modes", "exclusive-hp,exclusive-be,time-slicing"])
         raw = common.read_json(os.path.join(out, "raw.json"))
         order = ["exclusive-hp", "exclusive-be", "time-slicing", "exclusive-hp-r2", "exclusive-hp-r3"]
         self.assertEqual(raw["meta"]["modes_planned"], order)

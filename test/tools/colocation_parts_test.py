@@ -7,7 +7,6 @@ import io
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import unittest
@@ -18,8 +17,7 @@ import planning  # noqa: E402
 import readers  # noqa: E402
 import common  # noqa: E402
 import run_matrix  # noqa: E402
-
-REPO = os.path.dirname(os.path.dirname(HERE))
+from fake_matrix import run_fake_matrix  # noqa: E402
 
 ModeSpec = planning.ModeSpec
 
@@ -220,18 +218,8 @@ class Provenance(unittest.TestCase):
     def test_a_summary_names_commit_config_gpu_and_driver(self):
         """A --fake run (stand-in nvidia-smi and tenants): GPUOS_COMMIT stands for the commit (a copy
         of the tree whose .git is stale); the config hash is there without any gpuosd config."""
-        tmp = tempfile.mkdtemp(prefix="coloc-provenance-")
-        self.addCleanup(shutil.rmtree, tmp, ignore_errors=True)
-        env = dict(os.environ, FAKE_GPUS="1", GPUOS_COMMIT="0123abc",
-                   PATH=os.path.join(HERE, "fake_bin") + os.pathsep + os.environ["PATH"])
-        env.pop("GPUOS_CONFIG", None)
-        out = os.path.join(tmp, "out")
-        r = subprocess.run([sys.executable, os.path.join(REPO, "bench", "colocation", "run_matrix.py"), "--fake",
-                            "--modes", "exclusive-hp", "--gpuos", "none", "--window", "1", "--calibrate-s", "0.2",
-                            "--warmup", "0", "--drain-s", "1", "--min-requests", "1", "--gpu-sample-ms", "0",
-                            "--out", out, "--workdir", os.path.join(tmp, "w")],
-                           env=env, capture_output=True, text=True, timeout=50)
-        self.assertEqual(r.returncode, 0, r.stdout[-2000:] + r.stderr[-2000:])
+        _, out = run_fake_matrix(self, "coloc-provenance-", ["--modes", "exclusive-hp"],
+                                 env={"GPUOS_COMMIT": "0123abc"}, drop_env=["GPUOS_CONFIG"], timeout=50)
         s = common.read_json(os.path.join(out, "summary.json"))
         self.assertEqual((s["commit"], s["gpu"], s["driver_version"]), ("0123abc", "Fake GPU", "0.0"))
         self.assertRegex(s["config"]["sha256"], "^[0-9a-f]{64}$")

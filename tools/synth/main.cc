@@ -425,7 +425,9 @@ class Synth {
     if (admission) report_phase(GPUOS_KV_PHASE_STEP);
   }
 
-  // The interposer's KV table (libgpuos.so exports it; absent outside gpuos: nothing to tell).
+  // gpuos_kv_report_phase, through the interposer's table as libgpuos_kv.so finds it (src/kv/kv.cc):
+  // linking that library would make every run of the synth, gpuos's own baselines and the demo
+  // included, need it installed. Outside gpuos there is no table and nothing to tell.
   static void report_phase(uint32_t phase) {
     static const gpuos_kv_interface* table = [] {
       auto* lookup = reinterpret_cast<gpuos_kv_get_interface_fn>(dlsym(RTLD_DEFAULT, GPUOS_KV_GET_INTERFACE_SYMBOL));
