@@ -577,17 +577,20 @@ TEST(BudgetPolicy, BestEffortOfTheBudgetedTenantsDomainIsPacedAndHeldForProbes) 
   EXPECT_EQ(max_pace, 900u);
   EXPECT_GT(max_apart_pace, 0u);
   EXPECT_LE(max_apart_pace, 137u);  // 1 - 1.08 / 1.25 = 0.136
-  // Idle guaranteed tenant: its domain's best-effort tenant runs unpaced.
+  // Idle guaranteed tenant (on the whole GPU): paced through what may be a pause between its
+  // steps, then its domain's best-effort tenant runs unpaced.
   g.busy = false;
   g.timed = {};
-  slots::GateView v;
-  v.now_ns = 9000 * kMs;
-  v.tenants = {g, b};
-  const slots::GateActions acts = p.decide(v);  // action_of points into it
-  const slots::GateAction* act = action_of(acts, 2);
-  ASSERT_NE(act, nullptr);
-  EXPECT_EQ(act->gate, GPUOS_GATE_OPEN);
-  EXPECT_EQ(act->pacing.permille, 0u);
+  for (const uint64_t at_ms : {8000, 8030}) {
+    slots::GateView v;
+    v.now_ns = at_ms * kMs;
+    v.tenants = {g, b};
+    const slots::GateActions acts = p.decide(v);  // action_of points into it
+    const slots::GateAction* act = action_of(acts, 2);
+    ASSERT_NE(act, nullptr);
+    EXPECT_EQ(act->gate, GPUOS_GATE_OPEN);
+    EXPECT_EQ(act->pacing.permille == 0, at_ms == 8030) << at_ms;
+  }
 }
 
 TEST(BudgetPolicy, TimingsAreNotSoloWhileBestEffortWorkIsStillInFlight) {
@@ -789,6 +792,56 @@ TEST(BudgetPolicy, BesideAWholeGpuTenantGroupsGrowOnlyAfterAWindowAtTheirCount) 
   }
   EXPECT_GE(changes, 5);
   EXPECT_LE(last, 13u);
+}
+
+TEST(BudgetPolicy, BesideAWholeGpuTenantBestEffortKeepsItsGroupsThroughItsPauses) {
+  // A server pauses ~0.1 ms between steps: its best-effort neighbours keep the groups it lends
+  // them until it has been idle idle_hold_ns (20 ms), and only then get all of theirs. Beside a
+  // server on a partition of its own they never shared its SMs, and get them at once.
+  for (const bool confined : {false, true}) {
+    BudgetPolicy p{BudgetParams{}};
+    slots::GateTenant g = hp(true);
+    g.space_domain = "serve";
+    g.space_confined = confined;
+    slots::GateTenant b = be(true, GPUOS_GATE_OPEN);
+    b.space_domain = "serve";
+    b.space_groups = 15;
+    uint64_t now_ms = 1000;
+    auto decide = [&](bool busy, uint64_t after_ms) {
+      now_ms += after_ms;
+      slots::GateView v;
+      v.now_ns = now_ms * kMs;
+      g.busy = busy;
+      g.timed = busy ? launches(4, 1000) : std::vector<slots::TimedLaunch>{};
+      v.tenants = {g, b};
+      const slots::GateActions a = p.decide(v);
+      const slots::GateAction* act = action_of(a, 2);
+      EXPECT_NE(act, nullptr);
+      slots::GateAction out = act != nullptr ? *act : slots::GateAction{};
+      b.gate = out.gate;
+      b.busy = out.gate == GPUOS_GATE_OPEN;
+      return out;
+    };
+    slots::GateAction lent;
+    for (int i = 0; i < 600; ++i) lent = decide(true, 10);
+    ASSERT_EQ(lent.gate, GPUOS_GATE_OPEN);
+    ASSERT_GT(lent.pacing.permille, 0u) << "lending after 6 s";
+    slots::GateAction a = decide(false, 1);  // a pause between two steps
+    EXPECT_EQ(a.gate, GPUOS_GATE_OPEN);
+    if (!confined) {
+      EXPECT_EQ(a.pacing.groups, lent.pacing.groups) << "no more groups in a pause";
+      EXPECT_EQ(a.pacing.permille, lent.pacing.permille);
+      a = decide(false, 10);
+      EXPECT_EQ(a.pacing.groups, lent.pacing.groups) << "11 ms idle: still a pause";
+      a = decide(true, 1);  // its next step
+      EXPECT_EQ(a.pacing.groups, lent.pacing.groups);
+      a = decide(false, 1);
+      a = decide(false, 25);
+    }
+    EXPECT_EQ(a.gate, GPUOS_GATE_OPEN);
+    EXPECT_EQ(a.pacing.groups, 0u) << (confined ? "on its own SMs: all its groups at once" : "idle 25 ms: all its groups");
+    EXPECT_EQ(a.pacing.permille, 0u);
+  }
 }
 
 TEST(BudgetPolicy, AdmissionTimesBudgetedAndBestEffortTenants) {
