@@ -33,8 +33,8 @@ inline std::string demo_verdict(const DemoNumbers& n) {
       : n.policy == "open"     ? "policy open gates nothing; the default, priority, holds be back while hp works"
       : median_kept            ? "gpuos kept hp's median within 10% of alone, not its tail: be's kernels already running "
                                  "when hp's came hold the GPU until they end (no preemption)"
-                               : "hp was slowed well beyond alone: gpuos did not protect it here (is the machine busy "
-                                 "with other work?)";
+                               : "gpuos did not keep hp's median near its latency alone here, more than 10% "
+                                 "slower (is the machine busy with other work?)";
   char be[160] = "";
   if (n.be_vs_alone > 0 && n.hp_idle_share > 0) {
     std::snprintf(be, sizeof be, "; be ran at %.0f%% of its speed alone (hp alone leaves %.0f%% of the GPU's time idle)",

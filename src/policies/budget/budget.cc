@@ -110,6 +110,7 @@ slots::GateActions BudgetPolicy::decide(const slots::GateView& view) {
         !any_be || (b.be_quiet_since_ns != 0 && now >= b.be_quiet_since_ns + params_.settle_ns && be_drained);
     for (const slots::TimedLaunch& l : t.timed) b.meter.add(l.key, l.ns, solo, now);
     if (b.lending) b.lent += t.timed.size();  // timed while the last decision lent beside it
+    if (b.idle.was_active && !active(t)) ++b.pauses;
     b.idle.observe(active(t), now);
   }
 
@@ -184,12 +185,14 @@ slots::GateActions BudgetPolicy::decide(const slots::GateView& view) {
                                               [](const slots::GateTenant& t) { return budgeted(t) && active(t); })) {
     st.probe_end_ns = now + params_.probe_ns;
     st.next_probe_ns = now + params_.probe_every_ns;
-    for (const auto& [id, b] : st.tenants) {  // one line per probe period: what the budget did
+    for (auto& [id, b] : st.tenants) {  // one line per probe period: what the budget did
       std::size_t n = 0;
       const double p99 = b.meter.window_p99(now, &n);
-      log::info("budget: tenant %u slowdown p99 %.3f over %zu launches, load growth %.3f, best-effort share %.3f; "
-                "probing %.0f ms",
-                id, p99, n, b.meter.load_growth(now, params_.meter.window_ns), b.share, params_.probe_ns / 1e6);
+      log::info("budget: tenant %u slowdown p99 %.3f over %zu launches, load growth %.3f, best-effort share %.3f, "
+                "%llu pauses; probing %.0f ms",
+                id, p99, n, b.meter.load_growth(now, params_.meter.window_ns), b.share,
+                static_cast<unsigned long long>(b.pauses - b.pauses_logged), params_.probe_ns / 1e6);
+      b.pauses_logged = b.pauses;
     }
   }
   const bool probing = now < st.probe_end_ns;

@@ -128,6 +128,8 @@ struct TenantBudget {
   bool lending = false;  // the last decision lent its GPUs to best-effort tenants
   uint64_t be_quiet_since_ns = 1;  // every gate of a BE tenant on its GPUs closed since (0 = one is open)
   IdleClock idle{};                // its long-launch hold after it goes idle
+  uint64_t pauses = 0;             // times the decisions saw it go idle (a server: between steps)
+  uint64_t pauses_logged = 0;      // ... as of the last probe's log line
 };
 
 struct BudgetState {
