@@ -139,7 +139,8 @@ int gpuos_kv_report_slots(uint32_t active, uint32_t capacity);
 /* What the engine runs from now on: GPUOS_KV_PHASE_ADMISSION before it launches the prefill of
  * requests it admitted, GPUOS_KV_PHASE_STEP after (else INVALID). A latency budget then measures
  * the two apart: `gpuos ps` shows which binds, the steps' (TPOT) or the admissions' (TTFT from
- * admission). An interposer older than this function answers VERSION. */
+ * admission), and lends best-effort tenants nothing while it admits: report STEP once the prefill
+ * has finished on the GPU. An interposer older than this function answers VERSION. */
 int gpuos_kv_report_phase(uint32_t phase);
 
 /* ---- between libgpuos_kv.so and the interposer (not for engines) ----------------------------

@@ -409,7 +409,8 @@ int report_phase(uint32_t phase) {
   if (phase != GPUOS_KV_PHASE_STEP && phase != GPUOS_KV_PHASE_ADMISSION) return GPUOS_KV_ERR_INVALID;
   gpuos_control_block* cb = ensure_registered();
   if (cb == nullptr) return GPUOS_KV_ERR_NOT_GOVERNED;
-  ref(cb->engine_phase).store(phase, std::memory_order_relaxed);
+  // A change wakes gpuosd: a latency budget lends nothing while its tenant admits requests.
+  if (ref(cb->engine_phase).exchange(phase, std::memory_order_relaxed) != phase) notify_activity(cb);
   return GPUOS_KV_OK;
 }
 

@@ -53,6 +53,9 @@ struct GateTenant {
   uint64_t gpus = 0;
   // Latency budget of a guaranteed tenant (per mille of its time alone; 0 = none: as if alone).
   uint32_t max_slowdown_permille = 0;
+  // Its engine says it admits requests now (their prefill; gpuos_kv_report_phase): its own word,
+  // so a policy may only let it withdraw what it lends others, never take more.
+  bool admitting = false;
   // In a domain: the SM groups of its partition as the space slot planned it (the most on any GPU;
   // 0 = unconfined), before Pacing::groups trims it.
   uint32_t space_groups = 0;

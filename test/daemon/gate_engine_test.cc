@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "engine_tenants.h"
+#include "gpuos/kv.h"
 
 namespace gpuos::daemon {
 namespace {
@@ -28,6 +29,13 @@ TEST_F(GateFixture, TheViewHasEveryLiveTenantAsGpuosdSetIt) {
   EXPECT_EQ(view.tenants[0].tenant_class, GPUOS_CLASS_GUARANTEED);
   EXPECT_EQ(view.tenants[1].gate, GPUOS_GATE_CLOSED);  // the pin, not the word
   EXPECT_TRUE(view.tenants[1].pinned);
+  EXPECT_FALSE(view.tenants[0].admitting);
+  // Its engine's phase (gpuos_kv_report_phase): admitting only for the one value that says so.
+  for (const uint32_t phase : {GPUOS_KV_PHASE_ADMISSION, GPUOS_KV_PHASE_STEP, 77u}) {
+    live.tenants.at(1).cb->engine_phase = phase;
+    ASSERT_TRUE(engine.make_view(live.tenants, slots::Event::kActivity, 1, 8, &view));
+    EXPECT_EQ(view.tenants[0].admitting, phase == GPUOS_KV_PHASE_ADMISSION) << phase;
+  }
 }
 
 TEST_F(GateFixture, TheContractRefusesGatesAndPacingItCannotCarryOut) {

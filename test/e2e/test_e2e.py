@@ -579,6 +579,21 @@ class BudgetPolicy(unittest.TestCase):
         self.assertRegex(table, r"\bhp\b.*guaranteed.*\d+\.\d\d/1\.50 be \d+% (step|admission)", table)
         self.assertGreater(self.d.metric("gpuos_tenant_admission_slowdown_ratio", tenant_id=t["id"])[0], 0)
 
+    def test_each_change_of_an_engines_phase_wakes_gpuosd(self):
+        # A budget lends nothing while its tenant's engine admits requests, so gpuosd must learn of
+        # a prefill when it starts, not at its next tick: every change of phase sends ACTIVITY.
+        # 100 admissions (every 2nd of 200 kernels) are 200 changes.
+        def activity():
+            return sum(self.d.metric("gpuos_daemon_messages_total", type="activity"))
+        before = activity()
+        r = subprocess.run(self.d.run_cmd(["--name", "hp", "--class", "guaranteed", "--max-slowdown", "1.5", "--",
+                                           bin_path("gpuos-synth"), "--name", "hp", "--iters", "1000", "--count", "200",
+                                           "--warmup", "0", "--admission-every", "2", "--json", "-"]),
+                           env=self.d.env, capture_output=True, text=True, timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        wait_for(lambda: activity() - before >= 200, timeout=30,
+                 what="an ACTIVITY for each of 200 phase changes")
+
     def test_a_bad_budget_is_refused_by_the_cli(self):
         for bad in ("0.5", "1", "abc", "1000"):
             r = subprocess.run(self.d.run_cmd(["--class", "guaranteed", "--max-slowdown", bad, "--", "true"]),

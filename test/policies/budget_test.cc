@@ -844,6 +844,50 @@ TEST(BudgetPolicy, BesideAWholeGpuTenantBestEffortKeepsItsGroupsThroughItsPauses
   }
 }
 
+TEST(BudgetPolicy, WhileItsEngineAdmitsRequestsABudgetLendsNothing) {
+  // Phase awareness: beside a budgeted tenant whose engine says it admits requests (prefills),
+  // best-effort gates close, in its domain and in time alike; its next steps lend again as before.
+  for (const bool in_domain : {true, false}) {
+    BudgetPolicy p{BudgetParams{}};
+    slots::GateTenant g = hp(true);
+    slots::GateTenant b = be(true, GPUOS_GATE_OPEN);
+    if (in_domain) {
+      g.space_domain = b.space_domain = "serve";
+      b.space_groups = 15;
+    }
+    uint64_t now_ms = 1000;
+    slots::GateActions a;
+    auto decide = [&](bool admitting) {
+      now_ms += 10;
+      slots::GateView v;
+      v.now_ns = now_ms * kMs;
+      g.admitting = admitting;
+      g.timed = launches(4, 1000);
+      v.tenants = {g, b};
+      a = p.decide(v);
+      const slots::GateAction* act = action_of(a, 2);
+      EXPECT_NE(act, nullptr);
+      slots::GateAction out = act != nullptr ? *act : slots::GateAction{};
+      b.gate = out.gate;
+      b.busy = out.gate == GPUOS_GATE_OPEN;
+      return out;
+    };
+    slots::GateAction lent;
+    for (int i = 0; i < 300; ++i) lent = decide(false);
+    // (not during a probe: one starts every 5 s)
+    ASSERT_EQ(lent.gate, GPUOS_GATE_OPEN) << in_domain;
+    ASSERT_GT(lent.pacing.permille, 0u);
+    slots::GateAction held = decide(true);
+    EXPECT_EQ(held.gate, GPUOS_GATE_CLOSED) << (in_domain ? "in its domain" : "sharing its time");
+    ASSERT_EQ(a.budgets.size(), 1u);
+    EXPECT_EQ(a.budgets[0].be_share_permille, 0u) << "nothing lent while it admits";
+    const slots::GateAction again = decide(false);
+    EXPECT_EQ(again.gate, GPUOS_GATE_OPEN);
+    EXPECT_EQ(again.pacing.permille, lent.pacing.permille) << "its steps lend what they lent before";
+    EXPECT_EQ(again.pacing.groups, lent.pacing.groups);
+  }
+}
+
 TEST(BudgetPolicy, AdmissionTimesBudgetedAndBestEffortTenants) {
   BudgetPolicy p{BudgetParams{}};
   slots::Admission a;

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "daemon/core/control_block.h"
+#include "gpuos/kv.h"
 
 namespace gpuos::daemon {
 
@@ -31,6 +32,7 @@ slots::GateTenant GateEngine::tenant_view(const Tenant& t) const {
     v.busy = load(t.cb->busy) != 0;
     v.waiting = load(t.cb->waiting) != 0;
     v.signalled = load(t.cb->signalled) != 0;
+    v.admitting = load(t.cb->engine_phase) == GPUOS_KV_PHASE_ADMISSION;
   }
   v.gate = t.gate.effective();  // what gpuosd set (the word is put back if the tenant changed it)
   v.closed_gpus = v.gate == GPUOS_GATE_OPEN ? t.gate.closed_gpus : 0;
