@@ -161,11 +161,8 @@ typedef struct gpuos_grant_block {
   uint32_t space_enabled;     /* 1: the tenant is in a spatial domain; its launches follow space_mask */
   uint32_t space_planned_devices; /* the device_count of the tenant's device map that its masks were
                                      last planned with (stored after them, release) */
-  uint32_t pace_contention_max_permille; /* with pacing, beside a guaranteed tenant of its domain: a
-                                     launch costs its expected duration times how much longer its
-                                     shape ran paced than alone (in space: what it and the guaranteed
-                                     tenant's work cost each other in the memory system), at most
-                                     this (per mille); 0 = every launch costs its duration */
+  uint32_t pace_reserved; /* 0. Was a contention weight on paced launches: removed, as no run
+                             showed it paid (#40) */
   uint32_t pace_devices;      /* with pacing: the devices its launches are paced on (bit o = the
                                  tenant's device ordinal o, as gate_closed_devices); launches on its
                                  other devices go unpaced (a process on several GPUs beside a budget

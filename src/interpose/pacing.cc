@@ -47,18 +47,12 @@ bool pace_before_launch(gpuos_control_block* cb, uint64_t key, bool graph, uint3
     waited_from = monotonic_ns();
     while ((pace = grant_load(g->pace_permille)) != 0 && gate_binds(cb)) futex_wait(&g->pace_permille, pace, 50);
   }
-  // Its cost in the token bucket: the expected duration, weighted by its shape's contention.
-  uint64_t cost = expected;
-  if (const uint32_t max = grant_load(g->pace_contention_max_permille, std::memory_order_relaxed); max > 1000) {
-    constexpr uint32_t kMaxWeight = 10'000;  // the config's bound (1000%): no overflow below
-    cost = expected * contention_permille(timed.solo_ns, timed.paced_ns, std::min(max, kMaxWeight)) / 1000;
-  }
   // The token bucket (pace_step), its clock shared by the process's threads.
   while (pace != 0) {
     const uint64_t now = monotonic_ns();
     uint64_t next = g_next_launch_ns.load(std::memory_order_acquire);
     const PaceStep step =
-        pace_step(next, now, cost, pace, grant_load(g->pace_burst_us, std::memory_order_relaxed));
+        pace_step(next, now, expected, pace, grant_load(g->pace_burst_us, std::memory_order_relaxed));
     if (step.wait_ns != 0) {
       if (!gate_binds(cb)) break;  // gpuosd is gone: nobody paces this tenant any more
       if (waited_from == 0) waited_from = now;

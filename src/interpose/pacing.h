@@ -10,14 +10,6 @@
 // timed yet. A wait interrupted by a signal handler lets the launch go (note_signalled); one that
 // ends with the gate closed goes back to wait at the gate.
 //
-// In a spatial domain (pace_contention_max_permille set) the two tenants run side by side, and
-// what a best-effort kernel costs the guaranteed one is not its length but what they take from
-// each other in the memory system. Its shape's paced time over its time alone measures that,
-// online and per shape (a memory-bound kernel slows beside a memory-bound decode step; a
-// compute-bound one hardly does): a launch costs its expected duration times that ratio, capped.
-// The share then buys more compute-bound work than memory-bound work (Orion, EuroSys'24, pairs
-// kernels by their profiles the same way), and the budget's meter still decides the share.
-//
 // Expected durations: launch_durations.h.
 //
 // Pacing is the tenant's own cooperation inside what the gate allows: a tenant that ignores it
@@ -51,14 +43,6 @@ inline PaceStep pace_step(uint64_t next, uint64_t now, uint64_t expected_ns, uin
     return PaceStep{caught_up < fits ? caught_up : fits, next};
   }
   return PaceStep{0, (next > now ? next : now) + cost};
-}
-
-// A shape's contention weight (per mille, 1000 = none): its paced time over its time alone, within
-// [1000, max_permille]; 1000 while either is unknown or max_permille is at most 1000 (off).
-inline uint32_t contention_permille(uint64_t solo_ns, uint64_t paced_ns, uint32_t max_permille) {
-  if (max_permille <= 1000 || solo_ns == 0 || paced_ns <= solo_ns) return 1000;
-  const uint64_t w = paced_ns * 1000 / solo_ns;  // timings are at most minutes: no overflow
-  return w < max_permille ? static_cast<uint32_t>(w) : max_permille;
 }
 
 // Whether a launch on device ordinal `ordinal` (-1: not known) is paced, by the grant block's

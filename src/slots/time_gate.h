@@ -74,14 +74,12 @@ struct GateView {
 // How a best-effort tenant with an open gate spreads its launches (grant block pace_*,
 // interpose/pacing.h): the share of wall time its GPU work may take (per mille, 1..1000; 0 = not
 // paced), the longest launch it may start while paced (us; 0 = any), the GPU time it may use
-// back to back (us; 0 = one launch at a time), in a spatial domain the most a launch's cost may be
-// weighted by its shape's contention (per mille; 0 = unweighted), and the GPUs on which it is
-// paced (bit i = gpuosd's GPU i; 0 = all of them): on its others it runs unpaced.
+// back to back (us; 0 = one launch at a time), and the GPUs on which it is paced (bit i =
+// gpuosd's GPU i; 0 = all of them): on its others it runs unpaced.
 struct Pacing {
   uint32_t permille = 0;
   uint32_t max_kernel_us = 0;
   uint32_t burst_us = 0;
-  uint32_t contention_max_permille = 0;
   uint64_t gpus = 0;
   // In a spatial domain: at most this many SM groups of its partition (the highest), 0 = all of
   // them. The budget's knob in space (beside a guaranteed tenant on the whole GPU): the core trims

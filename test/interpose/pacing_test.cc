@@ -59,15 +59,6 @@ TEST(Pacing, OutOfRangeSharesAreClamped) {
   EXPECT_EQ(pace_step(0, 1 * kMs, 100 * kUs, 0, 0).next_ns, 1 * kMs + 100 * kUs * 1000);  // as 1 per mille
 }
 
-TEST(Pacing, AShapeThatSlowsBesideTheGuaranteedTenantWeighsMore) {
-  EXPECT_EQ(contention_permille(100 * kUs, 150 * kUs, 3000), 1500u);  // memory-bound: 1.5x beside it
-  EXPECT_EQ(contention_permille(100 * kUs, 101 * kUs, 3000), 1010u);  // compute-bound: hardly slowed
-  EXPECT_EQ(contention_permille(100 * kUs, 900 * kUs, 3000), 3000u);  // capped
-  EXPECT_EQ(contention_permille(100 * kUs, 90 * kUs, 3000), 1000u);   // faster beside it: no discount
-  EXPECT_EQ(contention_permille(0, 150 * kUs, 3000), 1000u);          // never seen alone: unknown
-  EXPECT_EQ(contention_permille(100 * kUs, 150 * kUs, 0), 1000u);     // off
-}
-
 TEST(Pacing, OnlyTheDevicesABudgetWorksOnArePaced) {
   EXPECT_TRUE(paced_on(0, 3));         // every device
   EXPECT_TRUE(paced_on(0b01, 0));

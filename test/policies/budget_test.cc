@@ -451,9 +451,7 @@ TEST(BudgetPolicy, GuaranteedTenantWithoutBudgetGatesBestEffort) {
 // Budgeted tenant 1 on GPU 0 beside best-effort tenants `others` (ids 2...), for 100 decisions 10 ms
 // apart; each BE busy while its gate is open. The last decision's actions.
 slots::GateActions run_beside_gpu0_budget(std::vector<slots::GateTenant> others) {
-  BudgetParams params;
-  params.contention_max_permille = 3000;  // (for time-shared tenants it must not apply)
-  BudgetPolicy p{params};
+  BudgetPolicy p{BudgetParams{}};
   slots::GateActions a;
   for (int i = 0; i < 100; ++i) {
     slots::GateView v;
@@ -485,7 +483,6 @@ TEST(BudgetPolicy, ABudgetLendsItsOwnGpusOnly) {
   ASSERT_NE(action_of(a, 2), nullptr);
   EXPECT_EQ(action_of(a, 2)->gate, GPUOS_GATE_OPEN);
   EXPECT_GT(action_of(a, 2)->pacing.permille, 0u);
-  EXPECT_EQ(action_of(a, 2)->pacing.contention_max_permille, 0u) << "time-shared: its timings hold time slices";
   ASSERT_NE(action_of(a, 3), nullptr);
   EXPECT_EQ(action_of(a, 3)->gate, GPUOS_GATE_OPEN);
   EXPECT_EQ(action_of(a, 3)->pacing.permille, 0u);
@@ -523,9 +520,7 @@ TEST(BudgetPolicy, ABudgetLendsItsOwnGpusOnly) {
 }
 
 TEST(BudgetPolicy, BestEffortOfTheBudgetedTenantsDomainIsPacedAndHeldForProbes) {
-  BudgetParams params;
-  params.contention_max_permille = 3000;
-  BudgetPolicy p{params};
+  BudgetPolicy p{BudgetParams{}};
   slots::GateTenant g = hp(true);
   g.space_domain = "serve";
   slots::GateTenant b = be(true, GPUOS_GATE_OPEN);
@@ -550,7 +545,6 @@ TEST(BudgetPolicy, BestEffortOfTheBudgetedTenantsDomainIsPacedAndHeldForProbes) 
     apart.busy = other->gate == GPUOS_GATE_OPEN;
     if (other->gate == GPUOS_GATE_OPEN) {
       max_apart_pace = std::max(max_apart_pace, other->pacing.permille);
-      EXPECT_EQ(other->pacing.contention_max_permille, 0u) << "its timings hold time slices";
       // Sharing its time: no launch longer than its budget's excess of one step (1.25 / 1.08 of 1 ms).
       if (other->pacing.permille != 0) {
         EXPECT_EQ(other->pacing.max_kernel_us, 157u);
@@ -562,7 +556,6 @@ TEST(BudgetPolicy, BestEffortOfTheBudgetedTenantsDomainIsPacedAndHeldForProbes) 
     if (act->gate == GPUOS_GATE_OPEN) {
       ++open;
       EXPECT_GT(act->pacing.permille, 0u) << i;
-      EXPECT_EQ(act->pacing.contention_max_permille, 3000u) << "beside it in space: weighted by contention";
       EXPECT_EQ(act->pacing.max_kernel_us, 0u) << "on SMs of its own, a long kernel holds nothing of it";
       max_pace = std::max(max_pace, act->pacing.permille);
     } else {
@@ -905,10 +898,12 @@ TEST(BudgetPolicy, AdmissionTimesBudgetedAndBestEffortTenants) {
 }
 
 TEST(BudgetPolicy, ConfigKeepsOnlyMeasuredKeys) {
-  // The controller's periods, steps, probes and sampling are no longer settings (#40: a key stays
-  // only where a measurement justifies it): naming one is an error that names it.
+  // The controller's periods, steps, probes and sampling are no longer settings, nor the contention
+  // weight that no run showed to pay (#40: a key stays only where a measurement justifies it):
+  // naming one is an error that names it.
   for (const char* gone : {"window_ms", "control_ms", "probe_every_ms", "probe_ms", "settle_ms", "increase_permille",
-                           "growth_pct", "max_share_pct", "sample_period", "be_sample_period", "burst_pct"}) {
+                           "growth_pct", "max_share_pct", "sample_period", "be_sample_period", "burst_pct",
+                           "contention_max_pct"}) {
     ConfigSection sec;
     sec.name = "budget";
     ConfigValue v;
@@ -921,28 +916,6 @@ TEST(BudgetPolicy, ConfigKeepsOnlyMeasuredKeys) {
     EXPECT_FALSE(parse_budget_params(sec, &p, &error)) << gone;
     EXPECT_NE(error.find(gone), std::string::npos) << error;
   }
-}
-
-TEST(BudgetPolicy, ConfigTakesAContentionWeightOfAtLeastOneOrNone) {
-  auto parse = [](int64_t pct, BudgetParams* p, std::string* error) {
-    ConfigSection sec;
-    sec.name = "budget";
-    ConfigValue v;
-    v.kind = ConfigValue::Kind::kInteger;
-    v.integer = pct;
-    v.where = "x.toml:4";
-    sec.entries.push_back({"contention_max_pct", v});
-    return parse_budget_params(sec, p, error);
-  };
-  BudgetParams p;
-  std::string error;
-  EXPECT_FALSE(parse(50, &p, &error));
-  EXPECT_NE(error.find("contention_max_pct"), std::string::npos) << error;
-  EXPECT_NE(error.find("100..1000"), std::string::npos) << error;
-  ASSERT_TRUE(parse(300, &p, &error)) << error;
-  EXPECT_EQ(p.contention_max_permille, 3000u);
-  ASSERT_TRUE(parse(0, &p, &error)) << error;
-  EXPECT_EQ(p.contention_max_permille, 0u);
 }
 
 TEST(BudgetPolicy, ConfigBoundsLongLaunchesAndTheIdleHold) {

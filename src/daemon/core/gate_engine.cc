@@ -82,8 +82,6 @@ void GateEngine::publish_pacing(Tenant& t, slots::Pacing p, uint64_t now) const 
   t.granted.pace_ordinals = ordinals;
   std::atomic_ref<uint32_t>(t.grants->pace_max_kernel_us).store(p.max_kernel_us, std::memory_order_relaxed);
   std::atomic_ref<uint32_t>(t.grants->pace_burst_us).store(p.burst_us, std::memory_order_relaxed);
-  std::atomic_ref<uint32_t>(t.grants->pace_contention_max_permille)
-      .store(p.contention_max_permille, std::memory_order_relaxed);
   if (t.granted.pacing.permille != p.permille) {
     std::atomic_ref<uint32_t>(t.grants->pace_permille).store(p.permille, std::memory_order_release);
     futex_wake_all(&t.grants->pace_permille);  // a paced launch waits on it

@@ -257,9 +257,6 @@ slots::GateActions BudgetPolicy::decide(const slots::GateView& view) {
       p.permille = std::clamp<uint32_t>(static_cast<uint32_t>(std::lround(share * 1000)), 1, 1000);
       p.max_kernel_us = max_kernel;
       p.burst_us = static_cast<uint32_t>(std::clamp(burst_ns / 1000.0, 0.0, 1e6));
-      // Beside each other in space (no time slices in its timings), a shape's paced time over its
-      // time alone is what the two tenants' work cost each other.
-      if (in_their_domain) p.contention_max_permille = params_.contention_max_permille;
       // Beside guaranteed tenants on the whole GPU, the share buys SM groups of its partition
       // first, and time on one group only below that.
       if (beside_whole_gpu && v.space_groups != 0) {
@@ -388,7 +385,7 @@ bool parse_budget_params(const ConfigSection& sec, BudgetParams* out, std::strin
   // controller's periods, steps, probes and sampling are BudgetParams' defaults.
   BudgetParams p;
   uint32_t meter_interval_ms = 0, react_ms = 20, target_pct = 50, mps_cost_pct = 8;
-  uint32_t contention_max_pct = 0, max_kernel_pct = 100, idle_hold_ms = 20;
+  uint32_t max_kernel_pct = 100, idle_hold_ms = 20;
   if (!read_priority_keys(sec, &p.priority, error) ||
       !sec.get_uint("meter_interval_ms", 0, 60000, &meter_interval_ms, error) ||
       !sec.get_uint("react_ms", 1, 10000, &react_ms, error) ||
@@ -397,21 +394,13 @@ bool parse_budget_params(const ConfigSection& sec, BudgetParams* out, std::strin
       !sec.get_uint("pace_max_kernel_pct", 0, 1000, &max_kernel_pct, error) ||
       !sec.get_uint("pace_idle_hold_ms", 0, 10000, &idle_hold_ms, error) ||
       !sec.get_uint("mps_cost_pct", 0, 100, &mps_cost_pct, error) ||
-      !sec.get_uint("contention_max_pct", 0, 1000, &contention_max_pct, error) ||
       !sec.get_bool("steer_load_growth", &p.steer_load_growth, error) || !sec.all_read(error)) {
-    return false;
-  }
-  if (contention_max_pct != 0 && contention_max_pct < 100) {
-    const ConfigValue* v = sec.find("contention_max_pct");
-    const std::string what = "must be 0 (off) or 100..1000 (a weight of at least 1)";
-    *error = v != nullptr ? ConfigSection::error_at("contention_max_pct", *v, what) : "[policy.budget] contention_max_pct " + what;
     return false;
   }
   p.meter.interval_ns = uint64_t{meter_interval_ms} * 1'000'000;
   p.react_ns = uint64_t{react_ms} * 1'000'000;
   p.controller.target_fraction = target_pct / 100.0;
   p.mps_cost = mps_cost_pct / 100.0;
-  p.contention_max_permille = contention_max_pct * 10;
   p.long_kernel_fraction = max_kernel_pct / 100.0;
   p.idle_hold_ns = uint64_t{idle_hold_ms} * 1'000'000;
   *out = p;
@@ -438,7 +427,6 @@ std::string budget_settings(const ConfigSection& section) {
          "\npace_max_kernel_pct = " + std::to_string(std::lround(p.long_kernel_fraction * 100)) +
          "\npace_idle_hold_ms = " + ms(p.idle_hold_ns) +
          "\nmps_cost_pct = " + std::to_string(std::lround(p.mps_cost * 100)) +
-         "\ncontention_max_pct = " + std::to_string(p.contention_max_permille / 10) +
          "\nsteer_load_growth = " + (p.steer_load_growth ? "true" : "false") + "\n";
 }
 

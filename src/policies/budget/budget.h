@@ -85,12 +85,6 @@ struct BudgetParams {
   // MPS's own cost to a guaranteed tenant in a spatial domain, as a fraction of its GPU time: a part
   // of its budget its meter cannot see (its times alone are under MPS too; budget_split.h).
   double mps_cost = 0.08;
-  // A paced best-effort tenant in a guaranteed tenant's spatial domain: each launch costs its
-  // expected duration times its shape's contention (paced over alone), at most this (per mille;
-  // 0 = off). Its kernels that slow down beside the guaranteed tenant are the ones that compete
-  // with it for the memory system (Orion, EuroSys'24): they spend more of the share, and
-  // compute-bound ones run at close to the share's full rate.
-  uint32_t contention_max_permille = 0;
   // Judge the meter's slowdown times its load growth (SlowdownMeter::load_growth, at least 1, at
   // most kMaxLoadGrowth): a server whose steps slow holds more requests, and its TPOT grows by both.
   // Beside training at 30% load on an H100 the meter read 1.08-1.13 and load growth 1.05-1.08 while
