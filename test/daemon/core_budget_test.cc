@@ -66,14 +66,7 @@ struct BudgetFixture : ::testing::Test {
     m.busy = 1;
     core->handle_message(tenants[i].conn, &m, sizeof(m));
   }
-  // What libgpuos.so does when a timed launch of tenant i ends.
-  void timed(std::size_t i, uint64_t key, uint64_t ns) {
-    gpuos_control_block* cb = tenants[i].cb;
-    const uint64_t h = std::atomic_ref<uint64_t>(cb->timing_head).load();
-    put(cb->timing_ring[h % GPUOS_TIMING_RING].key, key);
-    put(cb->timing_ring[h % GPUOS_TIMING_RING].ns, ns);
-    std::atomic_ref<uint64_t>(cb->timing_head).store(h + 1);
-  }
+  void timed(std::size_t i, uint64_t key, uint64_t ns) { tenant_side::timed_launch(tenants[i].cb, key, ns); }
   gpuos_msg_tenant_info info(std::size_t i) {
     for (const TenantStat& s : core->tenant_stats(mono)) {
       if (s.info.pid == tenants[i].conn.peer.pid) return s.info;

@@ -15,6 +15,7 @@
 #include "common/ipc.h"
 #include "daemon/core/core.h"
 #include "tenant_side.h"
+#include "policies/budget/budget.h"
 #include "policies/partition/partition.h"
 #include "policies/swap/swap.h"
 
@@ -196,6 +197,52 @@ TEST_F(SlotsFixture, TheTimeGateSizesABestEffortPartitionBesideAWholeGpuTenant) 
   pacer->groups = 0;  // no cap: the whole plan again
   activity(be, true);
   EXPECT_EQ(mask(be), 0xfffeu);
+  EXPECT_EQ(core->time_gate_failures(), 0u);
+  EXPECT_EQ(core->space_failures(), 0u);
+}
+
+TEST_F(SlotsFixture, ABudgetKeepsBestEffortsGroupsThroughTheServersPausesBetweenSteps) {
+  // The budget sizes a best-effort partition beside a server on the whole GPU. The server goes
+  // idle for a moment between two steps (its busy word, ACTIVITY): the partition stays as lent,
+  // so what best-effort queues then does not spread over the SMs of the server's next step. Only
+  // once the server has been idle pace_idle_hold_ms (20) does best-effort get its whole plan.
+  CoreOptions o;
+  policies::PartitionParams params;
+  params.budget_whole_gpu = true;
+  o.space_policy = std::make_unique<policies::PartitionPolicy>(params);
+  o.time_gate = std::make_unique<policies::budget::BudgetPolicy>(policies::budget::BudgetParams{});
+  make_core(std::move(o));
+  const std::size_t hp = add(GPUOS_CLASS_GUARANTEED, "serve", 1250);
+  const std::size_t be = add(GPUOS_CLASS_BEST_EFFORT, "serve");
+  activity(hp, true);
+  activity(be, true);
+  constexpr uint64_t kMs = 1'000'000;
+  auto lent = [&] {
+    return tenants[be].grants->gate == GPUOS_GATE_OPEN && tenants[be].grants->pace_permille != 0 &&
+           mask(be) != 0 && mask(be) != 0xfffeu;
+  };
+  for (int step = 0; step < 1000 && !lent(); ++step) {  // solo times first, then a share
+    mono += 10 * kMs;
+    for (int k = 0; k < 4; ++k) tenant_side::timed_launch(tenants[hp].cb, 42, 1'000'000);
+    put(tenants[be].cb->busy, tenants[be].grants->gate == GPUOS_GATE_OPEN ? 1u : 0u);
+    core->tick(mono);
+  }
+  ASSERT_TRUE(lent()) << "mask 0x" << std::hex << mask(be);
+  const uint64_t groups = mask(be);
+  const uint32_t epoch = tenants[be].grants->space_epoch;
+  for (int pause = 0; pause < 5; ++pause) {
+    mono += 1 * kMs;
+    activity(hp, false);
+    EXPECT_EQ(mask(be), groups) << "pause " << pause;
+    mono += kMs / 10;
+    activity(hp, true);
+    EXPECT_EQ(mask(be), groups) << "pause " << pause;
+  }
+  EXPECT_EQ(tenants[be].grants->space_epoch, epoch) << "no partition change in the pauses";
+  activity(hp, false);
+  mono += 25 * kMs;
+  core->tick(mono);
+  EXPECT_EQ(mask(be), 0xfffeu) << "idle 25 ms: its whole plan";
   EXPECT_EQ(core->time_gate_failures(), 0u);
   EXPECT_EQ(core->space_failures(), 0u);
 }

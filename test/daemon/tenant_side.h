@@ -88,4 +88,12 @@ inline void unmap(TenantSide& t) {
   t.grants = nullptr;
 }
 
+// What libgpuos.so does when a timed launch of the tenant ends: the next entry of its timing ring.
+inline void timed_launch(gpuos_control_block* cb, uint64_t key, uint64_t ns) {
+  const uint64_t h = std::atomic_ref<uint64_t>(cb->timing_head).load();
+  put(cb->timing_ring[h % GPUOS_TIMING_RING].key, key);
+  put(cb->timing_ring[h % GPUOS_TIMING_RING].ns, ns);
+  std::atomic_ref<uint64_t>(cb->timing_head).store(h + 1);
+}
+
 }  // namespace gpuos::daemon::tenant_side
