@@ -203,6 +203,39 @@ slots::GateTenant be(bool busy, uint32_t gate) {
   t.gate = gate;
   return t;
 }
+// A budgeted server of domain "serve" (on the whole GPU unless confined) and a best-effort tenant
+// of the domain planned on `be_groups` SM groups (0: not planned).
+struct ServeDomain {
+  slots::GateTenant g, b;
+};
+ServeDomain serve_domain(bool confined = false, uint32_t be_groups = 15, uint32_t be_gate = GPUOS_GATE_OPEN) {
+  ServeDomain d{hp(true), be(true, be_gate)};
+  d.g.space_domain = d.b.space_domain = "serve";
+  d.g.space_confined = confined;
+  d.b.space_groups = be_groups;
+  return d;
+}
+// One decision at now_ms over {g, b}: b (id 2) follows its gate (busy while open). b's action, and
+// with `all` every action.
+slots::GateAction decide_beside(BudgetPolicy& p, const slots::GateTenant& g, slots::GateTenant& b, uint64_t now_ms,
+                                slots::GateActions* all = nullptr) {
+  slots::GateView v;
+  v.now_ns = now_ms * 1'000'000;
+  v.tenants = {g, b};
+  slots::GateActions a = p.decide(v);
+  slots::GateAction out;
+  bool found = false;
+  for (const slots::GateAction& x : a.gates) {
+    if (x.id != b.id) continue;
+    out = x;
+    found = true;
+  }
+  EXPECT_TRUE(found);
+  b.gate = out.gate;
+  b.busy = out.gate == GPUOS_GATE_OPEN;
+  if (all != nullptr) *all = std::move(a);
+  return out;
+}
 // n launches of one shape at us microseconds each.
 std::vector<slots::TimedLaunch> launches(int n, uint64_t us) {
   return std::vector<slots::TimedLaunch>(n, {kShape, us * 1000});
@@ -521,10 +554,7 @@ TEST(BudgetPolicy, ABudgetLendsItsOwnGpusOnly) {
 
 TEST(BudgetPolicy, BestEffortOfTheBudgetedTenantsDomainIsPacedAndHeldForProbes) {
   BudgetPolicy p{BudgetParams{}};
-  slots::GateTenant g = hp(true);
-  g.space_domain = "serve";
-  slots::GateTenant b = be(true, GPUOS_GATE_OPEN);
-  b.space_domain = "serve";
+  auto [g, b] = serve_domain(false, 0);
   slots::GateTenant apart = be(true, GPUOS_GATE_OPEN);  // time-shared beside it
   apart.id = 3;
   int open = 0, closed = 0;
@@ -590,10 +620,7 @@ TEST(BudgetPolicy, TimingsAreNotSoloWhileBestEffortWorkIsStillInFlight) {
   // Under MPS a closed gate stops best-effort's launches, not the kernels it queued: while it is
   // busy, the budgeted tenant's timings are not its times alone, and nothing is lent.
   BudgetPolicy p{BudgetParams{}};
-  slots::GateTenant g = hp(true);
-  g.space_domain = "serve";
-  slots::GateTenant b = be(true, GPUOS_GATE_CLOSED);
-  b.space_domain = "serve";
+  auto [g, b] = serve_domain(false, 0, GPUOS_GATE_CLOSED);
   for (int i = 0; i < 100; ++i) {
     slots::GateView v;
     v.now_ns = (1000 + 10 * i) * kMs;
@@ -694,12 +721,7 @@ TEST(BudgetPolicy, BesideAWholeGpuTenantTheShareBuysSmGroupsFirst) {
   // SM groups; beside one on a partition, time only.
   for (const bool confined : {false, true}) {
     BudgetPolicy p{BudgetParams{}};
-    slots::GateTenant g = hp(true);
-    g.space_domain = "serve";
-    g.space_confined = confined;
-    slots::GateTenant b = be(true, GPUOS_GATE_OPEN);
-    b.space_domain = "serve";
-    b.space_groups = 15;
+    auto [g, b] = serve_domain(confined);
     uint32_t max_groups = 0, max_permille = 0, min_permille = 1000;
     for (int i = 0; i < 1800; ++i) {  // a group step waits a window (1 s): 13 of them
       slots::GateView v;
@@ -753,11 +775,7 @@ TEST(BudgetPolicy, BesideAWholeGpuTenantGroupsGrowOnlyAfterAWindowAtTheirCount) 
   // The server's batch grows for a while after its steps slow: a group more only once a whole
   // window (1 s) was timed at the current count.
   BudgetPolicy p{BudgetParams{}};
-  slots::GateTenant g = hp(true);
-  g.space_domain = "serve";
-  slots::GateTenant b = be(true, GPUOS_GATE_OPEN);
-  b.space_domain = "serve";
-  b.space_groups = 15;
+  auto [g, b] = serve_domain();
   uint32_t last = 0;
   uint64_t last_change_ms = 0;
   int changes = 0;
@@ -793,27 +811,12 @@ TEST(BudgetPolicy, BesideAWholeGpuTenantBestEffortKeepsItsGroupsThroughItsPauses
   // server on a partition of its own they never shared its SMs, and get them at once.
   for (const bool confined : {false, true}) {
     BudgetPolicy p{BudgetParams{}};
-    slots::GateTenant g = hp(true);
-    g.space_domain = "serve";
-    g.space_confined = confined;
-    slots::GateTenant b = be(true, GPUOS_GATE_OPEN);
-    b.space_domain = "serve";
-    b.space_groups = 15;
+    auto [g, b] = serve_domain(confined);
     uint64_t now_ms = 1000;
     auto decide = [&](bool busy, uint64_t after_ms) {
-      now_ms += after_ms;
-      slots::GateView v;
-      v.now_ns = now_ms * kMs;
       g.busy = busy;
       g.timed = busy ? launches(4, 1000) : std::vector<slots::TimedLaunch>{};
-      v.tenants = {g, b};
-      const slots::GateActions a = p.decide(v);
-      const slots::GateAction* act = action_of(a, 2);
-      EXPECT_NE(act, nullptr);
-      slots::GateAction out = act != nullptr ? *act : slots::GateAction{};
-      b.gate = out.gate;
-      b.busy = out.gate == GPUOS_GATE_OPEN;
-      return out;
+      return decide_beside(p, g, b, now_ms += after_ms);
     };
     slots::GateAction lent;
     for (int i = 0; i < 600; ++i) lent = decide(true, 10);
@@ -851,19 +854,9 @@ TEST(BudgetPolicy, WhileItsEngineAdmitsRequestsABudgetLendsNothing) {
     uint64_t now_ms = 1000;
     slots::GateActions a;
     auto decide = [&](bool admitting) {
-      now_ms += 10;
-      slots::GateView v;
-      v.now_ns = now_ms * kMs;
       g.admitting = admitting;
       g.timed = launches(4, 1000);
-      v.tenants = {g, b};
-      a = p.decide(v);
-      const slots::GateAction* act = action_of(a, 2);
-      EXPECT_NE(act, nullptr);
-      slots::GateAction out = act != nullptr ? *act : slots::GateAction{};
-      b.gate = out.gate;
-      b.busy = out.gate == GPUOS_GATE_OPEN;
-      return out;
+      return decide_beside(p, g, b, now_ms += 10, &a);
     };
     slots::GateAction lent;
     for (int i = 0; i < 300; ++i) lent = decide(false);
