@@ -20,6 +20,9 @@ Prints a markdown table; exit status 0 whether or not the targets hold (2: unrea
     reported), BE >= 0.15 at 1.25 and >= 0.30 at 1.5; beside batch inference: the same at 1.5, BE >= 0.10;
   - a server with gaps (10% load beside training): at B = 1.25 the budget (bound held) lends more
     than gpuos-time-priority in the same run.
+  and, per target, the evidence for a miss: of the run's co-running modes (gpuos and baselines)
+  that gave BE at least the target, the one that cost the server least (its point values). When that
+  least cost is above B, no mode measured in the run reaches the target within B.
   and its method: a gpuos mode meets B only if the upper end of the 95% interval of each bounding
   ratio (<ratio>_ci95, report.py: from the spread of the run's exclusive-hp runs) is <= B. A run
   without intervals (one exclusive-hp run) is checked on the point values instead, and marked as
@@ -104,6 +107,18 @@ def within_40(r: dict, b: float, from_admission: bool, ci: bool = False) -> Opti
     return None if v is None else v <= b
 
 
+def cheapest_40(modes: list, from_admission: bool, min_be: float) -> Optional[dict]:
+    """Of the modes that ran BE beside the server and gave it at least min_be of its exclusive, the one
+    whose bound (point values: the lenient reading) is least: what BE at that rate cost the server."""
+    costs = [(bound_40(r, from_admission, False), r) for r in modes
+             if not r["mode"].startswith("exclusive-") and (r.get("be_vs_exclusive") or 0.0) >= min_be > 0]
+    costs = [(v, r) for v, r in costs if v is not None]
+    if not costs:
+        return None
+    v, r = min(costs, key=lambda c: c[0])
+    return {"mode": r["mode"], "slowdown": v, "be": r.get("be_vs_exclusive")}
+
+
 def method_40(s: dict) -> dict:
     """Whether a run follows issue #40's method (summary.json's method; a summary from before it had
     one exclusive-hp run) and so which check its bounds get: the intervals' upper ends where the run
@@ -143,6 +158,7 @@ def check_run_40(s: dict, source: str = "") -> dict:
         if b in targets:
             entry["be_target"] = targets[b]
             entry["be_target_ok"] = be is not None and be >= targets[b]
+            entry["cheapest_at_target"] = cheapest_40(modes, admit, targets[b])
         if load == ISSUE40_GAPS_LOAD and be_kind == "train":
             prio = [r.get("be_vs_exclusive") or 0.0 for r in modes if r["mode"] == "gpuos-time-priority"]
             entry["priority_be"] = prio[0] if prio else None
@@ -198,6 +214,18 @@ def markdown(runs: list, v: dict) -> str:
             out.append(f"| {r['source']} | {load} | {r['be']} | {e['budget']} | {met_by} | {f(e['be'])} "
                        f"| {f(e['baseline_be'])} | {'yes' if e['dominates'] else 'no'} | {target} |")
     out.append("")
+    for r in runs:
+        for e in r["budgets"]:
+            if "cheapest_at_target" not in e or e.get("be_target_ok"):
+                continue
+            c = e["cheapest_at_target"]
+            if c is None:
+                out.append(f"- {r['source']}, B = {e['budget']}: no mode gave BE >= {e['be_target']}")
+                continue
+            reach = ("no mode measured reaches the target within B" if c["slowdown"] > e["budget"]
+                     else "a mode reached it within B on its point values")
+            out.append(f"- {r['source']}, B = {e['budget']}: of the modes that gave BE >= {e['be_target']}, the "
+                       f"least the server was slowed is {c['slowdown']:.2f}x ({c['mode']}, BE {c['be']:.3f}): {reach}")
     for r in runs:
         m = r.get("method")
         if m is None:

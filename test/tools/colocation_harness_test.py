@@ -720,6 +720,14 @@ class CheckBudgets(unittest.TestCase):
         v = check_budgets.verdict_40([low, half, gaps])
         self.assertFalse(v["every_budget_met"])
         self.assertFalse(v["gaps_beat_priority"])
+        # The evidence for a miss: what BE at the target cost the server at least, over every mode.
+        self.assertEqual(by_b[1.25]["cheapest_at_target"],
+                         {"mode": "mps-prio1-t10", "slowdown": 1.43, "be": 0.123})  # BE >= 0.10
+        self.assertEqual(by_b[1.5]["cheapest_at_target"]["mode"], "gpuos-space-slo-1.5@whole")  # BE >= 0.35
+        md = check_budgets.markdown([low], check_budgets.verdict_40([low]))
+        self.assertIn("B = 1.25: of the modes that gave BE >= 0.1, the least the server was slowed is 1.43x "
+                      "(mps-prio1-t10, BE 0.123): no mode measured reaches the target within B", md)
+        self.assertNotIn("B = 1.5: of the modes", md)  # met: no evidence needed
 
     def test_issue_40_a_bound_is_met_on_the_intervals_upper_end(self):
         def r40(mode, tpot, ci_hi, be, budget=None):

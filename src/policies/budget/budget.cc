@@ -199,8 +199,8 @@ slots::GateActions BudgetPolicy::decide(const slots::GateView& view) {
   // A budgeted tenant on the whole GPU of a domain pauses between its steps (a server: 0.1 ms
   // between two). Its best-effort neighbours keep the groups it lends them until the pause outlasts
   // idle_hold_ns: with all their groups for the pause, the kernels they queue then run across the
-  // SMs of its next step (on an H100 at 30% load one group of BE cost the server as much as MPS
-  // with 25% threads, at 60% of that BE).
+  // SMs of its next step (at 30% load on an H100 a trainer's partition changed 70 times a second
+  // that way, bench/results/2026-12-06-method-h100-0.3).
   auto pausing = [&](const slots::GateTenant& t) {
     if (active(t) || t.space_domain.empty() || t.space_confined) return false;
     auto it = st.tenants.find(t.id);
@@ -227,10 +227,9 @@ slots::GateActions BudgetPolicy::decide(const slots::GateView& view) {
   auto pacing_of = [&](const slots::GateTenant& v, bool* beside, bool* lent) {
     double share = 1.0, burst_ns = 1e12;
     uint32_t max_kernel = params_.pace_max_kernel_us;
-    bool in_their_domain = !v.space_domain.empty();  // beside every one of them in space
-    bool beside_whole_gpu = true;                     // ... each of them on every SM (unconfined)
-    uint64_t gpus = 0;                                // the GPUs it shares with them
-    bool every_gpu = false;                           // ... or all of its GPUs (not known yet)
+    bool beside_whole_gpu = true;  // in the domain of each of them, each on every SM (unconfined)
+    uint64_t gpus = 0;             // the GPUs it shares with them
+    bool every_gpu = false;        // ... or all of its GPUs (not known yet)
     *beside = false;
     *lent = true;
     for (const slots::GateTenant& t : view.tenants) {
@@ -238,7 +237,6 @@ slots::GateActions BudgetPolicy::decide(const slots::GateView& view) {
       const bool in_space = !v.space_domain.empty() && t.space_domain == v.space_domain;
       if (!active(t) && !(in_space && pausing(t))) continue;
       *beside = true;
-      in_their_domain = in_their_domain && in_space;
       beside_whole_gpu = beside_whole_gpu && in_space && !t.space_confined;
       every_gpu = every_gpu || t.gpus == 0 || v.gpus == 0;
       gpus |= t.gpus & v.gpus;
