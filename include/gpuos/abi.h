@@ -554,9 +554,10 @@ typedef struct gpuos_msg_set_gate {
   uint32_t gate; /* GPUOS_GATE_OPEN / GPUOS_GATE_CLOSED */
 } gpuos_msg_set_gate;
 
-/* Sent by a registered tenant when its busy or waiting flag changes, so the daemon's policy
- * reacts at once instead of polling. The control block's words are authoritative; this message is
- * only a wake-up (busy/waiting echo the values at sending time). */
+/* Sent by a registered tenant when its busy or waiting flag changes, or another control-block word
+ * gpuosd acts on (a signal, a request for room, a swap step, its engine's phase), so the daemon's
+ * policy reacts at once instead of polling. The control block's words are authoritative; this
+ * message is only a wake-up (busy/waiting echo the values at sending time). */
 typedef struct gpuos_msg_activity {
   gpuos_msg_header hdr;
   uint32_t busy;
