@@ -24,6 +24,7 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "bench", "colocation"))
 import be_train  # noqa: E402
 import check_budgets  # noqa: E402
+import check_demo  # noqa: E402
 import common  # noqa: E402
 import report  # noqa: E402
 import run_matrix  # noqa: E402
@@ -640,6 +641,54 @@ class MultiGpuScript(unittest.TestCase):
                                  "gpuos-time-slo-1.25"])
         self.assertIn("load=0.5", r.stdout)
 
+
+
+class CheckDemo(unittest.TestCase):
+    """check_demo.py: issue #40's demo line from `gpuos demo --json` files."""
+
+    @staticmethod
+    def demo(p50, p99, verdict=None, simulated=False, ok=True):
+        kept = p50 <= 1.1 and p99 <= 1.1
+        text = verdict or ("gpuos kept hp within 10% of its latency alone, median and tail" if kept
+                           else "gpuos did not keep hp's median near its latency alone here")
+        return {"hp_p50_ratio": p50, "hp_p99_ratio": p99, "verdict": text, "simulated": simulated, "ok": ok,
+                "sharing": "space", "device": "NVIDIA H100 80GB HBM3"}
+
+    def test_each_run_within_the_bound_with_a_matching_verdict(self):
+        self.assertTrue(check_demo.check_run(self.demo(1.01, 1.04))["ok"])
+        slow = check_demo.check_run(self.demo(1.10, 1.15))
+        self.assertFalse(slow["ok"])
+        self.assertIn("hp p99 1.150x alone > 1.1", slow["problems"])
+        # A verdict that claims more than its numbers (stop 38's: "near alone" at 1.44x).
+        lying = check_demo.check_run(self.demo(1.44, 5.1, "gpuos kept hp within 10% of its latency alone, median and tail"))
+        self.assertIn("the verdict does not match the numbers", lying["problems"])
+        self.assertIn("simulated device, not a GPU", check_demo.check_run(self.demo(1.0, 1.0, simulated=True))["problems"])
+        self.assertFalse(check_demo.check_run({"ok": False, "verdict": "unreadable"})["ok"])
+
+    def test_three_runs_hold_the_line_and_each_file_gets_the_commit(self):
+        d = tempfile.mkdtemp(prefix="check-demo-")
+        self.addCleanup(shutil.rmtree, d, ignore_errors=True)
+        paths = []
+        for i, (p50, p99) in enumerate([(1.01, 1.03), (1.02, 1.04), (1.0, 1.05)]):
+            paths.append(os.path.join(d, f"demo-{i + 1}.json"))
+            with open(paths[-1], "w") as f:
+                json.dump(self.demo(p50, p99), f)
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            self.assertEqual(check_demo.main(paths + ["--stamp", "abc1234", "--md", os.path.join(d, "demo.md")]), 0)
+        self.assertIn("holds (3 of 3 runs count)", out.getvalue())
+        with open(paths[0]) as f:
+            self.assertEqual(json.load(f)["commit"], "abc1234")
+        with open(os.path.join(d, "demo.md")) as f:
+            self.assertIn("| demo-1.json | abc1234 | space | 1.010 | 1.030 | yes |", f.read())
+        # Two runs are not three; a broken file is a run that does not count.
+        self.assertFalse(check_demo.verdict([check_demo.check_run(self.demo(1.0, 1.0))] * 2)["holds"])
+        with open(paths[2], "w") as f:
+            f.write("{")
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            check_demo.main(paths)
+        self.assertIn("does NOT hold (2 of 3 runs count)", out.getvalue())
 
 
 class CheckBudgets(unittest.TestCase):
