@@ -491,9 +491,10 @@ class RecordingPolicy final : public slots::TimeGate {
     }
     slots::GateActions a;
     for (const auto& [id, gate] : gates) a.gates.push_back({id, gate, 0, {}});
-    a.next_tick_ns = v.now_ns + 7;
+    a.next_tick_ns = next_in == 0 ? 0 : v.now_ns + next_in;
     return a;
   }
+  uint64_t next_in = 7;  // when it asks to decide again (0: no particular time)
   int activities = 0;
   std::vector<slots::Event> events;
   slots::GateTenant last;
@@ -572,6 +573,47 @@ TEST_F(ActivityFixture, AcceptedFromTheTenantsOwnConnectionWithoutAReply) {
   expect_refused(core->handle_message(conn, &m, sizeof(m) - 4), GPUOS_ERR_BAD_MESSAGE);
   EXPECT_EQ(pol->activities, 2);
   munmap(cb, sizeof(*cb));
+}
+
+TEST_F(ActivityFixture, BeyondItsRateATenantsActivityIsDecidedOnAtATick) {
+  // ACTIVITY is a wake-up, and each one costs a decision over every tenant: beyond a tenant's rate
+  // (activity_rate.h) its words are decided on at a tick shortly after, so one that flips them in a
+  // loop cannot keep gpuosd deciding, and no change is lost.
+  pol->next_in = 0;
+  Outcome reg = send(make_register(conn.peer.pid, "flood"));
+  ASSERT_EQ(reg.registered, 1u);
+  gpuos_control_block* cb = map_block(reg);
+  const int burst = static_cast<int>(ActivityRate::kBurst);
+  for (int i = 0; i < burst + 500; ++i) {
+    std::atomic_ref<uint32_t>(cb->busy).store(i % 2);
+    EXPECT_TRUE(send(make_activity(i % 2, 0)).replies.empty());
+  }
+  EXPECT_EQ(pol->activities, burst) << "a decision per message up to the burst";
+  EXPECT_EQ(core->next_tick_ns(mono), mono + ActivityRate::kDeferNs) << "the held-back changes get a tick";
+  std::atomic_ref<uint32_t>(cb->busy).store(1);
+  mono += ActivityRate::kDeferNs;
+  core->tick(mono);
+  EXPECT_EQ(pol->events.back(), slots::Event::kTick);
+  EXPECT_EQ(core->next_tick_ns(mono), 0u) << "decided: nothing held back";
+  // At its rate again (a second later the bucket is full): each message decides at once.
+  mono += 1'000'000'000;
+  send(make_activity(1, 0));
+  EXPECT_EQ(pol->activities, burst + 1);
+  EXPECT_TRUE(pol->last.busy);
+  munmap(cb, sizeof(*cb));
+}
+
+TEST(ActivityRate, ABucketOfBurstRefilledAtTheRate) {
+  ActivityRate r;
+  int taken = 0;
+  for (int i = 0; i < 3000; ++i) taken += r.take(1000) ? 1 : 0;
+  EXPECT_EQ(taken, static_cast<int>(ActivityRate::kBurst));
+  EXPECT_EQ(r.deferred, 3000 - ActivityRate::kBurst);
+  EXPECT_FALSE(r.take(1000 + 10'000)) << "10 us: a fifth of a token";
+  EXPECT_TRUE(r.take(1000 + 100'000)) << "100 us: two tokens";
+  EXPECT_TRUE(r.take(1000 + 100'000));
+  EXPECT_FALSE(r.take(1000 + 100'000));
+  EXPECT_FALSE(r.take(500)) << "a clock that goes back refills nothing";
 }
 
 TEST_F(ActivityFixture, AdminPinBeatsThePolicy) {

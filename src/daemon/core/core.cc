@@ -302,6 +302,15 @@ Outcome Core::on_activity(Connection& conn, const gpuos_msg_activity& m) {
   auto it = tenants_.find(conn.tenant_id);
   if (it == tenants_.end()) return Outcome{};  // cannot happen: connection_closed clears tenant_id
   const uint64_t now = now_mono_ns();
+  if (!it->second.activity.take(now)) {
+    // Beyond its rate (activity_rate.h): decided on at a tick shortly, from its words as they are.
+    if (it->second.activity.deferred == 1) {
+      log::warn("tenant %u sends ACTIVITY faster than %.0f a second: beyond that its changes are decided on at "
+                "ticks %.0f ms apart", it->first, ActivityRate::kPerSecond, ActivityRate::kDeferNs / 1e6);
+    }
+    if (activity_tick_ns_ == 0) activity_tick_ns_ = now + ActivityRate::kDeferNs;
+    return Outcome{};
+  }
   observe_busy(it->second, now);
   gpu_busy_.observe(tenants_, now);
   const Tenant& t = it->second;
@@ -399,6 +408,7 @@ void Core::shutdown() {
 }
 
 void Core::tick(uint64_t now_mono_ns) {
+  if (activity_tick_ns_ != 0 && now_mono_ns >= activity_tick_ns_) activity_tick_ns_ = 0;
   // Renews every closed gate's lease (GPUOS_GATE_LEASE_NS): after a stall longer than that
   // (SIGSTOP, a hung hook) gated tenants ran on their own; from now they obey their gates again.
   for (auto& [id, t] : tenants_) {
@@ -417,6 +427,7 @@ uint64_t Core::next_tick_ns(uint64_t now_mono_ns) {
   if (space != 0 && (next == 0 || space < next)) next = space;
   // The usage check runs with no tenant too: a process on a GPU that never registered is a finding.
   if (const uint64_t v = verify_engine_.next_ns(); v != 0 && (next == 0 || v < next)) next = v;
+  if (activity_tick_ns_ != 0 && (next == 0 || activity_tick_ns_ < next)) next = activity_tick_ns_;
   return next;
 }
 

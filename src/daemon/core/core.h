@@ -243,6 +243,8 @@ class Core final {
   std::map<uint32_t, Tenant> tenants_;  // live tenants by id
   std::deque<gpuos_msg_tenant_info> history_;
   CoreStats stats_;
+  // The tick that decides on ACTIVITY held back beyond a tenant's rate (activity_rate.h; 0: none).
+  uint64_t activity_tick_ns_ = 0;
 };
 
 }  // namespace gpuos::daemon

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "gpuos/abi.h"
+#include "daemon/core/activity_rate.h"
 #include "daemon/core/usage_window.h"
 #include "slots/time_gate.h"
 
@@ -219,6 +220,7 @@ struct Tenant {
   SpaceState space;
   SwapState swap;
   BusyState busy;
+  ActivityRate activity;
   BudgetState budget;
   KvState kv;
   KubeState kube;
