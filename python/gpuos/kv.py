@@ -280,6 +280,14 @@ def report_queue(waiting_requests: int) -> None:
     _check(_load().gpuos_kv_report_queue(min(n, _UINT32_MAX)))
 
 
+def _added_later(name: str):
+    """A function the library gained after ABI version 1 began; VERSION from one that predates it."""
+    fn = getattr(_load(), name, None)
+    if fn is None:
+        raise KvError(Result.VERSION, f"{_lib_path} predates {name}")
+    return fn
+
+
 def report_slots(active: int, capacity: int) -> None:
     """Tells gpuosd how many of the engine's batch slots are in use, of how many (gpuos ps shows
     them beside report_queue's waiting requests): 0 <= active <= capacity, 1 <= capacity <= 2**20."""
@@ -287,10 +295,7 @@ def report_slots(active: int, capacity: int) -> None:
     if not 1 <= capacity <= MAX_SLOTS or not 0 <= active <= capacity:
         raise ValueError(f"slots must be 0 <= active <= capacity, 1 <= capacity <= {MAX_SLOTS}, "
                          f"not {active} of {capacity}")
-    fn = getattr(_load(), "gpuos_kv_report_slots", None)
-    if fn is None:
-        raise KvError(Result.VERSION, f"{_lib_path} predates gpuos_kv_report_slots")
-    _check(fn(active, capacity))
+    _check(_added_later("gpuos_kv_report_slots")(active, capacity))
 
 
 def report_phase(phase: int) -> None:
@@ -298,10 +303,7 @@ def report_phase(phase: int) -> None:
     it admitted) or PHASE_STEP. A latency budget measures the two apart (gpuos ps: which binds)."""
     if phase not in (PHASE_STEP, PHASE_ADMISSION):
         raise ValueError(f"phase must be PHASE_STEP or PHASE_ADMISSION, not {phase!r}")
-    fn = getattr(_load(), "gpuos_kv_report_phase", None)
-    if fn is None:
-        raise KvError(Result.VERSION, f"{_lib_path} predates gpuos_kv_report_phase")
-    _check(fn(phase))
+    _check(_added_later("gpuos_kv_report_phase")(phase))
 
 
 @contextlib.contextmanager

@@ -16,23 +16,25 @@ double median_of(std::vector<uint64_t> v) {
   return static_cast<double>(v[mid]);
 }
 
+// Whether a launch (an admission or a step) is one of `which`.
+bool counted(Launches which, bool admission) {
+  return which == Launches::kAll || admission == (which == Launches::kAdmissions);
+}
+
 // (value, weight) pairs to judge: each ratio, or with interval_ns each interval's weighted mean
 // ratio, weighted by its launches' weight.
 template <typename It>
 std::vector<std::pair<double, double>> judged(It first, It last, uint64_t interval_ns, Launches which) {
-  auto counts = [which](const auto& r) {
-    return which == Launches::kAll || r.admission == (which == Launches::kAdmissions);
-  };
   std::vector<std::pair<double, double>> out;
   if (interval_ns == 0) {
     for (It it = first; it != last; ++it) {
-      if (counts(*it)) out.emplace_back(it->ratio, it->weight);
+      if (counted(which, it->admission)) out.emplace_back(it->ratio, it->weight);
     }
     return out;
   }
   std::map<uint64_t, std::pair<double, double>> sums;  // interval -> (sum of ratio x weight, weight)
   for (It it = first; it != last; ++it) {
-    if (!counts(*it)) continue;
+    if (!counted(which, it->admission)) continue;
     auto& [rw, w] = sums[it->at_ns / interval_ns];
     rw += it->ratio * it->weight;
     w += it->weight;
@@ -87,11 +89,8 @@ double weighted_quantile(std::vector<std::pair<double, double>> v, double q) {
 double SlowdownMeter::slowdown(double q, uint64_t now, uint64_t span_ns, std::size_t* count, Launches which) const {
   auto first = window_.end();
   while (first != window_.begin() && std::prev(first)->at_ns + span_ns > now) --first;
-  const std::size_t launches = which == Launches::kAll
-                                   ? static_cast<std::size_t>(window_.end() - first)
-                                   : static_cast<std::size_t>(std::count_if(first, window_.end(), [which](const Ratio& r) {
-                                       return r.admission == (which == Launches::kAdmissions);
-                                     }));
+  const auto launches = static_cast<std::size_t>(
+      std::count_if(first, window_.end(), [which](const Ratio& r) { return counted(which, r.admission); }));
   if (count != nullptr) *count = launches;
   if (launches == 0) return 0;
   const double reference = weighted_quantile(judged(solo_ref_.begin(), solo_ref_.end(), p_.interval_ns, which), q);
