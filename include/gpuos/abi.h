@@ -540,6 +540,10 @@ typedef struct gpuos_msg_tenant_info {
      admissions (prefills), each p99 over the window as slowdown_permille (0 = none measured) */
   uint32_t slowdown_step_permille;
   uint32_t slowdown_admission_permille;
+  /* a budgeted tenant in a spatial domain: MPS's cost to it that its budget charges, per mille of
+     its time without MPS (measured from its kernels' mean time alone; 0 = not in a domain) */
+  uint32_t mps_cost_permille;
+  uint32_t reserved9;
 } gpuos_msg_tenant_info;
 #define GPUOS_GATE_BY_ADMIN 1u  /* an admin holds it (gpuos gate ID close); survives a restart */
 #define GPUOS_GATE_BY_POLICY 2u /* the time-gate policy closed it */
@@ -662,7 +666,7 @@ static_assert(offsetof(gpuos_control_block, space_sample_seq) == 1024, "sizing l
 static_assert(sizeof(gpuos_shape_latency) == 112, "shape entries");
 static_assert(sizeof(gpuos_msg_register) == 160, "ABI v2 frozen");
 static_assert(sizeof(gpuos_msg_register_reply) == 192, "ABI v2 frozen");
-static_assert(sizeof(gpuos_msg_tenant_info) == 896, "ABI v2 (grown by chargeback and engine slots and phases: gpuosd and the CLI are one build)");
+static_assert(sizeof(gpuos_msg_tenant_info) == 904, "ABI v2 (grown by chargeback, engine slots and phases, MPS's cost: gpuosd and the CLI are one build)");
 static_assert(sizeof(gpuos_msg_gpu_info) == 176, "ABI v2 frozen");
 static_assert(sizeof(gpuos_msg_reply) == 184, "ABI v2 frozen");
 static_assert(sizeof(gpuos_msg_activity) == 24, "ABI v2 frozen");

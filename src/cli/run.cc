@@ -241,12 +241,16 @@ int run_command(const RunOptions& o, const std::vector<std::string>& cmd) {
       if (const ConfigSection* sec = cfg.section("budget"); sec != nullptr) {
         policies::budget::parse_budget_params(*sec, &bp, &unused);
       }
-      if (o.max_slowdown_permille / 1000.0 <= 1.0 + bp.mps_cost) {
+      // Its own kernels are not timed yet: a typical decode step's cost, unless the config fixes one
+      // (gpuosd measures the tenant's, and warns in its log when that alone takes the budget).
+      const double cost = bp.mps_cost_fixed.value_or(policies::budget::kMpsCostUntimed);
+      if (o.max_slowdown_permille / 1000.0 <= 1.0 + cost) {
         std::fprintf(stderr,
                      "gpuos run: warning: --max-slowdown %s --space %s: MPS alone costs a tenant's kernels about "
-                     "%.0f%% ([policy.budget] mps_cost_pct), as much as the budget allows: nothing will be lent "
-                     "beside it; time-shared (without --space) the whole budget is the meter's\n",
-                     budget_text.c_str(), o.space.c_str(), bp.mps_cost * 100);
+                     "%.0f%% (%s), as much as the budget allows: nothing will be lent beside it; time-shared "
+                     "(without --space) the whole budget is the meter's\n",
+                     budget_text.c_str(), o.space.c_str(), cost * 100,
+                     bp.mps_cost_fixed ? "[policy.budget] mps_cost_pct" : "a graph-replayed decode step's");
       }
     }
   }

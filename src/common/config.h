@@ -58,7 +58,7 @@
 //                              # percent of its default partition's (0..50; 0 = off)
 //   right_size_below_grid = false  # right-sizing may take a tenant below the block count of a
 //                              # kernel that runs one block per SM (its fit cannot see that step)
-//   mps_kernel_cost_ns = 320   # what MPS adds to each kernel of a client (0..1000000; 0 = no
+//   mps_kernel_cost_ns = 370   # what MPS adds to each kernel of a client (0..1000000; 0 = no
 //                              # warning): gpuosd warns about a guaranteed tenant whose kernels are
 //                              # so short that this costs it more than the slack
 //   budget_whole_gpu = false   # a guaranteed tenant with a latency budget (and no --sms) runs on

@@ -26,6 +26,23 @@ inline double budget_slack(uint32_t max_slowdown_permille) {
 // B after its partition (when it is confined to one: not when it runs on the whole GPU, alone in
 // its domain or planned whole_gpu) and MPS. At most B; at least 1 (then nothing is lent:
 // best-effort tenants of its domain are held).
+// MPS's cost to one kernel of a client: a fixed start/drain time on the GPU, whatever the kernel's
+// length (+0.37 us per kernel fitted over the 1736 kernels of a graph-replayed 8B decode step on the
+// H200, bench/results/2026-12-05-mps-cost; PLATFORM.md's probe measured 0.32).
+inline constexpr uint64_t kMpsKernelCostNs = 370;
+
+// MPS's cost to a tenant, as a fraction of its GPU time without MPS, from its kernels' mean time
+// under MPS (timed_ns over timed_kernels): each of them holds cost_ns of MPS's own, so the cost is
+// cost_ns / (mean - cost_ns). The 8B step's kernels (4.92 us under MPS) give 8.1% (7.9% measured);
+// the 1B suite server's (3.93 us on an H100) 10.4% (10.6% measured on the H200). 0 with nothing
+// timed; at most 1 (kernels no longer than MPS's own part of them).
+inline double measured_mps_cost(uint64_t timed_kernels, uint64_t timed_ns, uint64_t cost_ns) {
+  if (timed_kernels == 0 || timed_ns == 0) return 0;
+  const double mean = static_cast<double>(timed_ns) / static_cast<double>(timed_kernels);
+  const double cost = static_cast<double>(cost_ns);
+  return mean <= 2 * cost ? 1.0 : cost / (mean - cost);
+}
+
 inline double interference_budget(uint32_t max_slowdown_permille, double mps_cost, bool partitioned = true) {
   const double b = max_slowdown_permille / 1000.0;
   const double slack = partitioned ? budget_slack(max_slowdown_permille) : 0.0;

@@ -56,6 +56,10 @@ struct GateTenant {
   // Its engine says it admits requests now (their prefill; gpuos_kv_report_phase): its own word,
   // so a policy may only let it withdraw what it lends others, never take more.
   bool admitting = false;
+  // Its kernels in all its timed launches so far (a graph counts its kernel nodes), and their time
+  // on the GPU (control block space_timed_*: its own word, which only its own budget reads).
+  uint64_t timed_kernels = 0;
+  uint64_t timed_ns = 0;
   // In a domain: the SM groups of its partition as the space slot planned it (the most on any GPU;
   // 0 = unconfined), before Pacing::groups trims it.
   uint32_t space_groups = 0;
@@ -109,6 +113,9 @@ struct BudgetReport {
   // its phases (gpuos_kv_report_phase; 0 = none of that kind measured).
   uint32_t step_permille = 0;
   uint32_t admission_permille = 0;
+  // In a spatial domain: MPS's cost to it that its budget charges (per mille of its time without
+  // MPS; 0 = not in a domain).
+  uint32_t mps_cost_permille = 0;
   bool operator==(const BudgetReport&) const = default;
 };
 

@@ -145,7 +145,7 @@ TEST_F(Cli, ConfigCheckShowsTheSpatialSection) {
       << r.out;
   // The space policy's settings, as it reads them (defaults filled in).
   EXPECT_NE(r.out.find("[policy.partition]\nlend_after_ms = 20\nlend_max_kernel_ms = 10\nbe_reserve_groups = 2\n"
-                       "right_size_slack_pct = 4\nright_size_below_grid = false\nmps_kernel_cost_ns = 320\n"),
+                       "right_size_slack_pct = 4\nright_size_below_grid = false\nmps_kernel_cost_ns = 370\n"),
             std::string::npos)
       << r.out;
   // A policy's bad setting is refused like any other bad key, by file, line, table and key.

@@ -100,6 +100,10 @@ TEST(Listing, ABudgetShowsWhichOfStepsAndAdmissionsBinds) {
   l.tenants[0].slowdown_admission_permille = 0;  // its engine reports no phases
   EXPECT_EQ(listing_table(l).find(" step"), std::string::npos) << listing_table(l);
   EXPECT_FALSE(listing_json(l)["tenants"][0].contains("slowdown_binds"));
+  // Time-shared: no MPS to charge, none shown; in a domain, what its budget charges.
+  EXPECT_FALSE(listing_json(l)["tenants"][0].contains("mps_cost"));
+  l.tenants[0].mps_cost_permille = 104;
+  EXPECT_DOUBLE_EQ(listing_json(l)["tenants"][0]["mps_cost"].get<double>(), 0.104);
 }
 
 TEST(Listing, TheBudgetColumnShowsABudgetAndAPacedTenantsPacing) {
@@ -213,6 +217,7 @@ TEST(Listing, JsonFieldsAreTheDocumentedOnes) {
   t.space_sized_permille = 1010;
   t.engine_slots_capacity = 32;  // its engine reports its batch slots
   t.slowdown_admission_permille = 1100;  // ... and its phases
+  t.mps_cost_permille = 104;             // ... in a spatial domain
   l.tenants = {t};
   l.tenant_gpus = {on_gpu(1, 0, 1u << 20, false)};
   const nlohmann::json j = listing_json(l);

@@ -33,6 +33,8 @@ slots::GateTenant GateEngine::tenant_view(const Tenant& t) const {
     v.waiting = load(t.cb->waiting) != 0;
     v.signalled = load(t.cb->signalled) != 0;
     v.admitting = load(t.cb->engine_phase) == GPUOS_KV_PHASE_ADMISSION;
+    v.timed_kernels = load(t.cb->space_timed_kernels);
+    v.timed_ns = load(t.cb->space_timed_ns);
   }
   v.gate = t.gate.effective();  // what gpuosd set (the word is put back if the tenant changed it)
   v.closed_gpus = v.gate == GPUOS_GATE_OPEN ? t.gate.closed_gpus : 0;
@@ -172,6 +174,7 @@ void GateEngine::apply(std::map<uint32_t, Tenant>& tenants, const View&, const A
     t.budget.be_share_permille = b.be_share_permille;
     t.budget.step_permille = b.step_permille;
     t.budget.admission_permille = b.admission_permille;
+    t.budget.mps_cost_permille = b.mps_cost_permille;
   }
   next_ns_ = a.next_tick_ns;
 }

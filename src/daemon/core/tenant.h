@@ -72,6 +72,7 @@ struct BudgetState {
   uint32_t be_share_permille = 0;
   uint32_t step_permille = 0;       // its steps' and its admissions' slowdowns (BudgetReport)
   uint32_t admission_permille = 0;
+  uint32_t mps_cost_permille = 0;   // what its budget charges for MPS (BudgetReport)
 };
 
 // The tenant's device ordinals -> gpuosd's GPUs (from the control block's device_uuid; identity

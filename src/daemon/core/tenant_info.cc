@@ -62,6 +62,7 @@ gpuos_msg_tenant_info tenant_info(const Tenant& t, uint32_t state, uint64_t exit
   i.be_share_permille = t.budget.be_share_permille;
   i.slowdown_step_permille = t.budget.step_permille;
   i.slowdown_admission_permille = t.budget.admission_permille;
+  i.mps_cost_permille = t.budget.mps_cost_permille;
   if (state != GPUOS_TENANT_EXITED) {
     // Sized in SM groups (beside a guaranteed tenant on the whole GPU): its share is the part of
     // its planned groups it may use, times its time share on them.

@@ -351,6 +351,10 @@ std::string render_metrics(Core& core, const MetricsContext& ctx, uint64_t now_m
         "A budgeted tenant's slowdown over its admissions (prefills) alone, when its engine reports its "
         "phases; 0 = not measured",
         [](const TenantStat& t) { return permille(t.info.slowdown_admission_permille); });
+  per_tenant("gpuos_tenant_mps_cost_ratio", "gauge",
+        "A budgeted tenant in a spatial domain: MPS's cost to it that its budget charges, as a fraction of its "
+        "time without MPS (measured from its kernels' mean time alone); 0 = not in a domain",
+        [](const TenantStat& t) { return permille(t.info.mps_cost_permille); });
   per_tenant("gpuos_tenant_best_effort_share_ratio", "gauge",
         "The share of the GPU's time best-effort tenants are granted beside a budgeted tenant now (0 while it "
         "is measured alone, or over its budget)",

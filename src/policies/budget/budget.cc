@@ -16,12 +16,6 @@ bool budgeted(const slots::GateTenant& t) {
   return t.tenant_class == GPUOS_CLASS_GUARANTEED && t.max_slowdown_permille != 0;
 }
 bool active(const slots::GateTenant& t) { return t.busy || (t.waiting && !t.pinned); }
-// The slowdown the meter may allow a budgeted tenant: its whole budget time-shared; in a spatial
-// domain what its partition and MPS leave of it (budget_split.h).
-double meter_limit(const slots::GateTenant& t, double mps_cost) {
-  return t.space_domain.empty() ? t.max_slowdown_permille / 1000.0
-                                 : interference_budget(t.max_slowdown_permille, mps_cost, t.space_confined);
-}
 // Sharing in time, a budgeted tenant has the GPU 1 - share of the time at best: a share beyond
 // 1 - 1/limit cannot keep it within its budget, whatever its timings say. Beside it in space (the
 // best-effort tenants of its domain, on SMs of their own) no time slice is taken from it, and only
@@ -35,6 +29,41 @@ bool paced_be(const slots::GateTenant& t, const std::set<std::string>& budget_do
 }
 
 }  // namespace
+
+double BudgetPolicy::mps_cost(const TenantBudget& b) const {
+  if (params_.mps_cost_fixed) return *params_.mps_cost_fixed;
+  if (b.solo_kernels < kMpsCostMinKernels) return kMpsCostUntimed;
+  return measured_mps_cost(b.solo_kernels, b.solo_kernel_ns, kMpsKernelCostNs);
+}
+
+double BudgetPolicy::meter_limit(const slots::GateTenant& t, const TenantBudget& b) const {
+  return t.space_domain.empty() ? t.max_slowdown_permille / 1000.0
+                                 : interference_budget(t.max_slowdown_permille, mps_cost(b), t.space_confined);
+}
+
+void BudgetPolicy::note_kernels(const slots::GateTenant& t, TenantBudget& b, bool solo) const {
+  // Its words are its own (and only ever its own budget's): a count that went back starts again,
+  // and a step no real tenant takes between two decisions counts for nothing.
+  constexpr uint64_t kMaxKernelsStep = uint64_t{1} << 32, kMaxNsStep = uint64_t{1} << 42;
+  const uint64_t kernels = t.timed_kernels - b.seen_kernels, ns = t.timed_ns - b.seen_kernel_ns;
+  if (solo && b.seen_solo && t.timed_kernels >= b.seen_kernels && t.timed_ns >= b.seen_kernel_ns &&
+      kernels < kMaxKernelsStep && ns < kMaxNsStep) {
+    b.solo_kernels += kernels;
+    b.solo_kernel_ns += ns;
+  }
+  b.seen_kernels = t.timed_kernels;
+  b.seen_kernel_ns = t.timed_ns;
+  b.seen_solo = solo;
+  if (!b.mps_warned && !t.space_domain.empty() && b.solo_kernels >= kMpsCostMinKernels &&
+      meter_limit(t, b) <= 1.0) {
+    b.mps_warned = true;
+    log::warn("budget: tenant %u (%s): its kernels take %.2f us on average alone, and MPS adds about %.2f us to each: "
+              "%.1f%% of its time, which with its partition takes its whole budget of %.2fx; nothing is lent beside it. "
+              "Time-shared (outside domain \"%s\") the whole budget would be the meter's",
+              t.id, t.name.c_str(), b.solo_kernel_ns / 1e3 / static_cast<double>(b.solo_kernels), kMpsKernelCostNs / 1e3,
+              mps_cost(b) * 100, t.max_slowdown_permille / 1000.0, t.space_domain.c_str());
+  }
+}
 
 GroupSplit groups_for_share(double share, uint32_t planned_groups) {
   if (planned_groups == 0) return {0, static_cast<uint32_t>(std::clamp(std::lround(share * 1000), 1L, 1000L))};
@@ -56,7 +85,7 @@ uint32_t BudgetPolicy::be_groups_beside(const slots::GateTenant& t, const slots:
 
 uint32_t BudgetPolicy::max_kernel_us(const slots::GateTenant& t, const TenantBudget& b) const {
   uint32_t own = 0;
-  const double excess_ns = b.meter.has_solo() ? (meter_limit(t, params_.mps_cost) - 1.0) * b.meter.typical_solo_ns() : 0;
+  const double excess_ns = b.meter.has_solo() ? (meter_limit(t, b) - 1.0) * b.meter.typical_solo_ns() : 0;
   if (params_.long_kernel_fraction > 0 && excess_ns > 0) {
     own = static_cast<uint32_t>(std::clamp(params_.long_kernel_fraction * excess_ns / 1000.0, 1.0, 1e7));
   }
@@ -109,6 +138,7 @@ slots::GateActions BudgetPolicy::decide(const slots::GateView& view) {
     const bool solo =
         !any_be || (b.be_quiet_since_ns != 0 && now >= b.be_quiet_since_ns + params_.settle_ns && be_drained);
     for (const slots::TimedLaunch& l : t.timed) b.meter.add(l.key, l.ns, solo, now);
+    note_kernels(t, b, solo);
     if (b.lending) b.lent += t.timed.size();  // timed while the last decision lent beside it
     if (b.idle.was_active && !active(t)) ++b.pauses;
     b.idle.observe(active(t), now);
@@ -126,7 +156,7 @@ slots::GateActions BudgetPolicy::decide(const slots::GateView& view) {
     TenantBudget& b = it->second;
     if (now < b.last_react_ns + params_.react_ns) continue;
     std::size_t n = 0;
-    if (b.meter.slowdown(0.9, now, params_.react_ns, &n) * growth(b) > meter_limit(t, params_.mps_cost) &&
+    if (b.meter.slowdown(0.9, now, params_.react_ns, &n) * growth(b) > meter_limit(t, b) &&
         n >= kReactMinLaunches) {
       b.share = whole_groups(b.share * params_.controller.decrease, be_groups_beside(t, view));
       if (b.share < params_.controller.increase / 4) b.share = 0;
@@ -155,7 +185,7 @@ slots::GateActions BudgetPolicy::decide(const slots::GateView& view) {
         m.window_p99 = g * (planned != 0 ? b.meter.slowdown(0.99, now, std::min(since_move, params_.meter.window_ns), &m.window)
                                          : b.meter.window_p99(now, &m.window));
         m.lent = b.lent;
-        const double budget = meter_limit(t, params_.mps_cost);
+        const double budget = meter_limit(t, b);
         ControllerParams cp = params_.controller;
         if (t.space_domain.empty()) cp.max_share = std::min(cp.max_share, time_share_cap(budget));
         if (budget <= 1.0) {
@@ -245,7 +275,7 @@ slots::GateActions BudgetPolicy::decide(const slots::GateView& view) {
         *lent = false;
         continue;
       }
-      const double limit = meter_limit(t, params_.mps_cost);
+      const double limit = meter_limit(t, *b);
       share = std::min(share, in_space ? b->share : std::min(b->share, time_share_cap(limit)));
       if (!in_space) max_kernel = smaller_bound(max_kernel, max_kernel_us(t, *b));
       burst_ns = std::min(burst_ns, params_.burst_fraction * (limit - 1.0) * b->meter.typical_solo_ns());
@@ -362,6 +392,7 @@ slots::GateActions BudgetPolicy::decide(const slots::GateView& view) {
     // Its steps and its admissions apart, once its engine reported an admission (else all are steps).
     r.admission_permille = permille(Launches::kAdmissions);
     if (r.admission_permille != 0) r.step_permille = permille(Launches::kSteps);
+    if (!t.space_domain.empty()) r.mps_cost_permille = static_cast<uint32_t>(std::lround(std::clamp(mps_cost(b), 0.0, 1.0) * 1000));
     out.budgets.push_back(r);
     sooner(st.next_control_ns);
   }
@@ -382,7 +413,7 @@ bool parse_budget_params(const ConfigSection& sec, BudgetParams* out, std::strin
   // Only the settings a measurement justified are keys (OPERATIONS.md cites the run of each); the
   // controller's periods, steps, probes and sampling are BudgetParams' defaults.
   BudgetParams p;
-  uint32_t meter_interval_ms = 0, react_ms = 20, target_pct = 50, mps_cost_pct = 8;
+  uint32_t meter_interval_ms = 0, react_ms = 20, target_pct = 50, mps_cost_pct = 0;
   uint32_t max_kernel_pct = 100, idle_hold_ms = 20;
   if (!read_priority_keys(sec, &p.priority, error) ||
       !sec.get_uint("meter_interval_ms", 0, 60000, &meter_interval_ms, error) ||
@@ -398,7 +429,7 @@ bool parse_budget_params(const ConfigSection& sec, BudgetParams* out, std::strin
   p.meter.interval_ns = uint64_t{meter_interval_ms} * 1'000'000;
   p.react_ns = uint64_t{react_ms} * 1'000'000;
   p.controller.target_fraction = target_pct / 100.0;
-  p.mps_cost = mps_cost_pct / 100.0;
+  if (sec.find("mps_cost_pct") != nullptr) p.mps_cost_fixed = mps_cost_pct / 100.0;
   p.long_kernel_fraction = max_kernel_pct / 100.0;
   p.idle_hold_ns = uint64_t{idle_hold_ms} * 1'000'000;
   *out = p;
@@ -424,7 +455,8 @@ std::string budget_settings(const ConfigSection& section) {
          "\npace_max_kernel_us = " + std::to_string(p.pace_max_kernel_us) +
          "\npace_max_kernel_pct = " + std::to_string(std::lround(p.long_kernel_fraction * 100)) +
          "\npace_idle_hold_ms = " + ms(p.idle_hold_ns) +
-         "\nmps_cost_pct = " + std::to_string(std::lround(p.mps_cost * 100)) +
+         (p.mps_cost_fixed ? "\nmps_cost_pct = " + std::to_string(std::lround(*p.mps_cost_fixed * 100))
+                           : std::string("\n# mps_cost_pct: measured per tenant")) +
          "\nsteer_load_growth = " + (p.steer_load_growth ? "true" : "false") + "\n";
 }
 

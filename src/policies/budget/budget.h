@@ -39,6 +39,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 
 #include "policies/budget/controller.h"
 #include "policies/budget/slowdown_meter.h"
@@ -83,8 +84,10 @@ struct BudgetParams {
   // guaranteed tenant time, for a step no slower than half its budget allows.
   double burst_fraction = 0.5;
   // MPS's own cost to a guaranteed tenant in a spatial domain, as a fraction of its GPU time: a part
-  // of its budget its meter cannot see (its times alone are under MPS too; budget_split.h).
-  double mps_cost = 0.08;
+  // of its budget its meter cannot see (its times alone are under MPS too; budget_split.h). Measured
+  // per tenant from its kernels timed alone (measured_mps_cost: MPS's time per kernel over their mean
+  // time), kMpsCostUntimed until kMpsCostMinKernels of them were; fixed here instead when set.
+  std::optional<double> mps_cost_fixed;
   // Judge the meter's slowdown times its load growth (SlowdownMeter::load_growth, at least 1, at
   // most kMaxLoadGrowth): a server whose steps slow holds more requests, and its TPOT grows by both.
   // Beside training at 30% load on an H100 the meter read 1.08-1.13 and load growth 1.05-1.08 while
@@ -108,6 +111,12 @@ struct GroupSplit {
 };
 GroupSplit groups_for_share(double share, uint32_t planned_groups);
 
+// MPS's cost to a tenant whose kernels were not timed alone yet: a graph-replayed decode step's
+// (7.9% for an 8B model, 10.6% for a 1B on the H200: bench/results/2026-12-05-mps-cost).
+inline constexpr double kMpsCostUntimed = 0.08;
+// Kernels timed alone before their mean time is MPS's measure (a few decode steps of a server).
+inline constexpr uint64_t kMpsCostMinKernels = 10'000;
+
 // Launches the reactive back-off needs in its span before it judges.
 inline constexpr std::size_t kReactMinLaunches = 2;
 
@@ -124,6 +133,14 @@ struct TenantBudget {
   IdleClock idle{};                // its long-launch hold after it goes idle
   uint64_t pauses = 0;             // times the decisions saw it go idle (a server: between steps)
   uint64_t pauses_logged = 0;      // ... as of the last probe's log line
+  // Its kernels timed while it ran alone (what its timed_* words grew by between two decisions
+  // that both saw it solo) and their time: what MPS costs it (BudgetPolicy::mps_cost).
+  uint64_t solo_kernels = 0;
+  uint64_t solo_kernel_ns = 0;
+  uint64_t seen_kernels = 0;  // its words at the last decision
+  uint64_t seen_kernel_ns = 0;
+  bool seen_solo = false;     // ... which saw it solo
+  bool mps_warned = false;    // MPS alone was found to take its whole budget (logged once)
 };
 
 struct BudgetState {
@@ -149,7 +166,16 @@ class BudgetPolicy final : public slots::TimeGate {
 
   const BudgetState& state() const { return state_; }
 
+  // MPS's cost to budgeted tenant t (BudgetParams::mps_cost_fixed), and the slowdown its meter may
+  // allow it: its whole budget time-shared; in a spatial domain what its partition and MPS leave of
+  // it (budget_split.h).
+  double mps_cost(const TenantBudget& b) const;
+  double meter_limit(const slots::GateTenant& t, const TenantBudget& b) const;
+
  private:
+  // Adds what t's kernels were timed at since the last decision to b's solo kernels, when both
+  // decisions saw it solo; warns once when MPS alone takes its whole budget.
+  void note_kernels(const slots::GateTenant& t, TenantBudget& b, bool solo) const;
   // The longest best-effort launch (us) that budgeted tenant t, sharing in time, lets run beside
   // it (0 = no bound): the smaller of pace_max_kernel_us and long_kernel_fraction's.
   uint32_t max_kernel_us(const slots::GateTenant& t, const TenantBudget& b) const;

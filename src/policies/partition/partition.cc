@@ -140,7 +140,7 @@ bool PartitionPolicy::whole_gpu(const slots::SpaceTenant& t) const {
 void PartitionPolicy::warn_if_mps_costs_slack(const slots::SpaceTenant& t, TenantState& st) {
   if (st.mps_warned || t.tenant_class != GPUOS_CLASS_GUARANTEED || t.domain.empty()) return;
   if (t.samples < kMpsCostMinSamples) return;
-  const double cost = partition::mps_cost(t.timed_kernels, t.timed_ns, params_.mps_kernel_cost_ns);
+  const double cost = measured_mps_cost(t.timed_kernels, t.timed_ns, params_.mps_kernel_cost_ns);
   double slack = params_.sizer.slack > 0 ? params_.sizer.slack : partition::SizerParams{}.slack;
   if (t.max_slowdown_permille > 1000) slack = t.max_slowdown_permille / 1000.0 - 1.0;  // its whole budget
   if (cost <= slack) return;
@@ -211,7 +211,8 @@ slots::SpaceActions PartitionPolicy::decide(const slots::SpaceView& view) {
 }
 
 bool parse_partition_params(const ConfigSection& sec, PartitionParams* out, std::string* error) {
-  uint32_t lend_after_ms = 20, lend_max_kernel_ms = 10, reserve = 2, slack_pct = 4, mps_cost = 320;
+  uint32_t lend_after_ms = 20, lend_max_kernel_ms = 10, reserve = 2, slack_pct = 4;
+  uint32_t mps_cost = kMpsKernelCostNs;
   bool below_grid = false, whole_gpu = false;
   if (!sec.get_uint("lend_after_ms", 0, 3600000, &lend_after_ms, error) ||
       !sec.get_uint("lend_max_kernel_ms", 1, 3600000, &lend_max_kernel_ms, error) ||

@@ -22,9 +22,10 @@ namespace gpuos::policies {
 struct PartitionParams {
   partition::SpaceParams space;  // group_sms comes from each view
   partition::SizerParams sizer;  // slack <= 0: no right-sizing
-  // What MPS adds to each kernel of a spatial tenant: a guaranteed one whose mean kernel is so
-  // short that this exceeds the sizer's slack is warned about once (0: never).
-  uint64_t mps_kernel_cost_ns = 320;
+  // What MPS adds to each kernel of a spatial tenant (budget_split.h): a guaranteed one whose mean
+  // kernel is so short that MPS's cost (measured_mps_cost) exceeds the sizer's slack is warned about
+  // once (0: never).
+  uint64_t mps_kernel_cost_ns = kMpsKernelCostNs;
   // A guaranteed tenant with a latency budget and no --sms runs on the whole GPU (planner.h
   // whole_gpu) instead of a right-sized partition: best-effort tenants stay on the reserve groups,
   // and the budget paces them. Off: it is partitioned and right-sized like any guaranteed tenant.

@@ -300,11 +300,6 @@ double partition_cost(const std::vector<ShapeSamples>& shapes, uint32_t ceiling,
   return alone > 0 ? confined / alone : 0;
 }
 
-double mps_cost(uint64_t timed_kernels, uint64_t timed_ns, uint64_t cost_ns) {
-  if (timed_kernels == 0 || timed_ns == 0) return 0;
-  return static_cast<double>(cost_ns) * static_cast<double>(timed_kernels) / static_cast<double>(timed_ns);
-}
-
 uint64_t longest_kernel_ns(const std::vector<ShapeSamples>& shapes) {
   double longest = 0;
   for (const ShapeSamples& s : shapes) {

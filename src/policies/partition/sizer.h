@@ -121,13 +121,6 @@ SizerDecision right_size(const std::vector<ShapeSamples>& shapes, const std::vec
 // shape has both. Above 1 + slack, right-sizing cannot keep it within its slack of running alone.
 double partition_cost(const std::vector<ShapeSamples>& shapes, uint32_t ceiling, uint32_t whole, uint64_t min_samples);
 
-// What MPS costs a tenant, as a fraction of its GPU time: cost_ns per kernel over the mean time of
-// its kernels (timed_ns over timed_kernels, from its timed launches; a graph counts its kernels).
-// An MPS client's kernels each take a fixed time longer, which the long kernels of a compute-bound
-// tenant do not notice and a graph of thousands of short ones does (measured on the H200: 10.6% on
-// a 1B decoder's decode step of 3 us kernels, 0.1% on 300 us kernels). 0 when nothing was timed.
-double mps_cost(uint64_t timed_kernels, uint64_t timed_ns, uint64_t cost_ns);
-
 // A tenant's longest kernel as measured: the largest, over its launch shapes, of the mean duration
 // at the most SMs it was timed on (a kernel that runs on more SMs than its own, lent ones, takes no
 // longer than that). 0 when nothing was timed yet.
