@@ -3,11 +3,12 @@
 #   1. the GPU suite (gpu/run_suite.sh): CUDA C++, PyTorch eager, CUDA graphs, Triton under gpuos;
 #   2. the launch-overhead benchmark, registered with a live gpuosd;
 #   3. memory quotas with PyTorch (default allocator and expandable segments);
-#   4. `gpuos demo` on the GPU;
-#   5. spatial sharing (gpu/spatial_test.sh): confinement, resizing under load, stream order, PyTorch;
-#   6. KV pools (gpu/kv_test.sh): growth cost, a borrower that meets its target, one swapped out.
+#   4. long launches learned from a budgeted tenant's timings (gpu/learned_phase.sh);
+#   5. `gpuos demo` on the GPU;
+#   6. spatial sharing (gpu/spatial_test.sh): confinement, resizing under load, stream order, PyTorch;
+#   7. KV pools (gpu/kv_test.sh): growth cost, a borrower that meets its target, one swapped out.
 # Usage (repo root, build tree at ./build or GPUOS_BUILD_DIR): OUT=/results bash gpu/run_all.sh
-# Writes to $OUT: gpu_suite.json, gpu_suite.md, launch_overhead.json, quota.jsonl, demo.txt,
+# Writes to $OUT: gpu_suite.json, gpu_suite.md, launch_overhead.json, quota.jsonl, learned_phase.json, demo.txt,
 # spatial.json, spatial.md, kv.json, kv.md, logs.tar.gz.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
@@ -34,6 +35,9 @@ for conf in "" "expandable_segments:True"; do
 done
 cat "$OUT/quota.jsonl"
 gpuosd_stop
+
+echo "== long launches learned from timings (a budget, no engine hint)"
+OUT="$OUT" bash gpu/learned_phase.sh || rc=1
 
 echo "== gpuos demo"
 timeout 240 "$BUILD/bin/gpuos" demo --seconds 3 2>&1 | tee "$OUT/demo.txt" || rc=1

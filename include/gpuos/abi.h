@@ -87,6 +87,10 @@ typedef struct gpuos_timed_launch {
   uint64_t ns;  /* its duration on the GPU, from its stream reaching it to its end */
 } gpuos_timed_launch;
 
+/* control block launch_phase values */
+#define GPUOS_LAUNCH_PHASE_STEPS 0u
+#define GPUOS_LAUNCH_PHASE_LONG 1u
+
 /* How long a closed gate holds without a heartbeat from gpuosd (daemon_heartbeat_ns). */
 #define GPUOS_GATE_LEASE_NS 5000000000ull
 
@@ -294,7 +298,12 @@ typedef struct gpuos_control_block {
    * admits requests (their prefill), else steps. Launches timed while it said admission carry
    * GPUOS_TIMING_KEY_ADMISSION in their key, so gpuosd can tell the two slowdowns apart. */
   uint32_t engine_phase;
-  uint8_t pad8[36];
+  /* what its own timings say it launched last (GPUOS_LAUNCH_PHASE_*), written by the interposer of
+   * a guaranteed tenant with a latency budget, with no engine hint: LONG while its last launch is
+   * one expected to take several times its typical one (a prefill graph, a chunked-prefill step) */
+  uint32_t launch_phase;
+  uint64_t long_launches; /* launches it marked LONG so */
+  uint8_t pad8[24];
   gpuos_timed_launch timing_ring[GPUOS_TIMING_RING];
 } gpuos_control_block;
 
@@ -544,6 +553,9 @@ typedef struct gpuos_msg_tenant_info {
      its time without MPS (measured from its kernels' mean time alone; 0 = not in a domain) */
   uint32_t mps_cost_permille;
   uint32_t reserved9;
+  /* a budgeted tenant: its launches its own timings marked long (control block long_launches;
+     interpose/launch_phase.h), during which its budget lent nothing */
+  uint64_t long_launches;
 } gpuos_msg_tenant_info;
 #define GPUOS_GATE_BY_ADMIN 1u  /* an admin holds it (gpuos gate ID close); survives a restart */
 #define GPUOS_GATE_BY_POLICY 2u /* the time-gate policy closed it */
@@ -666,7 +678,7 @@ static_assert(offsetof(gpuos_control_block, space_sample_seq) == 1024, "sizing l
 static_assert(sizeof(gpuos_shape_latency) == 112, "shape entries");
 static_assert(sizeof(gpuos_msg_register) == 160, "ABI v2 frozen");
 static_assert(sizeof(gpuos_msg_register_reply) == 192, "ABI v2 frozen");
-static_assert(sizeof(gpuos_msg_tenant_info) == 904, "ABI v2 (grown by chargeback, engine slots and phases, MPS's cost: gpuosd and the CLI are one build)");
+static_assert(sizeof(gpuos_msg_tenant_info) == 912, "ABI v2 (grown by chargeback, engine slots and phases, MPS's cost, long launches: gpuosd and the CLI are one build)");
 static_assert(sizeof(gpuos_msg_gpu_info) == 176, "ABI v2 frozen");
 static_assert(sizeof(gpuos_msg_reply) == 184, "ABI v2 frozen");
 static_assert(sizeof(gpuos_msg_activity) == 24, "ABI v2 frozen");

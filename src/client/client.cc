@@ -463,6 +463,7 @@ nlohmann::json listing_json(const Listing& l) {
       o["be_share"] = t.be_share_permille / 1000.0;
       // In a spatial domain: MPS's cost its budget charges (measured from its kernels alone)
       if (t.mps_cost_permille != 0) o["mps_cost"] = t.mps_cost_permille / 1000.0;
+      o["long_launches"] = t.long_launches;  // its own timings marked them long: nothing lent meanwhile
     }
     if (t.pace_permille != 0) {  // paced now: its share of the GPU's time, its longest launch (null: any)
       o["pace_share"] = t.pace_permille / 1000.0;

@@ -7,6 +7,7 @@
 #include <atomic>
 
 #include "interpose/activity.h"
+#include "interpose/launch_phase.h"
 #include "interpose/pacing.h"
 #include "interpose/quiescence.h"
 #include "interpose/runtime.h"
@@ -142,6 +143,11 @@ inline CUresult governed_launch(LaunchKind kind, CUstream stream, bool ptsz, con
                      grant_load(grants_of(cb)->sample_period, std::memory_order_relaxed) != 0)) {
     placed = place_launch(*d, cb, stream, ptsz, shape, graph);
     if (GPUOS_UNLIKELY(placed.first_on_device)) notify_activity(cb);
+    // A latency budget's own tenant: whether this launch is one of its long ones (launch_phase.h).
+    if (grant_load(grants_of(cb)->tenant_class, std::memory_order_relaxed) == GPUOS_CLASS_GUARANTEED &&
+        grant_load(grants_of(cb)->sample_period, std::memory_order_relaxed) != 0) {
+      note_launch_phase(cb, shape_key(shape));
+    }
   }
   // A launch on the app's own stream is stream work like a copy (stream_work.h); one placed on a
   // partition stream is counted by place_launch.

@@ -14,6 +14,7 @@ struct DurationSlot {
   std::atomic<uint64_t> paced_ns{0};  // ... and of its paced ones
 };
 DurationSlot g_durations[kDurationSlots];
+std::atomic<uint64_t> g_typical_ns{0};
 
 DurationSlot* find_slot(uint64_t key, bool insert) {
   for (int i = 0; i < kDurationSlots; ++i) {
@@ -39,7 +40,13 @@ void average_in(std::atomic<uint64_t>& avg, uint64_t ns) {
 void note_launch_duration(uint64_t key, uint64_t ns, bool paced) {
   if (key == 0 || ns == 0) return;
   if (DurationSlot* s = find_slot(key, true)) average_in(paced ? s->paced_ns : s->solo_ns, ns);
+  if (!paced) {
+    const uint64_t old = g_typical_ns.load(std::memory_order_relaxed);
+    g_typical_ns.store(old == 0 ? ns : (15 * old + ns) / 16, std::memory_order_relaxed);
+  }
 }
+
+uint64_t typical_launch_ns() { return g_typical_ns.load(std::memory_order_relaxed); }
 
 uint64_t expected_launch_ns(const gpuos_control_block* cb, uint64_t key) {
   return expected_launch_ns(cb, launch_durations(key));
@@ -64,6 +71,7 @@ ShapeDurations launch_durations(uint64_t key) {
 }
 
 void TEST_reset_launch_durations() {
+  g_typical_ns.store(0);
   for (DurationSlot& s : g_durations) {
     s.key.store(0);
     s.solo_ns.store(0);

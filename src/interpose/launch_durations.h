@@ -36,6 +36,10 @@ uint64_t expected_launch_ns(const gpuos_control_block* cb, const ShapeDurations&
 // H100, beside a server at 30% load: `bench/results/2026-12-06-w80-h100-0.3`).
 uint64_t expected_partition_launch_ns(const gpuos_control_block* cb, const ShapeDurations& timed);
 
+// The tenant's typical launch: a slow moving average of all its unpaced timings, so the shape it
+// launches most (a server's decode step) weighs most. 0 before the first.
+uint64_t typical_launch_ns();
+
 // For tests: forget every duration.
 void TEST_reset_launch_durations();
 

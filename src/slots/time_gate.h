@@ -56,6 +56,9 @@ struct GateTenant {
   // Its engine says it admits requests now (their prefill; gpuos_kv_report_phase): its own word,
   // so a policy may only let it withdraw what it lends others, never take more.
   bool admitting = false;
+  // Busy in a launch its own timings mark long (control block launch_phase, interpose/launch_phase.h:
+  // a prefill graph among decode steps, with no engine hint). The same trust as admitting.
+  bool long_launch = false;
   // Its kernels in all its timed launches so far (a graph counts its kernel nodes), and their time
   // on the GPU (control block space_timed_*: its own word, which only its own budget reads).
   uint64_t timed_kernels = 0;

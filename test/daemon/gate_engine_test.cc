@@ -36,6 +36,16 @@ TEST_F(GateFixture, TheViewHasEveryLiveTenantAsGpuosdSetIt) {
     ASSERT_TRUE(engine.make_view(live.tenants, slots::Event::kActivity, 1, 8, &view));
     EXPECT_EQ(view.tenants[0].admitting, phase == GPUOS_KV_PHASE_ADMISSION) << phase;
   }
+  // A long launch by its own timings (interpose/launch_phase.h): only while it is busy with it, and
+  // only for the one value that says so.
+  for (const uint32_t phase : {GPUOS_LAUNCH_PHASE_LONG, GPUOS_LAUNCH_PHASE_STEPS, 9u}) {
+    for (const uint32_t busy : {1u, 0u}) {
+      live.tenants.at(1).cb->launch_phase = phase;
+      live.tenants.at(1).cb->busy = busy;
+      ASSERT_TRUE(engine.make_view(live.tenants, slots::Event::kActivity, 1, 9, &view));
+      EXPECT_EQ(view.tenants[0].long_launch, phase == GPUOS_LAUNCH_PHASE_LONG && busy == 1) << phase << " " << busy;
+    }
+  }
 }
 
 TEST_F(GateFixture, TheContractRefusesGatesAndPacingItCannotCarryOut) {

@@ -594,6 +594,24 @@ class BudgetPolicy(unittest.TestCase):
         wait_for(lambda: activity() - before >= 200, timeout=30,
                  what="an ACTIVITY for each of 200 phase changes")
 
+    def test_long_launches_are_learned_from_timings(self):
+        # No engine hint (#40 item 2): every 10th kernel of one tenant is a shape of its own, 4x as
+        # long as the others (500 us on the double), as a prefill among decode steps. Its
+        # interposer learns that from its own timings and marks those launches long (its budget
+        # lends nothing while one runs); a tenant of one shape has none.
+        def run(name, extra):
+            p = spawn(self, self.d.run_cmd(["--name", name, "--class", "guaranteed", "--max-slowdown", "1.5", "--",
+                                            bin_path("gpuos-synth"), "--name", name, "--iters", "500000",
+                                            "--count", "400", "--warmup", "0", "--json", "-"] + extra), self.d.env)
+            out, err = p.communicate(timeout=120)
+            self.assertEqual(p.returncode, 0, err)
+            return wait_for(lambda: self.d.tenant(p.pid), what=name + " in ps")
+        server = run("server", ["--long-every", "10"])
+        self.assertGreaterEqual(server["long_launches"], 10, server)  # 40 issued; the first ones untimed
+        self.assertLessEqual(server["long_launches"], 40, server)
+        steady = run("steady", [])
+        self.assertEqual(steady["long_launches"], 0, steady)
+
     def test_a_bad_budget_is_refused_by_the_cli(self):
         for bad in ("0.5", "1", "abc", "1000"):
             r = subprocess.run(self.d.run_cmd(["--class", "guaranteed", "--max-slowdown", bad, "--", "true"]),

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "interpose/launch_durations.h"
+#include "interpose/launch_phase.h"
 #include "interpose/pacing.h"
 
 namespace gpuos::interpose {
@@ -102,6 +103,35 @@ TEST(LaunchDurations, OnAPartitionPacedTimingsArePreferred) {
   note_launch_duration(7, 3000 * kUs, /*paced=*/true);  // one SM group of 15
   EXPECT_EQ(expected_partition_launch_ns(&cb, launch_durations(7)), 3000 * kUs);
   EXPECT_EQ(expected_launch_ns(&cb, 7), 200 * kUs) << "time-shared: alone first, as before";
+  TEST_reset_launch_durations();
+}
+
+// Issue #40 item 2: a budgeted tenant's long launches, learned from its own timings.
+TEST(LaunchPhase, ALongLaunchTakesTwiceTheTypicalOneAndHalfAMillisecond) {
+  EXPECT_TRUE(long_launch(8 * kMs, 4 * kMs));    // a prefill graph twice a decode step
+  EXPECT_FALSE(long_launch(6 * kMs, 4 * kMs));   // a bit longer is a step
+  EXPECT_FALSE(long_launch(400 * kUs, 100 * kUs));  // a short kernel among shorter ones: no phase
+  EXPECT_TRUE(long_launch(600 * kUs, 100 * kUs));
+  EXPECT_FALSE(long_launch(0, 4 * kMs));         // never timed
+  EXPECT_FALSE(long_launch(8 * kMs, 0));         // nothing typical yet
+}
+
+TEST(LaunchPhase, TheTypicalLaunchIsTheOneTimedMost) {
+  TEST_reset_launch_durations();
+  EXPECT_EQ(typical_launch_ns(), 0u);
+  // Nine decode steps of 4 ms for each 12 ms prefill: typical stays near the step.
+  for (int i = 0; i < 200; ++i) {
+    note_launch_duration(1, 4 * kMs, false);
+    if (i % 9 == 0) note_launch_duration(2, 12 * kMs, false);
+  }
+  EXPECT_GT(typical_launch_ns(), 4 * kMs);
+  EXPECT_LT(typical_launch_ns(), 6 * kMs);
+  EXPECT_TRUE(long_launch(launch_durations(2).solo_ns, typical_launch_ns()));
+  EXPECT_FALSE(long_launch(launch_durations(1).solo_ns, typical_launch_ns()));
+  // Paced timings (a best-effort tenant's) say nothing of what is typical alone.
+  const uint64_t before = typical_launch_ns();
+  note_launch_duration(3, 100 * kMs, true);
+  EXPECT_EQ(typical_launch_ns(), before);
   TEST_reset_launch_durations();
 }
 

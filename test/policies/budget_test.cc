@@ -906,8 +906,10 @@ TEST(BudgetPolicy, BesideAWholeGpuTenantBestEffortKeepsItsGroupsThroughItsPauses
 }
 
 TEST(BudgetPolicy, WhileItsEngineAdmitsRequestsABudgetLendsNothing) {
-  // Phase awareness: beside a budgeted tenant whose engine says it admits requests (prefills),
-  // best-effort gates close, in its domain and in time alike; its next steps lend again as before.
+  // Phase awareness: beside a budgeted tenant whose engine says it admits requests (prefills), or
+  // whose own timings mark the launch it runs long (no engine hint), best-effort gates close, in
+  // its domain and in time alike; its next steps lend again as before.
+  for (const bool learned : {false, true}) {
   for (const bool in_domain : {true, false}) {
     BudgetPolicy p{BudgetParams{}};
     slots::GateTenant g = hp(true);
@@ -919,7 +921,7 @@ TEST(BudgetPolicy, WhileItsEngineAdmitsRequestsABudgetLendsNothing) {
     uint64_t now_ms = 1000;
     slots::GateActions a;
     auto decide = [&](bool admitting) {
-      g.admitting = admitting;
+      (learned ? g.long_launch : g.admitting) = admitting;
       g.timed = launches(4, 1000);
       return decide_beside(p, g, b, now_ms += 10, &a);
     };
@@ -936,6 +938,7 @@ TEST(BudgetPolicy, WhileItsEngineAdmitsRequestsABudgetLendsNothing) {
     EXPECT_EQ(again.gate, GPUOS_GATE_OPEN);
     EXPECT_EQ(again.pacing.permille, lent.pacing.permille) << "its steps lend what they lent before";
     EXPECT_EQ(again.pacing.groups, lent.pacing.groups);
+  }
   }
 }
 

@@ -2,7 +2,8 @@
 # gpu/lib on the driver test double (no GPU): gpu/lib/gpuosd.sh starts a private gpuosd, knows when it
 # answers (gpuos ps, or its metrics line), stops it cleanly and writes daemon_status.json; a gpuosd
 # that cannot start is reported at once, not waited for; gpu/lib/detach.sh runs a command detached,
-# waits for it, says "still running" (3) while it runs, and gives its exit status.
+# waits for it, says "still running" (3) while it runs, and gives its exit status; and
+# gpu/learned_phase.sh, which uses gpuosd.sh, holds on the double.
 #   gpu_lib_test.sh <build dir> <dir holding the double's libcuda.so.1>
 set -uo pipefail
 build=$1
@@ -69,4 +70,13 @@ detach_wait "$run" 60 "$w/run.log" "call again" >/dev/null || fail "the detached
 detach_status "$run"
 [[ $? == 7 ]] || fail "detach_status: $(cat "$run/done")"
 grep -q working "$w/run.log" || fail "the detached run's output is not in its log"
+# 4. gpu/learned_phase.sh (a GPU check of #40's long launches learned from timings) on the double:
+# the synth's every 10th launch marked long, none of the steady synth's.
+OUT=$w/phase GPUOS_BUILD_DIR=$build GPUOS_SIM_NS_PER_ITER=2.5 bash gpu/learned_phase.sh >"$w/phase.out" 2>&1 ||
+  fail "gpu/learned_phase.sh: $(cat "$w/phase.out")"
+python3 - "$w/phase/learned_phase.json" <<'EOF' || fail "learned_phase.json: $(cat "$w/phase/learned_phase.json")"
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["ok"] and 10 <= r["server"]["long_launches"] <= 40 and r["steady"]["long_launches"] == 0, r
+EOF
 echo "gpu/lib on the driver double: ok"

@@ -114,13 +114,14 @@ struct Options {
   std::string device_trace;  // per-kernel CSV of the GPU's own timestamps (empty: none)
   unsigned long long seed = 1;
   unsigned long long admission_every = 0;  // every Nth kernel an admission (0: none)
+  unsigned long long long_every = 0;       // every Nth kernel a long one (0: none)
 };
 
 constexpr const char* kUsage =
     "usage: gpuos-synth [--name N] [--iters I] [--blocks-per-sm K | --blocks G] [--block B] [--count C]\n"
     "                   [--gap-us U] [--mode closed|open] [--rate R] [--mem-mib M] [--device D]\n"
     "                   [--warmup W] [--seed S] [--json PATH|-] [--trace PATH] [--device-trace PATH]\n"
-    "                   [--admission-every N]\n"
+    "                   [--admission-every N] [--long-every N]\n"
     "  --iters I          dependent FMAs per thread per kernel (default 100000)\n"
     "  --blocks-per-sm K  grid = K x SM count (default 1)\n"
     "  --blocks G         grid = G blocks, whatever the SM count (a kernel that needs G SMs)\n"
@@ -135,6 +136,8 @@ constexpr const char* kUsage =
     "  --seed S           open loop: arrival-time RNG seed (default 1)\n"
     "  --admission-every N  every Nth kernel is launched as an admission (gpuos_kv_report_phase),\n"
     "                     as a server marks its prefills (default 0: none; under gpuos only)\n"
+    "  --long-every N     every Nth kernel runs twice the grid and four times the iterations (4-8x\n"
+    "                     as long, a shape of its own: a prefill among decode steps, with no hint)\n"
     "  --json PATH|-      where the JSON result goes (default - = stdout)\n"
     "  --trace PATH       one CSV line per timed kernel: start (CLOCK_MONOTONIC ns: launch call in a\n"
     "                     closed loop, scheduled arrival in an open one), latency in us\n"
@@ -194,6 +197,7 @@ Options parse_options(int argc, char** argv) {
     else if (flag == "--warmup") o.warmup = parse_number<unsigned long long>(flag, next());
     else if (flag == "--seed") o.seed = parse_number<unsigned long long>(flag, next());
     else if (flag == "--admission-every") o.admission_every = parse_number<unsigned long long>(flag, next());
+    else if (flag == "--long-every") o.long_every = parse_number<unsigned long long>(flag, next());
     else if (flag == "--json") o.json = next();
     else if (flag == "--trace") o.trace = next();
     else if (flag == "--device-trace") o.device_trace = next();
@@ -440,7 +444,14 @@ class Synth {
   void launch_fixed_work_kernel(CUstream stream) {
     unsigned long long iters = o_.iters;
     CUdeviceptr done = done_blocks_;
-    if (fixed_work_traced_ != nullptr && fixed_launches_ < stamp_slots_) {
+    // --long-every: twice the grid (a shape of its own) and four times the iterations (the traced
+    // kernel's stamps hold one grid).
+    if (o_.long_every != 0 && fixed_launches_ % o_.long_every == o_.long_every - 1) {
+      iters *= 4;
+      void* params[] = {&iters, &done};
+      CU_CHECK(cuLaunchKernel(fixed_work_, 2 * grid_, 1, 1, o_.block, 1, 1, 0, stream, params, nullptr));
+      extra_blocks_ += grid_;
+    } else if (fixed_work_traced_ != nullptr && fixed_launches_ < stamp_slots_) {
       CUdeviceptr stamps = stamps_ + fixed_launches_ * grid_ * 3 * sizeof(unsigned long long);
       void* params[] = {&iters, &done, &stamps};
       CU_CHECK(cuLaunchKernel(fixed_work_traced_, grid_, 1, 1, o_.block, 1, 1, 0, stream, params, nullptr));
@@ -626,7 +637,7 @@ class Synth {
     unsigned long long done = 0;
     CU_CHECK(cuStreamSynchronize(stream_));
     CU_CHECK(cuMemcpyDtoH_v2(&done, done_blocks_, sizeof done));
-    const unsigned long long expect = static_cast<unsigned long long>(grid_) * (completed_ + o_.warmup);
+    const unsigned long long expect = static_cast<unsigned long long>(grid_) * (completed_ + o_.warmup) + extra_blocks_;
     if (done != expect) {
       std::fprintf(stderr, "gpuos-synth: %s: done_blocks = %llu, expected %llu (grid %u x %llu kernels)\n",
                    o_.name.c_str(), done, expect, grid_, completed_ + o_.warmup);
@@ -664,6 +675,7 @@ class Synth {
   CUdeviceptr stamps_ = 0;                  // ... its per-block stamps, stamp_slots_ launches' worth
   unsigned long long stamp_slots_ = 0;
   unsigned long long fixed_launches_ = 0;   // gpuos_fixed_work launches so far (warmup included)
+  unsigned long long extra_blocks_ = 0;     // blocks of the --long-every kernels beyond one grid
   CUstream stream_ = nullptr;
   CUdeviceptr done_blocks_ = 0;
   CUdeviceptr mem_ = 0;

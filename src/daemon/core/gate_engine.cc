@@ -33,6 +33,7 @@ slots::GateTenant GateEngine::tenant_view(const Tenant& t) const {
     v.waiting = load(t.cb->waiting) != 0;
     v.signalled = load(t.cb->signalled) != 0;
     v.admitting = load(t.cb->engine_phase) == GPUOS_KV_PHASE_ADMISSION;
+    v.long_launch = v.busy && load(t.cb->launch_phase) == GPUOS_LAUNCH_PHASE_LONG;
     v.timed_kernels = load(t.cb->space_timed_kernels);
     v.timed_ns = load(t.cb->space_timed_ns);
   }

@@ -243,9 +243,11 @@ slots::GateActions BudgetPolicy::decide(const slots::GateView& view) {
       return g.tenant_class == GPUOS_CLASS_GUARANTEED && !budgeted(g) && active(g) && share_gpu(g, t);
     });
     auto it = st.tenants.find(t.id);
-    // While its engine admits requests it lends nothing (phase awareness): a prefill's slowdown
-    // reaches its TTFT whole, amplified by the queue for batch slots; its steps lend again.
-    lends[t.id] = !probing && !strict_beside && !t.admitting && it != st.tenants.end() && it->second.share > 0;
+    // While its engine admits requests, or it runs a launch its timings mark long (a prefill with no
+    // engine hint), it lends nothing (phase awareness): a prefill's slowdown reaches its TTFT whole,
+    // amplified by the queue for batch slots; its steps lend again.
+    lends[t.id] = !probing && !strict_beside && !t.admitting && !t.long_launch && it != st.tenants.end() &&
+                  it->second.share > 0;
   }
   auto lends_now = [&](uint32_t id) {
     auto it = lends.find(id);
