@@ -55,12 +55,14 @@ class EngineReporter:
     """Tells gpuosd the server's batch slots and waiting requests (gpuos.kv.report_slots and
     report_queue, at most every 50 ms) and marks its prefills as admissions (gpuos.kv.admission: a
     budget then measures steps and admissions apart), all shown by `gpuos ps`; nothing when not
-    under gpuos (the baselines) or without the package."""
+    under gpuos (the baselines) or without the package. phases=False (--no-phase-hints): its
+    prefills go unmarked, as an engine that gives no hint, for gpuos to learn them from timings."""
 
     PERIOD_S = 0.05
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, phases: bool = True) -> None:
         self.capacity = capacity
+        self.phases = phases
         self.kv = None
         self.next = 0.0
         try:
@@ -73,7 +75,7 @@ class EngineReporter:
             self.kv = None
 
     def admission(self):
-        if self.kv is None:
+        if self.kv is None or not self.phases:
             return contextlib.nullcontext()
         return self.kv.admission()
 
@@ -91,8 +93,10 @@ class EngineReporter:
 class Scheduler:
     """Continuous-batching scheduler over an Engine (one thread, one stream)."""
 
-    def __init__(self, eng, torch, max_batch: int, out_tokens: int, stop: common.StopFlag) -> None:
+    def __init__(self, eng, torch, max_batch: int, out_tokens: int, stop: common.StopFlag,
+                 phase_hints: bool = True) -> None:
         self.eng = eng
+        self.phase_hints = phase_hints
         self.torch = torch
         self.max_batch = max_batch
         self.T = out_tokens
@@ -154,7 +158,7 @@ class Scheduler:
                     if closed_conc and t < closed_until:
                         waiting.append(Req(t))
 
-        reporter = EngineReporter(self.max_batch)
+        reporter = EngineReporter(self.max_batch, self.phase_hints)
         while True:
             now = time.perf_counter()
             while nxt < len(arrivals) and arrivals[nxt] <= now:
@@ -291,6 +295,8 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--no-graphs", action="store_true", help="eager steps (debugging only)")
+    ap.add_argument("--no-phase-hints", action="store_true",
+                    help="do not mark prefills as admissions (gpuos learns long launches from timings)")
     ap.add_argument("--json", required=True, help="result file")
     ap.add_argument("--hold-gib", type=float, default=0.0,
                     help="extra GiB held in device memory for the process's life (oversubscription runs)")
@@ -331,7 +337,7 @@ def main() -> int:
                             "capture": t_cap - t_build}
         print(f"[hp] model {cfg['params'] / 1e9:.2f}B layers={cfg['layers']} hidden={cfg['hidden']} "
               f"graphs={eng.use_graphs} ready in {t_cap - t_proc:.1f}s", flush=True)
-        sched = Scheduler(eng, torch, args.max_batch, args.out_tokens, stop)
+        sched = Scheduler(eng, torch, args.max_batch, args.out_tokens, stop, phase_hints=not args.no_phase_hints)
 
         rate = args.rate
         if args.calibrate_load > 0:

@@ -17,6 +17,7 @@ import planning  # noqa: E402
 import readers  # noqa: E402
 import common  # noqa: E402
 import run_matrix  # noqa: E402
+import hp_server  # noqa: E402
 from fake_matrix import run_fake_matrix  # noqa: E402
 
 ModeSpec = planning.ModeSpec
@@ -224,6 +225,41 @@ class Provenance(unittest.TestCase):
         self.assertEqual((s["commit"], s["gpu"], s["driver_version"]), ("0123abc", "Fake GPU", "0.0"))
         self.assertRegex(s["config"]["sha256"], "^[0-9a-f]{64}$")
         self.assertIsNone(s["config"]["gpuos_config"])
+
+
+class ServerHints(unittest.TestCase):
+    """hp_server's reports to gpuos: --no-phase-hints leaves its prefills unmarked (gpuos then
+    learns its long launches from timings), and its batch slots are still reported."""
+
+    class FakeKv:
+        def __init__(self):
+            self.calls = []
+
+        def admission(self):
+            self.calls.append("admission")
+            return contextlib.nullcontext()
+
+        def report_slots(self, active, capacity):
+            self.calls.append(("slots", active, capacity))
+
+        def report_queue(self, waiting):
+            self.calls.append(("queue", waiting))
+
+    def reporter(self, phases):
+        r = hp_server.EngineReporter(32, phases)
+        r.kv = self.FakeKv()  # as under gpuos
+        return r
+
+    def test_prefills_are_marked_unless_told_not_to(self):
+        marked = self.reporter(True)
+        with marked.admission():
+            pass
+        self.assertEqual(marked.kv.calls, ["admission"])
+        unmarked = self.reporter(False)
+        with unmarked.admission():
+            pass
+        unmarked.report(1.0, 5, 2)
+        self.assertEqual(unmarked.kv.calls, [("slots", 5, 32), ("queue", 2)])
 
 
 if __name__ == "__main__":
