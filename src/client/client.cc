@@ -541,11 +541,12 @@ std::string budget_text(const gpuos_msg_tenant_info& t) {
   }();
   const int n = std::snprintf(b, sizeof(b), "%s/%.2f be %u%%", measured.c_str(), t.max_slowdown_permille / 1000.0,
                               (t.be_share_permille + 5) / 10);
+  std::string text = b;
   // Its engine reports its phases: which of its steps (TPOT) and admissions (TTFT) is slower.
-  if (t.slowdown_admission_permille != 0 && n > 0 && static_cast<std::size_t>(n) < sizeof(b)) {
-    std::snprintf(b + n, sizeof(b) - n, " %s", slower_phase(t));
-  }
-  return b;
+  if (t.slowdown_admission_permille != 0) text += std::string(" ") + slower_phase(t);
+  // In a spatial domain: MPS's cost to it, which its budget sets aside before lending.
+  if (t.mps_cost_permille != 0) text += " mps " + std::to_string((t.mps_cost_permille + 5) / 10) + "%";
+  return text;
 }
 
 uint64_t gate_wait_with_current_ns(const gpuos_msg_tenant_info& t) {

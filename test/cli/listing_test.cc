@@ -102,8 +102,10 @@ TEST(Listing, ABudgetShowsWhichOfStepsAndAdmissionsBinds) {
   EXPECT_FALSE(listing_json(l)["tenants"][0].contains("slowdown_binds"));
   // Time-shared: no MPS to charge, none shown; in a domain, what its budget charges.
   EXPECT_FALSE(listing_json(l)["tenants"][0].contains("mps_cost"));
+  EXPECT_EQ(listing_table(l).find(" mps "), std::string::npos) << listing_table(l);
   l.tenants[0].mps_cost_permille = 104;
   EXPECT_DOUBLE_EQ(listing_json(l)["tenants"][0]["mps_cost"].get<double>(), 0.104);
+  EXPECT_NE(listing_table(l).find("be 0% mps 10%"), std::string::npos) << listing_table(l);
 }
 
 TEST(Listing, TheBudgetColumnShowsABudgetAndAPacedTenantsPacing) {
