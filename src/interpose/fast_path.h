@@ -146,7 +146,7 @@ inline CUresult governed_launch(LaunchKind kind, CUstream stream, bool ptsz, con
     // A latency budget's own tenant: whether this launch is one of its long ones (launch_phase.h).
     if (grant_load(grants_of(cb)->tenant_class, std::memory_order_relaxed) == GPUOS_CLASS_GUARANTEED &&
         grant_load(grants_of(cb)->sample_period, std::memory_order_relaxed) != 0) {
-      note_launch_phase(cb, shape_key(shape));
+      note_launch_phase(cb, shape_key(shape), kind == LaunchKind::kGraph);
     }
   }
   // A launch on the app's own stream is stream work like a copy (stream_work.h); one placed on a

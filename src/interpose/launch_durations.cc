@@ -6,8 +6,11 @@ namespace gpuos::interpose {
 namespace {
 
 // Expected durations by shape: open addressing over a fixed table, written under the sample lock
-// (spatial_registry.h: sample_mu), read lock-free. A shape that finds no slot is not remembered.
+// (spatial_registry.h: sample_mu), read lock-free. A shape that finds no slot within kProbes of its
+// own is not remembered: a lookup on the launch path (an eager program has hundreds of shapes)
+// reads at most kProbes slots, even when the table is full.
 constexpr int kDurationSlots = 64;
+constexpr int kProbes = 8;
 struct DurationSlot {
   std::atomic<uint64_t> key{0};
   std::atomic<uint64_t> solo_ns{0};   // moving average of its unpaced timings
@@ -17,7 +20,7 @@ DurationSlot g_durations[kDurationSlots];
 std::atomic<uint64_t> g_typical_ns{0};
 
 DurationSlot* find_slot(uint64_t key, bool insert) {
-  for (int i = 0; i < kDurationSlots; ++i) {
+  for (int i = 0; i < kProbes; ++i) {
     DurationSlot& s = g_durations[(key + static_cast<uint64_t>(i)) % kDurationSlots];
     const uint64_t k = s.key.load(std::memory_order_acquire);
     if (k == key) return &s;

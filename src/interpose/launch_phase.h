@@ -24,9 +24,9 @@ inline bool long_launch(uint64_t expected_ns, uint64_t typical_ns) {
          expected_ns / kLongLaunchFactor >= typical_ns;
 }
 
-// Before a launch of shape `key` by a guaranteed tenant with a latency budget: sets launch_phase by
-// what the shape is expected to take (launch_durations.h), and notifies gpuosd when it changed.
-// Lock-free: a lookup of the shape and one relaxed exchange.
-void note_launch_phase(gpuos_control_block* cb, uint64_t key);
+// Before a launch of shape `key` (a graph: `graph`) by a guaranteed tenant with a latency budget:
+// sets launch_phase by what the shape is expected to take (launch_durations.h), and notifies
+// gpuosd when it changed. Lock-free: a lookup of the shape (two for a graph) and one relaxed load.
+void note_launch_phase(gpuos_control_block* cb, uint64_t key, bool graph);
 
 }  // namespace gpuos::interpose

@@ -88,6 +88,8 @@ TEST(LaunchDurations, SoloTimingsArePreferredToPacedOnes) {
   // A full table remembers no new shape, and forgets none.
   for (uint64_t k = 100; k < 200; ++k) note_launch_duration(k, 5 * kUs, false);
   EXPECT_EQ(expected_launch_ns(&cb, 7), 300 * kUs);
+  EXPECT_EQ(launch_durations(12345).solo_ns, 0u) << "a lookup in a full table (a few slots read)";
+  EXPECT_EQ(launch_durations(150).solo_ns, 5 * kUs) << "a shape that found a slot near its own";
   TEST_reset_launch_durations();
 }
 
