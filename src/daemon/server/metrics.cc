@@ -355,6 +355,10 @@ std::string render_metrics(Core& core, const MetricsContext& ctx, uint64_t now_m
         "A budgeted tenant in a spatial domain: MPS's cost to it that its budget charges, as a fraction of its "
         "time without MPS (measured from its kernels' mean time alone); 0 = not in a domain",
         [](const TenantStat& t) { return permille(t.info.mps_cost_permille); });
+  per_tenant("gpuos_tenant_long_launches_total", "counter",
+        "A budgeted guaranteed tenant's launches its own timings marked long (at least twice its typical one "
+        "and 0.5 ms: a prefill among decode steps), during which its budget lent nothing",
+        [](const TenantStat& t) { return u64(t.info.long_launches); });
   per_tenant("gpuos_tenant_best_effort_share_ratio", "gauge",
         "The share of the GPU's time best-effort tenants are granted beside a budgeted tenant now (0 while it "
         "is measured alone, or over its budget)",
