@@ -176,6 +176,12 @@ void notify_activity(gpuos_control_block* cb) {
   (void)ignored;
 }
 
+void set_word_and_notify(gpuos_control_block* cb, uint32_t& word, uint32_t value) {
+  std::atomic_ref<uint32_t> w(word);
+  if (w.load(std::memory_order_relaxed) == value) return;
+  if (w.exchange(value, std::memory_order_relaxed) != value) notify_activity(cb);
+}
+
 void become_busy(gpuos_control_block* cb) {
   if (!g_monitor_running.load(std::memory_order_relaxed)) return;  // nobody would ever clear it
   uint32_t zero = 0;

@@ -40,6 +40,10 @@ void become_busy(gpuos_control_block* cb);
 // control block stays authoritative and the daemon re-reads it on its ticks).
 void notify_activity(gpuos_control_block* cb);
 
+// Sets a control-block word gpuosd acts on (an engine's phase, a learned one) and wakes gpuosd when
+// its value changed; reads only, with no write to the block's line, when it did not.
+void set_word_and_notify(gpuos_control_block* cb, uint32_t& word, uint32_t value);
+
 // In-flight bound (best-effort tenants): before a submission, wait until fewer than max launches
 // are unfinished; after it (submitted or not: this also releases the ring), record the submission's
 // completion event on `stream`. Always called as a pair on one thread.

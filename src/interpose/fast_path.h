@@ -139,13 +139,13 @@ inline CUresult governed_launch(LaunchKind kind, CUstream stream, bool ptsz, con
   // Spatial sharing, or the timing of a latency budget (an unconfined placement only times): two
   // relaxed loads when the tenant has neither.
   Placement placed{stream, stream, nullptr, nullptr, ptsz};
-  if (GPUOS_UNLIKELY(grant_load(grants_of(cb)->space_enabled, std::memory_order_relaxed) != 0 ||
-                     grant_load(grants_of(cb)->sample_period, std::memory_order_relaxed) != 0)) {
+  const uint32_t sample_period = grant_load(grants_of(cb)->sample_period, std::memory_order_relaxed);
+  if (GPUOS_UNLIKELY(grant_load(grants_of(cb)->space_enabled, std::memory_order_relaxed) != 0 || sample_period != 0)) {
     placed = place_launch(*d, cb, stream, ptsz, shape, graph);
     if (GPUOS_UNLIKELY(placed.first_on_device)) notify_activity(cb);
     // A latency budget's own tenant: whether this launch is one of its long ones (launch_phase.h).
-    if (grant_load(grants_of(cb)->tenant_class, std::memory_order_relaxed) == GPUOS_CLASS_GUARANTEED &&
-        grant_load(grants_of(cb)->sample_period, std::memory_order_relaxed) != 0) {
+    if (sample_period != 0 &&
+        grant_load(grants_of(cb)->tenant_class, std::memory_order_relaxed) == GPUOS_CLASS_GUARANTEED) {
       note_launch_phase(cb, shape_key(shape), kind == LaunchKind::kGraph);
     }
   }

@@ -410,7 +410,7 @@ int report_phase(uint32_t phase) {
   gpuos_control_block* cb = ensure_registered();
   if (cb == nullptr) return GPUOS_KV_ERR_NOT_GOVERNED;
   // A change wakes gpuosd: a latency budget lends nothing while its tenant admits requests.
-  if (ref(cb->engine_phase).exchange(phase, std::memory_order_relaxed) != phase) notify_activity(cb);
+  set_word_and_notify(cb, cb->engine_phase, phase);
   return GPUOS_KV_OK;
 }
 

@@ -15,9 +15,7 @@ void note_launch_phase(gpuos_control_block* cb, uint64_t key, bool graph) {
   const uint64_t expected = timed.solo_ns != 0 ? timed.solo_ns : timed.paced_ns;
   const uint32_t phase = long_launch(expected, typical_launch_ns()) ? GPUOS_LAUNCH_PHASE_LONG : GPUOS_LAUNCH_PHASE_STEPS;
   if (phase == GPUOS_LAUNCH_PHASE_LONG) std::atomic_ref<uint64_t>(cb->long_launches).fetch_add(1, std::memory_order_relaxed);
-  std::atomic_ref<uint32_t> word(cb->launch_phase);
-  if (word.load(std::memory_order_relaxed) == phase) return;  // the usual case: no write
-  if (word.exchange(phase, std::memory_order_relaxed) != phase) notify_activity(cb);
+  set_word_and_notify(cb, cb->launch_phase, phase);
 }
 
 }  // namespace gpuos::interpose
