@@ -8,6 +8,15 @@
 #   OUT=/results bash gpu/mps_cost.sh        (repo root; python3 with CUDA torch, nvidia-cuda-mps-control)
 #   bash gpu/mps_cost.sh dry-run             (prints the plan, runs nothing)
 #
+# Presence variants (issue #40: what a co-runner on a few SMs costs the step, and why):
+#   mps-atp<N>         the step's own client limited to N% of the threads (confinement alone)
+#   be-<kind>-t<N>     beside a best-effort companion, an MPS client at priority 1 with N% of the
+#                      threads, started before the timed part and stopped after the run: kind alu,
+#                      alufull or mem (gpu/tests/presence_be.cu: FMAs leaving room on its SMs, FMAs
+#                      filling them, memory streaming) or train (bench/colocation/be_train.py)
+#   VARIANTS="no-mps mps mps-atp90 be-alu-t10 be-alufull-t10 be-mem-t10 be-train-t10 no-mps-again"
+#   PARAMS_B=1 BATCH=8 bash gpu/mps_cost.sh   (the suite's 1B server at about 30% load: ~4 min)
+#
 # Writes only three files to $OUT (a device call brings back few): mps_cost.md, mps_cost.json and
 # mps_cost_runs.tgz (each run's JSON and log, the MPS logs). About 25 s a run, 8 runs: ~3.5-4 min.
 # Settings: VARIANTS="no-mps mps ..." (names in variant_env below), STEPS=400, PROFILE_STEPS=50,
@@ -34,6 +43,17 @@ RUN_TIMEOUT=${RUN_TIMEOUT:-150}
 # Every variable a variant may set; each run starts with all of them unset.
 CLEAR=(-u CUDA_MPS_PIPE_DIRECTORY -u CUDA_MPS_LOG_DIRECTORY -u CUDA_MPS_ACTIVE_THREAD_PERCENTAGE
        -u CUDA_MPS_CLIENT_PRIORITY -u CUDA_DEVICE_MAX_CONNECTIONS)
+PRESENCE_BE=${PRESENCE_BE:-build/bin/presence_be}   # gpu/tests/presence_be.cu (scripts/gpu_carry.sh builds it)
+COMPANION_READY_S=${COMPANION_READY_S:-120}          # the trainer builds its model first
+
+pct_of() { [[ $1 =~ ^[0-9]+$ ]] && (($1 >= 1 && $1 <= 100)); }
+
+# companion_of NAME: prints "KIND PCT" for a be-<kind>-t<pct> variant; fails for any other name.
+companion_of() {
+  [[ $1 =~ ^be-(alu|alufull|mem|train)-t([0-9]+)$ ]] || return 1
+  local kind=${BASH_REMATCH[1]} pct=${BASH_REMATCH[2]}
+  pct_of "$pct" && echo "$kind $pct"
+}
 
 # variant_env NAME: prints "MPS VAR=VALUE..." (MPS 1: a client of the private daemon); fails for an
 # unknown name.
@@ -47,6 +67,8 @@ variant_env() {
     mps-conn1) echo 1 CUDA_DEVICE_MAX_CONNECTIONS=1 ;;
     mps-conn32) echo 1 CUDA_DEVICE_MAX_CONNECTIONS=32 ;;
     mps-prio0) echo 1 CUDA_MPS_CLIENT_PRIORITY=0 ;;
+    mps-atp[0-9]*) pct_of "${1#mps-atp}" && echo 1 "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=${1#mps-atp}" ;;
+    be-*) companion_of "$1" >/dev/null && echo 1 ;;
     *) return 1 ;;
   esac
 }
@@ -57,7 +79,8 @@ done
 if [[ ${1:-} == dry-run ]]; then
   for v in $VARIANTS; do
     read -r mps vars <<<"$(variant_env "$v")"
-    echo "$v: $([[ $mps == 1 ]] && echo "MPS client" || echo "no MPS") ${vars:-(no setting)}"
+    echo "$v: $([[ $mps == 1 ]] && echo "MPS client" || echo "no MPS") ${vars:-(no setting)}" \
+      "$(companion_of "$v" | awk '{print "beside a " $1 " companion at priority 1, " $2 "% of the threads"}')"
   done
   echo "each: $RUNNER --variant NAME --steps $STEPS --profile-steps $PROFILE_STEPS --params-b $PARAMS_B --batch $BATCH"
   exit 0
@@ -121,6 +144,7 @@ stop_mps() {
 }
 
 cleanup() {
+  stop_companion
   stop_mps
   rm -rf "$MPS_PIPE"   # sockets: nothing to keep
   if [[ -d $RUNS ]]; then
@@ -130,6 +154,54 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'log "interrupted"; exit 130' INT TERM
+
+COMPANION_PID=
+# start_companion VARIANT: the variant's best-effort companion, an MPS client at priority 1 with its
+# share of the threads, running once its ready file appears. Fails if it does not get there.
+start_companion() {
+  local kind pct ready=$W/$1.ready _
+  read -r kind pct <<<"$(companion_of "$1")"
+  local cmd=("$PRESENCE_BE" --mode "$kind" --json "$RUNS/$1.be.json" --ready-file "$ready")
+  [[ $kind == train ]] && cmd=("$PY" bench/colocation/be_train.py --json "$RUNS/$1.be.json" --ready-file "$ready")
+  env "${CLEAR[@]}" CUDA_MPS_PIPE_DIRECTORY="$MPS_PIPE" CUDA_MPS_LOG_DIRECTORY="$MPS_LOG" \
+    CUDA_MPS_CLIENT_PRIORITY=1 CUDA_MPS_ACTIVE_THREAD_PERCENTAGE="$pct" "${cmd[@]}" >"$LOGS/$1.be.log" 2>&1 &
+  COMPANION_PID=$!
+  for _ in $(seq $((COMPANION_READY_S * 10))); do
+    [[ -e $ready ]] && { log "$1: companion $kind at ${pct}% of the threads running (pid $COMPANION_PID)"; return 0; }
+    kill -0 "$COMPANION_PID" 2>/dev/null || break
+    sleep 0.1
+  done
+  log "$1: the companion did not get ready (see logs/$1.be.log)"
+  stop_companion
+  return 1
+}
+
+stop_companion() {
+  [[ -n $COMPANION_PID ]] || return 0
+  kill -TERM "$COMPANION_PID" 2>/dev/null
+  local _
+  for _ in $(seq 150); do kill -0 "$COMPANION_PID" 2>/dev/null || break; sleep 0.1; done
+  kill -9 "$COMPANION_PID" 2>/dev/null
+  wait "$COMPANION_PID" 2>/dev/null
+  COMPANION_PID=
+}
+
+# attach_companion VARIANT: the companion's own record (its rate) into the variant's JSON.
+attach_companion() {
+  "$PY" - "$RUNS/$1.json" "$RUNS/$1.be.json" "$(companion_of "$1")" <<'EOF2'
+import json, sys
+run_path, be_path, (kind, pct) = sys.argv[1], sys.argv[2], sys.argv[3].split()
+try:
+    be = json.load(open(be_path))
+except (OSError, ValueError) as e:
+    be = {"error": f"no companion record: {e}"}
+be.pop("samples", None)  # the trainer's progress log: its rate after warm-up is rate_since_ready
+be.update(kind=kind, threads_pct=int(pct))
+run = json.load(open(run_path))
+run["companion"] = be
+json.dump(run, open(run_path, "w"), indent=1)
+EOF2
+}
 
 stub() {  # stub NAME REASON: a result for a run that left none
   printf '{"variant": "%s", "ok": false, "error": "%s"}\n' "$1" "$2" >"$RUNS/$1.json"
@@ -164,11 +236,19 @@ for v in $VARIANTS; do
   read -ra setting <<<"${vars:-}"
   log "$v: $([[ $mps == 1 ]] && echo "MPS client" || echo "no MPS") ${vars:-}"
   t0=$SECONDS
+  if companion_of "$v" >/dev/null && ! start_companion "$v"; then
+    stub "$v" "its companion did not get ready (see logs/$v.be.log)"
+    continue
+  fi
   # shellcheck disable=SC2086  # RUNNER is a command line
   env "${CLEAR[@]}" "${extra[@]}" "${setting[@]}" timeout -k 10 "$RUN_TIMEOUT" $RUNNER --variant "$v" \
     --json "$RUNS/$v.json" --steps "$STEPS" --profile-steps "$PROFILE_STEPS" --params-b "$PARAMS_B" \
     --batch "$BATCH" >"$LOGS/$v.log" 2>&1
   rc=$?
+  if companion_of "$v" >/dev/null; then
+    stop_companion
+    [[ -s $RUNS/$v.json ]] && attach_companion "$v"
+  fi
   last_s=$((SECONDS - t0))
   ((last_s < 10)) && last_s=10
   log "$v: rc $rc, $((SECONDS - t0)) s"

@@ -94,6 +94,7 @@ def row(run: dict) -> dict:
         "wide": micro_fig("wide"),
         "read_gbps": _get(run, "bandwidth", "read_gbps_best"),
         "copy_gbps": _get(run, "bandwidth", "copy_gbps_best"),
+        "companion": run.get("companion"),
     }
 
 
@@ -252,7 +253,8 @@ def verdict(rows: Dict[str, dict], comps: Dict[str, dict], base: str, main: str,
     # Tenant-side settings under MPS.
     tried = []
     for v, cv in comps.items():
-        if v in (main, base, drift) or not rows.get(v, {}).get("mps") or cv.get("step_ratio") is None:
+        if (v in (main, base, drift) or not rows.get(v, {}).get("mps") or rows[v].get("companion")
+                or cv.get("step_ratio") is None):
             continue
         tried.append(((cv["step_ratio"] - 1) * 100, v))
     tried.sort()
@@ -280,6 +282,50 @@ def verdict(rows: Dict[str, dict], comps: Dict[str, dict], base: str, main: str,
     return {"text": " ".join(parts), "facts": facts}
 
 
+def companion_rate(c: dict) -> str:
+    if c.get("error"):
+        return f"failed: {short(c['error'], 40)}"
+    if c.get("kernels_per_s") is not None:
+        return f"{c['kernels_per_s']:.1f} kernels/s on {c.get('sms')} SMs (as it saw them)"
+    if c.get("rate_since_ready") is not None:
+        return f"{c['rate_since_ready']:.2f} steps/s"
+    return "?"
+
+
+def presence(runs: Dict[str, dict], rows: Dict[str, dict], main: str) -> Dict[str, dict]:
+    """Each run beside a companion against the main MPS run alone: what the companion's presence
+    costs the step beyond MPS's own cost, and in which kernels."""
+    out: Dict[str, dict] = {}
+    if main not in runs or not rows.get(main, {}).get("ok"):
+        return out
+    for v, r in rows.items():
+        if r.get("companion") and r["ok"]:
+            c = compare(runs[main], runs[v], top=5)
+            c["companion"] = r["companion"]
+            out[v] = c
+    return out
+
+
+def presence_markdown(pres: Dict[str, dict], main: str) -> List[str]:
+    if not pres:
+        return []
+    L = ["", f"## Beside a best-effort companion (each against `{main}` alone)", "",
+         "The companion: an MPS client at priority 1 with a share of the threads (gpu/tests/presence_be.cu: "
+         "`alu` FMAs that leave room on its SMs, `alufull` FMAs that fill them, `mem` streaming reads; `train` "
+         "the suite's trainer). Fit as above, against the MPS run alone.", "",
+         "| variant | companion | its rate | step vs MPS alone | kernels us | gaps us | fit: us per kernel | "
+         "fit: share of length | grew most |", "|---|---|---|---|---|---|---|---|---|"]
+    for v, c in pres.items():
+        comp, fit = c["companion"], c.get("fit") or {}
+        top = "; ".join(f"`{short(g['name'], 40)}` {g['base_mean_us']:.1f}->{g['mean_us']:.1f} us"
+                        for g in (c.get("kernels_grown") or [])[:3])
+        L.append(f"| {v} | {comp.get('kind')} at {comp.get('threads_pct')}% | {companion_rate(comp)} | "
+                 f"{_pct(c.get('step_ratio'))} | {fmt(c.get('delta_kernel_sum_us'), '+.0f')} | "
+                 f"{fmt(c.get('delta_gap_sum_us'), '+.0f')} | {fmt(fit.get('a_us'), '+.3f')} | "
+                 f"{fmt(None if fit.get('b') is None else fit['b'] * 100, '+.1f')}% | {top or '-'} |")
+    return L
+
+
 def short(name: str, n: int = 70) -> str:
     name = " ".join(str(name).split())
     return name if len(name) <= n else name[: n - 3] + "..."
@@ -293,7 +339,8 @@ def fmt_signed(x, spec: str = "+.2f") -> str:
     return "n/a" if x is None else format(x, spec)
 
 
-def markdown(rows: List[dict], comps: Dict[str, dict], v: dict, base: str, main: str) -> str:
+def markdown(rows: List[dict], comps: Dict[str, dict], v: dict, base: str, main: str,
+             pres: Optional[Dict[str, dict]] = None) -> str:
     r0 = next((r for r in rows if r["gpu"]), {})
     L = ["# MPS's own cost to a graph-replayed decode step (issue #23)", "",
          f"GPU {r0.get('gpu') or '?'}, driver {r0.get('driver') or '?'}. Baseline `{base}`; "
@@ -344,6 +391,7 @@ def markdown(rows: List[dict], comps: Dict[str, dict], v: dict, base: str, main:
             L.append("")
             L.append(f"Kernels in only one of the two: {len(c['kernels_only_in_baseline'])} only in `{base}`, "
                      f"{len(c['kernels_only_here'])} only in `{main}` (different library choices).")
+    L += presence_markdown(pres or {}, main)
     L += ["", "## Microbenchmarks and bandwidth", "",
           "Graph of 200 `x.add_(1)` kernels: tiny (1 block) and wide (4M floats); per kernel: event time, "
           "profiled duration, gap, start-to-start.", "",
@@ -388,8 +436,10 @@ def report(runs: List[dict], base: str = "no-mps", main: str = "mps", drift: str
             if r["variant"] != base and rows_by[r["variant"]]["ok"]:
                 comps[r["variant"]] = compare(by[base], r)
     v = verdict(rows_by, comps, base, main, drift)
+    pres = presence(by, rows_by, main)
     return {"baseline": base, "main": main, "drift": drift, "runs": rows, "comparisons": comps,
-            "verdict": v["text"], "verdict_facts": v["facts"], "md": markdown(rows, comps, v, base, main)}
+            "presence": pres, "verdict": v["text"], "verdict_facts": v["facts"],
+            "md": markdown(rows, comps, v, base, main, pres)}
 
 
 def main() -> int:

@@ -182,6 +182,17 @@ class Report(unittest.TestCase):
         self.assertEqual(rows["mps-conn1"]["settings"], {"CUDA_DEVICE_MAX_CONNECTIONS": "1"})   # CUDA_HOME is everyone's
         self.assertEqual(rows["mps"]["settings"], {})
 
+    def test_a_companion_run_is_presence_not_a_setting(self):
+        be = run("be-mem-t10", True, scale=1.2)
+        be["companion"] = {"kind": "mem", "threads_pct": 10, "kernels_per_s": 250.0, "sms": 13}
+        r = self.rep(run("no-mps"), run("mps", True, extra_us=1.0), be, run("no-mps-again"))
+        self.assertNotIn("be-mem-t10", r["verdict_facts"]["settings"])   # not a tenant-side setting
+        p = r["presence"]["be-mem-t10"]
+        self.assertEqual(p["baseline"], "mps")                             # against MPS alone
+        self.assertGreater(p["step_ratio"], 1.1)
+        self.assertEqual(p["kernels_grown"][0]["name"], "gemv_mlp")        # the longest grows most
+        self.assertIn("| be-mem-t10 | mem at 10% | 250.0 kernels/s on 13 SMs", r["md"])
+
     def test_proportional_growth_is_slower_work(self):
         r = self.rep(run("no-mps"), run("mps", True, scale=1.10), run("no-mps-again"))
         self.assertAlmostEqual(r["comparisons"]["mps"]["fit"]["b"], 0.10)
@@ -362,6 +373,13 @@ class Script(unittest.TestCase):
         self.assertEqual(r.returncode, 0)
         self.assertIn("mps-conn1: MPS client CUDA_DEVICE_MAX_CONNECTIONS=1", r.stdout)
         self.assertIn("no-mps-again: no MPS", r.stdout)
+        r = subprocess.run(["bash", os.path.join(REPO, "gpu", "mps_cost.sh"), "dry-run"], capture_output=True,
+                           text=True, timeout=30, env=stub_env(VARIANTS="mps-atp25 be-train-t1"))
+        self.assertIn("mps-atp25: MPS client CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25", r.stdout)
+        self.assertIn("be-train-t1: MPS client (no setting) beside a train companion at priority 1, 1%", r.stdout)
+        for bad in ("mps-atp0", "mps-atp101", "be-spin-t10", "be-alu-t0"):
+            r = self.script(bad)
+            self.assertEqual(r.returncode, 2, bad)
         r = self.script("no-mps bogus")
         self.assertEqual(r.returncode, 2)
         self.assertIn("unknown variant bogus", r.stderr)
@@ -384,6 +402,37 @@ class Script(unittest.TestCase):
         self.assertIn("MPS control daemon stopped", log)
         self.assertEqual(mps_pids(self.tmp), [])
         self.assertEqual(os.listdir(self.tmp), ["out"])  # the work directory is gone
+
+    def test_companion_runs_beside_the_step_and_is_stopped(self):
+        stub = os.path.join(FAKE, "presence_be_stub.py")
+        r = self.script("mps mps-atp90 be-alu-t10", PRESENCE_BE=stub)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        with open(os.path.join(self.out, "mps_cost.json")) as f:
+            res = json.load(f)
+        rows = {x["variant"]: x for x in res["runs"]}
+        self.assertEqual(rows["mps-atp90"]["cuda_env"]["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"], "90")
+        comp = rows["be-alu-t10"]["companion"]
+        self.assertEqual((comp["kind"], comp["threads_pct"], comp["mode"]), ("alu", 10, "alu"))
+        self.assertEqual((comp["priority"], comp["threads"]), ("1", "10"))  # an MPS client at priority 1
+        self.assertIn("be-alu-t10", res["presence"])
+        self.assertNotIn("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", rows["be-alu-t10"]["cuda_env"])  # the step's own: none
+        names, log, _ = self.archive()
+        self.assertIn("companion alu at 10% of the threads running", log)
+        self.assertIn("logs/be-alu-t10.be.log", names)
+        self.assertEqual(mps_pids(self.tmp), [])
+        out = subprocess.run(["pgrep", "-f", "presence_be_stub"], capture_output=True, text=True).stdout
+        self.assertEqual(out.strip(), "")
+
+    def test_companion_that_never_gets_ready_fails_its_variant_only(self):
+        stub = os.path.join(FAKE, "presence_be_stub.py")
+        r = self.script("mps be-mem-t10", PRESENCE_BE=stub, FAKE_COMPANION_NEVER_READY="1", COMPANION_READY_S="1")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        with open(os.path.join(self.out, "mps_cost.json")) as f:
+            rows = {x["variant"]: x for x in json.load(f)["runs"]}
+        self.assertTrue(rows["mps"]["ok"])
+        self.assertIn("companion did not get ready", rows["be-mem-t10"]["error"])
+        out = subprocess.run(["pgrep", "-f", "presence_be_stub"], capture_output=True, text=True).stdout
+        self.assertEqual(out.strip(), "")
 
     def test_terminated_midway_still_quits_the_daemon(self):
         r = self.script("no-mps mps mps-conn1", FAKE_KILL_VARIANT="mps")
