@@ -338,8 +338,16 @@ TEST(BudgetPolicy, OverTheBudgetTheShareHalvesWithinAFewSteps) {
   const double before = s.policy.state().share;
   ASSERT_GT(before, 0.1);
   // Two decisions 10 ms apart with launches at 1.6x: halved at once, not at the next control period.
+  const ShareMoves grown = s.policy.state().tenants.at(1).moves;
+  EXPECT_EQ(grown.cuts, 0u);
+  EXPECT_GT(grown.ups, 0u);
   for (int i = 0; i < 3; ++i) s.step(4, 1600, true, /*lent_only=*/true);
   EXPECT_LE(s.policy.state().share, before / 2 + 1e-9);
+  // The probe's log line tells the cut from the steps (its counts since the last line).
+  const ShareMoves& m = s.policy.state().tenants.at(1).moves;
+  EXPECT_GE(m.cuts, 1u);
+  EXPECT_LE(m.low, before / 2 + 1e-9);
+  EXPECT_GE(m.high, before - 1e-9);
 }
 
 TEST(BudgetPolicy, ProbesCloseTheGateAndRefreshSoloTimes) {
@@ -930,8 +938,10 @@ TEST(BudgetPolicy, WhileItsEngineAdmitsRequestsABudgetLendsNothing) {
     // (not during a probe: one starts every 5 s)
     ASSERT_EQ(lent.gate, GPUOS_GATE_OPEN) << in_domain;
     ASSERT_GT(lent.pacing.permille, 0u);
+    const uint64_t held_before = p.state().tenants.at(g.id).moves.phase_held;
     slots::GateAction held = decide(true);
     EXPECT_EQ(held.gate, GPUOS_GATE_CLOSED) << (in_domain ? "in its domain" : "sharing its time");
+    EXPECT_EQ(p.state().tenants.at(g.id).moves.phase_held, held_before + 1) << "counted for the log line";
     ASSERT_EQ(a.budgets.size(), 1u);
     EXPECT_EQ(a.budgets[0].be_share_permille, 0u) << "nothing lent while it admits";
     const slots::GateAction again = decide(false);

@@ -160,6 +160,8 @@ slots::GateActions BudgetPolicy::decide(const slots::GateView& view) {
         n >= kReactMinLaunches) {
       b.share = whole_groups(b.share * params_.controller.decrease, be_groups_beside(t, view));
       if (b.share < params_.controller.increase / 4) b.share = 0;
+      ++b.moves.cuts;
+      b.moves.note(b.share);
       b.lent = 0;
       b.last_react_ns = now;
       b.moved_ns = now;
@@ -198,7 +200,9 @@ slots::GateActions BudgetPolicy::decide(const slots::GateView& view) {
         if (b.share != before) {
           b.lent = 0;
           b.moved_ns = now;
+          ++(b.share > before ? b.moves.ups : b.moves.downs);
         }
+        b.moves.note(b.share);
         if (b.share < before * 0.75) {
           log::debug("budget: tenant %u over its target (p90 %.3f, p99 %.3f of %.3f): best-effort share %.3f -> %.3f",
                      t.id, m.recent_p90, m.window_p99, budget, before, b.share);
@@ -218,11 +222,17 @@ slots::GateActions BudgetPolicy::decide(const slots::GateView& view) {
     for (auto& [id, b] : st.tenants) {  // one line per probe period: what the budget did
       std::size_t n = 0;
       const double p99 = b.meter.window_p99(now, &n);
-      log::info("budget: tenant %u slowdown p99 %.3f over %zu launches, load growth %.3f, best-effort share %.3f, "
-                "%llu pauses; probing %.0f ms",
-                id, p99, n, b.meter.load_growth(now, params_.meter.window_ns), b.share,
+      const ShareMoves& m = b.moves;
+      log::info("budget: tenant %u slowdown p99 %.3f over %zu launches, load growth %.3f, best-effort share %.3f "
+                "(%.3f-%.3f since the last line: %llu cuts over the budget, %llu steps down, %llu up; %llu decisions "
+                "held for a phase), %llu pauses; probing %.0f ms",
+                id, p99, n, b.meter.load_growth(now, params_.meter.window_ns), b.share, m.seen ? m.low : b.share,
+                m.seen ? m.high : b.share, static_cast<unsigned long long>(m.cuts),
+                static_cast<unsigned long long>(m.downs), static_cast<unsigned long long>(m.ups),
+                static_cast<unsigned long long>(m.phase_held),
                 static_cast<unsigned long long>(b.pauses - b.pauses_logged), params_.probe_ns / 1e6);
       b.pauses_logged = b.pauses;
+      b.moves = ShareMoves{};
     }
   }
   const bool probing = now < st.probe_end_ns;
@@ -248,6 +258,7 @@ slots::GateActions BudgetPolicy::decide(const slots::GateView& view) {
     // amplified by the queue for batch slots; its steps lend again.
     lends[t.id] = !probing && !strict_beside && !t.admitting && !t.long_launch && it != st.tenants.end() &&
                   it->second.share > 0;
+    if ((t.admitting || t.long_launch) && it != st.tenants.end()) ++it->second.moves.phase_held;
   }
   auto lends_now = [&](uint32_t id) {
     auto it = lends.find(id);

@@ -37,6 +37,7 @@
 // which closes its gate (SECURITY.md).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -120,6 +121,23 @@ inline constexpr uint64_t kMpsCostMinKernels = 10'000;
 // Launches the reactive back-off needs in its span before it judges.
 inline constexpr std::size_t kReactMinLaunches = 2;
 
+// How a budgeted tenant's share moved since the last probe's log line: what explains a share that
+// stays low though the tenant reads below its budget (a point check's log showed 0.143 three times,
+// nothing of what happened between).
+struct ShareMoves {
+  uint64_t cuts = 0;          // halved at once: a react span's p90 over the budget
+  uint64_t downs = 0;         // lowered at a control period (over the target, or idle)
+  uint64_t ups = 0;           // raised at a control period
+  uint64_t phase_held = 0;    // decisions that lent nothing for a phase (admitting, a long launch)
+  double low = 0, high = 0;   // the share's range (set at the first move or decision)
+  bool seen = false;
+  void note(double share) {
+    low = seen ? std::min(low, share) : share;
+    high = seen ? std::max(high, share) : share;
+    seen = true;
+  }
+};
+
 // What the policy keeps of one budgeted tenant.
 struct TenantBudget {
   SlowdownMeter meter;
@@ -133,6 +151,7 @@ struct TenantBudget {
   IdleClock idle{};                // its long-launch hold after it goes idle
   uint64_t pauses = 0;             // times the decisions saw it go idle (a server: between steps)
   uint64_t pauses_logged = 0;      // ... as of the last probe's log line
+  ShareMoves moves{};              // since the last probe's log line
   // Its kernels timed while it ran alone (what its timed_* words grew by between two decisions
   // that both saw it solo) and their time: what MPS costs it (BudgetPolicy::mps_cost).
   uint64_t solo_kernels = 0;
