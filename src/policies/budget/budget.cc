@@ -158,6 +158,7 @@ slots::GateActions BudgetPolicy::decide(const slots::GateView& view) {
     std::size_t n = 0;
     if (b.meter.slowdown(0.9, now, params_.react_ns, &n) * growth(b) > meter_limit(t, b) &&
         n >= kReactMinLaunches) {
+      b.moves.note(b.share);
       b.share = whole_groups(b.share * params_.controller.decrease, be_groups_beside(t, view));
       if (b.share < params_.controller.increase / 4) b.share = 0;
       ++b.moves.cuts;
