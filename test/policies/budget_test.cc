@@ -165,6 +165,28 @@ TEST(SlowdownMeter, IntervalMeansJudgeWhatARequestSees) {
   EXPECT_NEAR(per_interval.window_p99(8000 * kMs), 1.2, 1e-9);
 }
 
+TEST(SlowdownMeter, TheLastIntervalIsTheLastOneThatEnded) {
+  MeterParams p;
+  p.interval_ns = 100 * kMs;
+  SlowdownMeter m(p);
+  for (int i = 0; i < 40; ++i) m.add(kShape, 4'000'000, true, (1 + 5 * i) * kMs);  // solo: 4 ms
+  // [200, 300) ms: half its steps at 1.5x; [300, 310) ms: steps at 3x, an interval not yet ended.
+  for (int i = 0; i < 20; ++i) m.add(kShape, i % 2 ? 6'000'000 : 4'000'000, false, (200 + 5 * i) * kMs);
+  for (int i = 0; i < 2; ++i) m.add(kShape, 12'000'000, false, (300 + 5 * i) * kMs);
+  uint64_t end = 0;
+  std::size_t n = 0;
+  EXPECT_NEAR(m.last_interval(0.9, 309 * kMs, &end, &n), 1.25, 1e-9);
+  EXPECT_EQ(end, 300 * kMs);
+  EXPECT_EQ(n, 20u) << "the interval still running is not judged";
+  EXPECT_NEAR(m.last_interval(0.9, 400 * kMs, &end, &n), 3.0, 1e-9);
+  EXPECT_EQ(n, 2u);
+  EXPECT_EQ(m.last_interval(0.9, 550 * kMs, &end, &n), 0.0) << "none in it";
+  EXPECT_EQ(n, 0u);
+  SlowdownMeter per_launch{MeterParams{}};
+  EXPECT_EQ(per_launch.last_interval(0.9, 550 * kMs, &end, &n), 0.0) << "no intervals";
+  EXPECT_EQ(end, 0u);
+}
+
 TEST(Controller, BacksOffAtOnceGrowsSlowlyDecaysWhenIdle) {
   ControllerParams p;
   Measure good{1.05, 10, 1.1, 50, 10};
@@ -348,6 +370,34 @@ TEST(BudgetPolicy, OverTheBudgetTheShareHalvesWithinAFewSteps) {
   EXPECT_GE(m.cuts, 1u);
   EXPECT_LE(m.low, before / 2 + 1e-9);
   EXPECT_GE(m.high, before - 1e-9);
+}
+
+TEST(BudgetPolicy, JudgedByIntervalsOnlyAnIntervalOverTheBudgetHalvesTheShare) {
+  // 10 ms of launches at 1.6x in a 100 ms interval of 1.05x: what a request's TPOT sees is the
+  // interval's mean (1.11x), within B = 1.25. The per-launch meter reacts to it; the interval
+  // meter waits for an interval over the budget.
+  for (const bool intervals : {false, true}) {
+    BudgetParams params;
+    if (intervals) params.meter.interval_ns = 100 * kMs;
+    Sim s{BudgetPolicy{params}};
+    for (int i = 0; i < 200; ++i) s.step(4, 1050);
+    const double before = s.policy.state().share;
+    ASSERT_GT(before, 0.1);
+    s.step(4, 1600, true, /*lent_only=*/true);
+    for (int i = 0; i < 2; ++i) s.step(4, 1050);
+    const ShareMoves& blip = s.policy.state().tenants.at(1).moves;
+    if (intervals) {
+      EXPECT_EQ(blip.cuts, 0u) << "one 10 ms blip is not an interval over the budget";
+      EXPECT_GT(s.policy.state().share, before / 2);
+    } else {
+      EXPECT_GE(blip.cuts, 1u) << "the per-launch meter reacts within react_ms";
+      EXPECT_LE(s.policy.state().share, before / 2 + 1e-9);
+    }
+    // A whole interval over the budget halves it under either meter.
+    const double held = s.policy.state().share;
+    for (int i = 0; i < 12; ++i) s.step(4, 1600, true, /*lent_only=*/true);
+    EXPECT_LE(s.policy.state().share, held / 2 + 1e-9) << intervals;
+  }
 }
 
 TEST(BudgetPolicy, ProbesCloseTheGateAndRefreshSoloTimes) {

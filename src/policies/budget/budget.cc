@@ -150,14 +150,28 @@ slots::GateActions BudgetPolicy::decide(const slots::GateView& view) {
     if (!params_.steer_load_growth) return 1.0;
     return std::clamp(b.meter.load_growth(now, params_.meter.window_ns), 1.0, kMaxLoadGrowth);
   };
+  // Judged by intervals (meter_interval_ms), it reacts to an interval that ended over the budget,
+  // once per interval: a TPOT budget is over only when an interval's mean is, and 20 ms of a 100 ms
+  // interval is one prefill or one best-effort kernel's end (the whole-GPU budgets at 30% load sat
+  // at 2-3 of 14 groups with a third of their budget unused, bench/results/2026-12-06-wgi-method-h100-0.3).
   for (const slots::GateTenant& t : view.tenants) {
     auto it = st.tenants.find(t.id);
     if (it == st.tenants.end() || !budgeted(t) || it->second.share == 0) continue;
     TenantBudget& b = it->second;
-    if (now < b.last_react_ns + params_.react_ns) continue;
     std::size_t n = 0;
-    if (b.meter.slowdown(0.9, now, params_.react_ns, &n) * growth(b) > meter_limit(t, b) &&
-        n >= kReactMinLaunches) {
+    double recent = 0;
+    if (params_.meter.interval_ns != 0) {
+      uint64_t end = 0;
+      recent = b.meter.last_interval(0.9, now, &end, &n);
+      if (end <= b.interval_judged_ns) continue;  // judged already
+      b.interval_judged_ns = end;
+      // One that began before the last cut was timed (partly) at the share before it.
+      if (end - params_.meter.interval_ns < b.last_react_ns) continue;
+    } else {
+      if (now < b.last_react_ns + params_.react_ns) continue;
+      recent = b.meter.slowdown(0.9, now, params_.react_ns, &n);
+    }
+    if (recent * growth(b) > meter_limit(t, b) && n >= kReactMinLaunches) {
       b.moves.note(b.share);
       b.share = whole_groups(b.share * params_.controller.decrease, be_groups_beside(t, view));
       if (b.share < params_.controller.increase / 4) b.share = 0;
@@ -180,7 +194,9 @@ slots::GateActions BudgetPolicy::decide(const slots::GateView& view) {
         Measure m;
         const uint64_t span = b.last_control_ns != 0 && now > b.last_control_ns ? now - b.last_control_ns : params_.control_ns;
         const double g = growth(b);
-        m.recent_p90 = b.meter.slowdown(0.9, now, span, &m.recent) * g;
+        // Judged by intervals, over the budget is the reaction's to judge (a whole interval's mean);
+        // the period's launches would be parts of two.
+        if (params_.meter.interval_ns == 0) m.recent_p90 = b.meter.slowdown(0.9, now, span, &m.recent) * g;
         const uint32_t planned = be_groups_beside(t, view);
         // In SM groups a move is judged on what was timed since the last one, and the next group
         // waits for a whole window of it.

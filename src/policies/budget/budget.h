@@ -58,7 +58,9 @@ struct BudgetParams {
   uint64_t control_ns = 100'000'000;   // how often the controller moves the share
   // Between control periods: the share halves at once when the launches of the last react_ns read
   // over the budget (p90), at most once per react_ns, so a rise of the tenant's load costs it a
-  // few of its steps, not a control period's worth.
+  // few of its steps, not a control period's worth. Judged by intervals (meter.interval_ns), it
+  // halves when an interval that ended read over the budget in its mean, each judged once, and the
+  // control period leaves "over the budget" to it (SlowdownMeter::last_interval).
   uint64_t react_ns = 20'000'000;
   uint64_t probe_every_ns = 5'000'000'000;
   uint64_t probe_ns = 150'000'000;
@@ -125,7 +127,7 @@ inline constexpr std::size_t kReactMinLaunches = 2;
 // stays low though the tenant reads below its budget (a point check's log showed 0.143 three times,
 // nothing of what happened between).
 struct ShareMoves {
-  uint64_t cuts = 0;          // halved at once: a react span's p90 over the budget
+  uint64_t cuts = 0;          // halved at once: a react span's p90 (or the last interval) over the budget
   uint64_t downs = 0;         // lowered at a control period (over the target, or idle)
   uint64_t ups = 0;           // raised at a control period
   uint64_t phase_held = 0;    // decisions that lent nothing for a phase (admitting, a long launch)
@@ -144,6 +146,7 @@ struct TenantBudget {
   double share = 0;
   uint64_t last_control_ns = 0;
   uint64_t last_react_ns = 0;
+  uint64_t interval_judged_ns = 0;  // with meter intervals: the end of the last one judged for a cut
   uint64_t moved_ns = 0;  // when the share last changed (group steps wait for a window after it)
   std::size_t lent = 0;  // launches timed at the current share since it was set
   bool lending = false;  // the last decision lent its GPUs to best-effort tenants

@@ -98,6 +98,26 @@ double SlowdownMeter::slowdown(double q, uint64_t now, uint64_t span_ns, std::si
   return reference > 0 ? value / reference : value;
 }
 
+double SlowdownMeter::last_interval(double q, uint64_t now, uint64_t* end_ns, std::size_t* count) const {
+  if (count != nullptr) *count = 0;
+  *end_ns = p_.interval_ns == 0 ? 0 : now / p_.interval_ns * p_.interval_ns;
+  if (p_.interval_ns == 0 || *end_ns < p_.interval_ns) return 0;
+  const uint64_t start = *end_ns - p_.interval_ns;
+  double rw = 0, w = 0;
+  std::size_t n = 0;
+  for (auto it = window_.rbegin(); it != window_.rend() && it->at_ns >= start; ++it) {
+    if (it->at_ns >= *end_ns) continue;
+    rw += it->ratio * it->weight;
+    w += it->weight;
+    ++n;
+  }
+  if (count != nullptr) *count = n;
+  if (n == 0 || w <= 0) return 0;
+  const double reference =
+      weighted_quantile(judged(solo_ref_.begin(), solo_ref_.end(), p_.interval_ns, Launches::kAll), q);
+  return reference > 0 ? (rw / w) / reference : rw / w;
+}
+
 double SlowdownMeter::load_growth(uint64_t now, uint64_t span_ns) const {
   double window_sum = 0, solo_sum = 0;
   std::size_t window_n = 0;

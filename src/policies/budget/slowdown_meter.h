@@ -59,6 +59,11 @@ class SlowdownMeter {
     return slowdown(0.99, now, p_.window_ns, count);
   }
 
+  // With interval_ns: the last interval that ended by `now` ([end - interval_ns, end), end the
+  // last multiple of interval_ns at or before now): its weighted mean ratio over the q-quantile of
+  // the solo reference, and *end_ns. 0 (and *count 0) with no launch in it, or without intervals.
+  double last_interval(double q, uint64_t now, uint64_t* end_ns, std::size_t* count = nullptr) const;
+
   // How much more GPU time alone the launches in (now - span_ns, now] stand for than the solo
   // launches do, each on average (1 = the same; 0 when either has none): a server whose steps
   // slowed holds more requests, so its steps take larger shapes (a bigger batch), and its TPOT grows
