@@ -2,6 +2,7 @@
 results) turned into a mode's record. No process is started here but nvidia-smi."""
 from __future__ import annotations
 
+import re
 import subprocess
 from typing import List, Optional
 
@@ -104,3 +105,46 @@ def read_be(path: str, synthetic: bool, rec: dict, t0: Optional[float], t1: Opti
         rec["be_window"] = [t0, t1]
         if r is None:
             rec["notes"].append("BE progress does not cover the measured window")
+
+
+# gpuosd's budget line at each probe (src/policies/budget/budget.cc); the part in parentheses only
+# from f219a19 on.
+_BUDGET_LINE = re.compile(
+    r"budget: tenant (?P<tenant>\d+) slowdown p99 (?P<p99>[\d.]+) over (?P<n>\d+) launches, "
+    r"load growth (?P<growth>[\d.]+), best-effort share (?P<share>[\d.]+)"
+    r"(?: \((?P<low>[\d.]+)-(?P<high>[\d.]+) since the last line: (?P<cuts>\d+) cuts over the budget, "
+    r"(?P<downs>\d+) steps down, (?P<ups>\d+) up; (?P<held>\d+) decisions held for a phase\))?")
+
+
+def budget_log(text: str) -> Optional[dict]:
+    """gpuosd's budget lines (one per probe, every 5 s) over a mode -> what moved the share: its
+    range, the cuts over the budget, steps down and up, decisions held for a phase, and the meter's
+    and load growth's range over the lines that had launches. None without such lines."""
+    lines = [m.groupdict() for m in _BUDGET_LINE.finditer(text)]
+    if not lines:
+        return None
+    moved = [d for d in lines if d["low"] is not None]
+    measured = [d for d in lines if int(d["n"]) > 0]
+    out = {"lines": len(lines),
+           "share_at_probes": [float(d["share"]) for d in lines],
+           "share_low": min([float(d["low"]) for d in moved] + [float(d["share"]) for d in lines]),
+           "share_high": max([float(d["high"]) for d in moved] + [float(d["share"]) for d in lines])}
+    for key in ("cuts", "downs", "ups", "held"):
+        out[key] = sum(int(d[key]) for d in moved) if moved else None
+    for key in ("p99", "growth"):
+        vals = [float(d[key]) for d in measured]
+        out[f"{key}_range"] = [min(vals), max(vals)] if vals else None
+    return out
+
+
+def describe_budget_log(b: dict) -> str:
+    """One note line from budget_log()."""
+    parts = [f"budget (gpuosd's {b['lines']} probe lines): best-effort share {b['share_low']:.3f}-{b['share_high']:.3f}"]
+    if b.get("cuts") is not None:
+        parts.append(f"{b['cuts']} cuts over the budget, {b['downs']} steps down, {b['ups']} up, "
+                     f"{b['held']} decisions held for a phase")
+    if b.get("p99_range"):
+        parts.append(f"meter p99 {b['p99_range'][0]:.3f}-{b['p99_range'][1]:.3f}")
+    if b.get("growth_range"):
+        parts.append(f"load growth {b['growth_range'][0]:.3f}-{b['growth_range'][1]:.3f}")
+    return "; ".join(parts)

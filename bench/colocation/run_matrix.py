@@ -249,6 +249,7 @@ class Runner:
                 self.daemon.stop(grace_s=10)
                 if rec["status"] == "error":
                     rec.setdefault("log_tails", {})["gpuos-daemon"] = self.daemon.tail()
+                self.note_budget_log(rec, self.daemon.log_path)
                 self.daemon = None
             if self.plan.space_mps_dir:
                 shutil.rmtree(self.plan.space_mps_dir, ignore_errors=True)
@@ -262,6 +263,19 @@ class Runner:
                 self.mps = None
             rec["wall_s"] = time.monotonic() - t0
         return rec
+
+    @staticmethod
+    def note_budget_log(rec: dict, log_path: str) -> None:
+        """What moved a budget's share over the mode, from gpuosd's probe lines (rec["budget_log"]
+        and a note)."""
+        try:
+            with open(log_path, errors="replace") as f:
+                b = readers.budget_log(f.read())
+        except OSError:
+            return
+        if b is not None:
+            rec["budget_log"] = b
+            rec["notes"].append(readers.describe_budget_log(b))
 
     def start_daemon(self, spec: ModeSpec, env: dict) -> None:
         sock = self.plan.socket_path(spec)

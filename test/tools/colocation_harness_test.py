@@ -26,6 +26,7 @@ import be_train  # noqa: E402
 import check_budgets  # noqa: E402
 import check_demo  # noqa: E402
 import common  # noqa: E402
+import readers  # noqa: E402
 import report  # noqa: E402
 import run_matrix  # noqa: E402
 from fake_matrix import run_fake_matrix  # noqa: E402
@@ -326,6 +327,45 @@ FAKE_RANK = textwrap.dedent("""\
         while not stop:
             time.sleep(0.02)
 """)
+
+
+class BudgetLog(unittest.TestCase):
+    NEW = ("<6>gpuosd: budget: tenant 1 slowdown p99 1.142 over 190 launches, load growth 1.084, best-effort share "
+           "0.143 (0.071-0.286 since the last line: 3 cuts over the budget, 2 steps down, 5 up; 40 decisions held "
+           "for a phase), 4 pauses; probing 150 ms\n")
+    OLD = ("<6>gpuosd: budget: tenant 1 slowdown p99 0.000 over 0 launches, load growth 0.000, best-effort share "
+           "0.000, 66 pauses; probing 150 ms\n")
+
+    def test_what_moved_the_share(self):
+        b = readers.budget_log("<6>gpuosd: tenant 1 registered\n" + self.OLD + self.NEW + self.NEW)
+        self.assertEqual(b["lines"], 3)
+        self.assertEqual(b["share_at_probes"], [0.0, 0.143, 0.143])
+        self.assertEqual((b["share_low"], b["share_high"]), (0.0, 0.286))
+        self.assertEqual((b["cuts"], b["downs"], b["ups"], b["held"]), (6, 4, 10, 80))
+        self.assertEqual(b["p99_range"], [1.142, 1.142])   # the line with no launches is not a reading
+        note = readers.describe_budget_log(b)
+        self.assertIn("best-effort share 0.000-0.286", note)
+        self.assertIn("6 cuts over the budget, 4 steps down, 10 up, 80 decisions held for a phase", note)
+
+    def test_lines_before_the_counts_and_none(self):
+        b = readers.budget_log(self.OLD)
+        self.assertIsNone(b["cuts"])
+        self.assertIsNone(b["p99_range"])
+        self.assertNotIn("cuts", readers.describe_budget_log(b))
+        self.assertIsNone(readers.budget_log("<6>gpuosd: stopped\n"))
+
+    def test_a_mode_record_gets_the_note(self):
+        with tempfile.TemporaryDirectory() as d:
+            log = os.path.join(d, "daemon.log")
+            with open(log, "w") as f:
+                f.write(self.NEW)
+            rec = {"notes": []}
+            run_matrix.Runner.note_budget_log(rec, log)
+            self.assertEqual(rec["budget_log"]["cuts"], 3)
+            self.assertIn("3 cuts", rec["notes"][0])
+            rec = {"notes": []}
+            run_matrix.Runner.note_budget_log(rec, os.path.join(d, "missing.log"))
+            self.assertEqual(rec, {"notes": []})
 
 
 class DdpLauncher(unittest.TestCase):
