@@ -22,10 +22,6 @@ inline double budget_slack(uint32_t max_slowdown_permille) {
   return max_slowdown_permille > 1000 ? kBudgetSlackShare * (max_slowdown_permille / 1000.0 - 1.0) : 0.0;
 }
 
-// The slowdown the budget policy's meter may allow a tenant in a spatial domain: what is left of
-// B after its partition (when it is confined to one: not when it runs on the whole GPU, alone in
-// its domain or planned whole_gpu) and MPS. At most B; at least 1 (then nothing is lent:
-// best-effort tenants of its domain are held).
 // MPS's cost to one kernel of a client: a fixed start/drain time on the GPU, whatever the kernel's
 // length (+0.37 us per kernel fitted over the 1736 kernels of a graph-replayed 8B decode step on the
 // H200, bench/results/2026-12-05-mps-cost; PLATFORM.md's probe measured 0.32).
@@ -43,6 +39,10 @@ inline double measured_mps_cost(uint64_t timed_kernels, uint64_t timed_ns, uint6
   return mean <= 2 * cost ? 1.0 : cost / (mean - cost);
 }
 
+// The slowdown the budget policy's meter may allow a tenant in a spatial domain: what is left of
+// B after its partition (when it is confined to one: not when it runs on the whole GPU, alone in
+// its domain or planned whole_gpu) and MPS. At most B; at least 1 (then nothing is lent:
+// best-effort tenants of its domain are held).
 inline double interference_budget(uint32_t max_slowdown_permille, double mps_cost, bool partitioned = true) {
   const double b = max_slowdown_permille / 1000.0;
   const double slack = partitioned ? budget_slack(max_slowdown_permille) : 0.0;

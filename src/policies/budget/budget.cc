@@ -161,12 +161,12 @@ slots::GateActions BudgetPolicy::decide(const slots::GateView& view) {
     std::size_t n = 0;
     double recent = 0;
     if (params_.meter.interval_ns != 0) {
-      uint64_t end = 0;
-      recent = b.meter.last_interval(0.9, now, &end, &n);
+      uint64_t end = b.meter.interval_end(now);
       if (end <= b.interval_judged_ns) continue;  // judged already
       b.interval_judged_ns = end;
       // One that began before the last cut was timed (partly) at the share before it.
       if (end - params_.meter.interval_ns < b.last_react_ns) continue;
+      recent = b.meter.last_interval(0.9, now, &end, &n);
     } else {
       if (now < b.last_react_ns + params_.react_ns) continue;
       recent = b.meter.slowdown(0.9, now, params_.react_ns, &n);

@@ -98,24 +98,25 @@ double SlowdownMeter::slowdown(double q, uint64_t now, uint64_t span_ns, std::si
   return reference > 0 ? value / reference : value;
 }
 
+uint64_t SlowdownMeter::interval_end(uint64_t now) const {
+  return p_.interval_ns == 0 ? 0 : now / p_.interval_ns * p_.interval_ns;
+}
+
 double SlowdownMeter::last_interval(double q, uint64_t now, uint64_t* end_ns, std::size_t* count) const {
   if (count != nullptr) *count = 0;
-  *end_ns = p_.interval_ns == 0 ? 0 : now / p_.interval_ns * p_.interval_ns;
+  *end_ns = interval_end(now);
   if (p_.interval_ns == 0 || *end_ns < p_.interval_ns) return 0;
-  const uint64_t start = *end_ns - p_.interval_ns;
-  double rw = 0, w = 0;
-  std::size_t n = 0;
-  for (auto it = window_.rbegin(); it != window_.rend() && it->at_ns >= start; ++it) {
-    if (it->at_ns >= *end_ns) continue;
-    rw += it->ratio * it->weight;
-    w += it->weight;
-    ++n;
-  }
-  if (count != nullptr) *count = n;
-  if (n == 0 || w <= 0) return 0;
+  // The window's launches in [end - interval, end): one interval of judged().
+  auto last = window_.end();
+  while (last != window_.begin() && std::prev(last)->at_ns >= *end_ns) --last;
+  auto first = last;
+  while (first != window_.begin() && std::prev(first)->at_ns >= *end_ns - p_.interval_ns) --first;
+  if (count != nullptr) *count = static_cast<std::size_t>(std::distance(first, last));
+  const auto value = judged(first, last, p_.interval_ns, Launches::kAll);
+  if (value.empty()) return 0;
   const double reference =
       weighted_quantile(judged(solo_ref_.begin(), solo_ref_.end(), p_.interval_ns, Launches::kAll), q);
-  return reference > 0 ? (rw / w) / reference : rw / w;
+  return reference > 0 ? value.front().first / reference : value.front().first;
 }
 
 double SlowdownMeter::load_growth(uint64_t now, uint64_t span_ns) const {

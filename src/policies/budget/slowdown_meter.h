@@ -63,6 +63,8 @@ class SlowdownMeter {
   // last multiple of interval_ns at or before now): its weighted mean ratio over the q-quantile of
   // the solo reference, and *end_ns. 0 (and *count 0) with no launch in it, or without intervals.
   double last_interval(double q, uint64_t now, uint64_t* end_ns, std::size_t* count = nullptr) const;
+  // ... that interval's end alone (0 without intervals): whether it is a new one costs no judging.
+  uint64_t interval_end(uint64_t now) const;
 
   // How much more GPU time alone the launches in (now - span_ns, now] stand for than the solo
   // launches do, each on average (1 = the same; 0 when either has none): a server whose steps
