@@ -894,25 +894,6 @@ TEST(Controller, InSmGroupsMovesOneGroupAtATimeOnceSettled) {
   EXPECT_NEAR(next_group_share(p, 0.3, 1.25, good, 0, true), next_share(p, 0.3, 1.25, good), 1e-12) << "no groups";
 }
 
-TEST(Controller, CutToFitScalesTheShareByTheOvershoot) {
-  ControllerParams p;
-  const double one = 1.0 / 14;
-  // Halving, the default: 4 groups read 1.40 against 1.36 and keep 2.
-  EXPECT_NEAR(cut_share(p, 4 * one, 1.40, 1.36, 14), 2 * one, 1e-9);
-  p.cut_to_fit = true;
-  // (0.36 / 0.40) x 4 = 3.6 groups: 3.
-  EXPECT_NEAR(cut_share(p, 4 * one, 1.40, 1.36, 14), 3 * one, 1e-9);
-  // A reading barely over still costs a whole group.
-  EXPECT_NEAR(cut_share(p, 4 * one, 1.361, 1.36, 14), 3 * one, 1e-9);
-  // Far over: no deeper than halved.
-  EXPECT_NEAR(cut_share(p, 8 * one, 3.0, 1.36, 14), 4 * one, 1e-9);
-  // One group: into time on it, in proportion.
-  EXPECT_NEAR(cut_share(p, one, 1.40, 1.36, 14), 0.9 * one, 1e-9);
-  // Time only (no groups): in proportion; too little to be worth lending: 0.
-  EXPECT_NEAR(cut_share(p, 0.3, 1.40, 1.36, 0), 0.27, 1e-9);
-  EXPECT_EQ(cut_share(p, 0.001, 1.40, 1.36, 0), 0.0);
-}
-
 TEST(BudgetPolicy, BesideAWholeGpuTenantGroupsGrowOnlyAfterAWindowAtTheirCount) {
   // The server's batch grows for a while after its steps slow: a group more only once a whole
   // window (1 s) was timed at the current count.
@@ -1143,21 +1124,6 @@ TEST(BudgetPolicy, ConfigTakesSteerLoadGrowthAsABool) {
   number.integer = 1;
   EXPECT_FALSE(parse(number, &p, &error));
   EXPECT_NE(error.find("steer_load_growth"), std::string::npos) << error;
-}
-
-TEST(BudgetPolicy, ConfigTakesCutToFitAsABool) {
-  ConfigSection sec;
-  sec.name = "budget";
-  ConfigValue yes;
-  yes.kind = ConfigValue::Kind::kBool;
-  yes.boolean = true;
-  yes.where = "x.toml:7";
-  sec.entries.push_back({"cut_to_fit", yes});
-  BudgetParams p;
-  std::string error;
-  EXPECT_FALSE(p.controller.cut_to_fit) << "off by default";
-  ASSERT_TRUE(parse_budget_params(sec, &p, &error)) << error;
-  EXPECT_TRUE(p.controller.cut_to_fit);
 }
 
 }  // namespace

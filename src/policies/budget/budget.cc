@@ -171,10 +171,10 @@ slots::GateActions BudgetPolicy::decide(const slots::GateView& view) {
       if (now < b.last_react_ns + params_.react_ns) continue;
       recent = b.meter.slowdown(0.9, now, params_.react_ns, &n);
     }
-    const double reading = recent * growth(b), limit = meter_limit(t, b);
-    if (reading > limit && n >= kReactMinLaunches) {
+    if (recent * growth(b) > meter_limit(t, b) && n >= kReactMinLaunches) {
       b.moves.note(b.share);
-      b.share = cut_share(params_.controller, b.share, reading, limit, be_groups_beside(t, view));
+      b.share = whole_groups(b.share * params_.controller.decrease, be_groups_beside(t, view));
+      if (b.share < params_.controller.increase / 4) b.share = 0;
       ++b.moves.cuts;
       b.moves.note(b.share);
       b.lent = 0;
@@ -453,8 +453,7 @@ bool parse_budget_params(const ConfigSection& sec, BudgetParams* out, std::strin
       !sec.get_uint("pace_max_kernel_pct", 0, 1000, &max_kernel_pct, error) ||
       !sec.get_uint("pace_idle_hold_ms", 0, 10000, &idle_hold_ms, error) ||
       !sec.get_uint("mps_cost_pct", 0, 100, &mps_cost_pct, error) ||
-      !sec.get_bool("steer_load_growth", &p.steer_load_growth, error) ||
-      !sec.get_bool("cut_to_fit", &p.controller.cut_to_fit, error) || !sec.all_read(error)) {
+      !sec.get_bool("steer_load_growth", &p.steer_load_growth, error) || !sec.all_read(error)) {
     return false;
   }
   p.meter.interval_ns = uint64_t{meter_interval_ms} * 1'000'000;
@@ -488,8 +487,7 @@ std::string budget_settings(const ConfigSection& section) {
          "\npace_idle_hold_ms = " + ms(p.idle_hold_ns) +
          (p.mps_cost_fixed ? "\nmps_cost_pct = " + std::to_string(std::lround(*p.mps_cost_fixed * 100))
                            : std::string("\n# mps_cost_pct: measured per tenant")) +
-         "\nsteer_load_growth = " + (p.steer_load_growth ? "true" : "false") +
-         "\ncut_to_fit = " + (p.controller.cut_to_fit ? "true" : "false") + "\n";
+         "\nsteer_load_growth = " + (p.steer_load_growth ? "true" : "false") + "\n";
 }
 
 }  // namespace

@@ -39,19 +39,6 @@ double next_group_share(const ControllerParams& p, double share, double budget, 
   return std::clamp(share, 0.0, cap);
 }
 
-double cut_share(const ControllerParams& p, double share, double reading, double budget, uint32_t planned_groups) {
-  double factor = p.decrease;
-  if (p.cut_to_fit && reading > 1.0 && budget > 1.0) {
-    factor = std::clamp((budget - 1.0) / (reading - 1.0), p.decrease, 1.0);
-  }
-  double next = whole_groups(share * factor, planned_groups);
-  if (planned_groups != 0) {
-    const double one = 1.0 / planned_groups;
-    if (share >= 2 * one - 1e-9 && next > share - one + 1e-9) next = whole_groups(share - one, planned_groups);
-  }
-  return next < p.increase / 4 ? 0 : next;
-}
-
 double whole_groups(double share, uint32_t planned_groups) {
   if (planned_groups == 0 || share * planned_groups < 1.0 - 1e-9) return share;
   return std::floor(share * planned_groups + 1e-9) / planned_groups;

@@ -32,9 +32,6 @@ struct ControllerParams {
   double decrease = 0.5;         // factor on the share when the budget was exceeded
   double hold_decrease = 0.9;    // factor on the share when above the target
   double max_share = 0.9;
-  // Under trial (cut_share): over the budget, cut the share in proportion to the overshoot instead
-  // of halving it.
-  bool cut_to_fit = false;
   std::size_t min_samples = 8;   // launches in the window before the share may grow
   std::size_t min_lent = 4;      // launches timed at the current share before it may grow
 };
@@ -64,14 +61,6 @@ double next_share(const ControllerParams& p, double share, double budget, const 
 // m.window_p99 / m.window here count only launches since the share last moved.
 double next_group_share(const ControllerParams& p, double share, double budget, const Measure& m,
                         uint32_t planned_groups, bool settled);
-
-// The share after a reading over the budget (reading > budget): halved (decrease), or with
-// cut_to_fit scaled by (budget - 1) / (reading - 1), no deeper than halved and, on two groups or
-// more, at least one group less. Interference beside a server grows about in proportion to
-// best-effort's SM groups, so the scaled share is the one that would have read the budget; halving
-// on every interval over it kept a whole-GPU budget at 2-4 of 14 groups, its TPOT p99 at 1.37x of
-// B = 1.5 (bench/results/2026-12-06-wgi100-h100-0.3). Below increase / 4: 0.
-double cut_share(const ControllerParams& p, double share, double reading, double budget, uint32_t planned_groups);
 
 // A share of at least one of planned_groups SM groups, rounded down to whole groups (below one
 // group, or planned_groups 0: as it is).
