@@ -111,6 +111,7 @@ def read_be(path: str, synthetic: bool, rec: dict, t0: Optional[float], t1: Opti
 # from f219a19 on.
 _BUDGET_LINE = re.compile(
     r"budget: tenant (?P<tenant>\d+) slowdown p99 (?P<p99>[\d.]+) over (?P<n>\d+) launches, "
+    r"(?:admissions p99 (?P<adm>[\d.]+) over (?P<adm_n>\d+), )?"
     r"load growth (?P<growth>[\d.]+), best-effort share (?P<share>[\d.]+)"
     r"(?: \((?P<low>[\d.]+)-(?P<high>[\d.]+) since the last line: (?P<cuts>\d+) cuts over the budget, "
     r"(?P<downs>\d+) steps down, (?P<ups>\d+) up; (?P<held>\d+) decisions held for a phase\))?")
@@ -134,6 +135,8 @@ def budget_log(text: str) -> Optional[dict]:
     for key in ("p99", "growth"):
         vals = [float(d[key]) for d in measured]
         out[f"{key}_range"] = [min(vals), max(vals)] if vals else None
+    admitted = [float(d["adm"]) for d in lines if d["adm_n"] is not None and int(d["adm_n"]) > 0]
+    out["admissions_p99_range"] = [min(admitted), max(admitted)] if admitted else None
     return out
 
 
@@ -145,6 +148,8 @@ def describe_budget_log(b: dict) -> str:
                      f"{b['held']} decisions held for a phase")
     if b.get("p99_range"):
         parts.append(f"meter p99 {b['p99_range'][0]:.3f}-{b['p99_range'][1]:.3f}")
+    if b.get("admissions_p99_range"):
+        parts.append(f"admissions p99 {b['admissions_p99_range'][0]:.3f}-{b['admissions_p99_range'][1]:.3f}")
     if b.get("growth_range"):
         parts.append(f"load growth {b['growth_range'][0]:.3f}-{b['growth_range'][1]:.3f}")
     return "; ".join(parts)

@@ -60,6 +60,19 @@ TEST(SlowdownMeter, LoadGrowthIsTheWindowsMeanSoloTimeOverTheSoloLaunches) {
   EXPECT_EQ(SlowdownMeter().load_growth(5000 * kMs, 1000 * kMs), 0) << "no solo launches";
 }
 
+TEST(SlowdownMeter, LoadGrowthCountsStepsOnly) {
+  // The steps' shapes did not grow; the window just holds more prefills (3 ms alone) than the solo
+  // reference did. Over every launch that reads as growth; over the steps it is none.
+  SlowdownMeter m;
+  constexpr uint64_t kPrefill = 7 | GPUOS_TIMING_KEY_ADMISSION;
+  for (int i = 0; i < 20; ++i) m.add(1, 1 * kMs, true, (10 + i) * kMs);
+  for (int i = 0; i < 3; ++i) m.add(kPrefill, 3 * kMs, true, (40 + i) * kMs);
+  for (int i = 0; i < 20; ++i) m.add(1, 1 * kMs, false, (1000 + i) * kMs);
+  for (int i = 0; i < 10; ++i) m.add(kPrefill, 3 * kMs, false, (1100 + i) * kMs);
+  EXPECT_NEAR(m.load_growth(1700 * kMs, 1000 * kMs), 1.0, 1e-9);
+  EXPECT_GT(m.load_growth(1700 * kMs, 1000 * kMs, Launches::kAll), 1.4);
+}
+
 TEST(SlowdownMeter, StepsAndAdmissionsAreMeasuredApart) {
   // Decode steps (1 ms alone) ran 1.1x beside best-effort work, prefills (3 ms alone, their keys
   // marked as admissions) 1.5x: each kind against its own solo reference.
@@ -398,6 +411,37 @@ TEST(BudgetPolicy, JudgedByIntervalsOnlyAnIntervalOverTheBudgetHalvesTheShare) {
     for (int i = 0; i < 12; ++i) s.step(4, 1600, true, /*lent_only=*/true);
     EXPECT_LE(s.policy.state().share, held / 2 + 1e-9) << intervals;
   }
+}
+
+TEST(BudgetPolicy, JudgedByIntervalsSlowAdmissionsHoldTheShareDown) {
+  // Steps as fast as alone; prefills (1/17 of its GPU time) at 1.6x while best-effort work runs. An
+  // interval's mean reads at most about 1.04x, within the target (all of B = 1.25); TTFT from
+  // admission waits for the whole prefill. Judged by intervals, the admissions are judged apart and
+  // hold the share down.
+  auto share_with_admissions_at = [](uint64_t prefill_us) {
+    BudgetParams params;
+    params.meter.interval_ns = 100 * kMs;
+    params.controller.target_fraction = 1.0;
+    BudgetPolicy p{params};
+    constexpr uint64_t kPrefill = (kShape + 1) | GPUOS_TIMING_KEY_ADMISSION;
+    uint32_t gate = GPUOS_GATE_CLOSED;
+    double most = 0;
+    for (int i = 0; i < 600; ++i) {
+      slots::GateView v;
+      v.now_ns = (1000 + 10 * i) * kMs;
+      const bool lent = gate == GPUOS_GATE_OPEN;
+      std::vector<slots::TimedLaunch> timed = launches(4, 1000);
+      if (i % 4 == 0) timed.push_back({kPrefill, (lent ? prefill_us : 1000) * 1000});
+      v.tenants = {hp(true, timed), be(lent, gate)};
+      slots::GateActions a = p.decide(v);
+      if (const slots::GateAction* g = action_of(a, 2)) gate = g->gate;
+      if (i >= 300) most = std::max(most, p.state().share);
+    }
+    return most;
+  };
+  const double fast = share_with_admissions_at(1000), slow = share_with_admissions_at(1600);
+  EXPECT_GT(fast, 0.1) << "admissions as slow as the steps: the share grows";
+  EXPECT_LT(slow, fast / 2) << "admissions over the budget take the share away";
 }
 
 TEST(BudgetPolicy, ProbesCloseTheGateAndRefreshSoloTimes) {

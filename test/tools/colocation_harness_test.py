@@ -347,6 +347,18 @@ class BudgetLog(unittest.TestCase):
         self.assertIn("best-effort share 0.000-0.286", note)
         self.assertIn("6 cuts over the budget, 4 steps down, 10 up, 80 decisions held for a phase", note)
 
+    def test_admissions_apart(self):
+        line = ("<6>gpuosd: budget: tenant 1 slowdown p99 1.142 over 190 launches, admissions p99 1.380 over 24, "
+                "load growth 1.084, best-effort share 0.143 (0.071-0.286 since the last line: 3 cuts over the budget, "
+                "2 steps down, 5 up; 40 decisions held for a phase), 4 pauses; probing 150 ms\n")
+        none = line.replace("admissions p99 1.380 over 24", "admissions p99 0.000 over 0")
+        b = readers.budget_log(none + line + self.NEW)
+        self.assertEqual(b["lines"], 3)
+        self.assertEqual(b["admissions_p99_range"], [1.38, 1.38])   # lines without admissions read none
+        self.assertEqual(b["p99_range"], [1.142, 1.142])
+        self.assertIn("admissions p99 1.380-1.380", readers.describe_budget_log(b))
+        self.assertIsNone(readers.budget_log(self.NEW)["admissions_p99_range"])
+
     def test_lines_before_the_counts_and_none(self):
         b = readers.budget_log(self.OLD)
         self.assertIsNone(b["cuts"])

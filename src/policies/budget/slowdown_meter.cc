@@ -119,15 +119,21 @@ double SlowdownMeter::last_interval(double q, uint64_t now, uint64_t* end_ns, st
   return reference > 0 ? value.front().first / reference : value.front().first;
 }
 
-double SlowdownMeter::load_growth(uint64_t now, uint64_t span_ns) const {
+double SlowdownMeter::load_growth(uint64_t now, uint64_t span_ns, Launches which) const {
   double window_sum = 0, solo_sum = 0;
-  std::size_t window_n = 0;
-  for (auto it = window_.rbegin(); it != window_.rend() && it->at_ns + span_ns > now; ++it, ++window_n) {
+  std::size_t window_n = 0, solo_n = 0;
+  for (auto it = window_.rbegin(); it != window_.rend() && it->at_ns + span_ns > now; ++it) {
+    if (!counted(which, it->admission)) continue;
     window_sum += it->weight;
+    ++window_n;
   }
-  for (const Ratio& r : solo_ref_) solo_sum += r.weight;
-  if (window_n == 0 || solo_ref_.empty() || solo_sum <= 0) return 0;
-  return (window_sum / static_cast<double>(window_n)) / (solo_sum / static_cast<double>(solo_ref_.size()));
+  for (const Ratio& r : solo_ref_) {
+    if (!counted(which, r.admission)) continue;
+    solo_sum += r.weight;
+    ++solo_n;
+  }
+  if (window_n == 0 || solo_n == 0 || solo_sum <= 0) return 0;
+  return (window_sum / static_cast<double>(window_n)) / (solo_sum / static_cast<double>(solo_n));
 }
 
 double SlowdownMeter::solo_ns(uint64_t key) const {

@@ -66,11 +66,14 @@ class SlowdownMeter {
   // ... that interval's end alone (0 without intervals): whether it is a new one costs no judging.
   uint64_t interval_end(uint64_t now) const;
 
-  // How much more GPU time alone the launches in (now - span_ns, now] stand for than the solo
-  // launches do, each on average (1 = the same; 0 when either has none): a server whose steps
-  // slowed holds more requests, so its steps take larger shapes (a bigger batch), and its TPOT grows
-  // by the slowdown times this. Observed only (the probe's log line), not yet steered by.
-  double load_growth(uint64_t now, uint64_t span_ns) const;
+  // How much more GPU time alone the steps in (now - span_ns, now] stand for than the solo steps
+  // do, each on average (1 = the same; 0 when either has none): a server whose steps slowed holds
+  // more requests, so its steps take larger shapes (a bigger batch), and its TPOT grows by the
+  // slowdown times this. Steps only (every launch, until its engine marks admissions): a window's
+  // mix of prefills and steps differs from the solo reference's by chance, and an 8B server's
+  // growth read 1.17-1.39 (4.47 once) over all its launches while its decode batch grew 1.13x
+  // (bench/results/2026-12-06-8b-fit-h100-0.3).
+  double load_growth(uint64_t now, uint64_t span_ns, Launches which = Launches::kSteps) const;
 
   // A shape's solo time (0 = not known yet), and whether any shape has one.
   double solo_ns(uint64_t key) const;
