@@ -1046,6 +1046,45 @@ TEST(BudgetPolicy, WhileItsEngineAdmitsRequestsABudgetLendsNothing) {
   }
 }
 
+TEST(BudgetPolicy, WithoutThePhaseHoldAnAdmittingTenantGoesOnLending) {
+  BudgetParams params;
+  params.phase_hold = false;
+  BudgetPolicy p{params};
+  slots::GateTenant g = hp(true);
+  slots::GateTenant b = be(true, GPUOS_GATE_OPEN);
+  g.space_domain = b.space_domain = "serve";
+  b.space_groups = 15;
+  uint64_t now_ms = 1000;
+  slots::GateActions a;
+  slots::GateAction lent;
+  for (int i = 0; i < 300; ++i) {
+    g.timed = launches(4, 1000);
+    lent = decide_beside(p, g, b, now_ms += 10, &a);
+  }
+  ASSERT_EQ(lent.gate, GPUOS_GATE_OPEN);
+  g.admitting = true;
+  g.timed = launches(4, 1000);
+  const slots::GateAction admitting = decide_beside(p, g, b, now_ms += 10, &a);
+  EXPECT_EQ(admitting.gate, GPUOS_GATE_OPEN);
+  EXPECT_EQ(admitting.pacing.groups, lent.pacing.groups);
+  EXPECT_EQ(p.state().tenants.at(g.id).moves.phase_held, 0u);
+}
+
+TEST(BudgetPolicy, ConfigTakesPhaseHoldAsABool) {
+  ConfigSection sec;
+  sec.name = "budget";
+  ConfigValue no;
+  no.kind = ConfigValue::Kind::kBool;
+  no.boolean = false;
+  no.where = "x.toml:7";
+  sec.entries.push_back({"phase_hold", no});
+  BudgetParams p;
+  std::string error;
+  EXPECT_TRUE(p.phase_hold) << "on by default";
+  ASSERT_TRUE(parse_budget_params(sec, &p, &error)) << error;
+  EXPECT_FALSE(p.phase_hold);
+}
+
 TEST(BudgetPolicy, AdmissionTimesBudgetedAndBestEffortTenants) {
   BudgetPolicy p{BudgetParams{}};
   slots::Admission a;

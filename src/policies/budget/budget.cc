@@ -284,9 +284,9 @@ slots::GateActions BudgetPolicy::decide(const slots::GateView& view) {
     // While its engine admits requests, or it runs a launch its timings mark long (a prefill with no
     // engine hint), it lends nothing (phase awareness): a prefill's slowdown reaches its TTFT whole,
     // amplified by the queue for batch slots; its steps lend again.
-    lends[t.id] = !probing && !strict_beside && !t.admitting && !t.long_launch && it != st.tenants.end() &&
-                  it->second.share > 0;
-    if ((t.admitting || t.long_launch) && it != st.tenants.end()) ++it->second.moves.phase_held;
+    const bool phase = params_.phase_hold && (t.admitting || t.long_launch);
+    lends[t.id] = !probing && !strict_beside && !phase && it != st.tenants.end() && it->second.share > 0;
+    if (phase && it != st.tenants.end()) ++it->second.moves.phase_held;
   }
   auto lends_now = [&](uint32_t id) {
     auto it = lends.find(id);
@@ -464,7 +464,8 @@ bool parse_budget_params(const ConfigSection& sec, BudgetParams* out, std::strin
       !sec.get_uint("pace_max_kernel_pct", 0, 1000, &max_kernel_pct, error) ||
       !sec.get_uint("pace_idle_hold_ms", 0, 10000, &idle_hold_ms, error) ||
       !sec.get_uint("mps_cost_pct", 0, 100, &mps_cost_pct, error) ||
-      !sec.get_bool("steer_load_growth", &p.steer_load_growth, error) || !sec.all_read(error)) {
+      !sec.get_bool("steer_load_growth", &p.steer_load_growth, error) ||
+      !sec.get_bool("phase_hold", &p.phase_hold, error) || !sec.all_read(error)) {
     return false;
   }
   p.meter.interval_ns = uint64_t{meter_interval_ms} * 1'000'000;
@@ -498,7 +499,8 @@ std::string budget_settings(const ConfigSection& section) {
          "\npace_idle_hold_ms = " + ms(p.idle_hold_ns) +
          (p.mps_cost_fixed ? "\nmps_cost_pct = " + std::to_string(std::lround(*p.mps_cost_fixed * 100))
                            : std::string("\n# mps_cost_pct: measured per tenant")) +
-         "\nsteer_load_growth = " + (p.steer_load_growth ? "true" : "false") + "\n";
+         "\nsteer_load_growth = " + (p.steer_load_growth ? "true" : "false") +
+         "\nphase_hold = " + (p.phase_hold ? "true" : "false") + "\n";
 }
 
 }  // namespace
