@@ -4,6 +4,7 @@
 # only a few files). RUNS: ';'-separated run_matrix.py argument lists, each with its own --label;
 # every run gets --be-window 12 --budget-s BUDGET_S --exclusive-repeats REPEATS and the whole-GPU
 # variant (--variant whole=bench/colocation/configs/budget_whole_gpu.toml) unless it names its own.
+# Every run names exclusive-hp and exclusive-be among its --modes (else it is refused; PARTIAL=1).
 # Settings: WINDOW (15) REPEATS (1: HP alone once) BUDGET_S (per run: 900, or 1700 with REPEATS > 1)
 #           WAIT_S (560) RUN (/tmp/gpuos-budget-runs)
 # Issue #40's method: REPEATS=5 WINDOW=60 (HP alone 5 times, interleaved among the modes, 60 s
@@ -43,6 +44,24 @@ all_runs() {
   return $rc
 }
 
+# Every run measures HP alone and BE alone (#40's checks divide by both): a run that names neither
+# leaves its modes without a ratio (stop 50 lost a 50% load run's BE ratios that way). PARTIAL=1
+# runs such a run anyway.
+check_baselines() {
+  local i modes bad=0
+  [[ ${PARTIAL:-0} == 1 ]] && return 0
+  for i in "${!runs[@]}"; do
+    modes=$(sed -nE 's/.*--modes[ =]([^ ]+).*/\1/p' <<<"${runs[$i]}")
+    for m in exclusive-hp exclusive-be; do
+      if [[ ",$modes," != *",$m,"* ]]; then
+        echo "run $i (${runs[$i]}): --modes lacks $m, so its modes get no ratio to it (PARTIAL=1 runs it anyway)" >&2
+        bad=1
+      fi
+    done
+  done
+  return $bad
+}
+
 dry_run() {
   local i total=0 s
   for i in "${!runs[@]}"; do
@@ -76,6 +95,7 @@ case ${1:-} in
 esac
 : "${RUNS:?set RUNS}"
 IFS=';' read -ra runs <<<"$RUNS"
+check_baselines || exit 2
 if [[ ${1:-} == dry-run || ${1:-} == --dry-run ]]; then dry_run; exit $?; fi
 : "${OUT:?set OUT}"
 detach_start "$RUN" "$RUN/all.log" bash gpu/budget_runs.sh _all

@@ -653,12 +653,21 @@ class MethodScripts(unittest.TestCase):
     def test_budget_runs_dry_run(self):
         r = self.run_script("budget_runs.sh", REPEATS="5", WINDOW="60",
                             RUNS="--load 0.3 --label a --modes exclusive-hp,exclusive-be,mps-prio1-t25 --gpuos none; "
-                                 "--load 0.5 --label b --modes exclusive-hp,mps --gpuos none")
+                                 "--load 0.5 --label b --modes exclusive-hp,exclusive-be,mps --gpuos none")
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         self.assertEqual(r.stdout.count("--window 60 --be-window 12 --budget-s 1700 --exclusive-repeats 5"), 2)
         self.assertIn("exclusive-hp-r5", r.stdout)
         self.assertRegex(r.stdout, r"all runs: ~\d+ s \(\d+ min\) of device time; REPEATS=5 WINDOW=60")
         self.assertIn("runs detached", r.stdout)
+
+    def test_budget_runs_needs_both_alone(self):
+        runs = "--load 0.3 --label a --modes exclusive-hp,exclusive-be,mps --gpuos none;--load 0.5 --label b --modes exclusive-hp,mps"
+        r = self.run_script("budget_runs.sh", RUNS=runs)
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertIn("--modes lacks exclusive-be", r.stderr)
+        self.assertNotIn("lacks exclusive-hp", r.stderr)
+        r = self.run_script("budget_runs.sh", RUNS=runs, PARTIAL="1")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
 
 
 class MultiGpuScript(unittest.TestCase):
