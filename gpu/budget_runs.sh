@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue #40's co-location runs, one after another, each a run_matrix.py matrix with its baselines,
 # and everything (summaries, raw results, gpuosd logs) in one $OUT/runs.tgz (a device call returns
-# only a few files). RUNS: ';'-separated run_matrix.py argument lists, each with its own --label;
+# only a few files; a call that ends before the runs do returns those ended in runs-partial.tgz). RUNS: ';'-separated run_matrix.py argument lists, each with its own --label;
 # every run gets --be-window 12 --budget-s BUDGET_S --exclusive-repeats REPEATS and the whole-GPU
 # variant (--variant whole=bench/colocation/configs/budget_whole_gpu.toml) unless it names its own.
 # Every run names exclusive-hp and exclusive-be among its --modes (else it is refused; PARTIAL=1).
@@ -25,11 +25,13 @@ REPEATS=${REPEATS:-1} WINDOW=${WINDOW:-15}
 BUDGET_S=${BUDGET_S:-$( ((REPEATS > 1)) && echo 1700 || echo 900)}
 work=$RUN/work
 
-# The i-th run's run_matrix.py arguments (word-split as written), less --out and --workdir.
+# The i-th run's run_matrix.py arguments (word-split as written), less --out and --workdir. The
+# settings come first, so a run that names its own (--window 60 --exclusive-repeats 5 --budget-s
+# 1700: #40's method) overrides them, and one call can hold point checks and a run by the method.
 run_args() {
   local args=$1
   [[ $args == *--variant* ]] || args+=" --variant whole=bench/colocation/configs/budget_whole_gpu.toml"
-  echo "$args --window $WINDOW --be-window 12 --budget-s $BUDGET_S --exclusive-repeats $REPEATS"
+  echo "--window $WINDOW --be-window 12 --budget-s $BUDGET_S --exclusive-repeats $REPEATS $args"
 }
 
 all_runs() {
@@ -82,8 +84,12 @@ dry_run() {
 
 collect() {
   mkdir -p "$OUT"
-  detach_wait "$RUN" "$WAIT_S" "$RUN/all.log" \
-    "call again with 'collect' (at once: the machine is given back when idle)" || return 3
+  if ! detach_wait "$RUN" "$WAIT_S" "$RUN/all.log" \
+    "call again with 'collect' (at once: the machine is given back when idle)"; then
+    # What has ended so far comes back too, in case the machine does not stay for the next call.
+    tar czf "$OUT/runs-partial.tgz" -C "$work" . 2>/dev/null
+    return 3
+  fi
   tar czf "$OUT/runs.tgz" -C "$work" . 2>/dev/null
   cat "$RUN/all.log"
   detach_status "$RUN"

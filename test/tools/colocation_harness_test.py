@@ -660,6 +660,16 @@ class MethodScripts(unittest.TestCase):
         self.assertRegex(r.stdout, r"all runs: ~\d+ s \(\d+ min\) of device time; REPEATS=5 WINDOW=60")
         self.assertIn("runs detached", r.stdout)
 
+    def test_budget_runs_a_run_may_name_its_own_method(self):
+        r = self.run_script("budget_runs.sh",
+                            RUNS="--load 0.3 --label a --modes exclusive-hp,exclusive-be,mps --gpuos none;"
+                                 "--load 0.3 --label m --modes exclusive-hp,exclusive-be,mps --gpuos none "
+                                 "--exclusive-repeats 5 --window 60 --budget-s 1700")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        first, second = r.stdout.split("== run 1:")
+        self.assertNotIn("exclusive-hp-r2", first)
+        self.assertIn("exclusive-hp-r5", second)
+
     def test_budget_runs_needs_both_alone(self):
         runs = "--load 0.3 --label a --modes exclusive-hp,exclusive-be,mps --gpuos none;--load 0.5 --label b --modes exclusive-hp,mps"
         r = self.run_script("budget_runs.sh", RUNS=runs)
