@@ -133,6 +133,22 @@ def import_run(run_dir: str, work_dir: str, results: str, dry_run: bool) -> str:
     return dest
 
 
+def safe_extract(t: tarfile.TarFile, dest: str) -> None:
+    """Extracts regular files and folders only, each inside dest (the "data" filter where this
+    Python has it, which Debian 12's 3.11.2 may not)."""
+    if hasattr(tarfile, "data_filter"):
+        t.extractall(dest, filter="data")
+        return
+    root = os.path.realpath(dest)
+    members = []
+    for m in t.getmembers():
+        target = os.path.realpath(os.path.join(dest, m.name))
+        if not (m.isfile() or m.isdir()) or os.path.commonpath([root, target]) != root:
+            raise tarfile.TarError(f"{m.name}: not a plain file or folder inside the archive's root")
+        members.append(m)
+    t.extractall(dest, members=members)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("runs", help="runs.tgz (or runs-partial.tgz) from gpu/budget_runs.sh, or the folder it unpacks to")
@@ -144,7 +160,7 @@ def main(argv=None) -> int:
         if os.path.isfile(a.runs):
             try:
                 with tarfile.open(a.runs) as t:
-                    t.extractall(tmp, filter="data")
+                    safe_extract(t, tmp)
             except (tarfile.TarError, OSError) as e:
                 print(f"import_runs: {a.runs}: {e}", file=sys.stderr)
                 return 2
