@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue #40's co-location runs, one after another, each a run_matrix.py matrix with its baselines,
 # and everything (summaries, raw results, gpuosd logs) in one $OUT/runs.tgz (a device call returns
-# only a few files; a call that ends before the runs do returns those ended in runs-partial.tgz). RUNS: ';'-separated run_matrix.py argument lists, each with its own --label;
+# only a few files; a call that ends before the runs do returns those that ended, in
+# runs-partial.tgz). RUNS: ';'-separated run_matrix.py argument lists, each with its own --label;
 # every run gets --be-window 12 --budget-s BUDGET_S --exclusive-repeats REPEATS and the whole-GPU
 # variant (--variant whole=bench/colocation/configs/budget_whole_gpu.toml) unless it names its own.
 # Every run names exclusive-hp and exclusive-be among its --modes (else it is refused; PARTIAL=1).
@@ -46,8 +47,8 @@ all_runs() {
   return $rc
 }
 
-# Every run measures HP alone and BE alone (#40's checks divide by both): a run that names neither
-# leaves its modes without a ratio (stop 50 lost a 50% load run's BE ratios that way). PARTIAL=1
+# Every run measures HP alone and BE alone (#40's checks divide by both): a run without either
+# leaves its modes without that ratio (stop 50 lost a 50% load run's BE ratios that way). PARTIAL=1
 # runs such a run anyway.
 check_baselines() {
   local i modes bad=0
