@@ -114,7 +114,8 @@ _BUDGET_LINE = re.compile(
     r"(?:admissions p99 (?P<adm>[\d.]+) over (?P<adm_n>\d+), )?"
     r"load growth (?P<growth>[\d.]+), best-effort share (?P<share>[\d.]+)"
     r"(?: \((?P<low>[\d.]+)-(?P<high>[\d.]+) since the last line: (?P<cuts>\d+) cuts over the budget, "
-    r"(?P<downs>\d+) steps down, (?P<ups>\d+) up; (?P<held>\d+) decisions held for a phase\))?")
+    r"(?P<downs>\d+) steps down, (?P<ups>\d+) up; (?P<held>\d+) decisions held for a phase"
+    r"(?:, (?P<held_ms>\d+) ms)?\))?")
 
 
 def budget_log(text: str) -> Optional[dict]:
@@ -135,6 +136,11 @@ def budget_log(text: str) -> Optional[dict]:
     for key in ("p99", "growth"):
         vals = [float(d[key]) for d in measured]
         out[f"{key}_range"] = [min(vals), max(vals)] if vals else None
+    timed_holds = [d for d in moved if d["held_ms"] is not None]
+    # The time held for phases, and its share of the periods the lines close (one line per probe
+    # period, 5 s; a mode's first line, at its budget's first activity, closes none).
+    out["held_ms"] = sum(int(d["held_ms"]) for d in timed_holds) if timed_holds else None
+    out["held_fraction"] = out["held_ms"] / (5000.0 * max(len(timed_holds) - 1, 1)) if timed_holds else None
     admitted = [float(d["adm"]) for d in lines if d["adm_n"] is not None and int(d["adm_n"]) > 0]
     out["admissions_p99_range"] = [min(admitted), max(admitted)] if admitted else None
     return out
@@ -146,6 +152,8 @@ def describe_budget_log(b: dict) -> str:
     if b.get("cuts") is not None:
         parts.append(f"{b['cuts']} cuts over the budget, {b['downs']} steps down, {b['ups']} up, "
                      f"{b['held']} decisions held for a phase")
+    if b.get("held_ms") is not None:
+        parts.append(f"held for phases {b['held_ms']} ms ({100 * b['held_fraction']:.0f}% of the lines' 5 s periods)")
     if b.get("p99_range"):
         parts.append(f"meter p99 {b['p99_range'][0]:.3f}-{b['p99_range'][1]:.3f}")
     if b.get("admissions_p99_range"):

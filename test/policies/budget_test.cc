@@ -1038,7 +1038,9 @@ TEST(BudgetPolicy, WhileItsEngineAdmitsRequestsABudgetLendsNothing) {
     EXPECT_EQ(p.state().tenants.at(g.id).moves.phase_held, held_before + 1) << "counted for the log line";
     ASSERT_EQ(a.budgets.size(), 1u);
     EXPECT_EQ(a.budgets[0].be_share_permille, 0u) << "nothing lent while it admits";
+    const uint64_t held_ns_before = p.state().tenants.at(g.id).moves.phase_held_ns;
     const slots::GateAction again = decide(false);
+    EXPECT_EQ(p.state().tenants.at(g.id).moves.phase_held_ns, held_ns_before + 10 * kMs) << "held until this decision";
     EXPECT_EQ(again.gate, GPUOS_GATE_OPEN);
     EXPECT_EQ(again.pacing.permille, lent.pacing.permille) << "its steps lend what they lent before";
     EXPECT_EQ(again.pacing.groups, lent.pacing.groups);

@@ -359,6 +359,16 @@ class BudgetLog(unittest.TestCase):
         self.assertIn("admissions p99 1.380-1.380", readers.describe_budget_log(b))
         self.assertIsNone(readers.budget_log(self.NEW)["admissions_p99_range"])
 
+    def test_time_held_for_phases(self):
+        first = self.NEW.replace("0.143 (0.071-0.286", "0.000 (0.000-0.000").replace(
+            "40 decisions held for a phase)", "0 decisions held for a phase, 0 ms)")
+        line = self.NEW.replace("40 decisions held for a phase)", "40 decisions held for a phase, 1250 ms)")
+        b = readers.budget_log(first + line + line)
+        self.assertEqual(b["held_ms"], 2500)
+        self.assertAlmostEqual(b["held_fraction"], 0.25)   # two 5 s periods closed
+        self.assertIn("held for phases 2500 ms (25% of the lines' 5 s periods)", readers.describe_budget_log(b))
+        self.assertIsNone(readers.budget_log(self.NEW)["held_ms"])
+
     def test_lines_before_the_counts_and_none(self):
         b = readers.budget_log(self.OLD)
         self.assertIsNone(b["cuts"])

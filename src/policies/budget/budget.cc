@@ -247,17 +247,21 @@ slots::GateActions BudgetPolicy::decide(const slots::GateView& view) {
     st.next_probe_ns = now + params_.probe_every_ns;
     for (auto& [id, b] : st.tenants) {  // one line per probe period: what the budget did
       std::size_t n = 0, admissions = 0;
+      if (b.phase_held_since_ns != 0) {  // a hold under way counts up to this line
+        b.moves.phase_held_ns += now - b.phase_held_since_ns;
+        b.phase_held_since_ns = now;
+      }
       const double p99 = b.meter.window_p99(now, &n);
       const double admissions_p99 = b.meter.slowdown(0.99, now, params_.meter.window_ns, &admissions, Launches::kAdmissions);
       const ShareMoves& m = b.moves;
       log::info("budget: tenant %u slowdown p99 %.3f over %zu launches, admissions p99 %.3f over %zu, load growth "
                 "%.3f, best-effort share %.3f (%.3f-%.3f since the last line: %llu cuts over the budget, %llu steps "
-                "down, %llu up; %llu decisions held for a phase), %llu pauses; probing %.0f ms",
+                "down, %llu up; %llu decisions held for a phase, %.0f ms), %llu pauses; probing %.0f ms",
                 id, p99, n, admissions_p99, admissions, b.meter.load_growth(now, params_.meter.window_ns), b.share,
                 m.seen ? m.low : b.share,
                 m.seen ? m.high : b.share, static_cast<unsigned long long>(m.cuts),
                 static_cast<unsigned long long>(m.downs), static_cast<unsigned long long>(m.ups),
-                static_cast<unsigned long long>(m.phase_held),
+                static_cast<unsigned long long>(m.phase_held), m.phase_held_ns / 1e6,
                 static_cast<unsigned long long>(b.pauses - b.pauses_logged), params_.probe_ns / 1e6);
       b.pauses_logged = b.pauses;
       b.moves = ShareMoves{};
@@ -275,6 +279,7 @@ slots::GateActions BudgetPolicy::decide(const slots::GateView& view) {
     return it != st.tenants.end() && it->second.idle.holding(now, params_.idle_hold_ns);
   };
   std::map<uint32_t, bool> lends;  // active (or pausing) budgeted tenants: whether each lends now
+  std::set<uint32_t> phase_held;   // ... those that lend nothing for a phase
   for (const slots::GateTenant& t : view.tenants) {
     if (!budgeted(t) || !(active(t) || pausing(t))) continue;
     const bool strict_beside = std::any_of(view.tenants.begin(), view.tenants.end(), [&](const slots::GateTenant& g) {
@@ -286,7 +291,18 @@ slots::GateActions BudgetPolicy::decide(const slots::GateView& view) {
     // amplified by the queue for batch slots; its steps lend again.
     const bool phase = params_.phase_hold && (t.admitting || t.long_launch);
     lends[t.id] = !probing && !strict_beside && !phase && it != st.tenants.end() && it->second.share > 0;
-    if (phase && it != st.tenants.end()) ++it->second.moves.phase_held;
+    if (phase && it != st.tenants.end()) {
+      ++it->second.moves.phase_held;
+      phase_held.insert(t.id);
+    }
+  }
+  for (auto& [id, b] : st.tenants) {  // how long each hold lasted, for the log line
+    if (phase_held.count(id) != 0) {
+      if (b.phase_held_since_ns == 0) b.phase_held_since_ns = now;
+    } else if (b.phase_held_since_ns != 0) {
+      b.moves.phase_held_ns += now - b.phase_held_since_ns;
+      b.phase_held_since_ns = 0;
+    }
   }
   auto lends_now = [&](uint32_t id) {
     auto it = lends.find(id);

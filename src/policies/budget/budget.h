@@ -139,6 +139,7 @@ struct ShareMoves {
   uint64_t downs = 0;         // lowered at a control period (over the target, or idle)
   uint64_t ups = 0;           // raised at a control period
   uint64_t phase_held = 0;    // decisions that lent nothing for a phase (admitting, a long launch)
+  uint64_t phase_held_ns = 0; // ... and the time from each such decision to the next that lent
   double low = 0, high = 0;   // the share's range (set at the first move or decision)
   bool seen = false;
   void note(double share) {
@@ -163,6 +164,7 @@ struct TenantBudget {
   uint64_t pauses = 0;             // times the decisions saw it go idle (a server: between steps)
   uint64_t pauses_logged = 0;      // ... as of the last probe's log line
   ShareMoves moves{};              // since the last probe's log line
+  uint64_t phase_held_since_ns = 0;  // lending nothing for a phase since (0 = not held)
   // Its kernels timed while it ran alone (what its timed_* words grew by between two decisions
   // that both saw it solo) and their time: what MPS costs it (BudgetPolicy::mps_cost).
   uint64_t solo_kernels = 0;
