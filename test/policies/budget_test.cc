@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <string>
 #include <vector>
@@ -936,6 +937,51 @@ TEST(Controller, InSmGroupsMovesOneGroupAtATimeOnceSettled) {
   EXPECT_NEAR(next_group_share(p, 0.065, 1.25, good, 15, false), one, 1e-12);
   EXPECT_NEAR(next_group_share(p, 13 * one, 1.25, good, 15, true), 13 * one, 1e-9) << "max_share 0.9 of 15";
   EXPECT_NEAR(next_group_share(p, 0.3, 1.25, good, 0, true), next_share(p, 0.3, 1.25, good), 1e-12) << "no groups";
+}
+
+TEST(BudgetPolicy, TimeWeightedMedianIsWhereTheTimeIs) {
+  EXPECT_EQ(time_weighted_median({}), 0u);
+  EXPECT_EQ(time_weighted_median({10, 10, 10, 10}), 10u);
+  // 100 short launches and one of 100 ms: most of the time is in the long one.
+  std::vector<uint64_t> v(100, 100'000);
+  v.push_back(100'000'000);
+  EXPECT_EQ(time_weighted_median(v), 100'000'000u);
+  v.resize(100);  // without it: the short ones
+  EXPECT_EQ(time_weighted_median(v), 100'000u);
+}
+
+TEST(BudgetPolicy, CapLongBestEffortKeepsALongLaunchersGroupsWithinOneOverTheLimit) {
+  // Beside a server whose launches take 1 ms alone, with B = 1.25 on the whole GPU (MPS's cost
+  // untimed: 8%, so the meter's limit is 1.25 / 1.08): a best-effort tenant whose launches take
+  // 100 ms gets at most floor(15 x (1 - 1/limit)) = 2 of 15 groups; one whose launches take 1 ms
+  // is not capped, nor is anyone without the setting.
+  auto most_groups = [](bool cap, uint64_t be_launch_us) {
+    BudgetParams params;
+    params.cap_long_best_effort = cap;
+    BudgetPolicy p{params};
+    auto [g, b] = serve_domain();
+    uint32_t most = 0;
+    for (int i = 0; i < 1800; ++i) {
+      slots::GateView v;
+      v.now_ns = (1000 + 10 * i) * kMs;
+      g.timed = launches(4, 1000);
+      b.timed = b.busy ? std::vector<slots::TimedLaunch>{{kShape + 7, be_launch_us * 1000}} : std::vector<slots::TimedLaunch>{};
+      v.tenants = {g, b};
+      const slots::GateActions a = p.decide(v);
+      const slots::GateAction* act = action_of(a, 2);
+      if (act == nullptr) continue;
+      b.gate = act->gate;
+      b.busy = act->gate == GPUOS_GATE_OPEN;
+      if (act->gate == GPUOS_GATE_OPEN && act->pacing.permille != 0) most = std::max(most, act->pacing.groups);
+    }
+    return most;
+  };
+  const double limit = 1.25 / 1.08;
+  const auto cap = static_cast<uint32_t>(std::floor(15 * (1 - 1 / limit)));
+  ASSERT_EQ(cap, 2u);
+  EXPECT_EQ(most_groups(true, 100'000), cap);
+  EXPECT_GT(most_groups(true, 1000), cap) << "short launches: not capped";
+  EXPECT_GT(most_groups(false, 100'000), cap) << "off by default";
 }
 
 TEST(BudgetPolicy, BesideAWholeGpuTenantGroupsGrowOnlyAfterAWindowAtTheirCount) {

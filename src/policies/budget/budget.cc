@@ -65,6 +65,18 @@ void BudgetPolicy::note_kernels(const slots::GateTenant& t, TenantBudget& b, boo
   }
 }
 
+uint64_t time_weighted_median(std::vector<uint64_t> ns) {
+  if (ns.empty()) return 0;
+  std::sort(ns.begin(), ns.end());
+  long double total = 0, below = 0;
+  for (uint64_t v : ns) total += v;
+  for (uint64_t v : ns) {
+    below += v;
+    if (below * 2 >= total) return v;
+  }
+  return ns.back();
+}
+
 GroupSplit groups_for_share(double share, uint32_t planned_groups) {
   if (planned_groups == 0) return {0, static_cast<uint32_t>(std::clamp(std::lround(share * 1000), 1L, 1000L))};
   const double groups = std::clamp(share, 0.0, 1.0) * planned_groups;
@@ -119,6 +131,14 @@ slots::GateActions BudgetPolicy::decide(const slots::GateView& view) {
   };
   // A BE tenant beside budgeted tenant b: paced, on one of b's GPUs.
   auto beside = [&](const slots::GateTenant& v, const slots::GateTenant& b) { return paced(v) && share_gpu(v, b); };
+  if (params_.cap_long_best_effort) {
+    for (const slots::GateTenant& v : view.tenants) {
+      if (!paced(v) || v.timed.empty()) continue;
+      std::deque<uint64_t>& kept = st.be_launch_ns[v.id];
+      for (const slots::TimedLaunch& l : v.timed) kept.push_back(l.ns);
+      while (kept.size() > kLongLaunchKeep) kept.pop_front();
+    }
+  }
 
   // 1. The budgeted tenants' timings, solo when no BE work can have run beside them: every gate of
   // a BE tenant on its GPUs closed for the settle time, and no such BE work left in flight (under
@@ -311,8 +331,18 @@ slots::GateActions BudgetPolicy::decide(const slots::GateView& view) {
   for (auto& [id, b] : st.tenants) b.lending = lends_now(id);
   // The pacing of a BE tenant: the smallest share (and burst) of the budgeted tenants on its GPUs;
   // `lent` false when one of them lends nothing now (a probe, no share yet).
+  // cap_long_best_effort: whether BE tenant v's launches run longer than budgeted tenant b may
+  // be held (its typical launch over limit - 1).
+  auto runs_long = [&](const slots::GateTenant& v, const TenantBudget& b, double limit) {
+    if (!params_.cap_long_best_effort || limit <= 1.0 || !b.meter.has_solo()) return false;
+    auto it = st.be_launch_ns.find(v.id);
+    if (it == st.be_launch_ns.end() || it->second.size() < kLongLaunchKeep / 4) return false;
+    const double bound_ns = b.meter.typical_solo_ns() / (limit - 1.0);
+    return static_cast<double>(time_weighted_median({it->second.begin(), it->second.end()})) > bound_ns;
+  };
   auto pacing_of = [&](const slots::GateTenant& v, bool* beside, bool* lent) {
     double share = 1.0, burst_ns = 1e12;
+    bool capped = false;
     uint32_t max_kernel = params_.pace_max_kernel_us;
     bool beside_whole_gpu = true;  // in the domain of each of them, each on every SM (unconfined)
     uint64_t gpus = 0;             // the GPUs it shares with them
@@ -334,6 +364,11 @@ slots::GateActions BudgetPolicy::decide(const slots::GateView& view) {
       }
       const double limit = meter_limit(t, *b);
       share = std::min(share, in_space ? b->share : std::min(b->share, time_share_cap(limit)));
+      if (in_space && !t.space_confined && v.space_groups != 0 && runs_long(v, *b, limit)) {
+        const double groups = std::max(1.0, std::floor(v.space_groups * time_share_cap(limit) + 1e-9));
+        share = std::min(share, groups / v.space_groups);
+        capped = true;
+      }
       if (!in_space) max_kernel = smaller_bound(max_kernel, max_kernel_us(t, *b));
       burst_ns = std::min(burst_ns, params_.burst_fraction * (limit - 1.0) * b->meter.typical_solo_ns());
     }
@@ -352,6 +387,15 @@ slots::GateActions BudgetPolicy::decide(const slots::GateView& view) {
       // On GPUs where no budget works it runs as it likes (pacing is per GPU; the process's one
       // share is the smallest of the budgets it shares a GPU with).
       p.gpus = every_gpu ? 0 : gpus;
+    }
+    if (params_.cap_long_best_effort && *beside && *lent) {
+      bool& was = st.be_capped[v.id];
+      if (capped != was) {
+        log::info("budget: best-effort tenant %u (%s) %s", v.id, v.name.c_str(),
+                  capped ? "runs launches longer than a budget beside it may be held: at most 1 - 1/limit of its SM groups"
+                         : "no longer runs long launches: its SM groups as the budget's share");
+        was = capped;
+      }
     }
     return p;
   };
@@ -481,7 +525,8 @@ bool parse_budget_params(const ConfigSection& sec, BudgetParams* out, std::strin
       !sec.get_uint("pace_idle_hold_ms", 0, 10000, &idle_hold_ms, error) ||
       !sec.get_uint("mps_cost_pct", 0, 100, &mps_cost_pct, error) ||
       !sec.get_bool("steer_load_growth", &p.steer_load_growth, error) ||
-      !sec.get_bool("phase_hold", &p.phase_hold, error) || !sec.all_read(error)) {
+      !sec.get_bool("phase_hold", &p.phase_hold, error) ||
+      !sec.get_bool("cap_long_best_effort", &p.cap_long_best_effort, error) || !sec.all_read(error)) {
     return false;
   }
   p.meter.interval_ns = uint64_t{meter_interval_ms} * 1'000'000;
@@ -516,7 +561,8 @@ std::string budget_settings(const ConfigSection& section) {
          (p.mps_cost_fixed ? "\nmps_cost_pct = " + std::to_string(std::lround(*p.mps_cost_fixed * 100))
                            : std::string("\n# mps_cost_pct: measured per tenant")) +
          "\nsteer_load_growth = " + (p.steer_load_growth ? "true" : "false") +
-         "\nphase_hold = " + (p.phase_hold ? "true" : "false") + "\n";
+         "\nphase_hold = " + (p.phase_hold ? "true" : "false") +
+         "\ncap_long_best_effort = " + (p.cap_long_best_effort ? "true" : "false") + "\n";
 }
 
 }  // namespace

@@ -39,8 +39,10 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <optional>
+#include <vector>
 
 #include "policies/budget/controller.h"
 #include "policies/budget/slowdown_meter.h"
@@ -105,7 +107,23 @@ struct BudgetParams {
   // (bench/results/2026-12-06-wgi100-r3w30-h100-0.3). Judged by intervals, the admissions' own
   // p99 then bounds the share instead.
   bool phase_hold = true;
+  // Under trial: beside a budgeted tenant on the whole GPU, a best-effort tenant whose launches run
+  // long gets at most 1 - 1/limit of its SM groups (at least one). Long: the time-weighted median
+  // of its last kLongLaunchKeep timed launches exceeds the budgeted tenant's typical launch over
+  // (limit - 1), the most a launch of it may be held. Once on the GPU such a launch (an inference
+  // job's prefill graph) holds its SMs to its end, whatever the phase hold says, and a prefill of
+  // the budgeted tenant runs on the rest: beside batch inference at 50% load MPS's 25% threads
+  // held B = 1.5 (TTFT from admission 1.47x), and gpuos's share of up to 10 of 14 groups did not
+  // (1.58-1.96x, bench/results/2026-12-06-infer-wgib-h100-0.5).
+  bool cap_long_best_effort = false;
 };
+
+// Best-effort launches kept per tenant to judge whether they run long (cap_long_best_effort).
+inline constexpr std::size_t kLongLaunchKeep = 64;
+
+// The time-weighted median of durations (the duration at which half of their total time is in
+// launches no longer): what a tenant's GPU time is mostly spent in. 0 for none.
+uint64_t time_weighted_median(std::vector<uint64_t> ns);
 
 // The most load growth steer_load_growth multiplies in (a window read up to 1.6 once, on 145
 // launches; beyond this it is taken as noise).
@@ -183,6 +201,10 @@ struct BudgetState {
   uint64_t next_probe_ns = 0;  // 0: at the next activity of a budgeted tenant
   uint64_t probe_end_ns = 0;
   double share = 0;                // the largest share granted now (0 while probing or nobody budgeted is active)
+  // cap_long_best_effort: each paced best-effort tenant's last timed launches, and whether it was
+  // capped at the last decision (logged when that changes).
+  std::map<uint32_t, std::deque<uint64_t>> be_launch_ns;
+  std::map<uint32_t, bool> be_capped;
 };
 
 class BudgetPolicy final : public slots::TimeGate {
@@ -193,6 +215,8 @@ class BudgetPolicy final : public slots::TimeGate {
   void on_exit(uint32_t tenant_id) override {
     state_.tenants.erase(tenant_id);
     state_.strict_idle.erase(tenant_id);
+    state_.be_launch_ns.erase(tenant_id);
+    state_.be_capped.erase(tenant_id);
   }
   slots::GateActions decide(const slots::GateView& view) override;
 
