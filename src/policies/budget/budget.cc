@@ -66,15 +66,10 @@ void BudgetPolicy::note_kernels(const slots::GateTenant& t, TenantBudget& b, boo
 }
 
 uint64_t time_weighted_median(std::vector<uint64_t> ns) {
-  if (ns.empty()) return 0;
-  std::sort(ns.begin(), ns.end());
-  long double total = 0, below = 0;
-  for (uint64_t v : ns) total += v;
-  for (uint64_t v : ns) {
-    below += v;
-    if (below * 2 >= total) return v;
-  }
-  return ns.back();
+  std::vector<std::pair<double, double>> value_weight;
+  value_weight.reserve(ns.size());
+  for (uint64_t v : ns) value_weight.emplace_back(static_cast<double>(v), static_cast<double>(v));
+  return static_cast<uint64_t>(weighted_quantile(std::move(value_weight), 0.5));
 }
 
 GroupSplit groups_for_share(double share, uint32_t planned_groups) {

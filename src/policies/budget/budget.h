@@ -121,8 +121,9 @@ struct BudgetParams {
 // Best-effort launches kept per tenant to judge whether they run long (cap_long_best_effort).
 inline constexpr std::size_t kLongLaunchKeep = 64;
 
-// The time-weighted median of durations (the duration at which half of their total time is in
-// launches no longer): what a tenant's GPU time is mostly spent in. 0 for none.
+// The time-weighted median of durations (weighted_quantile at 0.5, each weighted by itself: half
+// of their total time is in launches no longer): what a tenant's GPU time is mostly spent in. 0 for
+// none.
 uint64_t time_weighted_median(std::vector<uint64_t> ns);
 
 // The most load growth steer_load_growth multiplies in (a window read up to 1.6 once, on 145
