@@ -272,6 +272,20 @@ slots::GateAction decide_beside(BudgetPolicy& p, const slots::GateTenant& g, slo
   if (all != nullptr) *all = std::move(a);
   return out;
 }
+// parse_budget_params over a [policy.budget] section holding only `key = v`.
+bool parse_budget_key(const char* key, ConfigValue v, BudgetParams* p, std::string* error) {
+  ConfigSection sec;
+  sec.name = "budget";
+  v.where = "x.toml:6";
+  sec.entries.push_back({key, v});
+  return parse_budget_params(sec, p, error);
+}
+ConfigValue bool_value(bool b) {
+  ConfigValue v;
+  v.kind = ConfigValue::Kind::kBool;
+  v.boolean = b;
+  return v;
+}
 // n launches of one shape at us microseconds each.
 std::vector<slots::TimedLaunch> launches(int n, uint64_t us) {
   return std::vector<slots::TimedLaunch>(n, {kShape, us * 1000});
@@ -1119,17 +1133,10 @@ TEST(BudgetPolicy, WithoutThePhaseHoldAnAdmittingTenantGoesOnLending) {
 }
 
 TEST(BudgetPolicy, ConfigTakesPhaseHoldAsABool) {
-  ConfigSection sec;
-  sec.name = "budget";
-  ConfigValue no;
-  no.kind = ConfigValue::Kind::kBool;
-  no.boolean = false;
-  no.where = "x.toml:7";
-  sec.entries.push_back({"phase_hold", no});
   BudgetParams p;
   std::string error;
   EXPECT_TRUE(p.phase_hold) << "on by default";
-  ASSERT_TRUE(parse_budget_params(sec, &p, &error)) << error;
+  ASSERT_TRUE(parse_budget_key("phase_hold", bool_value(false), &p, &error)) << error;
   EXPECT_FALSE(p.phase_hold);
 }
 
@@ -1172,14 +1179,10 @@ TEST(BudgetPolicy, ConfigKeepsOnlyMeasuredKeys) {
 
 TEST(BudgetPolicy, ConfigBoundsLongLaunchesAndTheIdleHold) {
   auto parse = [](const char* key, int64_t value, BudgetParams* p, std::string* error) {
-    ConfigSection sec;
-    sec.name = "budget";
     ConfigValue v;
     v.kind = ConfigValue::Kind::kInteger;
     v.integer = value;
-    v.where = "x.toml:5";
-    sec.entries.push_back({key, v});
-    return parse_budget_params(sec, p, error);
+    return parse_budget_key(key, v, p, error);
   };
   BudgetParams p;
   std::string error;
@@ -1236,19 +1239,12 @@ TEST(BudgetPolicy, SteeringByLoadGrowthJudgesTheMeterTimesTheBatchsGrowth) {
 
 TEST(BudgetPolicy, ConfigTakesSteerLoadGrowthAsABool) {
   auto parse = [](ConfigValue v, BudgetParams* p, std::string* error) {
-    ConfigSection sec;
-    sec.name = "budget";
-    v.where = "x.toml:6";
-    sec.entries.push_back({"steer_load_growth", v});
-    return parse_budget_params(sec, p, error);
+    return parse_budget_key("steer_load_growth", v, p, error);
   };
   BudgetParams p;
   std::string error;
   EXPECT_FALSE(p.steer_load_growth) << "off by default";
-  ConfigValue yes;
-  yes.kind = ConfigValue::Kind::kBool;
-  yes.boolean = true;
-  ASSERT_TRUE(parse(yes, &p, &error)) << error;
+  ASSERT_TRUE(parse(bool_value(true), &p, &error)) << error;
   EXPECT_TRUE(p.steer_load_growth);
   ConfigValue number;
   number.kind = ConfigValue::Kind::kInteger;
