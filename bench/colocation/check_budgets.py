@@ -19,7 +19,7 @@ Prints a markdown table; exit status 0 whether or not the targets hold (2: unrea
   - 50% load beside training: TPOT p99 and TTFT-from-admission p99 <= B (TTFT from arrival only
     reported), BE >= 0.15 at 1.25 and >= 0.30 at 1.5; beside batch inference: the same at 1.5, BE >= 0.10;
   - a server with gaps (10% load beside training): at B = 1.25 the budget (bound held) lends more
-    than gpuos-time-priority in the same run.
+    than gpuos-time-priority in the same run, by more than ISSUE40_GAPS_MARGIN of priority's.
   and, per target, the evidence for a miss: of the run's co-running modes (gpuos and baselines)
   that gave BE at least the target, the one that cost the server least (its point values). When that
   least cost is above B, no mode measured in the run reaches the target within B.
@@ -78,6 +78,10 @@ ISSUE40_TARGETS = {(0.3, "train"): {1.25: 0.10, 1.5: 0.35}, (0.5, "train"): {1.2
                    (0.5, "infer"): {1.5: 0.10}}
 ISSUE40_ADMIT_LOADS = (0.5,)
 ISSUE40_GAPS_LOAD = 0.1
+# "More than priority" must exceed what priority's own reading moves by between runs: the trainer
+# beside the 10% load server under priority read 0.113-0.128 on an H100 (bench/results/2026-12-06-
+# gaps-{iv,ivt100,space,h0}-h100-0.1), about 6% either side of its middle.
+ISSUE40_GAPS_MARGIN = 0.06
 
 
 def _is_baseline(mode: str) -> bool:
@@ -162,7 +166,7 @@ def check_run_40(s: dict, source: str = "") -> dict:
         if load == ISSUE40_GAPS_LOAD and be_kind == "train":
             prio = [r.get("be_vs_exclusive") or 0.0 for r in modes if r["mode"] == "gpuos-time-priority"]
             entry["priority_be"] = prio[0] if prio else None
-            entry["beats_priority"] = bool(prio) and be is not None and be > prio[0]
+            entry["beats_priority"] = bool(prio) and be is not None and be > prio[0] * (1 + ISSUE40_GAPS_MARGIN)
         out["budgets"].append(entry)
     return out
 
@@ -209,7 +213,7 @@ def markdown(runs: list, v: dict) -> str:
             if "step_ok" in e:
                 target = f"every 1 s window: {'ok' if e['step_ok'] else 'MISS'}"
             if "beats_priority" in e:
-                target = f"more than priority's {f(e['priority_be'])}: {'ok' if e['beats_priority'] else 'MISS'}"
+                target = f"more than priority's {f(e['priority_be'])} by {ISSUE40_GAPS_MARGIN:.0%}: {'ok' if e['beats_priority'] else 'MISS'}"
             met_by = (e["mode"] or "none") + (" (point)" if e.get("check") == "point" else "")
             out.append(f"| {r['source']} | {load} | {r['be']} | {e['budget']} | {met_by} | {f(e['be'])} "
                        f"| {f(e['baseline_be'])} | {'yes' if e['dominates'] else 'no'} | {target} |")

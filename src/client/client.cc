@@ -539,8 +539,8 @@ std::string budget_text(const gpuos_msg_tenant_info& t) {
     std::snprintf(m, sizeof(m), "%.2f", t.slowdown_permille / 1000.0);
     return std::string(m);
   }();
-  const int n = std::snprintf(b, sizeof(b), "%s/%.2f be %u%%", measured.c_str(), t.max_slowdown_permille / 1000.0,
-                              (t.be_share_permille + 5) / 10);
+  std::snprintf(b, sizeof(b), "%s/%.2f be %u%%", measured.c_str(), t.max_slowdown_permille / 1000.0,
+                (t.be_share_permille + 5) / 10);
   std::string text = b;
   // Its engine reports its phases: which of its steps (TPOT) and admissions (TTFT) is slower.
   if (t.slowdown_admission_permille != 0) text += std::string(" ") + slower_phase(t);

@@ -61,7 +61,7 @@
 //   mps_kernel_cost_ns = 370   # what MPS adds to each kernel of a client (0..1000000; 0 = no
 //                              # warning): gpuosd warns about a guaranteed tenant whose kernels are
 //                              # so short that this costs it more than the slack
-//   budget_whole_gpu = false   # a guaranteed tenant with a latency budget (and no --sms) runs on
+//   budget_whole_gpu = true    # a guaranteed tenant with a latency budget (and no --sms) runs on
 //                              # every SM, unconfined; best-effort tenants stay on the reserve
 //                              # groups, paced by the budget (false: partitioned and right-sized)
 //   [[spatial.domain]]         # zero or more; none = spatial sharing off

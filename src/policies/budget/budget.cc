@@ -303,8 +303,10 @@ slots::GateActions BudgetPolicy::decide(const slots::GateView& view) {
     auto it = st.tenants.find(t.id);
     // While its engine admits requests, or it runs a launch its timings mark long (a prefill with no
     // engine hint), it lends nothing (phase awareness): a prefill's slowdown reaches its TTFT whole,
-    // amplified by the queue for batch slots; its steps lend again.
-    const bool phase = params_.phase_hold && (t.admitting || t.long_launch);
+    // amplified by the queue for batch slots; its steps lend again. Always: without the hold a server
+    // on the whole GPU at 30% load read 1.59x TPOT p99 of B = 1.5, and aimed lower it lent 0.19 where
+    // the hold lent 0.32 (bench/results/2026-12-06-method-trials-h100-0.3, -nohold85-h100-0.3).
+    const bool phase = t.admitting || t.long_launch;
     lends[t.id] = !probing && !strict_beside && !phase && it != st.tenants.end() && it->second.share > 0;
     if (phase && it != st.tenants.end()) {
       ++it->second.moves.phase_held;
@@ -509,7 +511,12 @@ bool parse_budget_params(const ConfigSection& sec, BudgetParams* out, std::strin
   // Only the settings a measurement justified are keys (OPERATIONS.md cites the run of each); the
   // controller's periods, steps, probes and sampling are BudgetParams' defaults.
   BudgetParams p;
-  uint32_t meter_interval_ms = 0, react_ms = 20, target_pct = 50, mps_cost_pct = 0;
+  // gpuosd's defaults differ from the mechanism's (BudgetParams, which the unit tests take as they
+  // are): the meter judges 100 ms intervals, aims at all of the budget and steers by the load
+  // growth. So set, beside a server on the whole GPU at 30% load, it lent more than MPS's best
+  // setting within B = 1.5 by #40's method (bench/results/2026-12-06-method-trials-h100-0.3).
+  p.steer_load_growth = true;
+  uint32_t meter_interval_ms = 100, react_ms = 20, target_pct = 100, mps_cost_pct = 0;
   uint32_t max_kernel_pct = 100, idle_hold_ms = 20;
   if (!read_priority_keys(sec, &p.priority, error) ||
       !sec.get_uint("meter_interval_ms", 0, 60000, &meter_interval_ms, error) ||
@@ -520,7 +527,6 @@ bool parse_budget_params(const ConfigSection& sec, BudgetParams* out, std::strin
       !sec.get_uint("pace_idle_hold_ms", 0, 10000, &idle_hold_ms, error) ||
       !sec.get_uint("mps_cost_pct", 0, 100, &mps_cost_pct, error) ||
       !sec.get_bool("steer_load_growth", &p.steer_load_growth, error) ||
-      !sec.get_bool("phase_hold", &p.phase_hold, error) ||
       !sec.get_bool("cap_long_best_effort", &p.cap_long_best_effort, error) || !sec.all_read(error)) {
     return false;
   }
@@ -556,7 +562,6 @@ std::string budget_settings(const ConfigSection& section) {
          (p.mps_cost_fixed ? "\nmps_cost_pct = " + std::to_string(std::lround(*p.mps_cost_fixed * 100))
                            : std::string("\n# mps_cost_pct: measured per tenant")) +
          "\nsteer_load_growth = " + (p.steer_load_growth ? "true" : "false") +
-         "\nphase_hold = " + (p.phase_hold ? "true" : "false") +
          "\ncap_long_best_effort = " + (p.cap_long_best_effort ? "true" : "false") + "\n";
 }
 

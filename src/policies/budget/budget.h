@@ -99,14 +99,6 @@ struct BudgetParams {
   // TPOT p99 was 1.30-1.34x (with MPS's 8%: 1.25-1.30 predicted), and B = 1.25 was missed in all
   // of 4 runs (bench/results/2026-12-06-pace-h100-0.3). Off by default until a run measures it.
   bool steer_load_growth = false;
-  // Phase awareness: while a budgeted tenant admits requests (its engine's word) or runs a launch
-  // its timings mark long, it lends nothing (best-effort gates close until its next step). Under
-  // trial off: beside a server on the whole GPU at 30% load the holds kept TTFT from admission at
-  // 1.17-1.21x of B = 1.5, a slack best-effort work might use, while best-effort tenants on 6-7 of
-  // 14 SM groups got 0.32 of their speed where MPS's 25% threads, never held, got 0.30
-  // (bench/results/2026-12-06-wgi100-r3w30-h100-0.3). Judged by intervals, the admissions' own
-  // p99 then bounds the share instead.
-  bool phase_hold = true;
   // Under trial: beside a budgeted tenant on the whole GPU, a best-effort tenant whose launches run
   // long gets at most 1 - 1/limit of its SM groups (at least one). Long: the time-weighted median
   // of its last kLongLaunchKeep timed launches exceeds the budgeted tenant's typical launch over

@@ -213,7 +213,7 @@ slots::SpaceActions PartitionPolicy::decide(const slots::SpaceView& view) {
 bool parse_partition_params(const ConfigSection& sec, PartitionParams* out, std::string* error) {
   uint32_t lend_after_ms = 20, lend_max_kernel_ms = 10, reserve = 2, slack_pct = 4;
   uint32_t mps_cost = kMpsKernelCostNs;
-  bool below_grid = false, whole_gpu = false;
+  bool below_grid = false, whole_gpu = PartitionParams{}.budget_whole_gpu;
   if (!sec.get_uint("lend_after_ms", 0, 3600000, &lend_after_ms, error) ||
       !sec.get_uint("lend_max_kernel_ms", 1, 3600000, &lend_max_kernel_ms, error) ||
       !sec.get_uint("be_reserve_groups", 1, 63, &reserve, error) ||
