@@ -506,6 +506,25 @@ def config_sha256(paths, settings: dict) -> Optional[str]:
     return h.hexdigest()
 
 
+# A config file larger than this is named in config_texts, not copied (gpuosd configs are a few
+# hundred bytes).
+MAX_CONFIG_TEXT = 16384
+
+
+def config_texts(paths) -> dict:
+    """Each config file's text by its path (None: unreadable or over MAX_CONFIG_TEXT), so that a
+    summary says what ran after a trial config is gone from the tree."""
+    out = {}
+    for p in paths:
+        try:
+            with open(p, encoding="utf-8") as f:
+                text = f.read(MAX_CONFIG_TEXT + 1)
+            out[p] = text if len(text) <= MAX_CONFIG_TEXT else None
+        except (OSError, UnicodeDecodeError):
+            out[p] = None
+    return out
+
+
 def files_sha256(paths) -> Optional[str]:
     """One sha256 over the files' contents, in the order given (None: no files, or one unreadable)."""
     h = _hash_files(paths) if paths else None

@@ -138,6 +138,7 @@ class Runner:
             "commit": common.commit_of(REPO),
             "config": {"variants": self.plan.variant_configs, "gpuos_config": os.environ.get("GPUOS_CONFIG") or None,
                        "files_sha256": common.files_sha256(config_files),
+                       "texts": common.config_texts(config_files),
                        "sha256": common.config_sha256(config_files, settings)},
         }
         self.meta["gpu_count"] = self.meta["gpu"].get("count")

@@ -216,6 +216,18 @@ class Provenance(unittest.TestCase):
             self.assertEqual(common.config_sha256([], {"b": 1, "a": 2}), common.config_sha256([], {"a": 2, "b": 1}))
         self.assertIsNone(common.config_sha256(["/nonexistent/gpuos.toml"], {}))
 
+    def test_config_texts_keep_what_ran(self):
+        with tempfile.NamedTemporaryFile("w", suffix=".toml") as f, \
+                tempfile.NamedTemporaryFile("w", suffix=".toml") as big:
+            f.write("[policy.budget]\ntarget_pct = 85\n")
+            f.flush()
+            big.write("#" * (common.MAX_CONFIG_TEXT + 1))
+            big.flush()
+            texts = common.config_texts([f.name, big.name, "/nonexistent/gpuos.toml"])
+        self.assertEqual(texts[f.name], "[policy.budget]\ntarget_pct = 85\n")
+        self.assertIsNone(texts[big.name])
+        self.assertIsNone(texts["/nonexistent/gpuos.toml"])
+
     def test_a_summary_names_commit_config_gpu_and_driver(self):
         """A --fake run (stand-in nvidia-smi and tenants): GPUOS_COMMIT stands for the commit (a copy
         of the tree whose .git is stale); the config hash is there without any gpuosd config."""
@@ -225,6 +237,7 @@ class Provenance(unittest.TestCase):
         self.assertEqual((s["commit"], s["gpu"], s["driver_version"]), ("0123abc", "Fake GPU", "0.0"))
         self.assertRegex(s["config"]["sha256"], "^[0-9a-f]{64}$")
         self.assertIsNone(s["config"]["gpuos_config"])
+        self.assertEqual(s["config"]["texts"], {})  # no config file
 
 
 class ServerHints(unittest.TestCase):
