@@ -3,8 +3,9 @@
 # and everything (summaries, raw results, gpuosd logs) in one $OUT/runs.tgz (a device call returns
 # only a few files; a call that ends before the runs do returns those that ended, in
 # runs-partial.tgz). RUNS: ';'-separated run_matrix.py argument lists, each with its own --label;
-# every run gets --be-window 12 --budget-s BUDGET_S --exclusive-repeats REPEATS and the whole-GPU
-# variant (--variant whole=bench/colocation/configs/budget_whole_gpu.toml) unless it names its own.
+# every run gets --be-window 12 --budget-s BUDGET_S --exclusive-repeats REPEATS. A gpuos mode
+# without @variant runs gpuosd's defaults (since 01e3ba0 a budget in a domain: the server on the
+# whole GPU, the interval meter).
 # Every run names exclusive-hp and exclusive-be among its --modes (else it is refused; PARTIAL=1).
 # Settings: WINDOW (15) REPEATS (1: HP alone once) BUDGET_S (per run: 900, or 1700 with REPEATS > 1)
 #           WAIT_S (560) RUN (/tmp/gpuos-budget-runs)
@@ -31,7 +32,6 @@ work=$RUN/work
 # 1700: #40's method) overrides them, and one call can hold point checks and a run by the method.
 run_args() {
   local args=$1
-  [[ $args == *--variant* ]] || args+=" --variant whole=bench/colocation/configs/budget_whole_gpu.toml"
   echo "--window $WINDOW --be-window 12 --budget-s $BUDGET_S --exclusive-repeats $REPEATS $args"
 }
 
