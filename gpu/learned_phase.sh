@@ -3,7 +3,8 @@
 # timings, no engine hint. Under a private gpuosd (--policy budget), gpuos-synth with
 # --long-every 10 (every 10th kernel twice the grid and four times the work: a prefill among decode
 # steps) must have launches marked long in `gpuos ps --json` (long_launches), and the same synth
-# without it none. Writes $OUT/learned_phase.json (with GPUOS_COMMIT, else git's HEAD); exit 1 when
+# without it none; the server's long launches are judged as admissions (its slowdown_admission in
+# ps), the steady one has none. Writes $OUT/learned_phase.json (with GPUOS_COMMIT, else git's HEAD); exit 1 when
 # either does not hold.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
@@ -32,10 +33,12 @@ python3 - "$OUT/logs/phase-ps.json" "$OUT/learned_phase.json" "$commit" <<'PY'
 import json, sys
 ps = json.load(open(sys.argv[1]))
 by = {t["name"]: t for t in ps["tenants"]}
-r = {name: {k: by.get(name, {}).get(k) for k in ("launches", "long_launches", "space_kernel_us", "slowdown")}
+r = {name: {k: by.get(name, {}).get(k) for k in ("launches", "long_launches", "space_kernel_us", "slowdown",
+                                                  "slowdown_admission")}
      for name in ("server", "steady")}
 r["commit"] = sys.argv[3]
-r["ok"] = (r["server"]["long_launches"] or 0) >= 10 and r["steady"]["long_launches"] == 0
+r["ok"] = ((r["server"]["long_launches"] or 0) >= 10 and r["steady"]["long_launches"] == 0 and
+           r["server"]["slowdown_admission"] is not None and r["steady"]["slowdown_admission"] is None)
 json.dump(r, open(sys.argv[2], "w"), indent=1)
 print(json.dumps(r))
 sys.exit(0 if r["ok"] else 1)

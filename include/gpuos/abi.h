@@ -80,7 +80,8 @@ typedef struct gpuos_shape_latency {
 /* One timed launch (control block timing_ring). */
 #define GPUOS_TIMING_RING 128
 /* A timed launch's key has this bit set when the tenant's engine said it was admitting requests
- * (control block engine_phase) as the launch was made. */
+ * (control block engine_phase) as the launch was made, or its own timings marked it long
+ * (launch_phase LONG: a prefill, learned). */
 #define GPUOS_TIMING_KEY_ADMISSION (1ull << 63)
 typedef struct gpuos_timed_launch {
   uint64_t key; /* shape (as in gpuos_shape_latency), GPUOS_TIMING_KEY_ADMISSION aside */
@@ -295,8 +296,9 @@ typedef struct gpuos_control_block {
   uint64_t pace_waits;   /* best-effort: launches that waited for pacing (pace_permille) */
   uint64_t pace_wait_ns; /* and how long in all */
   /* what its engine says it runs now (gpuos_kv_report_phase): GPUOS_KV_PHASE_ADMISSION while it
-   * admits requests (their prefill), else steps. Launches timed while it said admission carry
-   * GPUOS_TIMING_KEY_ADMISSION in their key, so gpuosd can tell the two slowdowns apart. */
+   * admits requests (their prefill), else steps. Launches timed while it said admission (or marked
+   * LONG, below) carry GPUOS_TIMING_KEY_ADMISSION in their key, so gpuosd can tell the two
+   * slowdowns apart. */
   uint32_t engine_phase;
   /* what its own timings say it launched last (GPUOS_LAUNCH_PHASE_*), written by the interposer of
    * a guaranteed tenant with a latency budget, with no engine hint: LONG while its last launch is

@@ -455,7 +455,7 @@ nlohmann::json listing_json(const Listing& l) {
     if (t.max_slowdown_permille != 0) {  // a latency budget: its slowdown as measured (null: not yet)
       o["max_slowdown"] = t.max_slowdown_permille / 1000.0;
       o["slowdown"] = t.slowdown_permille != 0 ? nlohmann::json(t.slowdown_permille / 1000.0) : nlohmann::json();
-      if (t.slowdown_admission_permille != 0) {  // its engine reports its phases: steps and admissions apart
+      if (t.slowdown_admission_permille != 0) {  // its admissions are marked (engine or timings): steps and admissions apart
         o["slowdown_step"] = t.slowdown_step_permille != 0 ? nlohmann::json(t.slowdown_step_permille / 1000.0) : nlohmann::json();
         o["slowdown_admission"] = t.slowdown_admission_permille / 1000.0;
         o["slowdown_binds"] = slower_phase(t);

@@ -141,13 +141,14 @@ inline CUresult governed_launch(LaunchKind kind, CUstream stream, bool ptsz, con
   Placement placed{stream, stream, nullptr, nullptr, ptsz};
   const uint32_t sample_period = grant_load(grants_of(cb)->sample_period, std::memory_order_relaxed);
   if (GPUOS_UNLIKELY(grant_load(grants_of(cb)->space_enabled, std::memory_order_relaxed) != 0 || sample_period != 0)) {
-    placed = place_launch(*d, cb, stream, ptsz, shape, graph);
-    if (GPUOS_UNLIKELY(placed.first_on_device)) notify_activity(cb);
-    // A latency budget's own tenant: whether this launch is one of its long ones (launch_phase.h).
+    // A latency budget's own tenant: whether this launch is one of its long ones (launch_phase.h),
+    // before it is placed, so that its timing is marked with it.
     if (sample_period != 0 &&
         grant_load(grants_of(cb)->tenant_class, std::memory_order_relaxed) == GPUOS_CLASS_GUARANTEED) {
       note_launch_phase(cb, shape_key(shape), kind == LaunchKind::kGraph);
     }
+    placed = place_launch(*d, cb, stream, ptsz, shape, graph);
+    if (GPUOS_UNLIKELY(placed.first_on_device)) notify_activity(cb);
   }
   // A launch on the app's own stream is stream work like a copy (stream_work.h); one placed on a
   // partition stream is counted by place_launch.

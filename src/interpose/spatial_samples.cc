@@ -24,10 +24,13 @@ thread_local SampleSlot* t_timing = nullptr;  // start_sample -> end_sample of o
 // Adds one timed launch to the control block's shape table (shape_table.h); one writer at a time
 // in the process.
 void record_sample(gpuos_control_block* cb, uint64_t key, uint32_t blocks, uint32_t sms, uint64_t ns, bool paced) {
+  // Only the timings say whether it was an admission: a shape's size and expected duration are the
+  // same in either phase (shape_key), and the learned phases look its duration up by its shape.
+  const uint64_t shape = key & ~GPUOS_TIMING_KEY_ADMISSION;
   std::lock_guard<std::mutex> lock(registry().sample_mu);
-  shape_table_add(cb, key, blocks, sms, ns);
+  shape_table_add(cb, shape, blocks, sms, ns);
   timing_ring_add(cb, key, ns);
-  note_launch_duration(key, ns, paced);
+  note_launch_duration(shape, ns, paced);
 }
 
 // Collects this thread's timed launch in slot s once it has finished (never waits).
@@ -99,9 +102,11 @@ bool start_sample(const GpuosDriverTable& d, gpuos_control_block* cb, SampleSlot
     std::atomic_ref<uint32_t>(cb->space_sample_period).store(kSamplePeriod, std::memory_order_relaxed);
   }
   s->key = s->chained ? shape_key(shape) ^ kChainedKey : shape_key(shape);
-  // Made while the engine said it admits requests: the budget measures those apart (shape_key
-  // leaves the top bit for this).
-  if (std::atomic_ref<uint32_t>(cb->engine_phase).load(std::memory_order_relaxed) == GPUOS_KV_PHASE_ADMISSION) {
+  // Made while the engine said it admits requests, or a launch its own timings mark long (a
+  // prefill, with no engine hint; launch_phase is set before the launch is placed): the budget
+  // measures those apart (shape_key leaves the top bit for this).
+  if (std::atomic_ref<uint32_t>(cb->engine_phase).load(std::memory_order_relaxed) == GPUOS_KV_PHASE_ADMISSION ||
+      std::atomic_ref<uint32_t>(cb->launch_phase).load(std::memory_order_relaxed) == GPUOS_LAUNCH_PHASE_LONG) {
     s->key |= GPUOS_TIMING_KEY_ADMISSION;
   }
   s->paced = grant_load(grants_of(cb)->pace_permille, std::memory_order_relaxed) != 0;

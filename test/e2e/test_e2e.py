@@ -611,6 +611,11 @@ class BudgetPolicy(unittest.TestCase):
         self.assertLessEqual(server["long_launches"], 40, server)
         steady = run("steady", [])
         self.assertEqual(steady["long_launches"], 0, steady)
+        self.assertNotIn("slowdown_admission", steady)
+        # Its long launches are timed as admissions (what TTFT from admission waits for), judged
+        # apart from its steps: ps shows both slowdowns.
+        self.assertIsNotNone(server.get("slowdown_admission"), server)
+        self.assertIsNotNone(server.get("slowdown_step"), server)
 
     def test_a_bad_budget_is_refused_by_the_cli(self):
         for bad in ("0.5", "1", "abc", "1000"):

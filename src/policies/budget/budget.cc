@@ -487,7 +487,7 @@ slots::GateActions BudgetPolicy::decide(const slots::GateView& view) {
     };
     const uint32_t lent = b.lending ? std::clamp<uint32_t>(static_cast<uint32_t>(std::lround(b.share * 1000)), 1, 1000) : 0;
     slots::BudgetReport r{t.id, permille(Launches::kAll), lent};
-    // Its steps and its admissions apart, once its engine reported an admission (else all are steps).
+    // Its steps and its admissions apart, once an admission was marked (else all are steps).
     r.admission_permille = permille(Launches::kAdmissions);
     if (r.admission_permille != 0) r.step_permille = permille(Launches::kSteps);
     if (!t.space_domain.empty()) r.mps_cost_permille = static_cast<uint32_t>(std::lround(std::clamp(mps_cost(b), 0.0, 1.0) * 1000));

@@ -39,9 +39,10 @@ struct MeterParams {
   uint64_t interval_ns = 0;  // 0: the quantile over launches; else over these intervals' means
 };
 
-// Which launches a slowdown is taken over: all, or those its engine said were admissions (their
-// key carries GPUOS_TIMING_KEY_ADMISSION: the prefill of new requests, what TTFT from admission
-// waits for), or the rest (its steps: TPOT).
+// Which launches a slowdown is taken over: all, or its admissions (their key carries
+// GPUOS_TIMING_KEY_ADMISSION: made while its engine said it admits requests, or marked long by its
+// own timings; the prefill of new requests, what TTFT from admission waits for), or the rest (its
+// steps: TPOT).
 enum class Launches { kAll, kSteps, kAdmissions };
 
 class SlowdownMeter {
@@ -69,7 +70,7 @@ class SlowdownMeter {
   // How much more GPU time alone the steps in (now - span_ns, now] stand for than the solo steps
   // do, each on average (1 = the same; 0 when either has none): a server whose steps slowed holds
   // more requests, so its steps take larger shapes (a bigger batch), and its TPOT grows by the
-  // slowdown times this. Steps only (every launch, until its engine marks admissions): a window's
+  // slowdown times this. Steps only (every launch, until admissions are marked): a window's
   // mix of prefills and steps differs from the solo reference's by chance, and an 8B server's
   // growth read 1.17-1.39 (4.47 once) over all its launches while its decode batch grew 1.13x
   // (bench/results/2026-12-06-8b-fit-h100-0.3).
