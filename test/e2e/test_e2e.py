@@ -1056,7 +1056,8 @@ class Spatial(unittest.TestCase):
             # What MPS adds to each kernel: 1 ms in the test of the warning (the double's kernels
             # take about that), else the default (0.32 us, far below the double's kernels).
             mps_cost = "mps_kernel_cost_ns = 1000000\n" if "mps_costs" in self._testMethodName else ""
-            whole = "[policy.partition]\nbudget_whole_gpu = true\n" if "whole_gpu" in self._testMethodName else ""
+            # A budgeted tenant runs on the whole GPU by default; one test turns that off.
+            whole = "[policy.partition]\nbudget_whole_gpu = false\n" if "partitioned" in self._testMethodName else ""
             f.write('%s[spatial]\nmps_control = "%s"\nmps_dir = "%s"\nright_size_slack_pct = %d\n%s'
                     '[[spatial.domain]]\nname = "serve"\n'
                     % (whole, os.path.join(HERE, "fake_mps_control.sh"), os.path.join(self.cfg_dir, "mps"), slack,
@@ -1183,10 +1184,21 @@ class Spatial(unittest.TestCase):
         self.assertEqual(rh["union"], 0xFF, rh)  # ran on exactly its 8 groups
         self.result(be)
 
+    def test_a_budgeted_tenant_is_partitioned_when_budget_whole_gpu_is_off(self):
+        be = self.probe("be", "best-effort", 4000)
+        wait_for(lambda: (self.d.tenant(be.pid) or {}).get("launches", 0) > 3, what="BE to run")
+        hp = spawn(self, self.d.run_cmd(["--space", "serve", "--max-slowdown", "1.25", "--class", "guaranteed",
+                                         "--name", "hp", "--", bin_path("gpuos-space-probe"), "--ms", "1500"]),
+                   self.d.env)
+        rh = self.result(hp)
+        self.assertEqual(rh["union"], self.HP_GROUPS, rh)  # a guaranteed tenant's default partition
+        self.result(be)
+
     def test_a_budgeted_tenant_planned_whole_gpu_runs_on_every_sm_beside_best_effort(self):
-        # [policy.partition] budget_whole_gpu: the guaranteed tenant with a latency budget is not
-        # placed (every slot), and holds one group; best-effort work is planned on every other one
-        # (the budget policy sizes how many it uses: not here, under the default policy).
+        # [policy.partition] budget_whole_gpu (the default): the guaranteed tenant with a latency
+        # budget is not placed (every slot), and holds one group; best-effort work is planned on
+        # every other one (the budget policy sizes how many it uses: not here, under the default
+        # policy).
         be = self.probe("be", "best-effort", 4000)
         wait_for(lambda: (self.d.tenant(be.pid) or {}).get("launches", 0) > 3, what="BE to run")
         hp = spawn(self, self.d.run_cmd(["--space", "serve", "--max-slowdown", "1.25", "--class", "guaranteed",
