@@ -9,6 +9,15 @@
 namespace gpuos::daemon {
 namespace {
 
+// A policy's decision for one tenant.
+slots::GateAction gate(uint32_t id, uint32_t state, slots::Pacing pacing = {}) {
+  slots::GateAction a;
+  a.id = id;
+  a.gate = state;
+  a.pacing = pacing;
+  return a;
+}
+
 struct GateFixture : ::testing::Test {
   std::vector<GpuInfo> info{GpuInfo{0, "g0", "", 132, 80ull << 30, {}, 0}};
   GpuMap gpus{info};
@@ -55,10 +64,10 @@ TEST_F(GateFixture, TheContractRefusesGatesAndPacingItCannotCarryOut) {
   engine.make_view(live.tenants, slots::Event::kTick, 0, 1, &view);
   std::string why;
   slots::GateActions a;
-  a.gates.push_back({9, GPUOS_GATE_CLOSED});
+  a.gates.push_back(gate(9, GPUOS_GATE_CLOSED));
   EXPECT_FALSE(engine.check(view, a, &why));
   EXPECT_NE(why.find("not live"), std::string::npos) << why;
-  a.gates = {{2, 7}};
+  a.gates = {gate(2, 7)};
   EXPECT_FALSE(engine.check(view, a, &why));
   a.gates = {{2, GPUOS_GATE_OPEN, 0, slots::Pacing{1001}}};
   EXPECT_FALSE(engine.check(view, a, &why));
@@ -80,7 +89,7 @@ TEST_F(GateFixture, ApplyWritesGatesAndPacingButAPinOutranksThePolicy) {
   slots::GateView view;
   engine.make_view(live.tenants, slots::Event::kTick, 0, 1000, &view);
   slots::GateActions a;
-  a.gates = {{1, GPUOS_GATE_OPEN, 0, slots::Pacing{250}}, {2, GPUOS_GATE_OPEN}};
+  a.gates = {gate(1, GPUOS_GATE_OPEN, slots::Pacing{.permille = 250}), gate(2, GPUOS_GATE_OPEN)};
   a.budgets = {{3, 1150, 200}};
   a.next_tick_ns = 5000;
   engine.apply(live.tenants, view, a, 1000);
@@ -92,7 +101,7 @@ TEST_F(GateFixture, ApplyWritesGatesAndPacingButAPinOutranksThePolicy) {
   EXPECT_EQ(engine.next_ns(), 5000u);
 
   a = {};
-  a.gates = {{1, GPUOS_GATE_CLOSED}, {2, GPUOS_GATE_OPEN}};
+  a.gates = {gate(1, GPUOS_GATE_CLOSED), gate(2, GPUOS_GATE_OPEN)};
   pinned.gate.policy_gate = GPUOS_GATE_CLOSED;
   engine.apply(live.tenants, view, a, 2000);
   EXPECT_EQ(load(be.grants->gate), GPUOS_GATE_CLOSED);
@@ -107,7 +116,7 @@ TEST_F(GateFixture, ResetOpensEveryGateAndDropsAdmissionSettings) {
   slots::GateView view;
   engine.make_view(live.tenants, slots::Event::kTick, 0, 1, &view);
   slots::GateActions a;
-  a.gates = {{1, GPUOS_GATE_CLOSED}};
+  a.gates = {gate(1, GPUOS_GATE_CLOSED)};
   a.next_tick_ns = 99;
   engine.apply(live.tenants, view, a, 1);
   ASSERT_EQ(load(t.grants->gate), GPUOS_GATE_CLOSED);

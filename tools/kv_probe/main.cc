@@ -91,6 +91,7 @@ const gpuos_kv_interface kPublic{
     GPUOS_KV_ABI_VERSION, sizeof(gpuos_kv_interface), &gpuos_kv_result_text, &gpuos_kv_pool_create,
     &gpuos_kv_pool_destroy, &gpuos_kv_map, &gpuos_kv_unmap, &gpuos_kv_is_mapped, &gpuos_kv_stats_get,
     &gpuos_kv_target, &gpuos_kv_set_pressure_callback, &gpuos_kv_report_queue, &gpuos_kv_report_slots,
+    &gpuos_kv_report_phase,
 };
 
 std::atomic<uint32_t> g_pressure_seq{0};
