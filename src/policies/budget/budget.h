@@ -97,7 +97,8 @@ struct BudgetParams {
   // most kMaxLoadGrowth): a server whose steps slow holds more requests, and its TPOT grows by both.
   // Beside training at 30% load on an H100 the meter read 1.08-1.13 and load growth 1.05-1.08 while
   // TPOT p99 was 1.30-1.34x (with MPS's 8%: 1.25-1.30 predicted), and B = 1.25 was missed in all
-  // of 4 runs (bench/results/2026-12-06-pace-h100-0.3). Off by default until a run measures it.
+  // of 4 runs (bench/results/2026-12-06-pace-h100-0.3). gpuosd's config turns it on by default
+  // (parse_budget_params), with the interval meter aimed at all of the budget.
   bool steer_load_growth = false;
   // Under trial: beside a budgeted tenant on the whole GPU, a best-effort tenant whose launches run
   // long gets at most 1 - 1/limit of its SM groups (at least one). Long: the time-weighted median
