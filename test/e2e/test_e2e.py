@@ -1184,12 +1184,17 @@ class Spatial(unittest.TestCase):
         self.assertEqual(rh["union"], 0xFF, rh)  # ran on exactly its 8 groups
         self.result(be)
 
-    def test_a_budgeted_tenant_is_partitioned_when_budget_whole_gpu_is_off(self):
+    def budgeted_beside_best_effort(self):
+        """A best-effort probe, running, then a guaranteed one with a latency budget: (hp, be)."""
         be = self.probe("be", "best-effort", 4000)
         wait_for(lambda: (self.d.tenant(be.pid) or {}).get("launches", 0) > 3, what="BE to run")
         hp = spawn(self, self.d.run_cmd(["--space", "serve", "--max-slowdown", "1.25", "--class", "guaranteed",
                                          "--name", "hp", "--", bin_path("gpuos-space-probe"), "--ms", "1500"]),
                    self.d.env)
+        return hp, be
+
+    def test_a_budgeted_tenant_is_partitioned_when_budget_whole_gpu_is_off(self):
+        hp, be = self.budgeted_beside_best_effort()
         rh = self.result(hp)
         self.assertEqual(rh["union"], self.HP_GROUPS, rh)  # a guaranteed tenant's default partition
         self.result(be)
@@ -1199,11 +1204,7 @@ class Spatial(unittest.TestCase):
         # budget is not placed (every slot), and holds one group; best-effort work is planned on
         # every other one (the budget policy sizes how many it uses: not here, under the default
         # policy).
-        be = self.probe("be", "best-effort", 4000)
-        wait_for(lambda: (self.d.tenant(be.pid) or {}).get("launches", 0) > 3, what="BE to run")
-        hp = spawn(self, self.d.run_cmd(["--space", "serve", "--max-slowdown", "1.25", "--class", "guaranteed",
-                                         "--name", "hp", "--", bin_path("gpuos-space-probe"), "--ms", "1500"]),
-                   self.d.env)
+        hp, be = self.budgeted_beside_best_effort()
         rh, rb = self.result(hp), self.result(be)
         self.assertEqual(rh["order_errors"], 0, rh)
         self.assertEqual(rh["union"], self.ALL, rh)  # partitioned, it would be HP_GROUPS
