@@ -111,7 +111,7 @@ def read_be(path: str, synthetic: bool, rec: dict, t0: Optional[float], t1: Opti
 # from f219a19 on.
 _BUDGET_LINE = re.compile(
     r"budget: tenant (?P<tenant>\d+) slowdown p99 (?P<p99>[\d.]+) over (?P<n>\d+) launches, "
-    r"(?:admissions p99 (?P<adm>[\d.]+) over (?P<adm_n>\d+), )?"
+    r"(?:admissions p99 (?P<adm>[\d.]+) over (?P<adm_n>\d+)(?: \(sizes p99 x(?P<adm_sizes>[\d.]+)\))?, )?"
     r"load growth (?P<growth>[\d.]+), best-effort share (?P<share>[\d.]+)"
     r"(?: \((?P<low>[\d.]+)-(?P<high>[\d.]+) since the last line: (?P<cuts>\d+) cuts over the budget, "
     r"(?P<downs>\d+) steps down, (?P<ups>\d+) up; (?P<held>\d+) decisions held for a phase"
@@ -143,6 +143,9 @@ def budget_log(text: str) -> Optional[dict]:
     out["held_fraction"] = out["held_ms"] / (5000.0 * max(len(timed_holds) - 1, 1)) if timed_holds else None
     admitted = [float(d["adm"]) for d in lines if d["adm_n"] is not None and int(d["adm_n"]) > 0]
     out["admissions_p99_range"] = [min(admitted), max(admitted)] if admitted else None
+    # How much larger (alone) the admissions at their p99 were than alone's (from ba46e5b+ on).
+    sizes = [float(d["adm_sizes"]) for d in lines if d["adm_sizes"] is not None and int(d["adm_n"]) > 0]
+    out["admission_sizes_range"] = [min(sizes), max(sizes)] if sizes else None
     return out
 
 
@@ -158,6 +161,8 @@ def describe_budget_log(b: dict) -> str:
         parts.append(f"meter p99 {b['p99_range'][0]:.3f}-{b['p99_range'][1]:.3f}")
     if b.get("admissions_p99_range"):
         parts.append(f"admissions p99 {b['admissions_p99_range'][0]:.3f}-{b['admissions_p99_range'][1]:.3f}")
+    if b.get("admission_sizes_range"):
+        parts.append(f"admission sizes p99 x{b['admission_sizes_range'][0]:.3f}-{b['admission_sizes_range'][1]:.3f}")
     if b.get("growth_range"):
         parts.append(f"load growth {b['growth_range'][0]:.3f}-{b['growth_range'][1]:.3f}")
     return "; ".join(parts)

@@ -74,6 +74,28 @@ TEST(SlowdownMeter, LoadGrowthCountsStepsOnly) {
   EXPECT_GT(m.load_growth(1700 * kMs, 1000 * kMs, Launches::kAll), 1.4);
 }
 
+TEST(SlowdownMeter, TailGrowthFindsLargerPrefillsEachAsFastAsAlone) {
+  // Alone, 3 prefills in 700 were large ones (6 ms against 3 ms: under 1% of the time); beside
+  // best-effort work a third are, each taking what it took alone: per shape nothing is slower,
+  // while the admissions' p99 moved to the large ones. The steps' tail did not move.
+  SlowdownMeter m;
+  constexpr uint64_t kSmall = 7 | GPUOS_TIMING_KEY_ADMISSION;
+  constexpr uint64_t kLarge = 8 | GPUOS_TIMING_KEY_ADMISSION;
+  uint64_t t = 10 * kMs;
+  for (int i = 0; i < 200; ++i) m.add(1, 1 * kMs, true, t += kMs);
+  for (int i = 0; i < 697; ++i) m.add(kSmall, 3 * kMs, true, t += kMs);
+  for (int i = 0; i < 3; ++i) m.add(kLarge, 6 * kMs, true, t += kMs);
+  const uint64_t start = t;
+  for (int i = 0; i < 100; ++i) m.add(1, 1 * kMs, false, t += kMs);
+  for (int i = 0; i < 20; ++i) m.add(kSmall, 3 * kMs, false, t += kMs);
+  for (int i = 0; i < 10; ++i) m.add(kLarge, 6 * kMs, false, t += kMs);
+  const uint64_t span = t - start + 1;
+  EXPECT_NEAR(m.slowdown(0.99, t, span, nullptr, Launches::kAdmissions), 1.0, 1e-9) << "each as fast as alone";
+  EXPECT_NEAR(m.tail_growth(0.99, t, span, Launches::kAdmissions), 2.0, 1e-9);
+  EXPECT_NEAR(m.tail_growth(0.99, t, span, Launches::kSteps), 1.0, 1e-9);
+  EXPECT_EQ(SlowdownMeter{}.tail_growth(0.99, t, span, Launches::kAdmissions), 0.0) << "nothing timed";
+}
+
 TEST(SlowdownMeter, StepsAndAdmissionsAreMeasuredApart) {
   // Decode steps (1 ms alone) ran 1.1x beside best-effort work, prefills (3 ms alone, their keys
   // marked as admissions) 1.5x: each kind against its own solo reference.

@@ -358,6 +358,12 @@ class BudgetLog(unittest.TestCase):
         self.assertEqual(b["p99_range"], [1.142, 1.142])
         self.assertIn("admissions p99 1.380-1.380", readers.describe_budget_log(b))
         self.assertIsNone(readers.budget_log(self.NEW)["admissions_p99_range"])
+        self.assertIsNone(b["admission_sizes_range"])   # lines of before the sizes
+        sized = line.replace("over 24, ", "over 24 (sizes p99 x1.440), ")
+        b = readers.budget_log(none.replace("over 0, ", "over 0 (sizes p99 x0.000), ") + sized)
+        self.assertEqual(b["admissions_p99_range"], [1.38, 1.38])
+        self.assertEqual(b["admission_sizes_range"], [1.44, 1.44])
+        self.assertIn("admission sizes p99 x1.440-1.440", readers.describe_budget_log(b))
 
     def test_time_held_for_phases(self):
         first = self.NEW.replace("0.143 (0.071-0.286", "0.000 (0.000-0.000").replace(

@@ -269,10 +269,12 @@ slots::GateActions BudgetPolicy::decide(const slots::GateView& view) {
       const double p99 = b.meter.window_p99(now, &n);
       const double admissions_p99 = b.meter.slowdown(0.99, now, params_.meter.window_ns, &admissions, Launches::kAdmissions);
       const ShareMoves& m = b.moves;
-      log::info("budget: tenant %u slowdown p99 %.3f over %zu launches, admissions p99 %.3f over %zu, load growth "
-                "%.3f, best-effort share %.3f (%.3f-%.3f since the last line: %llu cuts over the budget, %llu steps "
-                "down, %llu up; %llu decisions held for a phase, %.0f ms), %llu pauses; probing %.0f ms",
-                id, p99, n, admissions_p99, admissions, b.meter.load_growth(now, params_.meter.window_ns), b.share,
+      const double sizes = b.meter.tail_growth(0.99, now, params_.meter.window_ns, Launches::kAdmissions);
+      log::info("budget: tenant %u slowdown p99 %.3f over %zu launches, admissions p99 %.3f over %zu (sizes p99 "
+                "x%.3f), load growth %.3f, best-effort share %.3f (%.3f-%.3f since the last line: %llu cuts over the "
+                "budget, %llu steps down, %llu up; %llu decisions held for a phase, %.0f ms), %llu pauses; probing "
+                "%.0f ms",
+                id, p99, n, admissions_p99, admissions, sizes, b.meter.load_growth(now, params_.meter.window_ns), b.share,
                 m.seen ? m.low : b.share,
                 m.seen ? m.high : b.share, static_cast<unsigned long long>(m.cuts),
                 static_cast<unsigned long long>(m.downs), static_cast<unsigned long long>(m.ups),

@@ -136,6 +136,19 @@ double SlowdownMeter::load_growth(uint64_t now, uint64_t span_ns, Launches which
   return (window_sum / static_cast<double>(window_n)) / (solo_sum / static_cast<double>(solo_n));
 }
 
+double SlowdownMeter::tail_growth(double q, uint64_t now, uint64_t span_ns, Launches which) const {
+  std::vector<std::pair<double, double>> window, solo;
+  for (auto it = window_.rbegin(); it != window_.rend() && it->at_ns + span_ns > now; ++it) {
+    if (counted(which, it->admission)) window.emplace_back(it->weight, it->weight);
+  }
+  for (const Ratio& r : solo_ref_) {
+    if (counted(which, r.admission)) solo.emplace_back(r.weight, r.weight);
+  }
+  const double reference = weighted_quantile(std::move(solo), q);
+  if (window.empty() || reference <= 0) return 0;
+  return weighted_quantile(std::move(window), q) / reference;
+}
+
 double SlowdownMeter::solo_ns(uint64_t key) const {
   auto it = shapes_.find(key);
   return it == shapes_.end() ? 0 : it->second.median;

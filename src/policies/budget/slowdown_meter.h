@@ -76,6 +76,15 @@ class SlowdownMeter {
   // (bench/results/2026-12-06-8b-fit-h100-0.3).
   double load_growth(uint64_t now, uint64_t span_ns, Launches which = Launches::kSteps) const;
 
+  // The same at the tail: the q-quantile of the times alone of the `which` launches in
+  // (now - span_ns, now] over that of the solo reference's, weighted by time alone as the slowdown
+  // is (1 = the same; 0 when either has none). A server prefills its waiting requests together, so
+  // when its steps slow, more wait for each admission, and the tail of its TTFT from admission moves
+  // to larger prefills that each read as fast as alone: at 50% load its admissions read 1.01-1.17
+  // against their own shapes while TTFT from admission p99 was 1.56-1.57x
+  // (bench/results/2026-12-06-wgi100a-h100-0.5). Reported, not yet steered by.
+  double tail_growth(double q, uint64_t now, uint64_t span_ns, Launches which) const;
+
   // A shape's solo time (0 = not known yet), and whether any shape has one.
   double solo_ns(uint64_t key) const;
   bool has_solo() const;
