@@ -73,6 +73,20 @@ def how_measured(summary: dict) -> str:
     return f"point check, {window:g} s windows, one exclusive run" if window else "point check"
 
 
+def gone_variants(variants: dict, texts: dict) -> list:
+    """README lines giving the text (as the summary kept it) of each variant's config that is no
+    longer in the tree: a trial config removed before its run was filed."""
+    repo = os.path.join(HERE, "..", "..")
+    out = []
+    for name, path in sorted(variants.items()):
+        here = path if os.path.isabs(path) else os.path.join(repo, path)
+        if os.path.exists(here) or texts.get(path) is None:
+            continue
+        out += ["", f"`{name}`'s config, no longer in the tree, as the run read it:", "", "```toml",
+                texts[path].rstrip("\n"), "```"]
+    return out
+
+
 def readme(summary: dict, verdict: str) -> str:
     variants = (summary.get("config") or {}).get("variants") or {}
     lines = [f"# {summary.get('label')}: {how_measured(summary)}", "",
@@ -83,6 +97,7 @@ def readme(summary: dict, verdict: str) -> str:
         lines.append("Variants: " + ", ".join(f"`{k}` = `{os.path.relpath(v, os.path.join(HERE, '..', '..'))}`"
                                                if os.path.isabs(v) else f"`{k}` = `{v}`"
                                                for k, v in sorted(variants.items())) + ".")
+        lines += gone_variants(variants, (summary.get("config") or {}).get("texts") or {})
     lines += ["", "| mode | " + " | ".join(c for c, _ in COLUMNS) + " | BE / excl |",
               "|---|" + "---|" * (len(COLUMNS) + 1)]
     for m in summary.get("modes", []):

@@ -61,6 +61,19 @@ class ImportRuns(unittest.TestCase):
         self.assertEqual(r.returncode, 1)
         self.assertIn("exists: not written over", r.stderr)
 
+    def test_a_removed_config_is_given_from_the_summary(self):
+        sys.path.insert(0, os.path.dirname(IMPORT_RUNS))
+        import import_runs
+        kept = os.path.abspath(IMPORT_RUNS)  # any file that exists
+        gone = os.path.join(self.tmp, "gone.toml")
+        summary = {"label": "t-0.3", "modes": [],
+                   "config": {"variants": {"a": kept, "b": gone},
+                              "texts": {kept: "not shown", gone: "[policy.budget]\ntarget_pct = 85\n"}}}
+        text = import_runs.readme(summary, "")
+        self.assertIn("`b`'s config, no longer in the tree, as the run read it:\n\n```toml\n"
+                      "[policy.budget]\ntarget_pct = 85\n```", text)
+        self.assertNotIn("not shown", text)
+
     def test_bad_input_is_named(self):
         bad = os.path.join(self.tmp, "bad.tgz")
         with open(bad, "w") as f:
