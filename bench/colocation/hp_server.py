@@ -136,6 +136,8 @@ class Scheduler:
         busy_ms = 0.0
         n_dec = n_pre = dec_rows = 0
         dec_ms = pre_ms = 0.0
+        # Prefills by the graph (bucket) they used: TTFT from admission's tail follows the mix.
+        by_bucket = {}
         if closed_conc:
             now = time.perf_counter()
             for _ in range(closed_conc):
@@ -177,10 +179,14 @@ class Scheduler:
                 m = min(len(waiting), self.max_batch - n_active, eng.max_prefill)
                 admitted = time.perf_counter()
                 with reporter.admission():
-                    _, ms, t = self._timed(eng.prefill, n_active, m)
+                    bucket, ms, t = self._timed(eng.prefill, n_active, m)
                 busy_ms += ms
                 pre_ms += ms
                 n_pre += 1
+                by = by_bucket.setdefault(bucket, {"prefills": 0, "requests": 0, "ms": []})
+                by["prefills"] += 1
+                by["requests"] += m
+                by["ms"].append(ms)
                 for _ in range(m):
                     r = waiting.popleft()
                     r.admit = admitted
@@ -210,6 +216,8 @@ class Scheduler:
             "mean_decode_batch": dec_rows / n_dec if n_dec else None,
             "mean_decode_step_ms": dec_ms / n_dec if n_dec else None,
             "mean_prefill_step_ms": pre_ms / n_pre if n_pre else None,
+            "prefill_buckets": {str(k): {"prefills": v["prefills"], "requests": v["requests"],
+                                         "ms": common.stats(v["ms"])} for k, v in sorted(by_bucket.items())},
         }
 
 
@@ -252,8 +260,8 @@ def summarize(res: dict, t_start: float, t_end: float, clock: common.WallClock, 
         "e2e_cdf_ms": common.cdf_points(e2e + censored),
         "gpu_busy_s": res["busy_ms"] / 1e3,
         "busy_fraction": min(1.0, res["busy_ms"] / 1e3 / wall),
-        "steps": {k: res[k] for k in ("decode_steps", "prefill_steps", "mean_decode_batch",
-                                      "mean_decode_step_ms", "mean_prefill_step_ms")},
+        "steps": {k: res.get(k) for k in ("decode_steps", "prefill_steps", "mean_decode_batch",
+                                          "mean_decode_step_ms", "mean_prefill_step_ms", "prefill_buckets")},
         **({"request_log": request_log(res, t_start, t_end, T)} if log_requests else {}),
     }
 

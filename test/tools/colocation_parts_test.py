@@ -9,6 +9,7 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -238,6 +239,35 @@ class Provenance(unittest.TestCase):
         self.assertRegex(s["config"]["sha256"], "^[0-9a-f]{64}$")
         self.assertIsNone(s["config"]["gpuos_config"])
         self.assertEqual(s["config"]["texts"], {})  # no config file
+
+
+class PrefillBuckets(unittest.TestCase):
+    """hp_server's Scheduler on a stand-in engine (CPU): its prefills are counted by the graph
+    (bucket) they used, with the requests each admitted, for TTFT from admission's tail."""
+
+    class Engine:
+        device = type("Device", (), {"type": "cpu"})()
+        slots = 8
+        max_prefill = 4
+
+        def prefill(self, base, m):
+            return 1 if m == 1 else 2 if m == 2 else 4
+
+        def decode(self, n_active):
+            return n_active
+
+        def move_slot(self, src, dst):
+            pass
+
+    def test_prefills_by_bucket(self):
+        stop = common.StopFlag()
+        sched = hp_server.Scheduler(self.Engine(), None, 8, 2, stop, phase_hints=False)
+        now = time.perf_counter()
+        res = sched.run([now] * 3 + [now + 0.05])  # three wait together, then one alone
+        self.assertEqual(len(res["done"]), 4)
+        by = res["prefill_buckets"]
+        self.assertEqual({k: (v["prefills"], v["requests"]) for k, v in by.items()}, {"4": (1, 3), "1": (1, 1)})
+        self.assertEqual(by["4"]["ms"]["n"], 1)
 
 
 class ServerHints(unittest.TestCase):
