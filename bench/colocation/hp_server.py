@@ -260,8 +260,8 @@ def summarize(res: dict, t_start: float, t_end: float, clock: common.WallClock, 
         "e2e_cdf_ms": common.cdf_points(e2e + censored),
         "gpu_busy_s": res["busy_ms"] / 1e3,
         "busy_fraction": min(1.0, res["busy_ms"] / 1e3 / wall),
-        "steps": {k: res.get(k) for k in ("decode_steps", "prefill_steps", "mean_decode_batch",
-                                          "mean_decode_step_ms", "mean_prefill_step_ms", "prefill_buckets")},
+        "steps": {k: res[k] for k in ("decode_steps", "prefill_steps", "mean_decode_batch",
+                                      "mean_decode_step_ms", "mean_prefill_step_ms", "prefill_buckets")},
         **({"request_log": request_log(res, t_start, t_end, T)} if log_requests else {}),
     }
 

@@ -66,10 +66,7 @@ void BudgetPolicy::note_kernels(const slots::GateTenant& t, TenantBudget& b, boo
 }
 
 uint64_t time_weighted_median(std::vector<uint64_t> ns) {
-  std::vector<std::pair<double, double>> value_weight;
-  value_weight.reserve(ns.size());
-  for (uint64_t v : ns) value_weight.emplace_back(static_cast<double>(v), static_cast<double>(v));
-  return static_cast<uint64_t>(weighted_quantile(std::move(value_weight), 0.5));
+  return static_cast<uint64_t>(self_weighted_quantile({ns.begin(), ns.end()}, 0.5));
 }
 
 GroupSplit groups_for_share(double share, uint32_t planned_groups) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <iterator>
 #include <map>
+#include <numeric>
 
 #include "gpuos/abi.h"
 
@@ -86,6 +87,13 @@ double weighted_quantile(std::vector<std::pair<double, double>> v, double q) {
   return v.back().first;
 }
 
+double self_weighted_quantile(const std::vector<double>& values, double q) {
+  std::vector<std::pair<double, double>> value_weight;
+  value_weight.reserve(values.size());
+  for (double v : values) value_weight.emplace_back(v, v);
+  return weighted_quantile(std::move(value_weight), q);
+}
+
 double SlowdownMeter::slowdown(double q, uint64_t now, uint64_t span_ns, std::size_t* count, Launches which) const {
   auto first = window_.end();
   while (first != window_.begin() && std::prev(first)->at_ns + span_ns > now) --first;
@@ -119,34 +127,32 @@ double SlowdownMeter::last_interval(double q, uint64_t now, uint64_t* end_ns, st
   return reference > 0 ? value.front().first / reference : value.front().first;
 }
 
-double SlowdownMeter::load_growth(uint64_t now, uint64_t span_ns, Launches which) const {
-  double window_sum = 0, solo_sum = 0;
-  std::size_t window_n = 0, solo_n = 0;
+void SlowdownMeter::alone_times(uint64_t now, uint64_t span_ns, Launches which, std::vector<double>* window,
+                                std::vector<double>* solo) const {
   for (auto it = window_.rbegin(); it != window_.rend() && it->at_ns + span_ns > now; ++it) {
-    if (!counted(which, it->admission)) continue;
-    window_sum += it->weight;
-    ++window_n;
+    if (counted(which, it->admission)) window->push_back(it->weight);
   }
   for (const Ratio& r : solo_ref_) {
-    if (!counted(which, r.admission)) continue;
-    solo_sum += r.weight;
-    ++solo_n;
+    if (counted(which, r.admission)) solo->push_back(r.weight);
   }
-  if (window_n == 0 || solo_n == 0 || solo_sum <= 0) return 0;
-  return (window_sum / static_cast<double>(window_n)) / (solo_sum / static_cast<double>(solo_n));
+}
+
+double SlowdownMeter::load_growth(uint64_t now, uint64_t span_ns, Launches which) const {
+  std::vector<double> window, solo;
+  alone_times(now, span_ns, which, &window, &solo);
+  const double solo_sum = std::accumulate(solo.begin(), solo.end(), 0.0);
+  if (window.empty() || solo.empty() || solo_sum <= 0) return 0;
+  const double window_sum = std::accumulate(window.begin(), window.end(), 0.0);
+  return (window_sum / static_cast<double>(window.size())) / (solo_sum / static_cast<double>(solo.size()));
 }
 
 double SlowdownMeter::tail_growth(double q, uint64_t now, uint64_t span_ns, Launches which) const {
-  std::vector<std::pair<double, double>> window, solo;
-  for (auto it = window_.rbegin(); it != window_.rend() && it->at_ns + span_ns > now; ++it) {
-    if (counted(which, it->admission)) window.emplace_back(it->weight, it->weight);
-  }
-  for (const Ratio& r : solo_ref_) {
-    if (counted(which, r.admission)) solo.emplace_back(r.weight, r.weight);
-  }
-  const double reference = weighted_quantile(std::move(solo), q);
+  std::vector<double> window, solo;
+  alone_times(now, span_ns, which, &window, &solo);
+  // Weighted by time alone, as the slowdown's quantiles are.
+  const double reference = self_weighted_quantile(solo, q);
   if (window.empty() || reference <= 0) return 0;
-  return weighted_quantile(std::move(window), q) / reference;
+  return self_weighted_quantile(window, q) / reference;
 }
 
 double SlowdownMeter::solo_ns(uint64_t key) const {

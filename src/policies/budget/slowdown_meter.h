@@ -98,6 +98,10 @@ class SlowdownMeter {
     uint64_t seen_ns = 0;
   };
   void forget_oldest_shape();
+  // The times alone (their shapes' solo times) of the `which` launches in (now - span_ns, now],
+  // and of the solo reference's: what load_growth and tail_growth compare.
+  void alone_times(uint64_t now, uint64_t span_ns, Launches which, std::vector<double>* window,
+                   std::vector<double>* solo) const;
 
   struct Ratio {
     uint64_t at_ns = 0;  // when it was added
@@ -114,5 +118,7 @@ class SlowdownMeter {
 // The weighted q-quantile of values (the smallest value with at least q of the weight at or
 // below it); 0 for none.
 double weighted_quantile(std::vector<std::pair<double, double>> value_weight, double q);
+// ... of durations, each weighted by itself (q of their total time is in values no larger).
+double self_weighted_quantile(const std::vector<double>& values, double q);
 
 }  // namespace gpuos::policies::budget
