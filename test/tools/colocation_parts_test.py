@@ -248,7 +248,7 @@ class PrefillBuckets(unittest.TestCase):
     class Engine:
         device = type("Device", (), {"type": "cpu"})()
         slots = 8
-        max_prefill = 4
+        max_prefill = 3
 
         def prefill(self, base, m):
             return 1 if m == 1 else 2 if m == 2 else 4
@@ -262,8 +262,9 @@ class PrefillBuckets(unittest.TestCase):
     def test_prefills_by_bucket(self):
         stop = common.StopFlag()
         sched = hp_server.Scheduler(self.Engine(), None, 8, 2, stop, phase_hints=False)
-        now = time.perf_counter()
-        res = sched.run([now] * 3 + [now + 0.05])  # three wait together, then one alone
+        # Four arrived before the run: one prefill of three (at most max_prefill), then the fourth
+        # alone, whatever the machine's speed.
+        res = sched.run([time.perf_counter()] * 4)
         self.assertEqual(len(res["done"]), 4)
         by = res["prefill_buckets"]
         self.assertEqual({k: (v["prefills"], v["requests"]) for k, v in by.items()}, {"4": (1, 3), "1": (1, 1)})
