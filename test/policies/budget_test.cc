@@ -302,6 +302,12 @@ bool parse_budget_key(const char* key, ConfigValue v, BudgetParams* p, std::stri
   sec.entries.push_back({key, v});
   return parse_budget_params(sec, p, error);
 }
+ConfigValue int_value(int64_t n) {
+  ConfigValue v;
+  v.kind = ConfigValue::Kind::kInteger;
+  v.integer = n;
+  return v;
+}
 ConfigValue bool_value(bool b) {
   ConfigValue v;
   v.kind = ConfigValue::Kind::kBool;
@@ -455,11 +461,8 @@ TEST(BudgetPolicy, CutPctSetsWhatAnIntervalOverTheBudgetLeavesOfTheShare) {
   // best-effort share between 3 and 8 of 14 groups at 30% load; a gentler cut keeps more of it.
   for (const int64_t cut_pct : {50, 75}) {
     BudgetParams params;
-    ConfigValue v;
-    v.kind = ConfigValue::Kind::kInteger;
-    v.integer = cut_pct;
     std::string error;
-    ASSERT_TRUE(parse_budget_key("cut_pct", v, &params, &error)) << error;
+    ASSERT_TRUE(parse_budget_key("cut_pct", int_value(cut_pct), &params, &error)) << error;
     ASSERT_EQ(params.meter.interval_ns, 100 * kMs) << "gpuosd's default meter";
     Sim s{BudgetPolicy{params}};
     for (int i = 0; i < 200; ++i) s.step(4, 1050);
@@ -474,10 +477,7 @@ TEST(BudgetPolicy, CutPctSetsWhatAnIntervalOverTheBudgetLeavesOfTheShare) {
   }
   BudgetParams p;
   std::string error;
-  ConfigValue none;
-  none.kind = ConfigValue::Kind::kInteger;
-  none.integer = 100;
-  EXPECT_FALSE(parse_budget_key("cut_pct", none, &p, &error)) << "a cut that keeps it all is no cut";
+  EXPECT_FALSE(parse_budget_key("cut_pct", int_value(100), &p, &error)) << "a cut that keeps it all is no cut";
   EXPECT_NE(error.find("cut_pct"), std::string::npos) << error;
 }
 
@@ -1187,9 +1187,7 @@ TEST(BudgetPolicy, ConfigKeepsOnlyMeasuredKeys) {
                            "contention_max_pct", "phase_hold"}) {
     ConfigSection sec;
     sec.name = "budget";
-    ConfigValue v;
-    v.kind = ConfigValue::Kind::kInteger;
-    v.integer = 100;
+    ConfigValue v = int_value(100);
     v.where = "x.toml:3";
     sec.entries.push_back({gone, v});
     BudgetParams p;
@@ -1211,20 +1209,13 @@ TEST(BudgetPolicy, ConfigDefaultsAreTheMeasuredOnes) {
   EXPECT_EQ(p.controller.target_fraction, 1.0);
   EXPECT_TRUE(p.steer_load_growth);
   EXPECT_FALSE(p.cap_long_best_effort);
-  ASSERT_TRUE(parse_budget_key("meter_interval_ms", [] {
-    ConfigValue v;
-    v.kind = ConfigValue::Kind::kInteger;
-    return v;
-  }(), &p, &error)) << error;
+  ASSERT_TRUE(parse_budget_key("meter_interval_ms", int_value(0), &p, &error)) << error;
   EXPECT_EQ(p.meter.interval_ns, 0u) << "0 still chooses the per-launch meter";
 }
 
 TEST(BudgetPolicy, ConfigBoundsLongLaunchesAndTheIdleHold) {
   auto parse = [](const char* key, int64_t value, BudgetParams* p, std::string* error) {
-    ConfigValue v;
-    v.kind = ConfigValue::Kind::kInteger;
-    v.integer = value;
-    return parse_budget_key(key, v, p, error);
+    return parse_budget_key(key, int_value(value), p, error);
   };
   BudgetParams p;
   std::string error;
