@@ -456,31 +456,6 @@ TEST(BudgetPolicy, JudgedByIntervalsOnlyAnIntervalOverTheBudgetHalvesTheShare) {
   }
 }
 
-TEST(BudgetPolicy, CutPctSetsWhatAnIntervalOverTheBudgetLeavesOfTheShare) {
-  // gpuosd's cut_pct (under trial): halving on every interval over the budget kept a server's
-  // best-effort share between 3 and 8 of 14 groups at 30% load; a gentler cut keeps more of it.
-  for (const int64_t cut_pct : {50, 75}) {
-    BudgetParams params;
-    std::string error;
-    ASSERT_TRUE(parse_budget_key("cut_pct", int_value(cut_pct), &params, &error)) << error;
-    ASSERT_EQ(params.meter.interval_ns, 100 * kMs) << "gpuosd's default meter";
-    Sim s{BudgetPolicy{params}};
-    for (int i = 0; i < 200; ++i) s.step(4, 1050);
-    const double before = s.policy.state().share;
-    ASSERT_GT(before, 0.1);
-    for (int i = 0; i < 20 && s.policy.state().tenants.at(1).moves.cuts == 0; ++i) s.step(4, 1600, true, true);
-    ASSERT_EQ(s.policy.state().tenants.at(1).moves.cuts, 1u);
-    const double after = s.policy.state().share;
-    // A control period in the same span may also step it down by its hold_decrease (0.9).
-    EXPECT_LE(after, before * cut_pct / 100.0 + 1e-9) << cut_pct;
-    EXPECT_GE(after, before * cut_pct / 100.0 * params.controller.hold_decrease - 1e-9) << cut_pct;
-  }
-  BudgetParams p;
-  std::string error;
-  EXPECT_FALSE(parse_budget_key("cut_pct", int_value(100), &p, &error)) << "a cut that keeps it all is no cut";
-  EXPECT_NE(error.find("cut_pct"), std::string::npos) << error;
-}
-
 TEST(BudgetPolicy, JudgedByIntervalsSlowAdmissionsHoldTheShareDown) {
   // Steps as fast as alone; prefills (1/17 of its GPU time) at 1.6x while best-effort work runs. An
   // interval's mean reads at most about 1.04x, within the target (all of B = 1.25); TTFT from
@@ -1184,7 +1159,7 @@ TEST(BudgetPolicy, ConfigKeepsOnlyMeasuredKeys) {
   // names it.
   for (const char* gone : {"window_ms", "control_ms", "probe_every_ms", "probe_ms", "settle_ms", "increase_permille",
                            "growth_pct", "max_share_pct", "sample_period", "be_sample_period", "burst_pct",
-                           "contention_max_pct", "phase_hold"}) {
+                           "contention_max_pct", "phase_hold", "cut_pct"}) {
     ConfigSection sec;
     sec.name = "budget";
     ConfigValue v = int_value(100);

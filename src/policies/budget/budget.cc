@@ -516,12 +516,11 @@ bool parse_budget_params(const ConfigSection& sec, BudgetParams* out, std::strin
   // setting within B = 1.5 by #40's method (bench/results/2026-12-06-method-trials-h100-0.3).
   p.steer_load_growth = true;
   uint32_t meter_interval_ms = 100, react_ms = 20, target_pct = 100, mps_cost_pct = 0;
-  uint32_t max_kernel_pct = 100, idle_hold_ms = 20, cut_pct = 50;
+  uint32_t max_kernel_pct = 100, idle_hold_ms = 20;
   if (!read_priority_keys(sec, &p.priority, error) ||
       !sec.get_uint("meter_interval_ms", 0, 60000, &meter_interval_ms, error) ||
       !sec.get_uint("react_ms", 1, 10000, &react_ms, error) ||
       !sec.get_uint("target_pct", 10, 100, &target_pct, error) ||
-      !sec.get_uint("cut_pct", 10, 95, &cut_pct, error) ||
       !sec.get_uint("pace_max_kernel_us", 0, 10000000, &p.pace_max_kernel_us, error) ||
       !sec.get_uint("pace_max_kernel_pct", 0, 1000, &max_kernel_pct, error) ||
       !sec.get_uint("pace_idle_hold_ms", 0, 10000, &idle_hold_ms, error) ||
@@ -533,7 +532,6 @@ bool parse_budget_params(const ConfigSection& sec, BudgetParams* out, std::strin
   p.meter.interval_ns = uint64_t{meter_interval_ms} * 1'000'000;
   p.react_ns = uint64_t{react_ms} * 1'000'000;
   p.controller.target_fraction = target_pct / 100.0;
-  p.controller.decrease = cut_pct / 100.0;
   if (sec.find("mps_cost_pct") != nullptr) p.mps_cost_fixed = mps_cost_pct / 100.0;
   p.long_kernel_fraction = max_kernel_pct / 100.0;
   p.idle_hold_ns = uint64_t{idle_hold_ms} * 1'000'000;
@@ -557,7 +555,6 @@ std::string budget_settings(const ConfigSection& section) {
   return format_priority_params(p.priority) + "meter_interval_ms = " + ms(p.meter.interval_ns) +
          "\nreact_ms = " + ms(p.react_ns) +
          "\ntarget_pct = " + std::to_string(std::lround(p.controller.target_fraction * 100)) +
-         "\ncut_pct = " + std::to_string(std::lround(p.controller.decrease * 100)) +
          "\npace_max_kernel_us = " + std::to_string(p.pace_max_kernel_us) +
          "\npace_max_kernel_pct = " + std::to_string(std::lround(p.long_kernel_fraction * 100)) +
          "\npace_idle_hold_ms = " + ms(p.idle_hold_ns) +

@@ -29,7 +29,7 @@ struct ControllerParams {
   double target_fraction = 0.5;
   double increase = 0.005;       // share added per period below the target ...
   double growth = 0.1;           // ... and this fraction of the share itself
-  double decrease = 0.5;         // factor on the share when the budget was exceeded (gpuosd: cut_pct)
+  double decrease = 0.5;         // factor on the share when the budget was exceeded
   double hold_decrease = 0.9;    // factor on the share when above the target
   double max_share = 0.9;
   std::size_t min_samples = 8;   // launches in the window before the share may grow
