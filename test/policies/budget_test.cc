@@ -1254,10 +1254,7 @@ TEST(BudgetPolicy, ConfigTakesSteerLoadGrowthAsABool) {
   EXPECT_FALSE(p.steer_load_growth) << "off by default";
   ASSERT_TRUE(parse(bool_value(true), &p, &error)) << error;
   EXPECT_TRUE(p.steer_load_growth);
-  ConfigValue number;
-  number.kind = ConfigValue::Kind::kInteger;
-  number.integer = 1;
-  EXPECT_FALSE(parse(number, &p, &error));
+  EXPECT_FALSE(parse(int_value(1), &p, &error));
   EXPECT_NE(error.find("steer_load_growth"), std::string::npos) << error;
 }
 
