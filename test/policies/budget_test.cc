@@ -1173,14 +1173,14 @@ TEST(BudgetPolicy, ConfigKeepsOnlyMeasuredKeys) {
 }
 
 TEST(BudgetPolicy, ConfigDefaultsAreTheMeasuredOnes) {
-  // gpuosd's defaults are what lent most within B by #40's method: intervals of 100 ms, aimed at
+  // gpuosd's defaults are what lent most within B by #40's method: intervals of 150 ms, aimed at
   // all of the budget, steered by the load growth. The mechanism's own (BudgetParams{}) differ.
   ConfigSection empty;
   empty.name = "budget";
   BudgetParams p;
   std::string error;
   ASSERT_TRUE(parse_budget_params(empty, &p, &error)) << error;
-  EXPECT_EQ(p.meter.interval_ns, 100 * kMs);
+  EXPECT_EQ(p.meter.interval_ns, 150 * kMs);
   EXPECT_EQ(p.controller.target_fraction, 1.0);
   EXPECT_TRUE(p.steer_load_growth);
   EXPECT_FALSE(p.cap_long_best_effort);
