@@ -513,8 +513,8 @@ bool parse_budget_params(const ConfigSection& sec, BudgetParams* out, std::strin
   // gpuosd's defaults differ from the mechanism's (BudgetParams, which the unit tests take as they
   // are): the meter judges 150 ms intervals, aims at all of the budget and steers by the load
   // growth. So set, beside a server on the whole GPU at 30% load, it lent 0.362 of a trainer's
-  // speed within B = 1.5 by #40's method, more than MPS's best setting and than 100 ms intervals
-  // (bench/results/2026-12-07-iv150-method-h100-0.3; 100 ms: -0.3's 0.352, -trials-method-'s 0.321).
+  // speed within B = 1.5 by #40's method, more than MPS's best setting (0.310) and than 100 ms
+  // intervals in the same run (0.352; bench/results/2026-12-07-iv150-method-h100-0.3).
   p.steer_load_growth = true;
   uint32_t meter_interval_ms = 150, react_ms = 20, target_pct = 100, mps_cost_pct = 0;
   uint32_t max_kernel_pct = 100, idle_hold_ms = 20;
