@@ -100,6 +100,13 @@ struct BudgetParams {
   // of 4 runs (bench/results/2026-12-06-pace-h100-0.3). gpuosd's config turns it on by default
   // (parse_budget_params), with the interval meter aimed at all of the budget.
   bool steer_load_growth = false;
+  // Under trial: the load growth steered by is the steps' time-weighted median alone over the solo
+  // reference's (SlowdownMeter::tail_growth at 0.5), not their mean. A mean over a mix of 15 ms
+  // decode graphs and 0.3 ms kernels moves with how many of each were timed: beside training at 30%
+  // load the 8B server's growth read 1.26-1.40 while its decode batch grew 1.13x and TPOT p99 was
+  // 1.17x, and it drove 91 cuts (issue #56). The time-weighted median is the launch that half of
+  // its GPU time is spent in: its decode step, whatever the count of small kernels.
+  bool growth_by_median = false;
   // Under trial: beside a budgeted tenant on the whole GPU, a best-effort tenant whose launches run
   // long gets at most 1 - 1/limit of its SM groups (at least one). Long: the time-weighted median
   // of its last kLongLaunchKeep timed launches exceeds the budgeted tenant's typical launch over
@@ -223,16 +230,6 @@ class BudgetPolicy final : public slots::TimeGate {
   double meter_limit(const slots::GateTenant& t, const TenantBudget& b) const;
 
  private:
-  // Adds what t's kernels were timed at since the last decision to b's solo kernels, when both
-  // decisions saw it solo; warns once when MPS alone takes its whole budget.
-  void note_kernels(const slots::GateTenant& t, TenantBudget& b, bool solo) const;
-  // The longest best-effort launch (us) that budgeted tenant t, sharing in time, lets run beside
-  // it (0 = no bound): the smaller of pace_max_kernel_us and long_kernel_fraction's.
-  uint32_t max_kernel_us(const slots::GateTenant& t, const TenantBudget& b) const;
-  // The SM groups planned for the best-effort tenants of budgeted tenant t's domain while t runs on
-  // the whole GPU (the most any of them has; 0: t shares in time or on a partition of its own).
-  uint32_t be_groups_beside(const slots::GateTenant& t, const slots::GateView& view) const;
-
   BudgetParams params_;
   BudgetState state_;
 };

@@ -146,6 +146,13 @@ double SlowdownMeter::load_growth(uint64_t now, uint64_t span_ns, Launches which
   return (window_sum / static_cast<double>(window.size())) / (solo_sum / static_cast<double>(solo.size()));
 }
 
+void SlowdownMeter::growth_counts(uint64_t now, uint64_t span_ns, std::size_t* window, std::size_t* solo) const {
+  std::vector<double> w, s;
+  alone_times(now, span_ns, Launches::kSteps, &w, &s);
+  *window = w.size();
+  *solo = s.size();
+}
+
 double SlowdownMeter::tail_growth(double q, uint64_t now, uint64_t span_ns, Launches which) const {
   std::vector<double> window, solo;
   alone_times(now, span_ns, which, &window, &solo);

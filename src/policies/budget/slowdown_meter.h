@@ -85,6 +85,9 @@ class SlowdownMeter {
   // (bench/results/2026-12-06-wgi100a-h100-0.5). Reported, not yet steered by.
   double tail_growth(double q, uint64_t now, uint64_t span_ns, Launches which) const;
 
+  // How many steps of (now - span_ns, now] and of the solo reference the growths compare.
+  void growth_counts(uint64_t now, uint64_t span_ns, std::size_t* window, std::size_t* solo) const;
+
   // A shape's solo time (0 = not known yet), and whether any shape has one.
   double solo_ns(uint64_t key) const;
   bool has_solo() const;
