@@ -18,6 +18,8 @@ bench_so=$(ldd "$from/bin/gpuos-bench-launch" | awk '/libbenchmark/ {print $3}')
 nvcc -O2 -arch=sm_90 -o .gpucarry/bin/kernel_anatomy gpu/tests/kernel_anatomy.cu -lcuda
 # The best-effort companion of gpu/mps_cost.sh's presence variants.
 nvcc -O2 -arch=sm_90 -o .gpucarry/bin/presence_be gpu/tests/presence_be.cu
+# HP launch-to-start beside a BE kernel: time-slicing, MPS priorities, gpuos's gate (gpu/window_bench.sh).
+nvcc -O2 -arch=sm_90 -o .gpucarry/bin/window_bench gpu/tests/window_bench.cu
 # The kernel a bypassing tenant launches around libgpuos.so (gpuos-bypass-probe --cubin: verify_nvml.sh).
 nvcc -O2 -arch=sm_90 -cubin -o .gpucarry/lib/spin.cubin gpu/tests/spin_kernel.cu
 du -sh .gpucarry
