@@ -107,12 +107,14 @@ def read_be(path: str, synthetic: bool, rec: dict, t0: Optional[float], t1: Opti
             rec["notes"].append("BE progress does not cover the measured window")
 
 
-# gpuosd's budget line at each probe (src/policies/budget/budget.cc); the part in parentheses only
-# from f219a19 on.
+# gpuosd's budget line at each probe (src/policies/budget/stage_lend.cc); the part in parentheses only
+# from f219a19 on, the load growth's own parentheses from #56's stages on.
 _BUDGET_LINE = re.compile(
     r"budget: tenant (?P<tenant>\d+) slowdown p99 (?P<p99>[\d.]+) over (?P<n>\d+) launches, "
     r"(?:admissions p99 (?P<adm>[\d.]+) over (?P<adm_n>\d+)(?: \(sizes p99 x(?P<adm_sizes>[\d.]+)\))?, )?"
-    r"load growth (?P<growth>[\d.]+), best-effort share (?P<share>[\d.]+)"
+    r"load growth (?P<growth>[\d.]+)"
+    r"(?: \(time-weighted median x(?P<growth_median>[\d.]+); steps (?P<growth_steps>\d+), alone (?P<growth_alone>\d+); "
+    r"(?P<growth_cuts>\d+) cuts by it\))?, best-effort share (?P<share>[\d.]+)"
     r"(?: \((?P<low>[\d.]+)-(?P<high>[\d.]+) since the last line: (?P<cuts>\d+) cuts over the budget, "
     r"(?P<downs>\d+) steps down, (?P<ups>\d+) up; (?P<held>\d+) decisions held for a phase"
     r"(?:, (?P<held_ms>\d+) ms)?\))?")
@@ -133,6 +135,10 @@ def budget_log(text: str) -> Optional[dict]:
            "share_high": max([float(d["high"]) for d in moved] + [float(d["share"]) for d in lines])}
     for key in ("cuts", "downs", "ups", "held"):
         out[key] = sum(int(d[key]) for d in moved) if moved else None
+    by_growth = [d for d in moved if d["growth_cuts"] is not None]
+    out["cuts_by_growth"] = sum(int(d["growth_cuts"]) for d in by_growth) if by_growth else None
+    medians = [float(d["growth_median"]) for d in measured if d["growth_median"] is not None]
+    out["growth_median_range"] = [min(medians), max(medians)] if medians else None
     for key in ("p99", "growth"):
         vals = [float(d[key]) for d in measured]
         out[f"{key}_range"] = [min(vals), max(vals)] if vals else None
@@ -165,4 +171,8 @@ def describe_budget_log(b: dict) -> str:
         parts.append(f"admission sizes p99 x{b['admission_sizes_range'][0]:.3f}-{b['admission_sizes_range'][1]:.3f}")
     if b.get("growth_range"):
         parts.append(f"load growth {b['growth_range'][0]:.3f}-{b['growth_range'][1]:.3f}")
+    if b.get("growth_median_range"):
+        parts.append(f"its time-weighted median {b['growth_median_range'][0]:.3f}-{b['growth_median_range'][1]:.3f}")
+    if b.get("cuts_by_growth") is not None:
+        parts.append(f"{b['cuts_by_growth']} cuts by load growth (the meter alone within the budget)")
     return "; ".join(parts)

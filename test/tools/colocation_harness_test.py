@@ -347,6 +347,19 @@ class BudgetLog(unittest.TestCase):
         self.assertIn("best-effort share 0.000-0.286", note)
         self.assertIn("6 cuts over the budget, 4 steps down, 10 up, 80 decisions held for a phase", note)
 
+    def test_the_growths_parts(self):
+        line = self.NEW.replace("load growth 1.084, ", "load growth 1.384 (time-weighted median x1.052; steps 610, "
+                                "alone 1024; 2 cuts by it), ")
+        b = readers.budget_log(self.OLD + line + self.NEW)
+        self.assertEqual(b["lines"], 3)
+        self.assertEqual(b["growth_range"], [1.084, 1.384])
+        self.assertEqual(b["growth_median_range"], [1.052, 1.052])
+        self.assertEqual(b["cuts_by_growth"], 2)   # lines of before count none
+        note = readers.describe_budget_log(b)
+        self.assertIn("its time-weighted median 1.052-1.052", note)
+        self.assertIn("2 cuts by load growth", note)
+        self.assertIsNone(readers.budget_log(self.NEW)["cuts_by_growth"])
+
     def test_admissions_apart(self):
         line = ("<6>gpuosd: budget: tenant 1 slowdown p99 1.142 over 190 launches, admissions p99 1.380 over 24, "
                 "load growth 1.084, best-effort share 0.143 (0.071-0.286 since the last line: 3 cuts over the budget, "

@@ -155,6 +155,7 @@ inline constexpr std::size_t kReactMinLaunches = 2;
 // nothing of what happened between).
 struct ShareMoves {
   uint64_t cuts = 0;          // halved at once: a react span's p90 (or the last interval) over the budget
+  uint64_t cuts_by_growth = 0;  // ... of which the meter alone read within it (load growth made the difference)
   uint64_t downs = 0;         // lowered at a control period (over the target, or idle)
   uint64_t ups = 0;           // raised at a control period
   uint64_t phase_held = 0;    // decisions that lent nothing for a phase (admitting, a long launch)

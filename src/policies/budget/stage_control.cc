@@ -52,8 +52,10 @@ void react_to_readings(const Scene& s, BudgetState* st) {
     double reading = 0;
     std::size_t n = 0;
     if (!reading_to_judge(s.params, &b, s.now, &reading, &n)) continue;
-    if (reading * judged_growth(s.params, b, s.now) > meter_limit(s.params, t, b) && n >= kReactMinLaunches) {
+    const double limit = meter_limit(s.params, t, b);
+    if (reading * judged_growth(s.params, b, s.now) > limit && n >= kReactMinLaunches) {
       cut_share(s.params, &b, be_groups_beside(t, s.view), s.now);
+      if (reading <= limit) ++b.moves.cuts_by_growth;
     }
   }
 }

@@ -21,11 +21,12 @@ void log_probe_line(const BudgetParams& p, uint32_t id, TenantBudget& b, uint64_
   std::size_t steps = 0, solo_steps = 0;  // what the load growth compares
   b.meter.growth_counts(now, p.meter.window_ns, &steps, &solo_steps);
   log::info("budget: tenant %u slowdown p99 %.3f over %zu launches, admissions p99 %.3f over %zu (sizes p99 "
-            "x%.3f), load growth %.3f (time-weighted median x%.3f; steps %zu, alone %zu), best-effort share %.3f (%.3f-%.3f since the last line: %llu cuts over the "
-            "budget, %llu steps down, %llu up; %llu decisions held for a phase, %.0f ms), %llu pauses; probing "
-            "%.0f ms",
+            "x%.3f), load growth %.3f (time-weighted median x%.3f; steps %zu, alone %zu; %llu cuts by it), "
+            "best-effort share %.3f (%.3f-%.3f since the last line: %llu cuts over the budget, %llu steps down, "
+            "%llu up; %llu decisions held for a phase, %.0f ms), %llu pauses; probing %.0f ms",
             id, p99, n, admissions_p99, admissions, sizes, b.meter.load_growth(now, p.meter.window_ns),
-            b.meter.tail_growth(0.5, now, p.meter.window_ns, Launches::kSteps), steps, solo_steps, b.share,
+            b.meter.tail_growth(0.5, now, p.meter.window_ns, Launches::kSteps), steps, solo_steps,
+            static_cast<unsigned long long>(b.moves.cuts_by_growth), b.share,
             m.seen ? m.low : b.share, m.seen ? m.high : b.share, static_cast<unsigned long long>(m.cuts),
             static_cast<unsigned long long>(m.downs), static_cast<unsigned long long>(m.ups),
             static_cast<unsigned long long>(m.phase_held), m.phase_held_ns / 1e6,
