@@ -1,5 +1,6 @@
 #include "common/log.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -7,6 +8,7 @@
 #include <cerrno>
 #include <cstdarg>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -78,10 +80,20 @@ const char* level_name(Level level) {
   return "info";
 }
 
+bool stderr_is_journal(const char* journal_stream) {
+  if (journal_stream == nullptr) return false;
+  unsigned long long dev = 0, ino = 0;
+  char end = 0;
+  if (std::sscanf(journal_stream, "%llu:%llu%c", &dev, &ino, &end) != 2) return false;
+  struct stat st;
+  if (::fstat(STDERR_FILENO, &st) != 0) return false;
+  return static_cast<unsigned long long>(st.st_dev) == dev && static_cast<unsigned long long>(st.st_ino) == ino;
+}
+
 void init(const char* ident, Level lvl, int force_prefix) {
   State& s = state();
   std::snprintf(s.ident, sizeof(s.ident), "%s", ident ? ident : "gpuos");
-  s.prefix = force_prefix < 0 ? isatty(STDERR_FILENO) == 0 : force_prefix != 0;
+  s.prefix = force_prefix < 0 ? stderr_is_journal(std::getenv("JOURNAL_STREAM")) : force_prefix != 0;
   set_level(lvl);
 }
 

@@ -1,9 +1,11 @@
 // Tenant-chosen text shown to people: printable() and the daemon's log lines (issue #22: names with
 // terminal escape sequences reached `gpuos ps`, `top` and gpuosd's journal raw).
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "common/log.h"
@@ -40,6 +42,42 @@ TEST(Log, EscapesWhatTenantsChose) {
   ASSERT_GT(n, 0);
   const std::string line(buf, static_cast<std::size_t>(n));
   EXPECT_EQ(line, "gpuosd-test: tenant 7 registered: name \"x\\x1b[2J\\x0agpuosd: error: forged line\"\n");
+}
+
+// Journal prefixes ("<6>") only on journald's own stream, which systemd names in JOURNAL_STREAM: a
+// pipe or a terminal gets plain lines (issue #57: `<6>` prefixes showed in a terminal).
+TEST(Log, PrefixesOnlyTheJournalsStream) {
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  const int saved = dup(STDERR_FILENO);
+  ASSERT_GE(saved, 0);
+  ASSERT_EQ(dup2(fds[1], STDERR_FILENO), STDERR_FILENO);
+  struct stat st {};
+  ASSERT_EQ(fstat(STDERR_FILENO, &st), 0);
+  const std::string mine = std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino);
+  const std::string other = std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino + 1);
+  const bool on_mine = log::stderr_is_journal(mine.c_str());
+  const bool on_other = log::stderr_is_journal(other.c_str());
+  const bool on_none = log::stderr_is_journal(nullptr);
+  const bool on_junk = log::stderr_is_journal((mine + "x").c_str());
+  setenv("JOURNAL_STREAM", mine.c_str(), 1);
+  log::init("gpuosd-test", log::Level::kInfo);
+  log::info("to the journal");
+  unsetenv("JOURNAL_STREAM");
+  log::init("gpuosd-test", log::Level::kInfo);
+  log::info("to a pipe");
+  dup2(saved, STDERR_FILENO);
+  close(saved);
+  close(fds[1]);
+  char buf[512] = {};
+  const ssize_t n = read(fds[0], buf, sizeof(buf) - 1);
+  close(fds[0]);
+  EXPECT_TRUE(on_mine);
+  EXPECT_FALSE(on_other);
+  EXPECT_FALSE(on_none);
+  EXPECT_FALSE(on_junk);
+  ASSERT_GT(n, 0);
+  EXPECT_EQ(std::string(buf, static_cast<std::size_t>(n)), "<6>gpuosd-test: to the journal\ngpuosd-test: to a pipe\n");
 }
 
 }  // namespace
