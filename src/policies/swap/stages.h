@@ -3,7 +3,8 @@
 //   room    allocations waiting for room: answered, or room made for them (a KV donor past its
 //           deadline reclaimed, KV targets, a victim swapped out), or refused when they never fit;
 //   return  swapped-out tenants that want to run: swapped in, or a victim swapped out first;
-//   raise   KV targets that held long enough rise again on GPUs where nothing wants memory.
+//   raise   KV targets that held long enough rise again (or are lifted) on GPUs where nothing
+//           wants memory.
 // The rules they make up are planner.h's; each stage can be asked alone by a test.
 #pragma once
 
@@ -25,13 +26,15 @@ uint64_t free_on(const std::vector<SwapTenant>& tenants, const SwapParams& p, ui
 // enough: the estimate is wrong), plus the margin.
 uint64_t room_needed(const SwapTenant& r, uint64_t free_now, uint64_t margin);
 // r could never fit: what cannot move (the other tenants' unswappable bytes on its GPU) leaves
-// too little of the capacity for what it holds, the allocation waiting included.
+// too little of the capacity for what it holds (the allocation waiting included: its bytes are
+// reserved first).
 bool never_fits(const std::vector<SwapTenant>& tenants, const SwapTenant& r, const SwapParams& p);
 // Room for requester r: appends what to do; true when the plan ends here (a swap, KV targets,
 // or a wait for KV pages on their way back).
 bool make_room_for(const SwapTenant& r, const std::vector<SwapTenant>& tenants, const SwapParams& p, uint64_t now,
                    const KvSettings& kv, std::vector<SwapAction>* out);
-// Each request for room, signalled tenants first, then guaranteed ones, then by id.
+// Each request for room, signalled tenants first, then guaranteed ones, then by id (registration
+// order).
 bool make_room(const std::vector<SwapTenant>& tenants, const SwapParams& p, uint64_t now, const KvSettings& kv,
                std::vector<SwapAction>* out);
 
@@ -44,8 +47,8 @@ bool bring_back(const std::vector<SwapTenant>& tenants, const SwapParams& p, uin
 // --- raise
 // A KV target that held kv_hold_ns may rise.
 bool may_rise(const SwapTenant& t, const SwapParams& p, uint64_t now);
-// The KV targets that may rise, on GPUs where nothing wants memory; the free memory (less the
-// margin) is shared among the targets raised together.
+// The KV targets that may rise, on GPUs where nothing wants memory, rise (or are lifted); the free
+// memory (less the margin) is shared among the targets raised together.
 void raise_kv_targets(const std::vector<SwapTenant>& tenants, const SwapParams& p, uint64_t now, const KvSettings& kv,
                       std::vector<SwapAction>* out);
 
