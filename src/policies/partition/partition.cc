@@ -18,6 +18,47 @@ using slots::LatencyPoint;
 using slots::ShapeSamples;
 using slots::SpaceGpu;
 
+namespace {
+
+// The GPU of index `home` in the view (null: none).
+const SpaceGpu* gpu_of(const slots::SpaceView& view, uint32_t home) {
+  const SpaceGpu* gpu = nullptr;
+  for (const SpaceGpu& g : view.gpus) {
+    if (g.index == home) gpu = &g;
+  }
+  return gpu;
+}
+
+// The partition sizes the GPU gives: the SMs of groups 0..g-1, g = 1 .. groups.
+std::vector<uint32_t> partition_sizes(const SpaceGpu& gpu, uint32_t groups, uint32_t group_sms) {
+  std::vector<uint32_t> sizes;
+  for (uint32_t g = 1; g <= groups; ++g) {
+    sizes.push_back(slots::space_mask_sms(g >= 64 ? ~0ull : (1ull << g) - 1, gpu, group_sms));
+  }
+  return sizes;
+}
+
+}  // namespace
+
+PartitionPolicy::DomainShare PartitionPolicy::domain_share(const slots::SpaceTenant& t, const slots::SpaceView& view,
+                                                           const SpaceParams& p) const {
+  DomainShare ds;
+  const uint32_t group_sms = std::max<uint32_t>(p.group_sms, 1);
+  for (const slots::SpaceTenant& o : view.tenants) {
+    if (o.id == t.id || o.domain != t.domain || o.home_gpu != t.home_gpu) continue;
+    if (o.tenant_class != GPUOS_CLASS_GUARANTEED) {
+      ds.shared = true;
+    } else if (whole_gpu(o)) {
+      ds.asked_groups += 1;  // it holds one group (planner.h)
+    } else if (o.asked_sms != 0) {
+      ds.asked_groups += (o.asked_sms + group_sms - 1) / group_sms;
+    } else {
+      ++ds.unsized;
+    }
+  }
+  return ds;
+}
+
 uint32_t PartitionPolicy::right_size(const slots::SpaceTenant& t, const slots::SpaceView& view, const SpaceParams& p,
                                      TenantState& st) {
   partition::SizerParams sp = params_.sizer;
@@ -30,37 +71,16 @@ uint32_t PartitionPolicy::right_size(const slots::SpaceTenant& t, const slots::S
   // among the guaranteed tenants there that asked for no size, of the groups the others did not
   // ask for (`gpuos run --sms`). Each guaranteed tenant is sized within its own share, so one
   // tenant's moves never change another's ceiling.
-  const uint32_t home = t.home_gpu;
-  bool shared = false;
-  uint32_t unsized = 1, asked_groups = 0;
-  const uint32_t group_sms = std::max<uint32_t>(p.group_sms, 1);
-  for (const slots::SpaceTenant& o : view.tenants) {
-    if (o.id == t.id || o.domain != t.domain || o.home_gpu != home) continue;
-    if (o.tenant_class != GPUOS_CLASS_GUARANTEED) {
-      shared = true;
-    } else if (whole_gpu(o)) {
-      asked_groups += 1;  // it holds one group (planner.h)
-    } else if (o.asked_sms != 0) {
-      asked_groups += (o.asked_sms + group_sms - 1) / group_sms;
-    } else {
-      ++unsized;
-    }
-  }
-  const SpaceGpu* gpu = nullptr;
-  for (const SpaceGpu& g : view.gpus) {
-    if (g.index == home) gpu = &g;
-  }
-  if (!shared || gpu == nullptr) {
+  const DomainShare ds = domain_share(t, view, p);
+  const SpaceGpu* gpu = gpu_of(view, t.home_gpu);
+  if (!ds.shared || gpu == nullptr) {
     reset_sizing(st);
     return 0;
   }
   const uint32_t groups = slots::space_groups(*gpu, p.group_sms);
   if (groups < 2) return 0;
-  const uint32_t share = partition::space_default_groups(groups, asked_groups, unsized, true, p);
-  std::vector<uint32_t> sizes;  // SMs of groups 0..g-1, g = 1 .. groups
-  for (uint32_t g = 1; g <= groups; ++g) {
-    sizes.push_back(slots::space_mask_sms(g >= 64 ? ~0ull : (1ull << g) - 1, *gpu, p.group_sms));
-  }
+  const uint32_t share = partition::space_default_groups(groups, ds.asked_groups, ds.unsized, true, p);
+  const std::vector<uint32_t> sizes = partition_sizes(*gpu, groups, p.group_sms);
   const uint32_t ceiling = sizes[std::min(share, groups) - 1];
   if (st.default_sms != 0 && st.default_sms != ceiling) {
     // Its share changed (a guaranteed tenant came or went): everything it measured was judged
@@ -72,36 +92,52 @@ uint32_t PartitionPolicy::right_size(const slots::SpaceTenant& t, const slots::S
   // Not read (the tenant was writing them): what it had, or the ceiling (never "unsized", which
   // the planner would read as the rest of the guaranteed groups).
   if (!t.samples_read) return st.sized_sms != 0 ? st.sized_sms : ceiling;
-  const std::vector<ShapeSamples>& shapes = t.shapes;
-  const SizerDecision d = partition::right_size(shapes, sizes, ceiling, sp, &st.sizer, view.now_ns);
-  if (!st.cost_warned) {
-    const double cost = partition::partition_cost(shapes, ceiling, gpu->sm_count, sp.min_samples);
-    if (cost > 1.0 + sp.slack) {
-      st.cost_warned = true;
-      log::warn("tenant %u (%s): its kernels run %.2fx as long on its %u-SM default partition as on the whole GPU "
-                "(%u SMs): spatial sharing cannot keep it within %.0f%% of running alone; for that, run it outside "
-                "domain \"%s\" (time-shared: best-effort tenants then wait for its idle time)",
-                t.id, t.name.c_str(), cost, ceiling, gpu->sm_count, sp.slack * 100, t.domain.c_str());
-    }
-  }
+  const SizerDecision d = partition::right_size(t.shapes, sizes, ceiling, sp, &st.sizer, view.now_ns);
+  warn_if_partition_costs_slack(t, ceiling, *gpu, sp, st);
   if (st.sized_sms == 0) log::info("tenant %u (%s): right-sizing from its %u-SM default partition", t.id, t.name.c_str(), ceiling);
   const uint32_t before = st.sized_sms != 0 ? st.sized_sms : ceiling;
+  trace_sizer(t, view.now_ns, d, before, ceiling, st);
+  log_sizer_decision(t, d, before, ceiling, st);
+  st.sized_sms = d.sms;
+  st.default_sms = ceiling;
+  if (d.sms != before) st.sized_latency = 0;  // a new size: nothing measured there yet
+  if (d.measured > 0 && d.sms == before) st.sized_latency = d.measured;
+  return d.sms;
+}
+
+void PartitionPolicy::warn_if_partition_costs_slack(const slots::SpaceTenant& t, uint32_t ceiling, const SpaceGpu& gpu,
+                                                    const partition::SizerParams& sp, TenantState& st) {
+  if (st.cost_warned) return;
+  const double cost = partition::partition_cost(t.shapes, ceiling, gpu.sm_count, sp.min_samples);
+  if (cost <= 1.0 + sp.slack) return;
+  st.cost_warned = true;
+  log::warn("tenant %u (%s): its kernels run %.2fx as long on its %u-SM default partition as on the whole GPU "
+            "(%u SMs): spatial sharing cannot keep it within %.0f%% of running alone; for that, run it outside "
+            "domain \"%s\" (time-shared: best-effort tenants then wait for its idle time)",
+            t.id, t.name.c_str(), cost, ceiling, gpu.sm_count, sp.slack * 100, t.domain.c_str());
+}
+
+void PartitionPolicy::trace_sizer(const slots::SpaceTenant& t, uint64_t now_ns, const SizerDecision& d, uint32_t before,
+                                  uint32_t ceiling, TenantState& st) {
   // The debug trace, each time the decision or the measured figure (to 1%) changes: the sizer is
   // asked at every sample report.
   char traced[64];
   std::snprintf(traced, sizeof(traced), "%u %s %.2f", d.sms, d.why, d.measured);
-  if (d.measured > 0 && log::enabled(log::Level::kDebug) && st.sizer_traced != traced) {
-    st.sizer_traced = traced;
-    std::string points;
-    for (const ShapeSamples& s : shapes) {
-      for (const LatencyPoint& pt : s.points) {
-        points += " " + std::to_string(s.key % 10000) + "@" + std::to_string(pt.sms) + ":" + std::to_string(pt.count) +
-                  "x" + std::to_string(static_cast<uint64_t>(pt.mean_ns / 1000)) + "us";
-      }
+  if (d.measured <= 0 || !log::enabled(log::Level::kDebug) || st.sizer_traced == traced) return;
+  st.sizer_traced = traced;
+  std::string points;
+  for (const ShapeSamples& s : t.shapes) {
+    for (const LatencyPoint& pt : s.points) {
+      points += " " + std::to_string(s.key % 10000) + "@" + std::to_string(pt.sms) + ":" + std::to_string(pt.count) +
+                "x" + std::to_string(static_cast<uint64_t>(pt.mean_ns / 1000)) + "us";
     }
-    log::debug("tenant %u (%s): sizer at %u SMs, t=%.3f s: %s, measured %.3f of %.0f us at %u SMs; table%s", t.id,
-               t.name.c_str(), before, view.now_ns / 1e9, d.why, d.measured, d.ref_ns / 1000, ceiling, points.c_str());
   }
+  log::debug("tenant %u (%s): sizer at %u SMs, t=%.3f s: %s, measured %.3f of %.0f us at %u SMs; table%s", t.id,
+             t.name.c_str(), before, now_ns / 1e9, d.why, d.measured, d.ref_ns / 1000, ceiling, points.c_str());
+}
+
+void PartitionPolicy::log_sizer_decision(const slots::SpaceTenant& t, const SizerDecision& d, uint32_t before,
+                                         uint32_t ceiling, TenantState& st) {
   if (d.sms != before) {
     char hold[64] = "";
     if (d.hold_ns != 0) std::snprintf(hold, sizeof(hold), "; not below %u SMs for %.0f s", d.sms, d.hold_ns / 1e9);
@@ -118,11 +154,6 @@ uint32_t PartitionPolicy::right_size(const slots::SpaceTenant& t, const slots::S
               "would put two on some SMs below (set [policy.partition] right_size_below_grid to go on)",
               t.id, t.name.c_str(), d.sms, d.grid_blocks);
   }
-  st.sized_sms = d.sms;
-  st.default_sms = ceiling;
-  if (d.sms != before) st.sized_latency = 0;  // a new size: nothing measured there yet
-  if (d.measured > 0 && d.sms == before) st.sized_latency = d.measured;
-  return d.sms;
 }
 
 void PartitionPolicy::reset_sizing(TenantState& st) {

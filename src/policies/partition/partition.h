@@ -61,6 +61,24 @@ class PartitionPolicy final : public slots::SpacePolicy {
   // The SMs a guaranteed spatial tenant should get, from its latency samples (0 = no opinion).
   uint32_t right_size(const slots::SpaceTenant& t, const slots::SpaceView& view, const partition::SpaceParams& p,
                       TenantState& st);
+  // The other tenants of t's domain on its GPU: whether a best-effort one shares it, and what the
+  // guaranteed ones take (the groups asked for, the count that asked for none, t included).
+  struct DomainShare {
+    bool shared = false;
+    uint32_t unsized = 1;
+    uint32_t asked_groups = 0;
+  };
+  DomainShare domain_share(const slots::SpaceTenant& t, const slots::SpaceView& view,
+                           const partition::SpaceParams& p) const;
+  // Said once: its kernels run longer on its default partition than its slack allows against the
+  // whole GPU.
+  static void warn_if_partition_costs_slack(const slots::SpaceTenant& t, uint32_t ceiling, const slots::SpaceGpu& gpu,
+                                            const partition::SizerParams& sp, TenantState& st);
+  // The sizer's decisions, in the debug log and (moves, confirmations, the grid) in the info log.
+  static void trace_sizer(const slots::SpaceTenant& t, uint64_t now_ns, const partition::SizerDecision& d,
+                          uint32_t before, uint32_t ceiling, TenantState& st);
+  static void log_sizer_decision(const slots::SpaceTenant& t, const partition::SizerDecision& d, uint32_t before,
+                                 uint32_t ceiling, TenantState& st);
   void warn_if_mps_costs_slack(const slots::SpaceTenant& t, TenantState& st);
   static void reset_sizing(TenantState& st);
   // Planned whole_gpu: a budgeted guaranteed tenant of a domain that asked for no size.

@@ -6,6 +6,7 @@
 #include "common/log.h"
 #include "policies/gpu_groups.h"
 #include "policies/long_launch_hold.h"
+#include "policies/priority/stages.h"
 #include "slots/slot.h"
 
 namespace gpuos::policies {
@@ -117,25 +118,51 @@ uint32_t PriorityState::owner() const {
   return 0;
 }
 
-PriorityDecision decide_priority(const std::vector<PriorityTenant>& tenants, const PriorityParams& params,
-                                 PriorityState* st, uint64_t now) {
-  // Guaranteed tenants: the highest active priority.
-  bool g_active = false;
-  int32_t top = INT32_MIN;
+namespace priority {
+namespace {
+
+bool is_live(const std::vector<PriorityTenant>& tenants, uint32_t id) {
+  return std::any_of(tenants.begin(), tenants.end(), [id](const PriorityTenant& t) { return t.id == id; });
+}
+
+// The sooner of two times, 0 meaning none.
+uint64_t sooner(uint64_t a, uint64_t b) { return a == 0 ? b : b == 0 ? a : std::min(a, b); }
+
+// The GPUs of t's on which a guaranteed tenant (above `floor`) that does not share them in space
+// with t is active. A tenant whose GPUs are not known yet is on all of them.
+uint64_t guaranteed_gpus_of(const PriorityTenant& t, const std::vector<PriorityTenant>& tenants, int32_t floor) {
+  uint64_t on = 0;
+  for (const PriorityTenant& g : tenants) {
+    if (is_guaranteed(g) && active(g) && g.priority > floor && &g != &t && !shares_in_space(g, t)) on |= gpus_of(g);
+  }
+  return on & gpus_of(t);
+}
+
+}  // namespace
+
+GuaranteedActive active_guaranteed(const std::vector<PriorityTenant>& tenants) {
+  GuaranteedActive g;
   for (const PriorityTenant& t : tenants) {
     if (is_guaranteed(t) && active(t)) {
-      g_active = true;
-      top = std::max(top, t.priority);
+      g.any = true;
+      g.top = std::max(g.top, t.priority);
     }
   }
-  // Runnable best-effort tenants, in id order (the round-robin order), in groups of GPUs.
+  return g;
+}
+
+std::vector<const PriorityTenant*> runnable_best_effort(const std::vector<PriorityTenant>& tenants) {
   std::vector<const PriorityTenant*> runnable;
   for (const PriorityTenant& t : tenants) {
     if (!is_guaranteed(t) && t.domain.empty() && !t.pinned && (t.busy || t.waiting)) runnable.push_back(&t);
   }
   std::sort(runnable.begin(), runnable.end(), [](auto* a, auto* b) { return a->id < b->id; });
+  return runnable;
+}
 
-  PriorityDecision d;
+uint64_t rotate_groups(const std::vector<PriorityTenant>& tenants, const std::vector<const PriorityTenant*>& runnable,
+                       const PriorityParams& params, PriorityState* st, uint64_t now) {
+  uint64_t next_tick = 0;
   std::map<uint64_t, BeRotation> rotations;
   for (const auto& group : gpu_groups(runnable)) {
     const uint64_t mask = group.first;  // (not a structured binding: clang 14 cannot capture those)
@@ -147,8 +174,7 @@ PriorityDecision decide_priority(const std::vector<PriorityTenant>& tenants, con
     const bool g_here = std::any_of(tenants.begin(), tenants.end(), [&](const PriorityTenant& g) {
       return is_guaranteed(g) && active(g) && (gpus_of(g) & mask) != 0;
     });
-    const uint64_t tick = rotate(&r, members, g_here, params, &st->granted_ns, now);
-    if (tick != 0) d.next_tick_ns = d.next_tick_ns == 0 ? tick : std::min(d.next_tick_ns, tick);
+    next_tick = sooner(next_tick, rotate(&r, members, g_here, params, &st->granted_ns, now));
     r.members.clear();
     for (auto* t : members) r.members.push_back(t->id);
     rotations[mask] = r;
@@ -157,16 +183,20 @@ PriorityDecision decide_priority(const std::vector<PriorityTenant>& tenants, con
     if (r.owner != 0 && !r.paused && now > r.slice_start_ns) st->granted_ns[r.owner] += now - r.slice_start_ns;
   }
   st->rotations = std::move(rotations);
-  st->guaranteed_active = g_active;
+  return next_tick;
+}
 
-  auto live = [&](uint32_t id) {
-    return std::any_of(tenants.begin(), tenants.end(), [id](const PriorityTenant& t) { return t.id == id; });
-  };
-  // Signalled BE: a reprieve from the gate. The next decision after it ends closes the gate again.
-  // At most one per cooldown (10 s, or 20 graces if longer): a program acting on Ctrl-C or SIGTERM
-  // needs one; a tenant that keeps writing `signalled` gets no more than that.
+uint64_t reprieve_cooldown_ns(const PriorityParams& params) {
   const uint64_t grace_ns = static_cast<uint64_t>(params.signal_grace_ms) * 1000000ull;
-  const uint64_t cooldown_ns = std::max<uint64_t>(10'000'000'000ull, 20 * grace_ns);
+  return std::max<uint64_t>(10'000'000'000ull, 20 * grace_ns);
+}
+
+uint64_t update_reprieves(const std::vector<PriorityTenant>& tenants, const PriorityParams& params, PriorityState* st,
+                          uint64_t now) {
+  // Signalled BE: a reprieve from the gate. The next decision after it ends closes the gate again.
+  // At most one per cooldown (reprieve_cooldown_ns).
+  const uint64_t grace_ns = static_cast<uint64_t>(params.signal_grace_ms) * 1000000ull;
+  const uint64_t cooldown_ns = reprieve_cooldown_ns(params);
   for (const PriorityTenant& t : tenants) {
     if (!is_guaranteed(t) && !t.pinned && t.signalled && t.waiting && params.signal_grace_ms != 0 &&
         st->reprieve_until_ns.count(t.id) == 0) {
@@ -179,55 +209,65 @@ PriorityDecision decide_priority(const std::vector<PriorityTenant>& tenants, con
   // Kept for the cooldown, live or not: a tenant that reconnects gets its id back (a process is one
   // tenant, core.cc), and with it the reprieve it already had.
   std::erase_if(st->reprieve_granted_ns, [&](const auto& e) { return now >= e.second + cooldown_ns; });
+  uint64_t next_tick = 0;
   for (auto it = st->reprieve_until_ns.begin(); it != st->reprieve_until_ns.end();) {
-    if (!live(it->first) || now >= it->second) {
+    if (!is_live(tenants, it->first) || now >= it->second) {
       it = st->reprieve_until_ns.erase(it);
       continue;
     }
-    d.next_tick_ns = d.next_tick_ns == 0 ? it->second : std::min(d.next_tick_ns, it->second);
+    next_tick = sooner(next_tick, it->second);
     ++it;
   }
+  return next_tick;
+}
 
-  // The GPUs of t's on which a guaranteed tenant (above `floor`) that does not share them in space
-  // with t is active. A tenant whose GPUs are not known yet is on all of them.
-  auto guaranteed_gpus_of = [&](const PriorityTenant& t, int32_t floor) {
-    uint64_t on = 0;
-    for (const PriorityTenant& g : tenants) {
-      if (is_guaranteed(g) && active(g) && g.priority > floor && &g != &t && !shares_in_space(g, t)) on |= gpus_of(g);
-    }
-    return on & gpus_of(t);
-  };
+uint64_t closed_gpus(const PriorityTenant& t, const std::vector<PriorityTenant>& tenants, const GuaranteedActive& g,
+                     const std::map<uint64_t, BeRotation>& rotations) {
+  // Closed where a guaranteed tenant it would slow works; all of its GPUs (or unknown ones) close
+  // the whole gate, some of them only those.
+  if (is_guaranteed(t)) return g.any && t.priority < g.top ? guaranteed_gpus_of(t, tenants, t.priority) : 0;
+  if (!t.domain.empty()) return g.any ? guaranteed_gpus_of(t, tenants, INT32_MIN) : 0;
+  // A slice running on one of its GPUs that is not its own (an idle BE too: it would take the GPU
+  // from the owner as soon as it launched) closes it on all of them.
+  const bool other_slice = std::any_of(rotations.begin(), rotations.end(), [&](const auto& e) {
+    const BeRotation& r = e.second;
+    return r.owner != 0 && !r.paused && r.owner != t.id && (e.first & gpus_of(t)) != 0;
+  });
+  return other_slice ? gpus_of(t) : guaranteed_gpus_of(t, tenants, INT32_MIN);
+}
+
+GateDecision gate_of(const PriorityTenant& t, uint64_t closed) {
+  GateDecision g{t.id, GPUOS_GATE_OPEN, 0, {}};
+  if (closed != 0 && (t.gpus == 0 || closed == t.gpus)) {
+    g.gate = GPUOS_GATE_CLOSED;
+  } else {
+    g.closed_gpus = closed;
+  }
+  return g;
+}
+
+void forget_gone(const std::vector<PriorityTenant>& tenants, PriorityState* st) {
+  for (auto it = st->granted_ns.begin(); it != st->granted_ns.end();) {
+    it = is_live(tenants, it->first) ? std::next(it) : st->granted_ns.erase(it);
+  }
+}
+
+}  // namespace priority
+
+PriorityDecision decide_priority(const std::vector<PriorityTenant>& tenants, const PriorityParams& params,
+                                 PriorityState* st, uint64_t now) {
+  using namespace priority;
+  const GuaranteedActive g = active_guaranteed(tenants);
+  PriorityDecision d;
+  d.next_tick_ns = rotate_groups(tenants, runnable_best_effort(tenants), params, st, now);
+  st->guaranteed_active = g.any;
+  d.next_tick_ns = sooner(d.next_tick_ns, update_reprieves(tenants, params, st, now));
   d.gates.reserve(tenants.size());
   for (const PriorityTenant& t : tenants) {
-    // Closed where a guaranteed tenant it would slow works; all of its GPUs (or unknown ones) close
-    // the whole gate, some of them only those.
-    uint64_t closed = 0;
-    if (is_guaranteed(t)) {
-      if (g_active && t.priority < top) closed = guaranteed_gpus_of(t, t.priority);
-    } else if (!t.domain.empty()) {
-      if (g_active) closed = guaranteed_gpus_of(t, INT32_MIN);
-    } else {
-      // A slice running on one of its GPUs that is not its own (an idle BE too: it would take
-      // the GPU from the owner as soon as it launched) closes it on all of them.
-      const bool other_slice = std::any_of(st->rotations.begin(), st->rotations.end(), [&](const auto& e) {
-        const BeRotation& r = e.second;
-        return r.owner != 0 && !r.paused && r.owner != t.id && (e.first & gpus_of(t)) != 0;
-      });
-      closed = other_slice ? gpus_of(t) : guaranteed_gpus_of(t, INT32_MIN);
-    }
-    if (st->reprieve_until_ns.count(t.id) != 0) closed = 0;
-    GateDecision g{t.id, GPUOS_GATE_OPEN, 0, {}};
-    if (closed != 0 && (t.gpus == 0 || closed == t.gpus)) {
-      g.gate = GPUOS_GATE_CLOSED;
-    } else {
-      g.closed_gpus = closed;
-    }
-    d.gates.push_back(g);
+    const bool reprieved = st->reprieve_until_ns.count(t.id) != 0;
+    d.gates.push_back(gate_of(t, reprieved ? 0 : closed_gpus(t, tenants, g, st->rotations)));
   }
-  // Forget the granted time of tenants that are gone.
-  for (auto it = st->granted_ns.begin(); it != st->granted_ns.end();) {
-    it = live(it->first) ? std::next(it) : st->granted_ns.erase(it);
-  }
+  forget_gone(tenants, st);
   return d;
 }
 
