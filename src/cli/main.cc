@@ -201,7 +201,7 @@ int main(int argc, char** argv) {
   // manager such as systemd puts it in the background), so there is no --foreground.
   auto* daemon = app.add_subcommand("daemon", "run the gpuos node daemon (gpuosd) in the foreground");
   daemon->add_option("--config", config, "config file");
-  daemon->add_option("--socket", socket, "control socket path");
+  daemon->add_option("--socket", socket, "control socket path")->check(absolute_path());
   std::string policy;
   daemon->add_option("--policy", policy,
                      "time-gate policy: " + policies::policy_names(policies::SlotKind::kTimeGate) +
@@ -257,7 +257,7 @@ int main(int argc, char** argv) {
       ->type_name("X");
   run->add_flag("--simulate", ro.simulate,
                 "run on the simulated device of `gpuos daemon --simulate N` (the driver test double)");
-  run->add_option("--socket", ro.socket, "control socket path");
+  run->add_option("--socket", ro.socket, "control socket path")->check(absolute_path());
   run->add_option("--config", ro.config, "config file");
   run->prefix_command();  // without "--": the first positional starts the command
 
@@ -265,7 +265,7 @@ int main(int argc, char** argv) {
   auto* ps = app.add_subcommand("ps", "list GPUs and tenants");
   ps->add_flag("--all,-a", all, "include exited tenants");
   ps->add_flag("--json", json, "machine-readable output");
-  ps->add_option("--socket", socket, "control socket path");
+  ps->add_option("--socket", socket, "control socket path")->check(absolute_path());
   ps->add_option("--config", config, "config file");
 
   TopOptions topt;
@@ -278,7 +278,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1u, 1000000u))
       ->type_name("N");
   top->add_flag("--once", topt.once, "print one frame (rates over one interval) and exit: -n 1");
-  top->add_option("--socket", socket, "control socket path");
+  top->add_option("--socket", socket, "control socket path")->check(absolute_path());
   top->add_option("--config", config, "config file");
 
   uint32_t tenant_id = 0;
@@ -286,7 +286,7 @@ int main(int argc, char** argv) {
   auto* gate = app.add_subcommand("gate", "open or close a tenant's gate (admin)");
   gate->add_option("TENANT_ID", tenant_id, "tenant id")->required();
   gate->add_option("STATE", gate_state, "open | close")->required()->check(CLI::IsMember({"open", "close"}));
-  gate->add_option("--socket", socket, "control socket path");
+  gate->add_option("--socket", socket, "control socket path")->check(absolute_path());
   gate->add_option("--config", config, "config file");
 
   std::string check_file;

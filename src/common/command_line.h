@@ -104,6 +104,48 @@ inline int usage_error(const std::string& path, const std::string& what) {
   return kExitUsage;
 }
 
+// A parse error in gpuos's own words, naming the bad value: CLI11's "The following arguments were
+// not expected: priority --polcy" and "Could not convert: TENANT_ID = abc" read as parser internals.
+inline std::string usage_words(const CLI::ParseError& e) {
+  const std::string what = e.what();
+  auto after = [&](const char* lead) -> std::string {
+    const std::size_t at = what.find(lead);
+    return at == std::string::npos ? std::string() : what.substr(at + std::strlen(lead));
+  };
+  if (dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr) {
+    std::string words = after(" not expected: ");
+    if (words.empty()) return what;
+    std::string quoted, word;
+    for (std::size_t i = 0; i <= words.size(); ++i) {
+      if (i < words.size() && words[i] != ' ') {
+        word += words[i];
+      } else if (!word.empty()) {
+        quoted += (quoted.empty() ? "\"" : ", \"") + word + "\"";
+        word.clear();
+      }
+    }
+    return "does not take " + quoted;
+  }
+  if (dynamic_cast<const CLI::ConversionError*>(&e) != nullptr) {
+    const std::string pair = after("Could not convert: ");
+    const std::size_t eq = pair.find(" = ");
+    if (eq == std::string::npos) return what;
+    const std::string name = pair.substr(0, eq);
+    return name + ": \"" + pair.substr(eq + 3) + "\" is not a valid " + name;
+  }
+  return what;
+}
+
+// A path option that must be absolute (a control socket: the config refuses relative ones too, and
+// a relative path names a different socket from every other working directory).
+inline CLI::Validator absolute_path() {
+  return CLI::Validator(
+      [](std::string& path) {
+        return path.empty() || path[0] == '/' ? std::string() : "\"" + path + "\" is relative: give an absolute path";
+      },
+      "PATH");
+}
+
 // CLI11's parse with the exit-code scheme above: help and version exit 0, every parse error 2
 // (CLI11's own codes are 104..114), its message prefixed with the program (and command) it is
 // about. Returns -1 when the program should go on.
@@ -113,7 +155,7 @@ inline int parse_command_line(CLI::App& app, int argc, char** argv, const std::s
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e) == 0 ? kExitOk : kExitUsage;  // --help, --version
-    return usage_error(command_path(app, prog), e.what());
+    return usage_error(command_path(app, prog), usage_words(e));
   }
   return -1;
 }

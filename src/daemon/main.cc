@@ -35,7 +35,7 @@ int main(int argc, char** argv) {
   std::string config_path, socket_opt, log_level_opt, policy_opt, space_policy_opt, memory_policy_opt;
   std::optional<std::string> metrics_opt;
   app.add_option("--config", config_path, "config file (default: $GPUOS_CONFIG, /etc/gpuos/gpuos.toml)");
-  app.add_option("--socket", socket_opt, "control socket path (overrides the config)");
+  app.add_option("--socket", socket_opt, "control socket path (overrides the config)")->check(absolute_path());
   app.add_option("--log-level", log_level_opt, "error|warn|info|debug (overrides the config)")
       ->check(CLI::IsMember({"error", "warn", "info", "debug"}));
   // A policy name that is none is a wrong command line (exit 2), not a failed start (1).

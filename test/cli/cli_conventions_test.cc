@@ -134,6 +134,12 @@ TEST_F(CliConventions, UnknownOptionsAreUsageErrorsNamedByTheProgram) {
       {{GPUOSD_BIN, "--space-policy", "priority"}, "gpuosd: --space-policy: \"priority\" is not a space policy"},
       {{GPUOSD_BIN, "--memory-policy", "x"}, "gpuosd: --memory-policy: \"x\" is not a memory policy"},
       {{GPUOSD_BIN, "--log-level", "loud"}, "gpuosd: --log-level"},
+      // #57 item 5: a relative socket is refused everywhere, and the parser's words are gpuos's own.
+      {{GPUOSD_BIN, "--socket", "relative.sock"}, "gpuosd: --socket: \"relative.sock\" is relative: give an absolute path"},
+      {{GPUOS_CLI_BIN, "ps", "--socket", "relative.sock"}, "gpuos ps: --socket: \"relative.sock\" is relative"},
+      {{GPUOS_CLI_BIN, "run", "--socket", "r.sock", "--", "sh", "-c", job}, "gpuos run: --socket: \"r.sock\" is relative"},
+      {{GPUOS_CLI_BIN, "ps", "extra"}, "gpuos ps: does not take \"extra\""},
+      {{GPUOS_CLI_BIN, "gate", "abc", "open"}, "gpuos gate: TENANT_ID: \"abc\" is not a valid TENANT_ID"},
       {{GPUOS_NVML_PROBE_BIN, "--bogus", "1"}, "gpuos-nvml-probe: unknown option --bogus"},
       {{GPUOS_NVML_PROBE_BIN, "--rounds", "x"}, "gpuos-nvml-probe: --rounds x: want a whole number"},
 #ifdef GPUOS_DRA_BIN

@@ -75,26 +75,26 @@ check_json "$work/open.json" name=t-open kernels=50 verified=true sms=16 grid=16
   || fail "--blocks exited $?"
 check_json "$work/grid.json" name=t-grid kernels=4 verified=true sms=16 grid=5
 
-# 3. A CUDA error (no such device) exits 2 and names the error.
+# 3. A CUDA error (no such device) exits 4 and names the error.
 set +e
 "$synth" --name t-baddev --device 7 --count 1 --json "$work/bad.json" 2>"$work/bad.err"
 rc=$?
 set -e
-[[ $rc -eq 2 ]] || fail "bad device: exit $rc, expected 2"
+[[ $rc -eq 4 ]] || fail "bad device: exit $rc, expected 4"
 grep -q "CUDA_ERROR_" "$work/bad.err" || fail "bad device: no CUDA error name in: $(cat "$work/bad.err")"
 [[ ! -e $work/bad.json ]] || fail "bad device: JSON written despite the error"
 
-# 4. A bad command line exits 64.
+# 4. A bad command line exits 2, as in every gpuos program.
 set +e
 "$synth" --mode sideways >/dev/null 2>&1
 rc=$?
 set -e
-[[ $rc -eq 64 ]] || fail "bad --mode: exit $rc, expected 64"
+[[ $rc -eq 2 ]] || fail "bad --mode: exit $rc, expected 2"
 set +e
 "$synth" --blocks 0 >/dev/null 2>&1
 rc=$?
 set -e
-[[ $rc -eq 64 ]] || fail "--blocks 0: exit $rc, expected 64"
+[[ $rc -eq 2 ]] || fail "--blocks 0: exit $rc, expected 2"
 
 # 5. --device-trace needs the instrumented kernel, which only the real GPU's module has: a clear
 # error, no JSON, no half-written trace.

@@ -52,9 +52,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr int kExitVerifyFailed = 1;
-constexpr int kExitCudaError = 2;
+constexpr int kExitUsage = 2;  // every gpuos program's (src/common/command_line.h)
 constexpr int kExitOtherError = 3;
-constexpr int kExitUsage = 64;
+constexpr int kExitCudaError = 4;
 constexpr unsigned kFillValue = 0x9e3779b9u;
 constexpr std::size_t kMiB = 1024 * 1024;
 
@@ -145,7 +145,7 @@ constexpr const char* kUsage =
     "                     duration and gap after the previous kernel in us, most blocks on one SM\n"
     "                     (real GPU only: a kernel variant the driver double does not provide; at\n"
     "                     most 1 GiB of stamps, later kernels run the plain kernel untraced)\n"
-    "exit: 0 verified, 1 verification failed, 2 CUDA error, 3 other error, 64 usage error\n";
+    "exit: 0 verified, 1 verification failed, 2 usage error, 3 other error, 4 CUDA error\n";
 
 template <typename T>
 T parse_number(std::string_view flag, std::string_view text) {
