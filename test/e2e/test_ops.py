@@ -479,6 +479,14 @@ class Packaging(unittest.TestCase):
         self.assertEqual(keys["NoNewPrivileges"], "yes")
         for forbidden in ("PrivateDevices", "DevicePolicy", "ProtectProc"):
             self.assertNotIn(forbidden, keys)
+        # What the enforcer needs of the unit (#57 item 4): `enforce = "freeze"` writes tenants'
+        # cgroup.freeze under the cgroup v2 root, which the hardening must leave writable.
+        enforcer = open(os.path.join(SOURCE, "src", "daemon", "core", "enforcer.cc")).read()
+        if "cgroup.freeze" in enforcer:
+            self.assertNotEqual(keys.get("ProtectControlGroups", "no"), "yes", "freeze could not write cgroup.freeze")
+            if keys.get("ProtectKernelTunables") == "yes" or keys.get("ProtectSystem") == "strict":
+                self.assertIn("/sys/fs/cgroup", keys.get("ReadWritePaths", "").split(),
+                              "/sys is read-only under the unit's hardening: freeze needs /sys/fs/cgroup writable")
 
     def test_cmake_install(self):
         cmake = os.environ.get("CMAKE_COMMAND") or shutil.which("cmake")
