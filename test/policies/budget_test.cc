@@ -1183,6 +1183,7 @@ TEST(BudgetPolicy, ConfigDefaultsAreTheMeasuredOnes) {
   EXPECT_EQ(p.meter.interval_ns, 150 * kMs);
   EXPECT_EQ(p.controller.target_fraction, 1.0);
   EXPECT_TRUE(p.steer_load_growth);
+  EXPECT_TRUE(p.growth_by_median);
   EXPECT_FALSE(p.cap_long_best_effort);
   ASSERT_TRUE(parse_budget_key("meter_interval_ms", int_value(0), &p, &error)) << error;
   EXPECT_EQ(p.meter.interval_ns, 0u) << "0 still chooses the per-launch meter";

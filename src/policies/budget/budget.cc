@@ -98,8 +98,12 @@ bool parse_budget_params(const ConfigSection& sec, BudgetParams* out, std::strin
   // are): the meter judges 150 ms intervals, aims at all of the budget and steers by the load
   // growth. So set, beside a server on the whole GPU at 30% load, it lent 0.362 of a trainer's
   // speed within B = 1.5 by #40's method, more than MPS's best setting (0.310) and than 100 ms
-  // intervals in the same run (0.352; bench/results/2026-12-07-iv150-method-h100-0.3).
+  // intervals in the same run (0.352; bench/results/2026-12-07-iv150-method-h100-0.3). The growth is
+  // the time-weighted median's: with the mean, the 8B server lent 0.037 at TPOT p99 1.11x (25 cuts,
+  // all by load growth), with the median 0.235 at 1.30x, and the 1B server 0.292 at 1.35x against
+  // 0.339 at 1.44x, in the same runs (point checks: bench/results/2026-12-07-g8b-h100-0.3, -g1b-).
   p.steer_load_growth = true;
+  p.growth_by_median = true;
   uint32_t meter_interval_ms = 150, react_ms = 20, target_pct = 100, mps_cost_pct = 0;
   uint32_t max_kernel_pct = 100, idle_hold_ms = 20;
   if (!read_priority_keys(sec, &p.priority, error) ||
