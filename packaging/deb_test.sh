@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The .debs end to end (one per role, packaging/cpack.cmake): built with CPack from BUILD_DIR, then
 # checked:
 #   - gpuos and gpuos-dra together hold every file `cmake --install` installs (under /usr), plus

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """The SPDX licence identifier of gpuos (Apache-2.0) at the top of every source file.
 
     spdx.py --check [ROOT]    lists the tracked sources that lack the line; exit 1 if any does

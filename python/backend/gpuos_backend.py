@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The build backend (PEP 517, PEP 660) of the gpuos Python package, kept in the package's own tree
 (pyproject.toml's backend-path), so that `pip install ./python` needs nothing from a package index:
 no setuptools, no wheel, also with pip's build isolation on an offline machine (issue #43).

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The package's licence as its own build backend (backend/gpuos_backend.py) writes it: METADATA and
 PKG-INFO declare Apache-2.0 (PEP 639: License-Expression, License-File, core metadata 2.4), the wheel
 holds LICENSE in .dist-info/licenses/ and the sdist at its root, and python/LICENSE is the repository's

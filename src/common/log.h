@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A small logger for gpuosd and the gpuos CLI: one line per event on stderr.
 //
 // When stderr is not a terminal (journald, a pipe, a file) each line starts with the sd-daemon

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The Python package installs with a plain `pip install`, offline (no index, build isolation on),
 # from the repository (a copy of python/, so the source tree gets no build output), into a fresh
 # folder and, where the Python has venv, into a fresh venv; imported from there it reaches

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """scripts/spdx.py on a made-up repository: --check lists each source without the Apache-2.0 line (and
 only sources: no documents, records or data), exits 1; --apply writes the line in each one's comment
 syntax, after the lines that must stay first (shebang, coding declaration, parser directives), and
