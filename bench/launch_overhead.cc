@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What the interposer adds to a kernel launch when nothing blocks it.
 //
 // Both variants launch the same empty kernel on the same stream in one process: `direct` calls

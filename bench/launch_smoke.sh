@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # CI smoke of the launch-overhead benchmark on the driver test double: every variant runs (none
 # skipped with an error). The numbers mean nothing here; the H200 gives them (gpu/run_all.sh).
 # usage: launch_smoke.sh BUILD_DIR

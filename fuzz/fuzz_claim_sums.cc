@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // libFuzzer harness: the arithmetic of a claim's memory (#42 item 5). A TenantConfig of
 // {mem: "1Gi", borrow: "18446744072635809792"} passed a 64 MiB cap because mem + borrow wrapped.
 // Three ways in, one invariant: whatever is accepted has a quota + borrow that fits in 64 bits and,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // libFuzzer harness: the TOML config parser (gpuos::parse_config) fed arbitrary text.
 //
 // Beyond "no crash, no leak, no UB": a parse either yields a Config or a non-empty error (never an

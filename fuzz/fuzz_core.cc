@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // libFuzzer harness: gpuosd's pure message handler (Core::handle_message) fed arbitrary bytes.
 //
 // Input format (so that REGISTER-then-ACTIVITY/LIST/SET_GATE sequences are reachable):

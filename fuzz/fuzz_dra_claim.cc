@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // libFuzzer harness: what gpuos-dra reads from the API server and from users' claims (#26) —
 // gpuos::dra::parse_claim over the bytes as a ResourceClaim, parse_tenant_config over them as JSON,
 // and the small parsers (sizes, device names) over them as text.

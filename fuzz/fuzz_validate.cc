@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // libFuzzer harness: gpuos::validate_message (src/common/ipc.cc), the one gate every received
 // datagram passes, plus the fixed-array string helpers it relies on.
 //

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Writes the seed corpora of the fuzz harnesses into fuzz/corpus/<target>/ (checked in).
 
 Re-run after an ABI change: python3 fuzz/make_corpus.py

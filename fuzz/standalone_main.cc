@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A main for the fuzz harnesses when not built with libFuzzer (e.g. g++): runs every file named on
 // the command line (or every file in a named directory) through LLVMFuzzerTestOneInput once. The
 // regular build uses it to replay the seed corpora as a regression test.

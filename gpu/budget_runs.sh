@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Issue #40's co-location runs, one after another, each a run_matrix.py matrix with its baselines,
 # and everything (summaries, raw results, gpuosd logs) in one $OUT/runs.tgz (a device call returns
 # only a few files; a call that ends before the runs do returns those that ended, in

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Chargeback on a real GPU (issue #43 item 9): two synthetic tenants share GPU 0 for ~20 s under a
 # private gpuosd (usage check every 200 ms); their energy (ps --all --json energy_joules, NVML's
 # counter split by GPU time) must add up to within 5% of the GPU's own NVML energy delta over the

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # `gpuos demo --json` N times on the GPU (issue #40's done-when: three runs, each with hp_p99_ratio
 # <= 1.1 and a verdict that matches its numbers): $OUT/demo-1.json .. demo-N.json, each with the
 # commit, and demo.md (one row per run, and whether the line holds: bench/colocation/check_demo.py).

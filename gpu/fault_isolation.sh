@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Fault isolation on a real GPU: a tenant that takes an illegal-address fault must not disturb a
 # co-running guaranteed tenant (separate CUDA contexts, no MPS), and gpuosd must reclaim it.
 # Usage (repo root, build tree at ./build): OUT=/results bash gpu/fault_isolation.sh

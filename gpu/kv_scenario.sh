@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Issue #24's multi-model scenario (bench/kv/multi_model.py: static KV splits against gpuos's elastic
 # pools). Default: 6 GiB of KV, below the sum of the servers' peaks measured at 9 GiB on the H200
 # (1.45 + 1.83 + 3.56 GiB, bench/results/2026-12-05-kv-h200-9gib), with a static split sized to those

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # KV pools on the GPU (issue #24), with gpuos-kv-probe tenants under a real gpuosd:
 #   1. growth cost: 8 GiB grown in one batch, in 32 MiB chunks (the default) and in 2 MiB ones;
 #   2. a borrower that frees blocks when gpuosd sets it a target ("obey"), and one that ignores it

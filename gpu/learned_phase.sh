@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Issue #40 item 2 on a GPU: a budgeted guaranteed tenant's long launches learned from its own
 # timings, no engine hint. Under a private gpuosd (--policy budget), gpuos-synth with
 # --long-every 10 (every 10th kernel twice the grid and four times the work: a prefill among decode

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # MPS's own cost to a graph-replayed decode step (issue #23), kernel by kernel.
 # Runs gpu/tests/mps_cost.py (the suite's 8B Llama-shaped decode, batch 8, one CUDA graph per step:
 # timed replays, a CUPTI profile of replays, a microbenchmark of tiny kernels in a graph) once per

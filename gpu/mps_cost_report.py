@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Report of gpu/mps_cost.sh (issue #23, MPS's own cost): compares gpu/tests/mps_cost.py's runs.
 
   mps_cost_report.py --out DIR RUN.json...   [--baseline no-mps] [--main mps] [--drift no-mps-again]

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Issue #27 on a 2-GPU machine (device kind nvidia-h200-x2), everything in one command:
 #   1. the GPU suite (gpu/run_suite.sh) on each GPU: CUDA_VISIBLE_DEVICES=0, then =1;
 #   2. the co-location matrix with a data-parallel BE: HP (hp_server.py) pinned to GPU 0 at LOAD of

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The raw NVML view behind gpuosd's usage check (issue #22, "trust but verify"), without gpuosd:
 # gpuos-nvml-probe (the check's own NvmlReader over the real libnvidia-ml.so.1) watches a CUDA
 # process that never goes through libgpuos.so (gpuos-synth: 2 GiB and fixed-work kernels) and says

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The memory-oversubscription KPI (vision paper): the co-location suite's HP inference server beside
 # BE training when the two together need about 1.25x the GPU's memory. Both hold ballast (1 GiB
 # tensors written once: a KV cache / dataset cache), both run under `gpuos run --swap`, gpuosd has a

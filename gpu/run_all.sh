@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Everything gpuos runs on a GPU machine in one go (one device call):
 #   1. the GPU suite (gpu/run_suite.sh): CUDA C++, PyTorch eager, CUDA graphs, Triton under gpuos;
 #   2. the launch-overhead benchmark, registered with a live gpuosd;

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The GPU suite: proves on a real GPU (the H200) that gpuos governs real programs.
 #
 #   OUT=/some/dir bash gpu/run_suite.sh        (from the repository root; see gpu/README.md)

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Issue #23's matrix at one load, every baseline side by side: exclusive, time-slicing, MPS, MPS with
 # the best-effort client at priority 1 (25% / 50% threads), gpuos-time/space-priority, and the budget
 # axis gpuos-time-slo-B / gpuos-space-slo-B. About 9-10 minutes at 15 s windows: longer than one

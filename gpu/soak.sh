@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Soak: 8 tenants on one GPU for minutes under the priority policy: no leak, no deadlock, exact counts.
 #
 #   OUT=/results MINUTES=3 bash gpu/soak.sh          (repo root; build tree at ./build or GPUOS_BUILD_DIR)

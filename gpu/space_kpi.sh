@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Issue #5's targets in one device call: per load the full matrix (exclusive, time-slicing, MPS and
 # gpuos-space-priority side by side), then REPEATS more exclusive/space pairs, all judged by
 # bench/colocation/space_kpi.py (HP p99 <= 1.05x exclusive, BE above its idle-time share, SMs saved).

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Spatial sharing on the co-location suite (issue #5): gpu/time_matrix.sh with the synthetic
 # workload (fixed-work kernels) by default and gpuos-space-priority beside gpuos-time-priority.
 #   OUT=/results bash gpu/spatial_matrix.sh        (repo root; build tree at ./build)

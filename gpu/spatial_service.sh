@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Where a guaranteed tenant's time goes under spatial sharing (issue #5): the synthetic HP's kernel
 # time (closed loop: launch to synchronize, one kernel at a time, so no queueing) in each condition,
 # with the SM clock and power sampled all along. Separates what MPS, a partition, and a best-effort

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Spatial sharing on a real GPU: gpuosd supervises the MPS control daemon of a domain, tenants of the
 # domain get SM partitions and every launch is placed on a green context of exactly those SMs.
 #

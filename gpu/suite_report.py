@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Collects the GPU suite's results into $OUT/gpu_suite.json and $OUT/gpu_suite.md; prints the table.
 
 Called by gpu/run_suite.sh:

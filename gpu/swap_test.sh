@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Memory swapping on a real GPU: two PyTorch tenants that each hold GIB GiB (default 80) run at once
 # under `gpuos run --swap`; together they need more than the card (140 GiB on the H200), so gpuosd
 # must take turns: swap one tenant's memory out to its host pool, let the other run, and restore the

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Time sharing on the co-location suite (issue #4): one HP load, every baseline and the gpuos time
 # policies side by side in one run (one device call each; run it for LOAD=0.3, 0.5 and 0.7, and for
 # WORKLOAD=synthetic and torch).

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # gpuosd's usage check (issue #22, "trust but verify") on a real GPU, with the real NVML: it must
 # catch tenants that bypass libgpuos.so and processes that never registered, and say what it costs.
 #   1. time-shared: a tenant (quota 1 GiB) that allocates 4 GiB through the driver's real entry

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Windows in time (issue #56 item 3): how long a latency-critical (HP) kernel released at a random
 # moment waits to start while a best-effort (BE) kernel of ~1, 5 or 28 ms holds the GPU, under the
 # driver's time-slicing (two processes, no MPS), MPS with client priorities (BE at priority 1, HP at

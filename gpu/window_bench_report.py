@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """gpu/window_bench.sh's report: the raw stamps of every run -> window_bench.json and window_bench.md.
 
 What it computes (issue #56 item 3: how long an HP kernel waits to start while a BE kernel holds

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # The Debian packages, one per role: `cpack -G DEB --config build/CPackConfig.cmake` (or `cmake
 # --build build --target package`) writes
 #   gpuos_<version>_<arch>.deb      the node: gpuosd, gpuos, libgpuos.so, libgpuos_kv.so, the unit,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # CPack pre-build script (CPACK_PRE_BUILD_SCRIPTS, see cpack.cmake): puts the packaged defaults at
 # /etc/gpuos/gpuos.toml in the staging tree of the .deb gpuos, where the control file `conffiles`
 # names it. Run by cpack only; `cmake --install` never writes /etc. With one package per component

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The .debs end to end (one per role, packaging/cpack.cmake): built with CPack from BUILD_DIR, then
 # checked:
 #   - gpuos and gpuos-dra together hold every file `cmake --install` installs (under /usr), plus
 #     /etc/gpuos/gpuos.toml in gpuos as a conffile; gpuos-dra holds only the plugin, its man page
 #     and its doc folder, and gpuos depends on no gRPC, protobuf or curl; the unit starts
 #     /usr/bin/gpuosd and names man:gpuosd(8); every man page is gzipped; each package has its
-#     copyright file;
+#     copyright file, which declares gpuos's files (Files: *) Apache-2.0;
 #   - lintian reports no error (E:) on either package (skipped without lintian, unless
 #     GPUOS_REQUIRE_LINTIAN=1, as .ci/run sets);
 #   - unpacked (dpkg-deb -x), gpuos, gpuosd and gpuos-dra print the packages' version, and `gpuos
@@ -95,8 +96,15 @@ for unit in "$out/root/usr/lib/systemd/system/gpuosd.service" "$out/root/usr/sha
   ! grep -q "$out\|$build\|/usr/local" "$unit" || fail "$unit names a build, staging or /usr/local path"
 done
 for p in gpuos gpuos-dra; do
-  grep -q '^Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/' \
-    "$out/root/usr/share/doc/$p/copyright" || fail "no copyright file for $p"
+  c=$out/root/usr/share/doc/$p/copyright
+  grep -q '^Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/' "$c" ||
+    fail "no copyright file for $p"
+  # gpuos's own files under Apache-2.0 (the first Files paragraph, `Files: *`), the licence's
+  # stand-alone paragraph pointing at Debian's copy of its text.
+  [[ $(grep -m1 -A2 '^Files: ' "$c" | tr '\n' '|') == 'Files: *|Copyright: 2026 the gpuos authors|License: Apache-2.0|' ]] ||
+    fail "$p's copyright does not put Files: * under Apache-2.0: $(grep -m1 -A2 '^Files: ' "$c")"
+  grep -qx 'License: Apache-2.0' "$c" && grep -q '/usr/share/common-licenses/Apache-2.0' "$c" ||
+    fail "$p's copyright has no Apache-2.0 license paragraph naming /usr/share/common-licenses/Apache-2.0"
 done
 cmp -s "$out/root/etc/gpuos/gpuos.toml" "$out/root/usr/share/gpuos/gpuos.toml" || fail "/etc config differs from share/"
 # The KV pool library engines load, with its header, beside the interposer.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # A man page from a program's own --help (CLI11's layout) and --version, so that the page cannot
 # drift from the options (gpuos(1) has its own generator: `gpuos --generate man`). Run at build time:
 #   cmake -DPROGRAM=bin/gpuosd -DNAME=gpuosd -DSECTION=8 -DOUTPUT=gpuosd.8

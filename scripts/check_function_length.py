@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Checks that no function in a source tree is longer than a limit (issue #56: none in src/policies
 over 100 lines).
 

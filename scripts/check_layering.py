@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Checks the include graph of src/: each component includes only the components below it.
 
     common      (config, log, ABI helpers)            -> common

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Writes bench/results/CURRENT.md, the current figures (one row per target), from
 bench/results/current.json and the results it names, so that the table cannot drift from them.
 

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Sets up a fresh Debian 12 machine (packages, build) and runs `gpuos demo`.
 # With no GPU the demo runs on the driver test double (simulated device).
 set -euo pipefail

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Builds the Release tree (build-gpu) and copies the stripped binaries the GPU scripts need into the
 # git-ignored .gpucarry/{bin,lib}, small enough to travel to the device machine with the working tree.
 # On the device: `ln -sfn .gpucarry build; export LD_LIBRARY_PATH=$PWD/build/lib`.

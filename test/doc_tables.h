@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Reads the names a table of the docs documents, so that a test can hold the docs to the code
 // (issue #43: the metric table of docs/OPERATIONS.md, the `gpuos ps --json` fields of
 // docs/CONTRACTS.md). A table row names its subjects in its first cell, in backticks

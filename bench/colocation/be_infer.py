@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Best-effort offline batch inference: large-batch, prefill-heavy generation with the Llama model.
 
 Each batch prefills --batch prompts of --prompt tokens (one CUDA graph) and decodes --gen tokens

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Best-effort training tenant: a GPT-style transformer trained on random tokens.
 
 bf16 autocast, AdamW (fused), causal flash attention; runs until SIGTERM (or --duration) and logs

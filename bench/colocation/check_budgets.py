@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Issue #23's done-when, checked from committed results: the summary.json of one run per load
 (and of the load-step run), as run_matrix.py writes them.
 

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Issue #40's demo line, checked from `gpuos demo --json` files (gpu/demo_runs.sh writes them):
 at least three runs on a GPU, each with hp_p99_ratio <= 1.1 and a verdict that matches its numbers.
 

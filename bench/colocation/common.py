@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Shared helpers for the co-location suite: percentiles, JSON I/O, timing, rate windows.
 
 Importable without torch or a GPU (the runner and the report use it on any machine).

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Stand-in for hp_server.py / be_train.py / be_infer.py with the same flags and JSON, no torch, no GPU.
 
   run_matrix.py --fake ...   runs the whole matrix with these, to test the orchestration (process

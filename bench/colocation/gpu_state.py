@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The GPU's SM clock, temperature and power while a mode runs (nvidia-smi, one sample a period).
 
 A mode that follows a busy one may find the GPU hotter and its clock lower, which would read as a

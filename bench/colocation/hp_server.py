@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Latency-critical (HP) inference server for the co-location suite.
 
 A Llama-shaped decoder with random bf16 weights (llama.py) serving open-loop Poisson arrivals with

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Files the runs a device call brought back (gpu/budget_runs.sh's runs.tgz or runs-partial.tgz,
 or the folder it unpacks to) under bench/results, one folder per run:
 

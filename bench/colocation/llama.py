@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A Llama-shaped decoder with random bf16 weights and a static-shape serving engine.
 
 Used by hp_server.py (latency-critical serving) and be_infer.py (offline batch inference).

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Llama-shaped model configs by parameter count, without torch (llama.py builds the model; the
 runners and bench/kv size memory from these on machines without torch)."""
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """run_matrix.py's planning: the modes asked for (names, order, time estimates), every process's command
 line and environment, gpuosd's config of a mode, and the dry run's printout. Nothing here starts a
 process (a Plan makes its work directory, and space_config writes a gpuos-space mode's config)."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """run_matrix.py's processes: a tenant, a wrapper or gpuosd in its own process group (Proc), and a
 private MPS control daemon (Mps). Each stops what it started, and only that."""
 from __future__ import annotations

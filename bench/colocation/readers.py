@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """run_matrix.py's readers: what the node's GPUs are (nvidia-smi), and what HP and BE wrote (their JSON
 results) turned into a mode's record. No process is started here but nvidia-smi."""
 from __future__ import annotations

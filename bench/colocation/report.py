@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Co-location report: summary.json, summary.md, frontier.json, cdf.png, be.png and frontier.png
 from the runner's raw.json.
 

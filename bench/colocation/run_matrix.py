@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Co-location matrix runner: HP inference + BE training on one GPU, mode by mode, in one run.
 
 Modes (in this order):

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Issue #5's targets, judged from co-location runs: kpi.md and kpi.json.
 
   python3 bench/colocation/space_kpi.py MATRIX_DIR [MATRIX_DIR ...] --out DIR

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The KV pool's memory: the only place that knows gpuos.kv (everything else sees a KvBacking).
 
 Two implementations:

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Pure-Python logic of the paged-KV server: block geometry, the block allocator and the batcher.
 
 No torch here: everything in this module is unit-tested on any machine (test_kv_logic.py).

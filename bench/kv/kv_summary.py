@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Summaries of multi_model.py's runs: per-server metrics, the best static split, the gain, the table.
 
 No torch (unit-tested in test_kv_logic.py).

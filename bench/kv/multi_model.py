@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Issue #24's scenario: several LLM servers on one GPU, static KV splits vs gpuos-elastic KV.
 
 Three Llama-shaped servers (1B, 3B and 8B shapes, llama.config_for_params) run as separate

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Bursty ON/OFF Poisson arrivals (no torch; unit-tested in test_kv_logic.py).
 
 A server's load alternates between an ON rate and an OFF rate with period period_s. At time t

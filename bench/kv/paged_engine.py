@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """A paged-KV variant of bench/colocation/llama.py's Engine (eager PyTorch, no CUDA graphs).
 
 Same model, same weights: the weights are those of a small llama.Engine built with the same

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """A paged-KV LLM server: continuous batching with admission by free KV blocks (issue #24).
 
 Like bench/colocation/hp_server.py (random-weight Llama shapes, latency from each request's

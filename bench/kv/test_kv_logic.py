@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """bench/kv without torch or a GPU: block geometry and allocator, the batcher's admission,
 growth, preemption and target handling, the serve loop on a fake engine, ON/OFF arrivals, the
 summary and the runner's plan.  python3 -m unittest discover -s bench/kv -p "test_*.py"

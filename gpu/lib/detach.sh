@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # shellcheck shell=bash
 # Sourced by the GPU scripts whose run outlasts one device call (10 min): the one detach/collect
 # scheme. The first call starts the run detached (setsid: it outlives the call while the machine is

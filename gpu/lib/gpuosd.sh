@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # shellcheck shell=bash
 # Sourced by every GPU script that runs a private gpuosd: the one way to start it, know it is up, and
 # stop it (only the daemon the script started, by its pid).

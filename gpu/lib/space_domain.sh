@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # shellcheck shell=bash
 # Sourced by the GPU scripts that run tenants in a spatial domain (spatial_test.sh,
 # spatial_service.sh, verify_nvml.sh): one gpuosd with one [[spatial.domain]], up once the domain is

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // GPU suite test (a): plain CUDA C++ through every common entry path, counted two ways.
 //
 // The program issues kernels through the runtime API (<<<>>>), the driver API (cuLaunchKernel on a

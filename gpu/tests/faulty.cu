@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A tenant that dies of a GPU fault: an illegal-address write. Exits 3 when the fault is reported
 // as expected (any other outcome is a failure of the test setup).
 #include <cuda_runtime.h>

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Read gpuosd's counters for this process, and small helpers shared by the GPU suite's tests.
 
 The daemon's view comes from `$GPUOS_CLI ps --json` (schema in docs/CONTRACTS.md), run without our

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Probe (no gpuos): which ways of building a CUDA graph make its kernels run on a green context's
 // SMs? Spatial placement (src/interpose/spatial.cc) must know, because a graph's kernel nodes keep
 // the context they were made in. Prints one JSON line with the distinct SMs each variant ran on

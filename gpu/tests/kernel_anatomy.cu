@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Where a fixed-work kernel's time goes, seen from the GPU itself (issue #5: why a partitioned HP's
 // kernels are a few percent slower in some conditions). An unmodified CUDA program, run alone or as
 // a tenant under `gpuos run`: it launches gpuos-synth's fixed-work kernel (a dependent FMA chain per

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Where MPS's own cost to a graph-replayed decode step goes (issue #23), kernel by kernel.
 
 Builds the co-location suite's Llama-shaped engine (bench/colocation/llama.py; 8B shape by

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The torch-free half of gpu/tests/mps_cost.py: summaries, the environment a run saw, and the
 analysis of a torch.profiler (kineto) Chrome trace of CUDA graph replays.
 

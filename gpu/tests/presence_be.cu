@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A best-effort companion for gpu/mps_cost.sh's presence variants (issue #40): what does a
 // co-runner on a few SMs cost a decode step, and why? It runs one kind of fixed-work kernel back to
 // back until SIGTERM, then writes how many it finished:

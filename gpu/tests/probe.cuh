@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What the standalone CUDA runtime probes of gpu/tests share (each builds with a plain
 // `nvcc ... gpu/tests/<probe>.cu`; this header is found beside it).
 #pragma once

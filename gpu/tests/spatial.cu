@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // GPU test for spatial sharing (gpu/spatial_test.sh): an unmodified CUDA program that keeps the
 // GPU busy with fixed-work kernels and reports, per kernel, on how many distinct SMs it ran
 // (%smid; under MPS it is virtualised to 0..n-1 of the client's SMs, so the count is what is

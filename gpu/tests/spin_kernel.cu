@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The kernel gpuos-bypass-probe --spin-s launches through the real driver, around libgpuos.so
 // (verify_nvml.sh builds it into a cubin): fixed work per thread, so the SMs stay busy.
 extern "C" __global__ void gpuos_spin(float* out, int iters) {

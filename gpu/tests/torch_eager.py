@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """GPU suite test (b): PyTorch eager, launches counted by gpuosd vs the profiler.
 
 A bf16 4096x4096 matmul plus elementwise ops, ITERS times in a window. Before the window: warm-up

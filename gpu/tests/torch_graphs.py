@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """GPU suite test (c): PyTorch CUDA graphs, capture and replay as gpuosd counts them.
 
 A small model step (two Linear layers, GELU, a residual and a scale) is warmed up on a side stream

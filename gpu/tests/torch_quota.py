@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """GPU test: a PyTorch tenant under `gpuos run --mem SIZE` sees its quota and cannot exceed it.
 
 Checks torch.cuda.mem_get_info() (cudaMemGetInfo -> cuMemGetInfo_v2) reports total == quota, that

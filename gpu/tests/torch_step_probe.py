@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Probe: how long one decode step of the suite's PyTorch HP takes, in a closed loop (no queueing).
 
 The co-location suite's HP server (bench/colocation/llama.py, Llama-shaped 1B, bf16) replays one

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """GPU test: a PyTorch tenant whose memory may be swapped out to host and back (gpu/swap_test.sh).
 
 Run it under `gpuos run --swap --mem SIZE -- python3 gpu/tests/torch_swap.py --gib N --seconds S`.

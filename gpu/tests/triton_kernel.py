@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """GPU suite test (d): Triton kernels, launched through Triton's own launcher.
 
 Triton's generated launcher is a C extension linked against libcuda that, in Triton 3.x, gets

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // How fast can a KV pool grow and shrink on this GPU? Times the CUDA VMM calls a pool makes for
 // 1 GiB of 2 MiB pages, in the ways a pool could batch them:
 //   per_page       create, map, set access for each page (what a naive pool does);

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // window_bench: how long a latency-critical (HP) kernel waits to start while a best-effort (BE)
 // kernel holds the GPU (issue #56 item 3, "windows in time"). gpu/window_bench.sh runs it as two
 // processes under time-slicing, MPS client priorities and gpuos's gate, and alone. All kernels do

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* gpuos ABI v2: the shared-memory blocks (grant block, control block) and the control-socket
  * messages exchanged by libgpuos.so (inside tenant processes), gpuosd and the gpuos CLI.
  *

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Includes cuda.h the way the driver itself sees it: every versioned entry point (_v2, _v3, _ptsz,
 // _ptds) keeps its own name instead of being renamed by macros, so gpuos can define and call each
 // exported symbol exactly. Include this instead of <cuda.h> everywhere in gpuos.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The one boundary between gpuos and the CUDA driver.
 //
 // Every real-driver call gpuos makes (interposer and daemon alike) goes through a DriverTable: typed

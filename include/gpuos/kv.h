@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* gpuos KV pools: elastic GPU memory for LLM engines (KV caches), ABI version 1.
  *
  * A pool reserves a virtual address range once (the most KV cache the engine could ever want) and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The one boundary between gpuosd and NVML (libnvidia-ml.so.1), as driver_api.h is for the driver.
 //
 // gpuosd checks what each process really holds and runs on its GPUs through NVML, independently of

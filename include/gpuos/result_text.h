@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The texts of gpuos_kv_result (include/gpuos/kv.h), in one place: libgpuos_kv.so answers
 // gpuos_kv_result_text with them (also in a process without gpuos), and the interposer's
 // implementation of the pools returns the same texts through its gpuos_kv_interface table.

@@ -1,13 +1,19 @@
+# SPDX-License-Identifier: Apache-2.0
 """The build backend (PEP 517, PEP 660) of the gpuos Python package, kept in the package's own tree
 (pyproject.toml's backend-path), so that `pip install ./python` needs nothing from a package index:
 no setuptools, no wheel, also with pip's build isolation on an offline machine (issue #43).
 
 The package is pure Python: a wheel is a zip of gpuos/*.py and its metadata, which come from
 pyproject.toml's [project] table. Standard library only, any Python the package supports (3.9+).
+The licence as PEP 639 has it: `license` an SPDX expression (METADATA's License-Expression, core
+metadata 2.4), `license-files` glob patterns relative to python/ (each a License-File line, the file
+in the wheel's .dist-info/licenses/ and in the sdist at its own path); the older table form
+`license = { text = ... }` still gives a License line.
 """
 
 import ast
 import base64
+import glob
 import hashlib
 import io
 import os
@@ -56,13 +62,45 @@ def _names():
     return name, project["version"]
 
 
+def _license_files():
+    """(path relative to python/, bytes) of the files pyproject.toml's license-files patterns match,
+    sorted, each once. PEP 639: patterns are relative, never reach above python/ (`..`), and each
+    must match a file."""
+    project, _ = _pyproject()
+    patterns = project.get("license-files", [])
+    if not isinstance(patterns, list) or not all(isinstance(p, str) for p in patterns):
+        raise ValueError("pyproject.toml: license-files must be a list of glob patterns")
+    found = set()
+    for pattern in patterns:
+        if os.path.isabs(pattern) or "\\" in pattern or ".." in pattern.split("/"):
+            raise ValueError("pyproject.toml: license-files pattern %r leaves the package's folder" % pattern)
+        matches = [m for m in glob.glob(os.path.join(glob.escape(_ROOT), pattern), recursive=True) if os.path.isfile(m)]
+        if not matches:
+            raise ValueError("pyproject.toml: license-files pattern %r matches no file" % pattern)
+        found.update(os.path.relpath(m, _ROOT).replace(os.sep, "/") for m in matches)
+    out = []
+    for path in sorted(found):
+        with open(os.path.join(_ROOT, path), "rb") as f:
+            out.append((path, f.read()))
+    return out
+
+
 def _metadata():
     project, extras = _pyproject()
-    lines = ["Metadata-Version: 2.1", "Name: " + project["name"], "Version: " + project["version"]]
+    license = project.get("license")
+    license_files = [p for p, _ in _license_files()]
+    pep639 = isinstance(license, str) or bool(license_files)
+    lines = ["Metadata-Version: " + ("2.4" if pep639 else "2.1"), "Name: " + project["name"],
+             "Version: " + project["version"]]
     if "description" in project:
         lines.append("Summary: " + project["description"])
-    if isinstance(project.get("license"), dict) and "text" in project["license"]:
-        lines.append("License: " + project["license"]["text"])
+    if isinstance(license, str):
+        if not license.strip() or "\n" in license:
+            raise ValueError("pyproject.toml: license must be an SPDX expression, such as Apache-2.0")
+        lines.append("License-Expression: " + license.strip())
+    elif isinstance(license, dict) and "text" in license:
+        lines.append("License: " + license["text"])
+    lines += ["License-File: " + p for p in license_files]
     if "requires-python" in project:
         lines.append("Requires-Python: " + project["requires-python"])
     lines += ["Classifier: " + c for c in project.get("classifiers", [])]
@@ -81,7 +119,9 @@ def _metadata():
 def _dist_info_files():
     name, version = _names()
     wheel = "Wheel-Version: 1.0\nGenerator: gpuos_backend\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
-    return "%s-%s.dist-info" % (name, version), {"METADATA": _metadata(), "WHEEL": wheel}
+    files = {"METADATA": _metadata().encode(), "WHEEL": wheel.encode()}
+    files.update(("licenses/" + path, data) for path, data in _license_files())  # PEP 639
+    return "%s-%s.dist-info" % (name, version), files
 
 
 def _package_files():
@@ -100,7 +140,7 @@ def _package_files():
 def _write_wheel(wheel_directory, files):
     name, version = _names()
     dist_info, meta = _dist_info_files()
-    files = list(files) + [(dist_info + "/" + k, v.encode()) for k, v in meta.items()]
+    files = list(files) + [(dist_info + "/" + k, v) for k, v in meta.items()]
     record = []
     # The zip's timestamps: SOURCE_DATE_EPOCH where set (reproducible builds), else 1980.
     stamp = time.gmtime(max(int(os.environ.get("SOURCE_DATE_EPOCH", "315532800")), 315532800))[:6]
@@ -136,9 +176,10 @@ def get_requires_for_build_editable(config_settings=None):
 
 def prepare_metadata_for_build_wheel(metadata_directory, config_settings=None):
     dist_info, meta = _dist_info_files()
-    os.makedirs(os.path.join(metadata_directory, dist_info), exist_ok=True)
     for k, v in meta.items():
-        with open(os.path.join(metadata_directory, dist_info, k), "w", encoding="utf-8") as f:
+        path = os.path.join(metadata_directory, dist_info, *k.split("/"))
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f:
             f.write(v)
     return dist_info
 
@@ -172,7 +213,8 @@ def build_sdist(sdist_directory, config_settings=None):
     name, version = _names()
     base = "%s-%s" % (name, version)
     filename = base + ".tar.gz"
-    members = ["pyproject.toml", "README.md", "backend/gpuos_backend.py"] + [p for p, _ in _package_files()]
+    members = (["pyproject.toml", "README.md", "backend/gpuos_backend.py"] + [p for p, _ in _license_files()]
+               + [p for p, _ in _package_files()])
     with tarfile.open(os.path.join(sdist_directory, filename), "w:gz", format=tarfile.PAX_FORMAT) as t:
         def add(path, data):
             info = tarfile.TarInfo(base + "/" + path)

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """gpuos: Python access to gpuos, the GPU multitasking layer.
 
 gpuos.kv: KV pools, elastic GPU memory for LLM engines (libgpuos_kv.so through ctypes).

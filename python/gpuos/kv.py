@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """gpuos KV pools: elastic GPU memory for LLM engines' KV caches.
 
 A pool reserves a device address range once (the most KV cache the engine could want) and backs

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """gpuos.kv over libgpuos_kv.so and the test stand-in of the interposer's pools.
 
 ctest kv.python runs these with libgpuos_kv_fake.so preloaded (as `gpuos run` preloads

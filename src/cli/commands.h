@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // gpuos CLI subcommands. Each returns the process exit code (run_command only on failure: on
 // success it does not return).
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `gpuos demo`: a private gpuosd and gpuos-synth tenants under `gpuos run`: first the latency-critical
 // "hp" alone (the baseline) and the best-effort "be" alone, then the two side by side; a summary
 // table, and a verdict that compares hp shared with hp alone (what gpuos bought) and be shared with

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `gpuos demo`'s verdict: what its numbers say, in one line. A pure function, so that its
 // thresholds are tested apart from any machine's timings: the verdict may call hp "as fast as
 // alone" only within kAloneRatio of its latency alone, at the median and at p99.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The bash completion and the man page of gpuos, generated from its CLI11 definition (main.cc) so
 // that they list exactly the commands and options the binary has. The build runs
 // `gpuos --generate bash-completion` and `gpuos --generate man` and installs the output.

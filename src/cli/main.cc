@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // gpuos: the command-line interface (daemon, run, ps, top, gate, config check, demo).
 #include <unistd.h>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `gpuos run`: sets the tenant environment (docs/CONTRACTS.md) and execs the command.
 #include <sys/stat.h>
 #include <unistd.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The simulated device: the driver test double (a stand-in libcuda.so.1 and libnvidia-ml.so.1, see
 // src/driver_double/README.md) selected for gpuosd and its tenants, so gpuos runs by hand on a
 // machine without a GPU (`gpuos daemon --simulate N`, `gpuos run --simulate`) and in `gpuos demo`.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `gpuos top`: a live terminal view of GPUs and tenants, refreshed in place.
 //
 // Every --interval seconds it takes a LIST snapshot from gpuosd and draws one frame: a header, a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // gpuos_client: talking to gpuosd over the control socket, and formatting what it says (the CLI and
 // gpuos-dra both use it).
 #pragma once

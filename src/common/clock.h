@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // One reading of a clock in ns for every component (CLOCK_MONOTONIC unless told), so deadlines and
 // durations taken in gpuosd, the CLI and the interposer compare. Header-only, libc only: the
 // interposer uses it too.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The command-line conventions gpuos and gpuosd share (docs/OPERATIONS.md, "The command line"):
 // one exit-code scheme, an unknown command named as such, and help without CLI11's type noise.
 // Header-only (CLI11 is header-only): both binaries include it; nothing else does (the interposer,

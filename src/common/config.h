@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // gpuos configuration (TOML), shared by gpuosd and the gpuos CLI.
 //
 //   [daemon]

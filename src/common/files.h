@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Directories gpuosd and gpuos-dra create for their sockets, claims and CDI specs.
 #pragma once
 

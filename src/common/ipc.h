@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Control-socket plumbing shared by libgpuos.so, gpuosd and the CLI: where the socket lives, how a
 // message is framed and validated, and sending/receiving one datagram with an optional fd.
 // No exceptions, no allocation: the interposer calls these from inside tenant processes.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The shapes of Kubernetes names and uids, checked where gpuosd and gpuos-dra take them from a
 // message or an API object (a name becomes part of a path, a label, a log line).
 #pragma once

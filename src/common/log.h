@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A small logger for gpuosd and the gpuos CLI: one line per event on stderr.
 //
 // When stderr is journald's stream (systemd names it in JOURNAL_STREAM, systemd.exec(5)) each line

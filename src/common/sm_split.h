@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The finest split of a device's SMs into the groups spatial partitions are made of. gpuosd
 // (sizes, planning) and every tenant's interposer (green contexts) must make the same split, so
 // that group i of a mask names the same SMs in every process: groups of the driver's minimum

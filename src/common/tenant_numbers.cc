@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "common/tenant_numbers.h"
 
 #include <cstdio>

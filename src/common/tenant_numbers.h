@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The numbers a tenant asks for (its class, priority, weight, SMs, memory and latency budget): each
 // range defined here, once, and checked by one function at every boundary they cross: `gpuos run`,
 // gpuos-dra's TenantConfig, gpuosd's CLAIM_PREPARE (and its claims file) and REGISTER. They travel

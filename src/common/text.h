@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Text a tenant chose (its name, a domain, a reason quoted back), made safe to show.
 #pragma once
 

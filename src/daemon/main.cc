@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // gpuosd: the gpuos node daemon. Never daemonizes itself: it runs in the foreground under systemd or
 // `gpuos daemon` (so neither has a --foreground).
 #include <sys/resource.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // gpuos-nvml-probe: what gpuosd's usage check (usage_verifier.h) sees through NVML, without
 // gpuosd. Samples every NVML GPU with the verifier's NvmlReader and prints one JSON object: per
 // GPU the processes, their memory and SM use, and what each NVML call cost. With --watch PID it

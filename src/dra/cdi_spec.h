@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The CDI spec gpuos-dra writes for a prepared claim: what the container runtime (containerd,
 // CRI-O, podman) injects into the claim's containers. gpuos injects only its own parts: the
 // interposer (LD_PRELOAD), the claim's gpuosd socket directory and the tenant's environment; the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The kubelet's DRA service in its two versions (proto/dra_v1.proto, dra_v1beta1.proto): the same
 // messages in two packages. A namespace cannot be a template argument, so each version's types are
 // gathered under the same names in a struct, and one template serves (or calls) both.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The Kubernetes API server as gpuos-dra (#26) uses it: a few REST calls over libcurl with the
 // service-account token, and the publisher that keeps this node's ResourceSlice true.
 #pragma once

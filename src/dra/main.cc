@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // gpuos-dra: the Kubernetes DRA kubelet plugin of gpuos (docs/KUBERNETES.md). It registers with
 // the kubelet (plugin registration v1; again after a refusal), serves the DRA node service (v1 and
 // v1beta1) on its socket, publishes this node's gpuos shares as a ResourceSlice, prepares claims

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Whether this node lets pods reach its GPUs without a gpuos claim, around gpuos (gpuos-dra warns of
 // it: docs/KUBERNETES.md, "Security model").
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // gpuos-dra's decisions, apart from gRPC and HTTP: preparing a claim (read it from the API server,
 // check its TenantConfig, have gpuosd admit it, write its CDI spec) and unpreparing it. Both are
 // idempotent, as the kubelet retries them; a failure leaves nothing behind.

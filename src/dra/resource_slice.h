@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The device side of gpuos-dra (#26), pure: the node's GPUs → the one resource.k8s.io/v1
 // ResourceSlice that offers their gpuos shares (field names as in k8s.io/api resource/v1 types.go).
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "dra/tenant_config.h"
 
 #include <algorithm>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The claim side of gpuos-dra (#26), pure functions over JSON: a `gpuos.io/v1` TenantConfig (the
 // opaque parameters of a DRA claim or DeviceClass) and a resource.k8s.io/v1 ResourceClaim as the API
 // server returns it, turned into the tenant spec gpuosd admits. docs/KUBERNETES.md shows the

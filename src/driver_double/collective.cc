@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // gpuos_collective: a model of an NCCL collective kernel, for multi-GPU tests on the double.
 //
 // An NCCL kernel spins on its GPU until the kernels of every other rank have arrived, so a rank

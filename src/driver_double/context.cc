@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Initialisation, devices, contexts and error strings.
 #include <cstdio>
 #include <cstring>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Process-wide setup and the segment shared by every process using the double.
 //
 // The segment makes separate processes see one simulated GPU: memory usage is accounted there

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Graphs: built by stream capture or cuGraphAddKernelNode, replayed by cuGraphLaunch as one unit
 // of stream work. Nodes run in insertion order (a valid topological order, since a node's
 // dependencies must exist before it is added), a child graph's in its node's place; independent

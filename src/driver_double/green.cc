@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Green contexts (CUDA 12.4+ driver API): SM resources, their split into groups, descriptors and
 // green contexts, whose kernels occupy only their partition's SM slots (device.cc).
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Internal model of the driver test double (a stand-in libcuda.so.1 for CI without a GPU).
 //
 // Everything here lives in namespace dd and is hidden (only cu* names are exported, see

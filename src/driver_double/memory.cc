@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Device memory: host memory in this process (a device pointer is a plain host address), with
 // its size accounted in the shared segment so all processes see one device's capacity.
 // VMM physical allocations are memfds mapped with MAP_FIXED into reserved ranges, so their data

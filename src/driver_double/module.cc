@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Modules: any image loads; the only functions are the built-in fixed-work kernels shared with
 // the real GPU programs, and gpuos_sm_mask and gpuos_collective, which only the double has
 // (docs/CONTRACTS.md, "Fixed-work kernels").

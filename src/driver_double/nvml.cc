@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // An NVML stand-in (libnvidia-ml.so.1) for the driver double: what each process really holds and
 // runs on the simulated GPUs, read from the double's shared segment (segment.h), where every
 // process using the double accounts its allocations and kernel time itself (device.cc). So

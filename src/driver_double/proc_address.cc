@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // cuGetProcAddress: the caller names a base symbol ("cuMemAlloc") and the CUDA version it was
 // built for; the driver returns the variant that version means (cuMemAlloc_v2 from 3.2 on) and,
 // with CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, the _ptsz/_ptds variant where one exists.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "driver_double/segment.h"
 
 #include <errno.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The segment the driver double's processes share (GPUOS_SIM_SHM): device memory accounted per
 // process, and each device's SM slots. device.cc creates and updates it; the NVML stand-in
 // (nvml.cc, libnvidia-ml.so.1) reads it to report what each process really holds and runs.

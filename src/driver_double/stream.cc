@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Streams (one worker thread each, executing queued work in order), events, kernel launches and
 // stream capture.
 //

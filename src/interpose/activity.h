@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Knowing, exactly and cheaply, whether this tenant has GPU work in flight — the input every
 // time-sharing policy needs — and bounding how much unfinished work a best-effort tenant may have,
 // so that a closed gate drains fast.

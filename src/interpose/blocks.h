@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A tenant's two shared blocks as libgpuos.so holds them: the grant block (gpuosd's decisions,
 // mapped read-only: its memfd is sealed) and the control block (what this process reports).
 //

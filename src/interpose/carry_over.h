@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Re-registration after a daemon restart (runtime.h: maintain_daemon_connection) moves the tenant
 // from the control block of the daemon that is gone to the block of the new one. Each feature
 // carries over what it keeps in the block (counters, gauges, flags) itself, through a CarryOver

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The launch path of a governed kernel or graph launch. It runs on every launch of every tenant,
 // so it is lock-free and syscall-free when nothing blocks: entering and leaving the control block's
 // users (quiescence.h), a load of the control-block pointer, a load of the gate word, a load of the

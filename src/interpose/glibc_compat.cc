@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // libgpuos.so is loaded into other people's containers, whose glibc may be older than the one it
 // was built on (Debian 12: 2.36; Ubuntu 22.04, the base of many CUDA images: 2.35; RHEL 9: 2.34).
 // The static libstdc++ brings in std::random_device (through its exception-string code; gpuos never

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // CUDA graph memory against the tenant's quota: the driver calls behind the bookkeeping of
 // memory_accounting.h (GraphFootprint). An instantiation is charged what the driver's graph
 // memory pool can take for it (hooks_graph.cc), before the driver is asked; a destroyed exec's

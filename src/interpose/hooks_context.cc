@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Exported entry points for initialisation, context and stream creation, and stream capture.
 // cuInit is where a tenant normally registers with gpuosd. Capture begin/end keep the hint that
 // lets the launch path tell recorded launches from submitted ones.

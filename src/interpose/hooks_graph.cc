@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Graph instantiation, in-place edits and destruction of executable graphs: forwarded, noted for
 // spatial placement (spatial.h) when the tenant is in a spatial domain, and charged for the graph
 // memory an executable graph can take (graph_memory.h).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Exported launch entry points: kernels (plain, Ex, cooperative) and graphs, each in its legacy
 // and per-thread-default-stream (_ptsz) form. A missing real entry point (older driver) returns
 // CUDA_ERROR_NOT_FOUND, never a call through null.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Exported allocation entry points. They account every device allocation path (plain, pitched,
 // managed, async/pool, VMM physical handles, CUDA arrays and mipmapped arrays; graph memory is
 // charged per executable graph, hooks_graph.cc) into the control block, and count memory imported

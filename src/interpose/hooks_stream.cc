@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Exported entry points that put work on a stream or touch device memory without being a kernel
 // launch: the copies, memsets and prefetches of GPUOS_DEVICE_ACCESS_FUNCS, and the rest of
 // GPUOS_STREAM_WORK_FUNCS (driver_api.h): stream waits, host callbacks, memory operations, external

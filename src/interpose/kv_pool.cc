@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // KV pools (include/gpuos/kv.h) inside the tenant: a reserved range per pool, backed chunk by
 // chunk with physical memory that is accounted against the tenant's quota and movable by the swap
 // path (swap.h: arena_map_at), and the watcher thread that tells the engine about gpuosd's targets.

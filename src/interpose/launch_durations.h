@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What a launch of a given shape is expected to take on the GPU, from the tenant's own timed
 // launches (spatial_samples.h): pacing (pacing.h) spreads a best-effort tenant's launches by it.
 // Per shape, preferably the launches timed while unpaced (alone on the GPU, or beside idle

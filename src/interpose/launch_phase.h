@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A budgeted guaranteed tenant's phases, learned from its own timings (issue #40, item 2): no
 // engine hint needed. A launch whose shape took several times the tenant's typical launch (a
 // prefill graph, a chunked-prefill step, among decode steps) marks the control block's

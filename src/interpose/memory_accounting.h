@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Per-process accounting of device memory: which allocation (device pointer, VMM handle, CUDA
 // array) holds how many bytes on which device, mirrored into the control block for gpuosd, and the
 // tenant's memory quota. Allocation calls are not on the launch fast path; a mutex is fine here.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Pacing of a best-effort tenant beside a guaranteed tenant with a latency budget (time policy
 // "budget"): gpuosd grants the best-effort tenant a share of the GPU's time (pace_permille) and,
 // with it, an open gate. Its launches then leave gaps: a token bucket in which each launch costs

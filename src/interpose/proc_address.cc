@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The two indirect ways into the driver: cuGetProcAddress (v1 and v2; the CUDA runtime, PyTorch
 // and cuBLAS reach every driver function this way) and dlsym on a dlopen'd libcuda (Triton's
 // launcher). Both resolve through the real driver first, so its own rules for the caller's

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Knowing when no governed call uses the old control block any more, so that re-registration
 // (runtime.h) carries each feature's state over only once nothing can still add to it there.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Process-wide state of libgpuos.so inside a tenant: the real driver table, the tenant's
 // registration with gpuosd and its control block. Everything here is set up lazily on the first
 // governed driver call; nothing runs in a global constructor.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The right-sizing sample table of a tenant's control block (space_shapes): the interposer adds
 // each timed launch to the entry of its shape at the SM count it ran on; gpuosd reads the table
 // (daemon/space_sizer.h) under its seqlock.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Placement (spatial.h): where a launch goes, its joins to and from the app stream, and what the
 // tenant tells gpuosd about it. Partitions and their streams: spatial_streams.cc; graph variants:
 // spatial_graphs.cc; right-sizing samples: spatial_samples.cc; the prefetch helper:

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Spatial placement of a tenant's launches (spatial sharing, gpuos run --space): gpuosd gives each
 // tenant of a spatial domain a set of SM groups per device (control block space_mask); every kernel
 // or graph launch then runs on a stream of a green context that holds exactly those SMs.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Graph variants (spatial.h): a graph's kernel nodes run in the context they were made in, whatever
 // stream launches it, so a graph launch is placed by launching a variant of it whose kernel nodes
 // name the partition's green context. The variants are made from a private copy of the graph it was

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The prefetch helper (spatial.h): a change of size needs the new partition's green context (~1.7
 // ms to create), its streams and the graphs' variants. When a tenant first runs on a partition, a
 // short-lived helper thread makes the partitions one group larger and smaller (common/sm_split.h:

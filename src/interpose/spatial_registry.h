@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The process-wide tables of spatial placement (spatial.h), shared by the spatial_*.cc files: the
 // partitions (green contexts), their streams, the primary contexts, the graphs' copies and their
 // variants, and the lock that guards them. Filled on first use of each partition or stream (slow

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Right-sizing samples (spatial.h): one launch in about kSamplePeriod per thread and context is
 // timed with two events on the stream it runs on; once the end event has completed (checked without
 // blocking at a later launch of that thread) its duration goes to the control block's shape table

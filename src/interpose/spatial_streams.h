@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Partitions and their streams (spatial.h): the green context of a set of SM groups on a device,
 // and the partition stream that stands in for one application stream at one mask, found through a
 // per-thread cache (lock-free in the steady state) in front of the registry.

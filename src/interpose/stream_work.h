@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Which driver calls put work on a stream, and a count of those issued. Spatial placement
 // (spatial.h) joins a placed launch to its application stream with events both ways; the forward
 // join may be skipped when no stream work at all was issued in the process since the previous

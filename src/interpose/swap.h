@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Swappable device memory (gpuos run --swap): the tenant's cuMemAlloc memory is served from CUDA
 // virtual memory (an address range reserved once, a physical allocation mapped per allocation), so
 // that gpuosd can have it moved to host memory and back at the same device addresses.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // libgpuos_kv.so: include/gpuos/kv.h's functions, forwarded to the pools inside the interposer.
 //
 // The interposer (libgpuos.so, preloaded by `gpuos run`) exports gpuos_kv_get_interface(); the table

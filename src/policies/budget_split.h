@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // How a latency budget B is spent in a spatial domain, where three costs compound on the
 // guaranteed tenant's time alone: its partition (fewer SMs than the GPU: the right-sizer's slack),
 // MPS's own cost per kernel (about 8-10% of a graph-replayed decode step on the H200, PLATFORM.md;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Tenants grouped by the GPUs they work on, for the time gates that take turns per group of GPUs
 // (priority's best-effort rotation, exclusive's turns).
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Kernel-length awareness of the time gates that guard guaranteed tenants (priority, budget).
 // Gating acts at launch time: a best-effort launch started in a guaranteed tenant's short pause (a
 // server between two steps) holds its next step for the launch's whole length. So for a while after

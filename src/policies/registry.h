@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The policies gpuos has, by slot and name: one list (registry.cc). A policy declares, in its own
 // folder, a PolicyEntry: its name, its slot, one line about it and its factory, which reads the
 // policy's config section ([policy.<name>]) itself. Adding a policy touches its folder and the list.

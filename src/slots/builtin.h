@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The built-in policies, one per slot: what runs when a config chooses nothing else, and what
 // gpuosd's core falls back to when a slot's policy fails (slot.h). Each is trivially safe and never
 // fails; they live beside the slots' interface so that the core needs no policy of policies/.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The memory slot: who swaps out or in, and how a tenant's request for room is answered (memory
 // oversubscription). See slot.h for the hook table all slots share.
 //

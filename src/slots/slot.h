@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The policy slots of gpuosd: the one shape every scheduling decision takes.
 //
 // gpuosd's core (src/daemon) is mechanism only: tenants, messages, control blocks, gates, memory

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The space slot: which SMs each tenant of a spatial domain may use, per GPU (partitions,
 // lending, right-sizing). See slot.h for the hook table all slots share.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The time-gate slot: which tenants may launch now (their gate words), and how a tenant is
 // admitted. See slot.h for the hook table all slots share.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The command-line conventions of gpuos and gpuosd (issue #25): config check as strict as start-up,
 // one exit-code scheme, sizes, help text, `top -n`, the generated completion and man page.
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Running the real gpuos and gpuosd binaries from a test: one process with its output captured, and
 // a private gpuosd (zero GPUs, no metrics) stopped when the test ends.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The gpuos CLI as a user runs it: real processes, exit codes and output.
 #include <fcntl.h>
 #include <gtest/gtest.h>

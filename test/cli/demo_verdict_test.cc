@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // gpuos demo's verdict against its numbers: "as fast as alone" only within 1.1x at the median and
 // p99 (issue #40: 1.5x had been called near alone).
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `gpuos ps`'s table: its optional columns and their cells.
 #include <gtest/gtest.h>
 

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # ctest cli.with_a_system_gpuosd (issue #43: two CLI tests failed in a CI run while a system gpuosd
 # ran on the machine). Runs the CLI tests while a "system" gpuosd serves /run/gpuos/gpuosd.sock with
 # /etc/gpuos/gpuos.toml -- inside a mount namespace of their own (unshare -m), where /run is a fresh

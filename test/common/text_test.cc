@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Tenant-chosen text shown to people: printable() and the daemon's log lines (issue #22: names with
 // terminal escape sequences reached `gpuos ps`, `top` and gpuosd's journal raw).
 #include <gtest/gtest.h>

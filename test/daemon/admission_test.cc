@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The admission stages without a Core (admission.h): each a function of what it is given.
 #include "daemon/core/admission.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Kubernetes claims in gpuosd's core: CLAIM_PREPARE / UNPREPARE, a claim's socket binding its
 // tenants to the claim's settings and pod, and what is kept across a restart. No sockets: a fake
 // ClaimSockets records what the server would listen on.

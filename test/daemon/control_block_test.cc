@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The daemon's side of a control block: reading the tenant's latency samples.
 #include "daemon/core/control_block.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Registration through the router: what each admission stage (admission.h) does to a REGISTER,
 // end to end through Core::handle_message (the stages alone: admission_test.cc).
 #include <gtest/gtest.h>

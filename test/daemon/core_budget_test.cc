@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Latency budgets through the core, without sockets: a budget declared at registration (or the
 // config's default) reaches the time gate and LIST; the tenant's timed launches (its timing_ring)
 // reach the policy, checked; the budget policy's pacing lands in the best-effort tenant's grant

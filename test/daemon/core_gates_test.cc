@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A gate closed on some of a tenant's GPUs only (GateAction::closed_gpus): how the core writes it
 // into the grant block (gate PARTIAL, gate_closed_devices by the tenant's own device ordinals), and
 // when it closes the whole gate instead. The tenant's side is a second mapping of its blocks.

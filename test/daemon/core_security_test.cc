@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Attacks of a hostile tenant on the core (issue #22), each as the review found it on the driver
 // double: the tenant rewrites words gpuosd owns (now in the sealed grant block), forges the usage
 // words it writes, registers again and again, or asks for a swap pool it has no use for. Each test failed

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The core's slots end to end without sockets: the space slot's partitions and the memory slot's
 // swaps carried out in the control blocks, the contract checks on their actions, the fallback to
 // the built-in policy, and the watchdog on a hook that does not return. The tenants' side is a

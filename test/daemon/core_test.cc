@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The router (Core::handle_message, the pure message-handling function) without sockets: every
 // kind of bad input, which message goes where, and the slots asked at each event. What registration
 // does: core_admission_test.cc; each engine alone: its own *_engine_test.cc.

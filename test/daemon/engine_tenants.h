@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Live tenants for an engine's unit test, without a Core: each with its two real blocks (memfds),
 // unmapped and closed when the table goes.
 #pragma once

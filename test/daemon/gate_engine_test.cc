@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // GateEngine without a Core: the time gate's view, the slot's contract and carrying out its answer.
 #include "daemon/core/gate_engine.h"
 

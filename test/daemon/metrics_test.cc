@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // gpuosd metrics: the [metrics] config, the exposition text and busy-time integration.
 #include <gtest/gtest.h>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // MpsSupervisor against a fake nvidia-cuda-mps-control: a shell script that implements `-d` (a
 // background sleeper whose pid it records in the pipe directory, as fake.pid and, like the real
 // control daemon, as nvidia-cuda-mps-control.pid; plus <pipe>/control), `get_server_list` on stdin

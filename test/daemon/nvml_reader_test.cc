@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The usage check's NVML side against the real semantics of NVML (faked through its table): MPS
 // clients count, a driver without MPS is no failure, the utilization array grows and the next round
 // asks only for samples newer than the newest seen, every call is timed, NVML is shut down with the

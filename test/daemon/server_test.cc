@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The daemon core and server in a thread, over a real socket.
 #include <gtest/gtest.h>
 #include <linux/futex.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // SlotRunner and run_slot without a Core: a fake engine over a table of ints.
 #include "daemon/core/slot_runner.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // SpaceEngine without a Core: planned only with spatial tenants, masks within the GPU's groups.
 #include "daemon/core/space_engine.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // SwapEngine without a Core: oversubscription off refuses every request for room; the view and the
 // slot's contract with it on.
 #include "daemon/core/swap_engine.h"

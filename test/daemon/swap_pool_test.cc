@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The swap pool's slice allocator.
 #include "daemon/core/swap_pool.h"
 

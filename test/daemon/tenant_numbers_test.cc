@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A tenant's numbers (common/tenant_numbers.h) at every boundary they cross: each range is defined
 // once, and `gpuos run`'s parser, gpuos-dra's TenantConfig, gpuosd's CLAIM_PREPARE (and its claims
 // file) and its REGISTER refuse the same out-of-range value with the same bound; in-range values

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The tenant's side of its blocks in the core's tests: mappings of the fds gpuosd passed, made the
 // way libgpuos.so (or a hostile tenant) makes them: the control block writable, the grant block
 // only readable (its memfd is sealed: a writable mapping is refused).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The usage check (issue #22, "trust but verify"): NVML's view of each process against what gpuosd
 // granted, the enforce policy, the freezer's safety rules, and the core acting on findings. NVML is
 // faked here through its table; test/e2e runs it on the driver double's NVML stand-in.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // VerifyEngine without a Core: a made-up NVML sample against the tenants' grants.
 #include "daemon/core/verify_engine.h"
 

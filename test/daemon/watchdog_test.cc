@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The policy hooks' stall watchdog, on an injected clock (no thread, no sleeping).
 #include "daemon/core/watchdog.h"
 

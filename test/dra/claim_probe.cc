@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A tenant for the Kubernetes tests, run inside a container (test/e2e/test_dra.py): allocates
 // device memory in 64 MiB blocks until the driver says no, frees it, and prints one JSON line:
 // {"pid": its pid as it sees it, "allocated": bytes it got, "error": the refusing call's result,

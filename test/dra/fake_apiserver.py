@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """A tiny Kubernetes API server for the gpuos-dra tests (#26): Python 3 standard library only.
 
 Serves what gpuos-dra uses of resource.k8s.io/v1, strictly:

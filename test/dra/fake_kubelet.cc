@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A stand-in for the kubelet's side of a DRA plugin, over the real sockets: what the kubelet's
 // plugin watcher and DRA manager do, and nothing more, with the kubelet's deadlines (GetInfo 1 s,
 // NotifyRegistrationStatus 5 s, NodePrepareResources / NodeUnprepareResources 45 s). The tests

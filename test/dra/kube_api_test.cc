@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // KubeApi and SlicePublisher (src/dra/kube_api.h) against test/dra/fake_apiserver.py, which checks
 // every slice written against the resource.k8s.io/v1 rules: create, no-op republish, update with
 // generation + 1, conflict retry, identity change, removal; the token (re-read per request), TLS with

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Checks the Kubernetes manifests of deploy/ against strict schemas of the API kinds they use.
 
 Like `kubectl apply --validate=strict`, a field the schema does not know is an error, and so are a

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # ctest dra.manifests: deploy/ (the Kubernetes manifests of gpuos-dra, issue #26) against strict
 # schemas of their API kinds, cross-references and the gpuos TenantConfig, plus several hundred
 # mutated copies that must be refused (test/dra/manifest_schema.py says what it checks). gpuosd's

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // gpuos-dra's prepare/unprepare logic (plugin.h) over a fake API server and a fake gpuosd: what
 // is asked of gpuosd, what the answer holds, and that a failure at any step leaves nothing.
 #include "dra/plugin.h"

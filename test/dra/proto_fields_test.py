@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """gpuos's own .proto files (src/dra/proto) against the upstream facts recorded in
 src/dra/proto/upstream_fields.json: the same package, the same messages with the same fields (name,
 number, type, label), the same enum values and the same RPCs. Any difference fails, named.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The ResourceSlice a node publishes (src/dra/resource_slice.h): names, the resource.k8s.io/v1
 // shape field by field, the 128-device cap, and the comparison that decides whether to write.
 #include "dra/resource_slice.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // TenantConfig and ResourceClaim parsing (src/dra/tenant_config.h): what a claim's opaque config may
 // say, and how a v1 ResourceClaim from the API server becomes the tenant spec gpuosd admits.
 #include "dra/tenant_config.h"

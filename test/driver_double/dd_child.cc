@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Child process for the driver-double tests: things that need a fresh process (calls before
 // cuInit, fault injection read at cuInit) or a second process sharing the simulated GPU (memory,
 // IPC, SMs: whole-device kernels and green-context partitions).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A running dd_child (the driver double loaded by path, nothing else) with pipes to its stdin and
 // stdout, for the tests that need a second process on the same simulated GPU (the same
 // GPUOS_SIM_SHM). Needs GPUOS_DD_CHILD_PATH.

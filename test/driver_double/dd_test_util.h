@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Shared by the driver-double tests and their child process: loads the double by absolute path
 // (never whatever libcuda.so.1 the system has) and resolves any cu* name from it.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Tests of the driver test double through its exported C API, loaded with dlopen exactly as
 // gpuos loads a driver. Child-process cases run dd_child (a fresh process with the same
 // GPUOS_SIM_SHM, i.e. the same simulated GPU).

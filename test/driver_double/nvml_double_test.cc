@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The NVML loader and the driver double's NVML stand-in (src/driver_double/nvml.cc): a process that
 // uses the double without any interposer is seen through NVML, with the bytes the double counted
 // in that process itself and the time its kernels ran; gpuosd's reader (daemon/usage_verifier.h)

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A tenant that goes around libgpuos.so (issue #22, "trust but verify"). It registers like any
 // tenant (its cuInit goes through the interposer when LD_PRELOAD is set) and allocates 1 MiB that
 // way, then takes the C library's own dlsym (dlsym(RTLD_NEXT, "dlsym") from inside the interposer

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // e2e probe for collectives across GPUs on the driver test double: one rank of an NCCL-like group
 // (issue #27, a data-parallel job with one rank per GPU).
 //

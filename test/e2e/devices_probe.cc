@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // e2e probe for one process driving several GPUs on the driver test double (issue #27: a tenant
 // whose gate is closed on one of its GPUs only goes on launching on the others).
 //

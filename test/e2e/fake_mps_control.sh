@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # A stand-in nvidia-cuda-mps-control for the e2e tests (no GPU, no MPS): `-d` starts a background
 # process named like the real control daemon (a copy of sleep(1), so its comm is "nvidia-cuda-mps")
 # and records its pid where the real one does; on stdin, `get_server_list` succeeds while it lives

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A tenant that reaches the driver through every path the interposer must govern — linked
 // symbols, cuGetProcAddress v1 and v2 (legacy and per-thread), and dlsym on a dlopen'd libcuda —
 // and reports, as one JSON line on stdout, exactly what it issued. The e2e test runs it under

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Shared by the e2e probe programs: fail-fast driver calls and counted expectations.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A tenant that tries every allocation path to exceed its memory quota (GPUOS_TENANT_MEM bytes,
 // set by `gpuos run --mem`): plain, pitched (with the driver's row padding), managed,
 // stream-ordered and pool allocations, VMM handles, CUDA arrays (1D/2D, 3D, mipmapped; charged

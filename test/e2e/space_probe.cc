@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // e2e probe for spatial sharing on the driver test double: a tenant that keeps launching for
 // --ms milliseconds and reports where its kernels ran and whether stream order held.
 //

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """End-to-end tests of what a user does by hand (issue #25), on the driver test double.
 
 - README "Try it without a GPU": its commands, run as written (`--simulate` on daemon and run),

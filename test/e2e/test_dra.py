@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """End-to-end tests of gpuos-dra, the Kubernetes DRA kubelet plugin (issue #26), without a cluster.
 
 The real gpuosd (on the driver test double), the real gpuos-dra, a fake kubelet

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """End-to-end tests: the real gpuosd, gpuos CLI and libgpuos.so on the driver test double.
 
 Each test starts its own daemon on a private socket and a private simulated GPU, runs tenant

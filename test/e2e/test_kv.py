@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """End-to-end tests of KV pools (include/gpuos/kv.h, issue #24) on the driver test double.
 
 gpuos-kv-probe tenants grow pools, fill every page with its number and check it at the end. The

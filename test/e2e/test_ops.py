@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Operations tests: gpuosd's Prometheus endpoint (also scraped by a real Prometheus), `gpuos top`
 in a terminal (tmux), the packaged config and systemd unit, and `cmake --install`.
 

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Security end to end (issue #22: the tenant and other local users are untrusted).
 
 The attacks of the security review, on the driver test double: gpuosd runs as root (as in CI),

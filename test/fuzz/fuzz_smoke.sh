@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Fuzz smoke test (ctest label fuzz, GPUOS_FUZZ=ON builds): runs one libFuzzer binary over its seed
 # corpus plus RUNS generated inputs. New inputs go to a scratch directory, never into the source tree.
 # A crash, leak, sanitizer report or harness invariant failure makes libFuzzer exit non-zero and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Re-registration after a daemon restart (interpose/runtime.cc, maintain_daemon_connection), run by
 // the interposer's real runtime against a stand-in daemon in this test, without a driver: every
 // feature's state in the control block survives it (carry_over.h), a call that still used the old

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Copies and memsets through libgpuos.so: run under LD_PRELOAD on the driver test double (see
 // CMakeLists.txt), it reaches the copy wrappers by the exported symbols, by cuGetProcAddress_v2
 // (legacy and per-thread default stream) and by dlsym on the dlopen'd libcuda, checks that each

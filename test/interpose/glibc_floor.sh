@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # libgpuos.so goes into other people's processes and containers: it may ask the dynamic loader
 # only for what glibc 2.34 has (RHEL 9; Ubuntu 22.04 has 2.35) and load nothing but libc and
 # libgcc_s (src/interpose/glibc_compat.cc says why). Usage: glibc_floor.sh LIBGPUOS_SO

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Pacing of a best-effort tenant (interpose/pacing.h): the token bucket, and the durations it
 // expects of each launch shape (launch_durations.h).
 #include <gtest/gtest.h>

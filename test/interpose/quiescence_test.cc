@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The quiescence count of control-block users (interpose/quiescence.h): re-registration carries a
 // feature's state over only once every call that loaded the old block has left, and calls that come
 // after the switch never hold it up. Nothing here depends on timing: users leave when the test

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The right-sizing sample table the interposer writes into a tenant's control block.
 #include "interpose/shape_table.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The interposer's spatial tables in a child of fork (interpose/spatial.cc): an application that
 // forks while another of its threads (gpuos's prefetch helper, a launching thread) holds the lock
 // of those tables must not hang in the child.

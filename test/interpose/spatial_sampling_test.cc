@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Which launches the interposer times for right-sizing: one in kSamplePeriod on average, at random
 // gaps, so that no periodic launch sequence of an app is timed at the same positions every time.
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Spatial placement skips a launch's forward join only while the interposer sees all stream work
 // (interpose/stream_work.h). Checked here against the toolkit's own cuda.h, declarations of every
 // versioned entry point (_v2, _ptsz, ...) as the driver exports them:

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // libgpuos_kv_fake.so: a stand-in for the interposer's KV pools, for tests only. Preloaded, it
 // exports gpuos_kv_get_interface like libgpuos.so does, with pools over host memory: a pool reserves
 // an anonymous mapping (MAP_NORESERVE, so a large range costs nothing until touched), map/unmap

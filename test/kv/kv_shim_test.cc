@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // libgpuos_kv.so (src/kv) over the test stand-in of the interposer's pools (libgpuos_kv_fake.so,
 // preloaded: suite KvShim), without any interposer (KvShimNoInterposer: NOT_GOVERNED), and over a
 // table it must refuse (KvShimVersion, GPUOS_KV_FAKE_MODE=null or old). ctest runs each suite in

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The Python package installs with a plain `pip install`, offline (no index, build isolation on),
 # from the repository (a copy of python/, so the source tree gets no build output), into a fresh
 # folder and, where the Python has venv, into a fresh venv; imported from there it reaches
@@ -25,6 +26,10 @@ export http_proxy=http://127.0.0.1:9 https_proxy=http://127.0.0.1:9 HTTP_PROXY=h
   fail "pip install: $(tail -20 "$work/pip.log")"
 [[ -f $work/site/gpuos/kv.py && -f $work/site/gpuos/__init__.py ]] || fail "installed: $(ls -R "$work/site")"
 ! find "$work/site" -name '*.so' | grep -q . || fail "the package holds a compiled file"
+# The licence, as pip installed it (PEP 639): declared in METADATA, its text in .dist-info/licenses/.
+grep -qx 'License-Expression: Apache-2.0' "$work"/site/gpuos-*.dist-info/METADATA ||
+  fail "METADATA declares no Apache-2.0: $(grep -i '^License' "$work"/site/gpuos-*.dist-info/METADATA)"
+cmp -s "$work"/site/gpuos-*.dist-info/licenses/LICENSE "$package/LICENSE" || fail "no LICENSE in the installed .dist-info"
 cd "$work"  # not the repository: the import must come from the installed folder
 PYTHONPATH=$work/site PYTHONDONTWRITEBYTECODE=1 "$python" - "$work/site" <<'PY' || fail "import from the installed package"
 import os, sys

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Load test on the driver test double: many tenants against one gpuosd (priority policy).
 
 N tenant processes run `gpuos run -- gpuos-synth` closed loop (launch, synchronize; no gap) as fast

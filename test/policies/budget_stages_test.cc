@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The budget policy's stages (policies/budget/stages.h), each asked alone against a view and a
 // state made for it: what each one decides, apart from the others.
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The budget policy (policies/budget): its slowdown measure, its controller, and its decisions
 // against views of tenants, with the timings a real tenant would report.
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The example policy of docs/ARCHITECTURE.md ("How to add a policy"): `exclusive`, one tenant at a
 // time, in turn. Built by name from its config section, as gpuosd builds it.
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A time gate's world as the core presents it, over a plain table: views out, actions applied the
 // way the core applies them (a pinned gate stays as it is). For the time-gate policies' tests.
 #pragma once

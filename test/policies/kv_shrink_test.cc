@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // KV pools: which donors shrink, and down to what, under each rule (plan_kv_shrink).
 #include "policies/kv/shrink_rules.h"
 

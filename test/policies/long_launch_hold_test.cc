@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The long-launch hold shared by the priority and budget policies (policies/long_launch_hold.h).
 #include "policies/long_launch_hold.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The partition policy's planner (plan_space): who gets which SM groups, per GPU and domain.
 #include "policies/partition/planner.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The partition policy's right-sizing of a guaranteed spatial tenant (PartitionPolicy::decide): when
 // it is sized, and the ceiling it is sized within (its share of its domain's groups on its GPU).
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The sizer's stages (policies/partition/sizer_stages.h), each asked alone: the sizes it starts
 // from, which shapes are main, the floor's hold, the limit a returned size is held to, the grid.
 #include <gtest/gtest.h>

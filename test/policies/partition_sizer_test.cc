@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Right-sizing (the partition policy's sizer): the LithOS latency fit and the step-by-step search for the fewest SMs
 // within the latency slack.
 #include "policies/partition/sizer.h"

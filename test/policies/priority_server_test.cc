@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The priority policy in a real gpuosd core + server over real sockets, with fake tenants that
 // write their control blocks and send ACTIVITY the way libgpuos.so does.
 #include <gtest/gtest.h>

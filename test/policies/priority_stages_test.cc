@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The priority policy's stages (policies/priority/stages.h), each asked alone: the gate a closed
 // GPU mask makes, which GPUs close for whom, and the reprieves' cooldown.
 #include <gtest/gtest.h>

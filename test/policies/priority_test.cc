@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The priority policy's decision function, table-driven, and its hooks against a table of tenants.
 #include <gtest/gtest.h>
 

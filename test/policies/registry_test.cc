@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The one list of policies, and how a config chooses them and sets them (each policy reads its own
 // section).
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The swap policy (plan_swaps), decision by decision.
 #include "policies/swap/planner.h"
 

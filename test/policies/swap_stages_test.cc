@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The swap plan's stages (policies/swap/stages.h), each asked alone: what a request for room needs
 // freed, when it can never fit, and which KV targets may rise.
 #include <gtest/gtest.h>

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """bench/colocation: the latency-budget modes, the MPS priority baselines, the load step, the
 frontier verdict and the data-parallel BE (--be ddp: be_train.py's launcher, the runner's plan and
 results, gpu/multi_gpu.sh's plan) (mode parsing, commands, windows, summary; no GPU, no torch, no

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """bench/colocation's run_matrix.py parts on their own (no GPU, no torch): planning.py (the modes'
 order, estimates, commands) and readers.py (HP's and BE's results into a mode's record, the node's
 GPUs); and what every summary.json records of its run (commit, config hash, GPU, driver)."""

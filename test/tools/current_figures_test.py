@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """scripts/current_figures.py: the committed bench/results/CURRENT.md is what the script writes from
 current.json and the results (so the table cannot drift from them), and the script's rules on a
 small results folder of its own: figures and ok/MISS from the runs' JSON, a superseded run never

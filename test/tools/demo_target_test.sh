@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # scripts/demo.sh builds only the target gpuos_demo (issue #43: a fresh clone's first success in
 # minutes, not the whole tree), and that target builds every program `gpuos demo` runs
 # (src/cli/demo.cc: bin/gpuosd and bin/gpuos-synth next to bin/gpuos, lib/libgpuos.so, the driver

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Facts the docs and the examples repeat from the code, held to it (issue #43, "docs that cannot
 drift"; the metric and `ps --json` tables have their own tests in test/daemon and test/cli):
   - every glibc version the docs and deploy/ name for libgpuos.so is the floor that

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """run_matrix.py --fake for the harness tests: the stand-in tenants and nvidia-smi (fake_bin), the
 shortest windows, no gpuosd modes; asserts it exited 0."""
 import os

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # scripts/check_function_length.py must pass on the folders given with the limit given (issue #56:
 # src/policies, 100 lines), and in a made-up tree must name a long function and only that: braces
 # in comments, string and character literals, namespaces, classes, member initializers and an

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # gpu/lib on the driver test double (no GPU): gpu/lib/gpuosd.sh starts a private gpuosd, knows when it
 # answers (gpuos ps, or its metrics line), stops it cleanly and writes daemon_status.json; a gpuosd
 # that cannot start is reported at once, not waited for; gpu/lib/detach.sh runs a command detached,

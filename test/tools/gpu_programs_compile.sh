@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The GPU suite's CUDA programs (gpu/tests/*.cu) still compile, as the GPU scripts build them
 # (nvcc -O2 -arch=sm_90; cuda_api.cu also with --default-stream per-thread), so that one broken
 # here is found without device time. Objects only, in a temporary directory removed on exit.

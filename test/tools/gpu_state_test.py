@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """bench/colocation/gpu_state.py: parsing nvidia-smi's samples and the sampler's life cycle."""
 import os
 import sys

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """bench/colocation/import_runs.py: a --fake matrix's results, packed as gpu/budget_runs.sh packs
 them, filed under a results folder of the test's own."""
 import os

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # scripts/check_layering.py must pass on src/ and must catch a forbidden edge in a made-up tree.
 set -euo pipefail
 py=$1; checker=$2; src=$3

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """MPS's own cost (issue #23) without a GPU: gpu/tests/mps_cost_lib.py (profile analysis, the
 environment), gpu/mps_cost_report.py (the comparison and its verdict) on synthetic runs,
 gpu/tests/mps_cost.py's whole flow on a stand-in torch (mps_fake/fake_torch.py), and

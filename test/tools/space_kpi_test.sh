@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # gpu/space_kpi.sh end to end on the driver test double: one exclusive/space pair through
 # run_matrix.py, judged by space_kpi.py into kpi.md, kpi.json and runs.tgz.
 #   space_kpi_test.sh <build bin dir> <dir holding the double's libcuda.so.1>

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # gpu/spatial_service.sh end to end on the driver test double (a stand-in MPS control daemon): every
 # condition timed, and BE_BUSY_CMD (another best-effort tenant in place of the compute-bound synth)
 # run in the domain as best-effort and stopped at the end of its phase. Its kernels are short and

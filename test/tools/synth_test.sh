@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # gpuos-synth on the driver test double: exit codes and the JSON result.
 #   synth_test.sh <gpuos-synth> <dir holding the double's libcuda.so.1> <python3>
 set -euo pipefail

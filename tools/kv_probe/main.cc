@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // gpuos-kv-probe: a tenant that grows a KV pool (include/gpuos/kv.h), fills every page with its
 // number, answers (or ignores) gpuosd's targets, and checks at the end that every page it still
 // maps holds its number: what a paged-KV engine does with its pool, without the model. Used by the

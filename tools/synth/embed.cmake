@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # cmake -DINPUT=<binary> -DOUTPUT=<file.cc> -DSYMBOL=<name> -P embed.cmake
 # Writes a C++ source that defines `extern const unsigned char SYMBOL[]` and `SYMBOL_size` holding the
 # bytes of INPUT (portable: needs neither xxd nor bin2c on the build machine).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Device code of gpuos-synth: the fixed-work kernels named in docs/CONTRACTS.md ("Fixed-work kernels
 // shared by the H200 and the driver double"). Compiled at build time into a fatbin (sm_90 SASS plus
 // compute_90 PTX) that gpuos-synth embeds and loads with cuModuleLoadData. The driver double resolves

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // gpuos-synth: the synthetic fixed-work tenant.
 //
 // Launches gpuos_fixed_work (tools/synth/kernels.cu, embedded as a fatbin) over and over and reports

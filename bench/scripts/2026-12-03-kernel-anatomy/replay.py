@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """What the right-sizer's step to 56 SMs cost the HP's p99 in matrix run 2 (instrumented kernel).
 
 Replays the GPU's own timeline of the gpuos-space-priority HP (gpuos-synth --device-trace: every

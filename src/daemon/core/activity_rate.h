@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // How many ACTIVITY messages of one tenant gpuosd decides on: a token bucket per tenant. ACTIVITY is
 // a wake-up (the control block's words are authoritative), and each one costs gpuosd a decision
 // over every tenant, so a tenant that flips its busy word or its engine's phase in a loop could

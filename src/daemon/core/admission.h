@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A REGISTER's way to a live tenant, in named stages (Core::on_register runs them in this order;
 // the first refusal ends it and is the REGISTER_REPLY's status and text):
 //   1. claim     (admission_claim.cc)    on a claim's socket, the claim's settings replace the asked

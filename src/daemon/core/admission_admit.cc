@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Admission stage 5, admit (admission.h): the config's word, then the time gate's.
 #include <algorithm>
 #include <cstdio>

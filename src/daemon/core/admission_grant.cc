@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Admission stage 6, grant (admission.h).
 #include <atomic>
 #include <cerrno>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Admission stage 3, identity (admission.h): the pid, the tenant's id and its pod.
 #include <algorithm>
 #include <cstdio>

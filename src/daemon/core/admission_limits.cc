@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Admission stage 4, limits (admission.h).
 #include <algorithm>
 #include <cstdio>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Admission stage 2, validate (admission.h).
 #include <string>
 

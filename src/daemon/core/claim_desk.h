@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Kubernetes claims as gpuosd serves them (CLAIM_PREPARE, CLAIM_UNPREPARE from gpuos-dra): what
 // gpuosd itself checks of a claim, the store of admitted claims (claims.h) and a listening socket
 // per claim, through which only that claim's tenants come in (admission stage claim).

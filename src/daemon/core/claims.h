@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Kubernetes ResourceClaims that gpuosd admitted (CLAIM_PREPARE from the DRA plugin, gpuos-dra):
 // what a claim's tenants get, kept across gpuosd restarts, and the facts about a process that
 // tie it to a pod (its cgroup path, its pid inside its container).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The daemon's side of a tenant's control block (include/gpuos/abi.h): making one, writing the
 // words gpuosd owns, reading the tenant's samples.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // gpuosd core: a router over engines, without sockets. It keeps the tenant table and routes each
 // message, exit and tick: a REGISTER through the admission stages (admission.h), every event to the
 // engines of the three slots (GateEngine, SpaceEngine, SwapEngine: run_slot, slot_runner.h) and the

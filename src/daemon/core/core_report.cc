@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What the core reports: LIST's tenant and GPU records, and the counters of the metrics endpoint
 // (busy time integrated from the tenants' busy words).
 #include <algorithm>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What gpuosd does about a finding of its usage check (usage_verifier.h): the verify engine's
 // enforcement parameters (VerifyOptions::enforce) and the rule that applies them, apart from the
 // mechanisms that carry it out (enforcer.h).

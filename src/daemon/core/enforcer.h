@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The mechanisms behind an enforcement decision (enforce.h): freezing a process's cgroup
 // (cgroup v2 freezer) or killing it, each refusing when it would hit what it must not.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The time gate's mechanism: the GateView of the live tenants (their classes, busy words, GPUs and
 // the launches they timed) and carrying out the slot's answer: each tenant's gate (whole, or closed
 // on some GPUs only: mapped to its device ordinals) and its pacing, written into its grant block;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // GPU discovery through the driver table (real libcuda or the driver test double).
 #include <cstdio>
 #include <cstring>

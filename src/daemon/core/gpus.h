@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The node's GPUs as gpuosd sees them, and where each tenant's memory and launches are on them.
 #pragma once
 

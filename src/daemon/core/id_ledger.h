@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Which process had which tenant id, kept across gpuosd restarts: a tenant re-registering after a
 // restart asks for the id it had (REGISTER previous_tenant_id), and gets it only if the ledger
 // says that id was its own: same uid, same pid, same process start time (so a pid reused by

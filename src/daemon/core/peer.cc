@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Who a peer is: admin or not (from its credentials and groups).
 #include <grp.h>
 #include <pwd.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Who is on the other end of a connection: its credentials, whether it is an admin, and what the
 // core keeps per connection.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What the core answers a message with: the datagrams to send (with the fds to pass) and what the
 // server does after (close, shut down, watch a new tenant's process).
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Runs one policy slot's hooks for the core: guarded (a throw, a stall or an action the core
 // rejects counts as a failure), with the slot's built-in policy taking over at the first failure
 // (slot.h). One runner per slot; the core owns them. run_slot asks a slot once through its engine.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The space slot's mechanism: the SpaceView of the live tenants (their domains, GPUs and latency
 // samples, read from their control blocks) and the SM masks the slot grants, written back by each
 // tenant's device ordinals.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The memory slot's mechanism (memory oversubscription): each swappable tenant's own swap pool, the MemoryView of
 // the live tenants, and carrying out the slot's actions: a victim's gate held closed while its
 // memory is out or moving, SWAP_OUT / SWAP_IN commands in its control block with a slice of its

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The swap pool's allocator: slices of a tenant's own memfd that its swapped-out memory goes to.
 // Mechanism of the memory slot (swap_engine.h); the policy never sees offsets.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A live tenant as gpuosd's core keeps it: who it is, its control block, and the mechanism state of
 // each concern (gate, device map, spatial masks, swap, busy time). Policies never see this record;
 // they see the views the core makes of it (slots/*.h) and keep their own per-tenant state.

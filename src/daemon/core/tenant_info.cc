@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What gpuosd reports of a tenant (LIST, the metrics endpoint), and its busy time.
 #include "daemon/core/tenant_info.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What gpuosd reports of a tenant (LIST's record, the metrics endpoint's), and busy time: each
 // tenant's and each GPU's, integrated piecewise-constant between observations of the busy words.
 #pragma once

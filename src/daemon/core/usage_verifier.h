@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Trust but verify: what each process really holds and runs on the GPUs, read from NVML, checked
 // against what gpuosd granted, independently of anything a tenant writes or says. A tenant that
 // bypasses libgpuos.so (dlmopen of its own libcuda, a patched interposer) is caught here: over its

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A tenant's last rounds as gpuosd's usage check saw them (usage_verifier.h), kept with the tenant.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The usage check's mechanism (trust but verify): every interval, NVML's view of the GPUs
 // (usage_verifier.h) against what gpuosd granted, never against what a tenant reports. In the
 // engines' shape: make_view (the round's sample and each tenant's grants, from its VerifyState),

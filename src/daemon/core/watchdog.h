@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The stall watchdog of the policy hooks. Hooks run on the event loop, which does nothing else
 // while one runs: a hook that does not return stalls every gate, swap and partition decision.
 // The loop marks each hook call (Scope); a helper thread looks every check period and

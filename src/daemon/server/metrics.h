@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // gpuosd metrics: the Prometheus text exposition (format 0.0.4) of the core's state, and a minimal
 // HTTP/1.x endpoint serving it from the daemon's epoll loop.
 //

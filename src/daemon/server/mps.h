@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // gpuosd's MPS supervisor: one NVIDIA MPS control daemon per spatial trust domain ([[spatial.domain]]).
 //
 // Processes run kernels concurrently on disjoint SM partitions only as clients of one MPS server, and

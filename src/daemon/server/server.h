@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // gpuosd server: the control socket and the single-threaded epoll loop around a Core.
 //
 // One thread calls start() then run(); request_stop() may be called from any thread (eventfd).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The `budget` time-gate policy: latency budgets. A guaranteed tenant that declared one (gpuos run
 // --max-slowdown 1.25) lends best-effort (BE) tenants as much of the GPU's time as keeps its own GPU
 // work within the budget; a guaranteed tenant without one runs as if alone, as under `priority`,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The feedback controller of a latency budget: how much of the GPU's time best-effort tenants may
 // have beside a guaranteed tenant (its share), from what the guaranteed tenant's slowdown measures
 // (slowdown_meter.h). A pure function, asked every control period: AIMD, like TCP's congestion

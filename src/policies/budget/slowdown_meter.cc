@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "policies/budget/slowdown_meter.h"
 
 #include <algorithm>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // How much slower a guaranteed tenant's GPU work runs than alone: the measure its latency budget is
 // judged on. A pure data structure, fed the tenant's timed launches (slots::TimedLaunch).
 //

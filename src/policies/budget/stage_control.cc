@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The budget's second stage: each budgeted tenant's share (stages.h, controller.h).
 #include <algorithm>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The budget's third stage: probes, and whether each budgeted tenant lends now (stages.h).
 #include <algorithm>
 

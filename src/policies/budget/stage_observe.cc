@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The budget's first stage: the budgeted tenants' timings into their meters (stages.h).
 #include <algorithm>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The budget's fourth stage: the gates, and the pacing of best-effort tenants (stages.h).
 #include <algorithm>
 #include <cmath>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The budget's last stage: what was measured, and when to look again (stages.h).
 #include <algorithm>
 #include <cmath>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The budget policy's decision (BudgetPolicy::decide), as stages run in this order, each a function
 // of the view, the settings and the policy's state that it reads or moves, with no hidden inputs:
 //   observe  (stage_observe.cc)  the budgeted tenants' timings into their meters, solo or not;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The `exclusive` time gate, the example policy of docs/ARCHITECTURE.md ("How to add a policy"):
 // one tenant at a time has the GPU, in turn. The holder keeps it while it is active (busy or
 // waiting at its gate); when others are active too, it passes on after max_hold_ms, to the next

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // KV pools (include/gpuos/kv.h): which tenants give memory back by shrinking their KV pools, and
 // down to what, when another tenant on their GPU needs room. Pure decision code: the swap policy
 // (swap/planner.h) turns the result into targets (SwapAction::kSetKvTarget), before any swap.

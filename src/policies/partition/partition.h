@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The `partition` space policy: SM partitions for the tenants of each spatial domain (planner.h),
 // lending of idle guaranteed tenants' groups, and right-sizing of guaranteed tenants that asked
 // for no size (sizer.h). Its per-tenant state is the sizer's (what it measured and chose).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The partition policy's planner: which SMs each tenant of a spatial domain may use, per GPU. A pure
 // function of the tenants' classes, requests and busy words; the core applies its answer (control
 // block space_mask) and the interposer places every launch on a green context of exactly those SMs.

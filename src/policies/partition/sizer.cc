@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "policies/partition/sizer.h"
 #include "policies/partition/sizer_stages.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Right-sizing of a guaranteed tenant's SM partition (spatial sharing): the fewest SMs that keep its
 // work within `slack` of its latency on the most it may have, so the rest goes to best-effort
 // tenants. A pure function of the tenant's latency samples and its own small state.

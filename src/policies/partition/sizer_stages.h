@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The sizer's decision (right_size, sizer.h), as stages run in this order, each a function of the
 // samples, the settings and the sizer's state that it reads or moves:
 //   sizes     the ceiling and the current size, as sizes the GPU gives;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The `priority` scheduling policy: compute multiplexing in time. Guaranteed tenants run as if
 // alone; best-effort (BE) tenants fill the time no guaranteed tenant uses, sharing it by weight.
 //

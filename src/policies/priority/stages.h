@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The priority policy's decision (decide_priority, priority.h), as stages run in this order, each a
 // function of the tenants, the settings and the state it reads or moves:
 //   guaranteed  which guaranteed tenants are active, and the highest priority among them;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "policies/swap/planner.h"
 #include "policies/swap/stages.h"
 

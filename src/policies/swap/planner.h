@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The swap policy (memory slot "swap"): a pure function from what the tenants look like now to
 // what to do next. The core carries it out (daemon/swap_engine.h).
 #pragma once

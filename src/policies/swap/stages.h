@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The swap plan (plan_swaps, planner.h), as stages run in this order; one swap at a time, so the
 // first stage that plans a swap, KV targets or a wait ends the plan:
 //   room    allocations waiting for room: answered, or room made for them (a KV donor past its

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The `swap` memory policy (memory oversubscription by swapping to host): planner.h's rules.
 #pragma once
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A stand-in for the few torch (and bench/colocation/llama.py) calls gpu/tests/mps_cost.py makes,
 so its whole flow runs here without a GPU (test/tools/mps_cost_test.py, through run_stub.py).
 

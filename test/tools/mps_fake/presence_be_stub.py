@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Stands in for gpu/tests/presence_be.cu (no GPU): `presence_be_stub.py --mode M --json OUT
 --ready-file R`. Creates R at once (never, with FAKE_COMPANION_NEVER_READY=1), then waits for
 SIGTERM and writes OUT as the real one does, with the MPS variables it was given."""

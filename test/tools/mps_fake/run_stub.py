@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Runs gpu/tests/mps_cost.py on fake_torch (no GPU): `run_stub.py ARGS...` = `mps_cost.py ARGS...`.
 
 FAKE_FAIL_VARIANT=NAME: that variant exits 3 at once, writing nothing. FAKE_KILL_VARIANT=NAME: that
