@@ -19,6 +19,8 @@
 #   window=S (HP's window per mode: default WINDOW, 15 s, with fixed lengths; 60 s with drawn ones,
 #             whose requests are fewer and longer; drawn ones also get --calibrate-s 20 --drain-s 30)
 # Each point is labelled zoo-<size>b-<load>-<be>-<lengths> (and -s<seed> for a seed other than 1).
+# MORE="..." appends run_matrix.py flags to every point (last, so they override; e.g. --fake and
+# short windows for a run without a GPU).
 # The whole zoo is 72 points, hours of device time: run it in slices of about 25 minutes (dry-run
 # says). REPEATS, WINDOW, BUDGET_S and WAIT_S are budget_runs.sh's (REPEATS=5 WINDOW=60: #40's
 # method); RUN (/tmp/gpuos-zoo-runs) is where the runs go on the device.
@@ -72,7 +74,7 @@ zoo_runs() {
     elif [[ -n $window ]]; then
       extra=" --window $window"
     fi
-    echo "--params-b $s --load $l --be $b --lengths $x --seed $n --modes $modes --gpuos $gpuos$extra --label $label"
+    echo "--params-b $s --load $l --be $b --lengths $x --seed $n --modes $modes --gpuos $gpuos$extra --label $label${MORE:+ $MORE}"
   done; done; done; done; done
 }
 

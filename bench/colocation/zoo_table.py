@@ -96,8 +96,12 @@ def judge(s: dict, source: str = "", budget: float = BUDGET) -> dict:
     return pt
 
 
+LENGTHS_ORDER = ("fixed", "azure-conv", "azure-code")
+
+
 def _key(p: dict):
-    return (p["size_b"] or 0.0, p["lengths"], p["be"] or "", p["load"] or 0.0, p["seed"] or 0, p["label"] or "")
+    ln = LENGTHS_ORDER.index(p["lengths"]) if p["lengths"] in LENGTHS_ORDER else len(LENGTHS_ORDER)
+    return (p["size_b"] or 0.0, ln, p["lengths"], p["be"] or "", p["load"] or 0.0, p["seed"] or 0, p["label"] or "")
 
 
 def point_name(p: dict) -> str:

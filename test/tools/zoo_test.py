@@ -236,6 +236,25 @@ class ZooScript(unittest.TestCase):
         self.assertEqual(len(self.zoo("plan").stdout.splitlines()), 72)  # the whole zoo
         self.assertIn("--window 30 --label", self.zoo("plan", ZOO="sizes=1 loads=0.5 be=train lengths=fixed window=30").stdout)
 
+    def test_a_slice_runs_end_to_end(self):
+        """zoo.sh -> budget_runs.sh (detached, collected) -> run_matrix.py --fake (MORE) -> the table."""
+        tmp = tempfile.mkdtemp(prefix="gpuos-zoo-e2e-")
+        self.addCleanup(shutil.rmtree, tmp, ignore_errors=True)
+        more = ("--fake --window 1 --be-window 1 --calibrate-s 0.2 --warmup 0 --drain-s 1 --min-requests 1 "
+                "--gpu-sample-ms 0")
+        r = self.zoo(ZOO="sizes=8 loads=0.3 be=infer lengths=azure-code modes=exclusive-hp,exclusive-be,time-slicing "
+                         "gpuos=none", MORE=more, RUN=os.path.join(tmp, "run"), OUT=os.path.join(tmp, "out"),
+                     WAIT_S="100", FAKE_GPUS="1",
+                     PATH=os.path.join(HERE, "fake_bin") + os.pathsep + os.environ["PATH"])
+        self.assertEqual(r.returncode, 0, r.stdout[-3000:] + r.stderr[-2000:])
+        j = common.read_json(os.path.join(tmp, "out", "zoo.json"))
+        (p,) = j["points"]
+        self.assertEqual((p["label"], p["size_b"], p["be"], p["lengths"], p["seed"]),
+                         ("zoo-8b-0.3-infer-azure-code", 8.0, "infer", "azure-code", 1))
+        self.assertEqual([m["mode"] for m in p["modes"]], ["time-slicing"])
+        self.assertTrue(os.path.exists(os.path.join(tmp, "out", "runs.tgz")))
+        self.assertIn("| 8B 0.3 infer azure-code | time-slicing |", r.stdout)
+
     def test_bad_slices(self):
         for bad in ("size=1", "loads=1.5", "be=ddp", "lengths=sharegpt", "sizes", "seeds=a"):
             r = self.zoo("plan", ZOO=bad)
