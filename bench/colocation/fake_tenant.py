@@ -28,13 +28,16 @@ def hp(argv) -> int:
     ap.add_argument("--start-file", default="")
     ap.add_argument("--load-step", default="")
     ap.add_argument("--json", required=True)
+    ap.add_argument("--lengths", default="fixed")
+    ap.add_argument("--seed", type=int, default=1)
     a, _ = ap.parse_known_args(argv)
     stop = common.StopFlag()
     clock = common.WallClock()
     out = {"role": "hp", "ok": False, "torch": "fake", "fake": True,
            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
            "config": {"model": {"params": 1e9, "layers": 19, "hidden": 2048}, "prompt": 128,
-                      "out_tokens": 32, "max_batch": 32, "cuda_graphs": True}}
+                      "out_tokens": 32, "max_batch": 32, "cuda_graphs": True, "lengths": a.lengths,
+                      "seed": a.seed}}
     time.sleep(0.3)   # "load + capture"
     rate = a.rate
     if a.calibrate_load:

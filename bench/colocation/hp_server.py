@@ -36,20 +36,24 @@ import os
 import sys
 import time
 import traceback
+from typing import Optional
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
+import lengths as lengths_mod  # noqa: E402
 
 
 class Req:
-    __slots__ = ("arr", "admit", "first", "done", "ntok")
+    __slots__ = ("arr", "admit", "first", "done", "ntok", "plen", "T")
 
-    def __init__(self, arr: float) -> None:
+    def __init__(self, arr: float, plen: int = 0, T: int = 0) -> None:
         self.arr = arr
         self.admit = None  # when it got a batch slot (its prefill step began)
         self.first = None
         self.done = None
         self.ntok = 0
+        self.plen = plen   # its prompt's length (tokens)
+        self.T = T         # the tokens it asks for (its first comes from its prefill)
 
 
 class EngineReporter:
@@ -91,16 +95,28 @@ class EngineReporter:
             self.kv = None
 
 
+def bucket_name(key) -> str:
+    """A step's graph as the summary names it: its batch bucket, or batch x length bucket."""
+    return f"{key[0]}x{key[1]}" if isinstance(key, tuple) else str(key)
+
+
 class Scheduler:
-    """Continuous-batching scheduler over an Engine (one thread, one stream)."""
+    """Continuous-batching scheduler over an Engine (one thread, one stream).
+
+    Lengths per request (an engine with `variable`): each request carries its prompt length and
+    output tokens; a prefill takes waiting prompts first come first served while one captured
+    shape holds them (lengths.prefill_take), a decode step attends over the context bucket above
+    its longest request, and a request leaves after its own output tokens."""
 
     def __init__(self, eng, torch, max_batch: int, out_tokens: int, stop: common.StopFlag,
-                 phase_hints: bool = True) -> None:
+                 phase_hints: bool = True, prompt: int = 0) -> None:
         self.eng = eng
         self.phase_hints = phase_hints
         self.torch = torch
         self.max_batch = max_batch
         self.T = out_tokens
+        self.P = prompt
+        self.variable = bool(getattr(eng, "variable", False))
         self.stop = stop
         self.cuda = eng.device.type == "cuda"
         if self.cuda:
@@ -122,13 +138,29 @@ class Scheduler:
         return b, (t - t0) * 1e3, t
 
     def run(self, arrivals=None, closed_conc: int = 0, closed_until: float = 0.0,
-            hard_deadline: float = float("inf")) -> dict:
+            hard_deadline: float = float("inf"), lens=None) -> dict:
         """Serve until every request is done (or hard_deadline / SIGTERM).
 
         Open loop: `arrivals` (sorted perf times). Closed loop: closed_conc requests in flight,
-        each completion before closed_until spawns a new one at once."""
-        eng, T = self.eng, self.T
+        each completion before closed_until spawns a new one at once. lens: the requests' (prompt,
+        output tokens), the i-th arrival's i-th (a list) or the closed loop's in turn (an iterator);
+        default every request the server's one prompt length and output tokens."""
+        eng = self.eng
         arrivals = arrivals or []
+        if lens is None:
+            fixed = (self.P, self.T)
+            next_len = lambda i: fixed  # noqa: E731
+        elif isinstance(lens, (list, tuple)):
+            next_len = lens.__getitem__
+        else:
+            it = iter(lens)
+            next_len = lambda i: next(it)  # noqa: E731
+        spawned = [0]
+
+        def new_req(t: float) -> Req:
+            p, n = next_len(spawned[0])
+            spawned[0] += 1
+            return Req(t, p, n)
         slots = [None] * eng.slots          # slot -> Req, compacted in 0..n_active-1
         n_active = 0
         waiting = collections.deque()
@@ -139,33 +171,38 @@ class Scheduler:
         dec_ms = pre_ms = 0.0
         # Prefills by the graph (bucket) they used: TTFT from admission's tail follows the mix.
         by_bucket = {}
+        by_ctx = {}  # decode steps by the context they attended over (lengths per request)
         if closed_conc:
             now = time.perf_counter()
             for _ in range(closed_conc):
-                waiting.append(Req(now))
+                waiting.append(new_req(now))
         aborted = False
 
         def retire(t: float) -> None:
             nonlocal n_active
             for s in range(n_active - 1, -1, -1):
                 r = slots[s]
-                if r.ntok >= T:
+                if r.ntok >= r.T:
                     r.done = t
                     done.append(r)
                     last = n_active - 1
                     if s != last:
-                        eng.move_slot(last, s)
+                        if self.variable:  # only what the moved request has written
+                            m = slots[last]
+                            eng.move_slot(last, s, m.plen + m.ntok - 1)
+                        else:
+                            eng.move_slot(last, s)
                         slots[s] = slots[last]
                     slots[last] = None
                     n_active -= 1
                     if closed_conc and t < closed_until:
-                        waiting.append(Req(t))
+                        waiting.append(new_req(t))
 
         reporter = EngineReporter(self.max_batch, self.phase_hints)
         while True:
             now = time.perf_counter()
             while nxt < len(arrivals) and arrivals[nxt] <= now:
-                waiting.append(Req(arrivals[nxt]))
+                waiting.append(new_req(arrivals[nxt]))
                 nxt += 1
             reporter.report(now, n_active, len(waiting))
             if not waiting and n_active == 0:
@@ -178,9 +215,16 @@ class Scheduler:
                 break
             if waiting and n_active < self.max_batch:
                 m = min(len(waiting), self.max_batch - n_active, eng.max_prefill)
+                if self.variable:
+                    plens = [waiting[i].plen for i in range(m)]
+                    m = lengths_mod.prefill_take(plens, m, eng.prefill_buckets, eng.prompt_buckets,
+                                                 eng.prefill_tokens)
+                    step = (eng.prefill, n_active, m, plens[:m])
+                else:
+                    step = (eng.prefill, n_active, m)
                 admitted = time.perf_counter()
                 with reporter.admission():
-                    bucket, ms, t = self._timed(eng.prefill, n_active, m)
+                    bucket, ms, t = self._timed(*step)
                 busy_ms += ms
                 pre_ms += ms
                 n_pre += 1
@@ -197,7 +241,12 @@ class Scheduler:
                     n_active += 1
                 retire(t)
             if n_active:
-                _, ms, t = self._timed(eng.decode, n_active)
+                if self.variable:
+                    max_pos = max(slots[i].plen + slots[i].ntok - 1 for i in range(n_active))
+                    key, ms, t = self._timed(eng.decode, n_active, max_pos)
+                    by_ctx[key[1]] = by_ctx.get(key[1], 0) + 1
+                else:
+                    _, ms, t = self._timed(eng.decode, n_active)
                 busy_ms += ms
                 dec_ms += ms
                 n_dec += 1
@@ -206,7 +255,8 @@ class Scheduler:
                     slots[s].ntok += 1
                 retire(t)
         unfinished = [r for r in slots[:n_active]] + list(waiting)
-        unfinished += [Req(a) for a in arrivals[nxt:]]
+        unfinished += [Req(a, *next_len(i)) for i, a in enumerate(arrivals[nxt:], start=spawned[0])
+                       if lens is None or isinstance(lens, (list, tuple))]
         return {
             "done": done,
             "unfinished": unfinished,
@@ -217,16 +267,22 @@ class Scheduler:
             "mean_decode_batch": dec_rows / n_dec if n_dec else None,
             "mean_decode_step_ms": dec_ms / n_dec if n_dec else None,
             "mean_prefill_step_ms": pre_ms / n_pre if n_pre else None,
-            "prefill_buckets": {str(k): {"prefills": v["prefills"], "requests": v["requests"],
-                                         "ms": common.stats(v["ms"])} for k, v in sorted(by_bucket.items())},
+            "prefill_buckets": {bucket_name(k): {"prefills": v["prefills"], "requests": v["requests"],
+                                                 "ms": common.stats(v["ms"])} for k, v in sorted(by_bucket.items())},
+            **({"decode_contexts": {str(c): n for c, n in sorted(by_ctx.items())}} if self.variable else {}),
         }
 
 
-def request_log(res: dict, t_start: float, t_end: float, T: int) -> dict:
+def _tpot_ms(r: Req) -> Optional[float]:
+    """A finished request's time per output token after its first (None: it asked for one)."""
+    return (r.done - r.first) * 1e3 / (r.T - 1) if r.T > 1 else None
+
+
+def request_log(res: dict, t_start: float, t_end: float, T: int = 0) -> dict:
     """Every request that arrived in the window, by arrival (s since t_start), with its TTFT and
-    TPOT (None: unfinished at the drain deadline): latency per window after a load step."""
-    rows = [(r.arr, (r.first - r.arr) * 1e3, (r.done - r.first) * 1e3 / (T - 1) if T > 1 else None)
-            for r in res["done"]]
+    TPOT (None: unfinished at the drain deadline): latency per window after a load step. (T: unused,
+    each request has its own output tokens.)"""
+    rows = [(r.arr, (r.first - r.arr) * 1e3, _tpot_ms(r)) for r in res["done"]]
     rows += [(r.arr, None, None) for r in res["unfinished"] if r.arr <= t_end]
     rows.sort(key=lambda x: x[0])
 
@@ -244,7 +300,7 @@ def summarize(res: dict, t_start: float, t_end: float, clock: common.WallClock, 
     # TTFT from admission (the request got a batch slot): what the server's steps cost it, without
     # its wait for a slot, which grows with the load whatever runs beside the server.
     ttft_admit = [(r.first - r.admit) * 1e3 for r in done if r.admit is not None]
-    tpot = [(r.done - r.first) * 1e3 / (T - 1) for r in done] if T > 1 else []
+    tpot = [v for v in (_tpot_ms(r) for r in done) if v is not None]
     # Unfinished requests count in the e2e tail with their latency so far (a lower bound).
     censored = [(t_end - r.arr) * 1e3 for r in res["unfinished"] if r.arr <= t_end]
     wall = max(t_end - t_start, 1e-9)
@@ -262,7 +318,11 @@ def summarize(res: dict, t_start: float, t_end: float, clock: common.WallClock, 
         "gpu_busy_s": res["busy_ms"] / 1e3,
         "busy_fraction": min(1.0, res["busy_ms"] / 1e3 / wall),
         "steps": {k: res[k] for k in ("decode_steps", "prefill_steps", "mean_decode_batch",
-                                      "mean_decode_step_ms", "mean_prefill_step_ms", "prefill_buckets")},
+                                      "mean_decode_step_ms", "mean_prefill_step_ms", "prefill_buckets",
+                                      "decode_contexts") if k in res},
+        # The requests' lengths as served (drawn ones vary; fixed ones are the one shape).
+        "request_lengths": {"prompt": common.stats([r.plen for r in done]),
+                            "output": common.stats([r.T for r in done])},
         **({"request_log": request_log(res, t_start, t_end, T)} if log_requests else {}),
     }
 
@@ -280,8 +340,19 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--params-b", type=float, default=1.0, help="model size in billions (1-8; 0 = tiny CPU self-test model)")
     ap.add_argument("--layers", type=int, default=None, help="override the layer count")
-    ap.add_argument("--prompt", type=int, default=128, help="prompt length P")
-    ap.add_argument("--out-tokens", type=int, default=32, help="output tokens per request T")
+    ap.add_argument("--prompt", type=int, default=128, help="prompt length P (--lengths fixed)")
+    ap.add_argument("--out-tokens", type=int, default=32, help="output tokens per request T (--lengths fixed)")
+    ap.add_argument("--lengths", choices=lengths_mod.CHOICES, default="fixed",
+                    help="each request's prompt and output length: fixed (--prompt, --out-tokens) or drawn "
+                         "from the Azure LLM inference trace 2023's conversation / coding service "
+                         "(lengths.py: the trace's percentiles, clipped to --max-prompt / --max-out), "
+                         "per request from --seed")
+    ap.add_argument("--max-prompt", type=int, default=lengths_mod.MAX_PROMPT,
+                    help="drawn lengths: the longest prompt (prompts are padded to power-of-two buckets "
+                         "from 128 up to it)")
+    ap.add_argument("--max-out", type=int, default=lengths_mod.MAX_OUT, help="drawn lengths: the most output tokens")
+    ap.add_argument("--prefill-tokens", type=int, default=lengths_mod.PREFILL_TOKENS,
+                    help="drawn lengths: the most (padded) prompt tokens one prefill step takes")
     ap.add_argument("--max-batch", type=int, default=32, help="max concurrent requests (decode batch)")
     ap.add_argument("--decode-buckets", default="1,2,4,8,16,32")
     ap.add_argument("--prefill-buckets", default="1,2,4,8")
@@ -330,10 +401,13 @@ def main() -> int:
         decode_b = sorted(set([b for b in decode_b if b < args.max_batch] + [args.max_batch]))
         prefill_b = sorted(set(int(x) for x in args.prefill_buckets.split(",") if x))
         max_pre = prefill_b[-1]
-        eng = llama.Engine(cfg, max_slots=args.max_batch + max_pre, prompt_len=args.prompt,
-                           max_new=args.out_tokens, device=args.device, seed=args.seed,
+        lens = lengths_mod.Lengths(args.lengths, args.prompt, args.out_tokens, args.max_prompt, args.max_out)
+        shape = {} if lens.fixed else {"prompt_buckets": lens.prompt_buckets(), "ctx_buckets": lens.ctx_buckets(),
+                                       "prefill_tokens": args.prefill_tokens}
+        eng = llama.Engine(cfg, max_slots=args.max_batch + max_pre, prompt_len=lens.max_prompt,
+                           max_new=lens.max_out, device=args.device, seed=args.seed,
                            max_prefill=max_pre,
-                           dtype=torch.bfloat16 if dev.type == "cuda" else torch.float32)
+                           dtype=torch.bfloat16 if dev.type == "cuda" else torch.float32, **shape)
         t_build = time.perf_counter()
         eng.prepare(decode_b, prefill_b, use_graphs=not args.no_graphs)
         t_cap = time.perf_counter()
@@ -341,18 +415,28 @@ def main() -> int:
             "model": cfg, "prompt": args.prompt, "out_tokens": args.out_tokens,
             "max_batch": args.max_batch, "decode_buckets": decode_b, "prefill_buckets": prefill_b,
             "cuda_graphs": eng.use_graphs, "dtype": str(eng.dtype).replace("torch.", ""), "seed": args.seed,
+            "lengths": args.lengths,
+            "kv_gib": lengths_mod.kv_gib(cfg, eng.slots, eng.S, torch.tensor([], dtype=eng.dtype).element_size()),
+            **({} if lens.fixed else {
+                "max_prompt": lens.max_prompt, "max_out": lens.max_out, "context": eng.S,
+                "prompt_buckets": eng.prompt_buckets, "ctx_buckets": eng.ctx_buckets,
+                "prefill_tokens": eng.prefill_tokens,
+                "prefill_graphs": [bucket_name(k) for k in eng.prefill_shapes()],
+                "decode_graphs": len(eng.decode_shapes())}),
         }
         out["startup_s"] = {"import": t_import - t_proc, "build": t_build - t_import,
                             "capture": t_cap - t_build}
         print(f"[hp] model {cfg['params'] / 1e9:.2f}B layers={cfg['layers']} hidden={cfg['hidden']} "
               f"graphs={eng.use_graphs} ready in {t_cap - t_proc:.1f}s", flush=True)
-        sched = Scheduler(eng, torch, args.max_batch, args.out_tokens, stop, phase_hints=not args.no_phase_hints)
+        sched = Scheduler(eng, torch, args.max_batch, args.out_tokens, stop, phase_hints=not args.no_phase_hints,
+                          prompt=args.prompt)
 
         rate = args.rate
         if args.calibrate_load > 0:
             t0 = time.perf_counter()
             res = sched.run(closed_conc=args.max_batch, closed_until=t0 + args.calibrate_s,
-                            hard_deadline=t0 + args.calibrate_s + 30)
+                            hard_deadline=t0 + args.calibrate_s + 30,
+                            lens=None if lens.fixed else lens.stream(args.seed, "calibration"))
             # Count completions in [t0 + skip, t0 + calibrate_s]: steady state, before the drain.
             skip = min(2.0, args.calibrate_s / 4)
             a, b = t0 + skip, t0 + args.calibrate_s
@@ -382,7 +466,8 @@ def main() -> int:
         if args.warmup > 0:
             t0 = time.perf_counter()
             arr = common.poisson_arrivals(rate, t0, args.warmup, 0, args.seed + 1000)
-            sched.run(arrivals=arr, hard_deadline=t0 + args.warmup + 10)
+            sched.run(arrivals=arr, hard_deadline=t0 + args.warmup + 10,
+                      lens=None if lens.fixed else lens.draw(len(arr), args.seed, "warmup"))
         if args.start_file:
             print(f"[hp] waiting for {args.start_file}", flush=True)
             if not common.wait_for_file(args.start_file, args.start_timeout):
@@ -400,7 +485,8 @@ def main() -> int:
         t_start = time.perf_counter()
         arr = common.poisson_arrivals(rate, t_start, args.duration, args.requests, args.seed, step)
         last_arr = arr[-1] if arr else t_start
-        res = sched.run(arrivals=arr, hard_deadline=last_arr + args.drain_s)
+        res = sched.run(arrivals=arr, hard_deadline=last_arr + args.drain_s,
+                        lens=None if lens.fixed else lens.draw(len(arr), args.seed))
         t_end = time.perf_counter()
         gc.enable()
         out.update(summarize(res, t_start, t_end, clock, args.out_tokens, log_requests=bool(step)))
@@ -409,6 +495,8 @@ def main() -> int:
         out["ok"] = not res["aborted"] or out["requests"] > 0
         if res["aborted"]:
             out["note"] = "window cut short (drain deadline or SIGTERM); unfinished requests counted as censored"
+        if dev.type == "cuda":  # what the server held at its most (weights, KV cache, graphs, activations)
+            out["peak_memory_gib"] = torch.cuda.max_memory_reserved() / 2**30
         e, f = out["e2e_ms"], common.fmt
         print(f"[hp] {out['requests']} requests ({out['unfinished']} unfinished) "
               f"e2e p50 {f(e['p50'])} ms p99 {f(e['p99'])} ms; ttft p99 {f(out['ttft_ms']['p99'])} ms; "

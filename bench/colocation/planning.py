@@ -16,6 +16,8 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 import be_train  # noqa: E402  (torch-free at import: its DDP launcher's helpers)
 import common  # noqa: E402
+import lengths  # noqa: E402
+import llama_shapes  # noqa: E402
 
 BASELINE_MODES = ["exclusive-hp", "exclusive-be", "time-slicing", "mps", "mps-be50"]
 # Asked for by name only; runs after every other mode: HP alone again at the same rate, so drift
@@ -188,7 +190,23 @@ class Plan:
     def est_hp_startup(self) -> float:
         if self.a.workload == "synthetic":
             return 1.5
-        return 14.0 + 1.5 * self.a.params_b + self.a.warmup
+        # Drawn lengths: a graph per length bucket too (57 against 10), and their warm-ups.
+        more = 0.0 if self.lengths().fixed else 4.0 + 1.0 * self.a.params_b
+        return 14.0 + 1.5 * self.a.params_b + self.a.warmup + more
+
+    def lengths(self) -> "lengths.Lengths":
+        """HP's request lengths (hp_server.py's defaults for the drawn ones' bounds)."""
+        return lengths.Lengths(getattr(self.a, "lengths", "fixed"), self.a.prompt, self.a.out_tokens)
+
+    def hp_memory(self) -> dict:
+        """HP's device memory by its shapes (GiB): weights and KV cache (max_batch + 8 slots of the
+        whole context), bf16; activations and the graph pool not counted."""
+        cfg = llama_shapes.config_for_params(self.a.params_b)
+        ln = self.lengths()
+        slots = self.a.max_batch + 8  # hp_server's default prefill buckets end at 8
+        weights = cfg["params"] * 2 / 2**30
+        kv = lengths.kv_gib(cfg, slots, ln.context())
+        return {"weights": weights, "kv": kv, "slots": slots, "context": ln.context(), "total": weights + kv}
 
     def est_be_startup(self) -> float:
         if self.a.workload == "synthetic":
@@ -240,6 +258,7 @@ class Plan:
             return cmds
         cmd = [self.py, os.path.join(HERE, "hp_server.py"), "--params-b", str(a.params_b),
                "--prompt", str(a.prompt), "--out-tokens", str(a.out_tokens),
+               "--lengths", a.lengths, "--seed", str(a.seed),
                "--max-batch", str(a.max_batch), "--duration", str(a.window),
                "--warmup", str(a.warmup), "--drain-s", str(a.drain_s), "--json", js]
         if calibrate:
@@ -381,9 +400,16 @@ class Plan:
         a = self.a
         print(f"co-location matrix: workload={a.workload} be={a.be} load={a.load} out={self.out_dir()}")
         if a.workload == "torch":
-            print(f"  HP: Llama ~{a.params_b}B bf16, prompt {a.prompt}, {a.out_tokens} output tokens, "
+            ln = self.lengths()
+            shape = (f"prompt {a.prompt}, {a.out_tokens} output tokens" if ln.fixed else
+                     f"lengths {a.lengths} (Azure LLM trace 2023; prompts up to {ln.max_prompt}, outputs up "
+                     f"to {ln.max_out})")
+            mem = self.hp_memory()
+            print(f"  HP: Llama ~{a.params_b}B bf16, {shape}, arrival seed {a.seed}, "
                   f"max batch {a.max_batch}, window {a.window}s (+{a.warmup}s warm-up), "
                   f"calibration {a.calibrate_s}s closed loop")
+            print(f"  HP memory ~{mem['total']:.1f} GiB: weights {mem['weights']:.1f} + KV cache {mem['kv']:.1f} "
+                  f"({mem['slots']} slots x {mem['context']} tokens), before activations and graphs")
             if a.hp_gpu is not None:
                 print(f"  HP pinned to GPU {a.hp_gpu} (CUDA_VISIBLE_DEVICES={self.hp_visible()})")
             if a.be == "ddp":

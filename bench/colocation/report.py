@@ -211,6 +211,11 @@ def build_summary(raw: dict) -> dict:
         "nccl_version": nccl_v,
         "torch_version": torch_v,
         "load": meta.get("load"),
+        # The HP's request lengths (fixed, azure-conv, azure-code) and arrival seed: None in a run
+        # from before they were recorded (fixed lengths, seed 1).
+        "lengths": meta.get("lengths") or (hp_cfg or {}).get("lengths"),
+        "seed": meta.get("seed") if meta.get("seed") is not None else (hp_cfg or {}).get("seed"),
+        "params_b": meta.get("params_b"),
         "load_step": step,
         "capacity_rps": raw.get("capacity_rps"),
         "hp_rate_rps": raw.get("hp_rate_rps"),
@@ -307,9 +312,13 @@ def markdown(s: dict) -> str:
     hp = wl.get("hp") or {}
     model = hp.get("model") or {}
     if model:
+        shape = (f"prompt {hp.get('prompt')}, {hp.get('out_tokens')} output tokens"
+                 if hp.get("lengths") in (None, "fixed") else
+                 f"lengths {hp.get('lengths')} (prompts up to {hp.get('max_prompt')}, outputs up to "
+                 f"{hp.get('max_out')} tokens)")
         out.append(f"HP: Llama-shaped {model.get('params', 0) / 1e9:.2f}B ({model.get('layers')} layers, "
-                   f"hidden {model.get('hidden')}), prompt {hp.get('prompt')}, {hp.get('out_tokens')} "
-                   f"output tokens, max batch {hp.get('max_batch')}, CUDA graphs {hp.get('cuda_graphs')}.")
+                   f"hidden {model.get('hidden')}), {shape}, max batch {hp.get('max_batch')}, "
+                   f"CUDA graphs {hp.get('cuda_graphs')}, arrival seed {hp.get('seed', s.get('seed'))}.")
     bec = wl.get("be_config") or {}
     if bec:
         out.append("BE (" + str(wl.get("be")) + "): " + ", ".join(f"{k} {v}" for k, v in bec.items()

@@ -66,6 +66,7 @@ sys.path.insert(0, HERE)
 import be_train  # noqa: E402  (torch-free at import: its DDP launcher's helpers)
 import common  # noqa: E402
 import gpu_state  # noqa: E402
+import lengths  # noqa: E402
 import readers  # noqa: E402
 import report  # noqa: E402
 # The parts' names as this module's too (the runner's tests and callers use them from here).
@@ -129,6 +130,8 @@ class Runner:
         self.meta = {
             "date": _dt.datetime.now().isoformat(timespec="seconds"),
             "label": a.label, "load": a.load, "workload": a.workload, "be": a.be,
+            "lengths": a.lengths if a.workload == "torch" else None, "seed": a.seed,
+            "params_b": a.params_b if a.workload == "torch" else None,
             "gpu": readers.gpu_info(), "argv": sys.argv[1:], "workdir": self.plan.workdir,
             "hp_gpu": a.hp_gpu, "be_gpus": a.be_gpu_list if a.be == "ddp" else None,
             "gpus_used": self.plan.gpus_used(),
@@ -535,6 +538,12 @@ def parse_args(argv=None):
     h.add_argument("--prompt", type=int, default=128)
     h.add_argument("--out-tokens", type=int, default=32)
     h.add_argument("--max-batch", type=int, default=32)
+    h.add_argument("--lengths", choices=lengths.CHOICES, default="fixed",
+                   help="HP's request lengths: fixed (--prompt, --out-tokens) or drawn per request from the "
+                        "Azure LLM inference trace 2023's conversation or coding service (lengths.py)")
+    h.add_argument("--seed", type=int, default=1,
+                   help="HP's arrival seed (hp_server.py --seed: its arrivals, and drawn lengths, in every "
+                        "mode of the run)")
     h.add_argument("--hp-args", default="", help="extra hp_server.py flags, e.g. '--no-graphs'")
     b = ap.add_argument_group("BE (torch)")
     b.add_argument("--be-params-m", type=int, default=350)
