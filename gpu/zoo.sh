@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Issue #56's zoo in one command: servers of 1B, 3B and 8B (hp_server.py --params-b), loads of
 # 10-70%, beside training or batch inference, with fixed request lengths (128 / 32) or lengths drawn
 # from the Azure LLM inference trace 2023 (bench/colocation/lengths.py), from one or more arrival

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Request lengths for hp_server.py (torch-free): every request's prompt and output length, either
 fixed (--prompt / --out-tokens, the suite's 128 / 32) or drawn from a published production trace.
 

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """One table over the zoo's points (issue #56): every run_matrix.py summary.json found under the
 given files and folders (gpu/zoo.sh's runs, or their runs.tgz unpacked), one point each (server
 size, load, BE kind, request lengths, arrival seed), and per point and co-located mode:

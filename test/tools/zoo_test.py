@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Issue #56's zoo (no GPU, no torch): the request-length sampler (lengths.py: deterministic per
 seed, the cited medians), hp_server's scheduler with lengths per request on a stand-in engine,
 run_matrix.py's --lengths / --seed (commands, plan, a --fake run's summary), gpu/zoo.sh's slice
