@@ -460,9 +460,30 @@ class Packaging(unittest.TestCase):
             os.unlink(empty.name)
         strip = lambda out: [l for l in out.splitlines() if not l.startswith("# source")]
         self.assertEqual(strip(r.stdout), strip(d.stdout), "packaging/gpuos.toml differs from the built-in defaults")
-        text = open(cfg).read()
-        for table in ("[daemon]", "[tenants]", "[scheduler]", "[metrics]"):
+        # It is `gpuos config defaults` (issue #57; also the ctest cli.packaged_config_is_generated):
+        # every table and key, each commented out at its default under its line from the code.
+        g = subprocess.run([bin_path("gpuos"), "config", "defaults"], capture_output=True, text=True)
+        self.assertEqual(g.returncode, 0, g.stderr)
+        with open(cfg) as f:
+            text = f.read()
+        self.assertEqual(text, g.stdout, "regenerate it: build/bin/gpuos config defaults > packaging/gpuos.toml")
+        for table in ("[daemon]", "[tenants]", "[scheduler]", "[policy.budget]", "[metrics]"):
             self.assertIn(table, text)
+        # Each key uncommented (but the [[spatial.domain]] example) is still the defaults.
+        active, example = [], False
+        for line in text.splitlines():
+            example = line == "#[[spatial.domain]]" or (example and not line.startswith("["))
+            active.append(line[1:] if not example and re.match(r"#[a-z_]+ = ", line) else line)
+        self.assertGreater(sum(1 for a, b in zip(active, text.splitlines()) if a != b), 50)
+        uncommented = tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False)
+        uncommented.write("\n".join(active) + "\n")
+        uncommented.close()
+        try:
+            u = subprocess.run([bin_path("gpuos"), "config", "check", uncommented.name], capture_output=True, text=True)
+        finally:
+            os.unlink(uncommented.name)
+        self.assertEqual(u.returncode, 0, u.stderr)
+        self.assertEqual(strip(u.stdout), strip(d.stdout), "a key's commented-out value is not its default")
 
     def test_unit_file(self):
         unit = open(os.path.join(SOURCE, "packaging", "gpuosd.service")).read()
