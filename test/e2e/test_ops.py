@@ -361,6 +361,9 @@ class TopInTmux(unittest.TestCase):
             self.skipTest("tmux is absent (Debian package `tmux`; .ci/run installs it)")
         self.d = start_daemon(self)
         self.sock_name = "gpuos-top-test-%d" % os.getpid()
+        # Last: the server's socket file, which kill-server leaves behind.
+        sock_path = os.path.join(os.environ.get("TMUX_TMPDIR") or "/tmp", "tmux-%d" % os.getuid(), self.sock_name)
+        self.addCleanup(lambda: os.path.exists(sock_path) and os.unlink(sock_path))
         self.addCleanup(subprocess.run, [self.tmux, "-L", self.sock_name, "kill-server"], capture_output=True)
         self.synth = spawn(self, self.d.run_cmd(["--name", "topsynth", "--", bin_path("gpuos-synth"), "--name",
                                                  "topsynth", "--iters", "2000000", "--count", "10000000",
