@@ -136,6 +136,38 @@ std::string bash_completion(const CLI::App& app) {
   return s;
 }
 
+std::string usage_lines(const CLI::App& app) {
+  const Formatter& fmt = formatter_of(app);
+  std::vector<std::pair<std::string, const CLI::App*>> nodes;
+  walk(&app, "", &nodes);
+  std::string s;
+  for (const auto& [path, a] : nodes) {
+    if (path.empty() || !visible_commands(*a).empty()) continue;  // leaves only
+    std::string line = "gpuos " + path;
+    auto value = [&](const CLI::Option* o, const std::string& name) {
+      std::string v;
+      for (const auto& c : choices(o)) v += (v.empty() ? "" : "|") + c;
+      return v.empty() ? name : v;
+    };
+    // Its arguments first (`gpuos gate TENANT_ID open|close [--socket PATH]`), but a command's
+    // command last (`gpuos run [OPTIONS] [--] CMD [ARGS...]`).
+    for (const CLI::Option* o : visible_options(*a, true)) line += " " + value(o, o->get_name());
+    for (const CLI::Option* o : visible_options(*a, false)) {
+      if (o->get_lnames() == std::vector<std::string>{"help"}) continue;
+      std::string names;
+      for (const auto& n : option_names(o)) names += (names.empty() ? "" : ",") + n;
+      if (!Formatter::is_flag(o)) {
+        const std::string v = value(o, fmt.metavar(o));
+        names += o->get_expected_min() == 0 ? " [" + v + "]" : " " + v;
+      }
+      line += " [" + names + "]";
+    }
+    if (a->get_prefix_command()) line += " [--] CMD [ARGS...]";
+    s += line + "\n";
+  }
+  return s;
+}
+
 std::string man_page(const CLI::App& app, const std::string& version) {
   const Formatter& fmt = formatter_of(app);
   std::string s;

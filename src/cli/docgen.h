@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// The bash completion and the man page of gpuos, generated from its CLI11 definition (main.cc) so
+// The bash completion, the man page and the usage lines of gpuos, generated from its CLI11 definition (main.cc) so
 // that they list exactly the commands and options the binary has. The build runs
 // `gpuos --generate bash-completion` and `gpuos --generate man` and installs the output.
 #pragma once
@@ -16,5 +16,9 @@ std::string bash_completion(const CLI::App& app);
 // gpuos(1) in roff (man macros): every command with its options, then the sections on sizes, exit
 // status, environment and files.
 std::string man_page(const CLI::App& app, const std::string& version);
+// One line per command ("gpuos top [-d,--interval SECONDS] [-n,--iterations N] ..."): every option,
+// a fixed set of values as a|b, an optional value in brackets. README.md's usage block holds these
+// lines (a test compares them), so that it names every command and option the binary has.
+std::string usage_lines(const CLI::App& app);
 
 }  // namespace gpuos::cli

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// gpuos: the command-line interface (daemon, run, ps, top, gate, config check, demo).
+// gpuos: the command-line interface (daemon, run, ps, top, gate, config check/defaults, demo).
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -44,8 +44,12 @@ int cmd_daemon(const std::string& config, const std::string& socket, const std::
 }
 
 // --policy: a policy of its slot, else a usage error in the words of the config's check.
+// Its description lists the slot's policies as CLI11 lists IsMember's values ("{open,priority}"),
+// so that the completion, the man page and `--generate usage` offer them.
 CLI::Validator policy_check(policies::SlotKind slot) {
-  return CLI::Validator([slot](std::string& name) { return policies::not_a_policy(slot, name); }, "POLICY");
+  std::string names = policies::policy_names(slot);
+  std::erase(names, ' ');
+  return CLI::Validator([slot](std::string& name) { return policies::not_a_policy(slot, name); }, "{" + names + "}");
 }
 
 // "-1000..1000": a tenant number's range (tenant_numbers.h, the one gpuosd and the claims check).
@@ -193,8 +197,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(0, 1);  // one command; none only with --generate (checked below)
   // Hidden (empty group): what the build runs to write the shell completion and the man page.
   std::string generate;
-  app.add_option("--generate", generate, "write bash-completion or man to stdout")
-      ->check(CLI::IsMember({"bash-completion", "man"}))
+  app.add_option("--generate", generate, "write bash-completion, man or usage (README.md's lines) to stdout")
+      ->check(CLI::IsMember({"bash-completion", "man", "usage"}))
       ->group("");
 
   std::string config, socket;
@@ -295,6 +299,9 @@ int main(int argc, char** argv) {
   cfgcmd->require_subcommand(1);
   auto* check = cfgcmd->add_subcommand("check", "validate a config file and print the effective config");
   check->add_option("FILE", check_file, "config file")->required();
+  auto* defaults = cfgcmd->add_subcommand(
+      "defaults", "print every table and key with its built-in default and what it does, commented out: a config "
+                  "file to start from (packaging/gpuos.toml is this)");
 
   DemoOptions dopt;
   auto* demo = app.add_subcommand("demo", "run a latency-critical and a best-effort tenant under a private gpuosd");
@@ -312,6 +319,7 @@ int main(int argc, char** argv) {
 
   if (generate == "bash-completion") return std::fputs(bash_completion(app).c_str(), stdout) >= 0 ? 0 : 1;
   if (generate == "man") return std::fputs(man_page(app, GPUOS_VERSION).c_str(), stdout) >= 0 ? 0 : 1;
+  if (generate == "usage") return std::fputs(usage_lines(app).c_str(), stdout) >= 0 ? 0 : 1;
   if (*daemon && simulate_gpus != 0 && !use_simulated_device("daemon", simulate_gpus)) return 2;
   if (*daemon) return cmd_daemon(config, socket, policy, metrics_listen, daemon_log_level);
   if (*run) {
@@ -330,6 +338,7 @@ int main(int argc, char** argv) {
   if (*top) return cmd_top(topt, socket, config);
   if (*gate) return cmd_gate(tenant_id, gate_state, socket, config);
   if (*check) return cmd_config_check(check_file);
+  if (*defaults) return std::fputs(policies::format_default_config().c_str(), stdout) >= 0 ? 0 : 1;
   if (*demo) return demo_command(dopt);
   std::fprintf(stderr, "gpuos: a command is required (commands: daemon, run, ps, top, gate, config, demo; see "
                "gpuos --help)\n");

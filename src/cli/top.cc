@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <deque>
 #include <map>
 
 #include "common/clock.h"
@@ -90,9 +91,61 @@ std::string rate(uint64_t now, uint64_t before, double dt) {
   return b;
 }
 
+// s in at most n bytes (so at most n columns): cut without splitting a UTF-8 sequence, "~" marking
+// the cut.
+std::string fit(const std::string& s, std::size_t n) {
+  if (s.size() <= n) return s;
+  std::size_t cut = n == 0 ? 0 : n - 1;
+  while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xc0) == 0x80) --cut;
+  return s.substr(0, cut) + "~";
+}
+
+// The end of s in at most n bytes, "..." marking what was left out (a socket path's file name
+// matters most).
+std::string fit_tail(const std::string& s, std::size_t n) {
+  if (s.size() <= n) return s;
+  if (n <= 3) return std::string(n, '.');
+  std::size_t from = s.size() - (n - 3);
+  while (from < s.size() && (static_cast<unsigned char>(s[from]) & 0xc0) == 0x80) ++from;
+  return "..." + s.substr(from);
+}
+
+// GPU%: the tenant's GPU time (the usage check's NVML measure) per wall time since `base`; "-"
+// where NVML measures nothing of it (no GPU time and no memory: the check is off, or its process
+// has no context yet) or there is no base yet. Over 100 on several GPUs.
+std::string gpu_percent(const gpuos_msg_tenant_info& t, const gpuos_msg_tenant_info* base, double dt) {
+  if ((t.gpu_time_ns == 0 && t.verified_mem_bytes == 0) || base == nullptr || dt <= 0 ||
+      t.gpu_time_ns < base->gpu_time_ns) {
+    return "-";
+  }
+  char b[32];
+  std::snprintf(b, sizeof(b), "%.0f", 100.0 * static_cast<double>(t.gpu_time_ns - base->gpu_time_ns) / (dt * 1e9));
+  return b;
+}
+
+// BUDGET: a budgeted tenant's slowdown now / its budget and the share best-effort tenants are lent
+// ("1.21/1.50 35%"; "?" before it is measured); a best-effort tenant paced beside one, its share
+// ("paced 35%"). `gpuos ps` has the rest (the slower phase, MPS's cost, the launch bound).
+std::string budget_cell(const gpuos_msg_tenant_info& t) {
+  char b[64];
+  if (t.max_slowdown_permille == 0 && t.pace_permille != 0) {
+    std::snprintf(b, sizeof(b), "paced %u%%", (t.pace_permille + 5) / 10);
+    return b;
+  }
+  if (t.max_slowdown_permille == 0) return "-";
+  char measured[16] = "?";
+  if (t.slowdown_permille != 0) std::snprintf(measured, sizeof(measured), "%.2f", t.slowdown_permille / 1000.0);
+  std::snprintf(b, sizeof(b), "%s/%.2f %u%%", measured, t.max_slowdown_permille / 1000.0,
+                (t.be_share_permille + 5) / 10);
+  return b;
+}
+
+// The row layout: 86 columns before BUDGET, which gets the other 14 of kTopWidth ("1.23/1.50 35%").
+constexpr const char* kRowFormat = "%4s %7s %-12s %-11s %-9s %4s %9s %8s %5s %7s %s";
+
 }  // namespace
 
-std::vector<std::string> render_top(const Listing* prev, const Listing& cur, double dt_s, const std::string& socket,
+std::vector<std::string> render_top(const TopRates& rates, const Listing& cur, const std::string& socket,
                                     double interval, std::size_t width, std::size_t height) {
   std::vector<std::string> lines;
   char buf[1024];
@@ -103,26 +156,31 @@ std::vector<std::string> render_top(const Listing* prev, const Listing& cur, dou
   std::strftime(clock, sizeof(clock), "%H:%M:%S", &lt);
   std::size_t live = 0;
   for (const auto& t : cur.tenants) live += t.state != GPUOS_TENANT_EXITED;
-  std::snprintf(buf, sizeof(buf), "gpuos top - %s  socket %s  every %.1fs  %zu tenant%s  (q: quit)", clock,
-                socket.c_str(), interval, live, live == 1 ? "" : "s");
-  lines.emplace_back(buf);
+  std::snprintf(buf, sizeof(buf), "gpuos top - %s  every %.1fs  %zu tenant%s  (q: quit)  socket ", clock, interval,
+                live, live == 1 ? "" : "s");
+  const std::string head = buf;
+  lines.push_back(head + fit_tail(printable(socket), kTopWidth > head.size() ? kTopWidth - head.size() : 0));
   for (const auto& g : cur.gpus) {
     double pct = g.total_mem_bytes ? 100.0 * static_cast<double>(g.used_mem_bytes) / static_cast<double>(g.total_mem_bytes) : 0;
-    std::snprintf(buf, sizeof(buf), "GPU %u  %-36s %4u SMs  mem %s / %s (%.0f%%) by gpuos tenants", g.index,
-                  printable(cstr(g.name, sizeof(g.name))).c_str(), g.sm_count, human_bytes(g.used_mem_bytes).c_str(),
-                  human_bytes(g.total_mem_bytes).c_str(), pct);
+    std::snprintf(buf, sizeof(buf), "GPU %-2u %-32s %4u SMs  mem %s / %s (%.0f%%) by tenants", g.index,
+                  fit(printable(cstr(g.name, sizeof(g.name))), 32).c_str(), g.sm_count,
+                  human_bytes(g.used_mem_bytes).c_str(), human_bytes(g.total_mem_bytes).c_str(), pct);
     lines.emplace_back(buf);
   }
   if (cur.gpus.empty()) lines.emplace_back("no GPUs known to gpuosd");
   lines.emplace_back("");
-  std::snprintf(buf, sizeof(buf), "%5s %8s %-20s %-12s %-12s %9s %8s %10s %10s %10s %8s %s", "ID", "PID", "NAME",
-                "CLASS", "STATE", "LAUNCH/s", "GRAPH/s", "MEM", "PEAK", "GATE-WAIT%", "SMS", "BUDGET");
+  std::snprintf(buf, sizeof(buf), kRowFormat, "ID", "PID", "NAME", "CLASS", "STATE", "GPU%", "MEM", "LAUNCH/s",
+                "WAIT%", "SMS", "BUDGET");
   lines.emplace_back(buf);
 
-  std::map<uint32_t, const gpuos_msg_tenant_info*> before;
-  if (prev != nullptr) {
-    for (const auto& t : prev->tenants) before[t.tenant_id] = &t;
-  }
+  auto by_id = [](const Listing* l) {
+    std::map<uint32_t, const gpuos_msg_tenant_info*> m;
+    if (l != nullptr) {
+      for (const auto& t : l->tenants) m[t.tenant_id] = &t;
+    }
+    return m;
+  };
+  const auto before = by_id(rates.prev), gpu_before = by_id(rates.gpu_base);
   std::size_t rows = 0, hidden = 0;
   for (const auto& t : cur.tenants) {
     if (t.state == GPUOS_TENANT_EXITED) continue;
@@ -132,37 +190,32 @@ std::vector<std::string> render_top(const Listing* prev, const Listing& cur, dou
     }
     auto it = before.find(t.tenant_id);
     const gpuos_msg_tenant_info* p = it == before.end() ? nullptr : it->second;
-    std::string lps = p ? rate(t.launches, p->launches, dt_s) : "-";
-    std::string gps = p ? rate(t.graph_launches, p->graph_launches, dt_s) : "-";
+    auto g = gpu_before.find(t.tenant_id);
+    std::string lps = p ? rate(t.launches, p->launches, rates.dt_s) : "-";
     std::string gw = "-";
     // With the wait in progress: a tenant blocked the whole interval shows 100, not 0.
     const uint64_t waited = gate_wait_with_current_ns(t), waited_before = p ? gate_wait_with_current_ns(*p) : 0;
-    if (p && dt_s > 0 && waited >= waited_before) {
+    if (p && rates.dt_s > 0 && waited >= waited_before) {
       char b[32];
-      std::snprintf(b, sizeof(b), "%.1f", 100.0 * static_cast<double>(waited - waited_before) / (dt_s * 1e9));
+      std::snprintf(b, sizeof(b), "%.1f", 100.0 * static_cast<double>(waited - waited_before) / (rates.dt_s * 1e9));
       gw = b;
     }
     // The tenant's own bytes: escaped first (no terminal control gets through), then cut to the
     // column without splitting a UTF-8 sequence.
-    std::string name = printable(cstr(t.name, sizeof(t.name)));
-    if (name.size() > 20) {
-      std::size_t cut = 19;
-      while (cut > 0 && (static_cast<unsigned char>(name[cut]) & 0xc0) == 0x80) --cut;
-      name = name.substr(0, cut) + "~";
-    }
-    std::snprintf(buf, sizeof(buf), "%5u %8d %-20s %-12s %-12s %9s %8s %10s %10s %10s %8s %s", t.tenant_id, t.pid,
-                  name.c_str(), class_name(t.tenant_class), display_state(t).c_str(), lps.c_str(), gps.c_str(),
-                  human_bytes(t.mem_used_bytes).c_str(), human_bytes(t.mem_peak_bytes).c_str(), gw.c_str(),
-                  partition_text(t).c_str(), budget_text(t).c_str());
+    const std::string name = fit(printable(cstr(t.name, sizeof(t.name))), 12);
+    std::snprintf(buf, sizeof(buf), kRowFormat, std::to_string(t.tenant_id).c_str(), std::to_string(t.pid).c_str(),
+                  name.c_str(), class_name(t.tenant_class), display_state(t).c_str(),
+                  gpu_percent(t, g == gpu_before.end() ? nullptr : g->second, rates.gpu_dt_s).c_str(),
+                  human_bytes(t.mem_used_bytes).c_str(), lps.c_str(), gw.c_str(), partition_text(t).c_str(),
+                  budget_cell(t).c_str());
     lines.emplace_back(buf);
     ++rows;
   }
   if (hidden) lines.push_back("... " + std::to_string(hidden) + " more tenant(s) (enlarge the terminal)");
   else if (rows == 0) lines.emplace_back("(no live tenants)");
-  if (width != 0) {
-    for (auto& l : lines) {
-      if (l.size() > width) l.resize(width);
-    }
+  for (auto& l : lines) {
+    l = fit(l, kTopWidth);  // a long state or budget cut at the edge: never a wrapped line
+    if (width != 0 && l.size() > width) l.resize(width);
   }
   return lines;
 }
@@ -187,9 +240,9 @@ int top_command(const TopOptions& o) {
   int rc = 0;
   {
     Terminal term(interactive);
-    Listing prev;
-    bool have_prev = false;
-    double t_prev = 0;
+    // The snapshots of the last kGpuWindowS seconds and the one before them (GPU% spans them),
+    // newest last; cleared when gpuosd does not answer.
+    std::deque<std::pair<double, Listing>> past;
     unsigned drawn = 0;
     for (int frame = 0; !g_quit; ++frame) {
       Listing cur;
@@ -207,7 +260,14 @@ int top_command(const TopOptions& o) {
         if (interactive) terminal_size(&w, &h);
         std::vector<std::string> lines;
         if (ok) {
-          lines = render_top(have_prev ? &prev : nullptr, cur, have_prev ? t_now - t_prev : 0, o.socket, o.interval, w, h);
+          TopRates rates;
+          if (!past.empty()) {
+            rates.prev = &past.back().second;
+            rates.dt_s = t_now - past.back().first;
+            rates.gpu_base = &past.front().second;
+            rates.gpu_dt_s = t_now - past.front().first;
+          }
+          lines = render_top(rates, cur, o.socket, o.interval, w, h);
         } else {
           lines = {"gpuos top - " + err, "retrying every " + std::to_string(o.interval).substr(0, 4) + "s (q: quit)"};
         }
@@ -224,11 +284,11 @@ int top_command(const TopOptions& o) {
         if (counted && ++drawn == frames) break;
       }
       if (ok) {
-        prev = std::move(cur);
-        have_prev = true;
-        t_prev = t_now;
+        past.emplace_back(t_now, std::move(cur));
+        // Drop the oldest while the next one is old enough to start the window.
+        while (past.size() > 2 && t_now - past[1].first >= kGpuWindowS) past.pop_front();
       } else {
-        have_prev = false;
+        past.clear();
       }
       // Wait for the next frame, reading keys meanwhile.
       double until = t_now + o.interval;

@@ -114,9 +114,27 @@ struct Ctx {
   }
 };
 
+bool is_key(std::span<const KeyDoc> keys, std::string_view key) { return find_key_doc(keys, key) != nullptr; }
+bool is_legacy(std::span<const std::string_view> keys, std::string_view key) {
+  return std::find(keys.begin(), keys.end(), key) != keys.end();
+}
+
+// [daemon]'s keys, in format_config's order: the parser accepts these and no other.
+constexpr KeyDoc kDaemonKeys[] = {
+    {"socket", "Control socket; \"\": /run/gpuos/gpuosd.sock as root, else $XDG_RUNTIME_DIR/gpuos/gpuosd.sock"},
+    {"admin_group", "Members may use admin commands (gpuos gate); root and gpuosd's uid always may; \"\": none"},
+    {"log_level", "\"error\", \"warn\", \"info\" or \"debug\" (gpuosd --log-level overrides)"},
+    {"history", "Exited tenants kept, with their final counters, for gpuos ps --all (0..65536)"},
+    {"max_tenants", "Live tenants at once (1..4096); more registrations are refused"},
+    {"max_connections_per_uid", "Open connections of one non-admin uid (0..65536; 0 = no cap)"},
+    {"admin_connections", "Connection slots beyond max_tenants + 64 that only admins may take (1..1024)"},
+    {"idle_timeout_ms", "A connection with no tenant that sends nothing this long is closed (0..3600000; 0 = never)"},
+};
+
 bool parse_daemon(Ctx& cx, const toml::table& t, Config* c) {
   for (auto&& [k, v] : t) {
     std::string_view key = k.str();
+    if (!is_key(kDaemonKeys, key)) return cx.fail(v, "daemon", key, "unknown key");
     if (key == "socket") {
       if (!cx.get_string(v, "daemon", key, &c->socket)) return false;
       if (!c->socket.empty() && c->socket[0] != '/') return cx.fail(v, "daemon", key, "must be an absolute path");
@@ -146,9 +164,19 @@ bool parse_daemon(Ctx& cx, const toml::table& t, Config* c) {
   return true;
 }
 
+constexpr KeyDoc kTenantsKeys[] = {
+    {"on_no_daemon", "No gpuosd answers: \"passthrough\" (a warning, then ungoverned) or \"refuse\" (CUDA fails)"},
+    {"default_class", "Class of gpuos run without --class: \"best-effort\" or \"guaranteed\""},
+    {"guaranteed", "Who may register as guaranteed: \"admins\" or \"anyone\" (others get best-effort)"},
+    {"mem_quota_cap", "Largest memory quota of a non-admin tenant (also one asking none), e.g. \"40GiB\"; \"\": none"},
+    {"max_per_uid", "Live tenants of one non-admin uid at once (0..4096; 0 = no cap)"},
+    {"max_slowdown", "Latency budget of guaranteed tenants without --max-slowdown, e.g. 1.25; 0 = none"},
+};
+
 bool parse_tenants(Ctx& cx, const toml::table& t, Config* c) {
   for (auto&& [k, v] : t) {
     std::string_view key = k.str();
+    if (!is_key(kTenantsKeys, key)) return cx.fail(v, "tenants", key, "unknown key");
     if (key == "on_no_daemon") {
       std::string s;
       if (!cx.get_string(v, "tenants", key, &s)) return false;
@@ -220,12 +248,22 @@ bool get_policy(Ctx& cx, const toml::node& v, std::string_view table, std::strin
   return true;
 }
 
+constexpr KeyDoc kSchedulerKeys[] = {
+    {"policy", "The time-gate slot's policy (gpuosd --policy overrides), one of:"},
+};
+// [scheduler]'s keys of before the policy slots: the priority policy's now ([policy.priority]).
+constexpr std::string_view kSchedulerLegacyKeys[] = {"be_max_inflight", "idle_grace_us", "be_slice_ms",
+                                                     "signal_grace_ms"};
+
 bool parse_scheduler(Ctx& cx, const toml::table& t, Config* c) {
   for (auto&& [k, v] : t) {
     std::string_view key = k.str();
+    if (!is_key(kSchedulerKeys, key) && !is_legacy(kSchedulerLegacyKeys, key)) {
+      return cx.fail(v, "scheduler", key, "unknown key");
+    }
     if (key == "policy") {
       if (!get_policy(cx, v, "scheduler", &c->policies.time_gate)) return false;
-    } else if (key == "be_max_inflight" || key == "idle_grace_us" || key == "be_slice_ms" || key == "signal_grace_ms") {
+    } else if (is_legacy(kSchedulerLegacyKeys, key)) {
       if (!cx.legacy(v, "scheduler", key, "priority", c)) return false;
     } else {
       return cx.fail(v, "scheduler", key, "unknown key");
@@ -257,10 +295,18 @@ bool parse_policy_tables(Ctx& cx, const toml::table& t, Config* c) {
   return true;
 }
 
+constexpr KeyDoc kMemoryKeys[] = {
+    {"swap_pool", "Host memory set aside per swappable tenant (gpuos run --swap), e.g. \"84GiB\"; \"\": off"},
+    {"swap_quantum_ms", "Once its memory is back, a tenant keeps it this long against its peers (0..3600000)"},
+    {"swap_headroom", "GPU memory per GPU kept out of what tenants may hold (contexts), and each swap's margin"},
+    {"policy", "The memory slot's policy (gpuosd --memory-policy overrides), one of:"},
+};
+
 bool parse_memory(Ctx& cx, const toml::table& t, Config* c) {
   MemoryConfig& m = c->memory;
   for (auto&& [k, v] : t) {
     std::string_view key = k.str();
+    if (!is_key(kMemoryKeys, key)) return cx.fail(v, "memory", key, "unknown key");
     if (key == "swap_pool" || key == "swap_headroom") {
       std::string s;
       if (!cx.get_string(v, "memory", key, &s)) return false;
@@ -281,10 +327,20 @@ bool parse_memory(Ctx& cx, const toml::table& t, Config* c) {
   return true;
 }
 
+constexpr KeyDoc kVerifyKeys[] = {
+    {"enabled", "On when NVML loads and matches gpuosd's GPUs; false: no check at all"},
+    {"interval_ms", "How often every GPU is sampled (100..60000)"},
+    {"enforce", "A tenant found grace_rounds in a row: \"report\", \"freeze\" (its cgroup v2) or \"kill\""},
+    {"memory_slack", "NVML memory allowed beyond quota + borrow (NVML counts the CUDA context, ~0.5 GiB)"},
+    {"gated_sm_util_percent", "SM use (percent) that counts as launching while gated the whole interval (1..100)"},
+    {"grace_rounds", "Findings in a row before enforce acts (1..100)"},
+};
+
 bool parse_verify(Ctx& cx, const toml::table& t, Config* c) {
   VerifyConfig& vc = c->verify;
   for (auto&& [k, v] : t) {
     std::string_view key = k.str();
+    if (!is_key(kVerifyKeys, key)) return cx.fail(v, "verify", key, "unknown key");
     if (key == "enabled") {
       if (!cx.get_bool(v, "verify", key, &vc.enabled)) return false;
     } else if (key == "interval_ms") {
@@ -311,9 +367,14 @@ bool parse_verify(Ctx& cx, const toml::table& t, Config* c) {
   return true;
 }
 
+constexpr KeyDoc kMetricsKeys[] = {
+    {"listen", "\"IPV4:PORT\", \"[IPV6]:PORT\" or \"localhost:PORT\"; \"\": off (gpuosd --metrics-listen overrides)"},
+};
+
 bool parse_metrics(Ctx& cx, const toml::table& t, Config* c) {
   for (auto&& [k, v] : t) {
     std::string_view key = k.str();
+    if (!is_key(kMetricsKeys, key)) return cx.fail(v, "metrics", key, "unknown key");
     if (key == "listen") {
       std::string s;
       if (!cx.get_string(v, "metrics", key, &s)) return false;
@@ -328,6 +389,12 @@ bool parse_metrics(Ctx& cx, const toml::table& t, Config* c) {
   return true;
 }
 
+constexpr KeyDoc kDomainKeys[] = {
+    {"name", "Required: [A-Za-z0-9_.-], 1..32 characters, not \".\" or \"..\", unique", "\"vision\""},
+    {"users", "User names or uids who may join besides the admins; [] = admins only", "[\"alice\", 1007]"},
+    {"gpus", "GPU indices (as in gpuos ps) of the domain's MPS control daemon; absent = every GPU", "[0, 1]"},
+};
+
 bool parse_domain(Ctx& cx, const toml::node& node, std::size_t index, Config* c) {
   static constexpr std::string_view kT = "spatial.domain";
   if (!node.is_table()) {
@@ -339,6 +406,7 @@ bool parse_domain(Ctx& cx, const toml::node& node, std::size_t index, Config* c)
   bool have_name = false;
   for (auto&& [k, v] : t) {
     std::string_view key = k.str();
+    if (!is_key(kDomainKeys, key)) return cx.fail(v, kT, key, "unknown key");
     if (key == "name") {
       if (!cx.get_string(v, kT, key, &d.name)) return false;
       if (!is_valid_domain_name(d.name)) {
@@ -406,10 +474,23 @@ bool parse_domain(Ctx& cx, const toml::node& node, std::size_t index, Config* c)
   return true;
 }
 
+constexpr KeyDoc kSpatialKeys[] = {
+    {"mps_control", "The MPS control binary: a name (looked up in PATH) or an absolute path"},
+    {"mps_dir", "Directory of the domains' MPS directories (absolute, <= 48 bytes); \"\": mps beside the socket"},
+    {"policy", "The space slot's policy (gpuosd --space-policy overrides), one of:"},
+};
+// [spatial]'s keys of before the policy slots: the partition policy's now ([policy.partition]).
+constexpr std::string_view kSpatialLegacyKeys[] = {"lend_after_ms",        "lend_max_kernel_ms",    "be_reserve_groups",
+                                                   "right_size_slack_pct", "right_size_below_grid", "mps_kernel_cost_ns"};
+
 bool parse_spatial(Ctx& cx, const toml::table& t, Config* c) {
   SpatialConfig& s = c->spatial;
   for (auto&& [k, v] : t) {
     std::string_view key = k.str();
+    // ([[spatial.domain]] tables are the array `domain`: their keys are kDomainKeys.)
+    if (!is_key(kSpatialKeys, key) && !is_legacy(kSpatialLegacyKeys, key) && key != "domain") {
+      return cx.fail(v, "spatial", key, "unknown key");
+    }
     if (key == "mps_control") {
       if (!cx.get_string(v, "spatial", key, &s.mps_control)) return false;
       if (s.mps_control.empty()) return cx.fail(v, "spatial", key, "empty");
@@ -417,8 +498,7 @@ bool parse_spatial(Ctx& cx, const toml::table& t, Config* c) {
       if (s.mps_control.find('/') != std::string::npos && s.mps_control[0] != '/') {
         return cx.fail(v, "spatial", key, "must be a command name (looked up in PATH) or an absolute path");
       }
-    } else if (key == "lend_after_ms" || key == "lend_max_kernel_ms" || key == "be_reserve_groups" ||
-               key == "right_size_slack_pct" || key == "right_size_below_grid" || key == "mps_kernel_cost_ns") {
+    } else if (is_legacy(kSpatialLegacyKeys, key)) {
       if (!cx.legacy(v, "spatial", key, "partition", c)) return false;
     } else if (key == "policy") {
       if (!get_policy(cx, v, "spatial", &c->policies.space)) return false;
@@ -464,7 +544,61 @@ std::string quote(const std::string& s) {
   return out + "\"";
 }
 
+// Sizes as written back: in the largest binary unit that holds them whole ("2GiB"), else bytes.
+std::string size_text(uint64_t bytes) {
+  static constexpr std::pair<const char*, int> kUnits[] = {{"TiB", 40}, {"GiB", 30}, {"MiB", 20}, {"KiB", 10}};
+  for (const auto& [unit, shift] : kUnits) {
+    if (bytes != 0 && bytes % (uint64_t{1} << shift) == 0) return std::to_string(bytes >> shift) + unit;
+  }
+  return std::to_string(bytes);
+}
+
+// gpuos's own tables, in format_config's order.
+constexpr TableDoc kTables[] = {
+    {"daemon", "gpuosd itself: its control socket, who administers it, its limits.", kDaemonKeys},
+    {"tenants",
+     "Tenants: programs run under libgpuos.so (gpuos run). A process is always one tenant; a non-admin "
+     "asking for guaranteed is admitted as best-effort.",
+     kTenantsKeys},
+    {"scheduler",
+     "The time-gate slot: when each tenant's launches may go to the GPU. Each policy with settings "
+     "reads its own [policy.<name>] table, below.",
+     kSchedulerKeys},
+    {"memory",
+     "Device memory: oversubscription for tenants started with gpuos run --swap (each pins its "
+     "pool of host memory once), and the memory slot's policy.",
+     kMemoryKeys},
+    {"verify",
+     "The usage check: gpuosd samples every process's real GPU memory and SM use through NVML "
+     "(libnvidia-ml.so.1, or $GPUOS_NVML_LIBRARY), independent of what tenants report: a tenant over "
+     "its quota, one that launched while its gate was closed, a process on a GPU that is no tenant. "
+     "A process that never registered is only reported.",
+     kVerifyKeys},
+    {"metrics",
+     "Prometheus metrics over HTTP (GET /metrics). Anyone who can reach the endpoint sees tenant "
+     "names, pids and uids: keep it on loopback unless the network is trusted.",
+     kMetricsKeys},
+    {"spatial",
+     "Spatial sharing: tenants of one trust domain run kernels at the same time on disjoint SMs as "
+     "clients of one MPS server per domain; gpuosd starts and watches its control daemon. MPS has no "
+     "fault isolation (a GPU fault in one client ends all its clients): put only tenants that may take "
+     "each other down in one domain. Tenants of other domains or none are time-shared.",
+     kSpatialKeys},
+    {"spatial.domain",
+     "One table per trust domain; none: spatial sharing off. Tenants join with gpuos run --space NAME.",
+     kDomainKeys},
+};
+
 }  // namespace
+
+std::span<const TableDoc> config_tables() { return kTables; }
+
+const KeyDoc* find_key_doc(std::span<const KeyDoc> keys, std::string_view key) {
+  for (const KeyDoc& k : keys) {
+    if (k.key == key) return &k;
+  }
+  return nullptr;
+}
 
 bool parse_listen_address(std::string_view text, ListenAddress* out, std::string* why) {
   std::string t(text);
@@ -636,21 +770,21 @@ std::string format_config(const Config& c) {
   s += "on_no_daemon = " + quote(c.on_no_daemon) + "\n";
   s += "default_class = " + quote(class_name(c.default_class)) + "\n";
   s += "guaranteed = " + quote(c.guaranteed_for_anyone ? "anyone" : "admins") + "\n";
-  s += "mem_quota_cap = " + quote(c.mem_quota_cap_bytes ? std::to_string(c.mem_quota_cap_bytes) : "") + "\n";
+  s += "mem_quota_cap = " + quote(c.mem_quota_cap_bytes ? size_text(c.mem_quota_cap_bytes) : "") + "\n";
   s += "max_per_uid = " + std::to_string(c.max_tenants_per_uid) + "\n";
   s += "max_slowdown = " + (c.max_slowdown_permille != 0 ? slowdown_text(c.max_slowdown_permille) : "0") + "\n";
   s += "[scheduler]\n";
   s += "policy = " + quote(c.policies.time_gate) + "\n";
   s += "[memory]\n";
-  s += "swap_pool = " + quote(c.memory.swap_pool_bytes ? std::to_string(c.memory.swap_pool_bytes) : "") + "\n";
+  s += "swap_pool = " + quote(c.memory.swap_pool_bytes ? size_text(c.memory.swap_pool_bytes) : "") + "\n";
   s += "swap_quantum_ms = " + std::to_string(c.memory.swap_quantum_ms) + "\n";
-  s += "swap_headroom = " + quote(std::to_string(c.memory.swap_headroom_bytes)) + "\n";
+  s += "swap_headroom = " + quote(size_text(c.memory.swap_headroom_bytes)) + "\n";
   s += "policy = " + quote(c.policies.memory) + "\n";
   s += "[verify]\n";
   s += std::string("enabled = ") + (c.verify.enabled ? "true" : "false") + "\n";
   s += "interval_ms = " + std::to_string(c.verify.interval_ms) + "\n";
   s += "enforce = " + quote(c.verify.enforce) + "\n";
-  s += "memory_slack = " + quote(std::to_string(c.verify.memory_slack_bytes)) + "\n";
+  s += "memory_slack = " + quote(size_text(c.verify.memory_slack_bytes)) + "\n";
   s += "gated_sm_util_percent = " + std::to_string(c.verify.gated_sm_util_percent) + "\n";
   s += "grace_rounds = " + std::to_string(c.verify.grace_rounds) + "\n";
   s += "[metrics]\n";

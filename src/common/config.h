@@ -1,74 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 // gpuos configuration (TOML), shared by gpuosd and the gpuos CLI.
 //
-//   [daemon]
-//   socket = ""            # empty: default path (gpuos::socket_path)
-//   admin_group = ""       # optional group whose members may use admin commands
-//   log_level = "info"     # error | warn | info | debug
-//   history = 256          # exited tenants kept for `ps --all` (0..65536)
-//   max_tenants = 256      # live tenants at once (1..4096)
-//   max_connections_per_uid = 64  # open connections of one non-admin uid (0..65536; 0 = no cap)
-//   admin_connections = 16 # connection slots beyond max_tenants + 64 that only admins may take (1..1024)
-//   idle_timeout_ms = 10000  # a connection without a tenant that sends nothing this long is closed
-//                            # (0..3600000; 0 = never)
-//   [tenants]
-//   on_no_daemon = "passthrough"  # or "refuse"
-//   default_class = "best-effort" # or "guaranteed"
-//   guaranteed = "admins"         # who may register as guaranteed: "admins" or "anyone"
-//   mem_quota_cap = ""            # largest memory quota a non-admin tenant gets, e.g. "40GiB"; "" = none
-//   max_per_uid = 32              # live tenants of one non-admin uid at once (0..4096; 0 = no cap)
-//   max_slowdown = 0              # latency budget of guaranteed tenants that declare none (gpuos run
-//                                 # --max-slowdown), e.g. 1.25; 0 = none (as if alone). Spent on
-//                                 # best-effort tenants by the time policy "budget"
-//   [scheduler]
-//   policy = "open"        # the time-gate slot's policy: "open" (no gating), "priority", "exclusive"
-//   [policy.priority]      # the priority policy's settings (also read from [scheduler], their place
-//                          # before the policy slots)
-//   be_max_inflight = 2    # unfinished launches a best-effort tenant may have (0..1024)
-//   idle_grace_us = 200    # idle this long after the last work before "not busy" (0..1000000)
-//   be_slice_ms = 50       # best-effort time slice at weight 100 (1..10000)
-//   signal_grace_ms = 1000 # a gated best-effort tenant woken by a signal (SIGTERM, Ctrl-C) runs
-//                          # this long to act on it (0..60000; 0 = it waits its turn)
-//   [memory]
-//   policy = "swap"        # the memory slot's policy: "swap" or "resident" (never swaps out)
-//   swap_pool = ""         # host memory set aside for swapped-out tenants, e.g. "84GiB"; "" = no
-//                          # oversubscription (tenants of `gpuos run --swap` then stay resident)
-//   swap_quantum_ms = 5000 # a tenant keeps its memory at least this long against its peers (0..3600000)
-//   swap_headroom = "2GiB" # GPU memory kept free of tenants' allocations (contexts, libraries)
-//   [policy.swap]          # the swap policy's settings: KV pools shrink to targets before swaps
-//   kv_rule = "fair"       # which pools shrink: "fair" (largest first, levelled), "priority"
-//                          # (best-effort, then low --priority, then large) or "queue" (fewest
-//                          # waiting requests per GiB first)
-//   kv_deadline_ms = 1000  # an engine's time to meet its target; then the rest is swapped out
-//                          # (10..600000)
-//   kv_hold_ms = 5000      # a target stays this long before it rises or is lifted (0..3600000)
-//   [metrics]
-//   listen = "127.0.0.1:9464"  # Prometheus /metrics over HTTP: "IPV4:PORT", "[IPV6]:PORT" or
-//                              # "localhost:PORT"; "" disables
-//   [spatial]                  # spatial sharing: one MPS control daemon per trust domain
-//   mps_control = "nvidia-cuda-mps-control"  # the control binary; PATH lookup without a slash
-//   mps_dir = ""               # "" = <directory of the control socket>/mps (see effective_mps_dir)
-//   policy = "partition"       # the space slot's policy: "partition" or "unconfined"
-//   [policy.partition]         # the partition policy's settings (also read from [spatial], their
-//                              # place before the policy slots)
-//   lend_after_ms = 20         # idle guaranteed tenants lend their SM groups after this long ...
-//   lend_max_kernel_ms = 10    # ... to best-effort tenants whose kernels end within this (1..3600000)
-//   be_reserve_groups = 2      # SM groups a guaranteed tenant leaves to best-effort tenants (1..63)
-//   right_size_slack_pct = 4   # right-sizing: a guaranteed tenant that asked for no size gets the
-//                              # fewest SMs that keep its measured kernel latency within this many
-//                              # percent of its default partition's (0..50; 0 = off)
-//   right_size_below_grid = false  # right-sizing may take a tenant below the block count of a
-//                              # kernel that runs one block per SM (its fit cannot see that step)
-//   mps_kernel_cost_ns = 370   # what MPS adds to each kernel of a client (0..1000000; 0 = no
-//                              # warning): gpuosd warns about a guaranteed tenant whose kernels are
-//                              # so short that this costs it more than the slack
-//   budget_whole_gpu = true    # a guaranteed tenant with a latency budget (and no --sms) runs on
-//                              # every SM, unconfined; best-effort tenants stay on the reserve
-//                              # groups, paced by the budget (false: partitioned and right-sized)
-//   [[spatial.domain]]         # zero or more; none = spatial sharing off
-//   name = "team-a"            # [A-Za-z0-9_.-]{1,32}, not "." or "..", unique
-//   users = ["alice", 1001]    # user names or uids allowed to join (besides admins); [] = admins only
-//   gpus = [0, 1]              # GPU indices of the domain's control daemon; absent = all
+// Tables: [daemon], [tenants], [scheduler], [memory], [verify], [metrics], [spatial] with
+// [[spatial.domain]] (parsed here), and [policy.<name>] (kept as parsed for its policy). Every key,
+// its default and one line on what it does: `gpuos config defaults` (packaging/gpuos.toml), written
+// from the KeyDoc lists beside each table's parser (config.cc, and each policy's folder) and from
+// the defaults of the structs below; docs/OPERATIONS.md's table says more of each.
 //
 // Every key is optional. Unknown tables or keys, wrong types and out-of-range values are errors
 // that name the key and the line ("FILE:LINE: [daemon] history: ..."). The parse functions never
@@ -77,8 +14,10 @@
 // `gpuos config check`), with errors of the same form.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -94,6 +33,38 @@ inline constexpr const char* kDefaultMpsControl = "nvidia-cuda-mps-control";
 inline constexpr std::size_t kMaxSpatialDomains = 64;
 inline constexpr std::size_t kMaxDomainName = 32;
 inline constexpr std::size_t kMaxMpsDirLength = 48;
+
+// A key of a config table and, in one line, what it does: each table's parser keeps a list of them
+// beside its code ([daemon]'s in config.cc, [policy.<name>]'s in its policy's folder), and
+// `gpuos config defaults` writes the line above the key (one source: packaging/gpuos.toml is that
+// command's output, and docs/OPERATIONS.md's table is held to the lists by a test).
+struct KeyDoc {
+  constexpr KeyDoc() = default;
+  constexpr KeyDoc(std::string_view k, std::string_view d, std::string_view e = {}) : key(k), doc(d), example(e) {}
+  std::string_view key;
+  std::string_view doc;      // one line: "# " + doc fits in 100 columns
+  std::string_view example;  // a value to show for a key without a default ([[spatial.domain]]'s)
+};
+// Two lists as one (a policy that reads another's keys too: budget reads priority's four).
+template <std::size_t A, std::size_t B>
+constexpr std::array<KeyDoc, A + B> join_key_docs(const KeyDoc (&a)[A], const KeyDoc (&b)[B]) {
+  std::array<KeyDoc, A + B> out{};
+  for (std::size_t i = 0; i < A; ++i) out[i] = a[i];
+  for (std::size_t i = 0; i < B; ++i) out[A + i] = b[i];
+  return out;
+}
+// A table of gpuos's own ([daemon], [tenants], [scheduler], [memory], [verify], [metrics],
+// [spatial], and [[spatial.domain]]'s keys as "spatial.domain"): its keys, which are exactly the
+// keys its parser accepts (besides the policies' keys of before the slots), in the order
+// format_config writes them, and what the table is for (any length; wrapped when written).
+struct TableDoc {
+  std::string_view table;
+  std::string_view about;
+  std::span<const KeyDoc> keys;
+};
+std::span<const TableDoc> config_tables();
+// The documented line of `key` in `keys`, null when it has none.
+const KeyDoc* find_key_doc(std::span<const KeyDoc> keys, std::string_view key);
 
 // A value of a policy's own table, [policy.<name>], kept as parsed for the policy to read.
 struct ConfigValue {
@@ -123,6 +94,9 @@ class ConfigSection {
   bool get_string(std::string_view key, std::string* out, std::string* error) const;
   // False and *error for the first key no getter asked for ("unknown key").
   bool all_read(std::string* error) const;
+  // The keys the getters were asked for so far, in order: a policy's factory run on an empty
+  // section asks for every key it knows (tests hold its KeyDoc list to them).
+  const std::vector<std::string>& keys_read() const { return read_; }
   // "FILE:LINE: [table] key: what"
   static std::string error_at(const std::string& key, const ConfigValue& v, const std::string& what);
 

@@ -33,8 +33,12 @@ struct PolicyEntry {
   std::unique_ptr<slots::TimeGate> (*make_time_gate)(const PolicyContext&, std::string* error) = nullptr;
   std::unique_ptr<slots::SpacePolicy> (*make_space)(const PolicyContext&, std::string* error) = nullptr;
   std::unique_ptr<slots::MemoryPolicy> (*make_memory)(const PolicyContext&, std::string* error) = nullptr;
-  // Its effective settings from a good section, as TOML lines ("key = value\n"); null: it has none.
+  // Its effective settings from a good section, as TOML lines ("key = value\n", or "# key: why it
+  // has no value" for a key whose default is not a value); null: it has none.
   std::string (*settings)(const ConfigSection&) = nullptr;
+  // Its keys, each with one line on what it does, beside the code that reads them: exactly the
+  // keys its factory asks its section for, in settings' order (test/policies holds them to both).
+  std::span<const KeyDoc> keys = {};
 };
 
 std::span<const PolicyEntry* const> all_policies();
@@ -64,5 +68,9 @@ bool check_startup_config(const Config& config, HostConfig* host, PolicySet* pol
 // Every policy's effective settings, one [policy.<name>] table each (defaults filled in), for
 // `gpuos config check`. The config must have passed check_policy_config.
 std::string format_policy_settings(const Config& config);
+// `gpuos config defaults`: every table and key gpuos has, each key commented out at its built-in
+// default under its one line of KeyDoc (config.h), the policies listed at their slot's key and
+// each policy's table after its slot's. packaging/gpuos.toml is this text (a test compares them).
+std::string format_default_config();
 
 }  // namespace gpuos::policies

@@ -83,7 +83,7 @@ TEST_F(CliConventions, OneExitCodeSchemeAndUnknownCommandsNamed) {
   EXPECT_EQ(foo.err.find("A subcommand is required"), std::string::npos) << foo.err;
   Result sub = run({GPUOS_CLI_BIN, "config", "chek", "x.toml"});
   EXPECT_EQ(sub.code, 2);
-  EXPECT_NE(sub.err.find("gpuos config: unknown command \"chek\" (commands: check;"), std::string::npos) << sub.err;
+  EXPECT_NE(sub.err.find("gpuos config: unknown command \"chek\" (commands: check, defaults;"), std::string::npos) << sub.err;
   Result none = run({GPUOS_CLI_BIN});
   EXPECT_EQ(none.code, 2);
   EXPECT_NE(none.err.find("a command is required"), std::string::npos) << none.err;
@@ -276,6 +276,32 @@ TEST_F(CliConventions, HelpShowsNoTypeNoiseAndRunShowsItsCommand) {
   Result daemon = run({GPUOS_CLI_BIN, "daemon", "--help"});
   EXPECT_NE(daemon.out.find("--log-level LEVEL"), std::string::npos) << daemon.out;
   EXPECT_EQ(daemon.out.find("--foreground"), std::string::npos) << daemon.out;
+}
+
+// Issue #57: README.md's usage block names every command with every option and value the binary
+// has, and nothing else: its `gpuos ...` lines are `gpuos --generate usage`'s (a line's own
+// comment goes on the line above it).
+TEST_F(CliConventions, TheReadmeUsageIsTheBinarys) {
+  Result gen = run({GPUOS_CLI_BIN, "--generate", "usage"});
+  ASSERT_EQ(gen.code, 0) << gen.err;
+  std::ifstream in(GPUOS_SOURCE_DIR "/README.md");
+  std::string readme, line;
+  bool usage = false, block = false;
+  for (; std::getline(in, line);) {
+    if (line == "## Usage") usage = true;
+    else if (usage && !block && line == "```sh") block = true;
+    else if (block && line == "```") break;
+    else if (block && line.rfind("gpuos ", 0) == 0) readme += line + "\n";
+  }
+  EXPECT_GT(readme.size(), 0u) << "no ```sh block under \"## Usage\" in README.md";
+  EXPECT_EQ(readme, gen.out) << "README.md's usage block differs from `build/bin/gpuos --generate usage`: paste "
+                                "its lines there";
+  for (const char* cmd : {"daemon", "run", "ps", "top", "gate", "config check", "config defaults", "demo"}) {
+    const std::string at = "gpuos " + std::string(cmd);
+    EXPECT_TRUE(gen.out.find(at + " ") != std::string::npos || gen.out.find(at + "\n") != std::string::npos) << cmd;
+  }
+  EXPECT_NE(gen.out.find("[--policy open|priority|budget|exclusive]"), std::string::npos) << gen.out;
+  EXPECT_NE(gen.out.find("[--max-slowdown X]"), std::string::npos) << gen.out;
 }
 
 // Item 5: `gpuos daemon --log-level` reaches gpuosd: at "error" its start-up info line is gone.

@@ -4,6 +4,9 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <map>
+#include <sstream>
+#include <vector>
 
 #include "common/config.h"
 
@@ -32,6 +35,47 @@ TEST(Config, EmptyGivesDefaults) {
   EXPECT_EQ(r.config->memory.swap_quantum_ms, 5000u);
   EXPECT_EQ(r.config->memory.swap_headroom_bytes, 2ull << 30);
   EXPECT_EQ(r.config->source, "test.toml");
+}
+
+// Issue #57: each of gpuos's own tables documents exactly the keys format_config writes for it, in
+// its order, each in one comment line; the parser accepts those (and the policies' keys of before
+// the slots) and no other; [[spatial.domain]]'s examples parse.
+TEST(Config, EveryTableDocumentsExactlyTheKeysItHas) {
+  std::map<std::string, std::vector<std::string>> written;
+  std::string table;
+  std::istringstream in(format_config(Config{}));
+  for (std::string l; std::getline(in, l);) {
+    if (l.rfind("[", 0) == 0) table = l.substr(1, l.find(']') - 1);
+    else if (!table.empty() && l.find(" = ") != std::string::npos) written[table].push_back(l.substr(0, l.find(" = ")));
+  }
+  std::size_t documented_tables = 0;
+  for (const TableDoc& t : config_tables()) {
+    EXPECT_FALSE(t.about.empty()) << t.table;
+    std::vector<std::string> keys;
+    for (const KeyDoc& k : t.keys) {
+      keys.emplace_back(k.key);
+      EXPECT_FALSE(k.doc.empty()) << t.table << " " << k.key;
+      EXPECT_LE(2 + k.doc.size(), 100u) << "[" << t.table << "] " << k.key << ": \"# " << k.doc << "\" is over 100 columns";
+      EXPECT_EQ(find_key_doc(t.keys, k.key), &k);
+    }
+    const std::string bad = "not_" + std::string(t.table.substr(t.table.find('.') + 1)) + "_key";
+    if (t.table == "spatial.domain") {
+      std::string domain = "[[spatial.domain]]\n";
+      for (const KeyDoc& k : t.keys) domain += std::string(k.key) + " = " + std::string(k.example) + "\n";
+      ConfigResult r = parse(domain);
+      EXPECT_TRUE(r) << r.error;
+      r = parse(domain + bad + " = 1\n");
+      EXPECT_FALSE(r);
+      EXPECT_NE(r.error.find("[spatial.domain] " + bad + ": unknown key"), std::string::npos) << r.error;
+      continue;
+    }
+    ++documented_tables;
+    EXPECT_EQ(keys, written[std::string(t.table)]) << "[" << t.table << "]: its KeyDoc list is not what format_config writes";
+    ConfigResult r = parse("[" + std::string(t.table) + "]\n" + bad + " = 1\n");
+    EXPECT_FALSE(r);
+    EXPECT_NE(r.error.find("[" + std::string(t.table) + "] " + bad + ": unknown key"), std::string::npos) << r.error;
+  }
+  EXPECT_EQ(documented_tables, written.size()) << "a table format_config writes has no TableDoc";
 }
 
 int64_t integer(const Config& c, const char* policy, const char* key) {

@@ -8,7 +8,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <map>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <string>
@@ -273,6 +276,53 @@ TEST_F(MetricsFixture, TheOperationsTableNamesEveryFamilyAndNoOther) {
   const std::string doc = GPUOS_SOURCE_DIR "/docs/OPERATIONS.md";
   EXPECT_EQ(gpuos::test::compare_names(exposed, gpuos::test::documented_names(doc, "## Metrics")), "")
       << "fix the table under \"## Metrics\" in " << doc;
+}
+
+// Issue #57: every metric a doc names is one gpuosd exposes (a histogram's _bucket/_sum/_count
+// series count as its family): README.md, docs/*.md, gpu/README.md, bench/colocation/README.md.
+// A name is gpuos_tenant_*, gpuos_gpu_* or gpuos_daemon_*, not ending in "_" (a prefix: "the
+// gpuos_tenant_* series").
+TEST_F(MetricsFixture, EveryMetricTheDocsNameIsExposed) {
+  register_tenant("docs");
+  std::istringstream text(render_metrics(*core, MetricsContext{}, clock.ns));
+  std::set<std::string> exposed;
+  for (std::string line; std::getline(text, line);) {
+    if (line.rfind("# TYPE ", 0) != 0) continue;
+    const std::string family = line.substr(7, line.find(' ', 7) - 7);
+    exposed.insert(family);
+    if (line.ends_with(" histogram")) {
+      for (const char* s : {"_bucket", "_sum", "_count"}) exposed.insert(family + s);
+    }
+  }
+  ASSERT_GT(exposed.size(), 40u);
+  std::vector<std::string> docs = {"README.md", "gpu/README.md", "bench/colocation/README.md"};
+  for (const auto& e : std::filesystem::directory_iterator(GPUOS_SOURCE_DIR "/docs")) {
+    if (e.path().extension() == ".md") docs.push_back("docs/" + e.path().filename().string());
+  }
+  const std::regex name(R"((?:^|[^A-Za-z0-9_])(gpuos_(?:tenant|gpu|daemon)_[a-z0-9_]*[a-z0-9])(?![a-z0-9_]))");
+  // Several names in one: gpuos_tenant_{step,admission}_slowdown_ratio (not a label set: the
+  // part before the brace ends in "_").
+  const std::regex names(R"((gpuos_(?:tenant|gpu|daemon)_(?:[a-z0-9_]*_)?)\{([a-z0-9_,]+)\}([a-z0-9_]*))");
+  std::size_t named = 0;
+  for (const std::string& doc : docs) {
+    std::ifstream in(std::string(GPUOS_SOURCE_DIR) + "/" + doc);
+    ASSERT_TRUE(in) << doc;
+    int n = 0;
+    for (std::string line; std::getline(in, line);) {
+      ++n;
+      std::vector<std::string> found;
+      for (std::sregex_iterator it(line.begin(), line.end(), name), end; it != end; ++it) found.push_back((*it)[1]);
+      for (std::sregex_iterator it(line.begin(), line.end(), names), end; it != end; ++it) {
+        std::istringstream alternatives((*it)[2]);
+        for (std::string a; std::getline(alternatives, a, ',');) found.push_back((*it)[1].str() + a + (*it)[3].str());
+      }
+      for (const std::string& f : found) {
+        ++named;
+        EXPECT_TRUE(exposed.count(f)) << doc << ":" << n << ": names " << f << ", which gpuosd does not expose";
+      }
+    }
+  }
+  EXPECT_GT(named, 50u) << "the docs name few metrics: is the pattern right?";
 }
 
 TEST_F(MetricsFixture, BusyTimeIsIntegratedBetweenObservations) {

@@ -362,6 +362,9 @@ class TopInTmux(unittest.TestCase):
             self.skipTest("tmux is absent (Debian package `tmux`; .ci/run installs it)")
         self.d = start_daemon(self)
         self.sock_name = "gpuos-top-test-%d" % os.getpid()
+        # Last: the server's socket file, which kill-server leaves behind.
+        sock_path = os.path.join(os.environ.get("TMUX_TMPDIR") or "/tmp", "tmux-%d" % os.getuid(), self.sock_name)
+        self.addCleanup(lambda: os.path.exists(sock_path) and os.unlink(sock_path))
         self.addCleanup(subprocess.run, [self.tmux, "-L", self.sock_name, "kill-server"], capture_output=True)
         self.synth = spawn(self, self.d.run_cmd(["--name", "topsynth", "--", bin_path("gpuos-synth"), "--name",
                                                  "topsynth", "--iters", "2000000", "--count", "10000000",
@@ -388,7 +391,9 @@ class TopInTmux(unittest.TestCase):
         script = ("trap : INT; echo BEFORE-TOP; {top}; echo TOP1-EXIT=$?; {stty}; echo; read -r line; "
                   "echo GOT-$line; {top}; echo TOP2-EXIT=$?; {stty}; echo; sleep 60").format(top=top, stty=stty)
         self.t("-f", "/dev/null", "new-session", "-d", "-s", "ops", "-x", "160", "-y", "40", "bash", "-c", script)
-        row = re.compile(r"^\s*\d+\s+%d\s+topsynth\s+best-effort\s+running\s+(\S+)" % self.synth.pid, re.M)
+        # ID PID NAME CLASS STATE GPU% MEM LAUNCH/s: the launch rate is the group.
+        row = re.compile(r"^\s*\d+\s+%d\s+topsynth\s+best-effort\s+running\s+\S+\s+\S+ \S+\s+(\S+)" % self.synth.pid,
+                         re.M)
 
         def frame_with_rate():
             s = self.screen()
@@ -396,7 +401,7 @@ class TopInTmux(unittest.TestCase):
             return s if m and m.group(1) not in ("-", "0.0") and "LAUNCH/s" in s else None
 
         s1 = wait_for(frame_with_rate, what="top to show the tenant with a launch rate")
-        self.assertIn("GATE-WAIT%", s1)
+        self.assertIn("WAIT%", s1)
         self.assertIn("GPU 0", s1)
         self.assertNotIn("BEFORE-TOP", s1)  # alternate screen
         self.assertEqual(self.flags(), (True, False))  # alternate screen on, cursor hidden
@@ -428,11 +433,55 @@ class TopInTmux(unittest.TestCase):
                            capture_output=True, text=True, timeout=30)
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertNotIn("\x1b", r.stdout)
-        self.assertRegex(r.stdout, r"\n\s*\d+\s+%d\s+topsynth\s+best-effort\s+running\s+\d" % self.synth.pid)
+        self.assertRegex(r.stdout, r"\n\s*\d+\s+%d\s+topsynth\s+best-effort\s+running\s+\S+\s+\d" % self.synth.pid)
         r = subprocess.run([bin_path("gpuos"), "top", "--once", "--socket", self.d.socket + ".none"],
                            capture_output=True, text=True, timeout=30)
         self.assertEqual(r.returncode, 1)
         self.assertIn("no gpuosd answering", r.stderr)
+
+    def test_top_fits_100_columns_with_gpu_use_and_memory_per_tenant(self):
+        """Issue #57: in a 100x30 terminal, with two tenants, every column shows (the header's last,
+        BUDGET, too) and each tenant has its GPU use (the usage check's, through the NVML stand-in)
+        and its memory; the plain frame (--once, not clipped by a terminal) fits too."""
+        guard = spawn(self, self.d.run_cmd(["--name", "topguard", "--class", "guaranteed", "--",
+                                            bin_path("gpuos-synth"), "--name", "topguard", "--mem-mib", "64",
+                                            "--count", "10000000", "--gap-us", "2000", "--warmup", "0"]),
+                      self.d.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        tenants = ((self.synth.pid, "topsynth", "best-effort"), (guard.pid, "topguard", "guaranteed"))
+        # Both measured by the usage check before top looks (no claim on how soon).
+        wait_for(lambda: all((self.d.tenant(pid) or {}).get("gpu_seconds", 0) > 0 for pid, _, _ in tenants)
+                 and (self.d.tenant(guard.pid) or {}).get("mem_used_bytes", 0) >= 64 << 20,
+                 what="both tenants' GPU time (NVML stand-in) and topguard's 64 MiB")
+        self.t("-f", "/dev/null", "new-session", "-d", "-s", "ops", "-x", "100", "-y", "30", "bash", "-c",
+               "%s top --interval 0.3 --socket %s; sleep 60" % (bin_path("gpuos"), self.d.socket))
+        self.assertEqual(self.t("display-message", "-p", "-t", "ops", "#{pane_width}x#{pane_height}").strip(),
+                         "100x30")
+        header = re.compile(r"^\s*ID\s+PID\s+NAME\s+CLASS\s+STATE\s+GPU%\s+MEM\s+LAUNCH/s\s+WAIT%\s+SMS\s+BUDGET$",
+                            re.M)
+        # ID PID NAME CLASS STATE GPU% MEM (a number and a unit) LAUNCH/s WAIT% SMS BUDGET
+        rows = [re.compile(r"^\s*\d+\s+%d\s+%s\s+%s\s+\S+\s+(\S+)\s+([\d.]+ \S*B)\s+\S+\s+\S+\s+\S+\s+\S+$"
+                           % (pid, name, cls), re.M) for pid, name, cls in tenants]
+
+        def frame():
+            s = self.screen()
+            found = [r.search(s) for r in rows]
+            return (s, found) if header.search(s) and all(m and m.group(1) != "-" for m in found) else None
+
+        screen, (synth_row, guard_row) = wait_for(frame, what="top to show both tenants with GPU% and MEM")
+        for line in screen.splitlines():
+            self.assertLessEqual(len(line), 100, line)
+        self.assertRegex(synth_row.group(1), r"^\d+$")
+        self.assertRegex(guard_row.group(1), r"^\d+$")
+        self.assertTrue(guard_row.group(2).endswith("MiB"), guard_row.group(2))
+        self.assertGreaterEqual(float(guard_row.group(2).split()[0]), 64.0)
+        self.t("send-keys", "-t", "ops", "q")
+        # The plain frame is not clipped by any terminal: it fits by itself.
+        r = subprocess.run([bin_path("gpuos"), "top", "--once", "--interval", "0.3", "--socket", self.d.socket],
+                           capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        for line in r.stdout.splitlines():
+            self.assertLessEqual(len(line), 100, line)
+        self.assertRegex(r.stdout, header)
 
 
 def install_table_paths():
@@ -461,9 +510,30 @@ class Packaging(unittest.TestCase):
             os.unlink(empty.name)
         strip = lambda out: [l for l in out.splitlines() if not l.startswith("# source")]
         self.assertEqual(strip(r.stdout), strip(d.stdout), "packaging/gpuos.toml differs from the built-in defaults")
-        text = open(cfg).read()
-        for table in ("[daemon]", "[tenants]", "[scheduler]", "[metrics]"):
+        # It is `gpuos config defaults` (issue #57; also the ctest cli.packaged_config_is_generated):
+        # every table and key, each commented out at its default under its line from the code.
+        g = subprocess.run([bin_path("gpuos"), "config", "defaults"], capture_output=True, text=True)
+        self.assertEqual(g.returncode, 0, g.stderr)
+        with open(cfg) as f:
+            text = f.read()
+        self.assertEqual(text, g.stdout, "regenerate it: build/bin/gpuos config defaults > packaging/gpuos.toml")
+        for table in ("[daemon]", "[tenants]", "[scheduler]", "[policy.budget]", "[metrics]"):
             self.assertIn(table, text)
+        # Each key uncommented (but the [[spatial.domain]] example) is still the defaults.
+        active, example = [], False
+        for line in text.splitlines():
+            example = line == "#[[spatial.domain]]" or (example and not line.startswith("["))
+            active.append(line[1:] if not example and re.match(r"#[a-z_]+ = ", line) else line)
+        self.assertGreater(sum(1 for a, b in zip(active, text.splitlines()) if a != b), 50)
+        uncommented = tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False)
+        uncommented.write("\n".join(active) + "\n")
+        uncommented.close()
+        try:
+            u = subprocess.run([bin_path("gpuos"), "config", "check", uncommented.name], capture_output=True, text=True)
+        finally:
+            os.unlink(uncommented.name)
+        self.assertEqual(u.returncode, 0, u.stderr)
+        self.assertEqual(strip(u.stdout), strip(d.stdout), "a key's commented-out value is not its default")
 
     def test_unit_file(self):
         unit = open(os.path.join(SOURCE, "packaging", "gpuosd.service")).read()

@@ -3,8 +3,11 @@
 // section).
 #include <gtest/gtest.h>
 
+#include <regex>
 #include <set>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include "common/config.h"
 #include "policies/registry.h"
@@ -158,6 +161,101 @@ TEST(Registry, TheSwapPolicyReadsItsKvSettings) {
   t.kv_target_since_ns = 1;
   view.tenants = {t};
   EXPECT_EQ(swap->decide(view).actions, (std::vector<slots::SwapAction>{{slots::SwapAction::Kind::kLiftKvTarget, 1}}));
+}
+
+// Builds e from `section` with its slot's factory (and drops it).
+bool builds(const PolicyEntry* e, const ConfigSection& section, std::string* why) {
+  PolicyContext ctx{section};
+  return e->make_time_gate ? e->make_time_gate(ctx, why) != nullptr
+         : e->make_space   ? e->make_space(ctx, why) != nullptr
+                           : e->make_memory(ctx, why) != nullptr;
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string l; std::getline(in, l);) out.push_back(l);
+  return out;
+}
+
+// Issue #57: a policy's KeyDoc list (what `gpuos config defaults` writes above each key) names
+// exactly the keys its factory asks its section for, in the order its settings are written, each
+// in one comment line: a key added, renamed or dropped in the code fails here until its line is.
+TEST(Registry, EveryPolicyDocumentsExactlyTheKeysItReads) {
+  for (const PolicyEntry* e : all_policies()) {
+    ConfigSection empty;
+    empty.name = e->name;
+    std::string why;
+    ASSERT_TRUE(builds(e, empty, &why)) << why;
+    std::vector<std::string> documented;
+    for (const KeyDoc& k : e->keys) {
+      documented.emplace_back(k.key);
+      EXPECT_FALSE(k.doc.empty()) << e->name << " " << k.key;
+      EXPECT_LE(2 + k.doc.size(), 100u) << e->name << " " << k.key << ": \"# " << k.doc << "\" is over 100 columns";
+    }
+    EXPECT_EQ(empty.keys_read(), documented) << e->name << ": its KeyDoc list is not what it reads";
+    std::vector<std::string> written;
+    if (e->settings != nullptr) {
+      for (const std::string& l : lines_of(e->settings(empty))) {
+        // "key = value", or "# key: why it has no value"
+        written.push_back(l.rfind("# ", 0) == 0 ? l.substr(2, l.find(':') - 2) : l.substr(0, l.find(" = ")));
+      }
+    }
+    EXPECT_EQ(written, documented) << e->name << ": its settings do not write the keys it documents";
+  }
+}
+
+// The effective config of a text that parses, as `gpuos config check` prints it (less its source).
+std::string effective(const std::string& text) {
+  ConfigResult r = parse_config(text, "t.toml");
+  if (!r) return "parse error: " + r.error;
+  std::string why;
+  if (!check_policy_config(*r.config, &why)) return "policy error: " + why;
+  Config shown = *r.config;
+  shown.policy_sections.clear();
+  std::string out = format_config(shown) + format_policy_settings(*r.config);
+  return out.substr(out.find('\n') + 1);
+}
+
+// `gpuos config defaults` (packaging/gpuos.toml): every key of every table, documented, within 100
+// columns, commented out at a value that is its default: uncommented, the file means what no file
+// means. (The [[spatial.domain]] example has no default and stays commented.)
+TEST(Registry, TheDefaultConfigHasEveryKeyCommentedOutAtItsDefault) {
+  const std::string text = format_default_config();
+  EXPECT_EQ(text.find("UNDOCUMENTED"), std::string::npos) << text;
+  EXPECT_EQ(effective(text), effective(""));
+  std::size_t expected_keys = 0;
+  for (const TableDoc& t : config_tables()) expected_keys += t.table == "spatial.domain" ? 0 : t.keys.size();
+  for (const PolicyEntry* e : all_policies()) expected_keys += e->keys.size();
+  const std::regex key_line("#([a-z_]+) = .*");
+  std::string active;
+  std::set<std::string> tables;
+  std::size_t uncommented = 0, notes = 0;
+  bool example = false;
+  for (const std::string& l : lines_of(text)) {
+    EXPECT_LE(l.size(), 100u) << l;
+    EXPECT_TRUE(l.empty() || l[0] == '#' || l[0] == '[') << l;
+    if (l == "#[[spatial.domain]]") example = true;
+    if (l.rfind("[", 0) == 0) {
+      example = false;
+      EXPECT_TRUE(tables.insert(l).second) << "twice: " << l;
+    }
+    std::smatch m;
+    if (!example && std::regex_match(l, m, key_line)) {
+      active += l.substr(1) + "\n";
+      ++uncommented;
+    } else {
+      notes += l.rfind("# mps_cost_pct: ", 0) == 0;  // a key whose default is measured, not a value
+      active += l + "\n";
+    }
+  }
+  EXPECT_EQ(uncommented + notes, expected_keys) << text;
+  EXPECT_EQ(effective(active), effective("")) << active;
+  for (const PolicyEntry* e : all_policies()) {
+    if (e->settings != nullptr) {
+      EXPECT_TRUE(tables.count("[policy." + std::string(e->name) + "]")) << e->name;
+    }
+  }
 }
 
 }  // namespace

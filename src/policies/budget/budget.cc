@@ -138,6 +138,22 @@ std::unique_ptr<slots::TimeGate> make_budget(const PolicyContext& ctx, std::stri
   return std::make_unique<BudgetPolicy>(p);
 }
 
+// What parse_budget_params reads besides priority's keys, in budget_settings' order
+// (docs/OPERATIONS.md gives the measurement behind each default).
+constexpr KeyDoc kBudgetOwnKeys[] = {
+    {"meter_interval_ms", "The slowdown is the p99 of the window's intervals of this many ms (0..60000; 0: launches)"},
+    {"react_ms", "Per-launch meter only: the share halves when the last react_ms read over (1..10000)"},
+    {"target_pct", "The controller aims at 1 + this percent of the budget's excess B - 1 (10..100)"},
+    {"pace_max_kernel_us", "A paced best-effort launch expected to run longer (us) waits until guaranteed idle; 0 = off"},
+    {"pace_max_kernel_pct", "... or longer than this % of what the budget lets a typical step grow (0..1000)"},
+    {"pace_idle_hold_ms", "... idle this long; pacing and lent SM groups also stay this long after (0..10000 ms)"},
+    {"mps_cost_pct", "MPS's cost to a budgeted tenant in a domain, percent (0..100); unset: measured"},
+    {"steer_load_growth", "The controller judges the slowdown times the tenant's load growth"},
+    {"growth_by_median", "Under trial: load growth by the steps' time-weighted median, not their mean"},
+    {"cap_long_best_effort", "Under trial: a long-launching best-effort tenant gets fewer SM groups"},
+};
+constexpr auto kBudgetKeys = join_key_docs(kPriorityCommonKeys, kBudgetOwnKeys);
+
 std::string budget_settings(const ConfigSection& section) {
   BudgetParams p;
   std::string unused;
@@ -163,5 +179,6 @@ namespace gpuos::policies {
 const PolicyEntry kBudgetPolicy{"budget", SlotKind::kTimeGate,
                                 "guaranteed tenants with a latency budget (--max-slowdown) lend best-effort ones "
                                 "as much GPU time as keeps them within it; the rest as priority",
-                                &budget::make_budget, nullptr, nullptr, &budget::budget_settings};
+                                &budget::make_budget, nullptr, nullptr, &budget::budget_settings,
+                                budget::kBudgetKeys};
 }  // namespace gpuos::policies

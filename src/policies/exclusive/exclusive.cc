@@ -96,6 +96,10 @@ std::unique_ptr<slots::TimeGate> make_exclusive(const PolicyContext& ctx, std::s
   return std::make_unique<ExclusivePolicy>(uint64_t{ms} * 1'000'000);
 }
 
+constexpr KeyDoc kExclusiveKeys[] = {
+    {"max_hold_ms", "The holder passes the GPU on after this long while others are active (1..60000 ms)"},
+};
+
 std::string exclusive_settings(const ConfigSection& section) {
   uint32_t ms = 0;
   std::string unused;
@@ -106,6 +110,6 @@ std::string exclusive_settings(const ConfigSection& section) {
 
 const PolicyEntry kExclusivePolicy{"exclusive", SlotKind::kTimeGate,
                                    "one tenant at a time has the GPU, in turn (the example policy)", &make_exclusive,
-                                   nullptr, nullptr, &exclusive_settings};
+                                   nullptr, nullptr, &exclusive_settings, kExclusiveKeys};
 
 }  // namespace gpuos::policies

@@ -274,6 +274,17 @@ std::unique_ptr<slots::SpacePolicy> make_partition(const PolicyContext& ctx, std
   return std::make_unique<PartitionPolicy>(p);
 }
 
+// What parse_partition_params reads, in its order.
+constexpr KeyDoc kPartitionKeys[] = {
+    {"lend_after_ms", "An idle guaranteed tenant's SM groups go to best-effort ones after this long (0..3600000 ms)"},
+    {"lend_max_kernel_ms", "... only to those whose kernels end within this (1..3600000 ms)"},
+    {"be_reserve_groups", "SM groups (8 SMs each) a guaranteed tenant leaves to best-effort tenants (1..63)"},
+    {"right_size_slack_pct", "Right-sizing: fewest SMs within this % of the default partition's latency (0 = off)"},
+    {"right_size_below_grid", "Right-sizing may go below a one-block-per-SM kernel's grid (its fit cannot see it)"},
+    {"mps_kernel_cost_ns", "What MPS adds to each kernel; warns of tenants it costs more than the slack (0 = off)"},
+    {"budget_whole_gpu", "A guaranteed tenant with --max-slowdown and no --sms runs on every SM, unconfined"},
+};
+
 std::string partition_settings(const ConfigSection& section) {
   PartitionParams p;
   std::string unused;
@@ -290,6 +301,6 @@ std::string partition_settings(const ConfigSection& section) {
 
 const PolicyEntry kPartitionPolicy{"partition", SlotKind::kSpace,
                                    "SM partitions per spatial domain, lending of idle groups, right-sizing", nullptr,
-                                   &make_partition, nullptr, &partition_settings};
+                                   &make_partition, nullptr, &partition_settings, kPartitionKeys};
 
 }  // namespace gpuos::policies

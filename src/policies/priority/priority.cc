@@ -395,6 +395,13 @@ std::unique_ptr<slots::TimeGate> make_priority(const PolicyContext& ctx, std::st
 }
 
 
+// What parse_priority_params reads, in priority_settings' order.
+constexpr KeyDoc kPriorityOwnKeys[] = {
+    {"be_max_kernel_us", "A best-effort launch expected to run longer (us) waits until guaranteed ones idle; 0 = off"},
+    {"be_idle_hold_ms", "... until they have been idle this long (0..10000 ms)"},
+};
+constexpr auto kPriorityKeys = join_key_docs(kPriorityCommonKeys, kPriorityOwnKeys);
+
 std::string priority_settings(const ConfigSection& section) {
   PriorityParams p;
   std::string unused;
@@ -406,6 +413,6 @@ std::string priority_settings(const ConfigSection& section) {
 
 const PolicyEntry kPriorityPolicy{"priority", SlotKind::kTimeGate,
                                   "guaranteed tenants run as if alone; best-effort ones share the rest by weight",
-                                  &make_priority, nullptr, nullptr, &priority_settings};
+                                  &make_priority, nullptr, nullptr, &priority_settings, kPriorityKeys};
 
 }  // namespace gpuos::policies

@@ -145,6 +145,13 @@ PriorityDecision decide_priority(const std::vector<PriorityTenant>& tenants, con
 bool parse_priority_params(const ConfigSection& section, PriorityParams* out, std::string* error);
 // Its keys alone, for a policy that adds its own (budget.h); and its settings as TOML lines.
 bool read_priority_keys(const ConfigSection& section, PriorityParams* p, std::string* error);
+// What read_priority_keys reads, in its order.
+inline constexpr KeyDoc kPriorityCommonKeys[] = {
+    {"be_max_inflight", "Unfinished launches a best-effort tenant may have (0..1024; 0 = unbounded)"},
+    {"idle_grace_us", "A tenant counts as idle this long after its work finished (0..1000000 us)"},
+    {"be_slice_ms", "Best-effort time slice at weight 100 (1..10000 ms); weight W gets W/100 of it"},
+    {"signal_grace_ms", "A gated best-effort tenant that gets a signal runs this long to act on it (0..60000)"},
+};
 std::string format_priority_params(const PriorityParams& p);
 
 class PriorityPolicy final : public slots::TimeGate {

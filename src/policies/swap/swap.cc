@@ -32,6 +32,13 @@ std::unique_ptr<slots::MemoryPolicy> make_swap(const PolicyContext& ctx, std::st
   return std::make_unique<SwapPolicy>(s);
 }
 
+// What parse_swap_settings reads, in its order.
+constexpr KeyDoc kSwapKeys[] = {
+    {"kv_rule", "Which KV pools shrink first: \"fair\" (largest), \"priority\" (best-effort) or \"queue\""},
+    {"kv_deadline_ms", "An engine's time to meet its target; then the rest is swapped out (10..600000)"},
+    {"kv_hold_ms", "A target stays this long before it rises again or is lifted (0..3600000)"},
+};
+
 std::string swap_settings(const ConfigSection& section) {
   SwapSettings s;
   std::string unused;
@@ -45,6 +52,6 @@ std::string swap_settings(const ConfigSection& section) {
 const PolicyEntry kSwapPolicy{"swap", SlotKind::kMemory,
                               "idle or best-effort tenants swap out to host memory to make room for others; KV "
                               "pools shrink to targets first",
-                              nullptr, nullptr, &make_swap, &swap_settings};
+                              nullptr, nullptr, &make_swap, &swap_settings, kSwapKeys};
 
 }  // namespace gpuos::policies
