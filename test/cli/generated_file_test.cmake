@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # A file checked in that a command generates from the code must be that command's output:
 #   cmake -DCOMMAND="prog;arg;..." -DFILE=<checked-in file> -P generated_file_test.cmake
 # Fails naming the first line that differs and how to regenerate the file.

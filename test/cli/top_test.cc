@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `gpuos top`'s frame (render_top): 100 columns whatever the tenants' cells, GPU% and MEM per tenant.
 #include <gtest/gtest.h>
 

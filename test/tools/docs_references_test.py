@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """What the docs name that the code must have (issue #57, "docs checked"): in README.md, docs/*.md,
 gpu/README.md and bench/colocation/README.md,
   - every file path of this repository they name exists: paths under src/, test/, docs/, gpu/,
