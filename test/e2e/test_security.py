@@ -501,6 +501,38 @@ class Security(unittest.TestCase):
         wait_for(lambda: "pid %d uses GPU 0" % q.pid in d.log_text(), timeout=60,
                  what="the usage check to report the unregistered process")
 
+    # --- 5. the hostile tenant, third pass (issue #62) ---
+
+    def test_a_forged_request_for_room_displaces_nobody(self):
+        # Issue #62 item 5: under the default config (no quota), a tenant of uid 65534 that forged a
+        # request for 900 MiB of room (its report holding it, the GPU full by its per-device word) got
+        # a root tenant swapped out (600 MiB) and gated. gpuosd now reads the GPU's free memory
+        # (NVML) before it makes room: the GPU has room for 900 MiB, so no allocation of that size
+        # failed for lack of it, and nobody is displaced.
+        d = self.daemon('[memory]\nswap_pool = "1GiB"\nswap_quantum_ms = 100\n')
+        victim = subprocess.Popen(d.run_cmd(["--name", "victim", "--swap", "--", bin_path("gpuos-synth"), "--name",
+                                             "victim", "--iters", "2000000", "--count", "10000000", "--warmup", "0",
+                                             "--mem-mib", "600", "--json", "-"]),
+                                  env=d.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self.procs.append(victim)
+        v = wait_for(lambda: (lambda t: t if t and t["launches"] > 0 and t["mem_used_bytes"] >= 600 << 20 else None)(
+            d.tenant(victim.pid)), timeout=60, what="the victim to hold its 600 MiB and run")
+        time.sleep(0.2)  # past its quantum (100 ms): a victim the swap policy may choose
+        go = os.path.join(self.tmp, "go-forger")
+        f = subprocess.Popen([bin_path("gpuos-hostile-probe"), "--go", go, "--forge-room", "900"],
+                             env=self.tenant_env(d, d.socket, ATTACKER), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, **as_user(ATTACKER))
+        self.procs.append(f)
+        self.assertIn('"ready": true', first_line(f), f.stderr.read() if f.poll() is not None else "")
+        open(go, "w").close()
+        os.chmod(go, 0o644)
+        answer = json.loads(first_line(f))["answer"]
+        self.assertNotEqual(answer, "none", f.stderr.read())
+        v = d.tenant(victim.pid)
+        self.assertEqual((v["swap_outs"], v["state"]), (0, "running"), d.log_text())
+        self.assertNotIn("tenant %d: swapping out" % v["id"], d.log_text())
+        self.assertIsNone(victim.poll())
+
     # --- 3. terminal escapes in tenant names ---
 
     def test_tenant_names_cannot_drive_the_terminal(self):
