@@ -555,7 +555,10 @@ typedef struct gpuos_msg_tenant_info {
   /* a budgeted tenant in a spatial domain: MPS's cost to it that its budget charges, per mille of
      its time without MPS (measured from its kernels' mean time alone; 0 = not in a domain) */
   uint32_t mps_cost_permille;
-  uint32_t reserved9;
+  /* 1: its connection closed while its process runs on (issue #62): still this tenant, its gate,
+     hold and grants binding through its blocks, with no connection; 0 otherwise (and from a daemon
+     that predates the field) */
+  uint32_t detached;
   /* a budgeted tenant: its launches its own timings marked long (control block long_launches;
      interpose/launch_phase.h), during which its budget lent nothing */
   uint64_t long_launches;

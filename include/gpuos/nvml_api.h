@@ -13,7 +13,8 @@
 // nvmlDeviceGetProcessUtilization returns the samples newer than last_seen_us (CPU time in
 // microseconds, normally the newest timeStamp seen before) and NVML_ERROR_NOT_FOUND when none is;
 // nvmlDeviceGetTotalEnergyConsumption gives the GPU's energy in millijoules since the driver was
-// last reloaded (Volta and newer; NVML_ERROR_NOT_SUPPORTED elsewhere).
+// last reloaded (Volta and newer; NVML_ERROR_NOT_SUPPORTED elsewhere); nvmlDeviceGetMemoryInfo the
+// device's total, free and used memory now, every process's and the driver's own.
 #pragma once
 
 #include <cstddef>
@@ -49,6 +50,14 @@ typedef struct nvmlProcessInfo_st {
   unsigned int computeInstanceId;
 } nvmlProcessInfo_t;
 
+// nvmlMemory_t of nvmlDeviceGetMemoryInfo (v1): the device's memory in bytes as the driver counts it
+// now (used includes what the driver reserves for itself; free + used = total).
+typedef struct nvmlMemory_st {
+  unsigned long long total;
+  unsigned long long free;
+  unsigned long long used;
+} nvmlMemory_t;
+
 typedef struct nvmlProcessUtilizationSample_st {
   unsigned int pid;
   unsigned long long timeStamp;  // CPU timestamp in microseconds
@@ -63,6 +72,7 @@ typedef struct nvmlProcessUtilizationSample_st {
 // The layouts NVML's ABI fixes (x86-64 and aarch64): a mismatch would misread every entry.
 static_assert(sizeof(nvmlProcessInfo_t) == 24, "nvmlProcessInfo_t (v2/v3) is 24 bytes");
 static_assert(sizeof(nvmlProcessUtilizationSample_t) == 32, "nvmlProcessUtilizationSample_t is 32 bytes");
+static_assert(sizeof(nvmlMemory_t) == 24, "nvmlMemory_t (v1) is 24 bytes");
 
 #define GPUOS_NVML_FUNCS(X)                                                                        \
   X(nvmlReturn_t, nvmlInit_v2, (void))                                                             \
@@ -79,7 +89,8 @@ static_assert(sizeof(nvmlProcessUtilizationSample_t) == 32, "nvmlProcessUtilizat
     (nvmlDevice_t device, nvmlProcessUtilizationSample_t* samples, unsigned int* count,            \
      unsigned long long last_seen_us))                                                             \
   X(nvmlReturn_t, nvmlSystemGetDriverVersion, (char* version, unsigned int length))              \
-  X(nvmlReturn_t, nvmlDeviceGetTotalEnergyConsumption, (nvmlDevice_t device, unsigned long long* energy))
+  X(nvmlReturn_t, nvmlDeviceGetTotalEnergyConsumption, (nvmlDevice_t device, unsigned long long* energy)) \
+  X(nvmlReturn_t, nvmlDeviceGetMemoryInfo, (nvmlDevice_t device, nvmlMemory_t* memory))
 
 struct GpuosNvmlTable {
 #define GPUOS_NVML_MEMBER(ret, name, params) ret (*name) params;

@@ -356,6 +356,12 @@ const char* swap_state_name(uint32_t state) {
 }
 
 std::string display_state(const gpuos_msg_tenant_info& t) {
+  // Its connection closed while its process runs on: its state, and that (issue #62).
+  if (t.state != GPUOS_TENANT_EXITED && t.detached != 0) {
+    gpuos_msg_tenant_info attached = t;
+    attached.detached = 0;
+    return display_state(attached) + ",detached";
+  }
   if (t.state != GPUOS_TENANT_EXITED && t.swap_state != GPUOS_SWAP_RESIDENT) return swap_state_name(t.swap_state);
   if (t.state == GPUOS_TENANT_GATED && std::strcmp(gated_by_name(t), "admin") == 0) return "held";
   if (const uint32_t gpus = gated_gpus(t); t.state == GPUOS_TENANT_RUNNING && gpus != 0) {
@@ -397,6 +403,8 @@ nlohmann::json listing_json(const Listing& l) {
     o["name"] = cstr(t.name, sizeof(t.name));
     o["class"] = class_name(t.tenant_class);
     o["state"] = state_name(t.state);
+    // Its connection closed while its process runs on: still the tenant, with no connection.
+    o["detached"] = t.detached != 0;
     // Who holds a closed gate: "admin" (gpuos gate ID close; kept across a gpuosd restart), "memory"
     // or "policy"; null while open (or from a daemon that does not say).
     const char* by = gated_by_name(t);

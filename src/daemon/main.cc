@@ -218,34 +218,40 @@ int main(int argc, char** argv) {
     return a;
   };
 
-  // The usage check: NVML's view of every GPU against the grants, independent of the tenants.
+  // The usage check: NVML's view of every GPU against the grants, independent of the tenants. NVML
+  // also backs requests for room (memory oversubscription): the GPU's free memory as the driver
+  // counts it, never a tenant's word.
   GpuosNvmlTable nvml{};
   std::unique_ptr<daemon::NvmlReader> nvml_reader;
   daemon::SystemEnforcer enforcer;
-  if (cfg.verify.enabled && !co.gpus.empty()) {
+  if ((cfg.verify.enabled || co.swap.pool_bytes != 0) && !co.gpus.empty()) {
     char nvml_err[256];
+    const char* what = cfg.verify.enabled ? "usage check off" : "NVML (for requests for room)";
     if (!load_nvml(&nvml, nullptr, nvml_err, sizeof(nvml_err))) {
-      log::warn("usage check off: %s", nvml_err);
+      log::warn("%s: %s", what, nvml_err);
     } else if (nvml_reader = std::make_unique<daemon::NvmlReader>(nvml, co.gpus); !nvml_reader->available()) {
-      log::warn("usage check off: %s", nvml_reader->why_not().c_str());
+      log::warn("%s: %s", what, nvml_reader->why_not().c_str());
     } else {
-      daemon::VerifyOptions& v = co.verify;
-      v.interval_ns = static_cast<uint64_t>(cfg.verify.interval_ms) * 1000000ull;
-      v.check.memory_slack_bytes = cfg.verify.memory_slack_bytes;
-      v.check.gated_sm_util_percent = cfg.verify.gated_sm_util_percent;
-      daemon::parse_enforce_mode(cfg.verify.enforce, &v.enforce.mode);  // checked by the config
-      v.enforce.grace_rounds = cfg.verify.grace_rounds;
-      v.enforcer = &enforcer;
-      v.ignored.insert(getpid());
-      // MPS servers hold the contexts of their clients; they are no tenant by design.
-      v.sample = [r = nvml_reader.get()] {
-        daemon::UsageSample s = r->read();
-        std::erase_if(s.processes, [](const daemon::ObservedProcess& p) { return daemon::is_mps_server(p.pid); });
-        return s;
-      };
-      log::info("usage check on: NVML every %u ms, enforce \"%s\" after %u rounds", cfg.verify.interval_ms,
-                cfg.verify.enforce.c_str(), cfg.verify.grace_rounds);
+      co.swap.gpu_free = [r = nvml_reader.get()](uint32_t gpu, uint64_t* free) { return r->free_bytes(gpu, free); };
     }
+  }
+  if (co.swap.gpu_free && cfg.verify.enabled) {
+    daemon::VerifyOptions& v = co.verify;
+    v.interval_ns = static_cast<uint64_t>(cfg.verify.interval_ms) * 1000000ull;
+    v.check.memory_slack_bytes = cfg.verify.memory_slack_bytes;
+    v.check.gated_sm_util_percent = cfg.verify.gated_sm_util_percent;
+    daemon::parse_enforce_mode(cfg.verify.enforce, &v.enforce.mode);  // checked by the config
+    v.enforce.grace_rounds = cfg.verify.grace_rounds;
+    v.enforcer = &enforcer;
+    v.ignored.insert(getpid());
+    // MPS servers hold the contexts of their clients; they are no tenant by design.
+    v.sample = [r = nvml_reader.get()] {
+      daemon::UsageSample s = r->read();
+      std::erase_if(s.processes, [](const daemon::ObservedProcess& p) { return daemon::is_mps_server(p.pid); });
+      return s;
+    };
+    log::info("usage check on: NVML every %u ms, enforce \"%s\" after %u rounds", cfg.verify.interval_ms,
+              cfg.verify.enforce.c_str(), cfg.verify.grace_rounds);
   }
 
   daemon::Core core(std::move(co));

@@ -254,6 +254,27 @@ NVML_API nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t device, u
   return NVML_SUCCESS;
 }
 
+// The device's memory now: what the live processes of the double hold on it (a dead process's
+// memory is the driver's again, as on a GPU; the double's allocator reclaims it at its next
+// shortage), against the device's size.
+NVML_API nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t* memory) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (g_inits == 0) return NVML_ERROR_UNINITIALIZED;
+  const int d = device_of(device);
+  if (d < 0 || memory == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  const dd::Segment* s = segment();
+  if (s == nullptr) return NVML_ERROR_UNKNOWN;  // no process of the double has made the device yet
+  uint64_t used = 0;
+  for (const dd::PidSlot& slot : s->slots) {
+    if (alive(slot.pid.load())) used += slot.used[d].load();
+  }
+  const uint64_t total = s->total[d];
+  memory->total = total;
+  memory->used = std::min(used, total);
+  memory->free = total - memory->used;
+  return NVML_SUCCESS;
+}
+
 // Every export has exactly the type gpuos's table expects (as the driver's are checked).
 #define GPUOS_NVML_SAME_TYPE(ret, name, params) \
   static_assert(std::is_same_v<decltype(&::name), decltype(GpuosNvmlTable::name)>, #name);

@@ -6,7 +6,9 @@
 #include <linux/futex.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -46,6 +48,7 @@ bool g_driver_failed = false;
 std::atomic<DlsymFn> g_real_dlsym{nullptr};
 std::atomic<bool> g_refused{false};
 std::atomic<int> g_socket{-1};       // connection to gpuosd; kept open for the tenant's life
+std::atomic<pid_t> g_daemon_pid{0};  // gpuosd's pid as SO_PEERCRED gave it (0: not known here)
 LocalBlocks g_local;  // used when running without a daemon (gate always open, no limits)
 bool g_atfork_installed = false;
 std::atomic<bool> g_told_class_lowered{false};  // the lowered class is said once per process
@@ -228,6 +231,15 @@ gpuos_control_block* register_with_daemon(char* why, std::size_t why_len, int* s
   return cb;
 }
 
+// Notes gpuosd's pid (SO_PEERCRED of the connection; 0 when the daemon is outside our pid
+// namespace): whether gpuosd itself is gone is told by its process, never by our connection alone.
+void note_daemon_pid(int sock) {
+  ucred cred{};
+  socklen_t len = sizeof(cred);
+  g_daemon_pid.store(getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 ? cred.pid : 0,
+                     std::memory_order_relaxed);
+}
+
 // GPUOS_REPORT_AT_EXIT=1: one line of this process's counters on stderr when it exits, handy
 // when running without a daemon.
 void report_at_exit() {
@@ -336,6 +348,7 @@ gpuos_control_block* ensure_registered() {
     cb = &g_local.cb;
     g_control.store(cb, std::memory_order_release);
   } else {
+    note_daemon_pid(sock);
     g_socket.store(sock, std::memory_order_relaxed);
     g_control.store(cb, std::memory_order_release);
     start_activity_monitor(cb);  // after publishing: the monitor follows g_control
@@ -353,6 +366,7 @@ int daemon_socket() { return g_socket.load(std::memory_order_relaxed); }
 namespace {
 
 bool g_lost_reported = false;  // monitor thread only
+bool g_other_daemon_reported = false;  // monitor thread only
 
 // How long a re-registration waits for calls that still use the old control block.
 constexpr uint64_t kCarryOverWaitNs = 5000000000ull;
@@ -362,21 +376,50 @@ constexpr uint64_t kCarryOverWaitNs = 5000000000ull;
 void maintain_daemon_connection() {
   gpuos_control_block* old = g_control.load(std::memory_order_acquire);
   if (old == nullptr || old == &g_local.cb || !daemon_connection_lost()) return;
+  const bool governed = gate_binds(old);
   if (!g_lost_reported) {
-    log(LogLevel::kWarn, "lost gpuosd; running on the last grant and re-registering every second");
+    log(LogLevel::kWarn, governed ? "lost the connection to gpuosd, which still runs and renews this tenant's grant: "
+                                    "its gate binds as gpuosd sets it; re-registering every second"
+                                  : "lost gpuosd; running on the last grant and re-registering every second");
     g_lost_reported = true;
   }
-  // Keep running on the last grant, never hang: a closed gate no longer binds (gate_binds), once
-  // swapped-out memory is back on the GPU (until then the tenant waits: its data is in the pool it
-  // mapped). Waiters notice within their futex timeout; the wake makes it at once.
-  if (!swap_in_locally(old)) return;
-  syscall(SYS_futex, &grants_of(old)->gate, FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
-  syscall(SYS_futex, &grants_of(old)->gate_closed_devices, FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
+  if (governed) {
+    // Only the connection is gone (issue #62: a tenant held by an admin shut it down, pointed
+    // GPUOS_SOCKET at nothing, and ran unheld): gpuosd still governs this process through its blocks
+    // and renews its lease, so its gate, pacing and swap commands bind as they did. Memory it swapped
+    // out comes back when gpuosd says (SWAP_IN), never locally; re-registering waits until then.
+    if (std::atomic_ref<uint32_t>(old->swap_state).load(std::memory_order_acquire) != GPUOS_SWAP_RESIDENT) return;
+  } else {
+    // gpuosd is gone (it said so, or its process is, or it stopped renewing the lease): keep running
+    // on the last grant, never hang: a closed gate no longer binds (gate_binds), once swapped-out
+    // memory is back on the GPU (until then the tenant waits: its data is in the pool it mapped).
+    // Waiters notice within their futex timeout; the wake makes it at once.
+    if (!swap_in_locally(old)) return;
+    syscall(SYS_futex, &grants_of(old)->gate, FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
+    syscall(SYS_futex, &grants_of(old)->gate_closed_devices, FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
+  }
   char why[400];
   int sock = -1;
   // Ask for the id it had, so that `gpuos ps`, metrics and admins see the same tenant.
   gpuos_control_block* cb = register_with_daemon(why, sizeof(why), &sock, grants_of(old)->tenant_id);
   if (cb == nullptr) return;  // still no daemon: try again later
+  if (governed) {
+    // The gpuosd that governs this tenant still runs: only it may take the tenant back (another
+    // daemon, one of this user's own, would hand it an open gate while its grant here is held).
+    ucred cred{};
+    socklen_t len = sizeof(cred);
+    const pid_t was = g_daemon_pid.load(std::memory_order_relaxed);
+    if (was > 0 && (getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 || cred.pid != was)) {
+      if (!g_other_daemon_reported) {
+        log(LogLevel::kWarn, "the gpuosd at GPUOS_SOCKET is not the one that governs this tenant (pid %d), which "
+            "still runs: staying with its grant", static_cast<int>(was));
+        g_other_daemon_reported = true;
+      }
+      unmap_blocks(cb);
+      close(sock);
+      return;
+    }
+  }
   // Each feature carries its own state over (carry_over.h): what calls act on at once before the
   // switch, the rest once no call uses the old block any more. The old mapping stays: a thread may
   // still hold a pointer into it.
@@ -384,6 +427,7 @@ void maintain_daemon_connection() {
   for (const CarryOver* h : hooks) {
     if (h->seed != nullptr) h->seed(old, cb);
   }
+  note_daemon_pid(sock);
   g_control.store(cb, std::memory_order_seq_cst);  // seq_cst: see quiescence.h
   if (int stale = g_socket.exchange(sock); stale >= 0) close(stale);
   const unsigned retired = g_control_users.retire();
@@ -421,13 +465,31 @@ void publish_devices(gpuos_control_block* cb) {
   std::atomic_ref<uint32_t>(cb->device_count).store(static_cast<uint32_t>(count), std::memory_order_release);
 }
 
+bool daemon_gone() {
+  if (!daemon_connection_lost()) return false;
+  const pid_t pid = g_daemon_pid.load(std::memory_order_relaxed);
+  if (pid <= 0) return false;  // not visible from here: the lease alone tells
+  const int saved = errno;
+  const bool gone = kill(pid, 0) != 0 && errno == ESRCH;
+  errno = saved;  // inside the application's CUDA call: leave its errno as it was
+  return gone;
+}
+
 bool gate_binds(const gpuos_control_block* cb) {
+  // A block a re-registration replaced: gpuosd's word is the current block's. A thread that still
+  // waits at the old gate goes on once the current gate lets everything through, or binds no more.
+  if (const gpuos_control_block* now = g_control.load(std::memory_order_acquire);
+      now != nullptr && now != cb && now != &g_local.cb) {
+    return gate_binds(now) && grant_load(grants_of(now)->gate) != GPUOS_GATE_OPEN;
+  }
   const gpuos_grant_block* g = grants_of(cb);
   // A closed gate is a lease: a gpuosd that stopped looking (SIGSTOP, hung) for longer than
-  // GPUOS_GATE_LEASE_NS no longer holds this tenant (0: no lease).
+  // GPUOS_GATE_LEASE_NS no longer holds this tenant (0: no lease). Whether the connection is open is
+  // the tenant's own doing (it can shut it down): not a release (issue #62); gpuosd's exit is
+  // (daemon_alive, written at an orderly exit, or its process gone).
   const uint64_t hb = grant_load(g->daemon_heartbeat_ns);
   const bool lapsed = hb != 0 && monotonic_ns() > hb + GPUOS_GATE_LEASE_NS;
-  return grant_load(g->daemon_alive, std::memory_order_relaxed) != 0 && !lapsed && !daemon_connection_lost();
+  return grant_load(g->daemon_alive, std::memory_order_relaxed) != 0 && !lapsed && !daemon_gone();
 }
 
 int LaunchDevice::ordinal() {
@@ -469,8 +531,11 @@ bool wait_at_gate(gpuos_control_block* cb, LaunchDevice* device) {
   for (uint32_t word = grant_load(g->gate); !gate_lets_through(g, word, device); word = grant_load(g->gate)) {
     // Swapped-out memory comes back first; if there is no room for it yet, keep waiting.
     if (!gate_binds(cb) && swap_in_locally(cb)) {
-      log(LogLevel::kWarn, "gpuosd is gone or has not renewed this tenant's closed gate for %.0f s; continuing",
-          GPUOS_GATE_LEASE_NS / 1e9);
+      // (A block a re-registration replaced goes by the current one's gate: no warning.)
+      if (g_control.load(std::memory_order_acquire) == cb) {
+        log(LogLevel::kWarn, "gpuosd is gone or has not renewed this tenant's closed gate for %.0f s; continuing",
+            GPUOS_GATE_LEASE_NS / 1e9);
+      }
       released = true;
       break;
     }

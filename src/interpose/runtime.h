@@ -61,9 +61,16 @@ bool gate_lets_through(const gpuos_grant_block* g, uint32_t gate, LaunchDevice* 
 // no longer binds (gate_binds): a tenant keeps running on its last grant rather than hang. Returns
 // true when it returned for that reason (the gate word may still say closed).
 bool wait_at_gate(gpuos_control_block* cb, LaunchDevice* device = nullptr);
-// Whether the grant block's closed gate holds this tenant: gpuosd is alive, connected, and renewed
-// the lease within GPUOS_GATE_LEASE_NS. The gate word is gpuosd's; this is the tenant's own bound.
+// Whether the grant block's closed gate holds this tenant: gpuosd did not say it exits
+// (daemon_alive), renewed the lease within GPUOS_GATE_LEASE_NS, and its process is not known to be
+// gone (daemon_gone). A lost connection alone is no release: the tenant can close it itself, and
+// gpuosd governs it through its blocks all the same (issue #62). For a block a re-registration
+// replaced, the current block's gate decides. The gate word is gpuosd's; this is the tenant's own
+// bound.
 bool gate_binds(const gpuos_control_block* cb);
+// The connection to gpuosd is lost and gpuosd's process (SO_PEERCRED at registration) is gone.
+// False when its pid is not visible here (another pid namespace): the lease then tells.
+bool daemon_gone();
 
 // Waits on a control-block word until it no longer holds `expected`, a wake-up, or timeout_ms.
 // Shared (not private) futex: gpuosd wakes it through its own mapping of the same memfd.
@@ -84,9 +91,11 @@ bool daemon_connection_lost();
 
 // Called by the activity monitor thread about once a second (never from a governed call: it waits
 // for those). If gpuosd went away, the tenant keeps running on its last grant (a closed gate is
-// opened locally) and tries to register again; once a daemon answers, the tenant moves to the new
-// control block, and every feature carries its state over (carry_over.h) once no governed call
-// uses the old block any more (quiescence.h).
+// opened locally) and tries to register again; if only the connection is gone and gpuosd still
+// renews the grant, its gate binds as before (no local swap-in either) and it tries to register
+// again once its memory is resident. Once a daemon answers, the tenant moves to the new control
+// block, and every feature carries its state over (carry_over.h) once no governed call uses the old
+// block any more (quiescence.h).
 void maintain_daemon_connection();
 
 // Writes the UUID of each of this process's device ordinals into the control block (device_uuid,

@@ -79,26 +79,35 @@ TEST(Admission, LimitsPerProcessPerUidAndTable) {
 
 TEST(Admission, TheSameProcessGetsItsTenantBack) {
   std::map<uint32_t, Tenant> tenants;
-  std::map<pid_t, Retained> retained;
   IdLedger ids("", [](pid_t) { return uint64_t{0}; });
   std::deque<gpuos_msg_tenant_info> history;
-  Retained r;
-  r.start_time = 77;
-  r.uid = 1000;
-  r.id = 9;
-  r.pinned = true;
-  r.usage.violations = 3;
-  retained[50] = r;
+  Tenant d;  // its detached tenant (its connection closed, its process runs on)
+  d.id = 9;
+  d.pid = 50;
+  d.start_time = 77;
+  d.uid = 1000;
+  d.detached = true;
+  d.gate.pinned = true;
+  d.verify.usage.violations = 3;
+  tenants[9] = d;
   std::optional<Retained> back;
   const Connection c = peer(50, 1000);
-  EXPECT_EQ(admission::choose_id({tenants, retained, ids, history, 4}, c, reg(50), 77, &back), 9u);
+  EXPECT_EQ(admission::choose_id({tenants, &tenants[9], ids, history, 4}, c, reg(50), 77, &back), 9u);
   ASSERT_TRUE(back);
+  EXPECT_TRUE(back->pinned);
   EXPECT_EQ(back->usage.violations, 3u);
-  // Another process by now (another start time): a new id, and the old record dropped.
+  // Another process by now (another start time), or another user: a new id.
   back.reset();
-  EXPECT_EQ(admission::choose_id({tenants, retained, ids, history, 4}, c, reg(50), 78, &back), 4u);
+  EXPECT_EQ(admission::choose_id({tenants, &tenants[9], ids, history, 4}, c, reg(50), 78, &back), 4u);
   EXPECT_FALSE(back);
-  EXPECT_TRUE(retained.empty());
+  EXPECT_EQ(admission::choose_id({tenants, &tenants[9], ids, history, 4}, peer(50, 1001), reg(50), 77, &back), 4u);
+  EXPECT_FALSE(back);
+  // The limits do not count the tenant the registration takes over.
+  admission::Limits l;
+  l.max_tenants = 1;
+  EXPECT_TRUE(admission::limits(l, tenants, c, 50, nullptr).refused());
+  l.replaces = 9;
+  EXPECT_FALSE(admission::limits(l, tenants, c, 50, nullptr).refused());
 }
 
 TEST(Admission, TheConfigCapsANonAdminsMemoryAndLowersGuaranteed) {

@@ -15,6 +15,7 @@
 #include <cerrno>
 #include <cstddef>
 #include <cstring>
+#include <optional>
 #include <string>
 
 #include "common/ipc.h"
@@ -195,6 +196,9 @@ TEST_F(SecurityFixture, ARequestForRoomBeyondItsGrantDisplacesNobody) {
 // holding 3 GiB (of it a KV pool, when given), and a forger of uid 65534.
 struct RoomFixture : SecurityFixture {
   std::size_t victim = 0, forger = 0;
+  // The GPU's free memory as NVML gives it (what the driver counts, whatever the tenants write);
+  // nullopt: gpuosd cannot read it.
+  std::optional<uint64_t> gpu_free;
   void start(uint64_t forger_quota, uint64_t victim_kv = 0) {
     CoreOptions o;
     o.memory_policy = std::make_unique<policies::SwapPolicy>();
@@ -202,6 +206,11 @@ struct RoomFixture : SecurityFixture {
     o.swap.quantum_ns = 0;
     o.swap.headroom_bytes = 0;
     o.swap.prefault = false;
+    o.swap.gpu_free = [this](uint32_t gpu, uint64_t* free) {
+      if (gpu != 0 || !gpu_free) return false;
+      *free = *gpu_free;
+      return true;
+    };
     make_core(std::move(o));
     victim = add(1000);
     gpuos_control_block* v = tenants[victim].cb;
@@ -245,10 +254,13 @@ TEST_F(RoomFixture, ARequestWithoutItsAllocationInTheReportIsRefused) {
   EXPECT_TRUE(victim_untouched());
 }
 
-// The GPU has room by gpuosd's own numbers (3.3 GiB of 4 held, the waiting 100 MiB included): the driver did not say out of
-// memory for lack of room, so nobody is displaced; the requester is told to retry (the review's
-// victim's KV pool shrank from 608 MiB to 0 with 350 MiB free on the GPU).
+// The GPU has room as its driver counts it (3.2 GiB of 4 held): an allocation of 100 MiB did not
+// fail for lack of room, so nobody is displaced; the requester is told to retry (the review's
+// victim's KV pool shrank from 608 MiB to 0 with 350 MiB free on the GPU). Without NVML, gpuosd's
+// own count (3.3 GiB of 4 held, the waiting 100 MiB included) says the same for a tenant with a
+// quota.
 TEST_F(RoomFixture, ARequestThatFitsTheGpuDisplacesNobody) {
+  gpu_free = 800ull << 20;
   start(0, 1 * GiB);
   ask(300ull << 20, 100ull << 20, 1);
   EXPECT_EQ(tenants[forger].grants->mem_answer_seq, 1u);
@@ -256,10 +268,41 @@ TEST_F(RoomFixture, ARequestThatFitsTheGpuDisplacesNobody) {
   EXPECT_TRUE(victim_untouched());
 }
 
+TEST_F(RoomFixture, WithoutNvmlARequestThatFitsGpuosdsCountDisplacesNobody) {
+  start(1 * GiB, 1 * GiB);
+  ask(300ull << 20, 100ull << 20, 1);
+  EXPECT_EQ(tenants[forger].grants->mem_answer_seq, 1u);
+  EXPECT_EQ(tenants[forger].grants->mem_answer, static_cast<uint32_t>(GPUOS_MEM_RETRY));
+  EXPECT_TRUE(victim_untouched());
+}
+
+// Issue #62 item 5: with no quota (the default config), a tenant's words alone made the GPU look
+// full (its per-device report) and got the victim swapped out for 900 MiB nobody needed. The GPU's
+// free memory as NVML counts it decides: 1 GiB is free, so the request displaces nobody; and where
+// gpuosd cannot read it, a tenant without a quota has no recorded need to back one: refused.
+TEST_F(RoomFixture, NoRoomByWordsAlone) {
+  gpu_free = 1 * GiB;
+  start(0);
+  ask(4 * GiB, 512ull << 20, 1);  // its report says it holds 3.5 GiB here: the GPU full by its words
+  EXPECT_EQ(tenants[forger].grants->mem_answer_seq, 1u);
+  EXPECT_EQ(tenants[forger].grants->mem_answer, static_cast<uint32_t>(GPUOS_MEM_RETRY));
+  EXPECT_TRUE(victim_untouched());
+  gpu_free.reset();
+  ask(4 * GiB, 512ull << 20, 2);
+  EXPECT_EQ(tenants[forger].grants->mem_answer_seq, 2u);
+  EXPECT_EQ(tenants[forger].grants->mem_answer, static_cast<uint32_t>(GPUOS_MEM_REFUSED));
+  EXPECT_TRUE(victim_untouched());
+  // A failure gpuosd sees (256 MiB free: 512 MiB cannot fit) goes to the policy, which makes room.
+  gpu_free = 256ull << 20;
+  ask(4 * GiB, 512ull << 20, 3);
+  EXPECT_EQ(tenants[victim].grants->swap_command_seq, 1u);
+}
+
 // Each request alone within its grant, not together: room made for it counts until its report
 // grows. A 1 GiB quota holding 900 MiB gets room once for 512 MiB (the victim swaps out); asking
 // again without allocating anything is beyond its grant.
 TEST_F(RoomFixture, RoomAlreadyMadeCountsAgainstTheGrant) {
+  gpu_free = 4 * GiB - 3 * GiB - (388ull << 20);
   start(1 * GiB);
   ask(900ull << 20, 512ull << 20, 1);  // 3 GiB + 900 MiB of 4 GiB: backed
   ASSERT_EQ(tenants[victim].grants->swap_command_seq, 1u);  // the victim moves out
@@ -285,6 +328,7 @@ TEST_F(RoomFixture, RoomAlreadyMadeCountsAgainstTheGrant) {
 // One request per tenant per kMinRoomIntervalNs: one made at once after an answer waits, unseen by
 // the policy, and is screened a tick later.
 TEST_F(RoomFixture, RequestsAreRateLimitedPerProcess) {
+  gpu_free = 4 * GiB - 3 * GiB - (388ull << 20);
   start(0);
   ask(0, 512ull << 20, 1);
   ASSERT_EQ(tenants[forger].grants->mem_answer_seq, 1u);  // refused (nothing of its own waits)

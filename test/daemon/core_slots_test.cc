@@ -315,6 +315,11 @@ struct MemoryFixture : SlotsFixture {
     o.swap.quantum_ns = 0;
     o.swap.headroom_bytes = 0;
     o.swap.prefault = false;
+    // NVML: A's 3 GiB of the 4 are in use, so B's 2 GiB cannot fit (a failure gpuosd sees).
+    o.swap.gpu_free = [](uint32_t, uint64_t* free) {
+      *free = 1 * GiB;
+      return true;
+    };
     make_core(std::move(o));
     a = add(GPUOS_CLASS_BEST_EFFORT);
     b = add(GPUOS_CLASS_BEST_EFFORT);

@@ -64,6 +64,9 @@ class LiveDaemon : public ::testing::Test {
   std::unique_ptr<Server> server;
   std::thread loop;
   bool stopped = false;
+  // Whether gpuosd's core takes this test process (every tenant here) to run on: its tenants then
+  // stay tenants when their connection closes (issue #62), until this says it exited.
+  std::atomic<bool> this_process_runs{true};
 
   void SetUp() override {
     char tmpl[] = "/tmp/gpuosd-test-XXXXXX";
@@ -74,6 +77,7 @@ class LiveDaemon : public ::testing::Test {
     co.max_tenants = 8;
     co.history = 4;
     co.gpus.push_back(GpuInfo{0, "Sim GPU", "GPU-00000000-0000-0000-0000-000000000000", 132, 16ull << 30, {}, 0});
+    co.process_runs = [this](pid_t, uint64_t) { return this_process_runs.load(); };
     configure_core(co);
     core = std::make_unique<Core>(std::move(co));
     ServerOptions so;
@@ -217,9 +221,21 @@ TEST_F(LiveDaemon, RegisterCountListExit) {
   EXPECT_STREQ(l.tenants[0].name, "hp");
   EXPECT_NE(l.tenants[0].registered_unix_ms, 0u);
 
-  // More counting after the listing, then the tenant goes away.
+  // More counting after the listing, then the connection closes: the process runs on, so it is
+  // still the tenant (detached), counted through its block; then the process exits.
   std::atomic_ref<uint64_t>(cb->launches).fetch_add(1, std::memory_order_relaxed);
   close(s);
+  Listed d;
+  for (int i = 0; i < 100; ++i) {
+    d = list(false);
+    if (!d.tenants.empty() && d.tenants[0].detached == 1) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(d.tenants.size(), 1u);
+  EXPECT_EQ(d.tenants[0].detached, 1u);
+  EXPECT_EQ(d.tenants[0].state, static_cast<uint32_t>(GPUOS_TENANT_RUNNING));
+  EXPECT_EQ(d.tenants[0].launches, 42u);
+  this_process_runs = false;  // noticed at a tick (20 ms)
   Listed h;
   for (int i = 0; i < 100; ++i) {
     h = list(true);

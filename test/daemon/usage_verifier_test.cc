@@ -445,8 +445,9 @@ TEST(CoreUsageCheck, CountsReportsAndEnforces) {
   mono += 1'000'000'000;
   core.tick(mono);  // round 2: both found; the cheat's second round in a row: killed
   EXPECT_EQ(core.tenant_stats(mono).at(1).violations, 1u);
-  EXPECT_EQ(enforcer.killed, (std::vector<pid_t>{700}));
-  EXPECT_EQ(core.stats().enforcements, 1u);
+  // ... and the process that is no tenant, its second round too (issue #62: not only reported).
+  EXPECT_EQ(enforcer.killed, (std::vector<pid_t>{700, 4242}));
+  EXPECT_EQ(core.stats().enforcements, 2u);
   EXPECT_EQ(core.stats().usage_rounds, 2u);
   // The gate opened and closed between two rounds: not gated the whole round.
   ASSERT_EQ(core.admin_set_gate(gated, GPUOS_GATE_OPEN), GPUOS_OK);
@@ -482,13 +483,14 @@ struct GatedCheck {
   uint64_t mono = 1'000'000'000;
   std::unique_ptr<Core> core;
   std::vector<tenant_side::TenantSide> sides = std::vector<tenant_side::TenantSide>(8);
+  std::set<pid_t> gone;  // processes that exited (start time 0)
 
   explicit GatedCheck(uint64_t inflight_grace_ns, uint32_t kill_after_rounds = 2) {
     next.ok = true;
     CoreOptions o;
     o.gpus.push_back(GpuInfo{0, "Sim", "GPU-0", 132, 80 * GiB, {}, 0});
     o.mono_ns = [this] { return mono; };
-    o.pid_start_time = [](pid_t p) { return static_cast<uint64_t>(p) * 10; };
+    o.pid_start_time = [this](pid_t p) { return gone.count(p) != 0 ? uint64_t{0} : static_cast<uint64_t>(p) * 10; };
     o.time_gate = std::make_unique<policies::PriorityPolicy>(policies::PriorityParams{});
     o.verify.sample = [this] { return next; };
     o.verify.interval_ns = 1'000'000'000;
@@ -743,6 +745,7 @@ TEST(CoreUsageCheck, ATenantThatExitsIsNoUnregisteredProcess) {
     tenant_side::TenantSide& t = c.reg(2, pid, GPUOS_CLASS_BEST_EFFORT);
     c.next.processes = {proc(pid, GiB, 60)};
     c.round();
+    c.gone.insert(pid);  // it exits: its connection closes as it does
     c.core->connection_closed(t.conn);
     tenant_side::unmap(t);
     c.round();  // still listed, with its last interval's SM use
@@ -828,6 +831,106 @@ TEST(Identity, AHeldTenantThatReconnectsStaysHeld) {
   ASSERT_NE(back.grants, nullptr);
   EXPECT_EQ(load(back.grants->gate), static_cast<uint32_t>(GPUOS_GATE_CLOSED));
   EXPECT_EQ(c.core->live_tenants(), 1u);
+}
+
+// Issue #62 item 1: a tenant held by an admin shuts its connection down and runs on (its library
+// fell open once re-registration failed, and gpuosd listed it as exited). Its process is still the
+// tenant: live, held, its grant block still gpuosd's and its lease renewed, judged by the usage
+// check as a tenant (not an unregistered process); leaving while held is an escape, enforced at once
+// (kill here). It ends only when its process exits.
+TEST(Identity, AHeldTenantThatLeavesItsConnectionIsStillHeldAndEscapes) {
+  Reconnect c;
+  tenant_side::TenantSide& t = c.reg(0, 801, GPUOS_CLASS_BEST_EFFORT);
+  const uint32_t id = t.id;
+  ASSERT_EQ(c.core->admin_set_gate(id, GPUOS_GATE_CLOSED), GPUOS_OK);
+  c.core->connection_closed(t.conn);
+  EXPECT_EQ(c.core->live_tenants(), 1u);
+  EXPECT_TRUE(c.core->pinned(id));
+  EXPECT_EQ(c.core->stats().escapes, 1u);
+  EXPECT_EQ(c.violations(id), 1u);
+  EXPECT_EQ(c.enforcer.killed, (std::vector<pid_t>{801}));  // at once: a fact, no grace rounds
+  c.round();
+  EXPECT_EQ(load(t.grants->gate), static_cast<uint32_t>(GPUOS_GATE_CLOSED));
+  EXPECT_EQ(load(t.grants->daemon_heartbeat_ns), c.mono);  // its lease renewed
+  c.next.processes = {proc(801, GiB, 90)};
+  c.round();
+  c.round();
+  EXPECT_EQ(c.core->stats().unregistered_findings, 0u);  // a tenant, judged as one
+  EXPECT_GE(c.violations(id), 2u);                       // launching while gated
+  // Its process exits: the tenant ends (noticed at a tick).
+  c.gone.insert(801);
+  c.round();
+  EXPECT_EQ(c.core->live_tenants(), 0u);
+  ASSERT_FALSE(c.core->history().empty());
+  EXPECT_EQ(c.core->history().back().tenant_id, id);
+  EXPECT_EQ(c.core->history().back().state, static_cast<uint32_t>(GPUOS_TENANT_EXITED));
+}
+
+// Leaving with the gate open is no escape; the tenant stays until its process exits, and the
+// process registering again takes it over (same id, no history entry in between).
+TEST(Identity, ATenantThatLeavesItsConnectionStaysItUntilItExitsOrComesBack) {
+  Reconnect c;
+  tenant_side::TenantSide& t = c.reg(0, 801, GPUOS_CLASS_BEST_EFFORT);
+  const uint32_t id = t.id;
+  c.core->connection_closed(t.conn);
+  EXPECT_EQ(c.core->live_tenants(), 1u);
+  EXPECT_EQ(c.core->stats().escapes, 0u);
+  EXPECT_TRUE(c.enforcer.killed.empty());
+  tenant_side::unmap(t);
+  t.conn = Connection{};
+  tenant_side::TenantSide& back = c.reg(0, 801, GPUOS_CLASS_BEST_EFFORT);
+  EXPECT_EQ(back.id, id);
+  EXPECT_EQ(c.core->live_tenants(), 1u);
+  EXPECT_TRUE(c.core->history().empty());
+  // It leaves again, and its process exits: the tenant ends.
+  c.core->connection_closed(back.conn);
+  tenant_side::unmap(back);
+  back.conn = Connection{};
+  c.gone.insert(801);
+  c.round();
+  EXPECT_EQ(c.core->live_tenants(), 0u);
+}
+
+// Under "report", an escape is counted and logged, nothing more; the tenant stays held.
+TEST(Identity, UnderReportAnEscapeIsOnlyReported) {
+  UsageSample next;
+  next.ok = true;
+  FakeEnforcer enforcer;
+  uint64_t mono = 1'000'000'000;
+  CoreOptions o;
+  o.gpus.push_back(GpuInfo{0, "Sim", "GPU-0", 132, 80 * GiB, {}, 0});
+  o.mono_ns = [&] { return mono; };
+  o.pid_start_time = [](pid_t p) { return static_cast<uint64_t>(p) * 10; };
+  o.verify.sample = [&] { return next; };
+  o.verify.enforcer = &enforcer;  // enforce: report (the default)
+  Core core(std::move(o));
+  tenant_side::TenantSide t;
+  t.conn.id = 1;
+  t.conn.peer.pid = 900;
+  t.conn.peer.uid = 1000;
+  gpuos_msg_register m = tenant_side::registration(900, GPUOS_CLASS_BEST_EFFORT);
+  tenant_side::adopt(t, core.handle_message(t.conn, &m, sizeof(m)));
+  ASSERT_EQ(core.admin_set_gate(t.id, GPUOS_GATE_CLOSED), GPUOS_OK);
+  core.connection_closed(t.conn);
+  EXPECT_EQ(core.stats().escapes, 1u);
+  EXPECT_EQ(core.stats().violations, 1u);
+  EXPECT_TRUE(enforcer.killed.empty());
+  EXPECT_TRUE(enforcer.frozen.empty());
+  EXPECT_TRUE(core.pinned(t.id));
+  tenant_side::unmap(t);
+}
+
+// gpuosd shutting down closes every connection: no escape, and the ledger keeps the running
+// processes' holds for the next gpuosd (Adoption.*).
+TEST(Identity, AShutdownIsNoEscape) {
+  Reconnect c;
+  tenant_side::TenantSide& t = c.reg(0, 801, GPUOS_CLASS_BEST_EFFORT);
+  ASSERT_EQ(c.core->admin_set_gate(t.id, GPUOS_GATE_CLOSED), GPUOS_OK);
+  c.core->shutdown();
+  c.core->connection_closed(t.conn);
+  EXPECT_EQ(c.core->stats().escapes, 0u);
+  EXPECT_TRUE(c.enforcer.killed.empty());
+  EXPECT_EQ(c.core->live_tenants(), 0u);
 }
 
 TEST(Identity, StrikesSurviveAReconnect) {

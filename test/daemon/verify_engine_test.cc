@@ -94,27 +94,46 @@ TEST_F(VerifyFixture, OverQuotaIsFoundCountedAndEnforcedAfterGraceRounds) {
   EXPECT_EQ(stats.violations, 2u);
 }
 
-TEST_F(VerifyFixture, AProcessThatIsNoTenantIsReportedUnlessItJustExited) {
+// Issue #62: a process on a governed GPU that is no tenant meets the enforcement as a tenant does,
+// after grace_rounds rounds in a row; one that just exited as a tenant is none (exit grace).
+TEST_F(VerifyFixture, AProcessThatIsNoTenantIsFoundAndEnforcedUnlessItJustExited) {
   holds(4242, 100 * MiB);
-  VerifyEngine e(options(), gpus, [](pid_t) { return uint64_t{0}; }, 0);
+  VerifyEngine e(options(), gpus, [](pid_t) { return uint64_t{42}; }, 0);
   VerifyStats stats;
   e.tenant_exited(4242, 0);
   e.tick(live.tenants, 1, &stats);
   EXPECT_EQ(stats.unregistered_processes, 0u);  // within the exit grace
-  e.tick(live.tenants, e.options().exit_grace_ns + e.options().interval_ns, &stats);
+  const uint64_t past = e.options().exit_grace_ns + e.options().interval_ns;
+  e.tick(live.tenants, past, &stats);
   EXPECT_EQ(stats.unregistered_processes, 1u);
-  EXPECT_EQ(enforcer.kills, 0);  // never enforced: gpuos cannot know what it is
+  EXPECT_EQ(enforcer.kills, 0);  // one round can be a measurement's edge
+  e.tick(live.tenants, past + e.options().interval_ns, &stats);
+  EXPECT_EQ(enforcer.kills, 1);
+  EXPECT_EQ(stats.enforcements, 1u);
+  e.tick(live.tenants, past + 2 * e.options().interval_ns, &stats);
+  EXPECT_EQ(enforcer.kills, 1);  // once
 }
 
-TEST(Enforce, ActsOnlyOnPersistentFindingsOfTenants) {
+// Under "report" it is only reported.
+TEST_F(VerifyFixture, UnderReportAProcessThatIsNoTenantIsOnlyReported) {
+  holds(4242, 100 * MiB);
+  VerifyOptions o = options();
+  o.enforce.mode = EnforceMode::kReport;
+  VerifyEngine e(o, gpus, [](pid_t) { return uint64_t{42}; }, 0);
+  VerifyStats stats;
+  for (uint64_t r = 1; r <= 5; ++r) e.tick(live.tenants, r * e.options().interval_ns, &stats);
+  EXPECT_EQ(stats.unregistered_findings, 5u);
+  EXPECT_EQ(enforcer.kills, 0);
+}
+
+TEST(Enforce, ActsOnlyOnPersistentFindings) {
   EnforceParams p{EnforceMode::kKill, 2};
-  EXPECT_EQ(decide_enforcement(p, true, 1), EnforceAction::kReport);
-  EXPECT_EQ(decide_enforcement(p, true, 2), EnforceAction::kKill);
-  EXPECT_EQ(decide_enforcement(p, false, 5), EnforceAction::kReport);  // never a non-tenant
+  EXPECT_EQ(decide_enforcement(p, 1), EnforceAction::kReport);
+  EXPECT_EQ(decide_enforcement(p, 2), EnforceAction::kKill);
   p.mode = EnforceMode::kFreeze;
-  EXPECT_EQ(decide_enforcement(p, true, 3), EnforceAction::kFreeze);
+  EXPECT_EQ(decide_enforcement(p, 3), EnforceAction::kFreeze);
   p.mode = EnforceMode::kReport;
-  EXPECT_EQ(decide_enforcement(p, true, 9), EnforceAction::kReport);
+  EXPECT_EQ(decide_enforcement(p, 9), EnforceAction::kReport);
   EnforceMode m;
   EXPECT_TRUE(parse_enforce_mode("freeze", &m));
   EXPECT_FALSE(parse_enforce_mode("nuke", &m));

@@ -133,6 +133,12 @@ TEST(NvmlStandIn, SeesAProcessThatBypassesTheInterposer) {
   EXPECT_GE(infos[0].usedGpuMemory, 300 * kMiB);  // plus the child's own 8-byte counter (a page)
   EXPECT_LE(infos[0].usedGpuMemory, 300 * kMiB + 64 * 1024);
   EXPECT_EQ(infos[0].gpuInstanceId, 0xFFFFFFFFu);  // no MIG
+  // The device's memory: what the live processes hold, against its size (GPUOS_SIM_MEM_MIB).
+  nvmlMemory_t mem{};
+  ASSERT_EQ(t.nvmlDeviceGetMemoryInfo(d, &mem), NVML_SUCCESS);
+  EXPECT_EQ(mem.total, 2048 * kMiB);
+  EXPECT_EQ(mem.used, infos[0].usedGpuMemory);
+  EXPECT_EQ(mem.free + mem.used, mem.total);
 
   nvmlProcessUtilizationSample_t s[4] = {};
   n = 4;
@@ -223,6 +229,11 @@ TEST(NvmlStandIn, TheUsageCheckFindsTheBypassingProcess) {
   EXPECT_EQ(next.processes[0].sm_util, -1);
   EXPECT_EQ(next.calls[2].result, NVML_ERROR_NOT_FOUND);
   EXPECT_GE(measured_bytes(next, c.pid), 256 * kMiB);
+  // The GPU's free memory (what backs a request for room): its size less what the process holds.
+  uint64_t free = 0;
+  ASSERT_TRUE(reader.free_bytes(0, &free));
+  EXPECT_EQ(free, 2048 * kMiB - measured_bytes(next, c.pid));
+  EXPECT_FALSE(reader.free_bytes(1, &free));  // no such GPU
 }
 
 }  // namespace

@@ -502,6 +502,131 @@ class Security(unittest.TestCase):
         wait_for(lambda: "pid %d uses GPU 0" % q.pid in d.log_text(), timeout=60,
                  what="the usage check to report the unregistered process")
 
+    # --- 5. the hostile tenant, third pass (issue #62) ---
+
+    def hostile_probe(self, d, go, *run_args, probe_args=()):
+        """gpuos-hostile-probe under `gpuos run` (root): registered, one kernel run, waiting for `go`."""
+        cmd = [bin_path("gpuos-hostile-probe"), "--go", go] + list(probe_args)
+        p = subprocess.Popen(d.run_cmd(list(run_args) + ["--"] + cmd), env=d.env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+        self.procs.append(p)
+        line = first_line(p)
+        self.assertIn('"ready": true', line, p.stderr.read() if p.poll() is not None else line)
+        return p
+
+    def no_launch_yet(self, p):
+        """Fails at once if p printed a line (a launch it made) since; else True."""
+        if select.select([p.stdout], [], [], 0)[0]:
+            self.fail("the held tenant ran on: %r" % p.stdout.readline())
+        return True
+
+    def hold_and_leave(self, d, name, launches, killed=False):
+        """A tenant an admin holds closes its connection to gpuosd for good (GPUOS_SOCKET pointed at
+        nothing, its socket shut down) and tries to launch. Returns the probe and its tenant.
+        killed: gpuosd may kill it before it says it left."""
+        go = os.path.join(d.dir, "go-" + name)
+        p = self.hostile_probe(d, go, "--name", name, probe_args=["--escape", "--launches", str(launches)])
+        t = wait_for(lambda: d.tenant(p.pid), timeout=30, what="the tenant to register")
+        self.assertEqual(self.gate(d, t["id"], "close").returncode, 0)
+        wait_for(lambda: d.tenant(p.pid)["state"] == "gated", what="the hold")
+        open(go, "w").close()
+        if not killed:
+            self.assertIn('"escaped": true', first_line(p), p.stderr.read() if p.poll() is not None else "")
+        return p, t
+
+    def test_a_held_tenant_that_leaves_its_connection_stays_held(self):
+        # Issue #62 item 1: the held tenant's library fell open once re-registration failed (12,504
+        # launches in 14 s while held), and gpuosd listed it as exited. Now its process is still the
+        # tenant (held, listed, judged), the library keeps the last gate word (gpuosd renews its
+        # lease), and leaving while held is reported as an escape. An honest held tenant that exits
+        # is no escape.
+        d = self.daemon('[verify]\ninterval_ms = 200\n')
+        honest, h = self.root_tenant(d, "honest")
+        self.assertEqual(self.gate(d, h["id"], "close").returncode, 0)
+        honest.terminate()
+        honest.wait(timeout=30)
+        wait_for(lambda: d.tenant(honest.pid)["state"] == "exited", what="the honest tenant's exit")
+        self.assertEqual(d.metric("gpuos_daemon_escapes_total"), [0.0])
+        p, t = self.hold_and_leave(d, "leaver", 20)
+        wait_for(lambda: self.no_launch_yet(p) and "escaped" in d.log_text(), timeout=30,
+                 what="gpuosd to report the escape")
+        # Its launch waits at the gate it was held at: gpuosd sees it waiting there.
+        wait_for(lambda: self.no_launch_yet(p) and d.tenant(p.pid)["gate_waiting_ms"] > 0, timeout=30,
+                 what="the tenant's launch to wait at its closed gate")
+        # Past the gate's lease (5 s): gpuosd renews it for a process that runs on, connection or not.
+        deadline = time.monotonic() + 6
+        while time.monotonic() < deadline:
+            self.no_launch_yet(p)
+            time.sleep(0.2)
+        now = d.tenant(p.pid)
+        self.assertEqual((now["state"], now["id"], now["launches"]), ("gated", t["id"], 1), now)
+        self.assertEqual(d.metric("gpuos_daemon_escapes_total"), [1.0])
+        self.assertIsNone(p.poll())  # enforce = "report": found, not stopped
+        # The admin's word still reaches it: opened, it runs its launches and exits.
+        self.assertEqual(self.gate(d, t["id"], "open").returncode, 0)
+        out, err = p.communicate(timeout=60)
+        self.assertEqual(p.returncode, 0, err)
+        self.assertIn('{"launched": 20}', out)
+        wait_for(lambda: d.tenant(p.pid)["state"] == "exited", what="the tenant's exit")
+        self.assertEqual(d.metric("gpuos_daemon_escapes_total"), [1.0])
+
+    def test_a_held_tenant_that_leaves_its_connection_is_killed_when_told_to(self):
+        # Issue #62 item 1, under enforce = "kill": leaving while held is enforced at once.
+        d = self.daemon('[verify]\ninterval_ms = 200\nenforce = "kill"\n')
+        p, t = self.hold_and_leave(d, "leaver", 20, killed=True)
+        self.assertEqual(p.wait(timeout=60), -9, d.log_text())  # `gpuos run` became the probe (exec)
+        self.assertNotIn('"launched"', p.stdout.read())
+        log = d.log_text()
+        self.assertIn("escaped", log)
+        self.assertIn("enforced: killed (SIGKILL)", log)
+
+    def test_an_unregistered_process_meets_the_enforcement(self):
+        # Issue #62 item 1: a process on gpuosd's GPU that never registered was only logged. Under
+        # enforce = "kill" it is killed after grace_rounds; a registered tenant beside it runs on.
+        d = self.daemon('[verify]\ninterval_ms = 200\nenforce = "kill"\ngrace_rounds = 2\n')
+        honest, _ = self.root_tenant(d, "honest")
+        env = dict(d.env)
+        env.pop("LD_PRELOAD", None)
+        q = subprocess.Popen([bin_path("gpuos-bypass-probe"), "--mib", "64", "--hold-ms", "30000"], env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.procs.append(q)
+        self.assertIn('"result": 0', first_line(q))
+        self.assertEqual(q.wait(timeout=60), -9, d.log_text())
+        self.assertIn("pid %d uses GPU 0" % q.pid, d.log_text())
+        self.assertIn("enforced: killed (SIGKILL)", d.log_text())
+        self.assertIsNone(honest.poll())
+        self.assertEqual(d.tenant(honest.pid)["violations"], 0)
+
+    def test_a_forged_request_for_room_displaces_nobody(self):
+        # Issue #62 item 5: under the default config (no quota), a tenant of uid 65534 that forged a
+        # request for 900 MiB of room (its report holding it, the GPU full by its per-device word) got
+        # a root tenant swapped out (600 MiB) and gated. gpuosd now reads the GPU's free memory
+        # (NVML) before it makes room: the GPU has room for 900 MiB, so no allocation of that size
+        # failed for lack of it, and nobody is displaced.
+        d = self.daemon('[memory]\nswap_pool = "1GiB"\nswap_quantum_ms = 100\n')
+        victim = subprocess.Popen(d.run_cmd(["--name", "victim", "--swap", "--", bin_path("gpuos-synth"), "--name",
+                                             "victim", "--iters", "2000000", "--count", "10000000", "--warmup", "0",
+                                             "--mem-mib", "600", "--json", "-"]),
+                                  env=d.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self.procs.append(victim)
+        v = wait_for(lambda: (lambda t: t if t and t["launches"] > 0 and t["mem_used_bytes"] >= 600 << 20 else None)(
+            d.tenant(victim.pid)), timeout=60, what="the victim to hold its 600 MiB and run")
+        time.sleep(0.2)  # past its quantum (100 ms): a victim the swap policy may choose
+        go = os.path.join(self.tmp, "go-forger")
+        f = subprocess.Popen([bin_path("gpuos-hostile-probe"), "--go", go, "--forge-room", "900"],
+                             env=self.tenant_env(d, d.socket, ATTACKER), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, **as_user(ATTACKER))
+        self.procs.append(f)
+        self.assertIn('"ready": true', first_line(f), f.stderr.read() if f.poll() is not None else "")
+        open(go, "w").close()
+        os.chmod(go, 0o644)
+        answer = json.loads(first_line(f))["answer"]
+        self.assertNotEqual(answer, "none", f.stderr.read())
+        v = d.tenant(victim.pid)
+        self.assertEqual((v["swap_outs"], v["state"]), (0, "running"), d.log_text())
+        self.assertNotIn("tenant %d: swapping out" % v["id"], d.log_text())
+        self.assertIsNone(victim.poll())
+
     # --- 3. terminal escapes in tenant names ---
 
     def test_tenant_names_cannot_drive_the_terminal(self):

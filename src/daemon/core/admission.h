@@ -53,12 +53,13 @@ Verdict validate(const Connection& conn, const gpuos_msg_register& m);
 Verdict check_pid(const Connection& conn, const std::function<pid_t(pid_t)>& innermost, gpuos_msg_register* m);
 
 // 3b. The tenant's id, and what it kept if it is the same process again. A process whose connection
-// closed and that registers anew gets its old tenant back (*back: its id, hold and usage record);
-// after a gpuosd restart a tenant gets the id it had when the ledger says it was this very process's
-// and this gpuosd never used it; otherwise the next free id, never one the ledger keeps for another.
+// closed and that registers anew (its tenant `detached`, the same process: Core checks) gets its
+// old tenant back (*back: its id, hold and usage record); after a gpuosd restart a tenant gets the
+// id it had when the ledger says it was this very process's and this gpuosd never used it;
+// otherwise the next free id, never one the ledger keeps for another.
 struct Identity {
   const std::map<uint32_t, Tenant>& tenants;
-  std::map<pid_t, Retained>& retained;
+  const Tenant* detached;  // this process's detached tenant (null: none)
   IdLedger& ids;
   const std::deque<gpuos_msg_tenant_info>& history;
   uint32_t next_id;
@@ -75,6 +76,7 @@ struct Limits {
   uint32_t max_tenants = 256;
   uint32_t max_tenants_per_uid = 0;  // non-admins' (a claim's tenants count per claim); 0 = no cap
   bool one_tenant_per_pid = true;
+  uint32_t replaces = 0;  // the detached tenant this registration takes over (not counted; 0: none)
 };
 Verdict limits(const Limits& l, const std::map<uint32_t, Tenant>& tenants, const Connection& conn, pid_t pid,
                const Claim* claim);

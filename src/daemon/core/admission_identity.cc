@@ -30,15 +30,10 @@ uint32_t choose_id(Identity in, const Connection& conn, const gpuos_msg_register
   uint32_t id = in.next_id;
   // The same process again (its connection closed, it registers anew): its old tenant back, with
   // its id, its hold (the ledger) and the usage check's strikes, whatever it asks for.
-  if (auto r = in.retained.find(m.pid); r != in.retained.end()) {
-    if (r->second.start_time != 0 && r->second.start_time == start_time && r->second.uid == conn.peer.uid &&
-        in.tenants.count(r->second.id) == 0) {
-      *back = r->second;
-      id = r->second.id;
-    } else if (r->second.start_time != start_time) {
-      in.ids.forget(r->second.id);  // another process by now
-      in.retained.erase(r);
-    }
+  if (const Tenant* d = in.detached; d != nullptr && d->pid == m.pid && d->start_time != 0 &&
+                                     d->start_time == start_time && d->uid == conn.peer.uid) {
+    *back = Retained{d->start_time, d->uid, d->id, d->gate.pinned, d->verify.usage};
+    return d->id;
   }
   // Re-registration after a daemon restart: keep the id the tenant had if this daemon never used
   // it (not live, not in the history), so ps, metrics and admins keep seeing the same tenant; and

@@ -14,7 +14,7 @@ Verdict limits(const Limits& l, const std::map<uint32_t, Tenant>& tenants, const
   // One live registration per process: a process is one tenant (a second REGISTER from the same
   // pid, on another connection, would let it hold many slots and many gates).
   for (const auto& [id, o] : tenants) {
-    if (l.one_tenant_per_pid && o.pid == pid) {
+    if (l.one_tenant_per_pid && o.pid == pid && id != l.replaces) {
       std::snprintf(why, sizeof(why), "pid %d is already tenant %u", pid, id);
       log::warn("refused registration: %s", why);
       return Verdict::refuse(GPUOS_ERR_LIMIT, why);
@@ -23,6 +23,7 @@ Verdict limits(const Limits& l, const std::map<uint32_t, Tenant>& tenants, const
   if (l.max_tenants_per_uid != 0 && !conn.peer.admin) {
     // A claim's tenants are counted by claim (containers' uids say nothing across pods).
     const auto of_uid = std::count_if(tenants.begin(), tenants.end(), [&](const auto& e) {
+      if (e.first == l.replaces) return false;
       return claim != nullptr ? e.second.kube.claim_uid == claim->uid
                               : e.second.kube.claim_uid.empty() && e.second.uid == conn.peer.uid;
     });
@@ -33,7 +34,7 @@ Verdict limits(const Limits& l, const std::map<uint32_t, Tenant>& tenants, const
       return Verdict::refuse(GPUOS_ERR_LIMIT, why);
     }
   }
-  if (tenants.size() >= l.max_tenants) {
+  if (tenants.size() - (l.replaces != 0 && tenants.count(l.replaces) != 0 ? 1 : 0) >= l.max_tenants) {
     std::snprintf(why, sizeof(why), "tenant table full (max_tenants = %u)", l.max_tenants);
     log::warn("refused registration of pid %d: %s", pid, why);
     return Verdict::refuse(GPUOS_ERR_LIMIT, why);

@@ -162,13 +162,27 @@ Outcome Core::on_register(Connection& conn, const gpuos_msg_register& asked) {
   if (auto v = admission::claim(claims_.store(), conn, &m, &claim); v.refused()) return refused(v);
   if (auto v = admission::validate(conn, m); v.refused()) return refused(v);
   if (auto v = admission::check_pid(conn, opts_.innermost_pid, &m); v.refused()) return refused(v);
-  const admission::Limits limits{opts_.max_tenants, opts_.max_tenants_per_uid, opts_.one_tenant_per_pid};
+  // The same process again, its tenant detached: this registration takes it over (its id, hold and
+  // record). A detached tenant whose process is gone by now (its pid reused) ends first.
+  const uint64_t start_time = start_time_of(m.pid);
+  const Tenant* detached = nullptr;
+  for (auto it = tenants_.begin(); it != tenants_.end(); ++it) {
+    if (!it->second.detached || it->second.pid != m.pid) continue;
+    if (it->second.start_time != start_time || !runs_on(it->second)) {
+      end_tenant(it->first);
+    } else if (it->second.uid == conn.peer.uid) {
+      detached = &it->second;
+    }
+    break;
+  }
+  admission::Limits limits{opts_.max_tenants, opts_.max_tenants_per_uid, opts_.one_tenant_per_pid};
+  limits.replaces = detached != nullptr ? detached->id : 0;
   if (auto v = admission::limits(limits, tenants_, conn, m.pid, claim); v.refused()) return refused(v);
 
   Tenant t;
-  t.start_time = start_time_of(m.pid);
+  t.start_time = start_time;
   std::optional<Retained> back;
-  t.id = admission::choose_id({tenants_, retained_, ids_, history_, next_id_}, conn, m, t.start_time, &back);
+  t.id = admission::choose_id({tenants_, detached, ids_, history_, next_id_}, conn, m, t.start_time, &back);
   if (back) t.verify.usage = back->usage;
   admission::fill_identity(t, conn, m, claim, claims_.store(), opts_.pod_uid_of);
   const admission::AdmitOptions admit{opts_.guaranteed_needs_admin, opts_.mem_quota_cap_bytes,
@@ -221,12 +235,12 @@ Outcome Core::on_register(Connection& conn, const gpuos_msg_register& asked) {
               t.kube.pod_name.empty() ? "?" : t.kube.pod_name.c_str(), t.kube.pod_uid.c_str(), claim ? ", claim " : "",
               claim ? claim->uid.c_str() : "");
   }
-  tenants_.emplace(t.id, t);
-  ids_.record(t.id, t.uid, t.pid, held);
   if (back) {
-    retained_.erase(t.pid);
+    retire_detached(t.id);
     log::info("tenant %u is pid %d again (it reconnected): its hold and usage-check record are kept", t.id, t.pid);
   }
+  tenants_.emplace(t.id, t);
+  ids_.record(t.id, t.uid, t.pid, held);
   const uint64_t now = now_mono_ns();
   time_.run("on_admitted", [&](slots::TimeGate& p) { p.on_admitted(t.id); });
   space_.run("on_admitted", [&](slots::SpacePolicy& p) { p.on_admitted(t.id); });
@@ -326,6 +340,44 @@ void Core::connection_closed(Connection& conn) {
   auto it = tenants_.find(conn.tenant_id);
   conn.tenant_id = 0;
   if (it == tenants_.end()) return;
+  // A tenant's identity is its process, not its connection (issue #62): a process that closed or
+  // shut down its connection itself runs on, and is still this tenant.
+  if (!shutting_down_ && runs_on(it->second)) {
+    detach(it->second);
+    return;
+  }
+  end_tenant(it->first);
+}
+
+bool Core::runs_on(const Tenant& t) const {
+  if (!opts_.one_tenant_per_pid || t.start_time == 0) return false;
+  if (opts_.process_runs) return opts_.process_runs(t.pid, t.start_time);
+  if (opts_.pid_start_time) return opts_.pid_start_time(t.pid) == t.start_time;
+  return process_runs(t.pid, t.start_time);
+}
+
+void Core::detach(Tenant& t) {
+  t.detached = true;
+  // Its blocks stay mapped on both sides: its gate, grants, swap commands and lease (renewed at each
+  // tick) still reach it, and its library keeps obeying them (gate_binds); the usage check judges
+  // it as the tenant it is. It has no connection: what it would say (ACTIVITY) gpuosd reads at ticks.
+  const char* held_by = t.gate.pinned ? "an admin held its gate closed" : t.gate.held ? "its memory was held out" : nullptr;
+  if (held_by == nullptr) {
+    log::info("tenant %u (pid %d, \"%s\") closed its connection but runs on: it stays this tenant, its gate and "
+              "grants binding through its blocks, until it exits or registers again",
+              t.id, static_cast<int>(t.pid), t.name);
+    return;
+  }
+  std::set<pid_t> others;
+  for (const auto& [id, o] : tenants_) {
+    if (id != t.id) others.insert(o.pid);
+  }
+  verify_engine_.escaped(t, held_by, others, &stats_);
+}
+
+void Core::end_tenant(uint32_t id) {
+  auto it = tenants_.find(id);
+  if (it == tenants_.end()) return;
   const uint64_t now = now_mono_ns();
   observe_busy(it->second, now);
   Tenant t = it->second;
@@ -338,13 +390,9 @@ void Core::connection_closed(Connection& conn) {
     while (history_.size() > opts_.history) history_.pop_front();
   }
   swap_engine_.tenant_gone(t, tenants_);
-  if (opts_.one_tenant_per_pid && t.start_time != 0 && start_time_of(t.pid) == t.start_time) {
-    // The process runs on (it closed its connection): it is still this tenant. Its ledger entry
-    // (id, hold) stays, and what the usage check holds against it waits for it to come back.
-    retained_[t.pid] = Retained{t.start_time, t.uid, t.id, t.gate.pinned, t.verify.usage};
-  } else {
-    ids_.forget(t.id);
-  }
+  // gpuosd shuts down while the process runs on: its ledger entry (id, hold) waits for the next
+  // gpuosd. Otherwise the process exited.
+  if (!(shutting_down_ && runs_on(t))) ids_.forget(t.id);
   verify_engine_.tenant_exited(t.pid, now);  // still on the GPU for a moment: no unregistered process
   char space[96] = "";  // placed launches, and those that followed the one before directly (spatial.h)
   if (fin.space_launches != 0) {
@@ -367,6 +415,29 @@ void Core::connection_closed(Connection& conn) {
   run_slots(slots::Event::kExit, t.id, now);
 }
 
+void Core::retire_detached(uint32_t id) {
+  auto it = tenants_.find(id);
+  if (it == tenants_.end() || !it->second.detached) return;
+  Tenant t = it->second;
+  tenants_.erase(it);
+  // Its memory is back on the GPU (its library swaps in before it registers again): its pool and
+  // slices go; the new registration gets a pool of its own if it asks.
+  swap_engine_.tenant_gone(t, tenants_);
+  destroy_tenant_blocks(t);
+  // The policies forget it and admit it again (same id) with the new registration.
+  time_.run("on_exit", [&](slots::TimeGate& p) { p.on_exit(t.id); });
+  space_.run("on_exit", [&](slots::SpacePolicy& p) { p.on_exit(t.id); });
+  memory_.run("on_exit", [&](slots::MemoryPolicy& p) { p.on_exit(t.id); });
+}
+
+void Core::end_gone_detached() {
+  std::vector<uint32_t> gone;
+  for (const auto& [id, t] : tenants_) {
+    if (t.detached && !runs_on(t)) gone.push_back(id);
+  }
+  for (uint32_t id : gone) end_tenant(id);
+}
+
 void Core::run_slots(slots::Event e, uint32_t tenant_id, uint64_t now) {
   run_slot(time_, gate_engine_, tenants_, e, tenant_id, now);
   run_slot(space_, space_engine_, tenants_, e, tenant_id, now);
@@ -387,18 +458,8 @@ uint64_t Core::start_time_of(pid_t pid) const {
   return opts_.pid_start_time ? opts_.pid_start_time(pid) : process_start_time(pid);
 }
 
-void Core::forget_gone_processes() {
-  for (auto it = retained_.begin(); it != retained_.end();) {
-    if (start_time_of(it->first) == it->second.start_time) {
-      ++it;
-      continue;
-    }
-    ids_.forget(it->second.id);
-    it = retained_.erase(it);
-  }
-}
-
 void Core::shutdown() {
+  shutting_down_ = true;
   for (auto& [id, t] : tenants_) {
     std::atomic_ref<uint32_t>(t.grants->daemon_alive).store(0, std::memory_order_release);
     std::atomic_ref<uint32_t>(t.grants->grant_epoch).fetch_add(1, std::memory_order_relaxed);
@@ -417,7 +478,7 @@ void Core::tick(uint64_t now_mono_ns) {
     std::atomic_ref<uint64_t>(t.grants->daemon_heartbeat_ns).store(now_mono_ns, std::memory_order_release);
   }
   gpu_busy_.observe(tenants_, now_mono_ns);
-  if (!retained_.empty()) forget_gone_processes();
+  end_gone_detached();
   run_slots(slots::Event::kTick, 0, now_mono_ns);
   verify_engine_.tick(tenants_, now_mono_ns, &stats_);
 }

@@ -93,6 +93,9 @@ struct CoreOptions {
   // previous id is never honoured. pid_start_time: null = /proc (injectable for tests).
   std::string id_ledger_path;
   std::function<uint64_t(pid_t)> pid_start_time;
+  // Whether the process of a start time runs on (neither gone, a zombie nor exiting: process_runs,
+  // id_ledger.h). Null: /proc; with pid_start_time set (tests), that start time alone.
+  std::function<bool(pid_t, uint64_t start_time)> process_runs;
   // Where gpuosd keeps the Kubernetes claims it admitted (claims.h); "" = in memory only. Their
   // sockets' directories are under claim_socket_root (the control socket's path; "" = claims are
   // refused).
@@ -145,10 +148,15 @@ class Core final {
   Outcome handle_message(Connection& conn, const void* data, std::size_t len);
   // A receive failed with -err (e.g. -EMSGSIZE for an oversized datagram): REPLY + close.
   Outcome handle_receive_error(Connection& conn, long neg_errno);
-  // The connection is gone or its tenant's process exited: the tenant (if any) becomes EXITED, its
-  // final counters go to the history, its control block is unmapped and closed. Idempotent.
+  // The connection is gone or its tenant's process exited. A process that exits: its tenant (if
+  // any) becomes EXITED, its final counters go to the history, its blocks are unmapped and closed. A
+  // process that runs on (it closed or shut down its connection itself) is still that tenant:
+  // detached (Tenant::detached), its gate, hold and grants kept in its blocks and its lease renewed,
+  // until it exits (noticed at a tick) or registers again; one that leaves while held escapes
+  // (VerifyEngine::escaped). Idempotent.
   void connection_closed(Connection& conn);
   // Orderly daemon exit: daemon_alive = 0 and gate open in every live control block, waiters woken.
+  // Connections closed after it end their tenants (the ledger keeps those whose process runs on).
   void shutdown();
   // Asks every slot again (the time gate's tick).
   void tick(uint64_t now_mono_ns);
@@ -236,12 +244,21 @@ class Core final {
   IdLedger ids_;
   ClaimDesk claims_;
   uint32_t next_id_ = 1;
-  // A tenant's identity is its process, not its connection (Retained, tenant.h).
-  std::map<pid_t, Retained> retained_;
   uint64_t start_time_of(pid_t pid) const;
-  // Drops what is retained for processes that are gone (and their ledger entries).
-  void forget_gone_processes();
-  std::map<uint32_t, Tenant> tenants_;  // live tenants by id
+  // A tenant's identity is its process, not its connection: whether its process runs on
+  // (CoreOptions::process_runs; false where one pid may be several tenants: tests).
+  bool runs_on(const Tenant& t) const;
+  // Its connection closed, its process runs on: detached (Tenant::detached); an escape if held.
+  void detach(Tenant& t);
+  // The tenant ends: its process exited (or gpuosd shuts down). History, ledger, blocks, policies.
+  void end_tenant(uint32_t id);
+  // Its process registered again (a new connection): the detached tenant gives way to the new
+  // registration of the same id (no history, the ledger kept).
+  void retire_detached(uint32_t id);
+  // Ends the detached tenants whose process is gone (each tick).
+  void end_gone_detached();
+  bool shutting_down_ = false;
+  std::map<uint32_t, Tenant> tenants_;  // live tenants by id (detached ones included)
   std::deque<gpuos_msg_tenant_info> history_;
   CoreStats stats_;
   // The tick that decides on ACTIVITY held back beyond a tenant's rate (activity_rate.h; 0: none).

@@ -11,10 +11,10 @@ bool parse_enforce_mode(std::string_view text, EnforceMode* out) {
   return true;
 }
 
-EnforceAction decide_enforcement(const EnforceParams& p, bool registered, uint32_t rounds_in_a_row) {
+EnforceAction decide_enforcement(const EnforceParams& p, uint32_t rounds_in_a_row) {
   // One round can be a measurement's edge (memory freed between two queries, a kernel that was on
   // the GPU when the gate closed): act only on a finding that persists.
-  if (!registered || p.mode == EnforceMode::kReport || rounds_in_a_row < p.grace_rounds) return EnforceAction::kReport;
+  if (p.mode == EnforceMode::kReport || rounds_in_a_row < p.grace_rounds) return EnforceAction::kReport;
   return p.mode == EnforceMode::kFreeze ? EnforceAction::kFreeze : EnforceAction::kKill;
 }
 

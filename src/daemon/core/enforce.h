@@ -3,10 +3,12 @@
 // enforcement parameters (VerifyOptions::enforce) and the rule that applies them, apart from the
 // mechanisms that carry it out (enforcer.h).
 //
-// Every finding is reported (log line, metrics). A registered tenant found against the rules in
-// `grace_rounds` rounds in a row is then frozen or killed, as configured. A process that never
-// registered is only reported: gpuos cannot know what it is (another user's job on a GPU gpuos
-// does not own, a tool), only that it bypasses gpuos.
+// Every finding is reported (log line, metrics). A process found against the rules in
+// `grace_rounds` rounds in a row is then frozen or killed, as configured: a tenant, and a process on
+// gpuosd's GPUs that never registered (issue #62: under freeze or kill, every process on a governed
+// GPU is a tenant or meets the enforcement; gpuosd itself, MPS servers, a tenant that just exited
+// and one of the previous gpuosd that has yet to rejoin excepted). A tenant that leaves its
+// connection while held (an escape: VerifyEngine::escaped) meets it at once.
 #pragma once
 
 #include <cstdint>
@@ -26,7 +28,7 @@ struct EnforceParams {
 };
 
 // rounds_in_a_row: how many consecutive rounds found this process against the rules (this one
-// included); registered: whether it is a gpuos tenant.
-EnforceAction decide_enforcement(const EnforceParams& p, bool registered, uint32_t rounds_in_a_row);
+// included).
+EnforceAction decide_enforcement(const EnforceParams& p, uint32_t rounds_in_a_row);
 
 }  // namespace gpuos::daemon

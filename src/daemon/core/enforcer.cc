@@ -47,6 +47,8 @@ bool write_freeze(const std::string& dir, bool frozen) {
 
 }  // namespace
 
+long process_uid(pid_t pid, const std::string& proc_root) { return uid_of(proc_root, pid); }
+
 unsigned long long SystemEnforcer::start_time(pid_t pid) const { return process_start_time(pid, proc_); }
 
 bool SystemEnforcer::freeze(pid_t pid, uid_t uid, unsigned long long start, const std::set<pid_t>& others,

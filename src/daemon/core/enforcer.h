@@ -22,6 +22,10 @@ class Enforcer {
   virtual bool kill(pid_t pid, unsigned long long start_time, std::string* why) = 0;
 };
 
+// The real uid of a process (the first number of "Uid:" in <proc_root>/<pid>/status); -1 when it is
+// gone.
+long process_uid(pid_t pid, const std::string& proc_root = "/proc");
+
 // The real one: /proc and the cgroup v2 hierarchy under the given roots (tests pass temporary
 // directories).
 class SystemEnforcer final : public Enforcer {

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "daemon/core/id_ledger.h"
 
+#include <dirent.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -27,6 +28,36 @@ uint64_t process_start_time(pid_t pid, const std::string& proc_root) {
     if (i == 22) return std::strtoull(field.c_str(), nullptr, 10);
   }
   return 0;
+}
+
+bool process_runs(pid_t pid, uint64_t start_time, const std::string& proc_root) {
+  if (start_time == 0 || process_start_time(pid, proc_root) != start_time) return false;
+  const std::string tasks = proc_root + "/" + std::to_string(pid) + "/task";
+  DIR* d = opendir(tasks.c_str());
+  if (d == nullptr) return false;  // gone since
+  bool runs = false;
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    std::ifstream in(tasks + "/" + e->d_name + "/stat");
+    std::string stat;
+    if (!std::getline(in, stat)) continue;  // a thread that ended meanwhile
+    const std::size_t close = stat.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(stat.substr(close + 1));
+    std::string state, field;
+    unsigned long long flags = 0;
+    rest >> state;  // field 3; then ppid, pgrp, session, tty_nr, tpgid (4-8) and flags (9)
+    for (int i = 4; i <= 9 && rest >> field; ++i) {
+      if (i == 9) flags = std::strtoull(field.c_str(), nullptr, 10);
+    }
+    constexpr unsigned long long kPfExiting = 0x4;  // PF_EXITING (include/linux/sched.h)
+    if (!state.empty() && state != "Z" && state != "X" && state != "x" && (flags & kPfExiting) == 0) {
+      runs = true;
+      break;
+    }
+  }
+  closedir(d);
+  return runs;
 }
 
 IdLedger::IdLedger(std::string path, std::function<uint64_t(pid_t)> start_time)

@@ -25,6 +25,13 @@ namespace gpuos::daemon {
 // does not exist.
 uint64_t process_start_time(pid_t pid, const std::string& proc_root = "/proc");
 
+// Whether the process of `start_time` runs on: pid has that start time and a thread of it is
+// neither dead, a zombie nor exiting (PF_EXITING, set as a thread enters do_exit). A process that
+// exits closes its files only after every thread sharing them set PF_EXITING, so its connection to
+// gpuosd closes while this is already false; one that closed or shut down its connection itself
+// runs on.
+bool process_runs(pid_t pid, uint64_t start_time, const std::string& proc_root = "/proc");
+
 class IdLedger {
  public:
   struct Entry {

@@ -209,22 +209,45 @@ void SwapEngine::refuse_beyond_grant(std::map<uint32_t, Tenant>& tenants, uint64
         continue;
       }
     }
-    // Backed by a failure? By gpuosd's numbers (each tenant's memory on the GPU: the larger of its
-    // report and, for a tenant on that GPU alone, NVML's measure; and the waiting allocation, which
-    // is in no per-device word until it succeeds), the allocation fits.
+    // Backed by a failure? The allocation's GPU (the tenant's ordinal, mapped by its device map).
     int gpu = static_cast<int>(gpus_.home(t));
     if (const int32_t wd = load(t.cb->mem_wanted_device); wd >= 0 && wd < GPUOS_MAX_DEVICES) {
       if (const int g = gpus_.gpu_of(t, wd); g >= 0) gpu = g;
     }
     const GpuInfo* info = gpus_.find(static_cast<uint32_t>(gpu));
     if (info == nullptr || info->total_mem_bytes == 0) continue;
+    const uint64_t spare = info->total_mem_bytes / 16;
+    // The driver's own count, read now: an allocation that fits it did not fail for lack of room
+    // (issue #62: a report claiming the GPU full, and 900 MiB asked for, swapped out a 600 MiB
+    // tenant of root's with the GPU nearly empty).
+    if (uint64_t free = 0; opts_.gpu_free && opts_.gpu_free(static_cast<uint32_t>(gpu), &free)) {
+      if (wanted <= free && free - wanted >= spare) {
+        log::info("tenant %u asked for room for %llu MiB on GPU %d, which has %llu MiB free as its driver counts it: "
+                  "retry (no allocation of that size failed for lack of room; nobody is displaced)",
+                  t.id, mib(wanted), gpu, mib(free));
+        answer_room(t, GPUOS_MEM_RETRY, now);
+      }
+      continue;  // a failure gpuosd saw: the policy's to answer
+    }
+    // gpuosd cannot read the GPU's free memory: only a recorded need backs a request, its grant
+    // (above). A tenant with none could make the GPU look full by its words alone.
+    if (t.granted.limit_bytes() == 0) {
+      log::warn("tenant %u asked for room for %llu MiB without a quota, and gpuosd cannot read GPU %d's free memory "
+                "(NVML): refused (nothing backs it)",
+                t.id, mib(wanted), gpu);
+      answer_room(t, GPUOS_MEM_REFUSED, now);
+      continue;
+    }
+    // By gpuosd's numbers (each tenant's memory on the GPU: the larger of its report and, for a
+    // tenant on that GPU alone, NVML's measure; and the waiting allocation, which is in no
+    // per-device word until it succeeds), the allocation fits: no failure for lack of room.
     uint64_t known = std::min(wanted, info->total_mem_bytes);
     for (const auto& [oid, o] : tenants) {
       uint64_t on = gpus_.used_on(o, static_cast<uint32_t>(gpu));
       if (o.verify.gpus == uint64_t{1} << gpu) on = std::max(on, std::min(o.verify.mem_bytes, info->total_mem_bytes));
       known += on;
     }
-    if (known + info->total_mem_bytes / 16 <= info->total_mem_bytes) {
+    if (known + spare <= info->total_mem_bytes) {
       log::info("tenant %u asked for room for %llu MiB on GPU %d, which has %llu MiB free by gpuosd's count: "
                 "retry (nobody is displaced)",
                 t.id, mib(wanted), gpu, mib(info->total_mem_bytes - known));

@@ -8,6 +8,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -27,6 +28,10 @@ struct SwapOptions {
   uint64_t quantum_ns = 5'000'000'000ull;
   uint64_t headroom_bytes = 2ull << 30;
   bool prefault = true;  // allocate a new pool's pages in a helper thread
+  // GPU `gpu`'s free memory now as the driver counts it (gpuosd: NVML's nvmlDeviceGetMemoryInfo),
+  // false when it cannot say; null: never known. A request for room is believed only against it
+  // (refuse_beyond_grant): no tenant's word makes a GPU look full.
+  std::function<bool(uint32_t gpu, uint64_t* free_bytes)> gpu_free;
 };
 
 class SwapEngine {
@@ -66,14 +71,20 @@ class SwapEngine {
   void apply(std::map<uint32_t, Tenant>& tenants, const slots::MemoryView& view, const slots::MemoryActions& actions,
              uint64_t now);
   // Screens the pending requests for room before the policy sees them; a forged one must not
-  // displace anybody. Refused: one whose waiting allocation is not in the requester's report (the
-  // interposer reserves it before it asks the driver), and one beyond its grant (quota + borrow -
-  // what it holds, the larger of its report and NVML's measure), counting the room already made for
-  // it since its report last grew (each request alone passed, ten in a row did not). Answered RETRY
-  // at once, displacing nobody: one that fits the GPU by gpuosd's own numbers (every tenant's
-  // memory there, the waiting allocation's included, with a 1/16 of the GPU to spare: the driver
-  // had room). Left waiting, unseen by the policy: one within kMinRoomIntervalNs of the tenant's
-  // last answer (a rate per process).
+  // displace anybody. Every word of a request is the tenant's: a request reaches the policy only
+  // backed by what gpuosd sees itself. Refused: one whose waiting allocation is not in the
+  // requester's report (the interposer reserves it before it asks the driver), and one beyond its
+  // grant (quota + borrow - what it holds, the larger of its report and NVML's measure), counting the
+  // room already made for it since its report last grew (each request alone passed, ten in a row did
+  // not). Then the failure itself: with the GPU's free memory known (SwapOptions::gpu_free, read
+  // now), one that fits it with 1/16 of the GPU to spare is answered RETRY at once, displacing
+  // nobody (no allocation of that size failed for lack of room), whatever the tenants' words say;
+  // one that does not is a failure gpuosd saw, for the policy. Without that number only a tenant's
+  // recorded need backs a request: its grant (quota + borrow, checked above), and the GPU full by
+  // gpuosd's own count (every tenant's memory there, the larger of its report and NVML's measure,
+  // and the waiting allocation, else RETRY at once); a tenant with no quota is refused. Left
+  // waiting, unseen by the policy: one within kMinRoomIntervalNs of the tenant's last answer (a rate
+  // per process).
   void refuse_beyond_grant(std::map<uint32_t, Tenant>& tenants, uint64_t now);
   static constexpr uint64_t kMinRoomIntervalNs = 100'000'000;
   // Oversubscription off: every request for room is refused.

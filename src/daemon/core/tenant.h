@@ -127,7 +127,7 @@ struct KvState {
 };
 
 // What the usage check holds against a process (VerifyEngine): kept across a reconnect
-// (Core::Retained).
+// (Retained).
 struct UsageRecord {
   uint64_t violations = 0;
   uint32_t findings_in_a_row = 0;
@@ -226,12 +226,16 @@ struct Tenant {
   BudgetState budget;
   KvState kv;
   KubeState kube;
+  // Its connection closed while its process runs on (Core::connection_closed): it is still this
+  // tenant, with its gate, hold, grants and usage-check record, all carried by its blocks (gpuosd
+  // renews its lease); it has no connection. It ends when the process exits or registers again.
+  bool detached = false;
   bool in_domain() const { return space.domain[0] != '\0'; }
 };
 
-// A tenant's identity is its process, not its connection: what a tenant whose process still runs
-// keeps when its connection closes, given back when that process registers again (its id and,
-// through the id ledger, an admin's hold stay kept for it too). By pid; dropped with the process.
+// A tenant's identity is its process, not its connection: what a detached tenant (Tenant::detached)
+// hands on when its process registers again (admission::choose_id), whatever it asks for: its id,
+// an admin's hold and the usage check's record.
 struct Retained {
   uint64_t start_time = 0;
   uid_t uid = 0;

@@ -55,6 +55,18 @@ NvmlReader::~NvmlReader() {
   if (initialized_ && t_.nvmlShutdown != nullptr) t_.nvmlShutdown();
 }
 
+bool NvmlReader::free_bytes(uint32_t gpu, uint64_t* out) {
+  if (t_.nvmlDeviceGetMemoryInfo == nullptr) return false;
+  for (const auto& [index, dev] : devices_) {
+    nvmlMemory_t m{};
+    if (index != gpu) continue;
+    if (t_.nvmlDeviceGetMemoryInfo(dev, &m) != NVML_SUCCESS || m.free > m.total) return false;
+    *out = m.free;
+    return true;
+  }
+  return false;
+}
+
 UsageSample NvmlReader::read() {
   UsageSample s;
   const uint64_t t0 = monotonic_ns();

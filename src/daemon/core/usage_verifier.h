@@ -74,6 +74,9 @@ class NvmlReader {
   bool available() const { return !devices_.empty(); }
   const std::string& why_not() const { return why_not_; }
   UsageSample read();
+  // GPU `gpu`'s free memory now as the driver counts it (nvmlDeviceGetMemoryInfo): false when NVML
+  // cannot say (no such GPU matched, the call missing or failing).
+  bool free_bytes(uint32_t gpu, uint64_t* out);
 
  private:
   GpuosNvmlTable t_;

@@ -159,12 +159,14 @@ void VerifyEngine::apply(std::map<uint32_t, Tenant>& tenants, const View& view, 
     while (w.size() >= std::max<uint32_t>(opts_.check.window_rounds, 1)) w.pop_front();  // the earlier rounds
   }
   std::set<uint32_t> found;
+  std::set<pid_t> outside;  // processes on the GPUs that are no tenant, this round
   uint64_t unregistered = 0;
   for (const Finding& f : findings) {
     ++stats->violations;
     if (f.tenant_id == 0) {
       ++unregistered;
       ++stats->unregistered_findings;
+      outside.insert(f.pid);
       if (unregistered_logged_.insert(f.pid).second) {
         log::warn("usage check: pid %d uses GPU %u (%llu MiB) without being a gpuos tenant (it bypasses gpuos)",
                   static_cast<int>(f.pid), f.gpu, static_cast<unsigned long long>(f.measured >> 20));
@@ -216,20 +218,12 @@ void VerifyEngine::apply(std::map<uint32_t, Tenant>& tenants, const View& view, 
                   static_cast<unsigned long long>(f.measured), f.gpu);
       }
     }
-    const EnforceAction a = decide_enforcement(opts_.enforce, true, t.verify.usage.findings_in_a_row);
+    const EnforceAction a = decide_enforcement(opts_.enforce, t.verify.usage.findings_in_a_row);
     if (a == EnforceAction::kReport || t.verify.usage.enforced || opts_.enforcer == nullptr) continue;
-    const unsigned long long start = start_time_(t.pid);
+    std::set<pid_t> others = view.tenant_pids;
+    others.erase(t.pid);
     std::string why;
-    bool done = false;
-    if (a == EnforceAction::kFreeze) {
-      std::set<pid_t> others = view.tenant_pids;
-      others.erase(t.pid);
-      done = opts_.enforcer->freeze(t.pid, t.uid, start, others, &why);
-      // Not freezable without stopping others: kill, when the admin allowed that as well, is not
-      // assumed; the finding stays reported.
-    } else {
-      done = opts_.enforcer->kill(t.pid, start, &why);
-    }
+    const bool done = enforce(t.pid, t.uid, start_time_(t.pid), a, others, &why);
     t.verify.usage.enforced = done;
     if (done) ++stats->enforcements;
     log::warn("usage check: tenant %u (pid %d, \"%s\") %s: %s", t.id, static_cast<int>(t.pid), t.name,
@@ -239,6 +233,52 @@ void VerifyEngine::apply(std::map<uint32_t, Tenant>& tenants, const View& view, 
     if (found.count(id) == 0) t.verify.usage.findings_in_a_row = 0;
   }
   stats->unregistered_processes = unregistered;
+  // A process on a governed GPU that is no tenant meets the enforcement as a tenant would, after
+  // grace_rounds rounds in a row (issue #62): under freeze or kill, running outside gpuos is no way
+  // around it. The same process (start time) only; a pid reused starts over.
+  std::erase_if(unregistered_, [&](const auto& e) { return outside.count(e.first) == 0; });
+  for (pid_t pid : outside) {
+    const uint64_t start = start_time_(pid);
+    Unregistered& u = unregistered_[pid];
+    if (u.start != start) u = Unregistered{start, 0, false};
+    ++u.rounds;
+    const EnforceAction a = decide_enforcement(opts_.enforce, u.rounds);
+    if (a == EnforceAction::kReport || u.enforced || opts_.enforcer == nullptr || start == 0) continue;
+    // (Its uid: a freeze stops only a cgroup of its own user's processes.)
+    const long uid = a == EnforceAction::kFreeze ? process_uid(pid) : 0;
+    std::string why = "the process is gone";
+    const bool done = uid >= 0 && enforce(pid, static_cast<uid_t>(uid), start, a, view.tenant_pids, &why);
+    u.enforced = done;
+    if (done) ++stats->enforcements;
+    log::warn("usage check: pid %d (no gpuos tenant) %s: %s", static_cast<int>(pid), done ? "enforced" : "not enforced",
+              why.c_str());
+  }
+}
+
+bool VerifyEngine::enforce(pid_t pid, uid_t uid, unsigned long long start, EnforceAction a,
+                           const std::set<pid_t>& others, std::string* why) {
+  if (opts_.enforcer == nullptr || a == EnforceAction::kReport) return false;
+  // Not freezable without stopping others: kill, when the admin allowed that as well, is not
+  // assumed; the finding stays reported.
+  if (a == EnforceAction::kFreeze) return opts_.enforcer->freeze(pid, uid, start, others, why);
+  return opts_.enforcer->kill(pid, start, why);
+}
+
+void VerifyEngine::escaped(Tenant& t, const char* held_by, const std::set<pid_t>& others, VerifyStats* stats) {
+  ++stats->escapes;
+  ++stats->violations;
+  ++t.verify.usage.violations;
+  log::warn("usage check: tenant %u (pid %d uid %u, \"%s\") escaped: it closed its connection to gpuosd while %s, "
+            "and runs on; it stays this tenant, held",
+            t.id, static_cast<int>(t.pid), static_cast<unsigned>(t.uid), t.name, held_by);
+  const EnforceAction a = decide_enforcement(opts_.enforce, std::max<uint32_t>(opts_.enforce.grace_rounds, 1));
+  if (a == EnforceAction::kReport || t.verify.usage.enforced || opts_.enforcer == nullptr) return;
+  std::string why;
+  const bool done = enforce(t.pid, t.uid, start_time_(t.pid), a, others, &why);
+  t.verify.usage.enforced = done;
+  if (done) ++stats->enforcements;
+  log::warn("usage check: tenant %u (pid %d, \"%s\") %s: %s", t.id, static_cast<int>(t.pid), t.name,
+            done ? "enforced" : "not enforced", why.c_str());
 }
 
 }  // namespace gpuos::daemon

@@ -46,8 +46,9 @@ struct VerifyOptions {
 };
 
 // The usage check's counters (gpuos_daemon_*): findings against all tenants, rounds run, time spent
-// in NVML, processes on the GPUs that are no tenant (last round), unregistered findings, and
-// freezes or kills carried out.
+// in NVML, processes on the GPUs that are no tenant (last round), unregistered findings, freezes or
+// kills carried out, and escapes (tenants that left their connection while held; each is also a
+// violation).
 struct VerifyStats {
   uint64_t violations = 0;
   uint64_t usage_rounds = 0;
@@ -55,6 +56,7 @@ struct VerifyStats {
   uint64_t unregistered_processes = 0;
   uint64_t unregistered_findings = 0;
   uint64_t enforcements = 0;
+  uint64_t escapes = 0;
 };
 
 class VerifyEngine {
@@ -93,6 +95,12 @@ class VerifyEngine {
   void add_survivor(pid_t pid, uint64_t start_time) { survivors_[pid] = start_time; }
   // A tenant's process exited now: still on the GPU for a moment, no unregistered process.
   void tenant_exited(pid_t pid, uint64_t now) { exited_at_ns_[pid] = now; }
+  // A tenant left while its gate was held (`held_by`: an admin's hold, the memory slot's): it closed
+  // its connection and its process runs on (Core::connection_closed). It stays the tenant; this
+  // counts it (escapes, violations), logs it as escaped and enforces at once as `enforce` says (a
+  // fact, not a sample: no grace rounds). `others`: the other tenants' pids (a freeze must not stop
+  // them).
+  void escaped(Tenant& t, const char* held_by, const std::set<pid_t>& others, VerifyStats* stats);
 
   // Chargeback: GPU `index`'s energy as its NVML counter grew over the rounds, and the part of it
   // attributed to tenants, in millijoules (0: NVML gives no energy for it).
@@ -116,7 +124,18 @@ class VerifyEngine {
     uint64_t attributed_mj = 0;
   };
   std::map<uint32_t, GpuEnergyCount> gpu_energy_;
+  // Freezes or kills pid (of `uid`, started at `start`) as `a` says; false, with why, when not done.
+  bool enforce(pid_t pid, uid_t uid, unsigned long long start, EnforceAction a, const std::set<pid_t>& others,
+               std::string* why);
   std::set<pid_t> unregistered_logged_;  // processes already reported as unregistered
+  // Processes that are no tenant, found in rounds in a row (pid -> rounds; its start time when first
+  // found), and those enforced already.
+  struct Unregistered {
+    uint64_t start = 0;
+    uint32_t rounds = 0;
+    bool enforced = false;
+  };
+  std::map<pid_t, Unregistered> unregistered_;
   // Not unregistered processes (VerifyOptions::exit_grace_ns, rejoin_grace_ns): tenants that
   // exited lately (pid -> when), and the previous gpuosd's tenants still running when this one
   // started (pid -> process start time), until they re-register.

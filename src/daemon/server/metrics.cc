@@ -162,8 +162,13 @@ std::string render_metrics(Core& core, const MetricsContext& ctx, uint64_t now_m
   w.family("gpuos_daemon_unregistered_gpu_processes", "gauge",
            "Processes the last usage check found on a GPU without being gpuos tenants.");
   w.sample("gpuos_daemon_unregistered_gpu_processes", "", u64(st.unregistered_processes));
-  w.family("gpuos_daemon_enforcements_total", "counter", "Tenants frozen or killed by the usage check.");
+  w.family("gpuos_daemon_enforcements_total", "counter",
+           "Processes frozen or killed by the usage check: tenants, escaped tenants and processes using a GPU "
+           "without being tenants.");
   w.sample("gpuos_daemon_enforcements_total", "", u64(st.enforcements));
+  w.family("gpuos_daemon_escapes_total", "counter",
+           "Tenants that closed their connection while held (an admin's hold, or memory held out) and ran on.");
+  w.sample("gpuos_daemon_escapes_total", "", u64(st.escapes));
   w.family("gpuos_daemon_messages_total", "counter", "Valid control-socket messages received, by type.");
   for (uint32_t t = 1; t <= GPUOS_MSG_TYPE_MAX; ++t) {
     if (const char* n = msg_type_name(t)) w.sample("gpuos_daemon_messages_total", label("type", n), u64(st.messages[t]));
