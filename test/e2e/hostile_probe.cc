@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A hostile tenant of issue #62 (the third pass). It registers like any tenant (its cuInit goes
 // through libgpuos.so), launches one kernel, prints {"ready": true}, waits for --go FILE, then:
 //
