@@ -30,7 +30,7 @@ struct DemoNumbers {
   double be_vs_alone = 0;   // ... over be's rate alone (0: not measured)
   double hp_idle_share = 0; // the GPU time hp alone leaves idle (0: not measured)
   // The machine, measured during the run (cli/machine_load.h); negative: not measured.
-  double cpus = 0;          // online CPUs
+  double cpus = 0;          // CPUs the demo may run on (its affinity)
   double other_cpus = -1;   // CPUs other processes kept busy (steal included), the most of any hp phase
   double loadavg = -1;      // 1-minute load average at the end
   // hp alone measured a second time, after the shared phase, over the first: the machine's own
@@ -62,7 +62,7 @@ inline std::string demo_machine(const DemoNumbers& n) {
   char b[240];
   auto add = [&](const char* text) { s += (s.empty() ? "" : ", ") + std::string(text); };
   if (n.other_cpus >= 0 && n.cpus > 0) {
-    std::snprintf(b, sizeof b, "other processes kept %.2f of %.0f CPUs busy while hp ran (below %.2f lets it tell)",
+    std::snprintf(b, sizeof b, "other processes kept %.2f of the demo's %.0f CPUs busy while hp ran (below %.2f lets it tell)",
                   n.other_cpus, n.cpus, kBusyCpuShare * n.cpus);
     add(b);
   }

@@ -1,11 +1,12 @@
 // What the machine itself was doing while `gpuos demo` measured: the CPU time other processes took
-// (from /proc/stat, less the demo's own processes) and steal, so the demo's verdict can say the
+// on the CPUs the demo may run on (from /proc/stat, less the demo's own processes) and steal, so the demo's verdict can say the
 // machine was too busy to tell from measurements instead of guessing. On the simulated device a
 // kernel is a sleep of the driver double's worker thread, so a busy CPU delays its wake-ups: the
 // double's timings are exactly as good as the machine's scheduling. Parsers are pure (tested in
 // test/cli/demo_verdict_test.cc); the readers take /proc as it is now.
 #pragma once
 
+#include <sched.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -16,10 +17,11 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 namespace gpuos::cli {
 
-// The "cpu" line of /proc/stat, in clock ticks, all CPUs together.
+// CPU time from /proc/stat, in clock ticks, summed over a set of CPUs.
 struct CpuTicks {
   uint64_t busy = 0;   // user + nice + system + irq + softirq (guest time is inside user)
   uint64_t idle = 0;   // idle + iowait
@@ -27,20 +29,31 @@ struct CpuTicks {
   bool ok = false;
 };
 
-// Parses the first line of /proc/stat ("cpu  user nice system idle iowait irq softirq steal ...").
-inline CpuTicks parse_proc_stat(const std::string& text) {
+// Parses /proc/stat ("cpu  user nice system idle iowait irq softirq steal ..." for all CPUs, then a
+// "cpuN ..." line each): the CPUs in `cpus`, or all of them (the "cpu" line) when it is empty.
+// Only the CPUs the demo may run on matter: busy loops pinned to others do not slow it.
+inline CpuTicks parse_proc_stat(const std::string& text, const std::vector<int>& cpus = {}) {
   CpuTicks t;
-  std::istringstream in(text);
-  std::string label;
-  uint64_t v[8] = {};
-  if (!(in >> label) || label != "cpu") return t;
-  int n = 0;
-  while (n < 8 && in >> v[n]) ++n;
-  if (n < 4) return t;  // user nice system idle at least (older kernels have fewer)
-  t.busy = v[0] + v[1] + v[2] + v[5] + v[6];
-  t.idle = v[3] + v[4];
-  t.steal = v[7];
-  t.ok = true;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream in(line);
+    std::string label;
+    if (!(in >> label) || label.rfind("cpu", 0) != 0) continue;
+    if (cpus.empty() ? label != "cpu" : label == "cpu") continue;
+    if (!cpus.empty()) {
+      char* end = nullptr;
+      const long n = std::strtol(label.c_str() + 3, &end, 10);
+      if (end == label.c_str() + 3 || *end != '\0' || std::find(cpus.begin(), cpus.end(), n) == cpus.end()) continue;
+    }
+    uint64_t v[8] = {};
+    int n = 0;
+    while (n < 8 && in >> v[n]) ++n;
+    if (n < 4) return CpuTicks{};  // user nice system idle at least (older kernels have fewer)
+    t.busy += v[0] + v[1] + v[2] + v[5] + v[6];
+    t.idle += v[3] + v[4];
+    t.steal += v[7];
+    t.ok = true;
+  }
   return t;
 }
 
@@ -91,7 +104,18 @@ inline std::string read_text(const std::string& path) {
   ss << in.rdbuf();
   return ss.str();
 }
-inline CpuTicks read_cpu_ticks() { return parse_proc_stat(read_text("/proc/stat")); }
+inline CpuTicks read_cpu_ticks(const std::vector<int>& cpus) { return parse_proc_stat(read_text("/proc/stat"), cpus); }
+// The CPUs this process may run on (its affinity: taskset, a cpuset); empty if unknown.
+inline std::vector<int> affinity_cpus() {
+  std::vector<int> out;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return out;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &set)) out.push_back(c);
+  }
+  return out;
+}
 inline double read_loadavg() { return parse_loadavg(read_text("/proc/loadavg")); }
 inline long long read_pid_ticks(pid_t pid) {
   return parse_pid_stat_ticks(read_text("/proc/" + std::to_string(pid) + "/stat"));

@@ -68,7 +68,7 @@ TEST(DemoVerdict, NamesTheMechanism) {
 TEST(DemoVerdict, NamesTheMeasuredLoad) {
   const std::string kept = demo_verdict(quiet(numbers(1.01, 1.04)));
   EXPECT_TRUE(has(kept, "within 10% of its latency alone, median and tail")) << kept;
-  EXPECT_TRUE(has(kept, "; machine: other processes kept 0.05 of 2 CPUs busy while hp ran (below 0.50 lets it tell), "
+  EXPECT_TRUE(has(kept, "; machine: other processes kept 0.05 of the demo's 2 CPUs busy while hp ran (below 0.50 lets it tell), "
                         "load average 0.12, hp alone measured twice came out 1.01x apart at the median and 1.02x at p99 "
                         "(within 1.10x lets it tell)"))
       << kept;
@@ -78,7 +78,7 @@ TEST(DemoVerdict, NamesTheMeasuredLoad) {
   busy_kept.loadavg = 2.4;
   const std::string bk = demo_verdict(busy_kept);
   EXPECT_TRUE(has(bk, "gpuos kept hp within 10%")) << bk;
-  EXPECT_TRUE(has(bk, "other processes kept 1.93 of 2 CPUs busy")) << bk;
+  EXPECT_TRUE(has(bk, "other processes kept 1.93 of the demo's 2 CPUs busy")) << bk;
   EXPECT_TRUE(has(bk, "load average 2.40")) << bk;
   // Nothing measured: no machine clause (and no guess).
   const std::string none = demo_verdict(numbers(1.44, 5.1));
@@ -94,7 +94,7 @@ TEST(DemoVerdict, LoadedMachineCannotTell) {
   busy.loadavg = 3.1;
   const std::string b = demo_verdict(busy);
   EXPECT_TRUE(has(b, "cannot tell on this machine now: it was too busy to judge a 10% difference")) << b;
-  EXPECT_TRUE(has(b, "other processes kept 1.90 of 2 CPUs busy")) << b;
+  EXPECT_TRUE(has(b, "other processes kept 1.90 of the demo's 2 CPUs busy")) << b;
   EXPECT_FALSE(has(b, "did not keep")) << b;
   EXPECT_FALSE(has(b, "within 10% of its latency alone")) << b;
 
@@ -125,6 +125,16 @@ TEST(MachineLoad, ParsesProc) {
   EXPECT_EQ(t.steal, 7u);
   EXPECT_FALSE(parse_proc_stat("cpu0 1 2 3 4").ok);
   EXPECT_FALSE(parse_proc_stat("").ok);
+  // Only the CPUs the demo may run on (taskset -c 1,2): cpu1 and cpu2.
+  const std::string per_cpu = "cpu  60 0 6 300 0 0 0 3\ncpu0 10 0 1 50 0 0 0 0\ncpu1 20 0 2 100 0 0 0 1\n"
+                              "cpu2 30 0 3 150 0 0 0 2\nintr 1 2 3\n";
+  const CpuTicks some = parse_proc_stat(per_cpu, {1, 2});
+  ASSERT_TRUE(some.ok);
+  EXPECT_EQ(some.busy, 55u);
+  EXPECT_EQ(some.idle, 250u);
+  EXPECT_EQ(some.steal, 3u);
+  EXPECT_EQ(parse_proc_stat(per_cpu).busy, 66u);
+  EXPECT_FALSE(parse_proc_stat(per_cpu, {7}).ok);
 
   // A command name with spaces and parentheses; utime stime cutime cstime = 11 12 13 14.
   EXPECT_EQ(parse_pid_stat_ticks("42 (a (b) c) S 1 42 42 0 -1 4194304 98 0 0 0 11 12 13 14 20 0 1 0"), 50);
