@@ -32,7 +32,8 @@ struct DemoOptions {
   double seconds = 2.0;
   bool json = false;
   bool keep = false;  // keep the temporary directory (logs) for inspection
-  // "space" (a spatial domain under MPS), "time" (the gate), "auto": space on a GPU with MPS.
+  // "space" (a spatial domain: MPS on a GPU, a stand-in on the simulated device, whose driver double
+  // models SM partitions), "time" (the gate), "auto": space on a GPU with MPS and on the simulated device.
   std::string sharing = "auto";
   std::string mps_control = "nvidia-cuda-mps-control";
 };

@@ -303,8 +303,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"open", "priority"}));
   demo->add_flag("--keep", dopt.keep, "keep the temporary directory with the logs");
   demo->add_option("--sharing", dopt.sharing,
-                   "how the tenants share the GPU: space (SM partitions, needs MPS), time (the gate), auto (default: "
-                   "space on a GPU with MPS, else time)")
+                   "how the tenants share the GPU: space (SM partitions: MPS on a GPU, modelled by the simulated "
+                   "device), time (the gate), auto (default: space on a GPU with MPS and on the simulated device, else "
+                   "time)")
       ->check(CLI::IsMember({"auto", "space", "time"}));
 
   if (int rc = parse_command_line(app, parse_argc, argv, "gpuos"); rc >= 0) return rc;
