@@ -93,6 +93,11 @@ inline std::string demo_verdict(const DemoNumbers& n) {
   std::string meaning;
   if (median_kept && tail_kept) {
     meaning = "gpuos kept hp within 10% of its latency alone, median and tail";
+    // Held on a machine this busy or noisy, a 10% difference could also have hidden in the noise.
+    if (busy || noisy) {
+      meaning += std::string(", on a machine measured too ") +
+                 (busy && noisy ? "busy and too noisy" : busy ? "busy" : "noisy") + " to show a 10% difference for sure";
+    }
   } else if (n.policy == "open") {
     meaning = "policy open gates nothing; the default, priority, holds be back while hp works";
   } else if (busy || noisy) {
