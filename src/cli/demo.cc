@@ -337,13 +337,6 @@ int demo_command(const DemoOptions& o) {
     env.insert(env.end(), sim.begin(), sim.end());
     sim_shm = "/gpuos-sim-demo-" + std::to_string(getpid());
     env.emplace_back("GPUOS_SIM_SHM", sim_shm);
-    // The double's kernels at about an H100's speed: hp's kernel takes ~500 us there (496 us alone
-    // in bench/results/2026-12-06-demo-gpu-eba790e), 2.5 x its 200000 iterations. The double's
-    // timings carry the host's thread wake-ups (tens of us, more on a busy machine), and a spatial
-    // launch has one more (its join back to the app's stream): against a 200 us kernel that alone
-    // read as 1.1-1.3x. The caller's own setting stands.
-    const char* ns = std::getenv("GPUOS_SIM_NS_PER_ITER");
-    env.emplace_back("GPUOS_SIM_NS_PER_ITER", ns != nullptr && ns[0] != '\0' ? ns : "2.5");
     if (!o.json) std::printf("no GPU found: running on the simulated device (driver test double)\n");
   }
   std::fflush(stdout);
@@ -392,8 +385,19 @@ int demo_command(const DemoOptions& o) {
   // of the CPU the double's timings need, so its buffers are small (they only show in PEAK-MEM).
   const bool space = sharing == "space";
   auto count = [&](double per_s) { return static_cast<uint64_t>(std::max(10L, std::lround(per_s * seconds))); };
+  // The simulated device's kernels are longer than the GPU's iterations give (1 ns each): its
+  // timings carry the host's thread wake-ups, whose tail on a small machine is hundreds of us, and a
+  // spatial launch has one wake-up more than one alone (its join back to the app's stream). Against
+  // hp's 200 us kernel that alone read as 1.1-1.3x at the median, against 1 ms still ~1.1x at p99
+  // on an idle 2-core machine; against 4 ms it is within a few percent. hp's gaps there are short, so
+  // that a phase holds 400 kernels in about 2 s; be's kernels are 20 ms alone, as on an H100 (each
+  // of its launches costs CPU that hp's wake-ups share on a small machine).
   const std::string hp_mem = simulated ? "16" : "256", be_mem = simulated ? "64" : "1024";
-  std::vector<std::string> hp_args = {"--iters", "200000", "--block", "256", "--gap-us", "2000", "--mem-mib", hp_mem};
+  const char* hp_iters = simulated ? "4000000" : "200000";
+  const char* hp_gap = simulated ? "1000" : "2000";
+  const char* be_iters = simulated ? "2500000" : "250000";
+  const double hp_gap_us = std::atof(hp_gap);
+  std::vector<std::string> hp_args = {"--iters", hp_iters, "--block", "256", "--gap-us", hp_gap, "--mem-mib", hp_mem};
   if (space) {
     hp_args.insert(hp_args.end(), {"--blocks", std::to_string(kHpSms)});
   } else {
@@ -416,7 +420,7 @@ int demo_command(const DemoOptions& o) {
     return a;
   };
   auto be = [&](uint64_t n) {
-    return std::vector<std::string>{"--iters", "250000", "--blocks-per-sm", "64", "--block", "256", "--count",
+    return std::vector<std::string>{"--iters", be_iters, "--blocks-per-sm", "64", "--block", "256", "--count",
                                     std::to_string(n), "--gap-us", "0", "--mem-mib", be_mem};
   };
   const uint64_t hp_n = count(200), be_alone_n = count(20);
@@ -449,8 +453,9 @@ int demo_command(const DemoOptions& o) {
     l.at = std::chrono::steady_clock::now();
     return l;
   };
-  double other_by_phase[kPhaseCount];
+  double other_by_phase[kPhaseCount], own_by_phase[kPhaseCount];
   std::fill(std::begin(other_by_phase), std::end(other_by_phase), -1.0);
+  std::fill(std::begin(own_by_phase), std::end(own_by_phase), -1.0);
   const double loadavg_start = read_loadavg();
 
   // Where each tenant is, by gpuosd's count of its launches (-1: not registered yet).
@@ -593,8 +598,9 @@ int demo_command(const DemoOptions& o) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     const PhaseLoad after = sample_load();
-    other_by_phase[phase] = other_cpus(before.cpu, after.cpu, after.own_ticks - before.own_ticks, ticks_per_s,
-                                       std::chrono::duration<double>(after.at - before.at).count());
+    const double wall_s = std::chrono::duration<double>(after.at - before.at).count();
+    other_by_phase[phase] = other_cpus(before.cpu, after.cpu, after.own_ticks - before.own_ticks, ticks_per_s, wall_s);
+    if (wall_s > 0) own_by_phase[phase] = (after.own_ticks - before.own_ticks) / ticks_per_s / wall_s;
   }
   const double loadavg_end = read_loadavg();
   ticker->stage("stopping gpuosd");
@@ -656,7 +662,7 @@ int demo_command(const DemoOptions& o) {
   }
   if (be_alone_rate > 0) n.be_vs_alone = n.be_rate / be_alone_rate;
   // hp alone keeps the GPU busy for a kernel, then sleeps its gap.
-  if (n.alone_p50_us > 0) n.hp_idle_share = 2000.0 / (2000.0 + n.alone_p50_us);
+  if (n.alone_p50_us > 0) n.hp_idle_share = hp_gap_us / (hp_gap_us + n.alone_p50_us);
   n.cpus = cpus;
   for (int phase : {hp_alone.phase, hp_shared.phase, hp_again.phase}) n.other_cpus = std::max(n.other_cpus, other_by_phase[phase]);
   n.loadavg = loadavg_end;
@@ -681,11 +687,15 @@ int demo_command(const DemoOptions& o) {
     out["be_alone_kernels_per_s"] = be_alone_rate;
     out["be_vs_alone"] = n.be_vs_alone;
     out["hp_idle_share"] = n.hp_idle_share;
-    nlohmann::json by_phase = nlohmann::json::object();
-    for (int p = 0; p < kPhaseCount; ++p) by_phase[kPhases[p]] = other_by_phase[p];
+    nlohmann::json by_phase = nlohmann::json::object(), own = nlohmann::json::object();
+    for (int p = 0; p < kPhaseCount; ++p) {
+      by_phase[kPhases[p]] = other_by_phase[p];
+      own[kPhases[p]] = own_by_phase[p];
+    }
     out["machine"] = {{"cpus", cpus},
                       {"other_cpus", n.other_cpus},
                       {"other_cpus_by_phase", by_phase},
+                      {"own_cpus_by_phase", own},  // the demo, gpuosd and the tenants
                       {"loadavg_start", loadavg_start},
                       {"loadavg_end", loadavg_end},
                       {"busy", demo_machine_busy(n)},
