@@ -29,7 +29,7 @@ int run_command(const RunOptions& o, const std::vector<std::string>& cmd);
 
 struct DemoOptions {
   std::string policy = "priority";  // gpuosd scheduling policy for the demo
-  double seconds = 2.0;
+  double seconds = 2.0;  // about how long each phase runs
   bool json = false;
   bool keep = false;  // keep the temporary directory (logs) for inspection
   // "space" (a spatial domain: MPS on a GPU, a stand-in on the simulated device, whose driver double

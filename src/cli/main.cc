@@ -297,7 +297,7 @@ int main(int argc, char** argv) {
 
   DemoOptions dopt;
   auto* demo = app.add_subcommand("demo", "run a latency-critical and a best-effort tenant under a private gpuosd");
-  demo->add_option("--seconds", dopt.seconds, "approximate duration")->check(CLI::Range(0.1, 3600.0));
+  demo->add_option("--seconds", dopt.seconds, "about how long each of its four phases runs (default 2)")->check(CLI::Range(0.1, 3600.0));
   demo->add_flag("--json", dopt.json, "machine-readable output");
   demo->add_option("--policy", dopt.policy, "gpuosd scheduling policy (default: priority)")
       ->check(CLI::IsMember({"open", "priority"}));
