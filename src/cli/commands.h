@@ -30,10 +30,11 @@ int run_command(const RunOptions& o, const std::vector<std::string>& cmd);
 
 struct DemoOptions {
   std::string policy = "priority";  // gpuosd scheduling policy for the demo
-  double seconds = 2.0;
+  double seconds = 2.0;  // about how long each phase runs
   bool json = false;
   bool keep = false;  // keep the temporary directory (logs) for inspection
-  // "space" (a spatial domain under MPS), "time" (the gate), "auto": space on a GPU with MPS.
+  // "space" (a spatial domain: MPS on a GPU, a stand-in on the simulated device, whose driver double
+  // models SM partitions), "time" (the gate), "auto": space on a GPU with MPS and on the simulated device.
   std::string sharing = "auto";
   std::string mps_control = "nvidia-cuda-mps-control";
 };

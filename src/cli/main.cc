@@ -305,14 +305,15 @@ int main(int argc, char** argv) {
 
   DemoOptions dopt;
   auto* demo = app.add_subcommand("demo", "run a latency-critical and a best-effort tenant under a private gpuosd");
-  demo->add_option("--seconds", dopt.seconds, "approximate duration")->check(CLI::Range(0.1, 3600.0));
+  demo->add_option("--seconds", dopt.seconds, "about how long each of its four phases runs (default 2)")->check(CLI::Range(0.1, 3600.0));
   demo->add_flag("--json", dopt.json, "machine-readable output");
   demo->add_option("--policy", dopt.policy, "gpuosd scheduling policy (default: priority)")
       ->check(CLI::IsMember({"open", "priority"}));
   demo->add_flag("--keep", dopt.keep, "keep the temporary directory with the logs");
   demo->add_option("--sharing", dopt.sharing,
-                   "how the tenants share the GPU: space (SM partitions, needs MPS), time (the gate), auto (default: "
-                   "space on a GPU with MPS, else time)")
+                   "how the tenants share the GPU: space (SM partitions: MPS on a GPU, modelled by the simulated "
+                   "device), time (the gate), auto (default: space on a GPU with MPS and on the simulated device, else "
+                   "time)")
       ->check(CLI::IsMember({"auto", "space", "time"}));
 
   if (int rc = parse_command_line(app, parse_argc, argv, "gpuos"); rc >= 0) return rc;
