@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What the machine itself was doing while `gpuos demo` measured: the CPU time other processes took
 // on the CPUs the demo may run on (from /proc/stat, less the demo's own processes) and steal, so the demo's verdict can say the
 // machine was too busy to tell from measurements instead of guessing. On the simulated device a
