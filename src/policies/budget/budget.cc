@@ -3,10 +3,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <set>
 #include <string>
 
-#include "common/log.h"
 #include "policies/budget_split.h"
 #include "policies/budget/stages.h"
 #include "policies/gpu_groups.h"
@@ -22,11 +20,6 @@ double mps_cost(const BudgetParams& p, const TenantBudget& b) {
 double meter_limit(const BudgetParams& p, const slots::GateTenant& t, const TenantBudget& b) {
   return t.space_domain.empty() ? t.max_slowdown_permille / 1000.0
                                  : interference_budget(t.max_slowdown_permille, mps_cost(p, b), t.space_confined);
-}
-
-double BudgetPolicy::mps_cost(const TenantBudget& b) const { return budget::mps_cost(params_, b); }
-double BudgetPolicy::meter_limit(const slots::GateTenant& t, const TenantBudget& b) const {
-  return budget::meter_limit(params_, t, b);
 }
 
 uint64_t time_weighted_median(std::vector<uint64_t> ns) {

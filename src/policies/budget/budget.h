@@ -226,12 +226,6 @@ class BudgetPolicy final : public slots::TimeGate {
 
   const BudgetState& state() const { return state_; }
 
-  // MPS's cost to budgeted tenant t (BudgetParams::mps_cost_fixed), and the slowdown its meter may
-  // allow it: its whole budget time-shared; in a spatial domain what its partition and MPS leave of
-  // it (budget_split.h).
-  double mps_cost(const TenantBudget& b) const;
-  double meter_limit(const slots::GateTenant& t, const TenantBudget& b) const;
-
  private:
   BudgetParams params_;
   BudgetState state_;

@@ -60,7 +60,9 @@ struct Scene {
   bool pausing(const slots::GateTenant& t, const BudgetState& st) const;
 };
 
-// The limits a budget sets (BudgetPolicy's members of the same names ask these).
+// MPS's cost to budgeted tenant b (BudgetParams::mps_cost_fixed, else measured), and the slowdown
+// its meter may allow it: its whole budget time-shared; in a spatial domain what its partition and
+// MPS leave of it (budget_split.h).
 double mps_cost(const BudgetParams& p, const TenantBudget& b);
 double meter_limit(const BudgetParams& p, const slots::GateTenant& t, const TenantBudget& b);
 // The longest best-effort launch (us) that budgeted tenant t, sharing in time, lets run beside it
