@@ -222,12 +222,7 @@ void VerifyEngine::apply(std::map<uint32_t, Tenant>& tenants, const View& view, 
     if (a == EnforceAction::kReport || t.verify.usage.enforced || opts_.enforcer == nullptr) continue;
     std::set<pid_t> others = view.tenant_pids;
     others.erase(t.pid);
-    std::string why;
-    const bool done = enforce(t.pid, t.uid, start_time_(t.pid), a, others, &why);
-    t.verify.usage.enforced = done;
-    if (done) ++stats->enforcements;
-    log::warn("usage check: tenant %u (pid %d, \"%s\") %s: %s", t.id, static_cast<int>(t.pid), t.name,
-              done ? "enforced" : "not enforced", why.c_str());
+    enforce_on_tenant(t, a, others, stats);
   }
   for (auto& [id, t] : tenants) {
     if (found.count(id) == 0) t.verify.usage.findings_in_a_row = 0;
@@ -273,6 +268,10 @@ void VerifyEngine::escaped(Tenant& t, const char* held_by, const std::set<pid_t>
             t.id, static_cast<int>(t.pid), static_cast<unsigned>(t.uid), t.name, held_by);
   const EnforceAction a = decide_enforcement(opts_.enforce, std::max<uint32_t>(opts_.enforce.grace_rounds, 1));
   if (a == EnforceAction::kReport || t.verify.usage.enforced || opts_.enforcer == nullptr) return;
+  enforce_on_tenant(t, a, others, stats);
+}
+
+void VerifyEngine::enforce_on_tenant(Tenant& t, EnforceAction a, const std::set<pid_t>& others, VerifyStats* stats) {
   std::string why;
   const bool done = enforce(t.pid, t.uid, start_time_(t.pid), a, others, &why);
   t.verify.usage.enforced = done;

@@ -124,6 +124,8 @@ class VerifyEngine {
     uint64_t attributed_mj = 0;
   };
   std::map<uint32_t, GpuEnergyCount> gpu_energy_;
+  // Enforces `a` on tenant t (its finding or its escape), counts and logs what happened.
+  void enforce_on_tenant(Tenant& t, EnforceAction a, const std::set<pid_t>& others, VerifyStats* stats);
   // Freezes or kills pid (of `uid`, started at `start`) as `a` says; false, with why, when not done.
   bool enforce(pid_t pid, uid_t uid, unsigned long long start, EnforceAction a, const std::set<pid_t>& others,
                std::string* why);
