@@ -4,4 +4,4 @@
 gpuos.kv: KV pools, elastic GPU memory for LLM engines (libgpuos_kv.so through ctypes).
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -215,8 +215,7 @@ TEST_F(MetricsFixture, ExpositionOfADaemonWithATenant) {
   EXPECT_EQ(m["gpuos_daemon_policy_stalls_total"], "0");
   EXPECT_EQ(m["gpuos_daemon_info{version=\"9.9.9\",policy=\"open\",space_policy=\"unconfined\",memory_policy=\"resident\"}"], "1");
   EXPECT_EQ(m["gpuos_gpu_streaming_multiprocessors{gpu=\"0\"}"], "132");
-  EXPECT_EQ(m["gpuos_gpu_sm_count{gpu=\"0\"}"], "132");  // the deprecated name, one release
-  EXPECT_NE(text.find("# HELP gpuos_gpu_sm_count DEPRECATED"), std::string::npos);
+  EXPECT_EQ(m.count("gpuos_gpu_sm_count{gpu=\"0\"}"), 0u);  // its name through 0.1.x, removed in 0.2.0
   EXPECT_EQ(m["gpuos_gpu_memory_total_bytes{gpu=\"0\"}"], std::to_string(1ull << 34));
   EXPECT_EQ(m["gpuos_gpu_memory_used_bytes{gpu=\"0\"}"], "4096");
   EXPECT_EQ(m["gpuos_gpu_info{gpu=\"0\",name=\"Sim \\\"GPU\\\"\",uuid=\"GPU-0\"}"], "1");
@@ -426,10 +425,10 @@ TEST_F(MetricsFixture, HostileNamesKeepTheScrapeValid) {
   while (std::fgets(buf, sizeof buf, p) != nullptr) out += buf;
   pclose(p);
   unlink(path);
-  // Only the deprecated name (kept one release, its HELP says so) may be linted.
+  // Nothing may be linted.
   std::istringstream lines(out);
   for (std::string l; std::getline(lines, l);) {
-    if (!l.empty() && l.rfind("gpuos_gpu_sm_count ", 0) != 0) ADD_FAILURE() << out;
+    if (!l.empty()) ADD_FAILURE() << out;
   }
 }
 

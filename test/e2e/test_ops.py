@@ -140,16 +140,14 @@ class MetricsEndpoint(unittest.TestCase):
             self.assertEqual(series(m, "gpuos_gpu_memory_total_bytes", gpu=0), [float(g["total_mem_bytes"])])
             self.assertEqual(series(m, "gpuos_gpu_memory_used_bytes", gpu=0), [float(g["used_mem_bytes"])])
             self.assertEqual(series(m, "gpuos_gpu_streaming_multiprocessors", gpu=0), [float(g["sm_count"])])
-            self.assertEqual(series(m, "gpuos_gpu_sm_count", gpu=0), [float(g["sm_count"])])  # deprecated
+            self.assertEqual(series(m, "gpuos_gpu_sm_count", gpu=0), [])  # removed in 0.2.0
             for fam in set(n for n, _ in m):
                 base = re.sub(r"_(bucket|sum|count)$", "", fam)
                 self.assertIn("# TYPE %s " % (fam if "# TYPE %s " % fam in text else base), text)
             promtool = shutil.which("promtool")
             if promtool:
                 r = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True)
-                # Only the deprecated name (kept one release, HELP says so) may fail the check.
-                problems = [l for l in (r.stdout + r.stderr).splitlines()
-                            if l.strip() and not l.startswith("gpuos_gpu_sm_count ")]
+                problems = [l for l in (r.stdout + r.stderr).splitlines() if l.strip()]
                 self.assertEqual(problems, [], r.stdout + r.stderr)
         finally:
             h.stop()

@@ -186,10 +186,6 @@ std::string render_metrics(Core& core, const MetricsContext& ctx, uint64_t now_m
   for (const GpuInfo& g : gpus) w.sample("gpuos_gpu_info", gl(g) + "," + label("name", g.name) + "," + label("uuid", g.uuid), "1");
   w.family("gpuos_gpu_streaming_multiprocessors", "gauge", "Streaming multiprocessors (SMs) of the GPU.");
   for (const GpuInfo& g : gpus) w.sample("gpuos_gpu_streaming_multiprocessors", gl(g), u64(g.sm_count));
-  // Its name before 0.2 (a gauge must not end in _count: promtool check metrics), kept one release.
-  w.family("gpuos_gpu_sm_count", "gauge",
-           "DEPRECATED, removed after 0.1: use gpuos_gpu_streaming_multiprocessors (same value).");
-  for (const GpuInfo& g : gpus) w.sample("gpuos_gpu_sm_count", gl(g), u64(g.sm_count));
   w.family("gpuos_gpu_memory_total_bytes", "gauge", "Device memory of the GPU.");
   for (const GpuInfo& g : gpus) w.sample("gpuos_gpu_memory_total_bytes", gl(g), u64(g.total_mem_bytes));
   w.family("gpuos_gpu_memory_used_bytes", "gauge", "Device memory held on the GPU by live gpuos tenants.");
