@@ -288,5 +288,31 @@ TEST_F(Adoption, TheLedgerFollowsRegistrationsAndExits) {
   EXPECT_FALSE(std::getline(f, line)) << line;  // it exited: forgotten
 }
 
+// gpuosd stops while a tenant runs on: the tenant did not exit (its count and the log line say it
+// runs on; its ledger entry waits for the next gpuosd), and one whose process is gone did.
+TEST_F(Adoption, AShutdownCountsOnlyTheTenantsThatExited) {
+  auto core = restart();
+  Connection alive, dead;
+  alive.id = 1;
+  alive.peer.pid = 700;
+  alive.peer.uid = 1000;
+  dead.id = 2;
+  dead.peer.pid = 701;
+  dead.peer.uid = 1000;
+  auto m = make_register(700);
+  ASSERT_NE(core->handle_message(alive, &m, sizeof(m)).registered, 0u);
+  m = make_register(701);
+  ASSERT_NE(core->handle_message(dead, &m, sizeof(m)).registered, 0u);
+  gone.insert(701);
+  core->shutdown();
+  core->connection_closed(alive);
+  core->connection_closed(dead);
+  gone.clear();
+  EXPECT_EQ(core->stats().tenants_exited, 1u);
+  std::ifstream f(path);
+  std::string text((std::istreambuf_iterator<char>(f)), {});
+  EXPECT_EQ(text, "1 1000 700 7000\n");
+}
+
 }  // namespace
 }  // namespace gpuos::daemon

@@ -383,16 +383,17 @@ void Core::end_tenant(uint32_t id) {
   Tenant t = it->second;
   tenants_.erase(it);
   gpu_busy_.observe(tenants_, now);
-  ++stats_.tenants_exited;
+  // gpuosd shuts down while the process runs on: its ledger entry (id, hold) waits for the next
+  // gpuosd, and it did not exit (an operator reading the log at a restart must not think so).
+  const bool outlives_daemon = shutting_down_ && runs_on(t);
+  if (!outlives_daemon) ++stats_.tenants_exited;
   gpuos_msg_tenant_info fin = snapshot(t, GPUOS_TENANT_EXITED, now_ms());
   if (opts_.history > 0) {
     history_.push_back(fin);
     while (history_.size() > opts_.history) history_.pop_front();
   }
   swap_engine_.tenant_gone(t, tenants_);
-  // gpuosd shuts down while the process runs on: its ledger entry (id, hold) waits for the next
-  // gpuosd. Otherwise the process exited.
-  if (!(shutting_down_ && runs_on(t))) ids_.forget(t.id);
+  if (!outlives_daemon) ids_.forget(t.id);
   verify_engine_.tenant_exited(t.pid, now);  // still on the GPU for a moment: no unregistered process
   char space[96] = "";  // placed launches, and those that followed the one before directly (spatial.h)
   if (fin.space_launches != 0) {
@@ -402,9 +403,10 @@ void Core::end_tenant(uint32_t id) {
   }
   destroy_tenant_blocks(t);
   log::info(
-      "tenant %u exited: pid %d name \"%s\" launches %llu graph_launches %llu captured %llu gate_waits %llu "
+      "tenant %u %s: pid %d name \"%s\" launches %llu graph_launches %llu captured %llu gate_waits %llu "
       "gate_wait_ms %.3f mem_peak_bytes %llu alloc_calls %llu alloc_failures %llu%s",
-      fin.tenant_id, fin.pid, fin.name, static_cast<unsigned long long>(fin.launches),
+      fin.tenant_id, outlives_daemon ? "runs on without gpuosd (the next one adopts it)" : "exited", fin.pid, fin.name,
+      static_cast<unsigned long long>(fin.launches),
       static_cast<unsigned long long>(fin.graph_launches), static_cast<unsigned long long>(fin.captured_launches),
       static_cast<unsigned long long>(fin.gate_waits), static_cast<double>(fin.gate_wait_ns) / 1e6,
       static_cast<unsigned long long>(fin.mem_peak_bytes), static_cast<unsigned long long>(fin.alloc_calls),
