@@ -280,6 +280,90 @@ class FakeRun(unittest.TestCase):
         self.assertEqual((p["method"], p["modes"]["time-slicing"]["pairs"]), ("point", 2))
 
 
+class Zoo(unittest.TestCase):
+    def zoo(self, *args, **env):
+        e = {k: v for k, v in os.environ.items() if k not in ("OUT", "ZOO", "BUDGET_S")}
+        e["RUN"] = "/tmp/gpuos-v2-zoo-test-%d" % os.getpid()
+        e.update(env)
+        return subprocess.run(["bash", os.path.join(REPO, "gpu", "zoo.sh"), *args], env=e,
+                              capture_output=True, text=True, timeout=120)
+
+    def test_method_v2_is_one_point_per_combination(self):
+        r = self.zoo("plan", ZOO="sizes=1,8 loads=0.3,0.5 be=train lengths=fixed method=v2")
+        lines = r.stdout.splitlines()
+        self.assertEqual(len(lines), 4, r.stderr)
+        self.assertIn("--seed 1 --paired-seeds 1,2,3 --budget-s 1700 --modes", lines[0])
+        self.assertTrue(lines[0].endswith("--label zoo-1b-0.3-train-fixed-v2"), lines[0])
+        self.assertTrue(lines[3].endswith("--label zoo-8b-0.5-train-fixed-v2"), lines[3])
+        r = self.zoo("plan", ZOO="sizes=1 loads=0.3 be=train lengths=fixed seeds=4,5 method=v2")
+        self.assertIn("--seed 4 --paired-seeds 4,5 --budget-s 1700", r.stdout)
+        r = self.zoo("plan", ZOO="sizes=1 loads=0.3 be=train lengths=fixed seeds=1,2")   # method=point
+        self.assertEqual(len(r.stdout.splitlines()), 2)
+        self.assertNotIn("--paired-seeds", r.stdout)
+        r = self.zoo("plan", ZOO="method=v3")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("method=v3", r.stderr)
+
+    @staticmethod
+    def legacy_run(folder, load, gpuos_bad):
+        """A run without paired seeds (one pair: a point check) at `load`, with raw.json beside."""
+        n = 100
+        alone = hp_result(10.0, 1.0, log_of([10.0] * n, [1.0] * n))
+        gp = hp_result(14.0, 1.4, log_of([14.0] * (n - gpuos_bad) + [99.0] * gpuos_bad, [1.4] * n))
+        base = hp_result(14.0, 1.4, log_of([14.0] * n, [1.4] * n))
+        modes = {"exclusive-hp": {"status": "ok", "hp": alone},
+                 "exclusive-be": {"status": "ok", "be_rate": 10.0, "be_unit": "steps/s"},
+                 "mps-prio1-t25": {"status": "ok", "hp": base, "be_rate": 3.0},
+                 "gpuos-space-slo-1.5": {"status": "ok", "hp": gp, "be_rate": 4.0}}
+        raw = {"meta": {"load": load, "window_s": 10.0, "seed": 1, "be": "train", "lengths": "fixed",
+                        "params_b": 1.0, "label": f"zoo-1b-{load}-train-fixed", "modes_planned": list(modes),
+                        "min_requests": 1, "commit": "abc"}, "modes": modes}
+        os.makedirs(folder)
+        report.write_all(raw, folder, plots=False)
+        with open(os.path.join(folder, "raw.json"), "w") as f:
+            json.dump(raw, f)
+
+    def test_the_table_has_the_headline_and_labels_point_checks(self):
+        tmp = tempfile.mkdtemp(prefix="gpuos-v2-table-")
+        self.addCleanup(shutil.rmtree, tmp, ignore_errors=True)
+        self.legacy_run(os.path.join(tmp, "run-0"), 0.3, 0)
+        self.legacy_run(os.path.join(tmp, "run-1"), 0.5, 5)   # gpuos at 95% attainment at 50% load
+        r = subprocess.run([sys.executable, os.path.join(REPO, "bench", "colocation", "zoo_table.py"), tmp,
+                            "--json", os.path.join(tmp, "zoo.json")], capture_output=True, text=True, timeout=60,
+                           env=dict(os.environ, GPUOS_COMMIT="feedbee"))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        j = common.read_json(os.path.join(tmp, "zoo.json"))
+        self.assertEqual(j["commit"], "feedbee")
+        p3, p5 = j["points"]
+        g3 = next(x for x in p3["modes"] if x["mode"] == "gpuos-space-slo-1.5")
+        self.assertEqual((g3["method"], g3["pairs"]), ("point", 1))
+        self.assertAlmostEqual(g3["attainment"], 1.0)
+        self.assertAlmostEqual(g3["aggregate"], 1.4)
+        self.assertAlmostEqual(g3["aggregate_vs_best_baseline"], 1.4 / 1.3)
+        self.assertEqual(p3["method_v2"]["best_baseline"]["mode"], "mps-prio1-t25")
+        g5 = next(x for x in p5["modes"] if x["mode"] == "gpuos-space-slo-1.5")
+        self.assertEqual(g5["hp_goodput_vs_alone"], 0.0)      # 95% < 99%: no goodput
+        # The highest load at 99%: alone and MPS to 0.5, gpuos to 0.3 only.
+        self.assertEqual(p3["max_load_99"]["alone"], 0.5)
+        self.assertEqual(p3["max_load_99"]["modes"], {"mps-prio1-t25": 0.5, "gpuos-space-slo-1.5": 0.3})
+        self.assertIn("POINT CHECK (1)", r.stdout)
+        self.assertIn("| 0.500 / 0.300 |", r.stdout)
+
+    def test_a_fake_paired_run_in_the_table(self):
+        _, out = run_fake_matrix(self, "gpuos-v2-test-", FakeRun.ARGS, timeout=120)
+        r = subprocess.run([sys.executable, os.path.join(REPO, "bench", "colocation", "zoo_table.py"), out,
+                            "--json", os.path.join(out, "zoo.json")], capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        (p,) = common.read_json(os.path.join(out, "zoo.json"))["points"]
+        self.assertEqual([x["mode"] for x in p["modes"]], ["time-slicing"])   # not its per-seed runs
+        (x,) = p["modes"]
+        self.assertEqual((x["method"], x["pairs"], x["check"]), ("v2", 3, "pairs_mean"))
+        self.assertEqual(sorted(x["upper95"]), ["tpot", "ttft", "ttft_admit"])
+        self.assertEqual((p["method_v2"]["method"], p["method_v2"]["seeds"]), ("v2", [1, 2, 3]))
+        self.assertIn("v2 (3 pairs)", r.stdout)
+        self.assertIn("method v2 over seeds 1,2,3", r.stdout)
+
+
 class Plots(unittest.TestCase):
     def test_variants_are_named(self):
         line = [{"budget": 1.5}]
