@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -278,6 +279,34 @@ class FakeRun(unittest.TestCase):
         p = common.read_json(os.path.join(out, "summary.json"))["paired"]
         self.assertEqual([e["seed"] for e in p["excluded"]], [2])
         self.assertEqual((p["method"], p["modes"]["time-slicing"]["pairs"]), ("point", 2))
+
+
+class Server(unittest.TestCase):
+    """hp_server.py's side on a stand-in engine (no torch): the calibration replay before the window
+    and the per-request log every result keeps."""
+
+    def test_calibration_replay_and_request_log(self):
+        sys.path.insert(0, HERE)
+        import hp_server
+        from zoo_test import VariableScheduler
+        eng = VariableScheduler.Engine()
+        sched = hp_server.Scheduler(eng, None, 8, 32, common.StopFlag(), phase_hints=False)
+        import lengths
+        c = hp_server.calib_replay(sched, 200.0, 0.1, 7, 2.0, lengths.Lengths("azure-code", max_prompt=512, max_out=8))
+        self.assertEqual(c["seed"], 7 + hp_server.CALIB_SEED_OFFSET)
+        self.assertGreater(c["requests"], 0)
+        self.assertIsNotNone(c["tpot_ms"]["p50"])
+        # The replay's arrivals are its own seed's, never the window's (seed 7).
+        self.assertNotEqual(common.poisson_arrivals(200.0, 0.0, 0.1, 0, 7),
+                            common.poisson_arrivals(200.0, 0.0, 0.1, 0, c["seed"]))
+        now = time.perf_counter()
+        res = sched.run([now, now + 0.001], lens=[(100, 3), (50, 2)])
+        log = hp_server.request_log(res, now, time.perf_counter())
+        self.assertEqual(sorted(log), ["arrival_s", "tpot_ms", "ttft_admit_ms", "ttft_ms"])
+        self.assertEqual(len(log["ttft_admit_ms"]), 2)
+        self.assertTrue(all(a <= t for a, t in zip(log["ttft_admit_ms"], log["ttft_ms"])))
+        clock = common.WallClock()
+        self.assertIn("request_log", hp_server.summarize(res, now, time.perf_counter(), clock, 32))
 
 
 class Zoo(unittest.TestCase):
