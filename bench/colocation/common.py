@@ -23,6 +23,8 @@ from typing import Iterable, Optional, Sequence, Tuple
 
 METHOD_MIN_EXCLUSIVE_RUNS = 5
 METHOD_MIN_WINDOW_S = 60.0
+# Issue #56's method v2 (method_v2.py): a headline claim needs this many included pairs per mode.
+V2_MIN_PAIRS = 3
 
 # run_matrix.py --exclusive-repeats N: HP alone N times at the same rate, interleaved with the other
 # modes. The first is exclusive-hp itself (it calibrates); the others are exclusive-hp-r2 ..
@@ -249,9 +251,25 @@ def split_variant(name: str) -> Tuple[str, Optional[str]]:
     return base, (variant if sep else None)
 
 
+# run_matrix.py --paired-seeds (issue #56's method v2): a mode replayed with arrival seed s is named
+# <mode>+s<s> (exclusive-hp+s2, mps-prio1-t25+s2, gpuos-space-slo-1.5@nog+s2).
+SEED_SUFFIX_RE = re.compile(r"^(?P<base>.+)\+s(?P<seed>0|[1-9][0-9]*)$")
+
+
+def seed_name(base: str, seed: int) -> str:
+    """The mode name of `base` replayed with arrival seed `seed` (method v2's pairs)."""
+    return f"{base}+s{int(seed)}"
+
+
+def split_seed(name: str) -> Tuple[str, Optional[int]]:
+    """('mps-prio1-t25+s2') -> ('mps-prio1-t25', 2); a name without a seed suffix -> (name, None)."""
+    m = SEED_SUFFIX_RE.match(name)
+    return (m.group("base"), int(m.group("seed"))) if m else (name, None)
+
+
 def mode_budget(name: str) -> Optional[float]:
-    """B of a mode named gpuos-<kind>-slo-B[@variant]; None for every other mode."""
-    parts = split_variant(name)[0].split("-", 2)
+    """B of a mode named gpuos-<kind>-slo-B[@variant][+s<seed>]; None for every other mode."""
+    parts = split_variant(split_seed(name)[0])[0].split("-", 2)
     if len(parts) != 3 or parts[0] != "gpuos":
         return None
     return slo_budget(parts[2])

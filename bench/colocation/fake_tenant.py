@@ -4,12 +4,16 @@
 
   run_matrix.py --fake ...   runs the whole matrix with these, to test the orchestration (process
   groups, ready/start files, windows, SIGTERM handling, the report) on a machine without a GPU.
-Latencies are made up (a lognormal); a co-runner (any other fake tenant alive) inflates them.
+Latencies are made up (a lognormal from --seed: the same seed draws the same requests alone and
+co-located); a co-runner (any other fake tenant alive) inflates them. Every result has request_log;
+--calib-replay-s adds calib_replay (its TPOT x FAKE_SLOW_CALIB_FACTOR, default 1.5, when --seed is
+among FAKE_SLOW_CALIB_SEEDS: a slow calibration injected for method v2's tests).
 """
 from __future__ import annotations
 
 import argparse
 import glob
+import math
 import os
 import random
 import sys
@@ -30,6 +34,7 @@ def hp(argv) -> int:
     ap.add_argument("--json", required=True)
     ap.add_argument("--lengths", default="fixed")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--calib-replay-s", type=float, default=0.0)
     a, _ = ap.parse_known_args(argv)
     stop = common.StopFlag()
     clock = common.WallClock()
@@ -49,6 +54,15 @@ def hp(argv) -> int:
     step = common.load_step_for(a.load_step, rate)
     if step:
         out["load_step"] = {"at_s": step[0], "rate_rps": step[1]}
+    if a.calib_replay_s > 0:
+        time.sleep(min(a.calib_replay_s, 0.2))
+        crng = random.Random(a.seed + 2000)
+        slow = (float(os.environ.get("FAKE_SLOW_CALIB_FACTOR", "1.5"))
+                if str(a.seed) in os.environ.get("FAKE_SLOW_CALIB_SEEDS", "").split(",") else 1.0)
+        c = [crng.lognormvariate(3.3, 0.25) for _ in range(max(20, int(rate * a.calib_replay_s)))]
+        out["calib_replay"] = {"seconds": a.calib_replay_s, "seed": a.seed + 2000, "requests": len(c),
+                               "unfinished": 0, "tpot_ms": common.stats(x / 33 * slow for x in c),
+                               "ttft_ms": common.stats(x * 0.05 for x in c)}
     if a.start_file and not common.wait_for_file(a.start_file, 60):
         out["error"] = "start file never appeared"
         common.write_json_atomic(a.json, out)
@@ -59,11 +73,12 @@ def hp(argv) -> int:
     while time.perf_counter() < end and not stop.stop:
         time.sleep(0.05)
     t1 = time.perf_counter()
-    rng = random.Random(1)
-    arr = common.poisson_arrivals(rate, 0.0, t1 - t0, 0, 1, step)
+    # The same seed draws the same requests (arrivals and standard normals) alone and co-located.
+    rng = random.Random(a.seed)
+    arr = common.poisson_arrivals(rate, 0.0, t1 - t0, 0, a.seed, step)
     n = len(arr)
     scale = 3.0 if co else 1.0
-    e2e = [rng.lognormvariate(3.3, 0.25 * scale) * (1.5 if co else 1.0) for _ in range(n)]
+    e2e = [math.exp(3.3 + 0.25 * scale * rng.gauss(0.0, 1.0)) * (1.5 if co else 1.0) for _ in range(n)]
     ttft, tpot = [x * 0.05 for x in e2e], [x / 33 for x in e2e]
     out.update({"window": {"t0": clock.wall(t0), "t1": clock.wall(t1), "seconds": t1 - t0},
                 "requests": n, "unfinished": 0, "aborted": stop.stop, "achieved_rps": n / (t1 - t0),
@@ -71,8 +86,9 @@ def hp(argv) -> int:
                 "e2e_ms": common.stats(e2e), "ttft_ms": common.stats(ttft),
                 "tpot_ms": common.stats(tpot), "e2e_cdf_ms": common.cdf_points(e2e),
                 "busy_fraction": 0.62, "ok": True})
-    if step:
-        out["request_log"] = {"arrival_s": arr, "ttft_ms": ttft, "tpot_ms": tpot}
+    out["ttft_admit_ms"] = common.stats(x * 0.8 for x in ttft)
+    out["request_log"] = {"arrival_s": [round(x, 4) for x in arr], "ttft_ms": [round(x, 4) for x in ttft],
+                          "tpot_ms": [round(x, 4) for x in tpot], "ttft_admit_ms": [round(x * 0.8, 4) for x in ttft]}
     common.write_json_atomic(a.json, out)
     return 0
 

@@ -282,18 +282,20 @@ def request_log(res: dict, t_start: float, t_end: float, T: int = 0) -> dict:
     """Every request that arrived in the window, by arrival (s since t_start), with its TTFT and
     TPOT (None: unfinished at the drain deadline): latency per window after a load step. (T: unused,
     each request has its own output tokens.)"""
-    rows = [(r.arr, (r.first - r.arr) * 1e3, _tpot_ms(r)) for r in res["done"]]
-    rows += [(r.arr, None, None) for r in res["unfinished"] if r.arr <= t_end]
+    rows = [(r.arr, (r.first - r.arr) * 1e3, _tpot_ms(r),
+             None if r.admit is None else (r.first - r.admit) * 1e3) for r in res["done"]]
+    rows += [(r.arr, None, None, None) for r in res["unfinished"] if r.arr <= t_end]
     rows.sort(key=lambda x: x[0])
 
     def r4(v):
         return None if v is None else round(v, 4)
-    return {"arrival_s": [round(a - t_start, 4) for a, _, _ in rows],
-            "ttft_ms": [r4(f) for _, f, _ in rows], "tpot_ms": [r4(p) for _, _, p in rows]}
+    return {"arrival_s": [round(a - t_start, 4) for a, _, _, _ in rows],
+            "ttft_ms": [r4(f) for _, f, _, _ in rows], "tpot_ms": [r4(p) for _, _, p, _ in rows],
+            "ttft_admit_ms": [r4(d) for _, _, _, d in rows]}
 
 
 def summarize(res: dict, t_start: float, t_end: float, clock: common.WallClock, T: int,
-              log_requests: bool = False) -> dict:
+              log_requests: bool = True) -> dict:
     done = res["done"]
     e2e = [(r.done - r.arr) * 1e3 for r in done]
     ttft = [(r.first - r.arr) * 1e3 for r in done]
@@ -325,6 +327,24 @@ def summarize(res: dict, t_start: float, t_end: float, clock: common.WallClock, 
                             "output": common.stats([r.T for r in done])},
         **({"request_log": request_log(res, t_start, t_end, T)} if log_requests else {}),
     }
+
+
+CALIB_SEED_OFFSET = 2000  # the calibration replay's arrivals: seed + this (the window's: seed)
+
+
+def calib_replay(sched, rate: float, seconds: float, seed: int, drain_s: float, lens=None) -> dict:
+    """A short replay at `rate` before the measured window, from its own arrivals (seed +
+    CALIB_SEED_OFFSET): its TPOT and TTFT stats (method v2's outlier signal, independent of the
+    window's requests)."""
+    t0 = time.perf_counter()
+    arr = common.poisson_arrivals(rate, t0, seconds, 0, seed + CALIB_SEED_OFFSET)
+    res = sched.run(arrivals=arr, hard_deadline=(arr[-1] if arr else t0) + drain_s,
+                    lens=None if lens is None else lens.draw(len(arr), seed, "calib-replay"))
+    done = res["done"]
+    return {"seconds": seconds, "seed": seed + CALIB_SEED_OFFSET, "requests": len(done),
+            "unfinished": len(res["unfinished"]),
+            "tpot_ms": common.stats(v for v in (_tpot_ms(r) for r in done) if v is not None),
+            "ttft_ms": common.stats((r.first - r.arr) * 1e3 for r in done)}
 
 
 def _load_step_arg(text: str) -> str:
@@ -365,7 +385,7 @@ def main() -> int:
     ap.add_argument("--load-step", default="", type=_load_step_arg, metavar="T:R2",
                     help="T s into the measured window the arrival rate becomes R2 req/s (T:Kx: K times "
                          "the starting rate); the result then has every request's arrival and latency "
-                         "(request_log)")
+                         "(request_log, which every result has: SLO attainment per request)")
     ap.add_argument("--drain-s", type=float, default=10.0, help="max seconds to finish after the last arrival")
     ap.add_argument("--warmup", type=float, default=2.0, help="seconds of unmeasured traffic first")
     ap.add_argument("--start-file", default="", help="wait for this file before the measured window")
@@ -373,6 +393,10 @@ def main() -> int:
     ap.add_argument("--start-anyway", action="store_true",
                     help="start the measured window after --start-timeout even without the start file")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--calib-replay-s", type=float, default=0.0,
+                    help="before the measured window (and any --start-file), replay this many seconds of "
+                         "arrivals at the same rate from their own seed (--seed + 2000): calib_replay in the "
+                         "result, method v2's outlier signal (run_matrix.py --paired-seeds)")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--no-graphs", action="store_true", help="eager steps (debugging only)")
     ap.add_argument("--no-phase-hints", action="store_true",
@@ -468,6 +492,9 @@ def main() -> int:
             arr = common.poisson_arrivals(rate, t0, args.warmup, 0, args.seed + 1000)
             sched.run(arrivals=arr, hard_deadline=t0 + args.warmup + 10,
                       lens=None if lens.fixed else lens.draw(len(arr), args.seed, "warmup"))
+        if args.calib_replay_s > 0:
+            out["calib_replay"] = calib_replay(sched, rate, args.calib_replay_s, args.seed, args.drain_s,
+                                               None if lens.fixed else lens)
         if args.start_file:
             print(f"[hp] waiting for {args.start_file}", flush=True)
             if not common.wait_for_file(args.start_file, args.start_timeout):
@@ -489,7 +516,7 @@ def main() -> int:
                         lens=None if lens.fixed else lens.draw(len(arr), args.seed))
         t_end = time.perf_counter()
         gc.enable()
-        out.update(summarize(res, t_start, t_end, clock, args.out_tokens, log_requests=bool(step)))
+        out.update(summarize(res, t_start, t_end, clock, args.out_tokens))
         out["offered"] = len(arr)
         out["offered_rps"] = len(arr) / max(1e-9, last_arr - t_start)
         out["ok"] = not res["aborted"] or out["requests"] > 0

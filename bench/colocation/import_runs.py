@@ -6,7 +6,7 @@ or the folder it unpacks to) under bench/results, one folder per run:
   <date>-<name>-<gpu>-<load>   from the run's summary.json: its label "<name>-<load>" (a label
                                without the load gets it appended), its date, its GPU (h100, h200)
 
-Each gets the run's summary.md, summary.json, raw.json and frontier.json/.png, every gpuos mode's
+Each gets the run's summary.md, summary.json, raw.json, frontier.json/.png and slo_frontier.png, every gpuos mode's
 gpuosd log gzipped (gpuosd-<mode less "gpuos-">.log.gz), and a README.md to finish by hand: the
 #40 table (TTFT, TTFT from admission, TPOT p99 against exclusive, 95% intervals where the run has
 them; BE against exclusive), what moved each budget's share, and check_budgets.py's verdict. An
@@ -29,7 +29,7 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "..", "results")
-COPIED = ("summary.md", "summary.json", "raw.json", "frontier.json", "frontier.png")
+COPIED = ("summary.md", "summary.json", "raw.json", "frontier.json", "frontier.png", "slo_frontier.png")
 COLUMNS = (("TTFT p99/excl", "hp_ttft_p99_vs_exclusive"), ("TTFT adm p99/excl", "hp_ttft_admit_p99_vs_exclusive"),
            ("TPOT p99/excl", "hp_tpot_p99_vs_exclusive"))
 

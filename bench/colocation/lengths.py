@@ -95,7 +95,7 @@ class Lengths:
     def draw(self, n: int, seed: int, stream: str = "window") -> List[Tuple[int, int]]:
         """n (prompt, output) pairs: the first n of (kind, seed, stream)'s sequence (so a longer
         draw starts with a shorter one's). Streams: "window" (the measured window), "warmup",
-        "calibration"."""
+        "calibration", "calib-replay" (method v2's calibration replay)."""
         if self.fixed:
             return [(self.max_prompt, self.max_out)] * n
         t = AZURE_2023[self.kind]

@@ -46,6 +46,12 @@ def interleave(first: List[str], colocated: List[str], last: List[str], repeats:
     return out + last
 
 
+def paired_seeds(a) -> List[int]:
+    """--paired-seeds as a list of seeds ([] without it)."""
+    text = getattr(a, "paired_seeds", "") or ""
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
 class ModeError(Exception):
     pass
 
@@ -66,6 +72,10 @@ def visible_device(index: int, outer: Optional[str]) -> str:
 class ModeSpec:
     def __init__(self, name: str) -> None:
         self.name = name
+        # +s<seed>: the mode replayed with that arrival seed (--paired-seeds, method v2); None: --seed.
+        name, self.seed = common.split_seed(name)
+        if self.seed is not None and (name == "exclusive-be" or is_repeat(name) or name == AGAIN_MODE):
+            raise ValueError(f"bad mode {self.name!r}: a seed suffix goes on exclusive-hp and co-located modes")
         self.hp = name != "exclusive-be"
         # HP alone: exclusive-hp, its --exclusive-repeats runs, exclusive-hp-again.
         self.exclusive_hp = name in ("exclusive-hp", AGAIN_MODE) or is_repeat(name)
@@ -176,6 +186,20 @@ class Plan:
             # other MPS baselines (mps-prio1*) right after mps-be50, gpuos modes after them
             return order["mps-be50"] + 0.5 if s.mps else len(BASELINE_MODES)
         specs.sort(key=rank)
+        seeds = paired_seeds(self.a)
+        if seeds:
+            # Method v2 (checked by parse_args: exclusive-hp and exclusive-be among the modes, one
+            # exclusive run): exclusive-hp (capacity) and exclusive-be first, then per seed s HP alone
+            # with seed s (its calibration replay first) and every co-located mode with seed s, back
+            # to back; exclusive-hp-again last.
+            names = [s.name for s in specs]
+            head = [x for x in names if x in ("exclusive-hp", "exclusive-be")]
+            colocated = [x for x in names if x not in ("exclusive-hp", "exclusive-be", AGAIN_MODE)]
+            order = list(head)
+            for sd in seeds:
+                order += [common.seed_name("exclusive-hp", sd)] + [common.seed_name(c, sd) for c in colocated]
+            order += [x for x in names if x == AGAIN_MODE]
+            return [ModeSpec(x) for x in order]
         n = getattr(self.a, "exclusive_repeats", 1)
         if n <= 1:
             return specs
@@ -221,6 +245,7 @@ class Plan:
         extra = (4.0 if spec.mps or spec.gpuos_kind == "space" else 0.0) + (4.0 if spec.gpuos_kind else 0.0)
         if spec.exclusive_hp:
             cal = 0.0 if self.a.hp_rate or spec.name != "exclusive-hp" else a.calibrate_s
+            cal += self.calib_replay_s(spec) * 1.2  # the pair's calibration replay, and its drain
             return self.est_hp_startup() + cal + a.window + 4.0
         if spec.name == "exclusive-be":
             return self.est_be_startup() + a.be_window + 3.0 + extra
@@ -232,6 +257,13 @@ class Plan:
 
     def _file(self, mode: str, what: str) -> str:
         return os.path.join(self.workdir, f"{mode}.{what}")
+
+    def calib_replay_s(self, spec: ModeSpec) -> float:
+        """Seconds of the calibration replay before HP's window: a pair's alone run (method v2's
+        outlier signal, --pair-calibrate-s), else none."""
+        if spec.seed is None or not spec.exclusive_hp or self.a.workload != "torch":
+            return 0.0
+        return float(getattr(self.a, "pair_calibrate_s", 0.0) or 0.0)
 
     def hp_cmd(self, spec: ModeSpec, calibrate: bool, rate: Optional[float], start_file: str) -> List[List[str]]:
         """HP command(s) for a mode: one (torch) or two in sequence (synthetic: calibration + run)."""
@@ -258,13 +290,15 @@ class Plan:
             return cmds
         cmd = [self.py, os.path.join(HERE, "hp_server.py"), "--params-b", str(a.params_b),
                "--prompt", str(a.prompt), "--out-tokens", str(a.out_tokens),
-               "--lengths", a.lengths, "--seed", str(a.seed),
+               "--lengths", a.lengths, "--seed", str(a.seed if spec.seed is None else spec.seed),
                "--max-batch", str(a.max_batch), "--duration", str(a.window),
                "--warmup", str(a.warmup), "--drain-s", str(a.drain_s), "--json", js]
         if calibrate:
             cmd += ["--calibrate-load", str(a.load), "--calibrate-s", str(a.calibrate_s)]
         else:
             cmd += ["--rate", rate_s]
+        if self.calib_replay_s(spec) > 0:
+            cmd += ["--calib-replay-s", f"{self.calib_replay_s(spec):g}"]
         if a.load_step_to:
             # rate2 = L2 x capacity = rate x L2 / L1; a calibrating run learns its rate only then.
             k = a.load_step_to / a.load
@@ -426,6 +460,14 @@ class Plan:
             print(f"  load step: HP from {a.load} to {a.load_step_to} of capacity, {self.load_step_at():g}s "
                   "into every HP window")
         print(f"  work dir (logs, per-process JSON): {self.workdir}")
+        seeds = paired_seeds(a)
+        if seeds:
+            m = len([x for x in self.modes if x.seed == seeds[0] and not x.exclusive_hp])
+            print(f"  method v2: {len(seeds)} paired seed(s) {','.join(map(str, seeds))}: per seed HP alone "
+                  f"(a {getattr(a, 'pair_calibrate_s', 0):g} s calibration replay first, the outlier signal) then "
+                  f"{m} co-located mode(s), back to back; "
+                  + (f"headline claims (>= {common.V2_MIN_PAIRS} pairs per mode)" if len(seeds) >= common.V2_MIN_PAIRS
+                     else f"fewer than {common.V2_MIN_PAIRS} pairs: a point check"))
         n = a.exclusive_repeats
         by_method = n >= common.METHOD_MIN_EXCLUSIVE_RUNS and a.window >= common.METHOD_MIN_WINDOW_S
         print(f"  HP alone measured {n} time(s), interleaved; window {a.window:g} s: "

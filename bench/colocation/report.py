@@ -16,6 +16,7 @@ from typing import Optional
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
+import method_v2  # noqa: E402
 
 SUMMARY_FIELDS = ["mode", "hp_p50_ms", "hp_p99_ms", "hp_p99_vs_exclusive", "hp_ttft_p50_ms",
                   "hp_ttft_p99_ms", "hp_tpot_p50_ms", "hp_tpot_p99_ms", "hp_ttft_p99_vs_exclusive",
@@ -130,6 +131,14 @@ def build_summary(raw: dict) -> dict:
         if rec is None:
             continue
         hp = rec.get("hp") or {}
+        # A co-located mode replayed with seed s (--paired-seeds): its ratios are against HP alone
+        # with the same seed (exclusive-hp+s<s>), the pair's own reference; no interval.
+        seed = common.split_seed(name)[1]
+        pair_ref = None
+        if seed is not None and not name.startswith("exclusive-"):
+            alone = _get(modes.get(common.seed_name("exclusive-hp", seed)), "hp") or {}
+            pair_ref = {k: _get(alone, *path) for k, path in REF_METRICS.items()}
+        ref = pair_ref or means
         torch_v = torch_v or hp.get("torch") or _get(rec, "be", "torch")
         nccl_v = nccl_v or _get(rec, "be", "nccl_version")   # --be ddp: what its rank 0 reported
         world = world or _get(rec, "be", "world_size")
@@ -139,16 +148,16 @@ def build_summary(raw: dict) -> dict:
             "mode": name,
             "hp_p50_ms": _get(hp, "e2e_ms", "p50"),
             "hp_p99_ms": _get(hp, "e2e_ms", "p99"),
-            "hp_p99_vs_exclusive": _ratio(_get(hp, "e2e_ms", "p99"), means["hp_p99"]),
+            "hp_p99_vs_exclusive": _ratio(_get(hp, "e2e_ms", "p99"), ref["hp_p99"]),
             "hp_ttft_p50_ms": _get(hp, "ttft_ms", "p50"),
             "hp_ttft_p99_ms": _get(hp, "ttft_ms", "p99"),
             "hp_tpot_p50_ms": _get(hp, "tpot_ms", "p50"),
             "hp_tpot_p99_ms": _get(hp, "tpot_ms", "p99"),
-            "hp_ttft_p99_vs_exclusive": _ratio(_get(hp, "ttft_ms", "p99"), means["hp_ttft_p99"]),
-            "hp_tpot_p99_vs_exclusive": _ratio(_get(hp, "tpot_ms", "p99"), means["hp_tpot_p99"]),
+            "hp_ttft_p99_vs_exclusive": _ratio(_get(hp, "ttft_ms", "p99"), ref["hp_ttft_p99"]),
+            "hp_tpot_p99_vs_exclusive": _ratio(_get(hp, "tpot_ms", "p99"), ref["hp_tpot_p99"]),
             "hp_ttft_admit_p99_ms": _get(hp, "ttft_admit_ms", "p99"),
             "hp_ttft_admit_p99_vs_exclusive": _ratio(_get(hp, "ttft_admit_ms", "p99"),
-                                                     means["hp_ttft_admit_p99"]),
+                                                     ref["hp_ttft_admit_p99"]),
             # The server's slot occupancy: requests in its decode batch on average.
             "hp_mean_decode_batch": _get(hp, "steps", "mean_decode_batch"),
             "hp_requests": hp.get("requests"),
@@ -165,7 +174,8 @@ def build_summary(raw: dict) -> dict:
             "notes": rec.get("notes") or [],
         }
         for k, path in REF_METRICS.items():  # null with one exclusive run
-            row[f"{k}_vs_exclusive_ci95"] = common.ratio_ci95(_get(hp, *path), excl_ref["metrics"][k])
+            row[f"{k}_vs_exclusive_ci95"] = (None if pair_ref else
+                                             common.ratio_ci95(_get(hp, *path), excl_ref["metrics"][k]))
         row["budget"] = _budget(name)
         slow = hp_slowdown(row)
         row["hp_slo_ok"] = None if row["budget"] is None or slow is None else slow <= row["budget"]
@@ -179,6 +189,8 @@ def build_summary(raw: dict) -> dict:
             if r["budget"] is not None:
                 r["hp_step_ok"], r["hp_step_windows_skipped"] = (
                     step_check(r.get("hp_windows") or [], ref, r["budget"]) if ref else (None, None))
+    paired = method_v2.analyse(meta, modes)
+    rows = with_paired(rows, paired, excl_be.get("be_unit"))
     hp_rows = [r for r in rows if r["hp_requests"] is not None]
     all_ok = bool(hp_rows) and all(r["hp_requests_ok"] for r in hp_rows)
     if hp_rows:
@@ -225,11 +237,69 @@ def build_summary(raw: dict) -> dict:
         "hp_busy_fraction": busy,
         "exclusive_reference": excl_ref,
         "method": method(meta, excl_ref, excl_hp),
+        # Issue #56's method v2 and its SLO headline (method_v2.py): "method" "v2" or "point".
+        "paired": paired,
+        "paired_seeds": meta.get("paired_seeds"),
         "wall_s": meta.get("wall_s"),
         "interrupted": meta.get("interrupted"),
         "notes": notes,
         "modes": rows,
     }
+
+
+HEADLINE_FIELDS = ("method", "pairs", "upper95", "bound_upper95", "met", "attainment", "hp_goodput_vs_alone",
+                   "aggregate", "aggregate_vs_best_baseline", "aggregate_per_gpu_vs_dedicated")
+
+
+def with_paired(rows: list, paired: dict, be_unit) -> list:
+    """The summary's rows with method v2's verdicts. A run by --paired-seeds gets one row per
+    co-located mode by its own name (after its per-seed rows): its ratios the means over the included
+    pairs of the ratios to the same seed's alone run, BE the mean, and the fields of HEADLINE_FIELDS;
+    a run without gets those fields on its co-located rows (one pair: a point check)."""
+    per_mode = paired.get("modes") or {}
+
+    def headline(m: dict) -> dict:
+        return {"method": m["method"], "pairs": m["pairs"], "upper95": m["upper95"],
+                "bound_upper95": m["bound_upper95"], "met": m["met"], "slo_attainment": m["attainment"],
+                "hp_goodput_vs_alone": m["hp_goodput_vs_alone"], "aggregate": m["aggregate"],
+                "aggregate_vs_best_baseline": m["aggregate_vs_best_baseline"],
+                "aggregate_per_gpu_vs_dedicated": m["aggregate_per_gpu_vs_dedicated"]}
+    if not paired.get("paired"):
+        for r in rows:
+            if r["mode"] in per_mode:
+                r.update(headline(per_mode[r["mode"]]))
+        return rows
+    by_name = {r["mode"]: r for r in rows}
+    out = list(rows)
+    for base, m in per_mode.items():
+        runs = [by_name[n] for n in m["runs"] if n in by_name]
+        mean = m["mean"]
+        row = {"mode": base, "status": "ok" if m["pairs"] else "error",
+               "error": None if m["pairs"] else "no included pair measured it",
+               "hp_p50_ms": None, "hp_p99_ms": None, "hp_ttft_p50_ms": None, "hp_ttft_p99_ms": None,
+               "hp_tpot_p50_ms": None, "hp_tpot_p99_ms": None, "hp_ttft_admit_p99_ms": None,
+               "hp_p99_vs_exclusive": _mean([r.get("hp_p99_vs_exclusive") for r in runs]),
+               "hp_ttft_p99_vs_exclusive": mean["ttft"], "hp_ttft_admit_p99_vs_exclusive": mean["ttft_admit"],
+               "hp_tpot_p99_vs_exclusive": mean["tpot"],
+               "hp_mean_decode_batch": _mean([r.get("hp_mean_decode_batch") for r in runs]),
+               "hp_requests": None, "be_throughput": _mean([r.get("be_throughput") for r in runs]),
+               "be_unit": be_unit, "be_vs_exclusive": m["be_vs_alone"],
+               "hp_busy_fraction": runs[0].get("hp_busy_fraction") if runs else None,
+               "hp_unfinished": None, "hp_requests_ok": None, "notes": [],
+               "hp_p99_vs_exclusive_ci95": None, "hp_ttft_p99_vs_exclusive_ci95": None,
+               "hp_ttft_admit_p99_vs_exclusive_ci95": None, "hp_tpot_p99_vs_exclusive_ci95": None,
+               "budget": _budget(base), "runs": m["runs"]}
+        row.update(headline(m))
+        # A latency budget is held by method v2's bound: the upper end over the pairs.
+        row["hp_slo_ok"] = None if row["budget"] is None or m["bound_upper95"] is None else \
+            m["bound_upper95"] <= row["budget"]
+        out.append(row)
+    return out
+
+
+def _mean(xs):
+    xs = [x for x in xs if x is not None]
+    return sum(xs) / len(xs) if xs else None
 
 
 def _group(name: str) -> str:
@@ -246,7 +316,8 @@ def frontier(s: dict) -> dict:
     them."""
     points = []
     for r in s.get("modes", []):
-        if r["mode"].startswith("exclusive-"):
+        # A paired run's per-seed rows are in their mode's row (the mean over the pairs).
+        if r["mode"].startswith("exclusive-") or common.split_seed(r["mode"])[1] is not None:
             continue
         points.append({"mode": r["mode"], "group": _group(r["mode"]), "budget": r.get("budget"),
                        "hp_slowdown": hp_slowdown(r), "be_vs_exclusive": r.get("be_vs_exclusive")})
@@ -294,6 +365,51 @@ def reference_lines(s: dict) -> list:
                f"{m.get('min_window_s'):g} s): " + ("followed" if m.get("follows") else
                f"NOT followed ({m.get('exclusive_runs')} runs, window "
                + ("unknown)" if m.get("window_s") is None else f"{m['window_s']:g} s)")))
+    return out
+
+
+def _method_cell(m: dict) -> str:
+    return "v2" if m.get("method") == "v2" else "POINT CHECK"
+
+
+def headline_lines(s: dict) -> list:
+    """summary.md's method v2 and SLO headline section (method_v2.py)."""
+    pr = s.get("paired") or {}
+    modes = pr.get("modes") or {}
+    if not modes:
+        return []
+    f = common.fmt
+    slo = pr.get("slo") or {}
+    out = ["", f"## Aggregate at the SLO ({'method v2' if pr.get('method') == 'v2' else 'POINT CHECK'})", ""]
+    if pr.get("paired"):
+        bs = pr.get("bootstrap") or {}
+        rule = pr.get("outlier_rule") or {}
+        out.append(f"Paired seeds {', '.join(map(str, pr.get('seeds') or []))}: per seed HP alone then every "
+                   f"co-located mode. Ratios: co-located p99 / the same seed's alone p99; upper95: the one-sided "
+                   f"{bs.get('quantile', 0.95):.0%} bootstrap bound of their mean ({bs.get('resamples')} resamples, "
+                   f"RNG seed {bs.get('rng_seed')}); a headline claim needs >= {pr.get('min_pairs')} pairs, fewer "
+                   f"is a POINT CHECK. Outlier rule: a pair whose calibration replay's TPOT p50 is off the run's "
+                   f"median ({f(rule.get('median_ms'))} ms) by more than {rule.get('tolerance', 0):.0%} is excluded.")
+    else:
+        out.append("One run per mode (no --paired-seeds): every verdict below is a POINT CHECK.")
+    out.append(f"SLO per request: TTFT (from arrival) <= {slo.get('budget'):g} x alone TTFT p99 and TPOT <= "
+               f"{slo.get('budget'):g} x alone TPOT p99 (the same seed's). HP goodput counts only at attainment >= "
+               f"{slo.get('attainment_target', 0.99):.0%} (else 0). Aggregate = HP goodput / alone + BE / alone; "
+               f"best baseline: {(pr.get('best_baseline') or {}).get('mode')} "
+               f"({f((pr.get('best_baseline') or {}).get('aggregate'))}); dedicated GPUs: "
+               f"{f(pr.get('dedicated_per_gpu'))} per GPU. TTFT bound from {pr.get('ttft_bound_from')}.")
+    out += ["", "| mode | method | pairs | TTFT up95 | TTFT adm up95 | TPOT up95 | bound | attainment | "
+                "HP goodput / alone | BE / alone | aggregate | / best baseline | per GPU / dedicated |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for base, m in modes.items():
+        up = m.get("upper95") or {}
+        out.append(f"| {base} | {_method_cell(m)} | {m.get('pairs')} | {f(up.get('ttft'))} | "
+                   f"{f(up.get('ttft_admit'))} | {f(up.get('tpot'))} | {f(m.get('bound_upper95'))} | "
+                   f"{f(m.get('attainment'))} | {f(m.get('hp_goodput_vs_alone'))} | {f(m.get('be_vs_alone'))} | "
+                   f"{f(m.get('aggregate'))} | {f(m.get('aggregate_vs_best_baseline'))} | "
+                   f"{f(m.get('aggregate_per_gpu_vs_dedicated'))} |")
+    for e in pr.get("excluded") or []:
+        out.append(f"- excluded pair, seed {e['seed']} ({e['alone']}): {e['reason']}")
     return out
 
 
@@ -351,6 +467,7 @@ def markdown(s: dict) -> str:
                        + f" (BE {f(g['be_vs_exclusive'])} of exclusive at {f(g['hp_slowdown'])}x; "
                        + f"best baseline within {e['budget']:g}x: {f(e['best_baseline_be'])})")
     out += reference_lines(s)
+    out += headline_lines(s)
     st = s.get("load_step")
     if st:
         out.append(f"- load step: HP from {s.get('load')} to {st.get('to')} of capacity {f(st.get('at_s'))} s "
@@ -448,7 +565,60 @@ def plot(raw: dict, s: dict, out_dir: str) -> list:
     ax.grid(True, axis="y", alpha=0.3)
     written.append(_save(fig, plt, out_dir, "be.png"))
     written.append(plot_frontier(s, frontier(s), out_dir, plt))
+    p = plot_slo_frontier(s, out_dir, plt)
+    if p:
+        written.append(p)
     return written
+
+
+def plot_slo_frontier(s: dict, out_dir: str, plt) -> Optional[str]:
+    """slo_frontier.png: the headline of issue #56 (method_v2.py): every co-located mode (each
+    variant by its name) at x = BE / alone, y = HP goodput at the SLO / alone, with the spread over
+    its pairs as bars; lines of equal aggregate at dedicated GPUs' 1.0 per GPU and at the best
+    baseline's. None: no mode has both numbers."""
+    pr = s.get("paired") or {}
+    modes = {b: m for b, m in (pr.get("modes") or {}).items()
+             if m.get("be_vs_alone") is not None and m.get("hp_goodput_vs_alone") is not None}
+    if not modes:
+        return None
+    fig, ax = plt.subplots(figsize=(8, 6))
+    marks = ["o", "s", "^", "v", "D", "P", "X", "*", "h", "<", ">"]
+    for i, (base, m) in enumerate(sorted(modes.items())):
+        inc = [e["modes"][base] for e in pr.get("pairs") or [] if e.get("included") and base in e["modes"]]
+        xs = [x["be_vs_alone"] for x in inc if x.get("be_vs_alone") is not None]
+        ys = [x["hp_goodput_vs_alone"] for x in inc if x.get("hp_goodput_vs_alone") is not None]
+        x, y = m["be_vs_alone"], m["hp_goodput_vs_alone"]
+        xerr = [[x - min(xs)], [max(xs) - x]] if len(xs) > 1 else None
+        yerr = [[y - min(ys)], [max(ys) - y]] if len(ys) > 1 else None
+        label = f"{base} ({'v2' if m.get('method') == 'v2' else 'point'}, {m.get('pairs')} pair(s), " \
+                f"aggregate {common.fmt(m.get('aggregate'))})"
+        ax.errorbar([x], [y], xerr=xerr, yerr=yerr, marker=marks[i % len(marks)], ls="", ms=8, capsize=3,
+                    mfc="none" if base.startswith("gpuos-") else None, label=label)
+    ax.plot([0.0], [1.0], marker="*", color="black", ls="", ms=10, label="exclusive (HP alone, BE not run: 1.0)")
+    best = pr.get("best_baseline") or {}
+    for level, text, style in ((pr.get("dedicated_per_gpu") or 1.0, "dedicated GPUs (1.0 per GPU)", ":"),
+                               (best.get("aggregate"), f"best baseline: {best.get('mode')}", "--")):
+        if level:
+            ax.plot([0, level], [level, 0], color="grey", lw=0.8, ls=style, label=f"aggregate {level:.2f}: {text}")
+    ax.set_xlim(0, max([1.1] + [m["be_vs_alone"] * 1.1 for m in modes.values()]))
+    ax.set_ylim(0, max([1.1] + [m["hp_goodput_vs_alone"] * 1.1 for m in modes.values()]))
+    ax.set_xlabel("BE throughput / alone")
+    ax.set_ylabel(f"HP goodput at the SLO / alone (0 below {(pr.get('slo') or {}).get('attainment_target', 0.99):.0%} "
+                  "attainment)")
+    slo = pr.get("slo") or {}
+    ax.set_title(f"Aggregate at the SLO ({'method v2' if pr.get('method') == 'v2' else 'point check'}; "
+                 f"B {slo.get('budget')}, load {s.get('load')}, {s.get('gpu')})", fontsize=9)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7, loc="upper right")
+    return _save(fig, plt, out_dir, "slo_frontier.png")
+
+
+def slo_line_label(grp: str, line: list, variant: str) -> str:
+    """The legend's name of one slo line: its modes' common name with their budgets, e.g.
+    gpuos-space-slo-1.5@nog, gpuos-time-slo-{1.25,1.5} (label: B)."""
+    bs = [f"{p['budget']:g}" for p in line]
+    b = bs[0] if len(bs) == 1 else "{" + ",".join(bs) + "}"
+    return f"{grp}-slo-{b}" + (f"@{variant}" if variant else "") + ("" if len(bs) == 1 else " (label: B)")
 
 
 def plot_frontier(s: dict, fr: dict, out_dir: str, plt) -> str:
@@ -467,11 +637,17 @@ def plot_frontier(s: dict, fr: dict, out_dir: str, plt) -> str:
     def y(p):
         return min(p["hp_slowdown"], hi / 1.03)
     colors = {"gpuos-time": "tab:blue", "gpuos-space": "tab:orange"}
+    variant_marks = ["o", "s", "D", "^", "v", "P"]
     for grp in ("gpuos-time", "gpuos-space"):
-        line = sorted((p for p in pts if p["group"] == grp), key=lambda p: p["budget"])
-        if line:
-            ax.plot([p["be_vs_exclusive"] for p in line], [y(p) for p in line], marker="o",
-                    color=colors[grp], label=f"{grp}-slo-B (label: B)")
+        # One line per gpuosd config (the default, and each @variant), named in the legend with its
+        # budgets, e.g. gpuos-space-slo-1.5@nog.
+        variants = sorted({common.split_variant(p["mode"])[1] or "" for p in pts if p["group"] == grp})
+        for i, v in enumerate(variants):
+            line = sorted((p for p in pts if p["group"] == grp and (common.split_variant(p["mode"])[1] or "") == v),
+                          key=lambda p: p["budget"])
+            ax.plot([p["be_vs_exclusive"] for p in line], [y(p) for p in line],
+                    marker=variant_marks[i % len(variant_marks)], ls="-" if not v else "--",
+                    color=colors[grp], label=slo_line_label(grp, line, v))
     # Baselines each with their own marker and a colour the two gpuos lines do not use.
     marks = ["s", "^", "v", "D", "P", "X", "*", "h"]
     shades = ["tab:green", "tab:red", "tab:purple", "tab:brown", "tab:gray", "tab:olive"]
@@ -484,7 +660,10 @@ def plot_frontier(s: dict, fr: dict, out_dir: str, plt) -> str:
         elif p["group"] == "gpuos":
             ax.plot(p["be_vs_exclusive"], y(p), marker="o", mfc="none", color="black", ls="", ms=8,
                     label=p["mode"])
-        text = f"{p['budget']:g}" if p["budget"] is not None else p["mode"].replace("gpuos-", "")
+        text = p["mode"].replace("gpuos-", "")
+        if p["budget"] is not None:
+            v = common.split_variant(p["mode"])[1]
+            text = f"{p['budget']:g}" + (f"@{v}" if v else "")
         if p["hp_slowdown"] > y(p):
             text += f" ({common.fmt(p['hp_slowdown'])}x)"
         # time labels above, space labels below their line: the two lines often run close.

@@ -139,6 +139,8 @@ class Runner:
             "load_step": ({"to": a.load_step_to, "at_s": self.plan.load_step_at()} if a.load_step_to else None),
             "modes_planned": [s.name for s in self.plan.modes],
             "window_s": a.window, "exclusive_repeats": a.exclusive_repeats,
+            "paired_seeds": [int(x) for x in a.paired_seeds.split(",")] if a.paired_seeds else None,
+            "pair_calibrate_s": a.pair_calibrate_s if a.paired_seeds else None,
             "commit": common.commit_of(REPO),
             "config": {"variants": self.plan.variant_configs, "gpuos_config": os.environ.get("GPUOS_CONFIG") or None,
                        "files_sha256": common.files_sha256(config_files),
@@ -514,6 +516,16 @@ def parse_args(argv=None):
                         "(exclusive-hp first, exclusive-hp-r2..rN between and after the co-located "
                         "modes); ratios against their mean, with 95%% intervals when N >= 2 (issue "
                         "#40's method: N >= 5 and --window >= 60)")
+    g.add_argument("--paired-seeds", default="", metavar="S1,S2,S3",
+                   help="issue #56's method v2: per arrival seed s, HP alone with seed s (exclusive-hp+s<s>, "
+                        "after a --pair-calibrate-s calibration replay) then every co-located mode with seed s "
+                        "(<mode>+s<s>), back to back; each mode's bound is the bootstrap 95%% upper bound over "
+                        "its pairs' ratios (method_v2.py); >= 3 seeds for a headline claim, fewer is a point check")
+    g.add_argument("--pair-calibrate-s", type=float, default=5.0, metavar="S",
+                   help="--paired-seeds: seconds of the calibration replay (HP alone at the run's rate, its own "
+                        "arrivals) before each pair's alone window; a pair whose replay's TPOT p50 is off the "
+                        "run's median by more than method_v2.CALIBRATION_TOLERANCE is excluded (0 = none, no "
+                        "pair is excluded). Not --calibrate-s: that is the closed-loop capacity run, once")
     g.add_argument("--be-window", type=float, default=20.0, help="exclusive-be measured window, s")
     g.add_argument("--calibrate-s", type=float, default=8.0, help="HP closed-loop calibration, s")
     g.add_argument("--warmup", type=float, default=2.0, help="HP unmeasured warm-up traffic, s")
@@ -628,6 +640,21 @@ def parse_args(argv=None):
         ap.error("--exclusive-repeats must be >= 1")
     if args.exclusive_repeats > 1 and "exclusive-hp" not in names:
         ap.error("--exclusive-repeats needs exclusive-hp among the modes")
+    if args.paired_seeds:
+        try:
+            seeds = [int(x) for x in args.paired_seeds.split(",")]
+        except ValueError:
+            ap.error(f"--paired-seeds {args.paired_seeds!r}: comma-separated integers >= 0, e.g. 1,2,3")
+        if any(x < 0 for x in seeds) or len(set(seeds)) != len(seeds):
+            ap.error(f"--paired-seeds {args.paired_seeds!r}: distinct integers >= 0")
+        if "exclusive-hp" not in names or "exclusive-be" not in names:
+            ap.error("--paired-seeds needs exclusive-hp and exclusive-be among the modes")
+        if args.exclusive_repeats > 1:
+            ap.error("--paired-seeds and --exclusive-repeats are two methods: each pair has its own alone run")
+        if args.workload != "torch":
+            ap.error("--paired-seeds needs --workload torch (gpuos-synth has no arrival seed)")
+        if args.pair_calibrate_s < 0:
+            ap.error("--pair-calibrate-s must be >= 0")
     return args
 
 
@@ -648,7 +675,7 @@ def main(argv=None) -> int:
         r.cleanup()
         r.meta["interrupted"] = str(e)
         r.meta["wall_s"] = r.elapsed()
-        r.write(r.out_dir(), plots=False)
+        r.write(r.plan.out_dir(), plots=False)
         return 130
     finally:
         r.cleanup()

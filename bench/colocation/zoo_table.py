@@ -15,7 +15,22 @@ carried to 70%: there the server's own queue grows whatever runs beside it) and 
 a gpuos mode on the upper ends of the 95% intervals where the run has them (>= 2 exclusive runs),
 a baseline on its point values (the lenient reading for the baselines, as in check_budgets.py).
 "gpuos / best" is the gpuos mode's BE over the best baseline's within B (both of exclusive): above 1
-gpuos lends more within the same bound. Exit 0 (2: no summary found, or one unreadable).
+gpuos lends more within the same bound.
+
+A run by method v2 (run_matrix.py --paired-seeds, gpu/zoo.sh method=v2) is judged by it instead
+(method_v2.py): its rows are its modes over their included pairs, a gpuos mode meeting B when the
+bootstrap 95% upper bound of its bound ratio is <= B ("upper95"), a baseline on the mean over its
+pairs (the lenient reading again). A mode with fewer than 3 included pairs, and every run without
+--paired-seeds, is a POINT CHECK, so labelled in every row ("method": "v2" or "point").
+
+The headline (issue #56 item 5, method_v2.py; the SLO in README.md, "The headline"): per point and
+mode SLO attainment, HP goodput / alone (0 below 99% attainment), BE / alone and the aggregate, over
+the run's best baseline's aggregate (exclusive 1.0 or a baseline mode's) and over dedicated GPUs'
+1.0 per GPU. And per server size, BE kind and lengths, over the zoo's loads: the highest load whose
+attainment stays >= 99% at it and every lower load measured, alone and beside BE per mode (from the
+runs' raw.json beside their summary.json; the SLO fixed at B x the lowest load's alone p99).
+zoo.json has "commit" (the table's: $GPUOS_COMMIT or git's) and each point its run's.
+Exit 0 (2: no summary found, or one unreadable).
 """
 from __future__ import annotations
 
@@ -28,9 +43,11 @@ from typing import List, Optional
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import check_budgets  # noqa: E402
 import common  # noqa: E402
+import method_v2  # noqa: E402
 
-BUDGET = 1.5
-ADMIT_FROM_LOAD = 0.5
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BUDGET = method_v2.SLO_BUDGET
+ADMIT_FROM_LOAD = method_v2.ADMIT_FROM_LOAD
 
 
 def find_summaries(paths: List[str]) -> List[str]:
@@ -67,25 +84,45 @@ def point_of(s: dict, source: str) -> dict:
             "method": check_budgets.method_40(s)}
 
 
+HEADLINE = ("attainment", "hp_goodput_vs_alone", "be_vs_alone", "aggregate", "aggregate_vs_best_baseline",
+            "aggregate_per_gpu_vs_dedicated")
+
+
 def judge(s: dict, source: str = "", budget: float = BUDGET) -> dict:
     """One run's point and its co-located modes against B."""
     pt = point_of(s, source)
     ci = pt["method"]["check"] == "ci95_upper"
     admit = (pt["load"] or 0.0) >= ADMIT_FROM_LOAD
     pt["ttft_from"] = "admission" if admit else "arrival"
+    paired = s.get("paired") or {}
+    v2 = bool(paired.get("paired"))
+    pm = paired.get("modes") or {}
+    pt["method_v2"] = {"method": paired.get("method", "point"), "paired": v2, "seeds": paired.get("seeds"),
+                       "excluded": paired.get("excluded") or [], "best_baseline": paired.get("best_baseline"),
+                       "slo": paired.get("slo")}
     rows = []
     for r in s.get("modes", []):
-        if r["mode"].startswith("exclusive-"):
+        # A paired run's per-seed runs are in their mode's row (method v2's, over the pairs).
+        if r["mode"].startswith("exclusive-") or common.split_seed(r["mode"])[1] is not None:
             continue
         gpuos = r["mode"].startswith("gpuos-")
-        bound = check_budgets.bound_40(r, admit, ci and gpuos)
+        m = pm.get(r["mode"]) or {}
+        if v2:
+            bound = m.get("bound_upper95") if gpuos else m.get("bound_mean")
+            check = "upper95" if gpuos else "pairs_mean"
+        else:
+            bound = check_budgets.bound_40(r, admit, ci and gpuos)
+            check = "ci95_upper" if ci and gpuos else "point"
         rows.append({"mode": r["mode"], "gpuos": gpuos, "status": r.get("status"),
+                     "method": m.get("method", "point"), "pairs": m.get("pairs", 1 if r.get("status") == "ok" else 0),
+                     "upper95": m.get("upper95"),
                      "ttft_p99_vs_excl": r.get("hp_ttft_p99_vs_exclusive"),
                      "ttft_admit_p99_vs_excl": r.get("hp_ttft_admit_p99_vs_exclusive"),
                      "tpot_p99_vs_excl": r.get("hp_tpot_p99_vs_exclusive"),
                      "be_vs_excl": r.get("be_vs_exclusive"),
-                     "bound": bound, "check": "ci95_upper" if ci and gpuos else "point",
-                     "met": None if bound is None else bound <= budget})
+                     "bound": bound, "check": check,
+                     "met": None if bound is None else bound <= budget,
+                     **{k: m.get(k) for k in HEADLINE}})
     base = [x for x in rows if check_budgets._is_baseline(x["mode"]) and x["met"]]
     best = max(base, key=lambda x: x["be_vs_excl"] or 0.0, default=None)
     pt["best_baseline"] = None if best is None else {"mode": best["mode"], "be_vs_excl": best["be_vs_excl"]}
@@ -111,40 +148,116 @@ def point_name(p: dict) -> str:
     return f"{size} {p['load']:g} {p['be']} {p['lengths']}{seed}"
 
 
+def _method(x: Optional[dict]) -> str:
+    """A row's method cell: v2 (>= 3 included pairs, bootstrap bound) or POINT CHECK."""
+    if not x:
+        return "-"
+    return f"v2 ({x.get('pairs')} pairs)" if x.get("method") == "v2" else f"POINT CHECK ({x.get('pairs')})"
+
+
+CHECK_MARK = {"ci95_upper": " (ci)", "upper95": " (up95)", "pairs_mean": " (mean)", "point": ""}
+
+
 def markdown(points: List[dict], budget: float) -> str:
     f = lambda x: "-" if x is None else common.fmt(x)  # noqa: E731
     yes = {True: "yes", False: "NO", None: "-"}
     out = [f"# The zoo: {len(points)} points, B = {budget:g}", "",
            f"B met: TPOT p99 and TTFT p99 (from admission at loads >= {ADMIT_FROM_LOAD:g}, else from arrival) "
-           f"over exclusive <= {budget:g}; gpuos modes on the upper ends of their 95% intervals where the run "
-           "has them, baselines on their point values. gpuos / best: the gpuos mode's BE over the best "
-           "baseline's that meets B.", "",
-           "| point | gpuos mode | B met | BE / excl | best baseline within B | its BE / excl | gpuos / best |",
-           "|---|---|---|---|---|---|---|"]
+           f"over exclusive <= {budget:g}. By method v2 (paired seeds): a gpuos mode on the bootstrap 95% upper "
+           "bound over its pairs (up95), a baseline on the mean over its pairs; fewer than "
+           f"{method_v2.MIN_PAIRS} pairs, or a run without paired seeds, is a POINT CHECK (#40's rule then: gpuos "
+           "modes on the upper ends of their 95% intervals where the run has them, baselines on their point "
+           "values). gpuos / best: the gpuos mode's BE over the best baseline's that meets B.", "",
+           f"Aggregate at the SLO (per request TTFT <= {budget:g} x alone TTFT p99 and TPOT <= {budget:g} x alone "
+           f"TPOT p99, the same seed's): HP goodput / alone counts only at attainment >= "
+           f"{method_v2.ATTAINMENT_TARGET:.0%} (else 0); aggregate = HP goodput / alone + BE / alone; best "
+           f"baseline: the run's largest aggregate (exclusive 1.0 or a baseline mode's); dedicated GPUs: "
+           f"{method_v2.DEDICATED_PER_GPU:g} per GPU. Max load at 99%: the highest load of the zoo's for that "
+           "server, BE and lengths whose attainment (SLO fixed at the lowest load's alone p99) holds at it and "
+           "every lower load measured, alone / beside BE.", "",
+           "| point | method | gpuos mode | B met | BE / excl | best baseline within B | its BE / excl | gpuos / best "
+           "| attainment | HP goodput / alone | aggregate | best baseline aggregate | / best | per GPU / dedicated "
+           "| max load at 99% alone / beside |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for p in points:
         best = p["best_baseline"]
+        bagg = (p.get("method_v2") or {}).get("best_baseline") or {}
+        ml = p.get("max_load_99") or {}
         gp = [x for x in p["modes"] if x["gpuos"]] or [None]
         for x in gp:
-            out.append(f"| {point_name(p)} | {x['mode'] if x else '-'} | {yes[x['met']] if x else '-'} "
+            beside = (ml.get("modes") or {}).get(x["mode"]) if x else None
+            out.append(f"| {point_name(p)} | {_method(x)} | {x['mode'] if x else '-'} | {yes[x['met']] if x else '-'} "
                        f"| {f(x['be_vs_excl']) if x else '-'} | {best['mode'] if best else 'none'} "
-                       f"| {f(best['be_vs_excl']) if best else '-'} | {f(x.get('vs_best_baseline')) if x else '-'} |")
+                       f"| {f(best['be_vs_excl']) if best else '-'} | {f(x.get('vs_best_baseline')) if x else '-'} "
+                       f"| {f(x.get('attainment')) if x else '-'} | {f(x.get('hp_goodput_vs_alone')) if x else '-'} "
+                       f"| {f(x.get('aggregate')) if x else '-'} | {f(bagg.get('aggregate'))} ({bagg.get('mode') or '-'}) "
+                       f"| {f(x.get('aggregate_vs_best_baseline')) if x else '-'} "
+                       f"| {f(x.get('aggregate_per_gpu_vs_dedicated')) if x else '-'} "
+                       f"| {f(ml.get('alone'))} / {f(beside)} |")
     out += ["", "Per mode:", "",
-            "| point | mode | TTFT p99/excl | TTFT adm p99/excl | TPOT p99/excl | BE / excl | bound | B met | status |",
-            "|---|---|---|---|---|---|---|---|---|"]
+            "| point | mode | method | TTFT p99/excl | TTFT adm p99/excl | TPOT p99/excl | TTFT up95 | TTFT adm up95 "
+            "| TPOT up95 | BE / excl | bound | B met | attainment | HP goodput / alone | aggregate | / best | status |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for p in points:
         for x in p["modes"]:
-            out.append(f"| {point_name(p)} | {x['mode']} | {f(x['ttft_p99_vs_excl'])} | "
-                       f"{f(x['ttft_admit_p99_vs_excl'])} | {f(x['tpot_p99_vs_excl'])} | {f(x['be_vs_excl'])} | "
-                       f"{f(x['bound'])}{' (ci)' if x['check'] == 'ci95_upper' else ''} | {yes[x['met']]} | "
-                       f"{x['status'] or ''} |")
+            up = x.get("upper95") or {}
+            out.append(f"| {point_name(p)} | {x['mode']} | {_method(x)} | {f(x['ttft_p99_vs_excl'])} | "
+                       f"{f(x['ttft_admit_p99_vs_excl'])} | {f(x['tpot_p99_vs_excl'])} | {f(up.get('ttft'))} | "
+                       f"{f(up.get('ttft_admit'))} | {f(up.get('tpot'))} | {f(x['be_vs_excl'])} | "
+                       f"{f(x['bound'])}{CHECK_MARK.get(x['check'], '')} | {yes[x['met']]} | "
+                       f"{f(x.get('attainment'))} | {f(x.get('hp_goodput_vs_alone'))} | {f(x.get('aggregate'))} | "
+                       f"{f(x.get('aggregate_vs_best_baseline'))} | {x['status'] or ''} |")
     out.append("")
     for p in points:
         m = p["method"]
-        out.append(f"- {point_name(p)}: {p['label']} ({p['source']}), {p['gpu']}, commit {p['commit']}; "
-                   f"TTFT from {p['ttft_from']}; {m['exclusive_runs']} exclusive run(s), window "
+        v2 = p.get("method_v2") or {}
+        if v2.get("paired"):
+            how = (f"method v2 over seeds {','.join(map(str, v2.get('seeds') or []))}"
+                   + ("" if v2.get("method") == "v2" else " (POINT CHECK: a mode has fewer than "
+                      f"{method_v2.MIN_PAIRS} included pairs)"))
+            how += "".join(f"; excluded seed {e['seed']}: {e['reason']}" for e in v2.get("excluded") or [])
+        else:
+            how = (f"{m['exclusive_runs']} exclusive run(s), window "
                    f"{'?' if m['window_s'] is None else format(m['window_s'], 'g')} s"
                    + ("" if m["follows"] else " (not by #40's method: a point check)"))
+        out.append(f"- {point_name(p)}: {p['label']} ({p['source']}), {p['gpu']}, commit {p['commit']}; "
+                   f"TTFT from {p['ttft_from']}; {how}")
     return "\n".join(out) + "\n"
+
+
+def logs_of(s: dict, raw: Optional[dict]) -> Optional[dict]:
+    """A point's per-request logs for the highest load at 99% (method_v2.max_load): its included
+    pairs' alone runs and, per mode, its co-located runs. None without raw.json."""
+    if not raw:
+        return None
+    modes = raw.get("modes") or {}
+    paired = s.get("paired") or {}
+    out = {"load": s.get("load"), "alone": [], "alone_hp": [], "modes": {}}
+    for e in paired.get("pairs") or []:
+        if not e.get("included"):
+            continue
+        hp = (modes.get(e["alone"]) or {}).get("hp") or {}
+        if hp.get("request_log"):
+            out["alone"].append(hp["request_log"])
+            out["alone_hp"].append(hp)
+        for base, x in (e.get("modes") or {}).items():
+            lg = ((modes.get(x["mode"]) or {}).get("hp") or {}).get("request_log")
+            if lg and x.get("status") in (None, "ok"):
+                out["modes"].setdefault(base, []).append(lg)
+    return out if out["alone"] else None
+
+
+def max_loads(points: List[dict], logs: List[Optional[dict]]) -> None:
+    """Per (size, BE, lengths) over its loads: the highest load at 99% attainment, into each of its
+    points ("max_load_99")."""
+    groups = {}
+    for p, lg in zip(points, logs):
+        if lg is not None and p["load"] is not None:
+            groups.setdefault((p["size_b"], p["be"], p["lengths"]), []).append((p, lg))
+    for members in groups.values():
+        r = method_v2.max_load([lg for _, lg in members])
+        for p, _ in members:
+            p["max_load_99"] = {"alone": r["alone"], "modes": r["modes"], "slo_ms": r["slo_ms"], "loads": r["loads"]}
 
 
 def main(argv=None) -> int:
@@ -158,14 +271,17 @@ def main(argv=None) -> int:
     if not files:
         print("zoo_table: no summary.json under " + " ".join(a.paths), file=sys.stderr)
         return 2
-    points = []
+    points, logs = [], []
     for path in files:
         try:
             with open(path) as fh:
-                points.append(judge(json.load(fh), check_budgets.run_label(path), a.budget))
+                s = json.load(fh)
+            points.append(judge(s, check_budgets.run_label(path), a.budget))
         except (OSError, ValueError, KeyError, TypeError) as e:
             print(f"zoo_table: {path}: {e}", file=sys.stderr)
             return 2
+        logs.append(logs_of(s, common.read_json(os.path.join(os.path.dirname(path), "raw.json"))))
+    max_loads(points, logs)
     points.sort(key=_key)
     md = markdown(points, a.budget)
     sys.stdout.write(md)
@@ -174,7 +290,10 @@ def main(argv=None) -> int:
             fh.write(md)
     if a.json:
         with open(a.json, "w") as fh:
-            json.dump({"budget": a.budget, "admit_from_load": ADMIT_FROM_LOAD, "points": points}, fh, indent=1)
+            json.dump({"budget": a.budget, "admit_from_load": ADMIT_FROM_LOAD, "commit": common.commit_of(REPO),
+                       "slo": {"budget": a.budget, "attainment_target": method_v2.ATTAINMENT_TARGET,
+                               "dedicated_per_gpu": method_v2.DEDICATED_PER_GPU},
+                       "points": points}, fh, indent=1)
     return 0
 
 

@@ -355,8 +355,11 @@ class ZooTable(unittest.TestCase):
         with open(md) as f:
             text = f.read()
         self.assertEqual(text, r.stdout)
-        self.assertIn("| 1B 0.3 train fixed | gpuos-space-slo-1.5 | yes | 0.360 | mps-prio1-t25 | 0.300 | 1.20 |", text)
-        self.assertIn("| 8B 0.5 infer azure-conv | gpuos-space-slo-1.5 | yes | 0.420 | mps-prio1-t50 | 0.400 | 1.05 |", text)
+        # One run per mode (no paired seeds): a point check by method v2, labelled so.
+        self.assertIn("| 1B 0.3 train fixed | POINT CHECK (1) | gpuos-space-slo-1.5 | yes | 0.360 | mps-prio1-t25 | "
+                      "0.300 | 1.20 |", text)
+        self.assertIn("| 8B 0.5 infer azure-conv | POINT CHECK (1) | gpuos-space-slo-1.5 | yes | 0.420 | mps-prio1-t50 | "
+                      "0.400 | 1.05 |", text)
         self.assertLess(text.index("1B 0.3"), text.index("8B 0.5"))  # by size, whatever the order found
         j = common.read_json(js)
         self.assertEqual([p["label"] for p in j["points"]], ["zoo-1b-0.3-train-fixed", "zoo-8b-0.5-infer-azure-conv"])
