@@ -118,7 +118,8 @@ _BUDGET_LINE = re.compile(
     r"(?P<growth_cuts>\d+) cuts by it\))?, best-effort share (?P<share>[\d.]+)"
     r"(?: \((?P<low>[\d.]+)-(?P<high>[\d.]+) since the last line: (?P<cuts>\d+) cuts over the budget, "
     r"(?P<downs>\d+) steps down, (?P<ups>\d+) up; (?P<held>\d+) decisions held for a phase"
-    r"(?:, (?P<held_ms>\d+) ms)?\))?")
+    r"(?:, (?P<held_ms>\d+) ms)?\))?"
+    r"(?:, \d+ pauses; budget held by (?P<limit>[a-z-]+))?")
 
 
 def budget_log(text: str) -> Optional[dict]:
@@ -148,6 +149,9 @@ def budget_log(text: str) -> Optional[dict]:
     # period, 5 s; a mode's first line, at its budget's first activity, closes none).
     out["held_ms"] = sum(int(d["held_ms"]) for d in timed_holds) if timed_holds else None
     out["held_fraction"] = out["held_ms"] / (5000.0 * max(len(timed_holds) - 1, 1)) if timed_holds else None
+    # What held the budget unspent, line by line (from #56's budget_limit on): name -> lines.
+    limits = [d["limit"] for d in lines if d["limit"] is not None]
+    out["limits"] = {name: limits.count(name) for name in sorted(set(limits))} if limits else None
     admitted = [float(d["adm"]) for d in lines if d["adm_n"] is not None and int(d["adm_n"]) > 0]
     out["admissions_p99_range"] = [min(admitted), max(admitted)] if admitted else None
     # How much larger (alone) the admissions at their p99 were than alone's (from ba46e5b+ on).
@@ -176,4 +180,6 @@ def describe_budget_log(b: dict) -> str:
         parts.append(f"its time-weighted median {b['growth_median_range'][0]:.3f}-{b['growth_median_range'][1]:.3f}")
     if b.get("cuts_by_growth") is not None:
         parts.append(f"{b['cuts_by_growth']} cuts by load growth (the meter alone within the budget)")
+    if b.get("limits"):
+        parts.append("budget held by " + ", ".join(f"{k} x{v}" for k, v in b["limits"].items()))
     return "; ".join(parts)

@@ -562,7 +562,22 @@ typedef struct gpuos_msg_tenant_info {
   /* a budgeted tenant: its launches its own timings marked long (control block long_launches;
      interpose/launch_phase.h), during which its budget lent nothing */
   uint64_t long_launches;
+  /* a budgeted tenant: what held its budget unspent over the last probe period (5 s), or that it
+     was spent (GPUOS_BUDGET_LIMIT_*; 0 = not judged yet) */
+  uint32_t budget_limit;
+  uint32_t reserved0;
 } gpuos_msg_tenant_info;
+/* Why a latency budget's slowdown stayed below 70% of its excess (what more lending would run
+ * into), or that it was spent; the policy's judgement (policies/budget/stages.h, budget_limit). */
+#define GPUOS_BUDGET_LIMIT_SPENT 1u       /* its slowdown used at least 70% of the excess */
+#define GPUOS_BUDGET_LIMIT_NO_SOLO 2u     /* its times alone are not learned yet: nothing lent */
+#define GPUOS_BUDGET_LIMIT_NO_BE 3u       /* no best-effort tenant was active beside it */
+#define GPUOS_BUDGET_LIMIT_MPS 4u         /* MPS's cost takes most of the budget */
+#define GPUOS_BUDGET_LIMIT_SHARE_CAP 5u   /* best-effort work had the largest share there is */
+#define GPUOS_BUDGET_LIMIT_GROWTH 6u      /* cuts made by its load growth, its meter within budget */
+#define GPUOS_BUDGET_LIMIT_OVER 7u        /* cuts: intervals read over the budget (their spread) */
+#define GPUOS_BUDGET_LIMIT_PHASES 8u      /* held for its admissions and long launches much of the time */
+#define GPUOS_BUDGET_LIMIT_CONTROL 9u     /* the controller's steps: climbing, or below its target */
 #define GPUOS_GATE_BY_ADMIN 1u  /* an admin holds it (gpuos gate ID close); survives a restart */
 #define GPUOS_GATE_BY_POLICY 2u /* the time-gate policy closed it */
 #define GPUOS_GATE_BY_MEMORY 4u /* the memory slot holds it: the tenant's memory is out or moving */
@@ -684,7 +699,7 @@ static_assert(offsetof(gpuos_control_block, space_sample_seq) == 1024, "sizing l
 static_assert(sizeof(gpuos_shape_latency) == 112, "shape entries");
 static_assert(sizeof(gpuos_msg_register) == 160, "ABI v2 frozen");
 static_assert(sizeof(gpuos_msg_register_reply) == 192, "ABI v2 frozen");
-static_assert(sizeof(gpuos_msg_tenant_info) == 912, "ABI v2 (grown by chargeback, engine slots and phases, MPS's cost, long launches: gpuosd and the CLI are one build)");
+static_assert(sizeof(gpuos_msg_tenant_info) == 920, "ABI v2 (grown by chargeback, engine slots and phases, MPS's cost, long launches, the budget's limit: gpuosd and the CLI are one build)");
 static_assert(sizeof(gpuos_msg_gpu_info) == 176, "ABI v2 frozen");
 static_assert(sizeof(gpuos_msg_reply) == 184, "ABI v2 frozen");
 static_assert(sizeof(gpuos_msg_activity) == 24, "ABI v2 frozen");

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/budget_limits.h"
 #include "common/ipc.h"
 
 namespace gpuos::client {
@@ -473,6 +474,8 @@ nlohmann::json listing_json(const Listing& l) {
       // In a spatial domain: MPS's cost its budget charges (measured from its kernels alone)
       if (t.mps_cost_permille != 0) o["mps_cost"] = t.mps_cost_permille / 1000.0;
       o["long_launches"] = t.long_launches;  // its own timings marked them long: nothing lent meanwhile
+      // What held it unspent over the last probe period, or "spent" (null: not judged yet)
+      o["budget_limit"] = t.budget_limit != 0 ? nlohmann::json(budget_limit_name(t.budget_limit)) : nlohmann::json();
     }
     if (t.pace_permille != 0) {  // paced now: its share of the GPU's time, its longest launch (null: any)
       o["pace_share"] = t.pace_permille / 1000.0;
@@ -555,6 +558,10 @@ std::string budget_text(const gpuos_msg_tenant_info& t) {
   if (t.slowdown_admission_permille != 0) text += std::string(" ") + slower_phase(t);
   // In a spatial domain: MPS's cost to it, which its budget sets aside before lending.
   if (t.mps_cost_permille != 0) text += " mps " + std::to_string((t.mps_cost_permille + 5) / 10) + "%";
+  // Unspent: what held it (gpuosd's judgement over the last probe period).
+  if (t.budget_limit != 0 && t.budget_limit != GPUOS_BUDGET_LIMIT_SPENT) {
+    text += std::string(" held by ") + budget_limit_name(t.budget_limit);
+  }
   return text;
 }
 

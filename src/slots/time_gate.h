@@ -120,6 +120,7 @@ struct BudgetReport {
   // In a spatial domain: MPS's cost to it that its budget charges (per mille of its time without
   // MPS; 0 = not in a domain).
   uint32_t mps_cost_permille = 0;
+  uint32_t limit = 0;  // GPUOS_BUDGET_LIMIT_*: what held it unspent over the last probe period (0 = not judged)
   bool operator==(const BudgetReport&) const = default;
 };
 

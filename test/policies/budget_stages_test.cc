@@ -195,6 +195,44 @@ TEST(BudgetStages, BesideAServerOnTheWholeGpuTheShareBuysSmGroups) {
   EXPECT_EQ(pacing.max_kernel_us, 0u) << "SMs of its own: no bound on its launches";
 }
 
+// gpuosd's report names what held a budget unspent (issue #56), in the order budget_limit checks.
+TEST(BudgetStages, TheReportNamesWhatHeldTheBudgetUnspent) {
+  BudgetParams p;
+  const slots::GateTenant g = guaranteed(1, 1500, true);
+  const slots::GateView alone = view_of(1000, {g});
+  const slots::GateView beside = view_of(1000, {g, best_effort(2, true)});
+  const uint64_t period = 5000 * kMs;
+  TenantBudget fresh{SlowdownMeter(p.meter)};
+  EXPECT_EQ(budget_limit(Scene(beside, p), g, fresh, {}, 0, period), GPUOS_BUDGET_LIMIT_NO_SOLO);
+  TenantBudget b = with_solo(p, 1000);
+  b.share = 0.2;
+  EXPECT_EQ(budget_limit(Scene(beside, p), g, b, {}, 1.36, period), GPUOS_BUDGET_LIMIT_SPENT) << "72% of 0.5";
+  EXPECT_EQ(budget_limit(Scene(alone, p), g, b, {}, 1.10, period), GPUOS_BUDGET_LIMIT_NO_BE);
+  EXPECT_EQ(budget_limit(Scene(beside, p), g, b, {}, 1.10, period), GPUOS_BUDGET_LIMIT_CONTROL);
+  ShareMoves m;
+  m.note(0.1);
+  m.note(1.0 / 3);  // time-shared at B = 1.5 the most is 1 - 1/1.5
+  EXPECT_EQ(budget_limit(Scene(beside, p), g, b, m, 1.10, period), GPUOS_BUDGET_LIMIT_SHARE_CAP);
+  m.cuts = 3;
+  m.cuts_by_growth = 2;
+  EXPECT_EQ(budget_limit(Scene(beside, p), g, b, m, 1.10, period), GPUOS_BUDGET_LIMIT_GROWTH);
+  m.cuts_by_growth = 1;
+  EXPECT_EQ(budget_limit(Scene(beside, p), g, b, m, 1.10, period), GPUOS_BUDGET_LIMIT_OVER);
+  ShareMoves held;
+  held.phase_held_ns = period / 2;
+  EXPECT_EQ(budget_limit(Scene(beside, p), g, b, held, 1.10, period), GPUOS_BUDGET_LIMIT_PHASES);
+  // In a spatial domain MPS's cost comes off the budget first: at 40% of a 1.5 budget's excess
+  // ... the meter may use 1.5/1.2 - 1 = 0.25, and 1.19 is 76% of that.
+  slots::GateTenant s = g;
+  slots::GateTenant v = best_effort(2, true);
+  s.space_domain = v.space_domain = "serve";
+  p.mps_cost_fixed = 0.2;
+  const slots::GateView domain = view_of(1000, {s, v});
+  EXPECT_EQ(budget_limit(Scene(domain, p), s, b, {}, 1.19, period), GPUOS_BUDGET_LIMIT_SPENT);
+  p.mps_cost_fixed = 0.45;
+  EXPECT_EQ(budget_limit(Scene(domain, p), s, b, {}, 1.01, period), GPUOS_BUDGET_LIMIT_MPS);
+}
+
 TEST(BudgetStages, GatesHideALendingTenantFromPriorityAndPaceItsNeighbours) {
   BudgetParams p;
   BudgetState st;

@@ -361,6 +361,15 @@ class BudgetLog(unittest.TestCase):
         self.assertIn("2 cuts by load growth", note)
         self.assertIsNone(readers.budget_log(self.NEW)["cuts_by_growth"])
 
+    def test_what_held_the_budget(self):
+        held = self.NEW.replace("4 pauses; probing", "4 pauses; budget held by load-growth; probing")
+        spent = self.NEW.replace("4 pauses; probing", "4 pauses; budget held by spent; probing")
+        b = readers.budget_log(self.OLD + held + held + spent)
+        self.assertEqual(b["lines"], 4)
+        self.assertEqual(b["limits"], {"load-growth": 2, "spent": 1})
+        self.assertIn("budget held by load-growth x2, spent x1", readers.describe_budget_log(b))
+        self.assertIsNone(readers.budget_log(self.NEW)["limits"])   # lines of before the limit
+
     def test_admissions_apart(self):
         line = ("<6>gpuosd: budget: tenant 1 slowdown p99 1.142 over 190 launches, admissions p99 1.380 over 24, "
                 "load growth 1.084, best-effort share 0.143 (0.071-0.286 since the last line: 3 cuts over the budget, "

@@ -177,6 +177,7 @@ void GateEngine::apply(std::map<uint32_t, Tenant>& tenants, const View&, const A
     t.budget.step_permille = b.step_permille;
     t.budget.admission_permille = b.admission_permille;
     t.budget.mps_cost_permille = b.mps_cost_permille;
+    t.budget.limit = b.limit;
   }
   next_ns_ = a.next_tick_ns;
 }

@@ -74,6 +74,7 @@ struct BudgetState {
   uint32_t step_permille = 0;       // its steps' and its admissions' slowdowns (BudgetReport)
   uint32_t admission_permille = 0;
   uint32_t mps_cost_permille = 0;   // what its budget charges for MPS (BudgetReport)
+  uint32_t limit = 0;               // what held it unspent (BudgetReport, GPUOS_BUDGET_LIMIT_*)
 };
 
 // The tenant's device ordinals -> gpuosd's GPUs (from the control block's device_uuid; identity

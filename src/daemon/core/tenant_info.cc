@@ -64,6 +64,7 @@ gpuos_msg_tenant_info tenant_info(const Tenant& t, uint32_t state, uint64_t exit
   i.slowdown_step_permille = t.budget.step_permille;
   i.slowdown_admission_permille = t.budget.admission_permille;
   i.mps_cost_permille = t.budget.mps_cost_permille;
+  i.budget_limit = t.budget.limit;
   i.detached = state != GPUOS_TENANT_EXITED && t.detached ? 1 : 0;
   i.long_launches = load(cb.long_launches);
   if (state != GPUOS_TENANT_EXITED) {

@@ -186,6 +186,7 @@ struct TenantBudget {
   uint64_t pauses = 0;             // times the decisions saw it go idle (a server: between steps)
   uint64_t pauses_logged = 0;      // ... as of the last probe's log line
   ShareMoves moves{};              // since the last probe's log line
+  uint32_t limit = 0;              // GPUOS_BUDGET_LIMIT_*: what held it unspent over the last probe period
   uint64_t phase_held_since_ns = 0;  // lending nothing for a phase since (0 = not held)
   // Its kernels timed while it ran alone (what its timed_* words grew by between two decisions
   // that both saw it solo) and their time: what MPS costs it (BudgetPolicy::mps_cost).

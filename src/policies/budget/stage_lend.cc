@@ -2,14 +2,18 @@
 // The budget's third stage: probes, and whether each budgeted tenant lends now (stages.h).
 #include <algorithm>
 
+#include "common/budget_limits.h"
 #include "common/log.h"
 #include "policies/budget/stages.h"
 
 namespace gpuos::policies::budget {
 namespace {
 
-// One line per probe period: what budgeted tenant `id`'s budget did since the last one.
-void log_probe_line(const BudgetParams& p, uint32_t id, TenantBudget& b, uint64_t now) {
+// One line per probe period: what budgeted tenant `id`'s budget did since the last one, and what
+// held it unspent (kept for gpuosd's report; t: the tenant in the view, if it is there).
+void log_probe_line(const Scene& s, const slots::GateTenant* t, uint32_t id, TenantBudget& b) {
+  const BudgetParams& p = s.params;
+  const uint64_t now = s.now;
   std::size_t n = 0, admissions = 0;
   if (b.phase_held_since_ns != 0) {  // a hold under way counts up to this line
     b.moves.phase_held_ns += now - b.phase_held_since_ns;
@@ -21,17 +25,18 @@ void log_probe_line(const BudgetParams& p, uint32_t id, TenantBudget& b, uint64_
   const double sizes = b.meter.tail_growth(0.99, now, p.meter.window_ns, Launches::kAdmissions);
   std::size_t steps = 0, solo_steps = 0;  // what the load growth compares
   b.meter.growth_counts(now, p.meter.window_ns, &steps, &solo_steps);
+  if (t != nullptr && budgeted(*t)) b.limit = budget_limit(s, *t, b, m, n != 0 ? p99 : 0.0, p.probe_every_ns);
   log::info("budget: tenant %u slowdown p99 %.3f over %zu launches, admissions p99 %.3f over %zu (sizes p99 "
             "x%.3f), load growth %.3f (time-weighted median x%.3f; steps %zu, alone %zu; %llu cuts by it), "
             "best-effort share %.3f (%.3f-%.3f since the last line: %llu cuts over the budget, %llu steps down, "
-            "%llu up; %llu decisions held for a phase, %.0f ms), %llu pauses; probing %.0f ms",
+            "%llu up; %llu decisions held for a phase, %.0f ms), %llu pauses; budget held by %s; probing %.0f ms",
             id, p99, n, admissions_p99, admissions, sizes, b.meter.load_growth(now, p.meter.window_ns),
             b.meter.tail_growth(0.5, now, p.meter.window_ns, Launches::kSteps), steps, solo_steps,
             static_cast<unsigned long long>(b.moves.cuts_by_growth), b.share,
             m.seen ? m.low : b.share, m.seen ? m.high : b.share, static_cast<unsigned long long>(m.cuts),
             static_cast<unsigned long long>(m.downs), static_cast<unsigned long long>(m.ups),
             static_cast<unsigned long long>(m.phase_held), m.phase_held_ns / 1e6,
-            static_cast<unsigned long long>(b.pauses - b.pauses_logged), p.probe_ns / 1e6);
+            static_cast<unsigned long long>(b.pauses - b.pauses_logged), budget_limit_name(b.limit), p.probe_ns / 1e6);
   b.pauses_logged = b.pauses;
   b.moves = ShareMoves{};
 }
@@ -58,7 +63,11 @@ void start_probe_if_due(const Scene& s, BudgetState* st) {
   }
   st->probe_end_ns = s.now + s.params.probe_ns;
   st->next_probe_ns = s.now + s.params.probe_every_ns;
-  for (auto& [id, b] : st->tenants) log_probe_line(s.params, id, b, s.now);
+  for (auto& [id, b] : st->tenants) {
+    const auto t = std::find_if(s.view.tenants.begin(), s.view.tenants.end(),
+                                [id = id](const slots::GateTenant& v) { return v.id == id; });
+    log_probe_line(s, t != s.view.tenants.end() ? &*t : nullptr, id, b);
+  }
 }
 
 // A budgeted tenant lends its GPUs while no probe runs, it has a share, and no active guaranteed

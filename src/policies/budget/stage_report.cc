@@ -27,6 +27,39 @@ void note_be_quiet(const Scene& s, const slots::GateActions& out, BudgetState* s
   }
 }
 
+namespace {
+
+// The largest share budgeted tenant t may lend (next_share_of's cap): all of its neighbours' SM
+// groups, or what the controller and time sharing allow.
+double largest_share(const Scene& s, const slots::GateTenant& t, double limit) {
+  if (be_groups_beside(t, s.view) != 0) return 1.0;
+  const double cap = s.params.controller.max_share;
+  return t.space_domain.empty() ? std::min(cap, time_share_cap(limit)) : cap;
+}
+
+}  // namespace
+
+uint32_t budget_limit(const Scene& s, const slots::GateTenant& t, const TenantBudget& b, const ShareMoves& m,
+                      double held, uint64_t period_ns) {
+  if (!b.meter.has_solo()) return GPUOS_BUDGET_LIMIT_NO_SOLO;
+  const double budget = t.max_slowdown_permille / 1000.0;
+  const double limit = meter_limit(s.params, t, b);
+  if (held > 1.0 && held - 1.0 >= kSpentFraction * (limit - 1.0)) return GPUOS_BUDGET_LIMIT_SPENT;
+  const bool be_beside = std::any_of(s.view.tenants.begin(), s.view.tenants.end(), [&](const slots::GateTenant& v) {
+    return s.beside(v, t) && active(v);
+  });
+  if (!be_beside) return GPUOS_BUDGET_LIMIT_NO_BE;
+  if (limit - 1.0 < (1.0 - kSpentFraction) * (budget - 1.0)) return GPUOS_BUDGET_LIMIT_MPS;
+  const double high = m.seen ? m.high : b.share;
+  if (high >= largest_share(s, t, limit) - 1e-9 && m.cuts == 0) return GPUOS_BUDGET_LIMIT_SHARE_CAP;
+  if (m.cuts_by_growth > 0 && 2 * m.cuts_by_growth >= m.cuts) return GPUOS_BUDGET_LIMIT_GROWTH;
+  if (m.cuts > 0) return GPUOS_BUDGET_LIMIT_OVER;
+  if (period_ns != 0 && m.phase_held_ns >= kPhaseHeldFraction * static_cast<double>(period_ns)) {
+    return GPUOS_BUDGET_LIMIT_PHASES;
+  }
+  return GPUOS_BUDGET_LIMIT_CONTROL;
+}
+
 void report_budgets(const Scene& s, const BudgetState& st, slots::GateActions* out) {
   for (const slots::GateTenant& t : s.view.tenants) {
     auto it = st.tenants.find(t.id);
@@ -44,6 +77,7 @@ void report_budgets(const Scene& s, const BudgetState& st, slots::GateActions* o
     if (!t.space_domain.empty()) {
       r.mps_cost_permille = static_cast<uint32_t>(std::lround(std::clamp(mps_cost(s.params, b), 0.0, 1.0) * 1000));
     }
+    r.limit = b.limit;
     out->budgets.push_back(r);
   }
 }

@@ -125,6 +125,17 @@ slots::GateActions gate_tenants(const Scene& s, const Lending& lends, BudgetStat
 void hold_long_launches(const Scene& s, BudgetState* st, slots::GateActions* out);
 
 // --- report (stage_report.cc)
+// A budget counts as spent when its meter's p99 used at least this fraction of the excess over 1
+// the meter may use (issue #56: a budget left mostly unspent lends less than it could).
+inline constexpr double kSpentFraction = 0.7;
+// What held budgeted tenant t's budget unspent over the period whose moves are m, its meter's p99
+// then `held` (0 = not measured), or that it was spent (GPUOS_BUDGET_LIMIT_*): the first that
+// holds of no solo times, spent, no best-effort tenant beside it, MPS's cost, the largest share,
+// cuts by load growth, cuts over the budget, phase holds over kPhaseHeldFraction of the period,
+// else the controller's own steps.
+uint32_t budget_limit(const Scene& s, const slots::GateTenant& t, const TenantBudget& b, const ShareMoves& m,
+                      double held, uint64_t period_ns);
+inline constexpr double kPhaseHeldFraction = 0.3;
 // Whether BE work may run beside each budgeted tenant now (its timings are not solo then).
 void note_be_quiet(const Scene& s, const slots::GateActions& out, BudgetState* st);
 // Each budgeted tenant's slowdown and share, for gpuosd's report.
