@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstring>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "common/ipc.h"
@@ -75,6 +76,7 @@ struct SecurityFixture : ::testing::Test {
   }
   gpuos_msg_tenant_info listed(uint32_t id) {
     Connection client;
+    client.peer.admin = true;  // an admin's `gpuos ps`: every tenant
     client.id = 99;
     gpuos_msg_list l{};
     init_header(&l.hdr, GPUOS_MSG_LIST, sizeof(l), 3);
@@ -375,6 +377,55 @@ TEST_F(SecurityFixture, OneTenantPerPidAndACapPerUid) {
   root.peer.uid = 0;
   root.peer.admin = true;
   EXPECT_NE(try_register(root, 901).registered, 0u);
+}
+
+// Issue #62 item 6: `gpuos ps` and `gpuos top` showed every local user every tenant (names, pids,
+// memory). A LIST shows a user their own tenants, live and exited, and the GPUs' memory as those hold
+// it; an admin (root, admin_group) sees every tenant. Who asks is the connection's uid (SO_PEERCRED).
+TEST_F(SecurityFixture, AUserListsOnlyTheirOwnTenants) {
+  make_core({});
+  const std::size_t mine = add(65534);
+  const std::size_t theirs = add(60000);
+  const std::size_t gone = add(60000);
+  put(tenants[mine].cb->mem_used_per_device[0], uint64_t{100} << 20);
+  put(tenants[theirs].cb->mem_used_per_device[0], uint64_t{300} << 20);
+  core->connection_closed(tenants[gone].conn);
+  struct Seen {
+    std::set<uint32_t> ids;  // of TENANT_INFO and TENANT_GPU records alike
+    uint64_t gpu_used = 0;
+  };
+  auto list_as = [&](uid_t uid, bool admin) {
+    Connection c;
+    c.id = 90;
+    c.peer.pid = 700;
+    c.peer.uid = uid;
+    c.peer.admin = admin;
+    gpuos_msg_list l{};
+    init_header(&l.hdr, GPUOS_MSG_LIST, sizeof(l), 3);
+    l.flags = GPUOS_LIST_INCLUDE_EXITED | GPUOS_LIST_WITH_GPUS;
+    Seen s;
+    for (const Outgoing& o : core->handle_message(c, &l, sizeof(l)).replies) {
+      gpuos_msg_header h;
+      std::memcpy(&h, o.bytes.data(), sizeof(h));
+      if (h.type == GPUOS_MSG_GPU_INFO) s.gpu_used = tenant_side::decode<gpuos_msg_gpu_info>(o).used_mem_bytes;
+      if (h.type == GPUOS_MSG_TENANT_INFO) s.ids.insert(tenant_side::decode<gpuos_msg_tenant_info>(o).tenant_id);
+      if (h.type == GPUOS_MSG_TENANT_GPU) s.ids.insert(tenant_side::decode<gpuos_msg_tenant_gpu>(o).tenant_id);
+    }
+    return s;
+  };
+  const uint32_t a = tenants[mine].id, b = tenants[theirs].id, c = tenants[gone].id;
+  Seen s = list_as(65534, false);
+  EXPECT_EQ(s.ids, (std::set<uint32_t>{a}));
+  EXPECT_EQ(s.gpu_used, uint64_t{100} << 20);
+  s = list_as(60000, false);
+  EXPECT_EQ(s.ids, (std::set<uint32_t>{b, c}));  // its exited tenant too
+  EXPECT_EQ(s.gpu_used, uint64_t{300} << 20);
+  EXPECT_TRUE(list_as(1000, false).ids.empty());
+  for (uid_t admin : {0u, 1000u}) {  // root, and a member of admin_group
+    s = list_as(admin, true);
+    EXPECT_EQ(s.ids, (std::set<uint32_t>{a, b, c}));
+    EXPECT_EQ(s.gpu_used, uint64_t{400} << 20);
+  }
 }
 
 // A swap pool is host memory: not for a tenant that cannot swap, and gone with its tenant.
