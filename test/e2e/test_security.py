@@ -679,6 +679,54 @@ class Security(unittest.TestCase):
         for name in ("attacker-job", "victim-job"):
             self.assertIn('tenant="%s"' % name, metrics)
 
+    # --- 7. fail closed where a claim or a class was asked for (issue #62 item 4) ---
+
+    def run_guaranteed(self, socket_path, env, uid=None, tenant_class="guaranteed"):
+        """`gpuos run --class tenant_class` of the interpose probe on socket_path, as uid."""
+        env = dict(env, GPUOS_CONFIG="")
+        env.pop("LD_PRELOAD", None)  # gpuos run sets it
+        return subprocess.run([bin_path("gpuos"), "run", "--class", tenant_class, "--socket", socket_path, "--",
+                               bin_path("gpuos-interpose-probe"), "--launches", "2", "--graph-replays", "1"],
+                              env=env, capture_output=True, text=True, timeout=60,
+                              **(as_user(uid) if uid is not None else {}))
+
+    def test_a_claim_or_a_guarantee_that_cannot_register_fails_closed(self):
+        # Issue #62 item 4: a claim's container that reached no gpuosd, and `gpuos run --class
+        # guaranteed` with none, ran ungoverned (pass-through, one warning). Both now fail closed; a
+        # plain process (no claim, no class asked) still passes through.
+        nowhere = os.path.join(self.tmp, "none", "gpuosd.sock")
+        env = self.tenant_env(None, nowhere)
+        r = self.probe(env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stderr.count("pass-through"), 1, r.stderr)
+        claim = "11111111-2222-4333-8444-555555555555"
+        r = self.probe(dict(env, GPUOS_CLAIM_UID=claim))
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("CUDA_ERROR_NOT_PERMITTED", r.stderr)
+        self.assertEqual(r.stderr.count("refusing CUDA: claim %s runs governed or not at all" % claim), 1, r.stderr)
+        self.assertNotIn("pass-through", r.stderr)
+        # --class guaranteed with no gpuosd: the program is not run at all.
+        r = self.run_guaranteed(nowhere, env)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertEqual(r.stdout, "")
+        self.assertIn("gpuos run: --class guaranteed: socket directory %s:" % os.path.dirname(nowhere), r.stderr)
+        self.assertIn("not running %s ungoverned" % bin_path("gpuos-interpose-probe"), r.stderr)
+        # A gpuosd that answers but refuses the registration (the user's connections are all taken):
+        # CUDA fails; asked for best-effort, the same program passes through.
+        d = self.daemon("[daemon]\nidle_timeout_ms = 0\nmax_connections_per_uid = 1\n")
+        holder, got = self.hold_connections(d.socket, 1)
+        self.assertEqual(got["accepted"], 1, got)
+        env = self.tenant_env(d, d.socket, ATTACKER)
+        r = self.run_guaranteed(d.socket, env, ATTACKER)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("CUDA_ERROR_NOT_PERMITTED", r.stderr)
+        self.assertIn("too many connections from uid %d" % ATTACKER, r.stderr)
+        r = self.run_guaranteed(d.socket, env, ATTACKER, tenant_class="best-effort")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stderr.count("pass-through"), 1, r.stderr)
+        holder.stdin.close()
+        holder.wait(timeout=30)
+
     # --- 3. terminal escapes in tenant names ---
 
     def test_tenant_names_cannot_drive_the_terminal(self):
