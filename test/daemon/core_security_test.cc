@@ -428,6 +428,37 @@ TEST_F(SecurityFixture, AUserListsOnlyTheirOwnTenants) {
   }
 }
 
+// Issue #62 item 3: signal reprieves were counted per process: five processes of one best-effort
+// user, woken by a signal at their closed gates in turn beside a busy guaranteed tenant, each had its
+// gate opened for a second. They count per user (or claim): the first is opened, the others wait for
+// the cooldown (20 s); another user's tenant beside them still has its own.
+TEST_F(SecurityFixture, SignalReprievesCountPerUser) {
+  CoreOptions o;
+  o.time_gate = std::make_unique<policies::PriorityPolicy>(policies::PriorityParams{});
+  make_core(std::move(o));
+  const std::size_t hp = add(0, GPUOS_CLASS_GUARANTEED, 0, true);
+  std::vector<std::size_t> mine;
+  for (int i = 0; i < 5; ++i) mine.push_back(add(65534));
+  const std::size_t honest = add(60000);
+  activity(hp, true);
+  auto gate = [&](std::size_t i) { return load(tenants[i].grants->gate); };
+  auto signal = [&](std::size_t i) {
+    put(tenants[i].cb->waiting, 1u);
+    put(tenants[i].cb->signalled, 1u);
+    activity(i, false);  // (its ACTIVITY: gpuosd decides again)
+    return gate(i) == GPUOS_GATE_OPEN;
+  };
+  int reprieved = 0;
+  for (std::size_t i : mine) {
+    ASSERT_EQ(gate(i), static_cast<uint32_t>(GPUOS_GATE_CLOSED));
+    reprieved += signal(i) ? 1 : 0;
+    mono += 2'000'000'000;  // past the grace (1 s): the reprieve ends at the next decision
+    core->tick(mono);
+  }
+  EXPECT_EQ(reprieved, 1);
+  EXPECT_TRUE(signal(honest));
+}
+
 // A swap pool is host memory: not for a tenant that cannot swap, and gone with its tenant.
 TEST_F(SecurityFixture, SwapPoolsOnlyForSwappableTenantsAndFreedWithTheirTenant) {
   CoreOptions o;
