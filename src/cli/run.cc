@@ -14,6 +14,7 @@
 #include "cli/commands.h"
 #include "cli/simulate.h"
 #include "client/client.h"
+#include "common/command_line.h"
 #include "common/config.h"
 #include "common/tenant_numbers.h"
 #include "policies/budget/budget.h"
@@ -207,6 +208,15 @@ int run_command(const RunOptions& o, const std::vector<std::string>& cmd) {
     return 2;
   }
 
+  // A guaranteed class is gpuosd's to give: asked for in so many words, the program runs governed
+  // or not at all (the interposer fails CUDA if its registration fails later, GPUOS_ON_NO_DAEMON).
+  const bool must_register = o.tenant_class == "guaranteed";
+  if (std::string no_daemon; must_register && !daemon_answers(socket, &no_daemon)) {
+    std::fprintf(stderr, "gpuos run: --class guaranteed: %s; not running %s ungoverned\n", no_daemon.c_str(),
+                 cmd[0].c_str());
+    return kExitFailure;
+  }
+
   setenv("LD_PRELOAD", ld.c_str(), 1);
   // A default socket where no daemon answers yet is not pinned: the interposer looks again (the
   // user's own socket, then the system one) at the program's first CUDA call.
@@ -216,7 +226,7 @@ int run_command(const RunOptions& o, const std::vector<std::string>& cmd) {
     if (text.empty()) unsetenv(var.c_str());
     else setenv(var.c_str(), text.c_str(), 1);
   }
-  setenv("GPUOS_ON_NO_DAEMON", cfg.on_no_daemon.c_str(), 1);
+  setenv("GPUOS_ON_NO_DAEMON", must_register ? "refuse" : cfg.on_no_daemon.c_str(), 1);
   if (o.swap) setenv("GPUOS_SWAP", "1", 1);
   if (o.max_slowdown_permille != 0) {
     const std::string budget_text = slowdown_text(o.max_slowdown_permille);

@@ -165,6 +165,12 @@ std::string resolve_socket(const std::string& socket_opt, const Config& cfg, std
   return own;  // none answers: the caller says so, naming the user's own socket
 }
 
+bool daemon_answers(const std::string& socket, std::string* err) {
+  const int fd = connect_or_explain(socket, err);
+  if (fd < 0) return false;
+  close(fd);
+  return true;
+}
 
 namespace {
 

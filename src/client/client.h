@@ -32,6 +32,9 @@ struct Listing {
 std::string resolve_socket(const std::string& socket_opt, const Config& cfg, std::string* why = nullptr,
                            bool* answered = nullptr);
 
+// Whether a gpuosd answers on `socket`, with the checks every client makes (its directory, its
+// uid); false with the reason in *err.
+bool daemon_answers(const std::string& socket, std::string* err);
 
 // Each returns false with a one-line reason in *err (no daemon, refused, malformed reply...).
 bool list_tenants(const std::string& socket, bool include_exited, Listing* out, std::string* err);

@@ -337,9 +337,17 @@ gpuos_control_block* ensure_registered() {
   int sock = -1;
   cb = register_with_daemon(why, sizeof(why), &sock);
   if (cb == nullptr) {
+    // A claim's container was sent to gpuosd by the claim (gpuos-dra's CDI spec): ungoverned, it
+    // would run outside every limit the claim set. It fails closed whatever GPUOS_ON_NO_DAEMON says.
+    const char* claim = std::getenv("GPUOS_CLAIM_UID");
     const char* mode = std::getenv("GPUOS_ON_NO_DAEMON");
-    if (mode != nullptr && !std::strcmp(mode, "refuse")) {
-      log(LogLevel::kError, "%s; refusing CUDA (GPUOS_ON_NO_DAEMON=refuse)", why);
+    const bool claimed = claim != nullptr && *claim != '\0';
+    if (claimed || (mode != nullptr && !std::strcmp(mode, "refuse"))) {
+      if (claimed) {
+        log(LogLevel::kError, "%s; refusing CUDA: claim %.64s runs governed or not at all (GPUOS_CLAIM_UID)", why, claim);
+      } else {
+        log(LogLevel::kError, "%s; refusing CUDA (GPUOS_ON_NO_DAEMON=refuse)", why);
+      }
       g_refused.store(true, std::memory_order_relaxed);
       return nullptr;
     }

@@ -35,6 +35,10 @@ struct GateTenant {
   uint32_t id = 0;
   pid_t pid = 0;
   uid_t uid = 0;
+  // Who its limits per user count against (signal reprieves): its claim ("claim UID") when it came by
+  // one, else its uid ("uid N"). The core's word: pods all run as root, and a uid tells them apart
+  // no more than a process id tells users apart.
+  std::string owner;
   std::string name;
   std::string space_domain;  // spatial-sharing domain ("" = none): its tenants share in space
   bool space_confined = false;  // in a domain and placed on a partition (a space mask) on some GPU

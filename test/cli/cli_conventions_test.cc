@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <regex>
 #include <sstream>
 #include <string>
@@ -27,7 +28,19 @@ class CliConventions : public ::testing::Test {
     ASSERT_NE(mkdtemp(tmpl), nullptr);
     dir = tmpl;
   }
-  void TearDown() override { std::filesystem::remove_all(dir); }
+  void TearDown() override {
+    daemon_.reset();
+    std::filesystem::remove_all(dir);
+  }
+  // The socket of a gpuosd (started at the first call, stopped with the test): `gpuos run --class
+  // guaranteed` runs its program only where one answers.
+  std::string daemon_socket() {
+    const std::string sock = dir + "/gpuosd/gpuosd.sock";
+    if (!daemon_) daemon_.emplace(start_gpuosd(sock, write("gpuosd.toml", "")));  // (a temporary guard would stop it)
+    EXPECT_GT(daemon_->pid, 0) << "gpuosd did not start";
+    return sock;
+  }
+  std::optional<DaemonGuard> daemon_;
   std::string write(const std::string& name, const std::string& text) {
     std::string p = dir + "/" + name;
     std::ofstream(p) << text;
@@ -159,7 +172,9 @@ TEST_F(CliConventions, UnknownOptionsAreUsageErrorsNamedByTheProgram) {
     EXPECT_FALSE(std::filesystem::exists(marker)) << line << ": the job ran";
   }
   // A known option and the command still run.
-  Result ok = run({GPUOS_CLI_BIN, "run", "--config", cfg, "--class", "guaranteed", "--", "sh", "-c", job}, run_env());
+  Result ok = run({GPUOS_CLI_BIN, "run", "--config", cfg, "--socket", daemon_socket(), "--class", "guaranteed", "--",
+                   "sh", "-c", job},
+                  run_env());
   EXPECT_EQ(ok.code, 0) << ok.err;
   EXPECT_TRUE(std::filesystem::exists(marker));
 }
@@ -210,7 +225,7 @@ TEST_F(CliConventions, RunRefusesValuesThatWouldBeIgnoredLater) {
       {{"--weight", "10000"}, "GPUOS_TENANT_WEIGHT", "10000"},
   };
   for (const auto& [opts, var, value] : good) {
-    std::vector<std::string> args = {GPUOS_CLI_BIN, "run", "--config", cfg};
+    std::vector<std::string> args = {GPUOS_CLI_BIN, "run", "--config", cfg, "--socket", daemon_socket()};
     args.insert(args.end(), opts.begin(), opts.end());
     args.insert(args.end(), {"--", "sh", "-c", "echo $" + var});
     Result r = run(args, run_env());
@@ -223,8 +238,8 @@ TEST_F(CliConventions, RunRefusesValuesThatWouldBeIgnoredLater) {
 // dropped; under "budget" nothing is said.
 TEST_F(CliConventions, RunWarnsOfABudgetNoPolicyKeeps) {
   const std::string open_cfg = write("open.toml", "[scheduler]\npolicy = \"priority\"\n");
-  Result r = run({GPUOS_CLI_BIN, "run", "--config", open_cfg, "--class", "guaranteed", "--max-slowdown", "1.5", "--",
-                  "true"},
+  Result r = run({GPUOS_CLI_BIN, "run", "--config", open_cfg, "--socket", daemon_socket(), "--class", "guaranteed",
+                  "--max-slowdown", "1.5", "--", "true"},
                  run_env());
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.err.find("gpuos run: warning: --max-slowdown 1.5: " + open_cfg +
@@ -232,8 +247,8 @@ TEST_F(CliConventions, RunWarnsOfABudgetNoPolicyKeeps) {
             std::string::npos)
       << r.err;
   const std::string budget_cfg = write("budget.toml", "[scheduler]\npolicy = \"budget\"\n");
-  Result b = run({GPUOS_CLI_BIN, "run", "--config", budget_cfg, "--class", "guaranteed", "--max-slowdown", "1.5",
-                  "--", "true"},
+  Result b = run({GPUOS_CLI_BIN, "run", "--config", budget_cfg, "--socket", daemon_socket(), "--class", "guaranteed",
+                  "--max-slowdown", "1.5", "--", "true"},
                  run_env());
   EXPECT_EQ(b.code, 0) << b.err;
   EXPECT_EQ(b.err.find("warning"), std::string::npos) << b.err;

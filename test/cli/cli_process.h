@@ -110,6 +110,11 @@ inline pid_t start_daemon(const std::vector<std::string>& args, const std::strin
   return -1;
 }
 
+// Starts gpuosd on sock (zero GPUs, no metrics), as uid when non-zero; waits until it answers.
+inline pid_t start_gpuosd(const std::string& sock, const std::string& cfg, uid_t uid = 0) {
+  return start_daemon({GPUOSD_BIN, "--socket", sock, "--config", cfg, "--metrics-listen", ""}, sock, "", uid);
+}
+
 // Stops the daemon when the test ends, also on a failed ASSERT.
 struct DaemonGuard {
   pid_t pid;

@@ -28,6 +28,7 @@ namespace {
 using gpuos::clitest::DaemonGuard;
 using gpuos::clitest::Result;
 using gpuos::clitest::run;
+using gpuos::clitest::start_gpuosd;
 
 class Cli : public ::testing::Test {
  protected:
@@ -91,6 +92,31 @@ TEST_F(Cli, RunPrependsToAnExistingPreloadAndTakesOptions) {
   EXPECT_NE(bad.code, 0);
   Result badclass = run({GPUOS_CLI_BIN, "run", "--class", "vip", "--", "true"}, base_env());
   EXPECT_NE(badclass.code, 0);
+}
+
+// Issue #62 item 4: `gpuos run --class guaranteed` where no gpuosd answers ran the program
+// ungoverned. It is not run at all; the class from the config's default_class is no such request
+// (RunSetsTheTenantEnvironmentAndPassesTheExitCode), and where a gpuosd answers the program runs with
+// GPUOS_ON_NO_DAEMON=refuse, so that a registration refused later fails CUDA.
+TEST_F(Cli, RunClassGuaranteedRunsGovernedOrNotAtAll) {
+  std::string cfg = write("c.toml", "");
+  auto run_guaranteed = [&](const std::string& sock) {
+    return run({GPUOS_CLI_BIN, "run", "--config", cfg, "--socket", sock, "--class", "guaranteed", "--", "sh", "-c",
+                "echo $GPUOS_ON_NO_DAEMON; exit 7"},
+               base_env());
+  };
+  Result none = run_guaranteed(dir + "/none/gpuosd.sock");
+  EXPECT_EQ(none.code, 1) << none.err;
+  EXPECT_EQ(none.out, "");
+  EXPECT_NE(none.err.find("gpuos run: --class guaranteed: socket directory " + dir + "/none:"), std::string::npos)
+      << none.err;
+  EXPECT_NE(none.err.find("; not running sh ungoverned"), std::string::npos) << none.err;
+  const std::string sock = dir + "/gpuosd/gpuosd.sock";
+  DaemonGuard d{start_gpuosd(sock, cfg)};
+  ASSERT_GT(d.pid, 0);
+  Result ran = run_guaranteed(sock);
+  EXPECT_EQ(ran.code, 7) << ran.err;
+  EXPECT_EQ(ran.out, "refuse\n");
 }
 
 TEST_F(Cli, BothBinariesTellTheirVersion) {
@@ -204,9 +230,13 @@ TEST_F(Cli, TestsReadNoSystemConfigOrDaemon) {
 TEST_F(Cli, RunWarnsWhenMpsAloneSpendsTheBudget) {
   std::string cfg = write("c.toml", "[scheduler]\npolicy = \"budget\"\n[policy.budget]\nmps_cost_pct = 10\n"
                                     "[spatial]\nmps_dir = \"" + dir + "/mps\"\n[[spatial.domain]]\nname = \"dom\"\n");
+  // gpuosd answers `--space dom` from the same config (its MPS is unavailable here: said, not fatal).
+  const std::string sock = dir + "/gpuosd/gpuosd.sock";
+  DaemonGuard d{start_gpuosd(sock, cfg)};
+  ASSERT_GT(d.pid, 0);
   auto cmd = [&](const char* budget, bool space) {
-    std::vector<std::string> c = {GPUOS_CLI_BIN, "run", "--config", cfg, "--class", "guaranteed", "--max-slowdown",
-                                  budget};
+    std::vector<std::string> c = {GPUOS_CLI_BIN, "run", "--config", cfg, "--socket", sock, "--class", "guaranteed",
+                                  "--max-slowdown", budget};
     if (space) c.insert(c.end(), {"--space", "dom"});
     c.insert(c.end(), {"--", "true"});
     return c;
@@ -388,12 +418,6 @@ TEST_F(Cli, PsJsonGateAndSigtermAgainstALiveDaemon) {
 }
 
 // --- Issue #22: other local users are untrusted ---
-
-// Starts gpuosd on sock (zero GPUs, no metrics), as uid when non-zero; waits until it answers.
-pid_t start_gpuosd(const std::string& sock, const std::string& cfg, uid_t uid = 0) {
-  return gpuos::clitest::start_daemon({GPUOSD_BIN, "--socket", sock, "--config", cfg, "--metrics-listen", ""}, sock,
-                                      "", uid);
-}
 
 // Another user's gpuosd must not be believed: the CLI refuses a socket directory that user owns,
 // and a daemon that runs as that user even when its socket sits in a directory of ours.

@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstring>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "common/ipc.h"
@@ -75,6 +76,7 @@ struct SecurityFixture : ::testing::Test {
   }
   gpuos_msg_tenant_info listed(uint32_t id) {
     Connection client;
+    client.peer.admin = true;  // an admin's `gpuos ps`: every tenant
     client.id = 99;
     gpuos_msg_list l{};
     init_header(&l.hdr, GPUOS_MSG_LIST, sizeof(l), 3);
@@ -375,6 +377,86 @@ TEST_F(SecurityFixture, OneTenantPerPidAndACapPerUid) {
   root.peer.uid = 0;
   root.peer.admin = true;
   EXPECT_NE(try_register(root, 901).registered, 0u);
+}
+
+// Issue #62 item 6: `gpuos ps` and `gpuos top` showed every local user every tenant (names, pids,
+// memory). A LIST shows a user their own tenants, live and exited, and the GPUs' memory as those hold
+// it; an admin (root, admin_group) sees every tenant. Who asks is the connection's uid (SO_PEERCRED).
+TEST_F(SecurityFixture, AUserListsOnlyTheirOwnTenants) {
+  make_core({});
+  const std::size_t mine = add(65534);
+  const std::size_t theirs = add(60000);
+  const std::size_t gone = add(60000);
+  put(tenants[mine].cb->mem_used_per_device[0], uint64_t{100} << 20);
+  put(tenants[theirs].cb->mem_used_per_device[0], uint64_t{300} << 20);
+  core->connection_closed(tenants[gone].conn);
+  struct Seen {
+    std::set<uint32_t> ids;  // of TENANT_INFO and TENANT_GPU records alike
+    uint64_t gpu_used = 0;
+  };
+  auto list_as = [&](uid_t uid, bool admin) {
+    Connection c;
+    c.id = 90;
+    c.peer.pid = 700;
+    c.peer.uid = uid;
+    c.peer.admin = admin;
+    gpuos_msg_list l{};
+    init_header(&l.hdr, GPUOS_MSG_LIST, sizeof(l), 3);
+    l.flags = GPUOS_LIST_INCLUDE_EXITED | GPUOS_LIST_WITH_GPUS;
+    Seen s;
+    for (const Outgoing& o : core->handle_message(c, &l, sizeof(l)).replies) {
+      gpuos_msg_header h;
+      std::memcpy(&h, o.bytes.data(), sizeof(h));
+      if (h.type == GPUOS_MSG_GPU_INFO) s.gpu_used = tenant_side::decode<gpuos_msg_gpu_info>(o).used_mem_bytes;
+      if (h.type == GPUOS_MSG_TENANT_INFO) s.ids.insert(tenant_side::decode<gpuos_msg_tenant_info>(o).tenant_id);
+      if (h.type == GPUOS_MSG_TENANT_GPU) s.ids.insert(tenant_side::decode<gpuos_msg_tenant_gpu>(o).tenant_id);
+    }
+    return s;
+  };
+  const uint32_t a = tenants[mine].id, b = tenants[theirs].id, c = tenants[gone].id;
+  Seen s = list_as(65534, false);
+  EXPECT_EQ(s.ids, (std::set<uint32_t>{a}));
+  EXPECT_EQ(s.gpu_used, uint64_t{100} << 20);
+  s = list_as(60000, false);
+  EXPECT_EQ(s.ids, (std::set<uint32_t>{b, c}));  // its exited tenant too
+  EXPECT_EQ(s.gpu_used, uint64_t{300} << 20);
+  EXPECT_TRUE(list_as(1000, false).ids.empty());
+  for (uid_t admin : {0u, 1000u}) {  // root, and a member of admin_group
+    s = list_as(admin, true);
+    EXPECT_EQ(s.ids, (std::set<uint32_t>{a, b, c}));
+    EXPECT_EQ(s.gpu_used, uint64_t{400} << 20);
+  }
+}
+
+// Issue #62 item 3: signal reprieves were counted per process: five processes of one best-effort
+// user, woken by a signal at their closed gates in turn beside a busy guaranteed tenant, each had its
+// gate opened for a second. They count per user (or claim): the first is opened, the others wait for
+// the cooldown (20 s); another user's tenant beside them still has its own.
+TEST_F(SecurityFixture, SignalReprievesCountPerUser) {
+  CoreOptions o;
+  o.time_gate = std::make_unique<policies::PriorityPolicy>(policies::PriorityParams{});
+  make_core(std::move(o));
+  const std::size_t hp = add(0, GPUOS_CLASS_GUARANTEED, 0, true);
+  std::vector<std::size_t> mine;
+  for (int i = 0; i < 5; ++i) mine.push_back(add(65534));
+  const std::size_t honest = add(60000);
+  activity(hp, true);
+  auto gate = [&](std::size_t i) { return load(tenants[i].grants->gate); };
+  auto signal = [&](std::size_t i) {
+    put(tenants[i].cb->waiting, 1u);
+    put(tenants[i].cb->signalled, 1u);
+    activity(i, false);  // (its ACTIVITY: gpuosd decides again)
+    return gate(i) == GPUOS_GATE_OPEN;
+  };
+  int reprieved = 0;
+  for (std::size_t i : mine) {
+    ASSERT_EQ(gate(i), static_cast<uint32_t>(GPUOS_GATE_CLOSED));
+    reprieved += signal(i) ? 1 : 0;
+    mono += 2'000'000'000;  // past the grace (1 s): the reprieve ends at the next decision
+    core->tick(mono);
+  }
+  EXPECT_EQ(reprieved, 1);
+  EXPECT_TRUE(signal(honest));
 }
 
 // A swap pool is host memory: not for a tenant that cannot swap, and gone with its tenant.

@@ -103,6 +103,7 @@ TEST_F(SlotsFixture, SpaceSlotPartitionsADomainThroughTheBlocks) {
   EXPECT_EQ(core->space_failures(), 0u);
   // LIST shows the partition's SMs.
   Connection client;
+  client.peer.admin = true;  // an admin's `gpuos ps`: every tenant
   client.id = 99;
   gpuos_msg_list l{};
   init_header(&l.hdr, GPUOS_MSG_LIST, sizeof(l), 3);
@@ -179,6 +180,7 @@ TEST_F(SlotsFixture, TheTimeGateSizesABestEffortPartitionBesideAWholeGpuTenant) 
   EXPECT_EQ(pacer->planned_groups, 15u) << "the plan, not the trimmed mask";
   // ps shows its share as the part of its planned groups it may use: 3 of 15.
   Connection client;
+  client.peer.admin = true;  // an admin's `gpuos ps`: every tenant
   client.id = 99;
   gpuos_msg_list l{};
   init_header(&l.hdr, GPUOS_MSG_LIST, sizeof(l), 3);

@@ -238,6 +238,7 @@ TEST_F(Fixture, ListReportsCountersAndGates) {
   EXPECT_EQ(grants->grant_epoch, 1u);
 
   Connection client;
+  client.peer.admin = true;  // an admin's `gpuos ps`: every tenant
   client.id = 2;
   gpuos_msg_list l{};
   init_header(&l.hdr, GPUOS_MSG_LIST, sizeof(l), 9);
@@ -342,6 +343,7 @@ TEST_F(Fixture, ListTellsAnAdminHoldFromAPolicyGate) {
   ASSERT_NE(id, 0u);
   auto listed = [&] {
     Connection client;
+    client.peer.admin = true;  // an admin's `gpuos ps`: every tenant
     client.id = 2;
     gpuos_msg_list l{};
     init_header(&l.hdr, GPUOS_MSG_LIST, sizeof(l), 9);
@@ -670,6 +672,7 @@ TEST_F(ActivityFixture, ListShowsTheGateWaitInProgress) {
   gpuos_control_block* cb = map_block(reg);
   auto listed = [&] {
     Connection client;
+    client.peer.admin = true;  // an admin's `gpuos ps`: every tenant
     client.id = 2;
     gpuos_msg_list l{};
     init_header(&l.hdr, GPUOS_MSG_LIST, sizeof(l), 9);

@@ -40,6 +40,13 @@ TEST_F(GateFixture, TheViewHasEveryLiveTenantAsGpuosdSetIt) {
   EXPECT_EQ(view.tenants[1].gate, GPUOS_GATE_CLOSED);  // the pin, not the word
   EXPECT_TRUE(view.tenants[1].pinned);
   EXPECT_FALSE(view.tenants[0].admitting);
+  // Whom its limits per user count against: its uid, or its claim when it came by one (pods all run
+  // as root).
+  live.tenants.at(1).uid = 65534;
+  live.tenants.at(2).kube.claim_uid = "11111111-2222-4333-8444-555555555555";
+  ASSERT_TRUE(engine.make_view(live.tenants, slots::Event::kActivity, 2, 7, &view));
+  EXPECT_EQ(view.tenants[0].owner, "uid 65534");
+  EXPECT_EQ(view.tenants[1].owner, "claim 11111111-2222-4333-8444-555555555555");
   // Its engine's phase (gpuos_kv_report_phase): admitting only for the one value that says so.
   for (const uint32_t phase : {GPUOS_KV_PHASE_ADMISSION, GPUOS_KV_PHASE_STEP, 77u}) {
     live.tenants.at(1).cb->engine_phase = phase;

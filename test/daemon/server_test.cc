@@ -586,15 +586,15 @@ class ClaimSocketsLive : public LiveDaemon {
     co.claim_socket_root = path;
     co.one_tenant_per_pid = false;  // this one process plays several tenants
   }
-  // Prepares a claim of pod kClaimPod; its socket's path.
-  std::string prepare(const std::string& uid) {
+  // Prepares a claim of pod `pod`; its socket's path.
+  std::string prepare(const std::string& uid, const char* pod = kClaimPod) {
     gpuos_msg_claim_prepare m{};
     init_header(&m.hdr, GPUOS_MSG_CLAIM_PREPARE, sizeof(m), 7);
     copy_name(m.claim_uid, sizeof(m.claim_uid), uid.c_str());
     copy_name(m.claim_namespace, sizeof(m.claim_namespace), "inference");
     copy_name(m.claim_name, sizeof(m.claim_name), ("c-" + uid.substr(0, 8)).c_str());
     copy_name(m.pod_name, sizeof(m.pod_name), "llm-0");
-    copy_name(m.pod_uid, sizeof(m.pod_uid), kClaimPod);
+    copy_name(m.pod_uid, sizeof(m.pod_uid), pod);
     m.tenant_class = GPUOS_CLASS_BEST_EFFORT;
     m.weight = 100;
     gpuos_msg_reply r = request(&m, sizeof(m), false);
@@ -640,10 +640,13 @@ TEST_F(ClaimSocketsLive, AHostProcessIsRefusedOnAClaimsSocket) {
   EXPECT_EQ(list(false).gpus.size(), 1u);  // gpuosd's own socket serves it as before
 }
 
-// The claim's containers (a stand-in says every peer is in the claim's pod) are served; and a uid's
-// connections are counted across every socket, not per claim (issue #42, 4: 64 on the main socket
-// plus 50 on each of 5 claims' filled the table).
-class ClaimSocketsPerUid : public ClaimSocketsLive {
+constexpr const char* kOtherPod = "1a2b3c4d-5e6f-4a7b-8c9d-0e1f2a3b4c5d";
+// The pod the stand-in below puts the next peer in (every peer is this test process).
+std::atomic<const char*> g_peer_pod{kClaimPod};
+
+// The claim's containers (a stand-in says which pod each peer is in) are served, and their
+// connections count against their pod, not their uid.
+class ClaimSocketsPerPod : public ClaimSocketsLive {
  protected:
   void SetUp() override {
     if (geteuid() != 0) GTEST_SKIP() << "needs root to act as a second user";
@@ -658,39 +661,44 @@ class ClaimSocketsPerUid : public ClaimSocketsLive {
       ClaimPeer p;
       p.pid = pid;
       p.uid = uid;
-      p.pod_uid = kClaimPod;
+      p.pod_uid = g_peer_pod.load();
       p.ns_known = true;
       return p;
     };
   }
 };
 
-TEST_F(ClaimSocketsPerUid, AUidsConnectionsCountAcrossEverySocket) {
-  const std::string a = prepare("11111111-2222-4333-8444-555555555555");
-  const std::string b = prepare("22222222-2222-4333-8444-555555555555");
+// Issue #62 item 3: connections were capped per uid, and pods all run as root: root in pod A held
+// uid 0's whole share, and pod B's tenants were refused (and ran ungoverned). A pod's connections
+// count against its pod, on all of its claims' sockets together (issue #42, 4: 50 on each of 5
+// claims' filled the table), and a host user's against its uid: each still gets in.
+TEST_F(ClaimSocketsPerPod, APodCannotTakeAnotherPodsConnections) {
+  const std::string a1 = prepare("11111111-2222-4333-8444-555555555555");
+  const std::string a2 = prepare("22222222-2222-4333-8444-555555555555");
+  const std::string b = prepare("33333333-2222-4333-8444-555555555555", kOtherPod);
   std::vector<int> held;
+  Reply r;
+  auto served = [&](const std::string& sock) {
+    held.push_back(talk(sock, registration(), &r));
+    return r.len > 0 && r.type() == GPUOS_MSG_REGISTER_REPLY && r.as<gpuos_msg_register_reply>().status == GPUOS_OK;
+  };
+  g_peer_pod = kClaimPod;  // root in pod A: two tenants on each of its claims' sockets
+  for (const std::string* sock : {&a1, &a1, &a2, &a2}) EXPECT_TRUE(served(*sock));
+  EXPECT_FALSE(served(a2)) << "served beyond the pod's share";
+  ASSERT_EQ(r.type(), static_cast<uint32_t>(GPUOS_MSG_REPLY));
+  EXPECT_EQ(r.as<gpuos_msg_reply>().status, GPUOS_ERR_LIMIT);
+  EXPECT_NE(std::string(r.as<gpuos_msg_reply>().text).find(std::string("from pod ") + kClaimPod), std::string::npos)
+      << r.as<gpuos_msg_reply>().text;
+  g_peer_pod = kOtherPod;  // root in pod B, an honest tenant beside it
+  EXPECT_TRUE(served(b)) << (r.len > 0 ? r.as<gpuos_msg_reply>().text : "no answer");
+  g_peer_pod = kClaimPod;
   {
-    AsUser as(65534);
+    AsUser as(65534);  // a host user's connections: its uid's share
     ASSERT_TRUE(as.ok());
     gpuos_msg_list l{};
     init_header(&l.hdr, GPUOS_MSG_LIST, sizeof(l), 1);
-    Reply r;
-    for (int i = 0; i < 2; ++i) {  // two on gpuosd's socket: served (the listing starts)
-      held.push_back(talk(path, l, &r));
-      EXPECT_EQ(r.type(), static_cast<uint32_t>(GPUOS_MSG_GPU_INFO));
-    }
-    for (int i = 0; i < 2; ++i) {  // two tenants on claim a's socket (the stand-in puts them in its pod)
-      held.push_back(talk(a, registration(), &r));
-      ASSERT_EQ(r.type(), static_cast<uint32_t>(GPUOS_MSG_REGISTER_REPLY));
-      EXPECT_EQ(r.as<gpuos_msg_register_reply>().status, GPUOS_OK) << r.as<gpuos_msg_register_reply>().text;
-    }
-    // The uid's fifth connection, on claim b's socket: over its share.
-    held.push_back(talk(b, registration(), &r));
-    ASSERT_GT(r.len, 0);
-    ASSERT_EQ(r.type(), static_cast<uint32_t>(GPUOS_MSG_REPLY)) << "served beyond the uid's share";
-    EXPECT_EQ(r.as<gpuos_msg_reply>().status, GPUOS_ERR_LIMIT);
-    EXPECT_NE(std::string(r.as<gpuos_msg_reply>().text).find("from uid 65534"), std::string::npos)
-        << r.as<gpuos_msg_reply>().text;
+    held.push_back(talk(path, l, &r));
+    EXPECT_EQ(r.type(), static_cast<uint32_t>(GPUOS_MSG_GPU_INFO));
   }
   for (int s : held) close(s);
 }

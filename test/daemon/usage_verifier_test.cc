@@ -457,6 +457,7 @@ TEST(CoreUsageCheck, CountsReportsAndEnforces) {
   EXPECT_EQ(core.tenant_stats(mono).at(1).violations, 1u);
   // A tenant's verified memory and violations reach LIST (ps --json) and the metrics.
   Connection client;
+  client.peer.admin = true;  // an admin's `gpuos ps`: every tenant
   client.id = 99;
   gpuos_msg_list l{};
   init_header(&l.hdr, GPUOS_MSG_LIST, sizeof(l), 3);

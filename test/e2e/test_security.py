@@ -627,6 +627,106 @@ class Security(unittest.TestCase):
         self.assertNotIn("tenant %d: swapping out" % v["id"], d.log_text())
         self.assertIsNone(victim.poll())
 
+    # --- 6. each user sees their own (issue #62 item 6) ---
+
+    def user_tenant(self, d, uid, name, hold=True):
+        """A probe of uid, registered with d as `name`; holding 60 s once done (hold), else exited.
+        Returns it and its record, once it made its last allocation call (its memory no longer moves)."""
+        env = dict(self.tenant_env(d, d.socket, uid), GPUOS_TENANT_NAME=name)
+        p = subprocess.Popen([bin_path("gpuos-interpose-probe"), "--launches", "1", "--graph-replays", "1",
+                              "--hold-ms", "60000" if hold else "0"], env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, **as_user(uid))
+        self.procs.append(p)
+        if not hold:
+            self.assertEqual(p.wait(timeout=60), 0, p.stderr.read())
+        t = wait_for(lambda: (lambda t: t if t and t["alloc_failures"] == 1 else None)(d.tenant(p.pid)), timeout=30,
+                     what="uid %d's tenant to register and allocate" % uid)
+        return p, t
+
+    def ps_as(self, d, uid):
+        r = subprocess.run([bin_path("gpuos"), "ps", "--json", "--all", "--socket", d.socket], capture_output=True,
+                           text=True, timeout=30, env=dict(d.env, GPUOS_CONFIG=""), **as_user(uid))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return json.loads(r.stdout)
+
+    def test_each_user_sees_their_own_tenants(self):
+        # Issue #62 item 6: `gpuos ps` and `gpuos top` showed any local user every tenant: names,
+        # pids, memory, pods. gpuosd now lists a user's own tenants (by SO_PEERCRED), live and exited,
+        # and the GPUs' memory as those hold it; root sees everything, and so does the scrape.
+        d = self.daemon()
+        _, mine = self.user_tenant(d, ATTACKER, "attacker-job")
+        _, theirs = self.user_tenant(d, VICTIM, "victim-job")
+        _, gone = self.user_tenant(d, VICTIM, "victim-done", hold=False)
+        wait_for(lambda: d.tenant(gone["pid"])["state"] == "exited", what="the victim's first tenant to exit")
+
+        def seen(listing):
+            return sorted(t["id"] for t in listing["tenants"])
+        root = self.ps_as(d, 0)
+        self.assertEqual(seen(root), sorted([mine["id"], theirs["id"], gone["id"]]))
+        live = [t for t in root["tenants"] if t["state"] != "exited"]
+        self.assertEqual(root["gpus"][0]["used_mem_bytes"], sum(t["mem_used_bytes"] for t in live))
+        own = self.ps_as(d, ATTACKER)
+        self.assertEqual(seen(own), [mine["id"]])
+        self.assertEqual(own["gpus"][0]["used_mem_bytes"], mine["mem_used_bytes"])
+        self.assertEqual(seen(self.ps_as(d, VICTIM)), sorted([theirs["id"], gone["id"]]))
+        top = subprocess.run([bin_path("gpuos"), "top", "--once", "--interval", "0.2", "--socket", d.socket],
+                             env=dict(d.env, GPUOS_CONFIG=""), capture_output=True, text=True, timeout=30,
+                             **as_user(ATTACKER))
+        self.assertEqual(top.returncode, 0, top.stderr)
+        self.assertIn("attacker-job", top.stdout)
+        self.assertNotIn("victim", top.stdout)
+        metrics = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % d.metrics_port(), timeout=30).read().decode()
+        for name in ("attacker-job", "victim-job"):
+            self.assertIn('tenant="%s"' % name, metrics)
+
+    # --- 7. fail closed where a claim or a class was asked for (issue #62 item 4) ---
+
+    def run_guaranteed(self, socket_path, env, uid=None, tenant_class="guaranteed"):
+        """`gpuos run --class tenant_class` of the interpose probe on socket_path, as uid."""
+        env = dict(env, GPUOS_CONFIG="")
+        env.pop("LD_PRELOAD", None)  # gpuos run sets it
+        return subprocess.run([bin_path("gpuos"), "run", "--class", tenant_class, "--socket", socket_path, "--",
+                               bin_path("gpuos-interpose-probe"), "--launches", "2", "--graph-replays", "1"],
+                              env=env, capture_output=True, text=True, timeout=60,
+                              **(as_user(uid) if uid is not None else {}))
+
+    def test_a_claim_or_a_guarantee_that_cannot_register_fails_closed(self):
+        # Issue #62 item 4: a claim's container that reached no gpuosd, and `gpuos run --class
+        # guaranteed` with none, ran ungoverned (pass-through, one warning). Both now fail closed; a
+        # plain process (no claim, no class asked) still passes through.
+        nowhere = os.path.join(self.tmp, "none", "gpuosd.sock")
+        env = self.tenant_env(None, nowhere)
+        r = self.probe(env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stderr.count("pass-through"), 1, r.stderr)
+        claim = "11111111-2222-4333-8444-555555555555"
+        r = self.probe(dict(env, GPUOS_CLAIM_UID=claim))
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("CUDA_ERROR_NOT_PERMITTED", r.stderr)
+        self.assertEqual(r.stderr.count("refusing CUDA: claim %s runs governed or not at all" % claim), 1, r.stderr)
+        self.assertNotIn("pass-through", r.stderr)
+        # --class guaranteed with no gpuosd: the program is not run at all.
+        r = self.run_guaranteed(nowhere, env)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertEqual(r.stdout, "")
+        self.assertIn("gpuos run: --class guaranteed: socket directory %s:" % os.path.dirname(nowhere), r.stderr)
+        self.assertIn("not running %s ungoverned" % bin_path("gpuos-interpose-probe"), r.stderr)
+        # A gpuosd that answers but refuses the registration (the user's connections are all taken):
+        # CUDA fails; asked for best-effort, the same program passes through.
+        d = self.daemon("[daemon]\nidle_timeout_ms = 0\nmax_connections_per_uid = 1\n")
+        holder, got = self.hold_connections(d.socket, 1)
+        self.assertEqual(got["accepted"], 1, got)
+        env = self.tenant_env(d, d.socket, ATTACKER)
+        r = self.run_guaranteed(d.socket, env, ATTACKER)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("CUDA_ERROR_NOT_PERMITTED", r.stderr)
+        self.assertIn("too many connections from uid %d" % ATTACKER, r.stderr)
+        r = self.run_guaranteed(d.socket, env, ATTACKER, tenant_class="best-effort")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stderr.count("pass-through"), 1, r.stderr)
+        holder.stdin.close()
+        holder.wait(timeout=30)
+
     # --- 3. terminal escapes in tenant names ---
 
     def test_tenant_names_cannot_drive_the_terminal(self):

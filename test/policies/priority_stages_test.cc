@@ -99,7 +99,42 @@ TEST(PriorityStages, OneReprievePerCooldown) {
   EXPECT_EQ(st.reprieve_until_ns.count(1), 0u);
   EXPECT_EQ(update_reprieves(ts, p, &st, 10'000 * kMs), 10'100 * kMs) << "the cooldown passed";
   EXPECT_EQ(update_reprieves({}, p, &st, 10'001 * kMs), 0u) << "gone: its reprieve ends";
-  EXPECT_EQ(st.reprieve_granted_ns.count(1), 1u) << "kept for the cooldown, for a tenant that reconnects";
+  EXPECT_EQ(st.reprieve_granted_ns.count("tenant 1"), 1u) << "kept for the cooldown, for a tenant that reconnects";
+}
+
+// Issue #62 item 3: the cooldown was per tenant, so ten processes of one user, signalled in turn,
+// had ten reprieves per cooldown: a best-effort gate open beside a guaranteed tenant end to end. It
+// is per owner (a user, a claim): its tenants signalled at once share one reprieve (Ctrl-C to a
+// process group), later ones wait for the cooldown; another owner's tenant has its own.
+TEST(PriorityStages, OneReprievePerOwnerPerCooldown) {
+  PriorityParams p;
+  p.signal_grace_ms = 1000;
+  std::vector<PriorityTenant> ts;
+  for (uint32_t id = 1; id <= 10; ++id) {
+    ts.push_back(best_effort(id, 1, false));
+    ts.back().owner = "uid 65534";
+  }
+  ts.push_back(best_effort(11, 1, false));
+  ts.back().owner = "claim 11111111-2222-4333-8444-555555555555";
+  auto signal = [&](uint32_t id) { ts[id - 1].waiting = ts[id - 1].signalled = true; };
+  PriorityState st;
+  signal(1);
+  signal(2);
+  EXPECT_EQ(update_reprieves(ts, p, &st, 0), 1000 * kMs);
+  EXPECT_EQ(st.reprieve_until_ns.size(), 2u) << "signalled together: one reprieve, shared";
+  signal(3);
+  EXPECT_EQ(update_reprieves(ts, p, &st, 500 * kMs), 1000 * kMs);
+  EXPECT_EQ(st.reprieve_until_ns.at(3), 1000 * kMs) << "joins the running one, and ends with it";
+  for (uint32_t id = 4; id <= 10; ++id) {  // the others, one a second: each waits for the cooldown
+    signal(id);
+    update_reprieves(ts, p, &st, (id - 2) * 1000 * kMs);
+    EXPECT_EQ(st.reprieve_until_ns.count(id), 0u) << "tenant " << id;
+  }
+  signal(11);  // another owner's
+  update_reprieves(ts, p, &st, 9000 * kMs);
+  EXPECT_EQ(st.reprieve_until_ns.count(11), 1u);
+  EXPECT_EQ(update_reprieves(ts, p, &st, 20'000 * kMs), 21'000 * kMs) << "the cooldown passed";
+  EXPECT_EQ(st.reprieve_until_ns.size(), 10u) << "its ten, still signalled: one reprieve, shared";
 }
 
 }  // namespace

@@ -20,6 +20,9 @@ Outcome Core::on_list(Connection& conn, const gpuos_msg_list& m) {
   }
   Outcome o;
   const uint32_t seq = m.hdr.seq;
+  // A user sees their own tenants and what those hold, an admin everything (peer.h: sees_tenant);
+  // the metrics endpoint stays complete for its scraper.
+  auto visible = [&](uid_t uid) { return sees_tenant(conn.peer, uid); };
   for (const GpuInfo& g : opts_.gpus) {
     gpuos_msg_gpu_info gi{};
     init_header(&gi.hdr, GPUOS_MSG_GPU_INFO, sizeof(gi), seq);
@@ -28,7 +31,9 @@ Outcome Core::on_list(Connection& conn, const gpuos_msg_list& m) {
     gi.total_mem_bytes = g.total_mem_bytes;
     uint64_t used = 0;
     if (g.index < GPUOS_MAX_DEVICES) {
-      for (const auto& [id, t] : tenants_) used += gpu_map_.used_on(t, g.index);
+      for (const auto& [id, t] : tenants_) {
+        if (visible(t.uid)) used += gpu_map_.used_on(t, g.index);
+      }
     }
     gi.used_mem_bytes = used;
     copy_name(gi.name, sizeof(gi.name), g.name.c_str());
@@ -42,6 +47,7 @@ Outcome Core::on_list(Connection& conn, const gpuos_msg_list& m) {
   uint32_t count = 0;
   if (m.flags & GPUOS_LIST_INCLUDE_EXITED) {
     for (gpuos_msg_tenant_info i : history_) {
+      if (!visible(i.uid)) continue;
       i.hdr.seq = seq;
       o.replies.push_back(encode(i));
       ++count;
@@ -50,6 +56,7 @@ Outcome Core::on_list(Connection& conn, const gpuos_msg_list& m) {
   const uint64_t now = now_mono_ns();
   for (auto& [id, t] : tenants_) {
     observe_busy(t, now);  // the gate wait in progress up to now
+    if (!visible(t.uid)) continue;
     // The gate gpuosd set, not the word the tenant may have rewritten.
     gpuos_msg_tenant_info i =
         snapshot(t, t.gate.word() == GPUOS_GATE_CLOSED ? GPUOS_TENANT_GATED : GPUOS_TENANT_RUNNING, 0);

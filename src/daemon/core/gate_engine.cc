@@ -19,6 +19,7 @@ slots::GateTenant GateEngine::tenant_view(const Tenant& t) const {
   v.id = t.id;
   v.pid = t.pid;
   v.uid = t.uid;
+  v.owner = t.owner();
   v.name = t.name;
   v.space_domain = t.space.domain;
   for (const uint64_t mask : t.space.planned) {

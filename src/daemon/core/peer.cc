@@ -20,6 +20,8 @@ bool is_admin(uid_t peer_uid, uid_t daemon_uid, const std::vector<gid_t>& peer_g
   return false;
 }
 
+bool sees_tenant(const Peer& peer, uid_t tenant_uid) { return peer.admin || peer.uid == tenant_uid; }
+
 std::vector<gid_t> peer_groups(pid_t pid, uid_t uid, gid_t gid) {
   std::vector<gid_t> out;
   std::ifstream in("/proc/" + std::to_string(pid) + "/status");

@@ -31,6 +31,9 @@ struct Connection {
 // Authorisation: uid 0, the daemon's own uid, or a member of admin_gid (if set).
 bool is_admin(uid_t peer_uid, uid_t daemon_uid, const std::vector<gid_t>& peer_groups,
               std::optional<gid_t> admin_gid);
+// Whether the peer may see the records of a tenant of `tenant_uid` (LIST: `gpuos ps`, `gpuos top`):
+// an admin sees every tenant, anyone else only their own uid's (SO_PEERCRED, never the client's word).
+bool sees_tenant(const Peer& peer, uid_t tenant_uid);
 // The peer's gids: the Gid: and Groups: lines of /proc/<pid>/status; falls back to getgrouplist on
 // the uid's passwd entry. Empty if neither works.
 std::vector<gid_t> peer_groups(pid_t pid, uid_t uid, gid_t gid);

@@ -232,6 +232,8 @@ struct Tenant {
   // renews its lease); it has no connection. It ends when the process exits or registers again.
   bool detached = false;
   bool in_domain() const { return space.domain[0] != '\0'; }
+  // Whom its limits per user count against (slots::GateTenant::owner): its claim, else its uid.
+  std::string owner() const { return kube.claim_uid.empty() ? "uid " + std::to_string(uid) : "claim " + kube.claim_uid; }
 };
 
 // A tenant's identity is its process, not its connection: what a detached tenant (Tenant::detached)

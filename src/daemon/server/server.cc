@@ -370,7 +370,7 @@ uint64_t Server::expire_idle(uint64_t now) {
   return next;
 }
 
-std::string Server::refusal(uid_t uid, bool admin) const {
+std::string Server::refusal(const std::string& share, bool admin) const {
   const std::size_t open = conns_.size();
   if (admin) {
     // Admins may also take the reserved slots that nobody else can fill.
@@ -379,13 +379,10 @@ std::string Server::refusal(uid_t uid, bool admin) const {
     }
     return "";
   }
-  // Counted across every socket: a uid that also reaches claims' sockets gets no more (counted per
-  // socket, 64 on gpuosd's plus 50 on each of 5 claims' filled the table, and another user's tenant
-  // ran ungoverned).
   if (opts_.max_connections_per_uid != 0) {
-    auto it = conns_per_uid_.find(uid);
-    if (it != conns_per_uid_.end() && it->second >= opts_.max_connections_per_uid) {
-      return "too many connections from uid " + std::to_string(uid) + " (" + std::to_string(it->second) +
+    auto it = conns_per_share_.find(share);
+    if (it != conns_per_share_.end() && it->second >= opts_.max_connections_per_uid) {
+      return "too many connections from " + share + " (" + std::to_string(it->second) +
              " open; max_connections_per_uid)";
     }
   }
@@ -426,24 +423,30 @@ void Server::on_accept(int listen_fd) {
     if (opts_.admin_gid && cred.uid != 0 && cred.uid != opts_.daemon_uid) {
       groups = peer_groups(cred.pid, cred.uid, cred.gid);
     }
+    std::string share = "uid " + std::to_string(cred.uid);
     // A claim's socket is the claim's containers' only: any other process (another pod's, or any
     // host user's, root's included) would be governed with the claim's settings.
     if (!claim_uid.empty()) {
       const Claim* claim = core_.claims().find(claim_uid);
+      ClaimPeer peer;
+      if (claim != nullptr) {
+        peer = opts_.claim_peer_of ? opts_.claim_peer_of(cred.pid, cred.uid) : claim_peer_of(cred.pid, cred.uid);
+      }
       const std::string why =
-          claim == nullptr ? "claim " + claim_uid + " is no longer prepared"
-                           : claim_peer_refusal(*claim, opts_.claim_peer_of ? opts_.claim_peer_of(cred.pid, cred.uid)
-                                                                            : claim_peer_of(cred.pid, cred.uid));
+          claim == nullptr ? "claim " + claim_uid + " is no longer prepared" : claim_peer_refusal(*claim, peer);
       if (!why.empty()) {
         refuse_connection(fd, cred, GPUOS_ERR_PERMISSION, why);
         continue;
       }
+      // A pod's connections count against its pod, on all its claims' sockets together: pods all
+      // run as root, and by uid root in one pod took every other pod's share (issue #62).
+      share = peer.pod_uid.empty() ? "claim " + claim_uid : "pod " + peer.pod_uid;
     }
     // Nobody is an admin on a claim's socket: a container's root is not the node's.
     const bool admin = claim_uid.empty() && is_admin(cred.uid, opts_.daemon_uid, groups, opts_.admin_gid);
-    // Limits per uid and a reserve for admins: no user can take every slot and lock out the others
-    // (or root's `gpuos ps`). The refusal is a reply, so the client can say why.
-    if (std::string why = refusal(cred.uid, admin); !why.empty()) {
+    // Limits per share (a user, a pod) and a reserve for admins: no user or pod can take every slot
+    // and lock out the others (or root's `gpuos ps`). The refusal is a reply, so the client can say why.
+    if (std::string why = refusal(share, admin); !why.empty()) {
       refuse_connection(fd, cred, GPUOS_ERR_LIMIT, why);
       continue;
     }
@@ -470,7 +473,8 @@ void Server::on_accept(int listen_fd) {
       next_idle_check_ns_ =
           std::min<uint64_t>(next_idle_check_ns_, c.last_message_ns + static_cast<uint64_t>(opts_.idle_timeout_ms) * 1000000ull);
     }
-    if (!admin) ++conns_per_uid_[cred.uid];
+    if (!admin) ++conns_per_share_[share];
+    c.share = std::move(share);
     conns_.emplace(fd, std::move(c));
   }
 }
@@ -611,8 +615,8 @@ void Server::close_conn(int fd) {
     close(pfd);
   }
   if (!c.peer.admin) {
-    auto u = conns_per_uid_.find(c.peer.uid);
-    if (u != conns_per_uid_.end() && --u->second == 0) conns_per_uid_.erase(u);
+    auto u = conns_per_share_.find(it->second.share);
+    if (u != conns_per_share_.end() && --u->second == 0) conns_per_share_.erase(u);
   }
   conns_.erase(it);  // drops queued replies (they may borrow the tenant's memfd) before it closes
   close(fd);

@@ -29,7 +29,8 @@ struct ServerOptions {
   std::optional<gid_t> admin_gid;      // members are admins
   bool handle_signals = false;         // SIGTERM/SIGINT via signalfd
   uint32_t max_connections = 320;      // tenants + clients at once; more are refused (ERR_LIMIT)
-  // Lock-out guards: one uid's non-admin connections at most (0 = no cap); slots beyond
+  // Lock-out guards: the non-admin connections of one share at most (a uid on gpuosd's socket, a pod
+  // on its claims' sockets, a claim where no pod is known; 0 = no cap); slots beyond
   // max_connections that only admins may take, so `gpuos ps`/`gate` as root always get in; a
   // connection without a tenant that sends nothing for idle_timeout_ms is closed (0 = never).
   uint32_t max_connections_per_uid = 64;
@@ -80,6 +81,7 @@ class Server final : public ClaimSockets {
     bool closing = false;
     bool want_out = false;
     uint64_t last_message_ns = 0;  // idle_clock at accept, then at each message received
+    std::string share;             // whose max_connections_per_uid it counts against (non-admins)
   };
 
   void on_accept(int listen_fd);
@@ -94,8 +96,9 @@ class Server final : public ClaimSockets {
   // Closes connections without a tenant that sent nothing for idle_timeout_ms; returns the next
   // time one may be due (UINT64_MAX: none).
   uint64_t expire_idle(uint64_t now);
-  // Why a new connection from this peer is refused ("" = it is accepted).
-  std::string refusal(uid_t uid, bool admin) const;
+  // Why a new connection of this share ("uid N", "pod UID", "claim UID") is refused ("" = it is
+  // accepted).
+  std::string refusal(const std::string& share, bool admin) const;
   // Answers a connection it will not serve with why, and closes it (logged at most once a second).
   void refuse_connection(int fd, const ucred& cred, gpuos_status status, const std::string& why);
 
@@ -112,9 +115,9 @@ class Server final : public ClaimSockets {
   uint64_t next_conn_id_ = 1;
   std::map<int, Conn> conns_;         // by socket fd
   std::map<int, int> pidfd_to_conn_;  // pidfd -> socket fd
-  // Open non-admin connections by uid, on every socket: gpuosd's and each claim's (a uid's share is
-  // one, however many sockets it reaches).
-  std::map<uid_t, uint32_t> conns_per_uid_;
+  // Open non-admin connections by share (Conn::share): a host user's on gpuosd's socket, a pod's on
+  // all of its claims' sockets together.
+  std::map<std::string, uint32_t> conns_per_share_;
   uint64_t next_idle_check_ns_ = UINT64_MAX;  // idle_clock time of the next expire_idle
   uint64_t next_refusal_log_ns_ = 0;  // refusals are logged at most once a second
   uint64_t refusals_unlogged_ = 0;  // out of fds: the listening socket is not polled until one closes

@@ -93,7 +93,7 @@ slots::GateActions gate_tenants(const Scene& s, const Lending& lends, BudgetStat
   for (const slots::GateTenant& v : s.view.tenants) {
     const bool hide = budgeted(v) && lends_now(lends, v.id);
     in.push_back(PriorityTenant{v.id, v.tenant_class, v.priority, v.weight, v.busy && !hide, v.waiting && !hide, v.pinned,
-                                v.space_domain, v.signalled, v.gpus});
+                                v.space_domain, v.signalled, v.gpus, v.owner});
   }
   const PriorityDecision d = decide_priority(in, s.params.priority, &st->priority, s.now);
   *priority_tick = d.next_tick_ns;

@@ -192,23 +192,33 @@ uint64_t reprieve_cooldown_ns(const PriorityParams& params) {
   return std::max<uint64_t>(10'000'000'000ull, 20 * grace_ns);
 }
 
+std::string reprieve_owner(const PriorityTenant& t) {
+  return t.owner.empty() ? "tenant " + std::to_string(t.id) : t.owner;
+}
+
 uint64_t update_reprieves(const std::vector<PriorityTenant>& tenants, const PriorityParams& params, PriorityState* st,
                           uint64_t now) {
   // Signalled BE: a reprieve from the gate. The next decision after it ends closes the gate again.
-  // At most one per cooldown (reprieve_cooldown_ns).
+  // At most one per owner per cooldown (reprieve_cooldown_ns): ten processes of one user taking
+  // turns would otherwise keep a best-effort gate open beside a guaranteed tenant end to end.
   const uint64_t grace_ns = static_cast<uint64_t>(params.signal_grace_ms) * 1000000ull;
   const uint64_t cooldown_ns = reprieve_cooldown_ns(params);
   for (const PriorityTenant& t : tenants) {
-    if (!is_guaranteed(t) && !t.pinned && t.signalled && t.waiting && params.signal_grace_ms != 0 &&
-        st->reprieve_until_ns.count(t.id) == 0) {
-      auto last = st->reprieve_granted_ns.find(t.id);
-      if (last != st->reprieve_granted_ns.end() && now < last->second + cooldown_ns) continue;
+    if (is_guaranteed(t) || t.pinned || !t.signalled || !t.waiting || params.signal_grace_ms == 0 ||
+        st->reprieve_until_ns.count(t.id) != 0) {
+      continue;
+    }
+    const std::string owner = reprieve_owner(t);
+    auto last = st->reprieve_granted_ns.find(owner);
+    if (last == st->reprieve_granted_ns.end() || now >= last->second + cooldown_ns) {
+      st->reprieve_granted_ns[owner] = now;
       st->reprieve_until_ns[t.id] = now + grace_ns;
-      st->reprieve_granted_ns[t.id] = now;
+    } else if (now < last->second + grace_ns) {
+      st->reprieve_until_ns[t.id] = last->second + grace_ns;  // joins its owner's reprieve
     }
   }
-  // Kept for the cooldown, live or not: a tenant that reconnects gets its id back (a process is one
-  // tenant, core.cc), and with it the reprieve it already had.
+  // Kept for the cooldown, live or not: a tenant that reconnects is the same owner's, and with it
+  // comes the reprieve it already had.
   std::erase_if(st->reprieve_granted_ns, [&](const auto& e) { return now >= e.second + cooldown_ns; });
   uint64_t next_tick = 0;
   for (auto it = st->reprieve_until_ns.begin(); it != st->reprieve_until_ns.end();) {
@@ -290,7 +300,7 @@ slots::GateActions PriorityPolicy::decide(const slots::GateView& view) {
   in.reserve(view.tenants.size());
   for (const slots::GateTenant& v : view.tenants) {
     in.push_back(PriorityTenant{v.id, v.tenant_class, v.priority, v.weight, v.busy, v.waiting, v.pinned, v.space_domain,
-                                v.signalled, v.gpus});
+                                v.signalled, v.gpus, v.owner});
   }
   std::map<uint64_t, uint32_t> old_owners;
   for (const auto& [mask, r] : state_.rotations) old_owners[mask] = r.owner;

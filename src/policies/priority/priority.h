@@ -94,6 +94,7 @@ struct PriorityTenant {
   std::string domain;  // spatial-sharing domain ("" = none)
   bool signalled = false;  // a signal handler woke a thread of it blocked at its closed gate
   uint64_t gpus = 0;       // the GPUs it works on (slots::GateTenant::gpus; 0 = every GPU)
+  std::string owner;       // whose reprieves it counts against (slots::GateTenant::owner; "" = its own)
 };
 
 // The best-effort rotation of one group of GPUs.
@@ -116,9 +117,10 @@ struct PriorityState {
   bool guaranteed_active = false;   // as of the last decision (any GPU)
   std::map<uint32_t, uint64_t> granted_ns;  // BE id -> total time it held a slice
   std::map<uint32_t, uint64_t> reprieve_until_ns;  // BE id -> its gate is open until then (a signal)
-  // BE id -> when its last reprieve began. `signalled` is the tenant's own word: one that keeps it
-  // set must not run beside a guaranteed tenant on reprieves end to end (kReprieveCooldown).
-  std::map<uint32_t, uint64_t> reprieve_granted_ns;
+  // Owner (reprieve_owner: a user, a claim) -> when its last reprieve began. `signalled` is the
+  // tenant's own word: one that keeps it set, or ten processes of one user taking turns, must not
+  // run beside a guaranteed tenant on reprieves end to end (reprieve_cooldown_ns).
+  std::map<std::string, uint64_t> reprieve_granted_ns;
 
   // The rotation BE `id` is part of (null: none), and whether any rotation runs now.
   const BeRotation* rotation_of(uint32_t id) const;

@@ -35,12 +35,16 @@ std::vector<const PriorityTenant*> runnable_best_effort(const std::vector<Priori
 uint64_t rotate_groups(const std::vector<PriorityTenant>& tenants, const std::vector<const PriorityTenant*>& runnable,
                        const PriorityParams& params, PriorityState* st, uint64_t now);
 
-// How long after a reprieve began its tenant gets none again: 10 s, or 20 graces if longer (a
-// program acting on Ctrl-C or SIGTERM needs one; a tenant that keeps writing `signalled` gets no
+// How long after a reprieve began its owner's tenants get none again: 10 s, or 20 graces if longer
+// (a program acting on Ctrl-C or SIGTERM needs one; a tenant that keeps writing `signalled` gets no
 // more than that).
 uint64_t reprieve_cooldown_ns(const PriorityParams& params);
-// Grants a reprieve to each signalled BE waiting at its gate that may have one now, and ends
-// those run out or of tenants gone. Returns the soonest reprieve end (0: none).
+// Whose reprieves t counts against: its owner (a user, a claim), or t alone when it has none.
+std::string reprieve_owner(const PriorityTenant& t);
+// Grants a reprieve to each signalled BE waiting at its gate that may have one now: one per owner
+// per cooldown, which the owner's tenants signalled while it runs join (a Ctrl-C to a process
+// group) and end with. Ends those run out or of tenants gone. Returns the soonest reprieve end
+// (0: none).
 uint64_t update_reprieves(const std::vector<PriorityTenant>& tenants, const PriorityParams& params, PriorityState* st,
                           uint64_t now);
 
