@@ -114,7 +114,7 @@ _BUDGET_LINE = re.compile(
     r"budget: tenant (?P<tenant>\d+) slowdown p99 (?P<p99>[\d.]+) over (?P<n>\d+) launches, "
     r"(?:admissions p99 (?P<adm>[\d.]+) over (?P<adm_n>\d+)(?: \(sizes p99 x(?P<adm_sizes>[\d.]+)\))?, )?"
     r"load growth (?P<growth>[\d.]+)"
-    r"(?: \(time-weighted median x(?P<growth_median>[\d.]+); steps (?P<growth_steps>\d+), alone (?P<growth_alone>\d+); "
+    r"(?: \(time-weighted median x(?P<growth_median>[\d.]+)(?:, step-sized mean x(?P<growth_step_mean>[\d.]+))?; steps (?P<growth_steps>\d+), alone (?P<growth_alone>\d+); "
     r"(?P<growth_cuts>\d+) cuts by it\))?, best-effort share (?P<share>[\d.]+)"
     r"(?: \((?P<low>[\d.]+)-(?P<high>[\d.]+) since the last line: (?P<cuts>\d+) cuts over the budget, "
     r"(?P<downs>\d+) steps down, (?P<ups>\d+) up; (?P<held>\d+) decisions held for a phase"
@@ -141,6 +141,8 @@ def budget_log(text: str) -> Optional[dict]:
     out["cuts_by_growth"] = sum(int(d["growth_cuts"]) for d in by_growth) if by_growth else None
     medians = [float(d["growth_median"]) for d in measured if d["growth_median"] is not None]
     out["growth_median_range"] = [min(medians), max(medians)] if medians else None
+    step_means = [float(d["growth_step_mean"]) for d in measured if d["growth_step_mean"] is not None]
+    out["growth_step_mean_range"] = [min(step_means), max(step_means)] if step_means else None
     for key in ("p99", "growth"):
         vals = [float(d[key]) for d in measured]
         out[f"{key}_range"] = [min(vals), max(vals)] if vals else None
@@ -178,6 +180,8 @@ def describe_budget_log(b: dict) -> str:
         parts.append(f"load growth {b['growth_range'][0]:.3f}-{b['growth_range'][1]:.3f}")
     if b.get("growth_median_range"):
         parts.append(f"its time-weighted median {b['growth_median_range'][0]:.3f}-{b['growth_median_range'][1]:.3f}")
+    if b.get("growth_step_mean_range"):
+        parts.append(f"its step-sized mean {b['growth_step_mean_range'][0]:.3f}-{b['growth_step_mean_range'][1]:.3f}")
     if b.get("cuts_by_growth") is not None:
         parts.append(f"{b['cuts_by_growth']} cuts by load growth (the meter alone within the budget)")
     if b.get("limits"):

@@ -125,8 +125,32 @@ TEST(BudgetStages, GrowthByTheMedianIgnoresHowManyShortKernelsWereTimed) {
     b.meter.add(2, 300'000, false, (4501 + 16 * i) * kMs);
   }
   EXPECT_EQ(judged_growth(p, b, 5000 * kMs), kMaxLoadGrowth) << "the mean, clamped";
-  p.growth_by_median = true;
+  p.growth_by = BudgetParams::Growth::kMedian;
   EXPECT_NEAR(judged_growth(p, b, 5000 * kMs), 1.0, 1e-9);
+  p.growth_by = BudgetParams::Growth::kStepMean;
+  EXPECT_NEAR(judged_growth(p, b, 5000 * kMs), 1.0, 1e-9) << "only step-sized launches count";
+}
+
+// A decode batch that moves up a graph bucket: the step's shape changes, each as fast as alone.
+// The median stays on the bucket most of the time is in; the mean over step-sized launches moves
+// by the larger bucket's time (the 1B server at 10% load, issue #56).
+TEST(BudgetStages, GrowthByTheStepMeanSeesABatchMoveUpABucket) {
+  BudgetParams p;
+  p.steer_load_growth = true;
+  TenantBudget b{SlowdownMeter(p.meter)};
+  // Alone: buckets of 3 ms (most steps) and 4 ms. Beside BE: 60% of the steps at 3 ms, 40% at 4 ms.
+  for (int i = 0; i < 100; ++i) b.meter.add(i % 10 == 0 ? 2 : 1, i % 10 == 0 ? 4 * kMs : 3 * kMs, true, (10 + 5 * i) * kMs);
+  for (int i = 0; i < 100; ++i) {
+    b.meter.add(i % 5 < 2 ? 2 : 1, i % 5 < 2 ? 4 * kMs : 3 * kMs, false, (4000 + 5 * i) * kMs);
+  }
+  const uint64_t now = 4600 * kMs;
+  p.growth_by = BudgetParams::Growth::kMedian;
+  EXPECT_NEAR(judged_growth(p, b, now), 1.0, 1e-9) << "the median step is still the 3 ms bucket";
+  p.growth_by = BudgetParams::Growth::kStepMean;
+  // Every launch here is step-sized: the plain mean's, (0.6 x 3 + 0.4 x 4) = 3.4 ms over the
+  // reference's (about 3.1 ms, of the solo launches it keeps).
+  EXPECT_NEAR(judged_growth(p, b, now), b.meter.load_growth(now, p.meter.window_ns), 1e-9);
+  EXPECT_GT(judged_growth(p, b, now), 1.08);
 }
 
 TEST(BudgetStages, ItLendsWithAShareUnlessProbingHeldForAPhaseOrBesideAStrictTenant) {

@@ -1184,7 +1184,7 @@ TEST(BudgetPolicy, ConfigDefaultsAreTheMeasuredOnes) {
   EXPECT_EQ(p.meter.interval_ns, 150 * kMs);
   EXPECT_EQ(p.controller.target_fraction, 1.0);
   EXPECT_TRUE(p.steer_load_growth);
-  EXPECT_TRUE(p.growth_by_median);
+  EXPECT_EQ(p.growth_by, BudgetParams::Growth::kMedian);
   EXPECT_FALSE(p.cap_long_best_effort);
   ASSERT_TRUE(parse_budget_key("meter_interval_ms", int_value(0), &p, &error)) << error;
   EXPECT_EQ(p.meter.interval_ns, 0u) << "0 still chooses the per-launch meter";
@@ -1258,6 +1258,24 @@ TEST(BudgetPolicy, ConfigTakesSteerLoadGrowthAsABool) {
   EXPECT_TRUE(p.steer_load_growth);
   EXPECT_FALSE(parse(int_value(1), &p, &error));
   EXPECT_NE(error.find("steer_load_growth"), std::string::npos) << error;
+}
+
+TEST(BudgetPolicy, ConfigNamesTheLoadGrowth) {
+  ConfigValue v;
+  v.kind = ConfigValue::Kind::kString;
+  BudgetParams p;
+  std::string error;
+  for (const auto& [name, growth] : {std::pair{"median", BudgetParams::Growth::kMedian},
+                                     std::pair{"step-mean", BudgetParams::Growth::kStepMean},
+                                     std::pair{"mean", BudgetParams::Growth::kMean}}) {
+    v.text = name;
+    ASSERT_TRUE(parse_budget_key("load_growth_by", v, &p, &error)) << error;
+    EXPECT_EQ(p.growth_by, growth) << name;
+  }
+  v.text = "median-ish";
+  EXPECT_FALSE(parse_budget_key("load_growth_by", v, &p, &error));
+  EXPECT_NE(error.find("\"median\", \"step-mean\", \"mean\""), std::string::npos) << error;
+  EXPECT_FALSE(parse_budget_key("load_growth_by", int_value(1), &p, &error));
 }
 
 }  // namespace

@@ -360,6 +360,12 @@ class BudgetLog(unittest.TestCase):
         self.assertIn("its time-weighted median 1.052-1.052", note)
         self.assertIn("2 cuts by load growth", note)
         self.assertIsNone(readers.budget_log(self.NEW)["cuts_by_growth"])
+        self.assertIsNone(b["growth_step_mean_range"])   # lines of before the step-sized mean
+        stepped = line.replace("median x1.052;", "median x1.052, step-sized mean x1.097;")
+        b = readers.budget_log(self.OLD + stepped + self.NEW)
+        self.assertEqual(b["growth_step_mean_range"], [1.097, 1.097])
+        self.assertEqual(b["growth_median_range"], [1.052, 1.052])
+        self.assertIn("its step-sized mean 1.097-1.097", readers.describe_budget_log(b))
 
     def test_what_held_the_budget(self):
         held = self.NEW.replace("4 pauses; probing", "4 pauses; budget held by load-growth; probing")

@@ -108,7 +108,10 @@ struct BudgetParams {
   // 1.17x, and it drove 91 cuts (issue #56). The time-weighted median is the launch that half of
   // its GPU time is spent in: its decode step, whatever the count of small kernels. gpuosd's default
   // (parse_budget_params); off here, as the mechanism's tests take BudgetParams.
-  bool growth_by_median = false;
+  // Which growth (SlowdownMeter): the launches' mean time alone, the time-weighted median
+  // (gpuosd's default), or the mean over step-sized launches (under trial: issue #56's gaps point).
+  enum class Growth { kMean, kMedian, kStepMean };
+  Growth growth_by = Growth::kMean;
   // Under trial: beside a budgeted tenant on the whole GPU, a best-effort tenant whose launches run
   // long gets at most 1 - 1/limit of its SM groups (at least one). Long: the time-weighted median
   // of its last kLongLaunchKeep timed launches exceeds the budgeted tenant's typical launch over

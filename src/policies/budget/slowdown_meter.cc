@@ -147,6 +147,25 @@ double SlowdownMeter::load_growth(uint64_t now, uint64_t span_ns, Launches which
   return (window_sum / static_cast<double>(window.size())) / (solo_sum / static_cast<double>(solo.size()));
 }
 
+double SlowdownMeter::step_mean_growth(uint64_t now, uint64_t span_ns, Launches which) const {
+  std::vector<double> window, solo;
+  alone_times(now, span_ns, which, &window, &solo);
+  const double step = self_weighted_quantile(solo, 0.5) / 2;
+  auto mean_of_steps = [step](const std::vector<double>& v) {
+    double sum = 0;
+    std::size_t n = 0;
+    for (double x : v) {
+      if (x < step) continue;
+      sum += x;
+      ++n;
+    }
+    return n != 0 ? sum / static_cast<double>(n) : 0.0;
+  };
+  const double reference = mean_of_steps(solo);
+  if (step <= 0 || reference <= 0) return 0;
+  return mean_of_steps(window) / reference;
+}
+
 void SlowdownMeter::growth_counts(uint64_t now, uint64_t span_ns, std::size_t* window, std::size_t* solo) const {
   std::vector<double> w, s;
   alone_times(now, span_ns, Launches::kSteps, &w, &s);

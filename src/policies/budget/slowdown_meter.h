@@ -86,6 +86,15 @@ class SlowdownMeter {
   // (bench/results/2026-12-06-wgi100a-h100-0.5). Reported, not yet steered by.
   double tail_growth(double q, uint64_t now, uint64_t span_ns, Launches which) const;
 
+  // The mean over step-sized launches only: those whose time alone is at least half the solo
+  // reference's time-weighted median (its decode step), the window's mean time alone over the
+  // reference's. How many short kernels were timed does not move it (the mean's fault), and a
+  // decode batch that moves up a graph bucket moves it by that bucket's time (the median stays on
+  // one shape until half the time moved: beside training at 10% load the 1B server's batch grew
+  // 2.7 -> 3.7 and its decode step 1.48x while the median read 0.99-1.02,
+  // bench/results/2026-12-07-zoo-1b-0.1-*).
+  double step_mean_growth(uint64_t now, uint64_t span_ns, Launches which = Launches::kSteps) const;
+
   // How many steps of (now - span_ns, now] and of the solo reference the growths compare.
   void growth_counts(uint64_t now, uint64_t span_ns, std::size_t* window, std::size_t* solo) const;
 

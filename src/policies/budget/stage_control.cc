@@ -9,8 +9,12 @@ namespace gpuos::policies::budget {
 
 double judged_growth(const BudgetParams& p, const TenantBudget& b, uint64_t now) {
   if (!p.steer_load_growth) return 1.0;
-  const double growth = p.growth_by_median ? b.meter.tail_growth(0.5, now, p.meter.window_ns, Launches::kSteps)
-                                           : b.meter.load_growth(now, p.meter.window_ns);
+  double growth = 0;
+  switch (p.growth_by) {
+    case BudgetParams::Growth::kMean: growth = b.meter.load_growth(now, p.meter.window_ns); break;
+    case BudgetParams::Growth::kMedian: growth = b.meter.tail_growth(0.5, now, p.meter.window_ns, Launches::kSteps); break;
+    case BudgetParams::Growth::kStepMean: growth = b.meter.step_mean_growth(now, p.meter.window_ns); break;
+  }
   return std::clamp(growth, 1.0, kMaxLoadGrowth);
 }
 

@@ -27,11 +27,13 @@ void log_probe_line(const Scene& s, const slots::GateTenant* t, uint32_t id, Ten
   b.meter.growth_counts(now, p.meter.window_ns, &steps, &solo_steps);
   if (t != nullptr && budgeted(*t)) b.limit = budget_limit(s, *t, b, m, n != 0 ? p99 : 0.0, p.probe_every_ns);
   log::info("budget: tenant %u slowdown p99 %.3f over %zu launches, admissions p99 %.3f over %zu (sizes p99 "
-            "x%.3f), load growth %.3f (time-weighted median x%.3f; steps %zu, alone %zu; %llu cuts by it), "
+            "x%.3f), load growth %.3f (time-weighted median x%.3f, step-sized mean x%.3f; steps %zu, alone %zu; %llu cuts "
+            "by it), "
             "best-effort share %.3f (%.3f-%.3f since the last line: %llu cuts over the budget, %llu steps down, "
             "%llu up; %llu decisions held for a phase, %.0f ms), %llu pauses; budget held by %s; probing %.0f ms",
             id, p99, n, admissions_p99, admissions, sizes, b.meter.load_growth(now, p.meter.window_ns),
-            b.meter.tail_growth(0.5, now, p.meter.window_ns, Launches::kSteps), steps, solo_steps,
+            b.meter.tail_growth(0.5, now, p.meter.window_ns, Launches::kSteps), b.meter.step_mean_growth(now, p.meter.window_ns),
+            steps, solo_steps,
             static_cast<unsigned long long>(b.moves.cuts_by_growth), b.share,
             m.seen ? m.low : b.share, m.seen ? m.high : b.share, static_cast<unsigned long long>(m.cuts),
             static_cast<unsigned long long>(m.downs), static_cast<unsigned long long>(m.ups),
