@@ -9,6 +9,7 @@ current.json: {"intro": [lines], "rows": [row...], "superseded": [{"run", "by", 
                          first; [] for a target not measured yet. The date column is the first's.
   links                  optional [[text, folder]...] for the run column (default: each folder)
   run_note               optional text after the links (e.g. which file of the folder)
+The run column also links the first run's frontier.png and slo_frontier.png, where it has them.
   value                  the figure: text with {name} fields, each filled from a result file
   fields                 {name: {"file": path under the first run, "mode": a mode of its "modes"
                          list (summary.json) or absent, "key": dotted path, "fmt": format spec}}
@@ -90,6 +91,11 @@ def render_row(results, row, superseded):
     run_cell = ", ".join(f"[{t}]({p}/)" for t, p in links) or "-"
     if row.get("run_note"):
         run_cell += " " + row["run_note"]
+    # The newest run's plots, where it has them (issue #56: a frontier plot per point, linked here).
+    plots = [f"[{name}]({runs[0]}/{png})" for name, png in (("frontier", "frontier.png"), ("aggregate at the SLO", "slo_frontier.png"))
+             if runs and os.path.isfile(os.path.join(results, runs[0], png))]
+    if plots:
+        run_cell += "; plots: " + ", ".join(plots)
     date = runs[0][:10] if runs else "-"
     return f"| {row['target']} | {row['target_value']} | {value} | {ok} | {date} | {run_cell} |"
 
