@@ -395,6 +395,20 @@ class E2E(unittest.TestCase):
         self.assertIn("needs an admin", gate.stderr + gate.stdout)  # refused by gpuosd itself
         self.assertEqual(self.d.tenant(p.pid)["state"], "running", "a non-admin closed a gate")
 
+    def test_a_stop_does_not_report_a_running_tenant_as_exited(self):
+        # gpuosd stops (SIGTERM) while a tenant runs on: its log says the tenant runs on and that the
+        # next gpuosd adopts it, not that it exited (an operator reads that log at every restart).
+        flag = os.path.join(self.d.dir, "never")
+        p = spawn(self, self.d.run_cmd(["--name", "stays", "--", bin_path("gpuos-interpose-probe"),
+                                        "--wait-file", flag]), self.d.env)
+        t = wait_for(lambda: self.d.tenant(p.pid), what="registration")
+        self.d.proc.terminate()
+        self.d.proc.wait(timeout=30)
+        log = self.d.log_text()
+        self.assertIsNone(p.poll(), "the tenant must keep running without its daemon")
+        self.assertIn("tenant %d runs on without gpuosd (the next one adopts it): pid %d" % (t["id"], p.pid), log)
+        self.assertNotIn("tenant %d exited" % t["id"], log)
+
     def test_killed_tenant_is_reclaimed(self):
         flag = os.path.join(self.d.dir, "never")
         p = spawn(self, self.d.run_cmd(["--name", "victim", "--", bin_path("gpuos-interpose-probe"),
