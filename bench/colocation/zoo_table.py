@@ -5,7 +5,9 @@ given files and folders (gpu/zoo.sh's runs, or their runs.tgz unpacked), one poi
 size, load, BE kind, request lengths, arrival seed), and per point and co-located mode:
 
   TTFT p99 / excl, TTFT from admission p99 / excl, TPOT p99 / excl, BE / excl,
-  whether the latency budget B (1.5) is met, the best baseline that meets it, gpuos against it.
+  whether the latency budget B (1.5) is met, the best baseline that meets it, gpuos against it,
+  and how much of each budget's B - 1 was spent, with what gpuosd said held it (its probe lines'
+  budget_limit, from raw.json).
 
   python3 bench/colocation/zoo_table.py RUNS_DIR_OR_SUMMARIES... [--md zoo.md] [--json zoo.json] [--budget 1.5]
 
@@ -134,6 +136,27 @@ def judge(s: dict, source: str = "", budget: float = BUDGET) -> dict:
     return pt
 
 
+# Issue #56: a budget counts as spent when its bound used at least this fraction of B - 1 (as
+# gpuosd's budget_limit judges its meter: src/policies/budget/stages.h, kSpentFraction).
+SPENT_FRACTION = 0.7
+
+
+def note_spent(pt: dict, raw: Optional[dict]) -> None:
+    """Each budgeted gpuos mode's share of B - 1 its bound used ("spent"), and what gpuosd's probe lines said
+    held it unspent ("held_by": limit name -> lines, from raw.json's budget_log; None before #56's
+    budget_limit or without raw.json)."""
+    modes = (raw or {}).get("modes") or {}
+    for x in pt["modes"]:
+        try:
+            b = common.mode_budget(x["mode"]) if x["gpuos"] else None  # the mode's own B (1.25, 1.5)
+        except ValueError:
+            b = None
+        if not b:
+            continue
+        x["spent"] = None if x["bound"] is None or b <= 1 else (x["bound"] - 1) / (b - 1)
+        x["held_by"] = ((modes.get(x["mode"]) or {}).get("budget_log") or {}).get("limits")
+
+
 LENGTHS_ORDER = ("fixed", "azure-conv", "azure-code")
 
 
@@ -207,6 +230,15 @@ def markdown(points: List[dict], budget: float) -> str:
                        f"{f(x['bound'])}{CHECK_MARK.get(x['check'], '')} | {yes[x['met']]} | "
                        f"{f(x.get('attainment'))} | {f(x.get('hp_goodput_vs_alone'))} | {f(x.get('aggregate'))} | "
                        f"{f(x.get('aggregate_vs_best_baseline'))} | {x['status'] or ''} |")
+    out += ["", f"The budget spent (#56: the bound uses at least {SPENT_FRACTION:.0%} of B - 1 where the BE has work; "
+            "else gpuosd names what held it, probe lines per name):", "",
+            "| point | gpuos mode | bound | spent | held by (gpuosd) |", "|---|---|---|---|---|"]
+    for p in points:
+        for x in p["modes"]:
+            if "spent" in x:
+                held = ", ".join(f"{k} x{v}" for k, v in (x.get("held_by") or {}).items()) or "-"
+                out.append(f"| {point_name(p)} | {x['mode']} | {f(x['bound'])} | "
+                           f"{'-' if x.get('spent') is None else format(x['spent'], '.0%')} | {held} |")
     out.append("")
     for p in points:
         m = p["method"]
@@ -280,7 +312,9 @@ def main(argv=None) -> int:
         except (OSError, ValueError, KeyError, TypeError) as e:
             print(f"zoo_table: {path}: {e}", file=sys.stderr)
             return 2
-        logs.append(logs_of(s, common.read_json(os.path.join(os.path.dirname(path), "raw.json"))))
+        raw = common.read_json(os.path.join(os.path.dirname(path), "raw.json"))
+        note_spent(points[-1], raw)
+        logs.append(logs_of(s, raw))
     max_loads(points, logs)
     points.sort(key=_key)
     md = markdown(points, a.budget)

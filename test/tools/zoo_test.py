@@ -318,6 +318,21 @@ class ZooTable(unittest.TestCase):
                          m("gpuos-space-slo-1.5", 6.0, 1.45, 1.3, 0.42, 1.5)]}
         return [one, two]
 
+    def test_the_budget_spent_and_what_held_it(self):
+        pt = {"modes": [{"mode": "gpuos-space-slo-1.5", "gpuos": True, "bound": 1.2},
+                        {"mode": "gpuos-time-slo-1.25@x", "gpuos": True, "bound": 1.25},
+                        {"mode": "gpuos-time-priority", "gpuos": True, "bound": 0.9},
+                        {"mode": "mps-prio1-t25", "gpuos": False, "bound": 1.4}]}
+        raw = {"modes": {"gpuos-space-slo-1.5": {"budget_log": {"limits": {"largest-share": 3, "spent": 1}}}}}
+        zoo_table.note_spent(pt, raw)
+        a, b, prio, mps = pt["modes"]
+        self.assertAlmostEqual(a["spent"], 0.4)   # 0.2 of B - 1 = 0.5
+        self.assertEqual(a["held_by"], {"largest-share": 3, "spent": 1})
+        self.assertAlmostEqual(b["spent"], 1.0)   # its own B: 1.25
+        self.assertIsNone(b["held_by"])
+        self.assertNotIn("spent", prio)            # no budget
+        self.assertNotIn("spent", mps)
+
     def test_points_and_verdicts(self):
         one, two = [zoo_table.judge(s, s["label"]) for s in self.summaries()]
         self.assertEqual((one["size_b"], one["load"], one["be"], one["lengths"], one["seed"]), (1.0, 0.3, "train", "fixed", 1))
