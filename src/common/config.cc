@@ -129,7 +129,36 @@ constexpr KeyDoc kDaemonKeys[] = {
     {"max_connections_per_uid", "Open connections of one non-admin uid (0..65536; 0 = no cap)"},
     {"admin_connections", "Connection slots beyond max_tenants + 64 that only admins may take (1..1024)"},
     {"idle_timeout_ms", "A connection with no tenant that sends nothing this long is closed (0..3600000; 0 = never)"},
+    {"kubelet_cgroup_roots", "The kubelet's pod cgroups (cgroup v2 paths): a process is in a pod only below these"},
+    {"cgroup_mount", "Where gpuosd finds the host's cgroup v2 tree (pod cgroups are checked there)"},
 };
+
+// A cgroup v2 path as written in /proc/<pid>/cgroup: absolute, no "", "." or ".." segment.
+bool plain_cgroup_path(const std::string& p) {
+  if (p.size() < 2 || p[0] != '/' || p.back() == '/' || p.size() > 4096) return false;
+  for (std::size_t at = 1; at <= p.size();) {
+    const std::size_t end = std::min(p.find('/', at), p.size());
+    const std::string seg = p.substr(at, end - at);
+    if (seg.empty() || seg == "." || seg == "..") return false;
+    at = end + 1;
+  }
+  return true;
+}
+
+bool parse_cgroup_roots(Ctx& cx, const toml::node& v, std::string_view key, std::vector<std::string>* out) {
+  if (!v.is_array()) return cx.fail(v, "daemon", key, std::string("expected an array, got ") + type_name(v));
+  out->clear();
+  for (const toml::node& r : *v.as_array()) {
+    std::string root;
+    if (!cx.get_string(r, "daemon", key, &root)) return false;
+    if (!plain_cgroup_path(root)) {
+      return cx.fail(r, "daemon", key, "\"" + root + "\" is not an absolute cgroup path without \".\" or \"..\"");
+    }
+    out->push_back(root);
+  }
+  if (out->size() > 16) return cx.fail(v, "daemon", key, "at most 16 roots");
+  return true;
+}
 
 bool parse_daemon(Ctx& cx, const toml::table& t, Config* c) {
   for (auto&& [k, v] : t) {
@@ -157,6 +186,11 @@ bool parse_daemon(Ctx& cx, const toml::table& t, Config* c) {
       if (!cx.get_uint(v, "daemon", key, 1, 1024, &c->admin_connections)) return false;
     } else if (key == "idle_timeout_ms") {
       if (!cx.get_uint(v, "daemon", key, 0, 3600000, &c->idle_timeout_ms)) return false;
+    } else if (key == "kubelet_cgroup_roots") {
+      if (!parse_cgroup_roots(cx, v, key, &c->kubelet_cgroup_roots)) return false;
+    } else if (key == "cgroup_mount") {
+      if (!cx.get_string(v, "daemon", key, &c->cgroup_mount)) return false;
+      if (c->cgroup_mount.empty() || c->cgroup_mount[0] != '/') return cx.fail(v, "daemon", key, "must be an absolute path");
     } else {
       return cx.fail(v, "daemon", key, "unknown key");
     }
@@ -766,6 +800,12 @@ std::string format_config(const Config& c) {
   s += "max_connections_per_uid = " + std::to_string(c.max_connections_per_uid) + "\n";
   s += "admin_connections = " + std::to_string(c.admin_connections) + "\n";
   s += "idle_timeout_ms = " + std::to_string(c.idle_timeout_ms) + "\n";
+  s += "kubelet_cgroup_roots = [";
+  for (std::size_t i = 0; i < c.kubelet_cgroup_roots.size(); ++i) {
+    s += (i ? ", " : "") + quote(c.kubelet_cgroup_roots[i]);
+  }
+  s += "]\n";
+  s += "cgroup_mount = " + quote(c.cgroup_mount) + "\n";
   s += "[tenants]\n";
   s += "on_no_daemon = " + quote(c.on_no_daemon) + "\n";
   s += "default_class = " + quote(class_name(c.default_class)) + "\n";

@@ -173,6 +173,11 @@ struct Config {
   uint32_t max_connections_per_uid = 64;  // 0 = no cap
   uint32_t admin_connections = 16;
   uint32_t idle_timeout_ms = 10000;  // 0 = never
+  // Where the kubelet's pod cgroups are (cgroup v2 paths: systemd driver, cgroupfs driver) and where
+  // the cgroup v2 hierarchy is mounted: a process is in a pod only in the kubelet's cgroup of it,
+  // whose directories are root's (daemon/core/pod_cgroup.h).
+  std::vector<std::string> kubelet_cgroup_roots{"/kubepods.slice", "/kubepods"};
+  std::string cgroup_mount = "/sys/fs/cgroup";
   // [tenants]
   std::string on_no_daemon = "passthrough";  // "passthrough" | "refuse"
   gpuos_class default_class = GPUOS_CLASS_BEST_EFFORT;

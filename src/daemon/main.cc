@@ -103,6 +103,7 @@ int main(int argc, char** argv) {
   so.max_connections_per_uid = cfg.max_connections_per_uid;
   so.admin_connections = cfg.admin_connections;
   so.idle_timeout_ms = cfg.idle_timeout_ms;
+  so.pod_cgroups = {cfg.kubelet_cgroup_roots, cfg.cgroup_mount};
   // Every connection, pidfd and control block is an fd: the soft limit (often 1024) goes up to the
   // hard one, so the connection limits, not EMFILE, decide who gets in.
   if (rlimit rl{}; getrlimit(RLIMIT_NOFILE, &rl) == 0) {
@@ -147,6 +148,7 @@ int main(int argc, char** argv) {
   co.claims_path = so.socket_path.substr(0, so.socket_path.find_last_of('/') + 1) + "claims.txt";
   co.claim_socket_root = so.socket_path;
   co.history = cfg.history;
+  co.pod_cgroups = so.pod_cgroups;
   co.guaranteed_needs_admin = !cfg.guaranteed_for_anyone;
   co.mem_quota_cap_bytes = cfg.mem_quota_cap_bytes;
   co.default_max_slowdown_permille = cfg.max_slowdown_permille;

@@ -346,6 +346,26 @@ TEST(ClaimFacts, OnlyTheClaimsContainersMayUseItsSocket) {
   EXPECT_NE(claim_peer_refusal(c, host), "");
 }
 
+// Issue #62 item 2: a user makes `pod<the claim's pod uid>.scope` in the cgroup subtree systemd
+// delegated to it; the name was taken as the pod, and the process was served on the claim's socket
+// (its class, quota, labels). Only the kubelet's cgroup of the pod proves it now.
+TEST(ClaimFacts, APodNamedInAUsersOwnCgroupIsNoPod) {
+  const std::filesystem::path proc =
+      std::filesystem::temp_directory_path() / ("gpuos-forged-pod-" + std::to_string(getpid()));
+  std::filesystem::create_directories(proc / "4242");
+  std::ofstream(proc / "4242" / "cgroup")
+      << "0::/user.slice/user-65534.slice/user@65534.service/app.slice/pod" << kPod << ".scope\n";
+  Claim c;
+  c.uid = kClaim;
+  c.pod_uid = kPod;
+  const ClaimPeer p = claim_peer_of(4242, 65534, proc.string());
+  EXPECT_EQ(p.pod_uid, "");
+  const std::string why = claim_peer_refusal(c, p);
+  EXPECT_NE(why.find("not under the kubelet's cgroup roots"), std::string::npos) << why;
+  EXPECT_EQ(pod_uid_of_process(4242, proc.string()), "");  // no pod label on gpuosd's own socket
+  std::filesystem::remove_all(proc);
+}
+
 // This test process, as gpuosd reads it: a host process in gpuosd's own namespaces.
 TEST(ClaimFacts, ThisProcessIsAHostProcess) {
   const ClaimPeer p = claim_peer_of(getpid(), getuid());

@@ -16,6 +16,7 @@
 #include <climits>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "common/ipc.h"
@@ -701,6 +702,82 @@ TEST_F(ClaimSocketsPerPod, APodCannotTakeAnotherPodsConnections) {
     EXPECT_EQ(r.type(), static_cast<uint32_t>(GPUOS_MSG_GPU_INFO));
   }
   for (int s : held) close(s);
+}
+
+// Claim sockets whose peers' pods gpuosd proves itself (claim_peer_of, the real one) from a fake
+// /proc/<pid>/cgroup of this test process and a fake cgroup tree (issue #62 item 2).
+class ClaimSocketsByCgroup : public ClaimSocketsLive {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "needs root to make root's and another user's cgroup directories";
+    ClaimSocketsLive::SetUp();
+    const std::string me = dir + "/proc/" + std::to_string(getpid());
+    std::filesystem::create_directories(me);
+    std::filesystem::create_directories(dir + "/proc/self");
+    std::filesystem::create_directory_symlink("/proc/self/ns", dir + "/proc/self/ns");
+    std::filesystem::create_directory_symlink("/proc/" + std::to_string(getpid()) + "/ns", me + "/ns");
+    for (const std::string& d : {kubelet_container(), forged()}) std::filesystem::create_directories(dir + "/cg" + d);
+    ::chmod(dir.c_str(), 0755);
+    for (const auto& e : std::filesystem::recursive_directory_iterator(dir + "/cg")) ::chmod(e.path().c_str(), 0755);
+    ::chmod((dir + "/cg").c_str(), 0755);
+    // systemd delegates user@<uid>.service and all below it to its user.
+    const std::string user = "/user.slice/user-65534.slice/user@65534.service";
+    for (const std::string& d : {user, user + "/app.slice", forged()}) {
+      ASSERT_EQ(::chown((dir + "/cg" + d).c_str(), 65534, 65534), 0);
+    }
+  }
+  void configure(ServerOptions& so) override {
+    so.claim_peer_of = [this](pid_t pid, uid_t uid) {
+      return claim_peer_of(pid, uid, dir + "/proc", PodCgroups{{"/kubepods.slice", "/kubepods"}, dir + "/cg"});
+    };
+  }
+  void in_cgroup(const std::string& path) {
+    std::ofstream(dir + "/proc/" + std::to_string(getpid()) + "/cgroup") << "0::" << path << "\n";
+  }
+  static std::string kubelet_pod() {
+    std::string uid = kClaimPod;
+    for (char& c : uid) c = c == '-' ? '_' : c;
+    return "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod" + uid + ".slice";
+  }
+  static std::string kubelet_container() { return kubelet_pod() + "/cri-containerd-0123.scope"; }
+  static std::string forged() {
+    return "/user.slice/user-65534.slice/user@65534.service/app.slice/pod" + std::string(kClaimPod) + ".scope";
+  }
+  // Registers on sock; the refusal's text, "" when served.
+  std::string refusal_on(const std::string& sock) {
+    Reply r;
+    int s = talk(sock, registration(), &r);
+    close(s);
+    if (r.len > 0 && r.type() == GPUOS_MSG_REGISTER_REPLY) {
+      EXPECT_EQ(r.as<gpuos_msg_register_reply>().status, GPUOS_OK);
+      return "";
+    }
+    EXPECT_EQ(r.type(), static_cast<uint32_t>(GPUOS_MSG_REPLY));
+    EXPECT_EQ(r.as<gpuos_msg_reply>().status, GPUOS_ERR_PERMISSION);
+    return r.as<gpuos_msg_reply>().text;
+  }
+};
+
+// A user's own cgroup named after the claim's pod, and the kubelet's path of that pod with a
+// directory a user owns, are refused on the claim's socket with the reason; the kubelet's own
+// cgroup of the pod, root's all the way, is served.
+TEST_F(ClaimSocketsByCgroup, APodIsProvenByTheKubeletsCgroupNotByAName) {
+  const std::string sock = prepare("11111111-2222-4333-8444-555555555555");
+  in_cgroup(forged());
+  std::string why = refusal_on(sock);
+  EXPECT_NE(why.find("not under the kubelet's cgroup roots"), std::string::npos) << why;
+  EXPECT_NE(why.find("serves its claim's containers only"), std::string::npos) << why;
+
+  in_cgroup(kubelet_container());
+  EXPECT_EQ(refusal_on(sock), "");
+
+  ASSERT_EQ(::chown((dir + "/cg" + kubelet_pod()).c_str(), 65534, 65534), 0);
+  why = refusal_on(sock);
+  EXPECT_NE(why.find("owned by uid 65534"), std::string::npos) << why;
+
+  in_cgroup("/kubepods.slice/../user.slice/pod" + std::string(kClaimPod) + ".scope");
+  why = refusal_on(sock);
+  EXPECT_NE(why.find("\"..\""), std::string::npos) << why;
 }
 
 std::atomic<uint64_t> g_fake_idle_ns{1000000000ull};

@@ -449,6 +449,15 @@ class Security(unittest.TestCase):
                               env=d.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         self.procs.append(hp)
         wait_for(lambda: d.tenant(hp.pid), timeout=30, what="the guaranteed tenant to register")
+        # Issue #62 item 8: an honest best-effort tenant beside it, paced the same way, launching
+        # through its interposer all along, is never found.
+        honest = subprocess.Popen(d.run_cmd(["--name", "honest", "--class", "best-effort", "--",
+                                             bin_path("gpuos-synth"), "--name", "honest", "--iters", "1000000",
+                                             "--count", "10000000", "--warmup", "0"]),
+                                  env=d.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self.procs.append(honest)
+        wait_for(lambda: (d.tenant(honest.pid) or {}).get("launches", 0) > 0 or None, timeout=30,
+                 what="the honest best-effort tenant to launch")
         p = self.bypass_probe(d.env, 64, "--name", "sly", "--class", "best-effort", d=d,
                               probe_args=["--spin-s", "120", "--kernel", "gpuos_fixed_work", "--iters", "1000000",
                                           "--batch", "1"])
@@ -456,6 +465,10 @@ class Security(unittest.TestCase):
                  what="the usage check to find the best-effort tenant beyond its pacing")
         self.assertGreater(d.tenant(p.pid)["violations"], 0)
         self.assertEqual(d.tenant(hp.pid)["violations"], 0)
+        time.sleep(1.0)  # five more rounds of 200 ms beside the offender
+        self.assertEqual(d.tenant(honest.pid)["violations"], 0, d.log_text())
+        self.assertGreater(d.tenant(honest.pid)["launches"], 0)
+        self.assertNotIn('"honest") used', d.log_text())
 
     def test_clean_exits_and_daemon_restarts_are_no_violations(self):
         # Issue #43 item 3: 100 tenants exit cleanly and gpuosd restarts 3 times under a surviving

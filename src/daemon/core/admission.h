@@ -67,9 +67,10 @@ struct Identity {
 uint32_t choose_id(Identity in, const Connection& conn, const gpuos_msg_register& m, uint64_t start_time,
                    std::optional<Retained>* back);
 // 3c. Who the tenant is: pid, uid, class asked, priority, weight, name, and its pod (the claim's, or
-// the pod its cgroup path names, pod_uid_of: null = /proc).
+// the pod the kubelet's cgroup proves it in, pod_uid_of: null = /proc under `cgroups`).
 void fill_identity(Tenant& t, const Connection& conn, const gpuos_msg_register& m, const Claim* claim,
-                   const ClaimStore& claims, const std::function<std::string(pid_t)>& pod_uid_of);
+                   const ClaimStore& claims, const std::function<std::string(pid_t)>& pod_uid_of,
+                   const PodCgroups& cgroups);
 
 // 4. The table's limits.
 struct Limits {

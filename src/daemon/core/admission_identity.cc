@@ -53,7 +53,8 @@ uint32_t choose_id(Identity in, const Connection& conn, const gpuos_msg_register
 }
 
 void fill_identity(Tenant& t, const Connection& conn, const gpuos_msg_register& m, const Claim* claim,
-                   const ClaimStore& claims, const std::function<std::string(pid_t)>& pod_uid_of) {
+                   const ClaimStore& claims, const std::function<std::string(pid_t)>& pod_uid_of,
+                   const PodCgroups& cgroups) {
   t.pid = m.pid;
   t.uid = conn.peer.uid;
   t.tenant_class = m.tenant_class;
@@ -68,8 +69,18 @@ void fill_identity(Tenant& t, const Connection& conn, const gpuos_msg_register& 
     t.kube.pod_uid = claim->pod_uid;
     return;
   }
-  // A process in a pod that came by gpuosd's own socket: its cgroup path names the pod.
-  t.kube.pod_uid = pod_uid_of ? pod_uid_of(m.pid) : pod_uid_of_process(m.pid);
+  // A process in a pod that came by gpuosd's own socket: the kubelet's cgroup it is in proves the
+  // pod. A pod named elsewhere (a user's own cgroup) labels nothing.
+  if (pod_uid_of) {
+    t.kube.pod_uid = pod_uid_of(m.pid);
+  } else {
+    PodOfProcess pod = pod_of_process(m.pid, "/proc", cgroups);
+    if (!pod.refusal.empty()) {
+      log::warn("pid %d (uid %u) is given no pod: %s", static_cast<int>(m.pid), static_cast<unsigned>(t.uid),
+                pod.refusal.c_str());
+    }
+    t.kube.pod_uid = std::move(pod.uid);
+  }
   for (const auto& [uid, c] : claims.all()) {
     if (!t.kube.pod_uid.empty() && c.pod_uid == t.kube.pod_uid) {
       t.kube.pod_namespace = c.claim_namespace;

@@ -252,12 +252,8 @@ std::string pod_uid_from_cgroup_text(const std::string& text) {
   return found;
 }
 
-std::string pod_uid_of_process(pid_t pid, const std::string& proc_root) {
-  std::ifstream in(proc_root + "/" + std::to_string(pid) + "/cgroup");
-  if (!in) return "";
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return pod_uid_from_cgroup_text(ss.str());
+std::string pod_uid_of_process(pid_t pid, const std::string& proc_root, const PodCgroups& cgroups) {
+  return pod_of_process(pid, proc_root, cgroups).uid;
 }
 
 pid_t innermost_pid(pid_t host_pid, const std::string& proc_root) {
@@ -274,12 +270,14 @@ pid_t innermost_pid(pid_t host_pid, const std::string& proc_root) {
   return host_pid;  // a kernel without NSpid (before 4.1): no pid namespaces to tell apart
 }
 
-ClaimPeer claim_peer_of(pid_t pid, uid_t uid, const std::string& proc_root) {
+ClaimPeer claim_peer_of(pid_t pid, uid_t uid, const std::string& proc_root, const PodCgroups& cgroups) {
   ClaimPeer p;
   p.pid = pid;
   p.uid = uid;
   if (pid <= 0) return p;
-  p.pod_uid = pod_uid_of_process(pid, proc_root);
+  PodOfProcess pod = pod_of_process(pid, proc_root, cgroups);
+  p.pod_uid = std::move(pod.uid);
+  p.pod_refusal = std::move(pod.refusal);
   // A namespace is the same one when its nsfs inode (and device) is.
   auto same = [&](const char* ns, bool* out) {
     struct stat mine, theirs;
@@ -297,6 +295,8 @@ std::string claim_peer_refusal(const Claim& c, const ClaimPeer& p) {
   const std::string who = "pid " + std::to_string(p.pid) + " (uid " + std::to_string(p.uid) + ")";
   const std::string only = "a claim's socket serves its claim's containers only";
   if (p.pid <= 0) return only + "; the peer's pid is not visible to gpuosd (run it with hostPID)";
+  // A pod named where only a user could have made it: no fallback to the container checks below.
+  if (!p.pod_refusal.empty()) return only + "; " + who + ": " + p.pod_refusal;
   if (!p.pod_uid.empty()) {
     if (c.pod_uid.empty() || p.pod_uid == c.pod_uid) return "";
     return only + "; " + who + " is in pod " + p.pod_uid + ", not the claim's";

@@ -16,6 +16,7 @@
 #include <map>
 #include <string>
 
+#include "daemon/core/pod_cgroup.h"
 #include "gpuos/abi.h"
 
 namespace gpuos::daemon {
@@ -62,11 +63,13 @@ class ClaimStore {
   std::map<std::string, Claim> claims_;
 };
 
-// The pod uid in a process's cgroup path as the kubelet names pod cgroups ("pod<uid>" with the
-// uid's dashes, or underscores under the systemd driver, e.g.
-// ".../kubepods-burstable-pod1a2b..._....slice/cri-containerd-....scope"); "" if none.
+// The pod uid a process's cgroup text names anywhere, as the kubelet names pod cgroups ("pod<uid>"
+// with the uid's dashes, or underscores under the systemd driver, e.g.
+// ".../kubepods-burstable-pod1a2b..._....slice/cri-containerd-....scope"); "" if none. A name only:
+// any user can make such a cgroup in a subtree delegated to it; pod_cgroup.h proves one.
 std::string pod_uid_from_cgroup_text(const std::string& proc_cgroup);
-std::string pod_uid_of_process(pid_t pid, const std::string& proc_root = "/proc");
+// The pod of a process, proven by the kubelet's cgroup (pod_of_process); "" when none is.
+std::string pod_uid_of_process(pid_t pid, const std::string& proc_root = "/proc", const PodCgroups& cgroups = {});
 // The pid of host_pid in its innermost pid namespace (the last NSpid field of its status), its own
 // pid if it is in gpuosd's namespace; 0 if the process is gone.
 pid_t innermost_pid(pid_t host_pid, const std::string& proc_root = "/proc");
@@ -75,17 +78,19 @@ pid_t innermost_pid(pid_t host_pid, const std::string& proc_root = "/proc");
 struct ClaimPeer {
   pid_t pid = 0;  // SO_PEERCRED (0: not visible in gpuosd's pid namespace)
   uid_t uid = 0;
-  std::string pod_uid;       // the pod its cgroup names ("" = none)
+  std::string pod_uid;       // its pod, proven by the kubelet's cgroup ("" = none)
+  std::string pod_refusal;   // its cgroup names a pod that is not proven: why (a forged one)
   bool ns_known = false;     // its namespaces could be read
   bool host_pid_ns = false;  // in gpuosd's own pid namespace: a process of the host, no container's
   bool host_user_ns = false; // in gpuosd's own user namespace (a pid namespace of its own then took root)
 };
-ClaimPeer claim_peer_of(pid_t pid, uid_t uid, const std::string& proc_root = "/proc");
+ClaimPeer claim_peer_of(pid_t pid, uid_t uid, const std::string& proc_root = "/proc", const PodCgroups& cgroups = {});
 // Whether a peer may use claim c's socket: "" = yes, else why not. Only the claim's containers may:
-// a process whose cgroup names the claim's pod (any pod, when the claim names none); with no pod in
-// its cgroup, only a container that a privileged runtime made (a pid namespace of its own, in the
-// host's user namespace: no unprivileged host user can make one). Any other host process, root's
-// included, is refused: the socket would give it the claim's settings.
+// a process in the claim's pod's kubelet cgroup (any pod's, when the claim names none); with no pod
+// in its cgroup, only a container that a privileged runtime made (a pid namespace of its own, in
+// the host's user namespace: no unprivileged host user can make one). Any other host process,
+// root's included, and one whose cgroup names a pod it is not proven in (pod_refusal), is refused:
+// the socket would give it the claim's settings.
 std::string claim_peer_refusal(const Claim& c, const ClaimPeer& p);
 
 // Where a claim's socket lives: <socket dir>/claims/<uid>/gpuosd.sock.

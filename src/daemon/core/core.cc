@@ -184,7 +184,7 @@ Outcome Core::on_register(Connection& conn, const gpuos_msg_register& asked) {
   std::optional<Retained> back;
   t.id = admission::choose_id({tenants_, detached, ids_, history_, next_id_}, conn, m, t.start_time, &back);
   if (back) t.verify.usage = back->usage;
-  admission::fill_identity(t, conn, m, claim, claims_.store(), opts_.pod_uid_of);
+  admission::fill_identity(t, conn, m, claim, claims_.store(), opts_.pod_uid_of, opts_.pod_cgroups);
   const admission::AdmitOptions admit{opts_.guaranteed_needs_admin, opts_.mem_quota_cap_bytes,
                                       opts_.default_max_slowdown_permille, opts_.space_admit};
   slots::Admission adm;

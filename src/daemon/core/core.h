@@ -102,9 +102,10 @@ struct CoreOptions {
   std::string claims_path;
   std::string claim_socket_root;
   // Facts about a peer process (injectable for tests): its pid inside its own pid namespace, and
-  // the pod uid its cgroup path names. Null: /proc.
+  // its pod as the kubelet's cgroup proves it. Null: /proc, and pod_cgroups (pod_cgroup.h).
   std::function<pid_t(pid_t)> innermost_pid;
   std::function<std::string(pid_t)> pod_uid_of;
+  PodCgroups pod_cgroups;
   uint32_t history = 256;
   std::vector<GpuInfo> gpus;
   // The policy of each slot; null: the slot's built-in (policies/builtin).

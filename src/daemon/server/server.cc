@@ -430,7 +430,8 @@ void Server::on_accept(int listen_fd) {
       const Claim* claim = core_.claims().find(claim_uid);
       ClaimPeer peer;
       if (claim != nullptr) {
-        peer = opts_.claim_peer_of ? opts_.claim_peer_of(cred.pid, cred.uid) : claim_peer_of(cred.pid, cred.uid);
+        peer = opts_.claim_peer_of ? opts_.claim_peer_of(cred.pid, cred.uid)
+                                   : claim_peer_of(cred.pid, cred.uid, "/proc", opts_.pod_cgroups);
       }
       const std::string why =
           claim == nullptr ? "claim " + claim_uid + " is no longer prepared" : claim_peer_refusal(*claim, peer);

@@ -37,8 +37,10 @@ struct ServerOptions {
   uint32_t admin_connections = 16;
   uint32_t idle_timeout_ms = 10000;
   std::function<uint64_t()> idle_clock;  // the idle timeout's clock (tests); empty = monotonic_ns
-  // What a claim socket's peer is (its pod, its namespaces: claims.h); empty = read from /proc.
+  // What a claim socket's peer is (its pod, its namespaces: claims.h); empty = read from /proc, its
+  // pod proven by the kubelet's cgroup under pod_cgroups (pod_cgroup.h).
   std::function<ClaimPeer(pid_t, uid_t)> claim_peer_of;
+  PodCgroups pod_cgroups;
   int tick_ms = 100;                   // Policy::tick period while a tenant is live (0 = none); the
                                        // policy may ask for earlier ticks (Policy::next_tick_ns)
   // Replies a peer may leave unread (per connection) before it is dropped at its next request.
