@@ -101,15 +101,14 @@ struct BudgetParams {
   // of 4 runs (bench/results/2026-12-06-pace-h100-0.3). gpuosd's config turns it on by default
   // (parse_budget_params), with the interval meter aimed at all of the budget.
   bool steer_load_growth = false;
-  // The load growth steered by is the steps' time-weighted median alone over the solo
-  // reference's (SlowdownMeter::tail_growth at 0.5), not their mean. A mean over a mix of 15 ms
-  // decode graphs and 0.3 ms kernels moves with how many of each were timed: beside training at 30%
-  // load the 8B server's growth read 1.26-1.40 while its decode batch grew 1.13x and TPOT p99 was
-  // 1.17x, and it drove 91 cuts (issue #56). The time-weighted median is the launch that half of
-  // its GPU time is spent in: its decode step, whatever the count of small kernels. gpuosd's default
-  // (parse_budget_params); off here, as the mechanism's tests take BudgetParams.
-  // Which growth (SlowdownMeter): the launches' mean time alone, the time-weighted median
-  // (gpuosd's default), or the mean over step-sized launches (under trial: issue #56's gaps point).
+  // Which load growth is steered by (SlowdownMeter): the steps' mean time alone over the solo
+  // reference's (kMean); their time-weighted median (kMedian, tail_growth at 0.5), the launch half
+  // of the GPU time is spent in, whatever the count of small kernels (a mean over a mix of 15 ms
+  // decode graphs and 0.3 ms kernels moves with how many of each were timed: the 8B server's read
+  // 1.26-1.40 while its decode batch grew 1.13x, and drove 91 cuts, issue #56); or the mean over
+  // step-sized launches (kStepMean, under trial), which also sees a batch move up a graph bucket.
+  // gpuosd's default is kMedian (parse_budget_params); kMean here, as the mechanism's tests take
+  // BudgetParams.
   enum class Growth { kMean, kMedian, kStepMean };
   Growth growth_by = Growth::kMean;
   // Under trial: beside a budgeted tenant on the whole GPU, a best-effort tenant whose launches run
