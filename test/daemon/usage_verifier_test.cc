@@ -584,6 +584,52 @@ TEST(CoreUsageCheck, InFlightWorkIsExcusedForTheGraceAtMost) {
   EXPECT_EQ(c.enforcer.killed, (std::vector<pid_t>{801}));
 }
 
+// Issue #62 item 7: a best-effort tenant whose 6 s kernels run on a per-thread default stream
+// (untracked work: its interposer cannot fence them, so its busy word falls to 0 a few ms after its
+// last launch while the kernel still runs) launched its last kernel while open; a guaranteed tenant
+// then gets busy and its gate closes. Its use while that launch can still run (the grace, here 10 s,
+// from the round that counted it) is no bypass; a tenant beside it that launched nothing before its
+// gate closed and runs is found at once, and use past the grace is found too.
+TEST(CoreUsageCheck, UntrackedWorkLaunchedWhileOpenIsNoBypass) {
+  GatedCheck c(10'000'000'000);
+  tenant_side::TenantSide& g = c.reg(0, 800, GPUOS_CLASS_GUARANTEED);
+  tenant_side::TenantSide& be = c.reg(1, 801, GPUOS_CLASS_BEST_EFFORT);
+  tenant_side::TenantSide& sly = c.reg(2, 802, GPUOS_CLASS_BEST_EFFORT);
+  ASSERT_NE(be.cb, nullptr);
+  c.round();  // a round before it launches
+  tenant_side::put(be.cb->untracked_work, 1u);
+  tenant_side::put(be.cb->launches, load(be.cb->launches) + 1);  // its 6 s kernel, while open
+  c.busy(be, 1);
+  c.busy(be, 0);  // 2 ms without a launch: its monitor takes it for idle
+  c.busy(g, 1);   // the best-effort gates close
+  ASSERT_EQ(load(be.grants->gate), static_cast<uint32_t>(GPUOS_GATE_CLOSED));
+  ASSERT_EQ(load(sly.grants->gate), static_cast<uint32_t>(GPUOS_GATE_CLOSED));
+  c.next.processes = {proc(801, GiB, 100), proc(802, GiB, 0), proc(800, GiB, 40)};
+  for (int s = 0; s < 6; ++s) c.round();  // its kernel runs 6 s, the gate closed all along
+  c.next.processes = {proc(801, GiB, 0), proc(802, GiB, 0), proc(800, GiB, 40)};
+  c.round();
+  EXPECT_EQ(c.violations(be.id), 0u);
+  EXPECT_EQ(c.core->stats().violations, 0u);
+  // Beside it, a tenant that launched nothing while open runs around its closed gate: found.
+  c.next.processes = {proc(801, GiB, 0), proc(802, GiB, 90), proc(800, GiB, 40)};
+  c.round();
+  c.round();
+  EXPECT_GE(c.violations(sly.id), 2u);
+  EXPECT_EQ(c.enforcer.killed, (std::vector<pid_t>{802}));
+  EXPECT_EQ(c.violations(be.id), 0u);
+  // Launches it counts at its closed gate excuse nothing, and the grace runs out: use now is found.
+  tenant_side::put(be.cb->launches, load(be.cb->launches) + 5);
+  c.next.processes = {proc(801, GiB, 90), proc(800, GiB, 40)};
+  // 9 s after the round that counted its launch (excused), then 10 s (the grace is over; that round
+  // still follows an excused one), then found.
+  for (int s = 0; s < 2; ++s) c.round();
+  EXPECT_EQ(c.violations(be.id), 0u);
+  for (int s = 0; s < 2; ++s) c.round();
+  EXPECT_GE(c.violations(be.id), 2u);
+  EXPECT_EQ(c.enforcer.killed, (std::vector<pid_t>{802, 801}));
+  EXPECT_EQ(c.violations(g.id), 0u);
+}
+
 // Issue #42 item 7: the low-duty bypass (14% of the SMs a round, never above the 20% of one round)
 // beside a busy guaranteed tenant is found once its use while gated adds up over the window, and
 // killed the round after (enforce: 2 rounds in a row); reconnecting does not empty its window.

@@ -123,6 +123,10 @@ void publish_gate(Tenant& t) {
     t.verify.inflight_at_close = t.cb != nullptr && load(t.cb->busy) == 1;
     t.verify.close_transitions = t.cb != nullptr ? load(t.cb->busy_transitions) : 0;
     t.verify.inflight_since_ns = 0;
+    // ... and, where its busy word cannot say (untracked work), when it last launched before now.
+    const uint64_t n = t.cb != nullptr ? load(t.cb->launches) + load(t.cb->graph_launches) : 0;
+    t.verify.untracked_at_close = t.cb != nullptr && load(t.cb->untracked_work) != 0;
+    t.verify.close_launch_ns = n != t.verify.round_launches ? UINT64_MAX : t.verify.launch_seen_ns;
   }
   write_gate(t.grants, word, t.gate.closed_ordinals);
 }

@@ -160,6 +160,16 @@ struct VerifyState {
   uint64_t close_transitions = 0;
   uint64_t inflight_since_ns = 0;
   bool excused_last_round = false;
+  // Work whose end its interposer cannot see (control block untracked_work: per-thread default
+  // streams, or more streams than it tracks): its busy word falls to 0 after a short quiet period
+  // though a kernel launched while open still runs (issue #62 item 7). Such a tenant's last counted
+  // launch before its gate closed (launch_seen_ns: the round that saw its launch count move last,
+  // round_launches that count; UINT64_MAX: moved since the last round, timed by the next) excuses
+  // its use until that launch is inflight_grace_ns old. Noted by publish_gate.
+  uint64_t round_launches = 0;
+  uint64_t launch_seen_ns = 0;
+  bool untracked_at_close = false;
+  uint64_t close_launch_ns = 0;
   // The GPUs its gate was closed on the whole last round (gated_settled).
   uint64_t gated_last = 0;
   // Its pacing as granted, for the check against what it used: since when it is paced without a

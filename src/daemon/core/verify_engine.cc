@@ -92,8 +92,22 @@ void VerifyEngine::make_view(std::map<uint32_t, Tenant>& tenants, uint64_t now, 
     const bool inflight = t.verify.inflight_at_close && load(t.cb->busy) == 1 &&
                           load(t.cb->busy_transitions) == t.verify.close_transitions;
     if (inflight && t.verify.inflight_since_ns == 0) t.verify.inflight_since_ns = now;
-    const bool excused_now = inflight && now - t.verify.inflight_since_ns < opts_.inflight_grace_ns;
+    // Untracked work (its busy word cannot see it end): what it launched before the gate closed may
+    // run until its last such launch is inflight_grace_ns old, not longer (issue #62 item 7). Its
+    // count is the tenant's word, read only up to the close: launches counted at the closed gate
+    // excuse nothing.
+    if (t.verify.close_launch_ns == UINT64_MAX) t.verify.close_launch_ns = now;  // launched by now at the latest
+    const bool launched_open = t.verify.untracked_at_close && t.verify.close_launch_ns != 0 &&
+                               now - t.verify.close_launch_ns < opts_.inflight_grace_ns;
+    const uint64_t launch_count = load(t.cb->launches) + load(t.cb->graph_launches);
+    if (launch_count != t.verify.round_launches) {
+      t.verify.round_launches = launch_count;
+      t.verify.launch_seen_ns = now;
+    }
+    const bool excused_now =
+        (inflight && now - t.verify.inflight_since_ns < opts_.inflight_grace_ns) || launched_open;
     if (!inflight) t.verify.inflight_at_close = false;  // that busy period is over: no excuse again
+    if (!launched_open) t.verify.untracked_at_close = false;
     if (excused_now || t.verify.excused_last_round) gated = 0;
     t.verify.excused_last_round = excused_now;
     t.verify.gated_gpus = closed;

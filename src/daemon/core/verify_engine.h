@@ -35,7 +35,8 @@ struct VerifyOptions {
   std::set<pid_t> ignored;       // processes that are no tenant by design (gpuosd itself)
   // Work a tenant had in flight when its gate closed (launched while open: a long kernel) is not a
   // launch while gated; its busy word says so, but a tenant writes that word, so the excuse lasts
-  // this long at most.
+  // this long at most. Work its interposer cannot see end (untracked work) is excused until its
+  // last launch counted before the gate closed is this old (issue #62 item 7).
   uint64_t inflight_grace_ns = 30'000'000'000;
   // A tenant's process that just exited may still be on the GPU (its contexts torn down after its
   // connection closed, NVML's samples late): not an unregistered process for this long after.
