@@ -128,7 +128,7 @@ TEST_F(GateFixture, ResetOpensEveryGateAndDropsAdmissionSettings) {
   a.next_tick_ns = 99;
   engine.apply(live.tenants, view, a, 1);
   ASSERT_EQ(load(t.grants->gate), GPUOS_GATE_CLOSED);
-  engine.reset(live.tenants);
+  engine.reset(live.tenants, 2);
   EXPECT_EQ(load(t.grants->gate), GPUOS_GATE_OPEN);
   EXPECT_EQ(t.granted.max_inflight, 0u);
   EXPECT_EQ(engine.next_ns(), 0u);

@@ -6,6 +6,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -1096,6 +1098,226 @@ TEST(CoreUsageCheck, ChargesTenantsGpuTimeAndEnergyInProportion) {
   c.round();
   EXPECT_EQ(info(a.id).energy_mj, 24'000u);
   EXPECT_EQ(info(b.id).gpu_time_ns, 6 * 200'000'000ull);
+}
+
+
+// --- duty cycles: the pure check ---
+// Issue #62 item 7, duty cycles: a synthetic GPU of `period_ms` NVML sampling periods, rounds of 1 s
+// over 20 s, a gate `pattern` (closed times, ms since 0, repeated every cycle_ms) and processes
+// that run in bursts (burst_ms every every_ms from phase_ms; the honest one only while open). NVML
+// samples each process in each period it ran in, at the period's end, with the share of it it ran.
+struct DutySim {
+  uint64_t period_ms = 100;
+  uint64_t cycle_ms = 1000;
+  std::vector<std::pair<uint64_t, uint64_t>> closed;  // within a cycle; {0, cycle}: closed throughout
+  static constexpr uint64_t kMs = 1'000'000;
+  static constexpr uint64_t kT0 = 100'000 * kMs;  // monotonic ns of ms 0
+
+  bool closed_at(uint64_t ms_x10) const {  // in tenths of ms
+    const uint64_t in = ms_x10 % (cycle_ms * 10);
+    for (auto [a, b] : closed) {
+      if (in >= a * 10 && in < b * 10) return true;
+    }
+    return false;
+  }
+  // The gate's closed spans up to `now_ms` (monotonic ns), the current one still open.
+  std::vector<ClosedSpan> spans(uint64_t now_ms) const {
+    std::vector<ClosedSpan> out;
+    for (uint64_t c = 0; c * cycle_ms < now_ms; ++c) {
+      for (auto [a, b] : closed) {
+        const uint64_t from = c * cycle_ms + a, to = c * cycle_ms + b;
+        if (from >= now_ms) continue;
+        if (!out.empty() && out.back().to_ns == kT0 + from * kMs) {  // closed across cycles: one span
+          out.back().to_ns = to >= now_ms ? UINT64_MAX : kT0 + to * kMs;
+          continue;
+        }
+        out.push_back(ClosedSpan{kT0 + from * kMs, to >= now_ms ? UINT64_MAX : kT0 + to * kMs, 1, UINT64_MAX, false});
+      }
+    }
+    return out;
+  }
+  // Samples of a process in (from_ms, to_ms]: a bypass runs burst_x10 (tenths of a ms) every
+  // every_ms from phase_ms whatever the gate; an honest one (honest) runs only while open, all the
+  // time it is open.
+  std::vector<SmPoint> samples(uint64_t from_ms, uint64_t to_ms, bool honest, uint64_t burst_x10, uint64_t every_ms,
+                               uint64_t phase_ms) const {
+    std::vector<SmPoint> out;
+    for (uint64_t end = (from_ms / period_ms + 1) * period_ms; end <= to_ms; end += period_ms) {
+      uint64_t ran = 0;  // tenths of ms
+      for (uint64_t x = (end - period_ms) * 10; x < end * 10; ++x) {
+        const bool runs = honest ? !closed_at(x) : ((x + every_ms * 10 - phase_ms * 10) % (every_ms * 10)) < burst_x10;
+        ran += runs ? 1 : 0;
+      }
+      if (ran != 0) out.push_back(SmPoint{kT0 + end * kMs, static_cast<uint32_t>((ran * 100 + period_ms * 5) / (period_ms * 10))});
+    }
+    return out;
+  }
+  struct Result {
+    int found_round = 0;      // 0: never found
+    uint32_t duty = 0;        // the duty measured over the window at the last round
+    uint64_t closed_ms = 0;   // ... over that much closed time
+  };
+  // Runs 20 rounds of check_usage with the process (pid 10) as the only tenant.
+  Result run(bool honest, uint64_t burst_x10, uint64_t every_ms, uint64_t phase_ms = 37) const {
+    Result r;
+    UsageWindow window;
+    const CheckParams p;
+    for (int round = 1; round <= 20; ++round) {
+      const uint64_t to = static_cast<uint64_t>(round) * 1000, from = to - 1000;
+      UsageSample s;
+      s.ok = true;
+      ObservedProcess o = proc(10, GiB);
+      o.points = samples(from, to, honest, burst_x10, every_ms, phase_ms);
+      o.period_ns = period_ms * kMs;  // learned from a tenant beside it that runs all along
+      s.processes.push_back(o);
+      TenantGrant g;
+      g.id = 1;
+      g.pid = 10;
+      g.window = &window;
+      g.closed = spans(to);
+      g.round_from_ns = kT0 + from * kMs;
+      g.round_to_ns = kT0 + to * kMs;
+      std::vector<RoundFigures> figures;
+      const std::vector<Finding> f = check_usage(s, {g}, p, {}, &figures);
+      window.push_back(figures.at(0));
+      while (window.size() >= p.window_rounds) window.pop_front();
+      uint64_t closed = 0, used = 0;
+      for (const RoundFigures& w : window) {
+        closed += w.closed_ns;
+        used += w.closed_used_ns;
+      }
+      closed_duty_bypass(closed, used, &r.duty);
+      r.closed_ms = closed / kMs;
+      for (const Finding& x : f) {
+        if (x.kind == FindingKind::kLaunchedWhileGated && x.duty && r.found_round == 0) r.found_round = round;
+      }
+    }
+    return r;
+  }
+};
+
+// The pure check: samples wholly inside closed spans only, period from the samples' gaps.
+TEST(ClosedDuty, CountsOnlySamplesWhollyInsideAClosedSpan) {
+  const std::vector<ClosedSpan> spans = {ClosedSpan{1'000'000'000, 2'000'000'000, 1, UINT64_MAX, false}};
+  // Period 100 ms (the gaps): ends at 1.1 s (straddles the close with its edge) and 1.2 s ... 1.9 s.
+  std::vector<SmPoint> pts;
+  for (uint64_t ms = 1100; ms <= 2100; ms += 100) pts.push_back(SmPoint{ms * 1'000'000, 50});
+  const ClosedUse u = closed_use(pts, 0, 0, spans, 500'000'000, 2'500'000'000);
+  // Sample ends in [1.12 s, 1.98 s]: 1.2 ... 1.9 (8 of them), each 50% of 100 ms.
+  EXPECT_EQ(u.used_ns, 8 * 50'000'000ull);
+  EXPECT_EQ(u.closed_ns, 860'000'000ull);
+  // Another GPU, an excused span, a round before the first: nothing.
+  EXPECT_EQ(closed_use(pts, 0, 1, spans, 500'000'000, 2'500'000'000).used_ns, 0u);
+  std::vector<ClosedSpan> excused = spans;
+  excused[0].excused = true;
+  EXPECT_EQ(closed_use(pts, 0, 0, excused, 500'000'000, 2'500'000'000).used_ns, 0u);
+  EXPECT_EQ(closed_use(pts, 0, 0, spans, 0, 2'500'000'000).closed_ns, 0u);
+  // One sample: the period is unknown, taken as 1 s: no span of 1 s holds it with its edges.
+  EXPECT_EQ(closed_use({SmPoint{1'900'000'000, 90}}, 0, 0, spans, 500'000'000, 2'500'000'000).used_ns, 0u);
+  uint32_t duty = 0;
+  EXPECT_FALSE(closed_duty_bypass(kClosedDutyMinNs - 1, kClosedDutyMinNs, &duty));  // too little closed time
+  EXPECT_TRUE(closed_duty_bypass(kClosedDutyMinNs, kClosedDutyMinNs * kClosedDutyPercent / 100, &duty));
+  EXPECT_EQ(duty, kClosedDutyPercent);
+}
+
+// Per gate pattern: a bypass of 14% and 10% duty is found, an honest tenant (runs whenever open)
+// never; the least duty found and what a 5% bypass shows are printed (docs/SECURITY.md).
+TEST(ClosedDuty, ABypassAtTenPercentDutyIsFoundBesideAnyGatePattern) {
+  struct Pattern {
+    const char* name;
+    uint64_t period_ms;
+    std::vector<std::pair<uint64_t, uint64_t>> closed;
+    uint64_t cycle_ms = 1000;
+    bool judged = true;  // enough closed time for kClosedDutyMinNs (else: what is still missed)
+  };
+  const std::vector<Pattern> patterns = {
+      {"closed throughout", 100, {{0, 1000}}},
+      {"closed 900 of each 1000 ms", 100, {{50, 950}}},
+      {"closed 700, open 300 ms within every round", 100, {{150, 850}}},
+      // (Its cycle no multiple of NVML's period: it closes at every phase of it, as a real gate.)
+      {"closed 290, open 200 ms (twice a round)", 100, {{0, 290}}, 490},
+      // Missed: 50 ms of each 190 ms closed can hold a sample with its edges, 1.7 s in 10 s.
+      {"closed 190, open 100 ms (3 times a round)", 100, {{0, 190}}, 290, false},
+      {"closed 700, open 300 ms, NVML period 167 ms", 167, {{150, 850}}},
+  };
+  for (const Pattern& pat : patterns) {
+    DutySim sim;
+    sim.period_ms = pat.period_ms;
+    sim.closed = pat.closed;
+    sim.cycle_ms = pat.cycle_ms;
+    const DutySim::Result honest = sim.run(true, 0, 1);
+    EXPECT_EQ(honest.found_round, 0) << pat.name << ": an honest tenant, duty " << honest.duty;
+    EXPECT_EQ(honest.duty, 0u) << pat.name;
+    // Bursts every 290 ms (no multiple of the gate's cycle: they meet every part of it), at 37 ms.
+    auto bypass = [&](int percent) { return sim.run(false, static_cast<uint64_t>(percent) * 29, 290); };
+    const DutySim::Result d14 = bypass(14), d10 = bypass(10), d5 = bypass(5);
+    EXPECT_EQ(d14.found_round != 0, pat.judged) << pat.name << ": 14% measured " << d14.duty << "% over " << d14.closed_ms << " ms";
+    EXPECT_EQ(d10.found_round != 0, pat.judged) << pat.name << ": 10% measured " << d10.duty << "% over " << d10.closed_ms << " ms";
+    int least = 0;  // the least duty found (1% steps)
+    for (int d = 1; d <= 20 && least == 0; ++d) {
+      if (bypass(d).found_round != 0) least = d;
+    }
+    std::printf("[duty] %-45s 14%%: found round %2d (measured %u%%), 10%%: round %2d (%u%%), 5%%: %s (%u%%), "
+                "least found: %d%%, closed time judged %llu ms\n",
+                pat.name, d14.found_round, d14.duty, d10.found_round, d10.duty, d5.found_round != 0 ? "found" : "missed",
+                d5.duty, least, static_cast<unsigned long long>(d14.closed_ms));
+  }
+}
+// --- duty cycles: the core ---
+// Issue #62 item 7: beside a guaranteed tenant busy 700 ms of every round (its gate opens and closes
+// within every round, so no round is gated throughout), a bypass at 14% duty is found and killed;
+// an honest best-effort tenant that runs whenever its gate is open (its samples that straddle the
+// gate's moves included) is not. Before, neither round was judged: the bypass ran on unfound.
+TEST(CoreUsageCheck, ADutyBypassBesideAGateThatMovesWithinEveryRoundIsFound) {
+  GatedCheck c(30'000'000'000);
+  tenant_side::TenantSide& g = c.reg(0, 800, GPUOS_CLASS_GUARANTEED);
+  tenant_side::TenantSide& honest = c.reg(1, 801, GPUOS_CLASS_BEST_EFFORT);
+  tenant_side::TenantSide& cheat = c.reg(2, 802, GPUOS_CLASS_BEST_EFFORT);
+  constexpr uint64_t kMs = 1'000'000;
+  // NVML's samples of one process (a 100 ms period, as learned from the guaranteed tenant).
+  auto sampled = [](pid_t pid, const std::vector<SmPoint>& pts) {
+    ObservedProcess o = proc(pid, GiB);
+    uint32_t sum = 0;
+    for (const SmPoint& p : pts) {
+      o.sm_util = std::max<int32_t>(o.sm_util, static_cast<int32_t>(p.sm));
+      sum += p.sm;
+    }
+    if (!pts.empty()) o.sm_util_mean = static_cast<int32_t>(sum / pts.size());
+    o.points = pts;
+    o.period_ns = 100 * kMs;
+    return o;
+  };
+  bool killed_round = false;
+  for (int round = 0; round < 12; ++round) {
+    const uint64_t r = c.mono;
+    c.mono = r + 150 * kMs;
+    c.busy(g, 1);
+    ASSERT_EQ(load(cheat.grants->gate), static_cast<uint32_t>(GPUOS_GATE_CLOSED));
+    ASSERT_EQ(load(honest.grants->gate), static_cast<uint32_t>(GPUOS_GATE_CLOSED));
+    c.mono = r + 850 * kMs;
+    c.busy(g, 0);
+    ASSERT_EQ(load(honest.grants->gate), static_cast<uint32_t>(GPUOS_GATE_OPEN));
+    // The honest one ran while open: [r-150, r+150) and [r+850, r+1000).
+    const std::vector<SmPoint> h = {{r + 100 * kMs, 100}, {r + 200 * kMs, 50}, {r + 900 * kMs, 50}, {r + 1000 * kMs, 100}};
+    std::vector<SmPoint> b, gs;  // the bypass: 14% of every period, whatever its gate; the guaranteed
+    for (uint64_t ms = 100; ms <= 1000; ms += 100) {
+      b.push_back({r + ms * kMs, 14});
+      if (ms > 200 && ms <= 800) gs.push_back({r + ms * kMs, 80});
+    }
+    c.next.processes = {sampled(800, gs), sampled(801, h)};
+    if (std::find(c.enforcer.killed.begin(), c.enforcer.killed.end(), 802) == c.enforcer.killed.end()) {
+      c.next.processes.push_back(sampled(802, b));
+    } else {
+      killed_round = true;
+    }
+    c.mono = r + 1000 * kMs;
+    c.core->tick(c.mono);
+  }
+  EXPECT_GE(c.violations(cheat.id), 2u);
+  EXPECT_EQ(c.enforcer.killed, (std::vector<pid_t>{802}));
+  EXPECT_TRUE(killed_round);
+  EXPECT_EQ(c.violations(honest.id), 0u);
+  EXPECT_EQ(c.violations(g.id), 0u);
 }
 
 }  // namespace

@@ -27,8 +27,9 @@ void futex_wake_all(uint32_t* word);
 // words hold them already.
 void write_gate(gpuos_grant_block* g, uint32_t gate, uint32_t closed_ordinals = 0);
 // Writes the tenant's gate (GateState::word). Where it closes on a device it was open on, notes
-// whether the tenant had work in flight then (Tenant::verify_inflight_at_close).
-void publish_gate(Tenant& t);
+// whether the tenant had work in flight then (Tenant::verify_inflight_at_close), and notes the time
+// its gate was closed (VerifyState::closed_spans; `now`: CLOCK_MONOTONIC ns).
+void publish_gate(Tenant& t, uint64_t now);
 
 // Reads a tenant's latency samples (seqlock; false if it was being written and a retry found it
 // busy again).

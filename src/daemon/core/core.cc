@@ -51,7 +51,7 @@ Core::Core(CoreOptions opts)
   space_.set_watchdog(watchdog_.get());
   memory_.set_watchdog(watchdog_.get());
   // A failed time gate's admission settings go with it: the built-in admits with none.
-  time_.on_fallback([this] { gate_engine_.reset(tenants_); });
+  time_.on_fallback([this] { gate_engine_.reset(tenants_, now_mono_ns()); });
   space_.on_fallback([this] { space_engine_.reset(); });
 }
 
@@ -257,7 +257,7 @@ gpuos_status Core::admin_set_gate(uint32_t tenant_id, uint32_t gate) {
   Tenant& t = it->second;
   t.gate.pinned = gate == GPUOS_GATE_CLOSED;
   if (!t.gate.pinned) t.gate = GateState{.held = t.gate.held};
-  publish_gate(t);
+  publish_gate(t, now_mono_ns());
   ids_.set_held(tenant_id, t.gate.pinned);  // durable: a restarted gpuosd holds it again
   // The pin is gone: the time gate decides about this tenant again now, not at its next event.
   if (!t.gate.pinned) run_slot(time_, gate_engine_, tenants_, slots::Event::kAdmin, tenant_id, now_mono_ns());

@@ -161,7 +161,7 @@ void GateEngine::apply(std::map<uint32_t, Tenant>& tenants, const View&, const A
     t.gate.policy_gate = g.gate;
     t.gate.closed_gpus = g.gate == GPUOS_GATE_OPEN ? g.closed_gpus : 0;
     map_closed_gpus(t);
-    publish_gate(t);  // a held gate stays closed until the memory slot releases it
+    publish_gate(t, now);  // a held gate stays closed until the memory slot releases it
   }
   // A partial gate follows the tenant's device map, which it may publish (or change) after the
   // gate was decided.
@@ -169,7 +169,7 @@ void GateEngine::apply(std::map<uint32_t, Tenant>& tenants, const View&, const A
     if (t.gate.closed_gpus == 0) continue;
     const uint32_t before = t.gate.closed_ordinals;
     map_closed_gpus(t);
-    if (t.gate.closed_ordinals != before) publish_gate(t);
+    if (t.gate.closed_ordinals != before) publish_gate(t, now);
   }
   for (const slots::BudgetReport& b : a.budgets) {
     Tenant& t = tenants.at(b.id);
@@ -183,14 +183,14 @@ void GateEngine::apply(std::map<uint32_t, Tenant>& tenants, const View&, const A
   next_ns_ = a.next_tick_ns;
 }
 
-void GateEngine::reset(std::map<uint32_t, Tenant>& tenants) {
+void GateEngine::reset(std::map<uint32_t, Tenant>& tenants, uint64_t now) {
   for (auto& [id, t] : tenants) {
     t.granted.max_inflight = 0;
     std::atomic_ref<uint32_t>(t.grants->max_inflight).store(0, std::memory_order_relaxed);
     t.gate.policy_gate = GPUOS_GATE_OPEN;
     t.gate.closed_gpus = 0;
     t.gate.closed_ordinals = 0;
-    publish_gate(t);
+    publish_gate(t, now);
   }
   next_ns_ = 0;
 }

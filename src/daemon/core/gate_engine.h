@@ -41,7 +41,7 @@ class GateEngine {
   void apply(std::map<uint32_t, Tenant>& tenants, const View& view, const Actions& actions, uint64_t now);
   // A failed time gate's admission settings go with it: max_inflight 0, every gate not pinned or
   // held opened, no tick asked for.
-  void reset(std::map<uint32_t, Tenant>& tenants);
+  void reset(std::map<uint32_t, Tenant>& tenants, uint64_t now);
   // When the time gate wants to decide again (absolute CLOCK_MONOTONIC ns; 0: at the next event).
   uint64_t next_ns() const { return next_ns_; }
 

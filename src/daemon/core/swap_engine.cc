@@ -280,7 +280,7 @@ void SwapEngine::note_done(std::map<uint32_t, Tenant>& tenants, uint64_t now) {
       free_slices(t);
       s.resident_since_ns = now;
       t.gate.held = false;
-      publish_gate(t);
+      publish_gate(t, now);
       continue;
     }
     if (s.cmd == GPUOS_SWAP_NONE || load(t.cb->swap_done_seq) != load(t.grants->swap_command_seq)) continue;
@@ -304,7 +304,7 @@ void SwapEngine::note_done(std::map<uint32_t, Tenant>& tenants, uint64_t now) {
         s.no_victim_until_ns = now + 10'000'000'000ull;
         if (state == GPUOS_SWAP_RESIDENT) {
           t.gate.held = false;
-          publish_gate(t);
+          publish_gate(t, now);
         }
       }
     } else if (s.cmd == GPUOS_SWAP_IN) {
@@ -318,7 +318,7 @@ void SwapEngine::note_done(std::map<uint32_t, Tenant>& tenants, uint64_t now) {
         // can (a borrower is otherwise the first victim at once).
         if (load(t.cb->signalled) != 0) s.no_victim_until_ns = std::max(s.no_victim_until_ns, now + opts_.quantum_ns);
         t.gate.held = false;
-        publish_gate(t);
+        publish_gate(t, now);
       } else {
         // No room after all (an estimate was off, or an exited tenant's memory is still being
         // torn down): a victim goes first, or, with none, the same swap-in again a little later.
@@ -499,7 +499,7 @@ void SwapEngine::apply(std::map<uint32_t, Tenant>& tenants, const slots::MemoryV
         log::info("tenant %u: swapping out at least %llu MiB%s", t.id, static_cast<unsigned long long>(a.bytes >> 20),
                   early);
         t.gate.held = true;
-        publish_gate(t);
+        publish_gate(t, now);
         send_command(t, GPUOS_SWAP_OUT);
         break;
       }

@@ -172,6 +172,14 @@ struct VerifyState {
   uint64_t close_launch_ns = 0;
   // The GPUs its gate was closed on the whole last round (gated_settled).
   uint64_t gated_last = 0;
+  // The times its gate was closed, newest last (at most kClosedSpans; the usage check drops those
+  // older than its window): publish_gate notes each, the sub-round duty check reads them (issue #62
+  // item 7). Its busy period as first seen busy at a close (busy_transitions then, and when): the
+  // excuse of work in flight at a close runs from there, so a busy word held up across closes
+  // excuses inflight_grace_ns at most.
+  ClosedSpans closed_spans;
+  uint64_t busy_period_transitions = 0;
+  uint64_t busy_period_since_ns = 0;
   // Its pacing as granted, for the check against what it used: since when it is paced without a
   // break (0: not paced; a new set of GPUs is a break), the share granted integrated over time
   // since the last round (per mille x ns, up to pace_at_ns), and the rounds in a row it was paced

@@ -72,6 +72,9 @@ UsageSample NvmlReader::read() {
   const uint64_t t0 = monotonic_ns();
   s.ok = true;
   unsigned long long newest = last_seen_us_;
+  // NVML's timestamps are CLOCK_REALTIME microseconds; gpuosd's gates are CLOCK_MONOTONIC ns.
+  const uint64_t real_now = clock_ns(CLOCK_REALTIME), mono_now = monotonic_ns();
+  const uint64_t real_ahead = real_now > mono_now ? real_now - mono_now : 0;
   // Times one call into NVML for the per-call figures.
   auto timed = [&s](const char* name, uint32_t gpu, auto&& call) {
     const uint64_t c0 = monotonic_ns();
@@ -138,12 +141,26 @@ UsageSample NvmlReader::read() {
           auto& [sum, count] = sums[p.pid];
           sum += pct;
           ++count;
+          const uint64_t at = static_cast<uint64_t>(util_[i].timeStamp) * 1000;
+          if (at > real_ahead) p.points.push_back(SmPoint{at - real_ahead, pct});
           newest = std::max(newest, util_[i].timeStamp);
         }
         for (const auto& [pid, sc] : sums) seen[pid].sm_util_mean = static_cast<int32_t>(sc.first / sc.second);
+        // The GPU's sampling period: the least gap between two samples of one process so far.
+        for (auto& [pid, p] : seen) {
+          std::sort(p.points.begin(), p.points.end(), [](const SmPoint& a, const SmPoint& b) { return a.at_ns < b.at_ns; });
+          for (std::size_t i = 1; i < p.points.size(); ++i) {
+            const uint64_t gap = p.points[i].at_ns - p.points[i - 1].at_ns;
+            if (gap == 0) continue;
+            uint64_t& least = period_ns_[gpu];
+            least = least == 0 ? gap : std::min(least, gap);
+          }
+        }
       }  // NOT_FOUND: no sample since the last round (nothing ran); others: no figure this round
     }
     for (auto& [pid, p] : seen) {
+      auto period = period_ns_.find(gpu);
+      p.period_ns = period != period_ns_.end() ? period->second : 0;
       p.mps_server = p.listed && is_mps_server(pid);
       s.processes.push_back(p);
     }
@@ -209,6 +226,44 @@ std::vector<Charge> apportion_round(const UsageSample& sample, const std::vector
   return out;
 }
 
+ClosedUse closed_use(const std::vector<SmPoint>& points, uint64_t period_ns, uint32_t gpu,
+                     const std::vector<ClosedSpan>& spans, uint64_t from_ns, uint64_t to_ns) {
+  ClosedUse u;
+  if (gpu >= 64 || from_ns == 0 || to_ns <= from_ns) return u;
+  // The sampling period: the least gap between two of its samples (never shorter than NVML's).
+  std::vector<uint64_t> at;
+  at.reserve(points.size());
+  for (const SmPoint& p : points) at.push_back(p.at_ns);
+  std::sort(at.begin(), at.end());
+  uint64_t period = period_ns != 0 ? std::min(period_ns, kSamplePeriodUnknownNs) : kSamplePeriodUnknownNs;
+  for (std::size_t i = 1; i < at.size(); ++i) {
+    if (at[i] > at[i - 1]) period = std::min(period, at[i] - at[i - 1]);
+  }
+  auto sat_add = [](uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; };
+  for (const ClosedSpan& c : spans) {
+    if ((c.gpus >> gpu & 1u) == 0 || c.excused) continue;
+    // A sample ending at t counts when [t - period - edge, t + edge] lies within the span.
+    const uint64_t lo = sat_add(sat_add(c.from_ns, period), kSampleEdgeNs);
+    const uint64_t hi = c.to_ns == UINT64_MAX ? UINT64_MAX : c.to_ns > kSampleEdgeNs ? c.to_ns - kSampleEdgeNs : 0;
+    if (hi <= lo) continue;
+    // The closed time: this round's part of it. The samples: those read this round (each once).
+    const uint64_t rlo = std::max(lo, from_ns), rhi = std::min(hi, to_ns);
+    if (rhi > rlo) u.closed_ns += rhi - rlo;
+    for (const SmPoint& p : points) {
+      if (p.at_ns >= lo && p.at_ns <= hi) u.used_ns += period / 100 * std::min(p.sm, 100u);
+    }
+  }
+  return u;
+}
+
+bool closed_duty_bypass(uint64_t closed_ns, uint64_t used_ns, uint32_t* duty_percent) {
+  if (closed_ns == 0) return false;
+  const uint64_t duty = static_cast<uint64_t>(static_cast<unsigned __int128>(used_ns) * 100 / closed_ns);
+  if (duty_percent != nullptr) *duty_percent = static_cast<uint32_t>(std::min<uint64_t>(duty, UINT32_MAX));
+  return closed_ns >= kClosedDutyMinNs && static_cast<unsigned __int128>(used_ns) * 100 >=
+                                              static_cast<unsigned __int128>(closed_ns) * kClosedDutyPercent;
+}
+
 uint32_t pace_bound_percent(uint32_t permille, const CheckParams& p) {
   return (permille * 5 + 20) / 40 + p.pace_margin_percent;  // share * 1.25 in percent, rounded, + margin
 }
@@ -260,10 +315,14 @@ std::vector<Finding> check_usage(const UsageSample& sample, const std::vector<Te
   const std::size_t earlier = p.window_rounds > 0 ? p.window_rounds - 1 : 0;
   for (const TenantGrant& t : tenants) {
     RoundFigures now;
-    uint32_t gated_gpu = 0, paced_gpu = 0;
+    uint32_t gated_gpu = 0, paced_gpu = 0, closed_gpu = 0;
     bool gated_seen = false;
     for (const ObservedProcess& o : sample.processes) {
       if (o.pid != t.pid || o.gpu >= 64) continue;
+      const ClosedUse cu = closed_use(o.points, o.period_ns, o.gpu, t.closed, t.round_from_ns, t.round_to_ns);
+      now.closed_ns += cu.closed_ns;
+      if (cu.used_ns != 0 && now.closed_used_ns == 0) closed_gpu = o.gpu;
+      now.closed_used_ns += cu.used_ns;
       if ((t.gated_settled >> o.gpu & 1u) != 0 && o.sm_util > 0) {
         now.gated_sm += static_cast<uint32_t>(o.sm_util);
         if (!gated_seen) gated_gpu = o.gpu;
@@ -279,13 +338,18 @@ std::vector<Finding> check_usage(const UsageSample& sample, const std::vector<Te
     if (figures != nullptr) figures->push_back(now);
     // The window's earlier rounds (the newest `earlier` of them) and this one.
     uint64_t gated_sum = now.gated_sm, used = now.paced_sm, bound = 0;
+    uint64_t closed_sum = now.closed_ns, closed_used = now.closed_used_ns;
     uint32_t gated_rounds = now.gated_sm > 0 ? 1 : 0, paced_rounds = now.paced ? 1 : 0;
+    uint32_t closed_rounds = now.closed_used_ns > 0 ? 1 : 0;
     if (now.paced) bound += pace_bound_percent(now.pace_permille, p);
     if (t.window != nullptr) {
       const std::size_t n = std::min(t.window->size(), earlier);
       for (auto r = t.window->end() - static_cast<std::ptrdiff_t>(n); r != t.window->end(); ++r) {
         gated_sum += r->gated_sm;
         gated_rounds += r->gated_sm > 0 ? 1 : 0;
+        closed_sum += r->closed_ns;
+        closed_used += r->closed_used_ns;
+        closed_rounds += r->closed_used_ns > 0 ? 1 : 0;
         if (!r->paced) continue;
         ++paced_rounds;
         used += r->paced_sm;
@@ -295,6 +359,14 @@ std::vector<Finding> check_usage(const UsageSample& sample, const std::vector<Te
     if (now.gated_sm > 0 && gated_found.count(t.id) == 0 && gated_sum > p.gated_window_percent) {
       out.push_back(Finding{FindingKind::kLaunchedWhileGated, t.pid, t.id, gated_gpu, gated_sum, p.gated_window_percent,
                             true, gated_rounds});
+      gated_found.insert(t.id);
+    }
+    // Its duty while closed, whatever the gate's pattern (closed_use): found in a round that added
+    // to it, unless found gated already.
+    uint32_t duty = 0;
+    if (now.closed_used_ns > 0 && gated_found.count(t.id) == 0 && closed_duty_bypass(closed_sum, closed_used, &duty)) {
+      out.push_back(Finding{FindingKind::kLaunchedWhileGated, t.pid, t.id, closed_gpu, duty, kClosedDutyPercent, true,
+                            closed_rounds, true, closed_sum / 1'000'000});
     }
     if (now.paced && now.paced_sm > pace_bound_percent(now.pace_permille, p) && paced_rounds >= p.pace_min_rounds &&
         used > bound) {

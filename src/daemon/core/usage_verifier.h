@@ -34,6 +34,10 @@ struct ObservedProcess {
   int32_t sm_util_mean = -1;        // the mean of the round's samples (-1 = none): NVML samples
                                     // a process only in periods in which it ran
   bool listed = false;              // in a process list (else only in utilization samples)
+  std::vector<SmPoint> points;      // the round's utilization samples themselves (closed_use)
+  // Its GPU's sampling period as NvmlReader learned it: the least gap between two samples of one
+  // process on that GPU so far (never shorter than NVML's period; 0: not known yet).
+  uint64_t period_ns = 0;
   // An MPS server (is_mps_server): no tenant by design. On the H200 (driver 580) NVML lists each
   // MPS client with its own bytes but puts all their SM use on the server's pid: its sm_util is its
   // clients' together, and theirs is never sampled.
@@ -84,6 +88,7 @@ class NvmlReader {
   std::vector<nvmlProcessInfo_t> infos_ = std::vector<nvmlProcessInfo_t>(64);  // grown, kept
   std::vector<nvmlProcessUtilizationSample_t> util_ = std::vector<nvmlProcessUtilizationSample_t>(64);
   unsigned long long last_seen_us_ = 0;                     // newest utilization sample seen
+  std::map<uint32_t, uint64_t> period_ns_;                  // per GPU: ObservedProcess::period_ns
   std::string why_not_;
   bool initialized_ = false;
 };
@@ -107,6 +112,11 @@ struct TenantGrant {
   // yet, nothing to check): under_reported.
   uint64_t reported_bytes = 0;
   uint64_t context_bytes = UINT64_MAX;
+  // Sub-round gates (closed_use): the times its gate was closed (excused resolved), and the round's
+  // span [round_from_ns, round_to_ns) (CLOCK_MONOTONIC; from 0: the first round, nothing judged).
+  std::vector<ClosedSpan> closed = {};
+  uint64_t round_from_ns = 0;
+  uint64_t round_to_ns = 0;
 };
 
 enum class FindingKind { kOverQuota, kLaunchedWhileGated, kUnregistered, kOverPace, kUnderReported };
@@ -123,7 +133,39 @@ struct Finding {
   uint64_t limit = 0;               // bytes allowed, SM percent threshold or bound of the mean
   bool window = false;              // found by adding up the window's rounds
   uint32_t rounds = 0;              // ... that many of them (gated: with use; paced: ran paced)
+  // Gated, by its duty while closed (closed_use): `measured` is the duty (percent of the closed
+  // time), `limit` kClosedDutyPercent, closed_ms the closed time it was judged over.
+  bool duty = false;
+  uint64_t closed_ms = 0;
 };
+
+// The duty-cycle check (issue #62 item 7): whatever the gate's pattern (closed for rounds, or
+// opening and closing within every round), a tenant whose NVML samples wholly inside the times its
+// gate was closed add up to kClosedDutyPercent of that closed time or more over the window is
+// launching around the gate, once the window holds kClosedDutyMinNs of such closed time (less is
+// noise: a few samples). The constants in one place:
+inline constexpr uint32_t kClosedDutyPercent = 8;
+inline constexpr uint64_t kClosedDutyMinNs = 2'000'000'000;
+// A sample counts only if its period, widened by kSampleEdgeNs on each side (NVML's clock against
+// gpuosd's, the gate's futex wake), lies within a closed span. Its period is the least gap between
+// two samples of one process (NVML samples a process at most once a period, so that is never
+// shorter than the real one): the GPU's as learned (ObservedProcess::period_ns) or the process's own
+// in the round, whichever is less; neither known: kSamplePeriodUnknownNs.
+inline constexpr uint64_t kSampleEdgeNs = 20'000'000;
+inline constexpr uint64_t kSamplePeriodUnknownNs = 1'000'000'000;
+
+// One process on one GPU in one round [from_ns, to_ns): the closed time its samples could show
+// wholly (each closed, unexcused span on `gpu`, less a period and both edges, within the round)
+// and the SM time its samples show in it (percent x period). Pure.
+struct ClosedUse {
+  uint64_t closed_ns = 0;
+  uint64_t used_ns = 0;
+};
+ClosedUse closed_use(const std::vector<SmPoint>& points, uint64_t period_ns, uint32_t gpu,
+                     const std::vector<ClosedSpan>& spans, uint64_t from_ns, uint64_t to_ns);
+// Whether use over closed time is a bypass (kClosedDutyPercent, kClosedDutyMinNs); *duty: its
+// percent, rounded down.
+bool closed_duty_bypass(uint64_t closed_ns, uint64_t used_ns, uint32_t* duty_percent);
 
 struct CheckParams {
   uint64_t memory_slack_bytes = 1ull << 30;

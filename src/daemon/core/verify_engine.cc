@@ -127,6 +127,24 @@ void VerifyEngine::make_view(std::map<uint32_t, Tenant>& tenants, uint64_t now, 
     const uint64_t paced_gpus =
         t.verify.paced_rounds >= 2 ? (t.granted.pacing.gpus != 0 ? t.granted.pacing.gpus : ~0ull) : 0;
     view.grants.push_back(TenantGrant{t.id, t.pid, limit, gated, settled, paced_gpus, share, &t.verify.usage.window});
+    // The times its gate was closed, for the duty check within rounds (closed_use): those that
+    // reach into the window, each excused when work launched while open may still run then (the
+    // busy period it had at the close, or its last launch before, under inflight_grace_ns old).
+    {
+      const uint64_t keep = std::max<uint64_t>(opts_.check.window_rounds, 1) * 2 * opts_.interval_ns;
+      ClosedSpans& spans = t.verify.closed_spans;
+      while (!spans.empty() && spans.front().to_ns != UINT64_MAX && now - std::min(now, spans.front().to_ns) > keep) {
+        spans.pop_front();
+      }
+      TenantGrant& g = view.grants.back();
+      g.closed.reserve(spans.size());
+      for (ClosedSpan c : spans) {
+        c.excused = c.excuse_from_ns != UINT64_MAX && c.from_ns - std::min(c.from_ns, c.excuse_from_ns) < opts_.inflight_grace_ns;
+        g.closed.push_back(c);
+      }
+      g.round_from_ns = last_at_ns_;
+      g.round_to_ns = now;
+    }
     view.tenant_pids.insert(t.pid);
     t.verify.mem_bytes = measured_bytes(view.sample, t.pid);
     t.verify.gpus = 0;
@@ -220,6 +238,12 @@ void VerifyEngine::apply(std::map<uint32_t, Tenant>& tenants, const View& view, 
                   t.id, static_cast<int>(t.pid), static_cast<unsigned>(t.uid), t.name,
                   static_cast<unsigned long long>(f.measured), f.rounds, static_cast<unsigned long long>(f.limit),
                   opts_.check.pace_margin_percent);
+      } else if (f.duty) {
+        log::warn("usage check: tenant %u (pid %d uid %u, \"%s\") used GPU %u's SMs (and others') %llu%% of the "
+                  "%llu ms its gate was closed in its last %u rounds (%u of them with use): it bypasses the gate",
+                  t.id, static_cast<int>(t.pid), static_cast<unsigned>(t.uid), t.name, f.gpu,
+                  static_cast<unsigned long long>(f.measured), static_cast<unsigned long long>(f.closed_ms),
+                  opts_.check.window_rounds, f.rounds);
       } else if (f.window) {
         log::warn("usage check: tenant %u (pid %d uid %u, \"%s\") used %llu%% of GPU %u's SMs (and others') in "
                   "all in %u of its last %u rounds while its gate was closed: it bypasses the gate",
