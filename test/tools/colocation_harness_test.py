@@ -841,6 +841,20 @@ class CheckBudgets(unittest.TestCase):
         self.assertIsNone(v["be_targets_met"])
         self.assertIsNone(v["load_step_within_budget"])
 
+    def test_a_paired_runs_per_seed_rows_are_not_judged(self):
+        # Method v2: the mode's own row is over its pairs; a seed's row alone (here a baseline
+        # that lent more within B in one pair) must not judge the run.
+        s = self.summary(0.3, [
+            self.row("mps-prio1-t25", 1.6, 1.55, 0.31),
+            self.row("mps-prio1-t25+s2", 1.2, 1.3, 0.40),
+            self.row("gpuos-space-slo-1.5", 1.3, 1.4, 0.33, 1.5, True),
+            self.row("gpuos-space-slo-1.5+s2", 1.2, 1.2, 0.45, 1.5, True)])
+        for run in (check_budgets.check_run(s), check_budgets.check_run_40(s)):
+            by_b = {e["budget"]: e for e in run["budgets"]}
+            self.assertIsNone(by_b[1.5]["baseline_be"])   # only mps-prio1-t25's own row: over 1.5
+            self.assertTrue(by_b[1.5]["dominates"])
+            self.assertEqual((by_b[1.5]["mode"], by_b[1.5]["be"]), ("gpuos-space-slo-1.5", 0.33))
+
     def test_the_be_targets_at_half_load_and_the_load_step(self):
         half = check_budgets.check_run(self.summary(0.5, [
             self.row("gpuos-time-slo-1.25", 0.7, 0.9, 0.21, 1.25, True),
