@@ -231,14 +231,17 @@ gpuos_control_block* register_with_daemon(char* why, std::size_t why_len, int* s
   return cb;
 }
 
-// Notes gpuosd's pid (SO_PEERCRED of the connection; 0 when the daemon is outside our pid
-// namespace): whether gpuosd itself is gone is told by its process, never by our connection alone.
-void note_daemon_pid(int sock) {
+// The pid of the daemon at the other end of `sock` (SO_PEERCRED; 0 when unknown or outside our pid
+// namespace).
+pid_t peer_pid(int sock) {
   ucred cred{};
   socklen_t len = sizeof(cred);
-  g_daemon_pid.store(getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 ? cred.pid : 0,
-                     std::memory_order_relaxed);
+  return getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 ? cred.pid : 0;
 }
+
+// Notes gpuosd's pid: whether gpuosd itself is gone is told by its process, never by our
+// connection alone.
+void note_daemon_pid(int sock) { g_daemon_pid.store(peer_pid(sock), std::memory_order_relaxed); }
 
 // GPUOS_REPORT_AT_EXIT=1: one line of this process's counters on stderr when it exits, handy
 // when running without a daemon.
@@ -414,10 +417,8 @@ void maintain_daemon_connection() {
   if (governed) {
     // The gpuosd that governs this tenant still runs: only it may take the tenant back (another
     // daemon, one of this user's own, would hand it an open gate while its grant here is held).
-    ucred cred{};
-    socklen_t len = sizeof(cred);
     const pid_t was = g_daemon_pid.load(std::memory_order_relaxed);
-    if (was > 0 && (getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 || cred.pid != was)) {
+    if (was > 0 && peer_pid(sock) != was) {
       if (!g_other_daemon_reported) {
         log(LogLevel::kWarn, "the gpuosd at GPUOS_SOCKET is not the one that governs this tenant (pid %d), which "
             "still runs: staying with its grant", static_cast<int>(was));
