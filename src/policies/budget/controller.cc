@@ -25,7 +25,7 @@ double next_group_share(const ControllerParams& p, double share, double budget, 
                         uint32_t planned_groups, bool settled) {
   if (planned_groups == 0) return next_share(p, share, budget, m);
   const double one = 1.0 / planned_groups;
-  const double cap = std::max(p.max_share, one);
+  const double cap = group_share_cap(p, planned_groups);
   if (share < one - 1e-9) return std::min(next_share(p, share, budget, m), one);
   const double target = 1.0 + p.target_fraction * (budget - 1.0);
   if (m.recent > 0 && m.recent_p90 > budget) {

@@ -18,6 +18,7 @@
 //    the H200 a server back from an idle pause met a share earned before it, and paid at TTFT p99).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
@@ -62,6 +63,12 @@ double next_share(const ControllerParams& p, double share, double budget, const 
 // m.window_p99 / m.window here count only launches since the share last moved.
 double next_group_share(const ControllerParams& p, double share, double budget, const Measure& m,
                         uint32_t planned_groups, bool settled);
+
+// The largest share next_group_share grants beside planned_groups (> 0) SM groups: max_share, or
+// one group where that is less.
+inline double group_share_cap(const ControllerParams& p, uint32_t planned_groups) {
+  return std::max(p.max_share, 1.0 / planned_groups);
+}
 
 // A share of at least one of planned_groups SM groups, rounded down to whole groups (below one
 // group, or planned_groups 0: as it is).

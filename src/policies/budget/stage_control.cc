@@ -92,6 +92,18 @@ Measure control_measure(const Scene& s, const slots::GateTenant& t, const Tenant
   return m;
 }
 
+ControllerParams controller_for(const Scene& s, const slots::GateTenant& t, double limit) {
+  ControllerParams cp = s.params.controller;
+  if (t.space_domain.empty()) cp.max_share = std::min(cp.max_share, time_share_cap(limit));
+  return cp;
+}
+
+double largest_share(const Scene& s, const slots::GateTenant& t, double limit) {
+  const ControllerParams cp = controller_for(s, t, limit);
+  const uint32_t planned = be_groups_beside(t, s.view);
+  return planned != 0 ? group_share_cap(cp, planned) : cp.max_share;
+}
+
 namespace {
 
 // Tenant t's share for the next control period.
@@ -101,8 +113,7 @@ double next_share_of(const Scene& s, const slots::GateTenant& t, const TenantBud
   if (budget <= 1.0) return 0;
   const uint32_t planned = be_groups_beside(t, s.view);
   const Measure m = control_measure(s, t, b, planned);
-  ControllerParams cp = s.params.controller;
-  if (t.space_domain.empty()) cp.max_share = std::min(cp.max_share, time_share_cap(budget));
+  const ControllerParams cp = controller_for(s, t, budget);
   if (planned == 0) return next_share(cp, b.share, budget, m);
   const bool settled = s.now - std::min(s.now, b.moved_ns) >= s.params.meter.window_ns;
   return next_group_share(cp, b.share, budget, m, planned, settled);

@@ -27,18 +27,6 @@ void note_be_quiet(const Scene& s, const slots::GateActions& out, BudgetState* s
   }
 }
 
-namespace {
-
-// The largest share budgeted tenant t may lend (next_share_of's cap): all of its neighbours' SM
-// groups, or what the controller and time sharing allow.
-double largest_share(const Scene& s, const slots::GateTenant& t, double limit) {
-  if (be_groups_beside(t, s.view) != 0) return 1.0;
-  const double cap = s.params.controller.max_share;
-  return t.space_domain.empty() ? std::min(cap, time_share_cap(limit)) : cap;
-}
-
-}  // namespace
-
 uint32_t budget_limit(const Scene& s, const slots::GateTenant& t, const TenantBudget& b, const ShareMoves& m,
                       double held, uint64_t period_ns) {
   if (!b.meter.has_solo()) return GPUOS_BUDGET_LIMIT_NO_SOLO;

@@ -98,6 +98,12 @@ void cut_share(const BudgetParams& p, TenantBudget* b, uint32_t planned, uint64_
 void react_to_readings(const Scene& s, BudgetState* st);
 // What the control period judges of tenant t: the meter's readings, times its growth.
 Measure control_measure(const Scene& s, const slots::GateTenant& t, const TenantBudget& b, uint32_t planned);
+// The controller's settings for budgeted tenant t at meter limit `limit`: sharing in time, its
+// share is capped at time_share_cap(limit) too.
+ControllerParams controller_for(const Scene& s, const slots::GateTenant& t, double limit);
+// The largest share the controller grants t: on SM groups (beside t on the whole GPU)
+// group_share_cap, else controller_for's max_share.
+double largest_share(const Scene& s, const slots::GateTenant& t, double limit);
 // Once per control period: each budgeted tenant's next share (controller.h).
 void control_shares(const Scene& s, BudgetState* st);
 
