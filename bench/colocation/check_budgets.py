@@ -49,15 +49,9 @@ BE_TARGETS = {1.25: 0.20, 1.5: 0.33}
 TARGET_LOAD = 0.5
 
 
-def run_modes(s: dict) -> list:
-    """A summary's mode rows, less a paired run's per-seed rows (`<mode>+s<seed>`): each mode's own
-    row holds them, over the pairs (method v2)."""
-    return [r for r in s.get("modes", []) if common.split_seed(r["mode"])[1] is None]
-
-
 def check_run(s: dict, source: str = "") -> dict:
     """One summary.json: its verdict per budget, and its load-step verdict if it is a step run."""
-    modes = run_modes(s)
+    modes = common.run_modes(s)
     workload = s.get("workload") or {}
     out = {"source": source, "gpu": s.get("gpu"), "load": s.get("load"), "load_step": s.get("load_step"),
            "be": workload.get("be") if isinstance(workload, dict) else None, "budgets": []}
@@ -144,7 +138,7 @@ def method_40(s: dict) -> dict:
 
 def check_run_40(s: dict, source: str = "") -> dict:
     """One summary.json against issue #40's targets."""
-    modes = run_modes(s)
+    modes = common.run_modes(s)
     workload = s.get("workload") or {}
     load, be_kind = s.get("load"), workload.get("be") if isinstance(workload, dict) else None
     admit = load in ISSUE40_ADMIT_LOADS

@@ -267,6 +267,12 @@ def split_seed(name: str) -> Tuple[str, Optional[int]]:
     return (m.group("base"), int(m.group("seed"))) if m else (name, None)
 
 
+def run_modes(summary: dict) -> list:
+    """A summary's mode rows, less a paired run's per-seed rows (`<mode>+s<seed>`): each mode's own
+    row holds them, over the pairs (method v2)."""
+    return [r for r in summary.get("modes", []) if split_seed(r["mode"])[1] is None]
+
+
 def mode_budget(name: str) -> Optional[float]:
     """B of a mode named gpuos-<kind>-slo-B[@variant][+s<seed>]; None for every other mode."""
     parts = split_variant(split_seed(name)[0])[0].split("-", 2)

@@ -320,9 +320,8 @@ def frontier(s: dict) -> dict:
     them."""
     points = []
     from_admission = (s.get("load") or 0.0) >= method_v2.ADMIT_FROM_LOAD
-    for r in s.get("modes", []):
-        # A paired run's per-seed rows are in their mode's row (the mean over the pairs).
-        if r["mode"].startswith("exclusive-") or common.split_seed(r["mode"])[1] is not None:
+    for r in common.run_modes(s):
+        if r["mode"].startswith("exclusive-"):
             continue
         points.append({"mode": r["mode"], "group": _group(r["mode"]), "budget": r.get("budget"),
                        "hp_slowdown": hp_slowdown(r, from_admission), "be_vs_exclusive": r.get("be_vs_exclusive")})

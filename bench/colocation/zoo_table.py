@@ -103,9 +103,8 @@ def judge(s: dict, source: str = "", budget: float = BUDGET) -> dict:
                        "excluded": paired.get("excluded") or [], "best_baseline": paired.get("best_baseline"),
                        "slo": paired.get("slo")}
     rows = []
-    for r in s.get("modes", []):
-        # A paired run's per-seed runs are in their mode's row (method v2's, over the pairs).
-        if r["mode"].startswith("exclusive-") or common.split_seed(r["mode"])[1] is not None:
+    for r in common.run_modes(s):
+        if r["mode"].startswith("exclusive-"):
             continue
         gpuos = r["mode"].startswith("gpuos-")
         m = pm.get(r["mode"]) or {}
