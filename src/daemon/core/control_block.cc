@@ -11,6 +11,8 @@
 #include <climits>
 #include <cstddef>
 
+#include "daemon/core/verify_engine.h"
+
 namespace gpuos::daemon {
 
 using slots::LatencyPoint;
@@ -129,33 +131,9 @@ void publish_gate(Tenant& t, uint64_t now) {
     t.verify.untracked_at_close = t.cb != nullptr && load(t.cb->untracked_work) != 0;
     t.verify.close_launch_ns = n != t.verify.round_launches ? UINT64_MAX : t.verify.launch_seen_ns;
   }
-  // The time it is closed on its GPUs (as the usage check counts them: gpuosd's indices), a new span
-  // at each change.
-  const uint64_t gpus = word == GPUOS_GATE_CLOSED ? ~0ull : word == GPUOS_GATE_PARTIAL ? t.gate.closed_gpus : 0;
-  ClosedSpans& spans = t.verify.closed_spans;
-  const bool open_span = !spans.empty() && spans.back().to_ns == UINT64_MAX;
-  if (!open_span || spans.back().gpus != gpus) {
-    uint64_t excuse_from = open_span ? spans.back().excuse_from_ns : UINT64_MAX;
-    if (open_span) spans.back().to_ns = std::max(now, spans.back().from_ns);
-    if (closing) {
-      // Work launched while open may run on: from the busy period's first close (busy word), or
-      // from its last launch before this close (untracked work; UINT64_MAX: since the last round).
-      excuse_from = UINT64_MAX;
-      if (t.verify.inflight_at_close) {
-        if (t.verify.busy_period_since_ns == 0 || t.verify.busy_period_transitions != t.verify.close_transitions) {
-          t.verify.busy_period_transitions = t.verify.close_transitions;
-          t.verify.busy_period_since_ns = now;
-        }
-        excuse_from = t.verify.busy_period_since_ns;
-      }
-      if (t.verify.untracked_at_close && t.verify.close_launch_ns != 0) {
-        const uint64_t last = t.verify.close_launch_ns == UINT64_MAX ? now : t.verify.close_launch_ns;
-        excuse_from = excuse_from == UINT64_MAX ? last : std::max(excuse_from, last);
-      }
-    }
-    if (gpus != 0) spans.push_back(ClosedSpan{now, UINT64_MAX, gpus, excuse_from, false});
-    while (spans.size() > kClosedSpans) spans.pop_front();
-  }
+  // The time it is closed on its GPUs (as the usage check counts them: gpuosd's indices).
+  note_closed_span(&t.verify, word == GPUOS_GATE_CLOSED ? ~0ull : word == GPUOS_GATE_PARTIAL ? t.gate.closed_gpus : 0,
+                   closing, now);
   write_gate(t.grants, word, t.gate.closed_ordinals);
 }
 

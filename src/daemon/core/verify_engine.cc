@@ -318,4 +318,30 @@ void VerifyEngine::enforce_on_tenant(Tenant& t, EnforceAction a, const std::set<
             done ? "enforced" : "not enforced", why.c_str());
 }
 
+void note_closed_span(VerifyState* v, uint64_t closed_gpus, bool closing, uint64_t now) {
+  ClosedSpans& spans = v->closed_spans;
+  const bool open_span = !spans.empty() && spans.back().to_ns == UINT64_MAX;
+  if (open_span && spans.back().gpus == closed_gpus) return;
+  uint64_t excuse_from = open_span ? spans.back().excuse_from_ns : UINT64_MAX;
+  if (open_span) spans.back().to_ns = std::max(now, spans.back().from_ns);
+  if (closing) {
+    // Work launched while open may run on: from the busy period's first close (busy word), or
+    // from its last launch before this close (untracked work; UINT64_MAX: since the last round).
+    excuse_from = UINT64_MAX;
+    if (v->inflight_at_close) {
+      if (v->busy_period_since_ns == 0 || v->busy_period_transitions != v->close_transitions) {
+        v->busy_period_transitions = v->close_transitions;
+        v->busy_period_since_ns = now;
+      }
+      excuse_from = v->busy_period_since_ns;
+    }
+    if (v->untracked_at_close && v->close_launch_ns != 0) {
+      const uint64_t last = v->close_launch_ns == UINT64_MAX ? now : v->close_launch_ns;
+      excuse_from = excuse_from == UINT64_MAX ? last : std::max(excuse_from, last);
+    }
+  }
+  if (closed_gpus != 0) spans.push_back(ClosedSpan{now, UINT64_MAX, closed_gpus, excuse_from, false});
+  while (spans.size() > kClosedSpans) spans.pop_front();
+}
+
 }  // namespace gpuos::daemon

@@ -60,6 +60,12 @@ struct VerifyStats {
   uint64_t escapes = 0;
 };
 
+// The usage check's record of a tenant's closed times (VerifyState::closed_spans): a new span each
+// time the GPUs its gate is closed on change (closed_gpus 0: open), excused from when work launched
+// while open may still run (`closing`: its gate closed now, with the close facts publish_gate noted
+// in v). Called by publish_gate with every gate it writes.
+void note_closed_span(VerifyState* v, uint64_t closed_gpus, bool closing, uint64_t now);
+
 class VerifyEngine {
  public:
   // One round's facts: NVML's sample, each live tenant's grants, the processes that are no
